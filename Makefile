@@ -1,0 +1,68 @@
+# weir: the commands a newcomer needs are `make demo` and `make test` (see README.md).
+#
+#   make            build (Release) into build/, executables in build/bin/
+#   make demo       set up, build, and run the main job
+#   make test       set up, build, and run the whole test suite with ctest
+#   make test-asan  the whole test suite under AddressSanitizer + UBSan (build-asan/)
+#   make bench      build and run the benchmarks, each printing JSON
+#   make fuzz       build the libFuzzer targets with clang (build-fuzz/) and run each briefly
+#   make format     clang-format every C++ file in place
+
+BUILD      ?= build
+ASAN_BUILD ?= build-asan
+FUZZ_BUILD ?= build-fuzz
+CTEST_JOBS ?= $(shell nproc)
+FUZZ_RUNS  ?= 20000
+GENERATOR  := $(shell command -v ninja >/dev/null 2>&1 && echo Ninja || echo "Unix Makefiles")
+LAUNCHER   := $(shell command -v ccache >/dev/null 2>&1 && echo -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
+
+.PHONY: all build setup configure demo test test-asan bench fuzz format clean
+
+all: build
+
+setup:
+	@scripts/setup
+
+$(BUILD)/CMakeCache.txt:
+	cmake -S . -B $(BUILD) -G "$(GENERATOR)" -DCMAKE_BUILD_TYPE=Release $(LAUNCHER)
+
+configure: setup $(BUILD)/CMakeCache.txt
+
+build: configure
+	cmake --build $(BUILD)
+
+demo: build
+	@scripts/demo $(BUILD)
+
+test: build
+	ctest --test-dir $(BUILD) --output-on-failure -j$(CTEST_JOBS)
+
+$(ASAN_BUILD)/CMakeCache.txt:
+	cmake -S . -B $(ASAN_BUILD) -G "$(GENERATOR)" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1" -DWEIR_SANITIZE=ON -DWEIR_BUILD_BENCH=OFF \
+	  -DWEIR_CUDA=OFF $(LAUNCHER)
+
+test-asan: setup $(ASAN_BUILD)/CMakeCache.txt
+	cmake --build $(ASAN_BUILD)
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  ctest --test-dir $(ASAN_BUILD) --output-on-failure -j$(CTEST_JOBS)
+
+bench: build
+	@for b in $(BUILD)/bin/bench_*; do [ -x "$$b" ] || continue; echo "== $$b --json"; "$$b" --json || exit 1; done
+
+$(FUZZ_BUILD)/CMakeCache.txt:
+	CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -G "$(GENERATOR)" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DWEIR_FUZZ=ON -DWEIR_BUILD_TESTS=OFF -DWEIR_BUILD_BENCH=OFF -DWEIR_CUDA=OFF $(LAUNCHER)
+
+fuzz: setup $(FUZZ_BUILD)/CMakeCache.txt
+	cmake --build $(FUZZ_BUILD)
+	@set -e; for f in $(FUZZ_BUILD)/bin/fuzz_*; do [ -x "$$f" ] || continue; n=$$(basename $$f); \
+	  echo "== $$n: $(FUZZ_RUNS) runs"; work=$$(mktemp -d); seeds=fuzz/corpus/$$n; [ -d $$seeds ] || seeds=; \
+	  "$$f" -runs=$(FUZZ_RUNS) -max_len=65536 -seed=1 -print_final_stats=0 $$work $$seeds >$$work.log 2>&1 \
+	    || { tail -n 40 $$work.log; exit 1; }; tail -n 1 $$work.log; rm -rf $$work $$work.log; done
+
+format:
+	@git ls-files '*.cpp' '*.hpp' '*.h' '*.cu' '*.cuh' | xargs clang-format -i
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

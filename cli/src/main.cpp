@@ -1,0 +1,70 @@
+// weir: command-line front door. `weir help` lists the commands.
+#include <cstdio>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "commands.hpp"
+#include "weir/runtime/log.hpp"
+
+namespace weir::cli {
+namespace {
+
+constexpr Command kCommands[] = {
+    {"demo", "run the built-in demonstration of weir's fences",
+     "usage: weir demo\n\n"
+     "Runs weir's main demonstration job and prints a summary table.\n",
+     cmd_demo},
+};
+
+void print_help() {
+  std::printf(
+      "weir %s: a multi-agent orchestration runtime that cannot run out of memory\n\n"
+      "usage: weir COMMAND [ARGS...]\n       weir COMMAND --help\n\ncommands:\n",
+      WEIR_VERSION);
+  for (const auto& c : kCommands) {
+    std::printf("  %-10.*s %.*s\n", static_cast<int>(c.name.size()), c.name.data(),
+                static_cast<int>(c.summary.size()), c.summary.data());
+  }
+  std::printf(
+      "\nexit codes: 0 success, 1 invalid input, 2 run failed (typed error on stderr),\n"
+      "            3 overloaded\nenvironment: WEIR_LOG=trace|debug|info|warn|error|off\n");
+}
+
+}  // namespace
+}  // namespace weir::cli
+
+int main(int argc, char** argv) {
+  using namespace weir::cli;
+  weir::init_logging();
+  std::vector<std::string_view> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "help" || args[0] == "--help" || args[0] == "-h") {
+    if (args.size() >= 2) {
+      for (const auto& c : kCommands) {
+        if (c.name == args[1]) {
+          std::fwrite(c.usage.data(), 1, c.usage.size(), stdout);
+          return kExitOk;
+        }
+      }
+    }
+    print_help();
+    return args.empty() ? kExitInvalidInput : kExitOk;
+  }
+  if (args[0] == "--version" || args[0] == "version") {
+    std::printf("weir %s\n", WEIR_VERSION);
+    return kExitOk;
+  }
+  for (const auto& c : kCommands) {
+    if (c.name != args[0]) continue;
+    for (auto a : args) {
+      if (a == "--help" || a == "-h") {
+        std::fwrite(c.usage.data(), 1, c.usage.size(), stdout);
+        return kExitOk;
+      }
+    }
+    return c.run(Args(args).subspan(1));
+  }
+  std::fprintf(stderr, "weir: unknown command '%.*s' (see 'weir help')\n",
+               static_cast<int>(args[0].size()), args[0].data());
+  return kExitInvalidInput;
+}
