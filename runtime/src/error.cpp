@@ -61,6 +61,7 @@ std::string Error::to_string() const {
   return s;
 }
 
-Exception::Exception(Error error) : std::runtime_error(error.to_string()), error_(std::move(error)) {}
+Exception::Exception(Error error)
+    : std::runtime_error(error.to_string()), error_(std::move(error)) {}
 
 }  // namespace weir

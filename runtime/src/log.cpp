@@ -12,12 +12,18 @@ namespace {
 
 spdlog::level::level_enum to_spdlog(LogLevel l) {
   switch (l) {
-    case LogLevel::trace: return spdlog::level::trace;
-    case LogLevel::debug: return spdlog::level::debug;
-    case LogLevel::info: return spdlog::level::info;
-    case LogLevel::warn: return spdlog::level::warn;
-    case LogLevel::error: return spdlog::level::err;
-    case LogLevel::off: return spdlog::level::off;
+    case LogLevel::trace:
+      return spdlog::level::trace;
+    case LogLevel::debug:
+      return spdlog::level::debug;
+    case LogLevel::info:
+      return spdlog::level::info;
+    case LogLevel::warn:
+      return spdlog::level::warn;
+    case LogLevel::error:
+      return spdlog::level::err;
+    case LogLevel::off:
+      return spdlog::level::off;
   }
   return spdlog::level::warn;
 }
@@ -42,7 +48,9 @@ void init_logging() {
   });
 }
 
-void set_log_level(LogLevel level) { spdlog::set_level(to_spdlog(level)); }
+void set_log_level(LogLevel level) {
+  spdlog::set_level(to_spdlog(level));
+}
 
 void log(LogLevel level, std::string_view message) {
   spdlog::log(to_spdlog(level), "{}", message);

@@ -35,7 +35,7 @@ class MemoryBudget;
 
 // What state holds in place of a payload.
 struct ArtifactRef {
-  std::string id;          // 64 hex chars (SHA-256 of the bytes)
+  std::string id;  // 64 hex chars (SHA-256 of the bytes)
   std::uint64_t bytes = 0;
   std::string media_type;  // e.g. "text/plain", "application/json"
   std::string preview;     // the first bytes as valid UTF-8 (cut on a character boundary) or
@@ -48,11 +48,11 @@ struct ArtifactRef {
 };
 
 struct ArtifactStoreConfig {
-  std::filesystem::path dir;                     // empty: memory only (no spill)
-  std::size_t memory_limit = 64u << 20;          // bytes kept in memory before spilling
-  std::size_t disk_limit = std::size_t{4} << 30; // bytes on disk; beyond it put() fails
+  std::filesystem::path dir;                      // empty: memory only (no spill)
+  std::size_t memory_limit = 64u << 20;           // bytes kept in memory before spilling
+  std::size_t disk_limit = std::size_t{4} << 30;  // bytes on disk; beyond it put() fails
   std::size_t preview_bytes = 200;
-  MemoryBudget* budget = nullptr;                // charged (artifacts) for the memory tier
+  MemoryBudget* budget = nullptr;  // charged (artifacts) for the memory tier
 };
 
 struct ArtifactStats {

@@ -23,25 +23,25 @@ namespace weir {
 // Codes of weir's error category. Values are stable: they appear in logs and JSON output.
 enum class Errc : int {
   ok = 0,
-  overloaded = 1,               // admission queue full; retry later or raise the limit
-  memory_budget_exceeded = 2,   // a MemoryBudget category or total would go over its limit
-  step_limit_exceeded = 3,      // recursion_limit (supersteps) reached
-  visit_limit_exceeded = 4,     // a node's max_visits reached
-  deadline_exceeded = 5,        // run deadline or a wait's timeout passed
-  token_budget_exceeded = 6,    // a run's token budget is spent
-  invalid_workflow = 7,         // a graph or workflow file is malformed
-  invalid_argument = 8,         // an API was called with bad input
-  tool_failed = 9,              // a tool threw or returned an error
-  tool_timeout = 10,            // a tool did not answer within its timeout
-  model_error = 11,             // a model file is unusable or the model failed
-  kv_cache_exhausted = 12,      // a request can never fit in the KV cache
-  cancelled = 13,               // the operation was cancelled
-  not_found = 14,               // a named thing (artifact, thread, node) does not exist
-  corrupt_data = 15,            // stored or given data failed validation
-  io_error = 16,                // the operating system refused a file operation
-  interrupted = 17,             // a run suspended at interrupt(); resume it to continue
-  conflicting_writes = 18,      // two nodes wrote one last-value channel in one superstep
-  unsupported = 19,             // a feature or format weir does not handle
+  overloaded = 1,              // admission queue full; retry later or raise the limit
+  memory_budget_exceeded = 2,  // a MemoryBudget category or total would go over its limit
+  step_limit_exceeded = 3,     // recursion_limit (supersteps) reached
+  visit_limit_exceeded = 4,    // a node's max_visits reached
+  deadline_exceeded = 5,       // run deadline or a wait's timeout passed
+  token_budget_exceeded = 6,   // a run's token budget is spent
+  invalid_workflow = 7,        // a graph or workflow file is malformed
+  invalid_argument = 8,        // an API was called with bad input
+  tool_failed = 9,             // a tool threw or returned an error
+  tool_timeout = 10,           // a tool did not answer within its timeout
+  model_error = 11,            // a model file is unusable or the model failed
+  kv_cache_exhausted = 12,     // a request can never fit in the KV cache
+  cancelled = 13,              // the operation was cancelled
+  not_found = 14,              // a named thing (artifact, thread, node) does not exist
+  corrupt_data = 15,           // stored or given data failed validation
+  io_error = 16,               // the operating system refused a file operation
+  interrupted = 17,            // a run suspended at interrupt(); resume it to continue
+  conflicting_writes = 18,     // two nodes wrote one last-value channel in one superstep
+  unsupported = 19,            // a feature or format weir does not handle
 };
 
 }  // namespace weir
@@ -86,6 +86,9 @@ class Exception : public std::runtime_error {
 template <class T>
 class [[nodiscard]] Result {
  public:
+  // An error (cancelled, "the operation did not complete"): what asio's co_spawn yields when a
+  // coroutine ends without producing a value. Not meant to be used otherwise.
+  Result() : v_(std::in_place_index<1>, Errc::cancelled, "the operation did not complete") {}
   Result(T value) : v_(std::in_place_index<0>, std::move(value)) {}  // NOLINT: implicit by design
   Result(Error error) : v_(std::in_place_index<1>, std::move(error)) {}  // NOLINT
   template <class... A>
@@ -95,9 +98,18 @@ class [[nodiscard]] Result {
   explicit operator bool() const noexcept { return has_value(); }
 
   // REQUIRES: has_value(). value() throws weir::Exception with the error otherwise.
-  T& value() & { check(); return std::get<0>(v_); }
-  const T& value() const& { check(); return std::get<0>(v_); }
-  T&& value() && { check(); return std::get<0>(std::move(v_)); }
+  T& value() & {
+    check();
+    return std::get<0>(v_);
+  }
+  const T& value() const& {
+    check();
+    return std::get<0>(v_);
+  }
+  T&& value() && {
+    check();
+    return std::get<0>(std::move(v_));
+  }
   T& operator*() & { return value(); }
   const T& operator*() const& { return value(); }
   T&& operator*() && { return std::move(*this).value(); }
@@ -105,8 +117,14 @@ class [[nodiscard]] Result {
   const T* operator->() const { return &value(); }
 
   // REQUIRES: !has_value().
-  const Error& error() const& { assert(!has_value()); return std::get<1>(v_); }
-  Error&& error() && { assert(!has_value()); return std::get<1>(std::move(v_)); }
+  const Error& error() const& {
+    assert(!has_value());
+    return std::get<1>(v_);
+  }
+  Error&& error() && {
+    assert(!has_value());
+    return std::get<1>(std::move(v_));
+  }
 
  private:
   void check() const {
@@ -127,8 +145,14 @@ class [[nodiscard]] Result<void> {
   void value() const {
     if (!ok_) throw Exception(error_);
   }
-  const Error& error() const& { assert(!ok_); return error_; }
-  Error&& error() && { assert(!ok_); return std::move(error_); }
+  const Error& error() const& {
+    assert(!ok_);
+    return error_;
+  }
+  Error&& error() && {
+    assert(!ok_);
+    return std::move(error_);
+  }
 
  private:
   Error error_;

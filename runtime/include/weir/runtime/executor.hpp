@@ -45,7 +45,8 @@ class Executor {
   // success); an exception escaping the task is never lost (unlike asio::detached). After
   // shutdown() began, the task is not started and on_done receives an exception carrying
   // Errc::cancelled.
-  void spawn(boost::asio::awaitable<void> task, std::function<void(std::exception_ptr)> on_done = {});
+  void spawn(boost::asio::awaitable<void> task,
+             std::function<void(std::exception_ptr)> on_done = {});
 
   // Runs `task` on the pool and blocks the calling thread until it ends; rethrows its
   // exception. REQUIRES: not called from a pool thread (it would deadlock a 1-thread pool).
@@ -73,6 +74,7 @@ class Executor {
   std::mutex mu_;
   std::condition_variable idle_;
   Task* tasks_ = nullptr;  // GUARDED_BY(mu_): intrusive list of running tasks
+  Task* done_ = nullptr;   // GUARDED_BY(mu_): finished, record not yet freed
 };
 
 }  // namespace weir

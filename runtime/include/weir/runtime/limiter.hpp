@@ -15,6 +15,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include <boost/asio/awaitable.hpp>
 
@@ -24,7 +25,8 @@ namespace weir {
 
 class Limiter {
  public:
-  // `name` appears in error messages ("run limiter: 64 running and 1024 queued ...").
+  // `name` opens error messages; name the settings there, e.g.
+  // "run limiter (limits.max_concurrent_runs=64, limits.max_queued_runs=1024)".
   Limiter(std::string name, std::size_t permits, std::size_t max_waiters);
   ~Limiter();
   Limiter(const Limiter&) = delete;

@@ -12,8 +12,9 @@
 // Invariants:
 //   1. used(c) <= limit(c) for every category c, and used_total() <= total_limit().
 //   2. peak(c) >= used(c); peaks only grow (reset_peaks() sets them to the current use).
-//   3. Waiters are served in arrival order: a large waiter at the head is not overtaken by
-//      later small ones (no starvation).
+//   3. Waiters of one category are served in arrival order: a large waiter at the head is not
+//      overtaken by later small ones of its category (no starvation). try_reserve() and
+//      charge() do not queue: they succeed whenever the bytes fit.
 #pragma once
 
 #include <array>
@@ -80,7 +81,8 @@ class MemoryBudget {
 
    private:
     friend class MemoryBudget;
-    Reservation(MemoryBudget* b, BudgetCategory c, std::size_t n) : budget_(b), category_(c), bytes_(n) {}
+    Reservation(MemoryBudget* b, BudgetCategory c, std::size_t n)
+        : budget_(b), category_(c), bytes_(n) {}
     MemoryBudget* budget_ = nullptr;
     BudgetCategory category_ = BudgetCategory::run_state;
     std::size_t bytes_ = 0;
@@ -114,20 +116,23 @@ class MemoryBudget {
   std::size_t waiting() const noexcept;
   void reset_peaks() noexcept;
 
+  // Why `bytes` more do not fit in `c` right now, and which setting to raise
+  // ("run_state needs 2.0 MiB more but 63.0 MiB of its 64.0 MiB limit is in use; ...").
+  std::string exceeded_message(BudgetCategory c, std::size_t bytes) const;
+
  private:
   struct Waiters;
   bool fits_locked(BudgetCategory c, std::size_t bytes) const noexcept;
   void add_locked(BudgetCategory c, std::size_t bytes) noexcept;
   void wake_locked();
-  std::string exceeded_message(BudgetCategory c, std::size_t bytes) const;
 
   BudgetLimits limits_;
   mutable std::mutex mu_;
-  std::array<std::size_t, kBudgetCategoryCount> used_{};       // GUARDED_BY(mu_)
-  std::array<std::size_t, kBudgetCategoryCount> peak_{};       // GUARDED_BY(mu_)
-  std::size_t used_total_ = 0;                                 // GUARDED_BY(mu_)
-  std::size_t peak_total_ = 0;                                 // GUARDED_BY(mu_)
-  std::unique_ptr<Waiters> waiters_;                           // GUARDED_BY(mu_)
+  std::array<std::size_t, kBudgetCategoryCount> used_{};  // GUARDED_BY(mu_)
+  std::array<std::size_t, kBudgetCategoryCount> peak_{};  // GUARDED_BY(mu_)
+  std::size_t used_total_ = 0;                            // GUARDED_BY(mu_)
+  std::size_t peak_total_ = 0;                            // GUARDED_BY(mu_)
+  std::unique_ptr<Waiters> waiters_;                      // GUARDED_BY(mu_)
 };
 
 // A Boost.JSON memory resource that charges every allocation to a MemoryBudget category and
