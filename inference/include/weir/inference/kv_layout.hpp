@@ -1,0 +1,49 @@
+// KvLayout: where one token's K or V lives in the paged KV pool. Shared by the CPU path and
+// the CUDA kernels (WEIR_HD = __host__ __device__ under nvcc), so both index the pool the same
+// way; the CPU path is the reference the CUDA kernels are tested against.
+//
+// Pool layout (elements of the KV dtype):
+//   [n_layers][2: K, V][num_blocks][block_size][n_kv_heads * head_dim]
+// A sequence's token at position p is in physical block block_table[p / block_size], slot
+// p % block_size. Within a layer, one block's K (or V) is a contiguous
+// [block_size, kv_dim] tile, so attention reads whole tiles.
+#pragma once
+
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define WEIR_HD __host__ __device__
+#else
+#define WEIR_HD
+#endif
+
+namespace weir::inference {
+
+struct KvLayout {
+  std::int32_t n_layers = 0;
+  std::int32_t n_kv_heads = 0;
+  std::int32_t head_dim = 0;
+  std::int32_t block_size = 16;
+  std::int32_t num_blocks = 0;
+
+  WEIR_HD std::int64_t kv_dim() const { return std::int64_t{n_kv_heads} * head_dim; }
+  // Elements of one block's K (or V) tile for one layer: [block_size, kv_dim].
+  WEIR_HD std::int64_t tile_elems() const { return std::int64_t{block_size} * kv_dim(); }
+  // Elements of one layer's K (or V) for the whole pool.
+  WEIR_HD std::int64_t plane_elems() const { return tile_elems() * num_blocks; }
+  WEIR_HD std::int64_t total_elems() const { return plane_elems() * 2 * n_layers; }
+  // Bytes that one block costs across all layers, K and V: the unit of the KV budget.
+  WEIR_HD std::int64_t block_bytes(std::int64_t elem_bytes) const {
+    return tile_elems() * 2 * n_layers * elem_bytes;
+  }
+  // Offset of the row (kv_dim elements) of `slot` in `block`; kv = 0 for K, 1 for V.
+  WEIR_HD std::int64_t row_offset(std::int32_t layer, std::int32_t kv, std::int32_t block,
+                                  std::int32_t slot) const {
+    return (std::int64_t{layer} * 2 + kv) * plane_elems() + std::int64_t{block} * tile_elems() +
+           std::int64_t{slot} * kv_dim();
+  }
+};
+
+static_assert(sizeof(KvLayout) == 20, "KvLayout is shared with CUDA kernels: keep it POD");
+
+}  // namespace weir::inference
