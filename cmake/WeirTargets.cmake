@@ -3,7 +3,7 @@
 add_library(weir_build_flags INTERFACE)
 target_compile_features(weir_build_flags INTERFACE cxx_std_20)
 target_compile_options(weir_build_flags INTERFACE
-  $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-unused-parameter>)
+  $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers>)
 if(WEIR_SANITIZE)
   target_compile_options(weir_build_flags INTERFACE
     $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined>)

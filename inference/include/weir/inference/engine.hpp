@@ -1,0 +1,197 @@
+// Engine: continuous-batching inference on its own thread, with a paged KV cache sized from
+// one byte budget.
+//
+// Requests arrive through submit() from any thread. The engine thread runs steps: the
+// Scheduler picks a batch (decodes plus prefill chunks) whose KV blocks exist, the StepRunner
+// computes one forward pass over it (logits only for the rows that are sampled), each sampled
+// sequence gets its next token, and finished requests complete through their callbacks. The
+// KV pool is a fixed number of blocks computed from `kv_cache_bytes` (or the kv_cache category
+// of a MemoryBudget); no request reserves its worst case. When blocks run out the newest
+// sequence is preempted and recomputed later: requests never fail for lack of KV space.
+//
+// Thread safety: submit(), cancel(), stats() and the destructor may be called from any thread.
+// Callbacks run on the engine thread: they must be short and must not block (post elsewhere).
+//
+// This header keeps Asio out (see engine_async.hpp for `co_await async_generate(...)`).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "weir/inference/kv_cache.hpp"
+#include "weir/inference/kv_layout.hpp"
+#include "weir/inference/scheduler.hpp"
+#include "weir/runtime/error.hpp"
+#include "weir/runtime/memory_budget.hpp"
+
+namespace weir::inference {
+
+// One forward pass over a step's batch.
+struct StepBatch {
+  std::vector<std::int32_t> tokens;     // [n_tokens]
+  std::vector<std::int32_t> positions;  // [n_tokens]
+  std::vector<std::int32_t> seq_index;  // [n_tokens] -> index into `seqs`
+  struct Seq {
+    std::span<const BlockId> block_table;  // [blocks of the sequence]
+    std::int32_t n_ctx = 0;                // positions with KV after this step
+  };
+  std::vector<Seq> seqs;
+  std::vector<std::int32_t> logit_rows;  // [n_logits] token rows whose logits are wanted
+  std::vector<BlockCopy> copies;         // copy-on-write, to perform before the pass
+};
+
+// What the engine needs from a model: its KV geometry, and a forward pass that writes K/V for
+// the batch's tokens into the paged pool and returns logits for the requested rows.
+class StepRunner {
+ public:
+  virtual ~StepRunner() = default;
+  virtual std::int32_t vocab_size() const = 0;
+  virtual std::int32_t n_layers() const = 0;
+  virtual std::int32_t n_kv_heads() const = 0;
+  virtual std::int32_t head_dim() const = 0;
+  virtual std::int32_t context_length() const = 0;  // the model's trained context
+  // kv_pool: [layout.total_elems()] floats laid out as kv_layout.hpp says.
+  // logits: [batch.logit_rows.size(), vocab_size()]. Errors: model_error.
+  virtual Status forward(const StepBatch& batch, const KvLayout& layout, std::span<float> kv_pool,
+                         std::span<float> logits) = 0;
+};
+
+enum class FinishReason { stop, length, eos, cancelled, error };
+const char* finish_reason_name(FinishReason r);
+
+struct SamplingConfig {
+  float temperature = 0.0f;  // 0: greedy (ties: lowest id)
+  std::int32_t top_k = 0;    // 0: off
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  float repetition_penalty = 1.0f;
+  std::uint64_t seed = 0;
+};
+
+struct GenerateRequest {
+  std::vector<std::int32_t> prompt;  // token ids (BOS included when the model wants it)
+  std::int32_t max_new_tokens = 256;
+  SamplingConfig sampling;
+  std::vector<std::int32_t> stop_tokens;  // besides the model's end-of-generation tokens
+  int priority = 0;                       // lower runs first
+};
+
+struct Usage {
+  std::int64_t prompt_tokens = 0;
+  std::int64_t completion_tokens = 0;
+  std::int64_t cached_prompt_tokens = 0;  // served from the prefix cache
+};
+
+struct Timings {
+  double queue_ms = 0;        // submit -> first scheduled
+  double first_token_ms = 0;  // submit -> first token
+  double total_ms = 0;        // submit -> done
+  std::int32_t preemptions = 0;
+};
+
+struct GenerateResult {
+  std::vector<std::int32_t> tokens;  // generated ids (a stop/eos token included)
+  FinishReason finish = FinishReason::length;
+  Usage usage;
+  Timings timings;
+};
+
+struct EngineConfig {
+  std::int32_t max_num_seqs = 64;
+  std::int64_t max_num_batched_tokens = 1024;
+  std::int64_t max_model_len = 0;  // 0: the model's context length
+  std::int32_t block_size = 16;
+  std::size_t kv_cache_bytes = 64u << 20;  // used when no budget is given
+  MemoryBudget* budget = nullptr;          // when set: the KV pool is reserved from kv_cache
+  std::size_t max_waiting = 4096;
+  bool enable_prefix_caching = true;
+  std::vector<std::int32_t> eog_tokens;  // end-of-generation ids (finish reason eos)
+};
+
+struct EngineStats {
+  KvCacheStats kv;
+  SchedulerStats sched;
+  std::uint64_t steps = 0;
+  std::uint64_t tokens_generated = 0;
+  std::uint64_t prompt_tokens_computed = 0;
+  std::uint64_t requests_completed = 0;
+  std::int64_t kv_pool_bytes = 0;
+  double busy_seconds = 0;  // time spent in steps
+};
+
+using RequestId = std::int64_t;
+
+// Callbacks of one request. on_token (optional) sees each generated id as it is sampled;
+// on_done sees the result exactly once (also after cancel()).
+struct RequestCallbacks {
+  std::function<void(std::int32_t token)> on_token;
+  std::function<void(Result<GenerateResult>)> on_done;
+};
+
+class Engine {
+ public:
+  // Sizes the KV pool and starts the engine thread. Errors: memory_budget_exceeded (the
+  // budget cannot hold one sequence of max_model_len), invalid_argument (bad settings).
+  static Result<std::unique_ptr<Engine>> create(std::unique_ptr<StepRunner> runner,
+                                                EngineConfig config);
+  // Cancels what is in flight (on_done with cancelled), stops and joins the thread.
+  ~Engine();
+
+  // Queues a request. Errors arrive through on_done (invalid prompt, overloaded, ...).
+  RequestId submit(GenerateRequest request, RequestCallbacks callbacks);
+  // Ends a request early: its blocks are freed and on_done gets finish reason cancelled.
+  void cancel(RequestId id);
+
+  EngineStats stats() const;
+  const EngineConfig& config() const { return config_; }
+  const KvLayout& kv_layout() const { return layout_; }
+  std::int32_t vocab_size() const { return runner_->vocab_size(); }
+
+ private:
+  struct Request;
+  Engine(std::unique_ptr<StepRunner> runner, EngineConfig config, KvLayout layout,
+         MemoryBudget::Reservation reservation);
+  void run();
+  void admit_inbox();
+  void step();
+  void complete(RequestId id, Result<GenerateResult> result);
+  void publish(std::uint64_t steps, std::uint64_t generated, std::uint64_t prompt_tokens,
+               double busy_seconds);
+
+  std::unique_ptr<StepRunner> runner_;
+  EngineConfig config_;
+  KvLayout layout_;
+  MemoryBudget::Reservation kv_reservation_;
+  std::vector<float> kv_pool_;  // [layout_.total_elems()]
+  KvCacheManager kv_;
+  Scheduler scheduler_;
+
+  // Engine-thread state.
+  std::unordered_map<RequestId, std::unique_ptr<Request>> requests_;
+  std::vector<float> logits_;
+  StepBatch batch_;
+  std::vector<std::pair<std::function<void(Result<GenerateResult>)>, Result<GenerateResult>>> done_;
+
+  // Shared with submitters.
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::unique_ptr<Request>> inbox_;  // GUARDED_BY(mu_)
+  std::vector<RequestId> cancels_;               // GUARDED_BY(mu_)
+  bool stop_ = false;                            // GUARDED_BY(mu_)
+  EngineStats stats_;                            // GUARDED_BY(mu_) (copied out by stats())
+  std::atomic<RequestId> next_id_{1};
+  std::thread thread_;
+};
+
+}  // namespace weir::inference

@@ -1,0 +1,372 @@
+#include "weir/inference/engine.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+namespace weir::inference {
+
+using Clock = std::chrono::steady_clock;
+
+namespace {
+double ms_since(Clock::time_point t0, Clock::time_point t1) {
+  return std::chrono::duration<double, std::milli>(t1 - t0).count();
+}
+}  // namespace
+
+const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::stop:
+      return "stop";
+    case FinishReason::length:
+      return "length";
+    case FinishReason::eos:
+      return "eos";
+    case FinishReason::cancelled:
+      return "cancelled";
+    case FinishReason::error:
+      return "error";
+  }
+  return "unknown";
+}
+
+struct Engine::Request {
+  RequestId id = 0;
+  GenerateRequest req;
+  RequestCallbacks cb;
+  Clock::time_point submitted;
+  std::optional<Clock::time_point> first_token;
+  std::vector<std::int32_t> generated;
+  std::mt19937_64 rng;
+  bool queued_in_scheduler = false;
+};
+
+// --- creation -----------------------------------------------------------------------------
+
+Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<StepRunner> runner,
+                                               EngineConfig config) {
+  if (!runner) return Error(Errc::invalid_argument, "engine: no model runner given");
+  if (config.block_size <= 0 || config.max_num_seqs <= 0 || config.max_num_batched_tokens <= 0) {
+    return Error(Errc::invalid_argument,
+                 "engine: block_size, max_num_seqs and max_num_batched_tokens must be positive");
+  }
+  const std::int64_t ctx = runner->context_length();
+  if (config.max_model_len == 0) config.max_model_len = ctx;
+  if (config.max_model_len > ctx) {
+    return Error(Errc::invalid_argument,
+                 "engine.max_model_len=" + std::to_string(config.max_model_len) +
+                     " exceeds the model's context length of " + std::to_string(ctx) +
+                     "; lower it");
+  }
+  KvLayout layout{runner->n_layers(), runner->n_kv_heads(), runner->head_dim(), config.block_size,
+                  0};
+  const auto block_bytes = static_cast<std::size_t>(layout.block_bytes(sizeof(float)));
+  std::size_t bytes = config.kv_cache_bytes;
+  if (config.budget) {
+    bytes = std::min(config.budget->limit(BudgetCategory::kv_cache),
+                     config.budget->headroom(BudgetCategory::kv_cache));
+    if (bytes == kUnlimited) bytes = config.kv_cache_bytes;
+  }
+  layout.num_blocks =
+      static_cast<std::int32_t>(std::min<std::size_t>(bytes / block_bytes, INT32_MAX));
+  const std::int64_t need = (config.max_model_len + config.block_size - 1) / config.block_size;
+  if (layout.num_blocks < need) {
+    return Error(Errc::memory_budget_exceeded,
+                 "the KV cache budget of " + std::to_string(bytes >> 10) + " KiB holds " +
+                     std::to_string(layout.num_blocks) + " blocks of " +
+                     std::to_string(config.block_size) + " tokens (" + std::to_string(block_bytes) +
+                     " bytes each), but one sequence of max_model_len=" +
+                     std::to_string(config.max_model_len) + " needs " + std::to_string(need) +
+                     "; raise limits.kv_cache or lower engine.max_model_len");
+  }
+  MemoryBudget::Reservation reservation;
+  if (config.budget) {
+    auto r = config.budget->try_reserve(BudgetCategory::kv_cache,
+                                        static_cast<std::size_t>(layout.num_blocks) * block_bytes);
+    if (!r) return std::move(r).error();
+    reservation = std::move(*r);
+  }
+  return std::unique_ptr<Engine>(
+      new Engine(std::move(runner), std::move(config), layout, std::move(reservation)));
+}
+
+Engine::Engine(std::unique_ptr<StepRunner> runner, EngineConfig config, KvLayout layout,
+               MemoryBudget::Reservation reservation)
+    : runner_(std::move(runner)),
+      config_(std::move(config)),
+      layout_(layout),
+      kv_reservation_(std::move(reservation)),
+      kv_pool_(static_cast<std::size_t>(layout.total_elems())),
+      kv_({layout.num_blocks, layout.block_size, config_.enable_prefix_caching}),
+      scheduler_({config_.max_num_seqs, config_.max_num_batched_tokens, config_.max_model_len,
+                  config_.max_waiting},
+                 kv_) {
+  stats_.kv_pool_bytes = static_cast<std::int64_t>(kv_pool_.size() * sizeof(float));
+  thread_ = std::thread([this] { run(); });
+}
+
+Engine::~Engine() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+// --- submission (any thread) ----------------------------------------------------------------
+
+RequestId Engine::submit(GenerateRequest request, RequestCallbacks callbacks) {
+  auto r = std::make_unique<Request>();
+  r->id = next_id_.fetch_add(1, std::memory_order_relaxed);
+  r->req = std::move(request);
+  r->cb = std::move(callbacks);
+  r->submitted = Clock::now();
+  r->rng.seed(r->req.sampling.seed);
+  RequestId id = r->id;
+  {
+    std::lock_guard lock(mu_);
+    inbox_.push_back(std::move(r));
+  }
+  cv_.notify_one();
+  return id;
+}
+
+void Engine::cancel(RequestId id) {
+  {
+    std::lock_guard lock(mu_);
+    cancels_.push_back(id);
+  }
+  cv_.notify_one();
+}
+
+EngineStats Engine::stats() const {
+  std::lock_guard lock(mu_);
+  return stats_;
+}
+
+// --- engine thread ---------------------------------------------------------------------------
+
+void Engine::complete(RequestId id, Result<GenerateResult> result) {
+  auto it = requests_.find(id);
+  if (it == requests_.end()) return;
+  std::unique_ptr<Request> r = std::move(it->second);
+  requests_.erase(it);
+  if (scheduler_.contains(id)) scheduler_.finish(id);
+  if (r->cb.on_done) done_.emplace_back(std::move(r->cb.on_done), std::move(result));
+}
+
+// Publishes the stats, then runs the completions: whoever sees a result also sees stats that
+// include it (and its freed blocks).
+void Engine::publish(std::uint64_t steps, std::uint64_t generated, std::uint64_t prompt_tokens,
+                     double busy) {
+  auto kvs = kv_.stats();
+  auto ss = scheduler_.stats();
+  {
+    std::lock_guard lock(mu_);
+    stats_.kv = kvs;
+    stats_.sched = ss;
+    stats_.steps += steps;
+    stats_.tokens_generated += generated;
+    stats_.prompt_tokens_computed += prompt_tokens;
+    stats_.requests_completed += done_.size();
+    stats_.busy_seconds += busy;
+  }
+  for (auto& [fn, result] : done_) fn(std::move(result));
+  done_.clear();
+}
+
+void Engine::admit_inbox() {
+  std::vector<std::unique_ptr<Request>> inbox;
+  std::vector<RequestId> cancels;
+  {
+    std::lock_guard lock(mu_);
+    inbox.swap(inbox_);
+    cancels.swap(cancels_);
+  }
+  for (auto& r : inbox) {
+    RequestId id = r->id;
+    auto& req = r->req;
+    Status st;
+    if (req.max_new_tokens <= 0) {
+      st = Error(Errc::invalid_argument, "max_new_tokens must be at least 1");
+    } else {
+      for (std::int32_t t : req.prompt) {
+        if (t < 0 || t >= runner_->vocab_size()) {
+          st = Error(Errc::invalid_argument, "prompt token id " + std::to_string(t) +
+                                                 " is outside the vocabulary (size " +
+                                                 std::to_string(runner_->vocab_size()) + ")");
+          break;
+        }
+      }
+    }
+    if (st) st = scheduler_.add(id, req.prompt, req.priority);
+    requests_.emplace(id, std::move(r));
+    if (!st) complete(id, std::move(st).error());
+  }
+  for (RequestId id : cancels) {
+    auto it = requests_.find(id);
+    if (it == requests_.end()) continue;
+    Request& r = *it->second;
+    GenerateResult res;
+    res.tokens = r.generated;
+    res.finish = FinishReason::cancelled;
+    res.usage.prompt_tokens = static_cast<std::int64_t>(r.req.prompt.size());
+    res.usage.completion_tokens = static_cast<std::int64_t>(r.generated.size());
+    res.timings.total_ms = ms_since(r.submitted, Clock::now());
+    complete(id, std::move(res));
+  }
+  if (!done_.empty()) publish(0, 0, 0, 0);
+}
+
+void Engine::run() {
+  while (true) {
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] {
+        return stop_ || !inbox_.empty() || !cancels_.empty() || scheduler_.has_work();
+      });
+      if (stop_) break;
+    }
+    admit_inbox();
+    if (scheduler_.has_work()) step();
+  }
+  // Shutting down: everything still known ends as cancelled.
+  {
+    std::lock_guard lock(mu_);
+    for (auto& r : inbox_) cancels_.push_back(r->id);
+  }
+  admit_inbox();
+  std::vector<RequestId> ids;
+  for (auto& [id, r] : requests_) ids.push_back(id);
+  for (RequestId id : ids) {
+    GenerateResult res;
+    res.finish = FinishReason::cancelled;
+    complete(id, std::move(res));
+  }
+  publish(0, 0, 0, 0);
+}
+
+namespace {
+
+// Greedy (ties: lowest id) or temperature sampling with top-k / top-p.
+std::int32_t sample(std::span<const float> logits, const SamplingConfig& sc, std::mt19937_64& rng) {
+  if (sc.temperature <= 0.0f) {
+    return static_cast<std::int32_t>(std::max_element(logits.begin(), logits.end()) -
+                                     logits.begin());
+  }
+  std::vector<std::pair<float, std::int32_t>> cand(logits.size());
+  for (std::size_t i = 0; i < logits.size(); ++i)
+    cand[i] = {logits[i] / sc.temperature, static_cast<std::int32_t>(i)};
+  std::sort(cand.begin(), cand.end(), [](auto& a, auto& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  });
+  if (sc.top_k > 0 && static_cast<std::size_t>(sc.top_k) < cand.size())
+    cand.resize(static_cast<std::size_t>(sc.top_k));
+  double maxl = cand.front().first, sum = 0;
+  std::vector<double> p(cand.size());
+  for (std::size_t i = 0; i < cand.size(); ++i) sum += p[i] = std::exp(cand[i].first - maxl);
+  std::size_t keep = cand.size();
+  if (sc.top_p < 1.0f) {
+    double acc = 0;
+    for (std::size_t i = 0; i < cand.size(); ++i) {
+      acc += p[i] / sum;
+      if (acc >= sc.top_p) {
+        keep = i + 1;
+        break;
+      }
+    }
+  }
+  std::discrete_distribution<std::size_t> dist(p.begin(),
+                                               p.begin() + static_cast<std::ptrdiff_t>(keep));
+  return cand[dist(rng)].second;
+}
+
+}  // namespace
+
+void Engine::step() {
+  const auto t0 = Clock::now();
+  SchedulerOutput out = scheduler_.schedule();
+  if (out.empty()) return;
+
+  StepBatch& b = batch_;
+  b.tokens.clear();
+  b.positions.clear();
+  b.seq_index.clear();
+  b.seqs.clear();
+  b.logit_rows.clear();
+  b.copies = kv_.take_copies();
+  std::uint64_t prompt_tokens = 0;
+  for (std::size_t i = 0; i < out.chunks.size(); ++i) {
+    const auto& c = out.chunks[i];
+    auto toks = scheduler_.tokens(c.seq);
+    for (std::int64_t p = c.start; p < c.start + c.count; ++p) {
+      b.tokens.push_back(toks[static_cast<std::size_t>(p)]);
+      b.positions.push_back(static_cast<std::int32_t>(p));
+      b.seq_index.push_back(static_cast<std::int32_t>(i));
+    }
+    if (c.start < scheduler_.prompt_len(c.seq)) {
+      prompt_tokens += static_cast<std::uint64_t>(
+          std::min(c.start + c.count, scheduler_.prompt_len(c.seq)) - c.start);
+    }
+    b.seqs.push_back({kv_.block_table(c.seq), static_cast<std::int32_t>(c.start + c.count)});
+    if (c.sample) b.logit_rows.push_back(static_cast<std::int32_t>(b.tokens.size() - 1));
+  }
+  const std::size_t vocab = static_cast<std::size_t>(runner_->vocab_size());
+  logits_.resize(b.logit_rows.size() * vocab);
+  Status st = runner_->forward(b, layout_, kv_pool_, logits_);
+  if (!st) {
+    for (const auto& c : out.chunks) complete(c.seq, st.error());
+    publish(1, 0, 0, 0);
+    return;
+  }
+
+  std::size_t row = 0;
+  std::uint64_t generated = 0;
+  const auto now = Clock::now();
+  for (const auto& c : out.chunks) {
+    scheduler_.on_computed(c);
+    if (!c.sample) continue;
+    std::span<const float> lg(logits_.data() + row * vocab, vocab);
+    ++row;
+    auto it = requests_.find(c.seq);
+    if (it == requests_.end()) continue;
+    Request& r = *it->second;
+    std::int32_t tok = sample(lg, r.req.sampling, r.rng);
+    r.generated.push_back(tok);
+    ++generated;
+    if (!r.first_token) r.first_token = now;
+    if (r.cb.on_token) r.cb.on_token(tok);
+
+    std::optional<FinishReason> finish;
+    if (std::find(config_.eog_tokens.begin(), config_.eog_tokens.end(), tok) !=
+        config_.eog_tokens.end()) {
+      finish = FinishReason::eos;
+    } else if (std::find(r.req.stop_tokens.begin(), r.req.stop_tokens.end(), tok) !=
+               r.req.stop_tokens.end()) {
+      finish = FinishReason::stop;
+    } else if (static_cast<std::int32_t>(r.generated.size()) >= r.req.max_new_tokens ||
+               static_cast<std::int64_t>(scheduler_.tokens(c.seq).size()) + 1 >=
+                   config_.max_model_len) {
+      finish = FinishReason::length;
+    }
+    if (!finish) {
+      scheduler_.append_token(c.seq, tok);
+      continue;
+    }
+    GenerateResult res;
+    res.tokens = std::move(r.generated);
+    res.finish = *finish;
+    res.usage.prompt_tokens = scheduler_.prompt_len(c.seq);
+    res.usage.completion_tokens = static_cast<std::int64_t>(res.tokens.size());
+    res.usage.cached_prompt_tokens = scheduler_.cached_prompt_tokens(c.seq);
+    res.timings.first_token_ms = ms_since(r.submitted, *r.first_token);
+    res.timings.total_ms = ms_since(r.submitted, now);
+    res.timings.preemptions = scheduler_.preemptions(c.seq);
+    complete(c.seq, std::move(res));
+  }
+
+  publish(1, generated, prompt_tokens, std::chrono::duration<double>(Clock::now() - t0).count());
+}
+
+}  // namespace weir::inference
