@@ -1,0 +1,118 @@
+// The gauntlet's peer: each scenario written the way the OOM write-ups' "broken" pattern does
+// it in LangGraph.js, with the same stub model as weir's side (a node that returns a
+// fixed-size reply after a fixed delay). Prints one JSON object per run on its last line.
+//
+//   node scenarios.mjs fanout   --n 10000 --delay-ms 5 --reply-bytes 2048
+//   node scenarios.mjs history  --turns 1000 --delay-ms 1 --reply-bytes 512
+//   node scenarios.mjs dumptruck --turns 100 --docs 20 --doc-bytes 204800
+import { Annotation, END, MemorySaver, START, StateGraph } from "@langchain/langgraph";
+
+const args = Object.fromEntries(
+  process.argv.slice(3).reduce((acc, a, i, all) => (a.startsWith("--") ? [...acc, [a.slice(2), all[i + 1]]] : acc), []),
+);
+const num = (k, d) => (args[k] === undefined ? d : Number(args[k]));
+const scenario = process.argv[2];
+
+// Peak RSS sampled every 20 ms (the same method as weir's side).
+const baseline = process.memoryUsage().rss;
+let peak = baseline;
+const sampler = setInterval(() => {
+  const r = process.memoryUsage().rss;
+  if (r > peak) peak = r;
+}, 20);
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const reply = (n) => "x".repeat(n);
+const mb = (b) => Math.round((b / (1 << 20)) * 10) / 10;
+
+async function fanout() {
+  // 10,000 invocations of a 3-node agent chain submitted at once: no admission limit.
+  const n = num("n", 10000), delay = num("delay-ms", 5), bytes = num("reply-bytes", 2048);
+  const State = Annotation.Root({
+    input: Annotation(),
+    plan: Annotation(),
+    answer: Annotation(),
+  });
+  const model = async (s) => {
+    await sleep(delay);
+    return reply(bytes);
+  };
+  const g = new StateGraph(State)
+    .addNode("planner", async (s) => ({ plan: await model(s) }))
+    .addNode("actor", async (s) => ({ answer: await model(s) }))
+    .addNode("reporter", async (s) => ({ answer: s.answer.slice(0, 16) }))
+    .addEdge(START, "planner").addEdge("planner", "actor").addEdge("actor", "reporter").addEdge("reporter", END)
+    .compile();
+  const t0 = performance.now();
+  const results = await Promise.allSettled(Array.from({ length: n }, (_, i) => g.invoke({ input: `task ${i}` })));
+  const elapsed = (performance.now() - t0) / 1000;
+  const completed = results.filter((r) => r.status === "fulfilled").length;
+  return { completed, failed: n - completed, elapsed_s: elapsed, runs_per_s: completed / elapsed };
+}
+
+async function history() {
+  // One conversation; every message is appended to state and checkpointed (MemorySaver).
+  const turns = num("turns", 1000), delay = num("delay-ms", 1), bytes = num("reply-bytes", 512);
+  const State = Annotation.Root({
+    messages: Annotation({ reducer: (a, b) => a.concat(b), default: () => [] }),
+  });
+  const g = new StateGraph(State)
+    .addNode("model", async (s) => {
+      const prompt = JSON.stringify(s.messages); // the whole history goes into every prompt
+      await sleep(delay);
+      return { messages: [{ role: "assistant", content: reply(bytes), prompt_chars: prompt.length }] };
+    })
+    .addEdge(START, "model").addEdge("model", END)
+    .compile({ checkpointer: new MemorySaver() });
+  const cfg = { configurable: { thread_id: "chat" } };
+  const lat = [];
+  const t0 = performance.now();
+  for (let t = 1; t <= turns; t++) {
+    const s = performance.now();
+    await g.invoke({ messages: [{ role: "user", content: `turn ${t}: ` + reply(bytes) }] }, cfg);
+    lat.push(performance.now() - s);
+  }
+  const elapsed = (performance.now() - t0) / 1000;
+  const avg = (a, b) => lat.slice(a, b).reduce((x, y) => x + y, 0) / Math.max(1, lat.slice(a, b).length);
+  return { completed: turns, elapsed_s: elapsed, turn10_ms: avg(5, 15), last_turn_ms: avg(turns - 10, turns),
+           latency_ratio_last_vs_10: avg(turns - 10, turns) / avg(5, 15) };
+}
+
+async function dumptruck() {
+  // A retrieval node returns 20 documents of 200 KB every turn; they are kept in state.
+  const turns = num("turns", 100), docs = num("docs", 20), docBytes = num("doc-bytes", 204800);
+  const State = Annotation.Root({
+    query: Annotation(),
+    documents: Annotation({ reducer: (a, b) => a.concat(b), default: () => [] }),
+    answer: Annotation(),
+  });
+  const saver = new MemorySaver();
+  const g = new StateGraph(State)
+    .addNode("retrieve", async (s) => ({
+      documents: Array.from({ length: docs }, (_, i) => ({ id: `${s.query}-${i}`, text: reply(docBytes) })),
+    }))
+    .addNode("respond", async (s) => ({ answer: `read ${s.documents.length} documents` }))
+    .addEdge(START, "retrieve").addEdge("retrieve", "respond").addEdge("respond", END)
+    .compile({ checkpointer: saver });
+  const cfg = { configurable: { thread_id: "rag" } };
+  const t0 = performance.now();
+  let lastCheckpointBytes = 0;
+  for (let t = 0; t < turns; t++) {
+    await g.invoke({ query: `q${t}` }, cfg);
+  }
+  const cp = await saver.getTuple(cfg);
+  lastCheckpointBytes = JSON.stringify(cp.checkpoint).length;
+  const elapsed = (performance.now() - t0) / 1000;
+  return { completed: turns, elapsed_s: elapsed, last_checkpoint_bytes: lastCheckpointBytes };
+}
+
+const run = { fanout, history, dumptruck }[scenario];
+if (!run) {
+  console.error(`unknown scenario '${scenario}' (fanout, history, dumptruck)`);
+  process.exit(1);
+}
+const out = await run();
+clearInterval(sampler);
+const r = process.memoryUsage().rss;
+if (r > peak) peak = r;
+console.log(JSON.stringify({ scenario, peer: "langgraph.js", baseline_rss_mb: mb(baseline), peak_rss_mb: mb(peak),
+                             peak_above_baseline_mb: mb(peak - baseline), ...out }));
