@@ -1,0 +1,119 @@
+#include "weir/inference/paged_attention.hpp"
+
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+
+namespace weir::inference {
+
+namespace {
+
+// Dot product with 8 independent partial sums, so the compiler vectorises it without
+// -ffast-math (the result differs from a serial sum only in rounding order).
+inline float dot(const float* a, const float* b, std::int32_t n) {
+  float acc[8] = {};
+  std::int32_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int j = 0; j < 8; ++j) acc[j] += a[i + j] * b[i + j];
+  }
+  float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+inline void axpy(float a, const float* x, float* y, std::int32_t n) {
+  for (std::int32_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+}  // namespace
+
+void write_kv(std::span<float> pool, const KvLayout& L, std::int32_t layer,
+              const AttentionBatch& batch, const float* k, const float* v) {
+  const auto kv_dim = L.kv_dim();
+  for (std::size_t i = 0; i < batch.positions.size(); ++i) {
+    const std::int32_t pos = batch.positions[i];
+    const auto& table = batch.block_tables[static_cast<std::size_t>(batch.seq_index[i])];
+    const BlockId block = table[static_cast<std::size_t>(pos / L.block_size)];
+    const std::int32_t slot = pos % L.block_size;
+    std::copy_n(k + i * kv_dim, kv_dim, pool.data() + L.row_offset(layer, 0, block, slot));
+    std::copy_n(v + i * kv_dim, kv_dim, pool.data() + L.row_offset(layer, 1, block, slot));
+  }
+}
+
+void paged_attention(std::span<const float> pool, const KvLayout& L, std::int32_t layer,
+                     const AttentionBatch& batch, const float* q, float* out, float scale,
+                     std::int64_t begin, std::int64_t end, std::vector<float>& scratch) {
+  const std::int32_t hd = L.head_dim;
+  const std::int32_t n_heads = batch.n_heads;
+  const std::int32_t group = n_heads / L.n_kv_heads;
+  assert(group * L.n_kv_heads == n_heads);
+  const float* k_plane = pool.data() + L.row_offset(layer, 0, 0, 0);
+  const float* v_plane = pool.data() + L.row_offset(layer, 1, 0, 0);
+  const auto kv_dim = L.kv_dim();
+
+  for (std::int64_t item = begin; item < end; ++item) {
+    const auto i = static_cast<std::size_t>(item / n_heads);
+    const std::int32_t h = static_cast<std::int32_t>(item % n_heads);
+    const std::int32_t kvh = h / group;
+    const std::int32_t pos = batch.positions[i];
+    const auto& table = batch.block_tables[static_cast<std::size_t>(batch.seq_index[i])];
+    const float* qh = q + (static_cast<std::int64_t>(i) * n_heads + h) * hd;
+    float* oh = out + (static_cast<std::int64_t>(i) * n_heads + h) * hd;
+    if (scratch.size() < static_cast<std::size_t>(pos) + 1)
+      scratch.resize(static_cast<std::size_t>(pos) + 1);
+    float* scores = scratch.data();
+
+    // Scores, block by block through the table: [pos + 1]
+    float max_score = -INFINITY;
+    for (std::int32_t p = 0; p <= pos; ++p) {
+      const BlockId b = table[static_cast<std::size_t>(p / L.block_size)];
+      const float* krow = k_plane + b * L.tile_elems() + (p % L.block_size) * kv_dim + kvh * hd;
+      scores[p] = dot(qh, krow, hd) * scale;
+      max_score = std::max(max_score, scores[p]);
+    }
+    float sum = 0.0f;
+    for (std::int32_t p = 0; p <= pos; ++p) sum += scores[p] = std::exp(scores[p] - max_score);
+    const float inv = 1.0f / sum;
+
+    std::fill_n(oh, hd, 0.0f);
+    for (std::int32_t p = 0; p <= pos; ++p) {
+      const BlockId b = table[static_cast<std::size_t>(p / L.block_size)];
+      const float* vrow = v_plane + b * L.tile_elems() + (p % L.block_size) * kv_dim + kvh * hd;
+      axpy(scores[p] * inv, vrow, oh, hd);
+    }
+  }
+}
+
+void reference_attention(const float* q, std::span<const std::int32_t> q_pos, const float* k,
+                         const float* v, std::int32_t n_heads, std::int32_t n_kv_heads,
+                         std::int32_t head_dim, float scale, float* out) {
+  const std::int32_t group = n_heads / n_kv_heads;
+  for (std::size_t i = 0; i < q_pos.size(); ++i) {
+    const std::int32_t pos = q_pos[i];
+    for (std::int32_t h = 0; h < n_heads; ++h) {
+      const float* qh = q + (i * n_heads + h) * head_dim;  // [head_dim]
+      const std::int32_t kvh = h / group;
+      std::vector<double> att(static_cast<std::size_t>(pos) + 1);  // [pos + 1]
+      double mx = -INFINITY;
+      for (std::int32_t p = 0; p <= pos; ++p) {
+        const float* kr = k + (static_cast<std::int64_t>(p) * n_kv_heads + kvh) * head_dim;
+        double s = 0;
+        for (std::int32_t d = 0; d < head_dim; ++d) s += double(qh[d]) * kr[d];
+        att[p] = s * scale;
+        mx = std::max(mx, att[p]);
+      }
+      double sum = 0;
+      for (auto& a : att) sum += a = std::exp(a - mx);
+      float* oh = out + (i * n_heads + h) * head_dim;
+      for (std::int32_t d = 0; d < head_dim; ++d) {
+        double acc = 0;
+        for (std::int32_t p = 0; p <= pos; ++p) {
+          acc += att[p] / sum * v[(static_cast<std::int64_t>(p) * n_kv_heads + kvh) * head_dim + d];
+        }
+        oh[d] = static_cast<float>(acc);
+      }
+    }
+  }
+}
+
+}  // namespace weir::inference
