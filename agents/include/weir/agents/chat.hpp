@@ -1,0 +1,93 @@
+// Chat messages, tool calls, and the ChatModel interface every agent talks to.
+//
+// A ChatModel turns a conversation (and the tools on offer) into the next assistant message:
+// text, tool calls, or both, with token usage. Implementations: the local adapter on weir's
+// engine (one engine per model file, shared by every agent) and a scripted model for tests.
+//
+// Thread safety: ChatModel implementations must allow concurrent async_chat calls.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/json/object.hpp>
+#include <boost/json/value.hpp>
+
+#include "weir/runtime/error.hpp"
+
+namespace weir::agents {
+
+struct ToolCall {
+  std::string id;  // unique within the conversation ("call_3")
+  std::string name;
+  boost::json::object arguments;
+};
+
+enum class Role { system, user, assistant, tool };
+const char* role_name(Role r);
+std::optional<Role> parse_role(std::string_view s);
+
+struct Message {
+  Role role = Role::user;
+  std::string content;
+  std::vector<ToolCall> tool_calls;  // assistant messages only
+  std::string tool_call_id;          // tool messages: the call answered
+  std::string name;                  // tool messages: the tool's name; others: the speaker
+
+  static Message system(std::string text) { return {Role::system, std::move(text), {}, {}, {}}; }
+  static Message user(std::string text) { return {Role::user, std::move(text), {}, {}, {}}; }
+  static Message assistant(std::string text) {
+    return {Role::assistant, std::move(text), {}, {}, {}};
+  }
+
+  // {"role": "...", "content": "...", "tool_calls": [...], ...} (OpenAI-like).
+  boost::json::value to_json() const;
+  static Result<Message> from_json(const boost::json::value& v);
+};
+
+// What a tool looks like to a model.
+struct ToolSpec {
+  std::string name;
+  std::string description;
+  boost::json::object parameters;  // JSON Schema
+};
+
+struct ChatParams {
+  std::int32_t max_tokens = 256;
+  float temperature = 0.0f;
+  std::uint64_t seed = 0;
+  std::vector<std::string> stop;
+};
+
+struct ChatUsage {
+  std::int64_t prompt_tokens = 0;
+  std::int64_t completion_tokens = 0;
+  std::int64_t cached_prompt_tokens = 0;
+};
+
+struct ChatResponse {
+  Message message;  // role assistant
+  ChatUsage usage;
+  std::string finish_reason;  // "stop", "length", "tool_calls", "eos", "cancelled"
+  // Set when the model tried to call a tool but the call could not be parsed: the agent loop
+  // feeds this back to the model as an error message (and counts an iteration).
+  std::optional<std::string> tool_call_error;
+};
+
+class ChatModel {
+ public:
+  virtual ~ChatModel() = default;
+  virtual std::string name() const = 0;
+  virtual boost::asio::awaitable<Result<ChatResponse>> async_chat(std::vector<Message> messages,
+                                                                  std::vector<ToolSpec> tools,
+                                                                  ChatParams params) = 0;
+  // Tokens in `text` for this model (history windows count with it). Default: ~4 bytes/token.
+  virtual std::int64_t count_tokens(std::string_view text) const {
+    return static_cast<std::int64_t>(text.size() + 3) / 4;
+  }
+};
+
+}  // namespace weir::agents
