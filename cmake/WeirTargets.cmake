@@ -32,11 +32,15 @@ function(weir_add_executable name)
   target_link_libraries(${name} PRIVATE weir_build_flags ${ARG_DEPS})
 endfunction()
 
-# weir_add_test(<module> SOURCES ... DEPS ...): one gtest binary per module, build/bin/<module>_test,
-# every test case registered with ctest under the label <module>.
+# weir_add_test(<module> SOURCES ... DEPS ... [NAME n] [LABELS ...]): one gtest binary per module,
+# build/bin/<module>_test (or NAME), every test case registered with ctest under the label
+# <module> plus LABELS (e.g. gpu).
 function(weir_add_test module)
-  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS;LABELS" ${ARGN})
+  cmake_parse_arguments(ARG "" "NAME" "SOURCES;DEPS;LABELS" ${ARGN})
   set(name ${module}_test)
+  if(ARG_NAME)
+    set(name ${ARG_NAME})
+  endif()
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE weir_build_flags ${ARG_DEPS} GTest::gtest GTest::gtest_main GTest::gmock)
   target_compile_definitions(${name} PRIVATE

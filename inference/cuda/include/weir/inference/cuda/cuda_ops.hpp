@@ -1,0 +1,111 @@
+// The CUDA backend's operations, as host functions over device pointers.
+//
+// This header includes no CUDA headers, so it can be used from any C++ translation unit; a
+// stream is passed as `void*` (a cudaStream_t; null = the default stream). Every kernel has a
+// CPU counterpart that is its reference (tests/inference/cuda_ops_test.cpp compares them on
+// random inputs with poisoned outputs). Layouts and index math for the paged KV pool come from
+// kv_layout.hpp, compiled for host and device alike.
+//
+// Shapes are written [rows, cols], row-major; all tensors here are FP32 unless named otherwise.
+// Launchers check their arguments (supported head sizes, sizes > 0) and return an Error naming
+// the unsupported configuration; kernels themselves never fail.
+//
+// Thread safety: functions are reentrant; a DeviceBuffer is owned by one thread at a time.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "weir/inference/kv_layout.hpp"
+#include "weir/runtime/error.hpp"
+
+namespace weir::inference::cuda {
+
+struct DeviceInfo {
+  int count = 0;     // CUDA devices visible
+  std::string name;  // device 0
+  int sm_major = 0, sm_minor = 0;
+  std::size_t total_bytes = 0, free_bytes = 0;
+};
+
+// Never fails: count == 0 when there is no driver or device.
+DeviceInfo device_info();
+bool available();
+
+// A plain cudaMalloc'd buffer, freed on destruction.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  static Result<DeviceBuffer> allocate(std::size_t bytes);
+  DeviceBuffer(DeviceBuffer&& o) noexcept
+      : ptr_(std::exchange(o.ptr_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
+  ~DeviceBuffer();
+  void* get() const { return ptr_; }
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
+  std::size_t bytes() const { return bytes_; }
+
+ private:
+  void* ptr_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+Status copy_to_device(void* dst, const void* src, std::size_t bytes);
+Status copy_to_host(void* dst, const void* src, std::size_t bytes);
+Status fill_bytes(void* dst, int byte, std::size_t bytes);
+Status synchronize();
+
+// out[n, dim] = x[n, dim] * w[dim] / sqrt(mean(x^2) + eps)
+Status rms_norm(const float* x, const float* w, float* out, int n, int dim, float eps,
+                void* stream = nullptr);
+
+// In place on x[n, n_heads, head_dim] with positions[n]. Normal mode rotates adjacent pairs
+// (x[2j], x[2j+1]); NeoX mode rotates (x[j], x[j + head_dim/2]).
+// theta = pos * freq_scale * base^(-2j/head_dim).
+Status rope(float* x, const std::int32_t* positions, int n, int n_heads, int head_dim, float base,
+            float freq_scale, bool neox, void* stream = nullptr);
+
+// out[n, hidden] = silu(gate[n, hidden]) * up[n, hidden]
+Status swiglu(const float* gate, const float* up, float* out, int n, int hidden,
+              void* stream = nullptr);
+
+// out[n, dim] = table[tokens[i], :]
+Status embed(const float* table, const std::int32_t* tokens, float* out, int n, int dim,
+             void* stream = nullptr);
+
+// The batch's view of the paged pool, in device memory.
+struct PagedBatch {
+  const std::int32_t* positions;     // [n_tokens]
+  const std::int32_t* seq_index;     // [n_tokens]
+  const std::int32_t* block_tables;  // [n_seqs, max_blocks_per_seq]
+  int max_blocks_per_seq;
+  int n_tokens;
+};
+
+// k, v: [n_tokens, kv_dim] written to their slots in pool ([layout.total_elems()]).
+Status write_kv(float* pool, const KvLayout& layout, int layer, const PagedBatch& batch,
+                const float* k, const float* v, void* stream = nullptr);
+
+// out[n_tokens, n_heads, head_dim]: each token attends over positions 0..pos of its sequence
+// through the block table (one thread block per token and head, online softmax, any context
+// length). head_dim: 32, 48, 64, 80, 96, 128, 256, or any multiple of 32 up to 256; and 8 / 16
+// for test-sized models.
+Status paged_attention(const float* pool, const KvLayout& layout, int layer,
+                       const PagedBatch& batch, const float* q, float* out, int n_heads,
+                       float scale, void* stream = nullptr);
+
+// out[rows] = argmax over logits[rows, cols] (ties: lowest index).
+Status argmax_rows(const float* logits, std::int32_t* out, int rows, int cols,
+                   void* stream = nullptr);
+
+// C[m, n] = A[m, k] * B[n, k]^T  (B holds weights row-major as [out, in], like GGUF), FP32 with
+// cuBLAS (TF32 off). A cuBLAS handle is created once per thread.
+Status gemm_f32(const float* a, const float* b, float* c, int m, int n, int k,
+                void* stream = nullptr);
+
+}  // namespace weir::inference::cuda

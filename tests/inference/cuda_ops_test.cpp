@@ -1,0 +1,212 @@
+// CUDA kernels against their CPU references on fresh random inputs, with NaN-poisoned outputs
+// so an unwritten element fails. FP32 throughout: relative error within 1e-3.
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "weir/inference/cuda/cuda_ops.hpp"
+#include "weir/inference/paged_attention.hpp"
+
+namespace weir::inference {
+namespace {
+
+namespace cu = weir::inference::cuda;
+
+class CudaOps : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto info = cu::device_info();
+    if (info.count == 0) GTEST_SKIP() << "no CUDA device: the CUDA backend's kernels were not run";
+  }
+  template <class T>
+  cu::DeviceBuffer upload(const std::vector<T>& v) {
+    auto b = cu::DeviceBuffer::allocate(v.size() * sizeof(T));
+    EXPECT_TRUE(b);
+    EXPECT_TRUE(cu::copy_to_device(b->get(), v.data(), v.size() * sizeof(T)));
+    return std::move(*b);
+  }
+  cu::DeviceBuffer poisoned(std::size_t floats) {
+    auto b = cu::DeviceBuffer::allocate(floats * sizeof(float));
+    EXPECT_TRUE(b);
+    EXPECT_TRUE(cu::fill_bytes(b->get(), 0xFF, floats * sizeof(float)));  // NaN
+    return std::move(*b);
+  }
+  std::vector<float> download(const cu::DeviceBuffer& b, std::size_t floats) {
+    std::vector<float> v(floats);
+    EXPECT_TRUE(cu::synchronize());
+    EXPECT_TRUE(cu::copy_to_host(v.data(), b.get(), floats * sizeof(float)));
+    return v;
+  }
+  std::vector<float> random(std::size_t n, float lo = -1, float hi = 1) {
+    std::uniform_real_distribution<float> U(lo, hi);
+    std::vector<float> v(n);
+    for (auto& x : v) x = U(rng_);
+    return v;
+  }
+  static void expect_close(const std::vector<float>& got, const std::vector<float>& want,
+                           float rel = 1e-3f) {
+    ASSERT_EQ(got.size(), want.size());
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      ASSERT_FALSE(std::isnan(got[i])) << "element " << i << " was not written";
+      ASSERT_NEAR(got[i], want[i], rel * std::max(1.0f, std::fabs(want[i]))) << "element " << i;
+    }
+  }
+  std::mt19937 rng_{1234};
+};
+
+TEST_F(CudaOps, RmsNorm) {
+  const int n = 7, dim = 288;
+  auto x = random(n * dim), w = random(dim);
+  std::vector<float> want(x.size());
+  for (int r = 0; r < n; ++r) {
+    double ss = 0;
+    for (int i = 0; i < dim; ++i) ss += double(x[r * dim + i]) * x[r * dim + i];
+    float inv = 1.0f / std::sqrt(float(ss / dim) + 1e-5f);
+    for (int i = 0; i < dim; ++i) want[r * dim + i] = w[i] * (x[r * dim + i] * inv);
+  }
+  auto dx = upload(x), dw = upload(w);
+  auto out = poisoned(x.size());
+  ASSERT_TRUE(cu::rms_norm(dx.as<float>(), dw.as<float>(), out.as<float>(), n, dim, 1e-5f));
+  expect_close(download(out, x.size()), want);
+}
+
+TEST_F(CudaOps, RopeNormalAndNeox) {
+  const int n = 5, heads = 3, hd = 16;
+  std::vector<std::int32_t> pos = {0, 1, 7, 100, 4095};
+  for (bool neox : {false, true}) {
+    auto x = random(n * heads * hd);
+    std::vector<float> want = x;
+    for (int t = 0; t < n; ++t) {
+      for (int h = 0; h < heads; ++h) {
+        float* v = &want[(t * heads + h) * hd];
+        for (int j = 0; j < hd / 2; ++j) {
+          double theta = pos[t] * std::pow(10000.0, -2.0 * j / hd);
+          int i0 = neox ? j : 2 * j, i1 = neox ? j + hd / 2 : 2 * j + 1;
+          double a = v[i0], b = v[i1];
+          v[i0] = float(a * std::cos(theta) - b * std::sin(theta));
+          v[i1] = float(a * std::sin(theta) + b * std::cos(theta));
+        }
+      }
+    }
+    auto dx = upload(x);
+    auto dp = upload(pos);
+    ASSERT_TRUE(
+        cu::rope(dx.as<float>(), dp.as<std::int32_t>(), n, heads, hd, 10000.0f, 1.0f, neox));
+    expect_close(download(dx, x.size()), want, 2e-3f);
+  }
+}
+
+TEST_F(CudaOps, SwigluAndEmbed) {
+  const int n = 9, hidden = 172;
+  auto g = random(n * hidden, -6, 6), u = random(n * hidden);
+  std::vector<float> want(g.size());
+  for (std::size_t i = 0; i < g.size(); ++i) want[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+  auto dg = upload(g), du = upload(u);
+  auto out = poisoned(g.size());
+  ASSERT_TRUE(cu::swiglu(dg.as<float>(), du.as<float>(), out.as<float>(), n, hidden));
+  expect_close(download(out, g.size()), want);
+
+  const int vocab = 50, dim = 64;
+  auto table = random(vocab * dim);
+  std::vector<std::int32_t> toks = {3, 0, 49, 3};
+  std::vector<float> ewant;
+  for (auto t : toks)
+    ewant.insert(ewant.end(), table.begin() + t * dim, table.begin() + (t + 1) * dim);
+  auto dt = upload(table);
+  auto dtok = upload(toks);
+  auto eout = poisoned(ewant.size());
+  ASSERT_TRUE(cu::embed(dt.as<float>(), dtok.as<std::int32_t>(), eout.as<float>(), 4, dim));
+  expect_close(download(eout, ewant.size()), ewant, 0);
+}
+
+// The CUDA paged attention against the CPU paged attention (itself tested against contiguous
+// reference attention), on a mixed batch: two decodes with long contexts and a prefill chunk.
+TEST_F(CudaOps, PagedAttentionMatchesCpu) {
+  for (int hd : {8, 16, 48, 64, 128}) {
+    const int n_kv = 2, n_heads = 4, bs = 16;
+    KvLayout L{2, n_kv, hd, bs, 64};
+    std::vector<float> pool = random(static_cast<std::size_t>(L.total_elems()));
+    const int max_blocks = 20;
+    std::vector<std::int32_t> tables(3 * max_blocks);
+    for (int i = 0; i < 3 * max_blocks; ++i)
+      tables[i] = (i * 37) % 64;  // scattered, distinct per seq
+    std::vector<std::int32_t> positions = {300, 17, 0, 1, 2, 3, 4, 5, 6, 7};
+    std::vector<std::int32_t> seq = {0, 1, 2, 2, 2, 2, 2, 2, 2, 2};
+    const int n = static_cast<int>(positions.size());
+    auto q = random(static_cast<std::size_t>(n) * n_heads * hd);
+    auto k = random(static_cast<std::size_t>(n) * L.kv_dim()), v = random(k.size());
+
+    // CPU path.
+    std::vector<std::span<const BlockId>> spans;
+    for (int s = 0; s < 3; ++s) spans.emplace_back(tables.data() + s * max_blocks, max_blocks);
+    AttentionBatch cb{positions, seq, spans, n_heads};
+    std::vector<float> cpu_pool = pool;
+    write_kv(cpu_pool, L, 1, cb, k.data(), v.data());
+    std::vector<float> want(q.size()), scratch;
+    paged_attention(cpu_pool, L, 1, cb, q.data(), want.data(), 1.0f / std::sqrt(float(hd)), 0,
+                    static_cast<std::int64_t>(n) * n_heads, scratch);
+
+    // CUDA path.
+    auto dpool = upload(pool);
+    auto dpos = upload(positions), dseq = upload(seq), dtab = upload(tables);
+    auto dq = upload(q), dk = upload(k), dv = upload(v);
+    auto dout = poisoned(q.size());
+    cu::PagedBatch gb{dpos.as<std::int32_t>(), dseq.as<std::int32_t>(), dtab.as<std::int32_t>(),
+                      max_blocks, n};
+    ASSERT_TRUE(cu::write_kv(dpool.as<float>(), L, 1, gb, dk.as<float>(), dv.as<float>()));
+    ASSERT_TRUE(cu::paged_attention(dpool.as<float>(), L, 1, gb, dq.as<float>(), dout.as<float>(),
+                                    n_heads, 1.0f / std::sqrt(float(hd))));
+    SCOPED_TRACE("head_dim " + std::to_string(hd));
+    expect_close(download(dout, q.size()), want);
+    expect_close(download(dpool, pool.size()), cpu_pool, 0);
+  }
+}
+
+TEST_F(CudaOps, UnsupportedHeadSizeIsAClearError) {
+  KvLayout L{1, 1, 24, 16, 1};
+  cu::PagedBatch b{nullptr, nullptr, nullptr, 1, 1};
+  auto st = cu::paged_attention(nullptr, L, 0, b, nullptr, nullptr, 1, 1.0f);
+  ASSERT_FALSE(st);
+  EXPECT_EQ(
+      st.error().message,
+      "paged_attention: head size 24 has no CUDA kernel (compiled: 8, 16, 32, 48, 64, 80, 96, 128, "
+      "160, 192, 256); use --device cpu");
+}
+
+TEST_F(CudaOps, GemmAndArgmax) {
+  const int m = 5, n = 300, k = 288;
+  auto a = random(m * k), b = random(n * k);
+  std::vector<float> want(m * n);
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < n; ++j) {
+      double s = 0;
+      for (int t = 0; t < k; ++t) s += double(a[i * k + t]) * b[j * k + t];
+      want[i * n + j] = float(s);
+    }
+  auto da = upload(a), db = upload(b);
+  auto dc = poisoned(want.size());
+  ASSERT_TRUE(cu::gemm_f32(da.as<float>(), db.as<float>(), dc.as<float>(), m, n, k));
+  auto got = download(dc, want.size());
+  expect_close(got, want);
+
+  std::vector<float> logits = random(3 * 1000);
+  logits[1000 + 10] = 5.0f;
+  logits[1000 + 700] = 5.0f;  // a tie: the lowest index wins
+  auto dl = upload(logits);
+  auto didx = cu::DeviceBuffer::allocate(3 * sizeof(std::int32_t));
+  ASSERT_TRUE(didx);
+  ASSERT_TRUE(cu::argmax_rows(dl.as<float>(), didx->as<std::int32_t>(), 3, 1000));
+  std::vector<std::int32_t> idx(3);
+  ASSERT_TRUE(cu::synchronize());
+  ASSERT_TRUE(cu::copy_to_host(idx.data(), didx->get(), 3 * sizeof(std::int32_t)));
+  EXPECT_EQ(idx[1], 10);
+  for (int r : {0, 2}) {
+    EXPECT_EQ(idx[r], std::max_element(logits.begin() + r * 1000, logits.begin() + (r + 1) * 1000) -
+                          (logits.begin() + r * 1000));
+  }
+}
+
+}  // namespace
+}  // namespace weir::inference
