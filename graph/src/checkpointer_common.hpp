@@ -3,9 +3,11 @@
 #pragma once
 
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <boost/json/object.hpp>
 
@@ -31,6 +33,47 @@ inline Status check_put_ids(const Checkpoint& cp) {
     return Error(Errc::invalid_argument,
                  "checkpoint put to thread " + single_quoted(cp.thread_id) +
                      ": checkpoint_id is empty; use new_checkpoint_id(step)");
+  return {};
+}
+
+// Values a JSON text cannot carry would be stored by one backend and lost or refused by another;
+// put() refuses them in every backend so a checkpoint reads back exactly as it was put.
+inline Status check_put_values(const Checkpoint& cp) {
+  struct Item {
+    const boost::json::value* value;
+    std::size_t depth;     // nesting level of `value` when it is an array or object
+    std::string_view top;  // the top-level key it sits under, for the message
+  };
+  const std::pair<const char*, const boost::json::object*> fields[] = {
+      {"writes", &cp.writes}, {"pending", &cp.pending}, {"metadata", &cp.metadata}};
+  std::vector<Item> stack;
+  for (const auto& [field, object] : fields) {
+    for (const auto& kv : *object) stack.push_back({&kv.value(), 2, kv.key()});
+    while (!stack.empty()) {
+      const Item item = stack.back();
+      stack.pop_back();
+      const boost::json::value& v = *item.value;
+      auto where = [&] {
+        return "checkpoint put " + single_quoted(cp.checkpoint_id) + " to thread " +
+               single_quoted(cp.thread_id) + ": " + field + "[" + single_quoted(item.top) + "]";
+      };
+      if (v.is_double() && !std::isfinite(v.get_double()))
+        return Error(Errc::invalid_argument,
+                     where() +
+                         " holds a non-finite number (NaN or Infinity), which JSON cannot "
+                         "store; use null or a string");
+      if ((v.is_array() || v.is_object()) && item.depth > kMaxJsonDepth)
+        return Error(Errc::invalid_argument, where() + " is nested deeper than " +
+                                                 std::to_string(kMaxJsonDepth) +
+                                                 " levels of arrays and objects");
+      if (v.is_array()) {
+        for (const auto& e : v.get_array()) stack.push_back({&e, item.depth + 1, item.top});
+      } else if (v.is_object()) {
+        for (const auto& kv : v.get_object())
+          stack.push_back({&kv.value(), item.depth + 1, item.top});
+      }
+    }
+  }
   return {};
 }
 

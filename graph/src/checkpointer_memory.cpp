@@ -54,6 +54,7 @@ class MemoryCheckpointer final : public Checkpointer {
  public:
   Status put(const Checkpoint& cp) override {
     if (auto s = detail::check_put_ids(cp); !s) return s;
+    if (auto s = detail::check_put_values(cp); !s) return s;
     // Copy outside the lock; the copy is the only allocation-heavy part.
     Checkpoint copy = own_copy(cp, detail::unix_ms_now());
     std::unique_lock lock(mu_);

@@ -161,6 +161,7 @@ class SqliteCheckpointer final : public Checkpointer {
 
   Status put(const Checkpoint& cp) override {
     if (auto s = detail::check_put_ids(cp); !s) return s;
+    if (auto s = detail::check_put_values(cp); !s) return s;
     // Serialise before taking the lock; these strings outlive every statement use below.
     const std::string writes = boost::json::serialize(cp.writes);
     const std::string pending = boost::json::serialize(cp.pending);
@@ -376,8 +377,11 @@ class SqliteCheckpointer final : public Checkpointer {
   Result<boost::json::object> parse_object(std::string_view text, std::string_view thread_id,
                                            std::string_view checkpoint_id,
                                            const char* column) const {
+    boost::json::parse_options options;
+    options.max_depth = kMaxJsonDepth;  // put() refuses deeper values
+    options.allow_invalid_utf8 = true;  // strings round-trip as the bytes that were put
     boost::system::error_code ec;
-    boost::json::value v = boost::json::parse(text, ec);
+    boost::json::value v = boost::json::parse(text, ec, {}, options);
     if (ec || !v.is_object())
       return Error(Errc::corrupt_data,
                    describe(path_) + ": checkpoint '" + std::string(checkpoint_id) +

@@ -4,8 +4,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <string>
 #include <thread>
@@ -401,6 +403,71 @@ TYPED_TEST(CheckpointerTest, PutCopiesValuesOutOfTheCallersStorage) {
   auto state = c.state_at("t", "c1");
   ASSERT_TRUE(state);
   EXPECT_EQ(state->at("messages").as_array().size(), 2u);
+}
+
+// `arrays` nested arrays around the number 1.
+json::value nested(std::size_t arrays) {
+  json::value v = 1;
+  for (std::size_t i = 0; i < arrays; ++i) {
+    json::array a;
+    a.push_back(std::move(v));
+    v = std::move(a);
+  }
+  return v;
+}
+
+TYPED_TEST(CheckpointerTest, ValuesOutsideJsonAreRefusedEverywhere) {
+  auto& c = this->ckpt();
+  Checkpoint nan = make_cp("t", "c1", "", 0);
+  nan.writes["score"] = json::array({1.0, std::nan("")});
+  auto s = c.put(nan);
+  ASSERT_FALSE(s);
+  EXPECT_TRUE(s.error().is(Errc::invalid_argument));
+  EXPECT_THAT(s.error().message, HasSubstr("writes['score'] holds a non-finite number"));
+
+  Checkpoint inf = make_cp("t", "c1", "", 0);
+  inf.metadata["cost"] = std::numeric_limits<double>::infinity();
+  auto si = c.put(inf);
+  ASSERT_FALSE(si);
+  EXPECT_THAT(si.error().message, HasSubstr("metadata['cost'] holds a non-finite number"));
+
+  // The checkpoint object is level 1, so a channel value may nest kMaxJsonDepth - 1 levels.
+  Checkpoint too_deep = make_cp("t", "c1", "", 0);
+  too_deep.writes["tree"] = nested(kMaxJsonDepth);
+  auto sd = c.put(too_deep);
+  ASSERT_FALSE(sd);
+  EXPECT_TRUE(sd.error().is(Errc::invalid_argument));
+  EXPECT_THAT(sd.error().message, HasSubstr("writes['tree'] is nested deeper than 1000 levels"));
+  auto threads = c.threads();
+  ASSERT_TRUE(threads);
+  EXPECT_TRUE(threads->empty());
+
+  Checkpoint deepest = make_cp("t", "c1", "", 0);
+  deepest.writes["tree"] = nested(kMaxJsonDepth - 1);
+  ASSERT_TRUE(c.put(deepest));
+  auto got = c.get("t", "c1");
+  ASSERT_TRUE(got) << got.error().to_string();
+  ASSERT_TRUE(got->has_value());
+  EXPECT_EQ((*got)->writes, deepest.writes);
+}
+
+TYPED_TEST(CheckpointerTest, ValuesRoundTripExactly) {
+  auto& c = this->ckpt();
+  Checkpoint cp = make_cp("t", "c1", "", 0);
+  constexpr char kBytes[] = "tool said \xff\xfe\0 then stopped";  // invalid UTF-8 and a NUL
+  cp.writes["bytes"] = std::string(kBytes, sizeof kBytes - 1);
+  cp.writes["u64"] = std::numeric_limits<uint64_t>::max();
+  cp.writes["i64"] = std::numeric_limits<int64_t>::min();
+  cp.writes["pi"] = 3.141592653589793;
+  cp.writes["empty"] = json::object();
+  cp.writes["unicode"] = "h\u00e9llo \u2603";
+  ASSERT_TRUE(c.put(cp));
+  auto got = c.get("t", "c1");
+  ASSERT_TRUE(got) << got.error().to_string();
+  ASSERT_TRUE(got->has_value());
+  EXPECT_EQ((*got)->writes, cp.writes);
+  EXPECT_EQ((*got)->writes.at("bytes").as_string().size(), sizeof kBytes - 1);
+  EXPECT_TRUE((*got)->writes.at("u64").is_uint64());
 }
 
 TEST(NewCheckpointId, UniqueAndOrderedByStepThenCreation) {

@@ -21,8 +21,9 @@
 //
 // Failure behaviour: a put that fails stores nothing (one transaction). Read methods have no
 // effect on failure. Expected failures are values:
-//   invalid_argument  put with an empty thread_id/checkpoint_id, an unknown parent_id, or an
-//                     id that is already stored in the thread
+//   invalid_argument  put with an empty thread_id/checkpoint_id, an unknown parent_id, an
+//                     id that is already stored in the thread, or a value JSON text cannot
+//                     carry (NaN/Infinity, nesting deeper than kMaxJsonDepth)
 //   not_found         state_at for an unknown thread or checkpoint
 //   corrupt_data      a stored row whose JSON does not parse, a broken parent chain, a file
 //                     that is not an SQLite database (the message names path/thread/checkpoint)
@@ -64,6 +65,10 @@ struct Checkpoint {
   int64_t created_at_ms = 0;
 };
 
+// The deepest nesting of arrays and objects a checkpoint's JSON may have (the object itself is
+// level 1). Strings are stored as bytes: invalid UTF-8 is kept as it was put.
+inline constexpr std::size_t kMaxJsonDepth = 1000;
+
 // A fresh checkpoint id: the step zero-padded to 12 digits, '-', then 18 hex digits (microseconds
 // since the epoch, strictly increasing within the process, and 16 random bits). Ids of one
 // process sort by (step, creation); the random part makes collisions between processes writing
@@ -77,7 +82,8 @@ class Checkpointer {
 
   // Stores `cp` (its created_at_ms is ignored and set now). Errors: invalid_argument (empty
   // thread_id or checkpoint_id, parent_id not stored in the thread, checkpoint_id already
-  // stored), io_error. On error nothing is stored.
+  // stored, a NaN/Infinity or nesting deeper than kMaxJsonDepth), io_error. On error nothing
+  // is stored.
   virtual Status put(const Checkpoint& cp) = 0;
 
   // The most recently put checkpoint of the thread; nullopt for an unknown thread.
