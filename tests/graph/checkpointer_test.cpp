@@ -632,6 +632,19 @@ TEST(SqliteCheckpointer, UnopenablePathIsIoErrorNamingThePath) {
   EXPECT_THAT(missing.error().message, HasSubstr("parent directory exists"));
 }
 
+TEST(SqliteCheckpointer, UnreadableFileIsIoErrorNamingThePath) {
+  if (geteuid() == 0) GTEST_SKIP() << "root reads files whatever their mode";
+  TempDir dir;
+  const fs::path db = dir.path() / "locked.db";
+  { ASSERT_TRUE(open_ok(db)); }
+  fs::permissions(db, fs::perms::none);
+  auto c = open_sqlite_checkpointer(db);
+  fs::permissions(db, fs::perms::owner_read | fs::perms::owner_write);
+  ASSERT_FALSE(c);
+  EXPECT_TRUE(c.error().is(Errc::io_error)) << c.error().to_string();
+  EXPECT_THAT(c.error().message, HasSubstr(db.string()));
+}
+
 TEST(SqliteCheckpointer, NewerSchemaVersionIsRefused) {
   TempDir dir;
   const fs::path db = dir.path() / "future.db";
