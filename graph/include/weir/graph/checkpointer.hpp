@@ -23,12 +23,14 @@
 // effect on failure. Expected failures are values:
 //   invalid_argument  put with an empty thread_id/checkpoint_id, an unknown parent_id, an
 //                     id that is already stored in the thread, or a value JSON text cannot
-//                     carry (NaN/Infinity, nesting deeper than kMaxJsonDepth)
+//                     carry (NaN/Infinity, nesting deeper than kMaxJsonDepth); SQLite: a
+//                     row over SQLite's size limit (keep large values in the artifact store)
 //   not_found         state_at for an unknown thread or checkpoint
 //   corrupt_data      a stored row whose JSON does not parse, a broken parent chain, a file
 //                     that is not an SQLite database (the message names path/thread/checkpoint)
 //   io_error          the operating system or SQLite refused a file operation (named path)
-//   unsupported       the file was written by a newer weir (schema version above kSchemaVersion)
+//   unsupported       the file was written by a newer weir (its schema version is above
+//                     kSqliteSchemaVersion)
 //
 // JSON values are copied into the checkpointer's own storage (the default memory resource), so a
 // Checkpoint built on a run's accounting storage_ptr may be put and then the run's resource
