@@ -1,0 +1,133 @@
+// Checkpointer: durable history of a graph's threads, one checkpoint per superstep.
+//
+// What a checkpoint holds. A thread (one conversation / one long-lived run) is a tree of
+// checkpoints linked by `parent_id`; usually a chain, a branch where a run was resumed from an
+// earlier checkpoint. A checkpoint stores only the *delta* of its step: `writes` maps each
+// channel changed in that step to the channel's new full value. Its size therefore follows the
+// step's writes, not the length of the history. The full state at a checkpoint is rebuilt by
+// state_at(): the fold of `writes` along the parent chain, oldest first (a later write of a
+// channel replaces an earlier one).
+//
+// Invariants (enforced by put):
+//   1. (thread_id, checkpoint_id) is unique; a stored checkpoint is immutable.
+//   2. A non-empty parent_id names a checkpoint already stored in the same thread, so every
+//      parent chain is finite, acyclic, and ends at a checkpoint with parent_id == "".
+//   3. list() and latest() order by insertion (put) order, not by id or step: after a resume
+//      from an earlier checkpoint, the newest branch tip is latest().
+//
+// Thread safety: every method of every Checkpointer may be called from any thread at once.
+// The SQLite checkpointer also tolerates other processes using the same file (WAL mode,
+// busy_timeout); puts are serialised by SQLite's write lock.
+//
+// Failure behaviour: a put that fails stores nothing (one transaction). Read methods have no
+// effect on failure. Expected failures are values:
+//   invalid_argument  put with an empty thread_id/checkpoint_id, an unknown parent_id, an
+//                     id that is already stored in the thread, or a value JSON text cannot
+//                     carry (NaN/Infinity, nesting deeper than kMaxJsonDepth); SQLite: a
+//                     row over SQLite's size limit (keep large values in the artifact store)
+//   not_found         state_at for an unknown thread or checkpoint
+//   corrupt_data      a stored row whose JSON does not parse, a broken parent chain, a file
+//                     that is not an SQLite database (the message names path/thread/checkpoint)
+//   io_error          the operating system or SQLite refused a file operation (named path)
+//   unsupported       the file was written by a newer weir (its schema version is above
+//                     kSqliteSchemaVersion)
+//
+// JSON values are copied into the checkpointer's own storage (the default memory resource), so a
+// Checkpoint built on a run's accounting storage_ptr may be put and then the run's resource
+// destroyed. Values returned use the default resource.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <boost/json/object.hpp>
+
+#include "weir/runtime/error.hpp"
+
+namespace weir::graph {
+
+struct Checkpoint {
+  std::string thread_id;      // REQUIRES non-empty
+  std::string checkpoint_id;  // REQUIRES non-empty, unique in the thread; see new_checkpoint_id
+  std::string parent_id;      // "" for the first checkpoint of a thread (or of a new root)
+  int64_t step = 0;           // superstep number; informational, not validated
+  // channel name -> new full value of that channel (only channels changed in this step).
+  boost::json::object writes;
+  // Executor-defined: next nodes, sends, interrupt payload,
+  // "status": "running" | "interrupted" | "done" | "failed".
+  boost::json::object pending;
+  boost::json::object metadata;  // free-form
+  // Unix time in milliseconds, set by the checkpointer when stored; ignored by put.
+  int64_t created_at_ms = 0;
+};
+
+// The deepest nesting of arrays and objects a checkpoint's JSON may have (the object itself is
+// level 1). Strings are stored as bytes: invalid UTF-8 is kept as it was put.
+inline constexpr std::size_t kMaxJsonDepth = 1000;
+
+// A fresh checkpoint id: the step zero-padded to 12 digits, '-', then 18 hex digits (microseconds
+// since the epoch, strictly increasing within the process, and 16 random bits). Ids of one
+// process sort by (step, creation); the random part makes collisions between processes writing
+// one thread in the same microsecond improbable. Steps 0..999999999999 and -1 sort correctly.
+// Thread safety: any thread.
+std::string new_checkpoint_id(int64_t step);
+
+class Checkpointer {
+ public:
+  virtual ~Checkpointer() = default;
+
+  // Stores `cp` (its created_at_ms is ignored and set now). Errors: invalid_argument (empty
+  // thread_id or checkpoint_id, parent_id not stored in the thread, checkpoint_id already
+  // stored, a NaN/Infinity or nesting deeper than kMaxJsonDepth), io_error. On error nothing
+  // is stored.
+  virtual Status put(const Checkpoint& cp) = 0;
+
+  // The most recently put checkpoint of the thread; nullopt for an unknown thread.
+  virtual Result<std::optional<Checkpoint>> latest(std::string_view thread_id) const = 0;
+
+  // nullopt when the thread or the checkpoint is unknown.
+  virtual Result<std::optional<Checkpoint>> get(std::string_view thread_id,
+                                                std::string_view checkpoint_id) const = 0;
+
+  // At most `limit` checkpoints of the thread, newest first (put order); empty when unknown.
+  virtual Result<std::vector<Checkpoint>> list(std::string_view thread_id,
+                                               std::size_t limit = 100) const = 0;
+
+  // Full channel values at checkpoint_id: the fold of `writes` along the parent chain (oldest
+  // first). not_found when the thread or checkpoint is unknown. Cost: one lookup per ancestor;
+  // memory: the resulting state plus one row at a time.
+  virtual Result<boost::json::object> state_at(std::string_view thread_id,
+                                               std::string_view checkpoint_id) const = 0;
+
+  // Removes every checkpoint of the thread. Deleting an unknown thread succeeds (idempotent).
+  virtual Status delete_thread(std::string_view thread_id) = 0;
+
+  // At most `limit` thread ids, most recently updated (put) first.
+  virtual Result<std::vector<std::string>> threads(std::size_t limit = 1000) const = 0;
+};
+
+using CheckpointerPtr = std::unique_ptr<Checkpointer>;
+
+// Keeps everything in process memory, forever (until delete_thread): for tests and short-lived
+// processes. Never fails with io_error.
+std::unique_ptr<Checkpointer> make_memory_checkpointer();
+
+// The on-disk schema version this build writes and reads (table `schema_version`). A file with
+// a newer version is refused with Errc::unsupported; an older one would be migrated on open.
+inline constexpr int kSqliteSchemaVersion = 1;
+
+// Opens (creating the file and schema when missing) an SQLite checkpointer at `db`.
+// The connection uses WAL journaling, synchronous=NORMAL (a committed put survives a process
+// crash; a power loss may drop the last puts but never corrupts the file) and a 5 s busy_timeout
+// for locks held by other processes. One connection, guarded by a mutex; statements are
+// prepared once. Errors name the path: io_error (cannot open or create, e.g. a directory or a
+// missing parent directory), corrupt_data (not an SQLite database), unsupported (newer schema).
+Result<std::unique_ptr<Checkpointer>> open_sqlite_checkpointer(const std::filesystem::path& db);
+
+}  // namespace weir::graph

@@ -1,0 +1,180 @@
+// The in-memory checkpointer, and new_checkpoint_id (shared by every backend).
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <random>
+#include <shared_mutex>
+#include <unordered_set>
+
+#include <boost/json/storage_ptr.hpp>
+
+#include "checkpointer_common.hpp"
+#include "weir/graph/checkpointer.hpp"
+
+namespace weir::graph {
+
+std::string new_checkpoint_id(int64_t step) {
+  static std::atomic<uint64_t> last_us{0};
+  const auto now_us = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                                std::chrono::system_clock::now().time_since_epoch())
+                                                .count());
+  uint64_t prev = last_us.load(std::memory_order_relaxed);
+  uint64_t t;
+  do {
+    t = std::max(now_us, prev + 1);
+  } while (!last_us.compare_exchange_weak(prev, t, std::memory_order_relaxed));
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  const auto salt = static_cast<unsigned>(rng() & 0xffff);
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%012" PRId64 "-%014" PRIx64 "%04x", step, t, salt);
+  return buf;
+}
+
+namespace {
+
+// A deep copy whose JSON lives on the default resource, independent of the caller's storage.
+Checkpoint own_copy(const Checkpoint& cp, int64_t created_at_ms) {
+  Checkpoint c;
+  c.thread_id = cp.thread_id;
+  c.checkpoint_id = cp.checkpoint_id;
+  c.parent_id = cp.parent_id;
+  c.step = cp.step;
+  c.writes = boost::json::object(cp.writes, boost::json::storage_ptr());
+  c.pending = boost::json::object(cp.pending, boost::json::storage_ptr());
+  c.metadata = boost::json::object(cp.metadata, boost::json::storage_ptr());
+  c.created_at_ms = created_at_ms;
+  return c;
+}
+
+class MemoryCheckpointer final : public Checkpointer {
+ public:
+  Status put(const Checkpoint& cp) override {
+    if (auto s = detail::check_put_ids(cp); !s) return s;
+    if (auto s = detail::check_put_values(cp); !s) return s;
+    // Copy outside the lock; the copy is the only allocation-heavy part.
+    Checkpoint copy = own_copy(cp, detail::unix_ms_now());
+    std::unique_lock lock(mu_);
+    auto it = threads_.find(cp.thread_id);
+    if (it != threads_.end()) {
+      const Thread& t = it->second;
+      if (t.by_id.contains(cp.checkpoint_id)) return detail::duplicate_checkpoint(cp);
+      if (!cp.parent_id.empty() && !t.by_id.contains(cp.parent_id))
+        return detail::unknown_parent(cp);
+    } else if (!cp.parent_id.empty()) {
+      return detail::unknown_parent(cp);
+    }
+    // Validation is done: from here nothing fails but allocation (which leaves a new, empty
+    // thread at worst, invisible to readers since it has no checkpoints and no recency entry).
+    if (it == threads_.end()) it = threads_.try_emplace(cp.thread_id).first;
+    Thread& t = it->second;
+    const uint64_t seq = next_seq_++;
+    auto [pos, inserted] = t.by_id.try_emplace(copy.checkpoint_id, std::move(copy));
+    t.by_seq.emplace(seq, &pos->second);
+    if (t.updated_seq != 0) recent_.erase(t.updated_seq);
+    t.updated_seq = seq;
+    recent_.emplace(seq, it->first);
+    return {};
+  }
+
+  Result<std::optional<Checkpoint>> latest(std::string_view thread_id) const override {
+    std::shared_lock lock(mu_);
+    const Thread* t = find_thread(thread_id);
+    if (t == nullptr || t->by_seq.empty()) return std::optional<Checkpoint>();
+    return std::optional<Checkpoint>(*t->by_seq.rbegin()->second);
+  }
+
+  Result<std::optional<Checkpoint>> get(std::string_view thread_id,
+                                        std::string_view checkpoint_id) const override {
+    std::shared_lock lock(mu_);
+    const Checkpoint* cp = find(thread_id, checkpoint_id);
+    if (cp == nullptr) return std::optional<Checkpoint>();
+    return std::optional<Checkpoint>(*cp);
+  }
+
+  Result<std::vector<Checkpoint>> list(std::string_view thread_id,
+                                       std::size_t limit) const override {
+    std::vector<Checkpoint> out;
+    std::shared_lock lock(mu_);
+    const Thread* t = find_thread(thread_id);
+    if (t == nullptr) return out;
+    out.reserve(std::min(limit, t->by_seq.size()));
+    for (auto it = t->by_seq.rbegin(); it != t->by_seq.rend() && out.size() < limit; ++it)
+      out.push_back(*it->second);
+    return out;
+  }
+
+  Result<boost::json::object> state_at(std::string_view thread_id,
+                                       std::string_view checkpoint_id) const override {
+    std::shared_lock lock(mu_);
+    const Thread* t = find_thread(thread_id);
+    if (t == nullptr)
+      return detail::unknown_checkpoint("state_at", thread_id, checkpoint_id, false);
+    auto it = t->by_id.find(checkpoint_id);
+    if (it == t->by_id.end())
+      return detail::unknown_checkpoint("state_at", thread_id, checkpoint_id, true);
+    boost::json::object state;
+    // put() guarantees the chain is finite and every parent exists (invariant 2).
+    for (const Checkpoint* cp = &it->second; cp != nullptr;) {
+      detail::fold_older_writes(state, cp->writes);
+      if (cp->parent_id.empty()) break;
+      auto parent = t->by_id.find(cp->parent_id);
+      assert(parent != t->by_id.end());
+      cp = &parent->second;
+    }
+    return state;
+  }
+
+  Status delete_thread(std::string_view thread_id) override {
+    std::unique_lock lock(mu_);
+    auto it = threads_.find(thread_id);
+    if (it == threads_.end()) return {};
+    if (it->second.updated_seq != 0) recent_.erase(it->second.updated_seq);
+    threads_.erase(it);
+    return {};
+  }
+
+  Result<std::vector<std::string>> threads(std::size_t limit) const override {
+    std::vector<std::string> out;
+    std::shared_lock lock(mu_);
+    out.reserve(std::min(limit, recent_.size()));
+    for (auto it = recent_.rbegin(); it != recent_.rend() && out.size() < limit; ++it)
+      out.push_back(it->second);
+    return out;
+  }
+
+ private:
+  struct Thread {
+    std::map<std::string, Checkpoint, std::less<>> by_id;
+    std::map<uint64_t, const Checkpoint*> by_seq;  // put order; points into by_id (stable nodes)
+    uint64_t updated_seq = 0;                      // seq of the last put; 0 before the first
+  };
+
+  const Thread* find_thread(std::string_view thread_id) const {
+    auto it = threads_.find(thread_id);
+    return it == threads_.end() ? nullptr : &it->second;
+  }
+  const Checkpoint* find(std::string_view thread_id, std::string_view checkpoint_id) const {
+    const Thread* t = find_thread(thread_id);
+    if (t == nullptr) return nullptr;
+    auto it = t->by_id.find(checkpoint_id);
+    return it == t->by_id.end() ? nullptr : &it->second;
+  }
+
+  // put() and delete_thread() are the only mutators; they hold mu_ exclusively.
+  mutable std::shared_mutex mu_;
+  std::map<std::string, Thread, std::less<>> threads_;  // GUARDED_BY(mu_)
+  std::map<uint64_t, std::string> recent_;              // updated_seq -> thread id; GUARDED_BY(mu_)
+  uint64_t next_seq_ = 1;                               // GUARDED_BY(mu_)
+};
+
+}  // namespace
+
+std::unique_ptr<Checkpointer> make_memory_checkpointer() {
+  return std::make_unique<MemoryCheckpointer>();
+}
+
+}  // namespace weir::graph

@@ -1,0 +1,506 @@
+// The SQLite checkpointer: one connection guarded by a mutex, statements prepared once.
+#include <sqlite3.h>
+
+#include <cassert>
+#include <climits>
+#include <mutex>
+#include <unordered_set>
+
+#include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
+
+#include "checkpointer_common.hpp"
+#include "weir/graph/checkpointer.hpp"
+
+namespace weir::graph {
+namespace {
+
+constexpr int kBusyTimeoutMs = 5000;
+
+// Schema version 1. `seq` is a database-wide insertion counter (max(threads.updated_seq) + 1
+// under the write lock): it orders list()/latest() by put order and threads() by recency, and
+// unlike rowid it survives VACUUM.
+constexpr const char* kSchemaV1 = R"sql(
+CREATE TABLE IF NOT EXISTS checkpoints (
+  thread_id     TEXT    NOT NULL,
+  checkpoint_id TEXT    NOT NULL,
+  parent_id     TEXT    NOT NULL DEFAULT '',
+  step          INTEGER NOT NULL,
+  seq           INTEGER NOT NULL,
+  writes        TEXT    NOT NULL,  -- JSON object: channel -> new full value (this step only)
+  pending       TEXT    NOT NULL,  -- JSON object
+  metadata      TEXT    NOT NULL,  -- JSON object
+  created_at    INTEGER NOT NULL,  -- unix ms
+  PRIMARY KEY (thread_id, checkpoint_id)
+);
+CREATE INDEX IF NOT EXISTS checkpoints_latest ON checkpoints (thread_id, seq);
+CREATE TABLE IF NOT EXISTS threads (
+  thread_id   TEXT    NOT NULL PRIMARY KEY,
+  updated_seq INTEGER NOT NULL,
+  updated_at  INTEGER NOT NULL  -- unix ms
+);
+CREATE INDEX IF NOT EXISTS threads_recent ON threads (updated_seq);
+INSERT INTO schema_version (version) VALUES (1);
+)sql";
+
+constexpr const char* kColumns =
+    "thread_id, checkpoint_id, parent_id, step, writes, pending, metadata, created_at";
+
+struct DbClose {
+  void operator()(sqlite3* db) const { sqlite3_close_v2(db); }
+};
+struct StmtFinalize {
+  void operator()(sqlite3_stmt* s) const { sqlite3_finalize(s); }
+};
+using DbPtr = std::unique_ptr<sqlite3, DbClose>;
+using StmtPtr = std::unique_ptr<sqlite3_stmt, StmtFinalize>;
+
+// One use of a cached statement: reset and unbind on scope exit, so a statement never holds a
+// read snapshot (or a pointer to a bound string) between calls.
+class StmtUse {
+ public:
+  explicit StmtUse(const StmtPtr& s) : s_(s.get()) {}
+  ~StmtUse() {
+    sqlite3_reset(s_);
+    sqlite3_clear_bindings(s_);
+  }
+  StmtUse(const StmtUse&) = delete;
+  StmtUse& operator=(const StmtUse&) = delete;
+
+  // Binds are SQLITE_STATIC: the caller keeps `v` alive for the use's lifetime.
+  void bind(int i, std::string_view v) {
+    // An empty string_view may have data() == nullptr, which SQLite would bind as NULL.
+    sqlite3_bind_text64(s_, i, v.empty() ? "" : v.data(), v.size(), SQLITE_STATIC, SQLITE_UTF8);
+  }
+  void bind(int i, int64_t v) { sqlite3_bind_int64(s_, i, v); }
+  int step() { return sqlite3_step(s_); }
+
+  std::string_view text(int col) const {
+    const auto* p = reinterpret_cast<const char*>(sqlite3_column_text(s_, col));
+    return p == nullptr ? std::string_view() : std::string_view(p, sqlite3_column_bytes(s_, col));
+  }
+  int64_t int64(int col) const { return sqlite3_column_int64(s_, col); }
+  bool is_null(int col) const { return sqlite3_column_type(s_, col) == SQLITE_NULL; }
+
+ private:
+  sqlite3_stmt* s_;
+};
+
+std::string describe(std::string_view path) {
+  return "sqlite checkpointer '" + std::string(path) + "'";
+}
+
+Error sqlite_error(std::string_view path, sqlite3* db, int rc, std::string_view what) {
+  std::string text = describe(path) + ": " + std::string(what) + ": " +
+                     (db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
+  switch (rc & 0xff) {
+    case SQLITE_NOTADB:
+    case SQLITE_CORRUPT:
+      return Error(Errc::corrupt_data,
+                   text + "; the file is not an SQLite database or is damaged (use a new path)");
+    case SQLITE_CANTOPEN:
+      return Error(Errc::io_error, text +
+                                       "; check that the parent directory exists and is "
+                                       "writable and that the path is not a directory");
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+      return Error(Errc::io_error, text + " (another connection held the lock longer than the " +
+                                       std::to_string(kBusyTimeoutMs) + " ms busy_timeout)");
+    case SQLITE_TOOBIG:
+      return Error(Errc::invalid_argument,
+                   text + "; move large values to the artifact store instead of the state");
+    default:
+      return Error(Errc::io_error, std::move(text));
+  }
+}
+
+class SqliteCheckpointer final : public Checkpointer {
+ public:
+  SqliteCheckpointer(std::string path, DbPtr db) : path_(std::move(path)), db_(std::move(db)) {}
+
+  // Called once by open_sqlite_checkpointer before the object is shared.
+  Status prepare_statements() {
+    const std::string cols = kColumns;
+    struct {
+      StmtPtr* stmt;
+      std::string sql;
+    } all[] = {
+        {&begin_write_, "BEGIN IMMEDIATE"},
+        {&begin_read_, "BEGIN"},
+        {&commit_, "COMMIT"},
+        {&rollback_, "ROLLBACK"},
+        {&exists_, "SELECT 1 FROM checkpoints WHERE thread_id = ?1 AND checkpoint_id = ?2"},
+        {&next_seq_, "SELECT coalesce(max(updated_seq), 0) + 1 FROM threads"},
+        {&insert_,
+         "INSERT INTO checkpoints (" + cols + ", seq) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"},
+        {&touch_thread_,
+         "INSERT INTO threads (thread_id, updated_seq, updated_at) VALUES (?1, ?2, ?3) "
+         "ON CONFLICT (thread_id) DO UPDATE SET updated_seq = excluded.updated_seq, "
+         "updated_at = excluded.updated_at"},
+        {&latest_,
+         "SELECT " + cols + " FROM checkpoints WHERE thread_id = ?1 ORDER BY seq DESC LIMIT 1"},
+        {&get_, "SELECT " + cols + " FROM checkpoints WHERE thread_id = ?1 AND checkpoint_id = ?2"},
+        {&list_,
+         "SELECT " + cols + " FROM checkpoints WHERE thread_id = ?1 ORDER BY seq DESC LIMIT ?2"},
+        {&chain_row_,
+         "SELECT parent_id, writes FROM checkpoints WHERE thread_id = ?1 AND checkpoint_id = ?2"},
+        {&thread_exists_, "SELECT 1 FROM threads WHERE thread_id = ?1"},
+        {&delete_checkpoints_, "DELETE FROM checkpoints WHERE thread_id = ?1"},
+        {&delete_thread_, "DELETE FROM threads WHERE thread_id = ?1"},
+        {&threads_, "SELECT thread_id FROM threads ORDER BY updated_seq DESC LIMIT ?1"},
+    };
+    for (auto& [stmt, sql] : all) {
+      sqlite3_stmt* s = nullptr;
+      int rc =
+          sqlite3_prepare_v3(db_.get(), sql.c_str(), -1, SQLITE_PREPARE_PERSISTENT, &s, nullptr);
+      if (rc != SQLITE_OK) return error(rc, "preparing statement `" + sql + "`");
+      stmt->reset(s);
+    }
+    return {};
+  }
+
+  Status put(const Checkpoint& cp) override {
+    if (auto s = detail::check_put_ids(cp); !s) return s;
+    if (auto s = detail::check_put_values(cp); !s) return s;
+    // Serialise before taking the lock; these strings outlive every statement use below.
+    const std::string writes = boost::json::serialize(cp.writes);
+    const std::string pending = boost::json::serialize(cp.pending);
+    const std::string metadata = boost::json::serialize(cp.metadata);
+    const int64_t now = detail::unix_ms_now();
+
+    std::lock_guard lock(mu_);
+    Transaction txn(*this);
+    if (auto s = txn.begin(begin_write_, "put"); !s) return s;
+    {
+      auto found = exists(cp.thread_id, cp.checkpoint_id);
+      if (!found) return std::move(found).error();
+      if (*found) return detail::duplicate_checkpoint(cp);
+    }
+    if (!cp.parent_id.empty()) {
+      auto found = exists(cp.thread_id, cp.parent_id);
+      if (!found) return std::move(found).error();
+      if (!*found) return detail::unknown_parent(cp);
+    }
+    int64_t seq = 0;
+    {
+      StmtUse q(next_seq_);
+      int rc = q.step();
+      if (rc != SQLITE_ROW) return error(rc, "put: reading the insertion counter");
+      seq = q.int64(0);
+    }
+    {
+      StmtUse q(insert_);
+      q.bind(1, cp.thread_id);
+      q.bind(2, cp.checkpoint_id);
+      q.bind(3, cp.parent_id);
+      q.bind(4, cp.step);
+      q.bind(5, writes);
+      q.bind(6, pending);
+      q.bind(7, metadata);
+      q.bind(8, now);
+      q.bind(9, seq);
+      int rc = q.step();
+      if ((rc & 0xff) == SQLITE_CONSTRAINT) return detail::duplicate_checkpoint(cp);
+      if (rc != SQLITE_DONE)
+        return error(rc, "put: inserting checkpoint '" + cp.checkpoint_id + "'");
+    }
+    {
+      StmtUse q(touch_thread_);
+      q.bind(1, cp.thread_id);
+      q.bind(2, seq);
+      q.bind(3, now);
+      int rc = q.step();
+      if (rc != SQLITE_DONE) return error(rc, "put: updating thread '" + cp.thread_id + "'");
+    }
+    return txn.commit("put");
+  }
+
+  Result<std::optional<Checkpoint>> latest(std::string_view thread_id) const override {
+    std::lock_guard lock(mu_);
+    StmtUse q(latest_);
+    q.bind(1, thread_id);
+    return read_optional(q, "latest");
+  }
+
+  Result<std::optional<Checkpoint>> get(std::string_view thread_id,
+                                        std::string_view checkpoint_id) const override {
+    std::lock_guard lock(mu_);
+    StmtUse q(get_);
+    q.bind(1, thread_id);
+    q.bind(2, checkpoint_id);
+    return read_optional(q, "get");
+  }
+
+  Result<std::vector<Checkpoint>> list(std::string_view thread_id,
+                                       std::size_t limit) const override {
+    std::vector<Checkpoint> out;
+    std::lock_guard lock(mu_);
+    StmtUse q(list_);
+    q.bind(1, thread_id);
+    q.bind(2, clamp_limit(limit));
+    for (;;) {
+      int rc = q.step();
+      if (rc == SQLITE_DONE) return out;
+      if (rc != SQLITE_ROW) return error(rc, "list");
+      auto cp = read_row(q);
+      if (!cp) return std::move(cp).error();
+      out.push_back(std::move(*cp));
+    }
+  }
+
+  // A walk from the tip to the root, one primary-key lookup per ancestor, inside one read
+  // transaction (a consistent snapshot). Chosen over a recursive CTE because the walk streams
+  // newest first (memory: the state plus one row), and it can tell a broken or cyclic chain in a
+  // damaged file from a missing checkpoint.
+  Result<boost::json::object> state_at(std::string_view thread_id,
+                                       std::string_view checkpoint_id) const override {
+    std::lock_guard lock(mu_);
+    Transaction txn(*this);
+    if (auto s = txn.begin(begin_read_, "state_at"); !s) return std::move(s).error();
+    boost::json::object state;
+    std::string id(checkpoint_id);
+    std::string child;
+    std::unordered_set<std::string> seen;
+    for (;;) {
+      StmtUse q(chain_row_);
+      q.bind(1, thread_id);
+      q.bind(2, id);
+      int rc = q.step();
+      if (rc == SQLITE_DONE) {
+        if (!child.empty())
+          return Error(Errc::corrupt_data, describe(path_) + ": thread '" + std::string(thread_id) +
+                                               "': checkpoint '" + child + "' names parent '" + id +
+                                               "', which is missing (broken parent chain)");
+        StmtUse t(thread_exists_);
+        t.bind(1, thread_id);
+        int trc = t.step();
+        if (trc != SQLITE_ROW && trc != SQLITE_DONE) return error(trc, "state_at");
+        return detail::unknown_checkpoint("state_at", thread_id, checkpoint_id, trc == SQLITE_ROW);
+      }
+      if (rc != SQLITE_ROW) return error(rc, "state_at");
+      auto writes = parse_object(q.text(1), thread_id, id, "writes");
+      if (!writes) return std::move(writes).error();
+      detail::fold_older_writes(state, *writes);
+      std::string parent(q.text(0));
+      if (parent.empty()) return state;
+      if (!seen.insert(parent).second)
+        return Error(Errc::corrupt_data, describe(path_) + ": thread '" + std::string(thread_id) +
+                                             "': the parent chain of checkpoint '" +
+                                             std::string(checkpoint_id) + "' loops at '" + parent +
+                                             "'");
+      child = std::move(id);
+      id = std::move(parent);
+    }
+  }
+
+  Status delete_thread(std::string_view thread_id) override {
+    std::lock_guard lock(mu_);
+    Transaction txn(*this);
+    if (auto s = txn.begin(begin_write_, "delete_thread"); !s) return s;
+    for (const StmtPtr* stmt : {&delete_checkpoints_, &delete_thread_}) {
+      StmtUse q(*stmt);
+      q.bind(1, thread_id);
+      int rc = q.step();
+      if (rc != SQLITE_DONE) return error(rc, "delete_thread '" + std::string(thread_id) + "'");
+    }
+    return txn.commit("delete_thread");
+  }
+
+  Result<std::vector<std::string>> threads(std::size_t limit) const override {
+    std::vector<std::string> out;
+    std::lock_guard lock(mu_);
+    StmtUse q(threads_);
+    q.bind(1, clamp_limit(limit));
+    for (;;) {
+      int rc = q.step();
+      if (rc == SQLITE_DONE) return out;
+      if (rc != SQLITE_ROW) return error(rc, "threads");
+      out.emplace_back(q.text(0));
+    }
+  }
+
+ private:
+  // BEGIN on construction by begin(); ROLLBACK on scope exit unless committed. A failed
+  // statement may already have ended the transaction (SQLite rolls back on some errors), so the
+  // rollback runs only while one is open.
+  class Transaction {
+   public:
+    explicit Transaction(const SqliteCheckpointer& self) : self_(self) {}
+    ~Transaction() {
+      if (open_ && sqlite3_get_autocommit(self_.db_.get()) == 0) {
+        StmtUse q(self_.rollback_);
+        (void)q.step();
+      }
+    }
+    Transaction(const Transaction&) = delete;
+    Transaction& operator=(const Transaction&) = delete;
+
+    Status begin(const StmtPtr& stmt, std::string_view what) {
+      StmtUse q(stmt);
+      int rc = q.step();
+      if (rc != SQLITE_DONE)
+        return self_.error(rc, std::string(what) + ": beginning a transaction");
+      open_ = true;
+      return {};
+    }
+    Status commit(std::string_view what) {
+      StmtUse q(self_.commit_);
+      int rc = q.step();
+      if (rc != SQLITE_DONE) return self_.error(rc, std::string(what) + ": committing");
+      open_ = false;
+      return {};
+    }
+
+   private:
+    const SqliteCheckpointer& self_;
+    bool open_ = false;
+  };
+
+  static int64_t clamp_limit(std::size_t limit) {
+    return limit > static_cast<std::size_t>(INT64_MAX) ? INT64_MAX : static_cast<int64_t>(limit);
+  }
+
+  Error error(int rc, std::string_view what) const {
+    return sqlite_error(path_, db_.get(), rc, what);
+  }
+
+  Result<bool> exists(std::string_view thread_id, std::string_view checkpoint_id) const {
+    StmtUse q(exists_);
+    q.bind(1, thread_id);
+    q.bind(2, checkpoint_id);
+    int rc = q.step();
+    if (rc == SQLITE_ROW) return true;
+    if (rc == SQLITE_DONE) return false;
+    return error(rc, "put: looking up checkpoint '" + std::string(checkpoint_id) + "'");
+  }
+
+  Result<boost::json::object> parse_object(std::string_view text, std::string_view thread_id,
+                                           std::string_view checkpoint_id,
+                                           const char* column) const {
+    boost::json::parse_options options;
+    options.max_depth = kMaxJsonDepth;  // put() refuses deeper values
+    options.allow_invalid_utf8 = true;  // strings round-trip as the bytes that were put
+    boost::system::error_code ec;
+    boost::json::value v = boost::json::parse(text, ec, {}, options);
+    if (ec || !v.is_object())
+      return Error(Errc::corrupt_data,
+                   describe(path_) + ": checkpoint '" + std::string(checkpoint_id) +
+                       "' of thread '" + std::string(thread_id) + "': column " + column + " is " +
+                       (ec ? "not valid JSON (" + ec.message() + ")" : "not a JSON object"));
+    return std::move(v.as_object());
+  }
+
+  // Columns in kColumns order.
+  Result<Checkpoint> read_row(const StmtUse& q) const {
+    Checkpoint cp;
+    cp.thread_id = q.text(0);
+    cp.checkpoint_id = q.text(1);
+    cp.parent_id = q.text(2);
+    cp.step = q.int64(3);
+    cp.created_at_ms = q.int64(7);
+    struct {
+      boost::json::object* out;
+      int col;
+      const char* name;
+    } json_cols[] = {
+        {&cp.writes, 4, "writes"}, {&cp.pending, 5, "pending"}, {&cp.metadata, 6, "metadata"}};
+    for (auto& [out, col, name] : json_cols) {
+      auto obj = parse_object(q.text(col), cp.thread_id, cp.checkpoint_id, name);
+      if (!obj) return std::move(obj).error();
+      *out = std::move(*obj);
+    }
+    return cp;
+  }
+
+  Result<std::optional<Checkpoint>> read_optional(StmtUse& q, std::string_view what) const {
+    int rc = q.step();
+    if (rc == SQLITE_DONE) return std::optional<Checkpoint>();
+    if (rc != SQLITE_ROW) return error(rc, what);
+    auto cp = read_row(q);
+    if (!cp) return std::move(cp).error();
+    return std::optional<Checkpoint>(std::move(*cp));
+  }
+
+  const std::string path_;
+  mutable std::mutex mu_;  // guards db_ and every statement (the connection is NOMUTEX)
+  DbPtr db_;
+  // Declared after db_ so they are finalized before the connection closes.
+  StmtPtr begin_write_, begin_read_, commit_, rollback_, exists_, next_seq_, insert_, touch_thread_,
+      latest_, get_, list_, chain_row_, thread_exists_, delete_checkpoints_, delete_thread_,
+      threads_;
+};
+
+// Runs statements that return no rows we need (pragmas are read and discarded).
+Status exec(std::string_view path, sqlite3* db, const char* sql, std::string_view what) {
+  char* msg = nullptr;
+  int rc = sqlite3_exec(db, sql, nullptr, nullptr, &msg);
+  sqlite3_free(msg);
+  if (rc != SQLITE_OK) return sqlite_error(path, db, rc, what);
+  return {};
+}
+
+// Creates the schema in a fresh file, or checks the version of an existing one.
+Status ensure_schema(const std::string& path, sqlite3* db) {
+  if (auto s = exec(path, db, "BEGIN IMMEDIATE", "opening"); !s) return s;
+  auto fail = [&](Status s) {
+    sqlite3_exec(db, "ROLLBACK", nullptr, nullptr, nullptr);
+    return s;
+  };
+  if (auto s =
+          exec(path, db, "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)",
+               "creating the schema_version table");
+      !s)
+    return fail(std::move(s));
+  sqlite3_stmt* raw = nullptr;
+  int rc = sqlite3_prepare_v2(db, "SELECT max(version) FROM schema_version", -1, &raw, nullptr);
+  StmtPtr q(raw);
+  if (rc == SQLITE_OK) rc = sqlite3_step(raw);
+  if (rc != SQLITE_ROW) return fail(sqlite_error(path, db, rc, "reading the schema version"));
+  const bool fresh = sqlite3_column_type(raw, 0) == SQLITE_NULL;
+  const int64_t version = sqlite3_column_int64(raw, 0);
+  q.reset();
+  if (fresh) {
+    if (auto s = exec(path, db, kSchemaV1, "creating the schema"); !s) return fail(std::move(s));
+  } else if (version > kSqliteSchemaVersion) {
+    return fail(Error(Errc::unsupported,
+                      describe(path) + ": the file has checkpoint schema version " +
+                          std::to_string(version) + ", newer than this weir build reads (" +
+                          std::to_string(kSqliteSchemaVersion) +
+                          "); open it with a newer weir, or use another file"));
+  } else if (version < 1) {
+    return fail(Error(Errc::corrupt_data, describe(path) + ": invalid checkpoint schema version " +
+                                              std::to_string(version)));
+  }
+  return exec(path, db, "COMMIT", "committing the schema");
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Checkpointer>> open_sqlite_checkpointer(const std::filesystem::path& db) {
+  std::string path = db.string();
+  if (path.empty())
+    return Error(Errc::invalid_argument, "sqlite checkpointer: the database path is empty");
+  if (sqlite3_threadsafe() == 0)
+    return Error(Errc::unsupported, describe(path) +
+                                        ": the SQLite library was built without thread "
+                                        "support (SQLITE_THREADSAFE=0)");
+  sqlite3* raw = nullptr;
+  int rc =
+      sqlite3_open_v2(path.c_str(), &raw,
+                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
+  DbPtr conn(raw);
+  if (rc != SQLITE_OK) return sqlite_error(path, conn.get(), rc, "opening");
+  sqlite3_extended_result_codes(raw, 1);
+  sqlite3_busy_timeout(raw, kBusyTimeoutMs);
+  // The first statement that reads the file: a non-database file fails here with NOTADB.
+  if (auto s = exec(path, raw, "PRAGMA journal_mode = WAL", "enabling WAL journaling"); !s)
+    return std::move(s).error();
+  if (auto s = exec(path, raw, "PRAGMA synchronous = NORMAL", "setting synchronous=NORMAL"); !s)
+    return std::move(s).error();
+  if (auto s = ensure_schema(path, raw); !s) return std::move(s).error();
+  auto cp = std::make_unique<SqliteCheckpointer>(path, std::move(conn));
+  if (auto s = cp->prepare_statements(); !s) return std::move(s).error();
+  return std::unique_ptr<Checkpointer>(std::move(cp));
+}
+
+}  // namespace weir::graph
