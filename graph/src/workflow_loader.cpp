@@ -1,0 +1,878 @@
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include <boost/json.hpp>
+
+#include "weir/graph/workflow.hpp"
+#include "weir/runtime/json_parse.hpp"
+
+namespace weir::graph {
+
+namespace json = boost::json;
+namespace fs = std::filesystem;
+
+std::string Diagnostic::to_string() const {
+  if (line == 0) return message;  // already located (a JSON syntax error) or about the whole file
+  std::string s = file + ":" + std::to_string(line) + ":" + std::to_string(column) + ": ";
+  if (!pointer.empty()) s += pointer + ": ";
+  return s + message;
+}
+
+std::string WorkflowLoad::report() const {
+  std::string s;
+  for (const auto& d : diagnostics) s += d.to_string() + "\n";
+  return s;
+}
+
+const char* reducer_name(ReducerKind r) {
+  constexpr const char* names[] = {"last_value", "append", "messages", "sum",
+                                   "max",        "min",    "merge"};
+  return names[static_cast<int>(r)];
+}
+
+const char* node_kind_name(NodeKind k) {
+  constexpr const char* names[] = {"set",    "tool", "llm",      "agent",
+                                   "router", "map",  "subgraph", "interrupt"};
+  return names[static_cast<int>(k)];
+}
+
+std::vector<std::string> RouteSpec::all_targets() const {
+  std::vector<std::string> t;
+  auto add = [&](const std::vector<std::string>& v) { t.insert(t.end(), v.begin(), v.end()); };
+  for (const auto& [value, targets] : cases) add(targets);
+  add(default_targets);
+  add(then_targets);
+  add(else_targets);
+  add(tool_calls_targets);
+  return t;
+}
+
+const ChannelSpec* WorkflowSpec::channel(std::string_view n) const {
+  for (const auto& c : channels)
+    if (c.name == n) return &c;
+  return nullptr;
+}
+const NodeSpec* WorkflowSpec::node(std::string_view n) const {
+  for (const auto& x : nodes)
+    if (x.name == n) return &x;
+  return nullptr;
+}
+
+std::optional<std::int64_t> parse_byte_size(const json::value& v) {
+  if (v.is_int64()) return v.as_int64() >= 0 ? std::optional(v.as_int64()) : std::nullopt;
+  if (v.is_uint64()) return static_cast<std::int64_t>(v.as_uint64());
+  if (!v.is_string()) return std::nullopt;
+  static const std::regex re(R"(^\s*([0-9]+(?:\.[0-9]+)?)\s*(B|KiB|MiB|GiB|KB|MB|GB)?\s*$)");
+  std::smatch m;
+  std::string s(v.as_string());
+  if (!std::regex_match(s, m, re)) return std::nullopt;
+  double n = std::stod(m[1]);
+  std::string unit = m[2];
+  double mult = unit == "KiB"   ? 1024.0
+                : unit == "MiB" ? 1048576.0
+                : unit == "GiB" ? 1073741824.0
+                : unit == "KB"  ? 1e3
+                : unit == "MB"  ? 1e6
+                : unit == "GB"  ? 1e9
+                                : 1.0;
+  return static_cast<std::int64_t>(n * mult);
+}
+
+std::optional<std::string> closest_match(std::string_view word,
+                                         const std::vector<std::string>& candidates) {
+  std::optional<std::string> best;
+  std::size_t best_d = std::max<std::size_t>(2, word.size() / 3) + 1;
+  for (const auto& c : candidates) {
+    std::vector<std::size_t> prev(c.size() + 1), cur(c.size() + 1);
+    for (std::size_t j = 0; j <= c.size(); ++j) prev[j] = j;
+    for (std::size_t i = 1; i <= word.size(); ++i) {
+      cur[0] = i;
+      for (std::size_t j = 1; j <= c.size(); ++j) {
+        cur[j] = std::min(
+            {prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (word[i - 1] == c[j - 1] ? 0 : 1)});
+      }
+      std::swap(prev, cur);
+    }
+    if (prev[c.size()] < best_d) {
+      best_d = prev[c.size()];
+      best = c;
+    }
+  }
+  return best;
+}
+
+namespace {
+
+const std::regex kNameRe("^[A-Za-z_][A-Za-z0-9_-]*$");
+
+class Loader {
+ public:
+  Loader(std::string_view text, fs::path file, int depth, std::vector<fs::path> stack)
+      : text_(text), file_(std::move(file)), depth_(depth), stack_(std::move(stack)) {}
+
+  WorkflowLoad run() {
+    WorkflowLoad out;
+    auto parsed = parse_json(text_, file_.string(), {.record_locations = true});
+    if (!parsed) {
+      // The message already carries file:line:column.
+      out.diagnostics.push_back({file_.string(), 0, 0, "", parsed.error().message});
+      return out;
+    }
+    parsed_ = std::move(*parsed);
+    if (!parsed_.value.is_object()) {
+      error("", "a workflow must be a JSON object with \"name\", \"nodes\" and \"edges\"");
+    } else {
+      load(parsed_.value.as_object());
+    }
+    out.diagnostics = std::move(diags_);
+    if (out.diagnostics.empty()) out.spec = std::move(spec_);
+    return out;
+  }
+
+ private:
+  // --- diagnostics ---------------------------------------------------------------------
+  void error(std::string pointer, std::string msg) {
+    auto loc = parsed_.locate(text_, pointer);
+    // A bare file name reads better than an absolute path in messages.
+    diags_.push_back({display_, loc.line, loc.column, std::move(pointer), std::move(msg)});
+  }
+  static std::string type_name(const json::value& v) {
+    switch (v.kind()) {
+      case json::kind::null:
+        return "null";
+      case json::kind::bool_:
+        return "a boolean";
+      case json::kind::int64:
+      case json::kind::uint64:
+        return "an integer";
+      case json::kind::double_:
+        return "a number";
+      case json::kind::string:
+        return "a string";
+      case json::kind::array:
+        return "an array";
+      case json::kind::object:
+        return "an object";
+    }
+    return "a value";
+  }
+  static std::string join(const std::vector<std::string>& v) {
+    std::string s;
+    for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+    return s;
+  }
+  std::string unknown(std::string_view what, std::string_view name,
+                      const std::vector<std::string>& known) {
+    std::string msg = "unknown " + std::string(what) + " '" + std::string(name) + "'";
+    if (auto m = closest_match(name, known)) return msg + "; did you mean '" + *m + "'?";
+    if (known.empty()) return msg + " (none are defined)";
+    return msg + " (known: " + join(known) + ")";
+  }
+
+  // --- typed access --------------------------------------------------------------------
+  void check_keys(const json::object& o, const std::string& ptr,
+                  const std::vector<std::string>& allowed) {
+    for (const auto& [k, v] : o) {
+      if (std::find(allowed.begin(), allowed.end(), std::string(k)) != allowed.end()) continue;
+      std::string msg = "unknown key '" + std::string(k) + "'";
+      if (auto m = closest_match(k, allowed))
+        msg += "; did you mean '" + *m + "'?";
+      else
+        msg += " (expected one of: " + join(allowed) + ")";
+      error(json_pointer_append(ptr, k), msg);
+    }
+  }
+  const json::object* object_at(const json::object& o, std::string_view key, const std::string& ptr,
+                                bool required) {
+    const json::value* v = o.if_contains(key);
+    if (!v) {
+      if (required) error(ptr, "missing required key '" + std::string(key) + "'");
+      return nullptr;
+    }
+    if (!v->is_object()) {
+      error(json_pointer_append(ptr, key), "expected an object, got " + type_name(*v));
+      return nullptr;
+    }
+    return &v->as_object();
+  }
+  std::optional<std::string> string_at(const json::object& o, std::string_view key,
+                                       const std::string& ptr, bool required) {
+    const json::value* v = o.if_contains(key);
+    if (!v) {
+      if (required) error(ptr, "missing required key '" + std::string(key) + "'");
+      return std::nullopt;
+    }
+    if (!v->is_string()) {
+      error(json_pointer_append(ptr, key), "expected a string, got " + type_name(*v));
+      return std::nullopt;
+    }
+    return std::string(v->as_string());
+  }
+  std::optional<std::int64_t> int_at(const json::object& o, std::string_view key,
+                                     const std::string& ptr, std::int64_t min) {
+    const json::value* v = o.if_contains(key);
+    if (!v) return std::nullopt;
+    std::optional<std::int64_t> n;
+    if (v->is_int64())
+      n = v->as_int64();
+    else if (v->is_uint64() && v->as_uint64() <= INT64_MAX)
+      n = static_cast<std::int64_t>(v->as_uint64());
+    if (!n) {
+      error(json_pointer_append(ptr, key), "expected an integer, got " + type_name(*v));
+      return std::nullopt;
+    }
+    if (*n < min) {
+      error(json_pointer_append(ptr, key),
+            "must be at least " + std::to_string(min) + ", got " + std::to_string(*n));
+      return std::nullopt;
+    }
+    return n;
+  }
+  std::optional<std::int64_t> bytes_at(const json::object& o, std::string_view key,
+                                       const std::string& ptr) {
+    const json::value* v = o.if_contains(key);
+    if (!v) return std::nullopt;
+    auto n = parse_byte_size(*v);
+    if (!n) error(json_pointer_append(ptr, key), "expected a byte size like 4096 or \"256MiB\"");
+    return n;
+  }
+  std::optional<bool> bool_at(const json::object& o, std::string_view key, const std::string& ptr) {
+    const json::value* v = o.if_contains(key);
+    if (!v) return std::nullopt;
+    if (!v->is_bool()) {
+      error(json_pointer_append(ptr, key), "expected true or false, got " + type_name(*v));
+      return std::nullopt;
+    }
+    return v->as_bool();
+  }
+  bool check_name(const std::string& name, const std::string& ptr, std::string_view what) {
+    if (!std::regex_match(name, kNameRe)) {
+      error(ptr, std::string(what) + " name '" + name +
+                     "' must start with a letter or '_' and use only letters, digits, '_' and '-'");
+      return false;
+    }
+    if (name == "START" || name == "END") {
+      error(ptr, "'" + name + "' is reserved; choose another " + std::string(what) + " name");
+      return false;
+    }
+    return true;
+  }
+  // "a" or ["a", "b"]
+  std::vector<std::string> targets_at(const json::value& v, const std::string& ptr) {
+    std::vector<std::string> out;
+    if (v.is_string()) {
+      out.emplace_back(v.as_string());
+    } else if (v.is_array() && !v.as_array().empty()) {
+      std::size_t i = 0;
+      for (const auto& t : v.as_array()) {
+        if (t.is_string())
+          out.emplace_back(t.as_string());
+        else
+          error(json_pointer_append(ptr, i), "expected a node name, got " + type_name(t));
+        ++i;
+      }
+    } else {
+      error(ptr, "expected a node name or a non-empty list of node names, got " + type_name(v));
+    }
+    return out;
+  }
+
+  // --- sections ------------------------------------------------------------------------
+  void load(const json::object& root) {
+    spec_.file = fs::absolute(file_).lexically_normal();
+    check_keys(root, "",
+               {"$schema", "name", "description", "version", "limits", "state", "input", "output",
+                "models", "tools", "agents", "tasks", "crews", "group_chats", "nodes", "edges"});
+    if (auto n = string_at(root, "name", "", true)) {
+      if (std::regex_match(*n, kNameRe))
+        spec_.name = *n;
+      else
+        error("/name", "workflow name '" + *n + "' must use only letters, digits, '_' and '-'");
+    }
+    if (auto d = string_at(root, "description", "", false)) spec_.description = *d;
+    if (const auto* v = root.if_contains("version"); v && !(v->is_int64() && v->as_int64() == 1)) {
+      error("/version", "unsupported version: this weir reads version 1");
+    }
+    if (const auto* l = object_at(root, "limits", "", false)) spec_.limits = limits(*l, "/limits");
+    if (const auto* s = object_at(root, "state", "", false)) state(*s);
+    if (const auto* m = object_at(root, "models", "", false)) models(*m);
+    if (const auto* t = object_at(root, "tools", "", false)) tools(*t);
+    for (auto [key, dst] : {std::pair{"agents", &spec_.agents},
+                            {"tasks", &spec_.tasks},
+                            {"crews", &spec_.crews},
+                            {"group_chats", &spec_.group_chats}}) {
+      if (const auto* o = object_at(root, key, "", false)) *dst = *o;
+    }
+    for (auto [key, dst] : {std::pair{"input", &spec_.input}, {"output", &spec_.output}}) {
+      if (const auto* v = root.if_contains(key)) channel_list(*v, std::string("/") + key, *dst);
+    }
+    if (const auto* n = object_at(root, "nodes", "", true)) nodes(*n);
+    if (const auto* e = root.if_contains("edges")) {
+      if (!e->is_array())
+        error("/edges", "expected an array of edges, got " + type_name(*e));
+      else
+        edges(e->as_array());
+    } else {
+      error("", "missing required key 'edges'");
+    }
+    if (diags_.empty()) structure();
+  }
+
+  LimitsSpec limits(const json::object& o, const std::string& ptr) {
+    LimitsSpec l;
+    check_keys(
+        o, ptr,
+        {"recursion_limit", "max_concurrency", "deadline_ms", "inline_limit", "max_state_bytes",
+         "token_budget", "max_concurrent_runs", "max_queued_runs", "memory"});
+    l.recursion_limit = int_at(o, "recursion_limit", ptr, 1);
+    l.max_concurrency = int_at(o, "max_concurrency", ptr, 1);
+    l.deadline_ms = int_at(o, "deadline_ms", ptr, 1);
+    l.inline_limit = int_at(o, "inline_limit", ptr, 64);
+    l.max_state_bytes = bytes_at(o, "max_state_bytes", ptr);
+    l.token_budget = int_at(o, "token_budget", ptr, 1);
+    l.max_concurrent_runs = int_at(o, "max_concurrent_runs", ptr, 1);
+    l.max_queued_runs = int_at(o, "max_queued_runs", ptr, 0);
+    if (const auto* m = object_at(o, "memory", ptr, false)) {
+      std::string mp = ptr + "/memory";
+      check_keys(*m, mp, {"total", "run_state", "artifacts", "history", "kv_cache", "activations"});
+      l.memory.total = bytes_at(*m, "total", mp);
+      l.memory.run_state = bytes_at(*m, "run_state", mp);
+      l.memory.artifacts = bytes_at(*m, "artifacts", mp);
+      l.memory.history = bytes_at(*m, "history", mp);
+      l.memory.kv_cache = bytes_at(*m, "kv_cache", mp);
+      l.memory.activations = bytes_at(*m, "activations", mp);
+    }
+    return l;
+  }
+
+  void state(const json::object& o) {
+    static const std::vector<std::string> reducers = {"last_value", "append", "messages", "sum",
+                                                      "max",        "min",    "merge"};
+    for (const auto& [k, v] : o) {
+      std::string ptr = json_pointer_append("/state", k);
+      ChannelSpec c;
+      c.name = k;
+      if (!check_name(c.name, ptr, "channel")) continue;
+      if (!v.is_object()) {
+        error(ptr, "expected a channel object like {\"reducer\": \"append\"}, got " + type_name(v));
+        continue;
+      }
+      const auto& co = v.as_object();
+      check_keys(co, ptr,
+                 {"reducer", "default", "max_items", "max_bytes", "window", "keep_system"});
+      if (auto r = string_at(co, "reducer", ptr, false)) {
+        auto it = std::find(reducers.begin(), reducers.end(), *r);
+        if (it == reducers.end())
+          error(ptr + "/reducer", unknown("reducer", *r, reducers));
+        else
+          c.reducer = static_cast<ReducerKind>(it - reducers.begin());
+      }
+      if (const auto* d = co.if_contains("default")) c.default_value = *d;
+      c.max_items = int_at(co, "max_items", ptr, 1);
+      c.max_bytes = bytes_at(co, "max_bytes", ptr);
+      if (const auto* w = object_at(co, "window", ptr, false)) {
+        check_keys(*w, ptr + "/window", {"max_messages", "max_tokens"});
+        c.window_max_messages = int_at(*w, "max_messages", ptr + "/window", 1);
+        c.window_max_tokens = int_at(*w, "max_tokens", ptr + "/window", 1);
+      }
+      if (auto ks = bool_at(co, "keep_system", ptr)) c.keep_system = *ks;
+      if (c.max_items && c.reducer != ReducerKind::append)
+        error(ptr + "/max_items", "max_items applies to the append reducer only");
+      if ((co.contains("window") || co.contains("keep_system")) &&
+          c.reducer != ReducerKind::messages) {
+        error(ptr, "window and keep_system apply to the messages reducer only");
+      }
+      channel_names_.push_back(c.name);
+      spec_.channels.push_back(std::move(c));
+    }
+  }
+
+  void models(const json::object& o) {
+    for (const auto& [k, v] : o) {
+      std::string ptr = json_pointer_append("/models", k);
+      if (!check_name(std::string(k), ptr, "model")) continue;
+      if (!v.is_object()) {
+        error(ptr, "expected a model object with a \"path\", got " + type_name(v));
+        continue;
+      }
+      const auto& mo = v.as_object();
+      check_keys(mo, ptr, {"path", "chat_template", "engine"});
+      ModelSpec m;
+      m.name = k;
+      if (auto p = string_at(mo, "path", ptr, true)) m.path = resolve(*p);
+      if (auto t = string_at(mo, "chat_template", ptr, false)) m.chat_template = *t;
+      if (const auto* e = object_at(mo, "engine", ptr, false)) {
+        check_keys(
+            *e, ptr + "/engine",
+            {"max_num_seqs", "max_num_batched_tokens", "max_model_len", "block_size", "threads"});
+        for (const auto& [ek, ev] : *e) (void)int_at(*e, ek, ptr + "/engine", 1), (void)ev;
+        m.engine = *e;
+      }
+      model_names_.push_back(m.name);
+      spec_.models.push_back(std::move(m));
+    }
+  }
+
+  void tools(const json::object& o) {
+    static const std::vector<std::string> builtins = {"calculator", "files", "artifacts",
+                                                      "doc_search", "lorem"};
+    for (const auto& [k, v] : o) {
+      std::string ptr = json_pointer_append("/tools", k);
+      if (!check_name(std::string(k), ptr, "tool")) continue;
+      if (!v.is_object()) {
+        error(ptr,
+              "expected a tool object like {\"builtin\": \"calculator\"}, got " + type_name(v));
+        continue;
+      }
+      const auto& to = v.as_object();
+      check_keys(to, ptr,
+                 {"builtin", "root", "timeout_ms", "max_output_bytes", "max_concurrency",
+                  "rate_per_minute"});
+      ToolSpecEntry t;
+      t.name = k;
+      if (auto b = string_at(to, "builtin", ptr, true)) {
+        if (std::find(builtins.begin(), builtins.end(), *b) == builtins.end())
+          error(ptr + "/builtin", unknown("builtin tool", *b, builtins));
+        t.builtin = *b;
+      }
+      if (auto r = string_at(to, "root", ptr, false)) t.root = resolve(*r);
+      (void)int_at(to, "timeout_ms", ptr, 1);
+      (void)bytes_at(to, "max_output_bytes", ptr);
+      (void)int_at(to, "max_concurrency", ptr, 1);
+      (void)int_at(to, "rate_per_minute", ptr, 1);
+      if ((t.builtin == "files" || t.builtin == "doc_search") && t.root.empty()) {
+        error(ptr, "the " + t.builtin + " tool needs a \"root\" folder (relative to this file)");
+      }
+      t.settings = to;
+      tool_names_.push_back(t.name);
+      spec_.tools.push_back(std::move(t));
+    }
+  }
+
+  void channel_list(const json::value& v, const std::string& ptr, std::vector<std::string>& dst) {
+    if (!v.is_array()) {
+      error(ptr, "expected a list of channel names, got " + type_name(v));
+      return;
+    }
+    std::size_t i = 0;
+    for (const auto& x : v.as_array()) {
+      std::string p = json_pointer_append(ptr, i++);
+      if (!x.is_string()) {
+        error(p, "expected a channel name, got " + type_name(x));
+      } else if (!has(channel_names_, x.as_string())) {
+        error(p, unknown("channel", x.as_string(), channel_names_));
+      } else {
+        dst.emplace_back(x.as_string());
+      }
+    }
+  }
+
+  static bool has(const std::vector<std::string>& v, std::string_view s) {
+    return std::find(v.begin(), v.end(), s) != v.end();
+  }
+  void channel_ref(const json::object& o, std::string_view key, const std::string& ptr,
+                   bool required) {
+    if (auto c = string_at(o, key, ptr, required); c && !has(channel_names_, *c)) {
+      error(json_pointer_append(ptr, key), unknown("channel", *c, channel_names_));
+    }
+  }
+
+  void nodes(const json::object& o) {
+    static const std::vector<std::string> kinds = {"set",    "tool", "llm",      "agent",
+                                                   "router", "map",  "subgraph", "interrupt"};
+    static const std::vector<std::string> common = {"kind", "description", "max_visits", "retry",
+                                                    "timeout_ms"};
+    if (o.empty()) error("/nodes", "a workflow needs at least one node");
+    for (const auto& [k, v] : o) node_names_.emplace_back(k);
+    for (const auto& [k, v] : o) {
+      std::string ptr = json_pointer_append("/nodes", k);
+      NodeSpec n;
+      n.name = k;
+      n.pointer = ptr;
+      if (!check_name(n.name, ptr, "node")) continue;
+      if (!v.is_object()) {
+        error(ptr, "expected a node object with a \"kind\", got " + type_name(v));
+        continue;
+      }
+      const auto& no = v.as_object();
+      auto kind = string_at(no, "kind", ptr, true);
+      if (!kind) continue;
+      auto it = std::find(kinds.begin(), kinds.end(), *kind);
+      if (it == kinds.end()) {
+        error(ptr + "/kind", unknown("node kind", *kind, kinds));
+        continue;
+      }
+      n.kind = static_cast<NodeKind>(it - kinds.begin());
+      if (auto d = string_at(no, "description", ptr, false)) n.description = *d;
+      n.max_visits = int_at(no, "max_visits", ptr, 1);
+      n.timeout_ms = int_at(no, "timeout_ms", ptr, 1);
+      if (const auto* r = object_at(no, "retry", ptr, false)) {
+        check_keys(*r, ptr + "/retry", {"max_attempts", "backoff_ms", "max_backoff_ms"});
+        RetrySpec rs;
+        if (auto a = int_at(*r, "max_attempts", ptr + "/retry", 1)) rs.max_attempts = *a;
+        if (auto b = int_at(*r, "backoff_ms", ptr + "/retry", 0)) rs.backoff_ms = *b;
+        if (auto m = int_at(*r, "max_backoff_ms", ptr + "/retry", 0)) rs.max_backoff_ms = *m;
+        n.retry = rs;
+      }
+      std::vector<std::string> allowed = common;
+      auto allow = [&](std::initializer_list<const char*> keys) {
+        allowed.insert(allowed.end(), keys.begin(), keys.end());
+      };
+      switch (n.kind) {
+        case NodeKind::set: {
+          allow({"values"});
+          if (const auto* vals = object_at(no, "values", ptr, true)) {
+            for (const auto& [ck, cv] : *vals) {
+              std::string vp = json_pointer_append(ptr + "/values", ck);
+              if (!has(channel_names_, ck)) error(vp, unknown("channel", ck, channel_names_));
+              if (const auto* eo = cv.if_object();
+                  eo && eo->contains("$expr") && !eo->at("$expr").is_string()) {
+                error(vp + "/$expr", "an expression must be a string like \"counter + 1\"");
+              }
+            }
+          }
+          break;
+        }
+        case NodeKind::tool: {
+          allow({"tool", "args", "output"});
+          if (auto t = string_at(no, "tool", ptr, true); t && !has(tool_names_, *t)) {
+            error(ptr + "/tool", unknown("tool", *t, tool_names_));
+          }
+          (void)object_at(no, "args", ptr, false);
+          channel_ref(no, "output", ptr, false);
+          break;
+        }
+        case NodeKind::llm: {
+          allow({"model", "prompt", "system", "messages", "output", "max_tokens"});
+          if (auto m = string_at(no, "model", ptr, true); m && !has(model_names_, *m)) {
+            error(ptr + "/model", unknown("model", *m, model_names_));
+          }
+          (void)string_at(no, "prompt", ptr, false);
+          (void)string_at(no, "system", ptr, false);
+          channel_ref(no, "messages", ptr, false);
+          channel_ref(no, "output", ptr, false);
+          (void)int_at(no, "max_tokens", ptr, 1);
+          if (!no.contains("prompt") && !no.contains("messages")) {
+            error(ptr, "an llm node needs a \"prompt\" or a \"messages\" channel");
+          }
+          break;
+        }
+        case NodeKind::agent: {
+          allow({"agent", "input", "output"});
+          std::vector<std::string> agents;
+          if (const auto* a = root_object("agents"))
+            for (const auto& [ak, av] : *a) agents.emplace_back(ak);
+          if (auto a = string_at(no, "agent", ptr, true); a && !has(agents, *a)) {
+            error(ptr + "/agent", unknown("agent", *a, agents));
+          }
+          channel_ref(no, "input", ptr, false);
+          channel_ref(no, "output", ptr, false);
+          break;
+        }
+        case NodeKind::router:
+          break;
+        case NodeKind::map: {
+          allow({"over", "node", "item_key", "output", "max_concurrency"});
+          channel_ref(no, "over", ptr, true);
+          if (auto w = string_at(no, "node", ptr, true)) {
+            if (!has(node_names_, *w))
+              error(ptr + "/node", unknown("node", *w, node_names_));
+            else if (*w == n.name)
+              error(ptr + "/node", "a map node cannot run itself per item");
+            else
+              map_workers_[*w] = n.name;
+          }
+          (void)string_at(no, "item_key", ptr, false);
+          channel_ref(no, "output", ptr, false);
+          (void)int_at(no, "max_concurrency", ptr, 1);
+          break;
+        }
+        case NodeKind::subgraph: {
+          allow({"path", "input", "output", "limits"});
+          if (auto p = string_at(no, "path", ptr, true)) subgraph(n.name, *p, ptr + "/path");
+          for (const char* key : {"input", "output"}) {
+            if (const auto* m = object_at(no, key, ptr, false)) {
+              for (const auto& [mk, mv] : *m) {
+                if (!mv.is_string())
+                  error(json_pointer_append(ptr + "/" + key, mk),
+                        "expected a channel name, got " + type_name(mv));
+              }
+            }
+          }
+          if (const auto* l = object_at(no, "limits", ptr, false))
+            (void)limits(*l, ptr + "/limits");
+          break;
+        }
+        case NodeKind::interrupt: {
+          allow({"payload", "output"});
+          channel_ref(no, "output", ptr, false);
+          break;
+        }
+      }
+      check_keys(no, ptr, allowed);
+      n.params = no;
+      n.params.erase("kind");
+      spec_.nodes.push_back(std::move(n));
+    }
+  }
+
+  const json::object* root_object(std::string_view key) const {
+    const auto& root = parsed_.value.as_object();
+    const auto* v = root.if_contains(key);
+    return v && v->is_object() ? &v->as_object() : nullptr;
+  }
+
+  void subgraph(const std::string& node, const std::string& rel, const std::string& ptr) {
+    fs::path p = resolve(rel);
+    std::error_code ec;
+    fs::path canon = fs::weakly_canonical(p, ec);
+    if (std::find(stack_.begin(), stack_.end(), canon) != stack_.end()) {
+      error(ptr, "subgraph '" + rel + "' includes itself (directly or through other subgraphs)");
+      return;
+    }
+    if (depth_ <= 0) {
+      error(ptr, "subgraphs nest too deeply (more than 8 files)");
+      return;
+    }
+    std::ifstream in(p, std::ios::binary);
+    if (!in) {
+      error(ptr, "cannot read subgraph file '" + p.string() + "'");
+      return;
+    }
+    std::stringstream ss;
+    ss << in.rdbuf();
+    std::string text = ss.str();
+    auto stack = stack_;
+    stack.push_back(canon);
+    Loader child(text, p, depth_ - 1, std::move(stack));
+    WorkflowLoad sub = child.run();
+    if (!sub.ok()) {
+      diags_.insert(diags_.end(), sub.diagnostics.begin(), sub.diagnostics.end());
+      error(ptr, "subgraph '" + rel + "' has errors (listed above)");
+      return;
+    }
+    spec_.subgraphs[node] = std::make_shared<const WorkflowSpec>(std::move(*sub.spec));
+  }
+
+  void edges(const json::array& a) {
+    if (a.empty()) error("/edges", "a workflow needs at least one edge (from START)");
+    std::vector<std::string> from_names = node_names_;
+    from_names.push_back("START");
+    std::vector<std::string> to_names = node_names_;
+    to_names.push_back("END");
+    auto check_target = [&](const std::string& t, const std::string& ptr) {
+      if (t == "START")
+        error(ptr, "an edge cannot lead to START");
+      else if (!has(to_names, t))
+        error(ptr, unknown("node", t, to_names));
+    };
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      std::string ptr = json_pointer_append("/edges", i);
+      if (!a[i].is_object()) {
+        error(ptr, "expected an edge object like {\"from\": \"a\", \"to\": \"b\"}, got " +
+                       type_name(a[i]));
+        continue;
+      }
+      const auto& eo = a[i].as_object();
+      check_keys(eo, ptr, {"from", "to", "route"});
+      EdgeSpec e;
+      e.pointer = ptr;
+      if (auto f = string_at(eo, "from", ptr, true)) {
+        e.from = *f;
+        if (*f == "END")
+          error(ptr + "/from", "an edge cannot start at END");
+        else if (!has(from_names, *f))
+          error(ptr + "/from", unknown("node", *f, from_names));
+      }
+      const bool has_to = eo.contains("to"), has_route = eo.contains("route");
+      if (has_to == has_route) {
+        error(ptr, "an edge needs exactly one of \"to\" (static) or \"route\" (conditional)");
+        continue;
+      }
+      if (has_to) {
+        e.to = targets_at(eo.at("to"), ptr + "/to");
+        for (std::size_t j = 0; j < e.to.size(); ++j) {
+          check_target(e.to[j],
+                       eo.at("to").is_array() ? json_pointer_append(ptr + "/to", j) : ptr + "/to");
+        }
+      } else if (const auto* r = object_at(eo, "route", ptr, true)) {
+        e.route = route(*r, ptr + "/route", check_target);
+      }
+      spec_.edges.push_back(std::move(e));
+    }
+  }
+
+  template <class Check>
+  RouteSpec route(const json::object& r, const std::string& ptr, Check check_target) {
+    static const std::vector<std::string> ops = {
+        "==", "!=", "<", "<=", ">", ">=", "contains", "exists"};
+    RouteSpec rs;
+    check_keys(r, ptr, {"on", "cases", "default", "when", "then", "else", "tool_calls"});
+    const int forms =
+        int(r.contains("on")) + int(r.contains("when")) + int(r.contains("tool_calls"));
+    if (forms != 1) {
+      error(ptr,
+            "a route needs exactly one of \"on\" (with \"cases\"), \"when\" (with "
+            "\"then\"/\"else\") or \"tool_calls\"");
+      return rs;
+    }
+    auto targets = [&](std::string_view key, std::vector<std::string>& dst, bool required) {
+      const json::value* v = r.if_contains(key);
+      if (!v) {
+        if (required) error(ptr, "missing required key '" + std::string(key) + "'");
+        return;
+      }
+      std::string p = json_pointer_append(ptr, key);
+      dst = targets_at(*v, p);
+      for (const auto& t : dst) check_target(t, p);
+    };
+    if (r.contains("on")) {
+      rs.form = RouteSpec::Form::cases;
+      if (auto on = string_at(r, "on", ptr, true)) {
+        rs.on = *on;
+        if (!has(channel_names_, *on)) error(ptr + "/on", unknown("channel", *on, channel_names_));
+      }
+      if (const auto* cases = object_at(r, "cases", ptr, true)) {
+        for (const auto& [ck, cv] : *cases) {
+          std::string p = json_pointer_append(ptr + "/cases", ck);
+          auto t = targets_at(cv, p);
+          for (const auto& x : t) check_target(x, p);
+          rs.cases.emplace_back(std::string(ck), std::move(t));
+        }
+      }
+      targets("default", rs.default_targets, true);
+      for (const char* k : {"then", "else"})
+        if (r.contains(k))
+          error(json_pointer_append(ptr, k), "\"then\"/\"else\" belong to a \"when\" route");
+    } else if (r.contains("when")) {
+      rs.form = RouteSpec::Form::when;
+      if (const auto* w = object_at(r, "when", ptr, true)) {
+        std::string wp = ptr + "/when";
+        check_keys(*w, wp, {"channel", "op", "value"});
+        if (auto c = string_at(*w, "channel", wp, true)) {
+          rs.when_channel = *c;
+          if (!has(channel_names_, *c))
+            error(wp + "/channel", unknown("channel", *c, channel_names_));
+        }
+        if (auto op = string_at(*w, "op", wp, true)) {
+          if (!has(ops, *op)) error(wp + "/op", unknown("operator", *op, ops));
+          rs.when_op = *op;
+          if (*op != "exists" && !w->contains("value"))
+            error(wp, "the operator '" + *op + "' needs a \"value\"");
+        }
+        if (const auto* v = w->if_contains("value")) rs.when_value = *v;
+      }
+      targets("then", rs.then_targets, true);
+      targets("else", rs.else_targets, true);
+    } else {
+      rs.form = RouteSpec::Form::tool_calls;
+      targets("tool_calls", rs.tool_calls_targets, true);
+      targets("default", rs.default_targets, true);
+    }
+    return rs;
+  }
+
+  // Reachability from START, and a way to END for every node (map workers return to their map).
+  void structure() {
+    std::map<std::string, std::vector<std::string>> out;
+    std::map<std::string, std::string> first_edge_ptr;
+    for (const auto& e : spec_.edges) {
+      auto& dst = out[e.from];
+      auto t = e.route ? e.route->all_targets() : e.to;
+      dst.insert(dst.end(), t.begin(), t.end());
+      first_edge_ptr.emplace(e.from, e.pointer);
+    }
+    for (const auto& [worker, map] : map_workers_) {
+      if (out.count(worker))
+        error(first_edge_ptr[worker], "node '" + worker + "' runs per item of map '" + map +
+                                          "' and must not have edges of its own");
+      out[map].push_back(worker);
+    }
+    if (!out.count("START")) {
+      error("/edges", "no edge leaves START: add {\"from\": \"START\", \"to\": \"<first node>\"}");
+      return;
+    }
+    std::set<std::string> seen;
+    std::vector<std::string> stack = {"START"};
+    while (!stack.empty()) {
+      auto n = stack.back();
+      stack.pop_back();
+      if (!seen.insert(n).second) continue;
+      for (const auto& t : out[n]) stack.push_back(t);
+    }
+    // Reverse reachability from END; map workers count as reaching END through their map.
+    std::map<std::string, std::vector<std::string>> in;
+    for (const auto& [from, tos] : out)
+      for (const auto& t : tos) in[t].push_back(from);
+    std::set<std::string> to_end;
+    stack = {"END"};
+    for (const auto& [worker, map] : map_workers_) stack.push_back(worker);
+    while (!stack.empty()) {
+      auto n = stack.back();
+      stack.pop_back();
+      if (!to_end.insert(n).second) continue;
+      for (const auto& f : in[n]) stack.push_back(f);
+    }
+    for (const auto& n : spec_.nodes) {
+      if (!seen.count(n.name))
+        error(n.pointer, "node '" + n.name + "' is not reachable from START");
+      else if (!to_end.count(n.name)) {
+        error(n.pointer, "node '" + n.name + "' cannot reach END" +
+                             (out[n.name].empty() ? " (it has no outgoing edge)" : ""));
+      }
+    }
+  }
+
+  fs::path resolve(const std::string& p) const {
+    fs::path path(p);
+    return path.is_absolute() ? path
+                              : (fs::absolute(file_).parent_path() / path).lexically_normal();
+  }
+
+  std::string_view text_;
+  fs::path file_;
+  std::string display_ = file_.string();
+  int depth_;
+  std::vector<fs::path> stack_;
+  ParsedJson parsed_;
+  WorkflowSpec spec_;
+  std::vector<Diagnostic> diags_;
+  std::vector<std::string> channel_names_, model_names_, tool_names_, node_names_;
+  std::map<std::string, std::string> map_workers_;  // worker -> map node
+};
+
+}  // namespace
+
+WorkflowLoad load_workflow_text(std::string_view text, const fs::path& file, int max_depth) {
+  std::error_code ec;
+  fs::path canon = fs::weakly_canonical(file, ec);
+  return Loader(text, file, max_depth, {canon}).run();
+}
+
+WorkflowLoad load_workflow_file(const fs::path& file, int max_depth) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) {
+    WorkflowLoad out;
+    out.diagnostics.push_back(
+        {file.string(), 0, 0, "",
+         file.string() + ": cannot read the workflow file: " + std::string(std::strerror(errno))});
+    return out;
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string text = ss.str();
+  return load_workflow_text(text, file, max_depth);
+}
+
+Result<WorkflowSpec> load_workflow(const fs::path& file) {
+  auto r = load_workflow_file(file);
+  if (!r.ok()) return Error(Errc::invalid_workflow, r.report());
+  return std::move(*r.spec);
+}
+
+}  // namespace weir::graph

@@ -1,0 +1,183 @@
+#include "weir/graph/workflow.hpp"
+
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+namespace weir::graph {
+namespace {
+
+namespace fs = std::filesystem;
+
+class WorkflowLoader : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("weir_wf_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  fs::path write(const std::string& name, const std::string& text) {
+    std::ofstream(dir_ / name) << text;
+    return dir_ / name;
+  }
+  WorkflowLoad load(const std::string& text) {
+    return load_workflow_file(write("flow.json", text));
+  }
+  std::vector<std::string> messages(const WorkflowLoad& r) {
+    std::vector<std::string> m;
+    for (const auto& d : r.diagnostics)
+      m.push_back(d.to_string().substr(d.to_string().find("flow.json:")));
+    return m;
+  }
+  fs::path dir_;
+};
+
+TEST_F(WorkflowLoader, LoadsAValidWorkflow) {
+  auto r = load(R"({
+  "name": "map_reduce",
+  "limits": {"recursion_limit": 10, "max_concurrency": 4, "memory": {"run_state": "16MiB"}},
+  "state": {"items": {"reducer": "append", "max_items": 100}, "total": {"reducer": "sum", "default": 0},
+            "status": {}},
+  "tools": {"calc": {"builtin": "calculator"}},
+  "nodes": {
+    "split": {"kind": "set", "values": {"items": [1, 2, 3]}},
+    "fan": {"kind": "map", "over": "items", "node": "square", "output": "total"},
+    "square": {"kind": "tool", "tool": "calc", "args": {"expression": "{{item}} * {{item}}"}},
+    "check": {"kind": "router"}
+  },
+  "edges": [
+    {"from": "START", "to": "split"},
+    {"from": "split", "to": "fan"},
+    {"from": "fan", "to": "check"},
+    {"from": "check", "route": {"when": {"channel": "total", "op": ">", "value": 10}, "then": "END", "else": "split"}}
+  ]
+})");
+  ASSERT_TRUE(r.ok()) << r.report();
+  const auto& s = *r.spec;
+  EXPECT_EQ(s.name, "map_reduce");
+  EXPECT_EQ(*s.limits.recursion_limit, 10);
+  EXPECT_EQ(*s.limits.memory.run_state, 16 << 20);
+  ASSERT_EQ(s.channels.size(), 3u);
+  EXPECT_EQ(s.channel("items")->reducer, ReducerKind::append);
+  EXPECT_EQ(*s.channel("items")->max_items, 100);
+  EXPECT_EQ(s.node("fan")->kind, NodeKind::map);
+  ASSERT_EQ(s.edges.size(), 4u);
+  ASSERT_TRUE(s.edges[3].route);
+  EXPECT_EQ(s.edges[3].route->form, RouteSpec::Form::when);
+  EXPECT_EQ(s.edges[3].route->all_targets(), (std::vector<std::string>{"END", "split"}));
+}
+
+// Every problem is reported, each with line, column, pointer and a suggestion.
+TEST_F(WorkflowLoader, ReportsEveryProblemLikeACompiler) {
+  auto r = load(R"({
+  "name": "demo",
+  "limits": {"recursion_limt": 5},
+  "state": {"notes": {"reducer": "apend"}},
+  "nodes": {
+    "summarize": {"kind": "router"},
+    "fetch": {"kind": "tool", "tool": "search"}
+  },
+  "edges": [
+    {"from": "START", "to": "fetch"},
+    {"from": "fetch", "to": "sumarize"},
+    {"from": "summarize", "to": "END"}
+  ]
+})");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(
+      messages(r),
+      (std::vector<std::string>{
+          "flow.json:3:32: /limits/recursion_limt: unknown key 'recursion_limt'; did you mean "
+          "'recursion_limit'?",
+          "flow.json:4:34: /state/notes/reducer: unknown reducer 'apend'; did you mean 'append'?",
+          "flow.json:7:39: /nodes/fetch/tool: unknown tool 'search' (none are defined)",
+          "flow.json:11:29: /edges/1/to: unknown node 'sumarize'; did you mean 'summarize'?",
+      }));
+}
+
+TEST_F(WorkflowLoader, StructureErrors) {
+  auto r = load(
+      R"({"name": "s", "nodes": {"a": {"kind": "router"}, "b": {"kind": "router"}, "c": {"kind": "router"}},
+  "edges": [{"from": "START", "to": "a"}, {"from": "a", "to": "END"}, {"from": "c", "to": "a"}, {"from": "a", "to": "b"}]})");
+  ASSERT_FALSE(r.ok());
+  auto m = messages(r);
+  ASSERT_EQ(m.size(), 2u) << r.report();
+  EXPECT_EQ(m[0], "flow.json:1:55: /nodes/b: node 'b' cannot reach END (it has no outgoing edge)");
+  EXPECT_EQ(m[1], "flow.json:1:80: /nodes/c: node 'c' is not reachable from START");
+}
+
+TEST_F(WorkflowLoader, SyntaxErrorPointsAtTheByte) {
+  auto r = load(
+      "{\n  \"name\": \"x\",\n  \"nodes\": {\"a\": {\"kind\": \"router\"}\n  \"edges\": []\n}");
+  ASSERT_FALSE(r.ok());
+  ASSERT_EQ(r.diagnostics.size(), 1u);
+  EXPECT_NE(r.diagnostics[0].message.find("flow.json:4:3:"), std::string::npos)
+      << r.diagnostics[0].message;
+}
+
+TEST_F(WorkflowLoader, RoutesNeedOneFormAndAFallback) {
+  auto r = load(R"({"name": "r", "state": {"status": {}}, "nodes": {"a": {"kind": "router"}},
+  "edges": [{"from": "START", "to": "a"},
+            {"from": "a", "route": {"on": "status", "cases": {"done": "END"}}},
+            {"from": "a", "route": {"on": "status", "tool_calls": "a"}},
+            {"from": "a", "to": "END", "route": {"tool_calls": "a", "default": "END"}},
+            {"from": "a", "route": {"when": {"channel": "status", "op": "<"}, "then": "END", "else": "a"}}]})");
+  ASSERT_FALSE(r.ok());
+  auto rep = r.report();
+  EXPECT_NE(rep.find("/edges/1/route: missing required key 'default'"), std::string::npos) << rep;
+  EXPECT_NE(rep.find("/edges/2/route: a route needs exactly one of"), std::string::npos) << rep;
+  EXPECT_NE(rep.find("/edges/3: an edge needs exactly one of \"to\" (static) or \"route\""),
+            std::string::npos)
+      << rep;
+  EXPECT_NE(rep.find("/edges/4/route/when: the operator '<' needs a \"value\""), std::string::npos)
+      << rep;
+}
+
+TEST_F(WorkflowLoader, SubgraphsLoadRelativeToTheFileAndCyclesAreCaught) {
+  write(
+      "child.json",
+      R"({"name": "child", "state": {"x": {}}, "nodes": {"inc": {"kind": "set", "values": {"x": 1}}},
+                         "edges": [{"from": "START", "to": "inc"}, {"from": "inc", "to": "END"}]})");
+  auto ok = load(
+      R"({"name": "parent", "state": {"y": {}}, "nodes": {"sub": {"kind": "subgraph", "path": "child.json",
+                   "output": {"y": "x"}}}, "edges": [{"from": "START", "to": "sub"}, {"from": "sub", "to": "END"}]})");
+  ASSERT_TRUE(ok.ok()) << ok.report();
+  ASSERT_TRUE(ok.spec->subgraphs.count("sub"));
+  EXPECT_EQ(ok.spec->subgraphs.at("sub")->name, "child");
+
+  write("loop.json",
+        R"({"name": "loop", "nodes": {"again": {"kind": "subgraph", "path": "loop.json"}},
+                        "edges": [{"from": "START", "to": "again"}, {"from": "again", "to": "END"}]})");
+  auto cyc = load_workflow_file(dir_ / "loop.json");
+  ASSERT_FALSE(cyc.ok());
+  EXPECT_NE(cyc.report().find("subgraph 'loop.json' includes itself"), std::string::npos)
+      << cyc.report();
+
+  auto missing = load(R"({"name": "p", "nodes": {"s": {"kind": "subgraph", "path": "nope.json"}},
+                        "edges": [{"from": "START", "to": "s"}, {"from": "s", "to": "END"}]})");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.report().find("cannot read subgraph file"), std::string::npos);
+}
+
+TEST_F(WorkflowLoader, MissingFileAndResultForm) {
+  auto r = load_workflow(dir_ / "absent.json");
+  ASSERT_FALSE(r);
+  EXPECT_TRUE(r.error().is(Errc::invalid_workflow));
+  EXPECT_NE(r.error().message.find(
+                "absent.json: cannot read the workflow file: No such file or directory"),
+            std::string::npos);
+}
+
+TEST(ByteSize, ParsesUnits) {
+  EXPECT_EQ(*parse_byte_size(boost::json::value("256MiB")), 256 << 20);
+  EXPECT_EQ(*parse_byte_size(boost::json::value("1.5 GiB")), 3ll << 29);
+  EXPECT_EQ(*parse_byte_size(boost::json::value(4096)), 4096);
+  EXPECT_FALSE(parse_byte_size(boost::json::value("12 parsecs")));
+  EXPECT_FALSE(parse_byte_size(boost::json::value(-1)));
+}
+
+}  // namespace
+}  // namespace weir::graph
