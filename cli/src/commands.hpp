@@ -23,5 +23,7 @@ struct Command {
 };
 
 int cmd_demo(Args args);
+int cmd_validate(Args args);
+int cmd_graph(Args args);
 
 }  // namespace weir::cli

@@ -15,6 +15,19 @@ constexpr Command kCommands[] = {
      "usage: weir demo\n\n"
      "Runs weir's main demonstration job and prints a summary table.\n",
      cmd_demo},
+    {"validate", "check workflow files and report every problem",
+     "usage: weir validate FILE...\n\n"
+     "Parses and validates each workflow file (docs/workflow-format.md) and reports every\n"
+     "problem as file:line:column: pointer: message, with suggestions for typos.\n"
+     "Exit code 0 when all files are valid, 1 otherwise.\n\n"
+     "example:\n  weir validate samples/workflows/*.json\n",
+     cmd_validate},
+    {"graph", "print a workflow as a Graphviz DOT graph",
+     "usage: weir graph FILE [--format dot]\n\n"
+     "Prints the workflow's graph: nodes shaped by kind, conditional edges dashed and\n"
+     "labelled with their case, map workers dotted, subgraphs as clusters.\n\n"
+     "example:\n  weir graph samples/workflows/map_reduce.json | dot -Tsvg > map_reduce.svg\n",
+     cmd_graph},
 };
 
 void print_help() {

@@ -1,0 +1,31 @@
+#include <cstdio>
+#include <string>
+
+#include "commands.hpp"
+#include "weir/graph/workflow.hpp"
+
+namespace weir::cli {
+
+int cmd_validate(Args args) {
+  if (args.empty()) {
+    std::fprintf(stderr,
+                 "weir validate: give one or more workflow files (see 'weir validate --help')\n");
+    return kExitInvalidInput;
+  }
+  int bad = 0;
+  for (auto a : args) {
+    auto r = graph::load_workflow_file(std::string(a));
+    if (r.ok()) {
+      std::printf("%.*s: ok (%zu nodes, %zu edges)\n", static_cast<int>(a.size()), a.data(),
+                  r.spec->nodes.size(), r.spec->edges.size());
+    } else {
+      ++bad;
+      std::fputs(r.report().c_str(), stderr);
+      std::fprintf(stderr, "%.*s: %zu error%s\n", static_cast<int>(a.size()), a.data(),
+                   r.diagnostics.size(), r.diagnostics.size() == 1 ? "" : "s");
+    }
+  }
+  return bad ? kExitInvalidInput : kExitOk;
+}
+
+}  // namespace weir::cli
