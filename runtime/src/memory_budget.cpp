@@ -19,7 +19,9 @@ namespace {
 constexpr const char* kCategoryNames[kBudgetCategoryCount] = {"run_state", "artifacts", "history",
                                                               "kv_cache", "activations"};
 
-std::string human_bytes(std::size_t n) {
+}  // namespace
+
+std::string format_bytes(std::size_t n) {
   if (n == kUnlimited) return "unlimited";
   char buf[32];
   if (n >= (std::size_t{1} << 30)) {
@@ -33,6 +35,8 @@ std::string human_bytes(std::size_t n) {
   }
   return buf;
 }
+
+namespace {
 
 int idx(BudgetCategory c) {
   return static_cast<int>(c);
@@ -148,12 +152,12 @@ std::string MemoryBudget::exceeded_message(BudgetCategory c, std::size_t bytes) 
   const char* name = budget_category_name(c);
   std::size_t lim = limits_.category[idx(c)];
   if (bytes > lim - used_[idx(c)]) {
-    return std::string(name) + " needs " + human_bytes(bytes) + " more but " +
-           human_bytes(used_[idx(c)]) + " of its " + human_bytes(lim) +
+    return std::string(name) + " needs " + format_bytes(bytes) + " more but " +
+           format_bytes(used_[idx(c)]) + " of its " + format_bytes(lim) +
            " limit is in use; raise limits." + name + " or lower the load";
   }
-  return std::string(name) + " needs " + human_bytes(bytes) + " more but " +
-         human_bytes(used_total_) + " of the " + human_bytes(limits_.total) +
+  return std::string(name) + " needs " + format_bytes(bytes) + " more but " +
+         format_bytes(used_total_) + " of the " + format_bytes(limits_.total) +
          " total budget is in use; raise limits.memory_total or lower the load";
 }
 
@@ -170,8 +174,8 @@ asio::awaitable<Result<MemoryBudget::Reservation>> MemoryBudget::async_reserve(
     std::size_t lim = std::min(limits_.category[idx(c)], limits_.total);
     if (bytes > lim) {
       co_return Error(Errc::memory_budget_exceeded,
-                      std::string(budget_category_name(c)) + " request of " + human_bytes(bytes) +
-                          " can never fit: its limit is " + human_bytes(lim) + "; raise limits." +
+                      std::string(budget_category_name(c)) + " request of " + format_bytes(bytes) +
+                          " can never fit: its limit is " + format_bytes(lim) + "; raise limits." +
                           budget_category_name(c) + " or send smaller requests");
     }
     bool queued_ahead = false;
@@ -191,12 +195,12 @@ asio::awaitable<Result<MemoryBudget::Reservation>> MemoryBudget::async_reserve(
     case WaitQueue::Outcome::timed_out:
       co_return Error(Errc::deadline_exceeded,
                       std::string("waited ") + std::to_string(timeout.count()) + " ms for " +
-                          human_bytes(bytes) + " of " + budget_category_name(c) +
+                          format_bytes(bytes) + " of " + budget_category_name(c) +
                           " memory; the budget stayed full. " + exceeded_message(c, bytes));
     case WaitQueue::Outcome::cancelled:
       break;
   }
-  co_return Error(Errc::cancelled, std::string("the wait for ") + human_bytes(bytes) + " of " +
+  co_return Error(Errc::cancelled, std::string("the wait for ") + format_bytes(bytes) + " of " +
                                        budget_category_name(c) + " memory was cancelled");
 }
 
@@ -247,8 +251,8 @@ AccountingResource::~AccountingResource() {
 void* AccountingResource::do_allocate(std::size_t n, std::size_t align) {
   if (n > local_limit_ - bytes_) {
     throw Exception(Errc::memory_budget_exceeded,
-                    what_ + " would grow to " + human_bytes(bytes_ + n) + ", over its limit of " +
-                        human_bytes(local_limit_) +
+                    what_ + " would grow to " + format_bytes(bytes_ + n) + ", over its limit of " +
+                        format_bytes(local_limit_) +
                         "; raise the per-run state limit (limits.max_state_bytes) or move large "
                         "values to artifacts (limits.inline_limit)");
   }

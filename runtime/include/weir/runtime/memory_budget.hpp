@@ -48,6 +48,9 @@ inline constexpr std::size_t kUnlimited = std::numeric_limits<std::size_t>::max(
 
 const char* budget_category_name(BudgetCategory c) noexcept;
 
+// "512 B", "4.0 KiB", "1.5 MiB", "2.0 GiB", "unlimited" (kUnlimited): for messages.
+std::string format_bytes(std::size_t n);
+
 struct BudgetLimits {
   std::size_t total = kUnlimited;
   // Indexed by BudgetCategory; kUnlimited means "only the total applies".
