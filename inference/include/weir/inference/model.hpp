@@ -1,0 +1,84 @@
+// A LLaMA-family model loaded from GGUF: hyperparameters and weights (kept in the mapping).
+//
+// Architectures: `llama` (Llama 2/3, TinyLlama, SmolLM, Mistral) and `qwen2` (QKV bias, NeoX
+// RoPE). Every expected tensor is checked for presence, type and shape at load, with an error
+// naming the tensor. A missing output.weight means the classifier is tied to token_embd.
+//
+// Thread safety: a Model is immutable after load(); share it freely (std::shared_ptr).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "weir/inference/gguf.hpp"
+#include "weir/runtime/error.hpp"
+
+namespace weir::inference {
+
+enum class Arch { llama, qwen2 };
+
+struct Hyperparams {
+  Arch arch = Arch::llama;
+  std::string arch_name;
+  std::int32_t n_vocab = 0;
+  std::int32_t dim = 0;     // embedding length
+  std::int32_t hidden = 0;  // feed-forward length
+  std::int32_t n_layers = 0;
+  std::int32_t n_heads = 0;
+  std::int32_t n_kv_heads = 0;
+  std::int32_t head_dim = 0;
+  std::int32_t context_length = 0;
+  float rope_base = 10000.0f;
+  float rope_freq_scale = 1.0f;  // linear RoPE scaling: positions are multiplied by this
+  bool rope_neox = false;        // rotate (x[i], x[i + d/2]) instead of adjacent pairs
+  float rms_eps = 1e-5f;
+  bool tied_output = false;
+};
+
+// A weight matrix [rows = out, cols = in], row-major, as stored in the file.
+struct Weight {
+  GgmlType type = GgmlType::f32;
+  const std::byte* data = nullptr;
+  std::int64_t rows = 0, cols = 0;
+  std::size_t row_bytes() const;
+};
+
+struct LayerWeights {
+  std::vector<float> attn_norm, ffn_norm;  // [dim]
+  Weight wq, wk, wv, wo;                   // [n_heads*hd, dim], [kv_dim, dim] x2, [dim, n_heads*hd]
+  std::vector<float> bq, bk, bv;           // qwen2 only
+  Weight w_gate, w_up, w_down;             // [hidden, dim] x2, [dim, hidden]
+};
+
+class Model {
+ public:
+  // Errors: everything GgufFile::open reports; model_error for a missing or misshapen tensor or
+  // a missing hyperparameter; unsupported for an architecture or tensor type weir cannot run.
+  static Result<std::shared_ptr<const Model>> load(const std::filesystem::path& path);
+  static Result<std::shared_ptr<const Model>> from_gguf(std::unique_ptr<GgufFile> file);
+
+  const Hyperparams& hp() const { return hp_; }
+  const GgufFile& gguf() const { return *file_; }
+  const Weight& token_embd() const { return token_embd_; }  // [n_vocab, dim]
+  const Weight& output() const { return output_; }          // [n_vocab, dim]
+  const std::vector<float>& output_norm() const { return output_norm_; }
+  const std::vector<LayerWeights>& layers() const { return layers_; }
+  std::uint64_t weight_bytes() const { return weight_bytes_; }
+
+ private:
+  Model() = default;
+  std::unique_ptr<GgufFile> file_;
+  Hyperparams hp_;
+  Weight token_embd_, output_;
+  std::vector<float> output_norm_;
+  std::vector<LayerWeights> layers_;
+  std::uint64_t weight_bytes_ = 0;
+};
+
+// Row `r` of `w` as floats: out[w.cols].
+void dequantize_row(const Weight& w, std::int64_t r, float* out);
+
+}  // namespace weir::inference

@@ -1,0 +1,226 @@
+#include "weir/inference/model.hpp"
+
+#include <cmath>
+
+#include "quant.hpp"
+
+namespace weir::inference {
+
+std::size_t Weight::row_bytes() const {
+  auto blk = ggml_type_block(type);
+  return static_cast<std::size_t>(cols / static_cast<std::int64_t>(blk->first) *
+                                  static_cast<std::int64_t>(blk->second));
+}
+
+void dequantize_row(const Weight& w, std::int64_t r, float* out) {
+  const std::byte* row = w.data + static_cast<std::size_t>(r) * w.row_bytes();
+  switch (w.type) {
+    case GgmlType::f32:
+      std::memcpy(out, row, static_cast<std::size_t>(w.cols) * 4);
+      return;
+    case GgmlType::f16:
+      for (std::int64_t i = 0; i < w.cols; ++i) {
+        std::uint16_t h;
+        std::memcpy(&h, row + 2 * i, 2);
+        out[i] = fp16_to_fp32(h);
+      }
+      return;
+    case GgmlType::bf16:
+      for (std::int64_t i = 0; i < w.cols; ++i) {
+        std::uint16_t h;
+        std::memcpy(&h, row + 2 * i, 2);
+        out[i] = bf16_to_fp32(h);
+      }
+      return;
+    case GgmlType::q8_0: {
+      const auto* b = reinterpret_cast<const BlockQ8_0*>(row);
+      for (std::int64_t i = 0; i < w.cols / kQK8_0; ++i) {
+        const float d = fp16_to_fp32(b[i].d);
+        for (int j = 0; j < kQK8_0; ++j) out[i * kQK8_0 + j] = d * b[i].qs[j];
+      }
+      return;
+    }
+    default:
+      std::fill(out, out + w.cols, NAN);  // load() refuses other types
+  }
+}
+
+namespace {
+
+bool runnable(GgmlType t) {
+  return t == GgmlType::f32 || t == GgmlType::f16 || t == GgmlType::bf16 || t == GgmlType::q8_0;
+}
+
+class Loader {
+ public:
+  explicit Loader(const GgufFile& f) : f_(f) {}
+
+  Result<std::int64_t> need_int(const std::string& key) {
+    auto v = f_.get_int(key);
+    if (!v) return std::move(v).error();
+    if (!*v) return Error(Errc::model_error, f_.name() + ": missing hyperparameter '" + key + "'");
+    return **v;
+  }
+
+  Result<Weight> matrix(const std::string& name, std::int64_t rows, std::int64_t cols,
+                        bool optional = false) {
+    const TensorInfo* t = f_.tensor(name);
+    if (!t) {
+      if (optional) return Weight{};
+      return Error(Errc::model_error, f_.name() + ": tensor '" + name + "' is missing");
+    }
+    if (t->dims.size() != 2 || static_cast<std::int64_t>(t->dims[0]) != cols ||
+        static_cast<std::int64_t>(t->dims[1]) != rows) {
+      std::string got;
+      for (auto d : t->dims) got += (got.empty() ? "" : ", ") + std::to_string(d);
+      return Error(Errc::model_error, f_.name() + ": tensor '" + name + "' has shape [" + got +
+                                          "], expected [" + std::to_string(cols) + ", " +
+                                          std::to_string(rows) + "]");
+    }
+    if (!runnable(t->type)) {
+      return Error(Errc::unsupported, f_.name() + ": tensor '" + name + "' is " +
+                                          ggml_type_name(t->type) +
+                                          "; weir runs F32, F16, BF16 and Q8_0 weights");
+    }
+    bytes_ += t->n_bytes;
+    return Weight{t->type, t->data, rows, cols};
+  }
+
+  Result<std::vector<float>> vec(const std::string& name, std::int64_t n, bool optional = false) {
+    const TensorInfo* t = f_.tensor(name);
+    if (!t) {
+      if (optional) return std::vector<float>();
+      return Error(Errc::model_error, f_.name() + ": tensor '" + name + "' is missing");
+    }
+    if (static_cast<std::int64_t>(t->n_elements) != n || !runnable(t->type) ||
+        t->type == GgmlType::q8_0) {
+      return Error(Errc::model_error, f_.name() + ": tensor '" + name + "' should be " +
+                                          std::to_string(n) + " F32/F16/BF16 values, found " +
+                                          std::to_string(t->n_elements) + " of " +
+                                          ggml_type_name(t->type));
+    }
+    std::vector<float> out(static_cast<std::size_t>(n));
+    dequantize_row(Weight{t->type, t->data, 1, n}, 0, out.data());
+    bytes_ += t->n_bytes;
+    return out;
+  }
+
+  std::uint64_t bytes() const { return bytes_; }
+
+ private:
+  const GgufFile& f_;
+  std::uint64_t bytes_ = 0;
+};
+
+#define WEIR_TRY(var, expr)                        \
+  auto var##_r = (expr);                           \
+  if (!var##_r) return std::move(var##_r).error(); \
+  auto var = std::move(*var##_r)
+
+}  // namespace
+
+Result<std::shared_ptr<const Model>> Model::load(const std::filesystem::path& path) {
+  auto f = GgufFile::open(path);
+  if (!f) return std::move(f).error();
+  return from_gguf(std::move(*f));
+}
+
+Result<std::shared_ptr<const Model>> Model::from_gguf(std::unique_ptr<GgufFile> file) {
+  auto m = std::shared_ptr<Model>(new Model());
+  m->file_ = std::move(file);
+  const GgufFile& f = *m->file_;
+  Hyperparams& hp = m->hp_;
+  auto arch = f.get_string("general.architecture");
+  if (!arch) return std::move(arch).error();
+  if (!*arch) return Error(Errc::model_error, f.name() + ": missing 'general.architecture'");
+  hp.arch_name = **arch;
+  if (hp.arch_name == "llama") {
+    hp.arch = Arch::llama;
+  } else if (hp.arch_name == "qwen2") {
+    hp.arch = Arch::qwen2;
+    hp.rope_neox = true;
+  } else {
+    return Error(
+        Errc::unsupported,
+        f.name() + ": architecture '" + hp.arch_name +
+            "' is not supported; weir runs: llama (Llama 2/3, TinyLlama, SmolLM, Mistral), qwen2. "
+            "(`weir tokenize` and `weir inspect` still work on this file.)");
+  }
+  Loader L(f);
+  const std::string a = hp.arch_name + ".";
+  WEIR_TRY(dim, L.need_int(a + "embedding_length"));
+  WEIR_TRY(hidden, L.need_int(a + "feed_forward_length"));
+  WEIR_TRY(layers, L.need_int(a + "block_count"));
+  WEIR_TRY(heads, L.need_int(a + "attention.head_count"));
+  WEIR_TRY(ctx, L.need_int(a + "context_length"));
+  hp.dim = static_cast<std::int32_t>(dim);
+  hp.hidden = static_cast<std::int32_t>(hidden);
+  hp.n_layers = static_cast<std::int32_t>(layers);
+  hp.n_heads = static_cast<std::int32_t>(heads);
+  hp.context_length = static_cast<std::int32_t>(ctx);
+  auto kvh = f.get_int(a + "attention.head_count_kv");
+  hp.n_kv_heads = kvh && *kvh ? static_cast<std::int32_t>(**kvh) : hp.n_heads;
+  if (hp.n_heads <= 0 || hp.dim % hp.n_heads || hp.n_kv_heads <= 0 || hp.n_heads % hp.n_kv_heads) {
+    return Error(Errc::model_error, f.name() + ": inconsistent heads: dim " +
+                                        std::to_string(hp.dim) + ", " + std::to_string(hp.n_heads) +
+                                        " heads, " + std::to_string(hp.n_kv_heads) + " KV heads");
+  }
+  hp.head_dim = hp.dim / hp.n_heads;
+  if (auto rd = f.get_int(a + "rope.dimension_count"); rd && *rd && **rd != hp.head_dim) {
+    return Error(Errc::unsupported, f.name() + ": partial RoPE (rope.dimension_count " +
+                                        std::to_string(**rd) + " != head size " +
+                                        std::to_string(hp.head_dim) + ") is not supported");
+  }
+  if (auto b = f.get_float(a + "rope.freq_base"); b && *b) hp.rope_base = static_cast<float>(**b);
+  if (auto eps = f.get_float(a + "attention.layer_norm_rms_epsilon"); eps && *eps)
+    hp.rms_eps = static_cast<float>(**eps);
+  if (auto st = f.get_string(a + "rope.scaling.type"); st && *st && **st != "none") {
+    if (**st != "linear") {
+      return Error(Errc::unsupported, f.name() + ": RoPE scaling '" + **st +
+                                          "' is not supported (weir handles none and linear)");
+    }
+    if (auto fac = f.get_float(a + "rope.scaling.factor"); fac && *fac && **fac > 0)
+      hp.rope_freq_scale = static_cast<float>(1.0 / **fac);
+  }
+
+  const TensorInfo* embd = f.tensor("token_embd.weight");
+  if (!embd || embd->dims.size() != 2)
+    return Error(Errc::model_error, f.name() + ": tensor 'token_embd.weight' is missing");
+  hp.n_vocab = static_cast<std::int32_t>(embd->dims[1]);
+  WEIR_TRY(tok, L.matrix("token_embd.weight", hp.n_vocab, hp.dim));
+  m->token_embd_ = tok;
+  WEIR_TRY(onorm, L.vec("output_norm.weight", hp.dim));
+  m->output_norm_ = std::move(onorm);
+  WEIR_TRY(out, L.matrix("output.weight", hp.n_vocab, hp.dim, true));
+  hp.tied_output = out.data == nullptr;
+  m->output_ = hp.tied_output ? m->token_embd_ : out;
+
+  const std::int64_t q_dim = std::int64_t{hp.n_heads} * hp.head_dim,
+                     kv_dim = std::int64_t{hp.n_kv_heads} * hp.head_dim;
+  for (std::int32_t l = 0; l < hp.n_layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    LayerWeights lw;
+    WEIR_TRY(an, L.vec(p + "attn_norm.weight", hp.dim));
+    WEIR_TRY(fn, L.vec(p + "ffn_norm.weight", hp.dim));
+    WEIR_TRY(wq, L.matrix(p + "attn_q.weight", q_dim, hp.dim));
+    WEIR_TRY(wk, L.matrix(p + "attn_k.weight", kv_dim, hp.dim));
+    WEIR_TRY(wv, L.matrix(p + "attn_v.weight", kv_dim, hp.dim));
+    WEIR_TRY(wo, L.matrix(p + "attn_output.weight", hp.dim, q_dim));
+    WEIR_TRY(wg, L.matrix(p + "ffn_gate.weight", hp.hidden, hp.dim));
+    WEIR_TRY(wu, L.matrix(p + "ffn_up.weight", hp.hidden, hp.dim));
+    WEIR_TRY(wd, L.matrix(p + "ffn_down.weight", hp.dim, hp.hidden));
+    const bool bias = hp.arch == Arch::qwen2;
+    WEIR_TRY(bq, L.vec(p + "attn_q.bias", q_dim, !bias));
+    WEIR_TRY(bk, L.vec(p + "attn_k.bias", kv_dim, !bias));
+    WEIR_TRY(bv, L.vec(p + "attn_v.bias", kv_dim, !bias));
+    lw.attn_norm = std::move(an);
+    lw.ffn_norm = std::move(fn);
+    lw.wq = wq, lw.wk = wk, lw.wv = wv, lw.wo = wo, lw.w_gate = wg, lw.w_up = wu, lw.w_down = wd;
+    lw.bq = std::move(bq), lw.bk = std::move(bk), lw.bv = std::move(bv);
+    m->layers_.push_back(std::move(lw));
+  }
+  m->weight_bytes_ = L.bytes();
+  return std::shared_ptr<const Model>(std::move(m));
+}
+
+}  // namespace weir::inference
