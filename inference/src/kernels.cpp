@@ -1,0 +1,156 @@
+#include "kernels.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "quant.hpp"
+
+namespace weir::inference::kernels {
+
+namespace {
+
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+#define WEIR_CLONES __attribute__((target_clones("avx512f", "arch=haswell", "default")))
+#else
+#define WEIR_CLONES
+#endif
+
+typedef float v16 __attribute__((vector_size(64), aligned(4)));  // unaligned loads allowed
+
+// out[t * out_stride] = dot(w[0..cols), x[t * x_stride ..]) for t < n.
+WEIR_CLONES void dot_rows_f32(const float* w, const float* x, std::int64_t cols, std::int64_t n,
+                              std::int64_t x_stride, float* out, std::int64_t out_stride) {
+  for (std::int64_t t = 0; t < n; ++t) {
+    const float* xt = x + t * x_stride;
+    v16 acc0 = {}, acc1 = {};
+    std::int64_t i = 0;
+    for (; i + 32 <= cols; i += 32) {
+      acc0 += *reinterpret_cast<const v16*>(w + i) * *reinterpret_cast<const v16*>(xt + i);
+      acc1 +=
+          *reinterpret_cast<const v16*>(w + i + 16) * *reinterpret_cast<const v16*>(xt + i + 16);
+    }
+    for (; i + 16 <= cols; i += 16)
+      acc0 += *reinterpret_cast<const v16*>(w + i) * *reinterpret_cast<const v16*>(xt + i);
+    acc0 += acc1;
+    float s = 0;
+    for (int k = 0; k < 16; ++k) s += acc0[k];
+    for (; i < cols; ++i) s += w[i] * xt[i];
+    out[t * out_stride] = s;
+  }
+}
+
+// Q8_0 weights against Q8_0-quantised activations: blocks of 32, one int dot per block.
+WEIR_CLONES void dot_rows_q8(const BlockQ8_0* w, const std::int8_t* qx, const float* qs,
+                             std::int64_t blocks, std::int64_t n, float* out,
+                             std::int64_t out_stride) {
+  for (std::int64_t t = 0; t < n; ++t) {
+    const std::int8_t* xq = qx + t * blocks * kQK8_0;
+    const float* xs = qs + t * blocks;
+    float s = 0;
+    for (std::int64_t b = 0; b < blocks; ++b) {
+      std::int32_t acc = 0;
+      for (int j = 0; j < kQK8_0; ++j)
+        acc += std::int32_t(w[b].qs[j]) * std::int32_t(xq[b * kQK8_0 + j]);
+      s += fp16_to_fp32(w[b].d) * xs[b] * static_cast<float>(acc);
+    }
+    out[t * out_stride] = s;
+  }
+}
+
+// Activations to Q8_0 (per 32-block scale max|x|/127, round to nearest), as ggml does.
+void quantize_q8(const float* x, std::int64_t n, std::int64_t cols, std::vector<std::int8_t>& q,
+                 std::vector<float>& s) {
+  const std::int64_t blocks = cols / kQK8_0;
+  q.resize(static_cast<std::size_t>(n * cols));
+  s.resize(static_cast<std::size_t>(n * blocks));
+  for (std::int64_t t = 0; t < n; ++t) {
+    for (std::int64_t b = 0; b < blocks; ++b) {
+      const float* xb = x + t * cols + b * kQK8_0;
+      float amax = 0;
+      for (int j = 0; j < kQK8_0; ++j) amax = std::max(amax, std::fabs(xb[j]));
+      const float d = amax / 127.0f;
+      // ggml stores the scale as fp16: use the rounded value so results match its kernels.
+      const float dq = fp16_to_fp32(fp32_to_fp16(d));
+      const float inv = d ? 1.0f / d : 0.0f;
+      s[static_cast<std::size_t>(t * blocks + b)] = dq;
+      for (int j = 0; j < kQK8_0; ++j)
+        q[static_cast<std::size_t>(t * cols + b * kQK8_0 + j)] =
+            static_cast<std::int8_t>(std::lround(xb[j] * inv));
+    }
+  }
+}
+
+}  // namespace
+
+void matmul(const Weight& w, const float* x, std::int64_t n, float* y, ThreadPool& pool,
+            std::vector<std::int8_t>& qx, std::vector<float>& qscale) {
+  const std::int64_t rows = w.rows, cols = w.cols;
+  switch (w.type) {
+    case GgmlType::f32:
+      pool.parallel_for(rows, [&](int, std::int64_t b, std::int64_t e) {
+        for (std::int64_t r = b; r < e; ++r) {
+          dot_rows_f32(reinterpret_cast<const float*>(w.data) + r * cols, x, cols, n, cols, y + r,
+                       rows);
+        }
+      });
+      return;
+    case GgmlType::q8_0: {
+      quantize_q8(x, n, cols, qx, qscale);
+      const std::int64_t blocks = cols / kQK8_0;
+      pool.parallel_for(rows, [&](int, std::int64_t b, std::int64_t e) {
+        for (std::int64_t r = b; r < e; ++r) {
+          dot_rows_q8(reinterpret_cast<const BlockQ8_0*>(w.data) + r * blocks, qx.data(),
+                      qscale.data(), blocks, n, y + r, rows);
+        }
+      });
+      return;
+    }
+    default:  // F16 / BF16: dequantise each row once, then the F32 dot for every token
+      pool.parallel_for(rows, [&](int, std::int64_t b, std::int64_t e) {
+        thread_local std::vector<float> row;
+        row.resize(static_cast<std::size_t>(cols));
+        for (std::int64_t r = b; r < e; ++r) {
+          dequantize_row(w, r, row.data());
+          dot_rows_f32(row.data(), x, cols, n, cols, y + r, rows);
+        }
+      });
+  }
+}
+
+void rmsnorm(const float* x, const float* w, float* out, std::int64_t n, std::int64_t dim,
+             float eps) {
+  for (std::int64_t t = 0; t < n; ++t) {
+    const float* xt = x + t * dim;
+    float ss = 0;
+    for (std::int64_t i = 0; i < dim; ++i) ss += xt[i] * xt[i];
+    const float inv = 1.0f / std::sqrt(ss / static_cast<float>(dim) + eps);
+    for (std::int64_t i = 0; i < dim; ++i) out[t * dim + i] = w[i] * (xt[i] * inv);
+  }
+}
+
+void rope(float* x, const std::int32_t* positions, std::int64_t n, int n_heads, int head_dim,
+          float base, float freq_scale, bool neox) {
+  thread_local std::vector<float> inv_freq;
+  inv_freq.resize(static_cast<std::size_t>(head_dim / 2));
+  for (int j = 0; j < head_dim / 2; ++j) inv_freq[j] = std::pow(base, -2.0f * j / head_dim);
+  for (std::int64_t t = 0; t < n; ++t) {
+    for (int j = 0; j < head_dim / 2; ++j) {
+      const float theta = positions[t] * freq_scale * inv_freq[j];
+      const float c = std::cos(theta), s = std::sin(theta);
+      const int i0 = neox ? j : 2 * j, i1 = neox ? j + head_dim / 2 : 2 * j + 1;
+      for (int h = 0; h < n_heads; ++h) {
+        float* v = x + (t * n_heads + h) * head_dim;
+        const float a = v[i0], b = v[i1];
+        v[i0] = a * c - b * s;
+        v[i1] = a * s + b * c;
+      }
+    }
+  }
+}
+
+void swiglu(float* a, const float* b, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) a[i] = a[i] / (1.0f + std::exp(-a[i])) * b[i];
+}
+
+}  // namespace weir::inference::kernels

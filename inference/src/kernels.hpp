@@ -1,0 +1,30 @@
+// CPU kernels of the fast forward path. Hot loops are compiled once per ISA (AVX-512, AVX2+FMA,
+// baseline) and picked at load time by the CPU (GCC target_clones). Private to inference/.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "weir/inference/model.hpp"
+#include "weir/inference/thread_pool.hpp"
+
+namespace weir::inference::kernels {
+
+// y[t, r] = sum_i W[r, i] * x[t, i] for t < n.  x: [n, w.cols], y: [n, w.rows].
+// Rows of W are split across the pool; each weight row is read once for all n tokens.
+// `qx` is scratch for Q8_0 weights (the activations quantised per 32-block).
+void matmul(const Weight& w, const float* x, std::int64_t n, float* y, ThreadPool& pool,
+            std::vector<std::int8_t>& qx, std::vector<float>& qscale);
+
+// out[t] = w * x[t] / sqrt(mean(x[t]^2) + eps) for t < n; rows of `dim`.
+void rmsnorm(const float* x, const float* w, float* out, std::int64_t n, std::int64_t dim,
+             float eps);
+
+// In place: x[n, n_heads, head_dim] at positions[n].
+void rope(float* x, const std::int32_t* positions, std::int64_t n, int n_heads, int head_dim,
+          float base, float freq_scale, bool neox);
+
+// a[i] = silu(a[i]) * b[i]
+void swiglu(float* a, const float* b, std::int64_t n);
+
+}  // namespace weir::inference::kernels

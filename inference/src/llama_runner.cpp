@@ -1,0 +1,127 @@
+#include "weir/inference/llama_runner.hpp"
+
+#include <cmath>
+#include <cstring>
+
+#include "kernels.hpp"
+#include "weir/inference/paged_attention.hpp"
+#include "weir/inference/thread_pool.hpp"
+
+namespace weir::inference {
+
+namespace {
+
+class LlamaRunner final : public StepRunner {
+ public:
+  LlamaRunner(std::shared_ptr<const Model> model, int threads)
+      : m_(std::move(model)), pool_(threads) {
+    scratch_.resize(static_cast<std::size_t>(pool_.size()));
+  }
+
+  std::int32_t vocab_size() const override { return m_->hp().n_vocab; }
+  std::int32_t n_layers() const override { return m_->hp().n_layers; }
+  std::int32_t n_kv_heads() const override { return m_->hp().n_kv_heads; }
+  std::int32_t head_dim() const override { return m_->hp().head_dim; }
+  std::int32_t context_length() const override { return m_->hp().context_length; }
+
+  Status forward(const StepBatch& b, const KvLayout& L, std::span<float> pool,
+                 std::span<float> logits) override {
+    const Hyperparams& hp = m_->hp();
+    const std::int64_t n = static_cast<std::int64_t>(b.tokens.size());
+    const std::int64_t dim = hp.dim, q_dim = std::int64_t{hp.n_heads} * hp.head_dim,
+                       kv_dim = L.kv_dim();
+    auto fit = [](std::vector<float>& v, std::int64_t size) {
+      v.resize(static_cast<std::size_t>(size));
+    };
+    fit(x_, n * dim), fit(xb_, n * dim), fit(q_, n * q_dim), fit(k_, n * kv_dim),
+        fit(v_, n * kv_dim);
+    fit(att_, n * q_dim), fit(proj_, n * dim), fit(h1_, n * hp.hidden), fit(h2_, n * hp.hidden);
+
+    // Copy-on-write first: the shared partial blocks the scheduler split.
+    for (const auto& c : b.copies) {
+      for (std::int32_t l = 0; l < L.n_layers; ++l) {
+        for (int kv = 0; kv < 2; ++kv) {
+          std::memcpy(&pool[L.row_offset(l, kv, c.dst, 0)], &pool[L.row_offset(l, kv, c.src, 0)],
+                      static_cast<std::size_t>(L.tile_elems()) * sizeof(float));
+        }
+      }
+    }
+    for (std::int64_t t = 0; t < n; ++t) {  // x: [n, dim]
+      const std::int32_t tok = b.tokens[static_cast<std::size_t>(t)];
+      if (tok < 0 || tok >= hp.n_vocab)
+        return Error(Errc::model_error, "token id " + std::to_string(tok) + " is out of range");
+      dequantize_row(m_->token_embd(), tok, x_.data() + t * dim);
+    }
+    tables_.clear();
+    for (const auto& s : b.seqs) tables_.push_back(s.block_table);
+    AttentionBatch ab{b.positions, b.seq_index, tables_, hp.n_heads};
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hp.head_dim));
+
+    for (std::int32_t l = 0; l < hp.n_layers; ++l) {
+      const LayerWeights& w = m_->layers()[static_cast<std::size_t>(l)];
+      kernels::rmsnorm(x_.data(), w.attn_norm.data(), xb_.data(), n, dim, hp.rms_eps);
+      matmul(w.wq, xb_.data(), n, q_.data());
+      matmul(w.wk, xb_.data(), n, k_.data());
+      matmul(w.wv, xb_.data(), n, v_.data());
+      if (!w.bq.empty()) {
+        for (std::int64_t t = 0; t < n; ++t) {
+          for (std::int64_t i = 0; i < q_dim; ++i) q_[t * q_dim + i] += w.bq[i];
+          for (std::int64_t i = 0; i < kv_dim; ++i)
+            k_[t * kv_dim + i] += w.bk[i], v_[t * kv_dim + i] += w.bv[i];
+        }
+      }
+      kernels::rope(q_.data(), b.positions.data(), n, hp.n_heads, hp.head_dim, hp.rope_base,
+                    hp.rope_freq_scale, hp.rope_neox);
+      kernels::rope(k_.data(), b.positions.data(), n, hp.n_kv_heads, hp.head_dim, hp.rope_base,
+                    hp.rope_freq_scale, hp.rope_neox);
+      write_kv(pool, L, l, ab, k_.data(), v_.data());
+      pool_.parallel_for(n * hp.n_heads, [&](int th, std::int64_t begin, std::int64_t end) {
+        paged_attention(pool, L, l, ab, q_.data(), att_.data(), scale, begin, end,
+                        scratch_[static_cast<std::size_t>(th)]);
+      });
+      matmul(w.wo, att_.data(), n, proj_.data());
+      for (std::int64_t i = 0; i < n * dim; ++i) x_[i] += proj_[i];
+
+      kernels::rmsnorm(x_.data(), w.ffn_norm.data(), xb_.data(), n, dim, hp.rms_eps);
+      matmul(w.w_gate, xb_.data(), n, h1_.data());
+      matmul(w.w_up, xb_.data(), n, h2_.data());
+      kernels::swiglu(h1_.data(), h2_.data(), n * hp.hidden);
+      matmul(w.w_down, h1_.data(), n, proj_.data());
+      for (std::int64_t i = 0; i < n * dim; ++i) x_[i] += proj_[i];
+    }
+
+    // Logits only for the sampled rows: [n_logits, n_vocab].
+    const std::int64_t rows = static_cast<std::int64_t>(b.logit_rows.size());
+    if (rows == 0) return {};
+    fit(last_, rows * dim);
+    for (std::int64_t r = 0; r < rows; ++r) {
+      std::memcpy(last_.data() + r * dim,
+                  x_.data() + std::int64_t{b.logit_rows[static_cast<std::size_t>(r)]} * dim,
+                  static_cast<std::size_t>(dim) * sizeof(float));
+    }
+    kernels::rmsnorm(last_.data(), m_->output_norm().data(), last_.data(), rows, dim, hp.rms_eps);
+    matmul(m_->output(), last_.data(), rows, logits.data());
+    return {};
+  }
+
+ private:
+  void matmul(const Weight& w, const float* x, std::int64_t n, float* y) {
+    kernels::matmul(w, x, n, y, pool_, qx_, qs_);
+  }
+
+  std::shared_ptr<const Model> m_;
+  ThreadPool pool_;
+  std::vector<std::vector<float>> scratch_;  // per thread, attention scores
+  std::vector<std::span<const BlockId>> tables_;
+  std::vector<float> x_, xb_, q_, k_, v_, att_, proj_, h1_, h2_, last_;  // activations, reused
+  std::vector<std::int8_t> qx_;
+  std::vector<float> qs_;
+};
+
+}  // namespace
+
+std::unique_ptr<StepRunner> make_llama_runner(std::shared_ptr<const Model> model, int threads) {
+  return std::make_unique<LlamaRunner>(std::move(model), threads);
+}
+
+}  // namespace weir::inference
