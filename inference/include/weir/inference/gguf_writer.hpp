@@ -1,0 +1,56 @@
+// Writing GGUF v3 files, and deterministic random-weight LLaMA models of any shape (used by
+// tests, benchmarks and the demo, so they need no downloaded model).
+//
+// Thread safety: a GgufWriter is used by one thread.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "weir/inference/gguf.hpp"
+#include "weir/runtime/error.hpp"
+
+namespace weir::inference {
+
+class GgufWriter {
+ public:
+  void add_string(std::string key, std::string value);
+  void add_u32(std::string key, std::uint32_t value);
+  void add_f32(std::string key, float value);
+  void add_bool(std::string key, bool value);
+  void add_strings(std::string key, const std::vector<std::string>& values);
+  void add_f32s(std::string key, const std::vector<float>& values);
+  void add_i32s(std::string key, const std::vector<std::int32_t>& values);
+  // dims: ne0 first. data: the tensor's bytes in `type`'s layout.
+  void add_tensor(std::string name, std::vector<std::uint64_t> dims, GgmlType type, std::string data);
+  // Errors: io_error. Written to a temporary file, then renamed.
+  Status write(const std::filesystem::path& path) const;
+
+ private:
+  std::string kv_;
+  std::uint64_t n_kv_ = 0;
+  struct Tensor {
+    std::string name;
+    std::vector<std::uint64_t> dims;
+    GgmlType type;
+    std::string data;
+  };
+  std::vector<Tensor> tensors_;
+};
+
+struct RandomModelShape {
+  std::int32_t dim = 288, hidden = 768, n_layers = 6, n_heads = 6, n_kv_heads = 6;
+  std::int32_t n_vocab = 32000, context_length = 256;
+  static RandomModelShape tiny() { return {64, 192, 2, 4, 4, 512, 256}; }
+  static RandomModelShape stories15m() { return {}; }  // llama2.c's 15M shape
+};
+
+// A LLaMA model with weights drawn from a seeded generator (the same seed gives the same file)
+// and a SentencePiece-style vocabulary (control tokens, 256 byte tokens, filler pieces) so
+// that any text tokenises. Weight type: F32, F16 or Q8_0 (norms stay F32).
+Status write_random_llama(const std::filesystem::path& path, const RandomModelShape& shape, GgmlType type,
+                          std::uint64_t seed = 1);
+
+}  // namespace weir::inference
