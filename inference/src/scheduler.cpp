@@ -74,6 +74,7 @@ SchedulerOutput Scheduler::schedule() {
       }
     }
     if (self_preempted) break;  // it was the last runnable one
+    kv_.commit(id, s.tokens);
     out.chunks.push_back(
         {id, s.computed, n, s.computed + n == static_cast<std::int64_t>(s.tokens.size())});
     s.computed += n;
@@ -94,6 +95,7 @@ SchedulerOutput Scheduler::schedule() {
       kv_.free(id);  // not enough blocks yet: it waits at the head of the queue
       break;
     }
+    kv_.commit(id, s.tokens);
     waiting_.erase(waiting_.begin());
     if (s.cached_prompt < 0) s.cached_prompt = std::min(cached, s.prompt_len);
     s.computed = cached;
@@ -109,10 +111,8 @@ SchedulerOutput Scheduler::schedule() {
   return out;
 }
 
-void Scheduler::on_computed(const ScheduledChunk& chunk) {
-  auto it = seqs_.find(chunk.seq);
-  if (it == seqs_.end() || !it->second.running) return;
-  kv_.commit(chunk.seq, it->second.tokens);
+void Scheduler::on_computed(const ScheduledChunk&) {
+  // Blocks are registered for reuse when they are scheduled (see schedule()); nothing to do.
 }
 
 void Scheduler::append_token(SeqId id, std::int32_t token) {

@@ -152,5 +152,22 @@ TEST(Scheduler, SharedSystemPromptIsPrefilledOnce) {
   EXPECT_EQ(s.cached_prompt_tokens(7), 496);
 }
 
+// Sixteen requests with one system prompt, submitted together: the first computes the
+// prefix and the others, admitted in the same step, share its blocks at once.
+TEST(Scheduler, SimultaneousRequestsShareAPrefixInTheSameStep) {
+  KvCacheManager kv({.num_blocks = 512, .block_size = 16});
+  Scheduler s({.max_num_seqs = 32, .max_num_batched_tokens = 8192, .max_model_len = 1024}, kv);
+  auto sys = prompt(500);
+  for (int i = 0; i < 16; ++i) {
+    auto p = sys;
+    p.push_back(2000 + i);
+    ASSERT_TRUE(s.add(i, p));
+  }
+  auto o = s.schedule();
+  ASSERT_EQ(o.chunks.size(), 16u);
+  EXPECT_EQ(o.num_tokens, 501 + 15 * 5);
+  EXPECT_EQ(s.cached_prompt_tokens(9), 496);
+}
+
 }  // namespace
 }  // namespace weir::inference

@@ -10,6 +10,12 @@
 // waiting queue with all its tokens (prompt + generated so far), to be recomputed (often from
 // the prefix cache) when readmitted. Preemption never fails a request.
 //
+// Prefix sharing within a step: a block is registered in the prefix cache as soon as it is
+// scheduled, so a request admitted later in the same step reuses it. This is correct because
+// every forward pass (CPU and CUDA) writes the whole batch's K/V for a layer before any token
+// of that layer attends, and a scheduled chunk is always computed before its sequence can be
+// preempted or cancelled (both happen between steps).
+//
 // Thread safety: none; the engine thread owns it.
 #pragma once
 
@@ -68,7 +74,8 @@ class Scheduler {
 
   SchedulerOutput schedule();
 
-  // After the forward pass: the chunk's KV now exists (registers full blocks for reuse).
+  // After the forward pass. Kept for symmetry with schedule(); blocks are registered when
+  // scheduled, so it does nothing today.
   void on_computed(const ScheduledChunk& chunk);
   // A sampled token joins the sequence (it is fed in its next step). Ignored for a sequence
   // finished meanwhile (cancelled during the step).
