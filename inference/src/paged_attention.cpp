@@ -4,6 +4,8 @@
 #include <cassert>
 #include <cmath>
 
+#include "simd.hpp"
+
 namespace weir::inference {
 
 namespace {
@@ -40,7 +42,7 @@ void write_kv(std::span<float> pool, const KvLayout& L, std::int32_t layer,
   }
 }
 
-void paged_attention(std::span<const float> pool, const KvLayout& L, std::int32_t layer,
+WEIR_CLONES void paged_attention(std::span<const float> pool, const KvLayout& L, std::int32_t layer,
                      const AttentionBatch& batch, const float* q, float* out, float scale,
                      std::int64_t begin, std::int64_t end, std::vector<float>& scratch) {
   const std::int32_t hd = L.head_dim;

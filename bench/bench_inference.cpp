@@ -1,0 +1,50 @@
+// bench_inference: single-sequence prefill and decode speed of the CPU forward pass on the
+// 15M shape, F32 and Q8_0, 1 and 2 threads. Reproduce: build/bin/bench_inference --json
+#include <cstring>
+
+#include <boost/json.hpp>
+
+#include "bench_util.hpp"
+
+using namespace weir;
+using namespace weir::bench;
+
+int main(int argc, char** argv) {
+  const bool as_json = argc > 1 && std::strcmp(argv[1], "--json") == 0;
+  const auto dir = std::filesystem::temp_directory_path() / "weir-bench-models";
+  boost::json::object decode, prefill, weights;
+  std::mt19937 rng(5);
+  for (auto type : {inference::GgmlType::f32, inference::GgmlType::q8_0}) {
+    auto model = model_15m(type, dir);
+    const std::string tname = type == inference::GgmlType::f32 ? "f32" : "q8_0";
+    weights[tname] = model->weight_bytes();
+    for (int threads : {1, 2}) {
+      auto engine = *inference::Engine::create(inference::make_llama_runner(model, threads),
+                                               {.max_num_seqs = 1, .max_num_batched_tokens = 256, .block_size = 16,
+                                                .kv_cache_bytes = 64u << 20});
+      double best_prefill = 0, best_decode = 0;
+      for (int rep = 0; rep < 3; ++rep) {
+        inference::GenerateRequest p;
+        p.prompt = random_prompt(rng, 128, model->hp().n_vocab);
+        p.max_new_tokens = 1;
+        auto t0 = Clock::now();
+        auto r = submit(*engine, p).get();
+        best_prefill = std::max(best_prefill, 128 / seconds_since(t0));
+        inference::GenerateRequest d;
+        d.prompt = random_prompt(rng, 8, model->hp().n_vocab);
+        d.max_new_tokens = 200;
+        auto res = submit(*engine, d).get();
+        const double decode_s = (res->timings.total_ms - res->timings.first_token_ms) / 1000.0;
+        best_decode = std::max(best_decode, (res->tokens.size() - 1) / decode_s);
+      }
+      const std::string key = tname + "_" + std::to_string(threads) + "t";
+      prefill[key] = best_prefill;
+      decode[key] = best_decode;
+      std::fprintf(stderr, "%-8s prefill %8.1f tok/s   decode %8.1f tok/s\n", key.c_str(), best_prefill, best_decode);
+    }
+  }
+  boost::json::object out{{"decode_tok_s", decode}, {"prefill_tok_s", prefill}, {"weights_bytes", weights},
+                          {"peak_rss_mb", peak_rss_mb()}};
+  (void)as_json;
+  std::printf("%s\n", boost::json::serialize(out).c_str());
+}
