@@ -20,10 +20,12 @@ int main(int argc, char** argv) {
     weights[tname] = model->weight_bytes();
     for (int threads : {1, 2}) {
       auto engine = *inference::Engine::create(inference::make_llama_runner(model, threads),
-                                               {.max_num_seqs = 1, .max_num_batched_tokens = 256, .block_size = 16,
+                                               {.max_num_seqs = 1,
+                                                .max_num_batched_tokens = 256,
+                                                .block_size = 16,
                                                 .kv_cache_bytes = 64u << 20});
       double best_prefill = 0, best_decode = 0;
-      for (int rep = 0; rep < 3; ++rep) {
+      for (int rep = 0; rep < 5; ++rep) {
         inference::GenerateRequest p;
         p.prompt = random_prompt(rng, 128, model->hp().n_vocab);
         p.max_new_tokens = 1;
@@ -40,10 +42,13 @@ int main(int argc, char** argv) {
       const std::string key = tname + "_" + std::to_string(threads) + "t";
       prefill[key] = best_prefill;
       decode[key] = best_decode;
-      std::fprintf(stderr, "%-8s prefill %8.1f tok/s   decode %8.1f tok/s\n", key.c_str(), best_prefill, best_decode);
+      std::fprintf(stderr, "%-8s prefill %8.1f tok/s   decode %8.1f tok/s\n", key.c_str(),
+                   best_prefill, best_decode);
     }
   }
-  boost::json::object out{{"decode_tok_s", decode}, {"prefill_tok_s", prefill}, {"weights_bytes", weights},
+  boost::json::object out{{"decode_tok_s", decode},
+                          {"prefill_tok_s", prefill},
+                          {"weights_bytes", weights},
                           {"peak_rss_mb", peak_rss_mb()}};
   (void)as_json;
   std::printf("%s\n", boost::json::serialize(out).c_str());

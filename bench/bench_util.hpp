@@ -21,7 +21,9 @@ namespace weir::bench {
 
 using Clock = std::chrono::steady_clock;
 
-inline double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+inline double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 
 inline double peak_rss_mb() {
   rusage ru{};
@@ -31,12 +33,14 @@ inline double peak_rss_mb() {
 
 // The 15M shape (llama2.c's stories15M: dim 288, hidden 768, 6 layers, 6 heads, vocab 32000)
 // written once per type into a temporary folder.
-inline std::shared_ptr<const inference::Model> model_15m(inference::GgmlType type, const std::filesystem::path& dir) {
+inline std::shared_ptr<const inference::Model> model_15m(inference::GgmlType type,
+                                                         const std::filesystem::path& dir) {
   std::filesystem::create_directories(dir);
   auto path = dir / (std::string("weir-15m-") + inference::ggml_type_name(type) + ".gguf");
   if (!std::filesystem::exists(path)) {
     std::fprintf(stderr, "generating %s ...\n", path.c_str());
-    auto st = inference::write_random_llama(path, inference::RandomModelShape::stories15m(), type, 42);
+    auto st =
+        inference::write_random_llama(path, inference::RandomModelShape::stories15m(), type, 42);
     if (!st) {
       std::fprintf(stderr, "%s\n", st.error().message.c_str());
       std::exit(1);
@@ -53,15 +57,18 @@ inline std::shared_ptr<const inference::Model> model_15m(inference::GgmlType typ
 // Random token ids outside the control and byte tokens.
 inline std::vector<std::int32_t> random_prompt(std::mt19937& rng, int n, std::int32_t vocab) {
   std::vector<std::int32_t> p(static_cast<std::size_t>(n));
-  for (auto& t : p) t = 259 + static_cast<std::int32_t>(rng() % static_cast<std::uint32_t>(vocab - 259));
+  for (auto& t : p)
+    t = 259 + static_cast<std::int32_t>(rng() % static_cast<std::uint32_t>(vocab - 259));
   p[0] = 1;  // BOS
   return p;
 }
 
-inline std::future<Result<inference::GenerateResult>> submit(inference::Engine& e, inference::GenerateRequest rq) {
+inline std::future<Result<inference::GenerateResult>> submit(inference::Engine& e,
+                                                             inference::GenerateRequest rq) {
   auto p = std::make_shared<std::promise<Result<inference::GenerateResult>>>();
   auto f = p->get_future();
-  e.submit(std::move(rq), {{}, [p](Result<inference::GenerateResult> r) { p->set_value(std::move(r)); }});
+  e.submit(std::move(rq),
+           {{}, [p](Result<inference::GenerateResult> r) { p->set_value(std::move(r)); }});
   return f;
 }
 

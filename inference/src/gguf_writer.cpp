@@ -33,21 +33,25 @@ void GgufWriter::add_bool(std::string key, bool value) {
   put_str(kv_, key), put<std::uint32_t>(kv_, 7), put<std::uint8_t>(kv_, value ? 1 : 0), ++n_kv_;
 }
 void GgufWriter::add_strings(std::string key, const std::vector<std::string>& values) {
-  put_str(kv_, key), put<std::uint32_t>(kv_, 9), put<std::uint32_t>(kv_, 8), put<std::uint64_t>(kv_, values.size());
+  put_str(kv_, key), put<std::uint32_t>(kv_, 9), put<std::uint32_t>(kv_, 8),
+      put<std::uint64_t>(kv_, values.size());
   for (const auto& v : values) put_str(kv_, v);
   ++n_kv_;
 }
 void GgufWriter::add_f32s(std::string key, const std::vector<float>& values) {
-  put_str(kv_, key), put<std::uint32_t>(kv_, 9), put<std::uint32_t>(kv_, 6), put<std::uint64_t>(kv_, values.size());
+  put_str(kv_, key), put<std::uint32_t>(kv_, 9), put<std::uint32_t>(kv_, 6),
+      put<std::uint64_t>(kv_, values.size());
   for (float v : values) put(kv_, v);
   ++n_kv_;
 }
 void GgufWriter::add_i32s(std::string key, const std::vector<std::int32_t>& values) {
-  put_str(kv_, key), put<std::uint32_t>(kv_, 9), put<std::uint32_t>(kv_, 5), put<std::uint64_t>(kv_, values.size());
+  put_str(kv_, key), put<std::uint32_t>(kv_, 9), put<std::uint32_t>(kv_, 5),
+      put<std::uint64_t>(kv_, values.size());
   for (auto v : values) put(kv_, v);
   ++n_kv_;
 }
-void GgufWriter::add_tensor(std::string name, std::vector<std::uint64_t> dims, GgmlType type, std::string data) {
+void GgufWriter::add_tensor(std::string name, std::vector<std::uint64_t> dims, GgmlType type,
+                            std::string data) {
   tensors_.push_back({std::move(name), std::move(dims), type, std::move(data)});
 }
 
@@ -81,7 +85,9 @@ Status GgufWriter::write(const std::filesystem::path& path) const {
   if (!out) return Error(Errc::io_error, "cannot write " + tmp.string());
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
-  if (ec) return Error(Errc::io_error, "cannot rename " + tmp.string() + " to " + path.string() + ": " + ec.message());
+  if (ec)
+    return Error(Errc::io_error,
+                 "cannot rename " + tmp.string() + " to " + path.string() + ": " + ec.message());
   return {};
 }
 
@@ -100,7 +106,8 @@ std::string encode(const std::vector<float>& v, GgmlType type) {
         for (int j = 0; j < kQK8_0; ++j) amax = std::max(amax, std::fabs(v[b * kQK8_0 + j]));
         const float d = amax / 127.0f, id = d ? 1.0f / d : 0.0f;
         blk.d = fp32_to_fp16(d);
-        for (int j = 0; j < kQK8_0; ++j) blk.qs[j] = static_cast<std::int8_t>(std::lround(v[b * kQK8_0 + j] * id));
+        for (int j = 0; j < kQK8_0; ++j)
+          blk.qs[j] = static_cast<std::int8_t>(std::lround(v[b * kQK8_0 + j] * id));
         s.append(reinterpret_cast<const char*>(&blk), sizeof blk);
       }
       break;
@@ -112,18 +119,23 @@ std::string encode(const std::vector<float>& v, GgmlType type) {
 
 }  // namespace
 
-Status write_random_llama(const std::filesystem::path& path, const RandomModelShape& sh, GgmlType type,
-                          std::uint64_t seed) {
+Status write_random_llama(const std::filesystem::path& path, const RandomModelShape& sh,
+                          GgmlType type, std::uint64_t seed) {
   if (type != GgmlType::f32 && type != GgmlType::f16 && type != GgmlType::q8_0) {
     return Error(Errc::invalid_argument, "random models are written as F32, F16 or Q8_0");
   }
-  if (sh.dim % sh.n_heads || sh.n_heads % sh.n_kv_heads || (type == GgmlType::q8_0 && (sh.dim % 32 || sh.hidden % 32))) {
-    return Error(Errc::invalid_argument, "inconsistent model shape (dim divisible by heads, heads by KV heads, Q8_0 rows by 32)");
+  if (sh.dim % sh.n_heads || sh.n_heads % sh.n_kv_heads ||
+      (type == GgmlType::q8_0 && (sh.dim % 32 || sh.hidden % 32))) {
+    return Error(
+        Errc::invalid_argument,
+        "inconsistent model shape (dim divisible by heads, heads by KV heads, Q8_0 rows by 32)");
   }
-  if (sh.n_vocab < 259 + 16) return Error(Errc::invalid_argument, "n_vocab must be at least 275 (control and byte tokens)");
+  if (sh.n_vocab < 259 + 16)
+    return Error(Errc::invalid_argument, "n_vocab must be at least 275 (control and byte tokens)");
   GgufWriter w;
   w.add_string("general.architecture", "llama");
-  w.add_string("general.name", "weir-random-" + std::to_string(sh.dim) + "x" + std::to_string(sh.n_layers));
+  w.add_string("general.name",
+               "weir-random-" + std::to_string(sh.dim) + "x" + std::to_string(sh.n_layers));
   w.add_u32("general.file_type", type == GgmlType::f32 ? 0 : type == GgmlType::f16 ? 1 : 7);
   w.add_u32("llama.context_length", static_cast<std::uint32_t>(sh.context_length));
   w.add_u32("llama.embedding_length", static_cast<std::uint32_t>(sh.dim));
@@ -148,7 +160,8 @@ Status write_random_llama(const std::filesystem::path& path, const RandomModelSh
   const std::string letters = "etaoinshrdlucmfwypvbgkjqxz";
   for (std::uint64_t i = 0; static_cast<std::int32_t>(tokens.size()) < sh.n_vocab; ++i) {
     std::string piece = "\xe2\x96\x81";  // ▁
-    for (std::uint64_t k = i + 1; k > 0; k /= letters.size() + 1) piece += letters[(k - 1) % letters.size()];
+    for (std::uint64_t k = i + 1; k > 0; k /= letters.size() + 1)
+      piece += letters[(k - 1) % letters.size()];
     tokens.push_back(piece), scores.push_back(-static_cast<float>(i)), types.push_back(1);
   }
   w.add_string("tokenizer.ggml.model", "llama");
@@ -170,20 +183,26 @@ Status write_random_llama(const std::filesystem::path& path, const RandomModelSh
   };
   const std::int64_t hd = sh.dim / sh.n_heads, kv = std::int64_t{sh.n_kv_heads} * hd;
   auto u = [](std::int64_t v) { return static_cast<std::uint64_t>(v); };
-  w.add_tensor("token_embd.weight", {u(sh.dim), u(sh.n_vocab)}, type, encode(matrix(sh.n_vocab, sh.dim), type));
+  w.add_tensor("token_embd.weight", {u(sh.dim), u(sh.n_vocab)}, type,
+               encode(matrix(sh.n_vocab, sh.dim), type));
   std::vector<float> ones(static_cast<std::size_t>(sh.dim), 1.0f);
   w.add_tensor("output_norm.weight", {u(sh.dim)}, GgmlType::f32, encode(ones, GgmlType::f32));
   for (int l = 0; l < sh.n_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     w.add_tensor(p + "attn_norm.weight", {u(sh.dim)}, GgmlType::f32, encode(ones, GgmlType::f32));
     w.add_tensor(p + "ffn_norm.weight", {u(sh.dim)}, GgmlType::f32, encode(ones, GgmlType::f32));
-    w.add_tensor(p + "attn_q.weight", {u(sh.dim), u(sh.dim)}, type, encode(matrix(sh.dim, sh.dim), type));
+    w.add_tensor(p + "attn_q.weight", {u(sh.dim), u(sh.dim)}, type,
+                 encode(matrix(sh.dim, sh.dim), type));
     w.add_tensor(p + "attn_k.weight", {u(sh.dim), u(kv)}, type, encode(matrix(kv, sh.dim), type));
     w.add_tensor(p + "attn_v.weight", {u(sh.dim), u(kv)}, type, encode(matrix(kv, sh.dim), type));
-    w.add_tensor(p + "attn_output.weight", {u(sh.dim), u(sh.dim)}, type, encode(matrix(sh.dim, sh.dim), type));
-    w.add_tensor(p + "ffn_gate.weight", {u(sh.dim), u(sh.hidden)}, type, encode(matrix(sh.hidden, sh.dim), type));
-    w.add_tensor(p + "ffn_up.weight", {u(sh.dim), u(sh.hidden)}, type, encode(matrix(sh.hidden, sh.dim), type));
-    w.add_tensor(p + "ffn_down.weight", {u(sh.hidden), u(sh.dim)}, type, encode(matrix(sh.dim, sh.hidden), type));
+    w.add_tensor(p + "attn_output.weight", {u(sh.dim), u(sh.dim)}, type,
+                 encode(matrix(sh.dim, sh.dim), type));
+    w.add_tensor(p + "ffn_gate.weight", {u(sh.dim), u(sh.hidden)}, type,
+                 encode(matrix(sh.hidden, sh.dim), type));
+    w.add_tensor(p + "ffn_up.weight", {u(sh.dim), u(sh.hidden)}, type,
+                 encode(matrix(sh.hidden, sh.dim), type));
+    w.add_tensor(p + "ffn_down.weight", {u(sh.hidden), u(sh.dim)}, type,
+                 encode(matrix(sh.dim, sh.hidden), type));
   }
   return w.write(path);
 }

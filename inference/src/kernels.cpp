@@ -17,7 +17,8 @@ typedef float v16 __attribute__((vector_size(64), aligned(4)));  // unaligned lo
 // are read once per step and are too big to stay cached, so they are prefetched with the
 // non-temporal hint and leave the cache to the other weights.
 WEIR_CLONES void dot_rows_f32(const float* w, const float* x, std::int64_t cols, std::int64_t n,
-                              std::int64_t x_stride, float* out, std::int64_t out_stride, bool stream) {
+                              std::int64_t x_stride, float* out, std::int64_t out_stride,
+                              bool stream) {
   if (stream) {
     for (std::int64_t i = 0; i < cols; i += 16) __builtin_prefetch(w + cols * 4 + i, 0, 0);
   }

@@ -43,8 +43,9 @@ void write_kv(std::span<float> pool, const KvLayout& L, std::int32_t layer,
 }
 
 WEIR_CLONES void paged_attention(std::span<const float> pool, const KvLayout& L, std::int32_t layer,
-                     const AttentionBatch& batch, const float* q, float* out, float scale,
-                     std::int64_t begin, std::int64_t end, std::vector<float>& scratch) {
+                                 const AttentionBatch& batch, const float* q, float* out,
+                                 float scale, std::int64_t begin, std::int64_t end,
+                                 std::vector<float>& scratch) {
   const std::int32_t hd = L.head_dim;
   const std::int32_t n_heads = batch.n_heads;
   const std::int32_t group = n_heads / L.n_kv_heads;
@@ -65,23 +66,27 @@ WEIR_CLONES void paged_attention(std::span<const float> pool, const KvLayout& L,
       scratch.resize(static_cast<std::size_t>(pos) + 1);
     float* scores = scratch.data();
 
-    // Scores, block by block through the table: [pos + 1]
+    // Scores, block by block through the table (no division per position): [pos + 1]
+    const std::int32_t bs = L.block_size;
     float max_score = -INFINITY;
-    for (std::int32_t p = 0; p <= pos; ++p) {
-      const BlockId b = table[static_cast<std::size_t>(p / L.block_size)];
-      const float* krow = k_plane + b * L.tile_elems() + (p % L.block_size) * kv_dim + kvh * hd;
-      scores[p] = dot(qh, krow, hd) * scale;
-      max_score = std::max(max_score, scores[p]);
+    for (std::int32_t start = 0, bi = 0; start <= pos; start += bs, ++bi) {
+      const float* krow = k_plane + table[static_cast<std::size_t>(bi)] * L.tile_elems() + kvh * hd;
+      const std::int32_t end_p = std::min(pos + 1, start + bs);
+      for (std::int32_t p = start; p < end_p; ++p, krow += kv_dim) {
+        scores[p] = dot(qh, krow, hd) * scale;
+        max_score = std::max(max_score, scores[p]);
+      }
     }
     float sum = 0.0f;
     for (std::int32_t p = 0; p <= pos; ++p) sum += scores[p] = std::exp(scores[p] - max_score);
     const float inv = 1.0f / sum;
 
     std::fill_n(oh, hd, 0.0f);
-    for (std::int32_t p = 0; p <= pos; ++p) {
-      const BlockId b = table[static_cast<std::size_t>(p / L.block_size)];
-      const float* vrow = v_plane + b * L.tile_elems() + (p % L.block_size) * kv_dim + kvh * hd;
-      axpy(scores[p] * inv, vrow, oh, hd);
+    for (std::int32_t start = 0, bi = 0; start <= pos; start += bs, ++bi) {
+      const float* vrow = v_plane + table[static_cast<std::size_t>(bi)] * L.tile_elems() + kvh * hd;
+      const std::int32_t end_p = std::min(pos + 1, start + bs);
+      for (std::int32_t p = start; p < end_p; ++p, vrow += kv_dim)
+        axpy(scores[p] * inv, vrow, oh, hd);
     }
   }
 }
