@@ -12,6 +12,16 @@ namespace weir::inference::kernels {
 namespace {
 
 typedef float v16 __attribute__((vector_size(64), aligned(4)));  // unaligned loads allowed
+typedef float v8 __attribute__((vector_size(32)));
+typedef float v4 __attribute__((vector_size(16)));
+
+// Sum of 16 lanes by halving (three vector adds and a short tail), not 15 dependent adds.
+inline float reduce(v16 a) {
+  v8 b = __builtin_shufflevector(a, a, 0, 1, 2, 3, 4, 5, 6, 7) +
+         __builtin_shufflevector(a, a, 8, 9, 10, 11, 12, 13, 14, 15);
+  v4 c = __builtin_shufflevector(b, b, 0, 1, 2, 3) + __builtin_shufflevector(b, b, 4, 5, 6, 7);
+  return (c[0] + c[2]) + (c[1] + c[3]);
+}
 
 // out[t * out_stride] = dot(w[0..cols), x[t * x_stride ..]) for t < n. `stream`: the weights
 // are read once per step and are too big to stay cached, so they are prefetched with the
@@ -33,19 +43,87 @@ WEIR_CLONES void dot_rows_f32(const float* w, const float* x, std::int64_t cols,
     }
     for (; i + 16 <= cols; i += 16)
       acc0 += *reinterpret_cast<const v16*>(w + i) * *reinterpret_cast<const v16*>(xt + i);
-    acc0 += acc1;
-    float s = 0;
-    for (int k = 0; k < 16; ++k) s += acc0[k];
+    float s = reduce(acc0 + acc1);
     for (; i < cols; ++i) s += w[i] * xt[i];
     out[t * out_stride] = s;
   }
 }
 
-// Q8_0 weights against Q8_0-quantised activations: blocks of 32, one int dot per block.
+// A 4-row x T-token tile: 4*T independent accumulator chains (the FMA unit stays busy instead
+// of waiting on one chain's latency), each weight vector loaded once for T tokens.
+// out[t * out_stride + r] for r < 4, t < T.
+template <int T>
+WEIR_CLONES void tile_f32(const float* w, std::int64_t cols, const float* x, std::int64_t x_stride,
+                          float* out, std::int64_t out_stride) {
+  v16 acc[4][T] = {};
+  std::int64_t i = 0;
+  for (; i + 16 <= cols; i += 16) {
+    v16 xv[T];
+    for (int t = 0; t < T; ++t) xv[t] = *reinterpret_cast<const v16*>(x + t * x_stride + i);
+    for (int r = 0; r < 4; ++r) {
+      const v16 wv = *reinterpret_cast<const v16*>(w + r * cols + i);
+      for (int t = 0; t < T; ++t) acc[r][t] += wv * xv[t];
+    }
+  }
+  for (int r = 0; r < 4; ++r) {
+    for (int t = 0; t < T; ++t) {
+      float s = reduce(acc[r][t]);
+      for (std::int64_t j = i; j < cols; ++j) s += w[r * cols + j] * x[t * x_stride + j];
+      out[t * out_stride + r] = s;
+    }
+  }
+}
+
+// y[t, r0..r1) for every t < n, rows in tiles of 4 and tokens in tiles of 4.
+void gemm_f32_rows(const float* w, std::int64_t r0, std::int64_t r1, std::int64_t cols,
+                   const float* x, std::int64_t n, float* y, std::int64_t rows) {
+  std::int64_t r = r0;
+  for (; r + 4 <= r1; r += 4) {
+    std::int64_t t = 0;
+    for (; t + 4 <= n; t += 4)
+      tile_f32<4>(w + r * cols, cols, x + t * cols, cols, y + t * rows + r, rows);
+    switch (n - t) {
+      case 3:
+        tile_f32<3>(w + r * cols, cols, x + t * cols, cols, y + t * rows + r, rows);
+        break;
+      case 2:
+        tile_f32<2>(w + r * cols, cols, x + t * cols, cols, y + t * rows + r, rows);
+        break;
+      case 1:
+        tile_f32<1>(w + r * cols, cols, x + t * cols, cols, y + t * rows + r, rows);
+        break;
+      default:
+        break;
+    }
+  }
+  for (; r < r1; ++r) dot_rows_f32(w + r * cols, x, cols, n, cols, y + r, rows, false);
+}
+
+// Q8_0 weights against Q8_0-quantised activations: blocks of 32, one int dot per block. The
+// row's scales are decoded once for all tokens; tokens go four at a time so each weight block
+// is loaded once per four dots.
 WEIR_CLONES void dot_rows_q8(const BlockQ8_0* w, const std::int8_t* qx, const float* qs,
                              std::int64_t blocks, std::int64_t n, float* out,
                              std::int64_t out_stride) {
-  for (std::int64_t t = 0; t < n; ++t) {
+  float wd[512];  // row scales; rows longer than 16384 take the per-block path below
+  const bool cached = blocks <= 512;
+  if (cached) {
+    for (std::int64_t b = 0; b < blocks; ++b) wd[b] = fp16_to_fp32(w[b].d);
+  }
+  std::int64_t t = 0;
+  for (; cached && t + 4 <= n; t += 4) {
+    float s[4] = {};
+    for (std::int64_t b = 0; b < blocks; ++b) {
+      for (int k = 0; k < 4; ++k) {
+        const std::int8_t* xq = qx + ((t + k) * blocks + b) * kQK8_0;
+        std::int32_t acc = 0;
+        for (int j = 0; j < kQK8_0; ++j) acc += std::int32_t(w[b].qs[j]) * std::int32_t(xq[j]);
+        s[k] += wd[b] * qs[(t + k) * blocks + b] * static_cast<float>(acc);
+      }
+    }
+    for (int k = 0; k < 4; ++k) out[(t + k) * out_stride] = s[k];
+  }
+  for (; t < n; ++t) {
     const std::int8_t* xq = qx + t * blocks * kQK8_0;
     const float* xs = qs + t * blocks;
     float s = 0;
@@ -53,10 +131,15 @@ WEIR_CLONES void dot_rows_q8(const BlockQ8_0* w, const std::int8_t* qx, const fl
       std::int32_t acc = 0;
       for (int j = 0; j < kQK8_0; ++j)
         acc += std::int32_t(w[b].qs[j]) * std::int32_t(xq[b * kQK8_0 + j]);
-      s += fp16_to_fp32(w[b].d) * xs[b] * static_cast<float>(acc);
+      s += (cached ? wd[b] : fp16_to_fp32(w[b].d)) * xs[b] * static_cast<float>(acc);
     }
     out[t * out_stride] = s;
   }
+}
+
+// roundf without the library call (half away from zero, as ggml's reference quantiser).
+inline int round_half_away(float v) {
+  return static_cast<int>(v + (v >= 0.0f ? 0.5f : -0.5f));
 }
 
 // Activations to Q8_0 (per 32-block scale max|x|/127, round to nearest), as ggml does.
@@ -77,7 +160,7 @@ void quantize_q8(const float* x, std::int64_t n, std::int64_t cols, std::vector<
       s[static_cast<std::size_t>(t * blocks + b)] = dq;
       for (int j = 0; j < kQK8_0; ++j)
         q[static_cast<std::size_t>(t * cols + b * kQK8_0 + j)] =
-            static_cast<std::int8_t>(std::lround(xb[j] * inv));
+            static_cast<std::int8_t>(round_half_away(xb[j] * inv));
     }
   }
 }
@@ -89,14 +172,10 @@ void matmul(const Weight& w, const float* x, std::int64_t n, float* y, ThreadPoo
   const std::int64_t rows = w.rows, cols = w.cols;
   switch (w.type) {
     case GgmlType::f32: {
-      // Non-temporal prefetching of the classifier (to keep layer weights in L3) measured
-      // slower on the development machine (AMD EPYC, 32 MiB L3): left off.
-      const bool stream = false;
-      pool.parallel_for(rows, [&](int, std::int64_t b, std::int64_t e) {
-        for (std::int64_t r = b; r < e; ++r) {
-          dot_rows_f32(reinterpret_cast<const float*>(w.data) + r * cols, x, cols, n, cols, y + r,
-                       rows, stream);
-        }
+      const auto* wf = reinterpret_cast<const float*>(w.data);
+      // Split rows across threads in multiples of 4, so tiles stay whole.
+      pool.parallel_for((rows + 3) / 4, [&](int, std::int64_t b, std::int64_t e) {
+        gemm_f32_rows(wf, b * 4, std::min(rows, e * 4), cols, x, n, y, rows);
       });
       return;
     }

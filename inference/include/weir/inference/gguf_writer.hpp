@@ -42,7 +42,7 @@ class GgufWriter {
 
 struct RandomModelShape {
   std::int32_t dim = 288, hidden = 768, n_layers = 6, n_heads = 6, n_kv_heads = 6;
-  std::int32_t n_vocab = 32000, context_length = 256;
+  std::int32_t n_vocab = 32000, context_length = 1024;
   static RandomModelShape tiny() { return {64, 192, 2, 4, 4, 512, 256}; }
   static RandomModelShape stories15m() { return {}; }  // llama2.c's 15M shape
 };
