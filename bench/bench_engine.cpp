@@ -7,6 +7,10 @@
 #include <boost/json.hpp>
 
 #include "bench_util.hpp"
+#include "weir/inference/runner.hpp"
+#if WEIR_BENCH_CUDA
+#include "weir/inference/cuda/cuda_ops.hpp"
+#endif
 
 using namespace weir;
 using namespace weir::bench;
@@ -17,16 +21,21 @@ namespace {
 
 constexpr int kPrompt = 32, kNew = 32;
 const int kThreads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+inference::Device g_device = inference::Device::cpu;
 
 std::unique_ptr<Engine> make(std::shared_ptr<const inference::Model> m, std::size_t kv_bytes,
                              std::int64_t max_model_len, int max_num_seqs = 64) {
-  auto e = Engine::create(inference::make_llama_runner(std::move(m), kThreads),
-                          {.max_num_seqs = max_num_seqs,
-                           .max_num_batched_tokens = 2048,
-                           .max_model_len = max_model_len,
-                           .block_size = 16,
-                           .kv_cache_bytes = kv_bytes,
-                           .max_waiting = 100000});
+  auto runner = inference::make_runner(std::move(m), g_device, kThreads);
+  if (!runner) {
+    std::fprintf(stderr, "%s\n", runner.error().message.c_str());
+    std::exit(1);
+  }
+  auto e = Engine::create(std::move(runner->runner), {.max_num_seqs = max_num_seqs,
+                                                      .max_num_batched_tokens = 2048,
+                                                      .max_model_len = max_model_len,
+                                                      .block_size = 16,
+                                                      .kv_cache_bytes = kv_bytes,
+                                                      .max_waiting = 100000});
   if (!e) {
     std::fprintf(stderr, "%s\n", e.error().message.c_str());
     std::exit(1);
@@ -166,14 +175,82 @@ boost::json::object run(inference::GgmlType type, const std::filesystem::path& d
 
 }  // namespace
 
+#if WEIR_BENCH_CUDA
+// GPU extras: achieved bandwidth of paged decode attention (64 sequences x 2048 positions,
+// 32 heads of 128 over 8 KV heads) and FP32 GEMM TFLOP/s (4096 x 4096 x 4096, cuBLAS).
+boost::json::object gpu_extras() {
+  namespace cu = inference::cuda;
+  boost::json::object out;
+  const int seqs = 64, ctx = 2048, heads = 32, kv_heads = 8, hd = 128, bs = 16;
+  inference::KvLayout L{1, kv_heads, hd, bs, seqs * ctx / bs};
+  auto pool = cu::DeviceBuffer::allocate(static_cast<std::size_t>(L.total_elems()) * 4);
+  std::vector<std::int32_t> pos(seqs, ctx - 1), seq(seqs),
+      tables(static_cast<std::size_t>(seqs) * (ctx / bs));
+  for (int i = 0; i < seqs; ++i) seq[i] = i;
+  for (std::size_t i = 0; i < tables.size(); ++i) tables[i] = static_cast<std::int32_t>(i);
+  auto up = [](const auto& v) {
+    auto b = cu::DeviceBuffer::allocate(v.size() * sizeof(v[0]));
+    (void)cu::copy_to_device(b->get(), v.data(), v.size() * sizeof(v[0]));
+    return std::move(*b);
+  };
+  auto dpos = up(pos), dseq = up(seq), dtab = up(tables);
+  auto q = cu::DeviceBuffer::allocate(static_cast<std::size_t>(seqs) * heads * hd * 4);
+  auto o = cu::DeviceBuffer::allocate(static_cast<std::size_t>(seqs) * heads * hd * 4);
+  (void)cu::fill_bytes(pool->get(), 0, pool->bytes());
+  (void)cu::fill_bytes(q->get(), 0, q->bytes());
+  cu::PagedBatch pb{dpos.as<std::int32_t>(), dseq.as<std::int32_t>(), dtab.as<std::int32_t>(),
+                    ctx / bs, seqs};
+  auto time = [](auto&& f, int reps) {
+    f();
+    (void)cu::synchronize();
+    auto t0 = Clock::now();
+    for (int i = 0; i < reps; ++i) f();
+    (void)cu::synchronize();
+    return seconds_since(t0) / reps;
+  };
+  const double t_att = time(
+      [&] {
+        (void)cu::paged_attention(pool->as<float>(), L, 0, pb, q->as<float>(), o->as<float>(),
+                                  heads, 0.088f);
+      },
+      20);
+  const double kv_bytes = double(seqs) * ctx * kv_heads * hd * 4 * 2;
+  out["paged_decode_attention_gb_s"] = kv_bytes / t_att / 1e9;
+  const int N = 4096;
+  auto a = cu::DeviceBuffer::allocate(std::size_t(N) * N * 4),
+       b = cu::DeviceBuffer::allocate(std::size_t(N) * N * 4),
+       c = cu::DeviceBuffer::allocate(std::size_t(N) * N * 4);
+  (void)cu::fill_bytes(a->get(), 0, a->bytes());
+  (void)cu::fill_bytes(b->get(), 0, b->bytes());
+  const double t_gemm = time(
+      [&] { (void)cu::gemm_f32(a->as<float>(), b->as<float>(), c->as<float>(), N, N, N); }, 10);
+  out["gemm_fp32_tflop_s"] = 2.0 * N * N * N / t_gemm / 1e12;
+  out["device"] = cu::device_info().name;
+  return out;
+}
+#endif
+
 int main(int argc, char** argv) {
-  (void)argc, (void)argv;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--device") == 0 && i + 1 < argc) {
+      auto d = inference::parse_device(argv[++i]);
+      if (!d) {
+        std::fprintf(stderr, "bench_engine: %s\n", d.error().message.c_str());
+        return 1;
+      }
+      g_device = *d;
+    }
+  }
   const auto dir = std::filesystem::temp_directory_path() / "weir-bench-models";
   std::fprintf(stderr, "F32 (%d threads)\n", kThreads);
   auto out = run(inference::GgmlType::f32, dir);
   std::fprintf(stderr, "Q8_0 (%d threads)\n", kThreads);
   out["q8_0"] = run(inference::GgmlType::q8_0, dir);
   out["threads"] = kThreads;
+  out["device"] = g_device == inference::Device::cuda ? "cuda" : "cpu";
+#if WEIR_BENCH_CUDA
+  if (g_device == inference::Device::cuda) out["gpu"] = gpu_extras();
+#endif
   out["peak_rss_mb"] = peak_rss_mb();
   std::printf("%s\n", boost::json::serialize(out).c_str());
 }

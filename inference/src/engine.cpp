@@ -61,7 +61,7 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<StepRunner> runne
   KvLayout layout{runner->n_layers(), runner->n_kv_heads(), runner->head_dim(), config.block_size,
                   0};
   const auto block_bytes = static_cast<std::size_t>(layout.block_bytes(sizeof(float)));
-  std::size_t bytes = config.kv_cache_bytes;
+  std::size_t bytes = config.kv_cache_bytes ? config.kv_cache_bytes : runner->kv_bytes_hint();
   if (config.budget) {
     bytes = std::min(config.budget->limit(BudgetCategory::kv_cache),
                      config.budget->headroom(BudgetCategory::kv_cache));
@@ -78,6 +78,9 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<StepRunner> runne
                      " bytes each), but one sequence of max_model_len=" +
                      std::to_string(config.max_model_len) + " needs " + std::to_string(need) +
                      "; raise limits.kv_cache or lower engine.max_model_len");
+  }
+  if (runner->owns_kv_pool()) {
+    if (auto st = runner->allocate_kv_pool(layout); !st) return std::move(st).error();
   }
   MemoryBudget::Reservation reservation;
   if (config.budget) {
@@ -96,12 +99,12 @@ Engine::Engine(std::unique_ptr<StepRunner> runner, EngineConfig config, KvLayout
       config_(std::move(config)),
       layout_(layout),
       kv_reservation_(std::move(reservation)),
-      kv_pool_(static_cast<std::size_t>(layout.total_elems())),
+      kv_pool_(runner_->owns_kv_pool() ? 0 : static_cast<std::size_t>(layout.total_elems())),
       kv_({layout.num_blocks, layout.block_size, config_.enable_prefix_caching}),
       scheduler_({config_.max_num_seqs, config_.max_num_batched_tokens, config_.max_model_len,
                   config_.max_waiting},
                  kv_) {
-  stats_.kv_pool_bytes = static_cast<std::int64_t>(kv_pool_.size() * sizeof(float));
+  stats_.kv_pool_bytes = layout.total_elems() * static_cast<std::int64_t>(sizeof(float));
   thread_ = std::thread([this] { run(); });
 }
 

@@ -99,6 +99,22 @@ __global__ void write_kv_kernel(float* pool, KvLayout L, int layer, PagedBatch b
   }
 }
 
+__global__ void add_kernel(float* x, const float* y, long long n) {
+  const long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) x[i] += y[i];
+}
+
+__global__ void add_bias_kernel(float* x, const float* bias, long long n, int cols) {
+  const long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) x[i] += bias[i % cols];
+}
+
+__global__ void gather_kernel(const float* x, const std::int32_t* rows, float* out, int cols) {
+  const float* src = x + static_cast<long long>(rows[blockIdx.x]) * cols;
+  float* dst = out + static_cast<long long>(blockIdx.x) * cols;
+  for (int i = threadIdx.x; i < cols; i += blockDim.x) dst[i] = src[i];
+}
+
 constexpr int kAttnWarps = 4;
 
 // One thread block per (token, head). Each warp walks every kAttnWarps-th position with an
@@ -273,6 +289,32 @@ Status paged_attention(const float* pool, const KvLayout& layout, int layer, con
   for (const auto& entry : kAttnKernels) sizes += (sizes.empty() ? "" : ", ") + std::to_string(entry.head_dim);
   return Error(Errc::unsupported, "paged_attention: head size " + std::to_string(layout.head_dim) +
                                       " has no CUDA kernel (compiled: " + sizes + "); use --device cpu");
+}
+
+Status add_inplace(float* x, const float* y, long long n, void* stream) {
+  if (n == 0) return {};
+  add_kernel<<<blocks_for(n, 256), 256, 0, S(stream)>>>(x, y, n);
+  return check_launch("add");
+}
+
+Status add_bias(float* x, const float* bias, int rows, int cols, void* stream) {
+  const long long n = static_cast<long long>(rows) * cols;
+  if (n == 0) return {};
+  add_bias_kernel<<<blocks_for(n, 256), 256, 0, S(stream)>>>(x, bias, n, cols);
+  return check_launch("add_bias");
+}
+
+Status gather_rows(const float* x, const std::int32_t* rows, float* out, int n, int cols, void* stream) {
+  if (n == 0) return {};
+  gather_kernel<<<n, 128, 0, S(stream)>>>(x, rows, out, cols);
+  return check_launch("gather_rows");
+}
+
+Status copy_device(void* dst, const void* src, std::size_t bytes, void* stream) {
+  if (cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, S(stream)) != cudaSuccess) {
+    return Error(Errc::model_error, std::string("CUDA copy: ") + cudaGetErrorString(cudaGetLastError()));
+  }
+  return {};
 }
 
 Status argmax_rows(const float* logits, std::int32_t* out, int rows, int cols, void* stream) {

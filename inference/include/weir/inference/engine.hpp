@@ -61,10 +61,18 @@ class StepRunner {
   virtual std::int32_t n_kv_heads() const = 0;
   virtual std::int32_t head_dim() const = 0;
   virtual std::int32_t context_length() const = 0;  // the model's trained context
-  // kv_pool: [layout.total_elems()] floats laid out as kv_layout.hpp says.
-  // logits: [batch.logit_rows.size(), vocab_size()]. Errors: model_error.
+  // kv_pool: [layout.total_elems()] floats laid out as kv_layout.hpp says (empty when the
+  // runner keeps the pool itself, see below). logits: [batch.logit_rows.size(), vocab_size()],
+  // in host memory. Errors: model_error.
   virtual Status forward(const StepBatch& batch, const KvLayout& layout, std::span<float> kv_pool,
                          std::span<float> logits) = 0;
+  // A runner whose KV pool lives elsewhere (GPU memory) allocates it here, once, and gets an
+  // empty span in forward(). Default: the engine keeps the pool in host memory.
+  virtual bool owns_kv_pool() const { return false; }
+  virtual Status allocate_kv_pool(const KvLayout& layout) { return {}; }
+  // The KV bytes this runner can hold when the engine is not given a budget (e.g. free GPU
+  // memory times a utilisation fraction, minus weights and activations); 0 = no opinion.
+  virtual std::size_t kv_bytes_hint() const { return 0; }
 };
 
 enum class FinishReason { stop, length, eos, cancelled, error };
@@ -112,7 +120,7 @@ struct EngineConfig {
   std::int64_t max_num_batched_tokens = 1024;
   std::int64_t max_model_len = 0;  // 0: the model's context length
   std::int32_t block_size = 16;
-  std::size_t kv_cache_bytes = 64u << 20;  // used when no budget is given
+  std::size_t kv_cache_bytes = 64u << 20;  // used when no budget is given (0: the runner's hint)
   MemoryBudget* budget = nullptr;          // when set: the KV pool is reserved from kv_cache
   std::size_t max_waiting = 4096;
   bool enable_prefix_caching = true;

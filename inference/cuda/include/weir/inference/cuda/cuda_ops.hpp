@@ -99,6 +99,16 @@ Status paged_attention(const float* pool, const KvLayout& layout, int layer,
                        const PagedBatch& batch, const float* q, float* out, int n_heads,
                        float scale, void* stream = nullptr);
 
+// x[n] += y[n]
+Status add_inplace(float* x, const float* y, long long n, void* stream = nullptr);
+// x[rows, cols] += bias[cols] on every row
+Status add_bias(float* x, const float* bias, int rows, int cols, void* stream = nullptr);
+// out[i, :] = x[rows[i], :] for i < n; rows of `cols` floats. rows: device [n].
+Status gather_rows(const float* x, const std::int32_t* rows, float* out, int n, int cols,
+                   void* stream = nullptr);
+// dst[...] = src[...], device to device
+Status copy_device(void* dst, const void* src, std::size_t bytes, void* stream = nullptr);
+
 // out[rows] = argmax over logits[rows, cols] (ties: lowest index).
 Status argmax_rows(const float* logits, std::int32_t* out, int rows, int cols,
                    void* stream = nullptr);
