@@ -25,5 +25,8 @@ struct Command {
 int cmd_demo(Args args);
 int cmd_validate(Args args);
 int cmd_graph(Args args);
+int cmd_tokenize(Args args);
+int cmd_generate(Args args);
+int cmd_inspect(Args args);
 
 }  // namespace weir::cli

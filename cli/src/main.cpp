@@ -28,6 +28,23 @@ constexpr Command kCommands[] = {
      "labelled with their case, map workers dotted, subgraphs as clusters.\n\n"
      "example:\n  weir graph samples/workflows/map_reduce.json | dot -Tsvg > map_reduce.svg\n",
      cmd_graph},
+    {"tokenize", "print the token ids of a text for a GGUF model or vocabulary",
+     "usage: weir tokenize --model FILE (--text TEXT | --text-file FILE) [--no-bos] [--special]\n\n"
+     "Prints the ids, space-separated, on one line. Works on any GGUF file with a tokenizer,\n"
+     "vocab-only files and architectures weir cannot run included. --special matches control\n"
+     "tokens written in the text (e.g. <|im_start|>).\n\n"
+     "example:\n  weir tokenize --model model.gguf --text \"I dream of\"\n",
+     cmd_tokenize},
+    {"generate", "generate text from a prompt with a GGUF model",
+     "usage: weir generate --model FILE --prompt TEXT [-n N] [--temp T] [--seed S] [--top-k K]\n"
+     "                     [--top-p P] [--min-p P] [--threads N] [--device auto|cpu|cuda] "
+     "[--json]\n\n"
+     "Streams the generated text (greedy unless --temp > 0). --json prints one object with the\n"
+     "tokens, text, finish reason and timings instead.\n\n"
+     "example:\n  weir generate --model model.gguf --prompt \"Once upon a time\" -n 64\n",
+     cmd_generate},
+    {"inspect", "show a GGUF file's metadata, tensors, tokenizer and model shape",
+     "usage: weir inspect FILE\n\nexample:\n  weir inspect model.gguf\n", cmd_inspect},
 };
 
 void print_help() {

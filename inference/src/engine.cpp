@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <random>
 
 namespace weir::inference {
 
@@ -37,8 +36,7 @@ struct Engine::Request {
   Clock::time_point submitted;
   std::optional<Clock::time_point> first_token;
   std::vector<std::int32_t> generated;
-  std::mt19937_64 rng;
-  bool queued_in_scheduler = false;
+  std::optional<Sampler> sampler;
 };
 
 // --- creation -----------------------------------------------------------------------------
@@ -125,7 +123,7 @@ RequestId Engine::submit(GenerateRequest request, RequestCallbacks callbacks) {
   r->req = std::move(request);
   r->cb = std::move(callbacks);
   r->submitted = Clock::now();
-  r->rng.seed(r->req.sampling.seed);
+  r->sampler.emplace(r->req.sampling);
   RequestId id = r->id;
   {
     std::lock_guard lock(mu_);
@@ -250,43 +248,6 @@ void Engine::run() {
   publish(0, 0, 0, 0);
 }
 
-namespace {
-
-// Greedy (ties: lowest id) or temperature sampling with top-k / top-p.
-std::int32_t sample(std::span<const float> logits, const SamplingConfig& sc, std::mt19937_64& rng) {
-  if (sc.temperature <= 0.0f) {
-    return static_cast<std::int32_t>(std::max_element(logits.begin(), logits.end()) -
-                                     logits.begin());
-  }
-  std::vector<std::pair<float, std::int32_t>> cand(logits.size());
-  for (std::size_t i = 0; i < logits.size(); ++i)
-    cand[i] = {logits[i] / sc.temperature, static_cast<std::int32_t>(i)};
-  std::sort(cand.begin(), cand.end(), [](auto& a, auto& b) {
-    return a.first > b.first || (a.first == b.first && a.second < b.second);
-  });
-  if (sc.top_k > 0 && static_cast<std::size_t>(sc.top_k) < cand.size())
-    cand.resize(static_cast<std::size_t>(sc.top_k));
-  double maxl = cand.front().first, sum = 0;
-  std::vector<double> p(cand.size());
-  for (std::size_t i = 0; i < cand.size(); ++i) sum += p[i] = std::exp(cand[i].first - maxl);
-  std::size_t keep = cand.size();
-  if (sc.top_p < 1.0f) {
-    double acc = 0;
-    for (std::size_t i = 0; i < cand.size(); ++i) {
-      acc += p[i] / sum;
-      if (acc >= sc.top_p) {
-        keep = i + 1;
-        break;
-      }
-    }
-  }
-  std::discrete_distribution<std::size_t> dist(p.begin(),
-                                               p.begin() + static_cast<std::ptrdiff_t>(keep));
-  return cand[dist(rng)].second;
-}
-
-}  // namespace
-
 void Engine::step() {
   const auto t0 = Clock::now();
   SchedulerOutput out = scheduler_.schedule();
@@ -335,7 +296,7 @@ void Engine::step() {
     auto it = requests_.find(c.seq);
     if (it == requests_.end()) continue;
     Request& r = *it->second;
-    std::int32_t tok = sample(lg, r.req.sampling, r.rng);
+    std::int32_t tok = r.sampler->sample(lg, scheduler_.tokens(c.seq));
     r.generated.push_back(tok);
     ++generated;
     if (!r.first_token) r.first_token = now;

@@ -108,4 +108,64 @@ TEST(Cli, GraphPrintsDotWithLabelledConditionalEdges) {
   fs::remove(f);
 }
 
+fs::path shared(const std::string& rel) {
+  return fs::path(WEIR_SHARED_DIR) / rel;
+}
+
+TEST(Cli, GenerateReproducesTheGoldenGreedyText) {
+  auto model = shared("models/aidreams260K.gguf");
+  if (!fs::exists(model)) GTEST_SKIP() << "reference models not found (../shared absent)";
+  auto r = weir("generate --model " + model.string() + " --prompt 'I dream of' -n 64 --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("\"text\":\" 0.000000. Dimensions unfold, as I softly refine, as I softly "
+                       "refine, as I adapt, a "
+                       "tapestry of 0.00000\""),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("\"finish_reason\":\"length\""), std::string::npos);
+  auto streamed = weir("generate --model " + model.string() + " --prompt 'I dream of' -n 8");
+  EXPECT_EQ(streamed.code, 0);
+  EXPECT_EQ(streamed.out.rfind(" 0.0000", 0), 0u) << streamed.out;
+}
+
+TEST(Cli, TokenizeWorksOnVocabOnlyFiles) {
+  auto vocab = shared("testdata/vocab/ggml-vocab-gpt-2.gguf");
+  if (!fs::exists(vocab)) GTEST_SKIP() << "vocab fixtures not found (../shared absent)";
+  auto r = weir("tokenize --model " + vocab.string() + " --text 'Hello world'");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "15496 995\n");
+  auto spm = weir("tokenize --model " + shared("models/aidreams260K.gguf").string() +
+                  " --text 'I dream of'");
+  EXPECT_EQ(spm.out, "1 303 281 269 435 447 275\n");
+  auto nobos = weir("tokenize --model " + shared("models/aidreams260K.gguf").string() +
+                    " --text 'I dream of' --no-bos");
+  EXPECT_EQ(nobos.out, "303 281 269 435 447 275\n");
+}
+
+TEST(Cli, ModelCommandsGiveClearErrors) {
+  auto missing = weir("generate --model /nonexistent.gguf --prompt hi");
+  EXPECT_EQ(missing.code, 1);
+  EXPECT_EQ(missing.err,
+            "weir generate: cannot open model file /nonexistent.gguf: No such file or directory\n");
+  auto vocab = shared("testdata/vocab/ggml-vocab-gpt-2.gguf");
+  if (fs::exists(vocab)) {
+    auto arch = weir("generate --model " + vocab.string() + " --prompt hi");
+    EXPECT_EQ(arch.code, 1);
+    EXPECT_NE(arch.err.find("architecture 'gpt2' is not supported; weir runs: llama"),
+              std::string::npos)
+        << arch.err;
+    auto inspect = weir("inspect " + vocab.string());
+    EXPECT_EQ(inspect.code, 0);
+    EXPECT_NE(inspect.out.find("tokenizer: gpt2 (pre: gpt-2), 50257 tokens"), std::string::npos)
+        << inspect.out;
+  }
+  auto flags = weir("tokenize --model x.gguf");
+  EXPECT_EQ(
+      flags.err,
+      "weir tokenize: give exactly one of --text or --text-file (see 'weir tokenize --help')\n");
+  auto bad_n = weir("generate --model x --prompt y -n lots");
+  EXPECT_EQ(bad_n.err,
+            "weir generate: -n expects a number, got 'lots' (see 'weir generate --help')\n");
+}
+
 }  // namespace

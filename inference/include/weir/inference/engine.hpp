@@ -31,6 +31,7 @@
 
 #include "weir/inference/kv_cache.hpp"
 #include "weir/inference/kv_layout.hpp"
+#include "weir/inference/sampling.hpp"
 #include "weir/inference/scheduler.hpp"
 #include "weir/runtime/error.hpp"
 #include "weir/runtime/memory_budget.hpp"
@@ -78,19 +79,10 @@ class StepRunner {
 enum class FinishReason { stop, length, eos, cancelled, error };
 const char* finish_reason_name(FinishReason r);
 
-struct SamplingConfig {
-  float temperature = 0.0f;  // 0: greedy (ties: lowest id)
-  std::int32_t top_k = 0;    // 0: off
-  float top_p = 1.0f;
-  float min_p = 0.0f;
-  float repetition_penalty = 1.0f;
-  std::uint64_t seed = 0;
-};
-
 struct GenerateRequest {
   std::vector<std::int32_t> prompt;  // token ids (BOS included when the model wants it)
   std::int32_t max_new_tokens = 256;
-  SamplingConfig sampling;
+  SamplingParams sampling;
   std::vector<std::int32_t> stop_tokens;  // besides the model's end-of-generation tokens
   int priority = 0;                       // lower runs first
 };

@@ -1,0 +1,64 @@
+#include "weir/inference/sampling.hpp"
+
+#include <map>
+
+#include <gtest/gtest.h>
+
+namespace weir::inference {
+namespace {
+
+const std::vector<float> kLogits = {1.0f, 3.0f, 3.0f, 2.0f, -1.0f};
+
+std::map<std::int32_t, int> histogram(SamplingParams p, int n = 4000) {
+  Sampler s(p);
+  std::map<std::int32_t, int> h;
+  for (int i = 0; i < n; ++i) ++h[s.sample(kLogits, {})];
+  return h;
+}
+
+TEST(Sampling, GreedyTakesTheLowestIdOnTies) {
+  Sampler s({});
+  EXPECT_EQ(s.sample(kLogits, {}), 1);
+}
+
+TEST(Sampling, RepetitionPenaltyDemotesRecentTokens) {
+  Sampler s({.repetition_penalty = 2.0f});
+  std::vector<std::int32_t> history = {1, 2};
+  EXPECT_EQ(s.sample(kLogits, history), 3);  // 3 and 3 become 1.5; 2.0 wins
+}
+
+TEST(Sampling, TopKOneIsGreedyAndTopKLimitsTheSupport) {
+  auto h1 = histogram({.temperature = 1.0f, .top_k = 1, .seed = 3});
+  EXPECT_EQ(h1.size(), 1u);
+  EXPECT_EQ(h1.begin()->first, 1);
+  auto h3 = histogram({.temperature = 1.0f, .top_k = 3, .seed = 3});
+  EXPECT_EQ(h3.size(), 3u);
+  EXPECT_EQ(h3.count(0) + h3.count(4), 0u);
+}
+
+TEST(Sampling, TopPKeepsTheNucleusAndMinPDropsTheTail) {
+  // softmax(1,3,3,2,-1): the two 3s hold ~0.78; top_p 0.7 keeps just them.
+  auto hp = histogram({.temperature = 1.0f, .top_p = 0.7f, .seed = 4});
+  EXPECT_EQ(hp.size(), 2u);
+  auto hm = histogram({.temperature = 1.0f, .min_p = 0.3f, .seed = 4});  // keeps p >= 0.3 * p(top)
+  EXPECT_EQ(hm.count(4), 0u);
+  EXPECT_EQ(hm.count(0), 0u);
+  EXPECT_EQ(hm.count(3), 1u);
+  // Frequencies follow the distribution: the two 3s about equally, each more than the 2.
+  EXPECT_NEAR(double(hm[1]) / hm[2], 1.0, 0.15);
+  EXPECT_GT(hm[1], hm[3]);
+}
+
+TEST(Sampling, TheSameSeedRepeats) {
+  Sampler a({.temperature = 0.8f, .seed = 42}), b({.temperature = 0.8f, .seed = 42}),
+      c({.temperature = 0.8f, .seed = 7});
+  std::vector<std::int32_t> sa, sb, sc;
+  for (int i = 0; i < 64; ++i)
+    sa.push_back(a.sample(kLogits, {})), sb.push_back(b.sample(kLogits, {})),
+        sc.push_back(c.sample(kLogits, {}));
+  EXPECT_EQ(sa, sb);
+  EXPECT_NE(sa, sc);
+}
+
+}  // namespace
+}  // namespace weir::inference
