@@ -7,7 +7,8 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   std::string_view text(reinterpret_cast<const char*>(data), size);
-  auto r = weir::parse_json(text, "fuzz", {.max_bytes = 1 << 20, .max_depth = 64, .record_locations = true});
+  auto r = weir::parse_json(text, "fuzz",
+                            {.max_bytes = 1 << 20, .max_depth = 64, .record_locations = true});
   if (r) {
     for (const auto& [pointer, offset] : r->offsets) {
       if (offset > size) __builtin_trap();
