@@ -37,6 +37,7 @@ struct Engine::Request {
   std::optional<Clock::time_point> first_token;
   std::vector<std::int32_t> generated;
   std::optional<Sampler> sampler;
+  std::string tail;  // the last generated text, for stop strings
 };
 
 // --- creation -----------------------------------------------------------------------------
@@ -303,11 +304,23 @@ void Engine::step() {
     if (r.cb.on_token) r.cb.on_token(tok);
 
     std::optional<FinishReason> finish;
-    if (std::find(config_.eog_tokens.begin(), config_.eog_tokens.end(), tok) !=
-        config_.eog_tokens.end()) {
+    if (!r.req.stop_strings.empty() && config_.token_text) {
+      r.tail += config_.token_text(tok);
+      std::size_t longest = 0;
+      for (const auto& s : r.req.stop_strings) {
+        longest = std::max(longest, s.size());
+        if (!s.empty() && r.tail.find(s) != std::string::npos) finish = FinishReason::stop;
+      }
+      if (r.tail.size() > 2 * longest) r.tail.erase(0, r.tail.size() - longest);  // keep it bounded
+    }
+    auto contains = [tok](const std::vector<std::int32_t>& v) {
+      return std::find(v.begin(), v.end(), tok) != v.end();
+    };
+    if (finish) {
+      // a stop string ended it
+    } else if (contains(config_.eog_tokens)) {
       finish = FinishReason::eos;
-    } else if (std::find(r.req.stop_tokens.begin(), r.req.stop_tokens.end(), tok) !=
-               r.req.stop_tokens.end()) {
+    } else if (contains(r.req.stop_tokens)) {
       finish = FinishReason::stop;
     } else if (static_cast<std::int32_t>(r.generated.size()) >= r.req.max_new_tokens ||
                static_cast<std::int64_t>(scheduler_.tokens(c.seq).size()) + 1 >=

@@ -12,6 +12,7 @@
 #include "weir/inference/engine.hpp"
 #include "weir/inference/forward_ref.hpp"
 #include "weir/inference/llama_runner.hpp"
+#include "weir/inference/tokenizer.hpp"
 
 namespace weir::inference {
 namespace {
@@ -180,6 +181,36 @@ TEST(LlamaEngineCache, PrefixHitGivesTheSameTokensAsAMiss) {
   EXPECT_EQ(hit, miss);
   EXPECT_EQ(none, 0);
   EXPECT_EQ(cached, 2 * 40);  // requests 2 and 3 reuse 5 full blocks of 8
+}
+
+// A stop string spanning several tokens ends generation with finish reason stop.
+TEST(LlamaEngineStop, StopStringsEndGeneration) {
+  REQUIRE_MODELS();
+  auto path = fs::path(WEIR_SHARED_DIR) / "models/aidreams260K.gguf";
+  auto model = load("aidreams260K");
+  auto file = GgufFile::open(path);
+  auto tok = Tokenizer::from_gguf(**file);
+  ASSERT_TRUE(tok);
+  const Tokenizer* t = tok->get();
+  auto e = Engine::create(make_llama_runner(model, 1),
+                          {.max_num_seqs = 2,
+                           .block_size = 16,
+                           .kv_cache_bytes = 1 << 20,
+                           .token_text = [t](std::int32_t id) { return t->token_to_piece(id); }});
+  GenerateRequest rq;
+  rq.prompt = t->encode("I dream of");
+  rq.max_new_tokens = 64;
+  rq.stop_strings = {
+      "softly"};  // the golden text: " 0.000000. Dimensions unfold, as I softly refine, ..."
+  auto p = std::make_shared<std::promise<Result<GenerateResult>>>();
+  auto f = p->get_future();
+  (*e)->submit(rq, {{}, [p](Result<GenerateResult> r) { p->set_value(std::move(r)); }});
+  auto r = f.get();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->finish, FinishReason::stop);
+  std::string text = t->decode(r->tokens);
+  EXPECT_EQ(text.substr(text.size() - 6), "softly") << text;
+  EXPECT_LT(r->tokens.size(), 64u);
 }
 
 }  // namespace

@@ -84,7 +84,10 @@ struct GenerateRequest {
   std::int32_t max_new_tokens = 256;
   SamplingParams sampling;
   std::vector<std::int32_t> stop_tokens;  // besides the model's end-of-generation tokens
-  int priority = 0;                       // lower runs first
+  // Text that ends generation when it appears in the output (needs EngineConfig::token_text);
+  // it may span several tokens. The tokens that formed it are kept in the result.
+  std::vector<std::string> stop_strings;
+  int priority = 0;  // lower runs first
 };
 
 struct Usage {
@@ -117,6 +120,9 @@ struct EngineConfig {
   std::size_t max_waiting = 4096;
   bool enable_prefix_caching = true;
   std::vector<std::int32_t> eog_tokens;  // end-of-generation ids (finish reason eos)
+  // A token's text, for stop strings (e.g. Tokenizer::token_to_piece). Unset: stop strings
+  // are ignored.
+  std::function<std::string(std::int32_t)> token_text;
 };
 
 struct EngineStats {
