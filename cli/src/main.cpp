@@ -11,9 +11,14 @@ namespace weir::cli {
 namespace {
 
 constexpr Command kCommands[] = {
-    {"demo", "run the built-in demonstration of weir's fences",
-     "usage: weir demo\n\n"
-     "Runs weir's main demonstration job and prints a summary table.\n",
+    {"demo", "run many agent crews at once on one engine and one memory budget",
+     "usage: weir demo [--crews N] [--concurrency N] [--tokens N]\n\n"
+     "Runs N three-agent crews (researcher -> writer -> reviewer; default 64, 16 at once) on the\n"
+     "in-process engine and prints a summary table: runs, steps, tokens, tokens/s, peak memory\n"
+     "by budget category, KV blocks, prefix-cache hits, preemptions. The model is WEIR_MODEL, or "
+     "a\n"
+     "small random-weight model weir generates (its text is noise; the mechanics are real).\n\n"
+     "example:\n  WEIR_MODEL=model.gguf weir demo --crews 32\n",
      cmd_demo},
     {"validate", "check workflow files and report every problem",
      "usage: weir validate FILE...\n\n"
