@@ -133,20 +133,21 @@ Status write_random_llama(const std::filesystem::path& path, const RandomModelSh
   if (sh.n_vocab < 259 + 16)
     return Error(Errc::invalid_argument, "n_vocab must be at least 275 (control and byte tokens)");
   GgufWriter w;
-  w.add_string("general.architecture", "llama");
+  const std::string arch = sh.qwen2 ? "qwen2" : "llama";
+  w.add_string("general.architecture", arch);
   w.add_string("general.name",
                "weir-random-" + std::to_string(sh.dim) + "x" + std::to_string(sh.n_layers));
   w.add_u32("general.file_type", type == GgmlType::f32 ? 0 : type == GgmlType::f16 ? 1 : 7);
-  w.add_u32("llama.context_length", static_cast<std::uint32_t>(sh.context_length));
-  w.add_u32("llama.embedding_length", static_cast<std::uint32_t>(sh.dim));
-  w.add_u32("llama.feed_forward_length", static_cast<std::uint32_t>(sh.hidden));
-  w.add_u32("llama.block_count", static_cast<std::uint32_t>(sh.n_layers));
-  w.add_u32("llama.attention.head_count", static_cast<std::uint32_t>(sh.n_heads));
-  w.add_u32("llama.attention.head_count_kv", static_cast<std::uint32_t>(sh.n_kv_heads));
-  w.add_u32("llama.rope.dimension_count", static_cast<std::uint32_t>(sh.dim / sh.n_heads));
-  w.add_f32("llama.rope.freq_base", 10000.0f);
-  w.add_f32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
-  w.add_u32("llama.vocab_size", static_cast<std::uint32_t>(sh.n_vocab));
+  w.add_u32(arch + ".context_length", static_cast<std::uint32_t>(sh.context_length));
+  w.add_u32(arch + ".embedding_length", static_cast<std::uint32_t>(sh.dim));
+  w.add_u32(arch + ".feed_forward_length", static_cast<std::uint32_t>(sh.hidden));
+  w.add_u32(arch + ".block_count", static_cast<std::uint32_t>(sh.n_layers));
+  w.add_u32(arch + ".attention.head_count", static_cast<std::uint32_t>(sh.n_heads));
+  w.add_u32(arch + ".attention.head_count_kv", static_cast<std::uint32_t>(sh.n_kv_heads));
+  w.add_u32(arch + ".rope.dimension_count", static_cast<std::uint32_t>(sh.dim / sh.n_heads));
+  w.add_f32(arch + ".rope.freq_base", 10000.0f);
+  w.add_f32(arch + ".attention.layer_norm_rms_epsilon", 1e-5f);
+  w.add_u32(arch + ".vocab_size", static_cast<std::uint32_t>(sh.n_vocab));
 
   // Vocabulary: <unk> <s> </s>, bytes <0x00>..<0xFF>, then filler pieces "▁a", "▁b", ... "▁ab" ...
   std::vector<std::string> tokens = {"<unk>", "<s>", "</s>"};
@@ -203,6 +204,13 @@ Status write_random_llama(const std::filesystem::path& path, const RandomModelSh
                  encode(matrix(sh.hidden, sh.dim), type));
     w.add_tensor(p + "ffn_down.weight", {u(sh.hidden), u(sh.dim)}, type,
                  encode(matrix(sh.dim, sh.hidden), type));
+    if (sh.qwen2) {
+      for (auto [name, n] : {std::pair{"attn_q.bias", std::int64_t{sh.dim}},
+                             {"attn_k.bias", kv},
+                             {"attn_v.bias", kv}}) {
+        w.add_tensor(p + name, {u(n)}, GgmlType::f32, encode(matrix(1, n), GgmlType::f32));
+      }
+    }
   }
   return w.write(path);
 }

@@ -23,7 +23,8 @@ TEST(GgufWriter, RandomModelsLoadRunAndAreDeterministic) {
     ASSERT_TRUE(write_random_llama(a, RandomModelShape::tiny(), type, 7));
     ASSERT_TRUE(write_random_llama(b, RandomModelShape::tiny(), type, 7));
     std::ifstream fa(a, std::ios::binary), fb(b, std::ios::binary);
-    std::string sa((std::istreambuf_iterator<char>(fa)), {}), sb((std::istreambuf_iterator<char>(fb)), {});
+    std::string sa((std::istreambuf_iterator<char>(fa)), {}),
+        sb((std::istreambuf_iterator<char>(fb)), {});
     EXPECT_EQ(sa, sb);
     auto m = Model::load(a);
     ASSERT_TRUE(m) << m.error().message;
@@ -49,6 +50,44 @@ TEST(GgufWriter, RandomModelsLoadRunAndAreDeterministic) {
     for (int i = 0; i < 512; ++i) ASSERT_NEAR(got[i], want[i], tol) << i;
   }
   fs::remove_all(dir);
+}
+
+// Qwen2 (Q/K/V biases, NeoX RoPE): the fast paged path equals the reference over a prefill.
+TEST(GgufWriter, Qwen2ModelsRunTheSameOnBothPaths) {
+  fs::path p = fs::temp_directory_path() / ("weir_qwen2_" + std::to_string(::getpid()) + ".gguf");
+  auto shape = RandomModelShape::tiny();
+  shape.qwen2 = true;
+  shape.n_kv_heads = 2;
+  ASSERT_TRUE(write_random_llama(p, shape, GgmlType::f32, 3));
+  auto m = Model::load(p);
+  ASSERT_TRUE(m) << m.error().message;
+  EXPECT_EQ((*m)->hp().arch, Arch::qwen2);
+  EXPECT_TRUE((*m)->hp().rope_neox);
+  EXPECT_FALSE((*m)->layers()[0].bq.empty());
+  ReferenceSession ref(**m);
+  std::vector<std::vector<float>> want;
+  const std::vector<std::int32_t> toks = {1, 300, 301, 302, 303, 304, 305};
+  for (std::size_t i = 0; i < toks.size(); ++i)
+    want.push_back(ref.step(toks[i], static_cast<std::int32_t>(i)));
+  auto runner = make_llama_runner(*m, 1);
+  KvLayout L{2, 2, 16, 4, 8};
+  std::vector<float> pool(static_cast<std::size_t>(L.total_elems()));
+  std::vector<BlockId> table = {6, 1};
+  StepBatch batch;
+  for (std::size_t i = 0; i < toks.size(); ++i) {
+    batch.tokens.push_back(toks[i]);
+    batch.positions.push_back(static_cast<std::int32_t>(i));
+    batch.seq_index.push_back(0);
+    batch.logit_rows.push_back(static_cast<std::int32_t>(i));
+  }
+  batch.seqs = {{table, 7}};
+  std::vector<float> got(toks.size() * 512);
+  ASSERT_TRUE(runner->forward(batch, L, pool, got));
+  for (std::size_t r = 0; r < toks.size(); ++r) {
+    for (int i = 0; i < 512; ++i)
+      ASSERT_NEAR(got[r * 512 + i], want[r][static_cast<std::size_t>(i)], 1e-3) << r << " " << i;
+  }
+  fs::remove(p);
 }
 
 }  // namespace

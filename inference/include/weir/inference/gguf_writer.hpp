@@ -24,7 +24,8 @@ class GgufWriter {
   void add_f32s(std::string key, const std::vector<float>& values);
   void add_i32s(std::string key, const std::vector<std::int32_t>& values);
   // dims: ne0 first. data: the tensor's bytes in `type`'s layout.
-  void add_tensor(std::string name, std::vector<std::uint64_t> dims, GgmlType type, std::string data);
+  void add_tensor(std::string name, std::vector<std::uint64_t> dims, GgmlType type,
+                  std::string data);
   // Errors: io_error. Written to a temporary file, then renamed.
   Status write(const std::filesystem::path& path) const;
 
@@ -43,6 +44,7 @@ class GgufWriter {
 struct RandomModelShape {
   std::int32_t dim = 288, hidden = 768, n_layers = 6, n_heads = 6, n_kv_heads = 6;
   std::int32_t n_vocab = 32000, context_length = 1024;
+  bool qwen2 = false;  // architecture qwen2: Q/K/V biases and NeoX RoPE
   static RandomModelShape tiny() { return {64, 192, 2, 4, 4, 512, 256}; }
   static RandomModelShape stories15m() { return {}; }  // llama2.c's 15M shape
 };
@@ -50,7 +52,7 @@ struct RandomModelShape {
 // A LLaMA model with weights drawn from a seeded generator (the same seed gives the same file)
 // and a SentencePiece-style vocabulary (control tokens, 256 byte tokens, filler pieces) so
 // that any text tokenises. Weight type: F32, F16 or Q8_0 (norms stay F32).
-Status write_random_llama(const std::filesystem::path& path, const RandomModelShape& shape, GgmlType type,
-                          std::uint64_t seed = 1);
+Status write_random_llama(const std::filesystem::path& path, const RandomModelShape& shape,
+                          GgmlType type, std::uint64_t seed = 1);
 
 }  // namespace weir::inference
