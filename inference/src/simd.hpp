@@ -3,7 +3,8 @@
 // Sanitizer builds use the baseline only (ifunc resolvers run before ASan is ready).
 #pragma once
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
+    !defined(__SANITIZE_ADDRESS__)
 #define WEIR_CLONES __attribute__((target_clones("avx512f", "arch=haswell", "default")))
 #else
 #define WEIR_CLONES

@@ -17,7 +17,9 @@ Status check_launch(const char* what) {
   return Error(Errc::model_error, std::string("CUDA ") + what + ": " + cudaGetErrorString(e));
 }
 
-cudaStream_t S(void* s) { return static_cast<cudaStream_t>(s); }
+cudaStream_t S(void* s) {
+  return static_cast<cudaStream_t>(s);
+}
 
 __device__ __forceinline__ float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -51,8 +53,8 @@ __global__ void rms_norm_kernel(const float* x, const float* w, float* out, int 
   for (int i = threadIdx.x; i < dim; i += blockDim.x) orow[i] = w[i] * (row[i] * inv);
 }
 
-__global__ void rope_kernel(float* x, const std::int32_t* positions, int n, int n_heads, int head_dim,
-                            float base, float freq_scale, int neox) {
+__global__ void rope_kernel(float* x, const std::int32_t* positions, int n, int n_heads,
+                            int head_dim, float base, float freq_scale, int neox) {
   const int half = head_dim / 2;
   const long long idx = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= static_cast<long long>(n) * n_heads * half) return;
@@ -87,7 +89,8 @@ __global__ void write_kv_kernel(float* pool, KvLayout L, int layer, PagedBatch b
                                 const float* v) {
   const int tok = blockIdx.x;
   const int pos = b.positions[tok];
-  const std::int32_t* table = b.block_tables + static_cast<long long>(b.seq_index[tok]) * b.max_blocks_per_seq;
+  const std::int32_t* table =
+      b.block_tables + static_cast<long long>(b.seq_index[tok]) * b.max_blocks_per_seq;
   const int block = table[pos / L.block_size];
   const int slot = pos % L.block_size;
   const long long kv_dim = L.kv_dim();
@@ -128,7 +131,8 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int kvh = h / (n_heads / L.n_kv_heads);
   const int pos = b.positions[tok];
-  const std::int32_t* table = b.block_tables + static_cast<long long>(b.seq_index[tok]) * b.max_blocks_per_seq;
+  const std::int32_t* table =
+      b.block_tables + static_cast<long long>(b.seq_index[tok]) * b.max_blocks_per_seq;
   const float* qh = q + (static_cast<long long>(tok) * n_heads + h) * HD;  // [HD]
   const float* k_plane = pool + L.row_offset(layer, 0, 0, 0);
   const float* v_plane = pool + L.row_offset(layer, 1, 0, 0);
@@ -143,7 +147,8 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
   }
   float m = -FLT_MAX, l = 0.0f;
   for (int p = warp; p <= pos; p += kAttnWarps) {
-    const long long row = table[p / L.block_size] * L.tile_elems() + (p % L.block_size) * kv_dim + kvh * HD;
+    const long long row =
+        table[p / L.block_size] * L.tile_elems() + (p % L.block_size) * kv_dim + kvh * HD;
     float s = 0.0f;
 #pragma unroll
     for (int e = 0; e < E; ++e) {
@@ -178,7 +183,8 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
   float M = -FLT_MAX;
   for (int w = 0; w < kAttnWarps; ++w) M = fmaxf(M, sm_m[w]);
   float denom = 0.0f, f[kAttnWarps];
-  for (int w = 0; w < kAttnWarps; ++w) denom += sm_l[w] * (f[w] = sm_l[w] > 0.0f ? expf(sm_m[w] - M) : 0.0f);
+  for (int w = 0; w < kAttnWarps; ++w)
+    denom += sm_l[w] * (f[w] = sm_l[w] > 0.0f ? expf(sm_m[w] - M) : 0.0f);
   float* oh = out + (static_cast<long long>(tok) * n_heads + h) * HD;
 #pragma unroll
   for (int e = 0; e < E; ++e) {
@@ -216,22 +222,29 @@ __global__ void argmax_kernel(const float* logits, std::int32_t* out, int cols) 
   if (threadIdx.x == 0) out[blockIdx.x] = si[0];
 }
 
-unsigned blocks_for(long long n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
+unsigned blocks_for(long long n, int threads) {
+  return static_cast<unsigned>((n + threads - 1) / threads);
+}
 
 }  // namespace
 
-Status rms_norm(const float* x, const float* w, float* out, int n, int dim, float eps, void* stream) {
-  if (n <= 0 || dim <= 0) return Error(Errc::invalid_argument, "rms_norm: n and dim must be positive");
+Status rms_norm(const float* x, const float* w, float* out, int n, int dim, float eps,
+                void* stream) {
+  if (n <= 0 || dim <= 0)
+    return Error(Errc::invalid_argument, "rms_norm: n and dim must be positive");
   rms_norm_kernel<<<n, 256, 0, S(stream)>>>(x, w, out, dim, eps);
   return check_launch("rms_norm");
 }
 
 Status rope(float* x, const std::int32_t* positions, int n, int n_heads, int head_dim, float base,
             float freq_scale, bool neox, void* stream) {
-  if (head_dim % 2) return Error(Errc::invalid_argument, "rope: head_dim must be even, got " + std::to_string(head_dim));
+  if (head_dim % 2)
+    return Error(Errc::invalid_argument,
+                 "rope: head_dim must be even, got " + std::to_string(head_dim));
   const long long pairs = static_cast<long long>(n) * n_heads * (head_dim / 2);
   if (pairs == 0) return {};
-  rope_kernel<<<blocks_for(pairs, 256), 256, 0, S(stream)>>>(x, positions, n, n_heads, head_dim, base, freq_scale, neox ? 1 : 0);
+  rope_kernel<<<blocks_for(pairs, 256), 256, 0, S(stream)>>>(x, positions, n, n_heads, head_dim,
+                                                             base, freq_scale, neox ? 1 : 0);
   return check_launch("rope");
 }
 
@@ -242,7 +255,8 @@ Status swiglu(const float* gate, const float* up, float* out, int n, int hidden,
   return check_launch("swiglu");
 }
 
-Status embed(const float* table, const std::int32_t* tokens, float* out, int n, int dim, void* stream) {
+Status embed(const float* table, const std::int32_t* tokens, float* out, int n, int dim,
+             void* stream) {
   if (n == 0) return {};
   embed_kernel<<<n, 128, 0, S(stream)>>>(table, tokens, out, dim);
   return check_launch("embed");
@@ -256,7 +270,8 @@ Status write_kv(float* pool, const KvLayout& layout, int layer, const PagedBatch
 }
 
 namespace {
-using AttnKernel = void (*)(const float*, KvLayout, int, PagedBatch, const float*, float*, int, float);
+using AttnKernel = void (*)(const float*, KvLayout, int, PagedBatch, const float*, float*, int,
+                            float);
 struct AttnEntry {
   int head_dim;
   AttnKernel kernel;
@@ -272,23 +287,27 @@ constexpr AttnEntry kAttnKernels[] = {
 };
 }  // namespace
 
-Status paged_attention(const float* pool, const KvLayout& layout, int layer, const PagedBatch& batch,
-                       const float* q, float* out, int n_heads, float scale, void* stream) {
+Status paged_attention(const float* pool, const KvLayout& layout, int layer,
+                       const PagedBatch& batch, const float* q, float* out, int n_heads,
+                       float scale, void* stream) {
   if (layout.n_kv_heads <= 0 || n_heads % layout.n_kv_heads != 0) {
-    return Error(Errc::invalid_argument, "paged_attention: n_heads=" + std::to_string(n_heads) +
-                                             " is not a multiple of n_kv_heads=" + std::to_string(layout.n_kv_heads));
+    return Error(Errc::invalid_argument,
+                 "paged_attention: n_heads=" + std::to_string(n_heads) +
+                     " is not a multiple of n_kv_heads=" + std::to_string(layout.n_kv_heads));
   }
   for (const auto& entry : kAttnKernels) {
     if (entry.head_dim != layout.head_dim) continue;
     if (batch.n_tokens == 0) return {};
-    entry.kernel<<<batch.n_tokens * n_heads, kAttnWarps * 32, 0, S(stream)>>>(pool, layout, layer, batch, q, out,
-                                                                             n_heads, scale);
+    entry.kernel<<<batch.n_tokens * n_heads, kAttnWarps * 32, 0, S(stream)>>>(
+        pool, layout, layer, batch, q, out, n_heads, scale);
     return check_launch("paged_attention");
   }
   std::string sizes;
-  for (const auto& entry : kAttnKernels) sizes += (sizes.empty() ? "" : ", ") + std::to_string(entry.head_dim);
+  for (const auto& entry : kAttnKernels)
+    sizes += (sizes.empty() ? "" : ", ") + std::to_string(entry.head_dim);
   return Error(Errc::unsupported, "paged_attention: head size " + std::to_string(layout.head_dim) +
-                                      " has no CUDA kernel (compiled: " + sizes + "); use --device cpu");
+                                      " has no CUDA kernel (compiled: " + sizes +
+                                      "); use --device cpu");
 }
 
 Status add_inplace(float* x, const float* y, long long n, void* stream) {
@@ -304,7 +323,8 @@ Status add_bias(float* x, const float* bias, int rows, int cols, void* stream) {
   return check_launch("add_bias");
 }
 
-Status gather_rows(const float* x, const std::int32_t* rows, float* out, int n, int cols, void* stream) {
+Status gather_rows(const float* x, const std::int32_t* rows, float* out, int n, int cols,
+                   void* stream) {
   if (n == 0) return {};
   gather_kernel<<<n, 128, 0, S(stream)>>>(x, rows, out, cols);
   return check_launch("gather_rows");
@@ -312,7 +332,8 @@ Status gather_rows(const float* x, const std::int32_t* rows, float* out, int n, 
 
 Status copy_device(void* dst, const void* src, std::size_t bytes, void* stream) {
   if (cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, S(stream)) != cudaSuccess) {
-    return Error(Errc::model_error, std::string("CUDA copy: ") + cudaGetErrorString(cudaGetLastError()));
+    return Error(Errc::model_error,
+                 std::string("CUDA copy: ") + cudaGetErrorString(cudaGetLastError()));
   }
   return {};
 }
