@@ -5,11 +5,13 @@
 #include <fstream>
 #include <future>
 #include <sstream>
+#include <thread>
 
 #include <gtest/gtest.h>
 #include <boost/json.hpp>
 
 #include "weir/inference/engine.hpp"
+#include "weir/inference/engine_registry.hpp"
 #include "weir/inference/forward_ref.hpp"
 #include "weir/inference/llama_runner.hpp"
 #include "weir/inference/tokenizer.hpp"
@@ -211,6 +213,36 @@ TEST(LlamaEngineStop, StopStringsEndGeneration) {
   std::string text = t->decode(r->tokens);
   EXPECT_EQ(text.substr(text.size() - 6), "softly") << text;
   EXPECT_LT(r->tokens.size(), 64u);
+}
+
+// A thousand callers asking for the model by path, from 8 threads, share one load and one
+// engine (the per-request model load the seeds warn about cannot happen).
+TEST(EngineRegistryTest, OneEnginePerModelFile) {
+  REQUIRE_MODELS();
+  EngineRegistry reg;
+  auto path = fs::path(WEIR_SHARED_DIR) / "models/aidreams260K.gguf";
+  auto make = [](std::shared_ptr<const Model> m) {
+    return Engine::create(make_llama_runner(std::move(m), 1),
+                          {.max_num_seqs = 4, .block_size = 16, .kv_cache_bytes = 1 << 20});
+  };
+  std::vector<std::thread> ts;
+  std::atomic<int> same{0};
+  auto first = reg.get(path, make);
+  ASSERT_TRUE(first);
+  for (int t = 0; t < 8; ++t) {
+    ts.emplace_back([&] {
+      for (int i = 0; i < 125; ++i) {
+        auto e = reg.get(fs::path(WEIR_SHARED_DIR) / "models/../models/aidreams260K.gguf", make);
+        if (e && e->get() == first->get()) ++same;
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(same.load(), 1000);
+  EXPECT_EQ(reg.loads(), 1u);
+  auto missing = reg.get("/nonexistent/m.gguf", make);
+  ASSERT_FALSE(missing);
+  EXPECT_EQ(reg.size(), 1u);
 }
 
 }  // namespace
