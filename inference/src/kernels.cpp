@@ -78,6 +78,10 @@ WEIR_CLONES void tile_f32(const float* w, std::int64_t cols, const float* x, std
 void gemm_f32_rows(const float* w, std::int64_t r0, std::int64_t r1, std::int64_t cols,
                    const float* x, std::int64_t n, float* y, std::int64_t rows) {
   std::int64_t r = r0;
+  if (n == 1) {  // decode: one streaming dot per row is faster than 4-row tiles
+    for (; r < r1; ++r) dot_rows_f32(w + r * cols, x, cols, 1, cols, y + r, rows, false);
+    return;
+  }
   for (; r + 4 <= r1; r += 4) {
     std::int64_t t = 0;
     for (; t + 4 <= n; t += 4)
