@@ -1,7 +1,9 @@
 #include "weir/inference/engine.hpp"
 
 #include <algorithm>
+
 #include <cmath>
+#include "weir/runtime/metrics.hpp"
 
 namespace weir::inference {
 
@@ -104,10 +106,38 @@ Engine::Engine(std::unique_ptr<StepRunner> runner, EngineConfig config, KvLayout
                   config_.max_waiting},
                  kv_) {
   stats_.kv_pool_bytes = layout.total_elems() * static_cast<std::int64_t>(sizeof(float));
+  if (!config_.metrics_name.empty()) {
+    auto& reg = Registry::global();
+    const Labels labels = {{"engine", config_.metrics_name}};
+    auto gauge = [&](const char* name, const char* help,
+                     std::function<double(const EngineStats&)> get) {
+      reg.gauge_callback(name, help, labels, [this, get] { return get(stats()); });
+    };
+    gauge("weir_kv_blocks_used", "KV cache blocks in use",
+          [](const EngineStats& s) { return s.kv.used_blocks; });
+    gauge("weir_kv_blocks_free", "KV cache blocks free (cached or empty)",
+          [](const EngineStats& s) { return s.kv.free_blocks; });
+    gauge("weir_kv_blocks_cached", "free KV blocks still holding a reusable prefix",
+          [](const EngineStats& s) { return s.kv.cached_blocks; });
+    gauge("weir_kv_waste_ratio", "allocated but unfilled KV slots over allocated slots",
+          [](const EngineStats& s) { return s.kv.waste(); });
+    gauge("weir_prefix_cache_hit_ratio", "prompt blocks found in the prefix cache",
+          [](const EngineStats& s) { return s.kv.prefix_hit_rate(); });
+    gauge("weir_engine_preemptions", "sequences preempted by recompute",
+          [](const EngineStats& s) { return double(s.sched.preemptions); });
+    gauge("weir_engine_waiting", "requests waiting for admission",
+          [](const EngineStats& s) { return double(s.sched.waiting); });
+    gauge("weir_engine_running", "sequences running",
+          [](const EngineStats& s) { return double(s.sched.running); });
+    gauge("weir_engine_tokens_generated", "tokens generated",
+          [](const EngineStats& s) { return double(s.tokens_generated); });
+  }
   thread_ = std::thread([this] { run(); });
 }
 
 Engine::~Engine() {
+  if (!config_.metrics_name.empty())
+    Registry::global().remove_callbacks({{"engine", config_.metrics_name}});
   {
     std::lock_guard lock(mu_);
     stop_ = true;

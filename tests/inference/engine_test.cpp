@@ -12,6 +12,7 @@
 #include <boost/asio/use_awaitable.hpp>
 
 #include "weir/inference/engine_async.hpp"
+#include "weir/runtime/metrics.hpp"
 
 #include <future>
 #include <numeric>
@@ -256,6 +257,26 @@ TEST(Engine, KvPoolComesFromTheMemoryBudget) {
             "memory_budget_exceeded: the KV cache budget of 0 KiB holds 8 blocks of 4 tokens (64 "
             "bytes each), but one sequence of max_model_len=64 needs 16; raise limits.kv_cache or "
             "lower engine.max_model_len");
+}
+
+// The engine's fences show up in the metrics registry (Prometheus text) while it lives.
+TEST(Engine, ReportsItsFencesAsMetrics) {
+  {
+    auto e = make_engine({.max_num_seqs = 4,
+                          .block_size = 4,
+                          .kv_cache_bytes = 64 * 1024,
+                          .metrics_name = "test-engine"});
+    auto r = submit(*e, req({1, 2, 3, 4, 5}, 4)).get();
+    ASSERT_TRUE(r);
+    auto text = Registry::global().prometheus();
+    EXPECT_NE(text.find("weir_kv_blocks_used{engine=\"test-engine\"} 0"), std::string::npos)
+        << text;
+    EXPECT_NE(text.find("weir_engine_tokens_generated{engine=\"test-engine\"} 4"),
+              std::string::npos)
+        << text;
+    EXPECT_NE(text.find("# HELP weir_kv_waste_ratio"), std::string::npos);
+  }
+  EXPECT_EQ(Registry::global().prometheus().find("test-engine"), std::string::npos);
 }
 
 namespace asio = boost::asio;

@@ -119,6 +119,9 @@ struct EngineConfig {
   MemoryBudget* budget = nullptr;          // when set: the KV pool is reserved from kv_cache
   std::size_t max_waiting = 4096;
   bool enable_prefix_caching = true;
+  // When not empty, the engine reports its KV cache and scheduler as gauges in
+  // weir::Registry::global() under the label {engine=<metrics_name>} (removed on destruction).
+  std::string metrics_name;
   std::vector<std::int32_t> eog_tokens;  // end-of-generation ids (finish reason eos)
   // A token's text, for stop strings (e.g. Tokenizer::token_to_piece). Unset: stop strings
   // are ignored.
