@@ -1,0 +1,244 @@
+// StateGraph: LangGraph's model in C++ with weir's fences built in.
+//
+// A graph has channels (state fields, each merged by a reducer), nodes (sync or async functions
+// that read the state and return an Update), and edges (static, conditional via a router, and
+// Send fan-out). A run proceeds in supersteps: the nodes triggered in a step run concurrently
+// (async nodes interleave on the run's strand, at most `max_concurrency` at once), their writes
+// are merged by the reducers at the barrier in node order, then the edges pick the next step.
+//
+// Fences, per run: recursion_limit (supersteps), max_visits per node, a deadline, a token
+// budget, run state allocated through an AccountingResource charged to the run_state budget
+// (and capped by max_state_bytes), values larger than inline_limit moved to the ArtifactStore
+// and replaced by a reference. A cap that is hit ends the run with a typed error naming the
+// cap, its value and the node(s); the run's memory and artifacts are released.
+//
+// Thread safety: a CompiledGraph is immutable and shared by every run. Node functions of one
+// run never run at the same time on two threads (one strand per run); different runs may call
+// the same node function concurrently.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/json/object.hpp>
+#include <boost/json/value.hpp>
+
+#include "weir/graph/workflow.hpp"
+#include "weir/runtime/error.hpp"
+
+namespace weir {
+class ArtifactStore;
+class MemoryBudget;
+class Limiter;
+}  // namespace weir
+
+namespace weir::graph {
+
+inline constexpr std::string_view kStart = "START";
+inline constexpr std::string_view kEnd = "END";
+
+// Invoke `node` once with `input` in the next superstep (map / fan-out).
+struct Send {
+  std::string node;
+  boost::json::value input;
+};
+
+// What a node returns: channel writes, and optionally where to go next (overriding its edges)
+// and Sends for the next step.
+struct Update {
+  std::vector<std::pair<std::string, boost::json::value>> writes;
+  std::optional<std::vector<std::string>> go_to;
+  std::vector<Send> sends;
+  Update& set(std::string channel, boost::json::value v) {
+    writes.emplace_back(std::move(channel), std::move(v));
+    return *this;
+  }
+};
+
+class CompiledGraph;
+struct RunState;
+
+// Read-only access to the state for nodes and routers.
+class StateView {
+ public:
+  StateView(const CompiledGraph& g, const RunState& s) : g_(g), s_(s) {}
+  // The channel's value (null when never written and no default). REQUIRES: the channel exists.
+  const boost::json::value& get(std::string_view channel) const;
+  boost::json::object to_object() const;
+
+ private:
+  const CompiledGraph& g_;
+  const RunState& s_;
+};
+
+// What a node can use besides the state.
+class NodeContext {
+ public:
+  std::string_view node() const { return node_; }
+  std::string_view run_id() const { return run_id_; }
+  // The Send input for a fanned-out invocation, null otherwise.
+  const boost::json::value& input() const { return input_; }
+  ArtifactStore* artifacts() const { return artifacts_; }
+  // The bytes of an artifact reference found in state (or [offset, offset+length) of them).
+  Result<std::string> fetch(const boost::json::value& ref, std::uint64_t offset = 0,
+                            std::uint64_t length = UINT64_MAX) const;
+  // Charges model tokens to the run's token budget. Error: token_budget_exceeded.
+  Status charge_tokens(std::int64_t n);
+
+ private:
+  friend class GraphRuntime;
+  friend struct Runner;
+  std::string node_, run_id_;
+  boost::json::value input_;
+  ArtifactStore* artifacts_ = nullptr;
+  std::int64_t* tokens_used_ = nullptr;
+  std::int64_t token_budget_ = 0;
+};
+
+using SyncNode = std::function<Result<Update>(const StateView&, NodeContext&)>;
+using AsyncNode = std::function<boost::asio::awaitable<Result<Update>>(StateView, NodeContext&)>;
+// Returns the next node name(s), or END.
+using Router = std::function<std::vector<std::string>(const StateView&)>;
+// A user reducer: (current, update) -> new value.
+using ReducerFn =
+    std::function<Result<boost::json::value>(const boost::json::value&, const boost::json::value&)>;
+
+struct ChannelOptions {
+  ReducerKind reducer = ReducerKind::last_value;
+  std::optional<boost::json::value> default_value;
+  std::optional<std::int64_t> max_items;     // append: oldest dropped beyond it
+  std::optional<std::int64_t> max_messages;  // messages: window, the system message kept
+  ReducerFn custom;                          // overrides `reducer` when set
+};
+
+struct NodeOptions {
+  std::int64_t max_visits = 0;    // 0: unlimited
+  std::int32_t max_attempts = 1;  // retries on tool_failed / tool_timeout / model_error
+  std::chrono::milliseconds backoff{10};
+};
+
+struct GraphLimits {
+  std::int32_t recursion_limit = 25;
+  std::int32_t max_concurrency = 16;
+  std::chrono::milliseconds deadline{0};  // 0: none
+  std::size_t inline_limit = 4096;        // bytes (serialized)
+  std::size_t max_state_bytes = std::size_t{16} << 20;
+  std::int64_t token_budget = 0;  // 0: none
+};
+
+class StateGraph {
+ public:
+  StateGraph& add_channel(std::string name, ChannelOptions options = {});
+  StateGraph& add_node(std::string name, SyncNode fn, NodeOptions options = {});
+  StateGraph& add_async_node(std::string name, AsyncNode fn, NodeOptions options = {});
+  StateGraph& add_edge(std::string from, std::string to);
+  // `targets`: every node the router may return (END included), for validation and drawing.
+  StateGraph& add_conditional_edges(std::string from, Router router,
+                                    std::vector<std::string> targets);
+  // Declares that `from` may Send to `targets` (for validation: a node reached only by Send
+  // is then reachable). A Send invocation does not follow its node's edges.
+  StateGraph& add_sends(std::string from, std::vector<std::string> targets);
+
+  // Errors: invalid_workflow listing every problem (unknown nodes, nodes unreachable from
+  // START or unable to reach END, duplicate names).
+  Result<std::shared_ptr<const CompiledGraph>> compile(GraphLimits limits = {}) const;
+
+ private:
+  friend class CompiledGraph;
+  struct NodeDef {
+    std::string name;
+    SyncNode sync;
+    AsyncNode async;
+    NodeOptions options;
+  };
+  struct EdgeDef {
+    std::string from;
+    std::vector<std::string> to;
+    Router router;
+    bool send = false;  // declared Send targets: validation only
+  };
+  std::vector<std::pair<std::string, ChannelOptions>> channels_;
+  std::vector<NodeDef> nodes_;
+  std::vector<EdgeDef> edges_;
+};
+
+class CompiledGraph {
+ public:
+  const GraphLimits& limits() const { return limits_; }
+  std::size_t channel_count() const { return channels_.size(); }
+  std::optional<std::size_t> channel_index(std::string_view name) const;
+  const std::string& channel_name(std::size_t i) const { return channels_[i].first; }
+  // Cycles found at compile time (they run under the loop caps), as node name lists.
+  const std::vector<std::vector<std::string>>& cycles() const { return cycles_; }
+  std::string to_dot() const;
+
+ private:
+  friend class StateGraph;
+  friend class GraphRuntime;
+  friend class StateView;
+  friend struct Runner;
+  GraphLimits limits_;
+  std::vector<std::pair<std::string, ChannelOptions>> channels_;
+  std::vector<StateGraph::NodeDef> nodes_;
+  std::vector<StateGraph::EdgeDef> edges_;
+  std::vector<std::vector<std::size_t>> static_next_;  // [node + 1]: index 0 = START
+  std::vector<std::vector<const Router*>> routers_;    // [node + 1]
+  std::vector<std::vector<std::string>> cycles_;
+  std::optional<std::size_t> node_index(std::string_view name) const;
+};
+
+struct RunResult {
+  boost::json::object state;
+  std::int32_t steps = 0;
+  std::int64_t tokens_used = 0;
+  std::size_t peak_state_bytes = 0;
+  std::size_t offloaded = 0;  // values moved to the artifact store
+};
+
+struct RunOptions {
+  std::string run_id;  // artifacts are owned by it; generated when empty
+};
+
+struct RuntimeOptions {
+  MemoryBudget* budget = nullptr;      // run_state is charged here when set
+  ArtifactStore* artifacts = nullptr;  // offload target; without it, big values stay inline
+  std::size_t max_concurrent_runs = 1024;
+  std::size_t max_queued_runs = 100000;
+};
+
+// Admission (max concurrent runs + bounded queue -> overloaded) and the shared services runs use.
+class GraphRuntime {
+ public:
+  explicit GraphRuntime(RuntimeOptions options = {});
+  ~GraphRuntime();
+  GraphRuntime(const GraphRuntime&) = delete;
+  GraphRuntime& operator=(const GraphRuntime&) = delete;
+
+  // Runs `graph` from `input` (channel -> value). Errors: overloaded, the caps, memory_budget_
+  // exceeded, conflicting_writes, node errors (tool_failed, ...), cancelled.
+  boost::asio::awaitable<Result<RunResult>> async_invoke(std::shared_ptr<const CompiledGraph> graph,
+                                                         boost::json::object input,
+                                                         RunOptions options);
+  // (Not a default argument: GCC 12 destroys a defaulted class-type coroutine parameter twice.)
+  boost::asio::awaitable<Result<RunResult>> async_invoke(std::shared_ptr<const CompiledGraph> graph,
+                                                         boost::json::object input) {
+    return async_invoke(std::move(graph), std::move(input), RunOptions{});
+  }
+  std::size_t active_runs() const;
+  std::size_t queued_runs() const;
+
+ private:
+  RuntimeOptions options_;
+  std::unique_ptr<Limiter> admission_;
+  std::atomic<std::uint64_t> next_run_{0};
+};
+
+}  // namespace weir::graph

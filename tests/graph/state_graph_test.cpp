@@ -1,0 +1,263 @@
+#include "weir/graph/state_graph.hpp"
+
+#include <atomic>
+#include <filesystem>
+
+#include <gtest/gtest.h>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/json.hpp>
+
+#include "weir/runtime/artifact_store.hpp"
+#include "weir/runtime/executor.hpp"
+#include "weir/runtime/memory_budget.hpp"
+
+namespace weir::graph {
+namespace {
+
+namespace asio = boost::asio;
+namespace json = boost::json;
+using namespace std::chrono_literals;
+
+Result<RunResult> invoke(GraphRuntime& rt, std::shared_ptr<const CompiledGraph> g,
+                         json::object input) {
+  asio::io_context io;
+  Result<RunResult> out = Error(Errc::cancelled, "not run");
+  auto task = [&]() -> asio::awaitable<void> {
+    out = co_await rt.async_invoke(g, std::move(input));
+  };
+  asio::co_spawn(io, task(), asio::detached);
+  io.run();
+  return out;
+}
+
+SyncNode inc(std::string ch) {
+  return [ch](const StateView& s, NodeContext&) -> Result<Update> {
+    return Update().set(ch, s.get(ch).to_number<std::int64_t>() + 1);
+  };
+}
+
+TEST(StateGraph, ChainOfThreeNodes) {
+  StateGraph b;
+  b.add_channel("counter", {.default_value = 0});
+  b.add_node("a", inc("counter")).add_node("b", inc("counter")).add_node("c", inc("counter"));
+  b.add_edge("START", "a").add_edge("a", "b").add_edge("b", "c").add_edge("c", "END");
+  auto g = b.compile();
+  ASSERT_TRUE(g) << g.error().message;
+  GraphRuntime rt;
+  auto r = invoke(rt, *g, {});
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->state.at("counter").as_int64(), 3);
+  EXPECT_EQ(r->steps, 3);
+}
+
+TEST(StateGraph, FanOutRunsInOneSuperstepAndReducersMerge) {
+  StateGraph b;
+  b.add_channel("items", {.reducer = ReducerKind::append});
+  b.add_channel("count", {});
+  std::vector<std::string> workers;
+  for (int i = 0; i < 5; ++i) {
+    std::string name = "w" + std::to_string(i);
+    workers.push_back(name);
+    b.add_node(name, [i](const StateView&, NodeContext&) -> Result<Update> {
+      return Update().set("items", i);
+    });
+    b.add_edge("START", name).add_edge(name, "join");
+  }
+  b.add_node("join", [](const StateView& s, NodeContext&) -> Result<Update> {
+    return Update().set("count", static_cast<std::int64_t>(s.get("items").as_array().size()));
+  });
+  b.add_edge("join", "END");
+  GraphRuntime rt;
+  auto r = invoke(rt, *b.compile(), {});
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(json::serialize(r->state.at("items")), "[0,1,2,3,4]");
+  EXPECT_EQ(r->state.at("count").as_int64(), 5);
+  EXPECT_EQ(r->steps, 2);
+}
+
+TEST(StateGraph, TwoWritesToALastValueChannelNameBothNodes) {
+  StateGraph b;
+  b.add_channel("x", {});
+  b.add_node("left",
+             [](const StateView&, NodeContext&) -> Result<Update> { return Update().set("x", 1); });
+  b.add_node("right",
+             [](const StateView&, NodeContext&) -> Result<Update> { return Update().set("x", 2); });
+  b.add_edge("START", "left")
+      .add_edge("START", "right")
+      .add_edge("left", "END")
+      .add_edge("right", "END");
+  GraphRuntime rt;
+  auto r = invoke(rt, *b.compile(), {});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().to_string(),
+            "conflicting_writes: nodes 'left' and 'right' both wrote channel 'x' in superstep 1; a "
+            "last-value channel "
+            "takes one write per step: give it a reducer (e.g. append) or write it from one node");
+}
+
+TEST(StateGraph, LoopsStopAtTheirCapsWithTypedErrors) {
+  StateGraph b;
+  b.add_channel("n", {.default_value = 0});
+  b.add_node("tick", inc("n"));
+  b.add_node("check", [](const StateView&, NodeContext&) -> Result<Update> { return Update(); });
+  b.add_edge("START", "tick").add_edge("tick", "check");
+  b.add_conditional_edges(
+      "check", [](const StateView&) { return std::vector<std::string>{"tick"}; }, {"tick", "END"});
+  auto g = b.compile({.recursion_limit = 10});
+  ASSERT_TRUE(g);
+  EXPECT_EQ((*g)->cycles().size(), 2u);
+  GraphRuntime rt;
+  auto r = invoke(rt, *g, {});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().to_string(),
+            "step_limit_exceeded: run stopped after 10 supersteps (recursion_limit=10); nodes "
+            "active in the last step: "
+            "tick; raise limits.recursion_limit or add an exit condition");
+
+  StateGraph v;
+  v.add_channel("n", {.default_value = 0});
+  v.add_node("tick", inc("n"), {.max_visits = 3});
+  v.add_edge("START", "tick");
+  v.add_conditional_edges("tick", [](const StateView&) { return std::vector<std::string>{"tick"}; },
+                          {"tick", "END"});
+  auto r2 = invoke(rt, *v.compile(), {});
+  ASSERT_FALSE(r2);
+  EXPECT_EQ(r2.error().to_string(),
+            "visit_limit_exceeded: node 'tick' would run a 4th time (max_visits=3)");
+}
+
+TEST(StateGraph, CompileReportsEveryProblem) {
+  StateGraph b;
+  b.add_node("summarize", inc("x")).add_node("orphan", inc("x")).add_node("dead_end", inc("x"));
+  b.add_edge("START", "summarize")
+      .add_edge("summarize", "sumarize")
+      .add_edge("summarize", "END")
+      .add_edge("summarize", "dead_end");
+  auto g = b.compile();
+  ASSERT_FALSE(g);
+  EXPECT_EQ(g.error().message,
+            "edge from 'summarize' to 'sumarize': unknown node; did you mean 'summarize'?\n"
+            "node 'orphan' is not reachable from START\n"
+            "node 'dead_end' cannot reach END");
+}
+
+TEST(StateGraph, SendFansOutAndConditionalRoutesOnState) {
+  StateGraph b;
+  b.add_channel("todo", {});
+  b.add_channel("squares", {.reducer = ReducerKind::append});
+  b.add_channel("total", {.reducer = ReducerKind::sum, .default_value = 0});
+  b.add_node("plan", [](const StateView& s, NodeContext&) -> Result<Update> {
+    Update u;
+    for (const auto& x : s.get("todo").as_array()) u.sends.push_back({"square", x});
+    return u;
+  });
+  b.add_node("square", [](const StateView&, NodeContext& c) -> Result<Update> {
+    auto v = c.input().as_int64();
+    return Update().set("squares", v * v).set("total", v * v);
+  });
+  b.add_node("report", [](const StateView&, NodeContext&) -> Result<Update> { return Update(); });
+  b.add_edge("START", "plan").add_edge("plan", "report").add_edge("report", "END");
+  b.add_sends("plan", {"square"});
+  GraphRuntime rt;
+  auto r = invoke(rt, *b.compile(), {{"todo", json::array{1, 2, 3, 4}}});
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->state.at("total").as_int64(), 30);
+  EXPECT_EQ(r->state.at("squares").as_array().size(), 4u);
+}
+
+// A node writing 1 MB: state holds a reference, a later node reads a slice of it.
+TEST(StateGraph, LargeValuesMoveToTheArtifactStore) {
+  auto store = *ArtifactStore::open({{}, 64u << 20, 0, 100, nullptr});
+  StateGraph b;
+  b.add_channel("doc", {});
+  b.add_channel("head", {});
+  b.add_node("fetch", [](const StateView&, NodeContext&) -> Result<Update> {
+    return Update().set("doc", json::string(std::string(1 << 20, 'x') + "tail"));
+  });
+  b.add_node("read", [](const StateView& s, NodeContext& c) -> Result<Update> {
+    auto slice = c.fetch(s.get("doc"), (1 << 20) - 2, 6);
+    if (!slice) return slice.error();
+    return Update().set("head", json::string(*slice));
+  });
+  b.add_edge("START", "fetch").add_edge("fetch", "read").add_edge("read", "END");
+  GraphRuntime rt({.artifacts = store.get()});
+  auto r = invoke(rt, *b.compile(), {});
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->state.at("head").as_string(), "xxtail");
+  auto ref = ArtifactRef::from_json(r->state.at("doc"));
+  ASSERT_TRUE(ref);
+  EXPECT_EQ(ref->bytes, (1u << 20) + 4);
+  EXPECT_EQ(r->offloaded, 1u);
+  EXPECT_LT(r->peak_state_bytes, 64u * 1024);
+}
+
+TEST(StateGraph, RunStateOverItsCapFailsThatRunOnly) {
+  BudgetLimits lim;
+  MemoryBudget budget(lim);
+  StateGraph b;
+  b.add_channel("blob", {});
+  b.add_node("big", [](const StateView&, NodeContext&) -> Result<Update> {
+    return Update().set("blob", json::string(std::string(100000, 'y')));
+  });
+  b.add_edge("START", "big").add_edge("big", "END");
+  GraphRuntime rt({.budget = &budget});
+  auto r = invoke(rt, *b.compile({.inline_limit = 1 << 30, .max_state_bytes = 32 * 1024}), {});
+  ASSERT_FALSE(r);
+  EXPECT_TRUE(r.error().is(Errc::memory_budget_exceeded));
+  EXPECT_NE(r.error().message.find("state would grow to"), std::string::npos) << r.error().message;
+  EXPECT_EQ(budget.used(BudgetCategory::run_state), 0u);
+}
+
+// Async nodes of one step run concurrently (they interleave on timers), bounded by
+// max_concurrency; a failing node retries with backoff, then the error names it.
+TEST(StateGraph, AsyncNodesRetriesAndThousandsOfRuns) {
+  std::atomic<int> attempts{0};
+  StateGraph b;
+  b.add_channel("log", {.reducer = ReducerKind::append});
+  for (int i = 0; i < 3; ++i) {
+    b.add_async_node("slow" + std::to_string(i),
+                     [i](StateView, NodeContext&) -> asio::awaitable<Result<Update>> {
+                       asio::steady_timer t(co_await asio::this_coro::executor,
+                                            std::chrono::milliseconds(5 * (3 - i)));
+                       co_await t.async_wait(asio::use_awaitable);
+                       co_return Update().set("log", i);
+                     });
+    b.add_edge("START", "slow" + std::to_string(i)).add_edge("slow" + std::to_string(i), "END");
+  }
+  auto g = *b.compile();
+  Executor ex(2);
+  GraphRuntime rt({.max_concurrent_runs = 256});
+  std::atomic<int> ok{0};
+  auto run = [&]() -> asio::awaitable<void> {
+    auto r = co_await rt.async_invoke(g, {});
+    if (r && json::serialize(r->state.at("log")) == "[0,1,2]") ++ok;
+  };
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 2000; ++i) ex.spawn(run());
+  ex.shutdown(60s);
+  EXPECT_EQ(ok.load(), 2000);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 30s);
+
+  StateGraph f;
+  f.add_channel("x", {});
+  f.add_async_node("flaky",
+                   [&](StateView, NodeContext&) -> asio::awaitable<Result<Update>> {
+                     ++attempts;
+                     co_return Error(Errc::tool_failed, "the search backend is down");
+                   },
+                   {.max_attempts = 3, .backoff = 1ms});
+  f.add_edge("START", "flaky").add_edge("flaky", "END");
+  GraphRuntime rt2;
+  auto r = invoke(rt2, *f.compile(), {});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(attempts.load(), 3);
+  EXPECT_EQ(r.error().to_string(), "tool_failed: node 'flaky': the search backend is down");
+}
+
+}  // namespace
+}  // namespace weir::graph
