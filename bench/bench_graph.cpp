@@ -1,0 +1,148 @@
+// bench_graph: the state-graph executor's overhead and scale. Single-threaded.
+// Reproduce: build/bin/bench_graph --json
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <vector>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/json.hpp>
+
+#include "weir/graph/state_graph.hpp"
+
+namespace asio = boost::asio;
+namespace json = boost::json;
+using namespace weir;
+using namespace weir::graph;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double rss_mb() {
+  std::ifstream f("/proc/self/statm");
+  long pages = 0, resident = 0;
+  f >> pages >> resident;
+  return resident * static_cast<double>(sysconf(_SC_PAGESIZE)) / 1048576.0;
+}
+
+std::shared_ptr<const CompiledGraph> chain(bool async_nodes) {
+  StateGraph b;
+  b.add_channel("counter", {.default_value = 0});
+  for (const char* n : {"a", "b", "c"}) {
+    if (async_nodes) {
+      b.add_async_node(n, [](StateView s, NodeContext&) -> asio::awaitable<Result<Update>> {
+        asio::steady_timer t(co_await asio::this_coro::executor, std::chrono::milliseconds(1));
+        co_await t.async_wait(asio::use_awaitable);
+        co_return Update().set("counter", s.get("counter").as_int64() + 1);
+      });
+    } else {
+      b.add_node(n, [](const StateView& s, NodeContext&) -> Result<Update> {
+        return Update().set("counter", s.get("counter").as_int64() + 1);
+      });
+    }
+  }
+  b.add_edge("START", "a").add_edge("a", "b").add_edge("b", "c").add_edge("c", "END");
+  return *b.compile();
+}
+
+std::shared_ptr<const CompiledGraph> fan_out() {
+  StateGraph b;
+  b.add_channel("items", {.reducer = ReducerKind::append});
+  b.add_channel("count", {});
+  for (int i = 0; i < 5; ++i) {
+    std::string n = "w" + std::to_string(i);
+    b.add_node(n, [i](const StateView&, NodeContext&) -> Result<Update> {
+      return Update().set("items", i);
+    });
+    b.add_edge("START", n).add_edge(n, "join");
+  }
+  b.add_node("join", [](const StateView& s, NodeContext&) -> Result<Update> {
+    return Update().set("count", static_cast<std::int64_t>(s.get("items").as_array().size()));
+  });
+  b.add_edge("join", "END");
+  return *b.compile();
+}
+
+// Median over batches of the µs per invocation.
+double us_per_run(GraphRuntime& rt, std::shared_ptr<const CompiledGraph> g, int batches,
+                  int per_batch, long& steps) {
+  asio::io_context io;
+  std::vector<double> samples;
+  auto loop = [&]() -> asio::awaitable<void> {
+    for (int b = 0; b < batches; ++b) {
+      auto t0 = Clock::now();
+      for (int i = 0; i < per_batch; ++i) {
+        auto r = co_await rt.async_invoke(g, {});
+        steps += r ? r->steps : 0;
+      }
+      samples.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count() /
+                        per_batch);
+    }
+  };
+  asio::co_spawn(io, loop(), asio::detached);
+  io.run();
+  std::sort(samples.begin(), samples.end());
+  return samples[samples.size() / 2];
+}
+
+}  // namespace
+
+int main() {
+  GraphRuntime rt({.max_concurrent_runs = 200000, .max_queued_runs = 0});
+  long steps = 0;
+  us_per_run(rt, chain(false), 3, 2000, steps);  // warm up
+  steps = 0;
+  auto t0 = Clock::now();
+  const double seq = us_per_run(rt, chain(false), 21, 5000, steps);
+  const double steps_per_s = steps / std::chrono::duration<double>(Clock::now() - t0).count();
+  long s2 = 0;
+  const double par = us_per_run(rt, fan_out(), 21, 5000, s2);
+  std::fprintf(stderr, "seq %.3f us, par %.3f us, %.0f supersteps/s\n", seq, par, steps_per_s);
+
+  // 100,000 runs of the 3-node chain in flight at once, each node awaiting a 1 ms timer.
+  const int runs = 100000;
+  auto g = chain(true);
+  asio::io_context io;
+  const double base = rss_mb();
+  double peak = base;
+  int done = 0, ok = 0;
+  auto one = [&]() -> asio::awaitable<void> {
+    auto r = co_await rt.async_invoke(g, {});
+    ok += r && r->state.at("counter").as_int64() == 3;
+    ++done;
+  };
+  auto sampler = [&]() -> asio::awaitable<void> {
+    asio::steady_timer t(co_await asio::this_coro::executor);
+    while (done < runs) {
+      peak = std::max(peak, rss_mb());
+      t.expires_after(std::chrono::milliseconds(5));
+      co_await t.async_wait(asio::use_awaitable);
+    }
+  };
+  auto c0 = Clock::now();
+  for (int i = 0; i < runs; ++i) asio::co_spawn(io, one(), asio::detached);
+  asio::co_spawn(io, sampler(), asio::detached);
+  io.run();
+  peak = std::max(peak, rss_mb());
+  const double secs = std::chrono::duration<double>(Clock::now() - c0).count();
+  std::fprintf(stderr,
+               "%d concurrent runs: %d ok in %.2f s, peak RSS %.1f MB above a %.1f MB baseline\n",
+               runs, ok, secs, peak - base, base);
+  json::object out{{"seq_us", seq},
+                   {"par_us", par},
+                   {"steps_per_s", steps_per_s},
+                   {"concurrent_runs", runs},
+                   {"concurrent_ok", ok},
+                   {"concurrent_seconds", secs},
+                   {"concurrent_peak_rss_mb", peak - base}};
+  std::printf("%s\n", json::serialize(out).c_str());
+  return ok == runs ? 0 : 1;
+}
