@@ -28,5 +28,6 @@ int cmd_graph(Args args);
 int cmd_tokenize(Args args);
 int cmd_generate(Args args);
 int cmd_inspect(Args args);
+int cmd_run(Args args);
 
 }  // namespace weir::cli

@@ -20,6 +20,15 @@ constexpr Command kCommands[] = {
      "small random-weight model weir generates (its text is noise; the mechanics are real).\n\n"
      "example:\n  WEIR_MODEL=model.gguf weir demo --crews 32\n",
      cmd_demo},
+    {"run", "run a workflow file and print its final state as JSON",
+     "usage: weir run FILE [--input JSON | --input @file.json] [--model PATH]\n\n"
+     "Runs the workflow once under its limits (recursion limit, memory, inline limit, ...) and\n"
+     "prints the final state as JSON on stdout; a summary goes to stderr. --model overrides\n"
+     "every model's path. Runnable node kinds today: set, router, map, tool (lorem,\n"
+     "calculator), llm. Exit codes: 0 success, 1 invalid input, 2 run failed (typed error on\n"
+     "stderr), 3 overloaded.\n\n"
+     "example:\n  weir run samples/workflows/map_reduce.json\n",
+     cmd_run},
     {"validate", "check workflow files and report every problem",
      "usage: weir validate FILE...\n\n"
      "Parses and validates each workflow file (docs/workflow-format.md) and reports every\n"

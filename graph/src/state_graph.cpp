@@ -503,7 +503,6 @@ struct Runner {
                                                         "' sent to unknown node '" + s.node + "'");
           next.push_back({*n, s.input, true});
         }
-        if (tasks[i].from_send) continue;  // a fanned-out invocation does not follow edges
         if (u.go_to) {
           for (const auto& t : *u.go_to) {
             if (t == kEnd) continue;

@@ -687,22 +687,16 @@ class Loader {
     return rs;
   }
 
-  // Reachability from START, and a way to END for every node (map workers return to their map).
+  // Reachability from START, and a way to END for every node. A map reaches its worker; a
+  // worker with edges continues through them (fan-in), one without returns to the barrier.
   void structure() {
     std::map<std::string, std::vector<std::string>> out;
-    std::map<std::string, std::string> first_edge_ptr;
     for (const auto& e : spec_.edges) {
       auto& dst = out[e.from];
       auto t = e.route ? e.route->all_targets() : e.to;
       dst.insert(dst.end(), t.begin(), t.end());
-      first_edge_ptr.emplace(e.from, e.pointer);
     }
-    for (const auto& [worker, map] : map_workers_) {
-      if (out.count(worker))
-        error(first_edge_ptr[worker], "node '" + worker + "' runs per item of map '" + map +
-                                          "' and must not have edges of its own");
-      out[map].push_back(worker);
-    }
+    for (const auto& [worker, map] : map_workers_) out[map].push_back(worker);
     if (!out.count("START")) {
       error("/edges", "no edge leaves START: add {\"from\": \"START\", \"to\": \"<first node>\"}");
       return;

@@ -168,4 +168,38 @@ TEST(Cli, ModelCommandsGiveClearErrors) {
             "weir generate: -n expects a number, got 'lots' (see 'weir generate --help')\n");
 }
 
+fs::path sample(const std::string& name) {
+  return fs::path(WEIR_SOURCE_DIR) / "samples/workflows" / name;
+}
+
+TEST(Cli, EverySampleWorkflowValidates) {
+  for (const auto& e : fs::directory_iterator(fs::path(WEIR_SOURCE_DIR) / "samples/workflows")) {
+    auto r = weir("validate " + e.path().string());
+    EXPECT_EQ(r.code, 0) << e.path() << "\n" << r.err;
+  }
+}
+
+TEST(Cli, RunSamples) {
+  auto loop = weir("run " + sample("loop_guard.json").string());
+  EXPECT_EQ(loop.code, 2);
+  EXPECT_EQ(loop.err,
+            "weir run: step_limit_exceeded: run stopped after 20 supersteps (recursion_limit=20); "
+            "nodes active in the last "
+            "step: think; raise limits.recursion_limit or add an exit condition\n");
+  auto mr = weir("run " + sample("map_reduce.json").string());
+  EXPECT_EQ(mr.code, 0) << mr.err;
+  EXPECT_EQ(mr.out, "{\"numbers\":[1,2,3,4,5,6,7,8],\"total\":204,\"mean\":2.55E1}\n");
+  auto big = weir("run " + sample("big_payload.json").string());
+  EXPECT_EQ(big.code, 0) << big.err;
+  EXPECT_NE(big.out.find("\"bytes\":5000000"), std::string::npos);
+  EXPECT_NE(big.out.find("\"summary\":\"read 5000000 bytes from artifact "), std::string::npos)
+      << big.out;
+  EXPECT_NE(big.err.find("1 value moved to artifacts"), std::string::npos) << big.err;
+  auto input = weir("run " + sample("map_reduce.json").string() + " --input '{\"numbers\": [3]}'");
+  EXPECT_EQ(input.out, "{\"numbers\":[3],\"total\":9,\"mean\":1.125E0}\n");
+  auto bad = weir("run " + sample("map_reduce.json").string() + " --input '{\"numbers\": [3'");
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_EQ(bad.err.rfind("weir run: --input:1:", 0), 0u) << bad.err;
+}
+
 }  // namespace

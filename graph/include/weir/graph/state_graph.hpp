@@ -144,7 +144,8 @@ class StateGraph {
   StateGraph& add_conditional_edges(std::string from, Router router,
                                     std::vector<std::string> targets);
   // Declares that `from` may Send to `targets` (for validation: a node reached only by Send
-  // is then reachable). A Send invocation does not follow its node's edges.
+  // is then reachable). A Send invocation follows its node's edges like any other (fan-in: the
+  // next step runs each target once, after every invocation of the step).
   StateGraph& add_sends(std::string from, std::vector<std::string> targets);
 
   // Errors: invalid_workflow listing every problem (unknown nodes, nodes unreachable from
