@@ -56,8 +56,10 @@ $(FUZZ_BUILD)/CMakeCache.txt:
 
 fuzz: setup $(FUZZ_BUILD)/CMakeCache.txt
 	cmake --build $(FUZZ_BUILD)
+	@mkdir -p $(FUZZ_BUILD)/seeds/fuzz_gguf && $(FUZZ_BUILD)/bin/seed_gguf $(FUZZ_BUILD)/seeds/fuzz_gguf/vocab.gguf
 	@set -e; for f in $(FUZZ_BUILD)/bin/fuzz_*; do [ -x "$$f" ] || continue; n=$$(basename $$f); \
-	  echo "== $$n: $(FUZZ_RUNS) runs"; work=$$(mktemp -d); seeds=fuzz/corpus/$$n; [ -d $$seeds ] || seeds=; \
+	  echo "== $$n: $(FUZZ_RUNS) runs"; work=$$(mktemp -d); seeds=; \
+	  for d in fuzz/corpus/$$n $(FUZZ_BUILD)/seeds/$$n; do if [ -d $$d ]; then seeds="$$seeds $$d"; fi; done; \
 	  "$$f" -runs=$(FUZZ_RUNS) -max_len=65536 -seed=1 -print_final_stats=0 $$work $$seeds >$$work.log 2>&1 \
 	    || { tail -n 40 $$work.log; exit 1; }; tail -n 1 $$work.log; rm -rf $$work $$work.log; done
 
