@@ -14,6 +14,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/json.hpp>
 
+#include "weir/graph/checkpointer.hpp"
 #include "weir/runtime/artifact_store.hpp"
 #include "weir/runtime/limiter.hpp"
 #include "weir/runtime/memory_budget.hpp"
@@ -256,6 +257,11 @@ struct Runner {
   std::size_t offloaded = 0;
   Clock::time_point deadline = Clock::time_point::max();
 
+  Checkpointer* checkpointer = nullptr;
+  std::string thread_id, parent_checkpoint;
+  std::int64_t step_base = 0;
+  bool resumed = false;
+
   Runner(const CompiledGraph& graph, const RuntimeOptions& o, std::string id)
       : g(graph),
         opt(o),
@@ -400,21 +406,32 @@ struct Runner {
       st.values.emplace_back(o.default_value ? json::value(*o.default_value, st.sp)
                                              : json::value(st.sp));
     st.visits.assign(g.nodes_.size(), 0);
+    std::vector<Task> tasks, next;
+    if (checkpointer) {
+      if (auto s = restore(tasks); !s) co_return std::move(s).error();
+    }
+    std::vector<bool> input_written(C);
     {
       std::vector<std::pair<std::size_t, const json::value*>> w(1);
       for (const auto& [k, v] : input) {
         auto ch = g.channel_index(k);
-        if (!ch)
+        if (!ch) {
           co_return Error(Errc::invalid_argument,
                           "input key '" + std::string(k) + "' is not a channel of this graph");
+        }
         w[0] = {0, &v};
         if (auto s = reduce(*ch, w, 0); !s) co_return std::move(s).error();
+        input_written[*ch] = true;
       }
     }
-    std::vector<Task> tasks, next;
-    for (auto n : g.static_next_[0]) tasks.push_back({n, nullptr});
-    for (const Router* r : g.routers_[0]) {
-      if (auto s = route(*r, tasks); !s) co_return std::move(s).error();
+    if (!resumed) {
+      for (auto n : g.static_next_[0]) tasks.push_back({n, nullptr});
+      for (const Router* r : g.routers_[0]) {
+        if (auto s = route(*r, tasks); !s) co_return std::move(s).error();
+      }
+    }
+    if (checkpointer && !input.empty()) {  // the input is a step of its own: resume replays it
+      if (auto s = save(input_written, tasks, 0); !s) co_return std::move(s).error();
     }
     std::vector<Result<Update>> results;
     std::vector<std::vector<std::pair<std::size_t, const json::value*>>> writes(C);
@@ -519,15 +536,91 @@ struct Runner {
           if (auto s = route(*r, next); !s) co_return node_error(tasks[i].node, s.error());
         }
       }
+      if (checkpointer) {
+        std::vector<bool> written(C);
+        for (std::size_t ch = 0; ch < C; ++ch) written[ch] = !writes[ch].empty();
+        if (auto s = save(written, next, step); !s) co_return std::move(s).error();
+      }
       std::swap(tasks, next);
     }
     RunResult out;
+    out.resumed = resumed;
+    out.checkpoint_id = parent_checkpoint;
     out.state = StateView(g, st).to_object();
     out.steps = step;
     out.tokens_used = tokens;
     out.peak_state_bytes = st.resource.peak_bytes();
     out.offloaded = offloaded;
     co_return out;
+  }
+
+  // Restores the thread's state from its latest checkpoint; an unfinished one also gives the
+  // tasks to run next.
+  Status restore(std::vector<Task>& tasks) {
+    auto latest = checkpointer->latest(thread_id);
+    if (!latest) return std::move(latest).error();
+    if (!*latest) return {};
+    const Checkpoint& cp = **latest;
+    auto state = checkpointer->state_at(thread_id, cp.checkpoint_id);
+    if (!state) return std::move(state).error();
+    for (const auto& [k, v] : *state) {
+      if (auto ch = g.channel_index(k)) st.values[*ch] = json::value(v, st.sp);
+    }
+    parent_checkpoint = cp.checkpoint_id;
+    step_base = cp.step;
+    const auto* status = cp.pending.if_contains("status");
+    if (status && *status == "done") return {};
+    resumed = true;
+    if (const auto* next = cp.pending.if_contains("next"); next && next->is_array()) {
+      for (const auto& n : next->as_array()) {
+        auto i = n.is_string() ? g.node_index(n.as_string()) : std::nullopt;
+        if (!i) {
+          return Error(Errc::corrupt_data, "checkpoint " + cp.checkpoint_id + " of thread '" +
+                                               thread_id + "' names node " + json::serialize(n) +
+                                               ", which this graph does not have");
+        }
+        tasks.push_back({*i, nullptr});
+      }
+    }
+    if (const auto* sends = cp.pending.if_contains("sends"); sends && sends->is_array()) {
+      for (const auto& sd : sends->as_array()) {
+        const auto* node = sd.is_object() ? sd.as_object().if_contains("node") : nullptr;
+        auto i = node && node->is_string() ? g.node_index(node->as_string()) : std::nullopt;
+        if (!i)
+          return Error(Errc::corrupt_data,
+                       "checkpoint " + cp.checkpoint_id + " sends to an unknown node");
+        tasks.push_back(
+            {*i, sd.as_object().contains("input") ? sd.at("input") : json::value(), true});
+      }
+    }
+    return {};
+  }
+
+  // A checkpoint with only the channels written in this step, and what runs next.
+  Status save(const std::vector<bool>& written, const std::vector<Task>& next_tasks,
+              std::int32_t step) {
+    Checkpoint cp;
+    cp.thread_id = thread_id;
+    cp.step = step_base + step;
+    cp.checkpoint_id = new_checkpoint_id(cp.step);
+    cp.parent_id = parent_checkpoint;
+    for (std::size_t ch = 0; ch < written.size(); ++ch) {
+      if (written[ch]) cp.writes[g.channels_[ch].first] = json::value(st.values[ch]);
+    }
+    json::array nodes, sends;
+    for (const auto& t : next_tasks) {
+      if (t.from_send)
+        sends.push_back(json::object{{"node", g.nodes_[t.node].name}, {"input", t.input}});
+      else
+        nodes.push_back(json::value(g.nodes_[t.node].name));
+    }
+    cp.pending = json::object{{"status", next_tasks.empty() ? "done" : "running"},
+                              {"next", std::move(nodes)},
+                              {"sends", std::move(sends)}};
+    cp.metadata = json::object{{"run_id", run_id}};
+    if (auto s = checkpointer->put(cp); !s) return s;
+    parent_checkpoint = cp.checkpoint_id;
+    return {};
   }
 
   static void add_unique(std::vector<Task>& v, std::size_t n) {
@@ -611,6 +704,10 @@ asio::awaitable<Result<RunResult>> GraphRuntime::async_invoke(
   Result<RunResult> result = Error(Errc::cancelled, "not run");
   {
     Runner r(*graph, options_, run_id);
+    if (options.checkpointer && !options.thread_id.empty()) {
+      r.checkpointer = options.checkpointer;
+      r.thread_id = options.thread_id;
+    }
     try {
       result = co_await r.run(std::move(input));
     } catch (const Exception& e) {  // e.g. the run's state went over its memory limit

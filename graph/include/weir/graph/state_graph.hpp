@@ -202,10 +202,21 @@ struct RunResult {
   std::int64_t tokens_used = 0;
   std::size_t peak_state_bytes = 0;
   std::size_t offloaded = 0;  // values moved to the artifact store
+  bool resumed = false;       // continued an unfinished checkpoint
+  std::string checkpoint_id;  // the last checkpoint written (empty without a checkpointer)
 };
+
+class Checkpointer;
 
 struct RunOptions {
   std::string run_id;  // artifacts are owned by it; generated when empty
+  // With both set, a checkpoint holding only the channels written in that step is put after
+  // every superstep, and an invocation on a thread whose latest checkpoint is unfinished
+  // (a crash, a failed node) resumes it: state restored, the pending nodes run next. A thread
+  // whose last run finished starts a new run from START on top of its state (a chat's next
+  // turn). REQUIRES: the checkpointer outlives the run.
+  Checkpointer* checkpointer = nullptr;
+  std::string thread_id;
 };
 
 struct RuntimeOptions {
