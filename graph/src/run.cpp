@@ -61,20 +61,27 @@ const char* event_kind_name(EventKind k) noexcept {
 
 struct EventStream::Impl {
   asio::experimental::concurrent_channel<void(boost::system::error_code, Event)> ch;
+  bool ended = false;  // consumer side: the terminal event was delivered
   Impl(asio::any_io_executor ex, std::size_t cap) : ch(ex, cap) {}
 };
 EventStream::EventStream(asio::any_io_executor ex, std::size_t capacity)
     : impl_(std::make_unique<Impl>(ex, capacity)) {}
 EventStream::~EventStream() = default;
 awaitable<std::optional<Event>> EventStream::async_next() {
-  auto [ec, e] = co_await impl_->ch.async_receive(asio::as_tuple(asio::use_awaitable));
-  if (ec) co_return std::nullopt;
-  co_return std::optional<Event>(std::move(e));
+  if (impl_->ended) co_return std::nullopt;
+  // No structured bindings over co_await: GCC miscompiles some of them.
+  std::tuple<boost::system::error_code, Event> t =
+      co_await impl_->ch.async_receive(asio::as_tuple(asio::use_awaitable));
+  if (std::get<0>(t)) co_return std::nullopt;
+  auto k = std::get<1>(t).kind;
+  impl_->ended =
+      k == EventKind::run_finished || k == EventKind::run_failed || k == EventKind::run_interrupted;
+  co_return std::optional<Event>(std::move(std::get<1>(t)));
 }
 awaitable<void> EventStream::async_push(Event e) {
-  auto [ec] = co_await impl_->ch.async_send(boost::system::error_code{}, std::move(e),
-                                            asio::as_tuple(asio::use_awaitable));
-  (void)ec;  // closed: the consumer went away; drop the event
+  // An error means the stream was closed (the consumer went away): the event is dropped.
+  co_await impl_->ch.async_send(boost::system::error_code{}, std::move(e),
+                                asio::as_tuple(asio::use_awaitable));
 }
 void EventStream::close() noexcept {
   impl_->ch.close();
@@ -409,29 +416,28 @@ std::size_t default_tokens(const json::value& m) {
   return chars / 4 + 4;
 }
 
-// Offloads `v` (in run storage) to the ArtifactStore when it is over inline_limit.
-void maybe_offload(R& r, json::value& v) {
-  if (!r.rt->artifacts || r.limits.inline_limit == 0) return;
-  if (!v.is_string() && !v.is_array() && !v.is_object()) return;
-  if (ArtifactRef::from_json(v)) return;
-  if (json_size(v, r.limits.inline_limit + 1) <= r.limits.inline_limit) return;
-  std::string text = json::serialize(v);
-  if (text.size() <= r.limits.inline_limit) return;
-  auto ref = r.rt->artifacts->put(text, "application/json", {}, r.owner);
-  if (!ref) throw Exception(std::move(ref).error());
-  v = json::value(ref->to_json(), r.sp);
-  ++r.stats.offloaded;
+// `v` copied into run storage, or its ArtifactRef when it is over inline_limit (the large
+// value never enters run storage).
+json::value store_value(R& r, const json::value& v) {
+  if (r.rt->artifacts && r.limits.inline_limit != 0 &&
+      (v.is_string() || v.is_array() || v.is_object()) && !ArtifactRef::from_json(v) &&
+      json_size(v, r.limits.inline_limit + 1) > r.limits.inline_limit) {
+    std::string text = json::serialize(v);
+    if (text.size() > r.limits.inline_limit) {
+      auto ref = r.rt->artifacts->put(text, "application/json", {}, r.owner);
+      if (!ref) throw Exception(std::move(ref).error());
+      ++r.stats.offloaded;
+      return json::value(ref->to_json(), r.sp);
+    }
+  }
+  return json::value(v, r.sp);
 }
 
 void append_items(R& r, json::array& arr, const json::value& update) {
-  auto push = [&](const json::value& e) {
-    arr.emplace_back(e);
-    maybe_offload(r, arr.back());
-  };
   if (update.is_array())
-    for (const auto& e : update.get_array()) push(e);
+    for (const auto& e : update.get_array()) arr.push_back(store_value(r, e));
   else
-    push(update);
+    arr.push_back(store_value(r, update));
 }
 
 void trim_window(R& r, const ChannelDef& c, json::array& arr) {
@@ -512,8 +518,7 @@ Status apply_write(R& r, ChannelId id, const json::value& update, std::int32_t t
                          "; give it a reducer (append or custom) or let one node write it");
       }
       r.writer[id] = task_index;
-      cur = json::value(update, r.sp);
-      maybe_offload(r, cur);
+      cur = store_value(r, update);
       break;
     }
     case ChannelKind::append:
@@ -538,8 +543,7 @@ Status apply_write(R& r, ChannelId id, const json::value& update, std::int32_t t
         auto e = std::move(v).error();
         return Error(e.code, "reducer of channel '" + c.name + "': " + e.message);
       }
-      cur = json::value(*v, r.sp);
-      maybe_offload(r, cur);
+      cur = store_value(r, *v);
       break;
     }
   }
@@ -758,9 +762,9 @@ Result<std::string> load_checkpoint(R& r, const std::string& checkpoint_id) {
 
 // --- the superstep loop ----------------------------------------------------------------------
 
-awaitable<void> emit(R& r, EventKind k, std::string node = {}, json::value data = nullptr) {
-  if (!r.events) co_return;
-  co_await r.events->async_push(Event{k, r.step, std::move(node), std::move(data)});
+// Builds an event (a plain function: GCC mishandles default arguments of coroutines).
+Event make_event(const R& r, EventKind k, std::string node = {}, json::value data = nullptr) {
+  return Event{k, r.step, std::move(node), std::move(data)};
 }
 
 // Executes r.tasks as successive supersteps. REQUIRES: r.tasks holds the first step's tasks
@@ -792,7 +796,10 @@ awaitable<Status> execute(R& r) {
     for (std::size_t i = 0; i < r.tasks.size(); ++i) {
       Task& t = r.tasks[i];
       const NodeImpl& n = r.g->nodes[t.node];
-      if (r.events) co_await emit(r, EventKind::node_started, n.name, t.arg);
+      if (r.events) {
+        Event ev_ = make_event(r, EventKind::node_started, n.name, t.arg);
+        co_await r.events->async_push(std::move(ev_));
+      }
       if (n.sync && n.opts.retry.max_attempts <= 1 && r.deadline == Clock::time_point{})
         run_sync_task(r, t);
       else
@@ -858,15 +865,23 @@ awaitable<Status> execute(R& r) {
     if (r.events) {
       for (auto& t : r.tasks) {
         const auto& n = r.g->nodes[t.node];
-        for (auto& d : t.emitted) co_await emit(r, EventKind::custom, n.name, std::move(d));
+        for (auto& d : t.emitted) {
+          Event ev_ = make_event(r, EventKind::custom, n.name, std::move(d));
+          co_await r.events->async_push(std::move(ev_));
+        }
         json::object w;
         for (auto& [id, v] : (*t.out)->writes) w[r.g->channels[id].name] = v;
         for (auto& [name, v] : (*t.out)->named_writes) w[name] = v;
-        co_await emit(r, EventKind::node_finished, n.name, std::move(w));
+        {
+          Event ev_ = make_event(r, EventKind::node_finished, n.name, std::move(w));
+          co_await r.events->async_push(std::move(ev_));
+        }
       }
-      if (r.stream_state)
-        co_await emit(r, EventKind::state, {},
-                      StateView(r.graph.get(), r.values.data()).to_object());
+      if (r.stream_state) {
+        Event ev_ = make_event(r, EventKind::state, {},
+                               StateView(r.graph.get(), r.values.data()).to_object());
+        co_await r.events->async_push(std::move(ev_));
+      }
     }
     std::fill(r.writer.begin(), r.writer.end(), -1);
     // Edges, evaluated on the merged state.
@@ -910,7 +925,10 @@ awaitable<Result<RunResult>> run_graph(GraphRuntime::Impl* rt,
     Status st;
     std::exception_ptr ep;
     try {
-      if (r->events) co_await emit(*r, EventKind::run_started, {}, input);
+      if (r->events) {
+        Event ev_ = make_event(*r, EventKind::run_started, {}, input);
+        co_await r->events->async_push(std::move(ev_));
+      }
       bool fresh = true;
       if (!r->thread_id.empty() && rt->checkpointer &&
           (resume || !config.checkpoint_id.empty() || true)) {
@@ -981,16 +999,20 @@ awaitable<Result<RunResult>> run_graph(GraphRuntime::Impl* rt,
         res.interrupt_payload = json::value(r->resume_value, json::storage_ptr{});
       }
       out = std::move(res);
-      if (r->events)
-        co_await emit(*r, res.interrupted ? EventKind::run_interrupted : EventKind::run_finished);
+      if (r->events) {
+        Event ev_ =
+            make_event(*r, res.interrupted ? EventKind::run_interrupted : EventKind::run_finished);
+        co_await r->events->async_push(std::move(ev_));
+      }
     } else {
       rt->runs_failed.inc();
       release_artifacts = r->thread_id.empty() && owner.empty();
-      if (r->events)
-        co_await emit(*r, EventKind::run_failed, {}, json::value(st.error().to_string()));
+      if (r->events) {
+        Event ev_ = make_event(*r, EventKind::run_failed, {}, json::value(st.error().to_string()));
+        co_await r->events->async_push(std::move(ev_));
+      }
       out = std::move(st).error();
     }
-    if (r->events) r->events->close();
   }
   if (release_artifacts && rt->artifacts) rt->artifacts->release_owner(artifact_owner);
   rt->active.fetch_sub(1, std::memory_order_relaxed);
@@ -1003,8 +1025,12 @@ awaitable<Result<Update>> call_subgraph(R& r, const NodeImpl& n, NodeContext& ct
   for (auto [p, c] : n.sub_in) in[child.channels[c].name] = r.values[p];
   RunConfig cfg;
   cfg.limits = n.sub_opts.limits;
-  auto res = co_await run_graph(r.rt, n.sub, json::value(std::move(in)), std::move(cfg), r.owner,
-                                false, nullptr);
+  json::value input(std::move(in));
+  std::string owner = r.owner;
+  json::value no_resume;
+  auto child_graph = n.sub;
+  auto res = co_await run_graph(r.rt, std::move(child_graph), std::move(input), std::move(cfg),
+                                std::move(owner), false, std::move(no_resume));
   if (!res) {
     auto e = std::move(res).error();
     co_return Error(e.code, "subgraph '" + n.name + "': " + e.message);
@@ -1037,8 +1063,12 @@ awaitable<Result<RunResult>> GraphRuntime::async_invoke(std::shared_ptr<const Co
                                                         json::value input, RunConfig config) {
   auto permit = co_await impl_->limiter.async_acquire();
   if (!permit) co_return std::move(permit).error();
-  co_return co_await run_graph(impl_.get(), std::move(graph), std::move(input), std::move(config),
-                               {}, false, nullptr);
+  // Named arguments only: GCC mishandles temporaries inside co_await expressions.
+  std::string owner;
+  json::value no_resume;
+  auto res = co_await run_graph(impl_.get(), std::move(graph), std::move(input), std::move(config),
+                                std::move(owner), false, std::move(no_resume));
+  co_return res;
 }
 
 awaitable<Result<RunResult>> GraphRuntime::async_resume(std::shared_ptr<const CompiledGraph> graph,
@@ -1049,8 +1079,11 @@ awaitable<Result<RunResult>> GraphRuntime::async_resume(std::shared_ptr<const Co
   auto permit = co_await impl_->limiter.async_acquire();
   if (!permit) co_return std::move(permit).error();
   config.thread_id = std::move(thread_id);
-  co_return co_await run_graph(impl_.get(), std::move(graph), nullptr, std::move(config), {}, true,
-                               std::move(value));
+  std::string owner;
+  json::value no_input;
+  auto res = co_await run_graph(impl_.get(), std::move(graph), std::move(no_input),
+                                std::move(config), std::move(owner), true, std::move(value));
+  co_return res;
 }
 
 Result<RunResult> GraphRuntime::invoke(std::shared_ptr<const CompiledGraph> graph,
@@ -1076,7 +1109,12 @@ std::vector<Result<RunResult>> GraphRuntime::batch(std::shared_ptr<const Compile
     auto worker = [&]() -> awaitable<void> {
       while (next < in.size()) {
         std::size_t i = next++;
-        slots[i].emplace(co_await self->async_invoke(g, std::move(in[i])));
+        RunConfig cfg;
+        json::value input = std::move(in[i]);
+        auto graph = g;
+        Result<RunResult> res =
+            co_await self->async_invoke(std::move(graph), std::move(input), std::move(cfg));
+        slots[i].emplace(std::move(res));
       }
     };
     auto strand = asio::make_strand(ex);
