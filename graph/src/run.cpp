@@ -156,7 +156,8 @@ struct NodeContext::Internal {
   std::vector<std::int32_t> writer;  // task index that wrote a last-value channel this step
   std::vector<int> visits;
   std::vector<std::uint8_t> triggered;
-  std::vector<Task> tasks, next_tasks;
+  std::vector<Task> tasks, next_tasks, last_tasks, sends;
+  std::vector<std::size_t> async_idx;
   std::int64_t step = 0;
   std::atomic<std::int64_t> tokens{0};
   std::string token_overrun_node;
@@ -177,7 +178,7 @@ struct NodeContext::Internal {
         g(&graph->impl()),
         run_id(std::move(id)),
         limits(l),
-        res(r->budget, BudgetCategory::run_state, l.max_state_bytes, "run " + run_id + " state"),
+        res(r->budget, BudgetCategory::run_state, l.max_state_bytes, run_id),
         sp(&res) {
     const std::size_t nc = g->channels.size(), nn = g->nodes.size();
     values.reserve(nc);
@@ -303,30 +304,35 @@ Error error_from(const std::exception_ptr& e, const std::string& node) {
 
 awaitable<Result<Update>> call_subgraph(R& r, const NodeImpl& n, NodeContext& ctx);
 
-awaitable<Result<Update>> call_async_once(R& r, const NodeImpl& n, NodeContext& ctx) {
-  StateView view(r.graph.get(), r.values.data());
+Error deadline_error(const R& r, const NodeImpl& n) {
+  return Error(Errc::deadline_exceeded, "run exceeded its deadline of " +
+                                            std::to_string(r.limits.deadline.count()) +
+                                            " ms (limits.deadline) in superstep " +
+                                            std::to_string(r.step) + " while running: " + n.name +
+                                            " — raise limits.deadline or make the node faster");
+}
+
+// Coroutine frames stay small: GCC keeps every local and temporary of a coroutine in its
+// frame for the frame's whole life, so messages are built in plain functions.
+awaitable<Result<Update>> call_node(R& r, const NodeImpl& n, NodeContext& ctx) {
   std::exception_ptr ep;
   try {
+    if (r.deadline != Clock::time_point{}) {
+      using namespace asio::experimental::awaitable_operators;
+      auto ex = co_await asio::this_coro::executor;
+      asio::steady_timer timer(ex, r.deadline);
+      auto body = n.sub ? call_subgraph(r, n, ctx)
+                        : n.async(StateView(r.graph.get(), r.values.data()), ctx);
+      auto v = co_await (std::move(body) || timer.async_wait(asio::use_awaitable));
+      if (v.index() == 0) co_return std::move(std::get<0>(v));
+      co_return deadline_error(r, n);
+    }
     if (n.sub) co_return co_await call_subgraph(r, n, ctx);
-    if (n.async) co_return co_await n.async(view, ctx);
-    co_return n.sync(view, ctx);
+    co_return co_await n.async(StateView(r.graph.get(), r.values.data()), ctx);
   } catch (...) {
     ep = std::current_exception();
   }
   co_return error_from(ep, n.name);
-}
-
-awaitable<Result<Update>> call_with_deadline(R& r, const NodeImpl& n, NodeContext& ctx) {
-  if (r.deadline == Clock::time_point{}) co_return co_await call_async_once(r, n, ctx);
-  using namespace asio::experimental::awaitable_operators;
-  asio::steady_timer timer(co_await asio::this_coro::executor, r.deadline);
-  auto v = co_await (call_async_once(r, n, ctx) || timer.async_wait(asio::use_awaitable));
-  if (v.index() == 0) co_return std::move(std::get<0>(v));
-  co_return Error(Errc::deadline_exceeded,
-                  "run exceeded its deadline of " + std::to_string(r.limits.deadline.count()) +
-                      " ms (limits.deadline) in superstep " + std::to_string(r.step) +
-                      " while running: " + n.name +
-                      " — raise limits.deadline or make the node faster");
 }
 
 bool retryable(const NodeImpl& n, const Error& e) {
@@ -344,31 +350,57 @@ std::chrono::milliseconds backoff(const RetryPolicy& p, int attempt) {
   return std::chrono::milliseconds(static_cast<std::int64_t>(ms * d(rng)));
 }
 
-// Runs one task (async, subgraph, or with retries) to completion; never throws.
-awaitable<void> run_task(R& r, Task& t) {
+// Calls a sync node (inline, no suspension). Never throws.
+Result<Update> call_sync(R& r, const NodeImpl& n, NodeContext& ctx) {
+  try {
+    return n.sync(StateView(r.graph.get(), r.values.data()), ctx);
+  } catch (...) {
+    return error_from(std::current_exception(), n.name);
+  }
+}
+
+// After an attempt: true when the task is finished (result stored), false to retry.
+bool settle_attempt(R& r, const NodeImpl& n, Task& t, NodeContext& ctx, Result<Update>& res,
+                    int attempt) {
+  const int max_attempts = std::max(1, n.opts.retry.max_attempts);
+  if (res || attempt >= max_attempts || !retryable(n, res.error())) {
+    if (!res && attempt > 1 && retryable(n, res.error()))
+      res = Error(res.error().code, "node '" + n.name + "' failed after " +
+                                        std::to_string(attempt) + " attempts (retry.max_attempts=" +
+                                        std::to_string(max_attempts) + "): " + res.error().message);
+    t.out.emplace(std::move(res));
+    if (!ctx.emitted_.empty()) t.emitted = std::move(ctx.emitted_);
+    if (ctx.interrupt_) t.interrupt = std::move(ctx.interrupt_);
+    return true;
+  }
+  ++r.stats.retries;
+  ctx.interrupt_.reset();
+  ctx.attempt_ = attempt + 1;
+  return false;
+}
+
+NodeContext make_ctx(R& r, Task& t) {
   const NodeImpl& n = r.g->nodes[t.node];
   NodeContext ctx(&r, &n.name, &t.arg);
   if (r.resuming && n.name == r.resume_node) ctx.resume_ = &r.resume_value;
-  const int max_attempts = std::max(1, n.opts.retry.max_attempts);
+  return ctx;
+}
+
+// Runs one task (async, subgraph, sync with retries) to completion; never throws.
+awaitable<void> run_task(R& r, Task& t) {
+  const NodeImpl& n = r.g->nodes[t.node];
+  NodeContext ctx = make_ctx(r, t);
   for (int attempt = 1;; ++attempt) {
-    ctx.attempt_ = attempt;
-    ctx.interrupt_.reset();
-    auto res = co_await call_with_deadline(r, n, ctx);
-    if (res || attempt >= max_attempts || !retryable(n, res.error())) {
-      if (!res && attempt > 1 && retryable(n, res.error()))
-        res = Error(res.error().code,
-                    "node '" + n.name + "' failed after " + std::to_string(attempt) +
-                        " attempts (retry.max_attempts=" + std::to_string(max_attempts) +
-                        "): " + res.error().message);
-      t.out.emplace(std::move(res));
-      break;
-    }
-    ++r.stats.retries;
-    asio::steady_timer timer(co_await asio::this_coro::executor, backoff(n.opts.retry, attempt));
+    std::optional<Result<Update>> res;  // no co_await inside ?: (GCC 12 miscompiles it)
+    if (n.sync)
+      res.emplace(call_sync(r, n, ctx));
+    else
+      res.emplace(co_await call_node(r, n, ctx));
+    if (settle_attempt(r, n, t, ctx, *res, attempt)) co_return;
+    auto ex = co_await asio::this_coro::executor;
+    asio::steady_timer timer(ex, backoff(n.opts.retry, attempt));
     co_await timer.async_wait(asio::use_awaitable);
   }
-  t.emitted = std::move(ctx.emitted_);
-  t.interrupt = std::move(ctx.interrupt_);
 }
 
 void run_sync_task(R& r, Task& t) {
@@ -382,29 +414,6 @@ void run_sync_task(R& r, Task& t) {
   }
   if (!ctx.emitted_.empty()) t.emitted = std::move(ctx.emitted_);
   if (ctx.interrupt_) t.interrupt = std::move(ctx.interrupt_);
-}
-
-// Runs tasks [indices] with at most max_concurrency at once, on a strand.
-awaitable<void> run_parallel(R& r, std::vector<std::size_t> idx) {
-  auto ex = co_await asio::this_coro::executor;
-  auto strand = asio::make_strand(ex);
-  std::size_t next = 0;
-  auto worker = [&r, &idx, &next]() -> awaitable<void> {
-    while (next < idx.size()) {
-      Task& t = r.tasks[idx[next++]];
-      co_await run_task(r, t);
-    }
-  };
-  std::size_t workers = std::min(idx.size(), std::max<std::size_t>(1, r.limits.max_concurrency));
-  using Op = decltype(asio::co_spawn(strand, worker(), asio::deferred));
-  std::vector<Op> ops;
-  ops.reserve(workers);
-  for (std::size_t i = 0; i < workers; ++i)
-    ops.push_back(asio::co_spawn(strand, worker(), asio::deferred));
-  auto [order, excs] = co_await asio::experimental::make_parallel_group(std::move(ops))
-                           .async_wait(asio::experimental::wait_for_all(), asio::use_awaitable);
-  for (auto& e : excs)
-    if (e) std::rethrow_exception(e);
 }
 
 // --- reducers --------------------------------------------------------------------------------
@@ -761,144 +770,298 @@ Result<std::string> load_checkpoint(R& r, const std::string& checkpoint_id) {
 }
 
 // --- the superstep loop ----------------------------------------------------------------------
+// The coroutines below only sequence the work; everything that builds strings or large
+// temporaries is a plain function (see call_node).
 
-// Builds an event (a plain function: GCC mishandles default arguments of coroutines).
-Event make_event(const R& r, EventKind k, std::string node = {}, json::value data = nullptr) {
-  return Event{k, r.step, std::move(node), std::move(data)};
+awaitable<void> emit_event(R& r, EventKind k, const std::string* node, json::value data) {
+  Event e{k, r.step, node ? *node : std::string(), std::move(data)};
+  co_await r.events->async_push(std::move(e));
+}
+
+awaitable<void> emit_started(R& r) {
+  for (auto& t : r.tasks)
+    co_await emit_event(r, EventKind::node_started, &r.g->nodes[t.node].name, t.arg);
+}
+
+json::value writes_json(const R& r, const Update& up) {
+  json::object w;
+  for (auto& [id, v] : up.writes) w[r.g->channels[id].name] = v;
+  for (auto& [name, v] : up.named_writes) w[name] = v;
+  return w;
+}
+
+awaitable<void> emit_finished(R& r) {
+  for (auto& t : r.tasks) {
+    const std::string* name = &r.g->nodes[t.node].name;
+    for (auto& d : t.emitted) co_await emit_event(r, EventKind::custom, name, std::move(d));
+    co_await emit_event(r, EventKind::node_finished, name, writes_json(r, **t.out));
+  }
+  if (r.stream_state)
+    co_await emit_event(r, EventKind::state, nullptr,
+                        StateView(r.graph.get(), r.values.data()).to_object());
+}
+
+Error cancelled_error(const R& r) {
+  return Error(Errc::cancelled,
+               "run " + r.run_id + " was cancelled in superstep " + std::to_string(r.step));
+}
+
+Status check_caps(R& r) {
+  if (r.step >= r.limits.recursion_limit)
+    return Error(Errc::step_limit_exceeded,
+                 "run stopped after " + std::to_string(r.step) +
+                     " supersteps (recursion_limit=" + std::to_string(r.limits.recursion_limit) +
+                     "); nodes active in the last step: " + names_of(r, r.last_tasks) +
+                     " — raise limits.recursion_limit or add an exit condition");
+  if (r.deadline != Clock::time_point{} && Clock::now() >= r.deadline)
+    return Error(Errc::deadline_exceeded,
+                 "run exceeded its deadline of " + std::to_string(r.limits.deadline.count()) +
+                     " ms (limits.deadline) before superstep " + std::to_string(r.step + 1) +
+                     " (next: " + names_of(r, r.tasks) + ") — raise limits.deadline");
+  return {};
+}
+
+// Runs the step's plain sync tasks inline; lists the others (async, subgraph, retried) in
+// r.async_idx.
+void run_sync_tasks(R& r) {
+  r.async_idx.clear();
+  for (std::size_t i = 0; i < r.tasks.size(); ++i) {
+    Task& t = r.tasks[i];
+    const NodeImpl& n = r.g->nodes[t.node];
+    if (n.sync && n.opts.retry.max_attempts <= 1) {
+      NodeContext ctx = make_ctx(r, t);
+      Result<Update> res = call_sync(r, n, ctx);
+      settle_attempt(r, n, t, ctx, res, 1);
+    } else {
+      r.async_idx.push_back(i);
+    }
+  }
+}
+
+// Runs r.async_idx with at most max_concurrency at once, on a strand.
+awaitable<void> run_parallel(R& r) {
+  auto ex = co_await asio::this_coro::executor;
+  auto strand = asio::make_strand(ex);
+  std::size_t next = 0;
+  auto worker = [&r, &next]() -> awaitable<void> {
+    while (next < r.async_idx.size()) {
+      Task& t = r.tasks[r.async_idx[next++]];
+      co_await run_task(r, t);
+    }
+  };
+  std::size_t workers =
+      std::min(r.async_idx.size(), std::max<std::size_t>(1, r.limits.max_concurrency));
+  using Op = decltype(asio::co_spawn(strand, worker(), asio::deferred));
+  std::vector<Op> ops;
+  ops.reserve(workers);
+  for (std::size_t i = 0; i < workers; ++i)
+    ops.push_back(asio::co_spawn(strand, worker(), asio::deferred));
+  auto done = co_await asio::experimental::make_parallel_group(std::move(ops))
+                  .async_wait(asio::experimental::wait_for_all(), asio::use_awaitable);
+  for (auto& e : std::get<1>(done))
+    if (e) std::rethrow_exception(e);
+}
+
+// The barrier: interrupts, node errors, the token budget, then writes merged in task order.
+Status merge_step(R& r) {
+  r.stats.node_calls += static_cast<std::int64_t>(r.tasks.size());
+  r.rt->node_calls.inc(static_cast<double>(r.tasks.size()));
+  for (auto& t : r.tasks) {
+    if (!t.interrupt) continue;
+    --r.step;
+    for (auto& t2 : r.tasks) t2.out.reset();
+    clear_changed(r);
+    const auto& name = r.g->nodes[t.node].name;
+    if (auto s = write_checkpoint(r, "interrupted", r.tasks, &*t.interrupt, name); !s) return s;
+    r.resume_node = name;
+    r.resume_value = std::move(*t.interrupt);
+    return Error(Errc::interrupted, name);
+  }
+  for (auto& t : r.tasks)
+    if (!t.out->has_value()) {
+      auto e = std::move(*t.out).error();
+      if (e.is(Errc::token_budget_exceeded) || e.is(Errc::deadline_exceeded) ||
+          e.is(Errc::cancelled) || e.is(Errc::memory_budget_exceeded))
+        return e;
+      return Error(e.code, "node '" + r.g->nodes[t.node].name + "' failed: " + e.message);
+    }
+  if (r.limits.token_budget > 0 && r.tokens.load(std::memory_order_relaxed) > r.limits.token_budget)
+    return Error(Errc::token_budget_exceeded,
+                 "run spent " + std::to_string(r.tokens.load()) +
+                     " tokens, over its token budget of " + std::to_string(r.limits.token_budget) +
+                     " (limits.token_budget); node '" + r.token_overrun_node +
+                     "' — raise limits.token_budget");
+  for (std::size_t i = 0; i < r.tasks.size(); ++i) {
+    Update& up = **r.tasks[i].out;
+    const auto ti = static_cast<std::int32_t>(i);
+    for (auto& [id, v] : up.writes) {
+      if (id >= r.values.size())
+        return Error(Errc::invalid_argument, "node '" + r.g->nodes[r.tasks[i].node].name +
+                                                 "' wrote unknown channel id " +
+                                                 std::to_string(id));
+      if (auto s = apply_write(r, id, v, ti); !s) return s;
+    }
+    for (auto& [name, v] : up.named_writes) {
+      auto id = r.graph->channel_id(name);
+      if (!id)
+        return Error(Errc::invalid_argument, "node '" + r.g->nodes[r.tasks[i].node].name +
+                                                 "' wrote unknown channel '" + name + "'");
+      if (auto s = apply_write(r, *id, v, ti); !s) return s;
+    }
+  }
+  std::fill(r.writer.begin(), r.writer.end(), -1);
+  return {};
+}
+
+// Edges on the merged state, the next step's tasks, the step's checkpoint.
+Status advance(R& r) {
+  r.sends.clear();
+  int send_counter = 0;
+  for (auto& t : r.tasks)
+    if (auto s = follow(r, r.g->nodes[t.node], &**t.out, r.sends, send_counter); !s) return s;
+  if (auto s = collect_next(r, r.sends); !s) return s;
+  r.resuming = false;
+  if (auto s =
+          write_checkpoint(r, r.next_tasks.empty() ? "done" : "running", r.next_tasks, nullptr, {});
+      !s)
+    return s;
+  clear_changed(r);
+  std::swap(r.tasks, r.next_tasks);
+  std::swap(r.last_tasks, r.next_tasks);
+  r.next_tasks.clear();
+  return {};
 }
 
 // Executes r.tasks as successive supersteps. REQUIRES: r.tasks holds the first step's tasks
 // (visits already counted).
 awaitable<Status> execute(R& r) {
-  std::vector<Task> sends;
-  std::vector<std::size_t> async_idx;
   auto cs = co_await asio::this_coro::cancellation_state;
+  Status st;
   while (!r.tasks.empty()) {
-    if (cs.cancelled() != asio::cancellation_type::none)
-      co_return Error(Errc::cancelled, "run " + r.run_id + " was cancelled in superstep " +
-                                           std::to_string(r.step + 1));
-    if (r.step >= r.limits.recursion_limit)
-      co_return Error(
-          Errc::step_limit_exceeded,
-          "run stopped after " + std::to_string(r.step) +
-              " supersteps (recursion_limit=" + std::to_string(r.limits.recursion_limit) +
-              "); nodes active in the last step: " + names_of(r, r.tasks) +
-              " — raise limits.recursion_limit or add an exit condition");
-    if (r.deadline != Clock::time_point{} && Clock::now() >= r.deadline)
-      co_return Error(Errc::deadline_exceeded,
-                      "run exceeded its deadline of " + std::to_string(r.limits.deadline.count()) +
-                          " ms (limits.deadline) before superstep " + std::to_string(r.step + 1) +
-                          " (next: " + names_of(r, r.tasks) + ") — raise limits.deadline");
+    if (cs.cancelled() != asio::cancellation_type::none) co_return cancelled_error(r);
+    st = check_caps(r);
+    if (!st) co_return st;
     ++r.step;
     r.rt->steps_total.inc();
-    // Run the step.
-    async_idx.clear();
-    for (std::size_t i = 0; i < r.tasks.size(); ++i) {
-      Task& t = r.tasks[i];
-      const NodeImpl& n = r.g->nodes[t.node];
-      if (r.events) {
-        Event ev_ = make_event(r, EventKind::node_started, n.name, t.arg);
-        co_await r.events->async_push(std::move(ev_));
-      }
-      if (n.sync && n.opts.retry.max_attempts <= 1 && r.deadline == Clock::time_point{})
-        run_sync_task(r, t);
-      else
-        async_idx.push_back(i);
-    }
-    if (async_idx.size() == 1) {
-      co_await run_task(r, r.tasks[async_idx[0]]);
-    } else if (!async_idx.empty()) {
-      co_await run_parallel(r, async_idx);
-    }
-    r.stats.node_calls += static_cast<std::int64_t>(r.tasks.size());
-    r.rt->node_calls.inc(static_cast<double>(r.tasks.size()));
-    if (cs.cancelled() != asio::cancellation_type::none)
-      co_return Error(Errc::cancelled,
-                      "run " + r.run_id + " was cancelled in superstep " + std::to_string(r.step));
-    // Interrupts and errors (in task order).
-    for (auto& t : r.tasks) {
-      if (t.interrupt) {
-        --r.step;
-        for (auto& t2 : r.tasks) t2.out.reset();
-        clear_changed(r);
-        const auto& name = r.g->nodes[t.node].name;
-        if (auto s = write_checkpoint(r, "interrupted", r.tasks, &*t.interrupt, name); !s)
-          co_return s;
-        r.resume_node = name;
-        r.resume_value = std::move(*t.interrupt);
-        co_return Error(Errc::interrupted, name);
-      }
-    }
-    for (auto& t : r.tasks)
-      if (!t.out->has_value()) {
-        auto e = std::move(*t.out).error();
-        if (e.is(Errc::token_budget_exceeded) || e.is(Errc::deadline_exceeded) ||
-            e.is(Errc::cancelled) || e.is(Errc::memory_budget_exceeded))
-          co_return e;
-        co_return Error(e.code, "node '" + r.g->nodes[t.node].name + "' failed: " + e.message);
-      }
-    if (r.limits.token_budget > 0 &&
-        r.tokens.load(std::memory_order_relaxed) > r.limits.token_budget)
-      co_return Error(Errc::token_budget_exceeded,
-                      "run spent " + std::to_string(r.tokens.load()) +
-                          " tokens, over its token budget of " +
-                          std::to_string(r.limits.token_budget) + " (limits.token_budget); node '" +
-                          r.token_overrun_node + "' — raise limits.token_budget");
-    // Barrier: merge writes in task order.
-    for (std::size_t i = 0; i < r.tasks.size(); ++i) {
-      Update& up = **r.tasks[i].out;
-      for (auto& [id, v] : up.writes) {
-        if (id >= r.values.size())
-          co_return Error(Errc::invalid_argument, "node '" + r.g->nodes[r.tasks[i].node].name +
-                                                      "' wrote unknown channel id " +
-                                                      std::to_string(id));
-        if (auto s = apply_write(r, id, v, static_cast<std::int32_t>(i)); !s) co_return s;
-      }
-      for (auto& [name, v] : up.named_writes) {
-        auto id = r.graph->channel_id(name);
-        if (!id)
-          co_return Error(Errc::invalid_argument, "node '" + r.g->nodes[r.tasks[i].node].name +
-                                                      "' wrote unknown channel '" + name + "'");
-        if (auto s = apply_write(r, *id, v, static_cast<std::int32_t>(i)); !s) co_return s;
-      }
-    }
-    if (r.events) {
-      for (auto& t : r.tasks) {
-        const auto& n = r.g->nodes[t.node];
-        for (auto& d : t.emitted) {
-          Event ev_ = make_event(r, EventKind::custom, n.name, std::move(d));
-          co_await r.events->async_push(std::move(ev_));
-        }
-        json::object w;
-        for (auto& [id, v] : (*t.out)->writes) w[r.g->channels[id].name] = v;
-        for (auto& [name, v] : (*t.out)->named_writes) w[name] = v;
-        {
-          Event ev_ = make_event(r, EventKind::node_finished, n.name, std::move(w));
-          co_await r.events->async_push(std::move(ev_));
-        }
-      }
-      if (r.stream_state) {
-        Event ev_ = make_event(r, EventKind::state, {},
-                               StateView(r.graph.get(), r.values.data()).to_object());
-        co_await r.events->async_push(std::move(ev_));
-      }
-    }
-    std::fill(r.writer.begin(), r.writer.end(), -1);
-    // Edges, evaluated on the merged state.
-    sends.clear();
-    int send_counter = 0;
-    for (auto& t : r.tasks)
-      if (auto s = follow(r, r.g->nodes[t.node], &**t.out, sends, send_counter); !s) co_return s;
-    if (auto s = collect_next(r, sends); !s) co_return s;
-    if (r.resuming) r.resuming = false;
-    if (auto s = write_checkpoint(r, r.next_tasks.empty() ? "done" : "running", r.next_tasks,
-                                  nullptr, {});
-        !s)
-      co_return s;
-    clear_changed(r);
-    std::swap(r.tasks, r.next_tasks);
+    if (r.events) co_await emit_started(r);
+    run_sync_tasks(r);
+    if (r.async_idx.size() == 1)
+      co_await run_task(r, r.tasks[r.async_idx[0]]);
+    else if (!r.async_idx.empty())
+      co_await run_parallel(r);
+    if (cs.cancelled() != asio::cancellation_type::none) co_return cancelled_error(r);
+    st = merge_step(r);
+    if (!st) co_return st;
+    if (r.events) co_await emit_finished(r);
+    st = advance(r);
+    if (!st) co_return st;
   }
-  co_return Status{};
+  co_return st;
+}
+
+std::unique_ptr<R> make_run(GraphRuntime::Impl* rt, std::shared_ptr<const CompiledGraph> graph,
+                            const RunConfig& config, std::string owner) {
+  const RunLimits& limits = config.limits ? *config.limits : graph->default_limits();
+  std::string run_id =
+      "run-" + std::to_string(rt->next_run.fetch_add(1, std::memory_order_relaxed));
+  rt->runs_total.inc();
+  rt->active.fetch_add(1, std::memory_order_relaxed);
+  auto r = std::make_unique<R>(rt, std::move(graph), std::move(run_id), limits);
+  r->thread_id = config.thread_id;
+  r->owner = !owner.empty() ? std::move(owner) : (!r->thread_id.empty() ? r->thread_id : r->run_id);
+  r->events = config.events;
+  r->stream_state = config.stream_state;
+  if (limits.deadline.count() > 0) r->deadline = Clock::now() + limits.deadline;
+  return r;
+}
+
+// Everything before the first superstep: a checkpoint to continue from, or the input.
+Status prepare_run(R& r, json::value& input, const RunConfig& config, bool resume,
+                   json::value& resume_value) {
+  bool fresh = true;
+  if (!r.thread_id.empty() && r.rt->checkpointer) {
+    auto status = load_checkpoint(r, config.checkpoint_id);
+    if (!status) return std::move(status).error();
+    if (status->empty()) {
+      if (resume)
+        return Error(Errc::not_found, "thread '" + r.thread_id + "' has no checkpoint to resume");
+    } else if (resume) {
+      if (*status != "interrupted")
+        return Error(Errc::invalid_argument, "thread '" + r.thread_id + "' is " + *status +
+                                                 ", not interrupted; invoke it instead");
+      r.resuming = true;
+      r.resume_value = std::move(resume_value);
+      fresh = false;
+    } else if (*status == "interrupted") {
+      return Error(Errc::invalid_argument, "thread '" + r.thread_id + "' is interrupted at node '" +
+                                               r.resume_node +
+                                               "'; call resume() with a value to continue");
+    } else if (*status == "running" && input.is_null()) {
+      fresh = false;  // continue a checkpoint that has next nodes
+    }
+    // "done" (or "running" with new input): continue from its state at START.
+  } else if (resume) {
+    return Error(Errc::unsupported, "resume needs a thread id and a Checkpointer");
+  }
+  if (!fresh) return {};
+  r.tasks.clear();
+  if (auto s = apply_input(r, input); !s) return s;
+  r.input = std::move(input);
+  r.sends.clear();
+  int sc = 0;
+  if (auto s = follow(r, r.g->start, nullptr, r.sends, sc); !s) return s;
+  if (auto s = collect_next(r, r.sends); !s) return s;
+  if (auto s = write_checkpoint(r, "running", r.next_tasks, nullptr, {}); !s) return s;
+  clear_changed(r);
+  std::swap(r.tasks, r.next_tasks);
+  r.next_tasks.clear();
+  return {};
+}
+
+Status status_from_exception(const R& r, const std::exception_ptr& ep) {
+  if (is_cancelled(ep)) return Error(Errc::cancelled, "run " + r.run_id + " was cancelled");
+  return error_from(ep, "run " + r.run_id);
+}
+
+Result<RunResult> finish_run(R& r, Status st) {
+  r.stats.steps = r.step;
+  r.stats.tokens = r.tokens.load(std::memory_order_relaxed);
+  r.stats.state_peak_bytes = r.res.peak_bytes();
+  if (!st && !st.error().is(Errc::interrupted)) {
+    r.rt->runs_failed.inc();
+    return std::move(st).error();
+  }
+  RunResult res;
+  res.run_id = r.run_id;
+  res.thread_id = r.thread_id;
+  res.checkpoint_id = r.last_ckpt;
+  res.graph = r.graph;
+  res.values.reserve(r.values.size());
+  for (auto& v : r.values) res.values.emplace_back(v, json::storage_ptr{});
+  res.stats = r.stats;
+  if (!st) {
+    res.interrupted = true;
+    res.interrupted_node = r.resume_node;
+    res.interrupt_payload = json::value(r.resume_value, json::storage_ptr{});
+  }
+  return res;
+}
+
+awaitable<void> emit_final(R& r, const Result<RunResult>& out) {
+  if (!out)
+    co_await emit_event(r, EventKind::run_failed, nullptr, json::value(out.error().to_string()));
+  else
+    co_await emit_event(r, out->interrupted ? EventKind::run_interrupted : EventKind::run_finished,
+                        nullptr, nullptr);
+}
+
+// Frees the run: state (and its budget), then its artifacts when it failed without a thread.
+void release_run(std::unique_ptr<R> r, bool failed, bool nested) {
+  auto* rt = r->rt;
+  std::string owner = (failed && !nested && r->thread_id.empty()) ? r->owner : std::string();
+  r.reset();
+  if (!owner.empty() && rt->artifacts) rt->artifacts->release_owner(owner);
+  rt->active.fetch_sub(1, std::memory_order_relaxed);
 }
 
 // Runs a graph from input (or a checkpoint) to the end; the admission-free core.
@@ -906,116 +1069,21 @@ awaitable<Result<RunResult>> run_graph(GraphRuntime::Impl* rt,
                                        std::shared_ptr<const CompiledGraph> graph,
                                        json::value input, RunConfig config, std::string owner,
                                        bool resume, json::value resume_value) {
-  const RunLimits& limits = config.limits ? *config.limits : graph->default_limits();
-  std::string run_id =
-      "run-" + std::to_string(rt->next_run.fetch_add(1, std::memory_order_relaxed));
-  rt->runs_total.inc();
-  rt->active.fetch_add(1, std::memory_order_relaxed);
-  Result<RunResult> out = Error(Errc::cancelled, "not run");
-  bool release_artifacts = false;
-  std::string artifact_owner;
-  {
-    auto r = std::make_unique<R>(rt, graph, std::move(run_id), limits);
-    r->thread_id = config.thread_id;
-    r->owner = !owner.empty() ? owner : (!r->thread_id.empty() ? r->thread_id : r->run_id);
-    artifact_owner = r->owner;
-    r->events = config.events;
-    r->stream_state = config.stream_state;
-    if (limits.deadline.count() > 0) r->deadline = Clock::now() + limits.deadline;
-    Status st;
-    std::exception_ptr ep;
-    try {
-      if (r->events) {
-        Event ev_ = make_event(*r, EventKind::run_started, {}, input);
-        co_await r->events->async_push(std::move(ev_));
-      }
-      bool fresh = true;
-      if (!r->thread_id.empty() && rt->checkpointer &&
-          (resume || !config.checkpoint_id.empty() || true)) {
-        auto status = load_checkpoint(*r, config.checkpoint_id);
-        if (!status) {
-          st = std::move(status).error();
-        } else if (status->empty()) {
-          if (resume)
-            st =
-                Error(Errc::not_found, "thread '" + r->thread_id + "' has no checkpoint to resume");
-        } else if (resume) {
-          if (*status != "interrupted")
-            st = Error(Errc::invalid_argument, "thread '" + r->thread_id + "' is " + *status +
-                                                   ", not interrupted; invoke it instead");
-          r->resuming = true;
-          r->resume_value = std::move(resume_value);
-          fresh = false;
-        } else if (*status == "interrupted") {
-          st = Error(Errc::invalid_argument, "thread '" + r->thread_id +
-                                                 "' is interrupted at node '" + r->resume_node +
-                                                 "'; call resume() with a value to continue");
-        } else if (*status == "running" && input.is_null()) {
-          fresh = false;  // continue a checkpoint that has next nodes
-        }
-        // status "done" (or running with new input): continue from its state at START.
-      }
-      if (st && fresh) {
-        r->tasks.clear();
-        st = apply_input(*r, input);
-        r->input = std::move(input);
-        if (st) {
-          std::vector<Task> sends;
-          int sc = 0;
-          st = follow(*r, r->g->start, nullptr, sends, sc);
-          if (st) st = collect_next(*r, sends);
-          if (st)
-            st = write_checkpoint(*r, "running", r->tasks.empty() ? r->next_tasks : r->next_tasks,
-                                  nullptr, {});
-          clear_changed(*r);
-          std::swap(r->tasks, r->next_tasks);
-        }
-      }
-      if (st) st = co_await execute(*r);
-    } catch (...) {
-      ep = std::current_exception();
-    }
-    if (ep) {
-      if (is_cancelled(ep))
-        st = Error(Errc::cancelled, "run " + r->run_id + " was cancelled");
-      else
-        st = error_from(ep, "run " + r->run_id);
-    }
-    r->stats.steps = r->step;
-    r->stats.tokens = r->tokens.load(std::memory_order_relaxed);
-    r->stats.state_peak_bytes = r->res.peak_bytes();
-    if (st || st.error().is(Errc::interrupted)) {
-      RunResult res;
-      res.run_id = r->run_id;
-      res.thread_id = r->thread_id;
-      res.checkpoint_id = r->last_ckpt;
-      res.graph = graph;
-      res.values.reserve(r->values.size());
-      for (auto& v : r->values) res.values.emplace_back(v, json::storage_ptr{});
-      res.stats = r->stats;
-      if (!st) {
-        res.interrupted = true;
-        res.interrupted_node = r->resume_node;
-        res.interrupt_payload = json::value(r->resume_value, json::storage_ptr{});
-      }
-      out = std::move(res);
-      if (r->events) {
-        Event ev_ =
-            make_event(*r, res.interrupted ? EventKind::run_interrupted : EventKind::run_finished);
-        co_await r->events->async_push(std::move(ev_));
-      }
-    } else {
-      rt->runs_failed.inc();
-      release_artifacts = r->thread_id.empty() && owner.empty();
-      if (r->events) {
-        Event ev_ = make_event(*r, EventKind::run_failed, {}, json::value(st.error().to_string()));
-        co_await r->events->async_push(std::move(ev_));
-      }
-      out = std::move(st).error();
-    }
+  const bool nested = !owner.empty();
+  std::unique_ptr<R> r = make_run(rt, std::move(graph), config, std::move(owner));
+  Status st;
+  std::exception_ptr ep;
+  try {
+    if (r->events) co_await emit_event(*r, EventKind::run_started, nullptr, input);
+    st = prepare_run(*r, input, config, resume, resume_value);
+    if (st) st = co_await execute(*r);
+  } catch (...) {
+    ep = std::current_exception();
   }
-  if (release_artifacts && rt->artifacts) rt->artifacts->release_owner(artifact_owner);
-  rt->active.fetch_sub(1, std::memory_order_relaxed);
+  if (ep) st = status_from_exception(*r, ep);
+  Result<RunResult> out = finish_run(*r, std::move(st));
+  if (r->events) co_await emit_final(*r, out);
+  release_run(std::move(r), !out, nested);
   co_return out;
 }
 
