@@ -7,6 +7,8 @@
 //                100,000 chain runs in flight at once, each node awaiting a 1 ms timer;
 //                peak RSS above the baseline measured just before they start
 // Usage: bench_graph [--json] [--runs N]
+#include <malloc.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -134,10 +136,14 @@ int main(int argc, char** argv) {
   double base = rss_mb();
   std::atomic<double> peak{base};
   std::atomic<bool> sampling{true};
+  const double heap_base = static_cast<double>(mallinfo2().uordblks);
+  std::atomic<double> heap_peak{heap_base};
   std::thread sampler([&] {
     while (sampling.load()) {
       double now = rss_mb();
       if (now > peak.load()) peak.store(now);
+      double heap = static_cast<double>(mallinfo2().uordblks);
+      if (heap > heap_peak.load()) heap_peak.store(heap);
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
   });
@@ -183,6 +189,7 @@ int main(int argc, char** argv) {
   out["concurrent_ok"] = finished_ok;
   out["concurrent_peak_rss_mb"] = peak.load() - base;
   out["concurrent_wall_s"] = concurrent_wall;
+  out["concurrent_heap_bytes_per_run"] = (heap_peak.load() - heap_base) / runs;
   out["ok"] = ok;
   if (!json_only) {
     std::printf("seq (3-node chain):      %.3f us/invocation\n", seq_us);

@@ -392,10 +392,19 @@ awaitable<void> run_task(R& r, Task& t) {
   NodeContext ctx = make_ctx(r, t);
   for (int attempt = 1;; ++attempt) {
     std::optional<Result<Update>> res;  // no co_await inside ?: (GCC 12 miscompiles it)
-    if (n.sync)
+    if (n.sync) {
       res.emplace(call_sync(r, n, ctx));
-    else
+    } else if (n.sub || r.deadline != Clock::time_point{}) {
       res.emplace(co_await call_node(r, n, ctx));
+    } else {  // the common async node: no extra frame
+      std::exception_ptr ep;
+      try {
+        res.emplace(co_await n.async(StateView(r.graph.get(), r.values.data()), ctx));
+      } catch (...) {
+        ep = std::current_exception();
+      }
+      if (ep) res.emplace(error_from(ep, n.name));
+    }
     if (settle_attempt(r, n, t, ctx, *res, attempt)) co_return;
     auto ex = co_await asio::this_coro::executor;
     asio::steady_timer timer(ex, backoff(n.opts.retry, attempt));
@@ -1068,7 +1077,16 @@ void release_run(std::unique_ptr<R> r, bool failed, bool nested) {
 awaitable<Result<RunResult>> run_graph(GraphRuntime::Impl* rt,
                                        std::shared_ptr<const CompiledGraph> graph,
                                        json::value input, RunConfig config, std::string owner,
-                                       bool resume, json::value resume_value) {
+                                       bool resume, json::value resume_value, bool admit) {
+  std::optional<Limiter::Permit> permit;
+  if (admit) {
+    permit = rt->limiter.try_acquire();
+    if (!permit) {
+      Result<Limiter::Permit> p = co_await rt->limiter.async_acquire();
+      if (!p) co_return std::move(p).error();
+      permit.emplace(std::move(*p));
+    }
+  }
   const bool nested = !owner.empty();
   std::unique_ptr<R> r = make_run(rt, std::move(graph), config, std::move(owner));
   Status st;
@@ -1098,7 +1116,7 @@ awaitable<Result<Update>> call_subgraph(R& r, const NodeImpl& n, NodeContext& ct
   json::value no_resume;
   auto child_graph = n.sub;
   auto res = co_await run_graph(r.rt, std::move(child_graph), std::move(input), std::move(cfg),
-                                std::move(owner), false, std::move(no_resume));
+                                std::move(owner), false, std::move(no_resume), false);
   if (!res) {
     auto e = std::move(res).error();
     co_return Error(e.code, "subgraph '" + n.name + "': " + e.message);
@@ -1127,31 +1145,19 @@ std::size_t GraphRuntime::active_runs() const noexcept {
   return impl_->active.load(std::memory_order_relaxed);
 }
 
+// Plain functions returning the run's coroutine: one frame less per run.
 awaitable<Result<RunResult>> GraphRuntime::async_invoke(std::shared_ptr<const CompiledGraph> graph,
                                                         json::value input, RunConfig config) {
-  auto permit = co_await impl_->limiter.async_acquire();
-  if (!permit) co_return std::move(permit).error();
-  // Named arguments only: GCC mishandles temporaries inside co_await expressions.
-  std::string owner;
-  json::value no_resume;
-  auto res = co_await run_graph(impl_.get(), std::move(graph), std::move(input), std::move(config),
-                                std::move(owner), false, std::move(no_resume));
-  co_return res;
+  return run_graph(impl_.get(), std::move(graph), std::move(input), std::move(config), {}, false,
+                   nullptr, true);
 }
 
 awaitable<Result<RunResult>> GraphRuntime::async_resume(std::shared_ptr<const CompiledGraph> graph,
                                                         std::string thread_id, json::value value,
                                                         RunConfig config) {
-  if (!impl_->checkpointer)
-    co_return Error(Errc::unsupported, "resume needs a GraphRuntime with a Checkpointer");
-  auto permit = co_await impl_->limiter.async_acquire();
-  if (!permit) co_return std::move(permit).error();
   config.thread_id = std::move(thread_id);
-  std::string owner;
-  json::value no_input;
-  auto res = co_await run_graph(impl_.get(), std::move(graph), std::move(no_input),
-                                std::move(config), std::move(owner), true, std::move(value));
-  co_return res;
+  return run_graph(impl_.get(), std::move(graph), nullptr, std::move(config), {}, true,
+                   std::move(value), true);
 }
 
 Result<RunResult> GraphRuntime::invoke(std::shared_ptr<const CompiledGraph> graph,
