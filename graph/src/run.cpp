@@ -156,7 +156,8 @@ struct NodeContext::Internal {
   std::vector<std::int32_t> writer;  // task index that wrote a last-value channel this step
   std::vector<int> visits;
   std::vector<std::uint8_t> triggered;
-  std::vector<Task> tasks, next_tasks, last_tasks, sends;
+  std::vector<Task> tasks, next_tasks, sends;
+  std::vector<std::uint32_t> last_nodes;  // the nodes of the last step run (for messages)
   std::vector<std::size_t> async_idx;
   std::int64_t step = 0;
   std::atomic<std::int64_t> tokens{0};
@@ -264,16 +265,22 @@ namespace {
 
 using R = NodeContext::Internal;
 
-std::string names_of(const R& r, const std::vector<Task>& tasks) {
+std::string names_of(const R& r, const std::vector<std::uint32_t>& nodes) {
   std::string s;
   std::uint32_t last = kEndIndex;
-  for (const auto& t : tasks) {
-    if (t.node == last) continue;
-    last = t.node;
+  for (auto node : nodes) {
+    if (node == last) continue;
+    last = node;
     if (!s.empty()) s += ", ";
-    s += r.g->nodes[t.node].name;
+    s += r.g->nodes[node].name;
   }
   return s;
+}
+
+std::string names_of(const R& r, const std::vector<Task>& tasks) {
+  std::vector<std::uint32_t> nodes;
+  for (const auto& t : tasks) nodes.push_back(t.node);
+  return names_of(r, nodes);
 }
 
 bool is_cancelled(const std::exception_ptr& e) {
@@ -820,7 +827,7 @@ Status check_caps(R& r) {
     return Error(Errc::step_limit_exceeded,
                  "run stopped after " + std::to_string(r.step) +
                      " supersteps (recursion_limit=" + std::to_string(r.limits.recursion_limit) +
-                     "); nodes active in the last step: " + names_of(r, r.last_tasks) +
+                     "); nodes active in the last step: " + names_of(r, r.last_nodes) +
                      " — raise limits.recursion_limit or add an exit condition");
   if (r.deadline != Clock::time_point{} && Clock::now() >= r.deadline)
     return Error(Errc::deadline_exceeded,
@@ -935,8 +942,9 @@ Status advance(R& r) {
       !s)
     return s;
   clear_changed(r);
+  r.last_nodes.clear();
+  for (const auto& t : r.tasks) r.last_nodes.push_back(t.node);
   std::swap(r.tasks, r.next_tasks);
-  std::swap(r.last_tasks, r.next_tasks);
   r.next_tasks.clear();
   return {};
 }
