@@ -665,16 +665,16 @@ Status collect_next(R& r, std::vector<Task>& sends) {
   for (std::uint32_t i = 0; i < r.triggered.size(); ++i) {
     if (!r.triggered[i]) continue;
     r.triggered[i] = 0;
-    Task t;
-    t.node = i;
-    r.next_tasks.push_back(std::move(t));
+    r.next_tasks.emplace_back().node = i;
   }
-  std::stable_sort(sends.begin(), sends.end(),
-                   [](const Task& a, const Task& b) { return a.node < b.node; });
-  for (auto& s : sends) r.next_tasks.push_back(std::move(s));
-  if (r.next_tasks.size() > 1)
+  // Triggered nodes are already in node order; only Sends need sorting in (stable: a node's
+  // edge-triggered run first, then its Sends in order). stable_sort allocates: skip it when
+  // there are no Sends.
+  if (!sends.empty()) {
+    for (auto& s : sends) r.next_tasks.push_back(std::move(s));
     std::stable_sort(r.next_tasks.begin(), r.next_tasks.end(),
                      [](const Task& a, const Task& b) { return a.node < b.node; });
+  }
   for (const auto& t : r.next_tasks) {
     const auto& n = r.g->nodes[t.node];
     int v = ++r.visits[t.node];
