@@ -197,6 +197,24 @@ TEST_F(GraphRuntimeTest, LargeWritesAreOffloadedAndReadBySlice) {
   EXPECT_LT(r->stats.state_peak_bytes, 64u * 1024);
 }
 
+TEST_F(GraphRuntimeTest, AFailedRunReleasesItsArtifacts) {
+  StateGraph g;
+  auto doc = g.add_channel(ChannelDef::last_value("doc"));
+  g.add_node("load", [doc](StateView, NodeContext&) -> Result<Update> {
+    return Update().set(doc, json::value(std::string(100000, 'z')));
+  });
+  g.add_node("fail", [](StateView, NodeContext&) -> Result<Update> {
+    return Error(Errc::invalid_argument, "bad document");
+  });
+  g.add_edge(S(kStart), "load");
+  g.add_edge("load", "fail");
+  g.add_edge("fail", S(kEnd));
+  auto r = rt.invoke(*std::move(g).compile(), nullptr);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(store->stats().memory_blobs, 0u);
+  EXPECT_EQ(budget.used(BudgetCategory::run_state), 0u);
+}
+
 TEST_F(GraphRuntimeTest, PerRunStateCapFailsOnlyThatRun) {
   StateGraph g;
   auto items = g.add_channel(ChannelDef::append("items"));
