@@ -160,6 +160,7 @@ struct NodeContext::Internal {
   std::vector<std::uint32_t> last_nodes;  // the nodes of the last step run (for messages)
   std::vector<std::size_t> async_idx;
   std::int64_t step = 0;
+  std::int64_t first_step = 0;  // the step this run started from (a checkpoint's)
   std::atomic<std::int64_t> tokens{0};
   std::string token_overrun_node;
   RunStats stats;
@@ -881,7 +882,6 @@ awaitable<void> run_parallel(R& r) {
 // The barrier: interrupts, node errors, the token budget, then writes merged in task order.
 Status merge_step(R& r) {
   r.stats.node_calls += static_cast<std::int64_t>(r.tasks.size());
-  r.rt->node_calls.inc(static_cast<double>(r.tasks.size()));
   for (auto& t : r.tasks) {
     if (!t.interrupt) continue;
     --r.step;
@@ -959,7 +959,6 @@ awaitable<Status> execute(R& r) {
     st = check_caps(r);
     if (!st) co_return st;
     ++r.step;
-    r.rt->steps_total.inc();
     if (r.events) co_await emit_started(r);
     run_sync_tasks(r);
     if (r.async_idx.size() == 1)
@@ -999,6 +998,7 @@ Status prepare_run(R& r, json::value& input, const RunConfig& config, bool resum
   if (!r.thread_id.empty() && r.rt->checkpointer) {
     auto status = load_checkpoint(r, config.checkpoint_id);
     if (!status) return std::move(status).error();
+    r.first_step = r.step;
     if (status->empty()) {
       if (resume)
         return Error(Errc::not_found, "thread '" + r.thread_id + "' has no checkpoint to resume");
@@ -1041,6 +1041,9 @@ Status status_from_exception(const R& r, const std::exception_ptr& ep) {
 }
 
 Result<RunResult> finish_run(R& r, Status st) {
+  // Metrics once per run (not per step): fewer atomic updates on the hot path.
+  r.rt->steps_total.inc(static_cast<double>(r.step - r.first_step));
+  r.rt->node_calls.inc(static_cast<double>(r.stats.node_calls));
   r.stats.steps = r.step;
   r.stats.tokens = r.tokens.load(std::memory_order_relaxed);
   r.stats.state_peak_bytes = r.res.peak_bytes();
