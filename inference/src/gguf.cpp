@@ -191,6 +191,33 @@ class Cursor {
 
 }  // namespace
 
+namespace {
+
+constexpr std::uint64_t kHugePageThreshold = 16u << 20;
+
+// An anonymous mapping with MADV_HUGEPAGE, filled from `fd`; MAP_FAILED when that fails (the
+// caller then maps the file).
+void* read_into_huge_pages(int fd, std::uint64_t size) {
+  void* m = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) return MAP_FAILED;
+  ::madvise(m, size, MADV_HUGEPAGE);  // best effort: THP may be off
+  auto* p = static_cast<char*>(m);
+  std::uint64_t done = 0;
+  while (done < size) {
+    ssize_t n = ::pread(fd, p + done, std::min<std::uint64_t>(size - done, 64u << 20),
+                        static_cast<off_t>(done));
+    if (n <= 0) {
+      ::munmap(m, size);
+      return MAP_FAILED;
+    }
+    done += static_cast<std::uint64_t>(n);
+  }
+  ::mprotect(m, size, PROT_READ);
+  return m;
+}
+
+}  // namespace
+
 GgufFile::~GgufFile() {
   if (mapping_) ::munmap(mapping_, size_);
 }
@@ -212,7 +239,14 @@ Result<std::unique_ptr<GgufFile>> GgufFile::open(const std::filesystem::path& pa
     ::close(fd);
     return Error(Errc::corrupt_data, path.string() + ": the file is empty (not a GGUF file)");
   }
-  void* m = ::mmap(nullptr, f->size_, PROT_READ, MAP_PRIVATE, fd, 0);
+  void* m = MAP_FAILED;
+  if (f->size_ >= kHugePageThreshold) {
+    // Large files (model weights) are read into anonymous memory backed by 2 MiB pages: decode
+    // streams every weight once per token, and with 4 KiB file pages the TLB misses cost a third
+    // of F32 decode speed on the development machine. Smaller files (vocabularies) are mapped.
+    m = read_into_huge_pages(fd, f->size_);
+  }
+  if (m == MAP_FAILED) m = ::mmap(nullptr, f->size_, PROT_READ, MAP_PRIVATE, fd, 0);
   ::close(fd);
   if (m == MAP_FAILED)
     return Error(Errc::io_error, "cannot map " + path.string() + ": " + std::strerror(errno));
