@@ -1,0 +1,305 @@
+#include "weir/tools/registry.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <exception>
+#include <variant>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/experimental/concurrent_channel.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/thread_pool.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include "utf8.hpp"
+#include "weir/runtime/artifact_store.hpp"
+#include "weir/runtime/limiter.hpp"
+#include "weir/runtime/log.hpp"
+#include "weir/tools/schema.hpp"
+
+namespace weir::tools {
+
+namespace asio = boost::asio;
+namespace json = boost::json;
+using Clock = std::chrono::steady_clock;
+using Channel =
+    asio::experimental::concurrent_channel<void(boost::system::error_code, Result<std::string>)>;
+
+// One registered tool and its limits. Shared with background invocations.
+struct ToolRegistry::Entry {
+  Entry(std::shared_ptr<Tool> t, ToolOptions o, std::size_t max_waiters)
+      : tool(std::move(t)),
+        options(o),
+        limiter("tool '" + tool->name() + "' (max_concurrency=" +
+                    std::to_string(o.max_concurrency) + ")",
+                static_cast<std::size_t>(o.max_concurrency), max_waiters),
+        tokens(o.rate_burst > 0 ? o.rate_burst : o.rate_per_minute),
+        last_refill(Clock::now()) {}
+
+  // Token bucket: takes one token, possibly borrowing against the future. Returns how long the
+  // caller must wait for its token, or nullopt (nothing taken) when that wait exceeds `budget`.
+  std::optional<Clock::duration> take_token(Clock::duration budget) {
+    if (options.rate_per_minute <= 0) return Clock::duration::zero();
+    std::lock_guard lock(mu);
+    const auto now = Clock::now();
+    const double per_ns = options.rate_per_minute / 60e9;
+    const double burst = options.rate_burst > 0 ? options.rate_burst : options.rate_per_minute;
+    tokens = std::min(burst, tokens + std::chrono::duration<double, std::nano>(now - last_refill).count() * per_ns);
+    last_refill = now;
+    tokens -= 1;
+    if (tokens >= 0) return Clock::duration::zero();
+    const auto wait = std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double, std::nano>(-tokens / per_ns));
+    if (wait > budget) {
+      tokens += 1;
+      return std::nullopt;
+    }
+    return wait;
+  }
+
+  std::shared_ptr<Tool> tool;
+  ToolOptions options;
+  Limiter limiter;
+  std::mutex mu;
+  double tokens;                 // GUARDED_BY(mu)
+  Clock::time_point last_refill;  // GUARDED_BY(mu)
+};
+
+struct ToolRegistry::Shared {
+  explicit Shared(std::size_t threads) : pool(std::max<std::size_t>(threads, 1)) {}
+  ~Shared() { pool.join(); }
+  asio::thread_pool pool;
+};
+
+namespace {
+
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diag = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t up = row[j];
+      const bool same = std::tolower(static_cast<unsigned char>(a[i - 1])) ==
+                        std::tolower(static_cast<unsigned char>(b[j - 1]));
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (same ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+
+std::string timeout_message(const std::string& name, std::chrono::milliseconds t) {
+  return "tool '" + name + "' did not answer within " + std::to_string(t.count()) + " ms";
+}
+
+// The invocation proper: runs on the caller's executor, possibly after the caller gave up.
+// Holds `entry` (the tool, its limiter) and the blocking pool until it finishes; the permit is
+// a local so that it is returned before `entry` can go away.
+asio::awaitable<void> run_invocation(std::shared_ptr<ToolRegistry::Entry> entry,
+                                     std::shared_ptr<void> pool_owner, Limiter::Permit permit_in,
+                                     json::object args, ToolContext ctx,
+                                     std::shared_ptr<Channel> chan) {
+  Limiter::Permit permit = std::move(permit_in);
+  Result<std::string> r;
+  try {
+    r = co_await entry->tool->invoke(std::move(args), ctx);
+  } catch (const std::exception& e) {
+    r = Error(Errc::tool_failed, "tool '" + entry->tool->name() + "' threw: " + e.what());
+  } catch (...) {
+    r = Error(Errc::tool_failed, "tool '" + entry->tool->name() + "' threw a non-standard exception");
+  }
+  permit.release();
+  chan->try_send(boost::system::error_code{}, std::move(r));
+}
+
+asio::awaitable<void> wait_until(asio::steady_timer& timer) {
+  co_await timer.async_wait(asio::use_awaitable);
+}
+
+}  // namespace
+
+ToolRegistry::ToolRegistry() : ToolRegistry(RegistryOptions{}) {}
+
+ToolRegistry::ToolRegistry(RegistryOptions options)
+    : options_(options), shared_(std::make_shared<Shared>(options.sync_threads)) {}
+
+ToolRegistry::~ToolRegistry() = default;
+
+Status ToolRegistry::add(std::shared_ptr<Tool> tool) {
+  if (!tool) return Error(Errc::invalid_argument, "tool registry: cannot add a null tool");
+  const std::string& name = tool->name();
+  if (name.empty()) return Error(Errc::invalid_argument, "tool registry: a tool needs a name");
+  const auto& schema = tool->parameters();
+  if (auto s = check_schema(schema); !s)
+    return Error(Errc::invalid_argument, "tool '" + name + "': " + s.error().message);
+  const auto* type = schema.if_contains("type");
+  if (!type || !type->is_string() || type->get_string() != "object")
+    return Error(Errc::invalid_argument,
+                 "tool '" + name + "': the parameters schema must have \"type\": \"object\"");
+  const ToolOptions o = tool->options();
+  if (o.timeout.count() <= 0)
+    return Error(Errc::invalid_argument, "tool '" + name + "': timeout must be positive");
+  if (o.max_concurrency < 1)
+    return Error(Errc::invalid_argument, "tool '" + name + "': max_concurrency must be at least 1");
+  if (o.rate_per_minute < 0 || o.rate_burst < 0)
+    return Error(Errc::invalid_argument,
+                 "tool '" + name + "': rate_per_minute and rate_burst must not be negative");
+  if (o.max_output_bytes == 0)
+    return Error(Errc::invalid_argument, "tool '" + name + "': max_output_bytes must be positive");
+  std::lock_guard lock(mu_);
+  if (tools_.contains(name))
+    return Error(Errc::invalid_argument, "tool registry: a tool named '" + name + "' is already registered");
+  auto entry = std::make_shared<Entry>(tool, o, options_.max_waiters_per_tool);
+  tools_.emplace(name, std::move(entry));
+  return {};
+}
+
+std::shared_ptr<Tool> ToolRegistry::find(std::string_view name) const {
+  std::lock_guard lock(mu_);
+  auto it = tools_.find(name);
+  return it == tools_.end() ? nullptr : it->second->tool;
+}
+
+std::vector<std::string> ToolRegistry::names() const {
+  std::lock_guard lock(mu_);
+  std::vector<std::string> out;
+  for (const auto& [name, unused] : tools_) out.push_back(name);
+  return out;
+}
+
+std::size_t ToolRegistry::in_flight(std::string_view name) const {
+  std::lock_guard lock(mu_);
+  auto it = tools_.find(name);
+  return it == tools_.end() ? 0 : it->second->limiter.in_use();
+}
+
+asio::awaitable<Result<ToolOutput>> ToolRegistry::async_call(std::string_view name_in,
+                                                             json::object args, ToolContext ctx) {
+  using namespace asio::experimental::awaitable_operators;
+  const std::string name(name_in);
+  const auto start = Clock::now();
+  std::shared_ptr<Entry> entry;
+  std::vector<std::string> available;
+  {
+    std::lock_guard lock(mu_);
+    if (auto it = tools_.find(name); it != tools_.end()) entry = it->second;
+    if (!entry)
+      for (const auto& [n, unused] : tools_) available.push_back(n);
+  }
+  if (!entry) {
+    std::string msg = "unknown tool '" + name + "'";
+    const std::string* best = nullptr;
+    std::size_t best_d = 0;
+    for (const auto& n : available) {
+      const std::size_t d = edit_distance(name, n);
+      if (!best || d < best_d) best = &n, best_d = d;
+    }
+    if (best && best_d <= std::max<std::size_t>(2, best->size() / 3))
+      msg += "; did you mean '" + *best + "'?";
+    if (available.empty()) {
+      msg += " (no tools are registered)";
+    } else {
+      msg += " (available: ";
+      for (std::size_t i = 0; i < available.size(); ++i) msg += (i ? ", " : "") + available[i];
+      msg += ")";
+    }
+    co_return Error(Errc::not_found, std::move(msg));
+  }
+  const ToolOptions& opt = entry->options;
+  if (auto s = validate(entry->tool->parameters(), args); !s)
+    co_return Error(Errc::invalid_argument, name + ": " + s.error().message);
+
+  const auto deadline = start + opt.timeout;
+  auto ex = co_await asio::this_coro::executor;
+
+  // Rate limit.
+  auto wait = entry->take_token(deadline - Clock::now());
+  if (!wait) {
+    co_return Error(Errc::overloaded,
+                    "tool '" + name + "': rate limit of " + std::to_string(opt.rate_per_minute) +
+                        " calls per minute reached, and the next call slot opens after its " +
+                        std::to_string(opt.timeout.count()) +
+                        " ms timeout; retry later or raise rate_per_minute");
+  }
+  if (*wait > Clock::duration::zero()) {
+    asio::steady_timer t(ex, *wait);
+    co_await t.async_wait(asio::as_tuple(asio::use_awaitable));
+  }
+
+  // Concurrency slot.
+  Limiter::Permit permit;
+  if (auto p = entry->limiter.try_acquire()) {
+    permit = std::move(*p);
+  } else {
+    asio::steady_timer t(ex, deadline);
+    auto won = co_await (entry->limiter.async_acquire() || wait_until(t));
+    if (won.index() == 1) {
+      co_return Error(Errc::tool_timeout,
+                      timeout_message(name, opt.timeout) + " (all " +
+                          std::to_string(opt.max_concurrency) +
+                          " of its concurrency slots stayed busy; max_concurrency=" +
+                          std::to_string(opt.max_concurrency) + ")");
+    }
+    auto& r = std::get<0>(won);
+    if (!r) co_return std::move(r).error();
+    permit = std::move(*r);
+  }
+
+  // The invocation races a timer; both report through one channel, the first message wins.
+  if (!ctx.blocking_executor) ctx.blocking_executor = shared_->pool.get_executor();
+  auto chan = std::make_shared<Channel>(ex, 2);
+  asio::steady_timer timer(ex, deadline);
+  timer.async_wait([chan, msg = timeout_message(name, opt.timeout)](boost::system::error_code ec) {
+    if (!ec) chan->try_send(boost::system::error_code{}, Result<std::string>(Error(Errc::tool_timeout, msg)));
+  });
+  asio::co_spawn(ex,
+                 run_invocation(entry, shared_, std::move(permit), std::move(args), ctx, chan),
+                 [name](std::exception_ptr e) {
+                   if (e) weir::log(LogLevel::error, "tool '" + name + "': invocation ended with an exception");
+                 });
+  auto [ec, out] = co_await chan->async_receive(asio::as_tuple(asio::use_awaitable));
+  timer.cancel();
+  if (ec) co_return Error(Errc::cancelled, "tool '" + name + "': the call was cancelled");
+  if (!out) co_return std::move(out).error();
+
+  // Output checks and the spill.
+  std::string text = std::move(*out);
+  if (auto nul = text.find('\0'); nul != std::string::npos)
+    co_return Error(Errc::tool_failed, "tool '" + name + "' returned binary output (a NUL byte at offset " +
+                                           std::to_string(nul) + ")");
+  if (auto bad = detail::find_invalid_utf8(text))
+    co_return Error(Errc::tool_failed, "tool '" + name + "' returned invalid UTF-8 at byte " +
+                                           std::to_string(*bad));
+  ToolOutput result;
+  result.output_bytes = text.size();
+  if (text.size() <= opt.max_output_bytes) {
+    result.content = std::move(text);
+    co_return result;
+  }
+  const std::size_t head = detail::utf8_cut(text, opt.max_output_bytes);
+  std::string note = "\n[output truncated: showing the first " + std::to_string(head) + " of " +
+                     std::to_string(text.size()) + " bytes; ";
+  if (ctx.artifacts) {
+    auto ref = ctx.artifacts->put(text, "text/plain", {}, ctx.owner);
+    if (ref) {
+      result.artifact_id = ref->id;
+      note += "the full output is artifact " + ref->id + " (read it with the artifacts tool)]";
+    } else {
+      note += "the rest was lost: " + ref.error().message + "]";
+    }
+  } else {
+    note += "the rest was dropped (no artifact store)]";
+  }
+  text.resize(head);
+  result.content = std::move(text) + note;
+  co_return result;
+}
+
+}  // namespace weir::tools
