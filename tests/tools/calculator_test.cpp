@@ -1,10 +1,10 @@
 #include "weir/tools/calculator.hpp"
 
+#include <gtest/gtest.h>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/use_future.hpp>
 #include <boost/json/parse.hpp>
-#include <gtest/gtest.h>
 
 #include "weir/tools/builtin.hpp"
 
@@ -59,7 +59,8 @@ TEST(CalculatorTest, ErrorsNameTheColumn) {
   EXPECT_EQ(calc("10^400"), "error: overflow at column 3");
   EXPECT_EQ(calc("1e999"), "error: number '1e999' is too large at column 1");
   EXPECT_EQ(calc("1e+"), "error: malformed exponent in number '1e+' at column 1");
-  EXPECT_EQ(calc("(-8)^0.5"), "error: a negative number to a fractional power is not real at column 5");
+  EXPECT_EQ(calc("(-8)^0.5"),
+            "error: a negative number to a fractional power is not real at column 5");
   EXPECT_EQ(calc("   "), "error: empty expression");
   // Columns count characters, not bytes.
   EXPECT_EQ(calc("\u00e9 + 1"), "error: unexpected '\u00e9' at column 1");

@@ -48,7 +48,8 @@ TEST(SchemaTest, TypeList) {
 }
 
 TEST(SchemaTest, RequiredAndAdditionalProperties) {
-  const char* s = R"({"type":"object","properties":{"op":{"type":"string"},"path":{"type":"string"}},
+  const char* s =
+      R"({"type":"object","properties":{"op":{"type":"string"},"path":{"type":"string"}},
                       "required":["op","path"],"additionalProperties":false})";
   EXPECT_EQ(violation(s, R"({"op":"read","path":"a"})"), "ok");
   EXPECT_EQ(violation(s, R"({"op":"read"})"), "/path: missing required property");
@@ -109,10 +110,12 @@ TEST(SchemaTest, CheckSchemaRejectsWrongKeywordTypes) {
             "schema /properties/k/minimum: expected a number, got string");
   EXPECT_EQ(schema_error(R"({"required":"a"})"),
             "schema /required: expected an array of strings, got string");
-  EXPECT_EQ(schema_error(R"({"required":["a",1]})"), "schema /required/1: expected a string, got number");
+  EXPECT_EQ(schema_error(R"({"required":["a",1]})"),
+            "schema /required/1: expected a string, got number");
   EXPECT_EQ(schema_error(R"({"additionalProperties":"no"})"),
             "schema /additionalProperties: expected a boolean or an object (a schema), got string");
-  EXPECT_EQ(schema_error(R"({"items":[]})"), "schema /items: expected an object (a schema), got array");
+  EXPECT_EQ(schema_error(R"({"items":[]})"),
+            "schema /items: expected an object (a schema), got array");
   EXPECT_EQ(schema_error(R"({"maxLength":-1})"),
             "schema /maxLength: expected a non-negative integer, got -1");
   EXPECT_EQ(schema_error(R"({"enum":{}})"), "schema /enum: expected an array, got object");

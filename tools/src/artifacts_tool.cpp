@@ -37,7 +37,8 @@ class ArtifactsTool final : public Tool {
           },
           "required": ["id"],
           "additionalProperties": false
-        })json").as_object()) {}
+        })json")
+                        .as_object()) {}
 
   const std::string& name() const override { return name_; }
   const std::string& description() const override { return description_; }
@@ -136,8 +137,7 @@ class ArtifactsTool final : public Tool {
     if (detail::find_invalid_utf8(out) || out.find('\0') != std::string::npos)
       return Error(Errc::invalid_argument,
                    "artifacts: artifact '" + id + "' is not text; it cannot be shown");
-    if (truncated)
-      out += "\n[cut at " + std::to_string(kMaxSlice) + " bytes; ask for fewer lines]";
+    if (truncated) out += "\n[cut at " + std::to_string(kMaxSlice) + " bytes; ask for fewer lines]";
     return out;
   }
 

@@ -38,15 +38,14 @@ class Parser {
     return Error(Errc::invalid_argument, what + at_col(at));
   }
   Error unexpected() const {
-    if (pos_ >= s_.size())
-      return err("unexpected end of expression", s_.size());
+    if (pos_ >= s_.size()) return err("unexpected end of expression", s_.size());
     std::size_t n = 1;
     while (pos_ + n < s_.size() && (static_cast<unsigned char>(s_[pos_ + n]) & 0xC0) == 0x80) ++n;
     return err("unexpected '" + std::string(s_.substr(pos_, n)) + "'", pos_);
   }
   void skip_space() {
-    while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\t' || s_[pos_] == '\n' ||
-                                s_[pos_] == '\r'))
+    while (pos_ < s_.size() &&
+           (s_[pos_] == ' ' || s_[pos_] == '\t' || s_[pos_] == '\n' || s_[pos_] == '\r'))
       ++pos_;
   }
   bool eat(char c) {
@@ -113,9 +112,9 @@ class Parser {
   Result<double> unary() {
     skip_space();
     if (depth_ >= limits_.max_depth)
-      return err("the expression nests deeper than " + std::to_string(limits_.max_depth) +
-                     " levels",
-                 pos_);
+      return err(
+          "the expression nests deeper than " + std::to_string(limits_.max_depth) + " levels",
+          pos_);
     Depth d(depth_);
     if (eat('-')) {
       auto v = unary();
@@ -155,8 +154,9 @@ class Parser {
         while (p < s_.size() && std::isdigit(static_cast<unsigned char>(s_[p]))) ++p;
         pos_ = p;
       } else {
-        return err("malformed exponent in number '" + std::string(s_.substr(start, p - start)) + "'",
-                   start);
+        return err(
+            "malformed exponent in number '" + std::string(s_.substr(start, p - start)) + "'",
+            start);
       }
     }
     double v = 0;
@@ -227,13 +227,14 @@ class Parser {
     }
     if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
       const std::size_t start = pos_;
-      while (pos_ < s_.size() && (std::isalnum(static_cast<unsigned char>(s_[pos_])) || s_[pos_] == '_'))
+      while (pos_ < s_.size() &&
+             (std::isalnum(static_cast<unsigned char>(s_[pos_])) || s_[pos_] == '_'))
         ++pos_;
       const std::string id(s_.substr(start, pos_ - start));
       skip_space();
       if (pos_ < s_.size() && s_[pos_] == '(') {
-        static constexpr const char* kFns[] = {"sqrt", "abs",   "min", "max", "floor", "ceil",
-                                              "round", "log", "exp", "sin", "cos"};
+        static constexpr const char* kFns[] = {"sqrt",  "abs", "min", "max", "floor", "ceil",
+                                               "round", "log", "exp", "sin", "cos"};
         bool known = false;
         for (const char* f : kFns) known = known || id == f;
         if (!known) return err("unknown function '" + id + "'", start);
@@ -284,7 +285,8 @@ class CalculatorTool final : public Tool {
           },
           "required": ["expression"],
           "additionalProperties": false
-        })json").as_object()) {}
+        })json")
+                        .as_object()) {}
   const std::string& name() const override { return name_; }
   const std::string& description() const override { return description_; }
   const json::object& parameters() const override { return parameters_; }
@@ -301,7 +303,8 @@ class CalculatorTool final : public Tool {
   static Result<std::string> run(const json::object& args) {
     const auto* e = args.if_contains("expression");
     if (!e || !e->is_string())
-      return Error(Errc::invalid_argument, "calculator: argument 'expression' (a string) is required");
+      return Error(Errc::invalid_argument,
+                   "calculator: argument 'expression' (a string) is required");
     auto v = evaluate_expression(e->get_string());
     if (!v) return Error(Errc::invalid_argument, "calculator: " + v.error().message);
     return format_number(*v);
@@ -332,6 +335,8 @@ std::string format_number(double v) {
   return buf;
 }
 
-std::shared_ptr<Tool> make_calculator() { return std::make_shared<CalculatorTool>(); }
+std::shared_ptr<Tool> make_calculator() {
+  return std::make_shared<CalculatorTool>();
+}
 
 }  // namespace weir::tools

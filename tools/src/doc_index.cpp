@@ -20,8 +20,12 @@ constexpr double kB = 0.75;
 constexpr std::size_t kReadChunk = 64 * 1024;
 constexpr std::size_t kMaxTokenBytes = 64;
 
-bool token_char(unsigned char c) { return std::isalnum(c) || c >= 0x80; }
-bool space_char(unsigned char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
+bool token_char(unsigned char c) {
+  return std::isalnum(c) || c >= 0x80;
+}
+bool space_char(unsigned char c) {
+  return c == ' ' || c == '\t' || c == '\r' || c == '\n';
+}
 
 bool indexable_name(const fs::path& p) {
   const std::string ext = p.extension().string();
@@ -102,8 +106,8 @@ class DocumentIndex::Builder {
         ++pos_;
         const std::uint64_t len = pos_ - start_;
         const bool cut = (len >= target && c == '\n' && newlines_ >= 2) ||
-                         (len >= 2 * target && space_char(c)) ||
-                         (len >= 4 * target && c < 0x80) || len >= 8 * target;
+                         (len >= 2 * target && space_char(c)) || (len >= 4 * target && c < 0x80) ||
+                         len >= 8 * target;
         if (cut) finish_passage();
       }
       if (n == 0) break;
@@ -126,8 +130,7 @@ class DocumentIndex::Builder {
     flush_token();
     if (tokens_ > 0) {
       const auto id = static_cast<std::uint32_t>(ix_.passages_.size());
-      ix_.passages_.push_back(
-          {doc_, static_cast<std::uint32_t>(pos_ - start_), start_, tokens_});
+      ix_.passages_.push_back({doc_, static_cast<std::uint32_t>(pos_ - start_), start_, tokens_});
       for (const auto& [term, tf] : tf_) ix_.postings_[term].push_back({id, tf});
       total_tokens_ += tokens_;
     }
@@ -169,21 +172,21 @@ Result<std::shared_ptr<DocumentIndex>> DocumentIndex::build(const fs::path& fold
 
   // Collect candidate paths first (sorted, so document ids do not depend on directory order).
   std::vector<fs::path> files;
-  for (fs::recursive_directory_iterator it(folder, fs::directory_options::skip_permission_denied,
-                                           ec),
+  for (fs::recursive_directory_iterator
+           it(folder, fs::directory_options::skip_permission_denied, ec),
        end;
        !ec && it != end; it.increment(ec)) {
     std::error_code e2;
     if (!it->is_regular_file(e2) || !indexable_name(it->path())) continue;
     if (files.size() >= opts.max_documents)
-      return Error(Errc::invalid_argument,
-                   "doc index: '" + folder.string() + "' holds more than " +
-                       std::to_string(opts.max_documents) +
-                       " documents (DocIndexOptions::max_documents)");
+      return Error(Errc::invalid_argument, "doc index: '" + folder.string() + "' holds more than " +
+                                               std::to_string(opts.max_documents) +
+                                               " documents (DocIndexOptions::max_documents)");
     files.push_back(it->path());
   }
   if (ec)
-    return Error(Errc::io_error, "doc index: cannot walk '" + folder.string() + "': " + ec.message());
+    return Error(Errc::io_error,
+                 "doc index: cannot walk '" + folder.string() + "': " + ec.message());
   std::sort(files.begin(), files.end());
 
   Builder b(*ix);
@@ -213,15 +216,14 @@ Result<std::shared_ptr<DocumentIndex>> DocumentIndex::build(const fs::path& fold
                  "doc index: the index of '" + folder.string() + "' needs " +
                      format_bytes(ix->memory_bytes()) + ", more than " +
                      format_bytes(opts.max_memory_bytes) + " (DocIndexOptions::max_memory_bytes)");
-  ix->avg_tokens_ = ix->passages_.empty()
-                        ? 0
-                        : static_cast<double>(b.total_tokens_) / ix->passages_.size();
+  ix->avg_tokens_ =
+      ix->passages_.empty() ? 0 : static_cast<double>(b.total_tokens_) / ix->passages_.size();
   return ix;
 }
 
 std::size_t DocumentIndex::memory_bytes() const noexcept {
-  std::size_t n = sizeof(*this) + vector_bytes(docs_) + vector_bytes(passages_) +
-                  vector_bytes(postings_);
+  std::size_t n =
+      sizeof(*this) + vector_bytes(docs_) + vector_bytes(passages_) + vector_bytes(postings_);
   for (const auto& d : docs_) n += d.capacity() > 15 ? d.capacity() + 1 : 0;
   for (const auto& pl : postings_) n += vector_bytes(pl);
   // unordered_map: a bucket pointer each, and a node (next pointer, key, value, hash) per term.
@@ -258,8 +260,8 @@ std::vector<DocHit> DocumentIndex::search(std::string_view query, std::size_t k)
   for (const auto& [passage, score] : scores) {
     const std::uint32_t doc = passages_[passage].doc;
     auto [it, inserted] = best.try_emplace(doc, score, passage);
-    if (!inserted && (score > it->second.first ||
-                      (score == it->second.first && passage < it->second.second)))
+    if (!inserted &&
+        (score > it->second.first || (score == it->second.first && passage < it->second.second)))
       it->second = {score, passage};
   }
   std::vector<std::pair<double, std::uint32_t>> ranked;  // score, passage
@@ -280,7 +282,8 @@ std::vector<DocHit> DocumentIndex::search(std::string_view query, std::size_t k)
   return hits;
 }
 
-std::string DocumentIndex::read_snippet(const Passage& p, const std::vector<std::string>& terms) const {
+std::string DocumentIndex::read_snippet(const Passage& p,
+                                        const std::vector<std::string>& terms) const {
   std::ifstream in(folder_ / docs_[p.doc], std::ios::binary);
   if (!in) return {};
   const std::size_t want = std::min<std::size_t>(p.length, 8192);

@@ -31,7 +31,8 @@ class DocSearchTool final : public Tool {
           },
           "required": ["query"],
           "additionalProperties": false
-        })json").as_object()) {}
+        })json")
+                        .as_object()) {}
 
   const std::string& name() const override { return name_; }
   const std::string& description() const override { return description_; }

@@ -20,7 +20,9 @@ constexpr std::uint64_t kDefaultReadBytes = 16384;
 constexpr std::uint64_t kMaxReadBytes = 1u << 20;
 constexpr std::uint64_t kDefaultListEntries = 200;
 
-Error refuse(const std::string& msg) { return Error(Errc::invalid_argument, "files: " + msg); }
+Error refuse(const std::string& msg) {
+  return Error(Errc::invalid_argument, "files: " + msg);
+}
 
 // True when `p` is `root` or below it (both canonical).
 bool within(const fs::path& root, const fs::path& p) {
@@ -51,7 +53,8 @@ class FilesTool final : public Tool {
           },
           "required": ["op", "path"],
           "additionalProperties": false
-        })json").as_object()) {}
+        })json")
+                        .as_object()) {}
 
   const std::string& name() const override { return name_; }
   const std::string& description() const override { return description_; }
@@ -73,7 +76,8 @@ class FilesTool final : public Tool {
     if (!resolved) return std::move(resolved).error();
     std::error_code ec;
     const auto st = fs::status(*resolved, ec);
-    if (ec || !fs::exists(st)) return Error(Errc::not_found, "files: '" + path + "' does not exist");
+    if (ec || !fs::exists(st))
+      return Error(Errc::not_found, "files: '" + path + "' does not exist");
     const std::uint64_t offset = detail::arg_u64(args, "offset", 0);
     if (op == "list") {
       if (!fs::is_directory(st))
@@ -97,8 +101,7 @@ class FilesTool final : public Tool {
     if (path.empty() || path == ".") return root;
     const fs::path rel(path);
     if (rel.is_absolute() || rel.has_root_name() || rel.has_root_directory())
-      return refuse("absolute path '" + path +
-                    "' refused; give a path relative to the files root");
+      return refuse("absolute path '" + path + "' refused; give a path relative to the files root");
     for (const auto& part : rel)
       if (part == "..") return refuse("path '" + path + "' refused: '..' is not allowed");
     const fs::path full = fs::weakly_canonical(root / rel, ec);
@@ -127,7 +130,8 @@ class FilesTool final : public Tool {
     buf.resize(static_cast<std::size_t>(in.gcount()));
     const std::size_t skip = offset > 0 ? detail::utf8_skip_continuation(buf) : 0;
     std::size_t end = buf.size();
-    if (end - skip > limit) end = skip + detail::utf8_cut(std::string_view(buf).substr(skip), limit);
+    if (end - skip > limit)
+      end = skip + detail::utf8_cut(std::string_view(buf).substr(skip), limit);
     std::string text = buf.substr(skip, end - skip);
     if (auto nul = text.find('\0'); nul != std::string::npos)
       return refuse("'" + path + "' is not a text file (a NUL byte at offset " +
@@ -139,8 +143,8 @@ class FilesTool final : public Tool {
     if (last < size || first > 0) {
       text += "\n[bytes " + std::to_string(first) + "-" + std::to_string(last) + " of " +
               std::to_string(size);
-      text += last < size ? "; call again with offset=" + std::to_string(last) + " to read on]"
-                          : "]";
+      text +=
+          last < size ? "; call again with offset=" + std::to_string(last) + " to read on]" : "]";
     }
     return text;
   }

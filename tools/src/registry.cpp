@@ -34,8 +34,8 @@ struct ToolRegistry::Entry {
   Entry(std::shared_ptr<Tool> t, ToolOptions o, std::size_t max_waiters)
       : tool(std::move(t)),
         options(o),
-        limiter("tool '" + tool->name() + "' (max_concurrency=" +
-                    std::to_string(o.max_concurrency) + ")",
+        limiter("tool '" + tool->name() +
+                    "' (max_concurrency=" + std::to_string(o.max_concurrency) + ")",
                 static_cast<std::size_t>(o.max_concurrency), max_waiters),
         tokens(o.rate_burst > 0 ? o.rate_burst : o.rate_per_minute),
         last_refill(Clock::now()) {}
@@ -48,7 +48,9 @@ struct ToolRegistry::Entry {
     const auto now = Clock::now();
     const double per_ns = options.rate_per_minute / 60e9;
     const double burst = options.rate_burst > 0 ? options.rate_burst : options.rate_per_minute;
-    tokens = std::min(burst, tokens + std::chrono::duration<double, std::nano>(now - last_refill).count() * per_ns);
+    tokens = std::min(
+        burst,
+        tokens + std::chrono::duration<double, std::nano>(now - last_refill).count() * per_ns);
     last_refill = now;
     tokens -= 1;
     if (tokens >= 0) return Clock::duration::zero();
@@ -65,7 +67,7 @@ struct ToolRegistry::Entry {
   ToolOptions options;
   Limiter limiter;
   std::mutex mu;
-  double tokens;                 // GUARDED_BY(mu)
+  double tokens;                  // GUARDED_BY(mu)
   Clock::time_point last_refill;  // GUARDED_BY(mu)
 };
 
@@ -94,7 +96,6 @@ std::size_t edit_distance(std::string_view a, std::string_view b) {
   return row[b.size()];
 }
 
-
 std::string timeout_message(const std::string& name, std::chrono::milliseconds t) {
   return "tool '" + name + "' did not answer within " + std::to_string(t.count()) + " ms";
 }
@@ -113,7 +114,8 @@ asio::awaitable<void> run_invocation(std::shared_ptr<ToolRegistry::Entry> entry,
   } catch (const std::exception& e) {
     r = Error(Errc::tool_failed, "tool '" + entry->tool->name() + "' threw: " + e.what());
   } catch (...) {
-    r = Error(Errc::tool_failed, "tool '" + entry->tool->name() + "' threw a non-standard exception");
+    r = Error(Errc::tool_failed,
+              "tool '" + entry->tool->name() + "' threw a non-standard exception");
   }
   permit.release();
   chan->try_send(boost::system::error_code{}, std::move(r));
@@ -155,7 +157,8 @@ Status ToolRegistry::add(std::shared_ptr<Tool> tool) {
     return Error(Errc::invalid_argument, "tool '" + name + "': max_output_bytes must be positive");
   std::lock_guard lock(mu_);
   if (tools_.contains(name))
-    return Error(Errc::invalid_argument, "tool registry: a tool named '" + name + "' is already registered");
+    return Error(Errc::invalid_argument,
+                 "tool registry: a tool named '" + name + "' is already registered");
   auto entry = std::make_shared<Entry>(tool, o, options_.max_waiters_per_tool);
   tools_.emplace(name, std::move(entry));
   return {};
@@ -257,26 +260,34 @@ asio::awaitable<Result<ToolOutput>> ToolRegistry::async_call(std::string_view na
   auto chan = std::make_shared<Channel>(ex, 2);
   asio::steady_timer timer(ex, deadline);
   timer.async_wait([chan, msg = timeout_message(name, opt.timeout)](boost::system::error_code ec) {
-    if (!ec) chan->try_send(boost::system::error_code{}, Result<std::string>(Error(Errc::tool_timeout, msg)));
+    if (!ec)
+      chan->try_send(boost::system::error_code{},
+                     Result<std::string>(Error(Errc::tool_timeout, msg)));
   });
-  asio::co_spawn(ex,
-                 run_invocation(entry, shared_, std::move(permit), std::move(args), ctx, chan),
+  asio::co_spawn(ex, run_invocation(entry, shared_, std::move(permit), std::move(args), ctx, chan),
                  [name](std::exception_ptr e) {
-                   if (e) weir::log(LogLevel::error, "tool '" + name + "': invocation ended with an exception");
+                   if (e)
+                     weir::log(LogLevel::error,
+                               "tool '" + name + "': invocation ended with an exception");
                  });
-  auto [ec, out] = co_await chan->async_receive(asio::as_tuple(asio::use_awaitable));
+  // (No structured binding here: GCC 12 miscompiles them across co_await.)
+  std::tuple<boost::system::error_code, Result<std::string>> received =
+      co_await chan->async_receive(asio::as_tuple(asio::use_awaitable));
   timer.cancel();
-  if (ec) co_return Error(Errc::cancelled, "tool '" + name + "': the call was cancelled");
+  Result<std::string>& out = std::get<1>(received);
+  if (std::get<0>(received))
+    co_return Error(Errc::cancelled, "tool '" + name + "': the call was cancelled");
   if (!out) co_return std::move(out).error();
 
   // Output checks and the spill.
   std::string text = std::move(*out);
   if (auto nul = text.find('\0'); nul != std::string::npos)
-    co_return Error(Errc::tool_failed, "tool '" + name + "' returned binary output (a NUL byte at offset " +
+    co_return Error(Errc::tool_failed, "tool '" + name +
+                                           "' returned binary output (a NUL byte at offset " +
                                            std::to_string(nul) + ")");
   if (auto bad = detail::find_invalid_utf8(text))
-    co_return Error(Errc::tool_failed, "tool '" + name + "' returned invalid UTF-8 at byte " +
-                                           std::to_string(*bad));
+    co_return Error(Errc::tool_failed,
+                    "tool '" + name + "' returned invalid UTF-8 at byte " + std::to_string(*bad));
   ToolOutput result;
   result.output_bytes = text.size();
   if (text.size() <= opt.max_output_bytes) {

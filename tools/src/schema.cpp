@@ -14,13 +14,17 @@ namespace json = boost::json;
 
 namespace {
 
-std::string where(const std::string& pointer) { return pointer.empty() ? "(root)" : pointer; }
+std::string where(const std::string& pointer) {
+  return pointer.empty() ? "(root)" : pointer;
+}
 
 Status fail(const std::string& pointer, const std::string& what) {
   return Error(Errc::invalid_argument, where(pointer) + ": " + what);
 }
 
-std::string number_text(const json::value& v) { return json::serialize(v); }
+std::string number_text(const json::value& v) {
+  return json::serialize(v);
+}
 
 double as_double(const json::value& v) {
   if (v.is_int64()) return static_cast<double>(v.get_int64());
@@ -63,8 +67,7 @@ Status validate_at(const json::object& schema, const json::value& v, const std::
       if (!type_matches(t->get_string(), v)) {
         if (t->get_string() == "integer" && v.is_number())
           return fail(ptr, "expected integer, got " + number_text(v));
-        return fail(ptr, "expected " + std::string(t->get_string()) + ", got " +
-                             json_type_name(v));
+        return fail(ptr, "expected " + std::string(t->get_string()) + ", got " + json_type_name(v));
       }
     } else if (t->is_array()) {
       bool any = false;
@@ -95,12 +98,12 @@ Status validate_at(const json::object& schema, const json::value& v, const std::
   }
   if (v.is_string()) {
     const std::size_t n = detail::utf8_length(v.get_string());
-    if (const auto* m = schema.if_contains("minLength"); m && is_integral(*m) &&
-                                                         static_cast<double>(n) < as_double(*m))
+    if (const auto* m = schema.if_contains("minLength");
+        m && is_integral(*m) && static_cast<double>(n) < as_double(*m))
       return fail(ptr, "string of " + std::to_string(n) + " characters is shorter than minLength " +
                            number_text(*m));
-    if (const auto* m = schema.if_contains("maxLength"); m && is_integral(*m) &&
-                                                         static_cast<double>(n) > as_double(*m))
+    if (const auto* m = schema.if_contains("maxLength");
+        m && is_integral(*m) && static_cast<double>(n) > as_double(*m))
       return fail(ptr, "string of " + std::to_string(n) + " characters is longer than maxLength " +
                            number_text(*m));
   }
@@ -147,7 +150,8 @@ Status validate_at(const json::object& schema, const json::value& v, const std::
       if (extra->is_bool() && !extra->get_bool()) {
         std::string allowed;
         if (props)
-          for (const auto& [k, unused] : *props) allowed += (allowed.empty() ? "" : ", ") + std::string(k);
+          for (const auto& [k, unused] : *props)
+            allowed += (allowed.empty() ? "" : ", ") + std::string(k);
         return fail(child, "unexpected property (allowed: " +
                                (allowed.empty() ? std::string("none") : allowed) + ")");
       }
@@ -165,14 +169,15 @@ Status bad_keyword(const std::string& ptr, const char* expected, const json::val
 }
 
 Status check_at(const json::object& schema, const std::string& ptr, int depth) {
-  if (depth > 64) return Error(Errc::invalid_argument, "schema " + where(ptr) + ": nested too deeply");
+  if (depth > 64)
+    return Error(Errc::invalid_argument, "schema " + where(ptr) + ": nested too deeply");
   for (const auto& [key, v] : schema) {
     const std::string p = json_pointer_append(ptr, key);
     if (key == "type") {
       if (v.is_string()) {
         if (!known_type(v.get_string()))
-          return Error(Errc::invalid_argument, "schema " + p + ": unknown type \"" +
-                                                   std::string(v.get_string()) + "\"");
+          return Error(Errc::invalid_argument,
+                       "schema " + p + ": unknown type \"" + std::string(v.get_string()) + "\"");
       } else if (v.is_array()) {
         for (std::size_t i = 0; i < v.get_array().size(); ++i) {
           const auto& x = v.get_array()[i];
@@ -210,12 +215,12 @@ Status check_at(const json::object& schema, const std::string& ptr, int depth) {
       if (!v.is_array()) return bad_keyword(p, "an array", v);
     } else if (key == "minimum" || key == "maximum") {
       if (!v.is_number()) return bad_keyword(p, "a number", v);
-    } else if (key == "minLength" || key == "maxLength" || key == "minItems" ||
-               key == "maxItems") {
+    } else if (key == "minLength" || key == "maxLength" || key == "minItems" || key == "maxItems") {
       if (!is_integral(v) || as_double(v) < 0) {
         if (v.is_number())
-          return Error(Errc::invalid_argument, "schema " + p + ": expected a non-negative integer, got " +
-                                                   json::serialize(v));
+          return Error(
+              Errc::invalid_argument,
+              "schema " + p + ": expected a non-negative integer, got " + json::serialize(v));
         return bad_keyword(p, "a non-negative integer", v);
       }
     }
@@ -250,6 +255,8 @@ Status validate(const json::value& schema, const json::value& v) {
   return validate_at(schema.get_object(), v, "");
 }
 
-Status check_schema(const json::object& schema) { return check_at(schema, "", 0); }
+Status check_schema(const json::object& schema) {
+  return check_at(schema, "", 0);
+}
 
 }  // namespace weir::tools

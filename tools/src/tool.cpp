@@ -95,17 +95,17 @@ class AsyncTool final : public Tool {
 
 }  // namespace
 
-std::shared_ptr<Tool> make_tool(std::string name, std::string description,
-                                json::object parameters, SyncToolFn fn, ToolOptions options) {
-  return std::make_shared<SyncTool>(std::move(name), std::move(description),
-                                    std::move(parameters), std::move(fn), options);
+std::shared_ptr<Tool> make_tool(std::string name, std::string description, json::object parameters,
+                                SyncToolFn fn, ToolOptions options) {
+  return std::make_shared<SyncTool>(std::move(name), std::move(description), std::move(parameters),
+                                    std::move(fn), options);
 }
 
 std::shared_ptr<Tool> make_async_tool(std::string name, std::string description,
                                       json::object parameters, AsyncToolFn fn,
                                       ToolOptions options) {
-  return std::make_shared<AsyncTool>(std::move(name), std::move(description),
-                                     std::move(parameters), std::move(fn), options);
+  return std::make_shared<AsyncTool>(std::move(name), std::move(description), std::move(parameters),
+                                     std::move(fn), options);
 }
 
 }  // namespace weir::tools

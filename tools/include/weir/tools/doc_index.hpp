@@ -31,14 +31,14 @@ namespace weir::tools {
 
 struct DocIndexOptions {
   std::size_t passage_bytes = 1024;
-  std::size_t max_file_bytes = 16u << 20;    // larger files are skipped
-  std::size_t max_documents = 100000;        // more -> invalid_argument
+  std::size_t max_file_bytes = 16u << 20;     // larger files are skipped
+  std::size_t max_documents = 100000;         // more -> invalid_argument
   std::size_t max_memory_bytes = 512u << 20;  // the index's own estimate; more -> error
   std::size_t snippet_bytes = 240;
 };
 
 struct DocHit {
-  std::string path;  // relative to the folder, '/' separated
+  std::string path;          // relative to the folder, '/' separated
   std::uint64_t offset = 0;  // the passage's byte offset in the file
   double score = 0;
   std::string snippet;  // up to snippet_bytes of the passage, whitespace collapsed

@@ -26,6 +26,11 @@
 // Thread safety: add() and the lookups are safe from any thread (one mutex); async_call may run
 // concurrently from any number of coroutines on any executors. `name` in async_call must stay
 // valid until the call starts (the awaitable is lazy); it is copied then.
+//
+// GCC 12: do not pass temporaries with destructors (ToolContext{}, a json::object built in
+// place) inside the co_await expression itself; build the awaitable first:
+//   auto op = registry.async_call(name, std::move(args), ctx);
+//   auto r = co_await std::move(op);
 #pragma once
 
 #include <cstddef>
@@ -45,7 +50,7 @@
 namespace weir::tools {
 
 struct RegistryOptions {
-  std::size_t sync_threads = 4;            // the blocking pool for make_tool bodies
+  std::size_t sync_threads = 4;             // the blocking pool for make_tool bodies
   std::size_t max_waiters_per_tool = 1024;  // calls queued for a tool's slots; beyond: overloaded
 };
 

@@ -37,9 +37,9 @@ namespace weir::tools {
 struct ToolOptions {
   // From the call's start (rate wait and concurrency wait included) to its answer.
   std::chrono::milliseconds timeout{30000};
-  std::int32_t max_concurrency = 8;  // concurrent invocations of this tool (all callers)
-  std::int32_t rate_per_minute = 0;  // 0: unlimited; calls over the rate wait (bounded) or fail
-  std::int32_t rate_burst = 0;       // token bucket size; 0: rate_per_minute (a minute's quota)
+  std::int32_t max_concurrency = 8;      // concurrent invocations of this tool (all callers)
+  std::int32_t rate_per_minute = 0;      // 0: unlimited; calls over the rate wait (bounded) or fail
+  std::int32_t rate_burst = 0;           // token bucket size; 0: rate_per_minute (a minute's quota)
   std::size_t max_output_bytes = 16384;  // larger output -> artifact; the model sees head + ref
 };
 
@@ -64,7 +64,8 @@ class Tool {
                                                              const ToolContext& ctx) = 0;
 };
 
-using SyncToolFn = std::function<Result<std::string>(const boost::json::object&, const ToolContext&)>;
+using SyncToolFn =
+    std::function<Result<std::string>(const boost::json::object&, const ToolContext&)>;
 using AsyncToolFn = std::function<boost::asio::awaitable<Result<std::string>>(boost::json::object,
                                                                               const ToolContext&)>;
 
