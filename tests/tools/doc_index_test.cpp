@@ -149,5 +149,20 @@ TEST(DocIndexTest, SearchTool) {
             "ok: no passages match \"zebra\"");
 }
 
+TEST(DocIndexTest, SampleLibraryAnswersObviousQueries) {
+  auto ix = DocumentIndex::build(std::filesystem::path(WEIR_SOURCE_DIR) / "samples" / "data");
+  ASSERT_TRUE(ix) << ix.error().message;
+  EXPECT_GE((*ix)->doc_count(), 8u);
+  EXPECT_EQ((*ix)->skipped_count(), 0u);
+  auto first = [&](std::string_view q) {
+    auto hits = (*ix)->search(q, 3);
+    return hits.empty() ? std::string("(none)") : hits[0].path;
+  };
+  EXPECT_EQ(first("block table physical blocks"), "paged_attention.md");
+  EXPECT_EQ(first("inverse document frequency saturation"), "bm25.md");
+  EXPECT_EQ(first("load shedding bounded queue"), "backpressure.md");
+  EXPECT_EQ(first("resume from the last superstep checkpoint"), "checkpointing.md");
+}
+
 }  // namespace
 }  // namespace weir::tools
