@@ -11,6 +11,7 @@
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
+#include <boost/asio/thread_pool.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/use_future.hpp>
 #include <boost/json/parse.hpp>
@@ -372,6 +373,43 @@ TEST(ToolRegistryTest, WaitingForASlotCountsAgainstTheTimeout) {
   EXPECT_EQ(show(second),
             "tool_timeout: tool 'single' did not answer within 100 ms (all 1 of its concurrency "
             "slots stayed busy; max_concurrency=1)");
+}
+
+// Many callers on a multi-threaded pool: fast calls all answer, slow ones all time out, and
+// every invocation finishes (nothing left in flight) once the pool drains.
+TEST(ToolRegistryTest, ManyCallersOnAThreadPool) {
+  ToolRegistry reg;
+  ASSERT_TRUE(reg.add(make_calculator()));
+  ASSERT_TRUE(reg.add(make_async_tool(
+      "slow", "d", no_args_schema(),
+      [](json::object, const ToolContext&) -> asio::awaitable<Result<std::string>> {
+        asio::steady_timer t(co_await asio::this_coro::executor, 80ms);
+        co_await t.async_wait(asio::use_awaitable);
+        co_return std::string("late");
+      },
+      opts(20ms, 64))));
+  std::atomic<int> answered{0}, timed_out{0};
+  {
+    asio::thread_pool pool(4);
+    auto fast = [&](int i) -> asio::awaitable<void> {
+      auto op = reg.async_call("calculator", obj(R"({"expression":"3*4"})"), ToolContext());
+      auto r = co_await std::move(op);
+      if (r && r->content == "12") ++answered;
+    };
+    auto slow = [&]() -> asio::awaitable<void> {
+      auto op = reg.async_call("slow", json::object(), ToolContext());
+      auto r = co_await std::move(op);
+      if (!r && r.error().is(Errc::tool_timeout)) ++timed_out;
+    };
+    for (int i = 0; i < 100; ++i) {
+      asio::co_spawn(pool, fast(i), asio::use_future);
+      asio::co_spawn(pool, slow(), asio::use_future);
+    }
+    pool.join();
+  }
+  EXPECT_EQ(answered.load(), 100);
+  EXPECT_EQ(timed_out.load(), 100);
+  EXPECT_EQ(reg.in_flight("slow"), 0u);
 }
 
 TEST(ToolRegistryTest, RateLimitFailsWhenTheNextTokenComesAfterTheTimeout) {
