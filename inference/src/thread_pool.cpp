@@ -26,11 +26,28 @@ ThreadPool::~ThreadPool() {
   for (auto& t : threads_) t.join();
 }
 
+void ThreadPool::work(int thread, std::uint32_t gen) {
+  std::uint64_t v = next_.load(std::memory_order_acquire);
+  while (true) {
+    if (static_cast<std::uint32_t>(v >> 32) != gen) return;
+    const auto c = static_cast<std::int64_t>(v & 0xffffffffu);
+    if (c >= n_chunks_) return;
+    if (!next_.compare_exchange_weak(v, v + 1, std::memory_order_acq_rel,
+                                     std::memory_order_acquire))
+      continue;
+    // A claimed chunk of this generation: fn_, n_ and chunk_ stay put until it is done.
+    const std::int64_t b = c * chunk_, e = std::min(n_, b + chunk_);
+    (*fn_)(thread, b, e);
+    done_.fetch_add(1, std::memory_order_acq_rel);
+    v = next_.load(std::memory_order_acquire);
+  }
+}
+
 void ThreadPool::worker(int index) {
   std::uint64_t seen = 0;
   while (true) {
     std::uint64_t g = generation_.load(std::memory_order_acquire);
-    for (int spin = 0; g == seen && spin < 20000; ++spin) {
+    for (int spin = 0; g == seen && spin < 4000; ++spin) {
       cpu_relax();
       g = generation_.load(std::memory_order_acquire);
     }
@@ -40,10 +57,7 @@ void ThreadPool::worker(int index) {
     }
     seen = g;
     if (stop_.load()) return;
-    const std::int64_t chunk = (n_ + n_threads_ - 1) / n_threads_;
-    const std::int64_t b = std::min(n_, chunk * index), e = std::min(n_, b + chunk);
-    if (b < e) (*fn_)(index, b, e);
-    pending_.fetch_sub(1, std::memory_order_acq_rel);
+    work(index, static_cast<std::uint32_t>(g));
   }
 }
 
@@ -55,12 +69,23 @@ void ThreadPool::parallel_for(std::int64_t n,
   }
   fn_ = &fn;
   n_ = n;
-  pending_.store(n_threads_ - 1, std::memory_order_release);
+  n_chunks_ = std::min<std::int64_t>(n, 4 * n_threads_);
+  chunk_ = (n + n_chunks_ - 1) / n_chunks_;
+  n_chunks_ = (n + chunk_ - 1) / chunk_;
+  done_.store(0, std::memory_order_relaxed);
+  const auto gen = static_cast<std::uint32_t>(generation_.load(std::memory_order_relaxed) + 1);
+  next_.store(static_cast<std::uint64_t>(gen) << 32, std::memory_order_release);
   generation_.fetch_add(1, std::memory_order_acq_rel);
   generation_.notify_all();
-  const std::int64_t chunk = (n + n_threads_ - 1) / n_threads_;
-  fn(0, 0, std::min(n, chunk));
-  while (pending_.load(std::memory_order_acquire) != 0) cpu_relax();
+  work(0, gen);
+  // Wait for chunks other threads are still running; yield when that takes a while (a worker
+  // descheduled mid-chunk needs a core to finish it).
+  for (int spin = 0; done_.load(std::memory_order_acquire) != n_chunks_; ++spin) {
+    if (spin < 2000)
+      cpu_relax();
+    else
+      std::this_thread::yield();
+  }
 }
 
 }  // namespace weir::inference
