@@ -1,0 +1,71 @@
+// Crew and group-chat files: the JSON form of Crew and GroupChat, run by `weir run`.
+//
+//   {"weir": 1, "kind": "crew", "name": "research_crew",
+//    "tools": {"doc_search": {"folder": "../data"}, "artifacts": {}, "calculator": {},
+//              "files": {"root": "../data"}},
+//    "agents": [{"name": "researcher", "role": "...", "goal": "...", "backstory": "...",
+//                "tools": ["doc_search", "artifacts"], "max_iter": 4,
+//                "history": {"max_messages": 12, "max_tokens": 1024},
+//                "max_tokens_per_turn": 96}],
+//    "tasks": [{"name": "research", "agent": "researcher", "description": "... {{topic}} ...",
+//               "expected_output": "...", "context": [],
+//               "prefetch": [{"tool": "doc_search", "arguments": {"query": "{{topic}}"}}]}],
+//    "process": "sequential",            (or "hierarchical", with an optional "manager" agent)
+//    "inputs": {"topic": "paged attention"},  (defaults; --input overrides)
+//    "limits": {"token_budget": 200000, "summary_bytes": 600}}
+//
+//   {"weir": 1, "kind": "group_chat", "name": "...", "agents": [...], "task": "...",
+//    "speaker_selection": "round_robin" | "model",
+//    "termination": {"any": [{"max_messages": 8}, {"text_mention": "APPROVED"}]},
+//    "window": {"max_messages": 16, "max_tokens": 2048}, "max_rounds": 20}
+//
+// Paths in "tools" are relative to the file's folder. Every problem is reported, each as
+// "file:line:column: /json/pointer: message"; unknown keys are errors (with a suggestion).
+//
+// Thread safety: pure functions.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <boost/json/object.hpp>
+
+#include "weir/agents/crew.hpp"
+#include "weir/agents/group_chat.hpp"
+
+namespace weir {
+class ArtifactStore;
+}
+
+namespace weir::agents {
+
+enum class AgentsFileKind { crew, group_chat };
+
+struct AgentsFile {
+  AgentsFileKind kind = AgentsFileKind::crew;
+  std::string name;
+  std::filesystem::path base_dir;  // the file's folder
+  boost::json::object tools;       // "tools" as written
+  boost::json::object inputs;      // defaults
+  CrewSpec crew;                   // kind crew
+  GroupChatSpec chat;              // kind group_chat
+  std::string task;                // kind group_chat
+  std::int64_t token_budget = 0;   // 0: none
+};
+
+// True when `v` is an object whose "kind" is "crew" or "group_chat".
+bool is_agents_document(const boost::json::value& v);
+
+// Errors: not_found / io_error for the file, invalid_workflow with every problem.
+Result<AgentsFile> load_agents_file(const std::filesystem::path& path);
+Result<AgentsFile> parse_agents_file(std::string_view text, const std::filesystem::path& path);
+
+// The registry for the file's "tools" (built-ins: calculator, files, artifacts, doc_search).
+// `artifacts` backs the artifacts tool. Errors: invalid_workflow (unknown tool, a folder that
+// does not exist), the tools' own errors.
+Result<std::shared_ptr<tools::ToolRegistry>> build_tools(const AgentsFile& file,
+                                                         ArtifactStore* artifacts);
+
+}  // namespace weir::agents

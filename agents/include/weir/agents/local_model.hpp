@@ -1,0 +1,84 @@
+// LocalChatModel: the ChatModel adapter on weir's in-process engine.
+//
+// Messages become a prompt through the model's chat template (detected from the GGUF, or
+// chosen); tools are described in the system turn with one calling convention,
+//   <tool_call>{"name": "...", "arguments": {...}}</tool_call>
+// and the model's output is parsed for calls in that form (and the other forms
+// parse_tool_calls accepts). A malformed call comes back as ChatResponse::tool_call_error for the
+// agent loop to feed back. Tool results go to the model as user turns wrapped in
+// <tool_response name="..."> ... </tool_response>.
+//
+// One engine per model file: open() goes through inference::EngineRegistry, so every agent of a
+// process that names the same file shares its weights, its KV cache and its batches.
+//
+// Thread safety: async_chat may be called concurrently from any number of coroutines.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "weir/agents/chat.hpp"
+
+namespace weir {
+class MemoryBudget;
+}
+namespace weir::inference {
+class Engine;
+class Tokenizer;
+enum class ChatFamily;
+}  // namespace weir::inference
+
+namespace weir::agents {
+
+struct LocalModelOptions {
+  std::optional<std::string> chat_template;  // family name; default: detected, else chatml
+  std::int32_t max_num_seqs = 64;
+  std::int64_t max_model_len = 0;           // 0: the model's context length (capped at 4096)
+  std::size_t kv_cache_bytes = 128u << 20;  // used when no budget is given
+  MemoryBudget* budget = nullptr;           // the KV pool is reserved from kv_cache when set
+  // Random-weight models never emit end-of-generation; run every turn to max_tokens.
+  bool ignore_eog = false;
+};
+
+class LocalChatModel final : public ChatModel {
+ public:
+  // Loads (or reuses) the engine for `path`; the engine's settings come from the options of the
+  // first open() of that file in the process. Errors: model_error, not_found, unsupported (an
+  // unknown chat template, with the families to choose from), memory_budget_exceeded.
+  static Result<std::shared_ptr<LocalChatModel>> open(const std::filesystem::path& path,
+                                                      LocalModelOptions options = {});
+  ~LocalChatModel() override;
+
+  std::string name() const override { return name_; }
+  boost::asio::awaitable<Result<ChatResponse>> async_chat(std::vector<Message> messages,
+                                                          std::vector<ToolSpec> tools,
+                                                          ChatParams params) override;
+  std::int64_t count_tokens(std::string_view text) const override;
+
+  inference::Engine& engine() const { return *engine_; }
+  const inference::Tokenizer& tokenizer() const { return *tokenizer_; }
+
+  // The prompt text for `messages` and `tools` (exposed for tests and `weir` debugging).
+  std::string render_prompt(const std::vector<Message>& messages,
+                            const std::vector<ToolSpec>& tools) const;
+
+  LocalChatModel(std::string name, std::shared_ptr<inference::Engine> engine,
+                 std::shared_ptr<const inference::Tokenizer> tokenizer, int family);
+
+ private:
+  std::string name_;
+  std::shared_ptr<inference::Engine> engine_;
+  std::shared_ptr<const inference::Tokenizer> tokenizer_;
+  int family_;  // inference::ChatFamily
+};
+
+// `s` with every invalid UTF-8 sequence (and NUL) replaced by U+FFFD.
+std::string to_valid_utf8(std::string_view s);
+
+// The system-turn text that describes `tools` and the calling convention (empty without tools).
+std::string describe_tools(const std::vector<ToolSpec>& tools);
+
+}  // namespace weir::agents

@@ -1,0 +1,358 @@
+#include "weir/agents/group_chat.hpp"
+
+#include <set>
+
+#include <boost/json.hpp>
+
+namespace weir::agents {
+
+namespace json = boost::json;
+namespace asio = boost::asio;
+using SysClock = std::chrono::system_clock;
+
+struct Termination::Node {
+  enum Kind { kMaxMessages, kText, kTokens, kTimeout, kAny, kAll } kind;
+  std::int64_t n = 0;
+  std::string text, speaker;
+  std::vector<std::shared_ptr<const Node>> kids;
+
+  std::optional<std::string> check(const ChatProgress& p) const {
+    switch (kind) {
+      case kMaxMessages:
+        if (p.messages >= n) return "max_messages " + std::to_string(n) + " reached";
+        return std::nullopt;
+      case kText:
+        if ((speaker.empty() || p.last_speaker == speaker) &&
+            p.last_text.find(this->text) != std::string_view::npos)
+          return "'" + this->text + "' mentioned" +
+                 (p.last_speaker.empty() ? "" : " by " + std::string(p.last_speaker));
+        return std::nullopt;
+      case kTokens:
+        if (p.tokens >= n)
+          return "token usage " + std::to_string(p.tokens) + " reached the limit " +
+                 std::to_string(n);
+        return std::nullopt;
+      case kTimeout:
+        if (p.elapsed.count() >= n) return "timeout of " + std::to_string(n) + " ms reached";
+        return std::nullopt;
+      case kAny:
+        for (const auto& k : kids)
+          if (auto r = k->check(p)) return r;
+        return std::nullopt;
+      case kAll: {
+        std::string why;
+        for (const auto& k : kids) {
+          auto r = k->check(p);
+          if (!r) return std::nullopt;
+          why += (why.empty() ? "" : " and ") + *r;
+        }
+        return why;
+      }
+    }
+    return std::nullopt;
+  }
+
+  std::string describe() const {
+    switch (kind) {
+      case kMaxMessages:
+        return "max_messages(" + std::to_string(n) + ")";
+      case kText:
+        return "text_mention(\"" + this->text + "\"" + (speaker.empty() ? "" : ", " + speaker) +
+               ")";
+      case kTokens:
+        return "token_usage(" + std::to_string(n) + ")";
+      case kTimeout:
+        return "timeout(" + std::to_string(n) + " ms)";
+      case kAny:
+      case kAll: {
+        std::string s = "(";
+        for (std::size_t i = 0; i < kids.size(); ++i)
+          s += (i ? (kind == kAny ? " || " : " && ") : "") + kids[i]->describe();
+        return s + ")";
+      }
+    }
+    return {};
+  }
+};
+
+Termination Termination::max_messages(std::int64_t n) {
+  return Termination(std::make_shared<const Node>(Node{Node::kMaxMessages, n, {}, {}, {}}));
+}
+Termination Termination::text_mention(std::string text, std::string speaker) {
+  return Termination(
+      std::make_shared<const Node>(Node{Node::kText, 0, std::move(text), std::move(speaker), {}}));
+}
+Termination Termination::token_usage(std::int64_t max_tokens) {
+  return Termination(std::make_shared<const Node>(Node{Node::kTokens, max_tokens, {}, {}, {}}));
+}
+Termination Termination::timeout(std::chrono::milliseconds t) {
+  return Termination(std::make_shared<const Node>(Node{Node::kTimeout, t.count(), {}, {}, {}}));
+}
+Termination Termination::operator||(const Termination& o) const {
+  return Termination(std::make_shared<const Node>(Node{Node::kAny, 0, {}, {}, {node_, o.node_}}));
+}
+Termination Termination::operator&&(const Termination& o) const {
+  return Termination(std::make_shared<const Node>(Node{Node::kAll, 0, {}, {}, {node_, o.node_}}));
+}
+std::optional<std::string> Termination::check(const ChatProgress& p) const {
+  return node_->check(p);
+}
+std::string Termination::describe() const {
+  return node_->describe();
+}
+
+Result<Termination> Termination::from_json(const json::value& v, std::string where) {
+  auto bad = [&](const std::string& why) {
+    return Error(Errc::invalid_workflow,
+                 (where.empty() ? std::string("termination") : where) + ": " + why);
+  };
+  const auto* o = v.if_object();
+  if (!o || o->size() != 1)
+    return bad(
+        "a condition is an object with one key: max_messages, text_mention, token_usage, "
+        "timeout_ms, any or all");
+  const auto& [key, val] = *o->begin();
+  const std::string at = where + "/" + std::string(key);
+  auto positive = [&](std::string_view k) -> Result<std::int64_t> {
+    if (!val.is_int64() && !val.is_uint64()) return bad(std::string(k) + " must be an integer");
+    auto n = val.to_number<std::int64_t>();
+    if (n < 1) return bad(std::string(k) + " must be at least 1, got " + std::to_string(n));
+    return n;
+  };
+  if (key == "max_messages" || key == "token_usage" || key == "timeout_ms") {
+    auto n = positive(key);
+    if (!n) return std::move(n).error();
+    if (key == "max_messages") return max_messages(*n);
+    if (key == "token_usage") return token_usage(*n);
+    return timeout(std::chrono::milliseconds(*n));
+  }
+  if (key == "text_mention") {
+    if (val.is_string() && !val.as_string().empty())
+      return text_mention(std::string(val.as_string()));
+    return bad("text_mention must be a non-empty string");
+  }
+  if (key == "any" || key == "all") {
+    if (!val.is_array() || val.as_array().empty())
+      return bad(std::string(key) + " must be a non-empty array of conditions");
+    std::optional<Termination> acc;
+    for (std::size_t i = 0; i < val.as_array().size(); ++i) {
+      auto t = from_json(val.as_array()[i], at + "/" + std::to_string(i));
+      if (!t) return std::move(t).error();
+      acc = !acc ? *t : (key == "any" ? *acc || *t : *acc && *t);
+    }
+    return *acc;
+  }
+  return bad("unknown condition '" + std::string(key) +
+             "' (max_messages, text_mention, token_usage, timeout_ms, any, all)");
+}
+
+namespace {
+
+std::int64_t num(const json::object& o, std::string_view k) {
+  const auto* v = o.if_contains(k);
+  return v && v->is_number() ? v->to_number<std::int64_t>() : 0;
+}
+
+std::int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(SysClock::now().time_since_epoch())
+      .count();
+}
+
+std::vector<Message> read_transcript(const graph::StateView& s) {
+  std::vector<Message> out;
+  if (const auto& v = s.get("transcript"); v.is_array())
+    for (const auto& m : v.as_array())
+      if (auto msg = Message::from_json(m)) out.push_back(std::move(*msg));
+  return out;
+}
+
+json::array to_json(const std::vector<Message>& ms) {
+  json::array a;
+  for (const auto& m : ms) a.push_back(m.to_json());
+  return a;
+}
+
+}  // namespace
+
+struct GroupChat::Impl {
+  GroupChatSpec spec;
+  std::shared_ptr<ChatModel> model;
+  std::vector<std::string> names;
+
+  asio::awaitable<Result<graph::Update>> select(graph::StateView s, graph::NodeContext& ctx) const {
+    graph::Update u;
+    auto transcript = read_transcript(s);
+    const auto st = s.to_object();
+    const std::int64_t count = num(st, "messages");
+    std::string next = names[static_cast<std::size_t>(count) % names.size()];
+    if (spec.selection == SpeakerSelection::function) {
+      std::string pick = spec.selector(transcript, names);
+      if (std::find(names.begin(), names.end(), pick) == names.end())
+        co_return Error(Errc::invalid_argument,
+                        "the speaker selector chose '" + pick + "', who is not in the chat");
+      next = std::move(pick);
+    } else if (spec.selection == SpeakerSelection::model && count > 0) {
+      std::string roster;
+      for (const auto& a : spec.agents) roster += "\n- " + a.name + ": " + a.role;
+      std::vector<Message> ask = {
+          Message::system("You choose who speaks next in a group chat. The participants:" + roster +
+                          "\nAnswer with one name only.")};
+      std::string recent;
+      for (std::size_t i = transcript.size() > 6 ? transcript.size() - 6 : 0; i < transcript.size();
+           ++i)
+        recent += (transcript[i].name.empty() ? "user" : transcript[i].name) + ": " +
+                  transcript[i].content.substr(0, 400) + "\n";
+      ask.push_back(Message::user("The conversation so far:\n" + recent + "\nWho speaks next?"));
+      ChatParams p;
+      p.max_tokens = 8;
+      std::vector<ToolSpec> no_tools;
+      auto r = co_await model->async_chat(std::move(ask), std::move(no_tools), p);
+      if (!r) co_return std::move(r).error();
+      if (auto c = ctx.charge_tokens(r->usage.prompt_tokens + r->usage.completion_tokens); !c)
+        co_return std::move(c).error();
+      u.set("tokens", num(st, "tokens") + r->usage.prompt_tokens + r->usage.completion_tokens);
+      // The first name the answer mentions; round robin when it names nobody.
+      std::size_t best = std::string::npos;
+      for (const auto& n : names) {
+        auto at = r->message.content.find(n);
+        if (at < best) best = at, next = n;
+      }
+    }
+    if (transcript.empty()) {
+      u.set("started_ms", now_ms());
+      transcript.push_back(Message::user(std::string(s.get("task").as_string())));
+      u.set("transcript", to_json(transcript));
+    }
+    u.set("next", json::string(next));
+    co_return u;
+  }
+
+  asio::awaitable<Result<graph::Update>> speak(graph::StateView s, graph::NodeContext& ctx) const {
+    const auto st = s.to_object();
+    const std::string who(s.get("next").as_string());
+    const AgentSpec& agent = spec.agents[static_cast<std::size_t>(
+        std::find(names.begin(), names.end(), who) - names.begin())];
+    auto transcript = read_transcript(s);
+    std::string others;
+    for (const auto& n : names)
+      if (n != who) others += (others.empty() ? "" : ", ") + n;
+    std::vector<Message> conv = {Message::system(agent_system_prompt(agent) + "\nYou are " + who +
+                                                 " in a group chat with " + others +
+                                                 ". Write your next message only.")};
+    for (const auto& m : transcript) {
+      if (m.role == Role::assistant && m.name == who) {
+        conv.push_back(Message::assistant(m.content));
+      } else {
+        conv.push_back(Message::user((m.name.empty() ? "" : m.name + ": ") + m.content));
+      }
+    }
+    ChatParams p;
+    p.max_tokens = agent.max_tokens_per_turn;
+    p.temperature = agent.temperature;
+    p.seed = agent.seed + static_cast<std::uint64_t>(num(st, "messages"));
+    std::vector<ToolSpec> no_tools;
+    auto r = co_await model->async_chat(std::move(conv), std::move(no_tools), p);
+    if (!r) co_return Error(r.error().code, who + ": " + r.error().message);
+    const std::int64_t used = r->usage.prompt_tokens + r->usage.completion_tokens;
+    if (auto c = ctx.charge_tokens(used); !c) co_return std::move(c).error();
+    Message reply = Message::assistant(r->message.content);
+    reply.name = who;
+    transcript.push_back(reply);
+    // The transcript window keeps the task (first) and the latest turns.
+    std::vector<Message> windowed = transcript;
+    fit_window(windowed, spec.window, *model, 1);  // the task stays
+    const std::int64_t messages = num(st, "messages") + 1;
+    const std::int64_t tokens = num(st, "tokens") + used;
+    ChatProgress progress;
+    progress.messages = messages;
+    progress.last_text = reply.content;
+    progress.last_speaker = who;
+    progress.tokens = tokens;
+    progress.elapsed = std::chrono::milliseconds(now_ms() - num(st, "started_ms"));
+    graph::Update u;
+    u.set("transcript", to_json(windowed));
+    u.set("messages", messages);
+    u.set("tokens", tokens);
+    if (auto why = spec.termination.check(progress)) {
+      u.set("stop_reason", json::string(*why));
+      u.go_to = std::vector<std::string>{std::string(graph::kEnd)};
+    } else {
+      u.go_to = std::vector<std::string>{"select"};
+    }
+    co_return u;
+  }
+};
+
+Result<std::shared_ptr<const GroupChat>> GroupChat::create(GroupChatSpec spec,
+                                                           std::shared_ptr<ChatModel> model) {
+  std::vector<std::string> problems;
+  if (spec.agents.empty()) problems.push_back("a group chat needs at least one agent");
+  std::set<std::string> seen;
+  for (const auto& a : spec.agents) {
+    if (a.name.empty()) problems.push_back("every agent needs a name");
+    if (!seen.insert(a.name).second) problems.push_back("two agents are named '" + a.name + "'");
+  }
+  if (spec.selection == SpeakerSelection::function && !spec.selector)
+    problems.push_back("speaker selection 'function' needs a selector");
+  if (spec.max_rounds < 1) problems.push_back("max_rounds must be at least 1");
+  if (!model) problems.push_back("a group chat needs a model");
+  if (!problems.empty()) {
+    std::string msg = "group chat '" + spec.name + "' is invalid:";
+    for (const auto& p : problems) msg += "\n  - " + p;
+    return Error(Errc::invalid_workflow, msg);
+  }
+  auto impl = std::make_shared<Impl>();
+  impl->spec = spec;
+  impl->model = std::move(model);
+  for (const auto& a : spec.agents) impl->names.push_back(a.name);
+  std::shared_ptr<const Impl> ip = impl;
+
+  graph::StateGraph g;
+  g.add_channel("task");
+  g.add_channel("transcript");
+  g.add_channel("next");
+  g.add_channel("stop_reason", {.default_value = json::value("")});
+  for (const char* c : {"messages", "tokens", "started_ms"})
+    g.add_channel(c, {.default_value = json::value(0)});
+  g.add_async_node(
+      "select", [ip](graph::StateView s, graph::NodeContext& ctx) { return ip->select(s, ctx); });
+  g.add_async_node("speak",
+                   [ip](graph::StateView s, graph::NodeContext& ctx) { return ip->speak(s, ctx); });
+  g.add_edge(std::string(graph::kStart), "select");
+  g.add_edge("select", "speak");
+  g.add_conditional_edges("speak",
+                          [](const graph::StateView&) { return std::vector<std::string>{}; },
+                          {"select", std::string(graph::kEnd)});
+  graph::GraphLimits limits;
+  limits.recursion_limit = 2 * spec.max_rounds + 2;
+  limits.inline_limit = std::size_t{1} << 20;  // the transcript is a bounded window
+  auto compiled = g.compile(limits);
+  if (!compiled) return std::move(compiled).error();
+  auto chat = std::shared_ptr<GroupChat>(new GroupChat());
+  chat->spec_ = std::move(spec);
+  chat->impl_ = std::move(ip);
+  chat->graph_ = std::move(*compiled);
+  return std::shared_ptr<const GroupChat>(std::move(chat));
+}
+
+asio::awaitable<Result<GroupChatResult>> GroupChat::async_run(graph::GraphRuntime& runtime,
+                                                              std::string task,
+                                                              graph::RunOptions options) const {
+  json::object in;
+  in["task"] = json::string(task);
+  auto r = co_await runtime.async_invoke(graph_, std::move(in), std::move(options));
+  if (!r) co_return Error(r.error().code, "group chat '" + spec_.name + "': " + r.error().message);
+  GroupChatResult out;
+  const auto& st = r->state;
+  if (const auto* t = st.if_contains("transcript"); t && t->is_array())
+    for (const auto& m : t->as_array())
+      if (auto msg = Message::from_json(m)) out.transcript.push_back(std::move(*msg));
+  if (const auto* s = st.if_contains("stop_reason"); s && s->is_string())
+    out.stop_reason = s->as_string();
+  out.messages = num(st, "messages");
+  out.tokens = num(st, "tokens");
+  out.steps = r->steps;
+  co_return out;
+}
+
+}  // namespace weir::agents

@@ -1,0 +1,191 @@
+#include "weir/agents/local_model.hpp"
+
+#include <algorithm>
+
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/json.hpp>
+
+#include "weir/agents/tool_call_parser.hpp"
+#include "weir/inference/chat_template.hpp"
+#include "weir/inference/engine.hpp"
+#include "weir/inference/engine_async.hpp"
+#include "weir/inference/engine_registry.hpp"
+#include "weir/inference/gguf.hpp"
+#include "weir/inference/model.hpp"
+#include "weir/inference/runner.hpp"
+#include "weir/inference/tokenizer.hpp"
+
+namespace weir::agents {
+
+namespace json = boost::json;
+namespace asio = boost::asio;
+namespace inf = weir::inference;
+
+std::string to_valid_utf8(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  std::size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    int len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+    bool ok = len > 0 && i + static_cast<std::size_t>(len) <= s.size();
+    std::uint32_t cp = len == 1 ? c : len == 2 ? c & 0x1F : len == 3 ? c & 0x0F : c & 0x07;
+    for (int k = 1; ok && k < len; ++k) {
+      const auto d = static_cast<unsigned char>(s[i + static_cast<std::size_t>(k)]);
+      ok = (d & 0xC0) == 0x80;
+      cp = (cp << 6) | (d & 0x3F);
+    }
+    // Overlong forms, surrogates and values past U+10FFFF are invalid too.
+    if (ok && ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
+               (cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF))
+      ok = false;
+    if (ok && cp != 0) {
+      out.append(s.substr(i, static_cast<std::size_t>(len)));
+      i += static_cast<std::size_t>(len);
+    } else {
+      out += "\xEF\xBF\xBD";  // U+FFFD
+      ++i;
+    }
+  }
+  return out;
+}
+
+std::string describe_tools(const std::vector<ToolSpec>& tools) {
+  if (tools.empty()) return {};
+  std::string s = "\n\nYou can call these tools:\n";
+  for (const auto& t : tools) {
+    s += "- " + t.name + ": " + t.description + "\n  parameters: " + json::serialize(t.parameters) +
+         "\n";
+  }
+  s += "To call a tool, answer with only:\n<tool_call>{\"name\": \"TOOL\", \"arguments\": "
+       "{...}}</tool_call>\nWhen you have the final answer, answer in plain text without a tool "
+       "call.";
+  return s;
+}
+
+LocalChatModel::LocalChatModel(std::string name, std::shared_ptr<inf::Engine> engine,
+                               std::shared_ptr<const inf::Tokenizer> tokenizer, int family)
+    : name_(std::move(name)),
+      engine_(std::move(engine)),
+      tokenizer_(std::move(tokenizer)),
+      family_(family) {}
+
+LocalChatModel::~LocalChatModel() = default;
+
+Result<std::shared_ptr<LocalChatModel>> LocalChatModel::open(const std::filesystem::path& path,
+                                                             LocalModelOptions options) {
+  auto file = inf::GgufFile::open(path);
+  if (!file) return std::move(file).error();
+  auto tok = inf::Tokenizer::from_gguf(**file);
+  if (!tok) return std::move(tok).error();
+  inf::ChatFamily family = inf::ChatFamily::chatml;
+  if (options.chat_template) {
+    auto f = inf::parse_chat_family(*options.chat_template);
+    if (!f)
+      return Error(Errc::unsupported, "unknown chat template '" + *options.chat_template +
+                                          "' (llama2, llama3, chatml, mistral, phi3, gemma)");
+    family = *f;
+  } else if (auto t = (*file)->get_string("tokenizer.chat_template"); t && *t && !(*t)->empty()) {
+    auto f = inf::detect_chat_family(**t);
+    if (!f) return std::move(f).error();
+    family = *f;
+  }
+  std::shared_ptr<const inf::Tokenizer> tokenizer = std::move(*tok);
+  const inf::Tokenizer* tp = tokenizer.get();
+  auto engine = inf::EngineRegistry::global().get(
+      path, [&](std::shared_ptr<const inf::Model> m) -> Result<std::unique_ptr<inf::Engine>> {
+        auto r = inf::make_runner(m, inf::Device::automatic, 0);
+        if (!r) return std::move(r).error();
+        std::int64_t len = options.max_model_len;
+        if (len <= 0) len = std::min<std::int64_t>(4096, m->hp().context_length);
+        inf::EngineConfig cfg;
+        cfg.max_num_seqs = options.max_num_seqs;
+        cfg.max_model_len = len;
+        cfg.kv_cache_bytes = options.kv_cache_bytes;
+        cfg.budget = options.budget;
+        if (!options.ignore_eog) cfg.eog_tokens = tp->eog_tokens();
+        cfg.token_text = [tokenizer](std::int32_t id) { return tokenizer->token_to_piece(id); };
+        return inf::Engine::create(std::move(r->runner), std::move(cfg));
+      });
+  if (!engine) return std::move(engine).error();
+  return std::make_shared<LocalChatModel>(path.filename().string(), std::move(*engine),
+                                          std::move(tokenizer), static_cast<int>(family));
+}
+
+std::string LocalChatModel::render_prompt(const std::vector<Message>& messages,
+                                          const std::vector<ToolSpec>& tools) const {
+  std::vector<inf::ChatTurn> turns;
+  std::string system;
+  for (const auto& m : messages) {
+    switch (m.role) {
+      case Role::system:
+        system += (system.empty() ? "" : "\n\n") + m.content;
+        break;
+      case Role::user:
+        turns.push_back({"user", m.content});
+        break;
+      case Role::assistant: {
+        std::string text = m.content;
+        for (const auto& c : m.tool_calls) {
+          text += (text.empty() ? "" : "\n") + std::string("<tool_call>") +
+                  json::serialize(json::object{{"name", c.name}, {"arguments", c.arguments}}) +
+                  "</tool_call>";
+        }
+        turns.push_back({"assistant", text});
+        break;
+      }
+      case Role::tool:
+        turns.push_back({"user", "<tool_response name=\"" + m.name + "\">\n" + m.content +
+                                     "\n</tool_response>"});
+        break;
+    }
+  }
+  system += describe_tools(tools);
+  if (!system.empty()) turns.insert(turns.begin(), {"system", system});
+  return inf::apply_chat_template(static_cast<inf::ChatFamily>(family_), turns, true);
+}
+
+std::int64_t LocalChatModel::count_tokens(std::string_view text) const {
+  return static_cast<std::int64_t>(tokenizer_->encode(text, false, false).size());
+}
+
+asio::awaitable<Result<ChatResponse>> LocalChatModel::async_chat(std::vector<Message> messages,
+                                                                 std::vector<ToolSpec> tools,
+                                                                 ChatParams params) {
+  inf::GenerateRequest rq;
+  rq.prompt = tokenizer_->encode(render_prompt(messages, tools), true, true);
+  rq.max_new_tokens = params.max_tokens;
+  rq.sampling.temperature = params.temperature;
+  rq.sampling.seed = params.seed;
+  rq.stop_strings = params.stop;
+  if (!tools.empty()) rq.stop_strings.push_back("</tool_call>");
+  auto r = co_await inf::async_generate(*engine_, std::move(rq), asio::use_awaitable);
+  if (!r) co_return Error(r.error().code, name_ + ": " + r.error().message);
+  ChatResponse out;
+  out.usage.prompt_tokens = r->usage.prompt_tokens;
+  out.usage.completion_tokens = r->usage.completion_tokens;
+  out.usage.cached_prompt_tokens = r->usage.cached_prompt_tokens;
+  out.finish_reason = inf::finish_reason_name(r->finish);
+  if (r->finish == inf::FinishReason::cancelled)
+    co_return Error(Errc::cancelled, name_ + ": the request was cancelled");
+  // A model can emit any bytes (a token may end inside a character): the text it gives the
+  // rest of weir is valid UTF-8, with U+FFFD for what is not.
+  std::string text = to_valid_utf8(tokenizer_->decode(r->tokens));
+  out.message.role = Role::assistant;
+  if (tools.empty()) {
+    out.message.content = std::move(text);
+  } else {
+    std::vector<std::string> names;
+    for (const auto& t : tools) names.push_back(t.name);
+    int first_id = 1;
+    for (const auto& m : messages) first_id += static_cast<int>(m.tool_calls.size());
+    auto parsed = parse_tool_calls(text, names, first_id);
+    out.message.content = std::move(parsed.content);
+    out.message.tool_calls = std::move(parsed.calls);
+    out.tool_call_error = std::move(parsed.error);
+    if (!out.message.tool_calls.empty()) out.finish_reason = "tool_calls";
+  }
+  co_return out;
+}
+
+}  // namespace weir::agents

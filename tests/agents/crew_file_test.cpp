@@ -1,0 +1,111 @@
+#include "weir/agents/crew_file.hpp"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <boost/json.hpp>
+
+#include "weir/runtime/artifact_store.hpp"
+#include "weir/tools/registry.hpp"
+
+namespace weir::agents {
+namespace {
+
+namespace fs = std::filesystem;
+namespace json = boost::json;
+
+const fs::path kSamples = fs::path(WEIR_SOURCE_DIR) / "samples" / "crews";
+
+TEST(CrewFile, ResearchCrewSampleLoadsAndItsToolsBuild) {
+  auto f = load_agents_file(kSamples / "research_crew.json");
+  ASSERT_TRUE(f) << f.error().message;
+  EXPECT_EQ(f->kind, AgentsFileKind::crew);
+  EXPECT_EQ(f->name, "research_crew");
+  ASSERT_EQ(f->crew.agents.size(), 3u);
+  ASSERT_EQ(f->crew.tasks.size(), 3u);
+  EXPECT_EQ(f->crew.tasks[0].prefetch.at(0).name, "doc_search");
+  EXPECT_EQ(f->crew.tasks[2].context, (std::vector<std::string>{"research", "write"}));
+  EXPECT_EQ(f->crew.agents[0].max_iter, 4);
+  EXPECT_EQ(f->crew.limits.token_budget, 100000);
+  auto store = *ArtifactStore::open({{}, 16u << 20, 0, 100, nullptr});
+  auto tools = build_tools(*f, store.get());
+  ASSERT_TRUE(tools) << tools.error().message;
+  EXPECT_EQ((*tools)->names(), (std::vector<std::string>{"artifacts", "doc_search"}));
+}
+
+TEST(CrewFile, GroupChatSampleLoads) {
+  auto f = load_agents_file(kSamples / "group_chat.json");
+  ASSERT_TRUE(f) << f.error().message;
+  EXPECT_EQ(f->kind, AgentsFileKind::group_chat);
+  EXPECT_EQ(f->chat.agents.size(), 3u);
+  EXPECT_EQ(f->chat.termination.describe(),
+            "((max_messages(9) || text_mention(\"APPROVED\")) || token_usage(20000))");
+  EXPECT_EQ(f->chat.window.max_messages, 8);
+  EXPECT_EQ(f->task, "Write a design note on {{topic}}.");
+}
+
+TEST(CrewFile, EveryProblemIsReportedWithItsPosition) {
+  const std::string text = R"({
+  "weir": 1,
+  "kind": "crew",
+  "name": "bad",
+  "agents": [
+    {"name": "a", "role": "r", "max_itr": 3, "tools": [1]}
+  ],
+  "tasks": [
+    {"name": "t", "agent": "a"}
+  ],
+  "process": "parallel"
+})";
+  auto f = parse_agents_file(text, "bad.json");
+  ASSERT_FALSE(f);
+  EXPECT_EQ(f.error().code, Errc::invalid_workflow);
+  EXPECT_EQ(f.error().message,
+            "bad.json:6:43: /agents/0/max_itr: unknown key 'max_itr' (did you mean 'max_iter'?)\n"
+            "bad.json:6:56: /agents/0/tools/0: expected a string\n"
+            "bad.json:11:14: /process: unknown process 'parallel' (sequential, hierarchical)\n"
+            "bad.json:9:5: /tasks/0: missing required key 'description'");
+}
+
+TEST(CrewFile, MalformedJsonAndMissingFilesAreClearErrors) {
+  auto f = parse_agents_file("{\"weir\": 1,\n \"kind\": }", "x.json");
+  ASSERT_FALSE(f);
+  EXPECT_EQ(f.error().code, Errc::invalid_workflow);
+  EXPECT_EQ(f.error().message.rfind("x.json:2:10:", 0), 0u) << f.error().message;
+  auto missing = load_agents_file("/nonexistent/crew.json");
+  ASSERT_FALSE(missing);
+  EXPECT_EQ(missing.error().message, "/nonexistent/crew.json: no such file");
+}
+
+TEST(CrewFile, ToolFoldersAreCheckedAndUnknownToolsRefused) {
+  const fs::path dir = fs::temp_directory_path() / "weir-crew-file-test";
+  fs::create_directories(dir);
+  std::ofstream(dir / "c.json") << R"({"weir": 1, "kind": "crew", "name": "c",
+    "tools": {"doc_search": {"folder": "missing"}},
+    "agents": [{"name": "a", "role": "r"}], "tasks": [{"name": "t", "agent": "a", "description": "d"}]})";
+  auto f = load_agents_file(dir / "c.json");
+  ASSERT_TRUE(f) << f.error().message;
+  auto tools = build_tools(*f, nullptr);
+  ASSERT_FALSE(tools);
+  EXPECT_EQ(tools.error().message,
+            "tools/doc_search: folder '" + (dir / "missing").string() + "' does not exist");
+  std::ofstream(dir / "d.json") << R"({"weir": 1, "kind": "crew", "name": "c",
+    "tools": {"web": {}},
+    "agents": [{"name": "a", "role": "r"}], "tasks": [{"name": "t", "agent": "a", "description": "d"}]})";
+  auto g = load_agents_file(dir / "d.json");
+  ASSERT_FALSE(g);
+  EXPECT_NE(g.error().message.find("/tools/web: unknown key 'web'"), std::string::npos)
+      << g.error().message;
+  fs::remove_all(dir);
+}
+
+TEST(CrewFile, RecognisesAgentsDocuments) {
+  EXPECT_TRUE(is_agents_document(json::parse(R"({"kind": "crew"})")));
+  EXPECT_TRUE(is_agents_document(json::parse(R"({"kind": "group_chat"})")));
+  EXPECT_FALSE(is_agents_document(json::parse(R"({"nodes": []})")));
+}
+
+}  // namespace
+}  // namespace weir::agents

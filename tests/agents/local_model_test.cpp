@@ -1,0 +1,135 @@
+// The local adapter and a crew end to end on weir's engine, with the fixture model from
+// ../shared/models (skipped when absent).
+#include "weir/agents/local_model.hpp"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/json.hpp>
+
+#include "weir/agents/crew.hpp"
+#include "weir/inference/engine.hpp"
+#include "weir/runtime/artifact_store.hpp"
+#include "weir/tools/builtin.hpp"
+#include "weir/tools/registry.hpp"
+
+namespace weir::agents {
+namespace {
+
+namespace asio = boost::asio;
+namespace json = boost::json;
+namespace fs = std::filesystem;
+
+const fs::path kModel = fs::path(WEIR_SHARED_DIR) / "models" / "stories260K-gqa.gguf";
+
+class LocalModelTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!fs::exists(kModel)) GTEST_SKIP() << "fixture model absent: " << kModel;
+    LocalModelOptions o;
+    o.max_model_len = 512;
+    o.kv_cache_bytes = 8u << 20;
+    auto m = LocalChatModel::open(kModel, o);
+    ASSERT_TRUE(m) << m.error().message;
+    model_ = std::move(*m);
+  }
+  std::shared_ptr<LocalChatModel> model_;
+};
+
+TEST_F(LocalModelTest, PromptDescribesToolsAndWrapsToolResults) {
+  ToolSpec calc{
+      "calculator", "Evaluates arithmetic.",
+      json::object{{"type", "object"}, {"properties", {{"expression", {{"type", "string"}}}}}}};
+  Message call = Message::assistant("");
+  call.tool_calls.push_back({"call_1", "calculator", json::object{{"expression", "2+2"}}});
+  Message result;
+  result.role = Role::tool;
+  result.name = "calculator";
+  result.content = "4";
+  std::string p = model_->render_prompt(
+      {Message::system("You are a mathematician."), Message::user("2+2?"), call, result}, {calc});
+  EXPECT_NE(p.find("You are a mathematician.\n\nYou can call these tools:\n- calculator: "
+                   "Evaluates arithmetic."),
+            std::string::npos)
+      << p;
+  EXPECT_NE(p.find("<tool_call>{\"name\":\"calculator\",\"arguments\":{\"expression\":\"2+2\"}}"
+                   "</tool_call>"),
+            std::string::npos)
+      << p;
+  EXPECT_NE(p.find("<tool_response name=\"calculator\">\n4\n</tool_response>"), std::string::npos)
+      << p;
+}
+
+TEST(ToValidUtf8, ReplacesInvalidSequences) {
+  EXPECT_EQ(to_valid_utf8("ok \xC3\xA9"), "ok \xC3\xA9");
+  EXPECT_EQ(to_valid_utf8("a\xC3"), "a\xEF\xBF\xBD");                                // truncated
+  EXPECT_EQ(to_valid_utf8("\xC0\xAF"), "\xEF\xBF\xBD\xEF\xBF\xBD");                  // overlong
+  EXPECT_EQ(to_valid_utf8("\xED\xA0\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // surrogate
+  EXPECT_EQ(to_valid_utf8(std::string("x\0y", 3)), "x\xEF\xBF\xBDy");
+}
+
+TEST_F(LocalModelTest, OneEnginePerModelFile) {
+  auto again = LocalChatModel::open(kModel);
+  ASSERT_TRUE(again);
+  EXPECT_EQ(&(*again)->engine(), &model_->engine());
+  EXPECT_GT(model_->count_tokens("Once upon a time"), 2);
+}
+
+TEST_F(LocalModelTest, ACrewRunsEndToEndOnTheEngine) {
+  auto store = *ArtifactStore::open({{}, 16u << 20, 0, 100, nullptr});
+  auto tools = std::make_shared<tools::ToolRegistry>();
+  ASSERT_TRUE(tools->add(tools::make_calculator()));
+  AgentSpec teller;
+  teller.name = "teller";
+  teller.role = "a storyteller";
+  teller.max_iter = 2;
+  teller.max_tokens_per_turn = 24;
+  teller.history.max_tokens = 256;  // the fixture's context is 512 tokens: no tool descriptions
+  AgentSpec editor = teller;
+  editor.name = "editor";
+  editor.role = "an editor";
+  editor.tools = {};
+  CrewSpec spec;
+  spec.name = "story";
+  spec.agents = {teller, editor};
+  spec.tasks = {{"tell",
+                 "Tell a story about {{animal}}.",
+                 "",
+                 "teller",
+                 {},
+                 false,
+                 {{"", "calculator", json::object{{"expression", "3*7"}}}}},
+                {"edit", "Shorten the story.", "", "editor", {}, false, {}}};
+  auto crew = Crew::create(spec, model_, tools, {.artifacts = store.get()});
+  ASSERT_TRUE(crew) << crew.error().message;
+  graph::GraphRuntime rt({.artifacts = store.get()});
+  asio::io_context io;
+  Result<CrewResult> r = Error(Errc::cancelled, "not run");
+  auto task = [&]() -> asio::awaitable<void> {
+    json::object in{{"animal", "a cat"}};
+    graph::RunOptions opt;
+    auto op = (*crew)->async_kickoff(rt, std::move(in), opt);
+    r = co_await std::move(op);
+  };
+  asio::co_spawn(io, task(), asio::detached);
+  io.run();
+  ASSERT_TRUE(r) << r.error().message;
+  ASSERT_EQ(r->tasks.size(), 2u);
+  EXPECT_GE(r->iterations, 2);
+  EXPECT_GT(r->prompt_tokens, 20);
+  EXPECT_GT(r->completion_tokens, 0);
+  EXPECT_EQ(r->tasks[0].loop.tool_calls, 1);  // the prefetch
+  for (const auto& t : r->tasks) {
+    ASSERT_FALSE(t.artifact_id.empty());
+    EXPECT_TRUE(store->get(t.artifact_id));
+  }
+  // Every sequence finished and gave its blocks back.
+  EXPECT_EQ(model_->engine().stats().kv.used_blocks, 0);
+}
+
+}  // namespace
+}  // namespace weir::agents
