@@ -11,8 +11,10 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/json.hpp>
 
+#include "agents_run.hpp"
 #include "args.hpp"
 #include "commands.hpp"
+#include "weir/agents/crew_file.hpp"
 #include "weir/graph/workflow_graph.hpp"
 #include "weir/inference/chat_template.hpp"
 #include "weir/inference/engine_async.hpp"
@@ -78,12 +80,50 @@ struct Models {
   }
 };
 
+// --input: a JSON object, or @file holding one.
+Result<json::object> read_input_object(std::string text) {
+  std::string source = "--input";
+  if (!text.empty() && text[0] == '@') {
+    source = text.substr(1);
+    std::ifstream file(source);
+    if (!file) return Error(Errc::not_found, "cannot read input file '" + source + "'");
+    std::stringstream ss;
+    ss << file.rdbuf();
+    text = ss.str();
+  }
+  auto parsed = parse_json(text, source);
+  if (!parsed) return std::move(parsed).error();
+  if (!parsed->value.is_object())
+    return Error(Errc::invalid_argument, "--input must be a JSON object of channel values");
+  return parsed->value.as_object();
+}
+
 }  // namespace
 
 int cmd_run(Args args) {
-  Flags f("run", {"--input", "--model"}, {});
+  Flags f("run", {"--input", "--model", "--instances", "--concurrency"}, {"--table"});
   if (!f.parse(args)) return kExitInvalidInput;
   if (f.positional().size() != 1) return f.fail("give one workflow file"), kExitInvalidInput;
+  if (is_agents_file(f.positional()[0])) {
+    AgentsRunOptions o;
+    double instances = 1, concurrency = 16;
+    if (!f.number("--instances", instances) || !f.number("--concurrency", concurrency))
+      return kExitInvalidInput;
+    if (instances < 1 || concurrency < 1)
+      return f.fail("--instances and --concurrency must be at least 1"), kExitInvalidInput;
+    o.instances = static_cast<int>(instances);
+    o.concurrency = static_cast<int>(concurrency);
+    o.model = f.get("--model");
+    o.table = f.has("--table");
+    if (auto in = f.get("--input")) {
+      auto parsed = read_input_object(*in);
+      if (!parsed)
+        return std::fprintf(stderr, "weir run: %s\n", parsed.error().message.c_str()),
+               kExitInvalidInput;
+      o.inputs = std::move(*parsed);
+    }
+    return run_agents_file(f.positional()[0], o);
+  }
   auto load = graph::load_workflow_file(f.positional()[0]);
   if (!load.ok()) {
     std::fputs(load.report().c_str(), stderr);
@@ -92,22 +132,11 @@ int cmd_run(Args args) {
   const graph::WorkflowSpec& spec = *load.spec;
   json::object input;
   if (auto in = f.get("--input")) {
-    std::string text = *in, source = "--input";
-    if (!text.empty() && text[0] == '@') {
-      source = text.substr(1);
-      std::ifstream file(source);
-      if (!file) return f.fail("cannot read input file '" + source + "'"), kExitInvalidInput;
-      std::stringstream ss;
-      ss << file.rdbuf();
-      text = ss.str();
-    }
-    auto parsed = parse_json(text, source);
+    auto parsed = read_input_object(*in);
     if (!parsed)
       return std::fprintf(stderr, "weir run: %s\n", parsed.error().message.c_str()),
              kExitInvalidInput;
-    if (!parsed->value.is_object())
-      return f.fail("--input must be a JSON object of channel values"), kExitInvalidInput;
-    input = parsed->value.as_object();
+    input = std::move(*parsed);
   }
   auto models = std::make_shared<Models>();
   for (const auto& m : spec.models)

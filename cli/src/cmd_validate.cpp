@@ -1,7 +1,10 @@
 #include <cstdio>
 #include <string>
 
+#include "agents_run.hpp"
 #include "commands.hpp"
+#include "weir/agents/crew.hpp"
+#include "weir/agents/crew_file.hpp"
 #include "weir/graph/workflow.hpp"
 
 namespace weir::cli {
@@ -14,6 +17,21 @@ int cmd_validate(Args args) {
   }
   int bad = 0;
   for (auto a : args) {
+    if (is_agents_file(std::string(a))) {
+      auto f = agents::load_agents_file(std::string(a));
+      if (!f) {
+        ++bad;
+        std::fprintf(stderr, "%s\n", f.error().message.c_str());
+        continue;
+      }
+      if (f->kind == agents::AgentsFileKind::crew)
+        std::printf("%.*s: ok (crew: %zu agents, %zu tasks)\n", static_cast<int>(a.size()),
+                    a.data(), f->crew.agents.size(), f->crew.tasks.size());
+      else
+        std::printf("%.*s: ok (group chat: %zu agents)\n", static_cast<int>(a.size()), a.data(),
+                    f->chat.agents.size());
+      continue;
+    }
     auto r = graph::load_workflow_file(std::string(a));
     if (r.ok()) {
       std::printf("%.*s: ok (%zu nodes, %zu edges)\n", static_cast<int>(a.size()), a.data(),

@@ -11,23 +11,27 @@ namespace weir::cli {
 namespace {
 
 constexpr Command kCommands[] = {
-    {"demo", "run many agent crews at once on one engine and one memory budget",
-     "usage: weir demo [--crews N] [--concurrency N] [--tokens N]\n\n"
-     "Runs N three-agent crews (researcher -> writer -> reviewer; default 64, 16 at once) on the\n"
-     "in-process engine and prints a summary table: runs, steps, tokens, tokens/s, peak memory\n"
-     "by budget category, KV blocks, prefix-cache hits, preemptions. The model is WEIR_MODEL, or "
-     "a\n"
-     "small random-weight model weir generates (its text is noise; the mechanics are real).\n\n"
+    {"demo", "run the research crew 64 times at once on one engine and one memory budget",
+     "usage: weir demo [--crews N] [--concurrency N] [--crew FILE] [--model PATH]\n\n"
+     "Runs N instances (default 64, 32 admitted at once) of samples/crews/research_crew.json:\n"
+     "researcher -> writer -> reviewer, with document search over samples/data and artifacts.\n"
+     "Ends with a summary table: runs, steps, tool calls, tokens, tokens/s, peak memory by\n"
+     "budget category, KV blocks, prefix-cache hits, preemptions. The model is --model or\n"
+     "WEIR_MODEL, else a small random-weight model weir generates (its text is noise; the\n"
+     "mechanics are real).\n\n"
      "example:\n  WEIR_MODEL=model.gguf weir demo --crews 32\n",
      cmd_demo},
     {"run", "run a workflow file and print its final state as JSON",
-     "usage: weir run FILE [--input JSON | --input @file.json] [--model PATH]\n\n"
-     "Runs the workflow once under its limits (recursion limit, memory, inline limit, ...) and\n"
-     "prints the final state as JSON on stdout; a summary goes to stderr. --model overrides\n"
-     "every model's path. Runnable node kinds today: set, router, map, tool (lorem,\n"
-     "calculator), llm. Exit codes: 0 success, 1 invalid input, 2 run failed (typed error on\n"
-     "stderr), 3 overloaded.\n\n"
-     "example:\n  weir run samples/workflows/map_reduce.json\n",
+     "usage: weir run FILE [--input JSON | --input @file.json] [--model PATH]\n"
+     "                [--instances N] [--concurrency N] [--table]\n\n"
+     "Runs a workflow, crew or group-chat file under its limits and prints the result as JSON\n"
+     "on stdout; a summary goes to stderr. --model overrides every model's path (crews and\n"
+     "group chats: --model, else WEIR_MODEL, else weir's random-weight model). Crew and group-\n"
+     "chat files can run many instances at once (--instances, --concurrency), which prints a\n"
+     "summary table instead. Exit codes: 0 success, 1 invalid input, 2 run failed (typed\n"
+     "error on stderr), 3 overloaded.\n\n"
+     "examples:\n  weir run samples/workflows/map_reduce.json\n"
+     "  weir run samples/crews/research_crew.json --input '{\"topic\": \"paged attention\"}'\n",
      cmd_run},
     {"validate", "check workflow files and report every problem",
      "usage: weir validate FILE...\n\n"

@@ -10,6 +10,8 @@
 
 #include <gtest/gtest.h>
 
+#include <boost/json.hpp>
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -200,6 +202,51 @@ TEST(Cli, RunSamples) {
   auto bad = weir("run " + sample("map_reduce.json").string() + " --input '{\"numbers\": [3'");
   EXPECT_EQ(bad.code, 1);
   EXPECT_EQ(bad.err.rfind("weir run: --input:1:", 0), 0u) << bad.err;
+}
+
+TEST(Cli, CrewAndGroupChatSamplesRunOnTheDefaultModel) {
+  const std::string crews = std::string(WEIR_SOURCE_DIR) + "/samples/crews/";
+  auto v = weir("validate " + crews + "research_crew.json " + crews + "group_chat.json");
+  EXPECT_EQ(v.code, 0) << v.err;
+  EXPECT_NE(v.out.find("research_crew.json: ok (crew: 3 agents, 3 tasks)"), std::string::npos)
+      << v.out;
+  auto crew = weir("run " + crews + "research_crew.json --input '{\"topic\": \"BM25\"}'");
+  ASSERT_EQ(crew.code, 0) << crew.err;
+  auto out = boost::json::parse(crew.out).as_object();
+  const auto& tasks = out.at("tasks").as_array();
+  ASSERT_EQ(tasks.size(), 3u);
+  EXPECT_EQ(tasks[0].at("agent"), "researcher");
+  EXPECT_EQ(tasks[0].at("tool_calls"), 1);  // the doc_search prefetch
+  EXPECT_EQ(tasks[2].at("agent"), "reviewer");
+  EXPECT_EQ(tasks[2].at("artifact").as_string().size(), 64u);
+  EXPECT_GT(out.at("prompt_tokens").as_int64(), 0);
+  auto chat = weir("run " + crews + "group_chat.json");
+  ASSERT_EQ(chat.code, 0) << chat.err;
+  auto c = boost::json::parse(chat.out).as_object();
+  EXPECT_EQ(c.at("stop_reason"), "max_messages 9 reached");
+  const auto& tr = c.at("transcript").as_array();
+  ASSERT_EQ(tr.size(), 9u);  // the task + the window of 8
+  EXPECT_EQ(tr[0].at("content"), "Write a design note on bounding an agent's chat history.");
+}
+
+TEST(Cli, BadCrewFilesGiveEveryProblem) {
+  auto f = temp_file("crew.json", R"({"weir": 1, "kind": "crew", "name": "c",
+  "agents": [{"name": "a", "role": "r", "tools": ["web"]}],
+  "tasks": [{"name": "t", "agent": "b", "description": "d"}]})");
+  auto r = weir("run " + f.string());
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.err,
+            f.string() +
+                ": crew 'c' is invalid:\n  - task 't' names unknown agent 'b'\n  - agent 'a' "
+                "names unknown tool 'web' (available: none)\n");
+  auto g = temp_file("crew2.json", R"({"weir": 1, "kind": "crew", "name": "c", "agnts": []})");
+  auto v = weir("validate " + g.string());
+  EXPECT_EQ(v.code, 1);
+  EXPECT_NE(v.err.find(":1:51: /agnts: unknown key 'agnts' (did you mean 'agents'?)"),
+            std::string::npos)
+      << v.err;
+  fs::remove(f);
+  fs::remove(g);
 }
 
 }  // namespace
