@@ -178,7 +178,10 @@ TEST(Engine, SharedPrefixIsComputedOnce) {
 
 TEST(Engine, CancelEndsRequestAndFreesBlocks) {
   auto e = make_engine({.max_num_seqs = 4, .block_size = 4, .kv_cache_bytes = 64 * 1024});
-  std::promise<void> first_token;
+  // The first token holds the engine thread until the cancel is queued, so the request
+  // cannot finish its 400 tokens first however the threads are scheduled.
+  std::promise<void> first_token, cancel_sent;
+  auto sent = cancel_sent.get_future();
   bool once = false;
   auto p = std::make_shared<std::promise<Result<GenerateResult>>>();
   auto f = p->get_future();
@@ -187,11 +190,13 @@ TEST(Engine, CancelEndsRequestAndFreesBlocks) {
                               if (!once) {
                                 once = true;
                                 first_token.set_value();
+                                sent.wait();
                               }
                             },
                             [p](Result<GenerateResult> r) { p->set_value(std::move(r)); }});
   first_token.get_future().wait();
   e->cancel(id);
+  cancel_sent.set_value();
   auto r = f.get();
   ASSERT_TRUE(r);
   EXPECT_EQ(r->finish, FinishReason::cancelled);

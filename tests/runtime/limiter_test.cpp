@@ -11,6 +11,7 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
@@ -131,15 +132,20 @@ TEST(Limiter, CancellationRacingWithReleaseKeepsCountsExact) {
   Limiter lim("test limiter", 4, 100000);
   std::atomic<int> ok{0}, cancelled{0};
   constexpr int kTasks = 3000;
+  // Each task runs on its own strand, so its timer handler and its coroutine never run at
+  // once; the signal is shared with the handler, which may run after the coroutine ended (an
+  // expiry already queued when the acquire completed), and `done` keeps it from firing then.
   auto task = [&](int i) -> asio::awaitable<void> {
     auto ex2 = co_await asio::this_coro::executor;
     asio::steady_timer deadline(ex2, std::chrono::microseconds(50 + (i % 7) * 30));
-    asio::cancellation_signal sig;
-    deadline.async_wait([&](boost::system::error_code ec) {
-      if (!ec) sig.emit(asio::cancellation_type::terminal);
+    auto sig = std::make_shared<asio::cancellation_signal>();
+    auto done = std::make_shared<bool>(false);
+    deadline.async_wait([sig, done](boost::system::error_code ec) {
+      if (!ec && !*done) sig->emit(asio::cancellation_type::terminal);
     });
-    auto p = co_await asio::co_spawn(ex2, lim.async_acquire(),
-                                     asio::bind_cancellation_slot(sig.slot(), asio::use_awaitable));
+    auto p = co_await asio::co_spawn(
+        ex2, lim.async_acquire(), asio::bind_cancellation_slot(sig->slot(), asio::use_awaitable));
+    *done = true;
     deadline.cancel();
     if (p) {
       ++ok;
@@ -149,7 +155,8 @@ TEST(Limiter, CancellationRacingWithReleaseKeepsCountsExact) {
       ++cancelled;
     }
   };
-  for (int i = 0; i < kTasks; ++i) ex.spawn(task(i));
+  for (int i = 0; i < kTasks; ++i)
+    ex.spawn(asio::co_spawn(asio::make_strand(ex.get_executor()), task(i), asio::use_awaitable));
   ex.shutdown(60s);
   EXPECT_EQ(ok + cancelled, kTasks);
   EXPECT_EQ(lim.in_use(), 0u);
