@@ -8,6 +8,8 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/json.hpp>
 
@@ -98,6 +100,78 @@ Result<json::object> read_input_object(std::string text) {
   return parsed->value.as_object();
 }
 
+// What every run of a workflow file needs: its spec, the built graph, one budget and one
+// artifact store from the file's limits, and its models (loaded on first use).
+struct WorkflowEnv {
+  graph::WorkflowSpec spec;
+  std::shared_ptr<Models> models = std::make_shared<Models>();
+  graph::WorkflowGraph built;
+  std::shared_ptr<const graph::CompiledGraph> graph;
+  std::unique_ptr<MemoryBudget> budget;
+  std::unique_ptr<ArtifactStore> store;
+  fs::path art_dir;
+
+  ~WorkflowEnv() {
+    store.reset();
+    std::error_code ec;
+    if (!art_dir.empty()) fs::remove_all(art_dir, ec);
+  }
+
+  graph::RuntimeOptions runtime_options() const {
+    graph::RuntimeOptions o = built.runtime;
+    o.budget = budget.get();
+    o.artifacts = store.get();
+    return o;
+  }
+
+  // Null after printing the problem; `code` is then the exit code.
+  static std::unique_ptr<WorkflowEnv> open(const std::string& path,
+                                           const std::optional<std::string>& model,
+                                           const char* command, int& code) {
+    code = kExitInvalidInput;
+    auto load = graph::load_workflow_file(path);
+    if (!load.ok()) {
+      std::fputs(load.report().c_str(), stderr);
+      return nullptr;
+    }
+    auto env = std::make_unique<WorkflowEnv>();
+    env->spec = *load.spec;
+    for (const auto& m : env->spec.models)
+      env->models->paths[m.name] = model ? fs::path(*model) : m.path;
+    auto models = env->models;
+    auto built = graph::build_workflow_graph(
+        env->spec, [models](std::string m, std::string s, std::string p, std::int32_t n) {
+          return models->call(std::move(m), std::move(s), std::move(p), n);
+        });
+    if (!built) {
+      std::fprintf(stderr, "%s\n", built.error().message.c_str());
+      return nullptr;
+    }
+    env->built = std::move(*built);
+    env->graph = env->built.graph;
+    BudgetLimits limits;
+    const auto& mem = env->spec.limits.memory;
+    auto set = [](std::optional<std::int64_t> v, std::size_t& dst) {
+      if (v) dst = static_cast<std::size_t>(*v);
+    };
+    set(mem.total, limits.total);
+    set(mem.run_state, limits.category[static_cast<int>(BudgetCategory::run_state)]);
+    set(mem.artifacts, limits.category[static_cast<int>(BudgetCategory::artifacts)]);
+    env->budget = std::make_unique<MemoryBudget>(limits);
+    env->art_dir = fs::temp_directory_path() /
+                   ("weir-" + std::string(command) + "-" + std::to_string(::getpid()));
+    auto store = ArtifactStore::open(
+        {env->art_dir, std::size_t{64} << 20, std::size_t{4} << 30, 200, env->budget.get()});
+    if (!store) {
+      std::fprintf(stderr, "weir %s: %s\n", command, store.error().message.c_str());
+      code = kExitRunFailed;
+      return nullptr;
+    }
+    env->store = std::move(*store);
+    return env;
+  }
+};
+
 }  // namespace
 
 int cmd_run(Args args) {
@@ -124,12 +198,9 @@ int cmd_run(Args args) {
     }
     return run_agents_file(f.positional()[0], o);
   }
-  auto load = graph::load_workflow_file(f.positional()[0]);
-  if (!load.ok()) {
-    std::fputs(load.report().c_str(), stderr);
-    return kExitInvalidInput;
-  }
-  const graph::WorkflowSpec& spec = *load.spec;
+  int code = kExitOk;
+  auto env = WorkflowEnv::open(f.positional()[0], f.get("--model"), "run", code);
+  if (!env) return code;
   json::object input;
   if (auto in = f.get("--input")) {
     auto parsed = read_input_object(*in);
@@ -138,59 +209,111 @@ int cmd_run(Args args) {
              kExitInvalidInput;
     input = std::move(*parsed);
   }
-  auto models = std::make_shared<Models>();
-  for (const auto& m : spec.models)
-    models->paths[m.name] = f.get("--model") ? fs::path(*f.get("--model")) : m.path;
-  auto built = graph::build_workflow_graph(
-      spec, [models](std::string m, std::string s, std::string p, std::int32_t n) {
-        return models->call(std::move(m), std::move(s), std::move(p), n);
-      });
-  if (!built) return std::fprintf(stderr, "%s\n", built.error().message.c_str()), kExitInvalidInput;
-
-  // One budget and one artifact store for the run, from the file's limits.
-  BudgetLimits limits;
-  const auto& mem = spec.limits.memory;
-  auto set = [](std::optional<std::int64_t> v, std::size_t& dst) {
-    if (v) dst = static_cast<std::size_t>(*v);
+  graph::GraphRuntime runtime(env->runtime_options());
+  asio::io_context io;
+  Result<graph::RunResult> result = Error(Errc::cancelled, "not run");
+  auto task = [&]() -> asio::awaitable<void> {
+    result = co_await runtime.async_invoke(env->graph, input);
   };
-  set(mem.total, limits.total);
-  set(mem.run_state, limits.category[static_cast<int>(BudgetCategory::run_state)]);
-  set(mem.artifacts, limits.category[static_cast<int>(BudgetCategory::artifacts)]);
-  MemoryBudget budget(limits);
-  const fs::path art_dir = fs::temp_directory_path() / ("weir-run-" + std::to_string(::getpid()));
-  auto store =
-      ArtifactStore::open({art_dir, std::size_t{64} << 20, std::size_t{4} << 30, 200, &budget});
-  if (!store)
-    return std::fprintf(stderr, "weir run: %s\n", store.error().message.c_str()), kExitRunFailed;
-  graph::RuntimeOptions ropt = built->runtime;
-  ropt.budget = &budget;
-  ropt.artifacts = store->get();
-  int code = kExitOk;
-  {
-    graph::GraphRuntime runtime(ropt);
-    asio::io_context io;
-    Result<graph::RunResult> result = Error(Errc::cancelled, "not run");
-    auto task = [&]() -> asio::awaitable<void> {
-      result = co_await runtime.async_invoke(built->graph, input);
-    };
-    asio::co_spawn(io, task(), asio::detached);
-    io.run();
-    if (result) {
-      std::printf("%s\n", json::serialize(result->state).c_str());
-      std::fprintf(stderr,
-                   "weir run: %s finished in %d supersteps; peak run state %s, %zu value%s moved "
-                   "to artifacts\n",
-                   spec.name.c_str(), result->steps, format_bytes(result->peak_state_bytes).c_str(),
-                   result->offloaded, result->offloaded == 1 ? "" : "s");
-    } else {
-      std::fprintf(stderr, "weir run: %s\n", result.error().to_string().c_str());
-      code = result.error().is(Errc::overloaded) ? kExitOverloaded : kExitRunFailed;
-    }
+  asio::co_spawn(io, task(), asio::detached);
+  io.run();
+  if (result) {
+    std::printf("%s\n", json::serialize(result->state).c_str());
+    std::fprintf(stderr,
+                 "weir run: %s finished in %d supersteps; peak run state %s, %zu value%s moved "
+                 "to artifacts\n",
+                 env->spec.name.c_str(), result->steps,
+                 format_bytes(result->peak_state_bytes).c_str(), result->offloaded,
+                 result->offloaded == 1 ? "" : "s");
+  } else {
+    std::fprintf(stderr, "weir run: %s\n", result.error().to_string().c_str());
+    code = result.error().is(Errc::overloaded) ? kExitOverloaded : kExitRunFailed;
   }
-  store->reset();
-  std::error_code ec;
-  fs::remove_all(art_dir, ec);
   return code;
+}
+
+int cmd_batch(Args args) {
+  Flags f("batch", {"--model", "--concurrency"}, {});
+  if (!f.parse(args)) return kExitInvalidInput;
+  if (f.positional().size() != 2)
+    return f.fail("give a workflow file and a JSONL file of inputs (one JSON object a line)"),
+           kExitInvalidInput;
+  double concurrency = 16;
+  if (!f.number("--concurrency", concurrency)) return kExitInvalidInput;
+  if (concurrency < 1) return f.fail("--concurrency must be at least 1"), kExitInvalidInput;
+  std::ifstream lines(f.positional()[1]);
+  if (!lines)
+    return f.fail("cannot read inputs file '" + f.positional()[1] + "'"), kExitInvalidInput;
+  int code = kExitOk;
+  auto env = WorkflowEnv::open(f.positional()[0], f.get("--model"), "batch", code);
+  if (!env) return code;
+  graph::RuntimeOptions ropt = env->runtime_options();
+  ropt.max_concurrent_runs = static_cast<std::size_t>(concurrency);
+  graph::GraphRuntime runtime(ropt);
+  asio::io_context io;
+  // Inputs are read as they are needed (at most 2 x concurrency in flight or queued), so a
+  // million-line file costs no more memory than a short one; results print as runs finish.
+  struct Progress {
+    std::size_t started = 0, done = 0, failed = 0;
+  } pr;
+  const bool tty = ::isatty(STDERR_FILENO);
+  const std::string source = f.positional()[1];
+  const std::size_t window = 2 * static_cast<std::size_t>(concurrency);
+  asio::steady_timer wake(io);
+  wake.expires_at(asio::steady_timer::time_point::max());
+  auto one = [&](std::size_t index, std::string line) -> asio::awaitable<void> {
+    json::object out{{"index", index}};
+    auto parsed = parse_json(line, source + " line " + std::to_string(index + 1));
+    if (!parsed || !parsed->value.is_object()) {
+      out["ok"] = false;
+      out["error"] = json::object{
+          {"code", parsed ? "invalid_argument" : errc_name(parsed.error().code)},
+          {"message", parsed ? "line " + std::to_string(index + 1) + " is not a JSON object"
+                             : parsed.error().message}};
+    } else {
+      auto r = co_await runtime.async_invoke(env->graph, parsed->value.as_object());
+      out["ok"] = static_cast<bool>(r);
+      if (r) {
+        out["state"] = std::move(r->state);
+        out["steps"] = r->steps;
+      } else {
+        out["error"] =
+            json::object{{"code", errc_name(r.error().code)}, {"message", r.error().message}};
+      }
+    }
+    if (!out.at("ok").as_bool()) ++pr.failed;
+    ++pr.done;
+    std::printf("%s\n", json::serialize(out).c_str());
+    if (tty)
+      std::fprintf(stderr, "\r  %zu done (%zu failed), %zu running   ", pr.done, pr.failed,
+                   runtime.active_runs());
+    wake.cancel();
+  };
+  auto feeder = [&]() -> asio::awaitable<void> {
+    std::string line;
+    std::size_t index = 0;
+    while (std::getline(lines, line)) {
+      if (line.find_first_not_of(" \t\r") == std::string::npos) {
+        ++index;
+        continue;
+      }
+      while (pr.started - pr.done >= window) {
+        boost::system::error_code ec;
+        co_await wake.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+        wake.expires_at(asio::steady_timer::time_point::max());
+      }
+      ++pr.started;
+      asio::co_spawn(io, one(index++, std::move(line)), asio::detached);
+    }
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  asio::co_spawn(io, feeder(), asio::detached);
+  io.run();
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (tty) std::fprintf(stderr, "\r%60s\r", "");
+  std::fprintf(stderr, "weir batch: %zu runs, %zu failed, in %.2f s (%.0f runs/s)\n", pr.done,
+               pr.failed, secs, static_cast<double>(pr.done) / std::max(secs, 1e-9));
+  return pr.failed ? kExitRunFailed : kExitOk;
 }
 
 }  // namespace weir::cli

@@ -29,5 +29,6 @@ int cmd_tokenize(Args args);
 int cmd_generate(Args args);
 int cmd_inspect(Args args);
 int cmd_run(Args args);
+int cmd_batch(Args args);
 
 }  // namespace weir::cli

@@ -33,6 +33,16 @@ constexpr Command kCommands[] = {
      "examples:\n  weir run samples/workflows/map_reduce.json\n"
      "  weir run samples/crews/research_crew.json --input '{\"topic\": \"paged attention\"}'\n",
      cmd_run},
+    {"batch", "run a workflow once per line of a JSONL file of inputs",
+     "usage: weir batch FILE INPUTS.jsonl [--concurrency N] [--model PATH]\n\n"
+     "Runs the workflow once per line of INPUTS.jsonl (each line a JSON object of channel\n"
+     "values), N at once (default 16), and prints one JSON line per run as it finishes:\n"
+     "{\"index\": i, \"ok\": true, \"state\": {...}} or {\"index\": i, \"ok\": false, \"error\":\n"
+     "{\"code\": ..., \"message\": ...}}. Lines are read as runs finish, so the file may be\n"
+     "any length; a bad line is reported and the rest run. Exit code 0 when every run\n"
+     "succeeded, 2 otherwise.\n\n"
+     "example:\n  weir batch samples/workflows/map_reduce.json inputs.jsonl --concurrency 64\n",
+     cmd_batch},
     {"validate", "check workflow files and report every problem",
      "usage: weir validate FILE...\n\n"
      "Parses and validates each workflow file (docs/workflow-format.md) and reports every\n"

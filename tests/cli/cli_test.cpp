@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 
@@ -247,6 +248,29 @@ TEST(Cli, BadCrewFilesGiveEveryProblem) {
       << v.err;
   fs::remove(f);
   fs::remove(g);
+}
+
+TEST(Cli, BatchRunsEveryLineAndReportsBadOnesWithoutStopping) {
+  auto in =
+      temp_file("batch.jsonl",
+                "{\"numbers\": [1, 2]}\nnot json\n\n{\"numbers\": \"x\"}\n{\"numbers\": [3]}\n");
+  auto r =
+      weir("batch " + sample("map_reduce.json").string() + " " + in.string() + " --concurrency 2");
+  EXPECT_EQ(r.code, 2);
+  std::map<std::int64_t, boost::json::object> lines;
+  std::istringstream out(r.out);
+  for (std::string line; std::getline(out, line);) {
+    auto o = boost::json::parse(line).as_object();
+    lines[o.at("index").as_int64()] = o;
+  }
+  ASSERT_EQ(lines.size(), 4u);  // the blank line is skipped, its index kept
+  EXPECT_EQ(lines[0].at("state").at("total"), 5);
+  EXPECT_EQ(lines[1].at("error").at("code"), "corrupt_data");
+  EXPECT_EQ(lines[3].at("error").at("message"),
+            "node 'fan': map over 'numbers': the channel does not hold a list");
+  EXPECT_EQ(lines[4].at("state").at("total"), 9);
+  EXPECT_EQ(r.err.rfind("weir batch: 4 runs, 2 failed, in ", 0), 0u) << r.err;
+  fs::remove(in);
 }
 
 }  // namespace
