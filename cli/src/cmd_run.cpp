@@ -201,6 +201,7 @@ int cmd_run(Args args) {
   int code = kExitOk;
   auto env = WorkflowEnv::open(f.positional()[0], f.get("--model"), "run", code);
   if (!env) return code;
+  code = kExitOk;
   json::object input;
   if (auto in = f.get("--input")) {
     auto parsed = read_input_object(*in);
