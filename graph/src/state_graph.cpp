@@ -1,6 +1,7 @@
 #include "weir/graph/state_graph.hpp"
 
 #include <algorithm>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <set>
@@ -10,10 +11,15 @@
 #include <boost/graph/reverse_graph.hpp>
 #include <boost/graph/strong_components.hpp>
 
+#include <deque>
+
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/associated_executor.hpp>
+#include <boost/asio/async_result.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/experimental/concurrent_channel.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/this_coro.hpp>
@@ -212,7 +218,8 @@ Result<std::shared_ptr<const CompiledGraph>> StateGraph::compile(GraphLimits lim
   // node with an edge to itself, listed in node definition order.
   std::vector<std::size_t> component(N + 2);
   const std::size_t components = boost::strong_components(
-      bg, boost::make_iterator_property_map(component.begin(), boost::get(boost::vertex_index, bg)));
+      bg,
+      boost::make_iterator_property_map(component.begin(), boost::get(boost::vertex_index, bg)));
   std::vector<std::vector<std::string>> by_component(components);
   std::vector<bool> cyclic(components);
   for (std::size_t i = 1; i <= N; ++i) {
@@ -333,30 +340,78 @@ const char* event_kind_name(EventKind kind) noexcept {
   return "unknown";
 }
 
-// The channel is created by its first user, on that user's executor (a completion runs on the
-// awaiting coroutine's own executor either way), so an EventStream needs no executor up front.
+// A bounded queue guarded by a mutex; a waiting producer or consumer parks its completion
+// handler here and is resumed by a post to its own executor. (Not an Asio channel: a channel
+// belongs to an io_context and must not outlive it, a stream may.)
+namespace {
+
+struct Waiter {
+  virtual ~Waiter() = default;
+  virtual void complete() = 0;  // posts the handler to its executor
+};
+
+template <typename Handler>
+struct WaiterFor final : Waiter {
+  explicit WaiterFor(Handler h) : handler(std::move(h)) {}
+  void complete() override {
+    auto ex = asio::get_associated_executor(handler);
+    asio::post(ex, std::move(handler));
+  }
+  Handler handler;
+};
+
+using Waiters = std::vector<std::unique_ptr<Waiter>>;
+
+void wake(Waiters& ws) {
+  for (auto& w : ws) w->complete();
+  ws.clear();
+}
+
+}  // namespace
+
 struct EventStream::Impl {
-  using Channel = asio::experimental::concurrent_channel<void(boost::system::error_code, Event)>;
   explicit Impl(std::size_t cap) : capacity(cap) {}
   const std::size_t capacity;
   std::mutex mu;
-  std::unique_ptr<Channel> ch;  // guarded by mu until created; then itself thread-safe
-  bool closed = false;          // guarded by mu
-  std::atomic<bool> ended{false};
-  std::atomic<std::int64_t> pushed{0}, taken{0};
+  std::deque<Event> queue;  // guarded by mu; size() <= capacity
+  bool closed = false;      // guarded by mu
+  bool ended = false;       // guarded by mu: the terminal event was taken
+  Waiters producers;        // guarded by mu: pushes waiting for room
+  Waiters consumers;        // guarded by mu: async_next waiting for an event
+  std::atomic<std::size_t> size{0};
 
-  Channel* channel(const asio::any_io_executor& ex) {
-    std::lock_guard lock(mu);
-    if (!ch) {
-      ch = std::make_unique<Channel>(ex, capacity);
-      if (closed) ch->close();
-    }
-    return ch.get();
+  bool ready(bool producer) const {
+    return closed || (producer ? queue.size() < capacity : !queue.empty());
   }
+
+  // Suspends until ready(producer) may have become true (a spurious wake-up is possible).
+  asio::awaitable<void> wait(bool producer) {
+    co_await asio::async_initiate<decltype(asio::use_awaitable), void()>(
+        [this, producer](auto handler) {
+          std::unique_lock lock(mu);
+          auto w = std::make_unique<WaiterFor<decltype(handler)>>(std::move(handler));
+          if (ready(producer)) {
+            lock.unlock();
+            w->complete();
+            return;
+          }
+          (producer ? producers : consumers).push_back(std::move(w));
+        },
+        asio::use_awaitable);
+  }
+
   void close() noexcept {
-    std::lock_guard lock(mu);
-    closed = true;
-    if (ch) ch->close();
+    Waiters woken;
+    {
+      std::lock_guard lock(mu);
+      closed = true;
+      queue.clear();
+      size = 0;
+      woken = std::move(producers);
+      for (auto& w : consumers) woken.push_back(std::move(w));
+      consumers.clear();
+    }
+    wake(woken);
   }
 };
 
@@ -367,13 +422,29 @@ bool is_terminal(EventKind k) {
          k == EventKind::run_interrupted;
 }
 
-// Holds `impl` for the whole push: destroying the EventStream meanwhile closes the channel,
-// which completes this send with an error instead of leaving it waiting.
+// Holds `impl` for the whole push: destroying the EventStream meanwhile closes it, which
+// releases this push instead of leaving it waiting.
 asio::awaitable<void> push_event(std::shared_ptr<EventStream::Impl> impl, Event e) {
-  auto* ch = impl->channel(co_await asio::this_coro::executor);
-  std::tuple<boost::system::error_code> r = co_await ch->async_send(
-      boost::system::error_code{}, std::move(e), asio::as_tuple(asio::use_awaitable));
-  if (!std::get<0>(r)) impl->pushed.fetch_add(1);
+  for (;;) {
+    Waiters woken;
+    bool pushed = false;
+    {
+      std::lock_guard lock(impl->mu);
+      if (impl->closed) co_return;  // the consumer went away: a no-op
+      if (impl->queue.size() < impl->capacity) {
+        impl->queue.push_back(std::move(e));
+        impl->size = impl->queue.size();
+        woken = std::move(impl->consumers);
+        impl->consumers.clear();
+        pushed = true;
+      }
+    }
+    if (pushed) {
+      wake(woken);
+      co_return;
+    }
+    co_await impl->wait(true);  // full: wait for room, then try again
+  }
 }
 
 }  // namespace
@@ -386,15 +457,27 @@ EventStream::~EventStream() {
 }
 
 asio::awaitable<std::optional<Event>> EventStream::async_next() {
-  if (impl_->ended.load()) co_return std::nullopt;
-  auto* ch = impl_->channel(co_await asio::this_coro::executor);
-  // No structured bindings over co_await (GCC 12).
-  std::tuple<boost::system::error_code, Event> t =
-      co_await ch->async_receive(asio::as_tuple(asio::use_awaitable));
-  if (std::get<0>(t)) co_return std::nullopt;
-  impl_->taken.fetch_add(1);
-  if (is_terminal(std::get<1>(t).kind)) impl_->ended = true;
-  co_return std::optional<Event>(std::move(std::get<1>(t)));
+  for (;;) {
+    std::optional<Event> out;
+    Waiters woken;
+    {
+      std::lock_guard lock(impl_->mu);
+      if (impl_->ended || (impl_->closed && impl_->queue.empty())) co_return std::nullopt;
+      if (!impl_->queue.empty()) {
+        out.emplace(std::move(impl_->queue.front()));
+        impl_->queue.pop_front();
+        impl_->size = impl_->queue.size();
+        if (is_terminal(out->kind)) impl_->ended = true;
+        woken = std::move(impl_->producers);
+        impl_->producers.clear();
+      }
+    }
+    if (out) {
+      wake(woken);
+      co_return out;
+    }
+    co_await impl_->wait(false);
+  }
 }
 
 asio::awaitable<void> EventStream::async_push(Event event) {
@@ -411,8 +494,7 @@ bool EventStream::closed() const noexcept {
 }
 
 std::size_t EventStream::size() const noexcept {
-  const auto n = impl_->pushed.load() - impl_->taken.load();
-  return n > 0 ? static_cast<std::size_t>(n) : 0;
+  return impl_->size.load();
 }
 
 // --- running --------------------------------------------------------------------------------
@@ -439,8 +521,7 @@ bool has_role(const json::value& m, std::string_view role) {
 bool is_marker(const json::value& m) {
   if (!has_role(m, "system")) return false;
   const auto* n = m.as_object().if_contains("name");
-  return n && n->is_string() && n->as_string() == "summary" &&
-         m.as_object().contains("archived");
+  return n && n->is_string() && n->as_string() == "summary" && m.as_object().contains("archived");
 }
 
 // [leading system messages, marker?, turns...] -> (index of the marker slot, first turn).
@@ -509,17 +590,17 @@ struct Runner {
     return Error(e.code, "node '" + g.nodes_[node].name + "': " + e.message);
   }
 
-  asio::awaitable<void> push(EventKind kind, std::string node, std::int64_t step, std::string name,
-                             json::value data) {
+  // Events are built outside co_await expressions (GCC 12 mishandles temporaries there).
+  Event event(EventKind kind, std::string_view node, std::int64_t step, json::value data) const {
     Event e;
     e.kind = kind;
     e.run_id = run_id;
-    e.node = node.empty() ? std::move(node) : event_prefix + node;
+    if (!node.empty()) e.node = event_prefix + std::string(node);
     e.step = step;
-    e.name = std::move(name);
     e.data = std::move(data);
-    co_await push_event(events, std::move(e));
+    return e;
   }
+  asio::awaitable<void> push(Event e) { co_await push_event(events, std::move(e)); }
 
   std::int64_t tokens_of(const ChannelOptions& o, const json::value& m) const {
     const auto* c = m.is_object() ? m.as_object().if_contains("content") : nullptr;
@@ -565,87 +646,91 @@ struct Runner {
   // extended, the summary hook called. A failing hook keeps the previous summary (warning).
   asio::awaitable<Status> fold_evicted(std::int64_t step) {
     for (std::size_t ch = 0; ch < evicted.size(); ++ch) {
-      if (evicted[ch].empty()) continue;
-      json::array turns = std::move(evicted[ch]);
-      evicted[ch] = json::array();
-      const std::string& name = g.channels_[ch].first;
-      const ChannelOptions& o = g.channels_[ch].second;
-      std::string previous;
-      std::int64_t archived = 0;
-      std::optional<ArtifactRef> old_archive;
-      {
-        const json::array& arr = st.values[ch].as_array();
-        const auto layout = window_layout(arr);
-        if (layout.second > layout.first) {
-          const json::object& m = arr[layout.first].as_object();
-          if (const auto* c = m.if_contains("content"); c && c->is_string())
-            previous = std::string(c->as_string());
-          if (const auto* a = m.if_contains("archived"); a && a->is_int64())
-            archived = a->as_int64();
-          if (const auto* a = m.if_contains("archive")) old_archive = ArtifactRef::from_json(*a);
-        }
-      }
-      json::object marker_msg(st.sp);
-      marker_msg["role"] = "system";
-      marker_msg["name"] = "summary";
-      archived += static_cast<std::int64_t>(turns.size());
-      if (opt.artifacts) {
-        std::string lines;
-        if (old_archive) {
-          auto old = opt.artifacts->get(old_archive->id);
-          if (!old) co_return Error(old.error().code, "channel '" + name +
-                                                          "': reading its archive: " +
-                                                          old.error().message);
-          lines = std::move(*old);
-        }
-        for (const auto& m : turns) lines += json::serialize(m) + "\n";
-        auto ref = opt.artifacts->put(lines, "application/x-ndjson", "", run_id);
-        if (!ref)
-          co_return Error(ref.error().code,
-                          "channel '" + name + "': archiving evicted messages: " +
-                              ref.error().message);
-        if (old_archive && old_archive->id != ref->id)
-          (void)opt.artifacts->release(old_archive->id, run_id);
-        marker_msg["archive"] = ref->to_json();
-      }
-      std::string summary;
-      if (o.summarize) {
-        Result<std::string> r = Error(Errc::cancelled, "not run");
-        try {
-          r = co_await o.summarize(previous, std::move(turns));
-        } catch (const Exception& e) {
-          r = e.error();
-        } catch (const std::exception& e) {
-          r = Error(Errc::tool_failed, std::string("threw: ") + e.what());
-        }
-        if (r) {
-          summary = cap_summary(std::move(*r), o.max_summary_bytes);
-        } else {
-          summary = std::move(previous);
-          const std::string msg = "run " + run_id + ": channel '" + name +
-                                  "': the summarize hook failed (" + r.error().to_string() +
-                                  "); keeping the previous summary";
-          log(LogLevel::warn, msg);
-          if (events) {
-            json::object data;
-            data["code"] = errc_name(r.error().code);
-            data["message"] = msg;
-            data["channel"] = name;
-            co_await push(EventKind::warning, std::string(), step, std::string(), std::move(data));
+      // A marker that pushes the window over max_tokens evicts more turns: fold again.
+      while (!evicted[ch].empty()) {
+        json::array turns = std::move(evicted[ch]);
+        evicted[ch] = json::array();
+        const std::string& name = g.channels_[ch].first;
+        const ChannelOptions& o = g.channels_[ch].second;
+        std::string previous;
+        std::int64_t archived = 0;
+        std::optional<ArtifactRef> old_archive;
+        {
+          const json::array& arr = st.values[ch].as_array();
+          const auto layout = window_layout(arr);
+          if (layout.second > layout.first) {
+            const json::object& m = arr[layout.first].as_object();
+            if (const auto* c = m.if_contains("content"); c && c->is_string())
+              previous = std::string(c->as_string());
+            if (const auto* a = m.if_contains("archived"); a && a->is_int64())
+              archived = a->as_int64();
+            if (const auto* a = m.if_contains("archive")) old_archive = ArtifactRef::from_json(*a);
           }
         }
-      } else {
-        summary = "[" + std::to_string(archived) + " earlier messages archived]";
+        json::object marker_msg(st.sp);
+        marker_msg["role"] = "system";
+        marker_msg["name"] = "summary";
+        archived += static_cast<std::int64_t>(turns.size());
+        if (opt.artifacts) {
+          std::string lines;
+          if (old_archive) {
+            auto old = opt.artifacts->get(old_archive->id);
+            if (!old)
+              co_return Error(old.error().code, "channel '" + name + "': reading its archive: " +
+                                                    old.error().message);
+            lines = std::move(*old);
+          }
+          for (const auto& m : turns) lines += json::serialize(m) + "\n";
+          auto ref = opt.artifacts->put(lines, "application/x-ndjson", "", run_id);
+          if (!ref)
+            co_return Error(
+                ref.error().code,
+                "channel '" + name + "': archiving evicted messages: " + ref.error().message);
+          if (old_archive && old_archive->id != ref->id)
+            (void)opt.artifacts->release(old_archive->id, run_id);
+          marker_msg["archive"] = ref->to_json();
+        }
+        std::string summary;
+        if (o.summarize) {
+          Result<std::string> r = Error(Errc::cancelled, "not run");
+          try {
+            r = co_await o.summarize(previous, std::move(turns));
+          } catch (const Exception& e) {
+            r = e.error();
+          } catch (const std::exception& e) {
+            r = Error(Errc::tool_failed, std::string("threw: ") + e.what());
+          }
+          if (r) {
+            summary = cap_summary(std::move(*r), o.max_summary_bytes);
+          } else {
+            summary = std::move(previous);
+            const std::string msg = "run " + run_id + ": channel '" + name +
+                                    "': the summarize hook failed (" + r.error().to_string() +
+                                    "); keeping the previous summary";
+            log(LogLevel::warn, msg);
+            if (events) {
+              json::object data;
+              data["code"] = errc_name(r.error().code);
+              data["message"] = msg;
+              data["channel"] = name;
+              Event e = event(EventKind::warning, {}, step, std::move(data));
+              co_await push(std::move(e));
+            }
+          }
+        } else {
+          summary = "[" + std::to_string(archived) + " earlier messages archived]";
+        }
+        marker_msg["content"] = summary;
+        marker_msg["archived"] = archived;
+        json::array& arr = st.values[ch].as_array();
+        const auto layout = window_layout(arr);
+        if (layout.second > layout.first)
+          arr[layout.first] = std::move(marker_msg);
+        else
+          arr.insert(arr.begin() + static_cast<std::ptrdiff_t>(layout.first),
+                     json::value(std::move(marker_msg)));
+        trim_window(ch, arr);
       }
-      marker_msg["content"] = summary;
-      marker_msg["archived"] = archived;
-      json::array& arr = st.values[ch].as_array();
-      const auto layout = window_layout(arr);
-      if (layout.second > layout.first)
-        arr[layout.first] = std::move(marker_msg);
-      else
-        arr.insert(arr.begin() + static_cast<std::ptrdiff_t>(layout.first),
-                   json::value(std::move(marker_msg)));
     }
     co_return Status{};
   }
@@ -777,8 +862,8 @@ struct Runner {
       const json::value* v = res->state.if_contains(child_graph.channel_name(c));
       if (!v) continue;
       const auto& po = g.channels_[p].second;
-      const bool appends = !po.custom && (po.reducer == ReducerKind::append ||
-                                          po.reducer == ReducerKind::messages);
+      const bool appends =
+          !po.custom && (po.reducer == ReducerKind::append || po.reducer == ReducerKind::messages);
       if (appends && v->is_array()) {
         // Only what the child added after the items it was given.
         const auto& arr = v->as_array();
@@ -878,8 +963,8 @@ struct Runner {
         std::string active;
         for (const auto& t : tasks) active += (active.empty() ? "" : ", ") + g.nodes_[t.node].name;
         co_return Error(Errc::step_limit_exceeded,
-                        "run stopped after " + std::to_string(step) + " supersteps (recursion_limit=" +
-                            std::to_string(lim.recursion_limit) +
+                        "run stopped after " + std::to_string(step) +
+                            " supersteps (recursion_limit=" + std::to_string(lim.recursion_limit) +
                             "); nodes active in the last step: " + active +
                             "; raise limits.recursion_limit or add an exit condition");
       }
@@ -915,8 +1000,9 @@ struct Runner {
       }
       if (events) {
         for (const auto& t : tasks) {
-          co_await push(EventKind::node_started, g.nodes_[t.node].name, step, std::string(),
-                        json::value(t.input, json::storage_ptr()));
+          Event e = event(EventKind::node_started, g.nodes_[t.node].name, step,
+                          json::value(t.input, json::storage_ptr()));
+          co_await push(std::move(e));
         }
       }
       bool all_sync = true;
@@ -980,13 +1066,17 @@ struct Runner {
         }
         if (events) {
           const std::string& name = g.nodes_[tasks[i].node].name;
-          for (auto& [ev_name, data] : ctxs[i].emitted_)
-            co_await push(EventKind::custom, name, step, std::move(ev_name), std::move(data));
+          for (std::size_t k = 0; k < ctxs[i].emitted_.size(); ++k) {
+            Event e = event(EventKind::custom, name, step, std::move(ctxs[i].emitted_[k].second));
+            e.name = std::move(ctxs[i].emitted_[k].first);
+            co_await push(std::move(e));
+          }
           ctxs[i].emitted_.clear();
           json::object w;
           for (const auto& [ch_name, v] : results[i]->writes)
             w[ch_name] = json::value(v, json::storage_ptr());
-          co_await push(EventKind::node_finished, name, step, std::string(), std::move(w));
+          Event e = event(EventKind::node_finished, name, step, std::move(w));
+          co_await push(std::move(e));
         }
       }
       for (std::size_t ch = 0; ch < C; ++ch) {
@@ -1027,9 +1117,10 @@ struct Runner {
         for (std::size_t ch = 0; ch < C; ++ch) written[ch] = !writes[ch].empty();
         if (auto s = save(written, next, step); !s) co_return std::move(s).error();
       }
-      if (events && stream_state)
-        co_await push(EventKind::state, std::string(), step, std::string(),
-                      StateView(g, st).to_object());
+      if (events && stream_state) {
+        Event e = event(EventKind::state, {}, step, StateView(g, st).to_object());
+        co_await push(std::move(e));
+      }
       std::swap(tasks, next);
     }
     co_return result(step);
@@ -1057,7 +1148,8 @@ struct Runner {
     }
     if (!resume_value && interrupted) {
       const auto* info = cp.pending.if_contains("interrupt");
-      const auto* node = info && info->is_object() ? info->as_object().if_contains("node") : nullptr;
+      const auto* node =
+          info && info->is_object() ? info->as_object().if_contains("node") : nullptr;
       return Error(Errc::invalid_argument,
                    "thread '" + thread_id + "' is interrupted at node '" +
                        (node && node->is_string() ? std::string(node->as_string()) : "?") +
@@ -1065,7 +1157,8 @@ struct Runner {
     }
     if (interrupted) {
       const auto* info = cp.pending.if_contains("interrupt");
-      const auto* node = info && info->is_object() ? info->as_object().if_contains("node") : nullptr;
+      const auto* node =
+          info && info->is_object() ? info->as_object().if_contains("node") : nullptr;
       if (node && node->is_string()) resume_node = std::string(node->as_string());
     }
     auto state = checkpointer->state_at(thread_id, cp.checkpoint_id);
@@ -1122,10 +1215,11 @@ struct Runner {
       else
         nodes.push_back(json::value(g.nodes_[t.node].name));
     }
-    cp.pending = json::object{
-        {"status", status ? status : next_tasks.empty() ? "done" : "running"},
-        {"next", std::move(nodes)},
-        {"sends", std::move(sends)}};
+    cp.pending = json::object{{"status", status               ? status
+                                         : next_tasks.empty() ? "done"
+                                                              : "running"},
+                              {"next", std::move(nodes)},
+                              {"sends", std::move(sends)}};
     if (interrupt) cp.pending["interrupt"] = *interrupt;
     cp.metadata = json::object{{"run_id", run_id}};
     if (auto s = checkpointer->put(cp); !s) return s;
@@ -1256,9 +1350,10 @@ asio::awaitable<Result<RunResult>> GraphRuntime::async_run(
     r.stream_state = options.stream_state;
     try {
       if (events) {
-        co_await r.push(EventKind::run_started, std::string(), 0, std::string(),
-                        resume_value ? json::value(*resume_value, json::storage_ptr())
-                                     : json::value(input, json::storage_ptr()));
+        json::value data = resume_value ? json::value(*resume_value, json::storage_ptr())
+                                        : json::value(input, json::storage_ptr());
+        Event e = r.event(EventKind::run_started, {}, 0, std::move(data));
+        co_await r.push(std::move(e));
       }
       result = co_await r.run(std::move(input));
     } catch (const Exception& e) {  // e.g. the run's state went over its memory limit
@@ -1278,7 +1373,8 @@ asio::awaitable<Result<RunResult>> GraphRuntime::async_run(
       e.kind = EventKind::run_interrupted;
       e.node = result->interrupted_node;
       e.step = result->steps + 1;
-      e.data = json::object{{"payload", json::value(result->interrupt_payload, json::storage_ptr())}};
+      e.data =
+          json::object{{"payload", json::value(result->interrupt_payload, json::storage_ptr())}};
     } else {
       e.kind = EventKind::run_finished;
       e.step = result->steps;

@@ -355,8 +355,7 @@ class GraphRuntime {
  private:
   // The run behind async_invoke and async_resume (resume_value null for async_invoke).
   boost::asio::awaitable<Result<RunResult>> async_run(std::shared_ptr<const CompiledGraph> graph,
-                                                      boost::json::object input,
-                                                      RunOptions options,
+                                                      boost::json::object input, RunOptions options,
                                                       const boost::json::value* resume_value);
   RuntimeOptions options_;
   std::unique_ptr<Limiter> admission_;
