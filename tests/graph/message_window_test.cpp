@@ -154,7 +154,7 @@ TEST(MessageWindow, SummaryHookFoldsEvictedTurnsAndIsBounded) {
   EXPECT_EQ(log->evicted, std::vector<std::size_t>(10, 1));
   const std::string summary(arr[1].at("content").as_string());
   EXPECT_LE(summary.size(), 40u);
-  EXPECT_EQ(summary, "turn-0+turn-1+tur... [summary truncated]"  // 17 + 23 bytes);
+  EXPECT_EQ(summary, "turn-0+turn-1+tur... [summary truncated]");  // 17 + 23 bytes
   EXPECT_EQ(archived_contents(*store, arr[1]).size(), 10u);
 }
 
