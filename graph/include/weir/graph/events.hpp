@@ -13,7 +13,8 @@
 // `state` (with RunOptions::stream_state); last exactly one of run_finished, run_failed,
 // run_interrupted, after which async_next() returns nullopt. Events of a subgraph's nodes come
 // between its node's node_started and node_finished, their node names prefixed with the
-// subgraph node's name ("research/plan"); the child's own run_* events are not forwarded.
+// subgraph node's name ("research/plan"); the child's run_* and state events are not
+// forwarded.
 //
 // Backpressure. The stream holds at most `capacity` events. When it is full the run waits in
 // its push until the consumer takes one: a slow consumer slows the run, nothing queues without
@@ -24,7 +25,9 @@
 // backpressure means); use a deadline on the run or close the stream.
 //
 // Thread safety: one producer (the run) and one consumer may use the stream from any threads
-// at once; close() and size() may be called from any thread.
+// at once; close() and size() may be called from any thread. The stream is a queue of its own,
+// not bound to an io_context: it may outlive one. A side that waits is resumed by a post to its
+// coroutine's executor, which must still be running then (the usual Asio rule).
 #pragma once
 
 #include <cstddef>
@@ -44,7 +47,7 @@ enum class EventKind {
   node_finished,    // data: the node's writes {"channel": value}, large values as references
   state,            // data: the full state after the step (RunOptions::stream_state only)
   custom,           // name + data: what the node passed to NodeContext::emit
-  warning,          // a problem the run survived; data: {"code","message"} (node: the channel)
+  warning,          // a problem the run survived; data: {"code","message","channel"}
   run_finished,     // data: {"steps": n}
   run_failed,       // data: {"code": errc name, "message": text}
   run_interrupted,  // node: the interrupting node; data: {"payload": value}
