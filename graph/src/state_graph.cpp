@@ -546,6 +546,9 @@ std::string cap_summary(std::string s, std::size_t max) {
 }  // namespace
 
 struct Runner {
+  // [channel] -> (writing node, value) in task order, for the barrier of one step.
+  using Writes = std::vector<std::vector<std::pair<std::size_t, const json::value*>>>;
+
   const CompiledGraph& g;
   const RuntimeOptions& opt;
   const GraphLimits lim;  // the graph's, or a subgraph node's override
@@ -918,212 +921,287 @@ struct Runner {
     return out;
   }
 
-  asio::awaitable<Result<RunResult>> run(json::object input) {
+  // Before the first superstep: channel defaults, the checkpoint to continue from, the input
+  // (through the reducers), START's targets. Not a coroutine: see run().
+  Status prepare(const json::object& input, std::vector<Task>& tasks,
+                 std::vector<bool>& input_written) {
     const std::size_t C = g.channels_.size();
     st.values.reserve(C);
     for (const auto& [name, o] : g.channels_)
       st.values.emplace_back(o.default_value ? json::value(*o.default_value, st.sp)
                                              : json::value(st.sp));
     st.visits.assign(g.nodes_.size(), 0);
-    std::vector<Task> tasks, next;
     if (checkpointer) {
-      if (auto s = restore(tasks); !s) co_return std::move(s).error();
+      if (auto s = restore(tasks); !s) return s;
     }
-    std::vector<bool> input_written(C);
-    {
-      std::vector<std::pair<std::size_t, const json::value*>> w(1);
-      for (const auto& [k, v] : input) {
-        auto ch = g.channel_index(k);
-        if (!ch) {
-          co_return Error(Errc::invalid_argument,
-                          "input key '" + std::string(k) + "' is not a channel of this graph");
-        }
-        w[0] = {0, &v};
-        if (auto s = reduce(*ch, w, 0); !s) co_return std::move(s).error();
-        input_written[*ch] = true;
+    input_written.assign(C, false);
+    std::vector<std::pair<std::size_t, const json::value*>> w(1);
+    for (const auto& [k, v] : input) {
+      auto ch = g.channel_index(k);
+      if (!ch) {
+        return Error(Errc::invalid_argument,
+                     "input key '" + std::string(k) + "' is not a channel of this graph");
       }
-      if (has_evicted()) {
-        if (auto s = co_await fold_evicted(0); !s) co_return std::move(s).error();
-      }
+      w[0] = {0, &v};
+      if (auto s = reduce(*ch, w, 0); !s) return s;
+      input_written[*ch] = true;
     }
+    return {};
+  }
+
+  Status start(const json::object& input, std::vector<Task>& tasks,
+               const std::vector<bool>& input_written) {
     if (!resumed) {
       for (auto n : g.static_next_[0]) tasks.push_back({n, nullptr});
       for (const Router* r : g.routers_[0]) {
-        if (auto s = route(*r, tasks); !s) co_return std::move(s).error();
+        if (auto s = route(*r, tasks); !s) return s;
       }
     }
-    if (checkpointer && !input.empty()) {  // the input is a step of its own: resume replays it
-      if (auto s = save(input_written, tasks, 0); !s) co_return std::move(s).error();
+    if (checkpointer && !input.empty())  // the input is a step of its own: resume replays it
+      return save(input_written, tasks, 0);
+    return {};
+  }
+
+  // The caps checked before a superstep, then the step's node contexts.
+  Status begin_step(const std::vector<Task>& tasks, std::int32_t& step) {
+    if (step >= lim.recursion_limit) {
+      std::string active;
+      for (const auto& t : tasks) active += (active.empty() ? "" : ", ") + g.nodes_[t.node].name;
+      return Error(Errc::step_limit_exceeded,
+                   "run stopped after " + std::to_string(step) +
+                       " supersteps (recursion_limit=" + std::to_string(lim.recursion_limit) +
+                       "); nodes active in the last step: " + active +
+                       "; raise limits.recursion_limit or add an exit condition");
     }
+    if (deadline != Clock::time_point::max() && Clock::now() > deadline) {
+      return Error(Errc::deadline_exceeded,
+                   "run stopped after " + std::to_string(lim.deadline.count()) +
+                       " ms (limits.deadline_ms) in superstep " + std::to_string(step));
+    }
+    ++step;
+    for (const auto& t : tasks) {
+      const auto& n = g.nodes_[t.node];
+      if (n.options.max_visits > 0 && ++st.visits[t.node] > n.options.max_visits) {
+        return Error(Errc::visit_limit_exceeded,
+                     "node '" + n.name + "' would run a " + std::to_string(st.visits[t.node]) +
+                         "th time (max_visits=" + std::to_string(n.options.max_visits) + ")");
+      }
+    }
+    ctxs.resize(tasks.size());
+    const bool resuming_step = step == 1 && resume_value;
+    for (std::size_t i = 0; i < tasks.size(); ++i) {
+      auto& c = ctxs[i];
+      c.node_ = g.nodes_[tasks[i].node].name;
+      c.run_id_ = run_id;
+      c.input_ = tasks[i].input;
+      c.artifacts_ = opt.artifacts;
+      c.tokens_used_ = tokens_used;
+      c.token_budget_ = token_budget;
+      c.streaming_ = events != nullptr;
+      c.emitted_.clear();
+      c.interrupt_.reset();
+      c.resume_ = resuming_step && c.node_ == resume_node ? resume_value : nullptr;
+    }
+    return {};
+  }
+
+  // Every node of the step, inline when all are plain sync nodes.
+  bool run_inline(const std::vector<Task>& tasks, std::vector<Result<Update>>& results) {
+    for (const auto& t : tasks) {
+      if (!g.nodes_[t.node].sync || g.nodes_[t.node].options.max_attempts > 1) return false;
+    }
+    for (std::size_t i = 0; i < tasks.size(); ++i) {
+      try {
+        results.push_back(g.nodes_[tasks[i].node].sync(StateView(g, st), ctxs[i]));
+      } catch (const Exception& e) {
+        results.push_back(e.error());
+      } catch (const std::exception& e) {
+        results.push_back(Error(Errc::tool_failed, std::string("threw: ") + e.what()));
+      }
+    }
+    return true;
+  }
+
+  // The barrier, part 1: node errors, large values offloaded, writes grouped per channel in
+  // task order.
+  Status collect(const std::vector<Task>& tasks, std::vector<Result<Update>>& results,
+                 Writes& writes) {
+    for (auto& w : writes) w.clear();
+    for (std::size_t i = 0; i < tasks.size(); ++i) {
+      if (!results[i]) return node_error(tasks[i].node, results[i].error());
+      for (auto& [ch_name, v] : results[i]->writes) {
+        if (auto s = offload(v); !s) return node_error(tasks[i].node, s.error());
+        auto ch = g.channel_index(ch_name);
+        if (!ch) {
+          return Error(Errc::invalid_argument, "node '" + g.nodes_[tasks[i].node].name +
+                                                   "' wrote unknown channel '" + ch_name + "'");
+        }
+        writes[*ch].emplace_back(tasks[i].node, &v);
+      }
+    }
+    return {};
+  }
+
+  // Part 2: the reducers.
+  Status merge(const Writes& writes, std::int32_t step) {
+    for (std::size_t ch = 0; ch < writes.size(); ++ch) {
+      if (writes[ch].empty()) continue;
+      if (auto s = reduce(ch, writes[ch], step); !s) return s;
+    }
+    return {};
+  }
+
+  // Part 3: the next step's tasks (Sends, go_to, edges, routers) and the step's checkpoint.
+  Status advance(const std::vector<Task>& tasks, const std::vector<Result<Update>>& results,
+                 const Writes& writes, std::vector<Task>& next, std::int32_t step) {
+    next.clear();
+    for (std::size_t i = 0; i < tasks.size(); ++i) {
+      const Update& u = *results[i];
+      for (const auto& s : u.sends) {
+        auto n = g.node_index(s.node);
+        if (!n)
+          return Error(Errc::invalid_argument, "node '" + g.nodes_[tasks[i].node].name +
+                                                   "' sent to unknown node '" + s.node + "'");
+        next.push_back({*n, s.input, true});
+      }
+      if (u.go_to) {
+        for (const auto& t : *u.go_to) {
+          if (t == kEnd) continue;
+          auto n = g.node_index(t);
+          if (!n)
+            return Error(Errc::invalid_argument, "node '" + g.nodes_[tasks[i].node].name +
+                                                     "' went to unknown node '" + t + "'");
+          add_unique(next, *n);
+        }
+        continue;
+      }
+      for (auto n : g.static_next_[tasks[i].node + 1]) add_unique(next, n);
+      for (const Router* r : g.routers_[tasks[i].node + 1]) {
+        if (auto s = route(*r, next); !s) return node_error(tasks[i].node, s.error());
+      }
+    }
+    if (checkpointer) {
+      std::vector<bool> written(writes.size());
+      for (std::size_t ch = 0; ch < writes.size(); ++ch) written[ch] = !writes[ch].empty();
+      return save(written, next, step);
+    }
+    return {};
+  }
+
+  // The superstep loop. It only sequences the steps: the work is in plain functions, because a
+  // coroutine frame keeps a slot for every local and temporary of every scope, and each run in
+  // flight pays for its frame (100k runs: bench/bench_graph.cpp).
+  asio::awaitable<Result<RunResult>> run(json::object input) {
+    std::vector<Task> tasks, next;
     std::vector<Result<Update>> results;
-    std::vector<std::vector<std::pair<std::size_t, const json::value*>>> writes(C);
+    Writes writes(g.channels_.size());
+    std::vector<bool> input_written;
+    Status s = prepare(input, tasks, input_written);
+    if (s && has_evicted()) s = co_await fold_evicted(0);
+    if (s) s = start(input, tasks, input_written);
+    if (!s) co_return std::move(s).error();
     std::int32_t step = 0;
     while (!tasks.empty()) {
-      if (step >= lim.recursion_limit) {
-        std::string active;
-        for (const auto& t : tasks) active += (active.empty() ? "" : ", ") + g.nodes_[t.node].name;
-        co_return Error(Errc::step_limit_exceeded,
-                        "run stopped after " + std::to_string(step) +
-                            " supersteps (recursion_limit=" + std::to_string(lim.recursion_limit) +
-                            "); nodes active in the last step: " + active +
-                            "; raise limits.recursion_limit or add an exit condition");
-      }
-      if (Clock::now() > deadline) {
-        co_return Error(Errc::deadline_exceeded,
-                        "run stopped after " + std::to_string(lim.deadline.count()) +
-                            " ms (limits.deadline_ms) in superstep " + std::to_string(step));
-      }
-      ++step;
-      for (const auto& t : tasks) {
-        const auto& n = g.nodes_[t.node];
-        if (n.options.max_visits > 0 && ++st.visits[t.node] > n.options.max_visits) {
-          co_return Error(Errc::visit_limit_exceeded,
-                          "node '" + n.name + "' would run a " + std::to_string(st.visits[t.node]) +
-                              "th time (max_visits=" + std::to_string(n.options.max_visits) + ")");
-        }
-      }
+      s = begin_step(tasks, step);
+      if (!s) co_return std::move(s).error();
+      if (events) co_await push_started(tasks, step);
       results.clear();
-      ctxs.resize(tasks.size());
-      const bool resuming_step = step == 1 && resume_value;
-      for (std::size_t i = 0; i < tasks.size(); ++i) {
-        auto& c = ctxs[i];
-        c.node_ = g.nodes_[tasks[i].node].name;
-        c.run_id_ = run_id;
-        c.input_ = tasks[i].input;
-        c.artifacts_ = opt.artifacts;
-        c.tokens_used_ = tokens_used;
-        c.token_budget_ = token_budget;
-        c.streaming_ = events != nullptr;
-        c.emitted_.clear();
-        c.interrupt_.reset();
-        c.resume_ = resuming_step && c.node_ == resume_node ? resume_value : nullptr;
-      }
-      if (events) {
-        for (const auto& t : tasks) {
-          Event e = event(EventKind::node_started, g.nodes_[t.node].name, step,
-                          json::value(t.input, json::storage_ptr()));
-          co_await push(std::move(e));
-        }
-      }
-      bool all_sync = true;
-      for (const auto& t : tasks)
-        all_sync &=
-            static_cast<bool>(g.nodes_[t.node].sync) && g.nodes_[t.node].options.max_attempts <= 1;
-      if (all_sync) {
-        for (std::size_t i = 0; i < tasks.size(); ++i) {
-          try {
-            results.push_back(g.nodes_[tasks[i].node].sync(StateView(g, st), ctxs[i]));
-          } catch (const Exception& e) {
-            results.push_back(e.error());
-          } catch (const std::exception& e) {
-            results.push_back(Error(Errc::tool_failed, std::string("threw: ") + e.what()));
-          }
-        }
-      } else if (tasks.size() == 1) {
-        results.push_back(co_await call(tasks[0], ctxs[0]));
-      } else {
-        co_await run_concurrently(tasks, results);
+      if (!run_inline(tasks, results)) {
+        if (tasks.size() == 1)
+          results.push_back(co_await call(tasks[0], ctxs[0]));
+        else
+          co_await run_concurrently(tasks, results);
       }
       // Interrupts first: the step's writes are discarded and the step is re-run on resume.
-      for (std::size_t i = 0; i < tasks.size(); ++i) {
-        if (results[i] || !results[i].error().is(Errc::interrupted) || !ctxs[i].interrupt_)
-          continue;
-        const std::string& name = g.nodes_[tasks[i].node].name;
-        if (nested) {
-          co_return Error(Errc::unsupported,
-                          "node '" + name +
-                              "' called interrupt() inside a subgraph; interrupts are supported "
-                              "only in the top-level graph");
-        }
-        if (!checkpointer) {
-          co_return Error(Errc::unsupported,
-                          "node '" + name +
-                              "' called interrupt(), which needs a checkpoint to resume from: "
-                              "set RunOptions.checkpointer and RunOptions.thread_id");
-        }
-        json::object info{{"node", name}, {"payload", *ctxs[i].interrupt_}};
-        if (auto s = save(std::vector<bool>(C), tasks, step - 1, "interrupted", &info); !s)
-          co_return std::move(s).error();
-        RunResult out = result(step - 1);
-        out.interrupted = true;
-        out.interrupted_node = name;
-        out.interrupt_payload = std::move(*ctxs[i].interrupt_);
-        co_return out;
+      if (auto k = interrupting_task(tasks, results); k < tasks.size())
+        co_return interrupt_run(tasks, k, step);
+      s = collect(tasks, results, writes);
+      if (!s) co_return std::move(s).error();
+      if (events) {
+        for (std::size_t i = 0; i < tasks.size(); ++i)
+          co_await push_finished(tasks[i], ctxs[i], *results[i], step);
       }
-      // Barrier: merge writes per channel, in task order.
-      for (auto& w : writes) w.clear();
-      for (std::size_t i = 0; i < tasks.size(); ++i) {
-        if (!results[i]) co_return node_error(tasks[i].node, results[i].error());
-        for (auto& [ch_name, v] : results[i]->writes) {
-          if (auto s = offload(v); !s) co_return node_error(tasks[i].node, s.error());
-          auto ch = g.channel_index(ch_name);
-          if (!ch) {
-            co_return Error(Errc::invalid_argument, "node '" + g.nodes_[tasks[i].node].name +
-                                                        "' wrote unknown channel '" + ch_name +
-                                                        "'");
-          }
-          writes[*ch].emplace_back(tasks[i].node, &v);
-        }
-        if (events) {
-          const std::string& name = g.nodes_[tasks[i].node].name;
-          for (std::size_t k = 0; k < ctxs[i].emitted_.size(); ++k) {
-            Event e = event(EventKind::custom, name, step, std::move(ctxs[i].emitted_[k].second));
-            e.name = std::move(ctxs[i].emitted_[k].first);
-            co_await push(std::move(e));
-          }
-          ctxs[i].emitted_.clear();
-          json::object w;
-          for (const auto& [ch_name, v] : results[i]->writes)
-            w[ch_name] = json::value(v, json::storage_ptr());
-          Event e = event(EventKind::node_finished, name, step, std::move(w));
-          co_await push(std::move(e));
-        }
-      }
-      for (std::size_t ch = 0; ch < C; ++ch) {
-        if (writes[ch].empty()) continue;
-        if (auto s = reduce(ch, writes[ch], step); !s) co_return std::move(s).error();
-      }
-      if (has_evicted()) {
-        if (auto s = co_await fold_evicted(step); !s) co_return std::move(s).error();
-      }
-      next.clear();
-      for (std::size_t i = 0; i < tasks.size(); ++i) {
-        const Update& u = *results[i];
-        for (const auto& s : u.sends) {
-          auto n = g.node_index(s.node);
-          if (!n)
-            co_return Error(Errc::invalid_argument, "node '" + g.nodes_[tasks[i].node].name +
-                                                        "' sent to unknown node '" + s.node + "'");
-          next.push_back({*n, s.input, true});
-        }
-        if (u.go_to) {
-          for (const auto& t : *u.go_to) {
-            if (t == kEnd) continue;
-            auto n = g.node_index(t);
-            if (!n)
-              co_return Error(Errc::invalid_argument, "node '" + g.nodes_[tasks[i].node].name +
-                                                          "' went to unknown node '" + t + "'");
-            add_unique(next, *n);
-          }
-          continue;
-        }
-        for (auto n : g.static_next_[tasks[i].node + 1]) add_unique(next, n);
-        for (const Router* r : g.routers_[tasks[i].node + 1]) {
-          if (auto s = route(*r, next); !s) co_return node_error(tasks[i].node, s.error());
-        }
-      }
-      if (checkpointer) {
-        std::vector<bool> written(C);
-        for (std::size_t ch = 0; ch < C; ++ch) written[ch] = !writes[ch].empty();
-        if (auto s = save(written, next, step); !s) co_return std::move(s).error();
-      }
-      if (events && stream_state) {
-        Event e = event(EventKind::state, {}, step, StateView(g, st).to_object());
-        co_await push(std::move(e));
-      }
+      s = merge(writes, step);
+      if (s && has_evicted()) s = co_await fold_evicted(step);
+      if (s) s = advance(tasks, results, writes, next, step);
+      if (!s) co_return std::move(s).error();
+      if (events && stream_state) co_await push_state(step);
       std::swap(tasks, next);
     }
     co_return result(step);
+  }
+
+  // The task that called interrupt() and returned its error, or tasks.size().
+  std::size_t interrupting_task(const std::vector<Task>& tasks,
+                                const std::vector<Result<Update>>& results) const {
+    for (std::size_t i = 0; i < tasks.size(); ++i) {
+      if (!results[i] && results[i].error().is(Errc::interrupted) && ctxs[i].interrupt_) return i;
+    }
+    return tasks.size();
+  }
+
+  // Stops the run at task k's interrupt: an "interrupted" checkpoint that re-runs this step.
+  // (Not inline in run(): a coroutine frame keeps every local, and 100k runs pay for them.)
+  Result<RunResult> interrupt_run(const std::vector<Task>& tasks, std::size_t k,
+                                  std::int32_t step) {
+    const std::string& name = g.nodes_[tasks[k].node].name;
+    if (nested) {
+      return Error(Errc::unsupported, "node '" + name +
+                                          "' called interrupt() inside a subgraph; interrupts "
+                                          "are supported only in the top-level graph");
+    }
+    if (!checkpointer) {
+      return Error(Errc::unsupported,
+                   "node '" + name +
+                       "' called interrupt(), which needs a checkpoint to resume from: set "
+                       "RunOptions.checkpointer and RunOptions.thread_id");
+    }
+    json::object info{{"node", name}, {"payload", *ctxs[k].interrupt_}};
+    if (auto s = save(std::vector<bool>(g.channels_.size()), tasks, step - 1, "interrupted", &info);
+        !s)
+      return std::move(s).error();
+    RunResult out = result(step - 1);
+    out.interrupted = true;
+    out.interrupted_node = name;
+    out.interrupt_payload = std::move(*ctxs[k].interrupt_);
+    return out;
+  }
+
+  // Event pushes live in their own coroutines so that run()'s frame stays small.
+  asio::awaitable<void> push_started(const std::vector<Task>& tasks, std::int32_t step) {
+    for (const auto& t : tasks) {
+      Event e = event(EventKind::node_started, g.nodes_[t.node].name, step,
+                      json::value(t.input, json::storage_ptr()));
+      co_await push(std::move(e));
+    }
+  }
+
+  // The node's custom events in emit order, then its node_finished with its (offloaded) writes.
+  asio::awaitable<void> push_finished(const Task& t, NodeContext& ctx, const Update& u,
+                                      std::int32_t step) {
+    const std::string& name = g.nodes_[t.node].name;
+    for (std::size_t k = 0; k < ctx.emitted_.size(); ++k) {
+      Event e = event(EventKind::custom, name, step, std::move(ctx.emitted_[k].second));
+      e.name = std::move(ctx.emitted_[k].first);
+      co_await push(std::move(e));
+    }
+    ctx.emitted_.clear();
+    json::object w;
+    for (const auto& kv : u.writes) w[kv.first] = json::value(kv.second, json::storage_ptr());
+    Event e = event(EventKind::node_finished, name, step, std::move(w));
+    co_await push(std::move(e));
+  }
+
+  asio::awaitable<void> push_run_started(const json::object& input, const json::value* resume) {
+    json::value data = resume ? json::value(*resume, json::storage_ptr())
+                              : json::value(input, json::storage_ptr());
+    Event e = event(EventKind::run_started, {}, 0, std::move(data));
+    co_await push(std::move(e));
+  }
+
+  asio::awaitable<void> push_state(std::int32_t step) {
+    Event e = event(EventKind::state, {}, step, StateView(g, st).to_object());
+    co_await push(std::move(e));
   }
 
   // Restores the thread's state from its latest checkpoint; an unfinished one also gives the
@@ -1282,6 +1360,38 @@ struct Runner {
 
 // --- runtime --------------------------------------------------------------------------------
 
+namespace {
+
+// The stream's last event: run_finished, run_failed or run_interrupted.
+asio::awaitable<void> push_final(std::shared_ptr<EventStream::Impl> events, std::string run_id,
+                                 const Result<RunResult>& result) {
+  Event e;
+  e.run_id = std::move(run_id);
+  if (!result) {
+    e.kind = EventKind::run_failed;
+    e.data =
+        json::object{{"code", errc_name(result.error().code)}, {"message", result.error().message}};
+  } else if (result->interrupted) {
+    e.kind = EventKind::run_interrupted;
+    e.node = result->interrupted_node;
+    e.step = result->steps + 1;
+    e.data = json::object{{"payload", json::value(result->interrupt_payload, json::storage_ptr())}};
+  } else {
+    e.kind = EventKind::run_finished;
+    e.step = result->steps;
+    e.data = json::object{{"steps", result->steps}};
+  }
+  co_await push_event(std::move(events), std::move(e));
+}
+
+asio::awaitable<void> push_final(std::shared_ptr<EventStream::Impl> events, std::string run_id,
+                                 Error error) {
+  Result<RunResult> r = std::move(error);
+  co_await push_final(std::move(events), std::move(run_id), r);
+}
+
+}  // namespace
+
 GraphRuntime::GraphRuntime(RuntimeOptions options)
     : options_(options),
       admission_(std::make_unique<Limiter>(
@@ -1326,14 +1436,7 @@ asio::awaitable<Result<RunResult>> GraphRuntime::async_run(
   options.events.reset();
   auto permit = co_await admission_->async_acquire();
   if (!permit) {
-    if (events) {
-      Event e;
-      e.kind = EventKind::run_failed;
-      e.run_id = options.run_id;
-      e.data = json::object{{"code", errc_name(permit.error().code)},
-                            {"message", permit.error().message}};
-      co_await push_event(events, std::move(e));
-    }
+    if (events) co_await push_final(events, options.run_id, permit.error());
     co_return std::move(permit).error();
   }
   std::string run_id =
@@ -1349,12 +1452,7 @@ asio::awaitable<Result<RunResult>> GraphRuntime::async_run(
     r.events = events;
     r.stream_state = options.stream_state;
     try {
-      if (events) {
-        json::value data = resume_value ? json::value(*resume_value, json::storage_ptr())
-                                        : json::value(input, json::storage_ptr());
-        Event e = r.event(EventKind::run_started, {}, 0, std::move(data));
-        co_await r.push(std::move(e));
-      }
+      if (events) co_await r.push_run_started(input, resume_value);
       result = co_await r.run(std::move(input));
     } catch (const Exception& e) {  // e.g. the run's state went over its memory limit
       result = e.error();
@@ -1362,26 +1460,7 @@ asio::awaitable<Result<RunResult>> GraphRuntime::async_run(
   }
   if (!result && options_.artifacts)
     options_.artifacts->release_owner(run_id);  // a failed run keeps nothing
-  if (events) {
-    Event e;
-    e.run_id = run_id;
-    if (!result) {
-      e.kind = EventKind::run_failed;
-      e.data = json::object{{"code", errc_name(result.error().code)},
-                            {"message", result.error().message}};
-    } else if (result->interrupted) {
-      e.kind = EventKind::run_interrupted;
-      e.node = result->interrupted_node;
-      e.step = result->steps + 1;
-      e.data =
-          json::object{{"payload", json::value(result->interrupt_payload, json::storage_ptr())}};
-    } else {
-      e.kind = EventKind::run_finished;
-      e.step = result->steps;
-      e.data = json::object{{"steps", result->steps}};
-    }
-    co_await push_event(events, std::move(e));
-  }
+  if (events) co_await push_final(events, run_id, result);
   co_return result;
 }
 
