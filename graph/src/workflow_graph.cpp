@@ -246,6 +246,7 @@ Result<WorkflowGraph> build_workflow_graph(const WorkflowSpec& spec, ModelCall m
     o.default_value = c.default_value;
     o.max_items = c.max_items;
     o.max_messages = c.window_max_messages;
+    o.max_tokens = c.window_max_tokens;
     b.add_channel(c.name, std::move(o));
   }
   auto tool_of = [&](const std::string& name) -> const ToolSpecEntry* {

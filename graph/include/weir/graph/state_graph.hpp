@@ -12,6 +12,12 @@
 // and replaced by a reference. A cap that is hit ends the run with a typed error naming the
 // cap, its value and the node(s); the run's memory and artifacts are released.
 //
+// Streaming (RunOptions::events, see events.hpp), human-in-the-loop interrupts
+// (NodeContext::interrupt + GraphRuntime::async_resume, which need a checkpointer), subgraphs
+// (add_subgraph: a compiled graph run as one node) and token-bounded message windows with an
+// archive and a rolling summary (ChannelOptions::max_tokens / summarize) are described where
+// they are declared below.
+//
 // Thread safety: a CompiledGraph is immutable and shared by every run. Node functions of one
 // run never run at the same time on two threads (one strand per run); different runs may call
 // the same node function concurrently.
@@ -31,6 +37,7 @@
 #include <boost/json/object.hpp>
 #include <boost/json/value.hpp>
 
+#include "weir/graph/events.hpp"
 #include "weir/graph/workflow.hpp"
 #include "weir/runtime/error.hpp"
 
@@ -90,8 +97,25 @@ class NodeContext {
   // The bytes of an artifact reference found in state (or [offset, offset+length) of them).
   Result<std::string> fetch(const boost::json::value& ref, std::uint64_t offset = 0,
                             std::uint64_t length = UINT64_MAX) const;
-  // Charges model tokens to the run's token budget. Error: token_budget_exceeded.
+  // Charges model tokens to the run's token budget. Error: token_budget_exceeded. In a
+  // subgraph the charge counts against the parent run's budget (one budget per top-level run).
   Status charge_tokens(std::int64_t n);
+
+  // A custom event: delivered to the run's EventStream after this node returns, before its
+  // node_finished, in emit order. A no-op (nothing is built) when the run does not stream.
+  void emit(std::string name, boost::json::value data);
+
+  // Suspends the run (human in the loop): `return ctx.interrupt(payload);`. The run stops after
+  // this superstep with the step's writes discarded (every node of the step), writes an
+  // "interrupted" checkpoint and returns a RunResult with interrupted = true (not an error).
+  // GraphRuntime::async_resume(graph, thread, value) re-runs that step with resume_value()
+  // == value for this node. The returned Error has code `interrupted`; returning any other
+  // error after calling interrupt() fails the node as usual. A run without a checkpointer (and
+  // a subgraph's nodes) cannot be interrupted: the run fails with `unsupported`.
+  Error interrupt(boost::json::value payload);
+  // The value given to async_resume, for the node that interrupted and only in the step that
+  // is re-run; null otherwise (a first run).
+  const boost::json::value* resume_value() const { return resume_; }
 
  private:
   friend class GraphRuntime;
@@ -101,6 +125,10 @@ class NodeContext {
   ArtifactStore* artifacts_ = nullptr;
   std::int64_t* tokens_used_ = nullptr;
   std::int64_t token_budget_ = 0;
+  bool streaming_ = false;
+  std::vector<std::pair<std::string, boost::json::value>> emitted_;
+  std::optional<boost::json::value> interrupt_;
+  const boost::json::value* resume_ = nullptr;
 };
 
 using SyncNode = std::function<Result<Update>(const StateView&, NodeContext&)>;
@@ -111,12 +139,39 @@ using Router = std::function<std::vector<std::string>(const StateView&)>;
 using ReducerFn =
     std::function<Result<boost::json::value>(const boost::json::value&, const boost::json::value&)>;
 
+// Tokens of one message's text (its "content" when that is a string, else the message as JSON).
+using TokenCounter = std::function<std::int64_t(std::string_view text)>;
+// (previous summary, "" at first; the messages evicted now, oldest first) -> the new summary.
+// Runs on the run's strand between supersteps; its time counts against the run's deadline.
+using SummarizeFn = std::function<boost::asio::awaitable<Result<std::string>>(
+    std::string previous_summary, boost::json::array evicted)>;
+
+// A messages channel's window. Layout of the value:
+//   [leading system message(s)] [summary marker?] turns...
+// The leading messages with role "system" are always kept. When the window is over max_messages
+// (messages, the marker not counted) or max_tokens (the sum over every message, system and
+// marker included), the oldest turns are evicted, never the newest one. When the run has an
+// ArtifactStore or `summarize` is set, the evicted turns leave a marker right after the system
+// prompt:
+//   {"role":"system","name":"summary","content":<summary>,"archived":<turns evicted so far>,
+//    "archive":{"$artifact":...}}
+// `archive` (only with an ArtifactStore) references every evicted turn so far as JSON Lines
+// (one message per line, oldest first; owned by the run; each eviction replaces the artifact
+// with the old lines plus the new ones). `content` is the summarize hook's text capped at
+// max_summary_bytes (cut at a UTF-8 boundary, ending in "... [summary truncated]"), or without
+// a hook "[N earlier messages archived]". A failing hook keeps the previous summary, logs a
+// warning and sends a `warning` event; the run goes on. Without artifacts and hook the evicted
+// turns are dropped (the window of main before this option existed).
 struct ChannelOptions {
   ReducerKind reducer = ReducerKind::last_value;
   std::optional<boost::json::value> default_value;
   std::optional<std::int64_t> max_items;     // append: oldest dropped beyond it
   std::optional<std::int64_t> max_messages;  // messages: window, the system message kept
   ReducerFn custom;                          // overrides `reducer` when set
+  std::optional<std::int64_t> max_tokens;    // messages: window by tokens
+  TokenCounter token_counter;                // default: (bytes + 3) / 4
+  SummarizeFn summarize;                     // rolling summary of evicted turns
+  std::size_t max_summary_bytes = 2048;
 };
 
 struct NodeOptions {
@@ -134,6 +189,17 @@ struct GraphLimits {
   std::int64_t token_budget = 0;  // 0: none
 };
 
+// How a subgraph node (StateGraph::add_subgraph) connects to its parent's channels.
+struct SubgraphOptions {
+  // parent channel -> child channel, copied in before the child runs. Empty: every channel
+  // name both graphs have.
+  std::vector<std::pair<std::string, std::string>> input;
+  // child channel -> parent channel, written back when the child finishes. Empty: every
+  // channel name both graphs have.
+  std::vector<std::pair<std::string, std::string>> output;
+  std::optional<GraphLimits> limits;  // the child's limits instead of its compiled ones
+};
+
 class StateGraph {
  public:
   StateGraph& add_channel(std::string name, ChannelOptions options = {});
@@ -147,6 +213,16 @@ class StateGraph {
   // is then reachable). A Send invocation follows its node's edges like any other (fan-in: the
   // next step runs each target once, after every invocation of the step).
   StateGraph& add_sends(std::string from, std::vector<std::string> targets);
+  // A node that runs the compiled graph `sub` as a child run: its input channels are copied in
+  // (through the child's reducers), it runs to END under its own limits, and its output
+  // channels are written back as this node's update (through the parent's reducers; for an
+  // append/messages parent channel only the items the child added after the copied-in ones).
+  // The child shares the parent run's token budget, artifact owner, memory budget and event
+  // stream (names prefixed "name/"); it has no checkpoints. A child error fails this node,
+  // with its code kept and the message prefixed "node '<name>': ". REQUIRES: sub != nullptr.
+  // Errors (compile): a mapped channel missing in the parent or the child.
+  StateGraph& add_subgraph(std::string name, std::shared_ptr<const CompiledGraph> sub,
+                           SubgraphOptions opts = {});
 
   // Errors: invalid_workflow listing every problem (unknown nodes, nodes unreachable from
   // START or unable to reach END, duplicate names).
@@ -154,11 +230,14 @@ class StateGraph {
 
  private:
   friend class CompiledGraph;
+  friend struct Runner;
+  struct SubgraphDef;
   struct NodeDef {
     std::string name;
     SyncNode sync;
     AsyncNode async;
     NodeOptions options;
+    std::shared_ptr<const SubgraphDef> sub;  // set for add_subgraph nodes
   };
   struct EdgeDef {
     std::string from;
@@ -196,6 +275,12 @@ class CompiledGraph {
   std::optional<std::size_t> node_index(std::string_view name) const;
 };
 
+struct StateGraph::SubgraphDef {
+  std::shared_ptr<const CompiledGraph> graph;
+  SubgraphOptions options;
+  std::vector<std::pair<std::size_t, std::size_t>> in, out;  // resolved by compile()
+};
+
 struct RunResult {
   boost::json::object state;
   std::int32_t steps = 0;
@@ -204,6 +289,11 @@ struct RunResult {
   std::size_t offloaded = 0;  // values moved to the artifact store
   bool resumed = false;       // continued an unfinished checkpoint
   std::string checkpoint_id;  // the last checkpoint written (empty without a checkpointer)
+  // The run stopped at NodeContext::interrupt (not an error): `state` is the state before the
+  // interrupted step; continue with GraphRuntime::async_resume.
+  bool interrupted = false;
+  std::string interrupted_node;
+  boost::json::value interrupt_payload;
 };
 
 class Checkpointer;
@@ -215,8 +305,13 @@ struct RunOptions {
   // (a crash, a failed node) resumes it: state restored, the pending nodes run next. A thread
   // whose last run finished starts a new run from START on top of its state (a chat's next
   // turn). REQUIRES: the checkpointer outlives the run.
+  // A thread whose latest checkpoint is "interrupted" is refused (invalid_argument): use
+  // async_resume. Checkpointer::list(thread_id) lists a thread's checkpoints, newest first.
   Checkpointer* checkpointer = nullptr;
   std::string thread_id;
+  // Streaming (see events.hpp): null = off. The run keeps no owning reference to the stream.
+  std::shared_ptr<EventStream> events;
+  bool stream_state = false;  // also a `state` event after every superstep
 };
 
 struct RuntimeOptions {
@@ -244,10 +339,24 @@ class GraphRuntime {
                                                          boost::json::object input) {
     return async_invoke(std::move(graph), std::move(input), RunOptions{});
   }
+  // Continues an interrupted thread: restores its state and re-runs the interrupted superstep
+  // with NodeContext::resume_value() == `resume_value` for the node that interrupted, then runs
+  // on to END (or the next interrupt). options.thread_id is set to `thread_id`. Errors:
+  // unsupported (no options.checkpointer), not_found (the thread has no checkpoint),
+  // invalid_argument ("thread 't1' is not interrupted (its last run finished)" / "... (its
+  // last run stopped unfinished; async_invoke continues it)"), then those of async_invoke.
+  boost::asio::awaitable<Result<RunResult>> async_resume(std::shared_ptr<const CompiledGraph> graph,
+                                                         std::string thread_id,
+                                                         boost::json::value resume_value,
+                                                         RunOptions options);
   std::size_t active_runs() const;
   std::size_t queued_runs() const;
 
  private:
+  // The run behind async_invoke and async_resume (resume_value null for async_invoke).
+  boost::asio::awaitable<Result<RunResult>> async_run(std::shared_ptr<const CompiledGraph> graph,
+                                                      boost::json::object input, RunOptions options,
+                                                      const boost::json::value* resume_value);
   RuntimeOptions options_;
   std::unique_ptr<Limiter> admission_;
   std::atomic<std::uint64_t> next_run_{0};

@@ -1,0 +1,193 @@
+// Messages channels bounded by tokens or count: the system prompt stays, evicted turns go to an
+// archive artifact and into a bounded rolling summary; a failing summary hook is survived.
+#include <gtest/gtest.h>
+#include <boost/json.hpp>
+
+#include "graph_test_util.hpp"
+#include "weir/runtime/artifact_store.hpp"
+
+namespace weir::graph {
+namespace {
+
+namespace asio = boost::asio;
+namespace json = boost::json;
+using testing::run;
+using testing::run_with;
+
+json::object msg(std::string role, std::string content) {
+  return json::object{{"role", role}, {"content", content}};
+}
+
+// "turn-3" padded with dots to `width` bytes.
+std::string turn_text(std::int64_t i, std::size_t width) {
+  std::string s = "turn-" + std::to_string(i);
+  s.resize(width, '.');
+  return s;
+}
+
+// One node appending turn i (of `turns`, each `width` bytes) per superstep.
+std::shared_ptr<const CompiledGraph> chat(ChannelOptions messages, int turns,
+                                          std::size_t width = 10) {
+  messages.reducer = ReducerKind::messages;
+  StateGraph b;
+  b.add_channel("messages", std::move(messages));
+  b.add_channel("i", {.default_value = 0});
+  b.add_node("talk", [width](const StateView& s, NodeContext&) -> Result<Update> {
+    const std::int64_t i = s.get("i").as_int64();
+    return Update().set("messages", msg("user", turn_text(i, width))).set("i", i + 1);
+  });
+  b.add_edge("START", "talk");
+  b.add_conditional_edges(
+      "talk",
+      [turns](const StateView& s) {
+        return std::vector<std::string>{s.get("i").as_int64() < turns ? "talk" : "END"};
+      },
+      {"talk", "END"});
+  return *b.compile({.recursion_limit = 100});
+}
+
+std::int64_t bytes_counter(std::string_view text) {
+  return static_cast<std::int64_t>(text.size());
+}
+
+std::int64_t total_tokens(const json::array& arr) {
+  std::int64_t n = 0;
+  for (const auto& m : arr) n += static_cast<std::int64_t>(m.at("content").as_string().size());
+  return n;
+}
+
+// The archive artifact's JSON Lines, parsed.
+std::vector<std::string> archived_contents(ArtifactStore& store, const json::value& marker) {
+  auto ref = ArtifactRef::from_json(marker.at("archive"));
+  EXPECT_TRUE(ref);
+  if (!ref) return {};
+  EXPECT_EQ(ref->media_type, "application/x-ndjson");
+  auto text = store.get(ref->id);
+  EXPECT_TRUE(text);
+  std::vector<std::string> out;
+  std::size_t pos = 0;
+  while (text && pos < text->size()) {
+    auto end = text->find('\n', pos);
+    out.push_back(std::string(json::parse(text->substr(pos, end - pos)).at("content").as_string()));
+    pos = end + 1;
+  }
+  return out;
+}
+
+TEST(MessageWindow, TokenWindowKeepsTheSystemPromptAndArchivesEvictedTurns) {
+  auto store = *ArtifactStore::open({{}, 64u << 20, 0, 100, nullptr});
+  auto g = chat({.max_tokens = 100, .token_counter = bytes_counter}, 12, 10);
+  GraphRuntime rt({.artifacts = store.get()});
+  auto r = run(rt, g, {{"messages", json::array{msg("system", "Be terse.")}}});
+  ASSERT_TRUE(r) << r.error().message;
+  const json::array& arr = r->state.at("messages").as_array();
+  ASSERT_GE(arr.size(), 3u);
+  EXPECT_EQ(arr[0], msg("system", "Be terse."));
+  const json::value& marker = arr[1];
+  EXPECT_EQ(marker.at("role"), "system");
+  EXPECT_EQ(marker.at("name"), "summary");
+  const std::int64_t archived = marker.at("archived").as_int64();
+  EXPECT_EQ(marker.at("content").as_string(),
+            "[" + std::to_string(archived) + " earlier messages archived]");
+  // 9 (prompt) + 29 (marker) + 10 per turn <= 100: the newest 6 turns stay.
+  EXPECT_LE(total_tokens(arr), 100);
+  EXPECT_EQ(archived, 6);
+  ASSERT_EQ(arr.size(), 2u + 6u);
+  for (std::size_t k = 2; k < arr.size(); ++k)
+    EXPECT_EQ(arr[k].at("content").as_string(),
+              turn_text(static_cast<std::int64_t>(archived + k - 2), 10));
+  // The archive holds every evicted turn, oldest first.
+  std::vector<std::string> expected;
+  for (std::int64_t i = 0; i < archived; ++i) expected.push_back(turn_text(i, 10));
+  EXPECT_EQ(archived_contents(*store, marker), expected);
+}
+
+TEST(MessageWindow, WithoutArtifactsOrHookEvictedTurnsAreDropped) {
+  auto g = chat({.max_messages = 3}, 5);
+  GraphRuntime rt;
+  auto r = run(rt, g, {{"messages", json::array{msg("system", "S")}}});
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(json::serialize(r->state.at("messages")),
+            R"([{"role":"system","content":"S"},{"role":"user","content":"turn-3...."},)"
+            R"({"role":"user","content":"turn-4...."}])");
+}
+
+struct HookLog {
+  std::vector<std::string> previous;
+  std::vector<std::size_t> evicted;
+  int fail_on_call = 0;  // 1-based; 0 = never
+};
+
+SummarizeFn joining_hook(std::shared_ptr<HookLog> log) {
+  return [log](std::string previous, json::array evicted) -> asio::awaitable<Result<std::string>> {
+    log->previous.push_back(previous);
+    log->evicted.push_back(evicted.size());
+    if (static_cast<int>(log->previous.size()) == log->fail_on_call)
+      co_return Error(Errc::model_error, "the summarizer is down");
+    std::string s = previous;
+    for (const auto& m : evicted)
+      s += (s.empty() ? "" : "+") + std::string(m.at("content").as_string()).substr(0, 6);
+    co_return s;
+  };
+}
+
+// The count window with a summary hook: called with the previous summary each time, its text
+// kept right after the system prompt and capped at max_summary_bytes with a note.
+TEST(MessageWindow, SummaryHookFoldsEvictedTurnsAndIsBounded) {
+  auto store = *ArtifactStore::open({{}, 64u << 20, 0, 100, nullptr});
+  auto log = std::make_shared<HookLog>();
+  auto g = chat({.max_messages = 3, .summarize = joining_hook(log), .max_summary_bytes = 40}, 12);
+  GraphRuntime rt({.artifacts = store.get()});
+  auto r = run(rt, g, {{"messages", json::array{msg("system", "S")}}});
+  ASSERT_TRUE(r) << r.error().message;
+  const json::array& arr = r->state.at("messages").as_array();
+  ASSERT_EQ(arr.size(), 4u);  // prompt, marker, the newest 2 turns (3 counting the prompt)
+  EXPECT_EQ(arr[0], msg("system", "S"));
+  EXPECT_EQ(arr[2].at("content").as_string(), turn_text(10, 10));
+  EXPECT_EQ(arr[3].at("content").as_string(), turn_text(11, 10));
+  EXPECT_EQ(arr[1].at("archived"), 10);
+  // One eviction per step from the 3rd turn on; each call sees the previous (capped) summary.
+  ASSERT_EQ(log->previous.size(), 10u);
+  EXPECT_EQ(log->previous[0], "");
+  EXPECT_EQ(log->previous[1], "turn-0");
+  EXPECT_EQ(log->previous[2], "turn-0+turn-1");
+  EXPECT_EQ(log->evicted, std::vector<std::size_t>(10, 1));
+  const std::string summary(arr[1].at("content").as_string());
+  EXPECT_LE(summary.size(), 40u);
+  EXPECT_EQ(summary, "turn-0+turn-1+tur... [summary truncated]");  // 17 + 23 bytes
+  EXPECT_EQ(archived_contents(*store, arr[1]).size(), 10u);
+}
+
+// A hook that fails keeps the previous summary; the run goes on and says so in a warning event.
+TEST(MessageWindow, AFailingSummaryHookDoesNotKillTheRun) {
+  auto log = std::make_shared<HookLog>();
+  log->fail_on_call = 2;
+  auto g = chat({.max_messages = 2, .summarize = joining_hook(log)}, 4);
+  auto events = std::make_shared<EventStream>();
+  std::vector<Event> warnings;
+  auto consumer = [&]() -> asio::awaitable<void> {
+    while (auto e = co_await events->async_next()) {
+      if (e->kind == EventKind::warning) warnings.push_back(std::move(*e));
+    }
+  };
+  GraphRuntime rt;  // no artifact store: the summary alone
+  auto r = run_with(rt, g, {{"messages", json::array{msg("system", "S")}}},
+                    {.run_id = "r1", .events = events}, consumer);
+  ASSERT_TRUE(r) << r.error().message;
+  ASSERT_EQ(log->previous.size(), 3u);
+  EXPECT_EQ(log->previous[2], "turn-0");  // the failed call left the summary as it was
+  const json::array& arr = r->state.at("messages").as_array();
+  ASSERT_EQ(arr.size(), 3u);
+  EXPECT_EQ(arr[1].at("content").as_string(), "turn-0+turn-2");
+  EXPECT_EQ(arr[1].at("archived"), 3);
+  EXPECT_FALSE(arr[1].as_object().contains("archive"));
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_EQ(warnings[0].step, 3);
+  EXPECT_EQ(json::serialize(warnings[0].data),
+            R"({"code":"model_error","message":"run r1: channel 'messages': the summarize hook )"
+            R"(failed (model_error: the summarizer is down); keeping the previous summary",)"
+            R"("channel":"messages"})");
+}
+
+}  // namespace
+}  // namespace weir::graph

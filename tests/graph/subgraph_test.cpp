@@ -1,0 +1,146 @@
+// Subgraphs: channel mapping in and out, the child's own caps, shared token budget, events.
+#include <gtest/gtest.h>
+#include <boost/json.hpp>
+
+#include "graph_test_util.hpp"
+
+namespace weir::graph {
+namespace {
+
+namespace json = boost::json;
+using testing::run;
+using testing::run_with;
+
+// question -> plan -> write -> answer; notes collects what each node did.
+std::shared_ptr<const CompiledGraph> research_graph(std::int64_t tokens_per_node = 0) {
+  StateGraph b;
+  b.add_channel("question", {});
+  b.add_channel("notes", {.reducer = ReducerKind::append});
+  b.add_channel("answer", {});
+  b.add_node("plan", [=](const StateView& s, NodeContext& c) -> Result<Update> {
+    if (auto st = c.charge_tokens(tokens_per_node); !st) return st.error();
+    c.emit("planning", s.get("question"));
+    return Update().set("notes",
+                        json::string("plan for " + std::string(s.get("question").as_string())));
+  });
+  b.add_node("write", [=](const StateView& s, NodeContext& c) -> Result<Update> {
+    if (auto st = c.charge_tokens(tokens_per_node); !st) return st.error();
+    return Update()
+        .set("answer", json::string("answer to " + std::string(s.get("question").as_string())))
+        .set("notes", "written");
+  });
+  b.add_edge("START", "plan").add_edge("plan", "write").add_edge("write", "END");
+  return *b.compile();
+}
+
+TEST(Subgraph, MapsChannelsInAndOut) {
+  StateGraph p;
+  p.add_channel("topic", {});
+  p.add_channel("report", {});
+  p.add_channel("notes", {.reducer = ReducerKind::append});
+  p.add_subgraph("research", research_graph(),
+                 {.input = {{"topic", "question"}, {"notes", "notes"}},
+                  .output = {{"answer", "report"}, {"notes", "notes"}}});
+  p.add_node("review", [](const StateView& s, NodeContext&) -> Result<Update> {
+    return Update().set("notes",
+                        json::string("reviewed " + std::string(s.get("report").as_string())));
+  });
+  p.add_edge("START", "research").add_edge("research", "review").add_edge("review", "END");
+  auto g = p.compile();
+  ASSERT_TRUE(g) << g.error().message;
+  auto events = std::make_shared<EventStream>();
+  std::vector<std::string> nodes;
+  auto consumer = [&]() -> boost::asio::awaitable<void> {
+    while (auto e = co_await events->async_next()) {
+      if (e->kind == EventKind::node_started || e->kind == EventKind::custom)
+        nodes.push_back(std::string(event_kind_name(e->kind)) + " " + e->node);
+    }
+  };
+  GraphRuntime rt;
+  auto r = run_with(rt, *g, {{"topic", "tides"}, {"notes", "from the user"}}, {.events = events},
+                    consumer);
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->state.at("report"), "answer to tides");
+  // The child got the parent's notes and added two; only the two come back (no duplicates).
+  EXPECT_EQ(json::serialize(r->state.at("notes")),
+            R"(["from the user","plan for tides","written","reviewed answer to tides"])");
+  EXPECT_EQ(r->steps, 2);
+  EXPECT_EQ(nodes, (std::vector<std::string>{"node_started research", "node_started research/plan",
+                                             "custom research/plan", "node_started research/write",
+                                             "node_started review"}));
+}
+
+// Without maps, the channels both graphs have are shared by name.
+TEST(Subgraph, SameNamedChannelsByDefault) {
+  StateGraph p;
+  p.add_channel("question", {});
+  p.add_channel("answer", {});
+  p.add_channel("unrelated", {.default_value = 7});
+  p.add_subgraph("research", research_graph());
+  p.add_edge("START", "research").add_edge("research", "END");
+  GraphRuntime rt;
+  auto r = run(rt, *p.compile(), {{"question", "wind"}});
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->state.at("answer"), "answer to wind");
+  EXPECT_EQ(r->state.at("unrelated"), 7);
+}
+
+// The child runs under its own caps; its error fails the subgraph node, code kept, message
+// prefixed with the node's name.
+TEST(Subgraph, ChildCapErrorNamesTheSubgraphNode) {
+  StateGraph c;
+  c.add_channel("n", {.default_value = 0});
+  c.add_node("loop", [](const StateView& s, NodeContext&) -> Result<Update> {
+    return Update().set("n", s.get("n").as_int64() + 1);
+  });
+  c.add_edge("START", "loop");
+  c.add_conditional_edges("loop", [](const StateView&) { return std::vector<std::string>{"loop"}; },
+                          {"loop", "END"});
+  auto child = *c.compile();  // recursion_limit 25
+  StateGraph p;
+  p.add_channel("n", {.default_value = 0});
+  p.add_subgraph("research", child, {.limits = GraphLimits{.recursion_limit = 5}});
+  p.add_edge("START", "research").add_edge("research", "END");
+  GraphRuntime rt;
+  auto r = run(rt, *p.compile(), {});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().to_string(),
+            "step_limit_exceeded: node 'research': run stopped after 5 supersteps "
+            "(recursion_limit=5); nodes active in the last step: loop; raise "
+            "limits.recursion_limit or add an exit condition");
+}
+
+// Tokens charged in the child count against the parent's budget.
+TEST(Subgraph, SharesTheParentsTokenBudget) {
+  StateGraph p;
+  p.add_channel("question", {});
+  p.add_channel("answer", {});
+  p.add_subgraph("research", research_graph(30));
+  p.add_edge("START", "research").add_edge("research", "END");
+  GraphRuntime rt;
+  auto ok = run(rt, *p.compile({.token_budget = 100}), {{"question", "q"}});
+  ASSERT_TRUE(ok) << ok.error().message;
+  EXPECT_EQ(ok->tokens_used, 60);
+  auto over = run(rt, *p.compile({.token_budget = 50}), {{"question", "q"}});
+  ASSERT_FALSE(over);
+  EXPECT_EQ(over.error().to_string(),
+            "token_budget_exceeded: node 'research': node 'write': run stopped in node 'write': "
+            "60 tokens used, over the token budget of 50 (limits.token_budget)");
+}
+
+TEST(Subgraph, CompileNamesUnknownMappedChannels) {
+  StateGraph p;
+  p.add_channel("topic", {});
+  p.add_subgraph("research", research_graph(),
+                 {.input = {{"topik", "question"}}, .output = {{"answr", "topic"}}});
+  p.add_edge("START", "research").add_edge("research", "END");
+  auto g = p.compile();
+  ASSERT_FALSE(g);
+  EXPECT_EQ(g.error().to_string(),
+            "invalid_workflow: subgraph node 'research': input maps channel 'topik', which the "
+            "parent graph does not have\nsubgraph node 'research': output maps channel 'answr', "
+            "which the subgraph does not have");
+}
+
+}  // namespace
+}  // namespace weir::graph
