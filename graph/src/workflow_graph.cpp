@@ -239,6 +239,28 @@ bool compare(const json::value& a, const std::string& op, const json::value& b) 
 }  // namespace
 
 Result<WorkflowGraph> build_workflow_graph(const WorkflowSpec& spec, ModelCall model_call) {
+  WorkflowHooks hooks;
+  hooks.model_call = std::move(model_call);
+  return build_workflow_graph(spec, std::move(hooks));
+}
+
+namespace {
+
+GraphLimits graph_limits(const LimitsSpec& l) {
+  GraphLimits limits;
+  if (l.recursion_limit) limits.recursion_limit = static_cast<std::int32_t>(*l.recursion_limit);
+  if (l.max_concurrency) limits.max_concurrency = static_cast<std::int32_t>(*l.max_concurrency);
+  if (l.deadline_ms) limits.deadline = std::chrono::milliseconds(*l.deadline_ms);
+  if (l.inline_limit) limits.inline_limit = static_cast<std::size_t>(*l.inline_limit);
+  if (l.max_state_bytes) limits.max_state_bytes = static_cast<std::size_t>(*l.max_state_bytes);
+  if (l.token_budget) limits.token_budget = *l.token_budget;
+  return limits;
+}
+
+}  // namespace
+
+Result<WorkflowGraph> build_workflow_graph(const WorkflowSpec& spec, WorkflowHooks hooks) {
+  const ModelCall& model_call = hooks.model_call;
   StateGraph b;
   for (const auto& c : spec.channels) {
     ChannelOptions o;
@@ -349,11 +371,109 @@ Result<WorkflowGraph> build_workflow_graph(const WorkflowSpec& spec, ModelCall m
                 return u;
               },
               opts);
+        } else if (t && hooks.tool_call) {
+          const std::string tool = t->name;
+          ToolCall call = hooks.tool_call;
+          b.add_async_node(
+              n.name,
+              [args, output, tool, call](StateView s,
+                                         NodeContext& c) -> asio::awaitable<Result<Update>> {
+                auto a = render_template(args, s, c.input(), {});
+                if (!a) co_return a.error();
+                if (!a->is_object())
+                  co_return Error(Errc::invalid_argument,
+                                  "tool '" + tool + "': args must render to an object");
+                auto op = call(tool, a->as_object(), c);
+                auto r = co_await std::move(op);
+                if (!r) co_return r.error();
+                Update u;
+                if (!output.empty()) u.set(output, std::move(*r));
+                co_return u;
+              },
+              opts);
         } else {
-          problems.push_back(
-              "node '" + n.name + "': the " + (t ? t->builtin : std::string("?")) +
-              " tool is not available in this build yet (available: lorem, calculator)");
+          problems.push_back("node '" + n.name + "': the " + (t ? t->builtin : std::string("?")) +
+                             " tool needs the tools layer (weir run provides it; in C++ use "
+                             "agents::build_workflow)");
         }
+        break;
+      }
+      case NodeKind::agent: {
+        if (!hooks.agent_call) {
+          problems.push_back("node '" + n.name +
+                             "': agent nodes need the agents layer (weir run provides it; in C++ "
+                             "use agents::build_workflow)");
+          break;
+        }
+        const std::string agent = str("agent"), input = str("input"), output = str("output");
+        AgentCall call = hooks.agent_call;
+        b.add_async_node(
+            n.name,
+            [agent, input, output, call](StateView s,
+                                         NodeContext& c) -> asio::awaitable<Result<Update>> {
+              json::value in = input.empty() ? json::value(s.to_object()) : s.get(input);
+              if (!c.input().is_null()) in = c.input();  // a map worker: the item
+              auto op = call(agent, std::move(in), c);
+              auto r = co_await std::move(op);
+              if (!r) co_return r.error();
+              Update u;
+              if (!output.empty()) u.set(output, std::move(*r));
+              co_return u;
+            },
+            opts);
+        break;
+      }
+      case NodeKind::interrupt: {
+        const json::value payload = p.contains("payload") ? p.at("payload") : json::value();
+        const std::string output = str("output");
+        b.add_node(
+            n.name,
+            [payload, output](const StateView& s, NodeContext& c) -> Result<Update> {
+              if (const json::value* v = c.resume_value()) {
+                Update u;
+                if (!output.empty()) u.set(output, *v);
+                return u;
+              }
+              auto shown = render_template(payload, s, c.input(), {});
+              if (!shown) return shown.error();
+              return c.interrupt(std::move(*shown));
+            },
+            opts);
+        break;
+      }
+      case NodeKind::subgraph: {
+        auto it = spec.subgraphs.find(n.name);
+        if (it == spec.subgraphs.end() || !it->second) {
+          problems.push_back("node '" + n.name + "': its subgraph file was not loaded");
+          break;
+        }
+        auto child = build_workflow_graph(*it->second, hooks);
+        if (!child) {
+          problems.push_back("node '" + n.name + "': " + child.error().message);
+          break;
+        }
+        SubgraphOptions so;
+        for (const char* key : {"input", "output"}) {
+          if (const auto* m = p.if_contains(key); m && m->is_object())
+            for (const auto& [from, to] : m->as_object())
+              (std::string(key) == "input" ? so.input : so.output)
+                  .emplace_back(std::string(from), std::string(to.as_string()));
+        }
+        if (const auto* l = p.if_contains("limits"); l && l->is_object()) {
+          GraphLimits gl = child->graph->limits();
+          const auto& lo = l->as_object();
+          auto get = [&](const char* k) -> std::optional<std::int64_t> {
+            const auto* v = lo.if_contains(k);
+            if (v && v->is_number()) return v->to_number<std::int64_t>();
+            return std::nullopt;
+          };
+          if (auto v = get("recursion_limit")) gl.recursion_limit = static_cast<std::int32_t>(*v);
+          if (auto v = get("max_concurrency")) gl.max_concurrency = static_cast<std::int32_t>(*v);
+          if (auto v = get("deadline_ms")) gl.deadline = std::chrono::milliseconds(*v);
+          if (auto v = get("token_budget")) gl.token_budget = *v;
+          so.limits = gl;
+        }
+        b.add_subgraph(n.name, child->graph, std::move(so));
         break;
       }
       case NodeKind::llm: {
@@ -397,7 +517,7 @@ Result<WorkflowGraph> build_workflow_graph(const WorkflowSpec& spec, ModelCall m
       }
       default:
         problems.push_back("node '" + n.name + "': kind '" + node_kind_name(n.kind) +
-                           "' is not runnable yet (runnable: set, router, map, tool, llm)");
+                           "' is not runnable");
     }
   }
   for (const auto& e : spec.edges) {
@@ -445,15 +565,8 @@ Result<WorkflowGraph> build_workflow_graph(const WorkflowSpec& spec, ModelCall m
     for (const auto& p : problems) msg += (msg.empty() ? "" : "\n") + spec.file.string() + ": " + p;
     return Error(Errc::invalid_workflow, msg);
   }
-  GraphLimits limits;
   const auto& l = spec.limits;
-  if (l.recursion_limit) limits.recursion_limit = static_cast<std::int32_t>(*l.recursion_limit);
-  if (l.max_concurrency) limits.max_concurrency = static_cast<std::int32_t>(*l.max_concurrency);
-  if (l.deadline_ms) limits.deadline = std::chrono::milliseconds(*l.deadline_ms);
-  if (l.inline_limit) limits.inline_limit = static_cast<std::size_t>(*l.inline_limit);
-  if (l.max_state_bytes) limits.max_state_bytes = static_cast<std::size_t>(*l.max_state_bytes);
-  if (l.token_budget) limits.token_budget = *l.token_budget;
-  auto g = b.compile(limits);
+  auto g = b.compile(graph_limits(l));
   if (!g) return Error(Errc::invalid_workflow, spec.file.string() + ": " + g.error().message);
   WorkflowGraph out;
   out.graph = *g;

@@ -1,4 +1,5 @@
 #include "weir/graph/workflow_graph.hpp"
+#include "weir/graph/checkpointer.hpp"
 
 #include <filesystem>
 #include <fstream>
@@ -11,6 +12,8 @@
 
 namespace weir::graph {
 namespace {
+
+namespace asio = boost::asio;
 
 namespace json = boost::json;
 namespace fs = std::filesystem;
@@ -57,22 +60,58 @@ TEST(WorkflowGraph, ExpressionsAreArithmeticOverChannels) {
   fs::remove_all(dir);
 }
 
-TEST(WorkflowGraph, KindsThatAreNotRunnableYetAreNamed) {
+TEST(WorkflowGraph, AgentNodesWithoutTheAgentsLayerAreNamed) {
   fs::path dir = fs::temp_directory_path() / ("weir_wg2_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   std::ofstream(dir / "a.json") << R"({"name": "a", "state": {"v": {}}, "agents": {"helper": {}},
-    "nodes": {"ask": {"kind": "interrupt", "output": "v"}, "who": {"kind": "agent", "agent": "helper"}},
-    "edges": [{"from": "START", "to": "ask"}, {"from": "ask", "to": "who"}, {"from": "who", "to": "END"}]})";
+    "nodes": {"who": {"kind": "agent", "agent": "helper"}},
+    "edges": [{"from": "START", "to": "who"}, {"from": "who", "to": "END"}]})";
   auto spec = load_workflow(dir / "a.json");
   ASSERT_TRUE(spec) << spec.error().message;
   auto built = build_workflow_graph(*spec);
   ASSERT_FALSE(built);
-  EXPECT_NE(built.error().message.find("node 'ask': kind 'interrupt' is not runnable yet "
-                                       "(runnable: set, router, map, tool, llm)"),
+  EXPECT_NE(built.error().message.find("node 'who': agent nodes need the agents layer (weir run "
+                                       "provides it; in C++ use agents::build_workflow)"),
             std::string::npos)
       << built.error().message;
-  EXPECT_NE(built.error().message.find("node 'who': kind 'agent' is not runnable yet"),
-            std::string::npos);
+  fs::remove_all(dir);
+}
+
+TEST(WorkflowGraph, InterruptNodeSuspendsAndResumeWritesTheValue) {
+  fs::path dir = fs::temp_directory_path() / ("weir_wg3_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::ofstream(dir / "a.json") << R"({"name": "a",
+    "state": {"draft": {"default": "text"}, "verdict": {}, "done": {"default": false}},
+    "nodes": {"ask": {"kind": "interrupt", "payload": {"review": "{{state.draft}}"}, "output": "verdict"},
+              "finish": {"kind": "set", "values": {"done": true}}},
+    "edges": [{"from": "START", "to": "ask"}, {"from": "ask", "to": "finish"}, {"from": "finish", "to": "END"}]})";
+  auto spec = load_workflow(dir / "a.json");
+  ASSERT_TRUE(spec) << spec.error().message;
+  auto built = build_workflow_graph(*spec);
+  ASSERT_TRUE(built) << built.error().message;
+  auto cp = make_memory_checkpointer();
+  GraphRuntime rt;
+  asio::io_context io;
+  Result<RunResult> first = Error(Errc::cancelled, "not run"), second = first;
+  auto task = [&]() -> asio::awaitable<void> {
+    RunOptions o;
+    o.checkpointer = cp.get();
+    o.thread_id = "t1";
+    json::object in;
+    first = co_await rt.async_invoke(built->graph, std::move(in), o);
+    json::value v = "approved";
+    second = co_await rt.async_resume(built->graph, "t1", std::move(v), o);
+  };
+  asio::co_spawn(io, task(), asio::detached);
+  io.run();
+  ASSERT_TRUE(first) << first.error().message;
+  EXPECT_TRUE(first->interrupted);
+  EXPECT_EQ(first->interrupted_node, "ask");
+  EXPECT_EQ(json::serialize(first->interrupt_payload), R"({"review":"text"})");
+  ASSERT_TRUE(second) << second.error().message;
+  EXPECT_FALSE(second->interrupted);
+  EXPECT_EQ(second->state.at("verdict"), "approved");
+  EXPECT_EQ(second->state.at("done"), true);
   fs::remove_all(dir);
 }
 
