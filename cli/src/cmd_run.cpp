@@ -17,6 +17,8 @@
 #include "args.hpp"
 #include "commands.hpp"
 #include "weir/agents/crew_file.hpp"
+#include "weir/agents/workflow.hpp"
+#include "weir/graph/checkpointer.hpp"
 #include "weir/graph/workflow_graph.hpp"
 #include "weir/inference/chat_template.hpp"
 #include "weir/inference/engine_async.hpp"
@@ -138,17 +140,6 @@ struct WorkflowEnv {
     env->spec = *load.spec;
     for (const auto& m : env->spec.models)
       env->models->paths[m.name] = model ? fs::path(*model) : m.path;
-    auto models = env->models;
-    auto built = graph::build_workflow_graph(
-        env->spec, [models](std::string m, std::string s, std::string p, std::int32_t n) {
-          return models->call(std::move(m), std::move(s), std::move(p), n);
-        });
-    if (!built) {
-      std::fprintf(stderr, "%s\n", built.error().message.c_str());
-      return nullptr;
-    }
-    env->built = std::move(*built);
-    env->graph = env->built.graph;
     BudgetLimits limits;
     const auto& mem = env->spec.limits.memory;
     auto set = [](std::optional<std::int64_t> v, std::size_t& dst) {
@@ -168,14 +159,121 @@ struct WorkflowEnv {
       return nullptr;
     }
     env->store = std::move(*store);
+    auto models = env->models;
+    agents::WorkflowServices services;
+    services.artifacts = env->store.get();
+    services.budget = env->budget.get();
+    if (model) services.model_override = fs::path(*model);
+    auto built = agents::build_workflow(
+        env->spec,
+        [models](std::string m, std::string s, std::string p, std::int32_t n) {
+          return models->call(std::move(m), std::move(s), std::move(p), n);
+        },
+        services);
+    if (!built) {
+      std::fprintf(stderr, "%s\n", built.error().message.c_str());
+      return nullptr;
+    }
+    env->built = std::move(*built);
+    env->graph = env->built.graph;
     return env;
   }
 };
 
+// Where a run keeps its checkpoints (--thread, --checkpoints) and whether it streams.
+struct RunTarget {
+  std::unique_ptr<graph::Checkpointer> checkpointer;
+  std::string thread;
+  bool stream = false;
+
+  bool open(const Flags& f, const char* command) {
+    stream = f.has("--stream");
+    if (auto t = f.get("--thread")) thread = *t;
+    if (thread.empty()) {
+      if (f.get("--checkpoints")) {
+        std::fprintf(stderr, "weir %s: --checkpoints needs --thread ID\n", command);
+        return false;
+      }
+      return true;
+    }
+    const fs::path db = f.get("--checkpoints").value_or("weir-checkpoints.db");
+    auto cp = graph::open_sqlite_checkpointer(db);
+    if (!cp) {
+      std::fprintf(stderr, "weir %s: %s\n", command, cp.error().message.c_str());
+      return false;
+    }
+    checkpointer = std::move(*cp);
+    return true;
+  }
+};
+
+json::value event_json(const graph::Event& e) {
+  json::object o{{"event", graph::event_kind_name(e.kind)}, {"step", e.step}};
+  if (!e.node.empty()) o["node"] = e.node;
+  if (!e.name.empty()) o["name"] = e.name;
+  if (!e.data.is_null()) o["data"] = e.data;
+  return o;
+}
+
+// Runs `start` (an invoke or a resume) with the target's checkpoints and streaming; prints the
+// events (one JSON line each, with --stream) and the result. Returns the exit code.
+template <class Start>
+int run_workflow(WorkflowEnv& env, RunTarget& target, const std::string& file, const char* command,
+                 Start start) {
+  graph::GraphRuntime runtime(env.runtime_options());
+  asio::io_context io;
+  Result<graph::RunResult> result = Error(Errc::cancelled, "not run");
+  graph::RunOptions opt;
+  opt.checkpointer = target.checkpointer.get();
+  opt.thread_id = target.thread;
+  if (target.stream) opt.events = std::make_shared<graph::EventStream>(64);
+  auto events = opt.events;
+  auto task = [&]() -> asio::awaitable<void> {
+    auto op = start(runtime, opt);
+    result = co_await std::move(op);
+  };
+  auto printer = [&]() -> asio::awaitable<void> {
+    while (auto e = co_await events->async_next())
+      std::printf("%s\n", json::serialize(event_json(*e)).c_str());
+  };
+  asio::co_spawn(io, task(), asio::detached);
+  if (events) asio::co_spawn(io, printer(), asio::detached);
+  io.run();
+  if (!result) {
+    std::fprintf(stderr, "weir %s: %s\n", command, result.error().to_string().c_str());
+    return result.error().is(Errc::overloaded) ? kExitOverloaded
+           : result.error().is(Errc::invalid_argument) || result.error().is(Errc::not_found)
+               ? kExitInvalidInput
+               : kExitRunFailed;
+  }
+  if (result->interrupted) {
+    std::printf("%s\n", json::serialize(json::object{{"interrupted", result->interrupted_node},
+                                                     {"payload", result->interrupt_payload},
+                                                     {"thread", target.thread}})
+                            .c_str());
+    std::fprintf(stderr,
+                 "weir %s: %s paused at node '%s' (thread '%s'); continue with:\n  weir resume "
+                 "%s --thread %s --value JSON\n",
+                 command, env.spec.name.c_str(), result->interrupted_node.c_str(),
+                 target.thread.c_str(), file.c_str(), target.thread.c_str());
+    return kExitOk;
+  }
+  std::printf("%s\n", json::serialize(result->state).c_str());
+  std::fprintf(stderr,
+               "weir %s: %s finished in %d supersteps; peak run state %s, %zu value%s moved to "
+               "artifacts\n",
+               command, env.spec.name.c_str(), result->steps,
+               format_bytes(result->peak_state_bytes).c_str(), result->offloaded,
+               result->offloaded == 1 ? "" : "s");
+  return kExitOk;
+}
+
 }  // namespace
 
 int cmd_run(Args args) {
-  Flags f("run", {"--input", "--model", "--instances", "--concurrency"}, {"--table"});
+  Flags f("run",
+          {"--input", "--model", "--instances", "--concurrency", "--thread", "--checkpoints"},
+          {"--table", "--stream"});
   if (!f.parse(args)) return kExitInvalidInput;
   if (f.positional().size() != 1) return f.fail("give one workflow file"), kExitInvalidInput;
   if (is_agents_file(f.positional()[0])) {
@@ -210,27 +308,37 @@ int cmd_run(Args args) {
              kExitInvalidInput;
     input = std::move(*parsed);
   }
-  graph::GraphRuntime runtime(env->runtime_options());
-  asio::io_context io;
-  Result<graph::RunResult> result = Error(Errc::cancelled, "not run");
-  auto task = [&]() -> asio::awaitable<void> {
-    result = co_await runtime.async_invoke(env->graph, input);
-  };
-  asio::co_spawn(io, task(), asio::detached);
-  io.run();
-  if (result) {
-    std::printf("%s\n", json::serialize(result->state).c_str());
-    std::fprintf(stderr,
-                 "weir run: %s finished in %d supersteps; peak run state %s, %zu value%s moved "
-                 "to artifacts\n",
-                 env->spec.name.c_str(), result->steps,
-                 format_bytes(result->peak_state_bytes).c_str(), result->offloaded,
-                 result->offloaded == 1 ? "" : "s");
-  } else {
-    std::fprintf(stderr, "weir run: %s\n", result.error().to_string().c_str());
-    code = result.error().is(Errc::overloaded) ? kExitOverloaded : kExitRunFailed;
+  RunTarget target;
+  if (!target.open(f, "run")) return kExitInvalidInput;
+  return run_workflow(*env, target, f.positional()[0], "run",
+                      [&](graph::GraphRuntime& rt, graph::RunOptions opt) {
+                        return rt.async_invoke(env->graph, input, std::move(opt));
+                      });
+}
+
+int cmd_resume(Args args) {
+  Flags f("resume", {"--thread", "--value", "--checkpoints", "--model"}, {"--stream"});
+  if (!f.parse(args)) return kExitInvalidInput;
+  if (f.positional().size() != 1) return f.fail("give one workflow file"), kExitInvalidInput;
+  if (!f.get("--thread")) return f.fail("--thread ID is required"), kExitInvalidInput;
+  json::value value;  // null when not given
+  if (auto v = f.get("--value")) {
+    auto parsed = parse_json(*v, "--value");
+    if (!parsed)
+      return std::fprintf(stderr, "weir resume: %s\n", parsed.error().message.c_str()),
+             kExitInvalidInput;
+    value = std::move(parsed->value);
   }
-  return code;
+  int code = kExitOk;
+  auto env = WorkflowEnv::open(f.positional()[0], f.get("--model"), "resume", code);
+  if (!env) return code;
+  RunTarget target;
+  if (!target.open(f, "resume")) return kExitInvalidInput;
+  return run_workflow(*env, target, f.positional()[0], "resume",
+                      [&](graph::GraphRuntime& rt, graph::RunOptions opt) {
+                        return rt.async_resume(env->graph, *f.get("--thread"), value,
+                                               std::move(opt));
+                      });
 }
 
 int cmd_batch(Args args) {

@@ -30,5 +30,6 @@ int cmd_generate(Args args);
 int cmd_inspect(Args args);
 int cmd_run(Args args);
 int cmd_batch(Args args);
+int cmd_resume(Args args);
 
 }  // namespace weir::cli

@@ -23,12 +23,16 @@ constexpr Command kCommands[] = {
      cmd_demo},
     {"run", "run a workflow file and print its final state as JSON",
      "usage: weir run FILE [--input JSON | --input @file.json] [--model PATH]\n"
+     "                [--thread ID [--checkpoints DB]] [--stream]\n"
      "                [--instances N] [--concurrency N] [--table]\n\n"
      "Runs a workflow, crew or group-chat file under its limits and prints the result as JSON\n"
      "on stdout; a summary goes to stderr. --model overrides every model's path (crews and\n"
      "group chats: --model, else WEIR_MODEL, else weir's random-weight model). Crew and group-\n"
      "chat files can run many instances at once (--instances, --concurrency), which prints a\n"
-     "summary table instead. Exit codes: 0 success, 1 invalid input, 2 run failed (typed\n"
+     "summary table instead. --thread keeps checkpoints (SQLite, default weir-checkpoints.db)\n"
+     "so a crashed or interrupted run continues (weir resume); --stream prints the run's\n"
+     "events as JSON lines before the result. Exit codes: 0 success (or paused at an\n"
+     "interrupt), 1 invalid input, 2 run failed (typed\n"
      "error on stderr), 3 overloaded.\n\n"
      "examples:\n  weir run samples/workflows/map_reduce.json\n"
      "  weir run samples/crews/research_crew.json --input '{\"topic\": \"paged attention\"}'\n",
@@ -43,6 +47,15 @@ constexpr Command kCommands[] = {
      "succeeded, 2 otherwise.\n\n"
      "example:\n  weir batch samples/workflows/map_reduce.json inputs.jsonl --concurrency 64\n",
      cmd_batch},
+    {"resume", "continue a workflow thread paused at an interrupt node",
+     "usage: weir resume FILE --thread ID [--value JSON] [--checkpoints DB] [--stream]\n\n"
+     "Continues thread ID of the workflow from its last checkpoint (SQLite, default\n"
+     "weir-checkpoints.db): the interrupt node that paused it receives --value (JSON; null\n"
+     "when absent) and the run goes on to END or the next interrupt. Works after a restart:\n"
+     "the state comes from the checkpoint file.\n\n"
+     "example:\n  weir run samples/workflows/human_review.json --thread t1\n"
+     "  weir resume samples/workflows/human_review.json --thread t1 --value '\"approve\"'\n",
+     cmd_resume},
     {"validate", "check workflow files and report every problem",
      "usage: weir validate FILE...\n\n"
      "Parses and validates each workflow file (docs/workflow-format.md) and reports every\n"

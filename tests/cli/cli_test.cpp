@@ -273,4 +273,64 @@ TEST(Cli, BatchRunsEveryLineAndReportsBadOnesWithoutStopping) {
   fs::remove(in);
 }
 
+TEST(Cli, HumanReviewPausesAndResumesFromTheCheckpointFile) {
+  const fs::path db = fs::temp_directory_path() / ("weir_cli_ckpt_" + std::to_string(::getpid()));
+  const std::string wf = sample("human_review.json").string();
+  const std::string at = " --thread t1 --checkpoints " + db.string();
+  auto first = weir("run " + wf + at);
+  ASSERT_EQ(first.code, 0) << first.err;
+  EXPECT_EQ(first.out,
+            "{\"interrupted\":\"review\",\"payload\":{\"question\":\"approve, or write what to "
+            "change\",\"draft\":\"A short note on bounded agent memory (revision 0).\"},"
+            "\"thread\":\"t1\"}\n");
+  EXPECT_NE(first.err.find("continue with:\n  weir resume " + wf + " --thread t1 --value JSON"),
+            std::string::npos)
+      << first.err;
+  // Each command is a new process: the state comes back from the checkpoint file.
+  auto again = weir("resume " + wf + at + " --value '\"shorter\"'");
+  ASSERT_EQ(again.code, 0) << again.err;
+  EXPECT_NE(again.out.find("(revision 1)"), std::string::npos) << again.out;
+  auto done = weir("resume " + wf + at + " --value '\"approve\"' --stream");
+  ASSERT_EQ(done.code, 0) << done.err;
+  EXPECT_EQ(done.out.rfind("{\"event\":\"run_started\"", 0), 0u) << done.out;
+  EXPECT_NE(done.out.find("{\"event\":\"node_finished\",\"step\":1,\"node\":\"review\",\"data\":"
+                          "{\"verdict\":\"approve\"}}"),
+            std::string::npos)
+      << done.out;
+  EXPECT_NE(done.out.find("\"notes\":[\"shorter\"],\"published\":true}\n"), std::string::npos)
+      << done.out;
+  auto over = weir("resume " + wf + at + " --value '\"approve\"'");
+  EXPECT_EQ(over.code, 1);
+  EXPECT_EQ(over.err,
+            "weir resume: invalid_argument: thread 't1' is not interrupted (its last run "
+            "finished)\n");
+  auto none = weir("run " + wf);
+  EXPECT_EQ(none.code, 2);
+  EXPECT_NE(none.err.find("unsupported"), std::string::npos) << none.err;
+  fs::remove(db);
+}
+
+TEST(Cli, WorkflowToolAndAgentNodesUseTheToolsAndAgentsLayers) {
+  const fs::path model = fs::path(WEIR_SHARED_DIR) / "models" / "stories260K-gqa.gguf";
+  if (!fs::exists(model)) GTEST_SKIP() << "fixture model absent";
+  const std::string data = std::string(WEIR_SOURCE_DIR) + "/samples/data";
+  auto wf = temp_file("agentflow.json", R"({"name": "agentflow",
+    "models": {"tiny": {"path": ")" + model.string() +
+                                            R"("}},
+    "tools": {"search": {"builtin": "doc_search", "root": ")" +
+                                            data + R"("}},
+    "agents": {"teller": {"role": "a storyteller", "model": "tiny", "max_iter": 2, "max_tokens_per_turn": 16}},
+    "state": {"query": {"default": "paged attention"}, "hits": {}, "story": {}},
+    "nodes": {"find": {"kind": "tool", "tool": "search", "args": {"query": "{{state.query}}", "k": 1}, "output": "hits"},
+              "tell": {"kind": "agent", "agent": "teller", "input": "query", "output": "story"}},
+    "edges": [{"from": "START", "to": "find"}, {"from": "find", "to": "tell"}, {"from": "tell", "to": "END"}]})");
+  auto r = weir("run " + wf.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto state = boost::json::parse(r.out).as_object();
+  EXPECT_NE(std::string(state.at("hits").as_string()).find("paged_attention.md"), std::string::npos)
+      << state.at("hits");
+  EXPECT_TRUE(state.at("story").is_string());
+  fs::remove(wf);
+}
+
 }  // namespace

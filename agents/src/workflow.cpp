@@ -1,0 +1,199 @@
+#include "weir/agents/workflow.hpp"
+
+#include <map>
+#include <mutex>
+
+#include <boost/json.hpp>
+
+#include "weir/agents/agent.hpp"
+#include "weir/runtime/artifact_store.hpp"
+#include "weir/runtime/memory_budget.hpp"
+#include "weir/tools/builtin.hpp"
+#include "weir/tools/doc_index.hpp"
+#include "weir/tools/registry.hpp"
+
+namespace weir::agents {
+
+namespace json = boost::json;
+namespace asio = boost::asio;
+namespace fs = std::filesystem;
+
+namespace {
+
+// What the hooks share; kept alive by the hooks themselves.
+struct Wiring {
+  WorkflowServices services;
+  std::shared_ptr<tools::ToolRegistry> tools = std::make_shared<tools::ToolRegistry>();
+  std::map<std::string, std::string> tool_names;  // workflow tool name -> registry name
+  std::map<std::string, fs::path> model_paths;
+  std::map<std::string, AgentSpec> agent_specs;
+  std::map<std::string, std::string> agent_models;
+  std::unique_ptr<graph::GraphRuntime> child;
+
+  std::mutex mu;
+  std::map<std::string, std::shared_ptr<const Agent>> agents;  // GUARDED_BY(mu), built on use
+
+  Result<std::shared_ptr<const Agent>> agent(const std::string& name) {
+    std::lock_guard lock(mu);
+    if (auto it = agents.find(name); it != agents.end()) return it->second;
+    auto spec = agent_specs.find(name);
+    if (spec == agent_specs.end()) return Error(Errc::not_found, "no agent named '" + name + "'");
+    const fs::path path = services.model_override.value_or(model_paths.at(agent_models.at(name)));
+    auto model = LocalChatModel::open(path, services.model_options);
+    if (!model) return std::move(model).error();
+    auto a = Agent::create(spec->second, *model, tools);
+    if (!a) return std::move(a).error();
+    agents[name] = *a;
+    return *a;
+  }
+
+  asio::awaitable<Result<json::value>> call_tool(std::string tool, json::object args,
+                                                 graph::NodeContext& ctx) {
+    tools::ToolContext tctx;
+    tctx.artifacts = ctx.artifacts() ? ctx.artifacts() : services.artifacts;
+    tctx.owner = std::string(ctx.run_id());
+    auto op = tools->async_call(tool_names.at(tool), std::move(args), tctx);
+    auto r = co_await std::move(op);
+    if (!r)
+      co_return Error(r.error().code,
+                      "node '" + std::string(ctx.node()) + "': " + r.error().message);
+    co_return json::value(json::string(r->content));
+  }
+
+  asio::awaitable<Result<json::value>> call_agent(std::string name, json::value input,
+                                                  graph::NodeContext& ctx) {
+    auto a = agent(name);
+    if (!a) co_return std::move(a).error();
+    std::string task = input.is_string() ? std::string(input.as_string()) : json::serialize(input);
+    graph::RunOptions opt;
+    opt.run_id = std::string(ctx.run_id()) + "/" + std::string(ctx.node());
+    std::vector<Message> none;
+    auto op = (*a)->async_run(*child, std::move(task), std::move(none), opt);
+    auto r = co_await std::move(op);
+    if (services.artifacts) services.artifacts->release_owner(opt.run_id);
+    if (!r) co_return std::move(r).error();
+    if (auto s = ctx.charge_tokens(r->prompt_tokens + r->completion_tokens); !s)
+      co_return std::move(s).error();
+    co_return json::value(json::string(r->output));
+  }
+};
+
+std::optional<std::int64_t> int_of(const json::object& o, std::string_view k) {
+  const auto* v = o.if_contains(k);
+  if (v && (v->is_int64() || v->is_uint64())) return v->to_number<std::int64_t>();
+  return std::nullopt;
+}
+
+std::string str_of(const json::object& o, std::string_view k) {
+  const auto* v = o.if_contains(k);
+  return v && v->is_string() ? std::string(v->as_string()) : std::string();
+}
+
+}  // namespace
+
+Result<graph::WorkflowGraph> build_workflow(const graph::WorkflowSpec& spec,
+                                            graph::ModelCall model_call,
+                                            WorkflowServices services) {
+  auto w = std::make_shared<Wiring>();
+  w->services = services;
+  std::vector<std::string> problems;
+  for (const auto& t : spec.tools) {
+    std::shared_ptr<tools::Tool> tool;
+    auto root = [&]() -> std::optional<fs::path> {
+      std::error_code ec;
+      if (t.root.empty() || !fs::is_directory(t.root, ec)) {
+        problems.push_back("tool '" + t.name + "': " +
+                           (t.root.empty() ? std::string("needs a \"root\" folder")
+                                           : "folder '" + t.root.string() + "' does not exist"));
+        return std::nullopt;
+      }
+      return t.root;
+    };
+    if (t.builtin == "lorem") continue;  // run by weir::graph itself
+    if (t.builtin == "calculator") {
+      tool = tools::make_calculator();
+    } else if (t.builtin == "files") {
+      if (auto r = root()) tool = tools::make_files_tool(*r);
+    } else if (t.builtin == "artifacts") {
+      if (!services.artifacts)
+        problems.push_back("tool '" + t.name + "': the artifacts tool needs an artifact store");
+      else
+        tool = tools::make_artifacts_tool(*services.artifacts);
+    } else if (t.builtin == "doc_search") {
+      if (auto r = root()) {
+        auto index = tools::DocumentIndex::build(*r);
+        if (!index)
+          problems.push_back("tool '" + t.name + "': " + index.error().message);
+        else
+          tool = tools::make_doc_search_tool(std::move(*index));
+      }
+    } else {
+      problems.push_back("tool '" + t.name + "': unknown built-in '" + t.builtin +
+                         "' (calculator, files, artifacts, doc_search, lorem)");
+    }
+    if (!tool) continue;
+    w->tool_names[t.name] = tool->name();
+    if (!w->tools->find(tool->name())) (void)w->tools->add(std::move(tool));
+  }
+  for (const auto& m : spec.models) w->model_paths[m.name] = m.path;
+  for (const auto& [name, v] : spec.agents) {
+    const std::string who = "agent '" + std::string(name) + "'";
+    if (!v.is_object()) {
+      problems.push_back(who + ": expected an object");
+      continue;
+    }
+    const auto& o = v.as_object();
+    AgentSpec a;
+    a.name = name;
+    a.role = str_of(o, "role");
+    a.goal = str_of(o, "goal");
+    a.backstory = str_of(o, "backstory");
+    if (auto n = int_of(o, "max_iter")) a.max_iter = static_cast<std::int32_t>(*n);
+    if (auto n = int_of(o, "max_tokens_per_turn"))
+      a.max_tokens_per_turn = static_cast<std::int32_t>(*n);
+    if (const auto* h = o.if_contains("history"); h && h->is_object()) {
+      if (auto n = int_of(h->as_object(), "max_messages")) a.history.max_messages = *n;
+      if (auto n = int_of(h->as_object(), "max_tokens")) a.history.max_tokens = *n;
+    }
+    if (const auto* ts = o.if_contains("tools"); ts && ts->is_array()) {
+      for (const auto& t : ts->as_array()) {
+        const std::string tn = t.is_string() ? std::string(t.as_string()) : std::string();
+        auto it = w->tool_names.find(tn);
+        if (it == w->tool_names.end())
+          problems.push_back(who + ": unknown tool '" + tn + "'");
+        else
+          a.tools.push_back(it->second);
+      }
+    }
+    std::string model = str_of(o, "model");
+    if (model.empty() && spec.models.size() == 1) model = spec.models.front().name;
+    if (!w->model_paths.count(model) && !services.model_override)
+      problems.push_back(
+          who + (model.empty() ? ": needs a \"model\"" : ": unknown model '" + model + "'"));
+    if (a.max_iter < 1) problems.push_back(who + ": max_iter must be at least 1");
+    w->agent_models[a.name] = model;
+    w->agent_specs[a.name] = std::move(a);
+  }
+  if (!problems.empty()) {
+    std::string msg;
+    for (const auto& p : problems) msg += (msg.empty() ? "" : "\n") + spec.file.string() + ": " + p;
+    return Error(Errc::invalid_workflow, msg);
+  }
+  graph::RuntimeOptions child;
+  child.artifacts = services.artifacts;
+  child.budget = services.budget;
+  child.max_queued_runs = 100000;
+  w->child = std::make_unique<graph::GraphRuntime>(child);
+
+  graph::WorkflowHooks hooks;
+  hooks.model_call = std::move(model_call);
+  hooks.tool_call = [w](std::string tool, json::object args, graph::NodeContext& ctx) {
+    return w->call_tool(std::move(tool), std::move(args), ctx);
+  };
+  hooks.agent_call = [w](std::string agent, json::value input, graph::NodeContext& ctx) {
+    return w->call_agent(std::move(agent), std::move(input), ctx);
+  };
+  return graph::build_workflow_graph(spec, std::move(hooks));
+}
+
+}  // namespace weir::agents
