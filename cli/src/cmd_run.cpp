@@ -1,4 +1,8 @@
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -180,24 +184,47 @@ struct WorkflowEnv {
   }
 };
 
-// Where a run keeps its checkpoints (--thread, --checkpoints) and whether it streams.
+// The checkpoint store: --store, else $WEIR_STORE, else $XDG_DATA_HOME/weir/checkpoints.db
+// (~/.local/share/weir/checkpoints.db). Its folder is created when missing.
+fs::path store_path(const Flags& f) {
+  if (auto s = f.get("--store")) return *s;
+  if (const char* e = std::getenv("WEIR_STORE"); e && *e) return e;
+  fs::path base;
+  if (const char* x = std::getenv("XDG_DATA_HOME"); x && *x)
+    base = x;
+  else if (const char* h = std::getenv("HOME"); h && *h)
+    base = fs::path(h) / ".local" / "share";
+  else
+    base = fs::temp_directory_path();
+  return base / "weir" / "checkpoints.db";
+}
+
+Result<std::unique_ptr<graph::Checkpointer>> open_store(const fs::path& db) {
+  std::error_code ec;
+  if (db.has_parent_path()) fs::create_directories(db.parent_path(), ec);
+  return graph::open_sqlite_checkpointer(db);
+}
+
+// Where a run keeps its checkpoints (--thread, --store) and whether it streams.
 struct RunTarget {
   std::unique_ptr<graph::Checkpointer> checkpointer;
   std::string thread;
+  fs::path store;
   bool stream = false;
+  json::object metadata;  // into every checkpoint: the workflow file, for weir resume
 
   bool open(const Flags& f, const char* command) {
     stream = f.has("--stream");
     if (auto t = f.get("--thread")) thread = *t;
     if (thread.empty()) {
-      if (f.get("--checkpoints")) {
-        std::fprintf(stderr, "weir %s: --checkpoints needs --thread ID\n", command);
+      if (f.get("--store")) {
+        std::fprintf(stderr, "weir %s: --store needs --thread ID\n", command);
         return false;
       }
       return true;
     }
-    const fs::path db = f.get("--checkpoints").value_or("weir-checkpoints.db");
-    auto cp = graph::open_sqlite_checkpointer(db);
+    store = store_path(f);
+    auto cp = open_store(store);
     if (!cp) {
       std::fprintf(stderr, "weir %s: %s\n", command, cp.error().message.c_str());
       return false;
@@ -215,8 +242,36 @@ json::value event_json(const graph::Event& e) {
   return o;
 }
 
+// Live progress on a terminal: one line on stderr, rewritten at most every 100 ms.
+struct ProgressLine {
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point t0 = Clock::now(), last{};
+  std::int64_t step = 0, nodes_done = 0;
+  std::string node;
+  bool shown = false;
+
+  void update(const graph::Event& e, const graph::GraphRuntime& rt, const MemoryBudget& budget) {
+    if (e.kind == graph::EventKind::node_started) node = e.node;
+    if (e.kind == graph::EventKind::node_finished) ++nodes_done;
+    step = std::max(step, e.step);
+    const auto now = Clock::now();
+    if (now - last < std::chrono::milliseconds(100)) return;
+    last = now;
+    shown = true;
+    std::fprintf(stderr,
+                 "\r  step %lld, node %s (%lld done), %.1f s, %zu run%s active, %s in use   ",
+                 static_cast<long long>(step), node.c_str(), static_cast<long long>(nodes_done),
+                 std::chrono::duration<double>(now - t0).count(), rt.active_runs(),
+                 rt.active_runs() == 1 ? "" : "s", format_bytes(budget.used_total()).c_str());
+  }
+  void clear() {
+    if (shown) std::fprintf(stderr, "\r%100s\r", "");
+  }
+};
+
 // Runs `start` (an invoke or a resume) with the target's checkpoints and streaming; prints the
-// events (one JSON line each, with --stream) and the result. Returns the exit code.
+// events (one JSON line each, with --stream; a progress line on a terminal otherwise) and the
+// result. Returns the exit code.
 template <class Start>
 int run_workflow(WorkflowEnv& env, RunTarget& target, const std::string& file, const char* command,
                  Start start) {
@@ -226,19 +281,27 @@ int run_workflow(WorkflowEnv& env, RunTarget& target, const std::string& file, c
   graph::RunOptions opt;
   opt.checkpointer = target.checkpointer.get();
   opt.thread_id = target.thread;
-  if (target.stream) opt.events = std::make_shared<graph::EventStream>(64);
+  opt.checkpoint_metadata = target.metadata;
+  const bool progress = !target.stream && ::isatty(STDERR_FILENO);
+  if (target.stream || progress) opt.events = std::make_shared<graph::EventStream>(64);
   auto events = opt.events;
+  ProgressLine line;
   auto task = [&]() -> asio::awaitable<void> {
     auto op = start(runtime, opt);
     result = co_await std::move(op);
   };
   auto printer = [&]() -> asio::awaitable<void> {
-    while (auto e = co_await events->async_next())
-      std::printf("%s\n", json::serialize(event_json(*e)).c_str());
+    while (auto e = co_await events->async_next()) {
+      if (target.stream)
+        std::printf("%s\n", json::serialize(event_json(*e)).c_str());
+      else
+        line.update(*e, runtime, *env.budget);
+    }
   };
   asio::co_spawn(io, task(), asio::detached);
   if (events) asio::co_spawn(io, printer(), asio::detached);
   io.run();
+  line.clear();
   if (!result) {
     std::fprintf(stderr, "weir %s: %s\n", command, result.error().to_string().c_str());
     return result.error().is(Errc::overloaded) ? kExitOverloaded
@@ -251,18 +314,20 @@ int run_workflow(WorkflowEnv& env, RunTarget& target, const std::string& file, c
                                                      {"payload", result->interrupt_payload},
                                                      {"thread", target.thread}})
                             .c_str());
+    std::string store_flag =
+        target.store == store_path(Flags("", {}, {})) ? "" : " --store " + target.store.string();
     std::fprintf(stderr,
                  "weir %s: %s paused at node '%s' (thread '%s'); continue with:\n  weir resume "
-                 "%s --thread %s --value JSON\n",
+                 "%s --value JSON%s\n",
                  command, env.spec.name.c_str(), result->interrupted_node.c_str(),
-                 target.thread.c_str(), file.c_str(), target.thread.c_str());
+                 target.thread.c_str(), target.thread.c_str(), store_flag.c_str());
     return kExitOk;
   }
   std::printf("%s\n", json::serialize(result->state).c_str());
   std::fprintf(stderr,
                "weir %s: %s finished in %d supersteps; peak run state %s, %zu value%s moved to "
                "artifacts\n",
-               command, env.spec.name.c_str(), result->steps,
+               command, file.empty() ? "" : env.spec.name.c_str(), result->steps,
                format_bytes(result->peak_state_bytes).c_str(), result->offloaded,
                result->offloaded == 1 ? "" : "s");
   return kExitOk;
@@ -271,8 +336,7 @@ int run_workflow(WorkflowEnv& env, RunTarget& target, const std::string& file, c
 }  // namespace
 
 int cmd_run(Args args) {
-  Flags f("run",
-          {"--input", "--model", "--instances", "--concurrency", "--thread", "--checkpoints"},
+  Flags f("run", {"--input", "--model", "--instances", "--concurrency", "--thread", "--store"},
           {"--table", "--stream"});
   if (!f.parse(args)) return kExitInvalidInput;
   if (f.positional().size() != 1) return f.fail("give one workflow file"), kExitInvalidInput;
@@ -299,7 +363,6 @@ int cmd_run(Args args) {
   int code = kExitOk;
   auto env = WorkflowEnv::open(f.positional()[0], f.get("--model"), "run", code);
   if (!env) return code;
-  code = kExitOk;
   json::object input;
   if (auto in = f.get("--input")) {
     auto parsed = read_input_object(*in);
@@ -310,6 +373,7 @@ int cmd_run(Args args) {
   }
   RunTarget target;
   if (!target.open(f, "run")) return kExitInvalidInput;
+  target.metadata["workflow"] = fs::absolute(f.positional()[0]).string();
   return run_workflow(*env, target, f.positional()[0], "run",
                       [&](graph::GraphRuntime& rt, graph::RunOptions opt) {
                         return rt.async_invoke(env->graph, input, std::move(opt));
@@ -317,10 +381,12 @@ int cmd_run(Args args) {
 }
 
 int cmd_resume(Args args) {
-  Flags f("resume", {"--thread", "--value", "--checkpoints", "--model"}, {"--stream"});
+  Flags f("resume", {"--value", "--store", "--file", "--model", "--thread"}, {"--stream"});
   if (!f.parse(args)) return kExitInvalidInput;
-  if (f.positional().size() != 1) return f.fail("give one workflow file"), kExitInvalidInput;
-  if (!f.get("--thread")) return f.fail("--thread ID is required"), kExitInvalidInput;
+  std::string thread = f.get("--thread").value_or("");
+  if (f.positional().size() == 1 && thread.empty()) thread = f.positional()[0];
+  if (thread.empty() || f.positional().size() > 1)
+    return f.fail("give the thread id: weir resume THREAD_ID --value JSON"), kExitInvalidInput;
   json::value value;  // null when not given
   if (auto v = f.get("--value")) {
     auto parsed = parse_json(*v, "--value");
@@ -329,30 +395,69 @@ int cmd_resume(Args args) {
              kExitInvalidInput;
     value = std::move(parsed->value);
   }
+  // The thread's workflow file: --file, else the one its checkpoints recorded.
+  const fs::path db = store_path(f);
+  std::string file = f.get("--file").value_or("");
+  if (file.empty()) {
+    auto cp = open_store(db);
+    if (!cp)
+      return std::fprintf(stderr, "weir resume: %s\n", cp.error().message.c_str()), kExitRunFailed;
+    auto latest = (*cp)->latest(thread);
+    if (!latest)
+      return std::fprintf(stderr, "weir resume: %s\n", latest.error().message.c_str()),
+             kExitRunFailed;
+    if (!*latest)
+      return std::fprintf(stderr, "weir resume: no thread '%s' in %s\n", thread.c_str(),
+                          db.c_str()),
+             kExitInvalidInput;
+    if (const auto* w = (**latest).metadata.if_contains("workflow"); w && w->is_string())
+      file = w->as_string();
+    else
+      return std::fprintf(stderr,
+                          "weir resume: thread '%s' does not record its workflow file; give "
+                          "--file FILE\n",
+                          thread.c_str()),
+             kExitInvalidInput;
+  }
   int code = kExitOk;
-  auto env = WorkflowEnv::open(f.positional()[0], f.get("--model"), "resume", code);
+  auto env = WorkflowEnv::open(file, f.get("--model"), "resume", code);
   if (!env) return code;
   RunTarget target;
-  if (!target.open(f, "resume")) return kExitInvalidInput;
-  return run_workflow(*env, target, f.positional()[0], "resume",
+  target.thread = thread;
+  target.store = db;
+  target.stream = f.has("--stream");
+  target.metadata["workflow"] = fs::absolute(file).string();
+  auto cp = open_store(db);
+  if (!cp)
+    return std::fprintf(stderr, "weir resume: %s\n", cp.error().message.c_str()), kExitRunFailed;
+  target.checkpointer = std::move(*cp);
+  return run_workflow(*env, target, file, "resume",
                       [&](graph::GraphRuntime& rt, graph::RunOptions opt) {
-                        return rt.async_resume(env->graph, *f.get("--thread"), value,
-                                               std::move(opt));
+                        return rt.async_resume(env->graph, thread, value, std::move(opt));
                       });
 }
 
 int cmd_batch(Args args) {
-  Flags f("batch", {"--model", "--concurrency"}, {});
+  Flags f("batch", {"--model", "--inputs", "--max-concurrency", "--concurrency", "--output"}, {});
   if (!f.parse(args)) return kExitInvalidInput;
-  if (f.positional().size() != 2)
-    return f.fail("give a workflow file and a JSONL file of inputs (one JSON object a line)"),
+  std::string inputs = f.get("--inputs").value_or("");
+  if (inputs.empty() && f.positional().size() == 2) inputs = f.positional()[1];
+  if (f.positional().empty() || inputs.empty() || f.positional().size() > 2)
+    return f.fail("give a workflow file and --inputs FILE.jsonl (one JSON object a line)"),
            kExitInvalidInput;
   double concurrency = 16;
-  if (!f.number("--concurrency", concurrency)) return kExitInvalidInput;
-  if (concurrency < 1) return f.fail("--concurrency must be at least 1"), kExitInvalidInput;
-  std::ifstream lines(f.positional()[1]);
-  if (!lines)
-    return f.fail("cannot read inputs file '" + f.positional()[1] + "'"), kExitInvalidInput;
+  if (!f.number("--max-concurrency", concurrency) || !f.number("--concurrency", concurrency))
+    return kExitInvalidInput;
+  if (concurrency < 1) return f.fail("--max-concurrency must be at least 1"), kExitInvalidInput;
+  std::ifstream lines(inputs);
+  if (!lines) return f.fail("cannot read inputs file '" + inputs + "'"), kExitInvalidInput;
+  std::FILE* out = stdout;
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> out_file(nullptr, &std::fclose);
+  if (auto o = f.get("--output")) {
+    out_file.reset(std::fopen(o->c_str(), "w"));
+    if (!out_file) return f.fail("cannot write output file '" + *o + "'"), kExitInvalidInput;
+    out = out_file.get();
+  }
   int code = kExitOk;
   auto env = WorkflowEnv::open(f.positional()[0], f.get("--model"), "batch", code);
   if (!env) return code;
@@ -360,42 +465,61 @@ int cmd_batch(Args args) {
   ropt.max_concurrent_runs = static_cast<std::size_t>(concurrency);
   graph::GraphRuntime runtime(ropt);
   asio::io_context io;
-  // Inputs are read as they are needed (at most 2 x concurrency in flight or queued), so a
-  // million-line file costs no more memory than a short one; results print as runs finish.
+  // Lines are read as they are needed and results are printed in input order, so at most
+  // `window` runs are in flight or finished-but-waiting for an earlier one: a million-line
+  // file costs no more memory than a short one.
   struct Progress {
-    std::size_t started = 0, done = 0, failed = 0;
+    std::size_t started = 0, done = 0, failed = 0, emitted = 0;
   } pr;
+  std::map<std::size_t, std::string> ready;  // index -> its result line, not yet printed
+  std::size_t next_index = 0;                // the next index to print
+  std::vector<std::size_t> skipped;          // blank lines: indexes with no run
   const bool tty = ::isatty(STDERR_FILENO);
-  const std::string source = f.positional()[1];
   const std::size_t window = 2 * static_cast<std::size_t>(concurrency);
   asio::steady_timer wake(io);
   wake.expires_at(asio::steady_timer::time_point::max());
+  auto flush = [&] {
+    while (true) {
+      if (std::find(skipped.begin(), skipped.end(), next_index) != skipped.end()) {
+        ++next_index;
+        continue;
+      }
+      auto it = ready.find(next_index);
+      if (it == ready.end()) break;
+      std::fprintf(out, "%s\n", it->second.c_str());
+      ready.erase(it);
+      ++next_index;
+      ++pr.emitted;
+    }
+  };
   auto one = [&](std::size_t index, std::string line) -> asio::awaitable<void> {
-    json::object out{{"index", index}};
-    auto parsed = parse_json(line, source + " line " + std::to_string(index + 1));
+    json::object res{{"index", index}};
+    auto parsed = parse_json(line, inputs + " line " + std::to_string(index + 1));
     if (!parsed || !parsed->value.is_object()) {
-      out["ok"] = false;
-      out["error"] = json::object{
+      res["ok"] = false;
+      res["error"] = json::object{
           {"code", parsed ? "invalid_argument" : errc_name(parsed.error().code)},
           {"message", parsed ? "line " + std::to_string(index + 1) + " is not a JSON object"
                              : parsed.error().message}};
     } else {
       auto r = co_await runtime.async_invoke(env->graph, parsed->value.as_object());
-      out["ok"] = static_cast<bool>(r);
+      res["ok"] = static_cast<bool>(r);
       if (r) {
-        out["state"] = std::move(r->state);
-        out["steps"] = r->steps;
+        res["state"] = std::move(r->state);
+        res["steps"] = r->steps;
       } else {
-        out["error"] =
+        res["error"] =
             json::object{{"code", errc_name(r.error().code)}, {"message", r.error().message}};
       }
     }
-    if (!out.at("ok").as_bool()) ++pr.failed;
+    if (!res.at("ok").as_bool()) ++pr.failed;
     ++pr.done;
-    std::printf("%s\n", json::serialize(out).c_str());
+    ready[index] = json::serialize(res);
+    flush();
     if (tty)
-      std::fprintf(stderr, "\r  %zu done (%zu failed), %zu running   ", pr.done, pr.failed,
-                   runtime.active_runs());
+      std::fprintf(stderr, "\r  %zu done (%zu failed), %zu running, %s in use   ", pr.done,
+                   pr.failed, runtime.active_runs(),
+                   format_bytes(env->budget->used_total()).c_str());
     wake.cancel();
   };
   auto feeder = [&]() -> asio::awaitable<void> {
@@ -403,10 +527,11 @@ int cmd_batch(Args args) {
     std::size_t index = 0;
     while (std::getline(lines, line)) {
       if (line.find_first_not_of(" \t\r") == std::string::npos) {
-        ++index;
+        skipped.push_back(index++);
+        flush();
         continue;
       }
-      while (pr.started - pr.done >= window) {
+      while (pr.started - pr.emitted >= window) {
         boost::system::error_code ec;
         co_await wake.async_wait(asio::redirect_error(asio::use_awaitable, ec));
         wake.expires_at(asio::steady_timer::time_point::max());
@@ -418,8 +543,9 @@ int cmd_batch(Args args) {
   const auto t0 = std::chrono::steady_clock::now();
   asio::co_spawn(io, feeder(), asio::detached);
   io.run();
+  flush();
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (tty) std::fprintf(stderr, "\r%60s\r", "");
+  if (tty) std::fprintf(stderr, "\r%70s\r", "");
   std::fprintf(stderr, "weir batch: %zu runs, %zu failed, in %.2f s (%.0f runs/s)\n", pr.done,
                pr.failed, secs, static_cast<double>(pr.done) / std::max(secs, 1e-9));
   return pr.failed ? kExitRunFailed : kExitOk;

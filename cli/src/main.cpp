@@ -23,38 +23,44 @@ constexpr Command kCommands[] = {
      cmd_demo},
     {"run", "run a workflow file and print its final state as JSON",
      "usage: weir run FILE [--input JSON | --input @file.json] [--model PATH]\n"
-     "                [--thread ID [--checkpoints DB]] [--stream]\n"
+     "                [--thread ID [--store DB]] [--stream]\n"
      "                [--instances N] [--concurrency N] [--table]\n\n"
      "Runs a workflow, crew or group-chat file under its limits and prints the result as JSON\n"
      "on stdout; a summary goes to stderr. --model overrides every model's path (crews and\n"
      "group chats: --model, else WEIR_MODEL, else weir's random-weight model). Crew and group-\n"
      "chat files can run many instances at once (--instances, --concurrency), which prints a\n"
-     "summary table instead. --thread keeps checkpoints (SQLite, default weir-checkpoints.db)\n"
-     "so a crashed or interrupted run continues (weir resume); --stream prints the run's\n"
-     "events as JSON lines before the result. Exit codes: 0 success (or paused at an\n"
-     "interrupt), 1 invalid input, 2 run failed (typed\n"
+     "summary table instead. --thread keeps a checkpoint per superstep in the store (see\n"
+     "weir resume) so an interrupted run continues with weir resume and a crashed one with\n"
+     "the same command; a terminal shows live progress; --stream prints the run's events as\n"
+     "JSON lines before the result. Exit codes: 0 success (or paused at an interrupt), 1\n"
+     "invalid input, 2 run failed (typed\n"
      "error on stderr), 3 overloaded.\n\n"
      "examples:\n  weir run samples/workflows/map_reduce.json\n"
      "  weir run samples/crews/research_crew.json --input '{\"topic\": \"paged attention\"}'\n",
      cmd_run},
     {"batch", "run a workflow once per line of a JSONL file of inputs",
-     "usage: weir batch FILE INPUTS.jsonl [--concurrency N] [--model PATH]\n\n"
+     "usage: weir batch FILE --inputs INPUTS.jsonl [--max-concurrency N] [--output OUT.jsonl]\n"
+     "                  [--model PATH]\n\n"
      "Runs the workflow once per line of INPUTS.jsonl (each line a JSON object of channel\n"
-     "values), N at once (default 16), and prints one JSON line per run as it finishes:\n"
+     "values), N at once (default 16), and writes one JSON line per run, in input order:\n"
      "{\"index\": i, \"ok\": true, \"state\": {...}} or {\"index\": i, \"ok\": false, \"error\":\n"
-     "{\"code\": ..., \"message\": ...}}. Lines are read as runs finish, so the file may be\n"
-     "any length; a bad line is reported and the rest run. Exit code 0 when every run\n"
-     "succeeded, 2 otherwise.\n\n"
-     "example:\n  weir batch samples/workflows/map_reduce.json inputs.jsonl --concurrency 64\n",
+     "{\"code\": ..., \"message\": ...}} (blank lines are skipped). Lines are read as runs\n"
+     "finish, so memory stays bounded whatever the file's length; a bad line is reported and\n"
+     "the rest run; a terminal shows progress. Exit code 0 when every run succeeded, 2\n"
+     "otherwise.\n\n"
+     "example:\n  weir batch samples/workflows/map_reduce.json --inputs inputs.jsonl "
+     "--max-concurrency 64\n",
      cmd_batch},
     {"resume", "continue a workflow thread paused at an interrupt node",
-     "usage: weir resume FILE --thread ID [--value JSON] [--checkpoints DB] [--stream]\n\n"
-     "Continues thread ID of the workflow from its last checkpoint (SQLite, default\n"
-     "weir-checkpoints.db): the interrupt node that paused it receives --value (JSON; null\n"
-     "when absent) and the run goes on to END or the next interrupt. Works after a restart:\n"
-     "the state comes from the checkpoint file.\n\n"
+     "usage: weir resume THREAD_ID [--value JSON] [--store DB] [--file FILE] [--stream]\n\n"
+     "Continues the thread from its last checkpoint: the interrupt node that paused it receives\n"
+     "--value (JSON; null when absent) in its output channel, and the run goes on to END or\n"
+     "the next interrupt. The workflow file is the one the thread's checkpoints recorded\n"
+     "(--file overrides). The store is --store, else $WEIR_STORE, else\n"
+     "$XDG_DATA_HOME/weir/checkpoints.db (~/.local/share/weir/checkpoints.db). Works in a new\n"
+     "process: the state comes from the store.\n\n"
      "example:\n  weir run samples/workflows/human_review.json --thread t1\n"
-     "  weir resume samples/workflows/human_review.json --thread t1 --value '\"approve\"'\n",
+     "  weir resume t1 --value '\"approve\"'\n",
      cmd_resume},
     {"validate", "check workflow files and report every problem",
      "usage: weir validate FILE...\n\n"

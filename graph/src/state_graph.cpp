@@ -562,6 +562,7 @@ struct Runner {
 
   Checkpointer* checkpointer = nullptr;
   std::string thread_id, parent_checkpoint;
+  json::object checkpoint_metadata;
   std::int64_t step_base = 0;
   bool resumed = false;
 
@@ -1299,7 +1300,8 @@ struct Runner {
                               {"next", std::move(nodes)},
                               {"sends", std::move(sends)}};
     if (interrupt) cp.pending["interrupt"] = *interrupt;
-    cp.metadata = json::object{{"run_id", run_id}};
+    cp.metadata = checkpoint_metadata;
+    cp.metadata["run_id"] = run_id;
     if (auto s = checkpointer->put(cp); !s) return s;
     parent_checkpoint = cp.checkpoint_id;
     return {};
@@ -1447,6 +1449,7 @@ asio::awaitable<Result<RunResult>> GraphRuntime::async_run(
     if (options.checkpointer && !options.thread_id.empty()) {
       r.checkpointer = options.checkpointer;
       r.thread_id = options.thread_id;
+      r.checkpoint_metadata = options.checkpoint_metadata;
     }
     r.resume_value = resume_value;
     r.events = events;

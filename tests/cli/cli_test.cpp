@@ -8,6 +8,7 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -254,15 +255,24 @@ TEST(Cli, BatchRunsEveryLineAndReportsBadOnesWithoutStopping) {
   auto in =
       temp_file("batch.jsonl",
                 "{\"numbers\": [1, 2]}\nnot json\n\n{\"numbers\": \"x\"}\n{\"numbers\": [3]}\n");
-  auto r =
-      weir("batch " + sample("map_reduce.json").string() + " " + in.string() + " --concurrency 2");
+  const fs::path out_file =
+      fs::temp_directory_path() / ("weir_cli_batch_" + std::to_string(::getpid()));
+  auto r = weir("batch " + sample("map_reduce.json").string() + " --inputs " + in.string() +
+                " --max-concurrency 2 --output " + out_file.string());
   EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.out, "");
+  std::ifstream written(out_file);
+  std::stringstream ws;
+  ws << written.rdbuf();
   std::map<std::int64_t, boost::json::object> lines;
-  std::istringstream out(r.out);
+  std::istringstream out(ws.str());
+  std::vector<std::int64_t> order;
   for (std::string line; std::getline(out, line);) {
     auto o = boost::json::parse(line).as_object();
+    order.push_back(o.at("index").as_int64());
     lines[o.at("index").as_int64()] = o;
   }
+  EXPECT_EQ(order, (std::vector<std::int64_t>{0, 1, 3, 4}));  // input order
   ASSERT_EQ(lines.size(), 4u);  // the blank line is skipped, its index kept
   EXPECT_EQ(lines[0].at("state").at("total"), 5);
   EXPECT_EQ(lines[1].at("error").at("code"), "corrupt_data");
@@ -271,26 +281,27 @@ TEST(Cli, BatchRunsEveryLineAndReportsBadOnesWithoutStopping) {
   EXPECT_EQ(lines[4].at("state").at("total"), 9);
   EXPECT_EQ(r.err.rfind("weir batch: 4 runs, 2 failed, in ", 0), 0u) << r.err;
   fs::remove(in);
+  fs::remove(out_file);
 }
 
 TEST(Cli, HumanReviewPausesAndResumesFromTheCheckpointFile) {
   const fs::path db = fs::temp_directory_path() / ("weir_cli_ckpt_" + std::to_string(::getpid()));
   const std::string wf = sample("human_review.json").string();
-  const std::string at = " --thread t1 --checkpoints " + db.string();
-  auto first = weir("run " + wf + at);
+  const std::string store = " --store " + db.string();
+  auto first = weir("run " + wf + " --thread t1" + store);
   ASSERT_EQ(first.code, 0) << first.err;
   EXPECT_EQ(first.out,
             "{\"interrupted\":\"review\",\"payload\":{\"question\":\"approve, or write what to "
             "change\",\"draft\":\"A short note on bounded agent memory (revision 0).\"},"
             "\"thread\":\"t1\"}\n");
-  EXPECT_NE(first.err.find("continue with:\n  weir resume " + wf + " --thread t1 --value JSON"),
+  EXPECT_NE(first.err.find("continue with:\n  weir resume t1 --value JSON" + store),
             std::string::npos)
       << first.err;
-  // Each command is a new process: the state comes back from the checkpoint file.
-  auto again = weir("resume " + wf + at + " --value '\"shorter\"'");
+  // Each command is a new process: the state, and the workflow file, come from the store.
+  auto again = weir("resume t1" + store + " --value '\"shorter\"'");
   ASSERT_EQ(again.code, 0) << again.err;
   EXPECT_NE(again.out.find("(revision 1)"), std::string::npos) << again.out;
-  auto done = weir("resume " + wf + at + " --value '\"approve\"' --stream");
+  auto done = weir("resume t1" + store + " --value '\"approve\"' --stream");
   ASSERT_EQ(done.code, 0) << done.err;
   EXPECT_EQ(done.out.rfind("{\"event\":\"run_started\"", 0), 0u) << done.out;
   EXPECT_NE(done.out.find("{\"event\":\"node_finished\",\"step\":1,\"node\":\"review\",\"data\":"
@@ -299,11 +310,14 @@ TEST(Cli, HumanReviewPausesAndResumesFromTheCheckpointFile) {
       << done.out;
   EXPECT_NE(done.out.find("\"notes\":[\"shorter\"],\"published\":true}\n"), std::string::npos)
       << done.out;
-  auto over = weir("resume " + wf + at + " --value '\"approve\"'");
+  auto over = weir("resume t1" + store + " --value '\"approve\"'");
   EXPECT_EQ(over.code, 1);
   EXPECT_EQ(over.err,
             "weir resume: invalid_argument: thread 't1' is not interrupted (its last run "
             "finished)\n");
+  auto unknown = weir("resume t9" + store);
+  EXPECT_EQ(unknown.code, 1);
+  EXPECT_EQ(unknown.err, "weir resume: no thread 't9' in " + db.string() + "\n");
   auto none = weir("run " + wf);
   EXPECT_EQ(none.code, 2);
   EXPECT_NE(none.err.find("unsupported"), std::string::npos) << none.err;

@@ -312,6 +312,9 @@ struct RunOptions {
   // Streaming (see events.hpp): null = off. The run keeps no owning reference to the stream.
   std::shared_ptr<EventStream> events;
   bool stream_state = false;  // also a `state` event after every superstep
+  // Copied into every checkpoint's metadata (beside "run_id"): e.g. the workflow file a
+  // thread runs, so a later process can resume the thread knowing only its id.
+  boost::json::object checkpoint_metadata;
 };
 
 struct RuntimeOptions {
