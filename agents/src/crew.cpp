@@ -169,18 +169,53 @@ struct Crew::Impl {
       preamble.push_back(std::move(call));
       for (auto& m : results) preamble.push_back(std::move(m));
     }
-    const Agent& agent = *agents.at(task.agent);
-    auto rec = co_await run_loop(agent, std::move(prompt), std::move(preamble),
-                                 std::string(ctx.run_id()) + "/" + task.name, ctx.artifacts(),
-                                 std::string(ctx.run_id()));
-    if (!rec) co_return Error(rec.error().code, "task '" + task.name + "': " + rec.error().message);
-    (*rec)["tool_calls"] =
-        num(*rec, "tool_calls") + static_cast<std::int64_t>(task.prefetch.size());
-    if (auto s = ctx.charge_tokens(num(*rec, "prompt_tokens") + num(*rec, "completion_tokens")); !s)
-      co_return std::move(s).error();
+    // The agent's loop runs next, as the subgraph node "<task>/agent", on these two channels.
+    json::array pre;
+    for (const auto& m : preamble) pre.push_back(m.to_json());
     graph::Update u;
-    u.set("task:" + task.name, std::move(*rec));
+    u.set("prompt:" + task.name, json::string(prompt));
+    u.set("preamble:" + task.name, std::move(pre));
     co_return u;
+  }
+
+  // After the loop: the output becomes an artifact, the state keeps a bounded record of it,
+  // and the loop's channels are cleared.
+  Result<graph::Update> finish_task(std::size_t index, const graph::StateView& state,
+                                    graph::NodeContext& ctx) const {
+    const TaskSpec& task = spec.tasks[index];
+    const std::string& n = task.name;
+    std::string output;
+    const json::value& out = state.get("output:" + n);
+    if (ArtifactRef::from_json(out)) {  // a long answer was offloaded on its way out
+      auto text = ctx.fetch(out);
+      if (!text) return std::move(text).error();
+      output = std::move(*text);
+    } else if (out.is_string()) {
+      output = out.as_string();
+    }
+    auto count = [&](const char* c) {
+      const json::value& v = state.get(std::string(c) + ":" + n);
+      return v.is_number() ? v.to_number<std::int64_t>() : 0;
+    };
+    json::object rec;
+    rec["agent"] = task.agent;
+    rec["summary"] = bounded_summary(output, spec.summary_bytes);
+    rec["bytes"] = static_cast<std::uint64_t>(output.size());
+    if (ctx.artifacts()) {
+      auto ref = ctx.artifacts()->put(output, "text/plain", "", ctx.run_id());
+      if (!ref) return std::move(ref).error();
+      rec["artifact"] = ref->to_json();
+    } else {
+      rec["output"] = bounded_summary(output, std::size_t{16} << 10);
+    }
+    rec["iterations"] = count("iterations");
+    rec["tool_calls"] = count("tool_calls") + static_cast<std::int64_t>(task.prefetch.size());
+    rec["prompt_tokens"] = count("prompt_tokens");
+    rec["completion_tokens"] = count("completion_tokens");
+    graph::Update u;
+    u.set("task:" + n, std::move(rec));
+    for (const char* c : {"prompt", "preamble", "output"}) u.set(std::string(c) + ":" + n, nullptr);
+    return u;
   }
 
   std::string manager_prompt(const json::object& inputs) const {
@@ -317,12 +352,27 @@ Result<std::shared_ptr<const Crew>> Crew::create(CrewSpec spec, std::shared_ptr<
   if (spec.process == Process::sequential) {
     for (std::size_t i = 0; i < spec.tasks.size(); ++i) {
       const std::string& name = spec.tasks[i].name;
+      // <task> (context, prefetch) -> <task>/agent (the loop, a subgraph) -> <task>/done
       g.add_channel("task:" + name);
+      for (const char* c : {"prompt", "preamble", "output", "iterations", "tool_calls",
+                            "prompt_tokens", "completion_tokens"})
+        g.add_channel(std::string(c) + ":" + name);
       g.add_async_node(name, [ip, i](graph::StateView s, graph::NodeContext& ctx) {
         return ip->run_task(i, s, ctx);
       });
+      graph::SubgraphOptions so;
+      so.input = {{"prompt:" + name, "task"}, {"preamble:" + name, "preamble"}};
+      for (const char* c :
+           {"output", "iterations", "tool_calls", "prompt_tokens", "completion_tokens"})
+        so.output.emplace_back(c, std::string(c) + ":" + name);
+      g.add_subgraph(name + "/agent", impl->agents.at(spec.tasks[i].agent)->graph(), so);
+      g.add_node(name + "/done", [ip, i](const graph::StateView& s, graph::NodeContext& ctx) {
+        return ip->finish_task(i, s, ctx);
+      });
       g.add_edge(prev, name);
-      prev = name;
+      g.add_edge(name, name + "/agent");
+      g.add_edge(name + "/agent", name + "/done");
+      prev = name + "/done";
     }
   } else {
     // The manager's registry: the crew's tools plus delegate_work.

@@ -1,11 +1,12 @@
 // Crew: agents and tasks, run as a state graph (CrewAI's model with weir's fences).
 //
-// Sequential process: one graph node per task, in order. A task node renders the task's
-// description with the inputs ("{{topic}}"), runs the task's prefetch tool calls (retrieval
-// that should always happen, given to the agent as tool results), then runs the agent's
-// reason-act loop graph as a child run with its own caps. The output is stored in the
-// ArtifactStore; the crew's state keeps only {agent, summary (bounded), artifact reference,
-// counters}. A later task sees the results of its `context` tasks (default: the previous task)
+// Sequential process: three graph nodes per task, in order. `<task>` renders the task's
+// description with the inputs ("{{topic}}") and its context, and runs the task's prefetch tool
+// calls (retrieval that should always happen, given to the agent as tool results);
+// `<task>/agent` is the agent's reason-act loop graph as a subgraph, with its own caps, sharing
+// the crew's token budget, artifacts and event stream; `<task>/done` stores the output in the
+// ArtifactStore and leaves in the crew's state only {agent, summary (bounded), artifact
+// reference, counters}. A later task sees the results of its `context` tasks (default: the previous task)
 // as summaries plus references it can read in slices with the `artifacts` tool: never as the
 // full outputs concatenated, so context stays bounded however long the crew runs.
 //
