@@ -73,13 +73,17 @@ class Sampler {
   std::vector<Sample> samples() const;
   // Mean RSS over samples with t in [t0, t1).
   double mean_rss(double t0, double t1) const;
-  // Mean KV waste (%) over samples where blocks were in use.
+  // Mean KV waste (%) over every sample (also those thinned out) where blocks were in use.
   double mean_kv_waste() const;
   // {"t": [...], "rss_mb": [...], ...}, at most `max_points` points (evenly thinned).
   json::object series(std::size_t max_points = 600) const;
 
  private:
+  // At most this many samples are kept (the sampler must not grow the RSS it measures): when
+  // full, every other one is dropped and from then on only every 2nd (4th, ...) is kept.
+  static constexpr std::size_t kMaxSamples = 4096;
   void loop();
+  void record();  // REQUIRES: mu_ held
   Sample take();
   MemoryBudget& budget_;
   mutable std::mutex mu_;  // guards the attached pointers and samples_
@@ -87,6 +91,9 @@ class Sampler {
   inference::Engine* engine_ = nullptr;
   ArtifactStore* store_ = nullptr;
   std::vector<Sample> samples_;
+  std::uint64_t tick_ = 0, keep_every_ = 1;
+  double waste_sum_ = 0;  // over every sample taken, kept or not
+  std::uint64_t waste_n_ = 0;
   std::atomic<bool> stop_{false};
   std::thread thread_;
   Clock::time_point t0_ = Clock::now();

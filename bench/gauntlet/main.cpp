@@ -52,7 +52,7 @@ double seconds_since(Clock::time_point t0) {
 }
 
 Sampler::Sampler(MemoryBudget& budget) : budget_(budget) {
-  samples_.reserve(1 << 16);
+  samples_.reserve(kMaxSamples);
 }
 Sampler::~Sampler() {
   stop();
@@ -115,16 +115,29 @@ Sample Sampler::take() {
   return s;
 }
 
+void Sampler::record() {
+  Sample s = take();
+  if (s.kv_waste_pct >= 0) waste_sum_ += s.kv_waste_pct, ++waste_n_;
+  if (++tick_ % keep_every_ != 0) return;
+  if (samples_.size() == kMaxSamples) {  // bounded: keep every other sample, halve the rate
+    for (std::size_t i = 0; i < kMaxSamples / 2; ++i) samples_[i] = samples_[2 * i + 1];
+    samples_.resize(kMaxSamples / 2);
+    keep_every_ *= 2;
+  }
+  samples_.push_back(s);
+}
+
 void Sampler::loop() {
   while (!stop_) {
     {
       std::lock_guard lock(mu_);
-      samples_.push_back(take());
+      record();
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   std::lock_guard lock(mu_);
-  samples_.push_back(take());
+  tick_ = keep_every_ - 1;  // the last sample is always kept
+  record();
 }
 
 std::vector<Sample> Sampler::samples() const {
@@ -144,12 +157,7 @@ double Sampler::mean_rss(double t0, double t1) const {
 
 double Sampler::mean_kv_waste() const {
   std::lock_guard lock(mu_);
-  double sum = 0;
-  int n = 0;
-  for (const auto& s : samples_) {
-    if (s.kv_waste_pct >= 0) sum += s.kv_waste_pct, ++n;
-  }
-  return n ? sum / n : 0.0;
+  return waste_n_ ? waste_sum_ / static_cast<double>(waste_n_) : 0.0;
 }
 
 json::object Sampler::series(std::size_t max_points) const {
