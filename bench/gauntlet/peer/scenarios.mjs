@@ -13,13 +13,29 @@ const args = Object.fromEntries(
 const num = (k, d) => (args[k] === undefined ? d : Number(args[k]));
 const scenario = process.argv[2];
 
-// Peak RSS sampled every 20 ms (the same method as weir's side).
+// RSS sampled every 20 ms (the same method as weir's side), kept as a time series for the
+// gauntlet's plots: {"t": [s...], "rss_mb": [...]}.
 const baseline = process.memoryUsage().rss;
+const start = performance.now();
 let peak = baseline;
-const sampler = setInterval(() => {
+const series = { t: [], rss_mb: [] };
+const sample = () => {
   const r = process.memoryUsage().rss;
   if (r > peak) peak = r;
-}, 20);
+  series.t.push(Math.round(performance.now() - start) / 1000);
+  series.rss_mb.push(Math.round((r / (1 << 20)) * 100) / 100);
+};
+sample();
+const sampler = setInterval(sample, 20);
+// At most `max` points, evenly thinned (the same as weir's side).
+const thin = (s, max = 600) => {
+  const stride = Math.max(1, Math.ceil(s.t.length / max));
+  return { t: s.t.filter((_, i) => i % stride === 0), rss_mb: s.rss_mb.filter((_, i) => i % stride === 0) };
+};
+// Progress on stderr, one JSON line at a time, so that the gauntlet can tell how far a run got
+// when its memory guard had to stop it.
+const progress = (done) =>
+  process.stderr.write(JSON.stringify({ progress: done, t: (performance.now() - start) / 1000 }) + "\n");
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const reply = (n) => "x".repeat(n);
 const mb = (b) => Math.round((b / (1 << 20)) * 10) / 10;
@@ -43,10 +59,15 @@ async function fanout() {
     .addEdge(START, "planner").addEdge("planner", "actor").addEdge("actor", "reporter").addEdge("reporter", END)
     .compile();
   const t0 = performance.now();
-  const results = await Promise.allSettled(Array.from({ length: n }, (_, i) => g.invoke({ input: `task ${i}` })));
+  let settled = 0;
+  const results = await Promise.allSettled(
+    Array.from({ length: n }, (_, i) =>
+      g.invoke({ input: `task ${i}` }).finally(() => ++settled % 100 === 0 && progress(settled))),
+  );
   const elapsed = (performance.now() - t0) / 1000;
   const completed = results.filter((r) => r.status === "fulfilled").length;
-  return { completed, failed: n - completed, elapsed_s: elapsed, runs_per_s: completed / elapsed };
+  return { completed, failed: n - completed, n, elapsed_s: elapsed, runs_per_s: completed / elapsed,
+           throughput: completed / elapsed, throughput_unit: "runs/s" };
 }
 
 async function history() {
@@ -70,11 +91,19 @@ async function history() {
     const s = performance.now();
     await g.invoke({ messages: [{ role: "user", content: `turn ${t}: ` + reply(bytes) }] }, cfg);
     lat.push(performance.now() - s);
+    progress(t);
   }
   const elapsed = (performance.now() - t0) / 1000;
   const avg = (a, b) => lat.slice(a, b).reduce((x, y) => x + y, 0) / Math.max(1, lat.slice(a, b).length);
-  return { completed: turns, elapsed_s: elapsed, turn10_ms: avg(5, 15), last_turn_ms: avg(turns - 10, turns),
-           latency_ratio_last_vs_10: avg(turns - 10, turns) / avg(5, 15) };
+  // As on weir's side: the median of the 10 turns around turn 10 and of the last 10 (means too).
+  const median = (a, b) => {
+    const v = lat.slice(a, b).sort((x, y) => x - y);
+    return v.length ? v[Math.floor(v.length / 2)] : 0;
+  };
+  return { completed: turns, elapsed_s: elapsed, throughput: turns / elapsed, throughput_unit: "turns/s",
+           turn10_ms: median(5, 15), last_turn_ms: median(turns - 10, turns),
+           latency_ratio_last_vs_10: median(turns - 10, turns) / median(5, 15),
+           latency_ratio_last_vs_10_means: avg(turns - 10, turns) / avg(5, 15) };
 }
 
 async function dumptruck() {
@@ -98,11 +127,13 @@ async function dumptruck() {
   let lastCheckpointBytes = 0;
   for (let t = 0; t < turns; t++) {
     await g.invoke({ query: `q${t}` }, cfg);
+    progress(t + 1);
   }
   const cp = await saver.getTuple(cfg);
   lastCheckpointBytes = JSON.stringify(cp.checkpoint).length;
   const elapsed = (performance.now() - t0) / 1000;
-  return { completed: turns, elapsed_s: elapsed, last_checkpoint_bytes: lastCheckpointBytes };
+  return { completed: turns, elapsed_s: elapsed, throughput: turns / elapsed, throughput_unit: "turns/s",
+           last_checkpoint_bytes: lastCheckpointBytes };
 }
 
 const run = { fanout, history, dumptruck }[scenario];
@@ -112,7 +143,6 @@ if (!run) {
 }
 const out = await run();
 clearInterval(sampler);
-const r = process.memoryUsage().rss;
-if (r > peak) peak = r;
+sample();
 console.log(JSON.stringify({ scenario, peer: "langgraph.js", baseline_rss_mb: mb(baseline), peak_rss_mb: mb(peak),
-                             peak_above_baseline_mb: mb(peak - baseline), ...out }));
+                             peak_above_baseline_mb: mb(peak - baseline), ...out, series: thin(series) }));
