@@ -210,3 +210,16 @@ TEST_F(CudaOps, GemmAndArgmax) {
 
 }  // namespace
 }  // namespace weir::inference
+
+namespace weir::inference::cuda {
+namespace {
+
+// cuBLAS is opened on first use rather than linked; this checks the loading on any machine
+// with the toolkit, GPU or not.
+TEST(CudaCublas, OpensWithTheEntryPointsWeirUses) {
+  auto st = cublas_loadable();
+  EXPECT_TRUE(st) << st.error().message;
+}
+
+}  // namespace
+}  // namespace weir::inference::cuda

@@ -114,8 +114,13 @@ Status argmax_rows(const float* logits, std::int32_t* out, int rows, int cols,
                    void* stream = nullptr);
 
 // C[m, n] = A[m, k] * B[n, k]^T  (B holds weights row-major as [out, in], like GGUF), FP32 with
-// cuBLAS (TF32 off). A cuBLAS handle is created once per thread.
+// cuBLAS (TF32 off). A cuBLAS handle is created once per thread. cuBLAS is opened with dlopen
+// on first use, not linked (it would cost every weir process ~200 MB resident at startup).
 Status gemm_f32(const float* a, const float* b, float* c, int m, int n, int k,
                 void* stream = nullptr);
+
+// Whether cuBLAS can be opened (and has the entry points weir uses); needs no GPU.
+// Errors: unsupported naming the libraries tried.
+Status cublas_loadable();
 
 }  // namespace weir::inference::cuda
