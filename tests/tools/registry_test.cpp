@@ -342,6 +342,32 @@ TEST(ToolRegistryTest, ConcurrencyLimitIsRespected) {
   EXPECT_EQ(reg.in_flight("slow"), 0u);
 }
 
+// A slot is held until the caller has consumed the output (checks, spill), not only until the
+// tool returns: outputs that exist at once stay within max_concurrency however many callers
+// queue (the gauntlet's 50 MB tool: 20 queued callers held 200 MB before this).
+TEST(ToolRegistryTest, OutputsAliveAtOnceStayWithinMaxConcurrency) {
+  int produced = 0, consumed = 0, peak_alive = 0;
+  ToolRegistry reg;
+  ASSERT_TRUE(reg.add(make_async_tool(
+      "big", "d", no_args_schema(),
+      [&](json::object, const ToolContext&) -> asio::awaitable<Result<std::string>> {
+        ++produced;
+        peak_alive = std::max(peak_alive, produced - consumed);
+        co_return std::string(100000, 'b');
+      },
+      opts(5s, 2))));
+  asio::io_context io;
+  auto one = [&]() -> asio::awaitable<void> {
+    auto call_op = reg.async_call("big", json::object(), ToolContext());
+    auto r = co_await std::move(call_op);
+    if (r) ++consumed;
+  };
+  for (int i = 0; i < 20; ++i) spawn(io, one());
+  io.run();
+  EXPECT_EQ(consumed, 20);
+  EXPECT_LE(peak_alive, 2);
+}
+
 TEST(ToolRegistryTest, WaitingForASlotCountsAgainstTheTimeout) {
   asio::io_context io;
   asio::steady_timer gate(io, Clock::time_point::max());

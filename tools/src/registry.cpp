@@ -101,13 +101,15 @@ std::string timeout_message(const std::string& name, std::chrono::milliseconds t
 }
 
 // The invocation proper: runs on the caller's executor, possibly after the caller gave up.
-// Holds `entry` (the tool, its limiter) and the blocking pool until it finishes; the permit is
-// a local so that it is returned before `entry` can go away.
+// Holds `entry` (the tool, its limiter) and the blocking pool until it finishes. The slot
+// (permit) is shared with the caller: it is returned when both are done with it, i.e. once the
+// caller has consumed the output (checks, spill) or gave up. So at most max_concurrency outputs
+// exist at once, however many callers wait: a 50 MB tool with max_concurrency 2 holds at most
+// ~100 MB, not 50 MB per queued caller.
 asio::awaitable<void> run_invocation(std::shared_ptr<ToolRegistry::Entry> entry,
-                                     std::shared_ptr<void> pool_owner, Limiter::Permit permit_in,
-                                     json::object args, ToolContext ctx,
-                                     std::shared_ptr<Channel> chan) {
-  Limiter::Permit permit = std::move(permit_in);
+                                     std::shared_ptr<void> pool_owner,
+                                     std::shared_ptr<Limiter::Permit> permit, json::object args,
+                                     ToolContext ctx, std::shared_ptr<Channel> chan) {
   Result<std::string> r;
   try {
     r = co_await entry->tool->invoke(std::move(args), ctx);
@@ -117,8 +119,8 @@ asio::awaitable<void> run_invocation(std::shared_ptr<ToolRegistry::Entry> entry,
     r = Error(Errc::tool_failed,
               "tool '" + entry->tool->name() + "' threw a non-standard exception");
   }
-  permit.release();
   chan->try_send(boost::system::error_code{}, std::move(r));
+  permit.reset();  // the caller's reference (if it still waits) keeps the slot until it is done
 }
 
 asio::awaitable<void> wait_until(asio::steady_timer& timer) {
@@ -264,7 +266,8 @@ asio::awaitable<Result<ToolOutput>> ToolRegistry::async_call(std::string_view na
       chan->try_send(boost::system::error_code{},
                      Result<std::string>(Error(Errc::tool_timeout, msg)));
   });
-  asio::co_spawn(ex, run_invocation(entry, shared_, std::move(permit), std::move(args), ctx, chan),
+  auto slot = std::make_shared<Limiter::Permit>(std::move(permit));
+  asio::co_spawn(ex, run_invocation(entry, shared_, slot, std::move(args), ctx, chan),
                  [name](std::exception_ptr e) {
                    if (e)
                      weir::log(LogLevel::error,
@@ -308,8 +311,10 @@ asio::awaitable<Result<ToolOutput>> ToolRegistry::async_call(std::string_view na
   } else {
     note += "the rest was dropped (no artifact store)]";
   }
-  text.resize(head);
-  result.content = std::move(text) + note;
+  // A fresh string: the head of a 50 MB output must not keep 50 MB of capacity alive.
+  result.content.reserve(head + note.size());
+  result.content.append(text, 0, head);
+  result.content += note;
   co_return result;
 }
 
