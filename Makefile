@@ -6,6 +6,7 @@
 #   make test-asan  the whole test suite under AddressSanitizer + UBSan (build-asan/)
 #   make bench      build and run the benchmarks, each printing JSON
 #   make fuzz       build the libFuzzer targets with clang (build-fuzz/) and run each briefly
+#   make gauntlet   the OOM gauntlet, quick (< 3 min; CI runs it); gauntlet-full: the full run
 #   make format     clang-format every C++ file in place
 
 BUILD      ?= build
@@ -16,7 +17,7 @@ FUZZ_RUNS  ?= 20000
 GENERATOR  := $(shell command -v ninja >/dev/null 2>&1 && echo Ninja || echo "Unix Makefiles")
 LAUNCHER   := $(shell command -v ccache >/dev/null 2>&1 && echo -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
 
-.PHONY: all build setup configure demo test test-asan bench fuzz format clean
+.PHONY: all build setup configure demo test test-asan bench fuzz gauntlet gauntlet-full format clean
 
 all: build
 
@@ -62,6 +63,14 @@ fuzz: setup $(FUZZ_BUILD)/CMakeCache.txt
 	  for d in fuzz/corpus/$$n $(FUZZ_BUILD)/seeds/$$n; do if [ -d $$d ]; then seeds="$$seeds $$d"; fi; done; \
 	  "$$f" -runs=$(FUZZ_RUNS) -max_len=65536 -seed=1 -print_final_stats=0 $$work $$seeds >$$work.log 2>&1 \
 	    || { tail -n 40 $$work.log; exit 1; }; tail -n 1 $$work.log; rm -rf $$work $$work.log; done
+
+gauntlet: build
+	@bench/gauntlet/setup || echo "gauntlet: the LangGraph.js peer could not be installed; weir's side runs alone"
+	bench/gauntlet/run --quick --bin $(BUILD)/bin/weir_gauntlet
+
+gauntlet-full: build
+	@bench/gauntlet/setup || echo "gauntlet: the LangGraph.js peer could not be installed; weir's side runs alone"
+	bench/gauntlet/run --bin $(BUILD)/bin/weir_gauntlet
 
 format:
 	@git ls-files '*.cpp' '*.hpp' '*.h' '*.cu' '*.cuh' | xargs clang-format -i
