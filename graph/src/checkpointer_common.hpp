@@ -107,8 +107,19 @@ inline Error unknown_checkpoint(std::string_view what, std::string_view thread_i
 // state_at folds newest first: a channel already in `state` was written by a later checkpoint,
 // so the older value is skipped. Same result as the oldest-first fold, but it can stream rows
 // from the tip and never holds more than the state plus one row.
+// A checkpoint whose writes hold this key (true) holds every channel: a walk from a newer
+// checkpoint stops there. The executor writes one every kSnapshotEvery steps of a thread, so
+// restoring a long conversation reads a bounded number of checkpoints.
+inline constexpr std::string_view kSnapshotKey = "$snapshot";
+
+inline bool is_snapshot(const boost::json::object& writes) {
+  const auto* v = writes.if_contains(kSnapshotKey);
+  return v && v->is_bool() && v->as_bool();
+}
+
 inline void fold_older_writes(boost::json::object& state, const boost::json::object& writes) {
   for (const auto& kv : writes) {
+    if (kv.key() == kSnapshotKey) continue;
     if (!state.contains(kv.key())) state.emplace(kv.key(), kv.value());
   }
 }

@@ -120,7 +120,7 @@ class MemoryCheckpointer final : public Checkpointer {
     // put() guarantees the chain is finite and every parent exists (invariant 2).
     for (const Checkpoint* cp = &it->second; cp != nullptr;) {
       detail::fold_older_writes(state, cp->writes);
-      if (cp->parent_id.empty()) break;
+      if (cp->parent_id.empty() || detail::is_snapshot(cp->writes)) break;
       auto parent = t->by_id.find(cp->parent_id);
       assert(parent != t->by_id.end());
       cp = &parent->second;

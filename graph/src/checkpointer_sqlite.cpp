@@ -282,7 +282,7 @@ class SqliteCheckpointer final : public Checkpointer {
       if (!writes) return std::move(writes).error();
       detail::fold_older_writes(state, *writes);
       std::string parent(q.text(0));
-      if (parent.empty()) return state;
+      if (parent.empty() || detail::is_snapshot(*writes)) return state;
       if (!seen.insert(parent).second)
         return Error(Errc::corrupt_data, describe(path_) + ": thread '" + std::string(thread_id) +
                                              "': the parent chain of checkpoint '" +

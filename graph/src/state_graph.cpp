@@ -1,5 +1,7 @@
 #include "weir/graph/state_graph.hpp"
 
+#include "checkpointer_common.hpp"
+
 #include <algorithm>
 #include <deque>
 #include <map>
@@ -1284,9 +1286,15 @@ struct Runner {
     cp.step = step_base + step;
     cp.checkpoint_id = new_checkpoint_id(cp.step);
     cp.parent_id = parent_checkpoint;
+    // Every kSnapshotEvery steps of the thread the checkpoint holds every channel, so that
+    // restoring a long thread folds at most that many checkpoints (Checkpointer::state_at stops
+    // at a snapshot); the others hold only what the step wrote.
+    constexpr std::int64_t kSnapshotEvery = 32;
+    const bool snapshot = cp.step > 0 && cp.step % kSnapshotEvery == 0;
     for (std::size_t ch = 0; ch < written.size(); ++ch) {
-      if (written[ch]) cp.writes[g.channels_[ch].first] = json::value(st.values[ch]);
+      if (written[ch] || snapshot) cp.writes[g.channels_[ch].first] = json::value(st.values[ch]);
     }
+    if (snapshot) cp.writes[detail::kSnapshotKey] = true;
     json::array nodes, sends;
     for (const auto& t : next_tasks) {
       if (t.from_send)

@@ -117,6 +117,21 @@ struct BackendName {
 using Backends = ::testing::Types<MemoryBackend, SqliteBackend>;
 TYPED_TEST_SUITE(CheckpointerTest, Backends, BackendName);
 
+// A snapshot checkpoint holds every channel: state_at stops there (an older key the snapshot
+// does not hold is not seen), and the marker itself is not part of the state.
+TYPED_TEST(CheckpointerTest, StateAtStopsAtASnapshot) {
+  auto& c = this->ckpt();
+  ASSERT_TRUE(c.put(make_cp("t", "c1", "", 1, R"({"stale":9,"x":1})")));
+  ASSERT_TRUE(c.put(make_cp("t", "c2", "c1", 32, R"({"x":2,"y":3,"$snapshot":true})")));
+  ASSERT_TRUE(c.put(make_cp("t", "c3", "c2", 33, R"({"y":4})")));
+  auto st = c.state_at("t", "c3");
+  ASSERT_TRUE(st) << st.error().to_string();
+  EXPECT_EQ(json::serialize(*st), R"({"y":4,"x":2})");
+  auto before = c.state_at("t", "c1");
+  ASSERT_TRUE(before);
+  EXPECT_EQ(json::serialize(*before), R"({"stale":9,"x":1})");
+}
+
 TYPED_TEST(CheckpointerTest, PutThenLatestGetAndListNewestFirst) {
   auto& c = this->ckpt();
   ASSERT_TRUE(c.put(make_cp("t", "c1", "", 1, R"({"a":1})")));

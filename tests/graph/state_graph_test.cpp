@@ -327,6 +327,33 @@ TEST(StateGraphCheckpoints, DeltasPerStepAndResumeAfterAFailure) {
   EXPECT_EQ(third->state.at("counter").as_int64(), 6);
 }
 
+// A long thread: every 32nd step's checkpoint is a full snapshot, so restoring the thread folds
+// at most 32 checkpoints however long it gets, and the state stays exact across snapshots.
+TEST(StateGraphCheckpoints, LongThreadsWriteSnapshotsEvery32Steps) {
+  auto cp = make_memory_checkpointer();
+  auto g = flaky_chain(std::make_shared<int>(0));
+  GraphRuntime rt;
+  for (int turn = 1; turn <= 30; ++turn) {  // 30 turns of 3 steps: 90 steps
+    auto r = invoke_on(rt, g, {}, {.checkpointer = cp.get(), .thread_id = "long"});
+    ASSERT_TRUE(r) << r.error().message;
+    EXPECT_EQ(r->state.at("counter").as_int64(), 3 * turn);
+  }
+  auto all = *cp->list("long", 1000);
+  ASSERT_EQ(all.size(), 90u);
+  int snapshots = 0;
+  for (const auto& c : all) {
+    if (!c.writes.contains("$snapshot")) continue;
+    ++snapshots;
+    EXPECT_EQ(c.step % 32, 0);
+    EXPECT_TRUE(c.writes.contains("counter") && c.writes.contains("log")) << c.step;
+  }
+  EXPECT_EQ(snapshots, 2);  // steps 32 and 64
+  auto st = cp->state_at("long", all[0].checkpoint_id);
+  ASSERT_TRUE(st);
+  EXPECT_FALSE(st->contains("$snapshot"));
+  EXPECT_EQ(st->at("counter").as_int64(), 90);
+}
+
 // Through SQLite the resume works in a new runtime and a new connection (a new process).
 TEST(StateGraphCheckpoints, ResumeAcrossARestartWithSqlite) {
   auto db = std::filesystem::temp_directory_path() /

@@ -57,7 +57,10 @@ struct Checkpoint {
   std::string checkpoint_id;  // REQUIRES non-empty, unique in the thread; see new_checkpoint_id
   std::string parent_id;      // "" for the first checkpoint of a thread (or of a new root)
   int64_t step = 0;           // superstep number; informational, not validated
-  // channel name -> new full value of that channel (only channels changed in this step).
+  // channel name -> new full value of that channel (only channels changed in this step). A
+  // checkpoint whose writes hold "$snapshot": true holds every channel; state_at stops there
+  // (the executor writes one every 32 steps of a thread, so restoring a long thread reads a
+  // bounded number of checkpoints). "$snapshot" is not a channel and never appears in state.
   boost::json::object writes;
   // Executor-defined: next nodes, sends, interrupt payload,
   // "status": "running" | "interrupted" | "done" | "failed".
