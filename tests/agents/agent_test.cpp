@@ -10,6 +10,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/json.hpp>
 
+#include "test_util.hpp"
 #include "weir/agents/scripted_model.hpp"
 #include "weir/runtime/artifact_store.hpp"
 #include "weir/tools/builtin.hpp"
@@ -22,15 +23,7 @@ namespace asio = boost::asio;
 namespace json = boost::json;
 using namespace std::chrono_literals;
 
-template <class T>
-Result<T> run_sync(std::function<asio::awaitable<Result<T>>()> fn) {
-  asio::io_context io;
-  Result<T> out = Error(Errc::cancelled, "not run");
-  auto task = [&]() -> asio::awaitable<void> { out = co_await fn(); };
-  asio::co_spawn(io, task(), asio::detached);
-  io.run();
-  return out;
-}
+using testing::run_sync;
 
 std::shared_ptr<tools::ToolRegistry> calc_tools() {
   auto reg = std::make_shared<tools::ToolRegistry>();

@@ -17,16 +17,15 @@ constexpr std::uint64_t kMaxSlice = 65536;
 constexpr std::uint64_t kDefaultLength = 16384;
 constexpr std::uint64_t kChunk = 65536;
 
-class ArtifactsTool final : public Tool {
+class ArtifactsTool final : public BasicTool {
  public:
   explicit ArtifactsTool(ArtifactStore& store)
-      : store_(store),
-        name_("artifacts"),
-        description_(
+      : BasicTool(
+            "artifacts",
             "Reads part of a stored artifact (a large tool output or document) by its id: bytes "
             "[offset, offset+length) or `line_count` lines from line `line_start` (1-based). "
-            "Give either offset/length or line_start/line_count."),
-        parameters_(json::parse(R"json({
+            "Give either offset/length or line_start/line_count.",
+            json::parse(R"json({
           "type": "object",
           "properties": {
             "id": {"type": "string", "minLength": 1, "maxLength": 128},
@@ -38,11 +37,9 @@ class ArtifactsTool final : public Tool {
           "required": ["id"],
           "additionalProperties": false
         })json")
-                        .as_object()) {}
+                .as_object()),
+        store_(store) {}
 
-  const std::string& name() const override { return name_; }
-  const std::string& description() const override { return description_; }
-  const json::object& parameters() const override { return parameters_; }
   boost::asio::awaitable<Result<std::string>> invoke(json::object args,
                                                      const ToolContext& ctx) override {
     co_return run(args);
@@ -142,8 +139,6 @@ class ArtifactsTool final : public Tool {
   }
 
   ArtifactStore& store_;
-  std::string name_, description_;
-  json::object parameters_;
 };
 
 }  // namespace

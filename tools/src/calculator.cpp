@@ -269,15 +269,15 @@ class Parser {
   std::size_t depth_ = 0;
 };
 
-class CalculatorTool final : public Tool {
+class CalculatorTool final : public BasicTool {
  public:
   CalculatorTool()
-      : name_("calculator"),
-        description_(
+      : BasicTool(
+            "calculator",
             "Evaluates an arithmetic expression exactly as written and returns the number. "
             "Operators: + - * / % ^ (power) and parentheses; functions: sqrt abs min max floor "
-            "ceil round log exp sin cos; constants: pi e. Example: \"(2+3)^2 / sqrt(16)\"."),
-        parameters_(json::parse(R"json({
+            "ceil round log exp sin cos; constants: pi e. Example: \"(2+3)^2 / sqrt(16)\".",
+            json::parse(R"json({
           "type": "object",
           "properties": {
             "expression": {"type": "string", "minLength": 1, "maxLength": 4096,
@@ -286,10 +286,7 @@ class CalculatorTool final : public Tool {
           "required": ["expression"],
           "additionalProperties": false
         })json")
-                        .as_object()) {}
-  const std::string& name() const override { return name_; }
-  const std::string& description() const override { return description_; }
-  const json::object& parameters() const override { return parameters_; }
+                .as_object()) {}
   ToolOptions options() const override {
     ToolOptions o;
     o.timeout = std::chrono::milliseconds(2000);
@@ -311,8 +308,6 @@ class CalculatorTool final : public Tool {
   }
 
  private:
-  std::string name_, description_;
-  json::object parameters_;
 };
 
 }  // namespace

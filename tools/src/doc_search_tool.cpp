@@ -12,16 +12,15 @@ namespace json = boost::json;
 
 namespace {
 
-class DocSearchTool final : public Tool {
+class DocSearchTool final : public BasicTool {
  public:
   explicit DocSearchTool(std::shared_ptr<const DocumentIndex> index)
-      : index_(std::move(index)),
-        name_("doc_search"),
-        description_(
+      : BasicTool(
+            "doc_search",
             "Searches a local library of text and markdown documents (BM25 keyword ranking) and "
             "returns the best matching passages: path, byte offset, score and a snippet. Use "
-            "specific keywords; read more of a hit with the files tool when available."),
-        parameters_(json::parse(R"json({
+            "specific keywords; read more of a hit with the files tool when available.",
+            json::parse(R"json({
           "type": "object",
           "properties": {
             "query": {"type": "string", "minLength": 1, "maxLength": 1000,
@@ -32,11 +31,9 @@ class DocSearchTool final : public Tool {
           "required": ["query"],
           "additionalProperties": false
         })json")
-                        .as_object()) {}
+                .as_object()),
+        index_(std::move(index)) {}
 
-  const std::string& name() const override { return name_; }
-  const std::string& description() const override { return description_; }
-  const json::object& parameters() const override { return parameters_; }
   boost::asio::awaitable<Result<std::string>> invoke(json::object args,
                                                      const ToolContext& ctx) override {
     co_return run(args);
@@ -61,8 +58,6 @@ class DocSearchTool final : public Tool {
 
  private:
   std::shared_ptr<const DocumentIndex> index_;
-  std::string name_, description_;
-  json::object parameters_;
 };
 
 }  // namespace

@@ -30,17 +30,16 @@ bool within(const fs::path& root, const fs::path& p) {
   return r == root.end();
 }
 
-class FilesTool final : public Tool {
+class FilesTool final : public BasicTool {
  public:
   explicit FilesTool(fs::path root)
-      : root_(std::move(root)),
-        name_("files"),
-        description_(
+      : BasicTool(
+            "files",
             "Reads text files and lists folders under a fixed root folder. op \"list\" lists a "
             "folder (path \".\" for the root); op \"read\" returns a file's text from byte "
             "`offset`, at most `limit` bytes. Paths are relative to the root; '..' and absolute "
-            "paths are refused."),
-        parameters_(json::parse(R"json({
+            "paths are refused.",
+            json::parse(R"json({
           "type": "object",
           "properties": {
             "op": {"type": "string", "enum": ["read", "list"]},
@@ -54,11 +53,9 @@ class FilesTool final : public Tool {
           "required": ["op", "path"],
           "additionalProperties": false
         })json")
-                        .as_object()) {}
+                .as_object()),
+        root_(std::move(root)) {}
 
-  const std::string& name() const override { return name_; }
-  const std::string& description() const override { return description_; }
-  const json::object& parameters() const override { return parameters_; }
   ToolOptions options() const override {
     ToolOptions o;
     o.timeout = std::chrono::milliseconds(10000);
@@ -181,8 +178,6 @@ class FilesTool final : public Tool {
   }
 
   fs::path root_;
-  std::string name_, description_;
-  json::object parameters_;
 };
 
 }  // namespace

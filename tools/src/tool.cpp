@@ -44,53 +44,33 @@ asio::awaitable<Result<std::string>> run_blocking(asio::any_io_executor pool, co
       std::move(init), asio::use_awaitable, std::move(args), std::move(ctx));
 }
 
-class SyncTool final : public Tool {
+class SyncTool final : public BasicTool {
  public:
   SyncTool(std::string name, std::string description, json::object parameters, SyncToolFn fn,
            ToolOptions options)
-      : name_(std::move(name)),
-        description_(std::move(description)),
-        parameters_(std::move(parameters)),
-        fn_(std::move(fn)),
-        options_(options) {}
-  const std::string& name() const override { return name_; }
-  const std::string& description() const override { return description_; }
-  const json::object& parameters() const override { return parameters_; }
-  ToolOptions options() const override { return options_; }
+      : BasicTool(std::move(name), std::move(description), std::move(parameters), options),
+        fn_(std::move(fn)) {}
   asio::awaitable<Result<std::string>> invoke(json::object args, const ToolContext& ctx) override {
     if (!ctx.blocking_executor) co_return fn_(args, ctx);
     co_return co_await run_blocking(ctx.blocking_executor, &fn_, std::move(args), ctx);
   }
 
  private:
-  std::string name_, description_;
-  json::object parameters_;
   SyncToolFn fn_;
-  ToolOptions options_;
 };
 
-class AsyncTool final : public Tool {
+class AsyncTool final : public BasicTool {
  public:
   AsyncTool(std::string name, std::string description, json::object parameters, AsyncToolFn fn,
             ToolOptions options)
-      : name_(std::move(name)),
-        description_(std::move(description)),
-        parameters_(std::move(parameters)),
-        fn_(std::move(fn)),
-        options_(options) {}
-  const std::string& name() const override { return name_; }
-  const std::string& description() const override { return description_; }
-  const json::object& parameters() const override { return parameters_; }
-  ToolOptions options() const override { return options_; }
+      : BasicTool(std::move(name), std::move(description), std::move(parameters), options),
+        fn_(std::move(fn)) {}
   asio::awaitable<Result<std::string>> invoke(json::object args, const ToolContext& ctx) override {
     co_return co_await fn_(std::move(args), ctx);
   }
 
  private:
-  std::string name_, description_;
-  json::object parameters_;
   AsyncToolFn fn_;
-  ToolOptions options_;
 };
 
 }  // namespace

@@ -64,6 +64,27 @@ class Tool {
                                                              const ToolContext& ctx) = 0;
 };
 
+// A Tool whose name, description, schema and options are fixed at construction: subclasses
+// implement invoke() only. The built-ins and make_tool / make_async_tool derive from it.
+class BasicTool : public Tool {
+ public:
+  BasicTool(std::string name, std::string description, boost::json::object parameters,
+            ToolOptions options = {})
+      : name_(std::move(name)),
+        description_(std::move(description)),
+        parameters_(std::move(parameters)),
+        options_(options) {}
+  const std::string& name() const override { return name_; }
+  const std::string& description() const override { return description_; }
+  const boost::json::object& parameters() const override { return parameters_; }
+  ToolOptions options() const override { return options_; }
+
+ private:
+  std::string name_, description_;
+  boost::json::object parameters_;
+  ToolOptions options_;
+};
+
 using SyncToolFn =
     std::function<Result<std::string>(const boost::json::object&, const ToolContext&)>;
 using AsyncToolFn = std::function<boost::asio::awaitable<Result<std::string>>(boost::json::object,
