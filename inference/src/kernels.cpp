@@ -141,6 +141,73 @@ WEIR_CLONES void dot_rows_q8(const BlockQ8_0* w, const std::int8_t* qx, const fl
   }
 }
 
+// Unpacked 4/6-bit weights (a row's int8 quants, `G` per group with a float scale, and for
+// kMin a float min subtracted) against Q8_0-quantised activations: an int dot per group.
+// Groups never straddle an activation block (G is 16 or 32, blocks are 32).
+// wq: [cols]; ws, wm: [cols / G]; qx: [n, cols]; xd, xsum: [n, cols / 32], xsum[b] being
+// xd[b] * (sum of the block's quants), so the min term costs one multiply per group.
+template <int G, bool kMin>
+WEIR_CLONES void dot_rows_i8(const std::int8_t* wq, const float* ws, const float* wm,
+                             std::int64_t cols, const std::int8_t* qx, const float* xd,
+                             const float* xsum, std::int64_t n, float* out,
+                             std::int64_t out_stride) {
+  const std::int64_t groups = cols / G, xblocks = cols / kQK8_0;
+  std::int64_t t = 0;
+  for (; t + 4 <= n; t += 4) {  // four tokens per pass: each weight group is loaded once
+    float s[4] = {};
+    for (std::int64_t g = 0; g < groups; ++g) {
+      const std::int8_t* w = wq + g * G;
+      const std::int64_t xb = g * G / kQK8_0;
+      for (int k = 0; k < 4; ++k) {
+        const std::int8_t* xq = qx + (t + k) * cols + g * G;
+        std::int32_t acc = 0;
+        for (int j = 0; j < G; ++j) acc += std::int32_t(w[j]) * std::int32_t(xq[j]);
+        s[k] += ws[g] * xd[(t + k) * xblocks + xb] * static_cast<float>(acc);
+        if constexpr (kMin) s[k] -= wm[g] * xsum[(t + k) * xblocks + xb];
+      }
+    }
+    for (int k = 0; k < 4; ++k) out[(t + k) * out_stride] = s[k];
+  }
+  for (; t < n; ++t) {
+    const std::int8_t* xq = qx + t * cols;
+    const float* d = xd + t * xblocks;
+    float s = 0;
+    for (std::int64_t g = 0; g < groups; ++g) {
+      std::int32_t acc = 0;
+      for (int j = 0; j < G; ++j) acc += std::int32_t(wq[g * G + j]) * std::int32_t(xq[g * G + j]);
+      s += ws[g] * d[g * G / kQK8_0] * static_cast<float>(acc);
+      if constexpr (kMin) s -= wm[g] * xsum[t * xblocks + g * G / kQK8_0];
+    }
+    out[t * out_stride] = s;
+  }
+}
+
+// Row r of a Q4_0 / Q4_K / Q6_K weight: q[cols]; scale and min per group (32 weights for
+// Q4_0 and Q4_K, 16 for Q6_K; min for Q4_K only).
+WEIR_CLONES void unpack_row(const Weight& w, std::int64_t r, std::int8_t* q, float* scale,
+                            float* min) {
+  const std::byte* row = w.data + static_cast<std::size_t>(r) * w.row_bytes();
+  switch (w.type) {
+    case GgmlType::q4_0: {
+      const auto* b = reinterpret_cast<const BlockQ4_0*>(row);
+      for (std::int64_t i = 0; i < w.cols / kQK4_0; ++i)
+        unpack_q4_0(b[i], q + i * kQK4_0, scale + i);
+      return;
+    }
+    case GgmlType::q4_k: {
+      const auto* b = reinterpret_cast<const BlockQ4_K*>(row);
+      for (std::int64_t i = 0; i < w.cols / kQK_K; ++i)
+        unpack_q4_k(b[i], q + i * kQK_K, scale + i * 8, min + i * 8);
+      return;
+    }
+    default: {
+      const auto* b = reinterpret_cast<const BlockQ6_K*>(row);
+      for (std::int64_t i = 0; i < w.cols / kQK_K; ++i)
+        unpack_q6_k(b[i], q + i * kQK_K, scale + i * 16);
+    }
+  }
+}
+
 // roundf without the library call (half away from zero, as ggml's reference quantiser).
 inline int round_half_away(float v) {
   return static_cast<int>(v + (v >= 0.0f ? 0.5f : -0.5f));
@@ -190,6 +257,44 @@ void matmul(const Weight& w, const float* x, std::int64_t n, float* y, ThreadPoo
         for (std::int64_t r = b; r < e; ++r) {
           dot_rows_q8(reinterpret_cast<const BlockQ8_0*>(w.data) + r * blocks, qx.data(),
                       qscale.data(), blocks, n, y + r, rows);
+        }
+      });
+      return;
+    }
+    case GgmlType::q4_0:
+    case GgmlType::q4_k:
+    case GgmlType::q6_k: {
+      quantize_q8(x, n, cols, qx, qscale);
+      const std::int64_t xblocks = cols / kQK8_0;
+      thread_local std::vector<float> xsum;  // Q4_K's min term: per block, d * sum(q)
+      if (w.type == GgmlType::q4_k) {
+        xsum.resize(static_cast<std::size_t>(n * xblocks));
+        for (std::int64_t b = 0; b < n * xblocks; ++b) {
+          std::int32_t sum = 0;
+          for (int j = 0; j < kQK8_0; ++j) sum += qx[static_cast<std::size_t>(b * kQK8_0 + j)];
+          xsum[static_cast<std::size_t>(b)] = qscale[static_cast<std::size_t>(b)] * sum;
+        }
+      }
+      const GgmlType type = w.type;
+      const float* xs = xsum.data();
+      pool.parallel_for(rows, [&](int, std::int64_t b, std::int64_t e) {
+        thread_local std::vector<std::int8_t> q;
+        thread_local std::vector<float> sc, mn;
+        q.resize(static_cast<std::size_t>(cols));
+        sc.resize(static_cast<std::size_t>(cols / 16));
+        mn.resize(static_cast<std::size_t>(cols / 16));
+        for (std::int64_t r = b; r < e; ++r) {
+          unpack_row(w, r, q.data(), sc.data(), mn.data());
+          if (type == GgmlType::q4_0) {
+            dot_rows_i8<32, false>(q.data(), sc.data(), nullptr, cols, qx.data(), qscale.data(),
+                                   nullptr, n, y + r, rows);
+          } else if (type == GgmlType::q4_k) {
+            dot_rows_i8<32, true>(q.data(), sc.data(), mn.data(), cols, qx.data(), qscale.data(),
+                                  xs, n, y + r, rows);
+          } else {
+            dot_rows_i8<16, false>(q.data(), sc.data(), nullptr, cols, qx.data(), qscale.data(),
+                                   nullptr, n, y + r, rows);
+          }
         }
       });
       return;
