@@ -1,6 +1,9 @@
 // bench_inference: single-sequence prefill and decode speed of the CPU forward pass on the
-// 15M shape, F32 and Q8_0, 1 and 2 threads. Reproduce: build/bin/bench_inference --json
+// 15M shape, F32, Q8_0, Q4_0 and Q4_K (the Q4_K_M mix), 1 thread and all hardware threads.
+// Reproduce: build/bin/bench_inference --json
+#include <cctype>
 #include <cstring>
+#include <thread>
 
 #include <boost/json.hpp>
 
@@ -14,11 +17,14 @@ int main(int argc, char** argv) {
   const auto dir = std::filesystem::temp_directory_path() / "weir-bench-models";
   boost::json::object decode, prefill, weights;
   std::mt19937 rng(5);
-  for (auto type : {inference::GgmlType::f32, inference::GgmlType::q8_0}) {
+  const int all = std::max(2, static_cast<int>(std::thread::hardware_concurrency()));
+  for (auto type : {inference::GgmlType::f32, inference::GgmlType::q8_0,
+                    inference::GgmlType::q4_0, inference::GgmlType::q4_k}) {
     auto model = model_15m(type, dir);
-    const std::string tname = type == inference::GgmlType::f32 ? "f32" : "q8_0";
+    std::string tname = inference::ggml_type_name(type);
+    for (auto& c : tname) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     weights[tname] = model->weight_bytes();
-    for (int threads : {1, 2}) {
+    for (int threads : {1, all}) {
       auto engine = *inference::Engine::create(inference::make_llama_runner(model, threads),
                                                {.max_num_seqs = 1,
                                                 .max_num_batched_tokens = 256,

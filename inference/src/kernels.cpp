@@ -1,8 +1,14 @@
 #include "kernels.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define WEIR_X86 1
+#endif
 
 #include "quant.hpp"
 #include "simd.hpp"
@@ -182,6 +188,93 @@ WEIR_CLONES void dot_rows_i8(const std::int8_t* wq, const float* ws, const float
   }
 }
 
+#ifdef WEIR_X86
+// The same dot with AVX2 integer instructions, T tokens at a time (T <= 4), for CPUs that
+// have them (picked at run time: see kAvx2). Per 32-weight block: |w| * (x signed by w) in
+// pairs (maddubs: |w| <= 32 and |x| <= 127, so no pair saturates), the pairs summed to 8
+// int32 lanes, then scaled in float into one accumulator per token, reduced once per row.
+// G = 16: lanes 0-3 hold the block's first 16 weights and 4-7 the next 16, each with its
+// group's scale.
+template <int G, bool kMin, int T>
+__attribute__((target("avx2,fma"))) void dot_i8_avx2(const std::int8_t* wq, const float* ws,
+                                                     const float* wm, std::int64_t cols,
+                                                     const std::int8_t* qx, const float* xd,
+                                                     const float* xsum, float* out,
+                                                     std::int64_t out_stride) {
+  const std::int64_t xblocks = cols / kQK8_0;
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[T];
+  float mins[T] = {};
+  for (int k = 0; k < T; ++k) acc[k] = _mm256_setzero_ps();
+  for (std::int64_t b = 0; b < xblocks; ++b) {
+    const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wq + b * 32));
+    const __m256i aw = _mm256_sign_epi8(w, w);
+    const __m256 sc = G == 32 ? _mm256_set1_ps(ws[b])
+                              : _mm256_set_m128(_mm_set1_ps(ws[2 * b + 1]), _mm_set1_ps(ws[2 * b]));
+    for (int k = 0; k < T; ++k) {
+      const __m256i x =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qx + k * cols + b * 32));
+      const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(x, w)), ones);
+      acc[k] = _mm256_fmadd_ps(_mm256_mul_ps(sc, _mm256_set1_ps(xd[k * xblocks + b])),
+                               _mm256_cvtepi32_ps(p), acc[k]);
+      if constexpr (kMin) mins[k] += wm[b] * xsum[k * xblocks + b];
+    }
+  }
+  for (int k = 0; k < T; ++k) {
+    __m128 v = _mm_add_ps(_mm256_castps256_ps128(acc[k]), _mm256_extractf128_ps(acc[k], 1));
+    v = _mm_add_ps(v, _mm_movehl_ps(v, v));
+    v = _mm_add_ss(v, _mm_movehdup_ps(v));
+    out[k * out_stride] = _mm_cvtss_f32(v) - mins[k];
+  }
+}
+
+const bool kHaveAvx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+const bool kHaveAvx2 = false;
+#endif
+std::atomic<bool> g_portable{false};  // use_portable_int8_kernels()
+
+bool avx2() {
+  return kHaveAvx2 && !g_portable.load(std::memory_order_relaxed);
+}
+
+// dot_rows_i8's contract, through the AVX2 kernel where the CPU has it.
+template <int G, bool kMin>
+void dot_rows_i8_best(const std::int8_t* wq, const float* ws, const float* wm, std::int64_t cols,
+                      const std::int8_t* qx, const float* xd, const float* xsum, std::int64_t n,
+                      float* out, std::int64_t out_stride) {
+#ifdef WEIR_X86
+  if (avx2()) {
+    const std::int64_t xblocks = cols / kQK8_0;
+    std::int64_t t = 0;
+    for (; t + 4 <= n; t += 4) {
+      dot_i8_avx2<G, kMin, 4>(wq, ws, wm, cols, qx + t * cols, xd + t * xblocks,
+                              kMin ? xsum + t * xblocks : nullptr, out + t * out_stride,
+                              out_stride);
+    }
+    const float* xs = kMin ? xsum + t * xblocks : nullptr;
+    switch (n - t) {
+      case 3:
+        dot_i8_avx2<G, kMin, 3>(wq, ws, wm, cols, qx + t * cols, xd + t * xblocks, xs,
+                                out + t * out_stride, out_stride);
+        break;
+      case 2:
+        dot_i8_avx2<G, kMin, 2>(wq, ws, wm, cols, qx + t * cols, xd + t * xblocks, xs,
+                                out + t * out_stride, out_stride);
+        break;
+      case 1:
+        dot_i8_avx2<G, kMin, 1>(wq, ws, wm, cols, qx + t * cols, xd + t * xblocks, xs,
+                                out + t * out_stride, out_stride);
+        break;
+      default:
+        break;
+    }
+    return;
+  }
+#endif
+  dot_rows_i8<G, kMin>(wq, ws, wm, cols, qx, xd, xsum, n, out, out_stride);
+}
+
 // Row r of a Q4_0 / Q4_K / Q6_K weight: q[cols]; scale and min per group (32 weights for
 // Q4_0 and Q4_K, 16 for Q6_K; min for Q4_K only).
 WEIR_CLONES void unpack_row(const Weight& w, std::int64_t r, std::int8_t* q, float* scale,
@@ -253,6 +346,24 @@ void matmul(const Weight& w, const float* x, std::int64_t n, float* y, ThreadPoo
     case GgmlType::q8_0: {
       quantize_q8(x, n, cols, qx, qscale);
       const std::int64_t blocks = cols / kQK8_0;
+      if (avx2()) {  // the row's quants and scales apart, then the AVX2 integer kernel
+        pool.parallel_for(rows, [&](int, std::int64_t b, std::int64_t e) {
+          thread_local std::vector<std::int8_t> q;
+          thread_local std::vector<float> sc;
+          q.resize(static_cast<std::size_t>(cols));
+          sc.resize(static_cast<std::size_t>(blocks));
+          for (std::int64_t r = b; r < e; ++r) {
+            const auto* blk = reinterpret_cast<const BlockQ8_0*>(w.data) + r * blocks;
+            for (std::int64_t i = 0; i < blocks; ++i) {
+              std::memcpy(q.data() + i * kQK8_0, blk[i].qs, kQK8_0);
+              sc[static_cast<std::size_t>(i)] = fp16_to_fp32(blk[i].d);
+            }
+            dot_rows_i8_best<32, false>(q.data(), sc.data(), nullptr, cols, qx.data(),
+                                        qscale.data(), nullptr, n, y + r, rows);
+          }
+        });
+        return;
+      }
       pool.parallel_for(rows, [&](int, std::int64_t b, std::int64_t e) {
         for (std::int64_t r = b; r < e; ++r) {
           dot_rows_q8(reinterpret_cast<const BlockQ8_0*>(w.data) + r * blocks, qx.data(),
@@ -286,14 +397,14 @@ void matmul(const Weight& w, const float* x, std::int64_t n, float* y, ThreadPoo
         for (std::int64_t r = b; r < e; ++r) {
           unpack_row(w, r, q.data(), sc.data(), mn.data());
           if (type == GgmlType::q4_0) {
-            dot_rows_i8<32, false>(q.data(), sc.data(), nullptr, cols, qx.data(), qscale.data(),
-                                   nullptr, n, y + r, rows);
+            dot_rows_i8_best<32, false>(q.data(), sc.data(), nullptr, cols, qx.data(),
+                                        qscale.data(), nullptr, n, y + r, rows);
           } else if (type == GgmlType::q4_k) {
-            dot_rows_i8<32, true>(q.data(), sc.data(), mn.data(), cols, qx.data(), qscale.data(),
-                                  xs, n, y + r, rows);
+            dot_rows_i8_best<32, true>(q.data(), sc.data(), mn.data(), cols, qx.data(),
+                                       qscale.data(), xs, n, y + r, rows);
           } else {
-            dot_rows_i8<16, false>(q.data(), sc.data(), nullptr, cols, qx.data(), qscale.data(),
-                                   nullptr, n, y + r, rows);
+            dot_rows_i8_best<16, false>(q.data(), sc.data(), nullptr, cols, qx.data(),
+                                        qscale.data(), nullptr, n, y + r, rows);
           }
         }
       });
@@ -309,6 +420,10 @@ void matmul(const Weight& w, const float* x, std::int64_t n, float* y, ThreadPoo
         }
       });
   }
+}
+
+void use_portable_int8_kernels(bool on) {
+  g_portable.store(on, std::memory_order_relaxed);
 }
 
 void rmsnorm(const float* x, const float* w, float* out, std::int64_t n, std::int64_t dim,

@@ -17,6 +17,11 @@ namespace weir::inference::kernels {
 void matmul(const Weight& w, const float* x, std::int64_t n, float* y, ThreadPool& pool,
             std::vector<std::int8_t>& qx, std::vector<float>& qscale);
 
+// Tests: true makes matmul use the portable integer kernels (compiled per ISA by GCC) instead
+// of the AVX2 ones the CPU would get, so both are checked on one machine. Call it between
+// matmuls, not during one.
+void use_portable_int8_kernels(bool on);
+
 // out[t] = w * x[t] / sqrt(mean(x[t]^2) + eps) for t < n; rows of `dim`.
 void rmsnorm(const float* x, const float* w, float* out, std::int64_t n, std::int64_t dim,
              float eps);

@@ -180,33 +180,38 @@ TEST_P(QuantKernels, MatmulEqualsDequantisedF32) {
   for (int threads : {1, 3}) {
     ThreadPool pool(threads);
     for (std::int64_t n : {1, 2, 5, 9}) {  // decode, and batches around the 4-token tile
-      SCOPED_TRACE(std::string(ggml_type_name(type)) + " n=" + std::to_string(n) +
-                   " threads=" + std::to_string(threads));
-      auto x = randn(static_cast<std::size_t>(n * cols), 100 + n);
-      std::vector<float> y(static_cast<std::size_t>(n * rows), NAN);
-      std::vector<std::int8_t> qx;
-      std::vector<float> qs;
-      kernels::matmul(w, x.data(), n, y.data(), pool, qx, qs);
-      for (std::int64_t t = 0; t < n; ++t) {
-        for (std::int64_t r = 0; r < rows; ++r) {
-          double want = 0, bound = 1e-5;
-          for (std::int64_t b = 0; b < cols / 32; ++b) {
-            float amax = 0;
-            double wsum = 0, wx = 0;
-            for (int j = 0; j < 32; ++j) {
-              const std::int64_t i = b * 32 + j;
-              amax = std::max(amax, std::fabs(x[t * cols + i]));
-              wsum += std::fabs(wd[r * cols + i]);
-              wx += std::fabs(wd[r * cols + i] * x[t * cols + i]);
-              want += double(wd[r * cols + i]) * x[t * cols + i];
+      for (bool portable :
+           {false, true}) {  // the AVX2 kernels (where the CPU has them), the portable ones
+        kernels::use_portable_int8_kernels(portable);
+        SCOPED_TRACE(std::string(ggml_type_name(type)) + " n=" + std::to_string(n) +
+                     " threads=" + std::to_string(threads) + (portable ? " portable" : ""));
+        auto x = randn(static_cast<std::size_t>(n * cols), 100 + n);
+        std::vector<float> y(static_cast<std::size_t>(n * rows), NAN);
+        std::vector<std::int8_t> qx;
+        std::vector<float> qs;
+        kernels::matmul(w, x.data(), n, y.data(), pool, qx, qs);
+        for (std::int64_t t = 0; t < n; ++t) {
+          for (std::int64_t r = 0; r < rows; ++r) {
+            double want = 0, bound = 1e-5;
+            for (std::int64_t b = 0; b < cols / 32; ++b) {
+              float amax = 0;
+              double wsum = 0, wx = 0;
+              for (int j = 0; j < 32; ++j) {
+                const std::int64_t i = b * 32 + j;
+                amax = std::max(amax, std::fabs(x[t * cols + i]));
+                wsum += std::fabs(wd[r * cols + i]);
+                wx += std::fabs(wd[r * cols + i] * x[t * cols + i]);
+                want += double(wd[r * cols + i]) * x[t * cols + i];
+              }
+              bound += amax / 127.0 / 2 * wsum * 1.01 + wx * 1e-3;
             }
-            bound += amax / 127.0 / 2 * wsum * 1.01 + wx * 1e-3;
+            ASSERT_NEAR(y[t * rows + r], want, bound) << "token " << t << " row " << r;
           }
-          ASSERT_NEAR(y[t * rows + r], want, bound) << "token " << t << " row " << r;
         }
       }
     }
   }
+  kernels::use_portable_int8_kernels(false);
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, QuantKernels,
