@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -228,14 +229,87 @@ __attribute__((target("avx2,fma"))) void dot_i8_avx2(const std::int8_t* wq, cons
   }
 }
 
-const bool kHaveAvx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#endif
+// Calls f(std::integral_constant<int, T>, t) for token tiles [t, t + T) covering [0, n),
+// T = 4 but for the last.
+template <class F>
+void by_tiles(std::int64_t n, F&& f) {
+  std::int64_t t = 0;
+  for (; t + 4 <= n; t += 4) f(std::integral_constant<int, 4>{}, t);
+  switch (n - t) {
+    case 3:
+      f(std::integral_constant<int, 3>{}, t);
+      break;
+    case 2:
+      f(std::integral_constant<int, 2>{}, t);
+      break;
+    case 1:
+      f(std::integral_constant<int, 1>{}, t);
+      break;
+    default:
+      break;
+  }
+}
+
+#ifdef WEIR_X86
+// Q8_0 and Q4_0 rows straight from their blocks, T tokens at a time: dot_i8_avx2 without the
+// unpacking pass (a Q4_0 block's nibbles widen to 32 bytes in registers). F16C converts the
+// block scales. w: [blocks]; qx: [T, cols]; xd: [T, blocks].
+template <class Block, int T>
+__attribute__((target("avx2,fma,f16c"))) void dot_blocks_avx2(const Block* w, std::int64_t blocks,
+                                                              const std::int8_t* qx,
+                                                              const float* xd, float* out,
+                                                              std::int64_t out_stride) {
+  const std::int64_t cols = blocks * kQK8_0;
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[T];
+  for (int k = 0; k < T; ++k) acc[k] = _mm256_setzero_ps();
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    __m256i q;
+    if constexpr (std::is_same_v<Block, BlockQ8_0>) {
+      q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs));
+    } else {
+      const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].qs));
+      const __m128i m = _mm_set1_epi8(0xF);
+      q = _mm256_sub_epi8(
+          _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(raw, 4), m), _mm_and_si128(raw, m)),
+          _mm256_set1_epi8(8));
+    }
+    const __m256 d = _mm256_set1_ps(_cvtsh_ss(w[b].d));
+    const __m256i aq = _mm256_sign_epi8(q, q);
+    for (int k = 0; k < T; ++k) {
+      const __m256i x =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qx + k * cols + b * 32));
+      const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aq, _mm256_sign_epi8(x, q)), ones);
+      acc[k] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(xd[k * blocks + b])),
+                               _mm256_cvtepi32_ps(p), acc[k]);
+    }
+  }
+  for (int k = 0; k < T; ++k) {
+    __m128 v = _mm_add_ps(_mm256_castps256_ps128(acc[k]), _mm256_extractf128_ps(acc[k], 1));
+    v = _mm_add_ps(v, _mm_movehl_ps(v, v));
+    v = _mm_add_ss(v, _mm_movehdup_ps(v));
+    out[k * out_stride] = _mm_cvtss_f32(v);
+  }
+}
+
+bool have_avx2() {  // cpu_init: correct however early the first call comes
+  static const bool yes = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           __builtin_cpu_supports("f16c");
+  }();
+  return yes;
+}
 #else
-const bool kHaveAvx2 = false;
+bool have_avx2() {
+  return false;
+}
 #endif
 std::atomic<bool> g_portable{false};  // use_portable_int8_kernels()
 
 bool avx2() {
-  return kHaveAvx2 && !g_portable.load(std::memory_order_relaxed);
+  return have_avx2() && !g_portable.load(std::memory_order_relaxed);
 }
 
 // dot_rows_i8's contract, through the AVX2 kernel where the CPU has it.
@@ -246,29 +320,11 @@ void dot_rows_i8_best(const std::int8_t* wq, const float* ws, const float* wm, s
 #ifdef WEIR_X86
   if (avx2()) {
     const std::int64_t xblocks = cols / kQK8_0;
-    std::int64_t t = 0;
-    for (; t + 4 <= n; t += 4) {
-      dot_i8_avx2<G, kMin, 4>(wq, ws, wm, cols, qx + t * cols, xd + t * xblocks,
+    by_tiles(n, [&](auto T, std::int64_t t) {
+      dot_i8_avx2<G, kMin, T>(wq, ws, wm, cols, qx + t * cols, xd + t * xblocks,
                               kMin ? xsum + t * xblocks : nullptr, out + t * out_stride,
                               out_stride);
-    }
-    const float* xs = kMin ? xsum + t * xblocks : nullptr;
-    switch (n - t) {
-      case 3:
-        dot_i8_avx2<G, kMin, 3>(wq, ws, wm, cols, qx + t * cols, xd + t * xblocks, xs,
-                                out + t * out_stride, out_stride);
-        break;
-      case 2:
-        dot_i8_avx2<G, kMin, 2>(wq, ws, wm, cols, qx + t * cols, xd + t * xblocks, xs,
-                                out + t * out_stride, out_stride);
-        break;
-      case 1:
-        dot_i8_avx2<G, kMin, 1>(wq, ws, wm, cols, qx + t * cols, xd + t * xblocks, xs,
-                                out + t * out_stride, out_stride);
-        break;
-      default:
-        break;
-    }
+    });
     return;
   }
 #endif
@@ -346,24 +402,20 @@ void matmul(const Weight& w, const float* x, std::int64_t n, float* y, ThreadPoo
     case GgmlType::q8_0: {
       quantize_q8(x, n, cols, qx, qscale);
       const std::int64_t blocks = cols / kQK8_0;
-      if (avx2()) {  // the row's quants and scales apart, then the AVX2 integer kernel
+#ifdef WEIR_X86
+      if (avx2()) {
         pool.parallel_for(rows, [&](int, std::int64_t b, std::int64_t e) {
-          thread_local std::vector<std::int8_t> q;
-          thread_local std::vector<float> sc;
-          q.resize(static_cast<std::size_t>(cols));
-          sc.resize(static_cast<std::size_t>(blocks));
           for (std::int64_t r = b; r < e; ++r) {
-            const auto* blk = reinterpret_cast<const BlockQ8_0*>(w.data) + r * blocks;
-            for (std::int64_t i = 0; i < blocks; ++i) {
-              std::memcpy(q.data() + i * kQK8_0, blk[i].qs, kQK8_0);
-              sc[static_cast<std::size_t>(i)] = fp16_to_fp32(blk[i].d);
-            }
-            dot_rows_i8_best<32, false>(q.data(), sc.data(), nullptr, cols, qx.data(),
-                                        qscale.data(), nullptr, n, y + r, rows);
+            by_tiles(n, [&](auto T, std::int64_t t) {
+              dot_blocks_avx2<BlockQ8_0, T>(reinterpret_cast<const BlockQ8_0*>(w.data) + r * blocks,
+                                            blocks, qx.data() + t * cols,
+                                            qscale.data() + t * blocks, y + t * rows + r, rows);
+            });
           }
         });
         return;
       }
+#endif
       pool.parallel_for(rows, [&](int, std::int64_t b, std::int64_t e) {
         for (std::int64_t r = b; r < e; ++r) {
           dot_rows_q8(reinterpret_cast<const BlockQ8_0*>(w.data) + r * blocks, qx.data(),
@@ -388,6 +440,20 @@ void matmul(const Weight& w, const float* x, std::int64_t n, float* y, ThreadPoo
       }
       const GgmlType type = w.type;
       const float* xs = xsum.data();
+#ifdef WEIR_X86
+      if (type == GgmlType::q4_0 && avx2()) {
+        pool.parallel_for(rows, [&](int, std::int64_t b, std::int64_t e) {
+          for (std::int64_t r = b; r < e; ++r) {
+            by_tiles(n, [&](auto T, std::int64_t t) {
+              dot_blocks_avx2<BlockQ4_0, T>(
+                  reinterpret_cast<const BlockQ4_0*>(w.data) + r * xblocks, xblocks,
+                  qx.data() + t * cols, qscale.data() + t * xblocks, y + t * rows + r, rows);
+            });
+          }
+        });
+        return;
+      }
+#endif
       pool.parallel_for(rows, [&](int, std::int64_t b, std::int64_t e) {
         thread_local std::vector<std::int8_t> q;
         thread_local std::vector<float> sc, mn;
