@@ -189,47 +189,6 @@ WEIR_CLONES void dot_rows_i8(const std::int8_t* wq, const float* ws, const float
   }
 }
 
-#ifdef WEIR_X86
-// The same dot with AVX2 integer instructions, T tokens at a time (T <= 4), for CPUs that
-// have them (picked at run time: see kAvx2). Per 32-weight block: |w| * (x signed by w) in
-// pairs (maddubs: |w| <= 32 and |x| <= 127, so no pair saturates), the pairs summed to 8
-// int32 lanes, then scaled in float into one accumulator per token, reduced once per row.
-// G = 16: lanes 0-3 hold the block's first 16 weights and 4-7 the next 16, each with its
-// group's scale.
-template <int G, bool kMin, int T>
-__attribute__((target("avx2,fma"))) void dot_i8_avx2(const std::int8_t* wq, const float* ws,
-                                                     const float* wm, std::int64_t cols,
-                                                     const std::int8_t* qx, const float* xd,
-                                                     const float* xsum, float* out,
-                                                     std::int64_t out_stride) {
-  const std::int64_t xblocks = cols / kQK8_0;
-  const __m256i ones = _mm256_set1_epi16(1);
-  __m256 acc[T];
-  float mins[T] = {};
-  for (int k = 0; k < T; ++k) acc[k] = _mm256_setzero_ps();
-  for (std::int64_t b = 0; b < xblocks; ++b) {
-    const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wq + b * 32));
-    const __m256i aw = _mm256_sign_epi8(w, w);
-    const __m256 sc = G == 32 ? _mm256_set1_ps(ws[b])
-                              : _mm256_set_m128(_mm_set1_ps(ws[2 * b + 1]), _mm_set1_ps(ws[2 * b]));
-    for (int k = 0; k < T; ++k) {
-      const __m256i x =
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qx + k * cols + b * 32));
-      const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(x, w)), ones);
-      acc[k] = _mm256_fmadd_ps(_mm256_mul_ps(sc, _mm256_set1_ps(xd[k * xblocks + b])),
-                               _mm256_cvtepi32_ps(p), acc[k]);
-      if constexpr (kMin) mins[k] += wm[b] * xsum[k * xblocks + b];
-    }
-  }
-  for (int k = 0; k < T; ++k) {
-    __m128 v = _mm_add_ps(_mm256_castps256_ps128(acc[k]), _mm256_extractf128_ps(acc[k], 1));
-    v = _mm_add_ps(v, _mm_movehl_ps(v, v));
-    v = _mm_add_ss(v, _mm_movehdup_ps(v));
-    out[k * out_stride] = _mm_cvtss_f32(v) - mins[k];
-  }
-}
-
-#endif
 // Calls f(std::integral_constant<int, T>, t) for token tiles [t, t + T) covering [0, n),
 // T = 4 but for the last.
 template <class F>
@@ -252,9 +211,14 @@ void by_tiles(std::int64_t n, F&& f) {
 }
 
 #ifdef WEIR_X86
-// Q8_0 and Q4_0 rows straight from their blocks, T tokens at a time: dot_i8_avx2 without the
-// unpacking pass (a Q4_0 block's nibbles widen to 32 bytes in registers). F16C converts the
-// block scales. w: [blocks]; qx: [T, cols]; xd: [T, blocks].
+// AVX2 kernels (picked at run time where the CPU has AVX2, FMA and F16C; see avx2()): weight
+// rows straight from their blocks, no unpacking pass, T <= 4 tokens at a time so each weight
+// block is decoded once per T dots. Per 32 weights: |w| * (x signed by w) summed in pairs
+// (maddubs: |w| <= 128 and |x| <= 127, so no pair saturates), the pairs summed to 8 int32
+// lanes, then scaled in float into one accumulator per token, reduced once per row.
+// qx: [T, cols] activation quants; xd: [T, cols / 32] their scales; out[k * out_stride].
+
+// Q8_0 and Q4_0 (its nibbles widen to 32 bytes in registers). w: [blocks].
 template <class Block, int T>
 __attribute__((target("avx2,fma,f16c"))) void dot_blocks_avx2(const Block* w, std::int64_t blocks,
                                                               const std::int8_t* qx,
@@ -293,6 +257,104 @@ __attribute__((target("avx2,fma,f16c"))) void dot_blocks_avx2(const Block* w, st
   }
 }
 
+// Horizontal sum of 8 floats.
+__attribute__((target("avx2,fma"))) inline float hsum8(__m256 a) {
+  __m128 v = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+  v = _mm_add_ps(v, _mm_movehl_ps(v, v));
+  v = _mm_add_ss(v, _mm_movehdup_ps(v));
+  return _mm_cvtss_f32(v);
+}
+
+// Q4_K rows straight from their super-blocks, T tokens at a time. The nibbles are unsigned,
+// so they go into maddubs as they are (15 * 127 * 2 fits int16); each 32-weight group's
+// min costs one multiply-add per token (xsum: [T, sblocks * 8], see dot_rows_i8).
+template <int T>
+__attribute__((target("avx2,fma,f16c"))) void dot_q4k_avx2(const BlockQ4_K* w, std::int64_t sblocks,
+                                                           const std::int8_t* qx, const float* xd,
+                                                           const float* xsum, float* out,
+                                                           std::int64_t out_stride) {
+  const std::int64_t cols = sblocks * kQK_K, xblocks = sblocks * 8;
+  const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0xF);
+  __m256 acc[T];
+  float mins[T] = {};
+  for (int k = 0; k < T; ++k) acc[k] = _mm256_setzero_ps();
+  for (std::int64_t i = 0; i < sblocks; ++i) {
+    const float d = _cvtsh_ss(w[i].d), dmin = _cvtsh_ss(w[i].dmin);
+    float sc[8], mn[8];
+    for (int g = 0; g < 8; ++g) {
+      std::uint8_t a, m;
+      scale_min_k4(g, w[i].scales, a, m);
+      sc[g] = d * a, mn[g] = dmin * m;
+    }
+    for (int c = 0; c < 4; ++c) {
+      const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[i].qs + 32 * c));
+      const __m256i q[2] = {_mm256_and_si256(raw, m4),
+                            _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4)};
+      for (int h = 0; h < 2; ++h) {
+        const std::int64_t xb = i * 8 + 2 * c + h;
+        for (int k = 0; k < T; ++k) {
+          const __m256i x =
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qx + k * cols + xb * 32));
+          const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(q[h], x), ones);
+          acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(sc[2 * c + h] * xd[k * xblocks + xb]),
+                                   _mm256_cvtepi32_ps(p), acc[k]);
+          mins[k] += mn[2 * c + h] * xsum[k * xblocks + xb];
+        }
+      }
+    }
+  }
+  for (int k = 0; k < T; ++k) out[k * out_stride] = hsum8(acc[k]) - mins[k];
+}
+
+// Q6_K rows straight from their super-blocks, T tokens at a time: 6-bit quants assembled in
+// registers from ql and qh, offset to -32..31, then the signed product above with one scale
+// per 16 weights (lanes 0-3 hold the first 16 of a 32-block, 4-7 the next).
+template <int T>
+__attribute__((target("avx2,fma,f16c"))) void dot_q6k_avx2(const BlockQ6_K* w, std::int64_t sblocks,
+                                                           const std::int8_t* qx, const float* xd,
+                                                           float* out, std::int64_t out_stride) {
+  const std::int64_t cols = sblocks * kQK_K, xblocks = sblocks * 8;
+  const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0xF),
+                m3 = _mm256_set1_epi8(0x03), m30 = _mm256_set1_epi8(0x30),
+                off = _mm256_set1_epi8(32);
+  __m256 acc[T];
+  for (int k = 0; k < T; ++k) acc[k] = _mm256_setzero_ps();
+  for (std::int64_t i = 0; i < sblocks; ++i) {
+    const float d = _cvtsh_ss(w[i].d);
+    for (int h = 0; h < 2; ++h) {
+      const auto* ql = w[i].ql + 64 * h;
+      const __m256i la = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
+      const __m256i lb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
+      const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[i].qh + 32 * h));
+      const __m256i q[4] = {
+          _mm256_or_si256(_mm256_and_si256(la, m4), _mm256_slli_epi16(_mm256_and_si256(hb, m3), 4)),
+          _mm256_or_si256(_mm256_and_si256(lb, m4),
+                          _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(la, 4), m4),
+                          _mm256_and_si256(hb, m30)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lb, 4), m4),
+                          _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30))};
+      for (int j = 0; j < 4; ++j) {
+        const __m256i qs = _mm256_sub_epi8(q[j], off);
+        const __m256i aq = _mm256_sign_epi8(qs, qs);
+        const int g = 8 * h + 2 * j;  // the group of the first 16 weights
+        const __m256 sc =
+            _mm256_set_m128(_mm_set1_ps(d * w[i].scales[g + 1]), _mm_set1_ps(d * w[i].scales[g]));
+        const std::int64_t xb = i * 8 + 4 * h + j;
+        for (int k = 0; k < T; ++k) {
+          const __m256i x =
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qx + k * cols + xb * 32));
+          const __m256i p =
+              _mm256_madd_epi16(_mm256_maddubs_epi16(aq, _mm256_sign_epi8(x, qs)), ones);
+          acc[k] = _mm256_fmadd_ps(_mm256_mul_ps(sc, _mm256_set1_ps(xd[k * xblocks + xb])),
+                                   _mm256_cvtepi32_ps(p), acc[k]);
+        }
+      }
+    }
+  }
+  for (int k = 0; k < T; ++k) out[k * out_stride] = hsum8(acc[k]);
+}
+
 bool have_avx2() {  // cpu_init: correct however early the first call comes
   static const bool yes = [] {
     __builtin_cpu_init();
@@ -310,25 +372,6 @@ std::atomic<bool> g_portable{false};  // use_portable_int8_kernels()
 
 bool avx2() {
   return have_avx2() && !g_portable.load(std::memory_order_relaxed);
-}
-
-// dot_rows_i8's contract, through the AVX2 kernel where the CPU has it.
-template <int G, bool kMin>
-void dot_rows_i8_best(const std::int8_t* wq, const float* ws, const float* wm, std::int64_t cols,
-                      const std::int8_t* qx, const float* xd, const float* xsum, std::int64_t n,
-                      float* out, std::int64_t out_stride) {
-#ifdef WEIR_X86
-  if (avx2()) {
-    const std::int64_t xblocks = cols / kQK8_0;
-    by_tiles(n, [&](auto T, std::int64_t t) {
-      dot_i8_avx2<G, kMin, T>(wq, ws, wm, cols, qx + t * cols, xd + t * xblocks,
-                              kMin ? xsum + t * xblocks : nullptr, out + t * out_stride,
-                              out_stride);
-    });
-    return;
-  }
-#endif
-  dot_rows_i8<G, kMin>(wq, ws, wm, cols, qx, xd, xsum, n, out, out_stride);
 }
 
 // Row r of a Q4_0 / Q4_K / Q6_K weight: q[cols]; scale and min per group (32 weights for
@@ -441,13 +484,25 @@ void matmul(const Weight& w, const float* x, std::int64_t n, float* y, ThreadPoo
       const GgmlType type = w.type;
       const float* xs = xsum.data();
 #ifdef WEIR_X86
-      if (type == GgmlType::q4_0 && avx2()) {
+      if (avx2()) {  // straight from the blocks
+        const std::int64_t sblocks = cols / kQK_K;
         pool.parallel_for(rows, [&](int, std::int64_t b, std::int64_t e) {
           for (std::int64_t r = b; r < e; ++r) {
             by_tiles(n, [&](auto T, std::int64_t t) {
-              dot_blocks_avx2<BlockQ4_0, T>(
-                  reinterpret_cast<const BlockQ4_0*>(w.data) + r * xblocks, xblocks,
-                  qx.data() + t * cols, qscale.data() + t * xblocks, y + t * rows + r, rows);
+              const std::int8_t* q = qx.data() + t * cols;
+              const float* d = qscale.data() + t * xblocks;
+              float* out = y + t * rows + r;
+              if (type == GgmlType::q4_0) {
+                dot_blocks_avx2<BlockQ4_0, T>(
+                    reinterpret_cast<const BlockQ4_0*>(w.data) + r * xblocks, xblocks, q, d, out,
+                    rows);
+              } else if (type == GgmlType::q4_k) {
+                dot_q4k_avx2<T>(reinterpret_cast<const BlockQ4_K*>(w.data) + r * sblocks, sblocks,
+                                q, d, xs + t * xblocks, out, rows);
+              } else {
+                dot_q6k_avx2<T>(reinterpret_cast<const BlockQ6_K*>(w.data) + r * sblocks, sblocks,
+                                q, d, out, rows);
+              }
             });
           }
         });
@@ -463,14 +518,14 @@ void matmul(const Weight& w, const float* x, std::int64_t n, float* y, ThreadPoo
         for (std::int64_t r = b; r < e; ++r) {
           unpack_row(w, r, q.data(), sc.data(), mn.data());
           if (type == GgmlType::q4_0) {
-            dot_rows_i8_best<32, false>(q.data(), sc.data(), nullptr, cols, qx.data(),
-                                        qscale.data(), nullptr, n, y + r, rows);
+            dot_rows_i8<32, false>(q.data(), sc.data(), nullptr, cols, qx.data(), qscale.data(),
+                                   nullptr, n, y + r, rows);
           } else if (type == GgmlType::q4_k) {
-            dot_rows_i8_best<32, true>(q.data(), sc.data(), mn.data(), cols, qx.data(),
-                                       qscale.data(), xs, n, y + r, rows);
+            dot_rows_i8<32, true>(q.data(), sc.data(), mn.data(), cols, qx.data(), qscale.data(),
+                                  xs, n, y + r, rows);
           } else {
-            dot_rows_i8_best<16, false>(q.data(), sc.data(), nullptr, cols, qx.data(),
-                                        qscale.data(), nullptr, n, y + r, rows);
+            dot_rows_i8<16, false>(q.data(), sc.data(), nullptr, cols, qx.data(), qscale.data(),
+                                   nullptr, n, y + r, rows);
           }
         }
       });
