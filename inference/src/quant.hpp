@@ -3,8 +3,8 @@
 //
 // The 4- and 6-bit types are decoded by "unpacking" a block into int8 quants plus a float
 // scale (and, for Q4_K, a float min) per group of weights: weight = scale * q - min. The
-// scalar dequantisation and the integer dot kernels share these unpackers, so one layout
-// definition serves both.
+// dequantisation (model.cpp) and the portable integer kernels share these unpackers; the AVX2
+// kernels (kernels.cpp) decode the same layouts in registers, and tests hold both to these.
 #pragma once
 
 #include <cstdint>

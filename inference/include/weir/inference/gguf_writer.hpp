@@ -1,7 +1,8 @@
-// Writing GGUF v3 files, and deterministic random-weight LLaMA models of any shape (used by
-// tests, benchmarks and the demo, so they need no downloaded model).
+// Writing GGUF v3 files, quantising tensors to ggml's block types, and deterministic
+// random-weight LLaMA models of any shape (used by tests, benchmarks and the demo, so they need
+// no downloaded model).
 //
-// Thread safety: a GgufWriter is used by one thread.
+// Thread safety: a GgufWriter is used by one thread; the free functions share no state.
 #pragma once
 
 #include <cstdint>
@@ -50,9 +51,10 @@ struct RandomModelShape {
   static RandomModelShape stories15m() { return {}; }  // llama2.c's 15M shape
 };
 
-// `values` encoded in `type`'s block layout: F32, F16, or quantised with ggml's reference
-// quantisers (quantize_row_*_ref) for Q8_0, Q4_0, Q4_K and Q6_K, so the bytes are what
-// llama.cpp's quantiser writes for the same floats (Q8_0 rounds half away from zero).
+// `values` encoded in `type`'s block layout (ggml's): F32, F16, or for Q8_0, Q4_0, Q4_K and
+// Q6_K quantised the way ggml's reference quantisers (quantize_row_*_ref) do it, without an
+// importance matrix. A matrix may be passed whole when its row length is a whole number of
+// blocks.
 // Errors: invalid_argument for another type, or a length that is not a whole number of blocks
 // (32 values for Q8_0/Q4_0, 256 for Q4_K/Q6_K).
 Result<std::string> quantize_tensor(std::span<const float> values, GgmlType type);
