@@ -180,8 +180,8 @@ TEST_P(QuantKernels, MatmulEqualsDequantisedF32) {
   for (int threads : {1, 3}) {
     ThreadPool pool(threads);
     for (std::int64_t n : {1, 2, 5, 9}) {  // decode, and batches around the 4-token tile
-      for (bool portable :
-           {false, true}) {  // the AVX2 kernels (where the CPU has them), the portable ones
+      // The AVX2 kernels (where the CPU has them), then the portable ones.
+      for (bool portable : {false, true}) {
         kernels::use_portable_int8_kernels(portable);
         SCOPED_TRACE(std::string(ggml_type_name(type)) + " n=" + std::to_string(n) +
                      " threads=" + std::to_string(threads) + (portable ? " portable" : ""));
