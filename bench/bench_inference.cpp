@@ -1,6 +1,12 @@
 // bench_inference: single-sequence prefill and decode speed of the CPU forward pass on the
-// 15M shape, F32 and Q8_0, 1 and 2 threads. Reproduce: build/bin/bench_inference --json
+// 15M shape, F32, Q8_0, Q4_0 and Q4_K (the Q4_K_M mix), 1 thread and all hardware threads.
+// The 15M shape's dim (288) is not a multiple of 256, so its Q4_K file is mostly Q4_0 (the
+// mix's fallback, as in llama.cpp); `*_d256` rows run the same shape with dim 256 (8 heads),
+// where every matrix is Q4_K or Q6_K, against Q4_0 on that shape.
+// Reproduce: build/bin/bench_inference --json
+#include <cctype>
 #include <cstring>
+#include <thread>
 
 #include <boost/json.hpp>
 
@@ -9,16 +15,46 @@
 using namespace weir;
 using namespace weir::bench;
 
+// The 15M shape with dim 256 and 8 heads of 32 (rows of 256 and 768), seed 42.
+std::shared_ptr<const inference::Model> model_d256(inference::GgmlType type,
+                                                   const std::filesystem::path& dir) {
+  std::filesystem::create_directories(dir);
+  const auto path =
+      dir / (std::string("weir-15m-d256-") + inference::ggml_type_name(type) + ".gguf");
+  auto shape = inference::RandomModelShape::stories15m();
+  shape.dim = 256, shape.n_heads = shape.n_kv_heads = 8;
+  if (!std::filesystem::exists(path)) {
+    std::fprintf(stderr, "generating %s ...\n", path.c_str());
+    if (auto st = inference::write_random_llama(path, shape, type, 42); !st) {
+      std::fprintf(stderr, "%s\n", st.error().message.c_str());
+      std::exit(1);
+    }
+  }
+  auto m = inference::Model::load(path);
+  if (!m) {
+    std::fprintf(stderr, "%s\n", m.error().message.c_str());
+    std::exit(1);
+  }
+  return *m;
+}
+
 int main(int argc, char** argv) {
   const bool as_json = argc > 1 && std::strcmp(argv[1], "--json") == 0;
   const auto dir = std::filesystem::temp_directory_path() / "weir-bench-models";
   boost::json::object decode, prefill, weights;
   std::mt19937 rng(5);
-  for (auto type : {inference::GgmlType::f32, inference::GgmlType::q8_0}) {
-    auto model = model_15m(type, dir);
-    const std::string tname = type == inference::GgmlType::f32 ? "f32" : "q8_0";
+  const int all = std::max(2, static_cast<int>(std::thread::hardware_concurrency()));
+  using inference::GgmlType;
+  const std::pair<GgmlType, bool> configs[] = {{GgmlType::f32, false},  {GgmlType::q8_0, false},
+                                               {GgmlType::q4_0, false}, {GgmlType::q4_k, false},
+                                               {GgmlType::q4_0, true},  {GgmlType::q4_k, true}};
+  for (auto [type, d256] : configs) {
+    auto model = d256 ? model_d256(type, dir) : model_15m(type, dir);
+    std::string tname = inference::ggml_type_name(type);
+    for (auto& c : tname) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (d256) tname += "_d256";
     weights[tname] = model->weight_bytes();
-    for (int threads : {1, 2}) {
+    for (int threads : {1, all}) {
       auto engine = *inference::Engine::create(inference::make_llama_runner(model, threads),
                                                {.max_num_seqs = 1,
                                                 .max_num_batched_tokens = 256,

@@ -1,8 +1,15 @@
 #include "kernels.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define WEIR_X86 1
+#endif
 
 #include "quant.hpp"
 #include "simd.hpp"
@@ -141,6 +148,258 @@ WEIR_CLONES void dot_rows_q8(const BlockQ8_0* w, const std::int8_t* qx, const fl
   }
 }
 
+// Unpacked 4/6-bit weights (a row's int8 quants, `G` per group with a float scale, and for
+// kMin a float min subtracted) against Q8_0-quantised activations: an int dot per group.
+// Groups never straddle an activation block (G is 16 or 32, blocks are 32).
+// wq: [cols]; ws, wm: [cols / G]; qx: [n, cols]; xd, xsum: [n, cols / 32], xsum[b] being
+// xd[b] * (sum of the block's quants), so the min term costs one multiply per group.
+template <int G, bool kMin>
+WEIR_CLONES void dot_rows_i8(const std::int8_t* wq, const float* ws, const float* wm,
+                             std::int64_t cols, const std::int8_t* qx, const float* xd,
+                             const float* xsum, std::int64_t n, float* out,
+                             std::int64_t out_stride) {
+  const std::int64_t groups = cols / G, xblocks = cols / kQK8_0;
+  std::int64_t t = 0;
+  for (; t + 4 <= n; t += 4) {  // four tokens per pass: each weight group is loaded once
+    float s[4] = {};
+    for (std::int64_t g = 0; g < groups; ++g) {
+      const std::int8_t* w = wq + g * G;
+      const std::int64_t xb = g * G / kQK8_0;
+      for (int k = 0; k < 4; ++k) {
+        const std::int8_t* xq = qx + (t + k) * cols + g * G;
+        std::int32_t acc = 0;
+        for (int j = 0; j < G; ++j) acc += std::int32_t(w[j]) * std::int32_t(xq[j]);
+        s[k] += ws[g] * xd[(t + k) * xblocks + xb] * static_cast<float>(acc);
+        if constexpr (kMin) s[k] -= wm[g] * xsum[(t + k) * xblocks + xb];
+      }
+    }
+    for (int k = 0; k < 4; ++k) out[(t + k) * out_stride] = s[k];
+  }
+  for (; t < n; ++t) {
+    const std::int8_t* xq = qx + t * cols;
+    const float* d = xd + t * xblocks;
+    float s = 0;
+    for (std::int64_t g = 0; g < groups; ++g) {
+      std::int32_t acc = 0;
+      for (int j = 0; j < G; ++j) acc += std::int32_t(wq[g * G + j]) * std::int32_t(xq[g * G + j]);
+      s += ws[g] * d[g * G / kQK8_0] * static_cast<float>(acc);
+      if constexpr (kMin) s -= wm[g] * xsum[t * xblocks + g * G / kQK8_0];
+    }
+    out[t * out_stride] = s;
+  }
+}
+
+// Calls f(std::integral_constant<int, T>, t) for token tiles [t, t + T) covering [0, n),
+// T = 4 but for the last.
+template <class F>
+void by_tiles(std::int64_t n, F&& f) {
+  std::int64_t t = 0;
+  for (; t + 4 <= n; t += 4) f(std::integral_constant<int, 4>{}, t);
+  switch (n - t) {
+    case 3:
+      f(std::integral_constant<int, 3>{}, t);
+      break;
+    case 2:
+      f(std::integral_constant<int, 2>{}, t);
+      break;
+    case 1:
+      f(std::integral_constant<int, 1>{}, t);
+      break;
+    default:
+      break;
+  }
+}
+
+#ifdef WEIR_X86
+// AVX2 kernels (picked at run time where the CPU has AVX2, FMA and F16C; see avx2()): weight
+// rows straight from their blocks, no unpacking pass, T <= 4 tokens at a time so each weight
+// block is decoded once per T dots. Per 32 weights: |w| * (x signed by w) summed in pairs
+// (maddubs: |w| <= 128 and |x| <= 127, so no pair saturates), the pairs summed to 8 int32
+// lanes, then scaled in float into one accumulator per token, reduced once per row.
+// qx: [T, cols] activation quants; xd: [T, cols / 32] their scales; out[k * out_stride].
+
+// Q8_0 and Q4_0 (its nibbles widen to 32 bytes in registers). w: [blocks].
+template <class Block, int T>
+__attribute__((target("avx2,fma,f16c"))) void dot_blocks_avx2(const Block* w, std::int64_t blocks,
+                                                              const std::int8_t* qx,
+                                                              const float* xd, float* out,
+                                                              std::int64_t out_stride) {
+  const std::int64_t cols = blocks * kQK8_0;
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[T];
+  for (int k = 0; k < T; ++k) acc[k] = _mm256_setzero_ps();
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    __m256i q;
+    if constexpr (std::is_same_v<Block, BlockQ8_0>) {
+      q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs));
+    } else {
+      const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].qs));
+      const __m128i m = _mm_set1_epi8(0xF);
+      q = _mm256_sub_epi8(
+          _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(raw, 4), m), _mm_and_si128(raw, m)),
+          _mm256_set1_epi8(8));
+    }
+    const __m256 d = _mm256_set1_ps(_cvtsh_ss(w[b].d));
+    const __m256i aq = _mm256_sign_epi8(q, q);
+    for (int k = 0; k < T; ++k) {
+      const __m256i x =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qx + k * cols + b * 32));
+      const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aq, _mm256_sign_epi8(x, q)), ones);
+      acc[k] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(xd[k * blocks + b])),
+                               _mm256_cvtepi32_ps(p), acc[k]);
+    }
+  }
+  for (int k = 0; k < T; ++k) {
+    __m128 v = _mm_add_ps(_mm256_castps256_ps128(acc[k]), _mm256_extractf128_ps(acc[k], 1));
+    v = _mm_add_ps(v, _mm_movehl_ps(v, v));
+    v = _mm_add_ss(v, _mm_movehdup_ps(v));
+    out[k * out_stride] = _mm_cvtss_f32(v);
+  }
+}
+
+// Horizontal sum of 8 floats.
+__attribute__((target("avx2,fma"))) inline float hsum8(__m256 a) {
+  __m128 v = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+  v = _mm_add_ps(v, _mm_movehl_ps(v, v));
+  v = _mm_add_ss(v, _mm_movehdup_ps(v));
+  return _mm_cvtss_f32(v);
+}
+
+// Q4_K rows straight from their super-blocks, T tokens at a time. The nibbles are unsigned,
+// so they go into maddubs as they are (15 * 127 * 2 fits int16); each 32-weight group's
+// min costs one multiply-add per token (xsum: [T, sblocks * 8], see dot_rows_i8).
+template <int T>
+__attribute__((target("avx2,fma,f16c"))) void dot_q4k_avx2(const BlockQ4_K* w, std::int64_t sblocks,
+                                                           const std::int8_t* qx, const float* xd,
+                                                           const float* xsum, float* out,
+                                                           std::int64_t out_stride) {
+  const std::int64_t cols = sblocks * kQK_K, xblocks = sblocks * 8;
+  const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0xF);
+  __m256 acc[T];
+  float mins[T] = {};
+  for (int k = 0; k < T; ++k) acc[k] = _mm256_setzero_ps();
+  for (std::int64_t i = 0; i < sblocks; ++i) {
+    const float d = _cvtsh_ss(w[i].d), dmin = _cvtsh_ss(w[i].dmin);
+    float sc[8], mn[8];
+    for (int g = 0; g < 8; ++g) {
+      std::uint8_t a, m;
+      scale_min_k4(g, w[i].scales, a, m);
+      sc[g] = d * a, mn[g] = dmin * m;
+    }
+    for (int c = 0; c < 4; ++c) {
+      const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[i].qs + 32 * c));
+      const __m256i q[2] = {_mm256_and_si256(raw, m4),
+                            _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4)};
+      for (int h = 0; h < 2; ++h) {
+        const std::int64_t xb = i * 8 + 2 * c + h;
+        for (int k = 0; k < T; ++k) {
+          const __m256i x =
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qx + k * cols + xb * 32));
+          const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(q[h], x), ones);
+          acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(sc[2 * c + h] * xd[k * xblocks + xb]),
+                                   _mm256_cvtepi32_ps(p), acc[k]);
+          mins[k] += mn[2 * c + h] * xsum[k * xblocks + xb];
+        }
+      }
+    }
+  }
+  for (int k = 0; k < T; ++k) out[k * out_stride] = hsum8(acc[k]) - mins[k];
+}
+
+// Q6_K rows straight from their super-blocks, T tokens at a time: 6-bit quants assembled in
+// registers from ql and qh, offset to -32..31, then the signed product above with one scale
+// per 16 weights (lanes 0-3 hold the first 16 of a 32-block, 4-7 the next).
+template <int T>
+__attribute__((target("avx2,fma,f16c"))) void dot_q6k_avx2(const BlockQ6_K* w, std::int64_t sblocks,
+                                                           const std::int8_t* qx, const float* xd,
+                                                           float* out, std::int64_t out_stride) {
+  const std::int64_t cols = sblocks * kQK_K, xblocks = sblocks * 8;
+  const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0xF),
+                m3 = _mm256_set1_epi8(0x03), m30 = _mm256_set1_epi8(0x30),
+                off = _mm256_set1_epi8(32);
+  __m256 acc[T];
+  for (int k = 0; k < T; ++k) acc[k] = _mm256_setzero_ps();
+  for (std::int64_t i = 0; i < sblocks; ++i) {
+    const float d = _cvtsh_ss(w[i].d);
+    for (int h = 0; h < 2; ++h) {
+      const auto* ql = w[i].ql + 64 * h;
+      const __m256i la = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
+      const __m256i lb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
+      const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[i].qh + 32 * h));
+      const __m256i q[4] = {
+          _mm256_or_si256(_mm256_and_si256(la, m4), _mm256_slli_epi16(_mm256_and_si256(hb, m3), 4)),
+          _mm256_or_si256(_mm256_and_si256(lb, m4),
+                          _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(la, 4), m4),
+                          _mm256_and_si256(hb, m30)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lb, 4), m4),
+                          _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30))};
+      for (int j = 0; j < 4; ++j) {
+        const __m256i qs = _mm256_sub_epi8(q[j], off);
+        const __m256i aq = _mm256_sign_epi8(qs, qs);
+        const int g = 8 * h + 2 * j;  // the group of the first 16 weights
+        const __m256 sc =
+            _mm256_set_m128(_mm_set1_ps(d * w[i].scales[g + 1]), _mm_set1_ps(d * w[i].scales[g]));
+        const std::int64_t xb = i * 8 + 4 * h + j;
+        for (int k = 0; k < T; ++k) {
+          const __m256i x =
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qx + k * cols + xb * 32));
+          const __m256i p =
+              _mm256_madd_epi16(_mm256_maddubs_epi16(aq, _mm256_sign_epi8(x, qs)), ones);
+          acc[k] = _mm256_fmadd_ps(_mm256_mul_ps(sc, _mm256_set1_ps(xd[k * xblocks + xb])),
+                                   _mm256_cvtepi32_ps(p), acc[k]);
+        }
+      }
+    }
+  }
+  for (int k = 0; k < T; ++k) out[k * out_stride] = hsum8(acc[k]);
+}
+
+bool have_avx2() {  // cpu_init: correct however early the first call comes
+  static const bool yes = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           __builtin_cpu_supports("f16c");
+  }();
+  return yes;
+}
+#else
+bool have_avx2() {
+  return false;
+}
+#endif
+std::atomic<bool> g_portable{false};  // use_portable_int8_kernels()
+
+bool avx2() {
+  return have_avx2() && !g_portable.load(std::memory_order_relaxed);
+}
+
+// Row r of a Q4_0 / Q4_K / Q6_K weight: q[cols]; scale and min per group (32 weights for
+// Q4_0 and Q4_K, 16 for Q6_K; min for Q4_K only).
+WEIR_CLONES void unpack_row(const Weight& w, std::int64_t r, std::int8_t* q, float* scale,
+                            float* min) {
+  const std::byte* row = w.data + static_cast<std::size_t>(r) * w.row_bytes();
+  switch (w.type) {
+    case GgmlType::q4_0: {
+      const auto* b = reinterpret_cast<const BlockQ4_0*>(row);
+      for (std::int64_t i = 0; i < w.cols / kQK4_0; ++i)
+        unpack_q4_0(b[i], q + i * kQK4_0, scale + i);
+      return;
+    }
+    case GgmlType::q4_k: {
+      const auto* b = reinterpret_cast<const BlockQ4_K*>(row);
+      for (std::int64_t i = 0; i < w.cols / kQK_K; ++i)
+        unpack_q4_k(b[i], q + i * kQK_K, scale + i * 8, min + i * 8);
+      return;
+    }
+    default: {
+      const auto* b = reinterpret_cast<const BlockQ6_K*>(row);
+      for (std::int64_t i = 0; i < w.cols / kQK_K; ++i)
+        unpack_q6_k(b[i], q + i * kQK_K, scale + i * 16);
+    }
+  }
+}
+
 // roundf without the library call (half away from zero, as ggml's reference quantiser).
 inline int round_half_away(float v) {
   return static_cast<int>(v + (v >= 0.0f ? 0.5f : -0.5f));
@@ -186,10 +445,88 @@ void matmul(const Weight& w, const float* x, std::int64_t n, float* y, ThreadPoo
     case GgmlType::q8_0: {
       quantize_q8(x, n, cols, qx, qscale);
       const std::int64_t blocks = cols / kQK8_0;
+#ifdef WEIR_X86
+      if (avx2()) {
+        pool.parallel_for(rows, [&](int, std::int64_t b, std::int64_t e) {
+          for (std::int64_t r = b; r < e; ++r) {
+            by_tiles(n, [&](auto T, std::int64_t t) {
+              dot_blocks_avx2<BlockQ8_0, T>(reinterpret_cast<const BlockQ8_0*>(w.data) + r * blocks,
+                                            blocks, qx.data() + t * cols,
+                                            qscale.data() + t * blocks, y + t * rows + r, rows);
+            });
+          }
+        });
+        return;
+      }
+#endif
       pool.parallel_for(rows, [&](int, std::int64_t b, std::int64_t e) {
         for (std::int64_t r = b; r < e; ++r) {
           dot_rows_q8(reinterpret_cast<const BlockQ8_0*>(w.data) + r * blocks, qx.data(),
                       qscale.data(), blocks, n, y + r, rows);
+        }
+      });
+      return;
+    }
+    case GgmlType::q4_0:
+    case GgmlType::q4_k:
+    case GgmlType::q6_k: {
+      quantize_q8(x, n, cols, qx, qscale);
+      const std::int64_t xblocks = cols / kQK8_0;
+      thread_local std::vector<float> xsum;  // Q4_K's min term: per block, d * sum(q)
+      if (w.type == GgmlType::q4_k) {
+        xsum.resize(static_cast<std::size_t>(n * xblocks));
+        for (std::int64_t b = 0; b < n * xblocks; ++b) {
+          std::int32_t sum = 0;
+          for (int j = 0; j < kQK8_0; ++j) sum += qx[static_cast<std::size_t>(b * kQK8_0 + j)];
+          xsum[static_cast<std::size_t>(b)] = qscale[static_cast<std::size_t>(b)] * sum;
+        }
+      }
+      const GgmlType type = w.type;
+      const float* xs = xsum.data();
+#ifdef WEIR_X86
+      if (avx2()) {  // straight from the blocks
+        const std::int64_t sblocks = cols / kQK_K;
+        pool.parallel_for(rows, [&](int, std::int64_t b, std::int64_t e) {
+          for (std::int64_t r = b; r < e; ++r) {
+            by_tiles(n, [&](auto T, std::int64_t t) {
+              const std::int8_t* q = qx.data() + t * cols;
+              const float* d = qscale.data() + t * xblocks;
+              float* out = y + t * rows + r;
+              if (type == GgmlType::q4_0) {
+                dot_blocks_avx2<BlockQ4_0, T>(
+                    reinterpret_cast<const BlockQ4_0*>(w.data) + r * xblocks, xblocks, q, d, out,
+                    rows);
+              } else if (type == GgmlType::q4_k) {
+                dot_q4k_avx2<T>(reinterpret_cast<const BlockQ4_K*>(w.data) + r * sblocks, sblocks,
+                                q, d, xs + t * xblocks, out, rows);
+              } else {
+                dot_q6k_avx2<T>(reinterpret_cast<const BlockQ6_K*>(w.data) + r * sblocks, sblocks,
+                                q, d, out, rows);
+              }
+            });
+          }
+        });
+        return;
+      }
+#endif
+      pool.parallel_for(rows, [&](int, std::int64_t b, std::int64_t e) {
+        thread_local std::vector<std::int8_t> q;
+        thread_local std::vector<float> sc, mn;
+        q.resize(static_cast<std::size_t>(cols));
+        sc.resize(static_cast<std::size_t>(cols / 16));
+        mn.resize(static_cast<std::size_t>(cols / 16));
+        for (std::int64_t r = b; r < e; ++r) {
+          unpack_row(w, r, q.data(), sc.data(), mn.data());
+          if (type == GgmlType::q4_0) {
+            dot_rows_i8<32, false>(q.data(), sc.data(), nullptr, cols, qx.data(), qscale.data(),
+                                   nullptr, n, y + r, rows);
+          } else if (type == GgmlType::q4_k) {
+            dot_rows_i8<32, true>(q.data(), sc.data(), mn.data(), cols, qx.data(), qscale.data(),
+                                  xs, n, y + r, rows);
+          } else {
+            dot_rows_i8<16, false>(q.data(), sc.data(), nullptr, cols, qx.data(), qscale.data(),
+                                   nullptr, n, y + r, rows);
+          }
         }
       });
       return;
@@ -204,6 +541,10 @@ void matmul(const Weight& w, const float* x, std::int64_t n, float* y, ThreadPoo
         }
       });
   }
+}
+
+void use_portable_int8_kernels(bool on) {
+  g_portable.store(on, std::memory_order_relaxed);
 }
 
 void rmsnorm(const float* x, const float* w, float* out, std::int64_t n, std::int64_t dim,

@@ -12,9 +12,15 @@ namespace weir::inference::kernels {
 
 // y[t, r] = sum_i W[r, i] * x[t, i] for t < n.  x: [n, w.cols], y: [n, w.rows].
 // Rows of W are split across the pool; each weight row is read once for all n tokens.
-// `qx` is scratch for Q8_0 weights (the activations quantised per 32-block).
+// `qx`, `qscale`: scratch for the integer kernels of Q8_0, Q4_0, Q4_K and Q6_K weights (the
+// activations quantised to Q8_0 blocks of 32: int8 quants and a scale per block).
 void matmul(const Weight& w, const float* x, std::int64_t n, float* y, ThreadPool& pool,
             std::vector<std::int8_t>& qx, std::vector<float>& qscale);
+
+// Tests: true makes matmul use the portable integer kernels (compiled per ISA by GCC) instead
+// of the AVX2 ones the CPU would get, so both are checked on one machine. Call it between
+// matmuls, not during one.
+void use_portable_int8_kernels(bool on);
 
 // out[t] = w * x[t] / sqrt(mean(x[t]^2) + eps) for t < n; rows of `dim`.
 void rmsnorm(const float* x, const float* w, float* out, std::int64_t n, std::int64_t dim,

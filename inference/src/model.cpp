@@ -40,6 +40,36 @@ void dequantize_row(const Weight& w, std::int64_t r, float* out) {
       }
       return;
     }
+    case GgmlType::q4_0: {
+      const auto* b = reinterpret_cast<const BlockQ4_0*>(row);
+      std::int8_t q[kQK4_0];
+      float d;
+      for (std::int64_t i = 0; i < w.cols / kQK4_0; ++i) {
+        unpack_q4_0(b[i], q, &d);
+        for (int j = 0; j < kQK4_0; ++j) out[i * kQK4_0 + j] = d * q[j];
+      }
+      return;
+    }
+    case GgmlType::q4_k: {
+      const auto* b = reinterpret_cast<const BlockQ4_K*>(row);
+      std::int8_t q[kQK_K];
+      float sc[8], mn[8];
+      for (std::int64_t i = 0; i < w.cols / kQK_K; ++i) {
+        unpack_q4_k(b[i], q, sc, mn);
+        for (int j = 0; j < kQK_K; ++j) out[i * kQK_K + j] = sc[j / 32] * q[j] - mn[j / 32];
+      }
+      return;
+    }
+    case GgmlType::q6_k: {
+      const auto* b = reinterpret_cast<const BlockQ6_K*>(row);
+      std::int8_t q[kQK_K];
+      float sc[16];
+      for (std::int64_t i = 0; i < w.cols / kQK_K; ++i) {
+        unpack_q6_k(b[i], q, sc);
+        for (int j = 0; j < kQK_K; ++j) out[i * kQK_K + j] = sc[j / 16] * q[j];
+      }
+      return;
+    }
     default:
       std::fill(out, out + w.cols, NAN);  // load() refuses other types
   }
@@ -48,7 +78,23 @@ void dequantize_row(const Weight& w, std::int64_t r, float* out) {
 namespace {
 
 bool runnable(GgmlType t) {
-  return t == GgmlType::f32 || t == GgmlType::f16 || t == GgmlType::bf16 || t == GgmlType::q8_0;
+  switch (t) {
+    case GgmlType::f32:
+    case GgmlType::f16:
+    case GgmlType::bf16:
+    case GgmlType::q8_0:
+    case GgmlType::q4_0:
+    case GgmlType::q4_k:
+    case GgmlType::q6_k:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Norms and biases: plain float types only.
+bool vector_type(GgmlType t) {
+  return t == GgmlType::f32 || t == GgmlType::f16 || t == GgmlType::bf16;
 }
 
 class Loader {
@@ -78,9 +124,9 @@ class Loader {
                                           std::to_string(rows) + "]");
     }
     if (!runnable(t->type)) {
-      return Error(Errc::unsupported, f_.name() + ": tensor '" + name + "' is " +
-                                          ggml_type_name(t->type) +
-                                          "; weir runs F32, F16, BF16 and Q8_0 weights");
+      return Error(Errc::unsupported,
+                   f_.name() + ": tensor '" + name + "' is " + ggml_type_name(t->type) +
+                       "; weir runs F32, F16, BF16, Q8_0, Q4_0, Q4_K and Q6_K weights");
     }
     bytes_ += t->n_bytes;
     return Weight{t->type, t->data, rows, cols};
@@ -92,8 +138,7 @@ class Loader {
       if (optional) return std::vector<float>();
       return Error(Errc::model_error, f_.name() + ": tensor '" + name + "' is missing");
     }
-    if (static_cast<std::int64_t>(t->n_elements) != n || !runnable(t->type) ||
-        t->type == GgmlType::q8_0) {
+    if (static_cast<std::int64_t>(t->n_elements) != n || !vector_type(t->type)) {
       return Error(Errc::model_error, f_.name() + ": tensor '" + name + "' should be " +
                                           std::to_string(n) + " F32/F16/BF16 values, found " +
                                           std::to_string(t->n_elements) + " of " +

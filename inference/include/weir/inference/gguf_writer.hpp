@@ -1,11 +1,13 @@
-// Writing GGUF v3 files, and deterministic random-weight LLaMA models of any shape (used by
-// tests, benchmarks and the demo, so they need no downloaded model).
+// Writing GGUF v3 files, quantising tensors to ggml's block types, and deterministic
+// random-weight LLaMA models of any shape (used by tests, benchmarks and the demo, so they need
+// no downloaded model).
 //
-// Thread safety: a GgufWriter is used by one thread.
+// Thread safety: a GgufWriter is used by one thread; the free functions share no state.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -49,9 +51,22 @@ struct RandomModelShape {
   static RandomModelShape stories15m() { return {}; }  // llama2.c's 15M shape
 };
 
-// A LLaMA model with weights drawn from a seeded generator (the same seed gives the same file)
-// and a SentencePiece-style vocabulary (control tokens, 256 byte tokens, filler pieces) so
-// that any text tokenises. Weight type: F32, F16 or Q8_0 (norms stay F32).
+// `values` encoded in `type`'s block layout (ggml's): F32, F16, or for Q8_0, Q4_0, Q4_K and
+// Q6_K quantised the way ggml's reference quantisers (quantize_row_*_ref) do it, without an
+// importance matrix. A matrix may be passed whole when its row length is a whole number of
+// blocks.
+// Errors: invalid_argument for another type, or a length that is not a whole number of blocks
+// (32 values for Q8_0/Q4_0, 256 for Q4_K/Q6_K).
+Result<std::string> quantize_tensor(std::span<const float> values, GgmlType type);
+
+// A LLaMA model with weights drawn from a seeded generator (the same seed gives the same
+// weights in every type, and the same file) and a SentencePiece-style vocabulary (control
+// tokens, 256 byte tokens, filler pieces) so that any text tokenises. Norms stay F32.
+// Weight type: F32, F16, Q8_0, Q4_0, or Q4_K, which writes a Q4_K_M-style mix: Q4_K
+// matrices, attn_v and ffn_down in Q6_K in some layers (llama.cpp's choice), and an untied
+// output.weight in Q6_K holding token_embd's values. In that mix, matrices whose rows are not
+// a multiple of 256 fall back to Q4_0 (for Q4_K) and Q8_0 (for Q6_K).
+// Errors: invalid_argument for another type or an inconsistent shape; io_error.
 Status write_random_llama(const std::filesystem::path& path, const RandomModelShape& shape,
                           GgmlType type, std::uint64_t seed = 1);
 

@@ -2,7 +2,9 @@
 //
 // Architectures: `llama` (Llama 2/3, TinyLlama, SmolLM, Mistral) and `qwen2` (QKV bias, NeoX
 // RoPE). Every expected tensor is checked for presence, type and shape at load, with an error
-// naming the tensor. A missing output.weight means the classifier is tied to token_embd.
+// naming the tensor. Matrices may be F32, F16, BF16, Q8_0, Q4_0, Q4_K or Q6_K (so Q4_0 and
+// Q4_K_M files run); norms and biases F32, F16 or BF16. A missing output.weight means the
+// classifier is tied to token_embd.
 //
 // Thread safety: a Model is immutable after load(); share it freely (std::shared_ptr).
 #pragma once
