@@ -181,6 +181,101 @@ TEST(SampleSchemaTest, BrokenWorkflowsFailWithPointers) {
       });
 }
 
+// Rules the workflow loader enforces beyond keys and types, which the schema states too.
+TEST(SampleSchemaTest, WorkflowSchemaFollowsTheLoadersRules) {
+  expect_rejected(
+      "workflows", "map_reduce.json",
+      {
+          {"llm node without prompt or messages",
+           [](json::object& w) {
+             w["models"] = json::parse(R"({"m":{"path":"m.gguf"}})");
+             w["nodes"].as_object()["ask"] = json::parse(R"({"kind":"llm","model":"m"})");
+           },
+           "/nodes/ask: matches none of the anyOf branches (0: /nodes/ask/prompt: missing "
+           "required property; 1: /nodes/ask/messages: missing required property)",
+           "/nodes/ask"},
+          {"expression that is not a string",
+           [](json::object& w) {
+             w["nodes"].as_object()["join"].as_object()["values"] =
+                 json::parse(R"({"mean":{"$expr":5}})");
+           },
+           "/nodes/join/values/mean/$expr: expected string, got number",
+           "/nodes/join/values/mean/$expr"},
+          {"reserved node name",
+           [](json::object& w) {
+             w["nodes"].as_object()["END"] = json::parse(R"({"kind":"router"})");
+           },
+           R"(/nodes/END: invalid property name: must not match the schema under "not" ({"enum":["START","END"]}))",
+           "/nodes/END"},
+      });
+  expect_rejected("workflows", "human_review.json",
+                  {
+                      {"max_items without the append reducer",
+                       [](json::object& w) {
+                         w["state"].as_object()["notes"].as_object()["reducer"] = "last_value";
+                       },
+                       R"(/state/notes/reducer: expected "append", got "last_value")",
+                       "/state/notes/max_items"},
+                      {"then in an \"on\" route",
+                       [](json::object& w) {
+                         w["edges"].as_array()[3].as_object()["route"].as_object()["then"] = "note";
+                       },
+                       "/edges/3/route/then: no value is allowed here (the schema is false)",
+                       "/edges/3/route/then"},
+                      {"\"on\" route without a default",
+                       [](json::object& w) {
+                         w["edges"].as_array()[3].as_object()["route"].as_object().erase("default");
+                       },
+                       "/edges/3/route/default: missing required property", "/edges/3/route"},
+                  });
+  expect_rejected(
+      "workflows", "loop_guard.json",
+      {
+          {"comparison without a value",
+           [](json::object& w) {
+             w["edges"].as_array()[2].as_object()["route"].as_object()["when"] =
+                 json::parse(R"({"channel":"answer","op":"=="})");
+           },
+           "/edges/2/route/when/value: missing required property", "/edges/2/route/when"},
+          {"two route forms",
+           [](json::object& w) {
+             auto& r = w["edges"].as_array()[2].as_object()["route"].as_object();
+             r["tool_calls"] = "END";
+             r["default"] = "END";
+           },
+           "/edges/2/route: matches oneOf branches 1 and 2, expected exactly one",
+           "/edges/2/route"},
+      });
+  expect_rejected("workflows", "big_payload.json",
+                  {
+                      {"files tool without a root",
+                       [](json::object& w) {
+                         w["tools"].as_object()["generate"] = json::parse(R"({"builtin":"files"})");
+                       },
+                       "/tools/generate/root: missing required property", "/tools/generate"},
+                  });
+}
+
+TEST(SampleSchemaTest, ByteSizesAsTheLoaderReadsThem) {
+  for (const char* size : {"256KiB", " 1.5 MiB ", "4096", "10GB"}) {
+    SCOPED_TRACE(size);
+    const json::value v = edited("workflows", "big_payload.json", [&](json::object& w) {
+      w["limits"].as_object()["max_state_bytes"] = size;
+    });
+    EXPECT_EQ(violation(workflow_schema(), v), "ok");
+    EXPECT_EQ(workflow_loader(v), "ok");
+  }
+  const json::value bad = edited("workflows", "big_payload.json", [](json::object& w) {
+    w["limits"].as_object()["max_state_bytes"] = "256 KB/s";
+  });
+  EXPECT_EQ(violation(workflow_schema(), bad),
+            "/limits/max_state_bytes: matches none of the oneOf branches (0: "
+            "/limits/max_state_bytes: expected integer, got string; 1: /limits/max_state_bytes: "
+            "\"256 KB/s\" does not match the pattern "
+            "\"^\\\\s*[0-9]+(\\\\.[0-9]+)?\\\\s*(B|KiB|MiB|GiB|KB|MB|GB)?\\\\s*$\")");
+  EXPECT_NE(workflow_loader(bad).find(": /limits/max_state_bytes: "), std::string::npos);
+}
+
 TEST(SampleSchemaTest, BrokenCrewsFailWithPointers) {
   auto agent = [](json::object& f, std::size_t i) -> json::object& {
     return f["agents"].as_array()[i].as_object();
