@@ -291,12 +291,21 @@ TEST(SchemaTest, PatternAndPropertyNames) {
 }
 
 TEST(SchemaTest, PatternInputIsBounded) {
+  // Long strings match without exhausting the stack, even with a group under a star.
+  const std::string long_ab = "\"" + std::string(200000, 'a') + "b\"";
+  EXPECT_EQ(violation(R"({"pattern":"^(a|b)*$"})", long_ab), "ok");
+  EXPECT_EQ(violation(R"({"pattern":"^(a|c)*$"})", long_ab),
+            "(root): \"" + std::string(64, 'a') + "...\" does not match the pattern \"^(a|c)*$\"");
   std::string big(kMaxPatternInput + 1, 'a');
   EXPECT_EQ(violation(R"({"pattern":"^a*$"})", "\"" + big + "\""),
-            "(root): string of 8193 bytes is too long to match against the pattern \"^a*$\" (at "
-            "most 8192 bytes)");
+            "(root): string of 1048577 bytes is too long to match against the pattern \"^a*$\" "
+            "(at most 1048576 bytes)");
   big.pop_back();
   EXPECT_EQ(violation(R"({"pattern":"^a*$"})", "\"" + big + "\""), "ok");
+  // Back-references are not supported.
+  EXPECT_EQ(schema_error(R"({"pattern":"(a)\\1"})")
+                .rfind(R"(schema /pattern: invalid regular expression "(a)\\1": )", 0),
+            0u);
 }
 
 TEST(SchemaTest, PatternPropertiesAndAdditionalPropertiesSchema) {

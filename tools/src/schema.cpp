@@ -208,10 +208,19 @@ std::string unresolved_ref(std::string_view ref) {
   return "cannot resolve $ref " + quoted(ref) + " (no such definition in the schema)";
 }
 
+// libstdc++'s default executor backtracks with one stack frame per input character, which
+// overflows the stack on strings of a few thousand bytes; __polynomial selects its Thompson-NFA
+// executor instead (bounded stack, time linear in the input), which refuses back-references.
+#if defined(__GLIBCXX__)
+constexpr auto kRegexFlags = std::regex::ECMAScript | std::regex_constants::__polynomial;
+#else
+#error "schema.cpp needs libstdc++'s polynomial regex executor (see kMaxPatternInput)"
+#endif
+
 // Compiles `pattern`; the message says why it is not a valid ECMAScript regex.
 Result<std::regex> compile_regex(std::string_view pattern) {
   try {
-    return std::regex(pattern.begin(), pattern.end(), std::regex::ECMAScript);
+    return std::regex(pattern.begin(), pattern.end(), kRegexFlags);
   } catch (const std::regex_error& e) {
     return Error(Errc::invalid_argument,
                  "invalid regular expression " + quoted(pattern) + ": " + e.what());
