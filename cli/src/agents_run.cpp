@@ -22,6 +22,7 @@
 #include "weir/agents/crew_file.hpp"
 #include "weir/agents/local_model.hpp"
 #include "weir/inference/engine.hpp"
+#include "weir/inference/engine_registry.hpp"
 #include "weir/inference/gguf_writer.hpp"
 #include "weir/runtime/artifact_store.hpp"
 #include "weir/runtime/memory_budget.hpp"
@@ -140,6 +141,13 @@ int run_agents_file(const fs::path& path, const AgentsRunOptions& options) {
     }
   } cleanup{art_dir};
 
+  // The engine's KV pool is reserved from `budget`, and the process-wide EngineRegistry would
+  // keep the engine (and its reservation) past this function: drop the registry's reference
+  // before the budget goes (this guard is destroyed after `model` and everything using it).
+  struct ReleaseEngine {
+    fs::path path;
+    ~ReleaseEngine() { inference::EngineRegistry::global().release(path); }
+  } release_engine{choice->path};
   agents::LocalModelOptions mo;
   mo.budget = &budget;
   mo.max_num_seqs = 64;

@@ -19,6 +19,7 @@
 
 #include "weir/agents/crew.hpp"
 #include "weir/agents/local_model.hpp"
+#include "weir/inference/engine_registry.hpp"
 #include "weir/runtime/artifact_store.hpp"
 #include "weir/runtime/memory_budget.hpp"
 #include "weir/tools/builtin.hpp"
@@ -47,6 +48,12 @@ int main(int argc, char** argv) {
   auto store = ArtifactStore::open({{}, std::size_t{16} << 20, 0, 100, &budget});
   if (!store) return std::fprintf(stderr, "%s\n", store.error().message.c_str()), 2;
 
+  // The process-wide engine registry keeps the engine, whose KV pool is reserved from `budget`:
+  // release it before the budget goes out of scope.
+  struct ReleaseEngine {
+    fs::path path;
+    ~ReleaseEngine() { inference::EngineRegistry::global().release(path); }
+  } release_engine{model_path};
   agents::LocalModelOptions mo;
   mo.budget = &budget;
   auto model = agents::LocalChatModel::open(model_path, mo);

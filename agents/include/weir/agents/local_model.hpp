@@ -38,7 +38,9 @@ struct LocalModelOptions {
   std::int32_t max_num_seqs = 64;
   std::int64_t max_model_len = 0;           // 0: the model's context length (capped at 4096)
   std::size_t kv_cache_bytes = 128u << 20;  // used when no budget is given
-  MemoryBudget* budget = nullptr;           // the KV pool is reserved from kv_cache when set
+  // The KV pool is reserved from kv_cache when set. REQUIRES: the budget outlives the engine,
+  // which inference::EngineRegistry::global() keeps until release(path) is called for it.
+  MemoryBudget* budget = nullptr;
   // Random-weight models never emit end-of-generation; run every turn to max_tokens.
   bool ignore_eog = false;
 };
