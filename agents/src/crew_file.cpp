@@ -192,11 +192,24 @@ Result<AgentsFile> parse_agents_file(std::string_view text, const fs::path& path
   if (const auto* w = root->if_contains("weir");
       !w || !(w->is_int64() || w->is_uint64()) || w->to_number<std::int64_t>() != 1)
     c.fail(w ? "/weir" : "", "\"weir\": 1 is required (the format version)");
-  const std::string kind = c.str(*root, "kind", "", true).value_or("");
+  const auto kind = c.str(*root, "kind", "", true);
   if (kind == "group_chat")
     f.kind = AgentsFileKind::group_chat;
-  else if (kind != "crew" && !kind.empty())
-    c.fail("/kind", "unknown kind '" + kind + "' (crew, group_chat)");
+  else if (kind && *kind != "crew")
+    c.fail("/kind", "unknown kind '" + *kind + "' (crew, group_chat)");
+  // Keys of the other kind are mistakes, not silently ignored.
+  const bool chat = f.kind == AgentsFileKind::group_chat;
+  static const std::vector<const char*> kCrewOnly = {"tasks", "process", "manager"};
+  static const std::vector<const char*> kChatOnly = {"task", "speaker_selection", "termination",
+                                                     "window", "max_rounds"};
+  for (const char* k : chat ? kCrewOnly : kChatOnly) {
+    if (root->contains(k))
+      c.fail(json_pointer_append("", k), "'" + std::string(k) + "' belongs to " +
+                                             (chat ? "crew files" : "group-chat files") +
+                                             ", not to a " + (chat ? "group chat" : "crew"));
+  }
+  if (const auto* d = root->if_contains("description"); d && !d->is_string())
+    c.fail("/description", "expected a string");
   f.name = c.str(*root, "name", "", true).value_or("");
   if (const auto* t = root->if_contains("tools")) {
     if (const auto* o = c.object(*t, "/tools", {"calculator", "files", "artifacts", "doc_search"}))
@@ -291,10 +304,13 @@ Result<AgentsFile> parse_agents_file(std::string_view text, const fs::path& path
     }
     if (const auto* t = root->if_contains("termination")) {
       auto term = Termination::from_json(*t, "/termination");
-      if (term)
+      if (term) {
         f.chat.termination = *term;
-      else
-        c.fail("/termination", term.error().message.substr(term.error().message.find(": ") + 2));
+      } else {  // "<pointer>: why": keep the inner position ("/termination/any/1")
+        const std::string& m = term.error().message;
+        const auto colon = m.find(": ");
+        c.fail(m.substr(0, colon), m.substr(colon + 2));
+      }
     }
     if (const auto* w = root->if_contains("window")) c.window(*w, "/window", f.chat.window);
     if (auto n = c.integer(*root, "max_rounds", "", 1))

@@ -101,6 +101,29 @@ TEST(CrewFile, ToolFoldersAreCheckedAndUnknownToolsRefused) {
   fs::remove_all(dir);
 }
 
+TEST(CrewFile, KeysOfTheOtherKindAndAnEmptyKindAreErrors) {
+  auto f = parse_agents_file(R"({"weir": 1, "kind": "crew", "name": "c", "task": "x",
+    "agents": [{"name": "a", "role": "r"}], "tasks": [{"name": "t", "agent": "a", "description": "d"}]})",
+                             "c.json");
+  ASSERT_FALSE(f);
+  EXPECT_NE(f.error().message.find("/task: 'task' belongs to group-chat files, not to a crew"),
+            std::string::npos)
+      << f.error().message;
+  auto g = parse_agents_file(R"({"weir": 1, "kind": "", "name": "c", "agents": [], "tasks": []})",
+                             "g.json");
+  ASSERT_FALSE(g);
+  EXPECT_NE(g.error().message.find("/kind: unknown kind '' (crew, group_chat)"), std::string::npos)
+      << g.error().message;
+  auto h = parse_agents_file(R"({"weir": 1, "kind": "group_chat", "name": "g", "task": "t",
+    "agents": [{"name": "a", "role": "r"}],
+    "termination": {"any": [{"max_messages": 3}, {"text_mention": ""}]}})",
+                             "h.json");
+  ASSERT_FALSE(h);
+  EXPECT_NE(h.error().message.find("/termination/any/1: text_mention must be a non-empty string"),
+            std::string::npos)
+      << h.error().message;
+}
+
 TEST(CrewFile, RecognisesAgentsDocuments) {
   EXPECT_TRUE(is_agents_document(json::parse(R"({"kind": "crew"})")));
   EXPECT_TRUE(is_agents_document(json::parse(R"({"kind": "group_chat"})")));

@@ -316,9 +316,7 @@ TEST(SampleSchemaTest, BrokenCrewsFailWithPointers) {
                  json::parse(R"({"text_mention":"OK","max_messages":3})");
            },
            "/termination/any/1: object of 2 properties has more than maxProperties 1",
-           // crew_file.cpp reports termination problems at /termination (with the inner
-           // position dropped from the message).
-           "/termination"},
+           "/termination/any/1"},
           {"window below its minimum",
            [](json::object& f) { f["window"].as_object()["max_tokens"] = 8; },
            "/window/max_tokens: 8 is less than the minimum 16", "/window/max_tokens"},
