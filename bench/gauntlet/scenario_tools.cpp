@@ -67,6 +67,9 @@ json::object giant_tool_outputs(Ctx& ctx) {
   };
   tools::ToolOptions topts;
   topts.max_concurrency = 2;  // at most two 50 MB outputs exist at once
+  // 100 calls queue for 2 slots, each slot held while 50 MB is hashed and spilled: the
+  // scenario is about memory, so the timeout covers the whole queue.
+  topts.timeout = std::chrono::minutes(10);
   topts.max_output_bytes = max_output;
   if (auto st =
           reg.add(tools::make_async_tool("dump", "returns a giant output", schema, fn, topts));
