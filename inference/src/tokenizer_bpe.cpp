@@ -61,6 +61,67 @@ struct Code {
   ~Code() { pcre2_code_free(code); }
 };
 
+using Regexes = std::vector<std::shared_ptr<Code>>;
+
+// The compiled regexes of a known pre-tokenizer. Errors: unsupported (unknown name),
+// model_error (a regex does not compile).
+Result<Regexes> compile_pre(const std::string& pre, const std::string& where) {
+  bool known = false;
+  const auto& exprs = regexes_for(pre, known);
+  if (!known) {
+    return Error(Errc::unsupported, where + ": pre-tokenizer '" + pre +
+                                        "' is not supported (weir knows: " + known_pre_names() +
+                                        ")");
+  }
+  Regexes out;
+  for (const auto& e : exprs) {
+    int err = 0;
+    PCRE2_SIZE off = 0;
+    auto c = std::make_shared<Code>();
+    c->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(e.data()), e.size(), PCRE2_UTF | PCRE2_UCP,
+                            &err, &off, nullptr);
+    if (!c->code) {
+      PCRE2_UCHAR msg[256];
+      pcre2_get_error_message(err, msg, sizeof msg);
+      return Error(Errc::model_error, "pre-tokenizer regex for '" + pre +
+                                          "' does not compile: " + reinterpret_cast<char*>(msg));
+    }
+    pcre2_jit_compile(c->code, PCRE2_JIT_COMPLETE);  // best effort: interpreted without JIT
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+// Each regex splits every current fragment into its matches and the gaps between them.
+std::vector<std::string_view> split_with(const Regexes& regexes, std::string_view text) {
+  std::vector<std::string_view> parts = {text};
+  pcre2_match_data* md = pcre2_match_data_create(4, nullptr);
+  for (const auto& re : regexes) {
+    std::vector<std::string_view> next;
+    for (auto part : parts) {
+      std::size_t start = 0, last = 0;
+      while (start <= part.size()) {
+        int rc = pcre2_match(re->code, reinterpret_cast<PCRE2_SPTR>(part.data()), part.size(),
+                             start, 0, md, nullptr);
+        if (rc < 0) break;
+        const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
+        if (ov[1] == ov[0]) {  // empty match: step one character
+          start =
+              ov[0] + (ov[0] < part.size() ? utf8_len(static_cast<unsigned char>(part[ov[0]])) : 1);
+          continue;
+        }
+        if (ov[0] > last) next.push_back(part.substr(last, ov[0] - last));
+        next.push_back(part.substr(ov[0], ov[1] - ov[0]));
+        last = start = ov[1];
+      }
+      if (last < part.size()) next.push_back(part.substr(last));
+    }
+    parts = std::move(next);
+  }
+  pcre2_match_data_free(md);
+  return parts;
+}
+
 class BpeTokenizer final : public Tokenizer {
  public:
   Status init(const GgufFile& f) {
@@ -68,29 +129,9 @@ class BpeTokenizer final : public Tokenizer {
     model_ = "gpt2";
     auto pre = f.get_string("tokenizer.ggml.pre");
     pre_ = pre && *pre ? **pre : "default";
-    bool known = false;
-    const auto& exprs = regexes_for(pre_, known);
-    if (!known) {
-      return Error(Errc::unsupported, f.name() + ": pre-tokenizer '" + pre_ +
-                                          "' is not supported (weir knows: " + known_pre_names() +
-                                          ")");
-    }
-    for (const auto& e : exprs) {
-      int err = 0;
-      PCRE2_SIZE off = 0;
-      auto c = std::make_shared<Code>();
-      c->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(e.data()), e.size(),
-                              PCRE2_UTF | PCRE2_UCP, &err, &off, nullptr);
-      if (!c->code) {
-        PCRE2_UCHAR msg[256];
-        pcre2_get_error_message(err, msg, sizeof msg);
-        return Error(Errc::model_error, "pre-tokenizer regex for '" + pre_ +
-                                            "' does not compile: " + reinterpret_cast<char*>(msg));
-      }
-      pcre2_jit_compile(c->code,
-                        PCRE2_JIT_COMPLETE);  // best effort: interpreted when JIT is unavailable
-      regexes_.push_back(std::move(c));
-    }
+    auto compiled = compile_pre(pre_, f.name());
+    if (!compiled) return std::move(compiled).error();
+    regexes_ = std::move(*compiled);
     auto merges = f.get_string_array("tokenizer.ggml.merges");
     if (!merges) return std::move(merges).error();
     if (!*merges)
@@ -124,34 +165,8 @@ class BpeTokenizer final : public Tokenizer {
   }
 
  private:
-  // Each regex splits every current fragment into its matches and the gaps between them.
   std::vector<std::string_view> pre_split(std::string_view text) const {
-    std::vector<std::string_view> parts = {text};
-    pcre2_match_data* md = pcre2_match_data_create(4, nullptr);
-    for (const auto& re : regexes_) {
-      std::vector<std::string_view> next;
-      for (auto part : parts) {
-        std::size_t start = 0, last = 0;
-        while (start <= part.size()) {
-          int rc = pcre2_match(re->code, reinterpret_cast<PCRE2_SPTR>(part.data()), part.size(),
-                               start, 0, md, nullptr);
-          if (rc < 0) break;
-          const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
-          if (ov[1] == ov[0]) {  // empty match: step one character
-            start = ov[0] +
-                    (ov[0] < part.size() ? utf8_len(static_cast<unsigned char>(part[ov[0]])) : 1);
-            continue;
-          }
-          if (ov[0] > last) next.push_back(part.substr(last, ov[0] - last));
-          next.push_back(part.substr(ov[0], ov[1] - ov[0]));
-          last = start = ov[1];
-        }
-        if (last < part.size()) next.push_back(part.substr(last));
-      }
-      parts = std::move(next);
-    }
-    pcre2_match_data_free(md);
-    return parts;
+    return split_with(regexes_, text);
   }
 
   void bpe(std::string_view piece, std::vector<std::int32_t>& out) const {
@@ -187,7 +202,7 @@ class BpeTokenizer final : public Tokenizer {
     }
   }
 
-  std::vector<std::shared_ptr<Code>> regexes_;
+  Regexes regexes_;
   std::unordered_map<std::string, int> ranks_;
   std::string byte_chars_[256];
 };
@@ -198,6 +213,14 @@ Result<std::unique_ptr<Tokenizer>> make_bpe_tokenizer(const GgufFile& f) {
   auto t = std::make_unique<BpeTokenizer>();
   if (auto st = t->init(f); !st) return std::move(st).error();
   return std::unique_ptr<Tokenizer>(std::move(t));
+}
+
+Result<std::vector<std::string>> bpe_pre_split(const std::string& pre, std::string_view text) {
+  auto regexes = compile_pre(pre, "bpe_pre_split");
+  if (!regexes) return std::move(regexes).error();
+  std::vector<std::string> out;
+  for (auto piece : split_with(*regexes, text)) out.emplace_back(piece);
+  return out;
 }
 
 }  // namespace weir::inference

@@ -59,4 +59,8 @@ std::vector<std::int32_t> Tokenizer::encode_with_specials(std::string_view text,
   return out;
 }
 
+// The pieces byte-level BPE's pre-tokenizer `pre` (tokenizer.ggml.pre) splits `text` into,
+// before merges. Errors: unsupported for an unknown name. Exposed for tests.
+Result<std::vector<std::string>> bpe_pre_split(const std::string& pre, std::string_view text);
+
 }  // namespace weir::inference
