@@ -255,6 +255,37 @@ TEST(GroupChat, MaxMessagesAndAWindowedTranscript) {
   for (const auto& c : model->calls()) EXPECT_LE(c.messages.size(), 5u);
 }
 
+TEST(GroupChat, TheModelChoosesTheNextSpeaker) {
+  // Asked who speaks next, the model names the critic after every writer turn (and answers with
+  // nobody's name once, which falls back to round robin).
+  int asked = 0;
+  auto model = std::make_shared<ScriptedChatModel>(
+      [&](const std::vector<Message>& msgs, const std::vector<ToolSpec>&) -> Result<ChatResponse> {
+        if (msgs.front().content.rfind("You choose who speaks next", 0) == 0) {
+          ++asked;
+          return ScriptedChatModel::parse_reply(asked == 2 ? "hmm" : "critic", {}, msgs);
+        }
+        return ScriptedChatModel::parse_reply("a message", {}, msgs);
+      });
+  GroupChatSpec spec;
+  spec.agents = {agent("writer"), agent("critic")};
+  spec.selection = SpeakerSelection::model;
+  spec.termination = Termination::max_messages(4);
+  auto chat = GroupChat::create(spec, model);
+  ASSERT_TRUE(chat);
+  graph::GraphRuntime rt;
+  auto r = run_sync<GroupChatResult>(
+      [&]() { return (*chat)->async_run(rt, "Review this.", graph::RunOptions{}); });
+  ASSERT_TRUE(r) << r.error().message;
+  ASSERT_EQ(r->transcript.size(), 5u);
+  EXPECT_EQ(r->transcript[1].name, "writer");  // the first turn is round robin: nothing to read
+  EXPECT_EQ(r->transcript[2].name, "critic");  // chosen
+  EXPECT_EQ(r->transcript[3].name, "writer");  // "hmm" names nobody: round robin (turn 3)
+  EXPECT_EQ(r->transcript[4].name, "critic");  // chosen
+  EXPECT_EQ(asked, 3);
+  EXPECT_GT(r->tokens, 0);
+}
+
 TEST(GroupChat, SelectorFunctionPicksSpeakers) {
   auto model = std::make_shared<ScriptedChatModel>(std::vector<std::string>{"hi"});
   GroupChatSpec spec;
