@@ -18,24 +18,9 @@ using namespace weir::bench;
 // The 15M shape with dim 256 and 8 heads of 32 (rows of 256 and 768), seed 42.
 std::shared_ptr<const inference::Model> model_d256(inference::GgmlType type,
                                                    const std::filesystem::path& dir) {
-  std::filesystem::create_directories(dir);
-  const auto path =
-      dir / (std::string("weir-15m-d256-") + inference::ggml_type_name(type) + ".gguf");
   auto shape = inference::RandomModelShape::stories15m();
   shape.dim = 256, shape.n_heads = shape.n_kv_heads = 8;
-  if (!std::filesystem::exists(path)) {
-    std::fprintf(stderr, "generating %s ...\n", path.c_str());
-    if (auto st = inference::write_random_llama(path, shape, type, 42); !st) {
-      std::fprintf(stderr, "%s\n", st.error().message.c_str());
-      std::exit(1);
-    }
-  }
-  auto m = inference::Model::load(path);
-  if (!m) {
-    std::fprintf(stderr, "%s\n", m.error().message.c_str());
-    std::exit(1);
-  }
-  return *m;
+  return random_model(type, dir, "15m-d256", shape);
 }
 
 int main(int argc, char** argv) {

@@ -31,17 +31,15 @@ inline double peak_rss_mb() {
   return static_cast<double>(ru.ru_maxrss) / 1024.0;
 }
 
-// The 15M shape (llama2.c's stories15M: dim 288, hidden 768, 6 layers, 6 heads, vocab 32000)
-// written once per type into a temporary folder.
-inline std::shared_ptr<const inference::Model> model_15m(inference::GgmlType type,
-                                                         const std::filesystem::path& dir) {
+// A random-weight model of `shape` (seed 42), written once per name and type into `dir`.
+inline std::shared_ptr<const inference::Model> random_model(
+    inference::GgmlType type, const std::filesystem::path& dir, const std::string& name,
+    const inference::RandomModelShape& shape) {
   std::filesystem::create_directories(dir);
-  auto path = dir / (std::string("weir-15m-") + inference::ggml_type_name(type) + ".gguf");
+  auto path = dir / ("weir-" + name + "-" + inference::ggml_type_name(type) + ".gguf");
   if (!std::filesystem::exists(path)) {
     std::fprintf(stderr, "generating %s ...\n", path.c_str());
-    auto st =
-        inference::write_random_llama(path, inference::RandomModelShape::stories15m(), type, 42);
-    if (!st) {
+    if (auto st = inference::write_random_llama(path, shape, type, 42); !st) {
       std::fprintf(stderr, "%s\n", st.error().message.c_str());
       std::exit(1);
     }
@@ -52,6 +50,13 @@ inline std::shared_ptr<const inference::Model> model_15m(inference::GgmlType typ
     std::exit(1);
   }
   return *m;
+}
+
+// The 15M shape (llama2.c's stories15M: dim 288, hidden 768, 6 layers, 6 heads, vocab 32000)
+// written once per type into a temporary folder.
+inline std::shared_ptr<const inference::Model> model_15m(inference::GgmlType type,
+                                                         const std::filesystem::path& dir) {
+  return random_model(type, dir, "15m", inference::RandomModelShape::stories15m());
 }
 
 // Random token ids outside the control and byte tokens.

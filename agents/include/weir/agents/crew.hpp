@@ -6,8 +6,8 @@
 // `<task>/agent` is the agent's reason-act loop graph as a subgraph, with its own caps, sharing
 // the crew's token budget, artifacts and event stream; `<task>/done` stores the output in the
 // ArtifactStore and leaves in the crew's state only {agent, summary (bounded), artifact
-// reference, counters}. A later task sees the results of its `context` tasks (default: the previous task)
-// as summaries plus references it can read in slices with the `artifacts` tool: never as the
+// reference, counters}. A later task sees the results of its `context` tasks (default: the previous
+// task) as summaries plus references it can read in slices with the `artifacts` tool: never as the
 // full outputs concatenated, so context stays bounded however long the crew runs.
 //
 // Hierarchical process: a manager agent gets the task list and a `delegate_work` tool
