@@ -25,26 +25,64 @@ struct Wiring {
   WorkflowServices services;
   std::shared_ptr<tools::ToolRegistry> tools = std::make_shared<tools::ToolRegistry>();
   std::map<std::string, std::string> tool_names;  // workflow tool name -> registry name
-  std::map<std::string, fs::path> model_paths;
+  std::map<std::string, const graph::ModelSpec*> model_specs;  // the spec outlives the graph
   std::map<std::string, AgentSpec> agent_specs;
   std::map<std::string, std::string> agent_models;
   std::unique_ptr<graph::GraphRuntime> child;
 
   std::mutex mu;
-  std::map<std::string, std::shared_ptr<const Agent>> agents;  // GUARDED_BY(mu), built on use
+  std::map<std::string, std::shared_ptr<LocalChatModel>> models;  // GUARDED_BY(mu), opened on use
+  std::map<std::string, std::shared_ptr<const Agent>> agents;     // GUARDED_BY(mu), built on use
+
+  // The workflow's model `name` (one engine per file, through the engine registry).
+  // REQUIRES: mu held.
+  Result<std::shared_ptr<LocalChatModel>> model_locked(const std::string& name) {
+    if (auto it = models.find(name); it != models.end()) return it->second;
+    auto spec = model_specs.find(name);
+    if (spec == model_specs.end() && !services.model_override)
+      return Error(Errc::not_found, "model '" + name + "' is not defined");
+    LocalModelOptions o = services.model_options;
+    if (spec != model_specs.end() && !spec->second->chat_template.empty())
+      o.chat_template = spec->second->chat_template;
+    auto m = LocalChatModel::open(services.model_override.value_or(
+                                      spec != model_specs.end() ? spec->second->path : fs::path()),
+                                  o);
+    if (!m) return std::move(m).error();
+    models[name] = *m;
+    return *m;
+  }
 
   Result<std::shared_ptr<const Agent>> agent(const std::string& name) {
     std::lock_guard lock(mu);
     if (auto it = agents.find(name); it != agents.end()) return it->second;
     auto spec = agent_specs.find(name);
     if (spec == agent_specs.end()) return Error(Errc::not_found, "no agent named '" + name + "'");
-    const fs::path path = services.model_override.value_or(model_paths.at(agent_models.at(name)));
-    auto model = LocalChatModel::open(path, services.model_options);
+    auto model = model_locked(agent_models.at(name));
     if (!model) return std::move(model).error();
     auto a = Agent::create(spec->second, *model, tools);
     if (!a) return std::move(a).error();
     agents[name] = *a;
     return *a;
+  }
+
+  // An llm node: one chat turn (system + prompt) on the node's model.
+  asio::awaitable<Result<std::string>> call_model(std::string name, std::string system,
+                                                  std::string prompt, std::int32_t max_tokens) {
+    Result<std::shared_ptr<LocalChatModel>> m = Error(Errc::cancelled, "");
+    {
+      std::lock_guard lock(mu);
+      m = model_locked(name);
+    }
+    if (!m) co_return std::move(m).error();
+    std::vector<Message> msgs;
+    if (!system.empty()) msgs.push_back(Message::system(std::move(system)));
+    msgs.push_back(Message::user(std::move(prompt)));
+    ChatParams params;
+    params.max_tokens = max_tokens;
+    auto op = (*m)->async_chat(std::move(msgs), std::vector<ToolSpec>{}, params);
+    auto r = co_await std::move(op);
+    if (!r) co_return std::move(r).error();
+    co_return std::move(r->message.content);
   }
 
   asio::awaitable<Result<json::value>> call_tool(std::string tool, json::object args,
@@ -92,7 +130,6 @@ std::string str_of(const json::object& o, std::string_view k) {
 }  // namespace
 
 Result<graph::WorkflowGraph> build_workflow(const graph::WorkflowSpec& spec,
-                                            graph::ModelCall model_call,
                                             WorkflowServices services) {
   auto w = std::make_shared<Wiring>();
   w->services = services;
@@ -135,7 +172,7 @@ Result<graph::WorkflowGraph> build_workflow(const graph::WorkflowSpec& spec,
     w->tool_names[t.name] = tool->name();
     if (!w->tools->find(tool->name())) (void)w->tools->add(std::move(tool));
   }
-  for (const auto& m : spec.models) w->model_paths[m.name] = m.path;
+  for (const auto& m : spec.models) w->model_specs[m.name] = &m;
   for (const auto& [name, v] : spec.agents) {
     const std::string who = "agent '" + std::string(name) + "'";
     if (!v.is_object()) {
@@ -167,7 +204,7 @@ Result<graph::WorkflowGraph> build_workflow(const graph::WorkflowSpec& spec,
     }
     std::string model = str_of(o, "model");
     if (model.empty() && spec.models.size() == 1) model = spec.models.front().name;
-    if (!w->model_paths.count(model) && !services.model_override)
+    if (!w->model_specs.count(model) && !services.model_override)
       problems.push_back(
           who + (model.empty() ? ": needs a \"model\"" : ": unknown model '" + model + "'"));
     if (a.max_iter < 1) problems.push_back(who + ": max_iter must be at least 1");
@@ -186,7 +223,10 @@ Result<graph::WorkflowGraph> build_workflow(const graph::WorkflowSpec& spec,
   w->child = std::make_unique<graph::GraphRuntime>(child);
 
   graph::WorkflowHooks hooks;
-  hooks.model_call = std::move(model_call);
+  hooks.model_call = [w](std::string model, std::string system, std::string prompt,
+                         std::int32_t max_tokens) {
+    return w->call_model(std::move(model), std::move(system), std::move(prompt), max_tokens);
+  };
   hooks.tool_call = [w](std::string tool, json::object args, graph::NodeContext& ctx) {
     return w->call_tool(std::move(tool), std::move(args), ctx);
   };

@@ -6,7 +6,6 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <mutex>
 #include <sstream>
 
 #include <boost/asio/co_spawn.hpp>
@@ -24,11 +23,6 @@
 #include "weir/agents/workflow.hpp"
 #include "weir/graph/checkpointer.hpp"
 #include "weir/graph/workflow_graph.hpp"
-#include "weir/inference/chat_template.hpp"
-#include "weir/inference/engine_async.hpp"
-#include "weir/inference/engine_registry.hpp"
-#include "weir/inference/runner.hpp"
-#include "weir/inference/tokenizer.hpp"
 #include "weir/runtime/artifact_store.hpp"
 #include "weir/runtime/json_parse.hpp"
 #include "weir/runtime/memory_budget.hpp"
@@ -40,53 +34,6 @@ namespace json = boost::json;
 namespace fs = std::filesystem;
 
 namespace {
-
-// Models of a workflow, loaded on first use through the engine registry (one per file).
-struct Models {
-  std::map<std::string, fs::path> paths;
-  std::mutex mu;
-  std::map<fs::path, std::shared_ptr<inference::Tokenizer>> tokenizers;
-
-  asio::awaitable<Result<std::string>> call(std::string model, std::string system,
-                                            std::string prompt, std::int32_t max_tokens) {
-    auto it = paths.find(model);
-    if (it == paths.end()) co_return Error(Errc::not_found, "model '" + model + "' is not defined");
-    const fs::path path = it->second;
-    std::shared_ptr<inference::Tokenizer> tok;
-    {
-      std::lock_guard lock(mu);
-      auto& t = tokenizers[path];
-      if (!t) {
-        auto f = inference::GgufFile::open(path);
-        if (!f) co_return f.error();
-        auto tk = inference::Tokenizer::from_gguf(**f);
-        if (!tk) co_return tk.error();
-        t = std::move(*tk);
-      }
-      tok = t;
-    }
-    auto engine = inference::EngineRegistry::global().get(
-        path, [&](std::shared_ptr<const inference::Model> m) {
-          auto r = inference::make_runner(m, inference::Device::automatic, 0);
-          if (!r) return Result<std::unique_ptr<inference::Engine>>(std::move(r).error());
-          return inference::Engine::create(std::move(r->runner), {.max_num_seqs = 64,
-                                                                  .block_size = 16,
-                                                                  .kv_cache_bytes = 256u << 20,
-                                                                  .eog_tokens = tok->eog_tokens()});
-        });
-    if (!engine) co_return engine.error();
-    std::vector<inference::ChatTurn> turns;
-    if (!system.empty()) turns.push_back({"system", system});
-    turns.push_back({"user", prompt});
-    inference::GenerateRequest rq;
-    rq.prompt = tok->encode(inference::apply_chat_template(inference::ChatFamily::chatml, turns),
-                            true, true);
-    rq.max_new_tokens = max_tokens;
-    auto r = co_await inference::async_generate(**engine, std::move(rq), asio::use_awaitable);
-    if (!r) co_return r.error();
-    co_return tok->decode(r->tokens);
-  }
-};
 
 // --input: a JSON object, or @file holding one.
 Result<json::object> read_input_object(std::string text) {
@@ -107,10 +54,9 @@ Result<json::object> read_input_object(std::string text) {
 }
 
 // What every run of a workflow file needs: its spec, the built graph, one budget and one
-// artifact store from the file's limits, and its models (loaded on first use).
+// artifact store from the file's limits; its models open on first use (agents::build_workflow).
 struct WorkflowEnv {
   graph::WorkflowSpec spec;
-  std::shared_ptr<Models> models = std::make_shared<Models>();
   graph::WorkflowGraph built;
   std::shared_ptr<const graph::CompiledGraph> graph;
   std::unique_ptr<MemoryBudget> budget;
@@ -142,8 +88,6 @@ struct WorkflowEnv {
     }
     auto env = std::make_unique<WorkflowEnv>();
     env->spec = *load.spec;
-    for (const auto& m : env->spec.models)
-      env->models->paths[m.name] = model ? fs::path(*model) : m.path;
     BudgetLimits limits;
     const auto& mem = env->spec.limits.memory;
     auto set = [](std::optional<std::int64_t> v, std::size_t& dst) {
@@ -163,17 +107,11 @@ struct WorkflowEnv {
       return nullptr;
     }
     env->store = std::move(*store);
-    auto models = env->models;
     agents::WorkflowServices services;
     services.artifacts = env->store.get();
     services.budget = env->budget.get();
     if (model) services.model_override = fs::path(*model);
-    auto built = agents::build_workflow(
-        env->spec,
-        [models](std::string m, std::string s, std::string p, std::int32_t n) {
-          return models->call(std::move(m), std::move(s), std::move(p), n);
-        },
-        services);
+    auto built = agents::build_workflow(env->spec, services);
     if (!built) {
       std::fprintf(stderr, "%s\n", built.error().message.c_str());
       return nullptr;

@@ -334,16 +334,19 @@ TEST(Cli, WorkflowToolAndAgentNodesUseTheToolsAndAgentsLayers) {
     "tools": {"search": {"builtin": "doc_search", "root": ")" +
                                             data + R"("}},
     "agents": {"teller": {"role": "a storyteller", "model": "tiny", "max_iter": 2, "max_tokens_per_turn": 16}},
-    "state": {"query": {"default": "paged attention"}, "hits": {}, "story": {}},
+    "state": {"query": {"default": "paged attention"}, "hits": {}, "story": {}, "title": {}},
     "nodes": {"find": {"kind": "tool", "tool": "search", "args": {"query": "{{state.query}}", "k": 1}, "output": "hits"},
-              "tell": {"kind": "agent", "agent": "teller", "input": "query", "output": "story"}},
-    "edges": [{"from": "START", "to": "find"}, {"from": "find", "to": "tell"}, {"from": "tell", "to": "END"}]})");
+              "tell": {"kind": "agent", "agent": "teller", "input": "query", "output": "story"},
+              "name": {"kind": "llm", "model": "tiny", "prompt": "A title for {{state.query}}", "max_tokens": 8, "output": "title"}},
+    "edges": [{"from": "START", "to": "find"}, {"from": "find", "to": "tell"}, {"from": "tell", "to": "name"},
+              {"from": "name", "to": "END"}]})");
   auto r = weir("run " + wf.string());
   ASSERT_EQ(r.code, 0) << r.err;
   auto state = boost::json::parse(r.out).as_object();
   EXPECT_NE(std::string(state.at("hits").as_string()).find("paged_attention.md"), std::string::npos)
       << state.at("hits");
   EXPECT_TRUE(state.at("story").is_string());
+  EXPECT_TRUE(state.at("title").is_string());  // the llm node, on the same engine as the agent
   fs::remove(wf);
 }
 

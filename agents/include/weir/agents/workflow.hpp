@@ -1,7 +1,9 @@
 // Workflow files with tools and agents: graph::build_workflow_graph with the agents layer's
 // hooks filled in.
 //
-// The workflow's "tools" section becomes a ToolRegistry (built-ins calculator, files, artifacts,
+// The workflow's models are LocalChatModels opened on first use (one engine per model file):
+// llm nodes make one chat turn on theirs, with the model's chat template. The "tools" section
+// becomes a ToolRegistry (built-ins calculator, files, artifacts,
 // doc_search; `lorem` stays in weir::graph), so tool nodes call them with validated arguments,
 // timeouts and output caps. Its "agents" section becomes Agents, each on its model's
 // LocalChatModel (opened on first use: one engine per model file), so an agent node runs the
@@ -32,7 +34,8 @@ struct WorkflowServices {
 
 // Errors: invalid_workflow (a tool folder that does not exist, an agent naming an unknown
 // model or tool, a bad agent setting), and build_workflow_graph's.
+// REQUIRES: `spec` outlives the returned graph.
 Result<graph::WorkflowGraph> build_workflow(const graph::WorkflowSpec& spec,
-                                            graph::ModelCall model_call, WorkflowServices services);
+                                            WorkflowServices services);
 
 }  // namespace weir::agents
