@@ -71,10 +71,12 @@ Result<std::string> NodeContext::fetch(const json::value& ref, std::uint64_t off
       return std::string(ref.as_string())
           .substr(std::min<std::size_t>(offset, ref.as_string().size()), length);
     return Error(Errc::invalid_argument,
-                 "node '" + node_ + "': the value is neither an artifact reference nor a string");
+                 "node '" + std::string(node_) +
+                     "': the value is neither an artifact reference nor a string");
   }
   if (!artifacts_)
-    return Error(Errc::not_found, "node '" + node_ + "': this run has no artifact store");
+    return Error(Errc::not_found,
+                 "node '" + std::string(node_) + "': this run has no artifact store");
   return artifacts_->get_range(r->id, offset, length);
 }
 
@@ -83,9 +85,9 @@ Status NodeContext::charge_tokens(std::int64_t n) {
   *tokens_used_ += n;
   if (token_budget_ > 0 && *tokens_used_ > token_budget_) {
     return Error(Errc::token_budget_exceeded,
-                 "run stopped in node '" + node_ + "': " + std::to_string(*tokens_used_) +
-                     " tokens used, over the token budget of " + std::to_string(token_budget_) +
-                     " (limits.token_budget)");
+                 "run stopped in node '" + std::string(node_) + "': " +
+                     std::to_string(*tokens_used_) + " tokens used, over the token budget of " +
+                     std::to_string(token_budget_) + " (limits.token_budget)");
   }
   return {};
 }
@@ -99,7 +101,7 @@ void NodeContext::emit(std::string name, json::value data) {
 
 Error NodeContext::interrupt(json::value payload) {
   interrupt_ = json::value(std::move(payload), json::storage_ptr());
-  return Error(Errc::interrupted, "node '" + node_ + "' interrupted the run");
+  return Error(Errc::interrupted, "node '" + std::string(node_) + "' interrupted the run");
 }
 
 // --- running --------------------------------------------------------------------------------
@@ -150,9 +152,49 @@ std::string cap_summary(std::string s, std::size_t max) {
 
 }  // namespace
 
+// [channel] -> (writing node, value) in task order, for the barrier of one step.
+using Writes = std::vector<std::vector<std::pair<std::size_t, const json::value*>>>;
+
+namespace {
+
+// A run's scratch vectors keep their capacity for the thread's next run (a pool of at most
+// kPooled), and a Runner's memory is reused the same way: a short run then allocates little
+// beyond its coroutine frame and its state.
+constexpr std::size_t kPooled = 32;
+
+struct Scratch {
+  std::vector<Task> tasks, next;
+  std::vector<Result<Update>> results;
+  std::vector<NodeContext> ctxs;
+  Writes writes;
+};
+
+struct Pools {
+  std::vector<Scratch> scratch;
+  std::vector<void*> runners;  // blocks of sizeof(Runner)
+  ~Pools() {
+    for (void* p : runners) ::operator delete(p);
+  }
+};
+thread_local Pools t_pools;
+
+}  // namespace
+
 struct Runner {
-  // [channel] -> (writing node, value) in task order, for the barrier of one step.
-  using Writes = std::vector<std::vector<std::pair<std::size_t, const json::value*>>>;
+  static void* operator new(std::size_t n) {
+    auto& free = t_pools.runners;
+    if (free.empty()) return ::operator new(n);
+    void* p = free.back();
+    free.pop_back();
+    return p;
+  }
+  static void operator delete(void* p) {
+    auto& free = t_pools.runners;
+    if (free.size() < kPooled)
+      free.push_back(p);
+    else
+      ::operator delete(p);
+  }
 
   const CompiledGraph& g;
   const RuntimeOptions& opt;
@@ -165,15 +207,20 @@ struct Runner {
   std::size_t offloaded = 0;
   Clock::time_point deadline = Clock::time_point::max();
 
-  Checkpointer* checkpointer = nullptr;
-  std::string thread_id, parent_checkpoint;
-  json::object checkpoint_metadata;
-  std::int64_t step_base = 0;
+  // A run on a thread with a checkpointer. (Out of line: most runs have none, and every byte
+  // of a Runner is paid by each run in flight.)
+  struct Thread {
+    std::string id, parent_checkpoint;
+    json::object checkpoint_metadata;
+    std::int64_t step_base = 0;
+    std::string resume_node;  // async_resume: the node that interrupted
+  };
+  Checkpointer* checkpointer = nullptr;  // set together with `thread`
+  std::unique_ptr<Thread> thread;
   bool resumed = false;
 
-  // async_resume: the value for `resume_node` in the first step; the thread must be interrupted.
+  // async_resume: the value for thread->resume_node in the first step.
   const json::value* resume_value = nullptr;
-  std::string resume_node;
 
   std::shared_ptr<EventStream::Impl> events;  // null: not streaming
   std::string event_prefix;                   // "parent/" in a subgraph
@@ -193,7 +240,30 @@ struct Runner {
         st(o.budget, limits.max_state_bytes, "run " + run_id + " state") {
     if (lim.deadline.count() > 0) deadline = Clock::now() + lim.deadline;
     token_budget = lim.token_budget;
+    if (auto& pool = t_pools.scratch; !pool.empty()) {
+      Scratch& sc = pool.back();
+      tasks = std::move(sc.tasks);
+      next = std::move(sc.next);
+      results = std::move(sc.results);
+      ctxs = std::move(sc.ctxs);
+      writes = std::move(sc.writes);
+      pool.pop_back();
+    }
   }
+  ~Runner() {
+    st.values.clear();  // before the budget accounting goes
+    auto& pool = t_pools.scratch;
+    if (pool.size() >= kPooled) return;
+    tasks.clear();
+    next.clear();
+    results.clear();
+    ctxs.clear();
+    for (auto& w : writes) w.clear();
+    pool.push_back(Scratch{std::move(tasks), std::move(next), std::move(results), std::move(ctxs),
+                           std::move(writes)});
+  }
+  Runner(const Runner&) = delete;
+  Runner& operator=(const Runner&) = delete;
 
   Error node_error(std::size_t node, const Error& e) const {
     return Error(e.code, "node '" + g.nodes_[node].name + "': " + e.message);
@@ -344,6 +414,11 @@ struct Runner {
     co_return Status{};
   }
 
+  // fold_evicted with its status in `s`: run()'s frame keeps no temporary for it.
+  asio::awaitable<void> fold_evicted_into(std::int64_t step, Status& s) {
+    s = co_await fold_evicted(step);
+  }
+
   bool has_evicted() const {
     for (const auto& e : evicted) {
       if (!e.empty()) return true;
@@ -458,13 +533,17 @@ struct Runner {
       in[child_graph.channel_name(c)] = json::value(st.values[p], json::storage_ptr());
       if (st.values[p].is_array()) seeded[p] = st.values[p].as_array().size();
     }
-    Runner child(child_graph, opt, run_id, def.options.limits.value_or(child_graph.limits_));
-    child.nested = true;
-    child.tokens_used = tokens_used;
-    if (token_budget > 0) child.token_budget = token_budget;
-    child.events = events;
-    child.event_prefix = event_prefix + n.name + "/";
-    auto res = co_await child.run(std::move(in));
+    auto child = std::make_unique<Runner>(child_graph, opt, run_id,
+                                          def.options.limits.value_or(child_graph.limits_));
+    child->nested = true;
+    child->tokens_used = tokens_used;
+    if (token_budget > 0) child->token_budget = token_budget;
+    child->events = events;
+    child->event_prefix = event_prefix + n.name + "/";
+    child->input = std::move(in);
+    Runner* c = child.get();
+    auto op = c->run(std::move(child));
+    auto res = co_await std::move(op);
     if (!res) co_return std::move(res).error();
     Update up;
     for (auto [c, p] : def.out) {
@@ -488,10 +567,11 @@ struct Runner {
     co_return up;
   }
 
-  asio::awaitable<Result<Update>> call(const Task& t, NodeContext& ctx) {
+  // A node with retries, a subgraph or a sync node among async ones: the result goes to `r`
+  // (not returned, so that the awaiting frame keeps no temporary for it).
+  asio::awaitable<void> call(const Task& t, NodeContext& ctx, Result<Update>& r) {
     const auto& n = g.nodes_[t.node];
     for (std::int32_t attempt = 1;; ++attempt) {
-      Result<Update> r = Error(Errc::cancelled, "not run");
       try {
         if (n.sub)
           r = co_await run_subgraph(n);
@@ -507,7 +587,7 @@ struct Runner {
       const bool retryable =
           !r && (r.error().is(Errc::tool_failed) || r.error().is(Errc::tool_timeout) ||
                  r.error().is(Errc::model_error));
-      if (r || !retryable || attempt >= n.options.max_attempts) co_return r;
+      if (r || !retryable || attempt >= n.options.max_attempts) co_return;
       ctx.emitted_.clear();
       asio::steady_timer timer(co_await asio::this_coro::executor,
                                n.options.backoff * (1 << std::min(attempt - 1, 10)));
@@ -518,7 +598,7 @@ struct Runner {
   RunResult result(std::int32_t steps) {
     RunResult out;
     out.resumed = resumed;
-    out.checkpoint_id = parent_checkpoint;
+    if (thread) out.checkpoint_id = thread->parent_checkpoint;
     out.state = StateView(g, st).to_object();
     out.steps = steps;
     out.tokens_used = *tokens_used;
@@ -529,8 +609,7 @@ struct Runner {
 
   // Before the first superstep: channel defaults, the checkpoint to continue from, the input
   // (through the reducers), START's targets. Not a coroutine: see run().
-  Status prepare(const json::object& input, std::vector<Task>& tasks,
-                 std::vector<bool>& input_written) {
+  Status prepare(const json::object& input, std::vector<Task>& tasks) {
     const std::size_t C = g.channels_.size();
     st.values.reserve(C);
     for (const auto& [name, o] : g.channels_)
@@ -540,7 +619,7 @@ struct Runner {
     if (checkpointer) {
       if (auto s = restore(tasks); !s) return s;
     }
-    input_written.assign(C, false);
+    if (input.empty()) return {};
     std::vector<std::pair<std::size_t, const json::value*>> w(1);
     for (const auto& [k, v] : input) {
       auto ch = g.channel_index(k);
@@ -550,21 +629,22 @@ struct Runner {
       }
       w[0] = {0, &v};
       if (auto s = reduce(*ch, w, 0); !s) return s;
-      input_written[*ch] = true;
     }
     return {};
   }
 
-  Status start(const json::object& input, std::vector<Task>& tasks,
-               const std::vector<bool>& input_written) {
+  Status start(const json::object& input, std::vector<Task>& tasks) {
     if (!resumed) {
       for (auto n : g.static_next_[0]) tasks.push_back({n, nullptr});
       for (const Router* r : g.routers_[0]) {
         if (auto s = route(*r, tasks); !s) return s;
       }
     }
-    if (checkpointer && !input.empty())  // the input is a step of its own: resume replays it
-      return save(input_written, tasks, 0);
+    if (checkpointer && !input.empty()) {  // the input is a step of its own: resume replays it
+      std::vector<bool> written(g.channels_.size());
+      for (const auto& kv : input) written[*g.channel_index(kv.key())] = true;
+      return save(written, tasks, 0);
+    }
     return {};
   }
 
@@ -606,7 +686,7 @@ struct Runner {
       c.streaming_ = events != nullptr;
       c.emitted_.clear();
       c.interrupt_.reset();
-      c.resume_ = resuming_step && c.node_ == resume_node ? resume_value : nullptr;
+      c.resume_ = resuming_step && c.node_ == thread->resume_node ? resume_value : nullptr;
     }
     return {};
   }
@@ -694,47 +774,110 @@ struct Runner {
     return {};
   }
 
-  // The superstep loop. It only sequences the steps: the work is in plain functions, because a
-  // coroutine frame keeps a slot for every local and temporary of every scope, and each run in
-  // flight pays for its frame (100k runs: bench/bench_graph.cpp).
-  asio::awaitable<Result<RunResult>> run(json::object input) {
-    std::vector<Task> tasks, next;
-    std::vector<Result<Update>> results;
-    Writes writes(g.channels_.size());
-    std::vector<bool> input_written;
-    Status s = prepare(input, tasks, input_written);
-    if (s && has_evicted()) s = co_await fold_evicted(0);
-    if (s) s = start(input, tasks, input_written);
-    if (!s) co_return std::move(s).error();
-    std::int32_t step = 0;
-    while (!tasks.empty()) {
-      s = begin_step(tasks, step);
-      if (!s) co_return std::move(s).error();
-      if (events) co_await push_started(tasks, step);
-      results.clear();
-      if (!run_inline(tasks, results)) {
-        if (tasks.size() == 1)
-          results.push_back(co_await call(tasks[0], ctxs[0]));
-        else
-          co_await run_concurrently(tasks, results);
+  // Scratch of the superstep loop. Members rather than locals of run(): a coroutine frame keeps
+  // a slot for every local and temporary of every scope, and each run in flight pays for its
+  // frame (100k runs: bench/bench_graph.cpp).
+  std::vector<Task> tasks, next;
+  std::vector<Result<Update>> results;
+  Writes writes;
+
+  // A plain async node (no retries, not a subgraph) is awaited straight from run(): one
+  // coroutine frame less per node in flight than going through call().
+  bool direct(const Task& t) const {
+    const auto& n = g.nodes_[t.node];
+    return n.async && !n.sub && n.options.max_attempts <= 1;
+  }
+
+  // Set up by GraphRuntime::async_run for a top-level run (null for a subgraph's run).
+  std::shared_ptr<const CompiledGraph> graph_ref;  // keeps `g` alive
+  Limiter* admission = nullptr;
+  std::optional<Limiter::Permit> permit;
+  json::object input;
+
+  // The whole run: admission (top level), the superstep loop, the final event. `self` owns
+  // *this for as long as the coroutine lives, so that a run in flight is this object and one
+  // coroutine frame, and the frame only sequences: the work is in plain functions.
+  // Start it as `Runner* p = r.get(); p->run(std::move(r))`.
+  asio::awaitable<Result<RunResult>> run(std::unique_ptr<Runner> self) {
+    (void)self;
+    Status s;
+    if (admission) {  // a free permit is taken without a coroutine of its own; else queue
+      permit = admission->try_acquire();
+      if (!permit) co_await queue_for_permit(s);
+      if (!s) {
+        if (events) co_await push_final(s.error());
+        co_return std::move(s).error();
       }
-      // Interrupts first: the step's writes are discarded and the step is re-run on resume.
-      if (auto k = interrupting_task(tasks, results); k < tasks.size())
-        co_return interrupt_run(tasks, k, step);
-      s = collect(tasks, results, writes);
-      if (!s) co_return std::move(s).error();
-      if (events) {
-        for (std::size_t i = 0; i < tasks.size(); ++i)
-          co_await push_finished(tasks[i], ctxs[i], *results[i], step);
-      }
-      s = merge(writes, step);
-      if (s && has_evicted()) s = co_await fold_evicted(step);
-      if (s) s = advance(tasks, results, writes, next, step);
-      if (!s) co_return std::move(s).error();
-      if (events && stream_state) co_await push_state(step);
-      std::swap(tasks, next);
     }
-    co_return result(step);
+    std::int32_t step = 0;
+    bool interrupted = false;
+    try {
+      if (events && !nested) co_await push_run_started(input, resume_value);
+      writes.resize(g.channels_.size());
+      s = prepare(input, tasks);
+      if (s && has_evicted()) co_await fold_evicted_into(0, s);
+      if (s) s = start(input, tasks);
+      input = json::object();
+      while (s && !tasks.empty()) {
+        s = begin_step(tasks, step);
+        if (!s) break;
+        if (events) co_await push_started(tasks, step);
+        results.clear();
+        if (!run_inline(tasks, results)) {
+          if (tasks.size() == 1 && direct(tasks[0])) {
+            results.emplace_back(Error(Errc::cancelled, "not run"));
+            try {
+              results[0] = co_await g.nodes_[tasks[0].node].async(StateView(g, st), ctxs[0]);
+            } catch (const Exception& e) {
+              results[0] = e.error();
+            } catch (const std::exception& e) {
+              results[0] = Error(Errc::tool_failed, std::string("threw: ") + e.what());
+            }
+          } else if (tasks.size() == 1) {
+            results.emplace_back(Error(Errc::cancelled, "not run"));
+            co_await call(tasks[0], ctxs[0], results[0]);
+          } else {
+            co_await run_concurrently(tasks, results);
+          }
+        }
+        // Interrupts first: the step's writes are discarded and the step is re-run on resume.
+        if (auto k = interrupting_task(tasks, results); k < tasks.size()) {
+          s = interrupt_run(tasks, k, step);
+          interrupted = true;
+          break;
+        }
+        s = collect(tasks, results, writes);
+        if (!s) break;
+        if (events) {
+          for (std::size_t i = 0; i < tasks.size(); ++i)
+            co_await push_finished(tasks[i], ctxs[i], *results[i], step);
+        }
+        s = merge(writes, step);
+        if (s && has_evicted()) co_await fold_evicted_into(step, s);
+        if (s) s = advance(tasks, results, writes, next, step);
+        if (!s) break;
+        if (events && stream_state) co_await push_state(step);
+        std::swap(tasks, next);
+      }
+    } catch (const Exception& e) {  // e.g. the run's state went over its memory limit
+      s = e.error();
+    }
+    if (!s) {
+      st.values.clear();  // a failed run keeps nothing
+      if (!nested && opt.artifacts) opt.artifacts->release_owner(run_id);
+      if (events && !nested) co_await push_final(s.error());
+      co_return std::move(s).error();
+    }
+    if (events && !nested) co_await push_final(step, interrupted);
+    co_return finish(step, interrupted);
+  }
+
+  asio::awaitable<void> queue_for_permit(Status& s) {
+    Result<Limiter::Permit> queued = co_await admission->async_acquire();
+    if (queued)
+      permit.emplace(std::move(*queued));
+    else
+      s = std::move(queued).error();
   }
 
   // The task that called interrupt() and returned its error, or tasks.size().
@@ -747,9 +890,8 @@ struct Runner {
   }
 
   // Stops the run at task k's interrupt: an "interrupted" checkpoint that re-runs this step.
-  // (Not inline in run(): a coroutine frame keeps every local, and 100k runs pay for them.)
-  Result<RunResult> interrupt_run(const std::vector<Task>& tasks, std::size_t k,
-                                  std::int32_t step) {
+  // The step's node is kept in `interrupted_task` for finish().
+  Status interrupt_run(const std::vector<Task>& tasks, std::size_t k, std::int32_t step) {
     const std::string& name = g.nodes_[tasks[k].node].name;
     if (nested) {
       return Error(Errc::unsupported, "node '" + name +
@@ -765,12 +907,44 @@ struct Runner {
     json::object info{{"node", name}, {"payload", *ctxs[k].interrupt_}};
     if (auto s = save(std::vector<bool>(g.channels_.size()), tasks, step - 1, "interrupted", &info);
         !s)
-      return std::move(s).error();
+      return s;
+    interrupted_task = k;
+    return {};
+  }
+  std::size_t interrupted_task = 0;
+
+  // The result of a run that did not fail (finished, or stopped at an interrupt).
+  RunResult finish(std::int32_t step, bool interrupted) {
+    if (!interrupted) return result(step);
     RunResult out = result(step - 1);
     out.interrupted = true;
-    out.interrupted_node = name;
-    out.interrupt_payload = std::move(*ctxs[k].interrupt_);
+    out.interrupted_node = g.nodes_[tasks[interrupted_task].node].name;
+    out.interrupt_payload = std::move(*ctxs[interrupted_task].interrupt_);
     return out;
+  }
+
+  // The stream's last event: run_finished or run_interrupted (before finish()), run_failed.
+  asio::awaitable<void> push_final(std::int32_t step, bool interrupted) {
+    Event e;
+    e.run_id = run_id;
+    e.step = step;
+    if (interrupted) {
+      e.kind = EventKind::run_interrupted;
+      e.node = g.nodes_[tasks[interrupted_task].node].name;
+      e.data = json::object{
+          {"payload", json::value(*ctxs[interrupted_task].interrupt_, json::storage_ptr())}};
+    } else {
+      e.kind = EventKind::run_finished;
+      e.data = json::object{{"steps", step}};
+    }
+    co_await push(std::move(e));
+  }
+  asio::awaitable<void> push_final(const Error& error) {
+    Event e;
+    e.run_id = run_id;
+    e.kind = EventKind::run_failed;
+    e.data = json::object{{"code", errc_name(error.code)}, {"message", error.message}};
+    co_await push(std::move(e));
   }
 
   // Event pushes live in their own coroutines so that run()'s frame stays small.
@@ -813,11 +987,11 @@ struct Runner {
   // Restores the thread's state from its latest checkpoint; an unfinished one also gives the
   // tasks to run next. An interrupted one is continued only by async_resume.
   Status restore(std::vector<Task>& tasks) {
-    auto latest = checkpointer->latest(thread_id);
+    auto latest = checkpointer->latest(thread->id);
     if (!latest) return std::move(latest).error();
     if (!*latest) {
       if (resume_value)
-        return Error(Errc::not_found, "thread '" + thread_id + "' has no checkpoint to resume");
+        return Error(Errc::not_found, "thread '" + thread->id + "' has no checkpoint to resume");
       return {};
     }
     const Checkpoint& cp = **latest;
@@ -825,7 +999,7 @@ struct Runner {
     const bool interrupted = status && *status == "interrupted";
     if (resume_value && !interrupted) {
       return Error(Errc::invalid_argument,
-                   "thread '" + thread_id + "' is not interrupted (" +
+                   "thread '" + thread->id + "' is not interrupted (" +
                        (status && *status == "done"
                             ? "its last run finished)"
                             : "its last run stopped unfinished; async_invoke continues it)"));
@@ -835,7 +1009,7 @@ struct Runner {
       const auto* node =
           info && info->is_object() ? info->as_object().if_contains("node") : nullptr;
       return Error(Errc::invalid_argument,
-                   "thread '" + thread_id + "' is interrupted at node '" +
+                   "thread '" + thread->id + "' is interrupted at node '" +
                        (node && node->is_string() ? std::string(node->as_string()) : "?") +
                        "'; call async_resume with a value to continue it");
     }
@@ -843,15 +1017,15 @@ struct Runner {
       const auto* info = cp.pending.if_contains("interrupt");
       const auto* node =
           info && info->is_object() ? info->as_object().if_contains("node") : nullptr;
-      if (node && node->is_string()) resume_node = std::string(node->as_string());
+      if (node && node->is_string()) thread->resume_node = std::string(node->as_string());
     }
-    auto state = checkpointer->state_at(thread_id, cp.checkpoint_id);
+    auto state = checkpointer->state_at(thread->id, cp.checkpoint_id);
     if (!state) return std::move(state).error();
     for (const auto& [k, v] : *state) {
       if (auto ch = g.channel_index(k)) st.values[*ch] = json::value(v, st.sp);
     }
-    parent_checkpoint = cp.checkpoint_id;
-    step_base = cp.step;
+    thread->parent_checkpoint = cp.checkpoint_id;
+    thread->step_base = cp.step;
     if (status && *status == "done") return {};
     resumed = true;
     if (const auto* next = cp.pending.if_contains("next"); next && next->is_array()) {
@@ -859,7 +1033,7 @@ struct Runner {
         auto i = n.is_string() ? g.node_index(n.as_string()) : std::nullopt;
         if (!i) {
           return Error(Errc::corrupt_data, "checkpoint " + cp.checkpoint_id + " of thread '" +
-                                               thread_id + "' names node " + json::serialize(n) +
+                                               thread->id + "' names node " + json::serialize(n) +
                                                ", which this graph does not have");
         }
         tasks.push_back({*i, nullptr});
@@ -885,10 +1059,10 @@ struct Runner {
               std::int32_t step, const char* status = nullptr,
               const json::object* interrupt = nullptr) {
     Checkpoint cp;
-    cp.thread_id = thread_id;
-    cp.step = step_base + step;
+    cp.thread_id = thread->id;
+    cp.step = thread->step_base + step;
     cp.checkpoint_id = new_checkpoint_id(cp.step);
-    cp.parent_id = parent_checkpoint;
+    cp.parent_id = thread->parent_checkpoint;
     // Every kSnapshotEvery steps of the thread the checkpoint holds every channel, so that
     // restoring a long thread folds at most that many checkpoints (Checkpointer::state_at stops
     // at a snapshot); the others hold only what the step wrote.
@@ -911,10 +1085,10 @@ struct Runner {
                               {"next", std::move(nodes)},
                               {"sends", std::move(sends)}};
     if (interrupt) cp.pending["interrupt"] = *interrupt;
-    cp.metadata = checkpoint_metadata;
+    cp.metadata = thread->checkpoint_metadata;
     cp.metadata["run_id"] = run_id;
     if (auto s = checkpointer->put(cp); !s) return s;
-    parent_checkpoint = cp.checkpoint_id;
+    thread->parent_checkpoint = cp.checkpoint_id;
     return {};
   }
 
@@ -935,12 +1109,6 @@ struct Runner {
     return {};
   }
 
-  // One node of a concurrent step (a member, not a lambda: the coroutine must not outlive a
-  // closure). The references point into vectors that live until the step's barrier.
-  asio::awaitable<void> run_one(const Task& t, NodeContext& c, Result<Update>& out) {
-    out = co_await call(t, c);
-  }
-
   // Async nodes of one step, at most max_concurrency at a time, on one strand; results in order.
   asio::awaitable<void> run_concurrently(const std::vector<Task>& tasks,
                                          std::vector<Result<Update>>& results) {
@@ -955,15 +1123,13 @@ struct Runner {
       while (running < limit && next < tasks.size()) {
         const std::size_t i = next++;
         ++running;
-        asio::co_spawn(strand, run_one(tasks[i], ctxs[i], results[i]),
-                       [&, i](std::exception_ptr e) {
-                         if (e)
-                           results[i] = Error(Errc::tool_failed, "node threw an unknown exception");
-                         --running;
-                         ++finished;
-                         launch();
-                         if (finished == tasks.size()) done.try_send(boost::system::error_code{});
-                       });
+        asio::co_spawn(strand, call(tasks[i], ctxs[i], results[i]), [&, i](std::exception_ptr e) {
+          if (e) results[i] = Error(Errc::tool_failed, "node threw an unknown exception");
+          --running;
+          ++finished;
+          launch();
+          if (finished == tasks.size()) done.try_send(boost::system::error_code{});
+        });
       }
     };
     asio::dispatch(strand, [&] { launch(); });
@@ -972,38 +1138,6 @@ struct Runner {
 };
 
 // --- runtime --------------------------------------------------------------------------------
-
-namespace {
-
-// The stream's last event: run_finished, run_failed or run_interrupted.
-asio::awaitable<void> push_final(std::shared_ptr<EventStream::Impl> events, std::string run_id,
-                                 const Result<RunResult>& result) {
-  Event e;
-  e.run_id = std::move(run_id);
-  if (!result) {
-    e.kind = EventKind::run_failed;
-    e.data =
-        json::object{{"code", errc_name(result.error().code)}, {"message", result.error().message}};
-  } else if (result->interrupted) {
-    e.kind = EventKind::run_interrupted;
-    e.node = result->interrupted_node;
-    e.step = result->steps + 1;
-    e.data = json::object{{"payload", json::value(result->interrupt_payload, json::storage_ptr())}};
-  } else {
-    e.kind = EventKind::run_finished;
-    e.step = result->steps;
-    e.data = json::object{{"steps", result->steps}};
-  }
-  co_await push_event(std::move(events), std::move(e));
-}
-
-asio::awaitable<void> push_final(std::shared_ptr<EventStream::Impl> events, std::string run_id,
-                                 Error error) {
-  Result<RunResult> r = std::move(error);
-  co_await push_final(std::move(events), std::move(run_id), r);
-}
-
-}  // namespace
 
 GraphRuntime::GraphRuntime(RuntimeOptions options)
     : options_(options),
@@ -1043,39 +1177,24 @@ asio::awaitable<Result<RunResult>> GraphRuntime::async_resume(
 asio::awaitable<Result<RunResult>> GraphRuntime::async_run(
     std::shared_ptr<const CompiledGraph> graph, json::object input, RunOptions options,
     const json::value* resume_value) {
-  // The run keeps no owning reference to the stream: a consumer that drops it closes it.
-  std::shared_ptr<EventStream::Impl> events =
-      options.events ? options.events->impl_ : std::shared_ptr<EventStream::Impl>();
-  options.events.reset();
-  auto permit = co_await admission_->async_acquire();
-  if (!permit) {
-    if (events) co_await push_final(events, options.run_id, permit.error());
-    co_return std::move(permit).error();
-  }
   std::string run_id =
       options.run_id.empty() ? "run-" + std::to_string(next_run_.fetch_add(1)) : options.run_id;
-  Result<RunResult> result = Error(Errc::cancelled, "not run");
-  {
-    Runner r(*graph, options_, run_id, graph->limits_);
-    if (options.checkpointer && !options.thread_id.empty()) {
-      r.checkpointer = options.checkpointer;
-      r.thread_id = options.thread_id;
-      r.checkpoint_metadata = options.checkpoint_metadata;
-    }
-    r.resume_value = resume_value;
-    r.events = events;
-    r.stream_state = options.stream_state;
-    try {
-      if (events) co_await r.push_run_started(input, resume_value);
-      result = co_await r.run(std::move(input));
-    } catch (const Exception& e) {  // e.g. the run's state went over its memory limit
-      result = e.error();
-    }
+  auto r = std::make_unique<Runner>(*graph, options_, std::move(run_id), graph->limits_);
+  r->graph_ref = std::move(graph);
+  r->admission = admission_.get();
+  r->input = std::move(input);
+  if (options.checkpointer && !options.thread_id.empty()) {
+    r->checkpointer = options.checkpointer;
+    r->thread = std::make_unique<Runner::Thread>();
+    r->thread->id = std::move(options.thread_id);
+    r->thread->checkpoint_metadata = std::move(options.checkpoint_metadata);
   }
-  if (!result && options_.artifacts)
-    options_.artifacts->release_owner(run_id);  // a failed run keeps nothing
-  if (events) co_await push_final(events, run_id, result);
-  co_return result;
+  r->resume_value = resume_value;
+  // The run keeps no owning reference to the stream: a consumer that drops it closes it.
+  if (options.events) r->events = options.events->impl_;
+  r->stream_state = options.stream_state;
+  Runner* p = r.get();
+  return p->run(std::move(r));
 }
 
 }  // namespace weir::graph

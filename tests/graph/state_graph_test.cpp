@@ -262,6 +262,95 @@ TEST(StateGraph, AsyncNodesRetriesAndThousandsOfRuns) {
   EXPECT_EQ(r.error().to_string(), "tool_failed: node 'flaky': the search backend is down");
 }
 
+// A node that throws fails its run with the exception's text, whichever way the node is run
+// (a lone async node, a node with retries, a node among concurrent ones); the runtime keeps
+// serving.
+TEST(StateGraph, ANodeThatThrowsFailsItsRunWithTheExceptionText) {
+  auto thrower = [](StateView, NodeContext&) -> asio::awaitable<Result<Update>> {
+    throw std::runtime_error("the parser blew up");
+    co_return Update();
+  };
+  auto ok = [](StateView, NodeContext&) -> asio::awaitable<Result<Update>> {
+    co_return Update().set("x", 1);
+  };
+  GraphRuntime rt;
+  {
+    StateGraph b;
+    b.add_channel("x", {});
+    b.add_async_node("parse", thrower);
+    b.add_edge("START", "parse").add_edge("parse", "END");
+    auto r = invoke(rt, *b.compile(), {});
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.error().to_string(), "tool_failed: node 'parse': threw: the parser blew up");
+  }
+  {
+    StateGraph b;
+    b.add_channel("x", {});
+    b.add_async_node("parse", thrower, {.max_attempts = 2, .backoff = 1ms});
+    b.add_edge("START", "parse").add_edge("parse", "END");
+    auto r = invoke(rt, *b.compile(), {});
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.error().to_string(), "tool_failed: node 'parse': threw: the parser blew up");
+  }
+  {
+    StateGraph b;
+    b.add_channel("x", {.reducer = ReducerKind::sum});
+    b.add_async_node("fine", ok);
+    b.add_async_node("parse", thrower);
+    b.add_edge("START", "fine").add_edge("START", "parse");
+    b.add_edge("fine", "END").add_edge("parse", "END");
+    auto r = invoke(rt, *b.compile(), {});
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.error().to_string(), "tool_failed: node 'parse': threw: the parser blew up");
+  }
+  StateGraph b;
+  b.add_channel("x", {});
+  b.add_async_node("fine", ok);
+  b.add_edge("START", "fine").add_edge("fine", "END");
+  auto r = invoke(rt, *b.compile(), {});
+  ASSERT_TRUE(r) << r.error().to_string();
+  EXPECT_EQ(r->state.at("x"), 1);
+  EXPECT_EQ(rt.active_runs(), 0u);
+}
+
+// Admission: runs beyond max_concurrent_runs wait in a bounded queue and run when a permit
+// frees; beyond the queue a run is refused at once with `overloaded`, naming the limits.
+TEST(StateGraph, RunsBeyondTheLimitQueueAndBeyondTheQueueAreRefused) {
+  StateGraph b;
+  b.add_channel("order", {.reducer = ReducerKind::append});
+  b.add_async_node("work", [](StateView, NodeContext& ctx) -> asio::awaitable<Result<Update>> {
+    asio::steady_timer t(co_await asio::this_coro::executor, 20ms);
+    co_await t.async_wait(asio::use_awaitable);
+    co_return Update().set("order", json::string(ctx.run_id()));
+  });
+  b.add_edge("START", "work").add_edge("work", "END");
+  auto g = *b.compile();
+  GraphRuntime rt({.max_concurrent_runs = 1, .max_queued_runs = 1});
+  asio::io_context io;
+  std::vector<Result<RunResult>> out(3, Error(Errc::cancelled, "not run"));
+  std::vector<std::string> finished;
+  auto one = [&](int i) -> asio::awaitable<void> {  // outlives the coroutines
+    RunOptions o;
+    o.run_id = "r" + std::to_string(i);
+    out[i] = co_await rt.async_invoke(g, {}, std::move(o));
+    finished.push_back("r" + std::to_string(i));
+  };
+  for (int i = 0; i < 3; ++i) asio::co_spawn(io, one(i), asio::detached);
+  io.run();
+  ASSERT_TRUE(out[0]) << out[0].error().to_string();
+  ASSERT_TRUE(out[1]) << out[1].error().to_string();
+  EXPECT_EQ(json::serialize(out[0]->state.at("order")), R"(["r0"])");
+  EXPECT_EQ(json::serialize(out[1]->state.at("order")), R"(["r1"])");
+  ASSERT_FALSE(out[2]);
+  EXPECT_EQ(out[2].error().code, Errc::overloaded);
+  EXPECT_EQ(out[2].error().message,
+            "run limiter (limits.max_concurrent_runs=1, limits.max_queued_runs=1): all 1 permits "
+            "in use and 1 waiting, the queue's limit; retry later or raise the limits");
+  EXPECT_EQ(finished, (std::vector<std::string>{"r2", "r0", "r1"}));
+  EXPECT_EQ(rt.active_runs(), 0u);
+  EXPECT_EQ(rt.queued_runs(), 0u);
+}
+
 Result<RunResult> invoke_on(GraphRuntime& rt, std::shared_ptr<const CompiledGraph> g,
                             json::object input, RunOptions o) {
   asio::io_context io;

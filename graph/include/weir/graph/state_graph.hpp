@@ -120,7 +120,7 @@ class NodeContext {
  private:
   friend class GraphRuntime;
   friend struct Runner;
-  std::string node_, run_id_;
+  std::string_view node_, run_id_;  // the graph's node name, the run's id
   boost::json::value input_;
   ArtifactStore* artifacts_ = nullptr;
   std::int64_t* tokens_used_ = nullptr;
