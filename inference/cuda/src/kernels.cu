@@ -6,6 +6,7 @@
 #include <string>
 
 #include "weir/inference/cuda/cuda_ops.hpp"
+#include "weir/inference/cuda/cuda_plan.hpp"
 
 namespace weir::inference::cuda {
 
@@ -120,17 +121,26 @@ __global__ void gather_kernel(const float* x, const std::int32_t* rows, float* o
 
 constexpr int kAttnWarps = 4;
 
-// One thread block per (token, head). Each warp walks every kAttnWarps-th position with an
-// online softmax; lane l holds elements l, l+32, ... of the head; warps merge at the end.
+// One thread block per (token, head, split). Each warp walks every kAttnWarps-th position of
+// the block's range with an online softmax; lane l holds elements l, l+32, ... of the head;
+// warps merge at the end. Unsplit (gridDim.y == 1): the range is 0..pos and the block writes
+// the normalised output. Split: the range is split*chunk .. (split+1)*chunk-1 (the last split
+// runs to pos), and the block writes its partial: the unnormalised output for its max M and
+// (M, sum) for attention_reduce_kernel. Splits past pos exit without writing.
 template <int HD>
 __global__ void __launch_bounds__(kAttnWarps * 32)
     paged_attention_kernel(const float* pool, KvLayout L, int layer, PagedBatch b, const float* q,
-                           float* out, int n_heads, float scale) {
+                           float* out, int n_heads, float scale, int chunk, float* part_o,
+                           float* part_ml) {
   constexpr int E = (HD + 31) / 32;
   const int tok = blockIdx.x / n_heads, h = blockIdx.x % n_heads;
+  const int split = blockIdx.y, splits = gridDim.y;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int kvh = h / (n_heads / L.n_kv_heads);
   const int pos = b.positions[tok];
+  const int p_begin = splits == 1 ? 0 : split * chunk;
+  if (p_begin > pos) return;  // block-uniform: no __syncthreads is skipped by part of a block
+  const int p_end = (splits == 1 || split == splits - 1) ? pos + 1 : min(pos + 1, p_begin + chunk);
   const std::int32_t* table =
       b.block_tables + static_cast<long long>(b.seq_index[tok]) * b.max_blocks_per_seq;
   const float* qh = q + (static_cast<long long>(tok) * n_heads + h) * HD;  // [HD]
@@ -146,7 +156,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
     acc[e] = 0.0f;
   }
   float m = -FLT_MAX, l = 0.0f;
-  for (int p = warp; p <= pos; p += kAttnWarps) {
+  for (int p = p_begin + warp; p < p_end; p += kAttnWarps) {
     const long long row =
         table[p / L.block_size] * L.tile_elems() + (p % L.block_size) * kv_dim + kvh * HD;
     float s = 0.0f;
@@ -181,19 +191,74 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
   __syncthreads();
   if (warp != 0) return;
   float M = -FLT_MAX;
-  for (int w = 0; w < kAttnWarps; ++w) M = fmaxf(M, sm_m[w]);
+  for (int w = 0; w < kAttnWarps; ++w)
+    if (sm_l[w] > 0.0f) M = fmaxf(M, sm_m[w]);
   float denom = 0.0f, f[kAttnWarps];
   for (int w = 0; w < kAttnWarps; ++w)
     denom += sm_l[w] * (f[w] = sm_l[w] > 0.0f ? expf(sm_m[w] - M) : 0.0f);
-  float* oh = out + (static_cast<long long>(tok) * n_heads + h) * HD;
+  const long long th = static_cast<long long>(tok) * n_heads + h;
+  if (splits == 1) {
+    float* oh = out + th * HD;
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+      const int d = lane + 32 * e;
+      if (d >= HD) continue;
+      float o = 0.0f;
+      for (int w = 0; w < kAttnWarps; ++w) o += sm_acc[w][d] * f[w];
+      oh[d] = o / denom;
+    }
+    return;
+  }
+  const long long ps = th * splits + split;
+  float* po = part_o + ps * HD;
 #pragma unroll
   for (int e = 0; e < E; ++e) {
     const int d = lane + 32 * e;
     if (d >= HD) continue;
     float o = 0.0f;
     for (int w = 0; w < kAttnWarps; ++w) o += sm_acc[w][d] * f[w];
-    oh[d] = o / denom;
+    po[d] = o;
   }
+  if (lane == 0) {
+    part_ml[2 * ps] = M;
+    part_ml[2 * ps + 1] = denom;
+  }
+}
+
+// Merges the splits of one (token, head): out = sum_s o_s e^(M_s - M) / sum_s l_s e^(M_s - M)
+// over the splits that hold positions (split * chunk <= pos).
+__global__ void attention_reduce_kernel(const float* part_o, const float* part_ml,
+                                        const std::int32_t* positions, float* out, int n_heads,
+                                        int head_dim, int splits, int chunk) {
+  const long long th = blockIdx.x;
+  const int pos = positions[th / n_heads];
+  const int nv = min(pos / chunk + 1, splits);
+  const float* ml = part_ml + th * splits * 2;
+  float M = -FLT_MAX;
+  for (int s = 0; s < nv; ++s)
+    if (ml[2 * s + 1] > 0.0f) M = fmaxf(M, ml[2 * s]);
+  float denom = 0.0f;
+  for (int s = 0; s < nv; ++s)
+    if (ml[2 * s + 1] > 0.0f) denom += ml[2 * s + 1] * expf(ml[2 * s] - M);
+  const float inv = 1.0f / denom;
+  for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
+    float o = 0.0f;
+    for (int s = 0; s < nv; ++s)
+      if (ml[2 * s + 1] > 0.0f) o += part_o[(th * splits + s) * head_dim + d] * expf(ml[2 * s] - M);
+    out[th * head_dim + d] = o * inv;
+  }
+}
+
+__global__ void f32_to_bf16_kernel(const float* x, std::uint16_t* out, long long n) {
+  const long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = float_to_bf16(x[i]);
+}
+
+__global__ void embed_bf16_kernel(const std::uint16_t* table, const std::int32_t* tokens,
+                                  float* out, int dim) {
+  const std::uint16_t* src = table + static_cast<long long>(tokens[blockIdx.x]) * dim;
+  float* dst = out + static_cast<long long>(blockIdx.x) * dim;
+  for (int i = threadIdx.x; i < dim; i += blockDim.x) dst[i] = bf16_to_float(src[i]);
 }
 
 __global__ void argmax_kernel(const float* logits, std::int32_t* out, int cols) {
@@ -271,7 +336,7 @@ Status write_kv(float* pool, const KvLayout& layout, int layer, const PagedBatch
 
 namespace {
 using AttnKernel = void (*)(const float*, KvLayout, int, PagedBatch, const float*, float*, int,
-                            float);
+                            float, int, float*, float*);
 struct AttnEntry {
   int head_dim;
   AttnKernel kernel;
@@ -290,17 +355,41 @@ constexpr AttnEntry kAttnKernels[] = {
 Status paged_attention(const float* pool, const KvLayout& layout, int layer,
                        const PagedBatch& batch, const float* q, float* out, int n_heads,
                        float scale, void* stream) {
-  if (layout.n_kv_heads <= 0 || n_heads % layout.n_kv_heads != 0) {
+  return paged_attention(pool, layout, layer, batch, q, out, n_heads, scale, AttentionSplit{},
+                         nullptr, stream);
+}
+
+Status paged_attention(const float* pool, const KvLayout& layout, int layer,
+                       const PagedBatch& batch, const float* q, float* out, int n_heads,
+                       float scale, const AttentionSplit& split, float* partials, void* stream) {
+  if (layout.n_kv_heads <= 0 || n_heads <= 0 || n_heads % layout.n_kv_heads != 0) {
     return Error(Errc::invalid_argument,
                  "paged_attention: n_heads=" + std::to_string(n_heads) +
                      " is not a multiple of n_kv_heads=" + std::to_string(layout.n_kv_heads));
   }
+  if (split.splits < 1 || split.splits > kSplitMaxSplits ||
+      (split.splits > 1 && (split.chunk <= 0 || partials == nullptr))) {
+    return Error(Errc::invalid_argument, "paged_attention: bad split (" +
+                                             std::to_string(split.splits) + " splits of " +
+                                             std::to_string(split.chunk) + " positions, partials " +
+                                             (partials ? "given" : "missing") + ")");
+  }
   for (const auto& entry : kAttnKernels) {
     if (entry.head_dim != layout.head_dim) continue;
     if (batch.n_tokens == 0) return {};
-    entry.kernel<<<batch.n_tokens * n_heads, kAttnWarps * 32, 0, S(stream)>>>(
-        pool, layout, layer, batch, q, out, n_heads, scale);
-    return check_launch("paged_attention");
+    const long long th = static_cast<long long>(batch.n_tokens) * n_heads;
+    if (th > 0x7fffffffLL)
+      return Error(Errc::invalid_argument, "paged_attention: too many tokens x heads");
+    const dim3 grid(static_cast<unsigned>(th), static_cast<unsigned>(split.splits));
+    float* part_o = split.splits > 1 ? partials : nullptr;
+    float* part_ml = split.splits > 1 ? partials + th * split.splits * layout.head_dim : nullptr;
+    entry.kernel<<<grid, kAttnWarps * 32, 0, S(stream)>>>(
+        pool, layout, layer, batch, q, out, n_heads, scale, split.chunk, part_o, part_ml);
+    if (auto st = check_launch("paged_attention"); !st) return st;
+    if (split.splits == 1) return {};
+    attention_reduce_kernel<<<static_cast<unsigned>(th), 128, 0, S(stream)>>>(
+        part_o, part_ml, batch.positions, out, n_heads, layout.head_dim, split.splits, split.chunk);
+    return check_launch("attention_reduce");
   }
   std::string sizes;
   for (const auto& entry : kAttnKernels)
@@ -308,6 +397,19 @@ Status paged_attention(const float* pool, const KvLayout& layout, int layer,
   return Error(Errc::unsupported, "paged_attention: head size " + std::to_string(layout.head_dim) +
                                       " has no CUDA kernel (compiled: " + sizes +
                                       "); use --device cpu");
+}
+
+Status f32_to_bf16(const float* x, std::uint16_t* out, long long n, void* stream) {
+  if (n <= 0) return {};
+  f32_to_bf16_kernel<<<blocks_for(n, 256), 256, 0, S(stream)>>>(x, out, n);
+  return check_launch("f32_to_bf16");
+}
+
+Status embed_bf16(const std::uint16_t* table, const std::int32_t* tokens, float* out, int n,
+                  int dim, void* stream) {
+  if (n == 0) return {};
+  embed_bf16_kernel<<<n, 128, 0, S(stream)>>>(table, tokens, out, dim);
+  return check_launch("embed_bf16");
 }
 
 Status add_inplace(float* x, const float* y, long long n, void* stream) {

@@ -18,6 +18,7 @@
 #include <string>
 #include <utility>
 
+#include "weir/inference/cuda/cuda_plan.hpp"
 #include "weir/inference/kv_layout.hpp"
 #include "weir/runtime/error.hpp"
 
@@ -33,6 +34,8 @@ struct DeviceInfo {
 // Never fails: count == 0 when there is no driver or device.
 DeviceInfo device_info();
 bool available();
+// Streaming multiprocessors of device 0; 0 without a device.
+int sm_count();
 
 // A plain cudaMalloc'd buffer, freed on destruction.
 class DeviceBuffer {
@@ -77,6 +80,11 @@ Status swiglu(const float* gate, const float* up, float* out, int n, int hidden,
 // out[n, dim] = table[tokens[i], :]
 Status embed(const float* table, const std::int32_t* tokens, float* out, int n, int dim,
              void* stream = nullptr);
+// The same from a BF16 table (bits as uint16, see cuda_plan.hpp), widened to FP32.
+Status embed_bf16(const std::uint16_t* table, const std::int32_t* tokens, float* out, int n,
+                  int dim, void* stream = nullptr);
+// out[n] = bf16(x[n]), round to nearest even (float_to_bf16 on the host is the reference).
+Status f32_to_bf16(const float* x, std::uint16_t* out, long long n, void* stream = nullptr);
 
 // The batch's view of the paged pool, in device memory.
 struct PagedBatch {
@@ -98,6 +106,14 @@ Status write_kv(float* pool, const KvLayout& layout, int layer, const PagedBatch
 Status paged_attention(const float* pool, const KvLayout& layout, int layer,
                        const PagedBatch& batch, const float* q, float* out, int n_heads,
                        float scale, void* stream = nullptr);
+// The same with the context split (split-K over positions, see cuda_plan.hpp): split.splits
+// blocks per (token, head) write partials, then a reduce kernel merges them into out.
+// partials: device floats, at least n_tokens * n_heads * split.splits * (head_dim + 2);
+// unused when split.splits == 1. The result equals the unsplit kernel's up to rounding.
+Status paged_attention(const float* pool, const KvLayout& layout, int layer,
+                       const PagedBatch& batch, const float* q, float* out, int n_heads,
+                       float scale, const AttentionSplit& split, float* partials,
+                       void* stream = nullptr);
 
 // x[n] += y[n]
 Status add_inplace(float* x, const float* y, long long n, void* stream = nullptr);
@@ -118,6 +134,71 @@ Status argmax_rows(const float* logits, std::int32_t* out, int rows, int cols,
 // on first use, not linked (it would cost every weir process ~200 MB resident at startup).
 Status gemm_f32(const float* a, const float* b, float* c, int m, int n, int k,
                 void* stream = nullptr);
+
+// A cuBLAS handle bound to one stream, with its own workspace (kCublasWorkspaceBytes, set
+// with cublasSetWorkspace) so its GEMMs can be captured into CUDA graphs without cuBLAS
+// allocating. Created once (by a runner, at load); used by one thread at a time.
+class Blas {
+ public:
+  Blas() = default;
+  // Errors: unsupported (cuBLAS cannot be loaded), model_error, memory_budget_exceeded.
+  static Result<Blas> create(void* stream);
+  Blas(Blas&& o) noexcept
+      : handle_(std::exchange(o.handle_, nullptr)), workspace_(std::move(o.workspace_)) {}
+  Blas& operator=(Blas&& o) noexcept;
+  ~Blas();
+  // C[m, n] = A[m, k] * B[n, k]^T in exact FP32 (no TF32).
+  Status gemm_f32(const float* a, const float* b, float* c, int m, int n, int k) const;
+  // C[m, n] (FP32) = A[m, k] * B[n, k]^T with A and B in BF16, FP32 accumulation
+  // (cublasGemmEx, CUBLAS_COMPUTE_32F).
+  Status gemm_bf16(const std::uint16_t* a, const std::uint16_t* b, float* c, int m, int n,
+                   int k) const;
+
+ private:
+  void* handle_ = nullptr;  // cublasHandle_t
+  DeviceBuffer workspace_;
+};
+
+// A non-blocking CUDA stream (the legacy default stream cannot be captured into a graph).
+class Stream {
+ public:
+  Stream() = default;
+  static Result<Stream> create();
+  Stream(Stream&& o) noexcept : s_(std::exchange(o.s_, nullptr)) {}
+  Stream& operator=(Stream&& o) noexcept;
+  ~Stream();
+  void* get() const { return s_; }
+  Status synchronize() const;
+
+ private:
+  void* s_ = nullptr;
+};
+
+// Host-to-device / device-to-host copies ordered on a stream (host memory must stay valid
+// until the stream is synchronised).
+Status copy_to_device_async(void* dst, const void* src, std::size_t bytes, void* stream);
+Status copy_to_host_async(void* dst, const void* src, std::size_t bytes, void* stream);
+
+// An instantiated CUDA graph: what was launched on a stream between begin_capture and
+// end_capture (thread-local capture mode), replayed by launch().
+class Graph {
+ public:
+  Graph() = default;
+  Graph(Graph&& o) noexcept : exec_(std::exchange(o.exec_, nullptr)) {}
+  Graph& operator=(Graph&& o) noexcept;
+  ~Graph();
+  static Status begin_capture(void* stream);
+  // Ends the capture (also after a failed launch, so the stream is usable again) and
+  // instantiates the graph. Errors: model_error naming the CUDA error.
+  static Result<Graph> end_capture(void* stream);
+  Status launch(void* stream) const;
+
+ private:
+  void* exec_ = nullptr;  // cudaGraphExec_t
+};
+
+// The cuBLAS symbols weir resolves with dlsym (cublas_loadable checks every one).
+const char* const* cublas_entry_points(std::size_t* count);
 
 // Whether cuBLAS can be opened (and has the entry points weir uses); needs no GPU.
 // Errors: unsupported naming the libraries tried.
