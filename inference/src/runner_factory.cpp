@@ -29,9 +29,12 @@ Result<RunnerChoice> make_runner(std::shared_ptr<const Model> model, Device devi
     cpu_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 #if WEIR_HAVE_CUDA
   if (device != Device::cpu && cuda::available()) {
-    auto r = cuda::make_cuda_runner(model);
+    const cuda::CudaRunnerOptions opt;  // BF16 weights and GEMMs, CUDA graphs for decode
+    auto r = cuda::make_cuda_runner(model, opt);
     if (!r) return std::move(r).error();
-    RunnerChoice c{std::move(*r), Device::cuda, "cuda (" + cuda::device_info().name + ")"};
+    RunnerChoice c{
+        std::move(*r), Device::cuda,
+        "cuda (" + cuda::device_info().name + ", " + cuda::precision_name(opt.precision) + ")"};
     log(LogLevel::info, "inference device: " + c.description);
     return c;
   }

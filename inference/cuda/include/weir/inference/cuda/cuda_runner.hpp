@@ -1,15 +1,25 @@
-// The CUDA forward pass: a StepRunner that keeps the weights (uploaded once, FP32) and the paged
-// KV pool in GPU memory and runs each step with cuBLAS GEMMs and weir's kernels. The KV pool is
-// sized from cudaMemGetInfo times `memory_fraction`, minus the weights and the activation
+// The CUDA forward pass: a StepRunner that keeps the weights (uploaded once: BF16 by default,
+// FP32 on request) and the paged KV pool (FP32) in GPU memory and runs each step on its own
+// stream with cuBLAS GEMMs and weir's kernels.
+//
+// Memory: before anything is uploaded, the KV pool's share is planned (cuda_plan.hpp):
+// cudaMemGetInfo's free bytes x `memory_fraction`, minus the weights and the activation
 // workspace for the largest batch (`max_batch_tokens`); a model that does not fit fails at
-// creation with the numbers. All device memory is allocated at creation (activations grow only
-// if a batch exceeds max_batch_tokens), none in the step loop.
+// creation with the numbers. Weights, activations, the cuBLAS workspace, attention partials
+// and batch metadata are plain cudaMallocs made at creation and in allocate_kv_pool; a step
+// allocates nothing unless its batch exceeds max_batch_tokens (or its block tables exceed the
+// reserved size), and then the buffers grow once and the captured graphs are dropped.
+//
+// CUDA graphs: a pure decode step (one token per sequence, at most max_graph_tokens) is
+// captured the first time its shape (cuda_plan.hpp's GraphKey) is seen and replayed after;
+// other steps, and every step after a failed capture, run eagerly.
 //
 // Thread safety: forward() runs on the engine thread only.
 #pragma once
 
 #include <memory>
 
+#include "weir/inference/cuda/cuda_plan.hpp"
 #include "weir/inference/engine.hpp"
 #include "weir/inference/model.hpp"
 
@@ -18,6 +28,11 @@ namespace weir::inference::cuda {
 struct CudaRunnerOptions {
   float memory_fraction = 0.90f;
   std::int64_t max_batch_tokens = 2048;
+  Precision precision = Precision::bf16;  // fp32: exact FP32 GEMMs (the goldens)
+  bool cuda_graphs = true;
+  int max_graph_tokens = 256;  // decode batches up to this many sequences are captured
+  int max_graphs = 64;         // distinct captured shapes kept; further shapes run eagerly
+  int max_logit_rows = 256;    // logits are computed in chunks of this many rows
 };
 
 // Errors: unsupported (no CUDA device), memory_budget_exceeded (the model does not fit).
