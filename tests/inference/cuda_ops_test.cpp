@@ -2,6 +2,7 @@
 // so an unwritten element fails. Relative error within 1e-3 for FP32, 1e-2 for BF16 operands.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -21,7 +22,11 @@ class CudaOps : public ::testing::Test {
  protected:
   void SetUp() override {
     auto info = cu::device_info();
-    if (info.count == 0) GTEST_SKIP() << "no CUDA device: the CUDA backend's kernels were not run";
+    if (info.count == 0) {
+      // scripts/gpu-check sets WEIR_REQUIRE_GPU: there a missing device is a failure.
+      if (std::getenv("WEIR_REQUIRE_GPU")) FAIL() << "WEIR_REQUIRE_GPU is set but no CUDA device";
+      GTEST_SKIP() << "no CUDA device: the CUDA backend's kernels were not run";
+    }
   }
   template <class T>
   cu::DeviceBuffer upload(const std::vector<T>& v) {

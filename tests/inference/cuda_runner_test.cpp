@@ -2,6 +2,7 @@
 // (FP32 mode), BF16 mode against the CPU path, CUDA graph replay against eager steps.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -24,7 +25,10 @@ namespace fs = std::filesystem;
 class CudaRunnerTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    if (!cuda::available()) GTEST_SKIP() << "no CUDA device: the CUDA forward pass was not run";
+    if (!cuda::available()) {
+      if (std::getenv("WEIR_REQUIRE_GPU")) FAIL() << "WEIR_REQUIRE_GPU is set but no CUDA device";
+      GTEST_SKIP() << "no CUDA device: the CUDA forward pass was not run";
+    }
     if (!fs::exists(fs::path(WEIR_SHARED_DIR) / "models/aidreams260K.gguf"))
       GTEST_SKIP() << "../shared/models absent";
   }
