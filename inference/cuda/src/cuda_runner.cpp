@@ -149,7 +149,12 @@ class CudaRunner final : public StepRunner {
       max_blocks = std::max(max_blocks, static_cast<int>(q.block_table.size()));
     const int stride = table_stride_for(max_blocks, stride_cap_);
     const std::size_t table_ints = static_cast<std::size_t>(n_seqs) * stride;
-    if (table_ints > table_capacity_) WEIR_CUDA_TRY(reserve_tables(table_ints));
+    if (table_ints > table_capacity_) {
+      log(LogLevel::warn, "cuda runner: a batch's block tables (" + std::to_string(n_seqs) +
+                              " sequences x " + std::to_string(stride) +
+                              " blocks) exceed the reserved size; growing them");
+      WEIR_CUDA_TRY(reserve_tables(table_ints));
+    }
     tables_host_.assign(table_ints, 0);
     for (std::size_t q = 0; q < b.seqs.size(); ++q) {
       std::copy(b.seqs[q].block_table.begin(), b.seqs[q].block_table.end(),
