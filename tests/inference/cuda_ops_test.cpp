@@ -263,6 +263,55 @@ TEST_F(CudaOps, SplitPagedAttentionMatchesCpu) {
   }
 }
 
+// The tiled prefill attention against the CPU paged attention: prompt chunks that start at 0
+// and mid-sequence (a cached prefix), a chunk longer than a tile, a decode token, and a gap in
+// positions (tiles break there).
+TEST_F(CudaOps, TiledPrefillAttentionMatchesCpu) {
+  for (int hd : {8, 48, 64, 128}) {
+    ASSERT_TRUE(cu::prefill_attention_supported(hd));
+    const int n_kv = 2, n_heads = 6, bs = 16, max_blocks = 24, n_seqs = 4;
+    KvLayout L{2, n_kv, hd, bs, n_seqs * max_blocks};
+    std::vector<std::int32_t> positions, seq;
+    for (int p = 5; p < 42; ++p) positions.push_back(p), seq.push_back(0);  // 37, prefix 0..4
+    for (int p = 0; p < 20; ++p) positions.push_back(p), seq.push_back(1);
+    positions.push_back(300), seq.push_back(2);
+    for (int p : {0, 1, 2, 7, 8}) positions.push_back(p), seq.push_back(3);
+    const int n = static_cast<int>(positions.size());
+    std::vector<std::int32_t> tables(static_cast<std::size_t>(n_seqs) * max_blocks);
+    std::iota(tables.begin(), tables.end(), 0);
+    std::shuffle(tables.begin(), tables.end(), rng_);
+    std::vector<float> pool = random(static_cast<std::size_t>(L.total_elems()));
+    auto q = random(static_cast<std::size_t>(n) * n_heads * hd);
+    auto k = random(static_cast<std::size_t>(n) * L.kv_dim()), v = random(k.size());
+    const float scale = 1.0f / std::sqrt(float(hd));
+
+    std::vector<std::span<const BlockId>> spans;
+    for (int s = 0; s < n_seqs; ++s) spans.emplace_back(tables.data() + s * max_blocks, max_blocks);
+    AttentionBatch cb{positions, seq, spans, n_heads};
+    std::vector<float> cpu_pool = pool;
+    write_kv(cpu_pool, L, 1, cb, k.data(), v.data());
+    std::vector<float> want(q.size()), scratch;
+    paged_attention(cpu_pool, L, 1, cb, q.data(), want.data(), scale, 0,
+                    static_cast<std::int64_t>(n) * n_heads, scratch);
+
+    std::vector<std::int32_t> tiles;
+    const int n_tiles = cu::build_prefill_tiles(positions.data(), seq.data(), n, tiles);
+    auto dpool = upload(pool);
+    auto dpos = upload(positions), dseq = upload(seq), dtab = upload(tables),
+         dtiles = upload(tiles);
+    auto dq = upload(q), dk = upload(k), dv = upload(v);
+    auto dout = poisoned(q.size());
+    cu::PagedBatch gb{dpos.as<std::int32_t>(), dseq.as<std::int32_t>(), dtab.as<std::int32_t>(),
+                      max_blocks, n};
+    ASSERT_TRUE(cu::write_kv(dpool.as<float>(), L, 1, gb, dk.as<float>(), dv.as<float>()));
+    ASSERT_TRUE(cu::paged_prefill_attention(dpool.as<float>(), L, 1, gb, dtiles.as<std::int32_t>(),
+                                            n_tiles, dq.as<float>(), dout.as<float>(), n_heads,
+                                            scale));
+    SCOPED_TRACE("head_dim " + std::to_string(hd));
+    expect_close(download(dout, q.size()), want);
+  }
+}
+
 TEST_F(CudaOps, Bf16ConversionAndEmbedMatchTheHost) {
   auto x = random(10000, -1000, 1000);
   x[0] = 1.00390625f;  // a tie: to even

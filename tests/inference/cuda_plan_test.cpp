@@ -106,9 +106,10 @@ TEST(CudaPlanMemory, WorkspaceCountsEveryActivationBuffer) {
                     .n_vocab = 512,
                     .precision = Precision::fp32,
                     .sm_count = 0};
-  // x, xb, proj; q, att; k, v; h1, h2 for 100 tokens; 10 rows of logits; 4 int metadata.
+  // x, xb, proj; q, att; k, v; h1, h2 for 100 tokens; 10 rows of logits; 4 ints of metadata
+  // and 2 of prefill tiles per token.
   const std::size_t floats = 100 * (3 * 64 + 2 * 64 + 2 * 32 + 2 * 172) + 10 * 512;
-  EXPECT_EQ(activation_workspace_bytes(s), floats * 4 + 100 * 4 * 4 + kCublasWorkspaceBytes);
+  EXPECT_EQ(activation_workspace_bytes(s), floats * 4 + 100 * 6 * 4 + kCublasWorkspaceBytes);
   auto bf16 = s;
   bf16.precision = Precision::bf16;  // plus a BF16 copy of the widest GEMM input (hidden)
   EXPECT_EQ(activation_workspace_bytes(bf16), activation_workspace_bytes(s) + 100 * 172 * 2);
@@ -154,6 +155,44 @@ TEST(CudaPlanSplit, EverySplitCoversTheContextAndFitsThePartials) {
                   attention_partial_floats(sms, 128));
       }
     }
+  }
+}
+
+TEST(CudaPlanPrefill, TilesAreRunsOfConsecutivePositionsOfOneSequence) {
+  // seq 0: 0..19 (two tiles: 16 + 4); seq 1: one decode token; seq 2: 5..7 then a gap at 9.
+  std::vector<std::int32_t> pos, seq;
+  for (int p = 0; p < 20; ++p) pos.push_back(p), seq.push_back(0);
+  pos.push_back(300), seq.push_back(1);
+  for (int p : {5, 6, 7, 9}) pos.push_back(p), seq.push_back(2);
+  std::vector<std::int32_t> tiles = {99};
+  const int n = build_prefill_tiles(pos.data(), seq.data(), static_cast<int>(pos.size()), tiles);
+  EXPECT_EQ(n, 5);
+  EXPECT_EQ(tiles, (std::vector<std::int32_t>{0, 16, 16, 4, 20, 1, 21, 3, 24, 1}));
+  // Every token in exactly one tile, in order, none longer than kPrefillTile.
+  std::mt19937 rng(3);
+  for (int round = 0; round < 200; ++round) {
+    pos.clear(), seq.clear();
+    const int n_seqs = 1 + static_cast<int>(rng() % 5);
+    for (int s = 0; s < n_seqs; ++s) {
+      int p = static_cast<int>(rng() % 100);
+      const int len = static_cast<int>(rng() % 40);
+      for (int i = 0; i < len; ++i) pos.push_back(p + i + (rng() % 10 == 0)), seq.push_back(s);
+    }
+    const int nt = build_prefill_tiles(pos.data(), seq.data(), static_cast<int>(pos.size()), tiles);
+    ASSERT_EQ(static_cast<std::size_t>(nt) * 2, tiles.size());
+    int next = 0;
+    for (int t = 0; t < nt; ++t) {
+      ASSERT_EQ(tiles[2 * t], next);
+      const int c = tiles[2 * t + 1];
+      ASSERT_GE(c, 1);
+      ASSERT_LE(c, kPrefillTile);
+      for (int i = 1; i < c; ++i) {
+        ASSERT_EQ(seq[next + i], seq[next]);
+        ASSERT_EQ(pos[next + i], pos[next] + i);
+      }
+      next += c;
+    }
+    ASSERT_EQ(next, static_cast<int>(pos.size()));
   }
 }
 
@@ -216,6 +255,16 @@ TEST(CudaPlanChecks, ABadSplitIsRejectedBeforeTheLaunch) {
   auto heads = paged_attention(nullptr, L, 0, b, nullptr, nullptr, 3, 1.0f);
   ASSERT_FALSE(heads);
   EXPECT_EQ(heads.error().message, "paged_attention: n_heads=3 is not a multiple of n_kv_heads=2");
+}
+
+TEST(CudaPlanChecks, TiledPrefillCoversHeadSizesUpTo128) {
+  for (int hd : {8, 16, 32, 48, 64, 80, 96, 128}) EXPECT_TRUE(prefill_attention_supported(hd));
+  for (int hd : {24, 160, 192, 256}) EXPECT_FALSE(prefill_attention_supported(hd));
+  KvLayout L{1, 1, 256, 16, 1};
+  PagedBatch b{nullptr, nullptr, nullptr, 1, 1};
+  auto st = paged_prefill_attention(nullptr, L, 0, b, nullptr, 1, nullptr, nullptr, 1, 1.0f);
+  ASSERT_FALSE(st);
+  EXPECT_TRUE(st.error().is(Errc::unsupported));
 }
 
 // cuBLAS is opened on first use rather than linked; this checks the loading on any machine

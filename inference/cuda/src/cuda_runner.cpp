@@ -166,10 +166,15 @@ class CudaRunner final : public StepRunner {
     WEIR_CUDA_TRY(upload_async(tables_host_, tables_));
     WEIR_CUDA_TRY(upload_async(b.logit_rows, logit_rows_));
 
-    const Shape sh{n, stride, rows};
+    Shape sh{n, stride, rows, 0};
     std::optional<GraphKey> key;
     if (opt_.cuda_graphs && !graphs_broken_ && rows <= opt_.max_logit_rows)
       key = decode_graph_key(n, n_seqs, rows, stride, opt_.max_graph_tokens);
+    // Steps with prompt tokens (more tokens than sequences) use the tiled prefill attention.
+    if (!key && n > n_seqs && prefill_attention_supported(hp.head_dim)) {
+      sh.tiles = build_prefill_tiles(b.positions.data(), b.seq_index.data(), n, tiles_host_);
+      WEIR_CUDA_TRY(upload_async(tiles_host_, tiles_));
+    }
     if (key) {
       auto it = graphs_.find(*key);
       if (it == graphs_.end() && static_cast<int>(graphs_.size()) < opt_.max_graphs) {
@@ -205,6 +210,7 @@ class CudaRunner final : public StepRunner {
   // What every launch of a step depends on besides fixed pointers (cf. GraphKey).
   struct Shape {
     int n, stride, rows;
+    int tiles;  // prefill tiles in tiles_; 0: attention per token (paged_attention)
   };
 
   ActivationShape shape(std::int64_t tokens) const {
@@ -291,8 +297,14 @@ class CudaRunner final : public StepRunner {
       // The whole batch's K/V first, then attention (prefix blocks shared within a step rely on
       // it).
       WEIR_CUDA_TRY(write_kv(pool_.as<float>(), L, l, pb, k, v, s));
-      WEIR_CUDA_TRY(paged_attention(pool_.as<float>(), L, l, pb, q, att, hp.n_heads, scale, split,
-                                    partials_.as<float>(), s));
+      if (sh.tiles > 0) {
+        WEIR_CUDA_TRY(paged_prefill_attention(pool_.as<float>(), L, l, pb,
+                                              tiles_.as<std::int32_t>(), sh.tiles, q, att,
+                                              hp.n_heads, scale, s));
+      } else {
+        WEIR_CUDA_TRY(paged_attention(pool_.as<float>(), L, l, pb, q, att, hp.n_heads, scale, split,
+                                      partials_.as<float>(), s));
+      }
       WEIR_CUDA_TRY(to_bf16(att, n, q_dim));
       WEIR_CUDA_TRY(mm(att, w.wo, proj, n, dim, q_dim));
       WEIR_CUDA_TRY(add_inplace(x, proj, static_cast<long long>(n) * dim, s));
@@ -389,7 +401,8 @@ class CudaRunner final : public StepRunner {
                               {&tokens_, t * sizeof(std::int32_t)},
                               {&positions_, t * sizeof(std::int32_t)},
                               {&seq_index_, t * sizeof(std::int32_t)},
-                              {&logit_rows_, t * sizeof(std::int32_t)}}) {
+                              {&logit_rows_, t * sizeof(std::int32_t)},
+                              {&tiles_, 2 * t * sizeof(std::int32_t)}}) {
       WEIR_CUDA_TRY(alloc(*buf, bytes));
     }
     if (opt_.precision == Precision::bf16) {
@@ -411,8 +424,8 @@ class CudaRunner final : public StepRunner {
   bool output_shared_ = false;
   std::vector<DeviceLayer> layers_;
   DeviceBuffer x_, xb_, q_, k_, v_, att_, proj_, h1_, h2_, logits_, a16_, partials_;
-  DeviceBuffer tokens_, positions_, seq_index_, tables_, logit_rows_;  // batch metadata
-  std::vector<std::int32_t> tables_host_;
+  DeviceBuffer tokens_, positions_, seq_index_, tables_, logit_rows_, tiles_;  // batch metadata
+  std::vector<std::int32_t> tables_host_, tiles_host_;
   std::size_t table_capacity_ = 0;
   int stride_cap_ = 1;
   int reserved_tokens_ = 0;

@@ -249,6 +249,105 @@ __global__ void attention_reduce_kernel(const float* part_o, const float* part_m
   }
 }
 
+// Prefill attention, one thread block per (tile, head): a tile is up to kPrefillTile tokens
+// of one sequence at consecutive positions (build_prefill_tiles). The tile's queries sit in
+// shared memory; K/V are read through the block table kPrefillKeys positions at a time into
+// shared memory, once for the whole tile; warp w serves queries w, w + 4, ...; lane j scores
+// key j of the chunk, and each query keeps an online softmax (running max m, sum l) with lane
+// l accumulating output elements l, l + 32, ... Causal: query at position p sees keys 0..p.
+constexpr int kPrefillKeys = 32;  // = warp size: one key per lane
+constexpr int kPrefillQueriesPerWarp = kPrefillTile / kAttnWarps;
+
+template <int HD>
+__global__ void __launch_bounds__(kAttnWarps * 32)
+    paged_prefill_kernel(const float* pool, KvLayout L, int layer, PagedBatch b,
+                         const std::int32_t* tiles, const float* q, float* out, int n_heads,
+                         float scale) {
+  constexpr int E = (HD + 31) / 32;
+  constexpr int QPW = kPrefillQueriesPerWarp;
+  __shared__ float qs[kPrefillTile][HD];
+  __shared__ float ks[kPrefillKeys][HD + 1];  // +1: lanes read different rows, same column
+  __shared__ float vs[kPrefillKeys][HD];
+  const int tile = blockIdx.x / n_heads, h = blockIdx.x % n_heads;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int first = tiles[2 * tile], count = tiles[2 * tile + 1];
+  const int kvh = h / (n_heads / L.n_kv_heads);
+  const int pos0 = b.positions[first];
+  const int last_pos = pos0 + count - 1;  // the tile's positions are consecutive
+  const std::int32_t* table =
+      b.block_tables + static_cast<long long>(b.seq_index[first]) * b.max_blocks_per_seq;
+  const float* k_plane = pool + L.row_offset(layer, 0, 0, 0);
+  const float* v_plane = pool + L.row_offset(layer, 1, 0, 0);
+  const long long kv_dim = L.kv_dim();
+
+  for (int i = threadIdx.x; i < kPrefillTile * HD; i += blockDim.x) {
+    const int t = i / HD, d = i % HD;
+    qs[t][d] = t < count ? q[(static_cast<long long>(first + t) * n_heads + h) * HD + d] : 0.0f;
+  }
+  float m[QPW], l[QPW], acc[QPW][E];
+#pragma unroll
+  for (int j = 0; j < QPW; ++j) {
+    m[j] = -FLT_MAX;
+    l[j] = 0.0f;
+#pragma unroll
+    for (int e = 0; e < E; ++e) acc[j][e] = 0.0f;
+  }
+  for (int k0 = 0; k0 <= last_pos; k0 += kPrefillKeys) {
+    __syncthreads();  // the previous chunk is consumed (and, first time, qs is written)
+    for (int i = threadIdx.x; i < kPrefillKeys * HD; i += blockDim.x) {
+      const int j = i / HD, d = i % HD, kp = k0 + j;
+      float kv = 0.0f, vv = 0.0f;
+      if (kp <= last_pos) {
+        const long long row =
+            table[kp / L.block_size] * L.tile_elems() + (kp % L.block_size) * kv_dim + kvh * HD;
+        kv = k_plane[row + d];
+        vv = v_plane[row + d];
+      }
+      ks[j][d] = kv;
+      vs[j][d] = vv;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < QPW; ++j) {
+      const int t = warp + kAttnWarps * j;  // warp-uniform
+      if (t >= count || k0 > pos0 + t) continue;
+      const int kp = k0 + lane;
+      float sc = 0.0f;
+#pragma unroll 8
+      for (int d = 0; d < HD; ++d) sc += qs[t][d] * ks[lane][d];
+      sc = kp <= pos0 + t ? sc * scale : -FLT_MAX;
+      float cmax = sc;
+      for (int o = 16; o > 0; o >>= 1) cmax = fmaxf(cmax, __shfl_xor_sync(0xffffffffu, cmax, o));
+      const float m_new = fmaxf(m[j], cmax);  // key k0 <= pos0 + t is unmasked: finite
+      const float c = expf(m[j] - m_new);
+      const float p = kp <= pos0 + t ? expf(sc - m_new) : 0.0f;
+      l[j] = l[j] * c + warp_sum(p);
+#pragma unroll
+      for (int e = 0; e < E; ++e) acc[j][e] *= c;
+      for (int key = 0; key < kPrefillKeys; ++key) {
+        const float pk = __shfl_sync(0xffffffffu, p, key);
+#pragma unroll
+        for (int e = 0; e < E; ++e) {
+          const int d = lane + 32 * e;
+          if (d < HD) acc[j][e] += pk * vs[key][d];
+        }
+      }
+      m[j] = m_new;
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < QPW; ++j) {
+    const int t = warp + kAttnWarps * j;
+    if (t >= count) continue;
+    float* oh = out + (static_cast<long long>(first + t) * n_heads + h) * HD;
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+      const int d = lane + 32 * e;
+      if (d < HD) oh[d] = acc[j][e] / l[j];
+    }
+  }
+}
+
 __global__ void f32_to_bf16_kernel(const float* x, std::uint16_t* out, long long n) {
   const long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) out[i] = float_to_bf16(x[i]);
@@ -397,6 +496,55 @@ Status paged_attention(const float* pool, const KvLayout& layout, int layer,
   return Error(Errc::unsupported, "paged_attention: head size " + std::to_string(layout.head_dim) +
                                       " has no CUDA kernel (compiled: " + sizes +
                                       "); use --device cpu");
+}
+
+namespace {
+using PrefillKernel = void (*)(const float*, KvLayout, int, PagedBatch, const std::int32_t*,
+                               const float*, float*, int, float);
+struct PrefillEntry {
+  int head_dim;
+  PrefillKernel kernel;
+};
+// Head sizes up to 128 keep the tile's Q, K and V within 48 KB of static shared memory.
+constexpr PrefillEntry kPrefillKernels[] = {
+    {8, paged_prefill_kernel<8>},   {16, paged_prefill_kernel<16>},
+    {32, paged_prefill_kernel<32>}, {48, paged_prefill_kernel<48>},
+    {64, paged_prefill_kernel<64>}, {80, paged_prefill_kernel<80>},
+    {96, paged_prefill_kernel<96>}, {128, paged_prefill_kernel<128>},
+};
+static_assert(kPrefillTile % kAttnWarps == 0, "every warp serves the same number of queries");
+static_assert(sizeof(float) * (kPrefillTile * 128 + kPrefillKeys * 129 + kPrefillKeys * 128) <=
+                  48 * 1024,
+              "the prefill tile must fit in static shared memory");
+}  // namespace
+
+bool prefill_attention_supported(int head_dim) {
+  for (const auto& entry : kPrefillKernels)
+    if (entry.head_dim == head_dim) return true;
+  return false;
+}
+
+Status paged_prefill_attention(const float* pool, const KvLayout& layout, int layer,
+                               const PagedBatch& batch, const std::int32_t* tiles, int n_tiles,
+                               const float* q, float* out, int n_heads, float scale, void* stream) {
+  if (layout.n_kv_heads <= 0 || n_heads <= 0 || n_heads % layout.n_kv_heads != 0) {
+    return Error(Errc::invalid_argument,
+                 "paged_prefill_attention: n_heads=" + std::to_string(n_heads) +
+                     " is not a multiple of n_kv_heads=" + std::to_string(layout.n_kv_heads));
+  }
+  for (const auto& entry : kPrefillKernels) {
+    if (entry.head_dim != layout.head_dim) continue;
+    if (n_tiles <= 0) return {};
+    const long long blocks = static_cast<long long>(n_tiles) * n_heads;
+    if (blocks > 0x7fffffffLL)
+      return Error(Errc::invalid_argument, "paged_prefill_attention: too many tiles x heads");
+    entry.kernel<<<static_cast<unsigned>(blocks), kAttnWarps * 32, 0, S(stream)>>>(
+        pool, layout, layer, batch, tiles, q, out, n_heads, scale);
+    return check_launch("paged_prefill_attention");
+  }
+  return Error(Errc::unsupported, "paged_prefill_attention: head size " +
+                                      std::to_string(layout.head_dim) +
+                                      " has no tiled kernel (up to 128); use paged_attention");
 }
 
 Status f32_to_bf16(const float* x, std::uint16_t* out, long long n, void* stream) {

@@ -25,7 +25,7 @@ std::size_t activation_workspace_bytes(const ActivationShape& s) {
   std::size_t bytes = floats * sizeof(float);
   if (s.precision == Precision::bf16)  // the BF16 copy of the widest GEMM input
     bytes += t * std::max({dim, q_dim, hidden}) * sizeof(std::uint16_t);
-  bytes += 4 * t * sizeof(std::int32_t);  // tokens, positions, seq_index, logit_rows
+  bytes += 6 * t * sizeof(std::int32_t);  // tokens, positions, seq_index, logit_rows, tiles
   return bytes + kCublasWorkspaceBytes;
 }
 
@@ -83,6 +83,21 @@ std::size_t attention_partial_floats(int sm_count, int head_dim) {
   // token_heads x splits < target + token_heads <= 2 x target (see plan_attention_split).
   return std::size_t{2} * static_cast<std::size_t>(sm_count) * kSplitBlocksPerSm *
          (static_cast<std::size_t>(head_dim) + 2);
+}
+
+int build_prefill_tiles(const std::int32_t* positions, const std::int32_t* seq_index, int n,
+                        std::vector<std::int32_t>& out) {
+  out.clear();
+  for (int i = 0; i < n;) {
+    int c = 1;
+    while (i + c < n && c < kPrefillTile && seq_index[i + c] == seq_index[i] &&
+           positions[i + c] == positions[i] + c)
+      ++c;
+    out.push_back(i);
+    out.push_back(c);
+    i += c;
+  }
+  return static_cast<int>(out.size() / 2);
 }
 
 int table_stride_for(int max_blocks, int cap) {

@@ -115,6 +115,18 @@ Status paged_attention(const float* pool, const KvLayout& layout, int layer,
                        float scale, const AttentionSplit& split, float* partials,
                        void* stream = nullptr);
 
+// Prefill attention over the paged pool, tiled (cuda_plan.hpp's build_prefill_tiles): one
+// thread block per (tile, head) reads each K/V position once for the tile's up to
+// kPrefillTile queries, online softmax, causal within the tile. tiles: device int pairs
+// [first token, count], n_tiles of them, covering every token whose output is wanted. Same
+// result as paged_attention up to rounding. Head sizes: prefill_attention_supported (8, 16,
+// 32, 48, 64, 80, 96, 128); others are an `unsupported` error (use paged_attention).
+bool prefill_attention_supported(int head_dim);
+Status paged_prefill_attention(const float* pool, const KvLayout& layout, int layer,
+                               const PagedBatch& batch, const std::int32_t* tiles, int n_tiles,
+                               const float* q, float* out, int n_heads, float scale,
+                               void* stream = nullptr);
+
 // x[n] += y[n]
 Status add_inplace(float* x, const float* y, long long n, void* stream = nullptr);
 // x[rows, cols] += bias[cols] on every row

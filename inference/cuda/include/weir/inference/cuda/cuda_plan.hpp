@@ -11,6 +11,7 @@
 #include <cstring>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "weir/inference/kv_layout.hpp"
 #include "weir/runtime/error.hpp"
@@ -97,6 +98,18 @@ AttentionSplit plan_attention_split(long long token_heads, long long max_context
 // Floats of partials the split can need for any batch: splits > 1 only while
 // token_heads x splits stays under about 2 x target blocks (sm_count x kSplitBlocksPerSm).
 std::size_t attention_partial_floats(int sm_count, int head_dim);
+
+// ---- Tiled prefill attention -------------------------------------------------------------
+
+// A prefill tile: up to kPrefillTile tokens of one sequence at consecutive positions, which
+// share every K/V tile they read (the tiled prefill kernel reads K/V once per tile, not once
+// per token).
+inline constexpr int kPrefillTile = 16;
+// Splits a batch's tokens (in batch order) into tiles: a tile ends at kPrefillTile tokens,
+// at a change of sequence, or where positions stop being consecutive. out: pairs
+// [first token, count], replaced. Returns the number of tiles.
+int build_prefill_tiles(const std::int32_t* positions, const std::int32_t* seq_index, int n,
+                        std::vector<std::int32_t>& out);
 
 // ---- CUDA graphs of decode steps -------------------------------------------------------
 
