@@ -218,6 +218,10 @@ boost::json::object decode_attention(int seqs, int ctx, cu::Stream& stream) {
     out["error"] = "allocation or upload failed";
     return out;
   }
+  if (!cu::synchronize()) {  // the fills ran on the legacy stream
+    out["error"] = "synchronize failed";
+    return out;
+  }
   cu::PagedBatch pb{dpos->as<std::int32_t>(), dseq->as<std::int32_t>(), dtab->as<std::int32_t>(),
                     ctx / bs, seqs};
   const double t = time_gpu(
@@ -261,6 +265,10 @@ boost::json::object gpu_extras() {
       !cu::fill_bytes(b->get(), 0, b->bytes()) || !cu::fill_bytes(a16->get(), 0, a16->bytes()) ||
       !cu::fill_bytes(b16->get(), 0, b16->bytes())) {
     out["error"] = blas ? "GEMM buffers could not be allocated" : blas.error().message;
+    return out;
+  }
+  if (!cu::synchronize()) {
+    out["error"] = "synchronize failed";
     return out;
   }
   const double flop = 2.0 * N * N * N;

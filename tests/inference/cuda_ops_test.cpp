@@ -39,6 +39,8 @@ class CudaOps : public ::testing::Test {
     auto b = cu::DeviceBuffer::allocate(floats * sizeof(float));
     EXPECT_TRUE(b);
     EXPECT_TRUE(cu::fill_bytes(b->get(), 0xFF, floats * sizeof(float)));  // NaN
+    // cudaMemset runs on the legacy stream, which a non-blocking Stream does not wait for.
+    EXPECT_TRUE(cu::synchronize());
     return std::move(*b);
   }
   std::vector<float> download(const cu::DeviceBuffer& b, std::size_t floats) {
