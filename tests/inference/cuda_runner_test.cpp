@@ -74,8 +74,10 @@ TEST_P(CudaRunnerTest, GoldensAllAtOnceInFp32) {
 // A prefill step of two sequences, then decode steps; logits of every step from the CUDA
 // runner `gpu` and the CPU runner. The decode steps share one shape, so with graphs on the
 // first is captured and the rest replay it with new metadata.
+// alternate: odd decode steps decode sequence 0 alone (a second graph shape).
 std::vector<std::pair<std::vector<float>, std::vector<float>>> run_steps(
-    std::shared_ptr<const Model> model, cuda::CudaRunnerOptions opt, int decode_steps) {
+    std::shared_ptr<const Model> model, cuda::CudaRunnerOptions opt, int decode_steps,
+    bool alternate = false) {
   const auto& hp = model->hp();
   std::vector<std::pair<std::vector<float>, std::vector<float>>> out;
   auto gpu = cuda::make_cuda_runner(model, opt);
@@ -93,9 +95,17 @@ std::vector<std::pair<std::vector<float>, std::vector<float>>> run_steps(
     b.tokens.push_back(3 + (p * 11) % 500), b.positions.push_back(p), b.seq_index.push_back(1);
   b.seqs = {{t0, 20}, {t1, 9}};
   b.logit_rows = {19, 3, 28};
+  int p0 = 19, p1 = 8;  // last positions written
   for (int step = 0; step <= decode_steps; ++step) {
-    if (step > 0) {
-      const int p0 = 19 + step, p1 = 8 + step;
+    if (step > 0 && alternate && step % 2 == 1) {
+      ++p0;
+      b.tokens = {1 + (step * 13) % 500};
+      b.positions = {p0};
+      b.seq_index = {0};
+      b.seqs = {{t0, p0 + 1}};
+      b.logit_rows = {0};
+    } else if (step > 0) {
+      ++p0, ++p1;
       b.tokens = {1 + (step * 13) % 500, 2 + (step * 29) % 500};
       b.positions = {p0, p1};
       b.seq_index = {0, 1};
@@ -164,6 +174,28 @@ TEST_P(CudaRunnerTest, GraphReplayMatchesEagerDecode) {
       ASSERT_NEAR(graph[s].first[i], eager[s].first[i],
                   1e-5f * std::max(1.0f, std::fabs(eager[s].first[i])))
           << "step " << s << " element " << i;
+  }
+}
+
+// With room for one graph and two alternating decode shapes, every step evicts and captures.
+TEST_P(CudaRunnerTest, GraphEvictionMatchesEagerDecode) {
+  auto model = *Model::load(fs::path(WEIR_SHARED_DIR) / "models" / (GetParam() + ".gguf"));
+  auto eager =
+      run_steps(model, {.precision = cuda::Precision::fp32, .cuda_graphs = false}, 6, true);
+  auto graph = run_steps(
+      model, {.precision = cuda::Precision::fp32, .cuda_graphs = true, .max_graphs = 1}, 6, true);
+  ASSERT_EQ(eager.size(), 7u);
+  ASSERT_EQ(graph.size(), eager.size());
+  for (std::size_t s = 0; s < eager.size(); ++s) {
+    ASSERT_EQ(graph[s].first.size(), eager[s].first.size());
+    for (std::size_t i = 0; i < eager[s].first.size(); ++i) {
+      ASSERT_NEAR(graph[s].first[i], eager[s].first[i],
+                  1e-5f * std::max(1.0f, std::fabs(eager[s].first[i])))
+          << "step " << s << " element " << i;
+      ASSERT_NEAR(eager[s].first[i], eager[s].second[i],
+                  1e-3f * std::max(1.0f, std::fabs(eager[s].second[i])))
+          << "step " << s << " element " << i << " against the CPU";
+    }
   }
 }
 

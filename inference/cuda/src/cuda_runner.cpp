@@ -177,9 +177,15 @@ class CudaRunner final : public StepRunner {
     }
     if (key) {
       auto it = graphs_.find(*key);
-      if (it == graphs_.end() && static_cast<int>(graphs_.size()) < opt_.max_graphs) {
+      if (it == graphs_.end() && opt_.max_graphs > 0) {
+        if (static_cast<int>(graphs_.size()) >= opt_.max_graphs) {  // drop the least recent
+          auto lru = std::min_element(graphs_.begin(), graphs_.end(), [](auto& a, auto& b) {
+            return a.second.last_use < b.second.last_use;
+          });
+          graphs_.erase(lru);
+        }
         if (auto g = capture(L, sh); g) {
-          it = graphs_.emplace(*key, std::move(*g)).first;
+          it = graphs_.emplace(*key, CachedGraph{std::move(*g), 0}).first;
         } else {
           graphs_broken_ = true;
           log(LogLevel::warn,
@@ -188,7 +194,8 @@ class CudaRunner final : public StepRunner {
         }
       }
       if (it != graphs_.end()) {
-        WEIR_CUDA_TRY(it->second.launch(s));
+        it->second.last_use = ++step_;
+        WEIR_CUDA_TRY(it->second.graph.launch(s));
         WEIR_CUDA_TRY(
             copy_to_host_async(logits.data(), logits_.get(),
                                static_cast<std::size_t>(rows) * hp.n_vocab * sizeof(float), s));
@@ -431,7 +438,12 @@ class CudaRunner final : public StepRunner {
   int reserved_tokens_ = 0;
   int sm_count_ = 0;
   std::size_t kv_hint_ = 0;
-  std::map<GraphKey, Graph> graphs_;
+  struct CachedGraph {
+    Graph graph;
+    std::uint64_t last_use = 0;
+  };
+  std::map<GraphKey, CachedGraph> graphs_;
+  std::uint64_t step_ = 0;
   bool graphs_broken_ = false;
 };
 

@@ -12,7 +12,8 @@
 //
 // CUDA graphs: a pure decode step (one token per sequence, at most max_graph_tokens) is
 // captured the first time its shape (cuda_plan.hpp's GraphKey) is seen and replayed after;
-// other steps, and every step after a failed capture, run eagerly.
+// at most max_graphs are kept, the least recently used dropped first. Other steps, and every
+// step after a failed capture, run eagerly.
 //
 // Thread safety: forward() runs on the engine thread only.
 #pragma once
@@ -31,7 +32,7 @@ struct CudaRunnerOptions {
   Precision precision = Precision::bf16;  // fp32: exact FP32 GEMMs (the goldens)
   bool cuda_graphs = true;
   int max_graph_tokens = 256;  // decode batches up to this many sequences are captured
-  int max_graphs = 64;         // distinct captured shapes kept; further shapes run eagerly
+  int max_graphs = 64;         // captured shapes kept (least recently used dropped first)
   int max_logit_rows = 256;    // logits are computed in chunks of this many rows
 };
 
