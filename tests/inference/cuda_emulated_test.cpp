@@ -211,5 +211,58 @@ TEST(CudaEmulated, RmsNormAndArgmaxMatchTheHost) {
   EXPECT_EQ(idx[1], std::max_element(logits.begin() + 1000, logits.end()) - logits.begin() - 1000);
 }
 
+TEST(CudaEmulated, RopeSwigluWriteKvAndGatherMatchTheHost) {
+  std::mt19937 rng(15);
+  const int n = 3, heads = 2, hd = 16;
+  std::vector<std::int32_t> pos = {0, 7, 4095};
+  for (bool neox : {false, true}) {
+    auto x = random_floats(rng, n * heads * hd);
+    std::vector<float> want = x;
+    for (int t = 0; t < n; ++t)
+      for (int h = 0; h < heads; ++h) {
+        float* v = &want[(t * heads + h) * hd];
+        for (int j = 0; j < hd / 2; ++j) {
+          const double theta = pos[t] * 0.5 * std::pow(10000.0, -2.0 * j / hd);
+          const int i0 = neox ? j : 2 * j, i1 = neox ? j + hd / 2 : 2 * j + 1;
+          const double a = v[i0], b = v[i1];
+          v[i0] = float(a * std::cos(theta) - b * std::sin(theta));
+          v[i1] = float(a * std::sin(theta) + b * std::cos(theta));
+        }
+      }
+    weir_emu::launch(dim3(1), 64, cu::rope_kernel, x.data(),
+                     static_cast<const std::int32_t*>(pos.data()), n, heads, hd, 10000.0f, 0.5f,
+                     neox ? 1 : 0);
+    expect_close(x, want, 2e-3f);
+  }
+
+  auto g = random_floats(rng, 300, -6, 6), u = random_floats(rng, 300);
+  std::vector<float> out(300, NAN), swant(300);
+  for (int i = 0; i < 300; ++i) swant[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+  weir_emu::launch(dim3(2), 256, cu::swiglu_kernel, static_cast<const float*>(g.data()),
+                   static_cast<const float*>(u.data()), out.data(), 300LL);
+  expect_close(out, swant, 1e-5f);
+
+  // write_kv through a block table into layer 1 of a two-layer pool, as the CPU path does.
+  KvLayout L{2, 2, 8, 4, 6};
+  std::vector<std::int32_t> kpos = {0, 5, 3}, kseq = {0, 0, 1}, tables = {4, 1, 0, 2, 5, 3};
+  auto k = random_floats(rng, 3 * 16), v = random_floats(rng, 3 * 16);
+  auto pool = random_floats(rng, static_cast<std::size_t>(L.total_elems()));
+  std::vector<float> cpu_pool = pool;
+  std::vector<std::span<const BlockId>> spans = {{tables.data(), 3}, {tables.data() + 3, 3}};
+  AttentionBatch cb{kpos, kseq, spans, 2};
+  write_kv(cpu_pool, L, 1, cb, k.data(), v.data());
+  cu::PagedBatch gb{kpos.data(), kseq.data(), tables.data(), 3, 3};
+  weir_emu::launch(dim3(3), 128, cu::write_kv_kernel, pool.data(), L, 1, gb,
+                   static_cast<const float*>(k.data()), static_cast<const float*>(v.data()));
+  expect_close(pool, cpu_pool, 0);
+
+  std::vector<std::int32_t> rows = {2, 0};
+  std::vector<float> gathered(2 * 16, NAN), gwant;
+  for (int r : rows) gwant.insert(gwant.end(), k.begin() + r * 16, k.begin() + (r + 1) * 16);
+  weir_emu::launch(dim3(2), 128, cu::gather_kernel, static_cast<const float*>(k.data()),
+                   static_cast<const std::int32_t*>(rows.data()), gathered.data(), 16);
+  expect_close(gathered, gwant, 0);
+}
+
 }  // namespace
 }  // namespace weir::inference
