@@ -14,6 +14,8 @@
 
 #include "weir/inference/cuda/cuda_ops.hpp"
 #include "weir/inference/cuda/cuda_plan.hpp"
+#include "weir/inference/gguf_writer.hpp"
+#include "weir/inference/model.hpp"
 #include "weir/inference/paged_attention.hpp"
 
 // clang-format off
@@ -262,6 +264,29 @@ TEST(CudaEmulated, RopeSwigluWriteKvAndGatherMatchTheHost) {
   weir_emu::launch(dim3(2), 128, cu::gather_kernel, static_cast<const float*>(k.data()),
                    static_cast<const std::int32_t*>(rows.data()), gathered.data(), 16);
   expect_close(gathered, gwant, 0);
+}
+
+// Q8_0 blocks (from the reference quantiser) dequantised like the CPU path's dequantize_row,
+// to FP32 exactly and to BF16 as the rounding of that.
+TEST(CudaEmulated, Q8_0DequantisationMatchesTheCpuPath) {
+  std::mt19937 rng(16);
+  const int rows = 3, cols = 96;
+  auto values = random_floats(rng, rows * cols, -3, 3);
+  auto q8 = quantize_tensor(values, GgmlType::q8_0);
+  ASSERT_TRUE(q8) << q8.error().message;
+  Weight w{GgmlType::q8_0, reinterpret_cast<const std::byte*>(q8->data()), rows, cols};
+  std::vector<float> want(rows * cols);
+  for (int r = 0; r < rows; ++r) dequantize_row(w, r, want.data() + r * cols);
+  std::vector<float> f32(want.size(), NAN);
+  std::vector<std::uint16_t> b16(want.size(), 0xFFFF);
+  const auto* bytes = reinterpret_cast<const std::uint8_t*>(q8->data());
+  const long long n = rows * cols;
+  weir_emu::launch(dim3(2), 256, cu::dequant_q8_0_kernel<false>, bytes,
+                   static_cast<void*>(f32.data()), n, cols);
+  weir_emu::launch(dim3(2), 256, cu::dequant_q8_0_kernel<true>, bytes,
+                   static_cast<void*>(b16.data()), n, cols);
+  expect_close(f32, want, 0);
+  for (std::size_t i = 0; i < want.size(); ++i) ASSERT_EQ(b16[i], cu::float_to_bf16(want[i])) << i;
 }
 
 }  // namespace

@@ -11,6 +11,8 @@
 
 #include "weir/inference/cuda/cuda_ops.hpp"
 #include "weir/inference/cuda/cuda_plan.hpp"
+#include "weir/inference/gguf_writer.hpp"
+#include "weir/inference/model.hpp"
 #include "weir/inference/paged_attention.hpp"
 
 namespace weir::inference {
@@ -312,6 +314,28 @@ TEST_F(CudaOps, TiledPrefillAttentionMatchesCpu) {
     SCOPED_TRACE("head_dim " + std::to_string(hd));
     expect_close(download(dout, q.size()), want);
   }
+}
+
+TEST_F(CudaOps, Q8_0DequantisationMatchesTheCpuPath) {
+  const int rows = 5, cols = 160;
+  auto values = random(rows * cols, -3, 3);
+  auto q8 = quantize_tensor(values, GgmlType::q8_0);
+  ASSERT_TRUE(q8) << q8.error().message;
+  Weight w{GgmlType::q8_0, reinterpret_cast<const std::byte*>(q8->data()), rows, cols};
+  std::vector<float> want(rows * cols);
+  for (int r = 0; r < rows; ++r) dequantize_row(w, r, want.data() + r * cols);
+  std::vector<char> bytes(q8->begin(), q8->end());
+  auto dq = upload(bytes);
+  auto f32 = poisoned(want.size());
+  ASSERT_TRUE(cu::dequantize_q8_0(dq.get(), rows, cols, f32.as<float>()));
+  expect_close(download(f32, want.size()), want, 0);
+  auto b16 = cu::DeviceBuffer::allocate(want.size() * 2);
+  ASSERT_TRUE(b16);
+  ASSERT_TRUE(cu::dequantize_q8_0(dq.get(), rows, cols, b16->as<std::uint16_t>()));
+  std::vector<std::uint16_t> got(want.size());
+  ASSERT_TRUE(cu::synchronize());
+  ASSERT_TRUE(cu::copy_to_host(got.data(), b16->get(), got.size() * 2));
+  for (std::size_t i = 0; i < want.size(); ++i) ASSERT_EQ(got[i], cu::float_to_bf16(want[i])) << i;
 }
 
 TEST_F(CudaOps, Bf16ConversionAndEmbedMatchTheHost) {

@@ -7,11 +7,13 @@
 #include <random>
 #include <set>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
 #include "weir/inference/cuda/cuda_ops.hpp"
 #include "weir/inference/cuda/cuda_plan.hpp"
+#include "weir/inference/model.hpp"
 
 namespace weir::inference::cuda {
 namespace {
@@ -65,6 +67,23 @@ TEST(CudaPlanBf16, EveryBf16RoundTripsAndRandomFloatsRoundToTheNearest) {
     const float f = bits_to_float(U(rng));
     if (std::isnan(f) || std::isinf(f) || std::fabs(f) > 3.38e38f) continue;
     ASSERT_EQ(float_to_bf16(f), bf16_reference(f)) << f;
+  }
+}
+
+// Every half against the CPU path's F16 dequantisation (dequantize_row of an F16 Weight).
+TEST(CudaPlanFp16, EveryHalfConvertsLikeTheCpuPath) {
+  std::vector<std::uint16_t> halves(0x10000);
+  for (std::uint32_t h = 0; h < 0x10000u; ++h) halves[h] = static_cast<std::uint16_t>(h);
+  Weight w{GgmlType::f16, reinterpret_cast<const std::byte*>(halves.data()), 1, 0x10000};
+  std::vector<float> want(0x10000);
+  dequantize_row(w, 0, want.data());
+  for (std::uint32_t h = 0; h < 0x10000u; ++h) {
+    const float got = fp16_to_float(static_cast<std::uint16_t>(h));
+    if (std::isnan(want[h])) {
+      ASSERT_TRUE(std::isnan(got)) << h;
+    } else {
+      ASSERT_EQ(std::memcmp(&got, &want[h], 4), 0) << h << ": " << got << " vs " << want[h];
+    }
   }
 }
 
@@ -255,6 +274,13 @@ TEST(CudaPlanChecks, ABadSplitIsRejectedBeforeTheLaunch) {
   auto heads = paged_attention(nullptr, L, 0, b, nullptr, nullptr, 3, 1.0f);
   ASSERT_FALSE(heads);
   EXPECT_EQ(heads.error().message, "paged_attention: n_heads=3 is not a multiple of n_kv_heads=2");
+}
+
+TEST(CudaPlanChecks, Q8_0NeedsWholeBlocks) {
+  float out = 0;
+  auto st = dequantize_q8_0(nullptr, 2, 48, &out);
+  ASSERT_FALSE(st);
+  EXPECT_EQ(st.error().message, "dequantize_q8_0: a [2, 48] matrix is not whole Q8_0 blocks of 32");
 }
 
 TEST(CudaPlanChecks, TiledPrefillCoversHeadSizesUpTo128) {

@@ -14,6 +14,7 @@
 
 #include "weir/inference/cuda/cuda_ops.hpp"
 #include "weir/inference/cuda/cuda_runner.hpp"
+#include "weir/inference/gguf_writer.hpp"
 #include "weir/inference/llama_runner.hpp"
 #include "weir/inference/runner.hpp"
 
@@ -207,6 +208,39 @@ TEST_P(CudaRunnerTest, AModelThatDoesNotFitFailsAtLoadWithTheNumbers) {
   EXPECT_EQ(r.error().message.rfind("the model does not fit in GPU memory: ", 0), 0u)
       << r.error().message;
   EXPECT_NE(r.error().message.find("weights "), std::string::npos) << r.error().message;
+}
+
+// A random tiny model in Q8_0: layer matrices kept as Q8_0 and dequantised in the GEMM path
+// give what converting them at load gives (the same BF16 values reach the same GEMMs), and
+// stay near the CPU path (which multiplies Q8_0 differently).
+TEST(CudaRunnerQ8_0, DequantisingInTheGemmPathMatchesConvertingAtLoad) {
+  if (!cuda::available()) {
+    if (std::getenv("WEIR_REQUIRE_GPU")) FAIL() << "WEIR_REQUIRE_GPU is set but no CUDA device";
+    GTEST_SKIP() << "no CUDA device: the CUDA forward pass was not run";
+  }
+  const auto path = fs::temp_directory_path() / "weir-cuda-runner-q8_0.gguf";
+  ASSERT_TRUE(write_random_llama(path, RandomModelShape::tiny(), GgmlType::q8_0));
+  auto model = Model::load(path);
+  ASSERT_TRUE(model) << model.error().message;
+  auto kept = run_steps(*model, {.q8_0_on_device = true}, 3);
+  auto converted = run_steps(*model, {.q8_0_on_device = false}, 3);
+  fs::remove(path);
+  ASSERT_EQ(kept.size(), 4u);
+  ASSERT_EQ(converted.size(), kept.size());
+  const std::size_t V = static_cast<std::size_t>((*model)->hp().n_vocab);
+  for (std::size_t s = 0; s < kept.size(); ++s) {
+    const auto& [got, want] = kept[s];
+    for (std::size_t r = 0; r * V < want.size(); ++r) {
+      float scale = 1.0f;
+      for (std::size_t i = 0; i < V; ++i) scale = std::max(scale, std::fabs(want[r * V + i]));
+      for (std::size_t i = r * V; i < (r + 1) * V; ++i) {
+        ASSERT_NEAR(got[i], converted[s].first[i],
+                    1e-4f * std::max(1.0f, std::fabs(converted[s].first[i])))
+            << "step " << s << " element " << i;
+        ASSERT_NEAR(got[i], want[i], 5e-2f * scale) << "step " << s << " element " << i;
+      }
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, CudaRunnerTest,

@@ -20,9 +20,16 @@ namespace {
     if (!weir_st_) return weir_st_; \
   } while (0)
 
+// A layer's GEMM weight: in the runner's precision (BF16 or FP32), or Q8_0 blocks as in the
+// file, dequantised into a scratch matrix right before each GEMM that uses it.
+struct GemmWeight {
+  DeviceBuffer buf;
+  bool q8_0 = false;
+};
+
 struct DeviceLayer {
-  DeviceBuffer attn_norm, ffn_norm, bq, bk, bv;       // FP32
-  DeviceBuffer wq, wk, wv, wo, w_gate, w_up, w_down;  // BF16 or FP32 (Precision)
+  DeviceBuffer attn_norm, ffn_norm, bq, bk, bv;  // FP32
+  GemmWeight wq, wk, wv, wo, w_gate, w_up, w_down;
 };
 
 std::size_t matrix_elems(const Weight& w) {
@@ -42,7 +49,8 @@ class CudaRunner final : public StepRunner {
     // Plan first: a model that does not fit fails here, before anything is uploaded.
     const DeviceInfo info = device_info();
     const std::size_t wbytes = weight_bytes();
-    const std::size_t ws = activation_workspace_bytes(shape(opt_.max_batch_tokens));
+    const std::size_t ws = activation_workspace_bytes(shape(opt_.max_batch_tokens)) +
+                           dequant_scratch_elems() * elem_bytes();
     const KvLayout one_block{hp.n_layers, hp.n_kv_heads, hp.head_dim, 16, 1};
     auto plan = plan_memory(info.free_bytes, opt_.memory_fraction, wbytes, ws,
                             static_cast<std::size_t>(one_block.block_bytes(sizeof(float))));
@@ -67,13 +75,13 @@ class CudaRunner final : public StepRunner {
       DeviceLayer d;
       WEIR_CUDA_TRY(upload(l.attn_norm, d.attn_norm));
       WEIR_CUDA_TRY(upload(l.ffn_norm, d.ffn_norm));
-      WEIR_CUDA_TRY(upload_matrix(l.wq, d.wq));
-      WEIR_CUDA_TRY(upload_matrix(l.wk, d.wk));
-      WEIR_CUDA_TRY(upload_matrix(l.wv, d.wv));
-      WEIR_CUDA_TRY(upload_matrix(l.wo, d.wo));
-      WEIR_CUDA_TRY(upload_matrix(l.w_gate, d.w_gate));
-      WEIR_CUDA_TRY(upload_matrix(l.w_up, d.w_up));
-      WEIR_CUDA_TRY(upload_matrix(l.w_down, d.w_down));
+      WEIR_CUDA_TRY(upload_layer_matrix(l.wq, d.wq));
+      WEIR_CUDA_TRY(upload_layer_matrix(l.wk, d.wk));
+      WEIR_CUDA_TRY(upload_layer_matrix(l.wv, d.wv));
+      WEIR_CUDA_TRY(upload_layer_matrix(l.wo, d.wo));
+      WEIR_CUDA_TRY(upload_layer_matrix(l.w_gate, d.w_gate));
+      WEIR_CUDA_TRY(upload_layer_matrix(l.w_up, d.w_up));
+      WEIR_CUDA_TRY(upload_layer_matrix(l.w_down, d.w_down));
       if (!l.bq.empty()) {
         WEIR_CUDA_TRY(upload(l.bq, d.bq));
         WEIR_CUDA_TRY(upload(l.bk, d.bk));
@@ -82,6 +90,8 @@ class CudaRunner final : public StepRunner {
       layers_.push_back(std::move(d));
     }
     WEIR_CUDA_TRY(reserve_activations(opt_.max_batch_tokens));
+    if (const std::size_t e = dequant_scratch_elems(); e > 0)
+      WEIR_CUDA_TRY(alloc(wscratch_, e * elem_bytes()));
     log(LogLevel::info, std::string("cuda runner: weights ") + precision_name(opt_.precision) +
                             " " + std::to_string(wbytes >> 20) + " MiB, workspace " +
                             std::to_string(ws >> 20) + " MiB, KV budget " +
@@ -226,17 +236,35 @@ class CudaRunner final : public StepRunner {
             hp.n_kv_heads, hp.head_dim,         hp.n_vocab, opt_.precision, sm_count_};
   }
 
+  std::size_t elem_bytes() const { return opt_.precision == Precision::bf16 ? 2 : 4; }
+  // Layer matrices kept as Q8_0 on the device (token_embd and output are always converted:
+  // the embedding gather and the logits GEMM read them directly).
+  bool keep_q8_0(const Weight& w) const {
+    return opt_.q8_0_on_device && w.type == GgmlType::q8_0 && w.cols % 32 == 0;
+  }
+  std::size_t dequant_scratch_elems() const {
+    std::size_t most = 0;
+    for (const auto& l : m_->layers())
+      for (const Weight* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
+        if (keep_q8_0(*w)) most = std::max(most, matrix_elems(*w));
+    return most;
+  }
+
   std::size_t weight_bytes() const {
-    const std::size_t e = opt_.precision == Precision::bf16 ? 2 : 4;
-    std::size_t elems = matrix_elems(m_->token_embd());
+    std::size_t elems = matrix_elems(m_->token_embd()), raw = 0;
     if (!m_->hp().tied_output) elems += matrix_elems(m_->output());
     std::size_t f32 = m_->output_norm().size();
     for (const auto& l : m_->layers()) {
-      for (const Weight* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
-        elems += matrix_elems(*w);
+      for (const Weight* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
+        if (keep_q8_0(*w)) {
+          raw += static_cast<std::size_t>(w->rows) * w->row_bytes();
+        } else {
+          elems += matrix_elems(*w);
+        }
+      }
       f32 += l.attn_norm.size() + l.ffn_norm.size() + l.bq.size() + l.bk.size() + l.bv.size();
     }
-    return elems * e + f32 * sizeof(float);
+    return elems * elem_bytes() + raw + f32 * sizeof(float);
   }
 
   Result<Graph> capture(const KvLayout& L, const Shape& sh) {
@@ -249,10 +277,20 @@ class CudaRunner final : public StepRunner {
     return g;
   }
 
-  // C[m, n] = in[m, k] * W^T. In bf16 mode `in` must have been converted by to_bf16() first.
+  // C[m, n] = in[m, k] * W^T, W [n, k]. In bf16 mode `in` must have been converted by
+  // to_bf16() first. A Q8_0 weight is dequantised into wscratch_ first (stream-ordered).
   Status mm(const float* in, const DeviceBuffer& w, float* c, int m, int n, int k) const {
     if (opt_.precision == Precision::fp32) return blas_.gemm_f32(in, w.as<float>(), c, m, n, k);
     return blas_.gemm_bf16(a16_.as<std::uint16_t>(), w.as<std::uint16_t>(), c, m, n, k);
+  }
+  Status mm(const float* in, const GemmWeight& w, float* c, int m, int n, int k) const {
+    if (!w.q8_0) return mm(in, w.buf, c, m, n, k);
+    if (opt_.precision == Precision::fp32) {
+      WEIR_CUDA_TRY(dequantize_q8_0(w.buf.get(), n, k, wscratch_.as<float>(), stream_.get()));
+      return blas_.gemm_f32(in, wscratch_.as<float>(), c, m, n, k);
+    }
+    WEIR_CUDA_TRY(dequantize_q8_0(w.buf.get(), n, k, wscratch_.as<std::uint16_t>(), stream_.get()));
+    return blas_.gemm_bf16(a16_.as<std::uint16_t>(), wscratch_.as<std::uint16_t>(), c, m, n, k);
   }
   Status to_bf16(const float* in, int m, int k) const {
     if (opt_.precision == Precision::fp32) return {};
@@ -346,6 +384,16 @@ class CudaRunner final : public StepRunner {
     dst = std::move(*b);
     return copy_to_device(dst.get(), host.data(), host.size() * sizeof(float));
   }
+  // A layer's GEMM weight: Q8_0 bytes as they are (keep_q8_0), else as upload_matrix.
+  Status upload_layer_matrix(const Weight& w, GemmWeight& dst) {
+    if (!keep_q8_0(w)) return upload_matrix(w, dst.buf);
+    const std::size_t bytes = static_cast<std::size_t>(w.rows) * w.row_bytes();
+    auto b = DeviceBuffer::allocate(bytes);
+    if (!b) return std::move(b).error();
+    dst.buf = std::move(*b);
+    dst.q8_0 = true;
+    return copy_to_device(dst.buf.get(), w.data, bytes);
+  }
   // A GEMM weight: dequantised to FP32 row by row, then rounded to BF16 in bf16 mode.
   Status upload_matrix(const Weight& w, DeviceBuffer& dst) const {
     const std::size_t cols = static_cast<std::size_t>(w.cols);
@@ -431,6 +479,7 @@ class CudaRunner final : public StepRunner {
   bool output_shared_ = false;
   std::vector<DeviceLayer> layers_;
   DeviceBuffer x_, xb_, q_, k_, v_, att_, proj_, h1_, h2_, logits_, a16_, partials_;
+  DeviceBuffer wscratch_;  // one dequantised Q8_0 layer matrix
   DeviceBuffer tokens_, positions_, seq_index_, tables_, logit_rows_, tiles_;  // batch metadata
   std::vector<std::int32_t> tables_host_, tiles_host_;
   std::size_t table_capacity_ = 0;

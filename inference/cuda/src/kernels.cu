@@ -185,6 +185,32 @@ Status paged_prefill_attention(const float* pool, const KvLayout& layout, int la
                                       " has no tiled kernel (up to 128); use paged_attention");
 }
 
+namespace {
+Status dequantize_q8_0(const void* q8, long long rows, int cols, void* out, bool bf16,
+                       void* stream) {
+  if (rows <= 0 || cols <= 0 || cols % 32 != 0) {
+    return Error(Errc::invalid_argument, "dequantize_q8_0: a [" + std::to_string(rows) + ", " +
+                                             std::to_string(cols) +
+                                             "] matrix is not whole Q8_0 blocks of 32");
+  }
+  const long long n = rows * cols;
+  const auto* q = static_cast<const std::uint8_t*>(q8);
+  if (bf16) {
+    dequant_q8_0_kernel<true><<<blocks_for(n, 256), 256, 0, S(stream)>>>(q, out, n, cols);
+  } else {
+    dequant_q8_0_kernel<false><<<blocks_for(n, 256), 256, 0, S(stream)>>>(q, out, n, cols);
+  }
+  return check_launch("dequantize_q8_0");
+}
+}  // namespace
+
+Status dequantize_q8_0(const void* q8, long long rows, int cols, float* out, void* stream) {
+  return dequantize_q8_0(q8, rows, cols, static_cast<void*>(out), false, stream);
+}
+Status dequantize_q8_0(const void* q8, long long rows, int cols, std::uint16_t* out, void* stream) {
+  return dequantize_q8_0(q8, rows, cols, static_cast<void*>(out), true, stream);
+}
+
 Status f32_to_bf16(const float* x, std::uint16_t* out, long long n, void* stream) {
   if (n <= 0) return {};
   f32_to_bf16_kernel<<<blocks_for(n, 256), 256, 0, S(stream)>>>(x, out, n);

@@ -354,6 +354,24 @@ __global__ void embed_bf16_kernel(const std::uint16_t* table, const std::int32_t
   for (int i = threadIdx.x; i < dim; i += blockDim.x) dst[i] = bf16_to_float(src[i]);
 }
 
+// Q8_0 (ggml's blocks of 32: an FP16 scale, then 32 int8) to FP32 or BF16, one thread per
+// element of a row-major [rows, cols] matrix; cols is a multiple of 32.
+template <bool kBf16>
+__global__ void dequant_q8_0_kernel(const std::uint8_t* q, void* out, long long n, int cols) {
+  const long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const long long r = i / cols;
+  const int c = static_cast<int>(i % cols);
+  const std::uint8_t* blk = q + (r * (cols / 32) + c / 32) * 34;
+  const float d = fp16_to_float(static_cast<std::uint16_t>(blk[0] | (blk[1] << 8)));
+  const float v = d * static_cast<float>(static_cast<std::int8_t>(blk[2 + c % 32]));
+  if constexpr (kBf16) {
+    static_cast<std::uint16_t*>(out)[i] = float_to_bf16(v);
+  } else {
+    static_cast<float*>(out)[i] = v;
+  }
+}
+
 __global__ void argmax_kernel(const float* logits, std::int32_t* out, int cols) {
   const float* row = logits + static_cast<long long>(blockIdx.x) * cols;
   float best = -FLT_MAX;

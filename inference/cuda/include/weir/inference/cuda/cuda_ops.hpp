@@ -83,6 +83,13 @@ Status embed(const float* table, const std::int32_t* tokens, float* out, int n, 
 // The same from a BF16 table (bits as uint16, see cuda_plan.hpp), widened to FP32.
 Status embed_bf16(const std::uint16_t* table, const std::int32_t* tokens, float* out, int n,
                   int dim, void* stream = nullptr);
+// out[rows, cols] = a Q8_0 matrix (ggml's block layout, rows of cols / 32 blocks of 34 bytes)
+// dequantised to FP32, or to BF16 (rounded once, from the FP32 value dequantize_row gives).
+// Errors: invalid_argument when cols is not a multiple of 32.
+Status dequantize_q8_0(const void* q8, long long rows, int cols, float* out,
+                       void* stream = nullptr);
+Status dequantize_q8_0(const void* q8, long long rows, int cols, std::uint16_t* out,
+                       void* stream = nullptr);
 // out[n] = bf16(x[n]), round to nearest even (float_to_bf16 on the host is the reference).
 Status f32_to_bf16(const float* x, std::uint16_t* out, long long n, void* stream = nullptr);
 

@@ -48,6 +48,25 @@ WEIR_HD inline float bf16_to_float(std::uint16_t h) {
 #endif
 }
 
+// IEEE half (bits) to float, exact for every value (GGUF's F16 and Q8_0 block scales).
+WEIR_HD inline float fp16_to_float(std::uint16_t h) {
+  const std::uint32_t sign = (std::uint32_t{h} & 0x8000u) << 16;
+  const std::uint32_t exp = (std::uint32_t{h} >> 10) & 0x1fu, man = std::uint32_t{h} & 0x3ffu;
+  if (exp == 0) {  // zero or subnormal: man x 2^-24, exact in float
+    const float f = static_cast<float>(man) * 5.9604644775390625e-8f;
+    return sign ? -f : f;
+  }
+  const std::uint32_t bits =
+      sign | (exp == 31 ? 0x7f800000u | (man << 13) : ((exp + 112u) << 23) | (man << 13));
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(bits);
+#else
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+#endif
+}
+
 // ---- Memory -----------------------------------------------------------------------------
 
 // The shapes that size the activation workspace (one step of up to max_batch_tokens tokens).

@@ -1,5 +1,6 @@
 // The CUDA forward pass: a StepRunner that keeps the weights (uploaded once: BF16 by default,
-// FP32 on request) and the paged KV pool (FP32) in GPU memory and runs each step on its own
+// FP32 on request; Q8_0 layer matrices as Q8_0, dequantised in the GEMM path) and the paged
+// KV pool (FP32) in GPU memory and runs each step on its own
 // stream with cuBLAS GEMMs and weir's kernels.
 //
 // Memory: before anything is uploaded, the KV pool's share is planned (cuda_plan.hpp):
@@ -34,6 +35,9 @@ struct CudaRunnerOptions {
   int max_graph_tokens = 256;  // decode batches up to this many sequences are captured
   int max_graphs = 64;         // captured shapes kept (least recently used dropped first)
   int max_logit_rows = 256;    // logits are computed in chunks of this many rows
+  // Layer matrices stored as Q8_0 stay Q8_0 in GPU memory (1.06 bytes a weight instead of 2)
+  // and are dequantised into a scratch matrix before each GEMM; false: converted at load.
+  bool q8_0_on_device = true;
 };
 
 // Errors: unsupported (no CUDA device), memory_budget_exceeded (the model does not fit).
