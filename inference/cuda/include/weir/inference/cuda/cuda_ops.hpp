@@ -2,9 +2,11 @@
 //
 // This header includes no CUDA headers, so it can be used from any C++ translation unit; a
 // stream is passed as `void*` (a cudaStream_t; null = the default stream). Every kernel has a
-// CPU counterpart that is its reference (tests/inference/cuda_ops_test.cpp compares them on
-// random inputs with poisoned outputs). Layouts and index math for the paged KV pool come from
-// kv_layout.hpp, compiled for host and device alike.
+// CPU counterpart that is its reference: tests/inference/cuda_ops_test.cpp compares them on a
+// GPU on random inputs with poisoned outputs, cuda_emulated_test.cpp on the CPU under an
+// emulation of the CUDA execution model (the kernels' device code is src/kernels.cuh).
+// Layouts and index math for the paged KV pool come from kv_layout.hpp, compiled for host and
+// device alike.
 //
 // Shapes are written [rows, cols], row-major; all tensors here are FP32 unless named otherwise.
 // Launchers check their arguments (supported head sizes, sizes > 0) and return an Error naming
