@@ -23,6 +23,11 @@
 #include "kernels.cuh"
 // clang-format on
 
+// inference_cuda_race_test compiles this file again under ThreadSanitizer, as CudaEmulatedTsan.
+#ifndef WEIR_EMU_SUITE
+#define WEIR_EMU_SUITE CudaEmulated
+#endif
+
 namespace weir::inference {
 namespace {
 
@@ -102,7 +107,7 @@ std::vector<float> emulate_attention(const DecodeCase& c, cu::AttentionSplit spl
   return out;
 }
 
-TEST(CudaEmulated, DecodeAttentionUnsplitAndSplitMatchTheCpu) {
+TEST(WEIR_EMU_SUITE, DecodeAttentionUnsplitAndSplitMatchTheCpu) {
   std::mt19937 rng(11);
   // Contexts of 1 to 301 positions; splits whose later chunks start past short contexts
   // (they must write nothing the reduce reads), a last split running past splits x chunk,
@@ -159,14 +164,14 @@ void check_prefill(std::mt19937& rng) {
   expect_close(out, want, 1e-4f);
 }
 
-TEST(CudaEmulated, TiledPrefillAttentionMatchesTheCpu) {
+TEST(WEIR_EMU_SUITE, TiledPrefillAttentionMatchesTheCpu) {
   std::mt19937 rng(12);
   check_prefill<8>(rng);
   check_prefill<48>(rng);
   check_prefill<64>(rng);
 }
 
-TEST(CudaEmulated, Bf16ConversionAndEmbeddingMatchTheHost) {
+TEST(WEIR_EMU_SUITE, Bf16ConversionAndEmbeddingMatchTheHost) {
   std::mt19937 rng(13);
   auto x = random_floats(rng, 1000, -1000, 1000);
   x[0] = 1.00390625f;  // a tie
@@ -189,7 +194,7 @@ TEST(CudaEmulated, Bf16ConversionAndEmbeddingMatchTheHost) {
   expect_close(out, want, 0);
 }
 
-TEST(CudaEmulated, RmsNormAndArgmaxMatchTheHost) {
+TEST(WEIR_EMU_SUITE, RmsNormAndArgmaxMatchTheHost) {
   std::mt19937 rng(14);
   const int n = 3, dim = 300;
   auto x = random_floats(rng, n * dim), w = random_floats(rng, dim);
@@ -213,7 +218,7 @@ TEST(CudaEmulated, RmsNormAndArgmaxMatchTheHost) {
   EXPECT_EQ(idx[1], std::max_element(logits.begin() + 1000, logits.end()) - logits.begin() - 1000);
 }
 
-TEST(CudaEmulated, RopeSwigluWriteKvAndGatherMatchTheHost) {
+TEST(WEIR_EMU_SUITE, RopeSwigluWriteKvAndGatherMatchTheHost) {
   std::mt19937 rng(15);
   const int n = 3, heads = 2, hd = 16;
   std::vector<std::int32_t> pos = {0, 7, 4095};
@@ -268,7 +273,7 @@ TEST(CudaEmulated, RopeSwigluWriteKvAndGatherMatchTheHost) {
 
 // Q8_0 blocks (from the reference quantiser) dequantised like the CPU path's dequantize_row,
 // to FP32 exactly and to BF16 as the rounding of that.
-TEST(CudaEmulated, Q8_0DequantisationMatchesTheCpuPath) {
+TEST(WEIR_EMU_SUITE, Q8_0DequantisationMatchesTheCpuPath) {
   std::mt19937 rng(16);
   const int rows = 3, cols = 96;
   auto values = random_floats(rng, rows * cols, -3, 3);
