@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "weir/inference/cuda/cuda_plan.hpp"
@@ -103,6 +104,12 @@ struct PagedBatch {
   int max_blocks_per_seq;
   int n_tokens;
 };
+
+// Passed by value to kernels (and baked into captured graphs): plain data only.
+static_assert(std::is_trivially_copyable_v<PagedBatch> && std::is_standard_layout_v<PagedBatch>,
+              "PagedBatch is a kernel argument: keep it POD");
+static_assert(std::is_trivially_copyable_v<KvLayout> && std::is_standard_layout_v<KvLayout>,
+              "KvLayout is a kernel argument: keep it POD");
 
 // k, v: [n_tokens, kv_dim] written to their slots in pool ([layout.total_elems()]).
 Status write_kv(float* pool, const KvLayout& layout, int layer, const PagedBatch& batch,
