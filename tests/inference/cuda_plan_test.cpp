@@ -245,6 +245,9 @@ TEST(CudaPlanGraphs, OnlyPureDecodeStepsWithinTheLimitGetAKey) {
 
 // Argument checks happen before any launch, so they hold without a device.
 TEST(CudaPlanChecks, UnsupportedHeadSizeIsAClearError) {
+  EXPECT_FALSE(paged_attention_supported(24));
+  for (int hd : {8, 16, 32, 48, 64, 80, 96, 128, 160, 192, 256})
+    EXPECT_TRUE(paged_attention_supported(hd)) << hd;
   KvLayout L{1, 1, 24, 16, 1};
   PagedBatch b{nullptr, nullptr, nullptr, 1, 1};
   auto st = paged_attention(nullptr, L, 0, b, nullptr, nullptr, 1, 1.0f);

@@ -505,6 +505,18 @@ Result<std::unique_ptr<StepRunner>> make_cuda_runner(std::shared_ptr<const Model
                  "no CUDA device is available (the build has CUDA, the machine has no GPU); use "
                  "--device cpu");
   }
+  if (const DeviceInfo info = device_info(); info.sm_major < 8) {
+    return Error(Errc::unsupported,
+                 "the CUDA device (" + info.name + ") has compute capability " +
+                     std::to_string(info.sm_major) + "." + std::to_string(info.sm_minor) +
+                     "; weir's CUDA kernels are built for sm_80 and sm_90 (Ampere and newer); "
+                     "use --device cpu");
+  }
+  if (!paged_attention_supported(model->hp().head_dim)) {
+    return Error(Errc::unsupported, "the model's head size " +
+                                        std::to_string(model->hp().head_dim) +
+                                        " has no CUDA attention kernel; use --device cpu");
+  }
   auto r = std::make_unique<CudaRunner>(std::move(model), options);
   if (auto st = r->init(); !st) {
     if (st.error().is(Errc::memory_budget_exceeded) &&

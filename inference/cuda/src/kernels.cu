@@ -89,6 +89,12 @@ constexpr AttnEntry kAttnKernels[] = {
 };
 }  // namespace
 
+bool paged_attention_supported(int head_dim) {
+  for (const auto& entry : kAttnKernels)
+    if (entry.head_dim == head_dim) return true;
+  return false;
+}
+
 Status paged_attention(const float* pool, const KvLayout& layout, int layer,
                        const PagedBatch& batch, const float* q, float* out, int n_heads,
                        float scale, void* stream) {

@@ -122,6 +122,8 @@ Status write_kv(float* pool, const KvLayout& layout, int layer, const PagedBatch
 Status paged_attention(const float* pool, const KvLayout& layout, int layer,
                        const PagedBatch& batch, const float* q, float* out, int n_heads,
                        float scale, void* stream = nullptr);
+// Whether paged_attention has a kernel for this head size (the list above).
+bool paged_attention_supported(int head_dim);
 // The same with the context split (split-K over positions, see cuda_plan.hpp): split.splits
 // blocks per (token, head) write partials, then a reduce kernel merges them into out.
 // partials: device floats, at least n_tokens * n_heads * split.splits * (head_dim + 2);

@@ -40,7 +40,9 @@ struct CudaRunnerOptions {
   bool q8_0_on_device = true;
 };
 
-// Errors: unsupported (no CUDA device), memory_budget_exceeded (the model does not fit).
+// Errors: unsupported (no CUDA device, one older than sm_80, a head size without a kernel,
+// cuBLAS not loadable: make_runner's auto mode then uses the CPU), memory_budget_exceeded
+// (the model does not fit; the message has the numbers).
 Result<std::unique_ptr<StepRunner>> make_cuda_runner(std::shared_ptr<const Model> model,
                                                      CudaRunnerOptions options = {});
 
