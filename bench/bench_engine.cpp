@@ -176,56 +176,115 @@ boost::json::object run(inference::GgmlType type, const std::filesystem::path& d
 }  // namespace
 
 #if WEIR_BENCH_CUDA
-// GPU extras: achieved bandwidth of paged decode attention (64 sequences x 2048 positions,
-// 32 heads of 128 over 8 KV heads) and FP32 GEMM TFLOP/s (4096 x 4096 x 4096, cuBLAS).
-boost::json::object gpu_extras() {
-  namespace cu = inference::cuda;
+namespace cu = inference::cuda;
+
+// Seconds per call of f (after one warm-up call), or -1 when a call fails.
+template <class F>
+double time_gpu(F&& f, int reps, cu::Stream& stream) {
+  if (!f() || !stream.synchronize()) return -1;
+  auto t0 = Clock::now();
+  for (int i = 0; i < reps; ++i)
+    if (!f()) return -1;
+  if (!stream.synchronize()) return -1;
+  return seconds_since(t0) / reps;
+}
+
+// Achieved bandwidth of paged decode attention: `seqs` sequences at `ctx` positions each,
+// 32 heads of 128 over 8 KV heads, FP32 KV, split over the context as the runner would
+// (cuda_plan.hpp). Bytes counted: the K and V rows read once per KV head.
+boost::json::object decode_attention(int seqs, int ctx, cu::Stream& stream) {
   boost::json::object out;
-  const int seqs = 64, ctx = 2048, heads = 32, kv_heads = 8, hd = 128, bs = 16;
+  const int heads = 32, kv_heads = 8, hd = 128, bs = 16;
   inference::KvLayout L{1, kv_heads, hd, bs, seqs * ctx / bs};
+  const auto split =
+      cu::plan_attention_split(static_cast<long long>(seqs) * heads, ctx, cu::sm_count());
   auto pool = cu::DeviceBuffer::allocate(static_cast<std::size_t>(L.total_elems()) * 4);
+  auto q = cu::DeviceBuffer::allocate(static_cast<std::size_t>(seqs) * heads * hd * 4);
+  auto o = cu::DeviceBuffer::allocate(static_cast<std::size_t>(seqs) * heads * hd * 4);
+  auto part = cu::DeviceBuffer::allocate(std::max<std::size_t>(
+      4, static_cast<std::size_t>(seqs) * heads * split.splits * (hd + 2) * 4));
   std::vector<std::int32_t> pos(seqs, ctx - 1), seq(seqs),
       tables(static_cast<std::size_t>(seqs) * (ctx / bs));
   for (int i = 0; i < seqs; ++i) seq[i] = i;
   for (std::size_t i = 0; i < tables.size(); ++i) tables[i] = static_cast<std::int32_t>(i);
-  auto up = [](const auto& v) {
-    auto b = cu::DeviceBuffer::allocate(v.size() * sizeof(v[0]));
-    (void)cu::copy_to_device(b->get(), v.data(), v.size() * sizeof(v[0]));
-    return std::move(*b);
-  };
-  auto dpos = up(pos), dseq = up(seq), dtab = up(tables);
-  auto q = cu::DeviceBuffer::allocate(static_cast<std::size_t>(seqs) * heads * hd * 4);
-  auto o = cu::DeviceBuffer::allocate(static_cast<std::size_t>(seqs) * heads * hd * 4);
-  (void)cu::fill_bytes(pool->get(), 0, pool->bytes());
-  (void)cu::fill_bytes(q->get(), 0, q->bytes());
-  cu::PagedBatch pb{dpos.as<std::int32_t>(), dseq.as<std::int32_t>(), dtab.as<std::int32_t>(),
+  auto dpos = cu::DeviceBuffer::allocate(pos.size() * 4),
+       dseq = cu::DeviceBuffer::allocate(seq.size() * 4),
+       dtab = cu::DeviceBuffer::allocate(tables.size() * 4);
+  if (!pool || !q || !o || !part || !dpos || !dseq || !dtab ||
+      !cu::copy_to_device(dpos->get(), pos.data(), pos.size() * 4) ||
+      !cu::copy_to_device(dseq->get(), seq.data(), seq.size() * 4) ||
+      !cu::copy_to_device(dtab->get(), tables.data(), tables.size() * 4) ||
+      !cu::fill_bytes(pool->get(), 0, pool->bytes()) || !cu::fill_bytes(q->get(), 0, q->bytes())) {
+    out["error"] = "allocation or upload failed";
+    return out;
+  }
+  if (!cu::synchronize()) {  // the fills ran on the legacy stream
+    out["error"] = "synchronize failed";
+    return out;
+  }
+  cu::PagedBatch pb{dpos->as<std::int32_t>(), dseq->as<std::int32_t>(), dtab->as<std::int32_t>(),
                     ctx / bs, seqs};
-  auto time = [](auto&& f, int reps) {
-    f();
-    (void)cu::synchronize();
-    auto t0 = Clock::now();
-    for (int i = 0; i < reps; ++i) f();
-    (void)cu::synchronize();
-    return seconds_since(t0) / reps;
-  };
-  const double t_att = time(
+  const double t = time_gpu(
       [&] {
-        (void)cu::paged_attention(pool->as<float>(), L, 0, pb, q->as<float>(), o->as<float>(),
-                                  heads, 0.088f);
+        return cu::paged_attention(pool->as<float>(), L, 0, pb, q->as<float>(), o->as<float>(),
+                                   heads, 0.088f, split, part->as<float>(), stream.get());
       },
-      20);
+      20, stream);
   const double kv_bytes = double(seqs) * ctx * kv_heads * hd * 4 * 2;
-  out["paged_decode_attention_gb_s"] = kv_bytes / t_att / 1e9;
+  out["sequences"] = seqs;
+  out["context"] = ctx;
+  out["splits"] = split.splits;
+  out["gb_s"] = t > 0 ? kv_bytes / t / 1e9 : -1.0;
+  return out;
+}
+
+// GPU extras: paged decode attention bandwidth (64 x 2048 positions, unsplit; 4 x 32768,
+// split-K) and GEMM TFLOP/s at 4096^3 in exact FP32 and in BF16 with FP32 accumulation.
+boost::json::object gpu_extras() {
+  boost::json::object out;
+  auto stream = cu::Stream::create();
+  if (!stream) {
+    out["error"] = stream.error().message;
+    return out;
+  }
+  auto batch = decode_attention(64, 2048, *stream);
+  auto long_ctx = decode_attention(4, 32768, *stream);
+  out["paged_decode_attention_gb_s"] = batch["gb_s"];
+  out["paged_decode_attention_long_context_gb_s"] = long_ctx["gb_s"];
+  out["paged_decode_attention"] = std::move(batch);
+  out["paged_decode_attention_long_context"] = std::move(long_ctx);
+
   const int N = 4096;
+  auto blas = cu::Blas::create(stream->get());
   auto a = cu::DeviceBuffer::allocate(std::size_t(N) * N * 4),
        b = cu::DeviceBuffer::allocate(std::size_t(N) * N * 4),
-       c = cu::DeviceBuffer::allocate(std::size_t(N) * N * 4);
-  (void)cu::fill_bytes(a->get(), 0, a->bytes());
-  (void)cu::fill_bytes(b->get(), 0, b->bytes());
-  const double t_gemm = time(
-      [&] { (void)cu::gemm_f32(a->as<float>(), b->as<float>(), c->as<float>(), N, N, N); }, 10);
-  out["gemm_fp32_tflop_s"] = 2.0 * N * N * N / t_gemm / 1e12;
+       c = cu::DeviceBuffer::allocate(std::size_t(N) * N * 4),
+       a16 = cu::DeviceBuffer::allocate(std::size_t(N) * N * 2),
+       b16 = cu::DeviceBuffer::allocate(std::size_t(N) * N * 2);
+  if (!blas || !a || !b || !c || !a16 || !b16 || !cu::fill_bytes(a->get(), 0, a->bytes()) ||
+      !cu::fill_bytes(b->get(), 0, b->bytes()) || !cu::fill_bytes(a16->get(), 0, a16->bytes()) ||
+      !cu::fill_bytes(b16->get(), 0, b16->bytes())) {
+    out["error"] = blas ? "GEMM buffers could not be allocated" : blas.error().message;
+    return out;
+  }
+  if (!cu::synchronize()) {
+    out["error"] = "synchronize failed";
+    return out;
+  }
+  const double flop = 2.0 * N * N * N;
+  const double t32 = time_gpu(
+      [&] { return blas->gemm_f32(a->as<float>(), b->as<float>(), c->as<float>(), N, N, N); }, 10,
+      *stream);
+  const double t16 = time_gpu(
+      [&] {
+        return blas->gemm_bf16(a16->as<std::uint16_t>(), b16->as<std::uint16_t>(), c->as<float>(),
+                               N, N, N);
+      },
+      20, *stream);
+  out["gemm_fp32_tflop_s"] = t32 > 0 ? flop / t32 / 1e12 : -1.0;
+  out["gemm_bf16_tflop_s"] = t16 > 0 ? flop / t16 / 1e12 : -1.0;
   out["device"] = cu::device_info().name;
+  out["sm_count"] = cu::sm_count();
   return out;
 }
 #endif

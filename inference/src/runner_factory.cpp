@@ -29,13 +29,21 @@ Result<RunnerChoice> make_runner(std::shared_ptr<const Model> model, Device devi
     cpu_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 #if WEIR_HAVE_CUDA
   if (device != Device::cpu && cuda::available()) {
-    auto r = cuda::make_cuda_runner(model);
-    if (!r) return std::move(r).error();
-    RunnerChoice c{std::move(*r), Device::cuda, "cuda (" + cuda::device_info().name + ")"};
-    log(LogLevel::info, "inference device: " + c.description);
-    return c;
-  }
-  if (device == Device::cuda) {
+    const cuda::CudaRunnerOptions opt;  // BF16 weights and GEMMs, CUDA graphs for decode
+    auto r = cuda::make_cuda_runner(model, opt);
+    if (!r && device == Device::automatic && r.error().is(Errc::unsupported)) {
+      // A GPU the backend cannot use (too old, no cuBLAS): auto means the CPU then.
+      log(LogLevel::warn, "inference device: CUDA unusable, using the CPU: " + r.error().message);
+    } else if (!r) {
+      return std::move(r).error();
+    } else {
+      RunnerChoice c{
+          std::move(*r), Device::cuda,
+          "cuda (" + cuda::device_info().name + ", " + cuda::precision_name(opt.precision) + ")"};
+      log(LogLevel::info, "inference device: " + c.description);
+      return c;
+    }
+  } else if (device == Device::cuda) {
     return Error(Errc::unsupported,
                  "--device cuda was asked for, but no CUDA device is present; use --device cpu");
   }

@@ -119,7 +119,10 @@ fs::path shared(const std::string& rel) {
 TEST(Cli, GenerateReproducesTheGoldenGreedyText) {
   auto model = shared("models/aidreams260K.gguf");
   if (!fs::exists(model)) GTEST_SKIP() << "reference models not found (../shared absent)";
-  auto r = weir("generate --model " + model.string() + " --prompt 'I dream of' -n 64 --json");
+  // The golden is the FP32 greedy text: pinned to the CPU, since on a GPU machine the default
+  // device is CUDA with BF16 weights (its FP32 goldens are in inference_gpu_test).
+  auto r = weir("generate --model " + model.string() +
+                " --prompt 'I dream of' -n 64 --json --device cpu");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("\"text\":\" 0.000000. Dimensions unfold, as I softly refine, as I softly "
                        "refine, as I adapt, a "
@@ -127,7 +130,8 @@ TEST(Cli, GenerateReproducesTheGoldenGreedyText) {
             std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("\"finish_reason\":\"length\""), std::string::npos);
-  auto streamed = weir("generate --model " + model.string() + " --prompt 'I dream of' -n 8");
+  auto streamed =
+      weir("generate --model " + model.string() + " --prompt 'I dream of' -n 8 --device cpu");
   EXPECT_EQ(streamed.code, 0);
   EXPECT_EQ(streamed.out.rfind(" 0.0000", 0), 0u) << streamed.out;
 }

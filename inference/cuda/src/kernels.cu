@@ -1,11 +1,14 @@
-// CUDA kernels of weir's transformer backend. Each has a CPU reference (see cuda_ops.hpp).
+// Launchers of weir's CUDA kernels (the kernels: kernels.cuh). Each has a CPU reference (see
+// cuda_ops.hpp).
 #include <cuda_runtime.h>
 
 #include <cfloat>
 #include <cmath>
 #include <string>
 
+#include "kernels.cuh"
 #include "weir/inference/cuda/cuda_ops.hpp"
+#include "weir/inference/cuda/cuda_plan.hpp"
 
 namespace weir::inference::cuda {
 
@@ -19,207 +22,6 @@ Status check_launch(const char* what) {
 
 cudaStream_t S(void* s) {
   return static_cast<cudaStream_t>(s);
-}
-
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
-// Sum over the block; every thread gets the result. REQUIRES: blockDim.x a multiple of 32.
-__device__ float block_sum(float v) {
-  __shared__ float part[32];
-  __shared__ float total;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  v = warp_sum(v);
-  if (lane == 0) part[warp] = v;
-  __syncthreads();
-  if (warp == 0) {
-    float x = lane < static_cast<int>(blockDim.x / 32) ? part[lane] : 0.0f;
-    x = warp_sum(x);
-    if (lane == 0) total = x;
-  }
-  __syncthreads();
-  return total;
-}
-
-__global__ void rms_norm_kernel(const float* x, const float* w, float* out, int dim, float eps) {
-  const float* row = x + static_cast<long long>(blockIdx.x) * dim;  // [dim]
-  float* orow = out + static_cast<long long>(blockIdx.x) * dim;     // [dim]
-  float ss = 0.0f;
-  for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += row[i] * row[i];
-  ss = block_sum(ss);
-  const float inv = rsqrtf(ss / dim + eps);
-  for (int i = threadIdx.x; i < dim; i += blockDim.x) orow[i] = w[i] * (row[i] * inv);
-}
-
-__global__ void rope_kernel(float* x, const std::int32_t* positions, int n, int n_heads,
-                            int head_dim, float base, float freq_scale, int neox) {
-  const int half = head_dim / 2;
-  const long long idx = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (idx >= static_cast<long long>(n) * n_heads * half) return;
-  const int j = static_cast<int>(idx % half);
-  const long long th = idx / half;  // token * n_heads + head
-  const int tok = static_cast<int>(th / n_heads);
-  float* v = x + th * head_dim;  // [head_dim]
-  const float theta = positions[tok] * freq_scale * powf(base, -2.0f * j / head_dim);
-  float c, s;
-  sincosf(theta, &s, &c);
-  const int i0 = neox ? j : 2 * j;
-  const int i1 = neox ? j + half : 2 * j + 1;
-  const float a = v[i0], b = v[i1];
-  v[i0] = a * c - b * s;
-  v[i1] = a * s + b * c;
-}
-
-__global__ void swiglu_kernel(const float* gate, const float* up, float* out, long long total) {
-  const long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= total) return;
-  const float g = gate[i];
-  out[i] = g / (1.0f + expf(-g)) * up[i];
-}
-
-__global__ void embed_kernel(const float* table, const std::int32_t* tokens, float* out, int dim) {
-  const float* src = table + static_cast<long long>(tokens[blockIdx.x]) * dim;
-  float* dst = out + static_cast<long long>(blockIdx.x) * dim;
-  for (int i = threadIdx.x; i < dim; i += blockDim.x) dst[i] = src[i];
-}
-
-__global__ void write_kv_kernel(float* pool, KvLayout L, int layer, PagedBatch b, const float* k,
-                                const float* v) {
-  const int tok = blockIdx.x;
-  const int pos = b.positions[tok];
-  const std::int32_t* table =
-      b.block_tables + static_cast<long long>(b.seq_index[tok]) * b.max_blocks_per_seq;
-  const int block = table[pos / L.block_size];
-  const int slot = pos % L.block_size;
-  const long long kv_dim = L.kv_dim();
-  float* kd = pool + L.row_offset(layer, 0, block, slot);
-  float* vd = pool + L.row_offset(layer, 1, block, slot);
-  for (long long i = threadIdx.x; i < kv_dim; i += blockDim.x) {
-    kd[i] = k[tok * kv_dim + i];
-    vd[i] = v[tok * kv_dim + i];
-  }
-}
-
-__global__ void add_kernel(float* x, const float* y, long long n) {
-  const long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) x[i] += y[i];
-}
-
-__global__ void add_bias_kernel(float* x, const float* bias, long long n, int cols) {
-  const long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) x[i] += bias[i % cols];
-}
-
-__global__ void gather_kernel(const float* x, const std::int32_t* rows, float* out, int cols) {
-  const float* src = x + static_cast<long long>(rows[blockIdx.x]) * cols;
-  float* dst = out + static_cast<long long>(blockIdx.x) * cols;
-  for (int i = threadIdx.x; i < cols; i += blockDim.x) dst[i] = src[i];
-}
-
-constexpr int kAttnWarps = 4;
-
-// One thread block per (token, head). Each warp walks every kAttnWarps-th position with an
-// online softmax; lane l holds elements l, l+32, ... of the head; warps merge at the end.
-template <int HD>
-__global__ void __launch_bounds__(kAttnWarps * 32)
-    paged_attention_kernel(const float* pool, KvLayout L, int layer, PagedBatch b, const float* q,
-                           float* out, int n_heads, float scale) {
-  constexpr int E = (HD + 31) / 32;
-  const int tok = blockIdx.x / n_heads, h = blockIdx.x % n_heads;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int kvh = h / (n_heads / L.n_kv_heads);
-  const int pos = b.positions[tok];
-  const std::int32_t* table =
-      b.block_tables + static_cast<long long>(b.seq_index[tok]) * b.max_blocks_per_seq;
-  const float* qh = q + (static_cast<long long>(tok) * n_heads + h) * HD;  // [HD]
-  const float* k_plane = pool + L.row_offset(layer, 0, 0, 0);
-  const float* v_plane = pool + L.row_offset(layer, 1, 0, 0);
-  const long long kv_dim = L.kv_dim();
-
-  float qr[E], acc[E];
-#pragma unroll
-  for (int e = 0; e < E; ++e) {
-    const int d = lane + 32 * e;
-    qr[e] = d < HD ? qh[d] : 0.0f;
-    acc[e] = 0.0f;
-  }
-  float m = -FLT_MAX, l = 0.0f;
-  for (int p = warp; p <= pos; p += kAttnWarps) {
-    const long long row =
-        table[p / L.block_size] * L.tile_elems() + (p % L.block_size) * kv_dim + kvh * HD;
-    float s = 0.0f;
-#pragma unroll
-    for (int e = 0; e < E; ++e) {
-      const int d = lane + 32 * e;
-      if (d < HD) s += qr[e] * k_plane[row + d];
-    }
-    s = warp_sum(s) * scale;
-    const float m_new = fmaxf(m, s);
-    const float c = expf(m - m_new), w = expf(s - m_new);
-    l = l * c + w;
-#pragma unroll
-    for (int e = 0; e < E; ++e) {
-      const int d = lane + 32 * e;
-      if (d < HD) acc[e] = acc[e] * c + w * v_plane[row + d];
-    }
-    m = m_new;
-  }
-
-  __shared__ float sm_m[kAttnWarps], sm_l[kAttnWarps];
-  __shared__ float sm_acc[kAttnWarps][HD];
-  if (lane == 0) {
-    sm_m[warp] = m;
-    sm_l[warp] = l;
-  }
-#pragma unroll
-  for (int e = 0; e < E; ++e) {
-    const int d = lane + 32 * e;
-    if (d < HD) sm_acc[warp][d] = acc[e];
-  }
-  __syncthreads();
-  if (warp != 0) return;
-  float M = -FLT_MAX;
-  for (int w = 0; w < kAttnWarps; ++w) M = fmaxf(M, sm_m[w]);
-  float denom = 0.0f, f[kAttnWarps];
-  for (int w = 0; w < kAttnWarps; ++w)
-    denom += sm_l[w] * (f[w] = sm_l[w] > 0.0f ? expf(sm_m[w] - M) : 0.0f);
-  float* oh = out + (static_cast<long long>(tok) * n_heads + h) * HD;
-#pragma unroll
-  for (int e = 0; e < E; ++e) {
-    const int d = lane + 32 * e;
-    if (d >= HD) continue;
-    float o = 0.0f;
-    for (int w = 0; w < kAttnWarps; ++w) o += sm_acc[w][d] * f[w];
-    oh[d] = o / denom;
-  }
-}
-
-__global__ void argmax_kernel(const float* logits, std::int32_t* out, int cols) {
-  const float* row = logits + static_cast<long long>(blockIdx.x) * cols;
-  float best = -FLT_MAX;
-  int best_i = cols;
-  for (int i = threadIdx.x; i < cols; i += blockDim.x) {
-    if (row[i] > best) best = row[i], best_i = i;  // strided: lowest index per thread wins ties
-  }
-  __shared__ float sv[256];
-  __shared__ int si[256];
-  sv[threadIdx.x] = best;
-  si[threadIdx.x] = best_i;
-  __syncthreads();
-  for (int stride = blockDim.x / 2; stride > 0; stride >>= 1) {
-    if (threadIdx.x < stride) {
-      const float v2 = sv[threadIdx.x + stride];
-      const int i2 = si[threadIdx.x + stride];
-      if (v2 > sv[threadIdx.x] || (v2 == sv[threadIdx.x] && i2 < si[threadIdx.x])) {
-        sv[threadIdx.x] = v2;
-        si[threadIdx.x] = i2;
-      }
-    }
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) out[blockIdx.x] = si[0];
 }
 
 unsigned blocks_for(long long n, int threads) {
@@ -271,7 +73,7 @@ Status write_kv(float* pool, const KvLayout& layout, int layer, const PagedBatch
 
 namespace {
 using AttnKernel = void (*)(const float*, KvLayout, int, PagedBatch, const float*, float*, int,
-                            float);
+                            float, int, float*, float*);
 struct AttnEntry {
   int head_dim;
   AttnKernel kernel;
@@ -287,20 +89,50 @@ constexpr AttnEntry kAttnKernels[] = {
 };
 }  // namespace
 
+bool paged_attention_supported(int head_dim) {
+  for (const auto& entry : kAttnKernels)
+    if (entry.head_dim == head_dim) return true;
+  return false;
+}
+
 Status paged_attention(const float* pool, const KvLayout& layout, int layer,
                        const PagedBatch& batch, const float* q, float* out, int n_heads,
                        float scale, void* stream) {
-  if (layout.n_kv_heads <= 0 || n_heads % layout.n_kv_heads != 0) {
+  return paged_attention(pool, layout, layer, batch, q, out, n_heads, scale, AttentionSplit{},
+                         nullptr, stream);
+}
+
+Status paged_attention(const float* pool, const KvLayout& layout, int layer,
+                       const PagedBatch& batch, const float* q, float* out, int n_heads,
+                       float scale, const AttentionSplit& split, float* partials, void* stream) {
+  if (layout.n_kv_heads <= 0 || n_heads <= 0 || n_heads % layout.n_kv_heads != 0) {
     return Error(Errc::invalid_argument,
                  "paged_attention: n_heads=" + std::to_string(n_heads) +
                      " is not a multiple of n_kv_heads=" + std::to_string(layout.n_kv_heads));
   }
+  if (split.splits < 1 || split.splits > kSplitMaxSplits ||
+      (split.splits > 1 && (split.chunk <= 0 || partials == nullptr))) {
+    return Error(Errc::invalid_argument, "paged_attention: bad split (" +
+                                             std::to_string(split.splits) + " splits of " +
+                                             std::to_string(split.chunk) + " positions, partials " +
+                                             (partials ? "given" : "missing") + ")");
+  }
   for (const auto& entry : kAttnKernels) {
     if (entry.head_dim != layout.head_dim) continue;
     if (batch.n_tokens == 0) return {};
-    entry.kernel<<<batch.n_tokens * n_heads, kAttnWarps * 32, 0, S(stream)>>>(
-        pool, layout, layer, batch, q, out, n_heads, scale);
-    return check_launch("paged_attention");
+    const long long th = static_cast<long long>(batch.n_tokens) * n_heads;
+    if (th > 0x7fffffffLL)
+      return Error(Errc::invalid_argument, "paged_attention: too many tokens x heads");
+    const dim3 grid(static_cast<unsigned>(th), static_cast<unsigned>(split.splits));
+    float* part_o = split.splits > 1 ? partials : nullptr;
+    float* part_ml = split.splits > 1 ? partials + th * split.splits * layout.head_dim : nullptr;
+    entry.kernel<<<grid, kAttnWarps * 32, 0, S(stream)>>>(
+        pool, layout, layer, batch, q, out, n_heads, scale, split.chunk, part_o, part_ml);
+    if (auto st = check_launch("paged_attention"); !st) return st;
+    if (split.splits == 1) return {};
+    attention_reduce_kernel<<<static_cast<unsigned>(th), 128, 0, S(stream)>>>(
+        part_o, part_ml, batch.positions, out, n_heads, layout.head_dim, split.splits, split.chunk);
+    return check_launch("attention_reduce");
   }
   std::string sizes;
   for (const auto& entry : kAttnKernels)
@@ -308,6 +140,94 @@ Status paged_attention(const float* pool, const KvLayout& layout, int layer,
   return Error(Errc::unsupported, "paged_attention: head size " + std::to_string(layout.head_dim) +
                                       " has no CUDA kernel (compiled: " + sizes +
                                       "); use --device cpu");
+}
+
+namespace {
+using PrefillKernel = void (*)(const float*, KvLayout, int, PagedBatch, const std::int32_t*,
+                               const float*, float*, int, float);
+struct PrefillEntry {
+  int head_dim;
+  PrefillKernel kernel;
+};
+// Head sizes up to 128 keep the tile's Q, K and V within 48 KB of static shared memory.
+constexpr PrefillEntry kPrefillKernels[] = {
+    {8, paged_prefill_kernel<8>},   {16, paged_prefill_kernel<16>},
+    {32, paged_prefill_kernel<32>}, {48, paged_prefill_kernel<48>},
+    {64, paged_prefill_kernel<64>}, {80, paged_prefill_kernel<80>},
+    {96, paged_prefill_kernel<96>}, {128, paged_prefill_kernel<128>},
+};
+static_assert(kPrefillTile % kAttnWarps == 0, "every warp serves the same number of queries");
+static_assert(sizeof(float) * (kPrefillTile * 128 + kPrefillKeys * 129 + kPrefillKeys * 128) <=
+                  48 * 1024,
+              "the prefill tile must fit in static shared memory");
+}  // namespace
+
+bool prefill_attention_supported(int head_dim) {
+  for (const auto& entry : kPrefillKernels)
+    if (entry.head_dim == head_dim) return true;
+  return false;
+}
+
+Status paged_prefill_attention(const float* pool, const KvLayout& layout, int layer,
+                               const PagedBatch& batch, const std::int32_t* tiles, int n_tiles,
+                               const float* q, float* out, int n_heads, float scale, void* stream) {
+  if (layout.n_kv_heads <= 0 || n_heads <= 0 || n_heads % layout.n_kv_heads != 0) {
+    return Error(Errc::invalid_argument,
+                 "paged_prefill_attention: n_heads=" + std::to_string(n_heads) +
+                     " is not a multiple of n_kv_heads=" + std::to_string(layout.n_kv_heads));
+  }
+  for (const auto& entry : kPrefillKernels) {
+    if (entry.head_dim != layout.head_dim) continue;
+    if (n_tiles <= 0) return {};
+    const long long blocks = static_cast<long long>(n_tiles) * n_heads;
+    if (blocks > 0x7fffffffLL)
+      return Error(Errc::invalid_argument, "paged_prefill_attention: too many tiles x heads");
+    entry.kernel<<<static_cast<unsigned>(blocks), kAttnWarps * 32, 0, S(stream)>>>(
+        pool, layout, layer, batch, tiles, q, out, n_heads, scale);
+    return check_launch("paged_prefill_attention");
+  }
+  return Error(Errc::unsupported, "paged_prefill_attention: head size " +
+                                      std::to_string(layout.head_dim) +
+                                      " has no tiled kernel (up to 128); use paged_attention");
+}
+
+namespace {
+Status dequantize_q8_0(const void* q8, long long rows, int cols, void* out, bool bf16,
+                       void* stream) {
+  if (rows <= 0 || cols <= 0 || cols % 32 != 0) {
+    return Error(Errc::invalid_argument, "dequantize_q8_0: a [" + std::to_string(rows) + ", " +
+                                             std::to_string(cols) +
+                                             "] matrix is not whole Q8_0 blocks of 32");
+  }
+  const long long n = rows * cols;
+  const auto* q = static_cast<const std::uint8_t*>(q8);
+  if (bf16) {
+    dequant_q8_0_kernel<true><<<blocks_for(n, 256), 256, 0, S(stream)>>>(q, out, n, cols);
+  } else {
+    dequant_q8_0_kernel<false><<<blocks_for(n, 256), 256, 0, S(stream)>>>(q, out, n, cols);
+  }
+  return check_launch("dequantize_q8_0");
+}
+}  // namespace
+
+Status dequantize_q8_0(const void* q8, long long rows, int cols, float* out, void* stream) {
+  return dequantize_q8_0(q8, rows, cols, static_cast<void*>(out), false, stream);
+}
+Status dequantize_q8_0(const void* q8, long long rows, int cols, std::uint16_t* out, void* stream) {
+  return dequantize_q8_0(q8, rows, cols, static_cast<void*>(out), true, stream);
+}
+
+Status f32_to_bf16(const float* x, std::uint16_t* out, long long n, void* stream) {
+  if (n <= 0) return {};
+  f32_to_bf16_kernel<<<blocks_for(n, 256), 256, 0, S(stream)>>>(x, out, n);
+  return check_launch("f32_to_bf16");
+}
+
+Status embed_bf16(const std::uint16_t* table, const std::int32_t* tokens, float* out, int n,
+                  int dim, void* stream) {
+  if (n == 0) return {};
+  embed_bf16_kernel<<<n, 128, 0, S(stream)>>>(table, tokens, out, dim);
+  return check_launch("embed_bf16");
 }
 
 Status add_inplace(float* x, const float* y, long long n, void* stream) {
