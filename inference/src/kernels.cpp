@@ -110,6 +110,248 @@ void gemm_f32_rows(const float* w, std::int64_t r0, std::int64_t r1, std::int64_
   for (; r < r1; ++r) dot_rows_f32(w + r * cols, x, cols, n, cols, y + r, rows, false);
 }
 
+#ifdef WEIR_X86
+// ---- F32 GEMM for batches (AVX-512) ----
+// Batched steps are compute-bound, so for n >= kGemmMinTokens the tokens are packed once per
+// matmul into k-major panels of 16 or 32 (xp[k * width + j] = x[t0 + j, k], zero past n), and a
+// register tile of kGemmRows weight rows x the panel's tokens is accumulated in zmm registers:
+// per k, one broadcast weight per row and one contiguous panel load per 16 tokens feed
+// kGemmRows * width / 16 independent FMAs. Each weight row is read once per panel; the panels
+// (32 x cols floats) stay in L2.
+constexpr int kGemmRows = 12;
+constexpr std::int64_t kGemmMinTokens = 4;
+
+// tmp[r * NT * 16 + j] = sum_k w[r * ldw + k] * xp[k * NT * 16 + j] for r < kGemmRows.
+// `next`: the next tile's weights (contiguous, 16 * cols floats fetched), prefetched one cache
+// line per k: the rows are too short for the hardware prefetcher to ramp up on its own.
+template <int NT>
+__attribute__((target("avx512f"))) void gemm_tile_avx512(const float* w, std::int64_t ldw,
+                                                         std::int64_t cols, const float* xp,
+                                                         float* tmp, const float* next) {
+  constexpr int R = kGemmRows, W = NT * 16;
+  __m512 acc[R][NT];
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+    for (int j = 0; j < NT; ++j) acc[r][j] = _mm512_setzero_ps();
+  }
+  const float* w4 = w + 4 * ldw;
+  const float* w8 = w + 8 * ldw;
+  for (std::int64_t k = 0; k < cols; ++k, xp += W) {
+    _mm_prefetch(reinterpret_cast<const char*>(next + 16 * k), _MM_HINT_T0);
+    __m512 xv[NT];
+#pragma GCC unroll 4
+    for (int j = 0; j < NT; ++j) xv[j] = _mm512_loadu_ps(xp + 16 * j);
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      const float* wr = r < 4 ? w + r * ldw : r < 8 ? w4 + (r - 4) * ldw : w8 + (r - 8) * ldw;
+      const __m512 wv = _mm512_set1_ps(wr[k]);
+#pragma GCC unroll 4
+      for (int j = 0; j < NT; ++j) acc[r][j] = _mm512_fmadd_ps(wv, xv[j], acc[r][j]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+    for (int j = 0; j < NT; ++j) _mm512_storeu_ps(tmp + r * W + 16 * j, acc[r][j]);
+  }
+}
+
+// Token panels of Q8_0 activations for the VNNI GEMM (see gemm_q8_tile_vnni): 32 tokens
+// each (16 for the last, when 16 or fewer are left); padding tokens are zero (quants 128,
+// scale 0). x [n, cols] is quantised as quantize_q8 does.
+struct QPanel {
+  std::int64_t start, count, width;
+  const std::uint8_t* q;
+  const float* d;
+};
+
+// ---- Q8_0 GEMM for batches (AVX-512 VNNI) ----
+// Same shape as the F32 GEMM, tokens in the lanes: the activation quants of a panel of 16 * NT
+// tokens are packed as [blocks][8][16 * NT][4] bytes, offset by +128 to be unsigned, so one
+// vpdpbusd against a broadcast dword of a weight row adds 4 products for 16 tokens. A block's
+// int32 sums start at -128 * (sum of the row's quants in the block), which cancels the offset
+// exactly; then they are scaled (weight scale x token scales) into float accumulators.
+constexpr int kQ8Rows = 4;
+
+// tmp[r * NT * 16 + j] for r < kQ8Rows. w: the tile's rows, [kQ8Rows][blocks]; wd, negsum:
+// their scales and -128 * sum(quants), [kQ8Rows][blocks]; xq, xd: the panel's quants and
+// scales ([blocks][16 * NT]). next: prefetched, the next tile's weights.
+template <int NT>
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) void gemm_q8_tile_vnni(
+    const BlockQ8_0* w, std::int64_t blocks, const float* wd, const std::int32_t* negsum,
+    const std::uint8_t* xq, const float* xd, float* tmp, const char* next) {
+  constexpr int R = kQ8Rows, W = NT * 16;
+  __m512 acc[R][NT];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+    for (int j = 0; j < NT; ++j) acc[r][j] = _mm512_setzero_ps();
+  }
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    _mm_prefetch(next + b * R * 34, _MM_HINT_T0);
+    _mm_prefetch(next + b * R * 34 + 64, _MM_HINT_T0);
+    __m512i ia[R][NT];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+      for (int j = 0; j < NT; ++j) ia[r][j] = _mm512_set1_epi32(negsum[r * blocks + b]);
+    }
+    const std::uint8_t* xb = xq + b * 8 * W * 4;
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; ++g) {
+      __m512i xv[NT];
+#pragma GCC unroll 4
+      for (int j = 0; j < NT; ++j)
+        xv[j] = _mm512_loadu_si512(reinterpret_cast<const void*>(xb + (g * W + j * 16) * 4));
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        std::int32_t q4;
+        std::memcpy(&q4, w[r * blocks + b].qs + 4 * g, 4);
+        const __m512i wv = _mm512_set1_epi32(q4);
+#pragma GCC unroll 4
+        for (int j = 0; j < NT; ++j) ia[r][j] = _mm512_dpbusd_epi32(ia[r][j], xv[j], wv);
+      }
+    }
+    __m512 sx[NT];
+#pragma GCC unroll 4
+    for (int j = 0; j < NT; ++j) sx[j] = _mm512_loadu_ps(xd + b * W + 16 * j);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m512 sw = _mm512_set1_ps(wd[r * blocks + b]);
+#pragma GCC unroll 4
+      for (int j = 0; j < NT; ++j)
+        acc[r][j] =
+            _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[r][j]), _mm512_mul_ps(sw, sx[j]), acc[r][j]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+    for (int j = 0; j < NT; ++j) _mm512_storeu_ps(tmp + r * W + 16 * j, acc[r][j]);
+  }
+}
+
+// Per tile of the Q8_0 GEMM: the rows' block scales as float and -128 * (sum of each block's
+// quants), [kQ8Rows * blocks] each (see gemm_q8_tile_vnni).
+__attribute__((target("avx512f,avx512bw,avx512vnni,f16c"))) void q8_tile_sums_vnni(
+    const BlockQ8_0* w, std::int64_t count, float* wd, std::int32_t* negsum) {
+  const __m256i bias = _mm256_set1_epi8(static_cast<char>(0x80));
+  for (std::int64_t i = 0; i < count; ++i) {
+    wd[i] = _cvtsh_ss(w[i].d);
+    // sum(q) = sum(q + 128) - 32 * 128, the biased bytes summed by sad against zero.
+    const __m256i q =
+        _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[i].qs)), bias);
+    const __m256i s = _mm256_sad_epu8(q, _mm256_setzero_si256());
+    const __m128i h = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    const auto sum =
+        static_cast<std::int32_t>(_mm_cvtsi128_si64(h) + _mm_extract_epi64(h, 1)) - 32 * 128;
+    negsum[i] = -128 * sum;
+  }
+}
+
+// Quantises x [n, cols] to Q8_0 exactly as quantize_q8 does and writes the quants (+128) and
+// scales straight into the panels of pack_q8_panels, whose layout (start, count, width) is set.
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) void quantize_pack_q8_avx512(
+    const float* x, std::int64_t cols, std::uint8_t* q, float* d, std::int64_t start,
+    std::int64_t count, std::int64_t width) {
+  const std::int64_t blocks = cols / kQK8_0;
+  const __m512 half = _mm512_set1_ps(0.5f), mhalf = _mm512_set1_ps(-0.5f),
+               zero = _mm512_setzero_ps();
+  const __m512i bias = _mm512_set1_epi32(128);
+  for (std::int64_t j = 0; j < count; ++j) {
+    const float* xt = x + (start + j) * cols;
+    for (std::int64_t b = 0; b < blocks; ++b) {
+      const __m512 v0 = _mm512_loadu_ps(xt + b * 32), v1 = _mm512_loadu_ps(xt + b * 32 + 16);
+      const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+      const float dd = amax / 127.0f;
+      d[b * width + j] = fp16_to_fp32(fp32_to_fp16(dd));
+      const __m512 inv = _mm512_set1_ps(dd ? 1.0f / dd : 0.0f);
+      alignas(64) std::uint32_t out[8];
+      for (int h = 0; h < 2; ++h) {
+        const __m512 v = _mm512_mul_ps(h ? v1 : v0, inv);
+        const __m512 r = _mm512_add_ps(
+            v, _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, zero, _CMP_GE_OQ), mhalf, half));
+        const __m128i qb = _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvttps_epi32(r), bias));
+        _mm_store_si128(reinterpret_cast<__m128i*>(out + 4 * h), qb);
+      }
+      std::uint32_t* dst = reinterpret_cast<std::uint32_t*>(q) + (b * 8) * width + j;
+      for (int g = 0; g < 8; ++g) dst[g * width] = out[g];
+    }
+  }
+}
+
+std::vector<QPanel> quantize_q8_panels(const float* x, std::int64_t n, std::int64_t cols,
+                                       std::vector<std::uint8_t>& qbuf, std::vector<float>& dbuf) {
+  const std::int64_t blocks = cols / kQK8_0;
+  std::vector<QPanel> panels;
+  std::int64_t width_sum = 0;
+  for (std::int64_t t = 0; t < n;) {
+    const std::int64_t width = n - t > 16 ? 32 : 16, count = std::min(width, n - t);
+    panels.push_back({t, count, width, nullptr, nullptr});
+    width_sum += width;
+    t += count;
+  }
+  qbuf.assign(static_cast<std::size_t>(width_sum * cols), 128);
+  dbuf.assign(static_cast<std::size_t>(width_sum * blocks), 0.0f);
+  std::uint8_t* q = qbuf.data();
+  float* d = dbuf.data();
+  for (auto& p : panels) {
+    p.q = q, p.d = d;
+    quantize_pack_q8_avx512(x, cols, q, d, p.start, p.count, p.width);
+    q += p.width * cols, d += p.width * blocks;
+  }
+  return panels;
+}
+
+bool have_vnni() {
+  static const bool yes = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vnni");
+  }();
+  return yes;
+}
+
+bool have_avx512() {
+  static const bool yes = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f");
+  }();
+  return yes;
+}
+#endif
+
+// Token panels of a batch: [start, start + width) tokens each, width 32 or 16 (the last).
+struct Panel {
+  std::int64_t start, count, width;
+  const float* data;
+};
+
+// Packs x [n, cols] into the panels above; returns them. buf holds the data.
+std::vector<Panel> pack_panels(const float* x, std::int64_t n, std::int64_t cols,
+                               std::vector<float>& buf) {
+  std::vector<Panel> panels;
+  std::int64_t size = 0;
+  for (std::int64_t t = 0; t < n;) {
+    const std::int64_t width = n - t > 16 ? 32 : 16, count = std::min(width, n - t);
+    panels.push_back({t, count, width, nullptr});
+    size += width * cols;
+    t += count;
+  }
+  buf.assign(static_cast<std::size_t>(size), 0.0f);
+  float* p = buf.data();
+  for (auto& pn : panels) {
+    pn.data = p;
+    for (std::int64_t j = 0; j < pn.count; ++j) {
+      const float* xt = x + (pn.start + j) * cols;
+      for (std::int64_t k = 0; k < cols; ++k) p[k * pn.width + j] = xt[k];
+    }
+    p += pn.width * cols;
+  }
+  return panels;
+}
+
 // Q8_0 weights against Q8_0-quantised activations: blocks of 32, one int dot per block. The
 // row's scales are decoded once for all tokens; tokens go four at a time so each weight block
 // is loaded once per four dots.
@@ -368,11 +610,20 @@ bool have_avx2() {
   return false;
 }
 #endif
-std::atomic<bool> g_portable{false};  // use_portable_int8_kernels()
+std::atomic<KernelIsa> g_isa{KernelIsa::native};  // force_kernel_isa()
 
 bool avx2() {
-  return have_avx2() && !g_portable.load(std::memory_order_relaxed);
+  return have_avx2() && g_isa.load(std::memory_order_relaxed) != KernelIsa::portable;
 }
+
+#ifdef WEIR_X86
+bool avx512() {
+  return have_avx512() && g_isa.load(std::memory_order_relaxed) == KernelIsa::native;
+}
+bool vnni() {
+  return have_vnni() && g_isa.load(std::memory_order_relaxed) == KernelIsa::native;
+}
+#endif
 
 // Row r of a Q4_0 / Q4_K / Q6_K weight: q[cols]; scale and min per group (32 weights for
 // Q4_0 and Q4_K, 16 for Q6_K; min for Q4_K only).
@@ -436,6 +687,41 @@ void matmul(const Weight& w, const float* x, std::int64_t n, float* y, ThreadPoo
   switch (w.type) {
     case GgmlType::f32: {
       const auto* wf = reinterpret_cast<const float*>(w.data);
+#ifdef WEIR_X86
+      if (n >= kGemmMinTokens && avx512()) {
+        thread_local std::vector<float> xp;
+        const std::vector<Panel> panels = pack_panels(x, n, cols, xp);
+        const std::int64_t tiles = (rows + kGemmRows - 1) / kGemmRows;
+        pool.parallel_for(tiles, [&](int, std::int64_t b, std::int64_t e) {
+          thread_local std::vector<float> pad;  // the last tile's rows, zero-padded
+          alignas(64) float tmp[kGemmRows * 32];
+          for (std::int64_t tile = b; tile < e; ++tile) {
+            const std::int64_t r0 = tile * kGemmRows,
+                               nr = std::min<std::int64_t>(kGemmRows, rows - r0);
+            const float* wt = wf + r0 * cols;
+            if (nr < kGemmRows) {
+              pad.assign(static_cast<std::size_t>(kGemmRows * cols), 0.0f);
+              std::copy_n(wt, nr * cols, pad.data());
+              wt = pad.data();
+            }
+            // The next tile's weights are prefetched during the first panel.
+            for (const Panel& p : panels) {
+              const float* pf =
+                  &p == &panels.front() ? wf + std::min(r0 + kGemmRows, rows - 1) * cols : wt;
+              if (p.width == 32)
+                gemm_tile_avx512<2>(wt, cols, cols, p.data, tmp, pf);
+              else
+                gemm_tile_avx512<1>(wt, cols, cols, p.data, tmp, pf);
+              for (std::int64_t j = 0; j < p.count; ++j) {
+                float* yt = y + (p.start + j) * rows + r0;
+                for (std::int64_t r = 0; r < nr; ++r) yt[r] = tmp[r * p.width + j];
+              }
+            }
+          }
+        });
+        return;
+      }
+#endif
       // Split rows across threads in multiples of 4, so tiles stay whole.
       pool.parallel_for((rows + 3) / 4, [&](int, std::int64_t b, std::int64_t e) {
         gemm_f32_rows(wf, b * 4, std::min(rows, e * 4), cols, x, n, y, rows);
@@ -443,8 +729,49 @@ void matmul(const Weight& w, const float* x, std::int64_t n, float* y, ThreadPoo
       return;
     }
     case GgmlType::q8_0: {
-      quantize_q8(x, n, cols, qx, qscale);
       const std::int64_t blocks = cols / kQK8_0;
+#ifdef WEIR_X86
+      if (n >= kGemmMinTokens && vnni()) {
+        thread_local std::vector<std::uint8_t> xq;
+        thread_local std::vector<float> xd;
+        const auto panels = quantize_q8_panels(x, n, cols, xq, xd);
+        const auto* wb = reinterpret_cast<const BlockQ8_0*>(w.data);
+        const std::int64_t tiles = (rows + kQ8Rows - 1) / kQ8Rows;
+        pool.parallel_for(tiles, [&](int, std::int64_t b, std::int64_t e) {
+          thread_local std::vector<BlockQ8_0> pad;  // the last tile's rows, zero-padded
+          thread_local std::vector<float> wd;
+          thread_local std::vector<std::int32_t> negsum;
+          wd.resize(static_cast<std::size_t>(kQ8Rows * blocks));
+          negsum.resize(static_cast<std::size_t>(kQ8Rows * blocks));
+          alignas(64) float tmp[kQ8Rows * 32];
+          for (std::int64_t tile = b; tile < e; ++tile) {
+            const std::int64_t r0 = tile * kQ8Rows, nr = std::min<std::int64_t>(kQ8Rows, rows - r0);
+            const BlockQ8_0* wt = wb + r0 * blocks;
+            if (nr < kQ8Rows) {
+              pad.assign(static_cast<std::size_t>(kQ8Rows * blocks), BlockQ8_0{});
+              std::copy_n(wt, nr * blocks, pad.data());
+              wt = pad.data();
+            }
+            q8_tile_sums_vnni(wt, kQ8Rows * blocks, wd.data(), negsum.data());
+            const char* next =
+                reinterpret_cast<const char*>(wb + std::min(r0 + kQ8Rows, rows - 1) * blocks);
+            for (const QPanel& p : panels) {
+              const char* pf = &p == &panels.front() ? next : reinterpret_cast<const char*>(wt);
+              if (p.width == 32)
+                gemm_q8_tile_vnni<2>(wt, blocks, wd.data(), negsum.data(), p.q, p.d, tmp, pf);
+              else
+                gemm_q8_tile_vnni<1>(wt, blocks, wd.data(), negsum.data(), p.q, p.d, tmp, pf);
+              for (std::int64_t j = 0; j < p.count; ++j) {
+                float* yt = y + (p.start + j) * rows + r0;
+                for (std::int64_t r = 0; r < nr; ++r) yt[r] = tmp[r * p.width + j];
+              }
+            }
+          }
+        });
+        return;
+      }
+#endif
+      quantize_q8(x, n, cols, qx, qscale);
 #ifdef WEIR_X86
       if (avx2()) {
         pool.parallel_for(rows, [&](int, std::int64_t b, std::int64_t e) {
@@ -544,7 +871,11 @@ void matmul(const Weight& w, const float* x, std::int64_t n, float* y, ThreadPoo
 }
 
 void use_portable_int8_kernels(bool on) {
-  g_portable.store(on, std::memory_order_relaxed);
+  force_kernel_isa(on ? KernelIsa::portable : KernelIsa::native);
+}
+
+void force_kernel_isa(KernelIsa isa) {
+  g_isa.store(isa, std::memory_order_relaxed);
 }
 
 void rmsnorm(const float* x, const float* w, float* out, std::int64_t n, std::int64_t dim,

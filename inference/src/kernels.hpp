@@ -17,9 +17,14 @@ namespace weir::inference::kernels {
 void matmul(const Weight& w, const float* x, std::int64_t n, float* y, ThreadPool& pool,
             std::vector<std::int8_t>& qx, std::vector<float>& qscale);
 
-// Tests: true makes matmul use the portable integer kernels (compiled per ISA by GCC) instead
-// of the AVX2 ones the CPU would get, so both are checked on one machine. Call it between
-// matmuls, not during one.
+// Tests and benchmarks: which hand-written kernels matmul may use, so every path is checked on
+// one machine. native: the best the CPU has (the AVX-512 F32 and AVX-512 VNNI Q8_0 GEMMs for
+// batches, the AVX2 integer kernels); avx2: no AVX-512 GEMMs; portable: none of them, only
+// the loops GCC compiles per ISA. Call it between matmuls, not during one.
+enum class KernelIsa { native, avx2, portable };
+void force_kernel_isa(KernelIsa isa);
+
+// force_kernel_isa(on ? portable : native).
 void use_portable_int8_kernels(bool on);
 
 // out[t] = w * x[t] / sqrt(mean(x[t]^2) + eps) for t < n; rows of `dim`.
