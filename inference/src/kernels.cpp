@@ -111,6 +111,11 @@ void gemm_f32_rows(const float* w, std::int64_t r0, std::int64_t r1, std::int64_
 }
 
 #ifdef WEIR_X86
+// GCC 12 warns that the AVX-512 intrinsics' own _mm512_undefined_* "may be used
+// uninitialized" (a false positive in its headers, GCC PR 105593).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
 // ---- F32 GEMM for batches (AVX-512) ----
 // Batched steps are compute-bound, so for n >= kGemmMinTokens the tokens are packed once per
 // matmul into k-major panels of 16 or 32 (xp[k * width + j] = x[t0 + j, k], zero past n), and a
@@ -320,6 +325,7 @@ bool have_avx512() {
   }();
   return yes;
 }
+#pragma GCC diagnostic pop
 #endif
 
 // Token panels of a batch: [start, start + width) tokens each, width 32 or 16 (the last).
