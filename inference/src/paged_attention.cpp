@@ -28,49 +28,10 @@ inline void axpy(float a, const float* x, float* y, std::int32_t n) {
   for (std::int32_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
-// ---- Heads of 16 * NV floats: registers instead of memory round trips ----
-// Compiled inside each clone of paged_attention (always_inline), so in its ISA; no call ever
-// passes a vector, so GCC's note that the 64-byte vector ABI depends on AVX-512 is moot (it
-// comes at the end of the file, so it is off for the rest of it).
-#pragma GCC diagnostic ignored "-Wpsabi"
-typedef float v16 __attribute__((vector_size(64), aligned(4)));  // unaligned loads allowed
-typedef std::int32_t vi16 __attribute__((vector_size(64), aligned(4)));
-
-[[gnu::always_inline]] inline v16 load16(const float* p) {
-  return *reinterpret_cast<const v16*>(p);
-}
-
-[[gnu::always_inline]] inline float sum16(v16 a) {
-  float s[16];
-  std::memcpy(s, &a, sizeof s);
-  float h[8];
-  for (int i = 0; i < 8; ++i) h[i] = s[i] + s[i + 8];
-  for (int i = 0; i < 4; ++i) h[i] += h[i + 4];
-  return (h[0] + h[2]) + (h[1] + h[3]);
-}
-
-// exp(x) for x <= 0 (scores minus their max), Cephes' expf polynomial: within 2 ulp of
-// std::exp; below -87 it returns ~1e-38 where std::exp underflows to 0 (no sum notices).
-[[gnu::always_inline]] inline v16 exp16(v16 x) {
-  x = x < -87.0f ? v16{} - 87.0f : x;
-  v16 fx = x * 1.44269504088896341f + 0.5f;
-  vi16 n = __builtin_convertvector(fx, vi16);  // truncates toward zero: floor for fx < 0
-  n += __builtin_convertvector(__builtin_convertvector(n, v16) > fx, vi16);  // -1 where above
-  fx = __builtin_convertvector(n, v16);
-  x = x - fx * 0.693359375f - fx * -2.12194440e-4f;
-  const v16 z = x * x;
-  v16 y = v16{} + 1.9875691500e-4f;
-  y = y * x + 1.3981999507e-3f;
-  y = y * x + 8.3334519073e-3f;
-  y = y * x + 4.1665795894e-2f;
-  y = y * x + 1.6666665459e-1f;
-  y = y * x + 5.0000001201e-1f;
-  y = y * z + x + 1.0f;
-  const vi16 bits = (n + 127) << 23;
-  v16 pow2;
-  std::memcpy(&pow2, &bits, sizeof pow2);
-  return y * pow2;
-}
+using simd::exp16;
+using simd::load16;
+using simd::sum16;
+using simd::v16;
 
 // Query heads [h0, h1) of one token of paged_attention, for head_dim == 16 * NV. Block-major:
 // a KV block's tile (block_size rows of kv_dim floats, contiguous) is read for all these heads
