@@ -111,10 +111,11 @@ void gemm_f32_rows(const float* w, std::int64_t r0, std::int64_t r1, std::int64_
 }
 
 #ifdef WEIR_X86
-// GCC 12 warns that the AVX-512 intrinsics' own _mm512_undefined_* "may be used
+// GCC 12 warns that the AVX-512 intrinsics' own _mm512_undefined_* "may be used" or "is used
 // uninitialized" (a false positive in its headers, GCC PR 105593).
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 
 // ---- F32 GEMM for batches (AVX-512) ----
 // Batched steps are compute-bound, so for n >= kGemmMinTokens the tokens are packed once per
@@ -126,14 +127,56 @@ void gemm_f32_rows(const float* w, std::int64_t r0, std::int64_t r1, std::int64_
 constexpr int kGemmRows = 12;
 constexpr std::int64_t kGemmMinTokens = 4;
 
-// tmp[r * NT * 16 + j] = sum_k w[r * ldw + k] * xp[k * NT * 16 + j] for r < kGemmRows.
+// y[l * ldy + r] = a[r][l] for r < nr, l < count: a 16 x 16 transpose in registers (a[r] for
+// r >= kGemmRows are zero), then one masked store per token.
+[[gnu::always_inline]] inline __attribute__((target("avx512f"))) void store_transposed(
+    const __m512 (&a)[16], float* y, std::int64_t ldy, std::int64_t nr, std::int64_t count) {
+  __m512 t[16], u[16], v[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_ps(a[i], a[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(a[i], a[i + 1]);
+  }
+  // u[4g + c]: rows 4g..4g+3 of columns c, c + 4, c + 8, c + 12 (one per 128-bit lane).
+  for (int g = 0; g < 4; ++g) {
+    const __m512d t0 = _mm512_castps_pd(t[4 * g]), t1 = _mm512_castps_pd(t[4 * g + 1]),
+                  t2 = _mm512_castps_pd(t[4 * g + 2]), t3 = _mm512_castps_pd(t[4 * g + 3]);
+    u[4 * g] = _mm512_castpd_ps(_mm512_unpacklo_pd(t0, t2));
+    u[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(t0, t2));
+    u[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(t1, t3));
+    u[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(t1, t3));
+  }
+  // v: for column c, [rows 0-3 | rows 4-7] of columns (c, c + 8) and (c + 4, c + 12), then the
+  // same for rows 8-15; finally whole columns.
+  for (int c = 0; c < 4; ++c) {
+    v[4 * c] = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88);           // cols c, c+8 of rows 0-7
+    v[4 * c + 1] = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xdd);       // cols c+4, c+12
+    v[4 * c + 2] = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88);  // rows 8-15
+    v[4 * c + 3] = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xdd);
+  }
+  const __mmask16 m = static_cast<__mmask16>((1u << nr) - 1);
+  for (int c = 0; c < 4; ++c) {
+    const __m512 col[4] = {_mm512_shuffle_f32x4(v[4 * c], v[4 * c + 2], 0x88),       // c
+                           _mm512_shuffle_f32x4(v[4 * c + 1], v[4 * c + 3], 0x88),   // c + 4
+                           _mm512_shuffle_f32x4(v[4 * c], v[4 * c + 2], 0xdd),       // c + 8
+                           _mm512_shuffle_f32x4(v[4 * c + 1], v[4 * c + 3], 0xdd)};  // c + 12
+    for (int q = 0; q < 4; ++q) {
+      const std::int64_t l = c + 4 * q;
+      if (l < count) _mm512_mask_storeu_ps(y + l * ldy, m, col[q]);
+    }
+  }
+}
+
+// y[j * ldy + r] = sum_k w[r * ldw + k] * xp[k * NT * 16 + j] for r < nr, j < count.
 // `next`: the next tile's weights (contiguous, 16 * cols floats fetched), prefetched one cache
 // line per k: the rows are too short for the hardware prefetcher to ramp up on its own.
 template <int NT>
 __attribute__((target("avx512f"))) void gemm_tile_avx512(const float* w, std::int64_t ldw,
                                                          std::int64_t cols, const float* xp,
-                                                         float* tmp, const float* next) {
+                                                         float* y, std::int64_t ldy,
+                                                         std::int64_t nr, std::int64_t count,
+                                                         const float* next) {
   constexpr int R = kGemmRows, W = NT * 16;
+  static_assert(R <= 16);
   __m512 acc[R][NT];
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r) {
@@ -155,10 +198,12 @@ __attribute__((target("avx512f"))) void gemm_tile_avx512(const float* w, std::in
       for (int j = 0; j < NT; ++j) acc[r][j] = _mm512_fmadd_ps(wv, xv[j], acc[r][j]);
     }
   }
-#pragma GCC unroll 16
-  for (int r = 0; r < R; ++r) {
 #pragma GCC unroll 4
-    for (int j = 0; j < NT; ++j) _mm512_storeu_ps(tmp + r * W + 16 * j, acc[r][j]);
+  for (int j = 0; j < NT; ++j) {
+    __m512 a[16];
+#pragma GCC unroll 16
+    for (int r = 0; r < 16; ++r) a[r] = r < R ? acc[r][j] : _mm512_setzero_ps();
+    store_transposed(a, y + 16 * j * ldy, ldy, nr, count - 16 * j);
   }
 }
 
@@ -179,13 +224,14 @@ struct QPanel {
 // exactly; then they are scaled (weight scale x token scales) into float accumulators.
 constexpr int kQ8Rows = 4;
 
-// tmp[r * NT * 16 + j] for r < kQ8Rows. w: the tile's rows, [kQ8Rows][blocks]; wd, negsum:
+// y[j * ldy + r] for r < nr, j < count. w: the tile's rows, [kQ8Rows][blocks]; wd, negsum:
 // their scales and -128 * sum(quants), [kQ8Rows][blocks]; xq, xd: the panel's quants and
 // scales ([blocks][16 * NT]). next: prefetched, the next tile's weights.
 template <int NT>
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) void gemm_q8_tile_vnni(
     const BlockQ8_0* w, std::int64_t blocks, const float* wd, const std::int32_t* negsum,
-    const std::uint8_t* xq, const float* xd, float* tmp, const char* next) {
+    const std::uint8_t* xq, const float* xd, float* y, std::int64_t ldy, std::int64_t nr,
+    std::int64_t count, const char* next) {
   constexpr int R = kQ8Rows, W = NT * 16;
   __m512 acc[R][NT];
 #pragma GCC unroll 8
@@ -230,10 +276,12 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void gemm_q8_tile_vnni(
             _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[r][j]), _mm512_mul_ps(sw, sx[j]), acc[r][j]);
     }
   }
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) {
 #pragma GCC unroll 4
-    for (int j = 0; j < NT; ++j) _mm512_storeu_ps(tmp + r * W + 16 * j, acc[r][j]);
+  for (int j = 0; j < NT; ++j) {
+    __m512 a[16];
+#pragma GCC unroll 16
+    for (int r = 0; r < 16; ++r) a[r] = r < R ? acc[r][j] : _mm512_setzero_ps();
+    store_transposed(a, y + 16 * j * ldy, ldy, nr, count - 16 * j);
   }
 }
 
@@ -334,9 +382,11 @@ struct Panel {
   const float* data;
 };
 
-// Packs x [n, cols] into the panels above; returns them. buf holds the data.
-std::vector<Panel> pack_panels(const float* x, std::int64_t n, std::int64_t cols,
-                               std::vector<float>& buf) {
+#ifdef WEIR_X86
+// Packs x [n, cols] into the panels above (zero past n) by 16 x 16 transposes.
+__attribute__((target("avx512f"))) std::vector<Panel> pack_panels(const float* x, std::int64_t n,
+                                                                  std::int64_t cols,
+                                                                  std::vector<float>& buf) {
   std::vector<Panel> panels;
   std::int64_t size = 0;
   for (std::int64_t t = 0; t < n;) {
@@ -349,14 +399,23 @@ std::vector<Panel> pack_panels(const float* x, std::int64_t n, std::int64_t cols
   float* p = buf.data();
   for (auto& pn : panels) {
     pn.data = p;
-    for (std::int64_t j = 0; j < pn.count; ++j) {
-      const float* xt = x + (pn.start + j) * cols;
-      for (std::int64_t k = 0; k < cols; ++k) p[k * pn.width + j] = xt[k];
+    for (std::int64_t j0 = 0; j0 < pn.count; j0 += 16) {  // 16 tokens: rows of the transpose
+      const std::int64_t nt = std::min<std::int64_t>(16, pn.count - j0);
+      for (std::int64_t k0 = 0; k0 < cols; k0 += 16) {
+        const std::int64_t nk = std::min<std::int64_t>(16, cols - k0);
+        const __mmask16 m = static_cast<__mmask16>((1u << nk) - 1);
+        __m512 a[16];
+        for (int r = 0; r < 16; ++r)
+          a[r] = r < nt ? _mm512_maskz_loadu_ps(m, x + (pn.start + j0 + r) * cols + k0)
+                        : _mm512_setzero_ps();
+        store_transposed(a, p + k0 * pn.width + j0, pn.width, nt, nk);
+      }
     }
     p += pn.width * cols;
   }
   return panels;
 }
+#endif
 
 // Q8_0 weights against Q8_0-quantised activations: blocks of 32, one int dot per block. The
 // row's scales are decoded once for all tokens; tokens go four at a time so each weight block
@@ -700,7 +759,6 @@ void matmul(const Weight& w, const float* x, std::int64_t n, float* y, ThreadPoo
         const std::int64_t tiles = (rows + kGemmRows - 1) / kGemmRows;
         pool.parallel_for(tiles, [&](int, std::int64_t b, std::int64_t e) {
           thread_local std::vector<float> pad;  // the last tile's rows, zero-padded
-          alignas(64) float tmp[kGemmRows * 32];
           for (std::int64_t tile = b; tile < e; ++tile) {
             const std::int64_t r0 = tile * kGemmRows,
                                nr = std::min<std::int64_t>(kGemmRows, rows - r0);
@@ -714,14 +772,11 @@ void matmul(const Weight& w, const float* x, std::int64_t n, float* y, ThreadPoo
             for (const Panel& p : panels) {
               const float* pf =
                   &p == &panels.front() ? wf + std::min(r0 + kGemmRows, rows - 1) * cols : wt;
+              float* yt = y + p.start * rows + r0;
               if (p.width == 32)
-                gemm_tile_avx512<2>(wt, cols, cols, p.data, tmp, pf);
+                gemm_tile_avx512<2>(wt, cols, cols, p.data, yt, rows, nr, p.count, pf);
               else
-                gemm_tile_avx512<1>(wt, cols, cols, p.data, tmp, pf);
-              for (std::int64_t j = 0; j < p.count; ++j) {
-                float* yt = y + (p.start + j) * rows + r0;
-                for (std::int64_t r = 0; r < nr; ++r) yt[r] = tmp[r * p.width + j];
-              }
+                gemm_tile_avx512<1>(wt, cols, cols, p.data, yt, rows, nr, p.count, pf);
             }
           }
         });
@@ -749,7 +804,6 @@ void matmul(const Weight& w, const float* x, std::int64_t n, float* y, ThreadPoo
           thread_local std::vector<std::int32_t> negsum;
           wd.resize(static_cast<std::size_t>(kQ8Rows * blocks));
           negsum.resize(static_cast<std::size_t>(kQ8Rows * blocks));
-          alignas(64) float tmp[kQ8Rows * 32];
           for (std::int64_t tile = b; tile < e; ++tile) {
             const std::int64_t r0 = tile * kQ8Rows, nr = std::min<std::int64_t>(kQ8Rows, rows - r0);
             const BlockQ8_0* wt = wb + r0 * blocks;
@@ -763,14 +817,13 @@ void matmul(const Weight& w, const float* x, std::int64_t n, float* y, ThreadPoo
                 reinterpret_cast<const char*>(wb + std::min(r0 + kQ8Rows, rows - 1) * blocks);
             for (const QPanel& p : panels) {
               const char* pf = &p == &panels.front() ? next : reinterpret_cast<const char*>(wt);
+              float* yt = y + p.start * rows + r0;
               if (p.width == 32)
-                gemm_q8_tile_vnni<2>(wt, blocks, wd.data(), negsum.data(), p.q, p.d, tmp, pf);
+                gemm_q8_tile_vnni<2>(wt, blocks, wd.data(), negsum.data(), p.q, p.d, yt, rows, nr,
+                                     p.count, pf);
               else
-                gemm_q8_tile_vnni<1>(wt, blocks, wd.data(), negsum.data(), p.q, p.d, tmp, pf);
-              for (std::int64_t j = 0; j < p.count; ++j) {
-                float* yt = y + (p.start + j) * rows + r0;
-                for (std::int64_t r = 0; r < nr; ++r) yt[r] = tmp[r * p.width + j];
-              }
+                gemm_q8_tile_vnni<1>(wt, blocks, wd.data(), negsum.data(), p.q, p.d, yt, rows, nr,
+                                     p.count, pf);
             }
           }
         });
