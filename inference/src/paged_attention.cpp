@@ -30,6 +30,7 @@ inline void axpy(float a, const float* x, float* y, std::int32_t n) {
 
 using simd::exp16;
 using simd::load16;
+using simd::store16;
 using simd::sum16;
 using simd::v16;
 
@@ -78,6 +79,14 @@ template <int NV>
       const float* krow = tile(k_plane, bi) + std::int64_t{h / group} * hd;
       float* scores = scratch + hh * stride;
       std::int32_t p = start;
+      for (; p + 16 <= end_p; p += 16, krow += 16 * kv_dim) {  // 16 chains, summed as a tree
+        v16 a[16];
+        for (int c = 0; c < 16; ++c) a[c] = qv[0] * load16(krow + c * kv_dim);
+        for (int j = 1; j < NV; ++j) {
+          for (int c = 0; c < 16; ++c) a[c] += qv[j] * load16(krow + c * kv_dim + 16 * j);
+        }
+        store16(scores + p, simd::sum16x16(a));
+      }
       for (; p + 4 <= end_p; p += 4, krow += 4 * kv_dim) {  // four independent chains
         v16 a[4];
         for (int c = 0; c < 4; ++c) a[c] = qv[0] * load16(krow + c * kv_dim);
