@@ -31,9 +31,13 @@ void use_portable_int8_kernels(bool on);
 void rmsnorm(const float* x, const float* w, float* out, std::int64_t n, std::int64_t dim,
              float eps);
 
-// In place: x[n, n_heads, head_dim] at positions[n].
-void rope(float* x, const std::int32_t* positions, std::int64_t n, int n_heads, int head_dim,
-          float base, float freq_scale, bool neox);
+// Rotary embedding, split so a step computes the angles once for all layers, q and k:
+// cos, sin [n, head_dim / 2] of token t's pair j: positions[t] * freq_scale * base^(-2j/hd).
+void rope_angles(const std::int32_t* positions, std::int64_t n, int head_dim, float base,
+                 float freq_scale, float* cos, float* sin);
+// In place: x[n, n_heads, head_dim] rotated by the angles above.
+void rope_apply(float* x, std::int64_t n, int n_heads, int head_dim, bool neox, const float* cos,
+                const float* sin);
 
 // a[i] = silu(a[i]) * b[i]
 void swiglu(float* a, const float* b, std::int64_t n);
