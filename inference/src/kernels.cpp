@@ -23,7 +23,7 @@ typedef float v8 __attribute__((vector_size(32)));
 typedef float v4 __attribute__((vector_size(16)));
 
 // Sum of 16 lanes by halving (three vector adds and a short tail), not 15 dependent adds.
-inline float reduce(v16 a) {
+inline float reduce(const v16& a) {
   v8 b = __builtin_shufflevector(a, a, 0, 1, 2, 3, 4, 5, 6, 7) +
          __builtin_shufflevector(a, a, 8, 9, 10, 11, 12, 13, 14, 15);
   v4 c = __builtin_shufflevector(b, b, 0, 1, 2, 3) + __builtin_shufflevector(b, b, 4, 5, 6, 7);

@@ -28,11 +28,11 @@ typedef std::int32_t vi16 __attribute__((vector_size(64), aligned(4)));
   return *reinterpret_cast<const v16*>(p);
 }
 
-[[gnu::always_inline]] inline void store16(float* p, v16 v) {
+[[gnu::always_inline]] inline void store16(float* p, const v16& v) {
   *reinterpret_cast<v16*>(p) = v;
 }
 
-[[gnu::always_inline]] inline float sum16(v16 a) {
+[[gnu::always_inline]] inline float sum16(const v16& a) {
   float s[16];
   std::memcpy(s, &a, sizeof s);
   float h[8];
@@ -69,7 +69,8 @@ typedef std::int32_t vi16 __attribute__((vector_size(64), aligned(4)));
 // exp(x), Cephes' expf polynomial: within 2 ulp of std::exp for x in [-87, 88]; x is clamped
 // to that range (below, ~1e-38 where std::exp underflows to 0; above, ~1.7e38 where it
 // overflows to infinity).
-[[gnu::always_inline]] inline v16 exp16(v16 x) {
+[[gnu::always_inline]] inline v16 exp16(const v16& in) {
+  v16 x = in;
   x = x < -87.0f ? v16{} - 87.0f : x;
   x = x > 88.0f ? v16{} + 88.0f : x;
   v16 fx = x * 1.44269504088896341f + 0.5f;
