@@ -1,5 +1,7 @@
 // CPU kernels of the fast forward path. Hot loops are compiled once per ISA (AVX-512, AVX2+FMA,
-// baseline) and picked at load time by the CPU (GCC target_clones). Private to inference/.
+// baseline) and picked at load time by the CPU (GCC target_clones); the batched GEMMs (F32 on
+// AVX-512, Q8_0 on AVX-512 VNNI) and the AVX2 integer kernels are intrinsics, picked at run
+// time by __builtin_cpu_supports, with those loops as the fallback. Private to inference/.
 #pragma once
 
 #include <cstdint>
@@ -11,7 +13,8 @@
 namespace weir::inference::kernels {
 
 // y[t, r] = sum_i W[r, i] * x[t, i] for t < n.  x: [n, w.cols], y: [n, w.rows].
-// Rows of W are split across the pool; each weight row is read once for all n tokens.
+// Rows of W are split across the pool; each weight row is read once for all n tokens (once per
+// 32-token panel in the GEMMs, which F32 and Q8_0 batches of 4 tokens or more take).
 // `qx`, `qscale`: scratch for the integer kernels of Q8_0, Q4_0, Q4_K and Q6_K weights (the
 // activations quantised to Q8_0 blocks of 32: int8 quants and a scale per block).
 void matmul(const Weight& w, const float* x, std::int64_t n, float* y, ThreadPool& pool,
