@@ -127,8 +127,8 @@ void gemm_f32_rows(const float* w, std::int64_t r0, std::int64_t r1, std::int64_
 constexpr int kGemmRows = 12;
 constexpr std::int64_t kGemmMinTokens = 4;
 
-// y[l * ldy + r] = a[r][l] for r < nr, l < count: a 16 x 16 transpose in registers (a[r] for
-// r >= kGemmRows are zero), then one masked store per token.
+// y[l * ldy + r] = a[r][l] for r < nr, l < count: a 16 x 16 transpose in registers, then one
+// masked store per l (a GEMM tile's tokens; in pack_panels, the k of 16 tokens' rows).
 [[gnu::always_inline]] inline __attribute__((target("avx512f"))) void store_transposed(
     const __m512 (&a)[16], float* y, std::int64_t ldy, std::int64_t nr, std::int64_t count) {
   __m512 t[16], u[16], v[16];
@@ -361,7 +361,7 @@ bool have_vnni() {
   static const bool yes = [] {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vnni");
+           __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("f16c");
   }();
   return yes;
 }
