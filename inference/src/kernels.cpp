@@ -744,6 +744,58 @@ void quantize_q8(const float* x, std::int64_t n, std::int64_t cols, std::vector<
   }
 }
 
+#ifdef WEIR_X86
+// The VNNI GEMM for a batch (n >= kGemmMinTokens) of Q8_0 weights, or Q4_0 ones widened to
+// Q8_0 blocks a row tile at a time (the same scale, quants - 8), so both share the kernel.
+void gemm_q8_vnni(const Weight& w, const float* x, std::int64_t n, float* y, ThreadPool& pool) {
+  const std::int64_t rows = w.rows, cols = w.cols, blocks = cols / kQK8_0;
+  const std::size_t row_bytes = w.row_bytes();
+  thread_local std::vector<std::uint8_t> xq;
+  thread_local std::vector<float> xd;
+  const auto panels = quantize_q8_panels(x, n, cols, xq, xd);
+  const std::int64_t tiles = (rows + kQ8Rows - 1) / kQ8Rows;
+  pool.parallel_for(tiles, [&](int, std::int64_t b, std::int64_t e) {
+    thread_local std::vector<BlockQ8_0> tile_rows;  // a padded last tile, or widened Q4_0
+    thread_local std::vector<float> wd;
+    thread_local std::vector<std::int32_t> negsum;
+    wd.resize(static_cast<std::size_t>(kQ8Rows * blocks));
+    negsum.resize(static_cast<std::size_t>(kQ8Rows * blocks));
+    for (std::int64_t tile = b; tile < e; ++tile) {
+      const std::int64_t r0 = tile * kQ8Rows, nr = std::min<std::int64_t>(kQ8Rows, rows - r0);
+      const std::byte* raw = w.data + static_cast<std::size_t>(r0) * row_bytes;
+      const auto* wt = reinterpret_cast<const BlockQ8_0*>(raw);
+      if (w.type == GgmlType::q4_0) {
+        tile_rows.assign(static_cast<std::size_t>(kQ8Rows * blocks), BlockQ8_0{});
+        const auto* q4 = reinterpret_cast<const BlockQ4_0*>(raw);
+        for (std::int64_t i = 0; i < nr * blocks; ++i) {
+          float unused;
+          tile_rows[static_cast<std::size_t>(i)].d = q4[i].d;
+          unpack_q4_0(q4[i], tile_rows[static_cast<std::size_t>(i)].qs, &unused);
+        }
+        wt = tile_rows.data();
+      } else if (nr < kQ8Rows) {
+        tile_rows.assign(static_cast<std::size_t>(kQ8Rows * blocks), BlockQ8_0{});
+        std::copy_n(wt, nr * blocks, tile_rows.data());
+        wt = tile_rows.data();
+      }
+      q8_tile_sums_vnni(wt, kQ8Rows * blocks, wd.data(), negsum.data());
+      const char* next = reinterpret_cast<const char*>(
+          w.data + static_cast<std::size_t>(std::min(r0 + kQ8Rows, rows - 1)) * row_bytes);
+      for (const QPanel& p : panels) {
+        const char* pf = &p == &panels.front() ? next : reinterpret_cast<const char*>(raw);
+        float* yt = y + p.start * rows + r0;
+        if (p.width == 32)
+          gemm_q8_tile_vnni<2>(wt, blocks, wd.data(), negsum.data(), p.q, p.d, yt, rows, nr,
+                               p.count, pf);
+        else
+          gemm_q8_tile_vnni<1>(wt, blocks, wd.data(), negsum.data(), p.q, p.d, yt, rows, nr,
+                               p.count, pf);
+      }
+    }
+  });
+}
+#endif
+
 }  // namespace
 
 void matmul(const Weight& w, const float* x, std::int64_t n, float* y, ThreadPool& pool,
@@ -792,43 +844,7 @@ void matmul(const Weight& w, const float* x, std::int64_t n, float* y, ThreadPoo
     case GgmlType::q8_0: {
       const std::int64_t blocks = cols / kQK8_0;
 #ifdef WEIR_X86
-      if (n >= kGemmMinTokens && vnni()) {
-        thread_local std::vector<std::uint8_t> xq;
-        thread_local std::vector<float> xd;
-        const auto panels = quantize_q8_panels(x, n, cols, xq, xd);
-        const auto* wb = reinterpret_cast<const BlockQ8_0*>(w.data);
-        const std::int64_t tiles = (rows + kQ8Rows - 1) / kQ8Rows;
-        pool.parallel_for(tiles, [&](int, std::int64_t b, std::int64_t e) {
-          thread_local std::vector<BlockQ8_0> pad;  // the last tile's rows, zero-padded
-          thread_local std::vector<float> wd;
-          thread_local std::vector<std::int32_t> negsum;
-          wd.resize(static_cast<std::size_t>(kQ8Rows * blocks));
-          negsum.resize(static_cast<std::size_t>(kQ8Rows * blocks));
-          for (std::int64_t tile = b; tile < e; ++tile) {
-            const std::int64_t r0 = tile * kQ8Rows, nr = std::min<std::int64_t>(kQ8Rows, rows - r0);
-            const BlockQ8_0* wt = wb + r0 * blocks;
-            if (nr < kQ8Rows) {
-              pad.assign(static_cast<std::size_t>(kQ8Rows * blocks), BlockQ8_0{});
-              std::copy_n(wt, nr * blocks, pad.data());
-              wt = pad.data();
-            }
-            q8_tile_sums_vnni(wt, kQ8Rows * blocks, wd.data(), negsum.data());
-            const char* next =
-                reinterpret_cast<const char*>(wb + std::min(r0 + kQ8Rows, rows - 1) * blocks);
-            for (const QPanel& p : panels) {
-              const char* pf = &p == &panels.front() ? next : reinterpret_cast<const char*>(wt);
-              float* yt = y + p.start * rows + r0;
-              if (p.width == 32)
-                gemm_q8_tile_vnni<2>(wt, blocks, wd.data(), negsum.data(), p.q, p.d, yt, rows, nr,
-                                     p.count, pf);
-              else
-                gemm_q8_tile_vnni<1>(wt, blocks, wd.data(), negsum.data(), p.q, p.d, yt, rows, nr,
-                                     p.count, pf);
-            }
-          }
-        });
-        return;
-      }
+      if (n >= kGemmMinTokens && vnni()) return gemm_q8_vnni(w, x, n, y, pool);
 #endif
       quantize_q8(x, n, cols, qx, qscale);
 #ifdef WEIR_X86
@@ -856,6 +872,10 @@ void matmul(const Weight& w, const float* x, std::int64_t n, float* y, ThreadPoo
     case GgmlType::q4_0:
     case GgmlType::q4_k:
     case GgmlType::q6_k: {
+#ifdef WEIR_X86
+      if (w.type == GgmlType::q4_0 && n >= kGemmMinTokens && vnni())
+        return gemm_q8_vnni(w, x, n, y, pool);
+#endif
       quantize_q8(x, n, cols, qx, qscale);
       const std::int64_t xblocks = cols / kQK8_0;
       thread_local std::vector<float> xsum;  // Q4_K's min term: per block, d * sum(q)

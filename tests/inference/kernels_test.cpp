@@ -1,7 +1,8 @@
 // The matmul kernels against naive references, on every path this machine has: the AVX-512
-// GEMMs for batches (native), the AVX2 and per-ISA loops they fall back to (avx2), and the
-// portable loops (portable). Shapes are odd on purpose: token counts around the 16- and
-// 32-token panels, rows that are not a multiple of the row tiles, columns a multiple of 32.
+// GEMMs for batches (native; F32, and Q8_0 / Q4_0 with VNNI), the AVX2 and per-ISA loops they
+// fall back to (avx2), and the portable loops (portable). Shapes are odd on purpose: token counts
+// around the 16- and 32-token panels, rows that are not a multiple of the row tiles, columns a
+// multiple of 32.
 #include <cmath>
 #include <random>
 #include <string>
@@ -10,6 +11,7 @@
 
 #include "kernels.hpp"  // private: inference/src
 #include "quant.hpp"
+#include "weir/inference/gguf_writer.hpp"
 
 namespace weir::inference {
 namespace {
@@ -75,23 +77,32 @@ TEST_F(Kernels, F32MatmulMatchesNaive) {
   }
 }
 
-// Q8_0 weights: every path quantises the activations to Q8_0 blocks (ggml's rounding, the
-// scale rounded to fp16) and sums d_w * d_x * (integer dot) per block, so the reference does
-// exactly that in double; only the float summation order may differ.
-TEST_F(Kernels, Q8MatmulMatchesQuantisedReference) {
+// Q8_0 and Q4_0 weights: every path quantises the activations to Q8_0 blocks (ggml's rounding,
+// the scale rounded to fp16) and sums d_w * d_x * (integer dot) per block, so the reference
+// does exactly that in double; only the float summation order may differ.
+class BlockKernels : public Kernels, public ::testing::WithParamInterface<GgmlType> {};
+
+TEST_P(BlockKernels, MatmulMatchesQuantisedReference) {
+  const GgmlType type = GetParam();
   for (const Shape s : kShapes) {
     const auto wf = randn(static_cast<std::size_t>(s.rows * s.cols), 7 + s.rows, 0.05f);
+    auto bytes = quantize_tensor(wf, type);
+    ASSERT_TRUE(bytes);
+    const Weight wt{type, reinterpret_cast<const std::byte*>(bytes->data()), s.rows, s.cols};
     const std::int64_t blocks = s.cols / 32;
-    std::vector<BlockQ8_0> w(static_cast<std::size_t>(s.rows * blocks));
-    for (std::size_t b = 0; b < w.size(); ++b) {
-      float amax = 0;
-      for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(wf[b * 32 + j]));
-      const float d = amax / 127.0f;
-      w[b].d = fp32_to_fp16(d);
-      for (int j = 0; j < 32; ++j)
-        w[b].qs[j] = static_cast<std::int8_t>(d ? std::lround(wf[b * 32 + j] / d) : 0);
+    // Each weight block's scale and integer quants, as the kernels see them.
+    std::vector<float> wd(static_cast<std::size_t>(s.rows * blocks));
+    std::vector<std::int8_t> wq(static_cast<std::size_t>(s.rows * s.cols));
+    for (std::int64_t b = 0; b < s.rows * blocks; ++b) {
+      if (type == GgmlType::q8_0) {
+        const auto& blk = reinterpret_cast<const BlockQ8_0*>(bytes->data())[b];
+        wd[b] = fp16_to_fp32(blk.d);
+        std::copy_n(blk.qs, 32, wq.data() + b * 32);
+      } else {
+        unpack_q4_0(reinterpret_cast<const BlockQ4_0*>(bytes->data())[b], wq.data() + b * 32,
+                    &wd[b]);
+      }
     }
-    const Weight wt{GgmlType::q8_0, reinterpret_cast<const std::byte*>(w.data()), s.rows, s.cols};
     for (std::int64_t n : kTokens) {
       auto x = randn(static_cast<std::size_t>(n * s.cols), 200 + n);
       for (std::int64_t i = 0; i < 32 && i < n * s.cols; ++i) x[i] = 0.0f;  // an all-zero block
@@ -112,9 +123,9 @@ TEST_F(Kernels, Q8MatmulMatchesQuantisedReference) {
         ThreadPool pool(threads);
         for (KernelIsa isa : kIsas) {
           kernels::force_kernel_isa(isa);
-          SCOPED_TRACE(std::to_string(s.rows) + "x" + std::to_string(s.cols) +
-                       " n=" + std::to_string(n) + " threads=" + std::to_string(threads) + " " +
-                       isa_name(isa));
+          SCOPED_TRACE(std::string(ggml_type_name(type)) + " " + std::to_string(s.rows) + "x" +
+                       std::to_string(s.cols) + " n=" + std::to_string(n) +
+                       " threads=" + std::to_string(threads) + " " + isa_name(isa));
           std::vector<float> y(static_cast<std::size_t>(n * s.rows), NAN);
           std::vector<std::int8_t> qx;
           std::vector<float> qs;
@@ -123,10 +134,10 @@ TEST_F(Kernels, Q8MatmulMatchesQuantisedReference) {
             for (std::int64_t r = 0; r < s.rows; ++r) {
               double want = 0, mag = 0;
               for (std::int64_t b = 0; b < blocks; ++b) {
-                const BlockQ8_0& wb = w[static_cast<std::size_t>(r * blocks + b)];
                 std::int64_t dot = 0;
-                for (int j = 0; j < 32; ++j) dot += wb.qs[j] * xq[(t * blocks + b) * 32 + j];
-                const double term = double(fp16_to_fp32(wb.d)) * xd[t * blocks + b] * dot;
+                for (int j = 0; j < 32; ++j)
+                  dot += wq[(r * blocks + b) * 32 + j] * xq[(t * blocks + b) * 32 + j];
+                const double term = double(wd[r * blocks + b]) * xd[t * blocks + b] * dot;
                 want += term, mag += std::fabs(term);
               }
               ASSERT_NEAR(y[t * s.rows + r], want, 1e-6 * mag + 1e-7)
@@ -138,6 +149,9 @@ TEST_F(Kernels, Q8MatmulMatchesQuantisedReference) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Types, BlockKernels, ::testing::Values(GgmlType::q8_0, GgmlType::q4_0),
+                         [](const auto& info) { return ggml_type_name(info.param); });
 
 }  // namespace
 }  // namespace weir::inference
