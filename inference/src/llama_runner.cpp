@@ -55,11 +55,22 @@ class LlamaRunner final : public StepRunner {
     tables_.clear();
     for (const auto& s : b.seqs) tables_.push_back(s.block_table);
     AttentionBatch ab{b.positions, b.seq_index, tables_, hp.n_heads};
+    // The rotary angles of every token, once for all layers (the threads take token ranges).
+    const std::int64_t half = hp.head_dim / 2;
+    fit(cos_, n * half), fit(sin_, n * half);
+    pool_.parallel_for(n, [&](int, std::int64_t begin, std::int64_t end) {
+      kernels::rope_angles(b.positions.data() + begin, end - begin, hp.head_dim, hp.rope_base,
+                           hp.rope_freq_scale, cos_.data() + begin * half,
+                           sin_.data() + begin * half);
+    });
     const float scale = 1.0f / std::sqrt(static_cast<float>(hp.head_dim));
 
     for (std::int32_t l = 0; l < hp.n_layers; ++l) {
       const LayerWeights& w = m_->layers()[static_cast<std::size_t>(l)];
-      kernels::rmsnorm(x_.data(), w.attn_norm.data(), xb_.data(), n, dim, hp.rms_eps);
+      by_tokens(n, [&](std::int64_t t0, std::int64_t t1) {
+        kernels::rmsnorm(x_.data() + t0 * dim, w.attn_norm.data(), xb_.data() + t0 * dim, t1 - t0,
+                         dim, hp.rms_eps);
+      });
       matmul(w.wq, xb_.data(), n, q_.data());
       matmul(w.wk, xb_.data(), n, k_.data());
       matmul(w.wv, xb_.data(), n, v_.data());
@@ -70,24 +81,33 @@ class LlamaRunner final : public StepRunner {
             k_[t * kv_dim + i] += w.bk[i], v_[t * kv_dim + i] += w.bv[i];
         }
       }
-      kernels::rope(q_.data(), b.positions.data(), n, hp.n_heads, hp.head_dim, hp.rope_base,
-                    hp.rope_freq_scale, hp.rope_neox);
-      kernels::rope(k_.data(), b.positions.data(), n, hp.n_kv_heads, hp.head_dim, hp.rope_base,
-                    hp.rope_freq_scale, hp.rope_neox);
+      by_tokens(n, [&](std::int64_t t0, std::int64_t t1) {
+        kernels::rope_apply(q_.data() + t0 * q_dim, t1 - t0, hp.n_heads, hp.head_dim, hp.rope_neox,
+                            cos_.data() + t0 * half, sin_.data() + t0 * half);
+        kernels::rope_apply(k_.data() + t0 * kv_dim, t1 - t0, hp.n_kv_heads, hp.head_dim,
+                            hp.rope_neox, cos_.data() + t0 * half, sin_.data() + t0 * half);
+      });
       write_kv(pool, L, l, ab, k_.data(), v_.data());
       pool_.parallel_for(n * hp.n_heads, [&](int th, std::int64_t begin, std::int64_t end) {
         paged_attention(pool, L, l, ab, q_.data(), att_.data(), scale, begin, end,
                         scratch_[static_cast<std::size_t>(th)]);
       });
       matmul(w.wo, att_.data(), n, proj_.data());
-      for (std::int64_t i = 0; i < n * dim; ++i) x_[i] += proj_[i];
-
-      kernels::rmsnorm(x_.data(), w.ffn_norm.data(), xb_.data(), n, dim, hp.rms_eps);
+      by_tokens(n, [&](std::int64_t t0, std::int64_t t1) {
+        for (std::int64_t i = t0 * dim; i < t1 * dim; ++i) x_[i] += proj_[i];
+        kernels::rmsnorm(x_.data() + t0 * dim, w.ffn_norm.data(), xb_.data() + t0 * dim, t1 - t0,
+                         dim, hp.rms_eps);
+      });
       matmul(w.w_gate, xb_.data(), n, h1_.data());
       matmul(w.w_up, xb_.data(), n, h2_.data());
-      kernels::swiglu(h1_.data(), h2_.data(), n * hp.hidden);
+      by_tokens(n, [&](std::int64_t t0, std::int64_t t1) {
+        kernels::swiglu(h1_.data() + t0 * hp.hidden, h2_.data() + t0 * hp.hidden,
+                        (t1 - t0) * hp.hidden);
+      });
       matmul(w.w_down, h1_.data(), n, proj_.data());
-      for (std::int64_t i = 0; i < n * dim; ++i) x_[i] += proj_[i];
+      by_tokens(n, [&](std::int64_t t0, std::int64_t t1) {
+        for (std::int64_t i = t0 * dim; i < t1 * dim; ++i) x_[i] += proj_[i];
+      });
     }
 
     // Logits only for the sampled rows: [n_logits, n_vocab].
@@ -105,6 +125,14 @@ class LlamaRunner final : public StepRunner {
   }
 
  private:
+  // f(t0, t1) over token ranges covering [0, n): split across the pool for batches (the
+  // per-token work of a batch step would otherwise leave the other threads waiting).
+  template <class F>
+  void by_tokens(std::int64_t n, F&& f) {
+    if (n < 16) return f(0, n);
+    pool_.parallel_for(n, [&](int, std::int64_t b, std::int64_t e) { f(b, e); });
+  }
+
   void matmul(const Weight& w, const float* x, std::int64_t n, float* y) {
     kernels::matmul(w, x, n, y, pool_, qx_, qs_);
   }
@@ -114,6 +142,7 @@ class LlamaRunner final : public StepRunner {
   std::vector<std::vector<float>> scratch_;  // per thread, attention scores
   std::vector<std::span<const BlockId>> tables_;
   std::vector<float> x_, xb_, q_, k_, v_, att_, proj_, h1_, h2_, last_;  // activations, reused
+  std::vector<float> cos_, sin_;                                         // rotary angles
   std::vector<std::int8_t> qx_;
   std::vector<float> qs_;
 };

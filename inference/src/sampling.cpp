@@ -2,9 +2,49 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <unordered_set>
 
+#include "simd.hpp"
+
 namespace weir::inference {
+
+namespace {
+
+// The index of the largest logit, the lowest on ties: 16 lanes each keep their first maximum
+// (strictly greater replaces), then the lanes are merged. A step samples every sequence of a
+// batch on the engine thread, so this loop over the vocabulary is on the critical path.
+WEIR_CLONES std::int32_t argmax(const float* x, std::int32_t n) {
+  typedef float v16 __attribute__((vector_size(64), aligned(4)));
+  typedef std::int32_t vi16 __attribute__((vector_size(64), aligned(4)));
+  std::int32_t best = 0;
+  std::int32_t i = 0;
+  if (n >= 32) {
+    v16 m = *reinterpret_cast<const v16*>(x);
+    vi16 idx = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}, at = idx;
+    for (i = 16; i + 16 <= n; i += 16) {
+      at += 16;
+      const v16 v = *reinterpret_cast<const v16*>(x + i);
+      const vi16 gt = v > m;
+      m = gt ? v : m;
+      idx = gt ? at : idx;
+    }
+    float mv[16];
+    std::int32_t iv[16];
+    std::memcpy(mv, &m, sizeof mv);
+    std::memcpy(iv, &idx, sizeof iv);
+    best = iv[0];
+    for (int j = 1; j < 16; ++j) {
+      if (mv[j] > x[best] || (mv[j] == x[best] && iv[j] < best)) best = iv[j];
+    }
+  }
+  for (; i < n; ++i) {
+    if (x[i] > x[best]) best = i;
+  }
+  return best;
+}
+
+}  // namespace
 
 std::int32_t Sampler::sample(std::span<const float> logits, std::span<const std::int32_t> history) {
   const bool penalise = p_.repetition_penalty != 1.0f && !history.empty();
@@ -22,6 +62,7 @@ std::int32_t Sampler::sample(std::span<const float> logits, std::span<const std:
     return l;
   };
   const auto n = static_cast<std::int32_t>(logits.size());
+  if (p_.temperature <= 0.0f && !penalise) return argmax(logits.data(), n);
   if (p_.temperature <= 0.0f) {
     std::int32_t best = 0;
     float best_l = adjusted(0);

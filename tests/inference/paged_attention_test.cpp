@@ -84,5 +84,36 @@ INSTANTIATE_TEST_SUITE_P(Shapes, PagedAttention,
                          ::testing::Values(Case{4, 4, 16, 16}, Case{8, 4, 8, 4}, Case{6, 2, 48, 16},
                                            Case{4, 1, 13, 3}));
 
+// Heads of 16 * k floats take a path that handles a token's heads in the work range together:
+// the result must not depend on where the ranges split (threads split anywhere).
+TEST(PagedAttentionSplit, RangesSplitAnywhereGiveTheSameResult) {
+  const std::int32_t n_heads = 8, n_kv_heads = 2, hd = 64, bs = 16, layer = 0;
+  KvLayout L{1, n_kv_heads, hd, bs, 12};
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> U(-1, 1);
+  std::vector<float> pool(static_cast<std::size_t>(L.total_elems()));
+  for (auto& x : pool) x = U(rng);
+  std::vector<BlockId> table = {7, 2, 9, 0, 11, 4};
+  std::span<const BlockId> spans[1] = {table};
+  const std::vector<std::int32_t> pos = {0, 15, 16, 40, 90}, seq(pos.size(), 0);
+  AttentionBatch b{pos, seq, spans, n_heads};
+  std::vector<float> q(pos.size() * n_heads * hd);
+  for (auto& x : q) x = U(rng);
+  const std::int64_t items = static_cast<std::int64_t>(pos.size()) * n_heads;
+  std::vector<float> scratch, whole(q.size(), NAN);
+  paged_attention(pool, L, layer, b, q.data(), whole.data(), 0.125f, 0, items, scratch);
+  for (std::int64_t chunk : {1, 3, 5, 7, 13}) {
+    std::vector<float> split(q.size(), NAN);
+    for (std::int64_t begin = 0; begin < items; begin += chunk)
+      paged_attention(pool, L, layer, b, q.data(), split.data(), 0.125f, begin,
+                      std::min(items, begin + chunk), scratch);
+    ASSERT_EQ(split, whole) << "chunk " << chunk;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(FastPathShapes, PagedAttention,
+                         ::testing::Values(Case{8, 2, 128, 16}, Case{3, 3, 64, 5},
+                                           Case{2, 1, 32, 3}));
+
 }  // namespace
 }  // namespace weir::inference

@@ -2,6 +2,8 @@
 
 #include <map>
 
+#include <random>
+
 #include <gtest/gtest.h>
 
 namespace weir::inference {
@@ -58,6 +60,31 @@ TEST(Sampling, TheSameSeedRepeats) {
         sc.push_back(c.sample(kLogits, {}));
   EXPECT_EQ(sa, sb);
   EXPECT_NE(sa, sc);
+}
+
+// Greedy over a vocabulary-sized row: the largest logit, the lowest id among equal ones,
+// wherever they fall relative to the 16-wide lanes and the tail.
+TEST(Sampling, GreedyPicksTheLowestIdOfTheLargestLogit) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> U(-10, 10);
+  Sampler s({});
+  for (int n : {1, 15, 16, 31, 32, 33, 100, 32000}) {
+    std::vector<float> logits(static_cast<std::size_t>(n));
+    for (auto& l : logits) l = U(rng);
+    auto naive = [&] {
+      int best = 0;
+      for (int i = 1; i < n; ++i)
+        if (logits[i] > logits[best]) best = i;
+      return best;
+    };
+    EXPECT_EQ(s.sample(logits, {}), naive()) << "n=" << n;
+    // Ties: copies of the maximum at later and earlier ids, in other lanes and in the tail.
+    for (int at : {n - 1, n / 2, 17, 3, 0}) {
+      if (at >= n) continue;
+      logits[static_cast<std::size_t>(at)] = 20.0f;
+      EXPECT_EQ(s.sample(logits, {}), naive()) << "n=" << n << " tie at " << at;
+    }
+  }
 }
 
 }  // namespace

@@ -1,0 +1,157 @@
+// The matmul kernels against naive references, on every path this machine has: the AVX-512
+// GEMMs for batches (native; F32, and Q8_0 / Q4_0 with VNNI), the AVX2 and per-ISA loops they
+// fall back to (avx2), and the portable loops (portable). Shapes are odd on purpose: token counts
+// around the 16- and 32-token panels, rows that are not a multiple of the row tiles, columns a
+// multiple of 32.
+#include <cmath>
+#include <random>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "kernels.hpp"  // private: inference/src
+#include "quant.hpp"
+#include "weir/inference/gguf_writer.hpp"
+
+namespace weir::inference {
+namespace {
+
+using kernels::KernelIsa;
+
+std::vector<float> randn(std::size_t n, std::uint64_t seed, float scale = 1.0f) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> N(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = N(rng);
+  return v;
+}
+
+const char* isa_name(KernelIsa isa) {
+  return isa == KernelIsa::native ? "native" : isa == KernelIsa::avx2 ? "avx2" : "portable";
+}
+
+struct Shape {
+  std::int64_t rows, cols;
+};
+
+constexpr Shape kShapes[] = {{13, 32}, {29, 96}, {24, 288}, {7, 64}};
+constexpr std::int64_t kTokens[] = {1, 3, 4, 5, 17, 33, 64};
+constexpr KernelIsa kIsas[] = {KernelIsa::native, KernelIsa::avx2, KernelIsa::portable};
+
+class Kernels : public ::testing::Test {
+ protected:
+  void TearDown() override { kernels::force_kernel_isa(KernelIsa::native); }
+};
+
+TEST_F(Kernels, F32MatmulMatchesNaive) {
+  for (const Shape s : kShapes) {
+    const auto w = randn(static_cast<std::size_t>(s.rows * s.cols), 1 + s.rows);
+    const Weight wt{GgmlType::f32, reinterpret_cast<const std::byte*>(w.data()), s.rows, s.cols};
+    for (std::int64_t n : kTokens) {
+      const auto x = randn(static_cast<std::size_t>(n * s.cols), 100 + n);
+      for (int threads : {1, 3}) {
+        ThreadPool pool(threads);
+        for (KernelIsa isa : kIsas) {
+          kernels::force_kernel_isa(isa);
+          SCOPED_TRACE(std::to_string(s.rows) + "x" + std::to_string(s.cols) +
+                       " n=" + std::to_string(n) + " threads=" + std::to_string(threads) + " " +
+                       isa_name(isa));
+          std::vector<float> y(static_cast<std::size_t>(n * s.rows), NAN);
+          std::vector<std::int8_t> qx;
+          std::vector<float> qs;
+          kernels::matmul(wt, x.data(), n, y.data(), pool, qx, qs);
+          for (std::int64_t t = 0; t < n; ++t) {
+            for (std::int64_t r = 0; r < s.rows; ++r) {
+              double want = 0, mag = 0;
+              for (std::int64_t i = 0; i < s.cols; ++i) {
+                want += double(w[r * s.cols + i]) * x[t * s.cols + i];
+                mag += std::fabs(double(w[r * s.cols + i]) * x[t * s.cols + i]);
+              }
+              ASSERT_NEAR(y[t * s.rows + r], want, 1e-6 * mag + 1e-6)
+                  << "token " << t << " row " << r;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// Q8_0 and Q4_0 weights: every path quantises the activations to Q8_0 blocks (ggml's rounding,
+// the scale rounded to fp16) and sums d_w * d_x * (integer dot) per block, so the reference
+// does exactly that in double; only the float summation order may differ.
+class BlockKernels : public Kernels, public ::testing::WithParamInterface<GgmlType> {};
+
+TEST_P(BlockKernels, MatmulMatchesQuantisedReference) {
+  const GgmlType type = GetParam();
+  for (const Shape s : kShapes) {
+    const auto wf = randn(static_cast<std::size_t>(s.rows * s.cols), 7 + s.rows, 0.05f);
+    auto bytes = quantize_tensor(wf, type);
+    ASSERT_TRUE(bytes);
+    const Weight wt{type, reinterpret_cast<const std::byte*>(bytes->data()), s.rows, s.cols};
+    const std::int64_t blocks = s.cols / 32;
+    // Each weight block's scale and integer quants, as the kernels see them.
+    std::vector<float> wd(static_cast<std::size_t>(s.rows * blocks));
+    std::vector<std::int8_t> wq(static_cast<std::size_t>(s.rows * s.cols));
+    for (std::int64_t b = 0; b < s.rows * blocks; ++b) {
+      if (type == GgmlType::q8_0) {
+        const auto& blk = reinterpret_cast<const BlockQ8_0*>(bytes->data())[b];
+        wd[b] = fp16_to_fp32(blk.d);
+        std::copy_n(blk.qs, 32, wq.data() + b * 32);
+      } else {
+        unpack_q4_0(reinterpret_cast<const BlockQ4_0*>(bytes->data())[b], wq.data() + b * 32,
+                    &wd[b]);
+      }
+    }
+    for (std::int64_t n : kTokens) {
+      auto x = randn(static_cast<std::size_t>(n * s.cols), 200 + n);
+      for (std::int64_t i = 0; i < 32 && i < n * s.cols; ++i) x[i] = 0.0f;  // an all-zero block
+      // The activations' Q8_0 blocks, as ggml's reference quantiser makes them.
+      std::vector<std::int8_t> xq(x.size());
+      std::vector<float> xd(static_cast<std::size_t>(n * blocks));
+      for (std::int64_t b = 0; b < n * blocks; ++b) {
+        float amax = 0;
+        for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[b * 32 + j]));
+        const float d = amax / 127.0f, inv = d ? 1.0f / d : 0.0f;
+        xd[b] = fp16_to_fp32(fp32_to_fp16(d));
+        for (int j = 0; j < 32; ++j) {
+          const float v = x[b * 32 + j] * inv;
+          xq[b * 32 + j] = static_cast<std::int8_t>(static_cast<int>(v + (v >= 0 ? 0.5f : -0.5f)));
+        }
+      }
+      for (int threads : {1, 3}) {
+        ThreadPool pool(threads);
+        for (KernelIsa isa : kIsas) {
+          kernels::force_kernel_isa(isa);
+          SCOPED_TRACE(std::string(ggml_type_name(type)) + " " + std::to_string(s.rows) + "x" +
+                       std::to_string(s.cols) + " n=" + std::to_string(n) +
+                       " threads=" + std::to_string(threads) + " " + isa_name(isa));
+          std::vector<float> y(static_cast<std::size_t>(n * s.rows), NAN);
+          std::vector<std::int8_t> qx;
+          std::vector<float> qs;
+          kernels::matmul(wt, x.data(), n, y.data(), pool, qx, qs);
+          for (std::int64_t t = 0; t < n; ++t) {
+            for (std::int64_t r = 0; r < s.rows; ++r) {
+              double want = 0, mag = 0;
+              for (std::int64_t b = 0; b < blocks; ++b) {
+                std::int64_t dot = 0;
+                for (int j = 0; j < 32; ++j)
+                  dot += wq[(r * blocks + b) * 32 + j] * xq[(t * blocks + b) * 32 + j];
+                const double term = double(wd[r * blocks + b]) * xd[t * blocks + b] * dot;
+                want += term, mag += std::fabs(term);
+              }
+              ASSERT_NEAR(y[t * s.rows + r], want, 1e-6 * mag + 1e-7)
+                  << "token " << t << " row " << r;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, BlockKernels, ::testing::Values(GgmlType::q8_0, GgmlType::q4_0),
+                         [](const auto& info) { return ggml_type_name(info.param); });
+
+}  // namespace
+}  // namespace weir::inference
