@@ -166,6 +166,21 @@ constexpr std::int64_t kGemmMinTokens = 4;
   }
 }
 
+// A GEMM tile's accumulators (R weight rows x NT * 16 tokens) to y[token * ldy + row], for
+// rows < nr and tokens < count.
+template <int R, int NT>
+[[gnu::always_inline]] inline __attribute__((target("avx512f"))) void store_tile(
+    const __m512 (&acc)[R][NT], float* y, std::int64_t ldy, std::int64_t nr, std::int64_t count) {
+  static_assert(R <= 16);
+#pragma GCC unroll 4
+  for (int j = 0; j < NT; ++j) {
+    __m512 a[16];
+#pragma GCC unroll 16
+    for (int r = 0; r < 16; ++r) a[r] = r < R ? acc[r][j] : _mm512_setzero_ps();
+    store_transposed(a, y + 16 * j * ldy, ldy, nr, count - 16 * j);
+  }
+}
+
 // y[j * ldy + r] = sum_k w[r * ldw + k] * xp[k * NT * 16 + j] for r < nr, j < count.
 // `next`: the next tile's weights (contiguous, 16 * cols floats fetched), prefetched one cache
 // line per k: the rows are too short for the hardware prefetcher to ramp up on its own.
@@ -198,13 +213,7 @@ __attribute__((target("avx512f"))) void gemm_tile_avx512(const float* w, std::in
       for (int j = 0; j < NT; ++j) acc[r][j] = _mm512_fmadd_ps(wv, xv[j], acc[r][j]);
     }
   }
-#pragma GCC unroll 4
-  for (int j = 0; j < NT; ++j) {
-    __m512 a[16];
-#pragma GCC unroll 16
-    for (int r = 0; r < 16; ++r) a[r] = r < R ? acc[r][j] : _mm512_setzero_ps();
-    store_transposed(a, y + 16 * j * ldy, ldy, nr, count - 16 * j);
-  }
+  store_tile<R, NT>(acc, y, ldy, nr, count);
 }
 
 // Token panels of Q8_0 activations for the VNNI GEMM (see gemm_q8_tile_vnni): 32 tokens
@@ -276,13 +285,7 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void gemm_q8_tile_vnni(
             _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[r][j]), _mm512_mul_ps(sw, sx[j]), acc[r][j]);
     }
   }
-#pragma GCC unroll 4
-  for (int j = 0; j < NT; ++j) {
-    __m512 a[16];
-#pragma GCC unroll 16
-    for (int r = 0; r < 16; ++r) a[r] = r < R ? acc[r][j] : _mm512_setzero_ps();
-    store_transposed(a, y + 16 * j * ldy, ldy, nr, count - 16 * j);
-  }
+  store_tile<R, NT>(acc, y, ldy, nr, count);
 }
 
 // Per tile of the Q8_0 GEMM: the rows' block scales as float and -128 * (sum of each block's

@@ -11,6 +11,7 @@
 
 #include "kernels.hpp"  // private: inference/src
 #include "quant.hpp"
+#include "random_util.hpp"
 #include "weir/inference/gguf_writer.hpp"
 
 namespace weir::inference {
@@ -18,13 +19,7 @@ namespace {
 
 using kernels::KernelIsa;
 
-std::vector<float> randn(std::size_t n, std::uint64_t seed, float scale = 1.0f) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> N(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = N(rng);
-  return v;
-}
+using weir::inference::testing::randn;
 
 const char* isa_name(KernelIsa isa) {
   return isa == KernelIsa::native ? "native" : isa == KernelIsa::avx2 ? "avx2" : "portable";

@@ -13,6 +13,7 @@
 
 #include "kernels.hpp"  // private: inference/src
 #include "quant.hpp"
+#include "random_util.hpp"
 #include "weir/inference/engine.hpp"
 #include "weir/inference/forward_ref.hpp"
 #include "weir/inference/gguf_writer.hpp"
@@ -24,13 +25,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::vector<float> randn(std::size_t n, std::uint64_t seed, float scale = 1.0f) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> N(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = N(rng);
-  return v;
-}
+using weir::inference::testing::randn;
 
 // The dequantised values of `bytes` holding one row of `cols` values of `type`.
 std::vector<float> dequantize(const std::string& bytes, GgmlType type, std::int64_t cols) {
