@@ -161,6 +161,7 @@ namespace {
 // kPooled), and a Runner's memory is reused the same way: a short run then allocates little
 // beyond its coroutine frame and its state.
 constexpr std::size_t kPooled = 32;
+constexpr std::size_t kPooledItems = 64;  // larger vectors are freed, not pooled
 
 struct Scratch {
   std::vector<Task> tasks, next;
@@ -253,12 +254,19 @@ struct Runner {
   ~Runner() {
     st.values.clear();  // before the budget accounting goes
     auto& pool = t_pools.scratch;
-    if (pool.size() >= kPooled) return;
+    // Only small steps' vectors are kept: a 10,000-way Send must not pin its memory.
+    if (pool.size() >= kPooled || tasks.capacity() > kPooledItems ||
+        next.capacity() > kPooledItems || results.capacity() > kPooledItems ||
+        ctxs.capacity() > kPooledItems || writes.capacity() > kPooledItems)
+      return;
     tasks.clear();
     next.clear();
     results.clear();
     ctxs.clear();
-    for (auto& w : writes) w.clear();
+    for (auto& w : writes) {
+      w.clear();
+      if (w.capacity() > kPooledItems) w.shrink_to_fit();
+    }
     pool.push_back(Scratch{std::move(tasks), std::move(next), std::move(results), std::move(ctxs),
                            std::move(writes)});
   }
