@@ -1,0 +1,275 @@
+// A run's channels: the reducers, message windows (eviction, archive, rolling summary) and
+// the offload of large values to the artifact store (see runner.hpp, state_graph.hpp).
+#include <algorithm>
+
+#include <boost/json.hpp>
+
+#include "runner.hpp"
+#include "weir/runtime/artifact_store.hpp"
+#include "weir/runtime/log.hpp"
+
+namespace weir::graph {
+
+namespace {
+
+std::int64_t default_tokens(std::string_view text) {
+  return static_cast<std::int64_t>((text.size() + 3) / 4);
+}
+
+bool has_role(const json::value& m, std::string_view role) {
+  if (!m.is_object()) return false;
+  const auto* r = m.as_object().if_contains("role");
+  return r && r->is_string() && r->as_string() == role;
+}
+
+// The marker a window leaves for its evicted turns (see ChannelOptions).
+bool is_marker(const json::value& m) {
+  if (!has_role(m, "system")) return false;
+  const auto* n = m.as_object().if_contains("name");
+  return n && n->is_string() && n->as_string() == "summary" && m.as_object().contains("archived");
+}
+
+// [leading system messages, marker?, turns...] -> (index of the marker slot, first turn).
+std::pair<std::size_t, std::size_t> window_layout(const json::array& arr) {
+  std::size_t keep = 0;
+  while (keep < arr.size() && has_role(arr[keep], "system") && !is_marker(arr[keep])) ++keep;
+  const bool marker = keep < arr.size() && is_marker(arr[keep]);
+  return {keep, keep + (marker ? 1 : 0)};
+}
+
+// At most `max` bytes, cut on a UTF-8 boundary, ending in a note when cut.
+std::string cap_summary(std::string s, std::size_t max) {
+  if (s.size() <= max) return s;
+  static constexpr std::string_view kNote = "... [summary truncated]";
+  std::size_t cut = max > kNote.size() ? max - kNote.size() : 0;
+  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
+  s.resize(cut);
+  if (max >= kNote.size()) s += kNote;
+  return s;
+}
+
+}  // namespace
+
+std::int64_t Runner::tokens_of(const ChannelOptions& o, const json::value& m) const {
+  const auto* c = m.is_object() ? m.as_object().if_contains("content") : nullptr;
+  std::string text = c && c->is_string() ? std::string(c->as_string()) : json::serialize(m);
+  return o.token_counter ? o.token_counter(text) : default_tokens(text);
+}
+
+void Runner::trim_window(std::size_t ch, json::array& arr) {
+  const ChannelOptions& o = g.channels_[ch].second;
+  const std::int64_t max_messages = o.max_messages.value_or(0);
+  const std::int64_t max_tokens = o.max_tokens.value_or(0);
+  if (max_messages <= 0 && max_tokens <= 0) return;
+  const auto [marker, first] = window_layout(arr);
+  const std::size_t marker_count = first - marker;
+  std::int64_t total = 0;
+  if (max_tokens > 0) {
+    for (const auto& m : arr) total += tokens_of(o, m);
+  }
+  std::size_t drop = 0;
+  auto over = [&] {
+    const std::size_t turns = arr.size() - first - drop;
+    if (turns == 0) return false;
+    if (max_messages > 0 &&
+        static_cast<std::int64_t>(arr.size() - marker_count - drop) > max_messages)
+      return true;
+    return max_tokens > 0 && total > max_tokens && turns > 1;  // the newest turn stays
+  };
+  while (over()) {
+    if (max_tokens > 0) total -= tokens_of(o, arr[first + drop]);
+    ++drop;
+  }
+  if (drop == 0) return;
+  if (opt.artifacts || o.summarize) {
+    if (evicted.empty()) evicted.resize(g.channels_.size());
+    for (std::size_t i = 0; i < drop; ++i) evicted[ch].emplace_back(arr[first + i]);
+  }
+  arr.erase(arr.begin() + static_cast<std::ptrdiff_t>(first),
+            arr.begin() + static_cast<std::ptrdiff_t>(first + drop));
+}
+
+asio::awaitable<Status> Runner::fold_evicted(std::int64_t step) {
+  for (std::size_t ch = 0; ch < evicted.size(); ++ch) {
+    // A marker that pushes the window over max_tokens evicts more turns: fold again.
+    while (!evicted[ch].empty()) {
+      json::array turns = std::move(evicted[ch]);
+      evicted[ch] = json::array();
+      const std::string& name = g.channels_[ch].first;
+      const ChannelOptions& o = g.channels_[ch].second;
+      std::string previous;
+      std::int64_t archived = 0;
+      std::optional<ArtifactRef> old_archive;
+      {
+        const json::array& arr = st.values[ch].as_array();
+        const auto layout = window_layout(arr);
+        if (layout.second > layout.first) {
+          const json::object& m = arr[layout.first].as_object();
+          if (const auto* c = m.if_contains("content"); c && c->is_string())
+            previous = std::string(c->as_string());
+          if (const auto* a = m.if_contains("archived"); a && a->is_int64())
+            archived = a->as_int64();
+          if (const auto* a = m.if_contains("archive")) old_archive = ArtifactRef::from_json(*a);
+        }
+      }
+      json::object marker_msg(st.sp);
+      marker_msg["role"] = "system";
+      marker_msg["name"] = "summary";
+      archived += static_cast<std::int64_t>(turns.size());
+      if (opt.artifacts) {
+        std::string lines;
+        if (old_archive) {
+          auto old = opt.artifacts->get(old_archive->id);
+          if (!old)
+            co_return Error(old.error().code,
+                            "channel '" + name + "': reading its archive: " + old.error().message);
+          lines = std::move(*old);
+        }
+        for (const auto& m : turns) lines += json::serialize(m) + "\n";
+        auto ref = opt.artifacts->put(lines, "application/x-ndjson", "", run_id);
+        if (!ref)
+          co_return Error(ref.error().code, "channel '" + name + "': archiving evicted messages: " +
+                                                ref.error().message);
+        if (old_archive && old_archive->id != ref->id)
+          (void)opt.artifacts->release(old_archive->id, run_id);
+        marker_msg["archive"] = ref->to_json();
+      }
+      std::string summary;
+      if (o.summarize) {
+        Result<std::string> r = Error(Errc::cancelled, "not run");
+        try {
+          r = co_await o.summarize(previous, std::move(turns));
+        } catch (const Exception& e) {
+          r = e.error();
+        } catch (const std::exception& e) {
+          r = Error(Errc::tool_failed, std::string("threw: ") + e.what());
+        }
+        if (r) {
+          summary = cap_summary(std::move(*r), o.max_summary_bytes);
+        } else {
+          summary = std::move(previous);
+          const std::string msg = "run " + run_id + ": channel '" + name +
+                                  "': the summarize hook failed (" + r.error().to_string() +
+                                  "); keeping the previous summary";
+          log(LogLevel::warn, msg);
+          if (events) {
+            json::object data;
+            data["code"] = errc_name(r.error().code);
+            data["message"] = msg;
+            data["channel"] = name;
+            Event e = event(EventKind::warning, {}, step, std::move(data));
+            co_await push(std::move(e));
+          }
+        }
+      } else {
+        summary = "[" + std::to_string(archived) + " earlier messages archived]";
+      }
+      marker_msg["content"] = summary;
+      marker_msg["archived"] = archived;
+      json::array& arr = st.values[ch].as_array();
+      const auto layout = window_layout(arr);
+      if (layout.second > layout.first)
+        arr[layout.first] = std::move(marker_msg);
+      else
+        arr.insert(arr.begin() + static_cast<std::ptrdiff_t>(layout.first),
+                   json::value(std::move(marker_msg)));
+      trim_window(ch, arr);
+    }
+  }
+  co_return Status{};
+}
+
+Status Runner::reduce(std::size_t ch,
+                      const std::vector<std::pair<std::size_t, const json::value*>>& writes,
+                      std::int32_t step) {
+  const auto& [name, opt_c] = g.channels_[ch];
+  json::value& cur = st.values[ch];
+  for (std::size_t i = 0; i < writes.size(); ++i) {
+    const json::value& w = *writes[i].second;
+    if (opt_c.custom) {
+      auto r = opt_c.custom(cur, w);
+      if (!r) return Error(r.error().code, "channel '" + name + "' reducer: " + r.error().message);
+      cur = json::value(*r, st.sp);
+      continue;
+    }
+    switch (opt_c.reducer) {
+      case ReducerKind::last_value:
+        if (writes.size() > 1) {
+          return Error(Errc::conflicting_writes,
+                       "nodes '" + g.nodes_[writes[0].first].name + "' and '" +
+                           g.nodes_[writes[1].first].name + "' both wrote channel '" + name +
+                           "' in superstep " + std::to_string(step) +
+                           "; a last-value channel takes one write per step: give it a reducer "
+                           "(e.g. append) or write "
+                           "it from one node");
+        }
+        cur = json::value(w, st.sp);
+        break;
+      case ReducerKind::append:
+      case ReducerKind::messages: {
+        if (!cur.is_array()) cur = json::array(st.sp);
+        auto& arr = cur.as_array();
+        if (w.is_array()) {
+          for (const auto& x : w.as_array()) arr.emplace_back(x);
+        } else {
+          arr.emplace_back(w);
+        }
+        if (opt_c.reducer == ReducerKind::messages) {
+          trim_window(ch, arr);
+          break;
+        }
+        const std::int64_t cap = opt_c.max_items.value_or(0);
+        if (cap > 0 && static_cast<std::int64_t>(arr.size()) > cap) {
+          const std::size_t drop = arr.size() - static_cast<std::size_t>(cap);
+          arr.erase(arr.begin(), arr.begin() + static_cast<std::ptrdiff_t>(drop));
+        }
+        break;
+      }
+      case ReducerKind::sum:
+      case ReducerKind::max:
+      case ReducerKind::min: {
+        if (!w.is_number())
+          return Error(Errc::invalid_argument, "channel '" + name + "' holds numbers; node '" +
+                                                   g.nodes_[writes[i].first].name + "' wrote " +
+                                                   json::serialize(w));
+        if (cur.is_null()) {
+          cur = w;
+        } else if (opt_c.reducer == ReducerKind::sum) {
+          if (cur.is_int64() && w.is_int64())
+            cur = cur.as_int64() + w.as_int64();
+          else
+            cur = cur.to_number<double>() + w.to_number<double>();
+        } else {
+          const bool bigger = w.to_number<double>() > cur.to_number<double>();
+          if ((opt_c.reducer == ReducerKind::max) == bigger) cur = w;
+        }
+        break;
+      }
+      case ReducerKind::merge:
+        if (!cur.is_object()) cur = json::object(st.sp);
+        if (!w.is_object())
+          return Error(Errc::invalid_argument, "channel '" + name + "' merges objects; node '" +
+                                                   g.nodes_[writes[i].first].name +
+                                                   "' wrote a non-object");
+        for (const auto& [k, v] : w.as_object()) cur.as_object()[k] = v;
+        break;
+    }
+  }
+  return {};
+}
+
+Status Runner::offload(json::value& v) {
+  if (!opt.artifacts || v.is_null() || v.is_bool() || v.is_number()) return {};
+  if (v.is_string() && v.as_string().size() <= lim.inline_limit) return {};
+  if (ArtifactRef::from_json(v)) return {};
+  std::string text = v.is_string() ? std::string(v.as_string()) : json::serialize(v);
+  if (text.size() <= lim.inline_limit) return {};
+  auto ref =
+      opt.artifacts->put(text, v.is_string() ? "text/plain" : "application/json", "", run_id);
+  if (!ref) return std::move(ref).error();
+  v = ref->to_json();
+  ++offloaded;
+  return {};
+}
+
+}  // namespace weir::graph

@@ -1,0 +1,253 @@
+// The run loop's private types: a run's state, its tasks, and the Runner that executes one run
+// (a top-level run or a subgraph's). Its members are defined in run.cpp (the superstep loop,
+// admission, events, nodes), run_channels.cpp (reducers, message windows, offload) and
+// run_checkpoints.cpp (restore, save, interrupts).
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/json.hpp>
+
+#include "events_impl.hpp"
+#include "weir/graph/checkpointer.hpp"
+#include "weir/graph/state_graph.hpp"
+#include "weir/runtime/limiter.hpp"
+#include "weir/runtime/memory_budget.hpp"
+
+namespace weir::graph {
+
+namespace asio = boost::asio;
+namespace json = boost::json;
+using Clock = std::chrono::steady_clock;
+
+struct RunState {
+  explicit RunState(MemoryBudget* budget, std::size_t cap, std::string what)
+      : resource(budget, BudgetCategory::run_state, cap, std::move(what)), sp(&resource) {}
+  AccountingResource resource;
+  json::storage_ptr sp;
+  std::vector<json::value> values;   // [channels]
+  std::vector<std::int64_t> visits;  // [nodes]
+  ~RunState() { values.clear(); }
+};
+
+struct Task {
+  std::size_t node;
+  json::value input;  // Send input, or null
+  bool from_send = false;
+};
+
+// [channel] -> (writing node, value) in task order, for the barrier of one step.
+using Writes = std::vector<std::vector<std::pair<std::size_t, const json::value*>>>;
+
+// One run of a compiled graph (a top-level run, or a subgraph node's child run): its state,
+// fences, scratch, and the coroutine that drives it (run()).
+struct Runner {
+  // Runner blocks are reused per thread (at most 32 kept; run.cpp).
+  static void* operator new(std::size_t n);
+  static void operator delete(void* p);
+
+  const CompiledGraph& g;
+  const RuntimeOptions& opt;
+  const GraphLimits lim;  // the graph's, or a subgraph node's override
+  std::string run_id;
+  RunState st;
+  std::int64_t tokens = 0;
+  std::int64_t* tokens_used = &tokens;  // a subgraph charges its top-level run
+  std::int64_t token_budget = 0;
+  std::size_t offloaded = 0;
+  Clock::time_point deadline = Clock::time_point::max();
+
+  // A run on a thread with a checkpointer. (Out of line: most runs have none, and every byte
+  // of a Runner is paid by each run in flight.)
+  struct Thread {
+    std::string id, parent_checkpoint;
+    json::object checkpoint_metadata;
+    std::int64_t step_base = 0;
+    std::string resume_node;  // async_resume: the node that interrupted
+  };
+  Checkpointer* checkpointer = nullptr;  // set together with `thread`
+  std::unique_ptr<Thread> thread;
+  bool resumed = false;
+
+  // async_resume: the value for thread->resume_node in the first step.
+  const json::value* resume_value = nullptr;
+
+  std::shared_ptr<EventStream::Impl> events;  // null: not streaming
+  std::string event_prefix;                   // "parent/" in a subgraph
+  bool stream_state = false;
+  bool nested = false;  // a subgraph's run: no checkpoints, no interrupts, no run_* events
+
+  // Turns evicted by a messages window in this step, folded into its marker at the barrier.
+  std::vector<json::array> evicted;  // [channels]
+
+  std::vector<NodeContext> ctxs;  // [tasks of the current step]
+
+  Runner(const CompiledGraph& graph, const RuntimeOptions& o, std::string id, GraphLimits limits);
+  ~Runner();
+  Runner(const Runner&) = delete;
+  Runner& operator=(const Runner&) = delete;
+
+  Error node_error(std::size_t node, const Error& e) const {
+    return Error(e.code, "node '" + g.nodes_[node].name + "': " + e.message);
+  }
+
+  // Events are built outside co_await expressions (GCC 12 mishandles temporaries there).
+  Event event(EventKind kind, std::string_view node, std::int64_t step, json::value data) const {
+    Event e;
+    e.kind = kind;
+    e.run_id = run_id;
+    if (!node.empty()) e.node = event_prefix + std::string(node);
+    e.step = step;
+    e.data = std::move(data);
+    return e;
+  }
+  asio::awaitable<void> push(Event e) { co_await push_event(events, std::move(e)); }
+
+  std::int64_t tokens_of(const ChannelOptions& o, const json::value& m) const;
+
+  // A messages window over max_messages / max_tokens: the oldest turns move to evicted[ch].
+  void trim_window(std::size_t ch, json::array& arr);
+
+  // Folds this step's evicted turns of every window into its marker: the archive artifact is
+  // extended, the summary hook called. A failing hook keeps the previous summary (warning).
+  asio::awaitable<Status> fold_evicted(std::int64_t step);
+
+  // fold_evicted with its status in `s`: run()'s frame keeps no temporary for it.
+  asio::awaitable<void> fold_evicted_into(std::int64_t step, Status& s) {
+    s = co_await fold_evicted(step);
+  }
+
+  bool has_evicted() const {
+    for (const auto& e : evicted) {
+      if (!e.empty()) return true;
+    }
+    return false;
+  }
+
+  // Merges the writes of one channel in node order through its reducer.
+  Status reduce(std::size_t ch,
+                const std::vector<std::pair<std::size_t, const json::value*>>& writes,
+                std::int32_t step);
+
+  // A written value over inline_limit moves to the artifact store before it enters state;
+  // state keeps the reference. (Elements appended one by one are checked one by one.)
+  Status offload(json::value& v);
+
+  // A subgraph node: the child graph runs to END as a nested run of this one.
+  asio::awaitable<Result<Update>> run_subgraph(const StateGraph::NodeDef& n);
+
+  // A node with retries, a subgraph or a sync node among async ones: the result goes to `r`
+  // (not returned, so that the awaiting frame keeps no temporary for it).
+  asio::awaitable<void> call(const Task& t, NodeContext& ctx, Result<Update>& r);
+
+  RunResult result(std::int32_t steps);
+
+  // Before the first superstep: channel defaults, the checkpoint to continue from, the input
+  // (through the reducers), START's targets. Not a coroutine: see run().
+  Status prepare(const json::object& input, std::vector<Task>& tasks);
+
+  Status start(const json::object& input, std::vector<Task>& tasks);
+
+  // The caps checked before a superstep, then the step's node contexts.
+  Status begin_step(const std::vector<Task>& tasks, std::int32_t& step);
+
+  // Every node of the step, inline when all are plain sync nodes.
+  bool run_inline(const std::vector<Task>& tasks, std::vector<Result<Update>>& results);
+
+  // The barrier, part 1: node errors, large values offloaded, writes grouped per channel in
+  // task order.
+  Status collect(const std::vector<Task>& tasks, std::vector<Result<Update>>& results,
+                 Writes& writes);
+
+  // Part 2: the reducers.
+  Status merge(const Writes& writes, std::int32_t step);
+
+  // Part 3: the next step's tasks (Sends, go_to, edges, routers) and the step's checkpoint.
+  Status advance(const std::vector<Task>& tasks, const std::vector<Result<Update>>& results,
+                 const Writes& writes, std::vector<Task>& next, std::int32_t step);
+
+  // Scratch of the superstep loop. Members rather than locals of run(): a coroutine frame keeps
+  // a slot for every local and temporary of every scope, and each run in flight pays for its
+  // frame (100k runs: bench/bench_graph.cpp).
+  std::vector<Task> tasks, next;
+  std::vector<Result<Update>> results;
+  Writes writes;
+
+  // A plain async node (no retries, not a subgraph) is awaited straight from run(): one
+  // coroutine frame less per node in flight than going through call().
+  bool direct(const Task& t) const {
+    const auto& n = g.nodes_[t.node];
+    return n.async && !n.sub && n.options.max_attempts <= 1;
+  }
+
+  // Set up by GraphRuntime::async_run for a top-level run (null for a subgraph's run).
+  std::shared_ptr<const CompiledGraph> graph_ref;  // keeps `g` alive
+  Limiter* admission = nullptr;
+  std::optional<Limiter::Permit> permit;
+  json::object input;
+
+  // The whole run: admission (top level), the superstep loop, the final event. `self` owns
+  // *this for as long as the coroutine lives, so that a run in flight is this object and one
+  // coroutine frame, and the frame only sequences: the work is in plain functions.
+  // Start it as `Runner* p = r.get(); p->run(std::move(r))`.
+  asio::awaitable<Result<RunResult>> run(std::unique_ptr<Runner> self);
+
+  asio::awaitable<void> queue_for_permit(Status& s);
+
+  // The task that called interrupt() and returned its error, or tasks.size().
+  std::size_t interrupting_task(const std::vector<Task>& tasks,
+                                const std::vector<Result<Update>>& results) const;
+
+  // Stops the run at task k's interrupt: an "interrupted" checkpoint that re-runs this step.
+  // The step's node is kept in `interrupted_task` for finish().
+  Status interrupt_run(const std::vector<Task>& tasks, std::size_t k, std::int32_t step);
+  std::size_t interrupted_task = 0;
+
+  // The result of a run that did not fail (finished, or stopped at an interrupt).
+  RunResult finish(std::int32_t step, bool interrupted);
+
+  // The stream's last event: run_finished or run_interrupted (before finish()), run_failed.
+  asio::awaitable<void> push_final(std::int32_t step, bool interrupted);
+  asio::awaitable<void> push_final(const Error& error);
+
+  // Event pushes live in their own coroutines so that run()'s frame stays small.
+  asio::awaitable<void> push_started(const std::vector<Task>& tasks, std::int32_t step);
+
+  // The node's custom events in emit order, then its node_finished with its (offloaded) writes.
+  asio::awaitable<void> push_finished(const Task& t, NodeContext& ctx, const Update& u,
+                                      std::int32_t step);
+
+  asio::awaitable<void> push_run_started(const json::object& input, const json::value* resume);
+
+  asio::awaitable<void> push_state(std::int32_t step);
+
+  // Restores the thread's state from its latest checkpoint; an unfinished one also gives the
+  // tasks to run next. An interrupted one is continued only by async_resume.
+  Status restore(std::vector<Task>& tasks);
+
+  // A checkpoint with only the channels written in this step, and what runs next. `status`
+  // overrides "running"/"done"; `interrupt` ({"node","payload"}) is stored in pending.
+  Status save(const std::vector<bool>& written, const std::vector<Task>& next_tasks,
+              std::int32_t step, const char* status = nullptr,
+              const json::object* interrupt = nullptr);
+
+  static void add_unique(std::vector<Task>& v, std::size_t n) {
+    for (const auto& t : v) {
+      if (t.node == n && !t.from_send) return;
+    }
+    v.push_back({n, nullptr});
+  }
+
+  Status route(const Router& r, std::vector<Task>& out);
+
+  // Async nodes of one step, at most max_concurrency at a time, on one strand; results in order.
+  asio::awaitable<void> run_concurrently(const std::vector<Task>& tasks,
+                                         std::vector<Result<Update>>& results);
+};
+
+}  // namespace weir::graph
