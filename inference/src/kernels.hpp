@@ -2,6 +2,9 @@
 // baseline) and picked at load time by the CPU (GCC target_clones); the batched GEMMs (F32 on
 // AVX-512, Q8_0 on AVX-512 VNNI) and the AVX2 integer kernels are intrinsics, picked at run
 // time by __builtin_cpu_supports, with those loops as the fallback. Private to inference/.
+// Files: kernels.cpp (matmul's dispatch, force_kernel_isa), gemm_avx512.cpp (the batched GEMMs),
+// dot_avx2.cpp (the AVX2 integer kernels), kernels_portable.cpp (the per-ISA loops, quantize_q8),
+// norm_rope_swiglu.cpp (rmsnorm, RoPE, SwiGLU).
 #pragma once
 
 #include <cstdint>
