@@ -209,7 +209,7 @@ __attribute__((target("avx512f,avx512bw,avx512vnni,f16c"))) void q8_tile_sums_vn
 }
 
 // Quantises x [n, cols] to Q8_0 exactly as quantize_q8 does and writes the quants (+128) and
-// scales straight into the panels of pack_q8_panels, whose layout (start, count, width) is set.
+// scales straight into the panels of quantize_q8_panels, whose layout (start, count, width) is set.
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) void quantize_pack_q8_avx512(
     const float* x, std::int64_t cols, std::uint8_t* q, float* d, std::int64_t start,
     std::int64_t count, std::int64_t width) {
