@@ -85,31 +85,41 @@ struct Scratch {
   Writes writes;
 };
 
+// Set when this thread's pools are destroyed (thread exit): a Runner freed after that, say by
+// an io_context destroyed later, is freed plainly. A bool stays readable until the thread ends.
+thread_local bool t_pools_gone = false;
+
 struct Pools {
   std::vector<Scratch> scratch;
   std::vector<void*> runners;  // blocks of sizeof(Runner)
   ~Pools() {
+    t_pools_gone = true;
     for (void* p : runners) ::operator delete(p);
   }
 };
 thread_local Pools t_pools;
+
+// This thread's pools, or null once they are gone.
+Pools* pools() {
+  return t_pools_gone ? nullptr : &t_pools;
+}
 
 }  // namespace
 
 // --- Runner ---------------------------------------------------------------------------------
 
 void* Runner::operator new(std::size_t n) {
-  auto& free = t_pools.runners;
-  if (free.empty()) return ::operator new(n);
-  void* p = free.back();
-  free.pop_back();
+  Pools* pl = pools();
+  if (!pl || pl->runners.empty()) return ::operator new(n);
+  void* p = pl->runners.back();
+  pl->runners.pop_back();
   return p;
 }
 
 void Runner::operator delete(void* p) {
-  auto& free = t_pools.runners;
-  if (free.size() < kPooled)
-    free.push_back(p);
+  Pools* pl = pools();
+  if (pl && pl->runners.size() < kPooled)
+    pl->runners.push_back(p);
   else
     ::operator delete(p);
 }
@@ -123,7 +133,8 @@ Runner::Runner(const CompiledGraph& graph, const RuntimeOptions& o, std::string 
       st(o.budget, limits.max_state_bytes, "run " + run_id + " state") {
   if (lim.deadline.count() > 0) deadline = Clock::now() + lim.deadline;
   token_budget = lim.token_budget;
-  if (auto& pool = t_pools.scratch; !pool.empty()) {
+  if (Pools* pl = pools(); pl && !pl->scratch.empty()) {
+    auto& pool = pl->scratch;
     Scratch& sc = pool.back();
     tasks = std::move(sc.tasks);
     next = std::move(sc.next);
@@ -136,11 +147,11 @@ Runner::Runner(const CompiledGraph& graph, const RuntimeOptions& o, std::string 
 
 Runner::~Runner() {
   st.values.clear();  // before the budget accounting goes
-  auto& pool = t_pools.scratch;
+  Pools* pl = pools();
   // Only small steps' vectors are kept: a 10,000-way Send must not pin its memory.
-  if (pool.size() >= kPooled || tasks.capacity() > kPooledItems || next.capacity() > kPooledItems ||
-      results.capacity() > kPooledItems || ctxs.capacity() > kPooledItems ||
-      writes.capacity() > kPooledItems)
+  if (!pl || pl->scratch.size() >= kPooled || tasks.capacity() > kPooledItems ||
+      next.capacity() > kPooledItems || results.capacity() > kPooledItems ||
+      ctxs.capacity() > kPooledItems || writes.capacity() > kPooledItems)
     return;
   tasks.clear();
   next.clear();
@@ -150,8 +161,8 @@ Runner::~Runner() {
     w.clear();
     if (w.capacity() > kPooledItems) w.shrink_to_fit();
   }
-  pool.push_back(Scratch{std::move(tasks), std::move(next), std::move(results), std::move(ctxs),
-                         std::move(writes)});
+  pl->scratch.push_back(Scratch{std::move(tasks), std::move(next), std::move(results),
+                                std::move(ctxs), std::move(writes)});
 }
 
 asio::awaitable<Result<Update>> Runner::run_subgraph(const StateGraph::NodeDef& n) {

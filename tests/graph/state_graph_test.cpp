@@ -2,6 +2,8 @@
 
 #include <atomic>
 #include <filesystem>
+#include <optional>
+#include <thread>
 
 #include <gtest/gtest.h>
 #include <boost/asio/co_spawn.hpp>
@@ -349,6 +351,38 @@ TEST(StateGraph, RunsBeyondTheLimitQueueAndBeyondTheQueueAreRefused) {
   EXPECT_EQ(finished, (std::vector<std::string>{"r2", "r0", "r1"}));
   EXPECT_EQ(rt.active_runs(), 0u);
   EXPECT_EQ(rt.queued_runs(), 0u);
+}
+
+// A run still in flight when its thread ends, destroyed with an io_context that outlives the
+// thread's pools of Runner blocks, is freed plainly (ASan: no use of the destroyed pools).
+GraphRuntime& long_lived_runtime() {
+  static GraphRuntime rt;
+  return rt;
+}
+asio::awaitable<void> invoke_and_forget(std::shared_ptr<const CompiledGraph> g) {
+  (void)co_await long_lived_runtime().async_invoke(g, {});
+}
+
+TEST(StateGraph, ARunOutlivingItsThreadsPoolsIsFreedPlainly) {
+  StateGraph b;
+  b.add_channel("x", {});
+  b.add_async_node("wait", [](StateView, NodeContext&) -> asio::awaitable<Result<Update>> {
+    asio::steady_timer t(co_await asio::this_coro::executor, std::chrono::hours(1));
+    co_await t.async_wait(asio::use_awaitable);
+    co_return Update().set("x", 1);
+  });
+  b.add_edge("START", "wait").add_edge("wait", "END");
+  auto g = *b.compile();
+  std::thread th([g] {
+    // Constructed before the pools (which the run creates), so destroyed after them.
+    thread_local std::optional<asio::io_context> io;
+    io.emplace();
+    asio::co_spawn(*io, invoke_and_forget(g), asio::detached);
+    io->poll();  // the run starts and waits on its node's timer
+    EXPECT_EQ(long_lived_runtime().active_runs(), 1u);
+  });
+  th.join();
+  EXPECT_EQ(long_lived_runtime().active_runs(), 0u);
 }
 
 Result<RunResult> invoke_on(GraphRuntime& rt, std::shared_ptr<const CompiledGraph> g,
