@@ -70,6 +70,16 @@ Error NodeContext::interrupt(json::value payload) {
   return Error(Errc::interrupted, "node '" + std::string(node_) + "' interrupted the run");
 }
 
+Error thrown_error() {
+  try {
+    throw;
+  } catch (const Exception& e) {
+    return e.error();
+  } catch (const std::exception& e) {
+    return Error(Errc::tool_failed, std::string("threw: ") + e.what());
+  }
+}
+
 namespace {
 
 // A run's scratch vectors keep their capacity for the thread's next run (a pool of at most
@@ -146,7 +156,6 @@ Runner::Runner(const CompiledGraph& graph, const RuntimeOptions& o, std::string 
 }
 
 Runner::~Runner() {
-  st.values.clear();  // before the budget accounting goes
   Pools* pl = pools();
   // Only small steps' vectors are kept: a 10,000-way Send must not pin its memory.
   if (!pl || pl->scratch.size() >= kPooled || tasks.capacity() > kPooledItems ||
@@ -218,10 +227,8 @@ asio::awaitable<void> Runner::call(const Task& t, NodeContext& ctx, Result<Updat
         r = n.sync(StateView(g, st), ctx);
       else
         r = co_await n.async(StateView(g, st), ctx);
-    } catch (const Exception& e) {
-      r = e.error();
-    } catch (const std::exception& e) {
-      r = Error(Errc::tool_failed, std::string("threw: ") + e.what());
+    } catch (...) {
+      r = thrown_error();
     }
     const bool retryable =
         !r && (r.error().is(Errc::tool_failed) || r.error().is(Errc::tool_timeout) ||
@@ -334,10 +341,9 @@ bool Runner::run_inline(const std::vector<Task>& tasks, std::vector<Result<Updat
   for (std::size_t i = 0; i < tasks.size(); ++i) {
     try {
       results.push_back(g.nodes_[tasks[i].node].sync(StateView(g, st), ctxs[i]));
-    } catch (const Exception& e) {
-      results.push_back(e.error());
-    } catch (const std::exception& e) {
-      results.push_back(Error(Errc::tool_failed, std::string("threw: ") + e.what()));
+    } catch (...) {
+      Error e = thrown_error();
+      results.emplace_back(std::move(e));
     }
   }
   return true;
@@ -435,10 +441,8 @@ asio::awaitable<Result<RunResult>> Runner::run(std::unique_ptr<Runner> self) {
           results.emplace_back(Error(Errc::cancelled, "not run"));
           try {
             results[0] = co_await g.nodes_[tasks[0].node].async(StateView(g, st), ctxs[0]);
-          } catch (const Exception& e) {
-            results[0] = e.error();
-          } catch (const std::exception& e) {
-            results[0] = Error(Errc::tool_failed, std::string("threw: ") + e.what());
+          } catch (...) {
+            results[0] = thrown_error();
           }
         } else if (tasks.size() == 1) {
           results.emplace_back(Error(Errc::cancelled, "not run"));
@@ -640,8 +644,8 @@ asio::awaitable<Result<RunResult>> GraphRuntime::async_resume(
 asio::awaitable<Result<RunResult>> GraphRuntime::async_run(
     std::shared_ptr<const CompiledGraph> graph, json::object input, RunOptions options,
     const json::value* resume_value) {
-  std::string run_id =
-      options.run_id.empty() ? "run-" + std::to_string(next_run_.fetch_add(1)) : options.run_id;
+  std::string run_id = options.run_id.empty() ? "run-" + std::to_string(next_run_.fetch_add(1))
+                                              : std::move(options.run_id);
   auto r = std::make_unique<Runner>(*graph, options_, std::move(run_id), graph->limits_);
   r->graph_ref = std::move(graph);
   r->admission = admission_.get();

@@ -139,10 +139,8 @@ asio::awaitable<Status> Runner::fold_evicted(std::int64_t step) {
         Result<std::string> r = Error(Errc::cancelled, "not run");
         try {
           r = co_await o.summarize(previous, std::move(turns));
-        } catch (const Exception& e) {
-          r = e.error();
-        } catch (const std::exception& e) {
-          r = Error(Errc::tool_failed, std::string("threw: ") + e.what());
+        } catch (...) {
+          r = thrown_error();
         }
         if (r) {
           summary = cap_summary(std::move(*r), o.max_summary_bytes);

@@ -44,6 +44,10 @@ struct Task {
 // [channel] -> (writing node, value) in task order, for the barrier of one step.
 using Writes = std::vector<std::vector<std::pair<std::size_t, const json::value*>>>;
 
+// Inside a catch block: the Error for the exception being handled (an Exception's own error,
+// any other std::exception as tool_failed "threw: <what>"); anything else is rethrown.
+Error thrown_error();
+
 // One run of a compiled graph (a top-level run, or a subgraph node's child run): its state,
 // fences, scratch, and the coroutine that drives it (run()).
 struct Runner {
