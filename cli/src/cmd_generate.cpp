@@ -1,37 +1,40 @@
 #include <cstdio>
+#include <fstream>
 #include <future>
+#include <limits>
+#include <sstream>
 
 #include <boost/json.hpp>
 
 #include "args.hpp"
 #include "commands.hpp"
+#include "weir/inference/constraint.hpp"
 #include "weir/inference/engine.hpp"
 #include "weir/inference/runner.hpp"
 #include "weir/inference/tokenizer.hpp"
+#include "weir/runtime/json_write.hpp"
 
 namespace weir::cli {
 
 int cmd_generate(Args args) {
   Flags f("generate",
           {"--model", "--prompt", "-n", "--temp", "--seed", "--top-k", "--top-p", "--min-p",
-           "--threads", "--device"},
+           "--threads", "--device", "--json-schema", "--grammar", "--regex", "--choice"},
           {"--json"});
   if (!f.parse(args)) return kExitInvalidInput;
   auto path = f.get("--model");
   auto prompt = f.get("--prompt");
   if (!path || !prompt)
     return f.fail("--model FILE and --prompt TEXT are required"), kExitInvalidInput;
-  double n = 128, temp = 0, seed = 0, top_k = 0, top_p = 1, min_p = 0, threads = 0;
-  for (auto [flag, dst] : {std::pair{"-n", &n},
-                           {"--temp", &temp},
-                           {"--seed", &seed},
-                           {"--top-k", &top_k},
-                           {"--top-p", &top_p},
-                           {"--min-p", &min_p},
-                           {"--threads", &threads}}) {
-    if (!f.number(flag, *dst)) return kExitInvalidInput;
-  }
-  if (n < 1) return f.fail("-n must be at least 1"), kExitInvalidInput;
+  std::int32_t n = 128, top_k = 0, threads = 0;
+  std::int64_t seed = 0;
+  double temp = 0, top_p = 1, min_p = 0;
+  if (!f.integer("-n", n, 1, 1 << 20) || !f.integer("--top-k", top_k, 0, 1 << 20) ||
+      !f.integer("--threads", threads, 0, 1024) ||
+      !f.integer("--seed", seed, std::int64_t{0}, std::numeric_limits<std::int64_t>::max()) ||
+      !f.real("--temp", temp, 0, 100) || !f.real("--top-p", top_p, 0, 1) ||
+      !f.real("--min-p", min_p, 0, 1))
+    return kExitInvalidInput;
   auto device = inference::parse_device(f.get("--device").value_or("auto"));
   if (!device) return f.fail(device.error().message), kExitInvalidInput;
 
@@ -47,7 +50,7 @@ int cmd_generate(Args args) {
   if (!model)
     return std::fprintf(stderr, "weir generate: %s\n", model.error().message.c_str()),
            kExitInvalidInput;
-  auto runner = inference::make_runner(*model, *device, static_cast<int>(threads));
+  auto runner = inference::make_runner(*model, *device, threads);
   if (!runner)
     return std::fprintf(stderr, "weir generate: %s\n", runner.error().message.c_str()),
            kExitInvalidInput;
@@ -60,11 +63,62 @@ int cmd_generate(Args args) {
     return std::fprintf(stderr, "weir generate: %s\n", engine.error().message.c_str()),
            kExitRunFailed;
 
+  // Structured output: at most one of --json-schema FILE, --grammar FILE.gbnf, --regex RE,
+  // --choice a,b,c.
+  std::optional<inference::ConstraintSpec> spec;
+  int n_constraints = 0;
+  auto read_file = [&](const std::string& p) -> std::optional<std::string> {
+    std::ifstream in(p, std::ios::binary);
+    if (!in) return std::nullopt;
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  };
+  for (const char* flag : {"--json-schema", "--grammar"}) {
+    if (auto p = f.get(flag)) {
+      ++n_constraints;
+      auto text = read_file(*p);
+      if (!text) return f.fail(std::string(flag) + ": cannot read " + *p), kExitInvalidInput;
+      spec = inference::ConstraintSpec{std::string_view(flag) == "--grammar"
+                                           ? inference::ConstraintSpec::Kind::gbnf
+                                           : inference::ConstraintSpec::Kind::json_schema,
+                                       *text,
+                                       {}};
+    }
+  }
+  if (auto re = f.get("--regex")) {
+    ++n_constraints;
+    spec = inference::ConstraintSpec{inference::ConstraintSpec::Kind::regex, *re, {}};
+  }
+  if (auto ch = f.get("--choice")) {
+    ++n_constraints;
+    spec = inference::ConstraintSpec{inference::ConstraintSpec::Kind::choice, "", {}};
+    std::string cur;
+    for (char c : *ch + ",") {
+      if (c != ',') {
+        cur += c;
+      } else if (!cur.empty()) {
+        spec->choices.push_back(cur);
+        cur.clear();
+      }
+    }
+  }
+  if (n_constraints > 1)
+    return f.fail("use at most one of --json-schema, --grammar, --regex and --choice"),
+           kExitInvalidInput;
+
   inference::GenerateRequest rq;
+  if (spec) {
+    auto c = inference::compile_constraint(*spec, **tok);
+    if (!c)
+      return std::fprintf(stderr, "weir generate: %s\n", c.error().message.c_str()),
+             kExitInvalidInput;
+    rq.constraint = *c;
+  }
   rq.prompt = (*tok)->encode(*prompt);
-  rq.max_new_tokens = static_cast<std::int32_t>(n);
+  rq.max_new_tokens = n;
   rq.sampling = {.temperature = static_cast<float>(temp),
-                 .top_k = static_cast<std::int32_t>(top_k),
+                 .top_k = top_k,
                  .top_p = static_cast<float>(top_p),
                  .min_p = static_cast<float>(min_p),
                  .seed = static_cast<std::uint64_t>(seed)};
@@ -103,7 +157,7 @@ int cmd_generate(Args args) {
          r->tokens.size() > 1
              ? (r->tokens.size() - 1) * 1000.0 / (r->timings.total_ms - r->timings.first_token_ms)
              : 0.0}}}};
-  std::printf("%s\n", boost::json::serialize(out).c_str());
+  std::printf("%s\n", to_json_text(out).c_str());
   return kExitOk;
 }
 

@@ -39,7 +39,11 @@ struct Engine::Request {
   std::optional<Clock::time_point> first_token;
   std::vector<std::int32_t> generated;
   std::optional<Sampler> sampler;
-  std::string tail;  // the last generated text, for stop strings
+  std::string tail;                       // the last generated text, for stop strings
+  std::vector<SampledLogprobs> logprobs;  // [generated.size()] when req.logprobs >= 0
+  std::optional<ConstraintMatcher> matcher;
+  bool constraint_active = false;  // false until the trigger appears (when there is one)
+  std::string trigger_tail;        // recent text, to find the trigger
 };
 
 // --- creation -----------------------------------------------------------------------------
@@ -57,7 +61,8 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<StepRunner> runne
     return Error(Errc::invalid_argument,
                  "engine.max_model_len=" + std::to_string(config.max_model_len) +
                      " exceeds the model's context length of " + std::to_string(ctx) +
-                     "; lower it");
+                     "; lower it (weir run/demo: --max-model-len N; files: \"engine\": "
+                     "{\"max_model_len\": N}), or leave it unset to use the model's");
   }
   KvLayout layout{runner->n_layers(), runner->n_kv_heads(), runner->head_dim(), config.block_size,
                   0};
@@ -232,6 +237,20 @@ void Engine::admit_inbox() {
         }
       }
     }
+    if (st && req.constraint) {
+      if (req.constraint->n_vocab() != runner_->vocab_size()) {
+        st = Error(Errc::invalid_argument, "the constraint was compiled for a vocabulary of " +
+                                               std::to_string(req.constraint->n_vocab()) +
+                                               " tokens, but the model has " +
+                                               std::to_string(runner_->vocab_size()));
+      } else if (!req.constraint_trigger.empty() && !config_.token_text) {
+        st = Error(Errc::invalid_argument,
+                   "a constraint trigger needs the engine's token_text (EngineConfig::token_text)");
+      } else {
+        r->matcher.emplace(req.constraint);
+        r->constraint_active = req.constraint_trigger.empty();
+      }
+    }
     if (st) st = scheduler_.add(id, req.prompt, req.priority);
     requests_.emplace(id, std::move(r));
     if (!st) complete(id, std::move(st).error());
@@ -242,6 +261,7 @@ void Engine::admit_inbox() {
     Request& r = *it->second;
     GenerateResult res;
     res.tokens = r.generated;
+    res.logprobs = r.logprobs;
     res.finish = FinishReason::cancelled;
     res.usage.prompt_tokens = static_cast<std::int64_t>(r.req.prompt.size());
     res.usage.completion_tokens = static_cast<std::int64_t>(r.generated.size());
@@ -316,21 +336,125 @@ void Engine::step() {
     return;
   }
 
+  // Token masks of the constrained sequences, computed in parallel (each matcher is its own
+  // sequence's; the Constraint's mask cache is shared and locked).
+  std::vector<std::pair<std::size_t, Request*>> constrained;  // (logit row, request)
+  {
+    std::size_t row = 0;
+    for (const auto& c : out.chunks) {
+      if (!c.sample) continue;
+      auto it = requests_.find(c.seq);
+      if (it != requests_.end() && it->second->matcher && it->second->constraint_active)
+        constrained.emplace_back(row, it->second.get());
+      ++row;
+    }
+  }
+  const std::size_t words = mask_words(static_cast<std::int32_t>(vocab));
+  if (!constrained.empty()) {
+    masks_.resize(constrained.size() * words);
+    auto fill = [&](int, std::int64_t begin, std::int64_t end) {
+      for (auto k = begin; k < end; ++k) {
+        const auto i = static_cast<std::size_t>(k);
+        constrained[i].second->matcher->fill_mask(std::span(masks_.data() + i * words, words));
+      }
+    };
+    if (constrained.size() > 1 && config_.constraint_threads > 1) {
+      if (!mask_pool_) mask_pool_ = std::make_unique<ThreadPool>(config_.constraint_threads);
+      mask_pool_->parallel_for(static_cast<std::int64_t>(constrained.size()), fill);
+    } else {
+      fill(0, 0, static_cast<std::int64_t>(constrained.size()));
+    }
+  }
+  std::size_t next_constrained = 0;
+
   std::size_t row = 0;
   std::uint64_t generated = 0;
   const auto now = Clock::now();
   for (const auto& c : out.chunks) {
     scheduler_.on_computed(c);
     if (!c.sample) continue;
-    std::span<const float> lg(logits_.data() + row * vocab, vocab);
+    std::span<float> lg(logits_.data() + row * vocab, vocab);
     ++row;
     auto it = requests_.find(c.seq);
     if (it == requests_.end()) continue;
     Request& r = *it->second;
+    if (r.matcher && r.constraint_active) {
+      // Mask the row in place: disallowed tokens get -inf; end-of-generation and stop tokens
+      // only when the output is complete.
+      const std::uint64_t* m = masks_.data() + next_constrained++ * words;
+      const bool value_complete = r.matcher->complete();
+      std::vector<std::pair<std::int32_t, float>> ends;  // end tokens and their logits
+      for (const auto* list : {&config_.eog_tokens, &r.req.stop_tokens})
+        for (std::int32_t t : *list)
+          if (t >= 0 && static_cast<std::size_t>(t) < vocab)
+            ends.emplace_back(t, lg[static_cast<std::size_t>(t)]);
+      for (std::size_t w = 0; w < words; ++w) {
+        const std::uint64_t bits = m[w];
+        if (bits == ~std::uint64_t{0}) continue;
+        const std::size_t base = w * 64;
+        const std::size_t n = std::min<std::size_t>(64, vocab - base);
+        for (std::size_t j = 0; j < n; ++j)
+          if (!((bits >> j) & 1)) lg[base + j] = -INFINITY;
+      }
+      for (auto [t, l] : ends) lg[static_cast<std::size_t>(t)] = value_complete ? l : -INFINITY;
+      const bool any = std::any_of(lg.begin(), lg.end(), [](float x) { return x != -INFINITY; });
+      if (!any) {
+        complete(c.seq, Error(Errc::invalid_argument,
+                              "constraint: no token of the vocabulary can continue the output "
+                              "(a recursive schema nested past the depth bound?)"));
+        continue;
+      }
+    }
     std::int32_t tok = r.sampler->sample(lg, scheduler_.tokens(c.seq));
+    // NaN or infinite logits (weights holding NaN, activations overflowing) would otherwise
+    // "sample" an arbitrary token and return noise as a success.
+    // (A constrained request's masked logits are -inf by design: only NaN, or an infinity
+    // the model computed, is a fault there.)
+    if (const float l = lg[static_cast<std::size_t>(tok)];
+        std::isnan(l) || (std::isinf(l) && (!r.matcher || l > 0))) {
+      complete(c.seq, Error(Errc::model_error,
+                            "the model computed a non-finite logit (NaN or infinity) after " +
+                                std::to_string(r.generated.size()) +
+                                " generated tokens: its weights hold NaN/Inf or its activations "
+                                "overflow; check the model file"));
+      continue;
+    }
+    bool constraint_done = false;
+    if (r.matcher && !r.constraint_active) {
+      // Free text until the trigger; what follows it in this token is constrained already.
+      const std::string& trig = r.req.constraint_trigger;
+      r.trigger_tail += config_.token_text(tok);
+      if (auto pos = r.trigger_tail.find(trig); pos != std::string::npos) {
+        r.constraint_active = true;
+        const std::string rest = r.trigger_tail.substr(pos + trig.size());
+        r.trigger_tail.clear();
+        // Bytes past the trigger that the constraint refuses: the output can no longer be
+        // valid, so it ends here (the caller's parser reports the malformed part).
+        if (!rest.empty() && !r.matcher->accept_bytes(rest)) constraint_done = true;
+      } else if (r.trigger_tail.size() > 2 * trig.size() + 64) {
+        r.trigger_tail.erase(0, r.trigger_tail.size() - trig.size());
+      }
+    } else if (r.matcher) {
+      const bool is_end = std::find(config_.eog_tokens.begin(), config_.eog_tokens.end(), tok) !=
+                              config_.eog_tokens.end() ||
+                          std::find(r.req.stop_tokens.begin(), r.req.stop_tokens.end(), tok) !=
+                              r.req.stop_tokens.end();
+      if (!is_end) {
+        if (!r.matcher->accept(tok)) {
+          complete(c.seq, Error(Errc::model_error, "constraint: sampled token " +
+                                                       std::to_string(tok) + " is not allowed"));
+          continue;
+        }
+        constraint_done = r.matcher->finished();
+      }
+    }
     r.generated.push_back(tok);
     ++generated;
     if (!r.first_token) r.first_token = now;
+    if (r.req.logprobs >= 0) {
+      r.logprobs.push_back(compute_logprobs(lg, tok, std::min(r.req.logprobs, 20)));
+      if (r.cb.on_logprobs) r.cb.on_logprobs(r.logprobs.back());
+    }
     if (r.cb.on_token) r.cb.on_token(tok);
 
     std::optional<FinishReason> finish;
@@ -348,6 +472,8 @@ void Engine::step() {
     };
     if (finish) {
       // a stop string ended it
+    } else if (constraint_done) {
+      finish = FinishReason::stop;  // the constrained value is complete; nothing can follow
     } else if (contains(config_.eog_tokens)) {
       finish = FinishReason::eos;
     } else if (contains(r.req.stop_tokens)) {
@@ -363,6 +489,7 @@ void Engine::step() {
     }
     GenerateResult res;
     res.tokens = std::move(r.generated);
+    res.logprobs = std::move(r.logprobs);
     res.finish = *finish;
     res.usage.prompt_tokens = scheduler_.prompt_len(c.seq);
     res.usage.completion_tokens = static_cast<std::int64_t>(res.tokens.size());

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "simd.hpp"
@@ -46,10 +47,45 @@ WEIR_CLONES std::int32_t argmax(const float* x, std::int32_t n) {
 
 }  // namespace
 
+SampledLogprobs compute_logprobs(std::span<const float> logits, std::int32_t chosen,
+                                 std::int32_t top_n) {
+  const auto n = static_cast<std::int32_t>(logits.size());
+  float mx = logits[0];
+  for (float l : logits) mx = std::max(mx, l);
+  double sum = 0;
+  for (float l : logits) sum += std::exp(static_cast<double>(l) - mx);
+  const double log_z = mx + std::log(sum);
+  auto lp = [&](std::int32_t i) {
+    return static_cast<float>(logits[static_cast<std::size_t>(i)] - log_z);
+  };
+  SampledLogprobs out;
+  out.chosen = {chosen, lp(chosen)};
+  const std::int32_t k = std::min(top_n, n);
+  if (k <= 0) return out;
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(n));
+  for (std::int32_t i = 0; i < n; ++i) ids[static_cast<std::size_t>(i)] = i;
+  std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](std::int32_t a, std::int32_t b) {
+    const float la = logits[static_cast<std::size_t>(a)], lb = logits[static_cast<std::size_t>(b)];
+    return la > lb || (la == lb && a < b);
+  });
+  for (std::int32_t i = 0; i < k; ++i)
+    out.top.push_back({ids[static_cast<std::size_t>(i)], lp(ids[static_cast<std::size_t>(i)])});
+  return out;
+}
+
 std::int32_t Sampler::sample(std::span<const float> logits, std::span<const std::int32_t> history) {
-  const bool penalise = p_.repetition_penalty != 1.0f && !history.empty();
+  if (first_) prompt_len_ = history.size(), first_ = false;
+  // OpenAI's presence/frequency penalties count only what was generated (history past the
+  // prompt; a recomputed sequence keeps the same history, so the split stays right).
+  std::unordered_map<std::int32_t, int> generated_counts;
+  const bool oa_penalise =
+      (p_.presence_penalty != 0.0f || p_.frequency_penalty != 0.0f) && history.size() > prompt_len_;
+  if (oa_penalise) {
+    for (std::size_t i = prompt_len_; i < history.size(); ++i) ++generated_counts[history[i]];
+  }
+  const bool penalise = (p_.repetition_penalty != 1.0f && !history.empty()) || oa_penalise;
   std::unordered_set<std::int32_t> recent;
-  if (penalise) {
+  if (p_.repetition_penalty != 1.0f && !history.empty()) {
     const std::size_t from = history.size() > static_cast<std::size_t>(p_.repetition_window)
                                  ? history.size() - static_cast<std::size_t>(p_.repetition_window)
                                  : 0;
@@ -59,6 +95,10 @@ std::int32_t Sampler::sample(std::span<const float> logits, std::span<const std:
     float l = logits[static_cast<std::size_t>(i)];
     if (penalise && recent.count(i))
       l = l > 0 ? l / p_.repetition_penalty : l * p_.repetition_penalty;
+    if (oa_penalise) {
+      if (auto it = generated_counts.find(i); it != generated_counts.end())
+        l -= p_.presence_penalty + p_.frequency_penalty * static_cast<float>(it->second);
+    }
     return l;
   };
   const auto n = static_cast<std::int32_t>(logits.size());

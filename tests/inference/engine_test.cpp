@@ -14,7 +14,9 @@
 #include "weir/inference/engine_async.hpp"
 #include "weir/runtime/metrics.hpp"
 
+#include <atomic>
 #include <future>
+#include <limits>
 #include <numeric>
 #include <random>
 
@@ -105,6 +107,41 @@ GenerateRequest req(std::vector<std::int32_t> prompt, int n) {
   r.prompt = std::move(prompt);
   r.max_new_tokens = n;
   return r;
+}
+
+// A model whose logits go non-finite (NaN weights) fails its request with model_error instead
+// of returning arbitrary tokens as a success; the engine goes on serving.
+class NanRunner : public FakeRunner {
+ public:
+  Status forward(const StepBatch& b, const KvLayout& L, std::span<float> pool,
+                 std::span<float> logits) override {
+    auto st = FakeRunner::forward(b, L, pool, logits);
+    if (poison) std::fill(logits.begin(), logits.end(), std::numeric_limits<float>::quiet_NaN());
+    return st;
+  }
+  std::atomic<bool> poison{true};
+};
+
+TEST(Engine, NonFiniteLogitsFailTheRequestWithModelError) {
+  auto runner = std::make_unique<NanRunner>();
+  NanRunner* raw = runner.get();
+  auto e = Engine::create(std::move(runner), {});
+  ASSERT_TRUE(e) << e.error().message;
+  for (float temp : {0.0f, 0.8f}) {
+    auto rq = req({1, 5, 9}, 8);
+    rq.sampling.temperature = temp;
+    auto r = submit(**e, rq).get();
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.error().code, Errc::model_error);
+    EXPECT_EQ(r.error().message,
+              "the model computed a non-finite logit (NaN or infinity) after 0 generated tokens: "
+              "its weights hold NaN/Inf or its activations overflow; check the model file");
+  }
+  raw->poison = false;
+  auto ok = submit(**e, req({1, 5, 9}, 4)).get();
+  ASSERT_TRUE(ok) << ok.error().message;
+  EXPECT_EQ(ok->tokens, expected_alone({1, 5, 9}, 4));
+  EXPECT_EQ((*e)->stats().kv.used_blocks, 0);
 }
 
 TEST(Engine, GeneratesAndStreamsTokens) {

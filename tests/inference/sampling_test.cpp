@@ -1,5 +1,6 @@
 #include "weir/inference/sampling.hpp"
 
+#include <cmath>
 #include <map>
 
 #include <random>
@@ -89,3 +90,35 @@ TEST(Sampling, GreedyPicksTheLowestIdOfTheLargestLogit) {
 
 }  // namespace
 }  // namespace weir::inference
+
+// Logprobs are the raw logits' log-softmax, checked against a direct softmax; the top list is
+// sorted, ties by lowest id.
+TEST(Logprobs, MatchADirectSoftmax) {
+  std::vector<float> logits = {1.5f, -2.0f, 3.25f, 0.0f, 3.25f, -7.0f};
+  double z = 0;
+  for (float l : logits) z += std::exp(static_cast<double>(l));
+  auto lp = weir::inference::compute_logprobs(logits, 1, 3);
+  EXPECT_EQ(lp.chosen.token, 1);
+  EXPECT_NEAR(lp.chosen.logprob, std::log(std::exp(-2.0) / z), 1e-5);
+  ASSERT_EQ(lp.top.size(), 3u);
+  EXPECT_EQ(lp.top[0].token, 2);
+  EXPECT_EQ(lp.top[1].token, 4);
+  EXPECT_EQ(lp.top[2].token, 0);
+  for (const auto& t : lp.top)
+    EXPECT_NEAR(t.logprob, std::log(std::exp(static_cast<double>(logits[t.token])) / z), 1e-5);
+  EXPECT_EQ(weir::inference::compute_logprobs(logits, 0, 0).top.size(), 0u);
+  EXPECT_EQ(weir::inference::compute_logprobs(logits, 0, 50).top.size(), logits.size());
+}
+
+// OpenAI's penalties count only generated tokens: with the prompt's token alone nothing moves.
+TEST(Penalties, PresenceAndFrequencyCountGeneratedTokensOnly) {
+  weir::inference::SamplingParams p;
+  p.presence_penalty = 1.0f;
+  p.frequency_penalty = 0.5f;
+  weir::inference::Sampler s(p);
+  std::vector<float> logits = {2.0f, 1.9f, 0.0f};
+  std::vector<std::int32_t> history = {0};  // the prompt
+  EXPECT_EQ(s.sample(logits, history), 0);  // the prompt's token is not penalised
+  history.push_back(0);                     // now generated once: 2.0 - 1.5 < 1.9
+  EXPECT_EQ(s.sample(logits, history), 1);
+}

@@ -29,10 +29,12 @@
 #include <unordered_map>
 #include <vector>
 
+#include "weir/inference/constraint.hpp"
 #include "weir/inference/kv_cache.hpp"
 #include "weir/inference/kv_layout.hpp"
 #include "weir/inference/sampling.hpp"
 #include "weir/inference/scheduler.hpp"
+#include "weir/inference/thread_pool.hpp"
 #include "weir/runtime/error.hpp"
 #include "weir/runtime/memory_budget.hpp"
 
@@ -88,6 +90,20 @@ struct GenerateRequest {
   // it may span several tokens. The tokens that formed it are kept in the result.
   std::vector<std::string> stop_strings;
   int priority = 0;  // lower runs first
+  // Structured output (constraint.hpp): when set, every sampled token keeps the output a
+  // prefix of what the constraint allows (the logits of other tokens are masked before
+  // sampling), end-of-generation and stop tokens are allowed only once the output is complete,
+  // and generation ends (finish reason stop) when nothing more can follow. It must be compiled
+  // for this model's vocabulary (invalid_argument otherwise). Unset: decoding is unchanged.
+  std::shared_ptr<const Constraint> constraint;
+  // When not empty, the constraint applies only once this text has appeared in the output
+  // (a lazy constraint, e.g. "<tool_call>": free text, then a call that must be valid); the
+  // bytes of the triggering token after the trigger are the constrained output's first bytes.
+  // Needs EngineConfig::token_text (invalid_argument otherwise).
+  std::string constraint_trigger;
+  // -1: off. k >= 0: every generated token's log-probability (raw logits' log-softmax) plus the
+  // k most likely alternatives (k is capped at 20), in GenerateResult::logprobs and on_logprobs.
+  std::int32_t logprobs = -1;
 };
 
 struct Usage {
@@ -108,6 +124,7 @@ struct GenerateResult {
   FinishReason finish = FinishReason::length;
   Usage usage;
   Timings timings;
+  std::vector<SampledLogprobs> logprobs;  // [tokens.size()] when the request asked for them
 };
 
 struct EngineConfig {
@@ -126,6 +143,9 @@ struct EngineConfig {
   // A token's text, for stop strings (e.g. Tokenizer::token_to_piece). Unset: stop strings
   // are ignored.
   std::function<std::string(std::int32_t)> token_text;
+  // Threads computing the token masks of a step's constrained sequences (the engine thread
+  // included); masks of one step are computed in parallel, then the rows are sampled.
+  int constraint_threads = 2;
 };
 
 struct EngineStats {
@@ -146,6 +166,8 @@ using RequestId = std::int64_t;
 struct RequestCallbacks {
   std::function<void(std::int32_t token)> on_token;
   std::function<void(Result<GenerateResult>)> on_done;
+  // When the request asked for logprobs: each token's, just before on_token (engine thread).
+  std::function<void(const SampledLogprobs&)> on_logprobs;
 };
 
 class Engine {
@@ -190,6 +212,8 @@ class Engine {
   std::unordered_map<RequestId, std::unique_ptr<Request>> requests_;
   std::vector<float> logits_;
   StepBatch batch_;
+  std::unique_ptr<ThreadPool> mask_pool_;  // created on the first step with constraints
+  std::vector<std::uint64_t> masks_;       // [constrained rows, mask_words(vocab)]
   std::vector<std::pair<std::function<void(Result<GenerateResult>)>, Result<GenerateResult>>> done_;
 
   // Shared with submitters.
