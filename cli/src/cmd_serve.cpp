@@ -1,0 +1,84 @@
+// weir serve: the OpenAI-compatible server (serve/). Flags map one to one onto ServeConfig.
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "args.hpp"
+#include "commands.hpp"
+#include "weir/serve/service.hpp"
+
+namespace weir::cli {
+
+int cmd_serve(Args args) {
+  serve::ServeConfig c;
+  // --model may repeat: collected here; every other flag goes through Flags (typed numbers).
+  std::vector<std::string_view> rest;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--model" && i + 1 < args.size()) {
+      c.models.push_back(serve::parse_model_spec(std::string(args[++i])));
+      continue;
+    }
+    rest.push_back(args[i]);
+  }
+  Flags f("serve",
+          {"--model", "--host", "--port", "--api-key-env", "--max-num-seqs", "--max-model-len",
+           "--kv-cache-mb", "--chat-template", "--max-queued-requests", "--max-queued-tokens",
+           "--max-connections", "--max-body-bytes", "--default-max-tokens", "--max-n",
+           "--request-timeout", "--grace", "--write-timeout", "--idle-timeout"},
+          {"--insecure", "--ignore-eos"});
+  if (!f.parse(rest)) return kExitInvalidInput;
+  if (!f.positional().empty())
+    return f.fail("unexpected argument '" + f.positional()[0] + "'"), kExitInvalidInput;
+  c.insecure = f.has("--insecure");
+  c.ignore_eos = f.has("--ignore-eos");
+  // Seconds, given as numbers (0.5 is half a second).
+  auto seconds = [&](const char* flag, double lo, std::chrono::milliseconds& dst) {
+    double s = static_cast<double>(dst.count()) / 1000.0;
+    if (!f.real(flag, s, lo, 1e7)) return false;
+    dst = std::chrono::milliseconds(static_cast<std::int64_t>(s * 1000.0));
+    return true;
+  };
+  std::int64_t kv_mb = static_cast<std::int64_t>(c.kv_cache_bytes >> 20);
+  std::uint16_t port = c.port;
+  if (!f.integer("--port", port, std::uint16_t{0}, std::uint16_t{65535}) ||
+      !f.integer("--max-num-seqs", c.max_num_seqs, 1, 4096) ||
+      !f.integer("--max-model-len", c.max_model_len, std::int64_t{0}, std::int64_t{1} << 24) ||
+      !f.integer("--kv-cache-mb", kv_mb, std::int64_t{1}, std::int64_t{1} << 20) ||
+      !f.integer("--max-queued-requests", c.max_queued_requests, std::size_t{0},
+                 std::size_t{10'000'000}) ||
+      !f.integer("--max-queued-tokens", c.max_queued_tokens, std::int64_t{0},
+                 std::int64_t{1'000'000'000'000}) ||
+      !f.integer("--max-connections", c.max_connections, std::size_t{1}, std::size_t{1'000'000}) ||
+      !f.integer("--max-body-bytes", c.max_body_bytes, std::size_t{64},
+                 std::size_t{10'000'000'000}) ||
+      !f.integer("--default-max-tokens", c.default_max_tokens, std::int64_t{1},
+                 std::int64_t{10'000'000}) ||
+      !f.integer("--max-n", c.max_n, 1, 128) ||
+      !seconds("--request-timeout", 0.001, c.request_timeout) || !seconds("--grace", 0, c.grace) ||
+      !seconds("--write-timeout", 0.001, c.write_timeout) ||
+      !seconds("--idle-timeout", 0.001, c.idle_timeout))
+    return kExitInvalidInput;
+  c.kv_cache_bytes = static_cast<std::size_t>(kv_mb) << 20;
+  c.port = port;
+  if (auto v = f.get("--host")) c.host = *v;
+  if (auto v = f.get("--chat-template")) c.chat_template = *v;
+  if (auto v = f.get("--api-key-env")) {
+    const char* key = std::getenv(v->c_str());
+    if (!key || !*key) {
+      std::fprintf(stderr,
+                   "weir serve: --api-key-env %s: the environment variable is unset or empty\n",
+                   v->c_str());
+      return kExitInvalidInput;
+    }
+    c.api_key = key;
+  }
+  if (auto st = serve::validate(c); !st) {
+    std::fprintf(stderr, "weir serve: %s (see 'weir serve --help')\n", st.error().message.c_str());
+    return kExitInvalidInput;
+  }
+  return serve::run(std::move(c));
+}
+
+}  // namespace weir::cli

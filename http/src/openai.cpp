@@ -1,0 +1,545 @@
+#include "weir/http/openai.hpp"
+
+#include <cmath>
+#include <cstdio>
+
+#include <boost/json.hpp>
+
+#include "weir/http/error_body.hpp"
+#include "weir/runtime/json_parse.hpp"
+
+namespace weir::http::openai {
+
+namespace json = boost::json;
+
+std::string ApiError::body() const {
+  return error_json(message, error_type_for_status(status), param, code);
+}
+
+namespace {
+
+ApiError bad(std::string param, std::string message) {
+  return ApiError{400, std::move(message), std::move(param), {}};
+}
+
+const char* kind(const json::value& v) {
+  switch (v.kind()) {
+    case json::kind::null:
+      return "null";
+    case json::kind::bool_:
+      return "a boolean";
+    case json::kind::string:
+      return "a string";
+    case json::kind::array:
+      return "an array";
+    case json::kind::object:
+      return "an object";
+    default:
+      return "a number";
+  }
+}
+
+std::string num_text(double d) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", d);
+  return buf;
+}
+
+// Reads an optional number field within [lo, hi].
+std::optional<ApiError> number(const json::object& o, const char* key, double lo, double hi,
+                               std::optional<double>& out) {
+  const auto* v = o.if_contains(key);
+  if (!v || v->is_null()) return std::nullopt;
+  if (!v->is_number())
+    return bad(key, std::string("'") + key + "' must be a number, not " + kind(*v));
+  double d = v->to_number<double>();
+  if (!(d >= lo && d <= hi))
+    return bad(key, std::string("'") + key + "' must be between " + num_text(lo) + " and " +
+                        num_text(hi) + ", got " + json::serialize(*v));
+  out = d;
+  return std::nullopt;
+}
+
+std::optional<ApiError> integer(const json::object& o, const char* key, std::int64_t lo,
+                                std::int64_t hi, std::optional<std::int64_t>& out) {
+  const auto* v = o.if_contains(key);
+  if (!v || v->is_null()) return std::nullopt;
+  if (!v->is_int64() && !v->is_uint64() &&
+      !(v->is_double() && std::floor(v->as_double()) == v->as_double()))
+    return bad(key, std::string("'") + key + "' must be an integer, not " + kind(*v));
+  double d = v->to_number<double>();
+  if (!(d >= static_cast<double>(lo) && d <= static_cast<double>(hi)))
+    return bad(key, std::string("'") + key + "' must be between " + std::to_string(lo) + " and " +
+                        std::to_string(hi) + ", got " + json::serialize(*v));
+  out = static_cast<std::int64_t>(d);
+  return std::nullopt;
+}
+
+std::optional<ApiError> boolean(const json::object& o, const char* key, bool& out) {
+  const auto* v = o.if_contains(key);
+  if (!v || v->is_null()) return std::nullopt;
+  if (!v->is_bool()) return bad(key, std::string("'") + key + "' must be true or false");
+  out = v->as_bool();
+  return std::nullopt;
+}
+
+std::optional<ApiError> string_field(const json::object& o, const char* key, std::string& out,
+                                     bool required) {
+  const auto* v = o.if_contains(key);
+  if (!v || v->is_null()) {
+    if (required) return bad(key, std::string("'") + key + "' is required");
+    return std::nullopt;
+  }
+  if (!v->is_string())
+    return bad(key, std::string("'") + key + "' must be a string, not " + kind(*v));
+  out = v->as_string();
+  return std::nullopt;
+}
+
+std::optional<ApiError> parse_sampling(const json::object& o, Sampling& s, const Limits& lim) {
+  std::optional<double> d;
+  std::optional<std::int64_t> i;
+  for (const char* key : {"max_completion_tokens", "max_tokens"}) {
+    i.reset();
+    if (auto e = integer(o, key, 1, std::int64_t{1} << 40, i)) return e;
+    if (i) {
+      s.max_tokens = *i;
+      break;
+    }
+  }
+  if (auto e = number(o, "temperature", 0, 2, d)) return e;
+  if (d) s.temperature = static_cast<float>(*d);
+  d.reset();
+  if (auto e = number(o, "top_p", 0, 1, d)) return e;
+  if (d) {
+    if (*d <= 0) return bad("top_p", "'top_p' must be above 0 (1 turns it off), got 0");
+    s.top_p = static_cast<float>(*d);
+  }
+  d.reset();
+  if (auto e = number(o, "presence_penalty", -2, 2, d)) return e;
+  if (d) s.presence_penalty = static_cast<float>(*d);
+  d.reset();
+  if (auto e = number(o, "frequency_penalty", -2, 2, d)) return e;
+  if (d) s.frequency_penalty = static_cast<float>(*d);
+  i.reset();
+  if (const auto* v = o.if_contains("seed"); v && !v->is_null()) {
+    if (v->is_int64())
+      s.seed = static_cast<std::uint64_t>(v->as_int64());
+    else if (v->is_uint64())
+      s.seed = v->as_uint64();
+    else
+      return bad("seed", std::string("'seed' must be an integer, not ") + kind(*v));
+  }
+  i.reset();
+  if (auto e = integer(o, "n", 1, lim.max_n, i)) return e;
+  if (i) s.n = static_cast<int>(*i);
+  if (auto e = boolean(o, "stream", s.stream)) return e;
+  if (const auto* so = o.if_contains("stream_options"); so && so->is_object()) {
+    if (auto e = boolean(so->as_object(), "include_usage", s.include_usage)) {
+      e->param = "stream_options.include_usage";
+      return e;
+    }
+  }
+  if (const auto* v = o.if_contains("stop"); v && !v->is_null()) {
+    if (v->is_string()) {
+      s.stop.emplace_back(v->as_string());
+    } else if (v->is_array()) {
+      for (const auto& x : v->as_array()) {
+        if (!x.is_string()) return bad("stop", "'stop' must be a string or an array of strings");
+        s.stop.emplace_back(x.as_string());
+      }
+    } else {
+      return bad("stop", "'stop' must be a string or an array of strings");
+    }
+    if (s.stop.size() > lim.max_stop)
+      return bad("stop", "'stop' has " + std::to_string(s.stop.size()) + " sequences; at most " +
+                             std::to_string(lim.max_stop) + " are allowed");
+    for (const auto& x : s.stop)
+      if (x.empty()) return bad("stop", "'stop' sequences must not be empty");
+  }
+  return std::nullopt;
+}
+
+std::string text_content(const json::value& c, std::string_view where,
+                         std::optional<ApiError>& err) {
+  if (c.is_null()) return {};
+  if (c.is_string()) return std::string(c.as_string());
+  if (c.is_array()) {
+    std::string s;
+    for (const auto& part : c.as_array()) {
+      const auto* po = part.if_object();
+      const auto* type = po ? po->if_contains("type") : nullptr;
+      if (!po || !type || !type->is_string()) {
+        err = bad(std::string(where), "content parts must be objects with a 'type'");
+        return {};
+      }
+      if (type->as_string() != "text") {
+        err = bad(std::string(where), "content part type '" + std::string(type->as_string()) +
+                                          "' is not supported (text only)");
+        return {};
+      }
+      const auto* t = po->if_contains("text");
+      if (!t || !t->is_string()) {
+        err = bad(std::string(where), "a text content part needs a string 'text'");
+        return {};
+      }
+      s += t->as_string();
+    }
+    return s;
+  }
+  err = bad(std::string(where), "'content' must be a string or an array of text parts");
+  return {};
+}
+
+}  // namespace
+
+std::optional<ApiError> parse_object(std::string_view body, json::object& out) {
+  if (body.empty())
+    return bad("",
+               "the request body is empty; send a JSON object (Content-Type: application/json)");
+  auto parsed = weir::parse_json(body, "request body");
+  if (!parsed) return bad("", "malformed JSON: " + parsed.error().message);
+  if (!parsed->value.is_object())
+    return bad("",
+               std::string("the request body must be a JSON object, not ") + kind(parsed->value));
+  out = std::move(parsed->value.as_object());
+  return std::nullopt;
+}
+
+std::optional<ApiError> parse_chat_request(std::string_view body, ChatRequest& out,
+                                           const Limits& lim) {
+  json::object o;
+  if (auto e = parse_object(body, o)) return e;
+  if (auto e = string_field(o, "model", out.model, false)) return e;
+  const auto* msgs = o.if_contains("messages");
+  if (!msgs || !msgs->is_array() || msgs->as_array().empty())
+    return bad("messages", "'messages' must be a non-empty array of {\"role\", \"content\"}");
+  if (msgs->as_array().size() > lim.max_messages)
+    return bad("messages",
+               "'messages' has more than " + std::to_string(lim.max_messages) + " entries");
+  std::size_t idx = 0;
+  for (const auto& m : msgs->as_array()) {
+    const std::string where = "messages[" + std::to_string(idx++) + "]";
+    const auto* mo = m.if_object();
+    if (!mo) return bad(where, where + " must be an object");
+    ChatMessage cm;
+    if (auto e = string_field(*mo, "role", cm.role, true)) {
+      e->param = where + ".role";
+      e->message = where + ": " + e->message;
+      return e;
+    }
+    if (cm.role == "developer") cm.role = "system";
+    if (cm.role != "system" && cm.role != "user" && cm.role != "assistant" && cm.role != "tool")
+      return bad(where + ".role", where + ".role '" + cm.role +
+                                      "' is not one of system, developer, user, assistant, tool");
+    std::optional<ApiError> err;
+    if (const auto* c = mo->if_contains("content"))
+      cm.content = text_content(*c, where + ".content", err);
+    if (err) return err;
+    if (const auto* n = mo->if_contains("name"); n && n->is_string()) cm.name = n->as_string();
+    if (cm.role == "tool") {
+      if (auto e = string_field(*mo, "tool_call_id", cm.tool_call_id, false)) return e;
+    }
+    if (const auto* calls = mo->if_contains("tool_calls"); calls && !calls->is_null()) {
+      if (!calls->is_array()) return bad(where + ".tool_calls", "'tool_calls' must be an array");
+      std::size_t k = 0;
+      for (const auto& c : calls->as_array()) {
+        const std::string cw = where + ".tool_calls[" + std::to_string(k++) + "]";
+        const auto* co = c.if_object();
+        const auto* fn = co ? co->if_contains("function") : nullptr;
+        if (!fn || !fn->is_object())
+          return bad(cw, cw + " needs a 'function' object with 'name' and 'arguments'");
+        ToolCall tc;
+        if (const auto* id = co->if_contains("id"); id && id->is_string()) tc.id = id->as_string();
+        if (auto e = string_field(fn->as_object(), "name", tc.name, true)) {
+          e->param = cw + ".function.name";
+          return e;
+        }
+        if (const auto* a = fn->as_object().if_contains("arguments")) {
+          if (a->is_string())
+            tc.arguments = a->as_string();
+          else if (a->is_object())
+            tc.arguments = json::serialize(*a);
+          else if (!a->is_null())
+            return bad(cw + ".function.arguments", "'arguments' must be a JSON string");
+        }
+        if (tc.arguments.empty()) tc.arguments = "{}";
+        cm.tool_calls.push_back(std::move(tc));
+      }
+    }
+    out.messages.push_back(std::move(cm));
+  }
+  if (const auto* tools = o.if_contains("tools"); tools && !tools->is_null()) {
+    if (!tools->is_array()) return bad("tools", "'tools' must be an array");
+    std::size_t k = 0;
+    for (const auto& t : tools->as_array()) {
+      const std::string tw = "tools[" + std::to_string(k++) + "]";
+      const auto* to = t.if_object();
+      const auto* fn = to ? to->if_contains("function") : nullptr;
+      if (!fn || !fn->is_object())
+        return bad(tw, tw + " must be {\"type\": \"function\", \"function\": {\"name\", ...}}");
+      Tool tool;
+      const auto& fo = fn->as_object();
+      if (auto e = string_field(fo, "name", tool.name, true)) {
+        e->param = tw + ".function.name";
+        return e;
+      }
+      (void)string_field(fo, "description", tool.description, false);
+      if (const auto* p = fo.if_contains("parameters"); p && p->is_object())
+        tool.parameters = p->as_object();
+      out.tools.push_back(std::move(tool));
+    }
+  }
+  if (const auto* tc = o.if_contains("tool_choice"); tc && !tc->is_null()) {
+    if (tc->is_string()) {
+      const auto& s = tc->as_string();
+      if (s == "auto")
+        out.tool_choice = ToolChoice::automatic;
+      else if (s == "none")
+        out.tool_choice = ToolChoice::none;
+      else if (s == "required")
+        out.tool_choice = ToolChoice::required;
+      else
+        return bad("tool_choice",
+                   "'tool_choice' must be \"auto\", \"none\", \"required\" or "
+                   "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+    } else if (const auto* fn = tc->is_object() ? tc->as_object().if_contains("function") : nullptr;
+               fn && fn->is_object() && fn->as_object().contains("name") &&
+               fn->as_object().at("name").is_string()) {
+      out.tool_choice = ToolChoice::named;
+      out.tool_choice_name = fn->as_object().at("name").as_string();
+      bool known = false;
+      for (const auto& t : out.tools) known |= t.name == out.tool_choice_name;
+      if (!known)
+        return bad("tool_choice",
+                   "tool_choice names '" + out.tool_choice_name + "', which is not in 'tools'");
+    } else {
+      return bad("tool_choice",
+                 "'tool_choice' must be \"auto\", \"none\", \"required\" or "
+                 "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+    }
+    if ((out.tool_choice == ToolChoice::required) && out.tools.empty())
+      return bad("tool_choice", "tool_choice \"required\" needs 'tools'");
+  }
+  if (const auto* rf = o.if_contains("response_format"); rf && !rf->is_null()) {
+    const auto* ro = rf->if_object();
+    const auto* type = ro ? ro->if_contains("type") : nullptr;
+    if (!type || !type->is_string())
+      return bad("response_format",
+                 "'response_format' must be {\"type\": \"text\" | "
+                 "\"json_object\" | \"json_schema\"}");
+    const auto& t = type->as_string();
+    if (t == "text") {
+      out.response_format = ResponseFormat::text;
+    } else if (t == "json_object") {
+      out.response_format = ResponseFormat::json_object;
+    } else if (t == "json_schema") {
+      out.response_format = ResponseFormat::json_schema;
+      const auto* js = ro->if_contains("json_schema");
+      if (!js || !js->is_object())
+        return bad("response_format.json_schema",
+                   "response_format json_schema needs 'json_schema': {\"name\", \"schema\"}");
+      out.json_schema = *js;
+    } else {
+      return bad("response_format.type", "response_format type '" + std::string(t) +
+                                             "' is not one of text, json_object, json_schema");
+    }
+  }
+  if (auto e = parse_sampling(o, out.sampling, lim)) return e;
+  bool want = false;
+  if (auto e = boolean(o, "logprobs", want)) return e;
+  std::optional<std::int64_t> top;
+  if (auto e = integer(o, "top_logprobs", 0, lim.max_top_logprobs, top)) return e;
+  if (top && !want) return bad("top_logprobs", "'top_logprobs' needs \"logprobs\": true");
+  out.sampling.logprobs = want ? static_cast<int>(top.value_or(0)) : -1;
+  return std::nullopt;
+}
+
+std::optional<ApiError> parse_completion_request(std::string_view body, CompletionRequest& out,
+                                                 const Limits& lim) {
+  json::object o;
+  if (auto e = parse_object(body, o)) return e;
+  if (auto e = string_field(o, "model", out.model, false)) return e;
+  const auto* p = o.if_contains("prompt");
+  const char* shape = "'prompt' must be a string or an array of token ids";
+  if (!p || p->is_null()) return bad("prompt", "'prompt' is required (a string or token ids)");
+  if (p->is_string()) {
+    out.prompt = p->as_string();
+  } else if (p->is_array()) {
+    const auto& a = p->as_array();
+    if (a.size() == 1 && (a[0].is_string() || a[0].is_array())) {  // a batch of one
+      if (a[0].is_string()) {
+        out.prompt = a[0].as_string();
+      } else {
+        for (const auto& t : a[0].as_array()) {
+          if (!t.is_int64()) return bad("prompt", shape);
+          out.prompt_tokens.push_back(static_cast<std::int32_t>(t.as_int64()));
+        }
+        out.prompt_is_tokens = true;
+      }
+    } else {
+      for (const auto& t : a) {
+        if (t.is_string() || t.is_array())
+          return bad("prompt", "one prompt per request: send several requests (or use n)");
+        if (!t.is_int64() || t.as_int64() < 0 || t.as_int64() > INT32_MAX)
+          return bad("prompt", shape);
+        out.prompt_tokens.push_back(static_cast<std::int32_t>(t.as_int64()));
+      }
+      out.prompt_is_tokens = true;
+      if (out.prompt_tokens.empty()) return bad("prompt", "'prompt' is empty");
+    }
+  } else {
+    return bad("prompt", shape);
+  }
+  if (auto e = boolean(o, "echo", out.echo)) return e;
+  if (const auto* b = o.if_contains("best_of"); b && b->is_number() && b->to_number<double>() > 1)
+    return bad("best_of", "'best_of' above 1 is not supported; use n");
+  if (auto e = parse_sampling(o, out.sampling, lim)) return e;
+  std::optional<std::int64_t> lp;
+  if (auto e = integer(o, "logprobs", 0, 5, lp)) return e;
+  out.sampling.logprobs = lp ? static_cast<int>(*lp) : -1;
+  return std::nullopt;
+}
+
+// --- responses ------------------------------------------------------------------------------
+
+json::object usage_json(const Usage& u) {
+  return {{"prompt_tokens", u.prompt_tokens},
+          {"completion_tokens", u.completion_tokens},
+          {"total_tokens", u.prompt_tokens + u.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
+}
+
+namespace {
+
+json::array bytes_of(const std::string& s) {
+  json::array a;
+  for (unsigned char c : s) a.push_back(c);
+  return a;
+}
+
+json::value chat_logprobs(const std::optional<std::vector<TokenLogprobs>>& lps) {
+  if (!lps) return nullptr;
+  json::array content;
+  for (const auto& t : *lps) {
+    json::array top;
+    for (const auto& a : t.top)
+      top.push_back({{"token", a.token}, {"logprob", a.logprob}, {"bytes", bytes_of(a.token)}});
+    content.push_back({{"token", t.token},
+                       {"logprob", t.logprob},
+                       {"bytes", bytes_of(t.token)},
+                       {"top_logprobs", std::move(top)}});
+  }
+  return json::object{{"content", std::move(content)}};
+}
+
+json::value completion_logprobs(const std::optional<std::vector<TokenLogprobs>>& lps,
+                                std::size_t text_offset) {
+  if (!lps) return nullptr;
+  json::array tokens, token_lps, tops, offsets;
+  for (const auto& t : *lps) {
+    tokens.push_back(json::value(t.token));
+    token_lps.push_back(t.logprob);
+    json::object top;
+    for (const auto& a : t.top) top[a.token] = a.logprob;
+    tops.push_back(std::move(top));
+    offsets.push_back(text_offset);
+    text_offset += t.token.size();
+  }
+  return json::object{{"tokens", std::move(tokens)},
+                      {"token_logprobs", std::move(token_lps)},
+                      {"top_logprobs", std::move(tops)},
+                      {"text_offset", std::move(offsets)}};
+}
+
+json::array tool_calls_json(const std::vector<ToolCall>& calls, bool delta) {
+  json::array a;
+  int i = 0;
+  for (const auto& c : calls) {
+    json::object o{{"id", c.id},
+                   {"type", "function"},
+                   {"function", {{"name", c.name}, {"arguments", c.arguments}}}};
+    if (delta) o["index"] = i;
+    ++i;
+    a.push_back(std::move(o));
+  }
+  return a;
+}
+
+json::value finish(const std::string& f) {
+  return f.empty() ? json::value(nullptr) : json::value(f);
+}
+
+json::object head(const Envelope& e, const char* object) {
+  return {{"id", e.id}, {"object", object}, {"created", e.created}, {"model", e.model}};
+}
+
+}  // namespace
+
+std::string chat_completion(const Envelope& e, const std::vector<Choice>& choices, const Usage& u) {
+  json::object o = head(e, "chat.completion");
+  json::array cs;
+  for (const auto& c : choices) {
+    json::object msg{{"role", "assistant"},
+                     {"content", c.text.empty() && !c.tool_calls.empty() ? json::value(nullptr)
+                                                                         : json::value(c.text)}};
+    if (!c.tool_calls.empty()) msg["tool_calls"] = tool_calls_json(c.tool_calls, false);
+    cs.push_back({{"index", c.index},
+                  {"message", std::move(msg)},
+                  {"logprobs", chat_logprobs(c.logprobs)},
+                  {"finish_reason", finish(c.finish_reason)}});
+  }
+  o["choices"] = std::move(cs);
+  o["usage"] = usage_json(u);
+  return json::serialize(o);
+}
+
+std::string chat_chunk(const Envelope& e, const std::vector<Choice>& choices, bool with_role,
+                       const Usage* usage) {
+  json::object o = head(e, "chat.completion.chunk");
+  json::array cs;
+  for (const auto& c : choices) {
+    json::object delta;
+    if (with_role) delta["role"] = "assistant";
+    if (!c.text.empty() || (with_role && c.tool_calls.empty())) delta["content"] = c.text;
+    if (!c.tool_calls.empty()) delta["tool_calls"] = tool_calls_json(c.tool_calls, true);
+    cs.push_back({{"index", c.index},
+                  {"delta", std::move(delta)},
+                  {"logprobs", chat_logprobs(c.logprobs)},
+                  {"finish_reason", finish(c.finish_reason)}});
+  }
+  o["choices"] = std::move(cs);
+  o["usage"] = usage ? json::value(usage_json(*usage)) : json::value(nullptr);
+  return json::serialize(o);
+}
+
+std::string completion(const Envelope& e, const std::vector<Choice>& choices, const Usage& u) {
+  json::object o = head(e, "text_completion");
+  json::array cs;
+  for (const auto& c : choices) {
+    cs.push_back({{"index", c.index},
+                  {"text", c.text},
+                  {"logprobs", completion_logprobs(c.logprobs, 0)},
+                  {"finish_reason", finish(c.finish_reason)}});
+  }
+  o["choices"] = std::move(cs);
+  o["usage"] = usage_json(u);
+  return json::serialize(o);
+}
+
+std::string completion_chunk(const Envelope& e, const std::vector<Choice>& choices,
+                             const Usage* usage) {
+  json::object o = head(e, "text_completion");
+  json::array cs;
+  for (const auto& c : choices) {
+    cs.push_back({{"index", c.index},
+                  {"text", c.text},
+                  {"logprobs", completion_logprobs(c.logprobs, 0)},
+                  {"finish_reason", finish(c.finish_reason)}});
+  }
+  o["choices"] = std::move(cs);
+  o["usage"] = usage ? json::value(usage_json(*usage)) : json::value(nullptr);
+  return json::serialize(o);
+}
+
+}  // namespace weir::http::openai

@@ -1,0 +1,406 @@
+#include "weir/http/server.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <set>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/json/serialize.hpp>
+#include <boost/json/value.hpp>
+
+#include "weir/runtime/log.hpp"
+
+namespace weir::http {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
+using tcp = asio::ip::tcp;
+using asio::use_awaitable;
+using namespace asio::experimental::awaitable_operators;
+
+std::optional<std::string_view> Request::header(std::string_view name) const {
+  for (const auto& [k, v] : headers)
+    if (k == name) return std::string_view(v);
+  return std::nullopt;
+}
+
+namespace {
+
+struct Conn {
+  explicit Conn(tcp::socket s) : stream(std::move(s)) {}
+  beast::tcp_stream stream;
+  beast::flat_buffer buf;
+  bool in_request = false;
+};
+
+std::string status_reason(int status) {
+  return std::string(bhttp::obsolete_reason(static_cast<bhttp::status>(status)));
+}
+
+}  // namespace
+
+struct Server::Impl : std::enable_shared_from_this<Impl> {
+  Impl(asio::io_context& io, ServerConfig c, Handler h, ErrorBody e)
+      : io(io), cfg(std::move(c)), handler(std::move(h)), error_body(std::move(e)), acceptor(io) {}
+
+  asio::io_context& io;
+  ServerConfig cfg;
+  Handler handler;
+  ErrorBody error_body;
+  tcp::acceptor acceptor;
+  bool stopping = false;
+  std::set<Conn*> conns;
+  std::size_t active = 0;
+  std::uint64_t refused = 0;
+
+  std::string error_text(int status, std::string_view message) const {
+    return error_body ? error_body(status, message)
+                      : error_json(message, error_type_for_status(status), {}, {});
+  }
+
+  asio::awaitable<void> accept_loop();
+  asio::awaitable<void> session(tcp::socket sock);
+  asio::awaitable<void> reply_and_close(Conn& c, int status, std::string message, unsigned version);
+};
+
+// One request on a connection.
+class ExchangeImpl final : public Exchange {
+ public:
+  ExchangeImpl(Server::Impl& s, Conn& c, Request req, bool keep_alive, unsigned version)
+      : s_(s), c_(c), req_(std::move(req)), keep_alive_(keep_alive), version_(version) {}
+
+  const Request& request() const override { return req_; }
+  bool disconnected() const override { return gone_; }
+  void on_disconnect(std::function<void()> fn) override {
+    if (gone_) {
+      if (fn) fn();
+      return;
+    }
+    on_gone_ = std::move(fn);
+  }
+
+  asio::awaitable<Status> async_respond(Response r) override {
+    if (started_) co_return Error(Errc::invalid_argument, "http: a response was already started");
+    started_ = true;
+    bhttp::response<bhttp::string_body> res{static_cast<bhttp::status>(r.status), version_};
+    res.set(bhttp::field::server, "weir");
+    res.set(bhttp::field::content_type, r.content_type);
+    for (const auto& [k, v] : r.headers) res.set(k, v);
+    res.keep_alive(keep_alive());
+    res.body() = std::move(r.body);
+    res.prepare_payload();
+    c_.stream.expires_after(s_.cfg.write_timeout);
+    auto [ec, n] = co_await bhttp::async_write(c_.stream, res, asio::as_tuple(use_awaitable));
+    c_.stream.expires_never();
+    if (ec) co_return fail(ec);
+    finished_ = true;
+    co_return Status{};
+  }
+
+  asio::awaitable<Status> async_start_stream(int status, std::string content_type,
+                                             Headers headers) override {
+    if (started_) co_return Error(Errc::invalid_argument, "http: a response was already started");
+    started_ = true;
+    bhttp::response<bhttp::empty_body> res{static_cast<bhttp::status>(status), version_};
+    res.set(bhttp::field::server, "weir");
+    res.set(bhttp::field::content_type, content_type);
+    res.set(bhttp::field::cache_control, "no-cache");
+    for (const auto& [k, v] : headers) res.set(k, v);
+    res.keep_alive(keep_alive());
+    res.chunked(true);
+    bhttp::response_serializer<bhttp::empty_body> sr(res);
+    c_.stream.expires_after(s_.cfg.write_timeout);
+    auto [ec, n] = co_await bhttp::async_write_header(c_.stream, sr, asio::as_tuple(use_awaitable));
+    c_.stream.expires_never();
+    if (ec) co_return fail(ec);
+    co_return Status{};
+  }
+
+  asio::awaitable<Status> async_write(std::string data) override {
+    if (failed_) co_return Error(Errc::io_error, "http: the client is gone");
+    if (data.empty()) co_return Status{};
+    char head[24];
+    int len = std::snprintf(head, sizeof head, "%zx\r\n", data.size());
+    data.insert(0, head, static_cast<std::size_t>(len));
+    data += "\r\n";
+    co_return co_await write_raw(std::move(data));
+  }
+
+  asio::awaitable<Status> async_finish() override {
+    if (failed_) co_return Error(Errc::io_error, "http: the client is gone");
+    auto st = co_await write_raw("0\r\n\r\n");
+    if (st) finished_ = true;
+    co_return st;
+  }
+
+  // The connection's side: watches the socket while the handler runs.
+  asio::awaitable<void> watch() {
+    for (;;) {
+      if (c_.buf.size() >= s_.cfg.max_body_bytes) break;  // a pipelining client: stop reading
+      auto [ec, n] = co_await c_.stream.socket().async_read_some(c_.buf.prepare(4096),
+                                                                 asio::as_tuple(use_awaitable));
+      if (ec == asio::error::operation_aborted) co_return;
+      if (ec) {
+        gone_ = true;
+        if (auto fn = std::move(on_gone_)) fn();
+        break;
+      }
+      c_.buf.commit(n);
+    }
+    asio::steady_timer forever(s_.io, asio::steady_timer::time_point::max());
+    co_await forever.async_wait(asio::as_tuple(use_awaitable));  // until the handler is done
+  }
+
+  bool keep_alive() const { return keep_alive_ && !s_.stopping; }
+  bool started() const { return started_; }
+  bool finished() const { return finished_; }
+  bool failed() const { return failed_ || gone_; }
+
+ private:
+  asio::awaitable<Status> write_raw(std::string data) {
+    c_.stream.expires_after(s_.cfg.write_timeout);
+    auto [ec, n] =
+        co_await asio::async_write(c_.stream, asio::buffer(data), asio::as_tuple(use_awaitable));
+    c_.stream.expires_never();
+    if (ec) co_return fail(ec);
+    co_return Status{};
+  }
+  Error fail(const boost::system::error_code& ec) {
+    failed_ = true;
+    if (!gone_) {
+      gone_ = true;
+      if (auto fn = std::move(on_gone_)) fn();
+    }
+    return Error(Errc::io_error, "http: write failed: " + ec.message());
+  }
+
+  Server::Impl& s_;
+  Conn& c_;
+  Request req_;
+  bool keep_alive_;
+  unsigned version_;
+  bool started_ = false, finished_ = false, failed_ = false, gone_ = false;
+  std::function<void()> on_gone_;
+};
+
+asio::awaitable<void> run_handler_impl(Server::Impl& s, ExchangeImpl& ex);
+
+asio::awaitable<void> Server::Impl::reply_and_close(Conn& c, int status, std::string message,
+                                                    unsigned version) {
+  bhttp::response<bhttp::string_body> res{static_cast<bhttp::status>(status), version};
+  res.set(bhttp::field::server, "weir");
+  res.set(bhttp::field::content_type, "application/json");
+  res.keep_alive(false);
+  res.body() = error_text(status, message);
+  res.prepare_payload();
+  c.stream.expires_after(cfg.write_timeout);
+  auto [ec, n] = co_await bhttp::async_write(c.stream, res, asio::as_tuple(use_awaitable));
+  if (ec) co_return;
+  // Let the client finish sending what it was sending (a body over the limit), so that closing
+  // does not reset the connection before it has read the answer: bounded in time and bytes.
+  boost::system::error_code ig;
+  c.stream.socket().shutdown(tcp::socket::shutdown_send, ig);
+  c.stream.expires_after(std::chrono::seconds(2));
+  std::size_t drained = 0;
+  static thread_local char sink[16384];
+  while (drained < (64u << 20)) {
+    auto [e, got] =
+        co_await c.stream.async_read_some(asio::buffer(sink), asio::as_tuple(use_awaitable));
+    if (e) break;
+    drained += got;
+  }
+}
+
+asio::awaitable<void> Server::Impl::session(tcp::socket sock) {
+  auto self = shared_from_this();
+  Conn conn(std::move(sock));
+  conns.insert(&conn);
+  struct Leave {
+    Impl& s;
+    Conn& c;
+    ~Leave() { s.conns.erase(&c); }
+  } leave{*this, conn};
+
+  while (!stopping) {
+    bhttp::request_parser<bhttp::string_body> parser;
+    parser.header_limit(static_cast<std::uint32_t>(cfg.max_header_bytes));
+    parser.body_limit(cfg.max_body_bytes);
+    conn.stream.expires_after(cfg.idle_timeout);
+    auto [ec, n] =
+        co_await bhttp::async_read(conn.stream, conn.buf, parser, asio::as_tuple(use_awaitable));
+    conn.stream.expires_never();
+    if (ec) {
+      const unsigned version = parser.is_header_done() ? parser.get().version() : 11;
+      if (ec == bhttp::error::body_limit) {
+        co_await reply_and_close(conn, 413,
+                                 "the request body is over the server's limit of " +
+                                     std::to_string(cfg.max_body_bytes) +
+                                     " bytes (--max-body-bytes); send less",
+                                 version);
+      } else if (ec == bhttp::error::header_limit) {
+        co_await reply_and_close(conn, 431,
+                                 "the request headers are over the server's limit of " +
+                                     std::to_string(cfg.max_header_bytes) + " bytes",
+                                 version);
+      } else if (ec.category() == bhttp::make_error_code(bhttp::error::bad_target).category() &&
+                 ec != bhttp::error::end_of_stream && ec != bhttp::error::partial_message) {
+        co_await reply_and_close(conn, 400, "malformed HTTP request: " + ec.message(), version);
+      }
+      break;  // end of stream, timeout, reset, shutdown
+    }
+    auto& breq = parser.get();
+    Request req;
+    req.method = std::string(breq.method_string());
+    req.target = std::string(breq.target());
+    req.path = req.target.substr(0, req.target.find('?'));
+    for (const auto& f : breq) {
+      std::string name(f.name_string());
+      std::transform(name.begin(), name.end(), name.begin(),
+                     [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+      req.headers.emplace_back(std::move(name), std::string(f.value()));
+    }
+    req.body = std::move(breq.body());
+    ExchangeImpl ex(*this, conn, std::move(req), breq.keep_alive(), breq.version());
+    conn.in_request = true;
+    ++active;
+    co_await (run_handler_impl(*this, ex) || ex.watch());
+    --active;
+    conn.in_request = false;
+    if (!ex.started() && !ex.failed()) {
+      (void)co_await ex.async_respond(
+          {500, "application/json", {}, error_text(500, "the handler sent no response")});
+    }
+    if (ex.failed() || !ex.finished() || !ex.keep_alive()) break;
+  }
+  boost::system::error_code ig;
+  conn.stream.socket().shutdown(tcp::socket::shutdown_both, ig);
+  conn.stream.socket().close(ig);
+}
+
+asio::awaitable<void> Server::Impl::accept_loop() {
+  auto self = shared_from_this();
+  while (!stopping) {
+    auto [ec, sock] = co_await acceptor.async_accept(asio::as_tuple(use_awaitable));
+    if (stopping) break;
+    if (ec) {
+      // Out of descriptors or similar: wait a little instead of spinning.
+      weir::log(LogLevel::warn, "http: accept failed: " + ec.message());
+      asio::steady_timer t(io, std::chrono::milliseconds(50));
+      co_await t.async_wait(asio::as_tuple(use_awaitable));
+      continue;
+    }
+    if (conns.size() >= cfg.max_connections) {
+      ++refused;
+      // One small write to a fresh socket does not block; then the connection is closed.
+      std::string body = error_text(503, "the server is at its connection limit of " +
+                                             std::to_string(cfg.max_connections) +
+                                             " (--max-connections); retry shortly");
+      std::string msg = "HTTP/1.1 503 " + status_reason(503) +
+                        "\r\nContent-Type: application/json\r\nRetry-After: 1\r\nConnection: "
+                        "close\r\nContent-Length: " +
+                        std::to_string(body.size()) + "\r\n\r\n" + body;
+      boost::system::error_code ig;
+      sock.non_blocking(true, ig);
+      sock.write_some(asio::buffer(msg), ig);
+      sock.shutdown(tcp::socket::shutdown_both, ig);
+      sock.close(ig);
+      continue;
+    }
+    asio::co_spawn(io, session(std::move(sock)), [](std::exception_ptr e) {
+      if (!e) return;
+      try {
+        std::rethrow_exception(e);
+      } catch (const std::exception& x) {
+        weir::log(LogLevel::error, std::string("http: connection failed: ") + x.what());
+      }
+    });
+  }
+}
+
+// Runs the handler; an exception becomes a 500 when nothing was sent yet.
+asio::awaitable<void> run_handler_impl(Server::Impl& s, ExchangeImpl& ex) {
+  std::string what;
+  try {
+    co_await s.handler(ex);
+    co_return;
+  } catch (const std::exception& e) {
+    what = e.what();
+  }
+  weir::log(LogLevel::error, "http: handler for " + ex.request().method + " " +
+                                 ex.request().target + " failed: " + what);
+  if (!ex.started() && !ex.failed())
+    (void)co_await ex.async_respond(
+        {500, "application/json", {}, s.error_text(500, "internal error: " + what)});
+}
+
+Server::Server(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Server::~Server() {
+  if (impl_) impl_->stopping = true;
+}
+
+Result<std::unique_ptr<Server>> Server::create(asio::io_context& io, ServerConfig config,
+                                               Handler handler, ErrorBody error_body) {
+  std::string host = config.address == "localhost" ? "127.0.0.1" : config.address;
+  boost::system::error_code ec;
+  auto addr = asio::ip::make_address(host, ec);
+  if (ec)
+    return Error(Errc::invalid_argument,
+                 "'" + config.address + "' is not an IP address (e.g. 127.0.0.1, 0.0.0.0, ::1)");
+  auto impl =
+      std::make_shared<Impl>(io, std::move(config), std::move(handler), std::move(error_body));
+  tcp::endpoint ep(addr, impl->cfg.port);
+  const std::string where = host + ":" + std::to_string(impl->cfg.port);
+  impl->acceptor.open(ep.protocol(), ec);
+  if (!ec) impl->acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) impl->acceptor.bind(ep, ec);
+  if (!ec) impl->acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) return Error(Errc::io_error, "cannot listen on " + where + ": " + ec.message());
+  return std::unique_ptr<Server>(new Server(std::move(impl)));
+}
+
+void Server::start() {
+  asio::co_spawn(impl_->io, impl_->accept_loop(), [](std::exception_ptr e) {
+    if (!e) return;
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& x) {
+      weir::log(LogLevel::error, std::string("http: accept loop failed: ") + x.what());
+    }
+  });
+}
+
+std::uint16_t Server::port() const {
+  boost::system::error_code ec;
+  auto ep = impl_->acceptor.local_endpoint(ec);
+  return ec ? 0 : ep.port();
+}
+
+void Server::stop() {
+  if (impl_->stopping) return;
+  impl_->stopping = true;
+  boost::system::error_code ig;
+  impl_->acceptor.close(ig);
+  for (Conn* c : impl_->conns)
+    if (!c->in_request) c->stream.socket().cancel(ig);
+}
+
+std::size_t Server::connections() const {
+  return impl_->conns.size();
+}
+std::size_t Server::active_requests() const {
+  return impl_->active;
+}
+std::uint64_t Server::connections_refused() const {
+  return impl_->refused;
+}
+
+}  // namespace weir::http

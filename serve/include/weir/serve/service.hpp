@@ -1,0 +1,93 @@
+// weir serve: an OpenAI-compatible HTTP server for weir's engine, with the fences at the door.
+//
+// Routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health,
+// GET /metrics (Prometheus text), POST /tokenize, POST /detokenize (docs/serve.md).
+// Each model file gets one engine (inference::EngineRegistry); a request's `model` picks it by
+// name. Fences: a bounded admission queue per model (429 with Retry-After beyond it, at once),
+// connection and body caps, context checks, per-request deadlines, cancellation when the client
+// disconnects or stops reading, bearer-key auth, graceful drain on shutdown.
+//
+// Thread safety: a Service runs its own I/O thread (all HTTP work and routing) and its engines'
+// threads; its public methods may be called from any thread. Asio and Beast stay in the .cpp.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "weir/runtime/error.hpp"
+
+namespace weir::serve {
+
+struct ModelSpec {
+  std::string name;  // what requests put in "model" (default: the file's stem)
+  std::filesystem::path path;
+};
+
+// "NAME=PATH" or "PATH" (name: the file's stem).
+ModelSpec parse_model_spec(const std::string& arg);
+
+struct ServeConfig {
+  std::vector<ModelSpec> models;
+  std::string host = "127.0.0.1";
+  std::uint16_t port = 8080;           // 0: any free port
+  std::optional<std::string> api_key;  // required as "Authorization: Bearer <key>" when set
+  bool insecure = false;               // allow a non-loopback bind without a key
+  // Engine, per model.
+  std::int32_t max_num_seqs = 32;  // requests running at once (admission permits)
+  std::int64_t max_model_len = 0;  // 0: the model's context (capped at 4096)
+  std::size_t kv_cache_bytes = 256u << 20;
+  std::optional<std::string> chat_template;  // family name; default: detected from the GGUF
+  bool ignore_eos = false;                   // random-weight models: generate to max_tokens
+  // Fences.
+  std::size_t max_queued_requests = 256;     // per model, waiting for a running slot
+  std::int64_t max_queued_tokens = 1 << 18;  // prompt tokens of the queued requests, per model
+  std::size_t max_connections = 512;
+  std::size_t max_body_bytes = 4u << 20;
+  std::int64_t default_max_tokens = 512;  // when a request sets no max_tokens
+  int max_n = 8;
+  std::chrono::milliseconds request_timeout{600'000};
+  std::chrono::milliseconds grace{30'000};
+  std::chrono::milliseconds write_timeout{30'000};  // a stream's reader that stops reading
+  std::chrono::milliseconds idle_timeout{60'000};   // keep-alive connections between requests
+};
+
+// The configuration, one setting per line (printed at start-up).
+std::string describe(const ServeConfig& c);
+// Errors (invalid_argument) for settings that cannot work: no model, a non-loopback host
+// without an API key (unless insecure), zero limits, duplicate model names.
+Status validate(const ServeConfig& c);
+
+class Service {
+ public:
+  // Validates, binds and starts serving; models load in the background (GET /health answers
+  // 503 until they are loaded). Errors: invalid_argument (validate), io_error (bind).
+  static Result<std::unique_ptr<Service>> start(ServeConfig config);
+  // Shuts down at once (grace 0) if shutdown() was not called.
+  ~Service();
+
+  std::uint16_t port() const;
+  // Blocks until every model is loaded (Ok) or one failed to load (its error).
+  Status wait_ready();
+  // Graceful shutdown: stops accepting, lets requests in flight finish within `grace`, cancels
+  // the rest (their KV blocks are freed), closes connections. Blocks until done. Idempotent.
+  void shutdown(std::chrono::milliseconds grace);
+
+  struct Impl;
+
+ private:
+  explicit Service(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// `weir serve`: start, print the configuration and "listening on http://HOST:PORT" to stderr,
+// serve until SIGTERM or SIGINT (drain within config.grace, exit 0); a second signal exits at
+// once (exit code 1). Returns the process exit code.
+int run(ServeConfig config);
+
+}  // namespace weir::serve

@@ -1,0 +1,148 @@
+// `weir serve` as a child process: --port 0 prints the bound port; SIGTERM drains (a request in
+// flight finishes or, past --grace, is cancelled; the stream still ends with [DONE]) and the
+// process exits 0; refused settings exit 1 with the reason.
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <regex>
+#include <string>
+#include <thread>
+
+#include <boost/json.hpp>
+
+#include "http_client.hpp"
+#include "weir/inference/gguf_writer.hpp"
+
+namespace weir::serve {
+namespace {
+
+namespace fs = std::filesystem;
+using testing_http::call;
+using testing_http::Conn;
+using testing_http::Reply;
+
+// A model slow enough that a long generation is still running when the signal comes.
+fs::path slow_model() {
+  auto dir = fs::temp_directory_path() / ("weir-serve-ptest-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  auto path = dir / "slow.gguf";
+  if (!fs::exists(path)) {
+    inference::RandomModelShape shape{256, 1024, 6, 4, 4, 512, 4096};
+    auto st = inference::write_random_llama(path, shape, inference::GgmlType::f32, 3);
+    EXPECT_TRUE(st) << st.error().message;
+  }
+  return path;
+}
+
+struct Child {
+  pid_t pid = -1;
+  int err_fd = -1;
+  std::string err;
+  int port = 0;
+
+  // Reads stderr until `pattern` matches (or timeout).
+  std::smatch wait_for(const std::regex& pattern, int timeout_ms = 30000) {
+    std::smatch m;
+    auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    while (!std::regex_search(err, m, pattern) && std::chrono::steady_clock::now() < until) {
+      pollfd p{err_fd, POLLIN, 0};
+      if (::poll(&p, 1, 100) <= 0) continue;
+      char buf[4096];
+      ssize_t n = ::read(err_fd, buf, sizeof buf);
+      if (n <= 0) break;
+      err.append(buf, static_cast<std::size_t>(n));
+    }
+    std::regex_search(err, m, pattern);
+    return m;
+  }
+  int wait_exit(int timeout_ms) {
+    auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    while (std::chrono::steady_clock::now() < until) {
+      int status = 0;
+      if (::waitpid(pid, &status, WNOHANG) == pid) {
+        pid = -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return -1;
+  }
+  ~Child() {
+    if (pid > 0) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+    if (err_fd >= 0) ::close(err_fd);
+  }
+};
+
+std::unique_ptr<Child> spawn(std::vector<std::string> args) {
+  auto c = std::make_unique<Child>();
+  int fds[2];
+  if (::pipe(fds) != 0) return c;
+  c->pid = ::fork();
+  if (c->pid == 0) {
+    ::dup2(fds[1], 2);
+    ::close(fds[0]);
+    std::vector<char*> argv;
+    std::string bin = std::string(WEIR_BIN_DIR) + "/weir";
+    argv.push_back(bin.data());
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv(bin.c_str(), argv.data());
+    ::_exit(127);
+  }
+  ::close(fds[1]);
+  c->err_fd = fds[0];
+  return c;
+}
+
+TEST(ServeProcess, SigtermDrainsInFlightRequestsAndExitsZero) {
+  auto model = slow_model();
+  auto c = spawn({"serve", "--model", model.string(), "--port", "0", "--ignore-eos", "--grace",
+                  "0.5", "--kv-cache-mb", "64", "--max-num-seqs", "4"});
+  auto m = c->wait_for(std::regex("listening on http://127\\.0\\.0\\.1:([0-9]+)"));
+  ASSERT_FALSE(m.empty()) << c->err;
+  const auto port = static_cast<std::uint16_t>(std::stoi(m[1]));
+  EXPECT_NE(c->err.find("--max-queued-requests = 256"), std::string::npos) << c->err;
+  ASSERT_FALSE(c->wait_for(std::regex("weir serve: ready")).empty()) << c->err;
+  // A short request that finishes within the grace, and a long one that cannot.
+  Conn short_req(port), long_req(port);
+  ASSERT_TRUE(long_req.request("POST", "/v1/completions",
+                               R"({"prompt": "x", "max_tokens": 4000, "stream": true})"));
+  Reply head;
+  ASSERT_TRUE(long_req.read_head(head));
+  ASSERT_EQ(head.status, 200);
+  ASSERT_FALSE(long_req.next_chunk().empty());  // running
+  ASSERT_TRUE(short_req.request("POST", "/v1/completions", R"({"prompt": "x", "max_tokens": 5})"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(::kill(c->pid, SIGTERM), 0);
+  auto r = short_req.read_reply();
+  EXPECT_EQ(r.status, 200) << r.body;
+  // The long stream is cancelled after the grace and still ends properly.
+  std::string rest;
+  for (std::string ch; !(ch = long_req.next_chunk()).empty();) rest += ch;
+  EXPECT_NE(rest.find("data: [DONE]"), std::string::npos);
+  EXPECT_NE(rest.find("\"finish_reason\":\"length\""), std::string::npos);
+  EXPECT_EQ(c->wait_exit(10000), 0) << c->err;
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  // Nothing listens any more.
+  EXPECT_EQ(call(port, "GET", "/health").status, 0);
+}
+
+TEST(ServeProcess, RefusesAnOpenBindWithoutAKey) {
+  auto c = spawn({"serve", "--model", "x.gguf", "--host", "0.0.0.0"});
+  EXPECT_EQ(c->wait_exit(10000), 1);
+  c->wait_for(std::regex("refusing"), 1000);
+  EXPECT_NE(c->err.find("refusing to listen on 0.0.0.0 without an API key"), std::string::npos)
+      << c->err;
+}
+
+}  // namespace
+}  // namespace weir::serve
