@@ -1,4 +1,6 @@
-# Helpers that give every weir target the same flags without touching global CMAKE_CXX_FLAGS.
+# Helpers that give every weir target the same flags without touching global CMAKE_CXX_FLAGS,
+# and install every library made with them (see weir_install_library).
+include(GNUInstallDirs)
 
 add_library(weir_build_flags INTERFACE)
 target_compile_features(weir_build_flags INTERFACE cxx_std_20)
@@ -14,17 +16,65 @@ endif()
 
 find_program(WEIR_CCACHE ccache)
 
+# weir_install_library(<target> <export name> [HEADERS <dir>]): installs a static library into
+# the `weirTargets` export set as weir::<export name> (lib/, and <dir>'s contents into include/).
+# The package's config file, weir.pc and the Debian package are written from that set at the
+# end of the top-level CMakeLists.txt (cmake/WeirPackage.cmake), so a module made with
+# weir_add_library needs no install code of its own.
+function(weir_install_library target export_name)
+  cmake_parse_arguments(ARG "" "HEADERS" "" ${ARGN})
+  set_target_properties(${target} PROPERTIES EXPORT_NAME ${export_name})
+  set_property(GLOBAL APPEND PROPERTY WEIR_INSTALLED_LIBRARIES ${target})
+  if(NOT WEIR_INSTALL)
+    return()
+  endif()
+  install(TARGETS ${target} EXPORT weirTargets
+    ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT devel)
+  if(ARG_HEADERS)
+    install(DIRECTORY ${ARG_HEADERS}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COMPONENT devel
+      FILES_MATCHING PATTERN "*.hpp" PATTERN "*.h" PATTERN "*.cuh")
+  endif()
+endfunction()
+
+# weir_find_package(<package> [args...] [DEBIAN <deb>...]): find_package for a dependency that
+# installed weir needs again: the same call becomes a find_dependency in weirConfig.cmake, and
+# the Debian packages named become dependencies of weir's .deb. (Build-only dependencies such
+# as GTest use plain find_package.)
+# A macro, so that find_package's variables and imported targets land in the caller's scope.
+macro(weir_find_package _weir_fp_package)
+  cmake_parse_arguments(_weir_fp "" "" "DEBIAN" ${ARGN})
+  find_package(${_weir_fp_package} ${_weir_fp_UNPARSED_ARGUMENTS})
+  set(_weir_fp_args ${_weir_fp_UNPARSED_ARGUMENTS})
+  list(REMOVE_ITEM _weir_fp_args REQUIRED QUIET)
+  list(JOIN _weir_fp_args " " _weir_fp_args)
+  set_property(GLOBAL APPEND PROPERTY WEIR_CONFIG_DEPENDENCIES
+    "find_dependency(${_weir_fp_package} ${_weir_fp_args})")
+  set_property(GLOBAL APPEND PROPERTY WEIR_DEBIAN_DEPENDS ${_weir_fp_DEBIAN})
+endmacro()
+
 # weir_add_library(<module> SOURCES ... [PUBLIC_DEPS ...] [PRIVATE_DEPS ...])
-# Creates weir_<module> with alias weir::<module>; public headers in <module>/include.
+# Creates weir_<module> with alias weir::<module>; public headers in <module>/include, installed
+# (with the library, exported as weir::<module>) by `cmake --install`.
 function(weir_add_library module)
   cmake_parse_arguments(ARG "" "" "SOURCES;PUBLIC_DEPS;PRIVATE_DEPS" ${ARGN})
   add_library(weir_${module} STATIC ${ARG_SOURCES})
   add_library(weir::${module} ALIAS weir_${module})
   target_include_directories(weir_${module}
-    PUBLIC ${CMAKE_CURRENT_SOURCE_DIR}/include
+    PUBLIC $<BUILD_INTERFACE:${CMAKE_CURRENT_SOURCE_DIR}/include>
+           $<BUILD_INTERFACE:${PROJECT_BINARY_DIR}/include>  # weir/version.hpp (generated)
+           $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>
     PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src)
-  target_link_libraries(weir_${module} PUBLIC ${ARG_PUBLIC_DEPS} PRIVATE weir_build_flags ${ARG_PRIVATE_DEPS})
+  # weir_build_flags (warnings, sanitizers) is for weir's own build: BUILD_INTERFACE keeps it
+  # out of the installed link interface, where a static library would otherwise carry it.
+  target_link_libraries(weir_${module}
+    PUBLIC ${ARG_PUBLIC_DEPS}
+    PRIVATE $<BUILD_INTERFACE:weir_build_flags> ${ARG_PRIVATE_DEPS})
   target_compile_features(weir_${module} PUBLIC cxx_std_20)
+  set(headers)
+  if(IS_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}/include)
+    set(headers HEADERS ${CMAKE_CURRENT_SOURCE_DIR}/include)
+  endif()
+  weir_install_library(weir_${module} ${module} ${headers})
 endfunction()
 
 # weir_add_executable(<name> SOURCES ... DEPS ...): lands in build/bin/<name>.
@@ -46,10 +96,10 @@ function(weir_add_test module)
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE weir_build_flags ${ARG_DEPS} GTest::gtest GTest::gtest_main GTest::gmock)
   target_compile_definitions(${name} PRIVATE
-    WEIR_SHARED_DIR="${WEIR_SHARED_DIR}" WEIR_SOURCE_DIR="${CMAKE_SOURCE_DIR}"
+    WEIR_SHARED_DIR="${WEIR_SHARED_DIR}" WEIR_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
     WEIR_BIN_DIR="${CMAKE_RUNTIME_OUTPUT_DIRECTORY}")
   gtest_discover_tests(${name}
     DISCOVERY_MODE PRE_TEST
     PROPERTIES LABELS "${module};${ARG_LABELS}" TIMEOUT 600
-    WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+    WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 endfunction()
