@@ -1,8 +1,12 @@
 # weir: the commands a newcomer needs are `make demo` and `make test` (see README.md).
 #
 #   make            build (Release) into build/, executables in build/bin/
-#   make demo       set up, build, and run the main job
-#   make test       set up, build, and run the whole test suite with ctest
+#   make demo       set up, build the `weir` binary only, and run the main job
+#   make test       set up, build everything (in the same build/), run the whole suite with ctest
+#   make install    build and install into PREFIX (default /usr/local; DESTDIR honoured)
+#   make package    the Debian package, build-package/weir_<version>_amd64.deb (CPU build)
+#   make check-install  stage an install, build samples/consumer against it and run it
+#   make check-package  install the .deb (root), run it, build the consumer, remove it
 #   make test-asan  the whole test suite under AddressSanitizer + UBSan (build-asan/)
 #   make bench      build and run the benchmarks, each printing JSON
 #   make fuzz       build the libFuzzer targets with clang (build-fuzz/) and run each briefly
@@ -12,12 +16,15 @@
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
 FUZZ_BUILD ?= build-fuzz
+PKG_BUILD  ?= build-package
+PREFIX     ?= /usr/local
 CTEST_JOBS ?= $(shell nproc)
 FUZZ_RUNS  ?= 20000
 GENERATOR  := $(shell command -v ninja >/dev/null 2>&1 && echo Ninja || echo "Unix Makefiles")
 LAUNCHER   := $(shell command -v ccache >/dev/null 2>&1 && echo -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
 
-.PHONY: all build setup configure demo test test-asan bench fuzz gauntlet gauntlet-full format clean
+.PHONY: all build setup configure demo test test-asan bench fuzz gauntlet gauntlet-full format clean \
+        install package check-install check-package
 
 all: build
 
@@ -32,11 +39,34 @@ configure: setup $(BUILD)/CMakeCache.txt
 build: configure
 	cmake --build $(BUILD)
 
-demo: build
+# The demo needs the `weir` binary alone (scripts/demo runs nothing else): no tests, no benches.
+demo: configure
+	cmake --build $(BUILD) --target weir
 	@scripts/demo $(BUILD)
 
 test: build
+	@tests/mcp/setup
 	ctest --test-dir $(BUILD) --output-on-failure -j$(CTEST_JOBS)
+
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX)
+
+# The package is the CPU build (a CUDA build's libraries would need the CUDA toolkit to link),
+# without tests or benches; with ccache its objects are mostly those of build/.
+$(PKG_BUILD)/CMakeCache.txt:
+	cmake -S . -B $(PKG_BUILD) -G "$(GENERATOR)" -DCMAKE_BUILD_TYPE=Release -DWEIR_CUDA=OFF \
+	  -DWEIR_BUILD_TESTS=OFF -DWEIR_BUILD_BENCH=OFF $(LAUNCHER)
+
+package: setup $(PKG_BUILD)/CMakeCache.txt
+	cmake --build $(PKG_BUILD)
+	cd $(PKG_BUILD) && cpack -G DEB
+	@ls $(PKG_BUILD)/weir_*.deb
+
+check-install: build
+	scripts/check-install $(BUILD)
+
+check-package: package
+	scripts/check-package
 
 $(ASAN_BUILD)/CMakeCache.txt:
 	cmake -S . -B $(ASAN_BUILD) -G "$(GENERATOR)" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
@@ -45,6 +75,7 @@ $(ASAN_BUILD)/CMakeCache.txt:
 
 test-asan: setup $(ASAN_BUILD)/CMakeCache.txt
 	cmake --build $(ASAN_BUILD)
+	@tests/mcp/setup
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  ctest --test-dir $(ASAN_BUILD) --output-on-failure -j$(CTEST_JOBS)
 
@@ -76,4 +107,4 @@ format:
 	@git ls-files '*.cpp' '*.hpp' '*.h' '*.cu' '*.cuh' | xargs clang-format -i
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD) $(PKG_BUILD)

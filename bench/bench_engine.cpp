@@ -10,6 +10,7 @@
 #include "weir/inference/runner.hpp"
 #if WEIR_BENCH_CUDA
 #include "weir/inference/cuda/cuda_ops.hpp"
+#include "weir/runtime/json_write.hpp"
 #endif
 
 using namespace weir;
@@ -300,7 +301,7 @@ int main(int argc, char** argv) {
       g_device = *d;
     }
   }
-  const auto dir = std::filesystem::temp_directory_path() / "weir-bench-models";
+  const auto dir = std::filesystem::temp_directory_path() / "weir-bench-models-v2";
   std::fprintf(stderr, "F32 (%d threads)\n", kThreads);
   auto out = run(inference::GgmlType::f32, dir);
   std::fprintf(stderr, "Q8_0 (%d threads)\n", kThreads);
@@ -311,5 +312,5 @@ int main(int argc, char** argv) {
   if (g_device == inference::Device::cuda) out["gpu"] = gpu_extras();
 #endif
   out["peak_rss_mb"] = peak_rss_mb();
-  std::printf("%s\n", boost::json::serialize(out).c_str());
+  std::printf("%s\n", to_json_text(out).c_str());
 }

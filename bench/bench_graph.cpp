@@ -18,6 +18,7 @@
 #include <boost/json.hpp>
 
 #include "weir/graph/state_graph.hpp"
+#include "weir/runtime/json_write.hpp"
 
 namespace asio = boost::asio;
 namespace json = boost::json;
@@ -184,6 +185,6 @@ int main() {
                    {"concurrent_floor_ok", floor_run.ok},
                    {"concurrent_bytes_per_run", graph_run.peak_mb * 1048576.0 / runs},
                    {"concurrent_floor_bytes_per_run", floor_run.peak_mb * 1048576.0 / runs}};
-  std::printf("%s\n", json::serialize(out).c_str());
+  std::printf("%s\n", to_json_text(out).c_str());
   return ok == runs && floor_run.ok == runs ? 0 : 1;
 }

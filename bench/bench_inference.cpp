@@ -1,76 +1,222 @@
-// bench_inference: single-sequence prefill and decode speed of the CPU forward pass on the
-// 15M shape, F32, Q8_0, Q4_0 and Q4_K (the Q4_K_M mix), 1 thread and all hardware threads.
-// The 15M shape's dim (288) is not a multiple of 256, so its Q4_K file is mostly Q4_0 (the
-// mix's fallback, as in llama.cpp); `*_d256` rows run the same shape with dim 256 (8 heads),
-// where every matrix is Q4_K or Q6_K, against Q4_0 on that shape.
-// Reproduce: build/bin/bench_inference --json
+// bench_inference: single-sequence prefill and decode speed of the CPU forward pass, 1 thread
+// and all hardware threads, per shape:
+//   15m  llama2.c's 15M shape, F32, Q8_0, Q4_0 and Q4_K (the Q4_K_M mix). Its dim (288) is not
+//        a multiple of 256, so its Q4_K file is mostly Q4_0 (the mix's fallback, as in
+//        llama.cpp); `*_d256` rows run the same shape with dim 256 (8 heads), where every
+//        matrix is Q4_K or Q6_K, against Q4_0 on that shape.
+//   1b   the TinyLlama-1.1B shape (dim 2048, 22 layers, 32 heads, 4 KV heads, hidden 5632,
+//        vocab 32000) in Q4_K (the Q4_K_M mix), Q8_0 and Q4_0, random weights, written once
+//        into $TMPDIR/weir-bench-models-v2. Decoding one token streams every weight from DRAM,
+//        so beside it the run measures the machine's read bandwidth (a streaming sum over a
+//        buffer far larger than the last-level cache) and reports
+//          roofline_fraction = decode tok/s x weight bytes read per token / stream_read_gb_s,
+//        and prefill (512 tokens) in GFLOP/s (2 x weights x tokens, attention left out).
+// Reproduce: build/bin/bench_inference --json [--shapes 15m,1b]   (default: 15m)
+#include <algorithm>
 #include <cctype>
 #include <cstring>
+#include <fstream>
+#include <numeric>
+#include <sstream>
 #include <thread>
 
 #include <boost/json.hpp>
 
 #include "bench_util.hpp"
+#include "weir/runtime/json_write.hpp"
 
 using namespace weir;
 using namespace weir::bench;
+using inference::GgmlType;
+
+namespace {
 
 // The 15M shape with dim 256 and 8 heads of 32 (rows of 256 and 768), seed 42.
-std::shared_ptr<const inference::Model> model_d256(inference::GgmlType type,
+std::shared_ptr<const inference::Model> model_d256(GgmlType type,
                                                    const std::filesystem::path& dir) {
   auto shape = inference::RandomModelShape::stories15m();
   shape.dim = 256, shape.n_heads = shape.n_kv_heads = 8;
   return random_model(type, dir, "15m-d256", shape);
 }
 
+inference::RandomModelShape shape_1b() {
+  return {.dim = 2048,
+          .hidden = 5632,
+          .n_layers = 22,
+          .n_heads = 32,
+          .n_kv_heads = 4,
+          .n_vocab = 32000,
+          .context_length = 2048};
+}
+
+std::string type_key(GgmlType type) {
+  std::string t = inference::ggml_type_name(type);
+  for (auto& c : t) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return t;
+}
+
+// Read bandwidth: each thread sums its own slice of a 1 GiB buffer (8 bytes at a time, four
+// accumulators so the adds do not serialise); the best of 5 passes.
+double stream_read_gb_s(int threads) {
+  const std::size_t n = (std::size_t{1} << 30) / sizeof(std::uint64_t);
+  static std::vector<std::uint64_t> buf;
+  if (buf.empty()) {
+    buf.resize(n);
+    std::iota(buf.begin(), buf.end(), std::uint64_t{1});  // touched: real pages, not zero pages
+  }
+  double best = 0;
+  std::vector<std::uint64_t> sums(static_cast<std::size_t>(threads));
+  for (int pass = 0; pass < 5; ++pass) {
+    auto t0 = Clock::now();
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t) {
+      pool.emplace_back([&, t] {
+        const std::size_t lo = n * static_cast<std::size_t>(t) / static_cast<std::size_t>(threads);
+        const std::size_t hi =
+            n * static_cast<std::size_t>(t + 1) / static_cast<std::size_t>(threads);
+        std::uint64_t a = 0, b = 0, c = 0, d = 0;
+        for (std::size_t i = lo; i + 4 <= hi; i += 4) {
+          a += buf[i], b += buf[i + 1], c += buf[i + 2], d += buf[i + 3];
+        }
+        sums[static_cast<std::size_t>(t)] = a + b + c + d;
+      });
+    }
+    for (auto& th : pool) th.join();
+    best = std::max(best, static_cast<double>(n * sizeof(std::uint64_t)) / seconds_since(t0) / 1e9);
+  }
+  if (std::accumulate(sums.begin(), sums.end(), std::uint64_t{0}) == 42) std::fputs("", stderr);
+  return best;
+}
+
+// Bytes a decode step reads: every matrix once, but only one row of the token embedding.
+double weight_bytes_per_token(const inference::Model& m) {
+  const auto& e = m.token_embd();
+  const double embd = static_cast<double>(e.row_bytes()) * static_cast<double>(e.rows);
+  const double tied = m.hp().tied_output ? embd : 0;  // the classifier reads it whole then
+  return static_cast<double>(m.weight_bytes()) - embd + tied + static_cast<double>(e.row_bytes());
+}
+
+// Weights of the matrices a token goes through (the embedding is a lookup, not a product).
+double matrix_params(const inference::Model& m) {
+  auto n = [](const inference::Weight& w) { return static_cast<double>(w.rows * w.cols); };
+  double total = n(m.output());
+  for (const auto& l : m.layers())
+    total += n(l.wq) + n(l.wk) + n(l.wv) + n(l.wo) + n(l.w_gate) + n(l.w_up) + n(l.w_down);
+  return total;
+}
+
+// The cores' FP32 FMA peak if each core retires two 16-lane FMAs a cycle (AVX-512 with two FMA
+// units) at the clock /proc/cpuinfo reports: an upper bound to compare prefill against.
+double fma_peak_gflop_s(int cores) {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  double mhz = 0;
+  while (std::getline(f, line))
+    if (line.rfind("cpu MHz", 0) == 0)
+      mhz = std::max(mhz, std::stod(line.substr(line.find(':') + 1)));
+  return cores * mhz * 1e6 * 2 * 16 * 2 / 1e9;
+}
+
+struct Speeds {
+  double prefill_tok_s = 0, decode_tok_s = 0;
+};
+
+// Best of `reps`: prefill of `prompt` tokens (1 generated), then decode of `gen` tokens.
+Speeds measure(const std::shared_ptr<const inference::Model>& model, int threads, int prompt,
+               int gen, int reps, std::mt19937& rng) {
+  auto engine = *inference::Engine::create(
+      inference::make_llama_runner(model, threads),
+      {.max_num_seqs = 1,
+       .max_num_batched_tokens = std::max(256, prompt),
+       .max_model_len = std::min<std::int64_t>(model->hp().context_length, 2048),
+       .block_size = 16,
+       .kv_cache_bytes = std::size_t{256} << 20});
+  Speeds s;
+  for (int rep = 0; rep < reps; ++rep) {
+    inference::GenerateRequest p;
+    p.prompt = random_prompt(rng, prompt, model->hp().n_vocab);
+    p.max_new_tokens = 1;
+    auto t0 = Clock::now();
+    auto r = submit(*engine, p).get();
+    s.prefill_tok_s = std::max(s.prefill_tok_s, prompt / seconds_since(t0));
+    inference::GenerateRequest d;
+    d.prompt = random_prompt(rng, 8, model->hp().n_vocab);
+    d.max_new_tokens = gen;
+    auto res = submit(*engine, d).get();
+    const double decode_s = (res->timings.total_ms - res->timings.first_token_ms) / 1000.0;
+    s.decode_tok_s = std::max(s.decode_tok_s, (res->tokens.size() - 1) / decode_s);
+  }
+  return s;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
-  const bool as_json = argc > 1 && std::strcmp(argv[1], "--json") == 0;
-  const auto dir = std::filesystem::temp_directory_path() / "weir-bench-models";
-  boost::json::object decode, prefill, weights;
+  std::string shapes = "15m";
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--shapes") == 0 && i + 1 < argc) shapes = argv[++i];
+  }
+  const auto dir = std::filesystem::temp_directory_path() / "weir-bench-models-v2";
+  boost::json::object decode, prefill, weights, out;
   std::mt19937 rng(5);
   const int all = std::max(2, static_cast<int>(std::thread::hardware_concurrency()));
-  using inference::GgmlType;
-  const std::pair<GgmlType, bool> configs[] = {{GgmlType::f32, false},  {GgmlType::q8_0, false},
-                                               {GgmlType::q4_0, false}, {GgmlType::q4_k, false},
-                                               {GgmlType::q4_0, true},  {GgmlType::q4_k, true}};
-  for (auto [type, d256] : configs) {
-    auto model = d256 ? model_d256(type, dir) : model_15m(type, dir);
-    std::string tname = inference::ggml_type_name(type);
-    for (auto& c : tname) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    if (d256) tname += "_d256";
-    weights[tname] = model->weight_bytes();
-    for (int threads : {1, all}) {
-      auto engine = *inference::Engine::create(inference::make_llama_runner(model, threads),
-                                               {.max_num_seqs = 1,
-                                                .max_num_batched_tokens = 256,
-                                                .block_size = 16,
-                                                .kv_cache_bytes = 64u << 20});
-      double best_prefill = 0, best_decode = 0;
-      for (int rep = 0; rep < 5; ++rep) {
-        inference::GenerateRequest p;
-        p.prompt = random_prompt(rng, 128, model->hp().n_vocab);
-        p.max_new_tokens = 1;
-        auto t0 = Clock::now();
-        auto r = submit(*engine, p).get();
-        best_prefill = std::max(best_prefill, 128 / seconds_since(t0));
-        inference::GenerateRequest d;
-        d.prompt = random_prompt(rng, 8, model->hp().n_vocab);
-        d.max_new_tokens = 200;
-        auto res = submit(*engine, d).get();
-        const double decode_s = (res->timings.total_ms - res->timings.first_token_ms) / 1000.0;
-        best_decode = std::max(best_decode, (res->tokens.size() - 1) / decode_s);
+
+  if (shapes.find("15m") != std::string::npos) {
+    const std::pair<GgmlType, bool> configs[] = {{GgmlType::f32, false},  {GgmlType::q8_0, false},
+                                                 {GgmlType::q4_0, false}, {GgmlType::q4_k, false},
+                                                 {GgmlType::q4_0, true},  {GgmlType::q4_k, true}};
+    for (auto [type, d256] : configs) {
+      auto model = d256 ? model_d256(type, dir) : model_15m(type, dir);
+      const std::string tname = type_key(type) + (d256 ? "_d256" : "");
+      weights[tname] = model->weight_bytes();
+      for (int threads : {1, all}) {
+        auto s = measure(model, threads, 128, 200, 5, rng);
+        const std::string key = tname + "_" + std::to_string(threads) + "t";
+        prefill[key] = s.prefill_tok_s;
+        decode[key] = s.decode_tok_s;
+        std::fprintf(stderr, "%-10s prefill %8.1f tok/s   decode %8.1f tok/s\n", key.c_str(),
+                     s.prefill_tok_s, s.decode_tok_s);
       }
-      const std::string key = tname + "_" + std::to_string(threads) + "t";
-      prefill[key] = best_prefill;
-      decode[key] = best_decode;
-      std::fprintf(stderr, "%-8s prefill %8.1f tok/s   decode %8.1f tok/s\n", key.c_str(),
-                   best_prefill, best_decode);
     }
+    out["decode_tok_s"] = decode;
+    out["prefill_tok_s"] = prefill;
+    out["weights_bytes"] = weights;
   }
-  boost::json::object out{{"decode_tok_s", decode},
-                          {"prefill_tok_s", prefill},
-                          {"weights_bytes", weights},
-                          {"peak_rss_mb", peak_rss_mb()}};
-  (void)as_json;
-  std::printf("%s\n", boost::json::serialize(out).c_str());
+
+  if (shapes.find("1b") != std::string::npos) {
+    boost::json::object bw, dec1b, roof, bytes1b, pre1b, gflops;
+    bw["1t"] = stream_read_gb_s(1);
+    bw[std::to_string(all) + "t"] = stream_read_gb_s(all);
+    std::fprintf(stderr, "stream read: %.1f GB/s (1 thread), %.1f GB/s (%d threads)\n",
+                 bw["1t"].as_double(), bw[std::to_string(all) + "t"].as_double(), all);
+    for (GgmlType type : {GgmlType::q4_k, GgmlType::q8_0, GgmlType::q4_0}) {
+      auto model = random_model(type, dir, "1b", shape_1b());
+      const double per_token = weight_bytes_per_token(*model);
+      bytes1b[type_key(type)] = per_token;
+      for (int threads : {1, all}) {
+        const std::string t = std::to_string(threads) + "t";
+        auto s = measure(model, threads, threads == all ? 512 : 64, 32, 2, rng);
+        const std::string key = type_key(type) + "_" + t;
+        dec1b[key] = s.decode_tok_s;
+        roof[key] = s.decode_tok_s * per_token / 1e9 / bw[t].as_double();
+        pre1b[key] = s.prefill_tok_s;
+        // A token of prefill costs 2 FLOPs a matrix weight (attention over <= 512 positions is
+        // small beside 1.1 B weights).
+        gflops[key] = s.prefill_tok_s * 2.0 * matrix_params(*model) / 1e9;
+        std::fprintf(stderr,
+                     "1b %-8s decode %6.2f tok/s (%.2f of the roofline)  prefill %6.1f tok/s\n",
+                     key.c_str(), s.decode_tok_s, roof[key].as_double(), s.prefill_tok_s);
+      }
+    }
+    out["stream_read_gb_s"] = bw;
+    out["decode_tok_s_1b"] = dec1b;
+    out["roofline_fraction_1b"] = roof;
+    out["weight_bytes_per_token_1b"] = bytes1b;
+    out["prefill_tok_s_1b"] = pre1b;
+    out["prefill_gflop_s_1b"] = gflops;
+    out["fma_peak_gflop_s"] = boost::json::object{
+        {"1t", fma_peak_gflop_s(1)}, {std::to_string(all) + "t", fma_peak_gflop_s(all)}};
+  }
+  out["peak_rss_mb"] = peak_rss_mb();
+  std::printf("%s\n", to_json_text(out).c_str());
 }

@@ -12,6 +12,7 @@
 #include <boost/json.hpp>
 
 #include "weir/runtime/artifact_store.hpp"
+#include "weir/runtime/json_write.hpp"
 #include "weir/runtime/limiter.hpp"
 #include "weir/runtime/memory_budget.hpp"
 #include "weir/runtime/metrics.hpp"
@@ -100,6 +101,6 @@ int main(int argc, char** argv) {
     for (const auto& [k, v] : out)
       std::printf("%-32s %12.1f\n", std::string(k).c_str(), v.as_double());
   }
-  std::printf("%s\n", boost::json::serialize(out).c_str());
+  std::printf("%s\n", weir::to_json_text(out).c_str());
   return 0;
 }

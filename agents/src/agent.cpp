@@ -129,9 +129,16 @@ struct Agent::Loop {
     return out;
   }
 
-  // The history window less the tools' descriptions, which ride in the system turn.
+  // The history window less the tools' descriptions, which ride in the system turn; never more
+  // than the model's context leaves after the reply (and a margin for the chat template's
+  // markers, which the window's count estimates).
   HistoryWindow effective_window() const {
     HistoryWindow window = spec.history;
+    if (const std::int64_t ctx = model->context_length(); ctx > 0) {
+      const std::int64_t reply = std::min<std::int64_t>(spec.max_tokens_per_turn, ctx / 2);
+      const std::int64_t room = std::max<std::int64_t>(1, ctx - reply - ctx / 16 - 8);
+      if (window.max_tokens <= 0 || window.max_tokens > room) window.max_tokens = room;
+    }
     if (window.max_tokens > 0 && !tool_specs.empty())
       window.max_tokens = std::max<std::int64_t>(
           64, window.max_tokens - model->count_tokens(describe_tools(tool_specs)));

@@ -151,6 +151,48 @@ class Checker {
     return a;
   }
 
+  std::optional<tools::McpServerConfig> mcp_server(std::string_view name, const json::value& v,
+                                                   const std::string& ptr, const fs::path& base) {
+    const auto* o = object(v, ptr,
+                           {"command", "env", "cwd", "timeout_ms", "max_concurrency",
+                            "rate_per_minute", "max_message_bytes"});
+    if (!o) return std::nullopt;
+    tools::McpServerConfig s;
+    s.name = name;
+    if (name.empty() || name.find('/') != std::string_view::npos)
+      fail(ptr, "a server name must be non-empty and without '/'");
+    const auto* cmd = o->if_contains("command");
+    if (!cmd || !cmd->is_array() || cmd->as_array().empty()) {
+      fail(cmd ? json_pointer_append(ptr, "command") : ptr,
+           cmd ? "expected a non-empty array of strings (the program and its arguments)"
+               : "missing required key 'command'");
+    } else {
+      s.command = strings(*o, "command", ptr);
+    }
+    if (const auto* env = o->if_contains("env")) {
+      if (!env->is_object()) fail(json_pointer_append(ptr, "env"), "expected an object of strings");
+      for (const auto& [k, x] : env->is_object() ? env->as_object() : json::object{}) {
+        if (x.is_string())
+          s.env[std::string(k)] = std::string(x.as_string());
+        else
+          fail(json_pointer_append(json_pointer_append(ptr, "env"), k), "expected a string");
+      }
+    }
+    if (auto cwd = str(*o, "cwd", ptr, false)) {
+      s.cwd = fs::path(*cwd);
+      if (s.cwd.is_relative()) s.cwd = base / s.cwd;
+    }
+    if (auto n = integer(*o, "timeout_ms", ptr, 1))
+      s.options.timeout = std::chrono::milliseconds(*n);
+    if (auto n = integer(*o, "max_concurrency", ptr, 1))
+      s.options.max_concurrency = static_cast<std::int32_t>(std::min<std::int64_t>(*n, 4096));
+    if (auto n = integer(*o, "rate_per_minute", ptr, 0))
+      s.options.rate_per_minute = static_cast<std::int32_t>(std::min<std::int64_t>(*n, 1 << 30));
+    if (auto n = integer(*o, "max_message_bytes", ptr, 1024))
+      s.max_message_bytes = static_cast<std::size_t>(*n);
+    return s;
+  }
+
   void window(const json::value& v, const std::string& ptr, HistoryWindow& w) {
     const auto* o = object(v, ptr, {"max_messages", "max_tokens", "max_summary_bytes"});
     if (!o) return;
@@ -184,10 +226,11 @@ Result<AgentsFile> parse_agents_file(std::string_view text, const fs::path& path
   Checker c(text, *doc, path.string());
   AgentsFile f;
   f.base_dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
-  const auto* root = c.object(
-      doc->value, "",
-      {"weir", "kind", "name", "description", "tools", "agents", "tasks", "process", "manager",
-       "inputs", "limits", "task", "speaker_selection", "termination", "window", "max_rounds"});
+  const auto* root =
+      c.object(doc->value, "",
+               {"weir", "kind", "name", "description", "tools", "agents", "tasks", "process",
+                "manager", "inputs", "limits", "engine", "task", "speaker_selection", "termination",
+                "window", "max_rounds", "mcp_servers"});
   if (!root) return Error(Errc::invalid_workflow, c.report());
   if (const auto* w = root->if_contains("weir");
       !w || !(w->is_int64() || w->is_uint64()) || w->to_number<std::int64_t>() != 1)
@@ -214,6 +257,23 @@ Result<AgentsFile> parse_agents_file(std::string_view text, const fs::path& path
   if (const auto* t = root->if_contains("tools")) {
     if (const auto* o = c.object(*t, "/tools", {"calculator", "files", "artifacts", "doc_search"}))
       f.tools = *o;
+  }
+  if (const auto* m = root->if_contains("mcp_servers")) {
+    if (const auto* o = m->if_object()) {
+      for (const auto& [name, v] : *o) {
+        const std::string ptr = json_pointer_append("/mcp_servers", name);
+        if (auto s = c.mcp_server(name, v, ptr, f.base_dir)) f.mcp_servers.push_back(std::move(*s));
+      }
+    } else {
+      c.fail("/mcp_servers", "expected an object (server name -> {\"command\": [...]})");
+    }
+  }
+  if (const auto* e = root->if_contains("engine")) {
+    if (const auto* o = c.object(*e, "/engine", {"max_model_len", "max_num_seqs"})) {
+      if (auto n = c.integer(*o, "max_model_len", "/engine", 16)) f.max_model_len = *n;
+      if (auto n = c.integer(*o, "max_num_seqs", "/engine", 1))
+        f.max_num_seqs = static_cast<std::int32_t>(std::min<std::int64_t>(*n, 4096));
+    }
   }
   if (const auto* in = root->if_contains("inputs")) {
     if (in->is_object())
@@ -378,7 +438,51 @@ Result<std::shared_ptr<tools::ToolRegistry>> build_tools(const AgentsFile& file,
     }
     if (auto s = reg->add(std::move(tool)); !s) return std::move(s).error();
   }
+  // MCP servers: the tools some agent names ("fs/read_file"), all of them for "fs/*".
+  std::vector<const AgentSpec*> specs;
+  for (const auto& a : file.kind == AgentsFileKind::crew ? file.crew.agents : file.chat.agents)
+    specs.push_back(&a);
+  if (file.crew.manager) specs.push_back(&*file.crew.manager);
+  for (const auto& server : file.mcp_servers) {
+    const std::string prefix = server.name + "/";
+    std::vector<std::string> only;
+    bool all = false;
+    for (const auto* a : specs)
+      for (const auto& t : a->tools) {
+        if (!t.starts_with(prefix)) continue;
+        const std::string rest = t.substr(prefix.size());
+        if (rest == "*")
+          all = true;
+        else if (std::find(only.begin(), only.end(), rest) == only.end())
+          only.push_back(rest);
+      }
+    if (all || only.empty()) only.clear();
+    auto client = tools::McpClient::connect(server);
+    if (!client) return std::move(client).error();
+    if (auto s = tools::add_mcp_tools(*reg, std::move(*client), only); !s)
+      return std::move(s).error();
+  }
   return reg;
+}
+
+void expand_tool_patterns(AgentsFile& file, const tools::ToolRegistry& registry) {
+  const auto names = registry.names();
+  auto expand = [&](AgentSpec& a) {
+    std::vector<std::string> out;
+    for (const auto& t : a.tools) {
+      if (t.size() > 2 && t.ends_with("/*")) {
+        const std::string prefix = t.substr(0, t.size() - 1);
+        for (const auto& n : names)
+          if (n.starts_with(prefix)) out.push_back(n);
+      } else {
+        out.push_back(t);
+      }
+    }
+    a.tools = std::move(out);
+  };
+  for (auto& a : file.crew.agents) expand(a);
+  for (auto& a : file.chat.agents) expand(a);
+  if (file.crew.manager) expand(*file.crew.manager);
 }
 
 }  // namespace weir::agents

@@ -179,6 +179,18 @@ struct GroupChat::Impl {
   std::shared_ptr<ChatModel> model;
   std::vector<std::string> names;
 
+  // The transcript window, its tokens capped by what the model's context leaves after a reply
+  // of `reply` tokens (and a margin for the chat template's markers).
+  HistoryWindow window_for(std::int64_t reply) const {
+    HistoryWindow w = spec.window;
+    if (const std::int64_t ctx = model->context_length(); ctx > 0) {
+      const std::int64_t room =
+          std::max<std::int64_t>(1, ctx - std::min(reply, ctx / 2) - ctx / 16 - 8);
+      if (w.max_tokens <= 0 || w.max_tokens > room) w.max_tokens = room;
+    }
+    return w;
+  }
+
   asio::awaitable<Result<graph::Update>> select(graph::StateView s, graph::NodeContext& ctx) const {
     graph::Update u;
     auto transcript = read_transcript(s);
@@ -246,6 +258,9 @@ struct GroupChat::Impl {
         conv.push_back(Message::user((m.name.empty() ? "" : m.name + ": ") + m.content));
       }
     }
+    // What is sent never exceeds the model's context: the system turn and the task stay, the
+    // oldest turns go first.
+    fit_window(conv, window_for(agent.max_tokens_per_turn), *model, 2);
     ChatParams p;
     p.max_tokens = agent.max_tokens_per_turn;
     p.temperature = agent.temperature;
@@ -260,7 +275,7 @@ struct GroupChat::Impl {
     transcript.push_back(reply);
     // The transcript window keeps the task (first) and the latest turns.
     std::vector<Message> windowed = transcript;
-    fit_window(windowed, spec.window, *model, 1);  // the task stays
+    fit_window(windowed, window_for(agent.max_tokens_per_turn), *model, 1);  // the task stays
     const std::int64_t messages = num(st, "messages") + 1;
     const std::int64_t tokens = num(st, "tokens") + used;
     ChatProgress progress;

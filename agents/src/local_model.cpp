@@ -7,6 +7,7 @@
 
 #include "weir/agents/tool_call_parser.hpp"
 #include "weir/inference/chat_template.hpp"
+#include "weir/inference/constraint.hpp"
 #include "weir/inference/engine.hpp"
 #include "weir/inference/engine_async.hpp"
 #include "weir/inference/engine_registry.hpp"
@@ -14,6 +15,7 @@
 #include "weir/inference/model.hpp"
 #include "weir/inference/runner.hpp"
 #include "weir/inference/tokenizer.hpp"
+#include "weir/runtime/log.hpp"
 
 namespace weir::agents {
 
@@ -94,15 +96,18 @@ Result<std::shared_ptr<LocalChatModel>> LocalChatModel::open(const std::filesyst
   const inf::Tokenizer* tp = tokenizer.get();
   auto engine = inf::EngineRegistry::global().get(
       path, [&](std::shared_ptr<const inf::Model> m) -> Result<std::unique_ptr<inf::Engine>> {
-        auto r = inf::make_runner(m, inf::Device::automatic, 0);
+        auto r = inf::make_runner(m, inf::Device::automatic, options.threads);
         if (!r) return std::move(r).error();
         std::int64_t len = options.max_model_len;
         if (len <= 0) len = std::min<std::int64_t>(4096, m->hp().context_length);
         inf::EngineConfig cfg;
         cfg.max_num_seqs = options.max_num_seqs;
+        cfg.max_num_batched_tokens = options.max_num_batched_tokens;
+        cfg.block_size = options.block_size;
         cfg.max_model_len = len;
         cfg.kv_cache_bytes = options.kv_cache_bytes;
         cfg.budget = options.budget;
+        cfg.metrics_name = options.metrics_name;
         if (!options.ignore_eog) cfg.eog_tokens = tp->eog_tokens();
         cfg.token_text = [tokenizer](std::int32_t id) { return tokenizer->token_to_piece(id); };
         return inf::Engine::create(std::move(r->runner), std::move(cfg));
@@ -145,8 +150,38 @@ std::string LocalChatModel::render_prompt(const std::vector<Message>& messages,
   return inf::apply_chat_template(static_cast<inf::ChatFamily>(family_), turns, true);
 }
 
+std::optional<std::shared_ptr<const inf::Constraint>> LocalChatModel::tool_call_constraint(
+    const std::vector<ToolSpec>& tools) const {
+  json::array branches;
+  for (const auto& t : tools) {
+    json::object args = t.parameters;
+    if (args.empty()) args["type"] = "object";
+    json::object props;
+    props["name"] = json::object{{"const", t.name}};
+    props["arguments"] = std::move(args);
+    json::object branch;
+    branch["type"] = "object";
+    branch["properties"] = std::move(props);
+    branch["required"] = json::array{"name", "arguments"};
+    branch["additionalProperties"] = false;
+    branches.push_back(std::move(branch));
+  }
+  const std::string schema = json::serialize(json::object{{"anyOf", std::move(branches)}});
+  auto c =
+      inf::compile_constraint({inf::ConstraintSpec::Kind::json_schema, schema, {}}, *tokenizer_);
+  if (!c) {
+    log(LogLevel::warn, name_ + ": tool calls are not constrained: " + c.error().message);
+    return std::nullopt;
+  }
+  return *c;
+}
+
 std::int64_t LocalChatModel::count_tokens(std::string_view text) const {
   return static_cast<std::int64_t>(tokenizer_->encode(text, false, false).size());
+}
+
+std::int64_t LocalChatModel::context_length() const {
+  return engine_->config().max_model_len;
 }
 
 asio::awaitable<Result<ChatResponse>> LocalChatModel::async_chat(std::vector<Message> messages,
@@ -154,11 +189,53 @@ asio::awaitable<Result<ChatResponse>> LocalChatModel::async_chat(std::vector<Mes
                                                                  ChatParams params) {
   inf::GenerateRequest rq;
   rq.prompt = tokenizer_->encode(render_prompt(messages, tools), true, true);
+  // The prompt never exceeds the context. History windows count tokens by estimate (a chat
+  // template's markers can cost many tokens in a small vocabulary); here the count is exact, so
+  // the oldest turns after the system prompt and the first turn (the task) go until it fits.
+  const std::int64_t ctx = context_length();
+  std::size_t pinned = 0;
+  while (pinned < messages.size() && messages[pinned].role == Role::system) ++pinned;
+  if (pinned < messages.size()) ++pinned;
+  while (static_cast<std::int64_t>(rq.prompt.size()) >= ctx && messages.size() > pinned) {
+    messages.erase(messages.begin() + static_cast<std::ptrdiff_t>(pinned));
+    rq.prompt = tokenizer_->encode(render_prompt(messages, tools), true, true);
+  }
+  // A prompt that leaves no room for one token of reply can never run: say what is in it and
+  // which knobs make it fit, instead of the engine's bare count.
+  if (static_cast<std::int64_t>(rq.prompt.size()) >= ctx) {
+    std::string system;
+    for (const auto& m : messages)
+      if (m.role == Role::system) system += m.content;
+    const std::int64_t fixed = count_tokens(system) + count_tokens(describe_tools(tools));
+    co_return Error(
+        Errc::invalid_argument,
+        name_ + ": the prompt is " + std::to_string(rq.prompt.size()) + " tokens (" +
+            std::to_string(fixed) + " of them the system prompt" +
+            (tools.empty() ? "" : " and the tool descriptions") +
+            ") but the model's context holds " + std::to_string(ctx) +
+            " tokens with the reply; shorten the system prompt" +
+            (tools.empty() ? "" : " or the agent's tools") +
+            ", lower the history window (an agent's \"history\" or a group chat's \"window\": "
+            "{\"max_tokens\": N}), or raise the context with --max-model-len / \"engine\": "
+            "{\"max_model_len\": N} if the model allows it");
+  }
   rq.max_new_tokens = params.max_tokens;
   rq.sampling.temperature = params.temperature;
   rq.sampling.seed = params.seed;
   rq.stop_strings = params.stop;
-  if (!tools.empty()) rq.stop_strings.push_back("</tool_call>");
+  bool constrained_call = false;
+  if (!tools.empty()) {
+    rq.stop_strings.push_back("</tool_call>");
+    // After "<tool_call>" the output is constrained to {"name": one of the tools, "arguments":
+    // that tool's parameters}: a call is valid by construction. A tool whose schema uses a
+    // keyword the constraint cannot enforce leaves calls unconstrained (the parser and the
+    // registry still check them), with a warning.
+    if (auto c = tool_call_constraint(tools)) {
+      rq.constraint = *c;
+      rq.constraint_trigger = "<tool_call>";
+      constrained_call = true;
+    }
+  }
   auto r = co_await inf::async_generate(*engine_, std::move(rq), asio::use_awaitable);
   if (!r) co_return Error(r.error().code, name_ + ": " + r.error().message);
   ChatResponse out;
@@ -171,6 +248,12 @@ asio::awaitable<Result<ChatResponse>> LocalChatModel::async_chat(std::vector<Mes
   // A model can emit any bytes (a token may end inside a character): the text it gives the
   // rest of weir is valid UTF-8, with U+FFFD for what is not.
   std::string text = to_valid_utf8(tokenizer_->decode(r->tokens));
+  // A constrained call ends as soon as its JSON is complete, before the closing tag.
+  if (constrained_call && r->finish == inf::FinishReason::stop) {
+    const auto open = text.rfind("<tool_call>");
+    if (open != std::string::npos && text.find("</tool_call>", open) == std::string::npos)
+      text += "</tool_call>";
+  }
   out.message.role = Role::assistant;
   if (tools.empty()) {
     out.message.content = std::move(text);

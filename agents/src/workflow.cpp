@@ -42,8 +42,20 @@ struct Wiring {
     if (spec == model_specs.end() && !services.model_override)
       return Error(Errc::not_found, "model '" + name + "' is not defined");
     LocalModelOptions o = services.model_options;
-    if (spec != model_specs.end() && !spec->second->chat_template.empty())
-      o.chat_template = spec->second->chat_template;
+    if (spec != model_specs.end()) {
+      if (!spec->second->chat_template.empty()) o.chat_template = spec->second->chat_template;
+      // The model's "engine" settings (validated by the loader as positive integers).
+      for (const auto& [k, v] : spec->second->engine) {
+        if (!v.is_int64() && !v.is_uint64()) continue;
+        const auto n = v.to_number<std::int64_t>();
+        if (k == "max_model_len" && o.max_model_len == 0)
+          o.max_model_len = n;  // --max-model-len wins
+        if (k == "max_num_seqs") o.max_num_seqs = static_cast<std::int32_t>(n);
+        if (k == "max_num_batched_tokens") o.max_num_batched_tokens = n;
+        if (k == "block_size") o.block_size = static_cast<std::int32_t>(n);
+        if (k == "threads") o.threads = static_cast<std::int32_t>(n);
+      }
+    }
     auto m = LocalChatModel::open(services.model_override.value_or(
                                       spec != model_specs.end() ? spec->second->path : fs::path()),
                                   o);

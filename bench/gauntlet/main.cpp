@@ -16,6 +16,7 @@
 #include "weir/graph/state_graph.hpp"
 #include "weir/inference/engine.hpp"
 #include "weir/runtime/artifact_store.hpp"
+#include "weir/runtime/json_write.hpp"
 
 namespace weir::gauntlet {
 
@@ -281,6 +282,6 @@ int main(int argc, char** argv) {
     out["why"] = "peak RSS over budget + weights + 64 MB";
   }
   out["series"] = sampler.series();
-  std::printf("%s\n", json::serialize(out).c_str());
+  std::printf("%s\n", weir::to_json_text(out).c_str());
   return 0;
 }

@@ -43,7 +43,7 @@ RandomModelShape shape(const Ctx& ctx) {
 
 // `tiny`: the tiny shape whatever the scale (fragmentation pushes 100,000 requests through).
 Result<fs::path> model_file(const Ctx& ctx, bool tiny = false) {
-  const auto dir = fs::temp_directory_path() / "weir-gauntlet-models";
+  const auto dir = fs::temp_directory_path() / "weir-gauntlet-models-v2";
   std::error_code ec;
   fs::create_directories(dir, ec);
   Ctx small = ctx;

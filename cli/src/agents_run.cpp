@@ -25,6 +25,7 @@
 #include "weir/inference/engine_registry.hpp"
 #include "weir/inference/gguf_writer.hpp"
 #include "weir/runtime/artifact_store.hpp"
+#include "weir/runtime/json_write.hpp"
 #include "weir/runtime/memory_budget.hpp"
 #include "weir/tools/registry.hpp"
 
@@ -39,7 +40,7 @@ Result<ModelChoice> choose_model(const std::optional<std::string>& flag) {
   if (flag) return ModelChoice{*flag, false};
   if (const char* env = std::getenv("WEIR_MODEL"); env && *env) return ModelChoice{env, false};
   // Small enough to run 64 crews on 2 cores in well under two minutes; q8_0 like real models.
-  ModelChoice c{fs::temp_directory_path() / "weir-default-model-v1.gguf", true};
+  ModelChoice c{fs::temp_directory_path() / "weir-default-model-v2.gguf", true};
   if (!fs::exists(c.path)) {
     std::printf("generating the default model (random weights, 4 layers) at %s ...\n",
                 c.path.c_str());
@@ -128,6 +129,7 @@ int run_agents_file(const fs::path& path, const AgentsRunOptions& options) {
   limits.category[static_cast<int>(BudgetCategory::artifacts)] = std::size_t{32} << 20;
   limits.category[static_cast<int>(BudgetCategory::run_state)] = std::size_t{64} << 20;
   MemoryBudget budget(limits);
+  remove_stale_artifact_dirs();
   const fs::path art_dir = fs::temp_directory_path() / ("weir-crew-" + std::to_string(::getpid()));
   auto store =
       ArtifactStore::open({art_dir, std::size_t{24} << 20, std::size_t{4} << 30, 200, &budget});
@@ -150,8 +152,8 @@ int run_agents_file(const fs::path& path, const AgentsRunOptions& options) {
   } release_engine{choice->path};
   agents::LocalModelOptions mo;
   mo.budget = &budget;
-  mo.max_num_seqs = 64;
-  mo.max_model_len = 4096;  // capped by the model's context length
+  mo.max_num_seqs = file->max_num_seqs > 0 ? file->max_num_seqs : 64;
+  mo.max_model_len = options.max_model_len > 0 ? options.max_model_len : file->max_model_len;
   mo.ignore_eog = choice->random;
   auto model = agents::LocalChatModel::open(choice->path, mo);
   if (!model)
@@ -160,6 +162,7 @@ int run_agents_file(const fs::path& path, const AgentsRunOptions& options) {
   if (!tools)
     return std::fprintf(stderr, "%s: %s\n", path.c_str(), tools.error().message.c_str()),
            kExitInvalidInput;
+  agents::expand_tool_patterns(*file, **tools);
 
   graph::RuntimeOptions ropt;
   ropt.budget = &budget;
@@ -241,9 +244,13 @@ int run_agents_file(const fs::path& path, const AgentsRunOptions& options) {
         if (options.instances == 1) {
           json::array tr;
           for (const auto& m : r->transcript) tr.push_back(m.to_json());
+          // The transcript is the window (the task and the latest turns); say how many
+          // earlier turns left it, so a reader does not take the window for the whole chat.
+          const auto shown = static_cast<std::int64_t>(r->transcript.size()) - 1;
           single = {{"transcript", std::move(tr)},
                     {"stop_reason", r->stop_reason},
                     {"messages", r->messages},
+                    {"messages_before_window", std::max<std::int64_t>(0, r->messages - shown)},
                     {"tokens", r->tokens}};
         }
       } else {
@@ -284,7 +291,7 @@ int run_agents_file(const fs::path& path, const AgentsRunOptions& options) {
 
   if (!table) {
     if (totals.runs.load() == 1) {
-      std::printf("%s\n", json::serialize(single).c_str());
+      std::printf("%s\n", to_json_text(single).c_str());
       std::fprintf(stderr, "weir run: %s finished in %.1f s\n", file->name.c_str(), secs);
       return kExitOk;
     }

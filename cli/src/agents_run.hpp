@@ -23,6 +23,9 @@ Result<ModelChoice> choose_model(const std::optional<std::string>& flag);
 struct AgentsRunOptions {
   int instances = 1;     // crew instances run at once (each a separate graph run)
   int concurrency = 16;  // admitted at once; the rest wait in the admission queue
+  // The engine's context (--max-model-len); 0: the file's "engine" entry, else the model's
+  // context length capped at 4096.
+  std::int64_t max_model_len = 0;
   std::optional<std::string> model;
   boost::json::object inputs;  // over the file's defaults
   bool table = false;          // the summary table (always with instances > 1)

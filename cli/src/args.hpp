@@ -2,11 +2,14 @@
 // are errors naming the command.
 #pragma once
 
+#include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <optional>
 #include <set>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "commands.hpp"
@@ -26,7 +29,11 @@ class Flags {
       std::string a(args[i]);
       if (with_value_.count(a)) {
         if (i + 1 >= args.size()) return fail(a + " needs a value");
-        values_[a] = std::string(args[++i]);
+        std::string v(args[++i]);
+        // `--thread --stream` is a forgotten value, not a thread named "--stream".
+        if (with_value_.count(v) || switches_.count(v))
+          return fail(a + " needs a value (got the option '" + v + "')");
+        values_[a] = std::move(v);
       } else if (switches_.count(a)) {
         values_[a] = "";
       } else if (a.size() > 1 && a[0] == '-') {
@@ -43,17 +50,37 @@ class Flags {
     return it == values_.end() ? std::nullopt : std::optional(it->second);
   }
   const std::vector<std::string>& positional() const { return positional_; }
-  // Numbers: a clear error on garbage.
-  bool number(const std::string& f, double& out) {
+  // Numbers: each flag is parsed as its type and checked against its range; anything else
+  // (garbage, a fraction for an integer, inf, nan, out of range) is refused with the flag's
+  // name, the range and what was given. `out` is left unchanged when the flag is absent.
+  template <class Int>
+  requires std::is_integral_v<Int>
+  bool integer(const std::string& f, Int& out, Int min, Int max) {
     auto v = get(f);
     if (!v) return true;
-    try {
-      std::size_t used = 0;
-      out = std::stod(*v, &used);
-      if (used != v->size()) throw 0;
-    } catch (...) {
-      return fail(f + " expects a number, got '" + *v + "'");
-    }
+    long long parsed = 0;
+    const char* b = v->data();
+    const char* e = b + v->size();
+    auto [ptr, ec] = std::from_chars(b, e, parsed);
+    const bool in_range = ec == std::errc() && ptr == e && parsed >= static_cast<long long>(min) &&
+                          parsed <= static_cast<long long>(max);
+    if (!in_range)
+      return fail(f + " expects an integer from " + std::to_string(min) + " to " +
+                  std::to_string(max) + ", got '" + *v + "'");
+    out = static_cast<Int>(parsed);
+    return true;
+  }
+  bool real(const std::string& f, double& out, double min, double max) {
+    auto v = get(f);
+    if (!v) return true;
+    double parsed = 0;
+    const char* b = v->data();
+    const char* e = b + v->size();
+    auto [ptr, ec] = std::from_chars(b, e, parsed);
+    if (ec != std::errc() || ptr != e || !std::isfinite(parsed) || parsed < min || parsed > max)
+      return fail(f + " expects a number from " + format_real(min) + " to " + format_real(max) +
+                  ", got '" + *v + "'");
+    out = parsed;
     return true;
   }
   bool fail(const std::string& msg) {
@@ -67,6 +94,12 @@ class Flags {
   std::set<std::string> with_value_, switches_;
   std::map<std::string, std::string> values_;
   std::vector<std::string> positional_;
+
+  static std::string format_real(double x) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", x);
+    return buf;
+  }
 };
 
 }  // namespace weir::cli

@@ -9,23 +9,38 @@
 #include "commands.hpp"
 
 namespace weir::cli {
+namespace {
+
+// The source tree's crew when run from a build, else the installed one
+// (<prefix>/bin/weir -> <prefix>/share/weir/samples/crews/research_crew.json).
+std::filesystem::path default_crew() {
+  const std::filesystem::path rel = "samples/crews/research_crew.json";
+  std::filesystem::path source = std::filesystem::path(WEIR_SOURCE_DIR) / rel;
+  if (std::filesystem::exists(source)) return source;
+  std::error_code ec;
+  auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return source;
+  return exe.parent_path().parent_path() / "share" / "weir" / rel;
+}
+
+}  // namespace
 
 int cmd_demo(Args args) {
-  Flags f("demo", {"--crews", "--concurrency", "--crew", "--model"}, {});
+  Flags f("demo", {"--crews", "--concurrency", "--crew", "--model", "--max-model-len"}, {});
   if (!f.parse(args)) return kExitInvalidInput;
-  double crews = 64, concurrency = 32;
-  if (!f.number("--crews", crews) || !f.number("--concurrency", concurrency))
+  int crews = 64, concurrency = 32;
+  if (!f.integer("--crews", crews, 1, 1'000'000) ||
+      !f.integer("--concurrency", concurrency, 1, 100'000))
     return kExitInvalidInput;
-  if (crews < 1 || concurrency < 1)
-    return f.fail("--crews and --concurrency must be at least 1"), kExitInvalidInput;
-  std::filesystem::path crew =
-      f.get("--crew").value_or(std::string(WEIR_SOURCE_DIR) + "/samples/crews/research_crew.json");
+  AgentsRunOptions o;
+  if (!f.integer("--max-model-len", o.max_model_len, std::int64_t{16}, std::int64_t{1} << 20))
+    return kExitInvalidInput;
+  std::filesystem::path crew = f.get("--crew").value_or(default_crew().string());
   if (!std::filesystem::exists(crew))
     return f.fail("crew file '" + crew.string() + "' not found (give one with --crew FILE)"),
            kExitInvalidInput;
-  AgentsRunOptions o;
-  o.instances = static_cast<int>(crews);
-  o.concurrency = static_cast<int>(concurrency);
+  o.instances = crews;
+  o.concurrency = concurrency;
   o.model = f.get("--model");
   o.table = true;
   return run_agents_file(crew, o);

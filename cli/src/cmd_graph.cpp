@@ -2,6 +2,7 @@
 #include <string>
 
 #include "commands.hpp"
+#include "document.hpp"
 #include "weir/graph/dot.hpp"
 #include "weir/graph/workflow.hpp"
 
@@ -31,7 +32,17 @@ int cmd_graph(Args args) {
     std::fprintf(stderr, "weir graph: unknown format '%s' (supported: dot)\n", format.c_str());
     return kExitInvalidInput;
   }
-  auto r = graph::load_workflow_file(file);
+  auto doc = open_document(file);
+  if (!doc) return std::fprintf(stderr, "%s\n", doc.error().message.c_str()), kExitInvalidInput;
+  if (doc->agents) {
+    std::fprintf(stderr,
+                 "weir graph: %s is a crew or group-chat file, which has no graph to draw; "
+                 "'weir validate %s' lists its agents and tasks, 'weir run %s' runs it\n",
+                 file.c_str(), file.c_str(), file.c_str());
+    return kExitInvalidInput;
+  }
+  auto parsed = std::move(doc->parsed);
+  auto r = graph::load_workflow_json(std::move(parsed), doc->text, file);
   if (!r.ok()) {
     std::fputs(r.report().c_str(), stderr);
     return kExitInvalidInput;

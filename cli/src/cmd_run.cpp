@@ -1,4 +1,7 @@
+#include <signal.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include <algorithm>
 #include <cstdio>
@@ -11,6 +14,7 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -19,12 +23,14 @@
 #include "agents_run.hpp"
 #include "args.hpp"
 #include "commands.hpp"
+#include "document.hpp"
 #include "weir/agents/crew_file.hpp"
 #include "weir/agents/workflow.hpp"
 #include "weir/graph/checkpointer.hpp"
 #include "weir/graph/workflow_graph.hpp"
 #include "weir/runtime/artifact_store.hpp"
 #include "weir/runtime/json_parse.hpp"
+#include "weir/runtime/json_write.hpp"
 #include "weir/runtime/memory_budget.hpp"
 
 namespace weir::cli {
@@ -33,24 +39,47 @@ namespace asio = boost::asio;
 namespace json = boost::json;
 namespace fs = std::filesystem;
 
+void remove_stale_artifact_dirs() {
+  std::error_code ec;
+  const fs::path tmp = fs::temp_directory_path(ec);
+  if (ec) return;
+  for (fs::directory_iterator it(tmp, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    // weir-<lowercase command>-<pid>
+    if (name.rfind("weir-", 0) != 0) continue;
+    const auto dash = name.rfind('-');
+    if (dash <= 5 || dash + 1 >= name.size()) continue;
+    const std::string cmd = name.substr(5, dash - 5), digits = name.substr(dash + 1);
+    if (cmd.find_first_not_of("abcdefghijklmnopqrstuvwxyz") != std::string::npos ||
+        digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 9)
+      continue;
+    const pid_t pid = static_cast<pid_t>(std::stol(digits));
+    std::error_code dir_ec;
+    if (pid <= 0 || pid == ::getpid() || !it->is_directory(dir_ec)) continue;
+    if (::kill(pid, 0) == -1 && errno == ESRCH) fs::remove_all(it->path(), dir_ec);
+  }
+}
+
 namespace {
 
-// --input: a JSON object, or @file holding one.
-Result<json::object> read_input_object(std::string text) {
+// --input: a JSON object, or @file holding one. The file's size is checked before it is read;
+// with `storage` (the run-state budget), the value is charged as it is built.
+Result<json::object> read_input_object(std::string text,
+                                       std::optional<json::storage_ptr> storage = {}) {
   std::string source = "--input";
+  bool padded = false;
   if (!text.empty() && text[0] == '@') {
     source = text.substr(1);
-    std::ifstream file(source);
-    if (!file) return Error(Errc::not_found, "cannot read input file '" + source + "'");
-    std::stringstream ss;
-    ss << file.rdbuf();
-    text = ss.str();
+    auto file = read_json_file(source);
+    if (!file) return Error(Errc::invalid_argument, "--input: " + file.error().message);
+    text = std::move(*file);
+    padded = true;
   }
-  auto parsed = parse_json(text, source);
+  auto parsed = parse_json(text, source, {.storage = storage, .text_is_padded = padded});
   if (!parsed) return std::move(parsed).error();
   if (!parsed->value.is_object())
     return Error(Errc::invalid_argument, "--input must be a JSON object of channel values");
-  return parsed->value.as_object();
+  return std::move(parsed->value.as_object());
 }
 
 // What every run of a workflow file needs: its spec, the built graph, one budget and one
@@ -79,15 +108,21 @@ struct WorkflowEnv {
   // Null after printing the problem; `code` is then the exit code.
   static std::unique_ptr<WorkflowEnv> open(const std::string& path,
                                            const std::optional<std::string>& model,
-                                           const char* command, int& code) {
+                                           const char* command, int& code,
+                                           std::int64_t max_model_len = 0) {
+    return open(graph::load_workflow_file(path), model, command, code, max_model_len);
+  }
+  static std::unique_ptr<WorkflowEnv> open(graph::WorkflowLoad load,
+                                           const std::optional<std::string>& model,
+                                           const char* command, int& code,
+                                           std::int64_t max_model_len = 0) {
     code = kExitInvalidInput;
-    auto load = graph::load_workflow_file(path);
     if (!load.ok()) {
       std::fputs(load.report().c_str(), stderr);
       return nullptr;
     }
     auto env = std::make_unique<WorkflowEnv>();
-    env->spec = *load.spec;
+    env->spec = std::move(*load.spec);
     BudgetLimits limits;
     const auto& mem = env->spec.limits.memory;
     auto set = [](std::optional<std::int64_t> v, std::size_t& dst) {
@@ -97,6 +132,7 @@ struct WorkflowEnv {
     set(mem.run_state, limits.category[static_cast<int>(BudgetCategory::run_state)]);
     set(mem.artifacts, limits.category[static_cast<int>(BudgetCategory::artifacts)]);
     env->budget = std::make_unique<MemoryBudget>(limits);
+    remove_stale_artifact_dirs();
     env->art_dir = fs::temp_directory_path() /
                    ("weir-" + std::string(command) + "-" + std::to_string(::getpid()));
     auto store = ArtifactStore::open(
@@ -111,6 +147,7 @@ struct WorkflowEnv {
     services.artifacts = env->store.get();
     services.budget = env->budget.get();
     if (model) services.model_override = fs::path(*model);
+    services.model_options.max_model_len = max_model_len;
     auto built = agents::build_workflow(env->spec, services);
     if (!built) {
       std::fprintf(stderr, "%s\n", built.error().message.c_str());
@@ -207,6 +244,32 @@ struct ProgressLine {
   }
 };
 
+// " --store DB" when the target's store is not the default one (for the commands we suggest).
+std::string store_flag(const RunTarget& target) {
+  return target.store == store_path(Flags("", {}, {})) ? "" : " --store " + target.store.string();
+}
+
+// The executor's messages name its C++ API (RunOptions, async_resume); a CLI user needs the
+// commands and flags instead.
+std::string cli_text(const Error& e, const RunTarget& target, const std::string& file) {
+  std::string m = e.to_string();
+  const std::string thread = target.thread.empty() ? "ID" : target.thread;
+  auto replace = [&](std::string_view from, const std::string& to) {
+    if (auto p = m.find(from); p != std::string::npos) m.replace(p, from.size(), to);
+  };
+  replace(
+      ", which needs a checkpoint to resume from: set RunOptions.checkpointer and "
+      "RunOptions.thread_id",
+      ", which needs a thread to resume from: run it with --thread ID (and weir resume ID "
+      "--value JSON to continue)");
+  replace("; call async_resume with a value to continue it",
+          "; continue it with: weir resume " + thread + " --value JSON" + store_flag(target));
+  replace("; async_invoke continues it)", "); continue it with: weir run " +
+                                              (file.empty() ? "FILE" : file) + " --thread " +
+                                              thread + store_flag(target));
+  return m;
+}
+
 // Runs `start` (an invoke or a resume) with the target's checkpoints and streaming; prints the
 // events (one JSON line each, with --stream; a progress line on a terminal otherwise) and the
 // result. Returns the exit code.
@@ -231,7 +294,7 @@ int run_workflow(WorkflowEnv& env, RunTarget& target, const std::string& file, c
   auto printer = [&]() -> asio::awaitable<void> {
     while (auto e = co_await events->async_next()) {
       if (target.stream)
-        std::printf("%s\n", json::serialize(event_json(*e)).c_str());
+        std::printf("%s\n", to_json_text(event_json(*e)).c_str());
       else
         line.update(*e, runtime, *env.budget);
     }
@@ -241,27 +304,29 @@ int run_workflow(WorkflowEnv& env, RunTarget& target, const std::string& file, c
   io.run();
   line.clear();
   if (!result) {
-    std::fprintf(stderr, "weir %s: %s\n", command, result.error().to_string().c_str());
-    return result.error().is(Errc::overloaded) ? kExitOverloaded
-           : result.error().is(Errc::invalid_argument) || result.error().is(Errc::not_found)
-               ? kExitInvalidInput
-               : kExitRunFailed;
+    std::fprintf(stderr, "weir %s: %s\n", command, cli_text(result.error(), target, file).c_str());
+    return run_exit_code(result.error());
   }
   if (result->interrupted) {
-    std::printf("%s\n", json::serialize(json::object{{"interrupted", result->interrupted_node},
-                                                     {"payload", result->interrupt_payload},
-                                                     {"thread", target.thread}})
+    std::printf("%s\n", to_json_text(json::object{{"interrupted", result->interrupted_node},
+                                                  {"payload", result->interrupt_payload},
+                                                  {"thread", target.thread}})
                             .c_str());
-    std::string store_flag =
-        target.store == store_path(Flags("", {}, {})) ? "" : " --store " + target.store.string();
     std::fprintf(stderr,
                  "weir %s: %s paused at node '%s' (thread '%s'); continue with:\n  weir resume "
                  "%s --value JSON%s\n",
                  command, env.spec.name.c_str(), result->interrupted_node.c_str(),
-                 target.thread.c_str(), target.thread.c_str(), store_flag.c_str());
+                 target.thread.c_str(), target.thread.c_str(), store_flag(target).c_str());
     return kExitOk;
   }
-  std::printf("%s\n", json::serialize(result->state).c_str());
+  if (env.spec.output.empty()) {
+    std::printf("%s\n", to_json_text(result->state).c_str());
+  } else {  // the workflow's "output": only those channels are the result
+    json::object shown;
+    for (const auto& ch : env.spec.output)
+      if (const auto* v = result->state.if_contains(ch)) shown[ch] = *v;
+    std::printf("%s\n", to_json_text(shown).c_str());
+  }
   std::fprintf(stderr,
                "weir %s: %s finished in %d supersteps; peak run state %s, %zu value%s moved to "
                "artifacts\n",
@@ -274,19 +339,28 @@ int run_workflow(WorkflowEnv& env, RunTarget& target, const std::string& file, c
 }  // namespace
 
 int cmd_run(Args args) {
-  Flags f("run", {"--input", "--model", "--instances", "--concurrency", "--thread", "--store"},
+  Flags f("run",
+          {"--input", "--model", "--instances", "--concurrency", "--thread", "--store",
+           "--max-model-len"},
           {"--table", "--stream"});
   if (!f.parse(args)) return kExitInvalidInput;
   if (f.positional().size() != 1) return f.fail("give one workflow file"), kExitInvalidInput;
-  if (is_agents_file(f.positional()[0])) {
+  auto doc = open_document(f.positional()[0]);
+  if (!doc) return std::fprintf(stderr, "%s\n", doc.error().message.c_str()), kExitInvalidInput;
+  if (doc->agents) {
+    if (f.get("--thread") || f.get("--store"))
+      return f.fail(
+                 "--thread and --store keep the checkpoints of a workflow file; crew and "
+                 "group-chat files run without checkpoints (run them without these flags)"),
+             kExitInvalidInput;
+    if (doc->from_stdin())
+      return f.fail("a crew or group-chat file cannot be read from standard input; give its path"),
+             kExitInvalidInput;
     AgentsRunOptions o;
-    double instances = 1, concurrency = 16;
-    if (!f.number("--instances", instances) || !f.number("--concurrency", concurrency))
+    if (!f.integer("--instances", o.instances, 1, 1'000'000) ||
+        !f.integer("--concurrency", o.concurrency, 1, 100'000) ||
+        !f.integer("--max-model-len", o.max_model_len, std::int64_t{16}, std::int64_t{1} << 20))
       return kExitInvalidInput;
-    if (instances < 1 || concurrency < 1)
-      return f.fail("--instances and --concurrency must be at least 1"), kExitInvalidInput;
-    o.instances = static_cast<int>(instances);
-    o.concurrency = static_cast<int>(concurrency);
     o.model = f.get("--model");
     o.table = f.has("--table");
     if (auto in = f.get("--input")) {
@@ -298,16 +372,48 @@ int cmd_run(Args args) {
     }
     return run_agents_file(f.positional()[0], o);
   }
+  std::int64_t max_model_len = 0;
+  if (!f.integer("--max-model-len", max_model_len, std::int64_t{16}, std::int64_t{1} << 20))
+    return kExitInvalidInput;
+  if (doc->from_stdin() && f.get("--thread"))
+    return f.fail(
+               "a workflow read from standard input cannot be resumed; save it to a file to "
+               "use --thread"),
+           kExitInvalidInput;
   int code = kExitOk;
-  auto env = WorkflowEnv::open(f.positional()[0], f.get("--model"), "run", code);
+  auto parsed_doc = std::move(doc->parsed);
+  auto env = WorkflowEnv::open(
+      graph::load_workflow_json(std::move(parsed_doc), doc->text, f.positional()[0]),
+      f.get("--model"), "run", code, max_model_len);
   if (!env) return code;
+  doc->text = {};  // the file's text is no longer needed
+  doc->text.shrink_to_fit();
   json::object input;
   if (auto in = f.get("--input")) {
-    auto parsed = read_input_object(*in);
+    // Charged to the run-state budget as it is built, under the run's state cap.
+    std::size_t cap = env->spec.limits.max_state_bytes
+                          ? static_cast<std::size_t>(*env->spec.limits.max_state_bytes)
+                          : std::size_t{16} << 20;
+    auto storage = json::make_shared_resource<AccountingResource>(
+        env->budget.get(), BudgetCategory::run_state, cap, "--input");
+    auto parsed = read_input_object(*in, storage);
     if (!parsed)
       return std::fprintf(stderr, "weir run: %s\n", parsed.error().message.c_str()),
              kExitInvalidInput;
     input = std::move(*parsed);
+  }
+  if (!env->spec.input.empty()) {  // the workflow's "input": the channels a run may set
+    for (const auto& [k, v] : input) {
+      const auto& allowed = env->spec.input;
+      if (std::find(allowed.begin(), allowed.end(), std::string_view(k)) != allowed.end()) continue;
+      std::string list;
+      for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
+      std::fprintf(stderr,
+                   "weir run: --input sets '%s', which %s does not take as input (its "
+                   "\"input\": %s)\n",
+                   std::string(k).c_str(), env->spec.name.c_str(), list.c_str());
+      return kExitInvalidInput;
+    }
   }
   RunTarget target;
   if (!target.open(f, "run")) return kExitInvalidInput;
@@ -328,9 +434,15 @@ int cmd_resume(Args args) {
   json::value value;  // null when not given
   if (auto v = f.get("--value")) {
     auto parsed = parse_json(*v, "--value");
-    if (!parsed)
+    if (!parsed) {
+      if (v->find('\'') == std::string::npos && !v->empty())
+        return std::fprintf(stderr,
+                            "weir resume: --value expects JSON: did you mean --value '%s'?\n",
+                            json::serialize(json::string(*v)).c_str()),
+               kExitInvalidInput;
       return std::fprintf(stderr, "weir resume: %s\n", parsed.error().message.c_str()),
              kExitInvalidInput;
+    }
     value = std::move(parsed->value);
   }
   // The thread's workflow file: --file, else the one its checkpoints recorded.
@@ -383,10 +495,10 @@ int cmd_batch(Args args) {
   if (f.positional().empty() || inputs.empty() || f.positional().size() > 2)
     return f.fail("give a workflow file and --inputs FILE.jsonl (one JSON object a line)"),
            kExitInvalidInput;
-  double concurrency = 16;
-  if (!f.number("--max-concurrency", concurrency) || !f.number("--concurrency", concurrency))
+  std::size_t concurrency = 16;
+  if (!f.integer("--max-concurrency", concurrency, std::size_t{1}, std::size_t{100'000}) ||
+      !f.integer("--concurrency", concurrency, std::size_t{1}, std::size_t{100'000}))
     return kExitInvalidInput;
-  if (concurrency < 1) return f.fail("--max-concurrency must be at least 1"), kExitInvalidInput;
   std::ifstream lines(inputs);
   if (!lines) return f.fail("cannot read inputs file '" + inputs + "'"), kExitInvalidInput;
   std::FILE* out = stdout;
@@ -400,7 +512,7 @@ int cmd_batch(Args args) {
   auto env = WorkflowEnv::open(f.positional()[0], f.get("--model"), "batch", code);
   if (!env) return code;
   graph::RuntimeOptions ropt = env->runtime_options();
-  ropt.max_concurrent_runs = static_cast<std::size_t>(concurrency);
+  ropt.max_concurrent_runs = concurrency;
   graph::GraphRuntime runtime(ropt);
   asio::io_context io;
   // Lines are read as they are needed and results are printed in input order, so at most
@@ -413,7 +525,7 @@ int cmd_batch(Args args) {
   std::size_t next_index = 0;                // the next index to print
   std::vector<std::size_t> skipped;          // blank lines: indexes with no run
   const bool tty = ::isatty(STDERR_FILENO);
-  const std::size_t window = 2 * static_cast<std::size_t>(concurrency);
+  const std::size_t window = 2 * concurrency;
   asio::steady_timer wake(io);
   wake.expires_at(asio::steady_timer::time_point::max());
   auto flush = [&] {
@@ -452,7 +564,7 @@ int cmd_batch(Args args) {
     }
     if (!res.at("ok").as_bool()) ++pr.failed;
     ++pr.done;
-    ready[index] = json::serialize(res);
+    ready[index] = to_json_text(res);
     flush();
     if (tty)
       std::fprintf(stderr, "\r  %zu done (%zu failed), %zu running, %s in use   ", pr.done,
@@ -476,6 +588,10 @@ int cmd_batch(Args args) {
       }
       ++pr.started;
       asio::co_spawn(io, one(index++, std::move(line)), asio::detached);
+      // Yield once a line. A run that never suspends completes inside co_spawn, and Asio frees
+      // a finished coroutine's frames through a post to the executor: a feeder that never
+      // yielded kept every finished run's frames until the end of the file (~1.3 KB a line).
+      co_await asio::post(io, asio::use_awaitable);
     }
   };
   const auto t0 = std::chrono::steady_clock::now();

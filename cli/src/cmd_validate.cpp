@@ -3,6 +3,7 @@
 
 #include "agents_run.hpp"
 #include "commands.hpp"
+#include "document.hpp"
 #include "weir/agents/crew.hpp"
 #include "weir/agents/crew_file.hpp"
 #include "weir/graph/workflow.hpp"
@@ -17,8 +18,16 @@ int cmd_validate(Args args) {
   }
   int bad = 0;
   for (auto a : args) {
-    if (is_agents_file(std::string(a))) {
-      auto f = agents::load_agents_file(std::string(a));
+    // Read and parsed once; a crew file is small, so its own checker may parse it again.
+    auto doc = open_document(std::string(a));
+    if (!doc) {
+      ++bad;
+      std::fprintf(stderr, "%s\n%.*s: 1 error\n", doc.error().message.c_str(),
+                   static_cast<int>(a.size()), a.data());
+      continue;
+    }
+    if (doc->agents) {
+      auto f = agents::parse_agents_file(doc->text, std::string(a));
       if (!f) {
         ++bad;
         std::fprintf(stderr, "%s\n", f.error().message.c_str());
@@ -32,7 +41,8 @@ int cmd_validate(Args args) {
                     f->chat.agents.size());
       continue;
     }
-    auto r = graph::load_workflow_file(std::string(a));
+    auto parsed = std::move(doc->parsed);
+    auto r = graph::load_workflow_json(std::move(parsed), doc->text, std::string(a));
     if (r.ok()) {
       std::printf("%.*s: ok (%zu nodes, %zu edges)\n", static_cast<int>(a.size()), a.data(),
                   r.spec->nodes.size(), r.spec->edges.size());

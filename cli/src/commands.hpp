@@ -6,12 +6,25 @@
 #include <span>
 #include <string_view>
 
+#include "weir/runtime/error.hpp"
+
 namespace weir::cli {
 
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitInvalidInput = 1;
 inline constexpr int kExitRunFailed = 2;
 inline constexpr int kExitOverloaded = 3;
+
+// The exit code for a run's error: 3 overloaded; 1 when the run was refused before it started
+// (its input names an unknown channel, the thread does not exist or is not paused); 2 when it
+// started and failed. An error from inside the run names its node ("node 'x': ..."), so an
+// invalid_argument a node returns (a tool's arguments, say) is a run failure, not bad input.
+inline int run_exit_code(const Error& e) {
+  if (e.is(Errc::overloaded)) return kExitOverloaded;
+  const bool before_start =
+      (e.is(Errc::invalid_argument) || e.is(Errc::not_found)) && e.message.rfind("node '", 0) != 0;
+  return before_start ? kExitInvalidInput : kExitRunFailed;
+}
 
 using Args = std::span<const std::string_view>;  // the arguments after the command name
 
@@ -22,6 +35,15 @@ struct Command {
   int (*run)(Args args);
 };
 
+// Written from the command table (docs_gen.cpp): `weir --print-completion bash`, `--print-man`.
+void print_bash_completion(std::span<const Command> commands);
+void print_man(std::span<const Command> commands);
+// A command's artifact store lives in a per-process folder, $TMPDIR/weir-<command>-<pid>,
+// removed when the command exits. One killed with SIGKILL leaves its folder behind: this removes
+// the folders whose process is gone (called when a command opens its own). What a thread needs
+// after its process is stored with its checkpoints (--store), never only here.
+void remove_stale_artifact_dirs();
+
 int cmd_demo(Args args);
 int cmd_validate(Args args);
 int cmd_graph(Args args);
@@ -31,5 +53,7 @@ int cmd_inspect(Args args);
 int cmd_run(Args args);
 int cmd_batch(Args args);
 int cmd_resume(Args args);
+int cmd_mcp(Args args);
+int cmd_serve(Args args);
 
 }  // namespace weir::cli

@@ -4,15 +4,18 @@
 #include <string_view>
 #include <vector>
 
+#include "build_info.hpp"
 #include "commands.hpp"
 #include "weir/runtime/log.hpp"
+#include "weir/version.hpp"
 
 namespace weir::cli {
 namespace {
 
 constexpr Command kCommands[] = {
     {"demo", "run the research crew 64 times at once on one engine and one memory budget",
-     "usage: weir demo [--crews N] [--concurrency N] [--crew FILE] [--model PATH]\n\n"
+     "usage: weir demo [--crews N] [--concurrency N] [--crew FILE] [--model PATH]\n"
+     "                 [--max-model-len N]\n\n"
      "Runs N instances (default 64, 32 admitted at once) of samples/crews/research_crew.json:\n"
      "researcher -> writer -> reviewer, with document search over samples/data and artifacts.\n"
      "Ends with a summary table: runs, steps, tool calls, tokens, tokens/s, peak memory by\n"
@@ -23,7 +26,7 @@ constexpr Command kCommands[] = {
      cmd_demo},
     {"run", "run a workflow file and print its final state as JSON",
      "usage: weir run FILE [--input JSON | --input @file.json] [--model PATH]\n"
-     "                [--thread ID [--store DB]] [--stream]\n"
+     "                [--thread ID [--store DB]] [--stream] [--max-model-len N]\n"
      "                [--instances N] [--concurrency N] [--table]\n\n"
      "Runs a workflow, crew or group-chat file under its limits and prints the result as JSON\n"
      "on stdout; a summary goes to stderr. --model overrides every model's path (crews and\n"
@@ -85,11 +88,50 @@ constexpr Command kCommands[] = {
     {"generate", "generate text from a prompt with a GGUF model",
      "usage: weir generate --model FILE --prompt TEXT [-n N] [--temp T] [--seed S] [--top-k K]\n"
      "                     [--top-p P] [--min-p P] [--threads N] [--device auto|cpu|cuda] "
-     "[--json]\n\n"
+     "[--json]\n"
+     "                     [--json-schema FILE | --grammar FILE.gbnf | --regex RE | --choice "
+     "a,b]\n\n"
      "Streams the generated text (greedy unless --temp > 0). --json prints one object with the\n"
-     "tokens, text, finish reason and timings instead.\n\n"
-     "example:\n  weir generate --model model.gguf --prompt \"Once upon a time\" -n 64\n",
+     "tokens, text, finish reason and timings instead. Structured output: --json-schema makes\n"
+     "the output a JSON value valid for the schema, --grammar follows a GBNF grammar, --regex\n"
+     "matches the whole output, --choice is one of the comma-separated strings; generation\n"
+     "ends when the value is complete (docs/structured-output.md).\n\n"
+     "example:\n  weir generate --model model.gguf --prompt \"Once upon a time\" -n 64\n"
+     "  weir generate --model model.gguf --prompt \"A user:\" --json-schema user.schema.json\n",
      cmd_generate},
+    {"mcp", "serve weir's tools and workflows over MCP (stdio)",
+     "usage: weir mcp [--tools calculator,files,artifacts] [--root DIR] [--workflows DIR]\n"
+     "                [--max-message-bytes N]\n\n"
+     "Serves Model Context Protocol over stdin/stdout (JSON-RPC 2.0, one message per line):\n"
+     "initialize, ping, tools/list, tools/call and notifications/cancelled. The tools are the\n"
+     "built-ins named by --tools (default: calculator; files reads inside --root, default .)\n"
+     "and every workflow file in --workflows, as a tool whose arguments are the workflow's\n"
+     "input channels; a call runs the workflow under its limits and answers its output as\n"
+     "JSON text. Every call runs under weir's tool fences (timeout, concurrency, output cap:\n"
+     "larger outputs are stored as artifacts). Logs go to stderr.\n\n"
+     "example (an MCP client's server entry):\n"
+     "  {\"command\": \"weir\", \"args\": [\"mcp\", \"--workflows\", \"samples/workflows\"]}\n",
+     cmd_mcp},
+    {"serve", "serve models over HTTP with the OpenAI API (chat, completions, metrics)",
+     "usage: weir serve --model [NAME=]FILE [--model ...] [--host H] [--port P]\n"
+     "                  [--api-key-env VAR] [--insecure] [--max-num-seqs N] [--max-model-len N]\n"
+     "                  [--kv-cache-mb MB] [--chat-template NAME] [--ignore-eos]\n"
+     "                  [--max-queued-requests N] [--max-queued-tokens N] [--max-connections N]\n"
+     "                  [--max-body-bytes N] [--default-max-tokens N] [--max-n N]\n"
+     "                  [--request-timeout S] [--grace S] [--write-timeout S] [--idle-timeout "
+     "S]\n\n"
+     "Serves POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health,\n"
+     "GET /metrics, POST /tokenize and POST /detokenize on 127.0.0.1:8080 by default. A\n"
+     "request's \"model\" picks a model by name (the file's stem unless NAME=FILE). Beyond\n"
+     "--max-num-seqs running and --max-queued-requests queued, requests get 429 at once.\n"
+     "--api-key-env names an environment variable holding the key every request must send as\n"
+     "'Authorization: Bearer KEY'; a non-loopback --host needs it (or --insecure). SIGTERM or\n"
+     "SIGINT drains: no new connections, requests in flight finish within --grace (default 30 s),\n"
+     "the rest are cancelled, exit 0; a second signal exits at once. See docs/serve.md.\n\n"
+     "example:\n  weir serve --model model.gguf\n"
+     "  curl -s localhost:8080/v1/chat/completions -d '{\"messages\": [{\"role\": \"user\", "
+     "\"content\": \"hi\"}]}'\n",
+     cmd_serve},
     {"inspect", "show a GGUF file's metadata, tensors, tokenizer and model shape",
      "usage: weir inspect FILE\n\nexample:\n  weir inspect model.gguf\n", cmd_inspect},
 };
@@ -98,7 +140,7 @@ void print_help() {
   std::printf(
       "weir %s: a multi-agent orchestration runtime that cannot run out of memory\n\n"
       "usage: weir COMMAND [ARGS...]\n       weir COMMAND --help\n\ncommands:\n",
-      WEIR_VERSION);
+      WEIR_VERSION_STRING);
   for (const auto& c : kCommands) {
     std::printf("  %-10.*s %.*s\n", static_cast<int>(c.name.size()), c.name.data(),
                 static_cast<int>(c.summary.size()), c.summary.data());
@@ -106,6 +148,13 @@ void print_help() {
   std::printf(
       "\nexit codes: 0 success, 1 invalid input, 2 run failed (typed error on stderr),\n"
       "            3 overloaded\nenvironment: WEIR_LOG=trace|debug|info|warn|error|off\n");
+}
+
+// The usage of a command by name, or nullptr.
+const Command* find_command(std::string_view name) {
+  for (const auto& c : kCommands)
+    if (c.name == name) return &c;
+  return nullptr;
 }
 
 }  // namespace
@@ -117,29 +166,39 @@ int main(int argc, char** argv) {
   std::vector<std::string_view> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "help" || args[0] == "--help" || args[0] == "-h") {
     if (args.size() >= 2) {
-      for (const auto& c : kCommands) {
-        if (c.name == args[1]) {
-          std::fwrite(c.usage.data(), 1, c.usage.size(), stdout);
-          return kExitOk;
-        }
+      const Command* c = find_command(args[1]);
+      if (!c) {
+        std::fprintf(stderr, "weir help: unknown command '%.*s' (see 'weir help')\n",
+                     static_cast<int>(args[1].size()), args[1].data());
+        return kExitInvalidInput;
       }
+      std::fwrite(c->usage.data(), 1, c->usage.size(), stdout);
+      return kExitOk;
     }
     print_help();
     return args.empty() ? kExitInvalidInput : kExitOk;
   }
   if (args[0] == "--version" || args[0] == "version") {
-    std::printf("weir %s\n", WEIR_VERSION);
+    std::printf("weir %s (%s)\n", WEIR_VERSION_STRING, WEIR_GIT_DESCRIBE);
     return kExitOk;
   }
-  for (const auto& c : kCommands) {
-    if (c.name != args[0]) continue;
+  // Hidden: the build writes the bash completion and the man page with these (docs_gen.cpp).
+  if (args[0] == "--print-completion" && args.size() == 2 && args[1] == "bash") {
+    print_bash_completion(kCommands);
+    return kExitOk;
+  }
+  if (args[0] == "--print-man") {
+    print_man(kCommands);
+    return kExitOk;
+  }
+  if (const Command* c = find_command(args[0])) {
     for (auto a : args) {
       if (a == "--help" || a == "-h") {
-        std::fwrite(c.usage.data(), 1, c.usage.size(), stdout);
+        std::fwrite(c->usage.data(), 1, c->usage.size(), stdout);
         return kExitOk;
       }
     }
-    return c.run(Args(args).subspan(1));
+    return c->run(Args(args).subspan(1));
   }
   std::fprintf(stderr, "weir: unknown command '%.*s' (see 'weir help')\n",
                static_cast<int>(args[0].size()), args[0].data());

@@ -2,9 +2,13 @@
 // backend reports the same words), and the fold that rebuilds state from deltas.
 #pragma once
 
+#include <signal.h>
+
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <ctime>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -128,6 +132,64 @@ inline int64_t unix_ms_now() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
+}
+
+// --- thread claims (one runner per thread) ---
+
+// True when no process `pid` runs on this host (kill(pid, 0) reports ESRCH). EPERM: it runs.
+inline bool process_gone(int64_t pid) {
+  return pid > 0 && ::kill(static_cast<pid_t>(pid), 0) == -1 && errno == ESRCH;
+}
+
+inline std::string utc_time(int64_t unix_ms) {
+  std::time_t t = static_cast<std::time_t>(unix_ms / 1000);
+  std::tm tm{};
+  ::gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S UTC", &tm);
+  return buf;
+}
+
+// Whether a stored claim still holds the thread against `claimant` at `now_ms`: its heartbeat
+// is within its lease, and (on the claimant's host) its process runs.
+inline bool claim_live(const ThreadHolder& held, const ThreadHolder& claimant, int64_t now_ms) {
+  if (now_ms > held.heartbeat_ms + held.lease_ms) return false;
+  if (held.host == claimant.host && process_gone(held.pid)) return false;
+  return true;
+}
+
+inline std::string describe_holder(const ThreadHolder& h) {
+  return "pid " + std::to_string(h.pid) + " on host " + h.host;
+}
+
+inline Error thread_busy(std::string_view thread_id, const ThreadHolder& held, int64_t now_ms) {
+  const int64_t ago = std::max<int64_t>(0, now_ms - held.heartbeat_ms);
+  const int64_t left = std::max<int64_t>(0, held.heartbeat_ms + held.lease_ms - now_ms);
+  return Error(Errc::thread_busy, "thread " + single_quoted(thread_id) + " is being run by " +
+                                      describe_holder(held) + " since " + utc_time(held.since_ms) +
+                                      " (last heartbeat " + std::to_string(ago / 1000) +
+                                      " s ago); wait for it or, if that process is gone, it "
+                                      "will be taken over after " +
+                                      std::to_string((left + 999) / 1000) + " s");
+}
+
+// renew_thread / put with a token that no longer holds the thread.
+inline Error claim_lost(std::string_view thread_id, const ThreadHolder* now_held) {
+  std::string msg = "thread " + single_quoted(thread_id) + " is no longer held by this runner: ";
+  if (now_held)
+    msg += "it was taken over by " + describe_holder(*now_held) + " at " +
+           utc_time(now_held->since_ms) + " (this runner's heartbeat had lapsed)";
+  else
+    msg += "its claim was released";
+  return Error(Errc::thread_busy, msg + "; this run stops without writing");
+}
+
+inline Status check_claim(const ThreadHolder& h) {
+  if (h.token.empty())
+    return Error(Errc::invalid_argument, "claim_thread: the token is empty; use new_claim_token()");
+  if (h.lease_ms <= 0)
+    return Error(Errc::invalid_argument, "claim_thread: lease_ms must be positive");
+  return {};
 }
 
 }  // namespace weir::graph::detail

@@ -10,6 +10,8 @@
 #include <shared_mutex>
 #include <unordered_set>
 
+#include <unistd.h>
+
 #include <boost/json/storage_ptr.hpp>
 
 #include "checkpointer_common.hpp"
@@ -32,6 +34,24 @@ std::string new_checkpoint_id(int64_t step) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%012" PRId64 "-%014" PRIx64 "%04x", step, t, salt);
   return buf;
+}
+
+std::string new_claim_token() {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%016" PRIx64 "%016" PRIx64, rng(), rng());
+  return buf;
+}
+
+ThreadHolder this_process_holder(std::string token, int64_t lease_ms) {
+  ThreadHolder h;
+  h.token = std::move(token);
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) != 0) host[0] = 0;
+  h.host = host[0] ? host : "localhost";
+  h.pid = static_cast<int64_t>(::getpid());
+  h.lease_ms = lease_ms;
+  return h;
 }
 
 namespace {
@@ -58,6 +78,11 @@ class MemoryCheckpointer final : public Checkpointer {
     // Copy outside the lock; the copy is the only allocation-heavy part.
     Checkpoint copy = own_copy(cp, detail::unix_ms_now());
     std::unique_lock lock(mu_);
+    if (!cp.claim_token.empty()) {
+      auto h = holders_.find(cp.thread_id);
+      if (h == holders_.end() || h->second.token != cp.claim_token)
+        return detail::claim_lost(cp.thread_id, h == holders_.end() ? nullptr : &h->second);
+    }
     auto it = threads_.find(cp.thread_id);
     if (it != threads_.end()) {
       const Thread& t = it->second;
@@ -71,6 +96,9 @@ class MemoryCheckpointer final : public Checkpointer {
     // thread at worst, invisible to readers since it has no checkpoints and no recency entry).
     if (it == threads_.end()) it = threads_.try_emplace(cp.thread_id).first;
     Thread& t = it->second;
+    for (const auto& a : cp.artifacts) t.artifacts.try_emplace(a.id, a);
+    if (!cp.claim_token.empty())
+      holders_.find(cp.thread_id)->second.heartbeat_ms = copy.created_at_ms;
     const uint64_t seq = next_seq_++;
     auto [pos, inserted] = t.by_id.try_emplace(copy.checkpoint_id, std::move(copy));
     t.by_seq.emplace(seq, &pos->second);
@@ -130,11 +158,65 @@ class MemoryCheckpointer final : public Checkpointer {
 
   Status delete_thread(std::string_view thread_id) override {
     std::unique_lock lock(mu_);
+    if (auto h = holders_.find(thread_id); h != holders_.end()) holders_.erase(h);
     auto it = threads_.find(thread_id);
     if (it == threads_.end()) return {};
     if (it->second.updated_seq != 0) recent_.erase(it->second.updated_seq);
     threads_.erase(it);
     return {};
+  }
+
+  Result<std::optional<Checkpoint::Artifact>> get_artifact(
+      std::string_view thread_id, std::string_view artifact_id) const override {
+    std::shared_lock lock(mu_);
+    const Thread* t = find_thread(thread_id);
+    if (t == nullptr) return std::optional<Checkpoint::Artifact>();
+    auto it = t->artifacts.find(artifact_id);
+    if (it == t->artifacts.end()) return std::optional<Checkpoint::Artifact>();
+    return std::optional<Checkpoint::Artifact>(it->second);
+  }
+
+  Result<ThreadHolder> claim_thread(std::string_view thread_id,
+                                    const ThreadHolder& holder) override {
+    if (auto s = detail::check_claim(holder); !s) return std::move(s).error();
+    const int64_t now = detail::unix_ms_now();
+    std::unique_lock lock(mu_);
+    auto it = holders_.find(thread_id);
+    if (it != holders_.end() && it->second.token != holder.token &&
+        detail::claim_live(it->second, holder, now))
+      return detail::thread_busy(thread_id, it->second, now);
+    ThreadHolder stored = holder;
+    stored.since_ms =
+        it != holders_.end() && it->second.token == holder.token ? it->second.since_ms : now;
+    stored.heartbeat_ms = now;
+    if (it == holders_.end())
+      holders_.emplace(std::string(thread_id), stored);
+    else
+      it->second = stored;
+    return stored;
+  }
+
+  Status renew_thread(std::string_view thread_id, std::string_view token) override {
+    std::unique_lock lock(mu_);
+    auto it = holders_.find(thread_id);
+    if (it == holders_.end() || it->second.token != token)
+      return detail::claim_lost(thread_id, it == holders_.end() ? nullptr : &it->second);
+    it->second.heartbeat_ms = detail::unix_ms_now();
+    return {};
+  }
+
+  Status release_thread(std::string_view thread_id, std::string_view token) override {
+    std::unique_lock lock(mu_);
+    auto it = holders_.find(thread_id);
+    if (it != holders_.end() && it->second.token == token) holders_.erase(it);
+    return {};
+  }
+
+  Result<std::optional<ThreadHolder>> thread_holder(std::string_view thread_id) const override {
+    std::shared_lock lock(mu_);
+    auto it = holders_.find(thread_id);
+    if (it == holders_.end()) return std::optional<ThreadHolder>();
+    return std::optional<ThreadHolder>(it->second);
   }
 
   Result<std::vector<std::string>> threads(std::size_t limit) const override {
@@ -151,6 +233,7 @@ class MemoryCheckpointer final : public Checkpointer {
     std::map<std::string, Checkpoint, std::less<>> by_id;
     std::map<uint64_t, const Checkpoint*> by_seq;  // put order; points into by_id (stable nodes)
     uint64_t updated_seq = 0;                      // seq of the last put; 0 before the first
+    std::map<std::string, Checkpoint::Artifact, std::less<>> artifacts;  // by id
   };
 
   const Thread* find_thread(std::string_view thread_id) const {
@@ -164,11 +247,13 @@ class MemoryCheckpointer final : public Checkpointer {
     return it == t->by_id.end() ? nullptr : &it->second;
   }
 
-  // put() and delete_thread() are the only mutators; they hold mu_ exclusively.
+  // put(), delete_thread() and the claim methods are the only mutators; they hold mu_
+  // exclusively.
   mutable std::shared_mutex mu_;
   std::map<std::string, Thread, std::less<>> threads_;  // GUARDED_BY(mu_)
   std::map<uint64_t, std::string> recent_;              // updated_seq -> thread id; GUARDED_BY(mu_)
   uint64_t next_seq_ = 1;                               // GUARDED_BY(mu_)
+  std::map<std::string, ThreadHolder, std::less<>> holders_;  // GUARDED_BY(mu_)
 };
 
 }  // namespace

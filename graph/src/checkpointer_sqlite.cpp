@@ -43,6 +43,32 @@ CREATE INDEX IF NOT EXISTS threads_recent ON threads (updated_seq);
 INSERT INTO schema_version (version) VALUES (1);
 )sql";
 
+// Version 2 (applied to a fresh file after version 1, and to a version 1 file on open).
+// `artifacts`: blobs of the run's ArtifactStore that a thread's checkpoints reference, written
+// in the transaction of the first checkpoint that references them, deleted with the thread.
+// `thread_holders`: the runner holding each thread (claim_thread); times are the writers' unix
+// ms (hosts sharing a file over a network need clocks within a fraction of the lease).
+constexpr const char* kSchemaV2 = R"sql(
+CREATE TABLE IF NOT EXISTS artifacts (
+  thread_id   TEXT    NOT NULL,
+  artifact_id TEXT    NOT NULL,
+  media_type  TEXT    NOT NULL,
+  bytes       BLOB    NOT NULL,
+  created_at  INTEGER NOT NULL,  -- unix ms
+  PRIMARY KEY (thread_id, artifact_id)
+);
+CREATE TABLE IF NOT EXISTS thread_holders (
+  thread_id TEXT    NOT NULL PRIMARY KEY,
+  token     TEXT    NOT NULL,
+  host      TEXT    NOT NULL,
+  pid       INTEGER NOT NULL,
+  lease_ms  INTEGER NOT NULL,
+  since     INTEGER NOT NULL,  -- unix ms
+  heartbeat INTEGER NOT NULL   -- unix ms
+);
+UPDATE schema_version SET version = 2;
+)sql";
+
 constexpr const char* kColumns =
     "thread_id, checkpoint_id, parent_id, step, writes, pending, metadata, created_at";
 
@@ -73,6 +99,13 @@ class StmtUse {
     sqlite3_bind_text64(s_, i, v.empty() ? "" : v.data(), v.size(), SQLITE_STATIC, SQLITE_UTF8);
   }
   void bind(int i, int64_t v) { sqlite3_bind_int64(s_, i, v); }
+  void bind_blob(int i, std::string_view v) {
+    sqlite3_bind_blob64(s_, i, v.empty() ? "" : v.data(), v.size(), SQLITE_STATIC);
+  }
+  std::string_view blob(int col) const {
+    const auto* p = static_cast<const char*>(sqlite3_column_blob(s_, col));
+    return p == nullptr ? std::string_view() : std::string_view(p, sqlite3_column_bytes(s_, col));
+  }
   int step() { return sqlite3_step(s_); }
 
   std::string_view text(int col) const {
@@ -148,6 +181,24 @@ class SqliteCheckpointer final : public Checkpointer {
         {&delete_checkpoints_, "DELETE FROM checkpoints WHERE thread_id = ?1"},
         {&delete_thread_, "DELETE FROM threads WHERE thread_id = ?1"},
         {&threads_, "SELECT thread_id FROM threads ORDER BY updated_seq DESC LIMIT ?1"},
+        {&insert_artifact_,
+         "INSERT OR IGNORE INTO artifacts (thread_id, artifact_id, media_type, bytes, created_at) "
+         "VALUES (?1, ?2, ?3, ?4, ?5)"},
+        {&get_artifact_,
+         "SELECT media_type, bytes FROM artifacts WHERE thread_id = ?1 AND artifact_id = ?2"},
+        {&delete_artifacts_, "DELETE FROM artifacts WHERE thread_id = ?1"},
+        {&delete_holder_, "DELETE FROM thread_holders WHERE thread_id = ?1"},
+        {&get_holder_,
+         "SELECT token, host, pid, lease_ms, since, heartbeat FROM thread_holders "
+         "WHERE thread_id = ?1"},
+        {&upsert_holder_,
+         "INSERT INTO thread_holders (thread_id, token, host, pid, lease_ms, since, heartbeat) "
+         "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (thread_id) DO UPDATE SET "
+         "token = excluded.token, host = excluded.host, pid = excluded.pid, "
+         "lease_ms = excluded.lease_ms, since = excluded.since, heartbeat = excluded.heartbeat"},
+        {&beat_holder_,
+         "UPDATE thread_holders SET heartbeat = ?3 WHERE thread_id = ?1 AND token = ?2"},
+        {&release_holder_, "DELETE FROM thread_holders WHERE thread_id = ?1 AND token = ?2"},
     };
     for (auto& [stmt, sql] : all) {
       sqlite3_stmt* s = nullptr;
@@ -171,6 +222,13 @@ class SqliteCheckpointer final : public Checkpointer {
     std::lock_guard lock(mu_);
     Transaction txn(*this);
     if (auto s = txn.begin(begin_write_, "put"); !s) return s;
+    if (!cp.claim_token.empty()) {
+      auto held = read_holder(cp.thread_id);
+      if (!held) return std::move(held).error();
+      if (!*held || (**held).token != cp.claim_token)
+        return detail::claim_lost(cp.thread_id, *held ? &**held : nullptr);
+      if (auto s = beat(cp.thread_id, cp.claim_token, now); !s) return s;
+    }
     {
       auto found = exists(cp.thread_id, cp.checkpoint_id);
       if (!found) return std::move(found).error();
@@ -211,6 +269,16 @@ class SqliteCheckpointer final : public Checkpointer {
       q.bind(3, now);
       int rc = q.step();
       if (rc != SQLITE_DONE) return error(rc, "put: updating thread '" + cp.thread_id + "'");
+    }
+    for (const auto& a : cp.artifacts) {
+      StmtUse q(insert_artifact_);
+      q.bind(1, cp.thread_id);
+      q.bind(2, a.id);
+      q.bind(3, a.media_type);
+      q.bind_blob(4, a.bytes);
+      q.bind(5, now);
+      int rc = q.step();
+      if (rc != SQLITE_DONE) return error(rc, "put: storing artifact '" + a.id + "'");
     }
     return txn.commit("put");
   }
@@ -297,13 +365,91 @@ class SqliteCheckpointer final : public Checkpointer {
     std::lock_guard lock(mu_);
     Transaction txn(*this);
     if (auto s = txn.begin(begin_write_, "delete_thread"); !s) return s;
-    for (const StmtPtr* stmt : {&delete_checkpoints_, &delete_thread_}) {
+    for (const StmtPtr* stmt :
+         {&delete_checkpoints_, &delete_thread_, &delete_artifacts_, &delete_holder_}) {
       StmtUse q(*stmt);
       q.bind(1, thread_id);
       int rc = q.step();
       if (rc != SQLITE_DONE) return error(rc, "delete_thread '" + std::string(thread_id) + "'");
     }
     return txn.commit("delete_thread");
+  }
+
+  Result<std::optional<Checkpoint::Artifact>> get_artifact(
+      std::string_view thread_id, std::string_view artifact_id) const override {
+    std::lock_guard lock(mu_);
+    StmtUse q(get_artifact_);
+    q.bind(1, thread_id);
+    q.bind(2, artifact_id);
+    int rc = q.step();
+    if (rc == SQLITE_DONE) return std::optional<Checkpoint::Artifact>();
+    if (rc != SQLITE_ROW)
+      return error(rc, "get_artifact '" + std::string(artifact_id) + "' of thread '" +
+                           std::string(thread_id) + "'");
+    Checkpoint::Artifact a;
+    a.id = artifact_id;
+    a.media_type = q.text(0);
+    a.bytes = q.blob(1);
+    return std::optional<Checkpoint::Artifact>(std::move(a));
+  }
+
+  // Read, decide and write in one write transaction: two processes claiming at once are
+  // serialised by SQLite's write lock, and the second sees the first's claim.
+  Result<ThreadHolder> claim_thread(std::string_view thread_id,
+                                    const ThreadHolder& holder) override {
+    if (auto s = detail::check_claim(holder); !s) return std::move(s).error();
+    std::lock_guard lock(mu_);
+    Transaction txn(*this);
+    if (auto s = txn.begin(begin_write_, "claim_thread"); !s) return std::move(s).error();
+    const int64_t now = detail::unix_ms_now();
+    auto held = read_holder(thread_id);
+    if (!held) return std::move(held).error();
+    if (*held && (**held).token != holder.token && detail::claim_live(**held, holder, now))
+      return detail::thread_busy(thread_id, **held, now);
+    ThreadHolder stored = holder;
+    stored.since_ms = *held && (**held).token == holder.token ? (**held).since_ms : now;
+    stored.heartbeat_ms = now;
+    {
+      StmtUse q(upsert_holder_);
+      q.bind(1, thread_id);
+      q.bind(2, stored.token);
+      q.bind(3, stored.host);
+      q.bind(4, stored.pid);
+      q.bind(5, stored.lease_ms);
+      q.bind(6, stored.since_ms);
+      q.bind(7, stored.heartbeat_ms);
+      int rc = q.step();
+      if (rc != SQLITE_DONE) return error(rc, "claim_thread '" + std::string(thread_id) + "'");
+    }
+    if (auto s = txn.commit("claim_thread"); !s) return std::move(s).error();
+    return stored;
+  }
+
+  Status renew_thread(std::string_view thread_id, std::string_view token) override {
+    std::lock_guard lock(mu_);
+    Transaction txn(*this);
+    if (auto s = txn.begin(begin_write_, "renew_thread"); !s) return s;
+    auto held = read_holder(thread_id);
+    if (!held) return std::move(held).error();
+    if (!*held || (**held).token != token)
+      return detail::claim_lost(thread_id, *held ? &**held : nullptr);
+    if (auto s = beat(thread_id, token, detail::unix_ms_now()); !s) return s;
+    return txn.commit("renew_thread");
+  }
+
+  Status release_thread(std::string_view thread_id, std::string_view token) override {
+    std::lock_guard lock(mu_);
+    StmtUse q(release_holder_);
+    q.bind(1, thread_id);
+    q.bind(2, token);
+    int rc = q.step();
+    if (rc != SQLITE_DONE) return error(rc, "release_thread '" + std::string(thread_id) + "'");
+    return {};
+  }
+
+  Result<std::optional<ThreadHolder>> thread_holder(std::string_view thread_id) const override {
+    std::lock_guard lock(mu_);
+    return read_holder(thread_id);
   }
 
   Result<std::vector<std::string>> threads(std::size_t limit) const override {
@@ -362,6 +508,35 @@ class SqliteCheckpointer final : public Checkpointer {
 
   Error error(int rc, std::string_view what) const {
     return sqlite_error(path_, db_.get(), rc, what);
+  }
+
+  // REQUIRES: mu_ held.
+  Result<std::optional<ThreadHolder>> read_holder(std::string_view thread_id) const {
+    StmtUse q(get_holder_);
+    q.bind(1, thread_id);
+    int rc = q.step();
+    if (rc == SQLITE_DONE) return std::optional<ThreadHolder>();
+    if (rc != SQLITE_ROW)
+      return error(rc, "reading the holder of thread '" + std::string(thread_id) + "'");
+    ThreadHolder h;
+    h.token = q.text(0);
+    h.host = q.text(1);
+    h.pid = q.int64(2);
+    h.lease_ms = q.int64(3);
+    h.since_ms = q.int64(4);
+    h.heartbeat_ms = q.int64(5);
+    return std::optional<ThreadHolder>(std::move(h));
+  }
+
+  // REQUIRES: mu_ held, inside a write transaction.
+  Status beat(std::string_view thread_id, std::string_view token, int64_t now) const {
+    StmtUse q(beat_holder_);
+    q.bind(1, thread_id);
+    q.bind(2, token);
+    q.bind(3, now);
+    int rc = q.step();
+    if (rc != SQLITE_DONE) return error(rc, "heartbeat of thread '" + std::string(thread_id) + "'");
+    return {};
   }
 
   Result<bool> exists(std::string_view thread_id, std::string_view checkpoint_id) const {
@@ -427,7 +602,8 @@ class SqliteCheckpointer final : public Checkpointer {
   // Declared after db_ so they are finalized before the connection closes.
   StmtPtr begin_write_, begin_read_, commit_, rollback_, exists_, next_seq_, insert_, touch_thread_,
       latest_, get_, list_, chain_row_, thread_exists_, delete_checkpoints_, delete_thread_,
-      threads_;
+      threads_, insert_artifact_, get_artifact_, delete_artifacts_, delete_holder_, get_holder_,
+      upsert_holder_, beat_holder_, release_holder_;
 };
 
 // Runs statements that return no rows we need (pragmas are read and discarded).
@@ -461,6 +637,11 @@ Status ensure_schema(const std::string& path, sqlite3* db) {
   q.reset();
   if (fresh) {
     if (auto s = exec(path, db, kSchemaV1, "creating the schema"); !s) return fail(std::move(s));
+    if (auto s = exec(path, db, kSchemaV2, "creating the schema (version 2)"); !s)
+      return fail(std::move(s));
+  } else if (version == 1) {
+    if (auto s = exec(path, db, kSchemaV2, "migrating the schema to version 2"); !s)
+      return fail(std::move(s));
   } else if (version > kSqliteSchemaVersion) {
     return fail(Error(Errc::unsupported,
                       describe(path) + ": the file has checkpoint schema version " +

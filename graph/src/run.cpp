@@ -293,6 +293,16 @@ Status Runner::start(const json::object& input, std::vector<Task>& tasks) {
 }
 
 Status Runner::begin_step(const std::vector<Task>& tasks, std::int32_t& step) {
+  if (thread && lim.max_thread_steps > 0 && thread->step_base + step >= lim.max_thread_steps) {
+    std::string active;
+    for (const auto& t : tasks) active += (active.empty() ? "" : ", ") + g.nodes_[t.node].name;
+    return Error(
+        Errc::step_limit_exceeded,
+        "thread '" + thread->id + "' stopped after " + std::to_string(thread->step_base + step) +
+            " supersteps over all its runs (max_thread_steps=" +
+            std::to_string(lim.max_thread_steps) + "); nodes active in the last step: " + active +
+            "; raise limits.max_thread_steps or continue on a new thread");
+  }
   if (step >= lim.recursion_limit) {
     std::string active;
     for (const auto& t : tasks) active += (active.empty() ? "" : ", ") + g.nodes_[t.node].name;
@@ -427,7 +437,8 @@ asio::awaitable<Result<RunResult>> Runner::run(std::unique_ptr<Runner> self) {
   try {
     if (events && !nested) co_await push_run_started(input, resume_value);
     writes.resize(g.channels_.size());
-    s = prepare(input, tasks);
+    if (thread) s = claim();
+    if (s) s = prepare(input, tasks);
     if (s && has_evicted()) co_await fold_evicted_into(0, s);
     if (s) s = start(input, tasks);
     input = json::object();
@@ -473,6 +484,7 @@ asio::awaitable<Result<RunResult>> Runner::run(std::unique_ptr<Runner> self) {
   } catch (const Exception& e) {  // e.g. the run's state went over its memory limit
     s = e.error();
   }
+  if (thread) thread->hold.reset();  // released before the caller hears the result
   if (!s) {
     st.values.clear();  // a failed run keeps nothing
     if (!nested && opt.artifacts) opt.artifacts->release_owner(run_id);
@@ -655,6 +667,7 @@ asio::awaitable<Result<RunResult>> GraphRuntime::async_run(
     r->thread = std::make_unique<Runner::Thread>();
     r->thread->id = std::move(options.thread_id);
     r->thread->checkpoint_metadata = std::move(options.checkpoint_metadata);
+    r->thread->lease = options.thread_lease;
   }
   r->resume_value = resume_value;
   // The run keeps no owning reference to the stream: a consumer that drops it closes it.

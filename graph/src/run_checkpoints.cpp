@@ -4,8 +4,130 @@
 
 #include "checkpointer_common.hpp"
 #include "runner.hpp"
+#include "weir/runtime/artifact_store.hpp"
+#include "weir/runtime/log.hpp"
 
 namespace weir::graph {
+
+namespace {
+
+// Calls f(id) for every artifact reference ({"$artifact": id, ...}) inside `v`.
+template <class F>
+void for_each_artifact(const json::value& root, F&& f) {
+  std::vector<const json::value*> stack{&root};
+  while (!stack.empty()) {
+    const json::value* v = stack.back();
+    stack.pop_back();
+    if (v->is_array()) {
+      for (const auto& e : v->get_array()) stack.push_back(&e);
+    } else if (v->is_object()) {
+      if (auto ref = ArtifactRef::from_json(*v)) {
+        f(ref->id);
+        continue;
+      }
+      for (const auto& kv : v->get_object()) stack.push_back(&kv.value());
+    }
+  }
+}
+
+// The counters that bound a run across its invocations, as a checkpoint's pending carries them.
+constexpr std::string_view kVisitsKey = "visits";
+constexpr std::string_view kTokensKey = "tokens_used";
+
+}  // namespace
+
+ThreadHold::ThreadHold(Checkpointer& cp, std::string thread_id, std::string token,
+                       std::chrono::milliseconds lease)
+    : cp_(cp), thread_(std::move(thread_id)), token_(std::move(token)) {
+  const auto every = std::max(std::chrono::milliseconds(1), lease / 3);
+  worker_ = std::thread([this, every] {
+    std::unique_lock lock(mu_);
+    while (!cv_.wait_for(lock, every, [this] { return stop_; })) {
+      lock.unlock();
+      if (auto s = cp_.renew_thread(thread_, token_); !s)
+        log(LogLevel::warn, "heartbeat of thread '" + thread_ + "': " + s.error().message);
+      lock.lock();
+    }
+  });
+}
+
+ThreadHold::~ThreadHold() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_one();
+  worker_.join();
+  if (auto s = cp_.release_thread(thread_, token_); !s)
+    log(LogLevel::warn, "releasing thread '" + thread_ + "': " + s.error().message);
+}
+
+Status Runner::claim() {
+  thread->claim_token = new_claim_token();
+  auto held = checkpointer->claim_thread(
+      thread->id, this_process_holder(thread->claim_token, thread->lease.count()));
+  if (!held) return std::move(held).error();
+  thread->hold =
+      std::make_unique<ThreadHold>(*checkpointer, thread->id, thread->claim_token, thread->lease);
+  return {};
+}
+
+Status Runner::restore_artifacts(const json::object& state, const json::object& pending) {
+  if (!opt.artifacts) return {};
+  Status s;
+  auto load = [&](const std::string& id) {
+    if (!s || thread->durable_artifacts.contains(id) || opt.artifacts->contains(id)) return;
+    auto blob = checkpointer->get_artifact(thread->id, id);
+    if (!blob) {
+      s = std::move(blob).error();
+      return;
+    }
+    if (!*blob) return;  // not stored with the thread: a fetch reports it as not_found
+    auto ref = opt.artifacts->put((**blob).bytes, (**blob).media_type, "", run_id);
+    if (!ref) {
+      s = std::move(ref).error();
+      return;
+    }
+    if (ref->id != id) {
+      s = Error(Errc::corrupt_data,
+                "thread '" + thread->id + "': stored artifact " + id + " does not hash to its id");
+      return;
+    }
+    thread->durable_artifacts.insert(id);
+  };
+  for (const auto& kv : state) for_each_artifact(kv.value(), load);
+  for (const auto& kv : pending) for_each_artifact(kv.value(), load);
+  return s;
+}
+
+Result<std::vector<std::string>> Runner::attach_artifacts(Checkpoint& cp) const {
+  std::vector<std::string> ids;
+  if (!opt.artifacts) return ids;
+  Status s;
+  auto attach = [&](const std::string& id) {
+    if (!s || thread->durable_artifacts.contains(id)) return;
+    for (const auto& a : cp.artifacts) {
+      if (a.id == id) return;
+    }
+    auto ref = opt.artifacts->stat(id);
+    if (!ref) {
+      // A reference this run's store never held (say, given in the input): nothing to copy.
+      if (!ref.error().is(Errc::not_found)) s = std::move(ref).error();
+      return;
+    }
+    auto bytes = opt.artifacts->get(id);
+    if (!bytes) {
+      s = std::move(bytes).error();
+      return;
+    }
+    cp.artifacts.push_back({id, ref->media_type, std::move(*bytes)});
+    ids.push_back(id);
+  };
+  for (const auto& kv : cp.writes) for_each_artifact(kv.value(), attach);
+  for (const auto& kv : cp.pending) for_each_artifact(kv.value(), attach);
+  if (!s) return std::move(s).error();
+  return ids;
+}
 
 Status Runner::interrupt_run(const std::vector<Task>& tasks, std::size_t k, std::int32_t step) {
   const std::string& name = g.nodes_[tasks[k].node].name;
@@ -19,6 +141,10 @@ Status Runner::interrupt_run(const std::vector<Task>& tasks, std::size_t k, std:
                  "node '" + name +
                      "' called interrupt(), which needs a checkpoint to resume from: set "
                      "RunOptions.checkpointer and RunOptions.thread_id");
+  }
+  // The interrupted step is re-run on resume, where begin_step counts its visits again.
+  for (const auto& t : tasks) {
+    if (g.nodes_[t.node].options.max_visits > 0 && st.visits[t.node] > 0) --st.visits[t.node];
   }
   json::object info{{"node", name}, {"payload", *ctxs[k].interrupt_}};
   if (auto s = save(std::vector<bool>(g.channels_.size()), tasks, step - 1, "interrupted", &info);
@@ -61,6 +187,7 @@ Status Runner::restore(std::vector<Task>& tasks) {
   }
   auto state = checkpointer->state_at(thread->id, cp.checkpoint_id);
   if (!state) return std::move(state).error();
+  if (auto s = restore_artifacts(*state, cp.pending); !s) return s;
   for (const auto& [k, v] : *state) {
     if (auto ch = g.channel_index(k)) st.values[*ch] = json::value(v, st.sp);
   }
@@ -68,6 +195,15 @@ Status Runner::restore(std::vector<Task>& tasks) {
   thread->step_base = cp.step;
   if (status && *status == "done") return {};
   resumed = true;
+  // The run goes on: its visit counts and tokens carry over (the caps bound the whole run).
+  if (const auto* v = cp.pending.if_contains(kVisitsKey); v && v->is_object()) {
+    for (const auto& kv : v->get_object()) {
+      auto i = g.node_index(kv.key());
+      if (i && kv.value().is_int64()) st.visits[*i] = kv.value().get_int64();
+    }
+  }
+  if (const auto* t = cp.pending.if_contains(kTokensKey); t && t->is_int64())
+    *tokens_used = t->get_int64();
   if (const auto* next = cp.pending.if_contains("next"); next && next->is_array()) {
     for (const auto& n : next->as_array()) {
       auto i = n.is_string() ? g.node_index(n.as_string()) : std::nullopt;
@@ -122,9 +258,19 @@ Status Runner::save(const std::vector<bool>& written, const std::vector<Task>& n
                             {"next", std::move(nodes)},
                             {"sends", std::move(sends)}};
   if (interrupt) cp.pending["interrupt"] = *interrupt;
+  json::object visits;
+  for (std::size_t n = 0; n < st.visits.size(); ++n) {
+    if (st.visits[n] > 0) visits[g.nodes_[n].name] = st.visits[n];
+  }
+  if (!visits.empty()) cp.pending[kVisitsKey] = std::move(visits);
+  if (*tokens_used > 0) cp.pending[kTokensKey] = *tokens_used;
   cp.metadata = thread->checkpoint_metadata;
   cp.metadata["run_id"] = run_id;
+  cp.claim_token = thread->claim_token;
+  auto copied = attach_artifacts(cp);
+  if (!copied) return std::move(copied).error();
   if (auto s = checkpointer->put(cp); !s) return s;
+  for (auto& id : *copied) thread->durable_artifacts.insert(std::move(id));
   thread->parent_checkpoint = cp.checkpoint_id;
   return {};
 }

@@ -5,9 +5,13 @@
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
+#include <unordered_set>
 #include <vector>
 
 #include <boost/asio/awaitable.hpp>
@@ -44,6 +48,27 @@ struct Task {
 // [channel] -> (writing node, value) in task order, for the barrier of one step.
 using Writes = std::vector<std::vector<std::pair<std::size_t, const json::value*>>>;
 
+// Keeps a thread's claim fresh while its run is in flight: a heartbeat every lease / 3 on an OS
+// thread of its own (a node may run longer than the lease while the run's strand waits on it).
+// A failed heartbeat is only logged: the run's next put, which checks the claim in its
+// transaction, stops the run. The destructor stops the heartbeat and releases the claim.
+class ThreadHold {
+ public:
+  ThreadHold(Checkpointer& cp, std::string thread_id, std::string token,
+             std::chrono::milliseconds lease);
+  ~ThreadHold();
+  ThreadHold(const ThreadHold&) = delete;
+  ThreadHold& operator=(const ThreadHold&) = delete;
+
+ private:
+  Checkpointer& cp_;
+  const std::string thread_, token_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;  // GUARDED_BY(mu_)
+  std::thread worker_;
+};
+
 // Inside a catch block: the Error for the exception being handled (an Exception's own error,
 // any other std::exception as tool_failed "threw: <what>"); anything else is rethrown.
 Error thrown_error();
@@ -73,6 +98,11 @@ struct Runner {
     json::object checkpoint_metadata;
     std::int64_t step_base = 0;
     std::string resume_node;  // async_resume: the node that interrupted
+    std::string claim_token;  // Checkpointer::claim_thread
+    std::chrono::milliseconds lease{30000};
+    std::unique_ptr<ThreadHold> hold;  // while the run holds the thread
+    // Artifact ids the checkpointer is known to hold for this thread (not copied again).
+    std::unordered_set<std::string> durable_artifacts;
   };
   Checkpointer* checkpointer = nullptr;  // set together with `thread`
   std::unique_ptr<Thread> thread;
@@ -97,7 +127,9 @@ struct Runner {
   Runner& operator=(const Runner&) = delete;
 
   Error node_error(std::size_t node, const Error& e) const {
-    return Error(e.code, "node '" + g.nodes_[node].name + "': " + e.message);
+    std::string prefix = "node '" + g.nodes_[node].name + "': ";
+    if (e.message.rfind(prefix, 0) == 0) return e;  // a NodeContext error already names it
+    return Error(e.code, std::move(prefix) + e.message);
   }
 
   // Events are built outside co_await expressions (GCC 12 mishandles temporaries there).
@@ -233,6 +265,18 @@ struct Runner {
   // Restores the thread's state from its latest checkpoint; an unfinished one also gives the
   // tasks to run next. An interrupted one is continued only by async_resume.
   Status restore(std::vector<Task>& tasks);
+
+  // Claims the thread (one runner per thread) and starts its heartbeat. thread_busy when
+  // another runner holds it.
+  Status claim();
+
+  // Restore: the artifacts the restored values reference, from the checkpointer into the run's
+  // ArtifactStore when it lacks them.
+  Status restore_artifacts(const json::object& state, const json::object& pending);
+
+  // Save: the blobs `cp` references that the checkpointer may not hold yet go into
+  // cp.artifacts; their ids are returned, to be marked durable once the put succeeds.
+  Result<std::vector<std::string>> attach_artifacts(Checkpoint& cp) const;
 
   // A checkpoint with only the channels written in this step, and what runs next. `status`
   // overrides "running"/"done"; `interrupt` ({"node","payload"}) is stored in pending.

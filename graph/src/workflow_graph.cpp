@@ -88,6 +88,26 @@ class Expr {
              (std::isalnum(static_cast<unsigned char>(s_[i_])) || s_[i_] == '_' || s_[i_] == '-'))
         ++i_;
       std::string name(s_.substr(start, i_ - start));
+      skip();
+      if (i_ < s_.size() && s_[i_] == '(') {  // len(channel): items in a list or object
+        if (name != "len") return fail("unknown function '" + name + "' (known: len)");
+        ++i_;
+        skip();
+        std::size_t a = i_;
+        while (i_ < s_.size() &&
+               (std::isalnum(static_cast<unsigned char>(s_[i_])) || s_[i_] == '_' || s_[i_] == '-'))
+          ++i_;
+        std::string arg(s_.substr(a, i_ - a));
+        skip();
+        if (arg.empty() || i_ >= s_.size() || s_[i_] != ')') return fail("expected len(CHANNEL)");
+        ++i_;
+        const json::value& x = st_.get(arg);
+        if (x.is_array()) return static_cast<double>(x.as_array().size());
+        if (x.is_object()) return static_cast<double>(x.as_object().size());
+        if (x.is_string()) return static_cast<double>(x.as_string().size());
+        if (x.is_null()) return 0.0;
+        return fail("len(" + arg + "): the channel holds no list, object or string");
+      }
       const json::value& v = st_.get(name);
       if (v.is_null()) return 0.0;
       if (!v.is_number()) return fail("channel '" + name + "' is not a number");
@@ -254,6 +274,7 @@ GraphLimits graph_limits(const LimitsSpec& l) {
   if (l.inline_limit) limits.inline_limit = static_cast<std::size_t>(*l.inline_limit);
   if (l.max_state_bytes) limits.max_state_bytes = static_cast<std::size_t>(*l.max_state_bytes);
   if (l.token_budget) limits.token_budget = *l.token_budget;
+  if (l.max_thread_steps) limits.max_thread_steps = *l.max_thread_steps;
   return limits;
 }
 

@@ -2,9 +2,9 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
-#include <regex>
 #include <set>
 #include <sstream>
+#include <unordered_set>
 
 #include <boost/json.hpp>
 
@@ -18,26 +18,58 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::regex kNameRe("^[A-Za-z_][A-Za-z0-9_-]*$");
+// ^[A-Za-z_][A-Za-z0-9_-]*$
+bool valid_name(std::string_view s) {
+  auto alpha = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; };
+  if (s.empty() || !alpha(s[0])) return false;
+  return std::all_of(s.begin() + 1, s.end(),
+                     [&](char c) { return alpha(c) || (c >= '0' && c <= '9') || c == '-'; });
+}
+
+// Names in file order, with a set for lookups (a file may define hundreds of thousands).
+struct Names {
+  std::vector<std::string> list;
+  std::unordered_set<std::string> set;
+  void push_back(std::string s) {
+    set.insert(s);
+    list.push_back(std::move(s));
+  }
+  void emplace_back(std::string_view s) { push_back(std::string(s)); }
+  bool contains(std::string_view s) const { return set.count(std::string(s)) != 0; }
+};
+
+// Diagnostics past this many are counted, not located: a broken generated file must not cost
+// time in proportion to its errors times its size.
+constexpr std::size_t kMaxDiagnostics = 100;
 
 class Loader {
  public:
   Loader(std::string_view text, fs::path file, int depth, std::vector<fs::path> stack)
       : text_(text), file_(std::move(file)), depth_(depth), stack_(std::move(stack)) {}
 
-  WorkflowLoad run() {
-    WorkflowLoad out;
-    auto parsed = parse_json(text_, file_.string(), {.record_locations = true});
+  WorkflowLoad run(bool text_is_padded = false) {
+    auto parsed = parse_json(text_, file_.string(), {.text_is_padded = text_is_padded});
     if (!parsed) {
       // The message already carries file:line:column.
+      WorkflowLoad out;
       out.diagnostics.push_back({file_.string(), 0, 0, "", parsed.error().message});
       return out;
     }
-    parsed_ = std::move(*parsed);
+    return run(std::move(*parsed));
+  }
+
+  WorkflowLoad run(ParsedJson parsed) {
+    WorkflowLoad out;
+    parsed_ = std::move(parsed);
     if (!parsed_.value.is_object()) {
       error("", "a workflow must be a JSON object with \"name\", \"nodes\" and \"edges\"");
     } else {
       load(parsed_.value.as_object());
+    }
+    if (suppressed_) {
+      diags_.push_back({display_, 0, 0, "",
+                        display_ + ": " + std::to_string(suppressed_) + " more error" +
+                            (suppressed_ == 1 ? "" : "s") + " not shown"});
     }
     out.diagnostics = std::move(diags_);
     if (out.diagnostics.empty()) out.spec = std::move(spec_);
@@ -47,6 +79,10 @@ class Loader {
  private:
   // --- diagnostics ---------------------------------------------------------------------
   void error(std::string pointer, std::string msg) {
+    if (diags_.size() >= kMaxDiagnostics) {
+      ++suppressed_;
+      return;
+    }
     auto loc = parsed_.locate(text_, pointer);
     // A bare file name reads better than an absolute path in messages.
     diags_.push_back({display_, loc.line, loc.column, std::move(pointer), std::move(msg)});
@@ -77,11 +113,19 @@ class Loader {
     return s;
   }
   std::string unknown(std::string_view what, std::string_view name,
-                      const std::vector<std::string>& known) {
+                      const std::vector<std::string>& known, const char* also = nullptr) {
     std::string msg = "unknown " + std::string(what) + " '" + std::string(name) + "'";
-    if (auto m = closest_match(name, known)) return msg + "; did you mean '" + *m + "'?";
-    if (known.empty()) return msg + " (none are defined)";
-    return msg + " (known: " + join(known) + ")";
+    if (also && closest_match(name, {also})) return msg + "; did you mean '" + also + "'?";
+    // Suggestions cost an edit distance per name: skip them for very long lists.
+    if (known.size() <= 5000)
+      if (auto m = closest_match(name, known)) return msg + "; did you mean '" + *m + "'?";
+    if (known.empty() && !also) return msg + " (none are defined)";
+    if (known.size() > 20) return msg + " (" + std::to_string(known.size()) + " are defined)";
+    return msg + " (known: " + join(known) + (also ? std::string(", ") + also : "") + ")";
+  }
+  std::string unknown(std::string_view what, std::string_view name, const Names& known,
+                      const char* also = nullptr) {
+    return unknown(what, name, known.list, also);
   }
 
   // --- typed access --------------------------------------------------------------------
@@ -161,7 +205,7 @@ class Loader {
     return v->as_bool();
   }
   bool check_name(const std::string& name, const std::string& ptr, std::string_view what) {
-    if (!std::regex_match(name, kNameRe)) {
+    if (!valid_name(name)) {
       error(ptr, std::string(what) + " name '" + name +
                      "' must start with a letter or '_' and use only letters, digits, '_' and '-'");
       return false;
@@ -192,14 +236,64 @@ class Loader {
     return out;
   }
 
+  // Channels named in an expression ("total / len(numbers)") must exist.
+  void check_expr(std::string_view e, const std::string& ptr) {
+    auto ident = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+    for (std::size_t i = 0; i < e.size();) {
+      char c = e[i];
+      if (!(std::isalpha(static_cast<unsigned char>(c)) || c == '_')) {
+        ++i;
+        continue;
+      }
+      std::size_t start = i;
+      while (i < e.size() && (ident(e[i]) || e[i] == '-')) ++i;
+      std::string name(e.substr(start, i - start));
+      std::size_t j = i;
+      while (j < e.size() && std::isspace(static_cast<unsigned char>(e[j]))) ++j;
+      if (j < e.size() && e[j] == '(') {
+        if (name != "len")
+          error(ptr, "expression \"" + std::string(e) + "\": unknown function '" + name +
+                         "' (known: len)");
+        continue;
+      }
+      if (!has(channel_names_, name))
+        error(ptr,
+              "expression \"" + std::string(e) + "\": " + unknown("channel", name, channel_names_));
+    }
+  }
+  // Channels named in templates ({{state.NAME}} or {{state.NAME.field}}) must exist.
+  void check_templates(const json::value& v, const std::string& ptr) {
+    if (const auto* o = v.if_object()) {
+      for (const auto& [k, x] : *o) check_templates(x, json_pointer_append(ptr, k));
+    } else if (const auto* a = v.if_array()) {
+      for (std::size_t i = 0; i < a->size(); ++i)
+        check_templates((*a)[i], json_pointer_append(ptr, i));
+    } else if (const auto* s = v.if_string()) {
+      std::string_view t = *s;
+      for (std::size_t p = t.find("{{"); p != std::string_view::npos; p = t.find("{{", p + 2)) {
+        std::size_t q = t.find("}}", p + 2);
+        if (q == std::string_view::npos) break;
+        std::string_view body = t.substr(p + 2, q - p - 2);
+        while (!body.empty() && std::isspace(static_cast<unsigned char>(body.front())))
+          body.remove_prefix(1);
+        if (!body.starts_with("state.")) continue;
+        body.remove_prefix(6);
+        std::string name(body.substr(0, std::min(body.find('.'), body.find_first_of(" }"))));
+        if (!has(channel_names_, name))
+          error(ptr, "template {{" + std::string(t.substr(p + 2, q - p - 2)) +
+                         "}}: " + unknown("channel", name, channel_names_));
+      }
+    }
+  }
+
   // --- sections ------------------------------------------------------------------------
-  void load(const json::object& root) {
+  void load(json::object& root) {
     spec_.file = fs::absolute(file_).lexically_normal();
     check_keys(root, "",
                {"$schema", "name", "description", "version", "limits", "state", "input", "output",
                 "models", "tools", "agents", "tasks", "crews", "group_chats", "nodes", "edges"});
     if (auto n = string_at(root, "name", "", true)) {
-      if (std::regex_match(*n, kNameRe))
+      if (valid_name(*n))
         spec_.name = *n;
       else
         error("/name", "workflow name '" + *n + "' must use only letters, digits, '_' and '-'");
@@ -221,7 +315,7 @@ class Loader {
     for (auto [key, dst] : {std::pair{"input", &spec_.input}, {"output", &spec_.output}}) {
       if (const auto* v = root.if_contains(key)) channel_list(*v, std::string("/") + key, *dst);
     }
-    if (const auto* n = object_at(root, "nodes", "", true)) nodes(*n);
+    if (object_at(root, "nodes", "", true)) nodes(root.at("nodes").as_object());
     if (const auto* e = root.if_contains("edges")) {
       if (!e->is_array())
         error("/edges", "expected an array of edges, got " + type_name(*e));
@@ -238,7 +332,7 @@ class Loader {
     check_keys(
         o, ptr,
         {"recursion_limit", "max_concurrency", "deadline_ms", "inline_limit", "max_state_bytes",
-         "token_budget", "max_concurrent_runs", "max_queued_runs", "memory"});
+         "token_budget", "max_concurrent_runs", "max_queued_runs", "max_thread_steps", "memory"});
     l.recursion_limit = int_at(o, "recursion_limit", ptr, 1);
     l.max_concurrency = int_at(o, "max_concurrency", ptr, 1);
     l.deadline_ms = int_at(o, "deadline_ms", ptr, 1);
@@ -247,6 +341,7 @@ class Loader {
     l.token_budget = int_at(o, "token_budget", ptr, 1);
     l.max_concurrent_runs = int_at(o, "max_concurrent_runs", ptr, 1);
     l.max_queued_runs = int_at(o, "max_queued_runs", ptr, 0);
+    l.max_thread_steps = int_at(o, "max_thread_steps", ptr, 0);
     if (const auto* m = object_at(o, "memory", ptr, false)) {
       std::string mp = ptr + "/memory";
       check_keys(*m, mp, {"total", "run_state", "artifacts", "history", "kv_cache", "activations"});
@@ -385,6 +480,7 @@ class Loader {
   static bool has(const std::vector<std::string>& v, std::string_view s) {
     return std::find(v.begin(), v.end(), s) != v.end();
   }
+  static bool has(const Names& v, std::string_view s) { return v.contains(s); }
   void channel_ref(const json::object& o, std::string_view key, const std::string& ptr,
                    bool required) {
     if (auto c = string_at(o, key, ptr, required); c && !has(channel_names_, *c)) {
@@ -392,14 +488,15 @@ class Loader {
     }
   }
 
-  void nodes(const json::object& o) {
+  // Takes `o` to move each node's settings out of the document (no second copy).
+  void nodes(json::object& o) {
     static const std::vector<std::string> kinds = {"set",    "tool", "llm",      "agent",
                                                    "router", "map",  "subgraph", "interrupt"};
     static const std::vector<std::string> common = {"kind", "description", "max_visits", "retry",
                                                     "timeout_ms"};
     if (o.empty()) error("/nodes", "a workflow needs at least one node");
     for (const auto& [k, v] : o) node_names_.emplace_back(k);
-    for (const auto& [k, v] : o) {
+    for (auto& [k, v] : o) {
       std::string ptr = json_pointer_append("/nodes", k);
       NodeSpec n;
       n.name = k;
@@ -440,9 +537,11 @@ class Loader {
             for (const auto& [ck, cv] : *vals) {
               std::string vp = json_pointer_append(ptr + "/values", ck);
               if (!has(channel_names_, ck)) error(vp, unknown("channel", ck, channel_names_));
-              if (const auto* eo = cv.if_object();
-                  eo && eo->contains("$expr") && !eo->at("$expr").is_string()) {
-                error(vp + "/$expr", "an expression must be a string like \"counter + 1\"");
+              if (const auto* eo = cv.if_object(); eo && eo->contains("$expr")) {
+                if (!eo->at("$expr").is_string())
+                  error(vp + "/$expr", "an expression must be a string like \"counter + 1\"");
+                else
+                  check_expr(eo->at("$expr").as_string(), vp + "/$expr");
               }
             }
           }
@@ -453,7 +552,8 @@ class Loader {
           if (auto t = string_at(no, "tool", ptr, true); t && !has(tool_names_, *t)) {
             error(ptr + "/tool", unknown("tool", *t, tool_names_));
           }
-          (void)object_at(no, "args", ptr, false);
+          if (const auto* args = object_at(no, "args", ptr, false))
+            check_templates(*args, ptr + "/args");
           channel_ref(no, "output", ptr, false);
           break;
         }
@@ -462,8 +562,8 @@ class Loader {
           if (auto m = string_at(no, "model", ptr, true); m && !has(model_names_, *m)) {
             error(ptr + "/model", unknown("model", *m, model_names_));
           }
-          (void)string_at(no, "prompt", ptr, false);
-          (void)string_at(no, "system", ptr, false);
+          for (const char* key : {"prompt", "system"})
+            if (string_at(no, key, ptr, false)) check_templates(no.at(key), ptr + "/" + key);
           channel_ref(no, "messages", ptr, false);
           channel_ref(no, "output", ptr, false);
           (void)int_at(no, "max_tokens", ptr, 1);
@@ -487,7 +587,7 @@ class Loader {
         case NodeKind::router:
           break;
         case NodeKind::map: {
-          allow({"over", "node", "item_key", "output", "max_concurrency"});
+          allow({"over", "node", "item_key", "output", "max_concurrency"});  // refused below
           channel_ref(no, "over", ptr, true);
           if (auto w = string_at(no, "node", ptr, true)) {
             if (!has(node_names_, *w))
@@ -497,9 +597,19 @@ class Loader {
             else
               map_workers_[*w] = n.name;
           }
-          (void)string_at(no, "item_key", ptr, false);
-          channel_ref(no, "output", ptr, false);
-          (void)int_at(no, "max_concurrency", ptr, 1);
+          // Once accepted and ignored; refused now so that nobody relies on them.
+          if (no.contains("item_key"))
+            error(ptr + "/item_key",
+                  "a map node has no \"item_key\": the worker sees each item as {{item}} (and "
+                  "{{item.field}})");
+          if (no.contains("output"))
+            error(ptr + "/output",
+                  "a map node has no \"output\": the worker's own \"output\" channel collects "
+                  "each item's result, merged by that channel's reducer");
+          if (no.contains("max_concurrency"))
+            error(ptr + "/max_concurrency",
+                  "a map node has no \"max_concurrency\": items run at most "
+                  "limits.max_concurrency at once");
           break;
         }
         case NodeKind::subgraph: {
@@ -520,12 +630,13 @@ class Loader {
         }
         case NodeKind::interrupt: {
           allow({"payload", "output"});
+          if (const auto* p = no.if_contains("payload")) check_templates(*p, ptr + "/payload");
           channel_ref(no, "output", ptr, false);
           break;
         }
       }
       check_keys(no, ptr, allowed);
-      n.params = no;
+      n.params = json::object(std::move(v.as_object()));  // keeps the document's storage
       n.params.erase("kind");
       spec_.nodes.push_back(std::move(n));
     }
@@ -549,18 +660,15 @@ class Loader {
       error(ptr, "subgraphs nest too deeply (more than 8 files)");
       return;
     }
-    std::ifstream in(p, std::ios::binary);
-    if (!in) {
-      error(ptr, "cannot read subgraph file '" + p.string() + "'");
+    auto text = read_json_file(p);
+    if (!text) {
+      error(ptr, "cannot read subgraph file: " + text.error().message);
       return;
     }
-    std::stringstream ss;
-    ss << in.rdbuf();
-    std::string text = ss.str();
     auto stack = stack_;
     stack.push_back(canon);
-    Loader child(text, p, depth_ - 1, std::move(stack));
-    WorkflowLoad sub = child.run();
+    Loader child(*text, p, depth_ - 1, std::move(stack));
+    WorkflowLoad sub = child.run(true);
     if (!sub.ok()) {
       diags_.insert(diags_.end(), sub.diagnostics.begin(), sub.diagnostics.end());
       error(ptr, "subgraph '" + rel + "' has errors (listed above)");
@@ -571,15 +679,11 @@ class Loader {
 
   void edges(const json::array& a) {
     if (a.empty()) error("/edges", "a workflow needs at least one edge (from START)");
-    std::vector<std::string> from_names = node_names_;
-    from_names.push_back("START");
-    std::vector<std::string> to_names = node_names_;
-    to_names.push_back("END");
     auto check_target = [&](const std::string& t, const std::string& ptr) {
       if (t == "START")
         error(ptr, "an edge cannot lead to START");
-      else if (!has(to_names, t))
-        error(ptr, unknown("node", t, to_names));
+      else if (t != "END" && !has(node_names_, t))
+        error(ptr, unknown("node", t, node_names_, "END"));
     };
     for (std::size_t i = 0; i < a.size(); ++i) {
       std::string ptr = json_pointer_append("/edges", i);
@@ -596,8 +700,8 @@ class Loader {
         e.from = *f;
         if (*f == "END")
           error(ptr + "/from", "an edge cannot start at END");
-        else if (!has(from_names, *f))
-          error(ptr + "/from", unknown("node", *f, from_names));
+        else if (*f != "START" && !has(node_names_, *f))
+          error(ptr + "/from", unknown("node", *f, node_names_, "START"));
       }
       const bool has_to = eo.contains("to"), has_route = eo.contains("route");
       if (has_to == has_route) {
@@ -746,7 +850,8 @@ class Loader {
   ParsedJson parsed_;
   WorkflowSpec spec_;
   std::vector<Diagnostic> diags_;
-  std::vector<std::string> channel_names_, model_names_, tool_names_, node_names_;
+  Names channel_names_, model_names_, tool_names_, node_names_;
+  std::size_t suppressed_ = 0;                      // diagnostics past kMaxDiagnostics
   std::map<std::string, std::string> map_workers_;  // worker -> map node
 };
 
@@ -759,18 +864,25 @@ WorkflowLoad load_workflow_text(std::string_view text, const fs::path& file, int
 }
 
 WorkflowLoad load_workflow_file(const fs::path& file, int max_depth) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) {
+  auto text = read_json_file(file);
+  if (!text) {
     WorkflowLoad out;
-    out.diagnostics.push_back(
-        {file.string(), 0, 0, "",
-         file.string() + ": cannot read the workflow file: " + std::string(std::strerror(errno))});
+    std::string msg = text.error().message;
+    if (auto at = msg.find(": cannot read: "); at != std::string::npos)
+      msg.replace(at, 15, ": cannot read the workflow file: ");
+    out.diagnostics.push_back({file.string(), 0, 0, "", std::move(msg)});
     return out;
   }
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string text = ss.str();
-  return load_workflow_text(text, file, max_depth);
+  std::error_code ec;
+  fs::path canon = fs::weakly_canonical(file, ec);
+  return Loader(*text, file, max_depth, {canon}).run(true);
+}
+
+WorkflowLoad load_workflow_json(ParsedJson parsed, std::string_view text, const fs::path& file,
+                                int max_depth) {
+  std::error_code ec;
+  fs::path canon = fs::weakly_canonical(file, ec);
+  return Loader(text, file, max_depth, {canon}).run(std::move(parsed));
 }
 
 Result<WorkflowSpec> load_workflow(const fs::path& file) {

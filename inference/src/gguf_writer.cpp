@@ -420,7 +420,9 @@ Status write_random_llama(const std::filesystem::path& path, const RandomModelSh
   const std::string letters = "etaoinshrdlucmfwypvbgkjqxz";
   for (std::uint64_t i = 0; static_cast<std::int32_t>(tokens.size()) < sh.n_vocab; ++i) {
     std::string piece = "\xe2\x96\x81";  // ▁
-    for (std::uint64_t k = i + 1; k > 0; k /= letters.size() + 1)
+    // Bijective base 26 (a..z, aa..zz, ...): every piece is distinct, as llama.cpp requires
+    // of a vocabulary (it refuses a file with two equal token strings).
+    for (std::uint64_t k = i + 1; k > 0; k = (k - 1) / letters.size())
       piece += letters[(k - 1) % letters.size()];
     tokens.push_back(piece), scores.push_back(-static_cast<float>(i)), types.push_back(1);
   }

@@ -24,6 +24,7 @@ constexpr const char* kNames[] = {
     "interrupted",
     "conflicting_writes",
     "unsupported",
+    "thread_busy",
 };
 constexpr int kNameCount = static_cast<int>(sizeof(kNames) / sizeof(kNames[0]));
 

@@ -1,6 +1,15 @@
 #include "weir/runtime/json_parse.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <optional>
+#include <vector>
 
 #include <simdjson.h>
 #include <boost/json/parse.hpp>
@@ -14,15 +23,12 @@ namespace od = simdjson::ondemand;
 JsonLocation locate_offset(std::string_view text, std::size_t offset) {
   JsonLocation loc;
   loc.offset = std::min(offset, text.size());
-  for (std::size_t i = 0; i < loc.offset; ++i) {
-    auto c = static_cast<unsigned char>(text[i]);
-    if (c == '\n') {
-      ++loc.line;
-      loc.column = 1;
-    } else if ((c & 0xC0) != 0x80) {  // count code points, not continuation bytes
-      ++loc.column;
-    }
-  }
+  std::string_view before = text.substr(0, loc.offset);
+  loc.line = 1 + static_cast<int>(std::count(before.begin(), before.end(), '\n'));
+  std::size_t nl = before.rfind('\n');
+  std::string_view last = nl == std::string_view::npos ? before : before.substr(nl + 1);
+  for (char ch : last)  // count code points, not continuation bytes
+    if ((static_cast<unsigned char>(ch) & 0xC0) != 0x80) ++loc.column;
   return loc;
 }
 
@@ -47,29 +53,42 @@ std::string json_pointer_append(std::string_view base, std::size_t index) {
   return p;
 }
 
-JsonLocation ParsedJson::locate(std::string_view text, std::string_view pointer) const {
-  std::string p(pointer);
-  while (true) {
-    if (auto it = offsets.find(p); it != offsets.end()) return locate_offset(text, it->second);
-    if (p.empty()) return locate_offset(text, 0);
-    p.resize(p.rfind('/'));
-  }
-}
-
 namespace {
+
+constexpr std::string_view kUtf8Bom = "\xEF\xBB\xBF";
+
+// The parsed value's allocations, refused past a byte limit.
+class CappedResource final : public json::memory_resource {
+ public:
+  CappedResource(std::size_t limit, std::string what) : limit_(limit), what_(std::move(what)) {}
+
+ private:
+  void* do_allocate(std::size_t n, std::size_t align) override {
+    if (n > limit_ - bytes_) throw Exception(Errc::invalid_argument, what_);
+    void* p = ::operator new(n, std::align_val_t(align));
+    bytes_ += n;
+    return p;
+  }
+  void do_deallocate(void* p, std::size_t n, std::size_t align) override {
+    ::operator delete(p, std::align_val_t(align));
+    bytes_ -= n;
+  }
+  bool do_is_equal(const json::memory_resource& o) const noexcept override { return this == &o; }
+
+  std::size_t limit_, bytes_ = 0;
+  std::string what_;
+};
 
 class Walker {
  public:
-  Walker(const char* base, const JsonParseOptions& opts, ParsedJson& out)
-      : base_(base), opts_(opts), out_(out) {}
+  Walker(const char* base, const JsonParseOptions& opts) : base_(base), opts_(opts) {}
 
-  // On failure: `error_` holds simdjson's code, `pointer_`/`offset_` the last value reached.
-  bool walk(od::value v, json::value& dst, std::string& pointer, std::size_t depth) {
-    pointer_ = pointer;
-    if (auto loc = v.current_location(); !loc.error()) {
+  // On failure: `error_` holds simdjson's code, `offset_` the last value reached and pointer()
+  // its JSON pointer. The path is kept as borrowed keys and indexes, so a pointer string is
+  // built only for the error message.
+  bool walk(od::value v, json::value& dst, std::size_t depth) {
+    if (auto loc = v.current_location(); !loc.error())
       offset_ = static_cast<std::size_t>(loc.value_unsafe() - base_);
-      if (opts_.record_locations) out_.offsets.emplace(pointer, offset_);
-    }
     if (depth > opts_.max_depth) {
       depth_exceeded_ = true;
       return false;
@@ -84,13 +103,13 @@ class Walker {
         for (auto field : obj) {
           std::string_view key;
           if ((error_ = field.unescaped_key().get(key))) return false;
-          std::size_t len = pointer.size();
-          pointer = json_pointer_append(pointer, key);
+          // The key lives in simdjson's string buffer until the parser is reused.
+          path_.push_back({key, 0, true});
           od::value child;
           if ((error_ = field.value().get(child))) return false;
           json::value& slot = o[key];
-          if (!walk(child, slot, pointer, depth + 1)) return false;
-          pointer.resize(len);
+          if (!walk(child, slot, depth + 1)) return false;
+          path_.pop_back();
         }
         return true;
       }
@@ -102,18 +121,17 @@ class Walker {
         for (auto elem : arr) {
           od::value child;
           if ((error_ = elem.get(child))) return false;
-          std::size_t len = pointer.size();
-          pointer = json_pointer_append(pointer, i++);
+          path_.push_back({{}, i++, false});
           a.emplace_back(nullptr);
-          if (!walk(child, a.back(), pointer, depth + 1)) return false;
-          pointer.resize(len);
+          if (!walk(child, a.back(), depth + 1)) return false;
+          path_.pop_back();
         }
         return true;
       }
       case od::json_type::string: {
         std::string_view s;
         if ((error_ = v.get_string().get(s))) return false;
-        dst = json::string(s);
+        dst = json::string(s, dst.storage());
         return true;
       }
       case od::json_type::number: {
@@ -153,13 +171,25 @@ class Walker {
     return false;
   }
 
+  std::string pointer() const {
+    std::string p;
+    for (const auto& seg : path_)
+      p = seg.is_key ? json_pointer_append(p, seg.key) : json_pointer_append(p, seg.index);
+    return p;
+  }
+
+  struct Segment {
+    std::string_view key;
+    std::size_t index;
+    bool is_key;
+  };
   const char* base_;
   const JsonParseOptions& opts_;
-  ParsedJson& out_;
+  std::vector<Segment> path_;
   simdjson::error_code error_ = simdjson::SUCCESS;
   bool depth_exceeded_ = false;
-  std::string pointer_;
   std::size_t offset_ = 0;
+  std::string pointer_;  // of the failure, built once it happened
 };
 
 // Boost.JSON's incremental parser finds the byte where the text stops being JSON.
@@ -177,6 +207,42 @@ std::pair<std::size_t, std::string> find_syntax_error(std::string_view text) {
   return {text.size(), {}};
 }
 
+// The first byte that cannot be in JSON text whatever the grammar says: a NUL, or a byte that
+// breaks UTF-8. Returns the text's size and "" when there is none.
+std::pair<std::size_t, std::string> find_bad_byte(std::string_view text) {
+  auto hex = [](unsigned char c) {
+    char buf[8];
+    std::snprintf(buf, sizeof buf, "0x%02X", c);
+    return std::string(buf);
+  };
+  const auto* u = reinterpret_cast<const unsigned char*>(text.data());
+  const std::size_t n = text.size();
+  if (n >= 2 && ((u[0] == 0xFF && u[1] == 0xFE) || (u[0] == 0xFE && u[1] == 0xFF)))
+    return {0, "a UTF-16 byte order mark: JSON files must be UTF-8; save the file as UTF-8"};
+  for (std::size_t i = 0; i < n;) {
+    unsigned char c = u[i];
+    if (c == 0) return {i, "a NUL byte (0x00), which JSON text cannot contain"};
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    std::size_t len = c >= 0xF0 && c <= 0xF4 ? 4 : c >= 0xE0 ? 3 : c >= 0xC2 && c < 0xE0 ? 2 : 0;
+    bool ok = len != 0 && i + len <= n;
+    for (std::size_t k = 1; ok && k < len; ++k) ok = (u[i + k] & 0xC0) == 0x80;
+    if (ok && len == 3) {
+      unsigned cp = ((c & 0x0F) << 12) | ((u[i + 1] & 0x3F) << 6);
+      ok = cp >= 0x800 && !(cp >= 0xD800 && cp <= 0xDFFF);
+    }
+    if (ok && len == 4) {
+      unsigned cp = ((c & 0x07) << 18) | ((u[i + 1] & 0x3F) << 12);
+      ok = cp >= 0x10000 && cp <= 0x10FFFF;
+    }
+    if (!ok) return {i, "invalid UTF-8 (byte " + hex(c) + "); JSON files must be UTF-8"};
+    i += len;
+  }
+  return {n, {}};
+}
+
 Error located_error(std::string_view text, std::string_view source, std::size_t offset,
                     std::string_view what, std::string_view pointer) {
   JsonLocation loc = locate_offset(text, offset);
@@ -188,6 +254,60 @@ Error located_error(std::string_view text, std::string_view source, std::size_t 
 
 }  // namespace
 
+// An index of the text, made on the first locate() and reused: simdjson's stage 1 over the
+// text, then at_pointer() per question.
+class JsonLocator {
+ public:
+  JsonLocator(std::string_view text, bool padded) {
+    bom_ = text.starts_with(kUtf8Bom) ? kUtf8Bom.size() : 0;
+    text.remove_prefix(bom_);
+    if (!padded) {
+      copy_ = simdjson::padded_string(text);
+      text = copy_;
+    }
+    ok_ = !parser_.iterate(text.data(), text.size(), text.size() + simdjson::SIMDJSON_PADDING)
+               .get(doc_);
+    base_ = text.data();
+  }
+
+  // Byte offset (in the original text) of the value at `pointer`, if it exists.
+  std::optional<std::size_t> find(std::string_view pointer) {
+    if (!ok_) return std::nullopt;
+    if (doc_.rewind(), pointer.empty()) {
+      const char* p = nullptr;
+      if (doc_.current_location().get(p)) return std::nullopt;
+      return bom_ + static_cast<std::size_t>(p - base_);
+    }
+    od::value v;
+    if (doc_.at_pointer(pointer).get(v)) return std::nullopt;
+    const char* p = nullptr;
+    if (v.current_location().get(p)) return std::nullopt;
+    return bom_ + static_cast<std::size_t>(p - base_);
+  }
+
+ private:
+  simdjson::padded_string copy_;
+  od::parser parser_;
+  od::document doc_;
+  const char* base_ = nullptr;
+  std::size_t bom_ = 0;
+  bool ok_ = false;
+};
+
+JsonLocation ParsedJson::locate(std::string_view text, std::string_view pointer) const {
+  if (!locator_) locator_ = std::make_shared<JsonLocator>(text, text_is_padded);
+  std::string_view p = pointer;
+  while (true) {
+    if (auto off = locator_->find(p)) return locate_offset(text, *off);
+    if (p.empty()) {
+      std::size_t i = 0;
+      while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) ++i;
+      return locate_offset(text, i);
+    }
+    p = p.substr(0, p.rfind('/'));
+  }
+}
+
 Result<ParsedJson> parse_json(std::string_view text, std::string_view source,
                               const JsonParseOptions& options) {
   if (text.size() > options.max_bytes) {
@@ -195,63 +315,154 @@ Result<ParsedJson> parse_json(std::string_view text, std::string_view source,
                                              " bytes of JSON, more than the limit of " +
                                              std::to_string(options.max_bytes));
   }
-  ParsedJson out;
+  const std::string_view original = text;
+  std::size_t bom = 0;
+  if (text.starts_with(kUtf8Bom)) {  // allowed by RFC 8259 §8.1 for parsers: skip it
+    bom = kUtf8Bom.size();
+    text.remove_prefix(bom);
+  }
   std::string_view trimmed = text;
   while (!trimmed.empty() && std::isspace(static_cast<unsigned char>(trimmed.front())))
     trimmed.remove_prefix(1);
   if (trimmed.empty()) {
-    return located_error(text, source, text.size(), "the document is empty: expected a JSON value",
-                         "");
+    return located_error(original, source, original.size(),
+                         "the document is empty: expected a JSON value", "");
   }
 
-  simdjson::padded_string padded(text);
-  od::parser parser(std::max<std::size_t>(text.size(), 64));
-  od::document doc;
-  Walker walker(padded.data(), options, out);
-  std::string pointer;
+  json::storage_ptr storage = options.storage.value_or(json::storage_ptr());
+  if (!options.storage) {
+    std::size_t cap = options.max_value_bytes ? options.max_value_bytes
+                                              : 3 * text.size() + (std::size_t{1} << 20);
+    storage = json::make_shared_resource<CappedResource>(
+        cap, std::string(source) + ": the parsed document needs more than " + std::to_string(cap) +
+                 " bytes of memory (" +
+                 (options.max_value_bytes ? "its limit" : "3 times the size of its text") + ")");
+  }
+  json::value result(storage);  // moved into the ParsedJson, storage and all
+  auto done = [&] { return ParsedJson{std::move(result), options.text_is_padded, nullptr}; };
+
+  simdjson::padded_string copy;
+  if (!options.text_is_padded || bom) {  // the padding must follow the text we hand simdjson
+    copy = simdjson::padded_string(text);
+  }
+  const char* base = copy.size() ? copy.data() : text.data();
+  Walker walker(base, options);
   bool ok = false;
-  auto err = parser.iterate(padded).get(doc);
-  if (!err) {
-    bool scalar = false;
-    if (auto s = doc.is_scalar(); !s.error()) scalar = s.value_unsafe();
-    if (scalar) {
-      // Scalar documents are rare here (small); Boost.JSON parses them exactly.
-      boost::system::error_code ec;
-      out.value = json::parse(text, ec);
-      if (!ec) {
-        if (options.record_locations) out.offsets.emplace("", text.size() - trimmed.size());
-        return out;
-      }
-    } else {
-      od::value root;
-      err = doc.get_value().get(root);
-      if (!err) {
-        ok = walker.walk(root, out.value, pointer, 1);
-        err = walker.error_;
-        // current_location() fails with OUT_OF_BOUNDS exactly when nothing follows the root.
-        if (ok && !doc.current_location().error()) {
-          ok = false;
-          err = simdjson::TRAILING_CONTENT;
-          walker.pointer_.clear();
+  simdjson::error_code err = simdjson::SUCCESS;
+  try {
+    od::parser parser(std::max<std::size_t>(text.size(), 64));
+    od::document doc;
+    err = parser.iterate(base, text.size(), text.size() + simdjson::SIMDJSON_PADDING).get(doc);
+    if (!err) {
+      bool scalar = false;
+      if (auto s = doc.is_scalar(); !s.error()) scalar = s.value_unsafe();
+      if (scalar) {
+        // Scalar documents are rare here (small); Boost.JSON parses them exactly.
+        boost::system::error_code ec;
+        result = json::parse(text, ec, storage);
+        if (!ec) return done();
+      } else {
+        od::value root;
+        err = doc.get_value().get(root);
+        if (!err) {
+          ok = walker.walk(root, result, 1);
+          err = walker.error_;
+          // current_location() fails with OUT_OF_BOUNDS exactly when nothing follows the root.
+          if (ok && !doc.current_location().error()) {
+            ok = false;
+            err = simdjson::TRAILING_CONTENT;
+            walker.path_.clear();
+          }
         }
       }
+      if (!ok) walker.pointer_ = walker.pointer();  // before the parser's keys go
     }
+  } catch (const Exception& e) {
+    return e.error();
+  } catch (const std::bad_alloc&) {
+    return Error(Errc::memory_budget_exceeded, std::string(source) +
+                                                   ": out of memory while parsing " +
+                                                   std::to_string(text.size()) + " bytes of JSON");
   }
-  if (ok) return out;
+  if (ok) return done();
+  const std::string pointer = walker.pointer_;
   if (walker.depth_exceeded_) {
     return Error(
         Errc::invalid_argument,
-        located_error(text, source, walker.offset_,
+        located_error(original, source, bom + walker.offset_,
                       "nesting deeper than " + std::to_string(options.max_depth) + " levels",
-                      walker.pointer_)
+                      pointer)
             .message);
   }
   auto [offset, what] = find_syntax_error(text);
+  if (auto [bad, why] = find_bad_byte(original); !why.empty() && bad <= bom + offset) {
+    return located_error(original, source, bad, why, "");
+  }
   if (what.empty()) {  // Boost.JSON accepts what simdjson refused: report simdjson's reason
     offset = walker.offset_;
     what = simdjson::error_message(err);
   }
-  return located_error(text, source, offset, what, walker.pointer_);
+  return located_error(original, source, bom + offset, what, pointer);
+}
+
+Result<std::string> read_json_file(const std::filesystem::path& path, std::size_t max_bytes) {
+  const std::string name = path.string();
+  const bool is_stdin = name == "-";
+  int fd = is_stdin ? STDIN_FILENO : ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    int e = errno;
+    return Error(e == ENOENT ? Errc::not_found : Errc::io_error,
+                 name + ": cannot read: " + std::strerror(e));
+  }
+  struct Closer {
+    int fd;
+    bool own;
+    ~Closer() {
+      if (own) ::close(fd);
+    }
+  } closer{fd, !is_stdin};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return Error(Errc::io_error, name + ": " + std::strerror(errno));
+  if (S_ISDIR(st.st_mode))
+    return Error(Errc::invalid_argument, name + ": is a directory, not a JSON file");
+  const std::size_t padding = simdjson::SIMDJSON_PADDING;
+  auto too_big = [&](std::size_t n, bool at_least) {
+    return Error(Errc::invalid_argument,
+                 name + ": " + (at_least ? "more than " : "") + std::to_string(n) +
+                     " bytes of JSON, more than the limit of " + std::to_string(max_bytes));
+  };
+  std::string text;
+  if (S_ISREG(st.st_mode)) {
+    auto size = static_cast<std::size_t>(st.st_size);
+    if (size > max_bytes) return too_big(size, false);
+    text.reserve(size + padding);
+  } else {
+    text.reserve(std::size_t{64} << 10);
+  }
+  // Read to the end (a regular file may grow while we read; a pipe has no size): the cap holds.
+  while (true) {
+    if (text.capacity() - text.size() < padding + 4096)
+      text.reserve(std::min(2 * text.capacity(), max_bytes + 1 + padding) + padding);
+    std::size_t room = text.capacity() - text.size() - padding;
+    std::size_t old = text.size();
+    text.resize(old + room);
+    ssize_t got = ::read(fd, text.data() + old, room);
+    if (got < 0) {
+      if (errno == EINTR) {
+        text.resize(old);
+        continue;
+      }
+      int e = errno;
+      return Error(e == EISDIR ? Errc::invalid_argument : Errc::io_error,
+                   name + (e == EISDIR ? ": is a directory, not a JSON file"
+                                       : ": cannot read: " + std::string(std::strerror(e))));
+    }
+    text.resize(old + static_cast<std::size_t>(got));
+    if (text.size() > max_bytes) return too_big(max_bytes, true);
+    if (got == 0) break;
+  }
+  if (text.capacity() - text.size() < padding) text.reserve(text.size() + padding);
+  return text;
 }
 
 }  // namespace weir

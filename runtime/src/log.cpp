@@ -49,10 +49,12 @@ void init_logging() {
 }
 
 void set_log_level(LogLevel level) {
+  init_logging();
   spdlog::set_level(to_spdlog(level));
 }
 
 void log(LogLevel level, std::string_view message) {
+  init_logging();  // a program that never called it (a benchmark) still logs to stderr
   spdlog::log(to_spdlog(level), "{}", message);
 }
 

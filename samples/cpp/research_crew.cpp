@@ -6,7 +6,7 @@
 // Without a model path it uses $WEIR_MODEL. The model needs room for the tools' descriptions
 // and the notes: 4096 tokens of context or more (a chat model such as a small Qwen or Llama;
 // or, to see the mechanics, the random-weight model `weir demo` writes to
-// /tmp/weir-default-model-v1.gguf). It prints each task's bounded summary and artifact
+// /tmp/weir-default-model-v2.gguf). It prints each task's bounded summary and artifact
 // reference, then the reviewer's full output read back from the store.
 #include <cstdio>
 #include <cstdlib>

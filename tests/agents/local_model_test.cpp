@@ -12,6 +12,7 @@
 #include <boost/json.hpp>
 
 #include "weir/agents/crew.hpp"
+#include "weir/inference/constraint.hpp"
 #include "weir/inference/engine.hpp"
 #include "weir/runtime/artifact_store.hpp"
 #include "weir/tools/builtin.hpp"
@@ -62,6 +63,32 @@ TEST_F(LocalModelTest, PromptDescribesToolsAndWrapsToolResults) {
       << p;
   EXPECT_NE(p.find("<tool_response name=\"calculator\">\n4\n</tool_response>"), std::string::npos)
       << p;
+}
+
+// With tools, what follows "<tool_call>" is constrained to {"name": a tool, "arguments": its
+// parameters}; a tool schema the constraint cannot enforce leaves calls unconstrained.
+TEST_F(LocalModelTest, ToolCallsAreConstrainedToTheToolSchemas) {
+  ToolSpec calc{"calculator", "Evaluates arithmetic.",
+                json::object{{"type", "object"},
+                             {"properties", {{"expression", {{"type", "string"}}}}},
+                             {"required", json::array{"expression"}}}};
+  ToolSpec search{"search", "Searches.",
+                  json::object{{"type", "object"},
+                               {"properties", {{"k", {{"type", "integer"}, {"minimum", 1}}}}},
+                               {"required", json::array{"k"}}}};
+  auto c = model_->tool_call_constraint({calc, search});
+  ASSERT_TRUE(c);
+  auto accepts = [&](std::string_view text) {
+    inference::ConstraintMatcher m(*c);
+    return m.accept_bytes(text) && m.complete();
+  };
+  EXPECT_TRUE(accepts(R"({"name": "calculator", "arguments": {"expression": "2+2"}})"));
+  EXPECT_TRUE(accepts(R"({"name":"search","arguments":{"k":3}})"));
+  EXPECT_FALSE(accepts(R"({"name": "search", "arguments": {"expression": "2+2"}})"));
+  EXPECT_FALSE(accepts(R"({"name": "search", "arguments": {"k": 0}})"));
+  EXPECT_FALSE(accepts(R"({"name": "shell", "arguments": {}})"));
+  ToolSpec odd{"odd", "?", json::object{{"type", "object"}, {"not", json::object{}}}};
+  EXPECT_FALSE(model_->tool_call_constraint({odd}));
 }
 
 TEST(ToValidUtf8, ReplacesInvalidSequences) {

@@ -44,8 +44,8 @@ TEST_F(WorkflowLoader, LoadsAValidWorkflow) {
   "tools": {"calc": {"builtin": "calculator"}},
   "nodes": {
     "split": {"kind": "set", "values": {"items": [1, 2, 3]}},
-    "fan": {"kind": "map", "over": "items", "node": "square", "output": "total"},
-    "square": {"kind": "tool", "tool": "calc", "args": {"expression": "{{item}} * {{item}}"}},
+    "fan": {"kind": "map", "over": "items", "node": "square"},
+    "square": {"kind": "tool", "tool": "calc", "args": {"expression": "{{item}} * {{item}}"}, "output": "total"},
     "check": {"kind": "router"}
   },
   "edges": [
@@ -160,6 +160,42 @@ TEST_F(WorkflowLoader, SubgraphsLoadRelativeToTheFileAndCyclesAreCaught) {
                         "edges": [{"from": "START", "to": "s"}, {"from": "s", "to": "END"}]})");
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.report().find("cannot read subgraph file"), std::string::npos);
+}
+
+TEST_F(WorkflowLoader, TyposInExpressionsTemplatesAndMapSettingsArePositioned) {
+  auto r = load(R"J({"name": "t", "state": {"counter": {}, "items": {}, "out": {}},
+ "tools": {"calc": {"builtin": "calculator"}},
+ "nodes": {"a": {"kind": "set", "values": {"counter": {"$expr": "countr + len(itms)"}}},
+           "b": {"kind": "tool", "tool": "calc", "args": {"expression": "{{state.countr}} + 1"}, "output": "out"},
+           "m": {"kind": "map", "over": "items", "node": "b", "item_key": "x", "output": "out", "max_concurrency": 2}},
+ "edges": [{"from": "START", "to": "a"}, {"from": "a", "to": "m"}, {"from": "b", "to": "END"}]})J");
+  ASSERT_FALSE(r.ok());
+  const std::string rep = r.report();
+  EXPECT_NE(rep.find(":3:65: /nodes/a/values/counter/$expr: expression \"countr + len(itms)\": "
+                     "unknown channel 'countr'; did you mean 'counter'?"),
+            std::string::npos)
+      << rep;
+  EXPECT_NE(rep.find("unknown channel 'itms'; did you mean 'items'?"), std::string::npos) << rep;
+  EXPECT_NE(rep.find("/nodes/b/args/expression: template {{state.countr}}: unknown channel "
+                     "'countr'; did you mean 'counter'?"),
+            std::string::npos)
+      << rep;
+  EXPECT_NE(rep.find("/nodes/m/item_key: a map node has no \"item_key\""), std::string::npos);
+  EXPECT_NE(rep.find("/nodes/m/output: a map node has no \"output\""), std::string::npos);
+  EXPECT_NE(rep.find("/nodes/m/max_concurrency: a map node has no \"max_concurrency\""),
+            std::string::npos);
+}
+
+TEST_F(WorkflowLoader, ManyErrorsAreCappedAndCounted) {
+  std::string nodes;
+  for (int i = 0; i < 150; ++i)
+    nodes += (i ? "," : "") + std::string("\"n") + std::to_string(i) + "\": {\"kind\": \"nope\"}";
+  auto r = load("{\"name\": \"t\", \"nodes\": {" + nodes +
+                "}, \"edges\": [{\"from\": \"START\", \"to\": \"END\"}]}");
+  ASSERT_FALSE(r.ok());
+  ASSERT_EQ(r.diagnostics.size(), 101u);
+  EXPECT_NE(r.diagnostics.back().message.find(": 50 more errors not shown"), std::string::npos)
+      << r.diagnostics.back().message;
 }
 
 TEST_F(WorkflowLoader, MissingFileAndResultForm) {

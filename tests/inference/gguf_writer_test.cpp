@@ -2,10 +2,12 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include <gtest/gtest.h>
 
 #include "weir/inference/forward_ref.hpp"
+#include "weir/inference/gguf.hpp"
 #include "weir/inference/llama_runner.hpp"
 #include "weir/inference/model.hpp"
 
@@ -13,6 +15,26 @@ namespace weir::inference {
 namespace {
 
 namespace fs = std::filesystem;
+
+// llama.cpp refuses a vocabulary with two equal token strings (it asserts on load), so the
+// models weir writes (the demo's, the benchmarks') must have none, at the 15M model's 32,000.
+TEST(GgufWriter, RandomVocabularyHasNoDuplicateTokenStrings) {
+  fs::path path =
+      fs::temp_directory_path() / ("weir_vocab_" + std::to_string(::getpid()) + ".gguf");
+  RandomModelShape shape{32, 64, 1, 2, 2, 32000, 64};
+  ASSERT_TRUE(write_random_llama(path, shape, GgmlType::f32, 7));
+  auto file = GgufFile::open(path);
+  ASSERT_TRUE(file) << file.error().message;
+  auto tokens = (*file)->get_string_array("tokenizer.ggml.tokens");
+  ASSERT_TRUE(tokens && *tokens);
+  ASSERT_EQ((**tokens).size(), 32000u);
+  std::set<std::string> seen;
+  std::vector<std::string> dups;
+  for (const auto& t : **tokens)
+    if (!seen.insert(t).second) dups.push_back(t);
+  EXPECT_TRUE(dups.empty()) << dups.size() << " duplicate token strings, e.g. '" << dups[0] << "'";
+  fs::remove(path);
+}
 
 TEST(GgufWriter, RandomModelsLoadRunAndAreDeterministic) {
   fs::path dir = fs::temp_directory_path() / ("weir_writer_" + std::to_string(::getpid()));

@@ -88,6 +88,9 @@ class ChatModel {
   virtual std::int64_t count_tokens(std::string_view text) const {
     return static_cast<std::int64_t>(text.size() + 3) / 4;
   }
+  // The most tokens a prompt and its reply may hold together (the engine's max_model_len);
+  // 0 when unknown. Agents size their history windows to it.
+  virtual std::int64_t context_length() const { return 0; }
 };
 
 }  // namespace weir::agents

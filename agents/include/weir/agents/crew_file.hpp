@@ -12,7 +12,15 @@
 //               "prefetch": [{"tool": "doc_search", "arguments": {"query": "{{topic}}"}}]}],
 //    "process": "sequential",            (or "hierarchical", with an optional "manager" agent)
 //    "inputs": {"topic": "paged attention"},  (defaults; --input overrides)
-//    "limits": {"token_budget": 200000, "summary_bytes": 600}}
+//    "limits": {"token_budget": 200000, "summary_bytes": 600},
+//    "engine": {"max_model_len": 512, "max_num_seqs": 64},  (the local engine; optional)
+//    "mcp_servers": {"fs": {"command": ["npx", "-y", "@modelcontextprotocol/server-filesystem",
+//                                       "/data"],
+//                           "env": {"K": "v"}, "cwd": "dir", "timeout_ms": 30000,
+//                           "max_concurrency": 8, "rate_per_minute": 0,
+//                           "max_message_bytes": 4194304}}}
+//   MCP servers (docs/agents.md, "MCP servers"): weir starts each one; agents name its tools as
+//   "fs/read_file", or "fs/*" for all of them.
 //
 //   {"weir": 1, "kind": "group_chat", "name": "...", "agents": [...], "task": "...",
 //    "speaker_selection": "round_robin" | "model",
@@ -34,6 +42,7 @@
 
 #include "weir/agents/crew.hpp"
 #include "weir/agents/group_chat.hpp"
+#include "weir/tools/mcp.hpp"
 
 namespace weir {
 class ArtifactStore;
@@ -53,6 +62,11 @@ struct AgentsFile {
   GroupChatSpec chat;              // kind group_chat
   std::string task;                // kind group_chat
   std::int64_t token_budget = 0;   // 0: none
+  // "engine": settings of the in-process engine the file's agents share (0: weir's default:
+  // the model's context length capped at 4096; 64 sequences).
+  std::int64_t max_model_len = 0;
+  std::int32_t max_num_seqs = 0;
+  std::vector<tools::McpServerConfig> mcp_servers;  // "mcp_servers", in file order
 };
 
 // True when `v` is an object whose "kind" is "crew" or "group_chat".
@@ -62,10 +76,15 @@ bool is_agents_document(const boost::json::value& v);
 Result<AgentsFile> load_agents_file(const std::filesystem::path& path);
 Result<AgentsFile> parse_agents_file(std::string_view text, const std::filesystem::path& path);
 
-// The registry for the file's "tools" (built-ins: calculator, files, artifacts, doc_search).
-// `artifacts` backs the artifacts tool. Errors: invalid_workflow (unknown tool, a folder that
-// does not exist), the tools' own errors.
+// The registry for the file's "tools" (built-ins: calculator, files, artifacts, doc_search) and
+// its "mcp_servers" (each started and connected here; the tools the agents name, or every tool
+// of a server some agent names as "server/*"). `artifacts` backs the artifacts tool. Errors:
+// invalid_workflow (unknown tool, a folder that does not exist), the tools' own errors, the MCP
+// client's (a command not found, a tool the server does not offer: what it offers is listed).
 Result<std::shared_ptr<tools::ToolRegistry>> build_tools(const AgentsFile& file,
                                                          ArtifactStore* artifacts);
+
+// Replaces each agent's "server/*" by the registered tools of that server (sorted).
+void expand_tool_patterns(AgentsFile& file, const tools::ToolRegistry& registry);
 
 }  // namespace weir::agents

@@ -4,9 +4,12 @@
 // chosen); tools are described in the system turn with one calling convention,
 //   <tool_call>{"name": "...", "arguments": {...}}</tool_call>
 // and the model's output is parsed for calls in that form (and the other forms
-// parse_tool_calls accepts). A malformed call comes back as ChatResponse::tool_call_error for the
-// agent loop to feed back. Tool results go to the model as user turns wrapped in
-// <tool_response name="..."> ... </tool_response>.
+// parse_tool_calls accepts). After "<tool_call>" the engine constrains the output to
+// {"name": one of the tools, "arguments": that tool's parameters} (structured output,
+// inference/constraint.hpp), so calls are valid JSON for their schema by construction; a tool
+// schema the constraint cannot enforce leaves calls unconstrained. A malformed call comes back as
+// ChatResponse::tool_call_error for the agent loop to feed back. Tool results go to the model as
+// user turns wrapped in <tool_response name="..."> ... </tool_response>.
 //
 // One engine per model file: open() goes through inference::EngineRegistry, so every agent of a
 // process that names the same file shares its weights, its KV cache and its batches.
@@ -28,6 +31,7 @@ class MemoryBudget;
 namespace weir::inference {
 class Engine;
 class Tokenizer;
+class Constraint;
 enum class ChatFamily;
 }  // namespace weir::inference
 
@@ -36,13 +40,20 @@ namespace weir::agents {
 struct LocalModelOptions {
   std::optional<std::string> chat_template;  // family name; default: detected, else chatml
   std::int32_t max_num_seqs = 64;
-  std::int64_t max_model_len = 0;           // 0: the model's context length (capped at 4096)
+  // Tokens a prompt and its reply may hold together. 0: the model's context length, capped at
+  // 4096 (a 512-token model gets 512). Above the model's context: invalid_argument.
+  std::int64_t max_model_len = 0;
+  std::int64_t max_num_batched_tokens = 1024;
+  std::int32_t block_size = 16;
+  std::int32_t threads = 0;                 // 0: the machine's cores
   std::size_t kv_cache_bytes = 128u << 20;  // used when no budget is given
   // The KV pool is reserved from kv_cache when set. REQUIRES: the budget outlives the engine,
   // which inference::EngineRegistry::global() keeps until release(path) is called for it.
   MemoryBudget* budget = nullptr;
   // Random-weight models never emit end-of-generation; run every turn to max_tokens.
   bool ignore_eog = false;
+  // When set, the engine reports its gauges under {engine=<metrics_name>} (EngineConfig).
+  std::string metrics_name;
 };
 
 class LocalChatModel final : public ChatModel {
@@ -59,6 +70,7 @@ class LocalChatModel final : public ChatModel {
                                                           std::vector<ToolSpec> tools,
                                                           ChatParams params) override;
   std::int64_t count_tokens(std::string_view text) const override;
+  std::int64_t context_length() const override;
 
   inference::Engine& engine() const { return *engine_; }
   const inference::Tokenizer& tokenizer() const { return *tokenizer_; }
@@ -66,6 +78,12 @@ class LocalChatModel final : public ChatModel {
   // The prompt text for `messages` and `tools` (exposed for tests and `weir` debugging).
   std::string render_prompt(const std::vector<Message>& messages,
                             const std::vector<ToolSpec>& tools) const;
+
+  // The constraint for a tool call: {"name": one of `tools`, "arguments": that tool's
+  // parameters} (compiled once per set of tools: compile_constraint caches). nullopt, with a
+  // warning logged, when a tool's schema uses a keyword the constraint cannot enforce.
+  std::optional<std::shared_ptr<const inference::Constraint>> tool_call_constraint(
+      const std::vector<ToolSpec>& tools) const;
 
   LocalChatModel(std::string name, std::shared_ptr<inference::Engine> engine,
                  std::shared_ptr<const inference::Tokenizer> tokenizer, int family);

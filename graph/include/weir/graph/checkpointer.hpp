@@ -31,6 +31,21 @@
 //   io_error          the operating system or SQLite refused a file operation (named path)
 //   unsupported       the file was written by a newer weir (its schema version is above
 //                     kSqliteSchemaVersion)
+//   thread_busy       claim_thread / put with a claim token while another runner holds the
+//                     thread (the message names the holder and when its claim lapses)
+//
+// Artifacts. A checkpoint's values may reference blobs of the run's ArtifactStore
+// ({"$artifact": id, ...}); that store is per process. So that a thread can be continued by
+// another process, put() stores the blobs the checkpoint carries in `artifacts` with the thread,
+// in the same transaction as the checkpoint: a checkpoint is never visible without the blobs it
+// references. get_artifact() reads them back; delete_thread() removes them, and nothing else does.
+//
+// One runner per thread. claim_thread() records who runs a thread (a token, host, pid and a
+// heartbeat); while the claim is live, another claim is refused with thread_busy. A claim is
+// live until it is released, or until its heartbeat is older than its lease, or (same host)
+// until its process is gone. put() with Checkpoint::claim_token checks, in its transaction, that
+// the token still holds the thread and refreshes the heartbeat. A backend with leases (e.g.
+// PostgreSQL) implements the same contract with its own clock.
 //
 // JSON values are copied into the checkpointer's own storage (the default memory resource), so a
 // Checkpoint built on a run's accounting storage_ptr may be put and then the run's resource
@@ -68,7 +83,35 @@ struct Checkpoint {
   boost::json::object metadata;  // free-form
   // Unix time in milliseconds, set by the checkpointer when stored; ignored by put.
   int64_t created_at_ms = 0;
+  // Blobs referenced by writes/pending that the thread may not hold yet: put stores them with
+  // the thread (an id the thread already holds is kept as it was). Reads leave this empty; use
+  // get_artifact.
+  struct Artifact {
+    std::string id;  // the ArtifactStore id (SHA-256 of bytes, hex)
+    std::string media_type;
+    std::string bytes;
+  };
+  std::vector<Artifact> artifacts;
+  // Non-empty: the token of the writer's claim_thread. put refuses (thread_busy) when another
+  // claim holds the thread, and refreshes the claim's heartbeat. Not stored.
+  std::string claim_token;
 };
+
+// Who runs a thread (claim_thread).
+struct ThreadHolder {
+  std::string token;         // REQUIRES non-empty; unique per claim (new_claim_token)
+  std::string host;          // the claimant's host name
+  int64_t pid = 0;           // the claimant's process id
+  int64_t lease_ms = 0;      // REQUIRES > 0: the claim lapses this long after its last heartbeat
+  int64_t since_ms = 0;      // unix ms; set by the checkpointer when claimed
+  int64_t heartbeat_ms = 0;  // unix ms; set by claim, renew_thread and put with the token
+};
+
+// A fresh claim token (random, 32 hex digits). Thread safety: any thread.
+std::string new_claim_token();
+
+// This process as a claimant: gethostname(), getpid(), the token and lease given.
+ThreadHolder this_process_holder(std::string token, int64_t lease_ms);
 
 // The deepest nesting of arrays and objects a checkpoint's JSON may have (the object itself is
 // level 1). Strings are stored as bytes: invalid UTF-8 is kept as it was put.
@@ -108,8 +151,30 @@ class Checkpointer {
   virtual Result<boost::json::object> state_at(std::string_view thread_id,
                                                std::string_view checkpoint_id) const = 0;
 
-  // Removes every checkpoint of the thread. Deleting an unknown thread succeeds (idempotent).
+  // Removes every checkpoint of the thread, its artifacts and its claim. Deleting an unknown
+  // thread succeeds (idempotent).
   virtual Status delete_thread(std::string_view thread_id) = 0;
+
+  // A blob stored with the thread by put (Checkpoint::artifacts); nullopt when the thread holds
+  // none with that id.
+  virtual Result<std::optional<Checkpoint::Artifact>> get_artifact(
+      std::string_view thread_id, std::string_view artifact_id) const = 0;
+
+  // Claims the thread for `holder`. Succeeds when the thread is unclaimed, already held by
+  // holder.token, or held by a claim that is no longer live: its heartbeat is older than its
+  // lease, or its host is holder.host and its pid is not a running process (taken over at
+  // once). Otherwise thread_busy: "thread 'd1' is being run by pid 1234 on host h since
+  // <UTC time> (last heartbeat 2 s ago); wait for it or, if that process is gone, it will be
+  // taken over after 28 s". Returns the stored claim. On error nothing changes.
+  virtual Result<ThreadHolder> claim_thread(std::string_view thread_id,
+                                            const ThreadHolder& holder) = 0;
+  // Refreshes the claim's heartbeat. thread_busy when `token` no longer holds the thread (it
+  // was taken over: the message names the new holder) or the claim was released.
+  virtual Status renew_thread(std::string_view thread_id, std::string_view token) = 0;
+  // Drops the claim when `token` holds it; otherwise does nothing (idempotent).
+  virtual Status release_thread(std::string_view thread_id, std::string_view token) = 0;
+  // The thread's claim, live or lapsed; nullopt when unclaimed.
+  virtual Result<std::optional<ThreadHolder>> thread_holder(std::string_view thread_id) const = 0;
 
   // At most `limit` thread ids, most recently updated (put) first.
   virtual Result<std::vector<std::string>> threads(std::size_t limit = 1000) const = 0;
@@ -122,8 +187,9 @@ using CheckpointerPtr = std::unique_ptr<Checkpointer>;
 std::unique_ptr<Checkpointer> make_memory_checkpointer();
 
 // The on-disk schema version this build writes and reads (table `schema_version`). A file with
-// a newer version is refused with Errc::unsupported; an older one would be migrated on open.
-inline constexpr int kSqliteSchemaVersion = 1;
+// a newer version is refused with Errc::unsupported; an older one is migrated on open.
+// Version 2 added the tables `artifacts` and `thread_holders`.
+inline constexpr int kSqliteSchemaVersion = 2;
 
 // Opens (creating the file and schema when missing) an SQLite checkpointer at `db`.
 // The connection uses WAL journaling, synchronous=NORMAL (a committed put survives a process

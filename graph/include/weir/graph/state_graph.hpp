@@ -180,8 +180,21 @@ struct NodeOptions {
   std::chrono::milliseconds backoff{10};
 };
 
+// What each cap counts. On a thread (RunOptions::checkpointer + thread_id) one *run* lasts from
+// START to END however many invocations it takes: interrupts resumed with async_resume and
+// unfinished runs continued by async_invoke (after a crash or a failed node) are the same run.
+//   recursion_limit   supersteps of one invocation (async_invoke / async_resume call), as in
+//                     LangGraph: a resume or a continuation starts a fresh count
+//   max_visits        (NodeOptions) times a node ran in the run, across its invocations: the
+//                     counts are checkpointed and restored
+//   token_budget      tokens charged in the run, across its invocations (checkpointed)
+//   deadline          wall time of one invocation
+//   max_thread_steps  supersteps of the thread over all its runs and invocations (the step
+//                     number its checkpoints carry); only on a thread. A thread past it is
+//                     finished for good: start a new thread.
 struct GraphLimits {
   std::int32_t recursion_limit = 25;
+  std::int64_t max_thread_steps = 10000;  // 0: none
   std::int32_t max_concurrency = 16;
   std::chrono::milliseconds deadline{0};  // 0: none
   std::size_t inline_limit = 4096;        // bytes (serialized)
@@ -306,7 +319,9 @@ struct RunOptions {
   // whose last run finished starts a new run from START on top of its state (a chat's next
   // turn). REQUIRES: the checkpointer outlives the run.
   // A thread whose latest checkpoint is "interrupted" is refused (invalid_argument): use
-  // async_resume. Checkpointer::list(thread_id) lists a thread's checkpoints, newest first.
+  // async_resume. Values the run moved to the ArtifactStore are stored with the thread's
+  // checkpoints (Checkpointer::artifacts) and put back into the store when another process
+  // restores the thread. Checkpointer::list(thread_id) lists a thread's checkpoints, newest first.
   Checkpointer* checkpointer = nullptr;
   std::string thread_id;
   // Streaming (see events.hpp): null = off. The run keeps no owning reference to the stream.
@@ -315,6 +330,12 @@ struct RunOptions {
   // Copied into every checkpoint's metadata (beside "run_id"): e.g. the workflow file a
   // thread runs, so a later process can resume the thread knowing only its id.
   boost::json::object checkpoint_metadata;
+  // One runner per thread: a run on a thread claims it (Checkpointer::claim_thread) before it
+  // restores anything and releases it when it ends; a heartbeat refreshes the claim every
+  // thread_lease / 3 while it runs. Another runner gets thread_busy naming the holder; a claim
+  // whose heartbeat is older than thread_lease (or whose process is gone, same host) is taken
+  // over. REQUIRES > 0.
+  std::chrono::milliseconds thread_lease{30000};
 };
 
 struct RuntimeOptions {

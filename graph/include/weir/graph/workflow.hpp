@@ -21,6 +21,7 @@
 #include <boost/json/value.hpp>
 
 #include "weir/runtime/error.hpp"
+#include "weir/runtime/json_parse.hpp"
 
 namespace weir::graph {
 
@@ -53,7 +54,7 @@ struct MemoryLimits {
 
 struct LimitsSpec {
   std::optional<std::int64_t> recursion_limit, max_concurrency, deadline_ms, inline_limit,
-      max_state_bytes, token_budget, max_concurrent_runs, max_queued_runs;
+      max_state_bytes, token_budget, max_concurrent_runs, max_queued_runs, max_thread_steps;
   MemoryLimits memory;
 };
 
@@ -148,7 +149,11 @@ struct WorkflowLoad {
 // folder). `max_depth` bounds nested subgraph files.
 WorkflowLoad load_workflow_text(std::string_view text, const std::filesystem::path& file,
                                 int max_depth = 8);
+// Reads the file with read_json_file (its size checked first; "-" is standard input).
 WorkflowLoad load_workflow_file(const std::filesystem::path& file, int max_depth = 8);
+// The same from a document already parsed from `text` (parse once, then decide what it is).
+WorkflowLoad load_workflow_json(ParsedJson parsed, std::string_view text,
+                                const std::filesystem::path& file, int max_depth = 8);
 
 // The same, as a Result: Errc::invalid_workflow with report() as the message.
 Result<WorkflowSpec> load_workflow(const std::filesystem::path& file);

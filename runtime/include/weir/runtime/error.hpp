@@ -42,6 +42,7 @@ enum class Errc : int {
   interrupted = 17,            // a run suspended at interrupt(); resume it to continue
   conflicting_writes = 18,     // two nodes wrote one last-value channel in one superstep
   unsupported = 19,            // a feature or format weir does not handle
+  thread_busy = 20,            // another runner holds the thread (one runner per thread)
 };
 
 }  // namespace weir
