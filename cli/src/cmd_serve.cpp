@@ -1,4 +1,7 @@
 // weir serve: the OpenAI-compatible server (serve/). Flags map one to one onto ServeConfig.
+#include <pthread.h>
+#include <signal.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -7,6 +10,7 @@
 
 #include "args.hpp"
 #include "commands.hpp"
+#include "mcp_tools.hpp"
 #include "weir/serve/service.hpp"
 
 namespace weir::cli {
@@ -23,10 +27,27 @@ int cmd_serve(Args args) {
     rest.push_back(args[i]);
   }
   Flags f("serve",
-          {"--model", "--host", "--port", "--api-key-env", "--max-num-seqs", "--max-model-len",
-           "--kv-cache-mb", "--chat-template", "--max-queued-requests", "--max-queued-tokens",
-           "--max-connections", "--max-body-bytes", "--default-max-tokens", "--max-n",
-           "--request-timeout", "--grace", "--write-timeout", "--idle-timeout"},
+          {"--model",
+           "--host",
+           "--port",
+           "--api-key-env",
+           "--max-num-seqs",
+           "--max-model-len",
+           "--kv-cache-mb",
+           "--chat-template",
+           "--max-queued-requests",
+           "--max-queued-tokens",
+           "--max-connections",
+           "--max-body-bytes",
+           "--default-max-tokens",
+           "--max-n",
+           "--request-timeout",
+           "--grace",
+           "--write-timeout",
+           "--idle-timeout",
+           "--mcp-tools",
+           "--mcp-workflows",
+           "--mcp-root"},
           {"--insecure", "--ignore-eos"});
   if (!f.parse(rest)) return kExitInvalidInput;
   if (!f.positional().empty())
@@ -73,6 +94,30 @@ int cmd_serve(Args args) {
       return kExitInvalidInput;
     }
     c.api_key = key;
+  }
+  // MCP at /mcp: built-in tools and workflows, as `weir mcp` serves them over stdio.
+  std::unique_ptr<McpTools> mcp;
+  if (f.has("--mcp-tools") || f.has("--mcp-workflows")) {
+    // serve::run takes SIGTERM and SIGINT on one thread; the MCP server's threads start here,
+    // so they must inherit the mask run() sets (or a signal could kill the process).
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &set, nullptr);
+    McpToolsConfig tc;
+    tc.tools = f.get("--mcp-tools").value_or(f.has("--mcp-workflows") ? "" : "calculator");
+    if (auto v = f.get("--mcp-root")) tc.root = *v;
+    if (auto v = f.get("--mcp-workflows")) tc.workflows = *v;
+    auto built = McpTools::build("serve", tc);
+    if (!built) {
+      std::fprintf(stderr, "%s\n", built.error().message.c_str());
+      return built.error().is(Errc::invalid_argument) ? kExitInvalidInput : kExitRunFailed;
+    }
+    mcp = std::move(*built);
+    c.mcp = mcp->server();
+  } else if (f.has("--mcp-root")) {
+    return f.fail("--mcp-root needs --mcp-tools files"), kExitInvalidInput;
   }
   if (auto st = serve::validate(c); !st) {
     std::fprintf(stderr, "weir serve: %s (see 'weir serve --help')\n", st.error().message.c_str());

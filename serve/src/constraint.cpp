@@ -13,16 +13,17 @@ namespace oa = http::openai;
 std::optional<oa::ApiError> make_constraint(const oa::ChatRequest& request,
                                             const inference::Tokenizer& tokenizer,
                                             inference::GenerateRequest& out) {
-  if (request.tool_choice == oa::ToolChoice::required ||
-      request.tool_choice == oa::ToolChoice::named) {
-    const std::string what = request.tool_choice == oa::ToolChoice::required
-                                 ? "tool_choice 'required'"
-                                 : "tool_choice naming function '" + request.tool_choice_name + "'";
+  if ((request.tool_choice == oa::ToolChoice::required ||
+       request.tool_choice == oa::ToolChoice::named) &&
+      request.response_format != oa::ResponseFormat::text) {
     return oa::ApiError{400,
-                        what +
-                            " is not supported yet (use 'auto': tool calls are still parsed "
-                            "into tool_calls)",
-                        "tool_choice", "unsupported"};
+                        "tool_choice '" +
+                            std::string(request.tool_choice == oa::ToolChoice::required
+                                            ? "required"
+                                            : "function") +
+                            "' cannot be combined with a JSON response_format: the reply is a "
+                            "tool call, whose arguments follow the tool's parameters",
+                        "tool_choice", "invalid_request"};
   }
   inference::ConstraintSpec spec;
   switch (request.response_format) {

@@ -3,8 +3,9 @@
 // response_format json_object / json_schema constrain sampling through inference's
 // constraint.hpp (compile_constraint(spec, tokenizer), cached; GenerateRequest::constraint): the
 // output always parses, and validates against the schema. A schema keyword weir cannot enforce
-// is a 400 naming it and its pointer. tool_choice "required" / a named function are answered
-// with a 400 (not supported yet); every other request goes through untouched.
+// is a 400 naming it and its pointer. tool_choice "required" / a named function with a JSON
+// response_format is a 400 (the tool call's constraint is set by the chat route, from the
+// model's tool-call format); every other request goes through untouched.
 #pragma once
 
 #include <optional>

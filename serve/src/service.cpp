@@ -6,8 +6,10 @@
 #include <cstdio>
 #include <deque>
 #include <future>
+#include <list>
 #include <map>
 #include <mutex>
+#include <random>
 #include <set>
 #include <thread>
 
@@ -37,6 +39,9 @@
 #include "weir/runtime/log.hpp"
 #include "weir/runtime/memory_budget.hpp"
 #include "weir/runtime/metrics.hpp"
+#include "weir/tools/jsonrpc.hpp"
+#include "weir/tools/mcp.hpp"
+#include "weir/tools/mcp_server.hpp"
 
 namespace weir::serve {
 
@@ -96,12 +101,15 @@ std::string describe(const ServeConfig& c) {
   line("--grace", ms_text(c.grace));
   line("--write-timeout", ms_text(c.write_timeout));
   line("--idle-timeout", ms_text(c.idle_timeout));
+  line("/mcp", c.mcp ? std::to_string(c.mcp->tool_count()) + " tools (--mcp-tools, --mcp-workflows)"
+                     : "off");
   return s;
 }
 
 Status validate(const ServeConfig& c) {
   auto bad = [](std::string m) { return Status(Error(Errc::invalid_argument, std::move(m))); };
-  if (c.models.empty()) return bad("no model given: --model PATH (or NAME=PATH), once per model");
+  if (c.models.empty() && !c.mcp)
+    return bad("no model given: --model PATH (or NAME=PATH), once per model");
   std::set<std::string> names;
   for (const auto& m : c.models) {
     if (m.name.empty()) return bad("a model has an empty name: use --model NAME=PATH");
@@ -265,6 +273,8 @@ struct Service::Impl {
 
   // io thread only.
   std::set<Batch*> active;
+  std::list<std::string> mcp_sessions;  // most recently used first
+  std::map<std::string, std::list<std::string>::iterator> mcp_session_index;
   bool draining = false;
   bool shut = false;
   std::mutex shut_mu;
@@ -275,6 +285,7 @@ struct Service::Impl {
   awaitable<void> route(http::Exchange& ex, http::Response& out, bool& streamed);
   awaitable<void> chat(http::Exchange& ex, http::Response& out, bool& streamed);
   awaitable<void> completions(http::Exchange& ex, http::Response& out, bool& streamed);
+  awaitable<void> mcp(http::Exchange& ex, http::Response& out);
   http::Response models_list();
   http::Response health();
   http::Response metrics_text();
@@ -447,6 +458,8 @@ awaitable<void> Service::Impl::route(http::Exchange& ex, http::Response& out, bo
     if (method_is("GET")) out = health();
   } else if (p == "/metrics") {
     if (method_is("GET")) out = metrics_text();
+  } else if (p == "/mcp" && cfg.mcp && !draining) {
+    co_await mcp(ex, out);
   } else if (!ready) {
     out = error_response({503,
                           "the models are still loading; retry shortly (GET /health says "
@@ -469,8 +482,120 @@ awaitable<void> Service::Impl::route(http::Exchange& ex, http::Response& out, bo
                           "no route " + rq.method + " " + p +
                               " (routes: POST /v1/chat/completions, POST /v1/completions, "
                               "GET /v1/models, GET /health, GET /metrics, POST /tokenize, "
-                              "POST /detokenize)",
+                              "POST /detokenize" +
+                              std::string(cfg.mcp ? ", POST /mcp" : "") + ")",
                           "", "not_found"});
+  }
+}
+
+// --- MCP (Streamable HTTP) -------------------------------------------------------------------
+
+namespace {
+
+// The host of an Origin header ("http://localhost:3000" -> "localhost", "http://[::1]" -> "::1").
+std::string origin_host(std::string_view origin) {
+  auto scheme = origin.find("://");
+  if (scheme == std::string_view::npos) return {};
+  std::string_view rest = origin.substr(scheme + 3);
+  if (!rest.empty() && rest[0] == '[') {
+    auto close = rest.find(']');
+    return close == std::string_view::npos ? std::string() : std::string(rest.substr(1, close - 1));
+  }
+  return std::string(rest.substr(0, rest.find_first_of(":/")));
+}
+
+// 128 random bits: a session id is a capability, so it must not be guessable.
+std::string session_id() {
+  static thread_local std::random_device rd;
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%08x%08x%08x%08x", rd(), rd(), rd(), rd());
+  return buf;
+}
+
+http::Response mcp_error(int status, std::int64_t code, const std::string& message) {
+  return json_response(status, tools::jsonrpc::error_response(nullptr, code, message));
+}
+
+}  // namespace
+
+awaitable<void> Service::Impl::mcp(http::Exchange& ex, http::Response& out) {
+  namespace rpc = tools::jsonrpc;
+  const auto& rq = ex.request();
+  // A web page the user visits must not drive a loopback server's tools (DNS rebinding): a
+  // browser's request carries its Origin, which must then be this machine too.
+  if (auto origin = rq.header("origin");
+      origin && is_loopback(cfg.host) && !is_loopback(origin_host(*origin))) {
+    out = mcp_error(403, rpc::kInvalidRequest,
+                    "Origin '" + std::string(*origin) +
+                        "' is not allowed: this server listens on a loopback address and takes "
+                        "MCP requests only from this machine");
+    co_return;
+  }
+  if (rq.method == "GET") {
+    out = mcp_error(405, rpc::kInvalidRequest,
+                    "GET /mcp: weir sends no server-initiated messages; POST JSON-RPC messages");
+    out.headers.emplace_back("Allow", "POST, DELETE");
+    co_return;
+  }
+  const std::string session(rq.header("mcp-session-id").value_or(""));
+  if (!session.empty() && !mcp_session_index.contains(session)) {
+    out =
+        mcp_error(404, rpc::kInvalidRequest,
+                  "unknown MCP session '" + session + "' (ended, or expired after " +
+                      std::to_string(cfg.max_mcp_sessions) + " newer sessions): initialize again");
+    co_return;
+  }
+  if (rq.method == "DELETE") {
+    if (session.empty()) {
+      out = mcp_error(400, rpc::kInvalidRequest, "DELETE /mcp needs the Mcp-Session-Id header");
+    } else {
+      mcp_sessions.erase(mcp_session_index.at(session));
+      mcp_session_index.erase(session);
+      out = {200, "application/json", {}, ""};
+    }
+    co_return;
+  }
+  if (rq.method != "POST") {
+    out = mcp_error(405, rpc::kInvalidRequest, rq.method + " is not allowed on /mcp; use POST");
+    out.headers.emplace_back("Allow", "POST, DELETE");
+    co_return;
+  }
+  if (auto v = rq.header("mcp-protocol-version")) {
+    bool known = false;
+    for (auto s : tools::kMcpSupportedVersions) known = known || *v == s;
+    if (!known) {
+      std::string list;
+      for (auto s : tools::kMcpSupportedVersions)
+        list += (list.empty() ? "" : ", ") + std::string(s);
+      out = mcp_error(
+          400, rpc::kInvalidRequest,
+          "MCP-Protocol-Version '" + std::string(*v) + "' is not supported (" + list + ")");
+      co_return;
+    }
+  }
+  auto msg = rpc::parse(rq.body);
+  if (!msg) {
+    out = mcp_error(400, rpc::kParseError, msg.error().message);
+    co_return;
+  }
+  std::string sid = session;
+  if (msg->kind == rpc::Kind::request && msg->method == "initialize") {
+    sid = session_id();
+    if (mcp_sessions.size() >= cfg.max_mcp_sessions && !mcp_sessions.empty()) {
+      mcp_session_index.erase(mcp_sessions.back());
+      mcp_sessions.pop_back();
+    }
+    mcp_sessions.push_front(sid);
+    mcp_session_index[sid] = mcp_sessions.begin();
+  } else if (!sid.empty()) {
+    mcp_sessions.splice(mcp_sessions.begin(), mcp_sessions, mcp_session_index.at(sid));
+  }
+  auto answer = co_await cfg.mcp->handle(rq.body, sid);
+  if (!answer) {
+    out = {202, "application/json", {}, ""};  // a notification or a response: accepted
+  } else {
+    out = json_response(200, std::move(*answer));
+    if (sid != session) out.headers.emplace_back("Mcp-Session-Id", sid);
   }
 }
 
@@ -717,7 +842,21 @@ struct GenerationSpec {
   std::vector<std::string> tool_names;
   int first_tool_id = 1;
   std::string prefix;  // completions echo
+  // tool_choice required / named: the prompt ends with "<tool_call>", which the output lacks.
+  std::string forced_prefix;
+  bool close_open_call = false;  // a constrained call stops before its closing tag
 };
+
+// The text tool calls are parsed from: the forced opening tag put back, an open call closed.
+std::string call_text(const GenerationSpec& spec, const std::string& text) {
+  std::string t = spec.forced_prefix + text;
+  if (spec.close_open_call) {
+    const auto open = t.rfind("<tool_call>");
+    if (open != std::string::npos && t.find("</tool_call>", open) == std::string::npos)
+      t += "</tool_call>";
+  }
+  return t;
+}
 
 namespace {
 
@@ -847,7 +986,7 @@ awaitable<void> run_generation(Service::Impl& s, http::Exchange& ex, ModelEntry&
       oa::Choice ch{i, visible, {}, "", lps};
       if (o.finished && !finish.empty()) {
         if (spec.tools_active) {
-          auto parsed = agents::parse_tool_calls(o.text, spec.tool_names, spec.first_tool_id);
+          auto parsed = agents::parse_tool_calls(call_text(spec, o.text), spec.tool_names, spec.first_tool_id);
           ch.text = parsed.calls.empty() ? o.text : parsed.content;
           for (auto& call : parsed.calls)
             ch.tool_calls.push_back({call.id, call.name, json::serialize(call.arguments)});
@@ -894,7 +1033,7 @@ awaitable<void> run_generation(Service::Impl& s, http::Exchange& ex, ModelEntry&
     const auto& r = **b->choices[static_cast<std::size_t>(i)].done;
     oa::Choice ch{i, spec.prefix + o.text, {}, finish_name(r.finish), o.logprobs};
     if (spec.tools_active) {
-      auto parsed = agents::parse_tool_calls(o.text, spec.tool_names, spec.first_tool_id);
+      auto parsed = agents::parse_tool_calls(call_text(spec, o.text), spec.tool_names, spec.first_tool_id);
       if (!parsed.calls.empty()) {
         ch.text = parsed.content;
         for (auto& call : parsed.calls)
@@ -978,8 +1117,40 @@ awaitable<void> Service::Impl::chat(http::Exchange& ex, http::Response& out, boo
     }
   }
   spec.tools_active = !tools.empty();
-  if (spec.tools_active) rq.stop_strings.push_back("</tool_call>");
-  rq.prompt = m->tok().encode(m->chat->render_prompt(msgs, tools), true, true);
+  std::string prompt = m->chat->render_prompt(msgs, tools);
+  if (spec.tools_active) {
+    rq.stop_strings.push_back("</tool_call>");
+    // A tool call is valid by construction: {"name": one of the tools, "arguments": its
+    // parameters}. With tool_choice auto, after the model opens "<tool_call>"; with required or
+    // a named function, the prompt opens it and the reply is the call (of that function).
+    const bool forced = cr.tool_choice == oa::ToolChoice::required ||
+                        cr.tool_choice == oa::ToolChoice::named;
+    std::vector<agents::ToolSpec> allowed;
+    for (const auto& t : tools)
+      if (cr.tool_choice != oa::ToolChoice::named || t.name == cr.tool_choice_name)
+        allowed.push_back(t);
+    if (!rq.constraint) {  // a response_format constraint leaves tool calls to the parser
+      if (auto c = m->chat->tool_call_constraint(allowed)) {
+        rq.constraint = *c;
+        if (!forced) rq.constraint_trigger = "<tool_call>";
+        spec.close_open_call = true;
+      } else if (forced) {
+        out = error_response(
+            {400,
+             "tool_choice '" +
+                 std::string(cr.tool_choice == oa::ToolChoice::required ? "required" : "function") +
+                 "' cannot be enforced: a tool's parameters use a JSON Schema keyword weir "
+                 "cannot constrain (the server's log names it); use tool_choice 'auto'",
+             "tool_choice", "invalid_schema"});
+        co_return;
+      }
+    }
+    if (forced) {
+      prompt += "<tool_call>";
+      spec.forced_prefix = "<tool_call>";
+    }
+  }
+  rq.prompt = m->tok().encode(prompt, true, true);
   std::int32_t max_new = 0;
   if (auto e = check_context(*m, rq.prompt.size(), cr.sampling.max_tokens, max_new)) {
     out = error_response(*e);
@@ -1131,6 +1302,9 @@ void Service::shutdown(std::chrono::milliseconds grace) {
     }
   });
   fut.wait();
+  // MCP calls still running finish (their tools' timeouts bound them) while the io thread runs,
+  // so that none completes onto a stopped io_context.
+  if (impl_->cfg.mcp) impl_->cfg.mcp->drain();
   impl_->io.stop();
   if (impl_->io_thread.joinable()) impl_->io_thread.join();
 }

@@ -144,5 +144,35 @@ TEST(ServeProcess, RefusesAnOpenBindWithoutAKey) {
       << c->err;
 }
 
+// The official TypeScript SDK's Streamable HTTP client against `weir serve`'s /mcp, with no
+// model: weir's tools and a workflow (tests/mcp/workflows) as tools.
+TEST(ServeProcess, McpOverHttpWithTheTypeScriptSdk) {
+  const std::string peer = std::string(WEIR_SOURCE_DIR) + "/tests/mcp/peer";
+  if (std::system("command -v node >/dev/null 2>&1") != 0 ||
+      !fs::exists(peer + "/node_modules/@modelcontextprotocol/sdk"))
+    GTEST_SKIP() << "node or tests/mcp/peer/node_modules is missing (run tests/mcp/setup, which "
+                    "needs npm)";
+  auto c = spawn({"serve", "--port", "0", "--mcp-tools", "calculator", "--mcp-workflows",
+                  std::string(WEIR_SOURCE_DIR) + "/tests/mcp/workflows"});
+  auto m = c->wait_for(std::regex("listening on http://127\\.0\\.0\\.1:([0-9]+)"));
+  ASSERT_FALSE(m.empty()) << c->err;
+  EXPECT_NE(c->err.find("/mcp = 2 tools"), std::string::npos) << c->err;
+  const std::string url = "http://127.0.0.1:" + std::string(m[1]) + "/mcp";
+  std::FILE* p = ::popen(("node " + peer + "/sdk_client.mjs --url " + url + " 2>&1").c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[4096];
+  while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  ASSERT_EQ(::pclose(p), 0) << out;
+  auto v = boost::json::parse(out).as_object();
+  EXPECT_EQ(v.at("version").at("name"), "weir");
+  EXPECT_EQ(v.at("tools"), boost::json::parse(R"(["calculator", "greet"])"));
+  EXPECT_EQ(v.at("calculator"), "1024");
+  EXPECT_EQ(v.at("greet"), R"({"greeting":"Hello, SDK!"})");
+  EXPECT_EQ(v.at("session").as_string().size(), 32u);
+  ASSERT_EQ(::kill(c->pid, SIGTERM), 0);
+  EXPECT_EQ(c->wait_exit(10000), 0) << c->err;
+}
+
 }  // namespace
 }  // namespace weir::serve

@@ -434,16 +434,63 @@ TEST(Serve, ToolConversationRoundTrip) {
   ASSERT_EQ(round.status, 200) << round.body;
   EXPECT_GT(body_json(round).at("usage").at("prompt_tokens").as_int64(),
             body_json(first).at("usage").at("prompt_tokens").as_int64() + 10);
-  auto required =
-      call(s.port, "POST", "/v1/chat/completions", base + R"(], "tool_choice": "required"})");
-  EXPECT_EQ(required.status, 400);
-  EXPECT_EQ(error_message(required),
-            "tool_choice 'required' is not supported yet (use 'auto': tool calls are still "
-            "parsed into tool_calls)");
   auto none = call(s.port, "POST", "/v1/chat/completions", base + R"(], "tool_choice": "none"})");
   EXPECT_EQ(none.status, 200);
   EXPECT_LT(body_json(none).at("usage").at("prompt_tokens").as_int64(),
             body_json(first).at("usage").at("prompt_tokens").as_int64());
+}
+
+// tool_choice required / a named function: the reply is a tool call, valid against the tool's
+// parameters, even from a random-weight model (the constraint makes it so), streamed or not.
+TEST(Serve, ToolChoiceRequiredAndNamedForceAValidCall) {
+  auto s = start(tiny_config("m15", 1024));
+  const std::string tools = R"("tools": [
+      {"type": "function", "function": {"name": "search", "parameters": {"type": "object",
+        "properties": {"q": {"type": "string", "maxLength": 8}}, "required": ["q"],
+        "additionalProperties": false}}},
+      {"type": "function", "function": {"name": "add", "parameters": {"type": "object",
+        "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 99},
+                       "b": {"type": "integer", "minimum": 0, "maximum": 99}},
+        "required": ["a", "b"], "additionalProperties": false}}}],
+    "messages": [{"role": "user", "content": "go"}], "max_tokens": 200)";
+  for (int seed = 0; seed < 4; ++seed) {
+    for (const std::string choice :
+         {R"("required")", R"({"type": "function", "function": {"name": "add"}})"}) {
+      auto r = call(s.port, "POST", "/v1/chat/completions",
+                    "{" + tools + R"(, "seed": )" + std::to_string(seed) +
+                        R"(, "temperature": 1.0, "tool_choice": )" + choice + "}");
+      ASSERT_EQ(r.status, 200) << r.body;
+      const json::value body = body_json(r);
+      const auto& c = body.at("choices").at(0);
+      ASSERT_EQ(c.at("finish_reason"), "tool_calls") << r.body;
+      const auto& call0 = c.at("message").at("tool_calls").at(0).at("function");
+      const std::string name(call0.at("name").as_string());
+      auto args = json::parse(call0.at("arguments").as_string()).as_object();
+      if (choice != R"("required")") EXPECT_EQ(name, "add");
+      if (name == "add") {
+        EXPECT_EQ(args.size(), 2u) << r.body;
+        EXPECT_LE(args.at("a").as_int64(), 99);
+        EXPECT_GE(args.at("b").as_int64(), 0);
+      } else {
+        ASSERT_EQ(name, "search");
+        std::size_t chars = 0;  // maxLength counts characters, not bytes
+        for (unsigned char ch : args.at("q").as_string()) chars += (ch & 0xC0) != 0x80;
+        EXPECT_LE(chars, 8u) << args.at("q");
+      }
+    }
+  }
+  // Streamed: the call arrives in the last chunk with finish_reason tool_calls.
+  auto st = call(s.port, "POST", "/v1/chat/completions",
+                 "{" + tools + R"(, "stream": true, "tool_choice": "required"})");
+  ASSERT_EQ(st.status, 200);
+  EXPECT_NE(st.body.find(R"("finish_reason":"tool_calls")"), std::string::npos) << st.body;
+  auto both =
+      call(s.port, "POST", "/v1/chat/completions", "{" + tools + R"(, "tool_choice": "required",
+                   "response_format": {"type": "json_object"}})");
+  EXPECT_EQ(both.status, 400);
+  EXPECT_EQ(error_message(both),
+            "tool_choice 'required' cannot be combined with a JSON response_format: the reply "
+            "is a tool call, whose arguments follow the tool's parameters");
 }
 
 // The reference model's greedy goldens, through the server, exactly.

@@ -1,7 +1,10 @@
 // weir serve: an OpenAI-compatible HTTP server for weir's engine, with the fences at the door.
 //
 // Routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health,
-// GET /metrics (Prometheus text), POST /tokenize, POST /detokenize (docs/serve.md).
+// GET /metrics (Prometheus text), POST /tokenize, POST /detokenize (docs/serve.md), and with
+// ServeConfig::mcp, MCP's Streamable HTTP transport at /mcp (POST a JSON-RPC message; the answer
+// is application/json; DELETE ends a session; GET is 405: weir sends no server-initiated
+// messages).
 // Each model file gets one engine (inference::EngineRegistry); a request's `model` picks it by
 // name. Fences: a bounded admission queue per model (429 with Retry-After beyond it, at once),
 // connection and body caps, context checks, per-request deadlines, cancellation when the client
@@ -21,6 +24,10 @@
 #include <vector>
 
 #include "weir/runtime/error.hpp"
+
+namespace weir::tools {
+class McpServer;
+}
 
 namespace weir::serve {
 
@@ -55,12 +62,15 @@ struct ServeConfig {
   std::chrono::milliseconds grace{30'000};
   std::chrono::milliseconds write_timeout{30'000};  // a stream's reader that stops reading
   std::chrono::milliseconds idle_timeout{60'000};   // keep-alive connections between requests
+  // MCP at /mcp (null: no such route). The server is drained by Service::shutdown.
+  std::shared_ptr<tools::McpServer> mcp;
+  std::size_t max_mcp_sessions = 1024;  // beyond: the least recently used session ends
 };
 
 // The configuration, one setting per line (printed at start-up).
 std::string describe(const ServeConfig& c);
-// Errors (invalid_argument) for settings that cannot work: no model, a non-loopback host
-// without an API key (unless insecure), zero limits, duplicate model names.
+// Errors (invalid_argument) for settings that cannot work: no model (and no MCP), a non-loopback
+// host without an API key (unless insecure), zero limits, duplicate model names.
 Status validate(const ServeConfig& c);
 
 class Service {

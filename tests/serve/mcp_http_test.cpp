@@ -1,0 +1,210 @@
+// MCP over Streamable HTTP at `weir serve`'s /mcp: real HTTP over loopback to an in-process
+// Service whose McpServer serves a registry (calculator and a tool that waits until released).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/json.hpp>
+
+#include "http_client.hpp"
+#include "weir/serve/service.hpp"
+#include "weir/tools/builtin.hpp"
+#include "weir/tools/mcp_server.hpp"
+#include "weir/tools/registry.hpp"
+
+namespace weir::serve {
+namespace {
+
+namespace json = boost::json;
+namespace asio = boost::asio;
+using testing_http::call;
+using testing_http::Conn;
+using testing_http::Reply;
+
+std::string rpc(int id, const std::string& method, const std::string& params = "{}") {
+  return R"({"jsonrpc": "2.0", "id": )" + std::to_string(id) + R"(, "method": ")" + method +
+         R"(", "params": )" + params + "}";
+}
+
+struct McpFixture : ::testing::Test {
+  std::atomic<bool> release{false};
+  tools::ToolRegistry reg;
+  std::shared_ptr<tools::McpServer> mcp;
+  std::unique_ptr<Service> svc;
+  std::uint16_t port = 0;
+
+  void start(std::size_t max_calls = 64) {
+    ASSERT_TRUE(reg.add(tools::make_calculator()));
+    ASSERT_TRUE(reg.add(tools::make_async_tool(
+        "wait", "waits until the test releases it", json::object{{"type", "object"}},
+        [this](json::object, const tools::ToolContext&) -> asio::awaitable<Result<std::string>> {
+          asio::steady_timer t(co_await asio::this_coro::executor);
+          while (!release) {
+            t.expires_after(std::chrono::milliseconds(5));
+            co_await t.async_wait(asio::use_awaitable);
+          }
+          co_return std::string("released");
+        })));
+    tools::McpServerOptions o;
+    o.max_calls_in_flight = max_calls;
+    mcp = std::make_shared<tools::McpServer>(reg, o);
+    ServeConfig c;
+    c.port = 0;
+    c.mcp = mcp;
+    auto s = Service::start(std::move(c));
+    ASSERT_TRUE(s) << s.error().message;
+    svc = std::move(*s);
+    ASSERT_TRUE(svc->wait_ready());
+    port = svc->port();
+  }
+  void TearDown() override {
+    release = true;
+    if (svc) svc->shutdown(std::chrono::milliseconds(1000));
+  }
+  std::string initialize() {
+    Reply r = call(port, "POST", "/mcp",
+                   rpc(1, "initialize",
+                       R"({"protocolVersion": "2025-03-26", "capabilities": {},
+                           "clientInfo": {"name": "test", "version": "1"}})"));
+    EXPECT_EQ(r.status, 200) << r.body;
+    return r.header("mcp-session-id");
+  }
+  Reply post(const std::string& session, const std::string& body, const std::string& extra = {}) {
+    return call(port, "POST", "/mcp", body, "Mcp-Session-Id: " + session + "\r\n" + extra);
+  }
+};
+
+json::value result_of(const Reply& r) {
+  auto v = json::parse(r.body).as_object();
+  EXPECT_FALSE(v.contains("error")) << r.body;
+  return v.contains("result") ? v.at("result") : json::value();
+}
+
+TEST_F(McpFixture, InitializeListCallAndEndASession) {
+  start();
+  const std::string sid = initialize();
+  ASSERT_EQ(sid.size(), 32u) << "a 128-bit hex session id";
+  EXPECT_NE(sid, initialize()) << "each initialize opens its own session";
+
+  // The client's version is kept when weir speaks it.
+  Reply init =
+      call(port, "POST", "/mcp", rpc(1, "initialize", R"({"protocolVersion": "2025-03-26"})"));
+  EXPECT_EQ(result_of(init).at("protocolVersion"), "2025-03-26");
+  EXPECT_EQ(result_of(init).at("serverInfo").at("name"), "weir");
+
+  Reply note = post(sid, R"({"jsonrpc": "2.0", "method": "notifications/initialized"})");
+  EXPECT_EQ(note.status, 202);
+  EXPECT_EQ(note.body, "");
+
+  Reply list = post(sid, rpc(2, "tools/list"));
+  ASSERT_EQ(list.status, 200) << list.body;
+  std::vector<std::string> names;
+  const json::value listed = result_of(list);
+  for (const auto& t : listed.at("tools").as_array()) names.emplace_back(t.at("name").as_string());
+  EXPECT_EQ(names, (std::vector<std::string>{"calculator", "wait"}));
+
+  Reply calc = post(sid, rpc(3, "tools/call", R"({"name": "calculator",
+                                                   "arguments": {"expression": "2^10"}})"));
+  ASSERT_EQ(calc.status, 200) << calc.body;
+  EXPECT_EQ(result_of(calc).at("content").at(0).at("text"), "1024");
+  EXPECT_EQ(result_of(calc).at("isError"), false);
+
+  // Bad arguments are a tool error result (isError), checked against the schema.
+  Reply bad = post(sid, rpc(4, "tools/call", R"({"name": "calculator",
+                                                  "arguments": {"expression": 5}})"));
+  EXPECT_EQ(result_of(bad).at("isError"), true);
+  EXPECT_EQ(result_of(bad).at("content").at(0).at("text"),
+            "invalid_argument: calculator: /expression: expected string, got number");
+
+  Reply unknown = post(sid, rpc(5, "tools/call", R"({"name": "nope"})"));
+  EXPECT_EQ(json::parse(unknown.body).at("error").at("message"), "Unknown tool: nope");
+  Reply method = post(sid, rpc(6, "resources/list"));
+  EXPECT_EQ(json::parse(method.body).at("error").at("code"), -32601);
+
+  // DELETE ends the session; its id is then unknown (404, so the client initializes again).
+  Reply del = call(port, "DELETE", "/mcp", "", "Mcp-Session-Id: " + sid + "\r\n");
+  EXPECT_EQ(del.status, 200);
+  Reply gone = post(sid, rpc(7, "ping"));
+  EXPECT_EQ(gone.status, 404);
+  EXPECT_EQ(json::parse(gone.body).at("error").at("message").as_string(),
+            "unknown MCP session '" + sid +
+                "' (ended, or expired after 1024 newer sessions): initialize again");
+}
+
+TEST_F(McpFixture, RefusesWhatTheTransportForbids) {
+  start();
+  Reply get = call(port, "GET", "/mcp");
+  EXPECT_EQ(get.status, 405);
+  EXPECT_EQ(get.header("allow"), "POST, DELETE");
+
+  Reply junk = call(port, "POST", "/mcp", "{not json");
+  EXPECT_EQ(junk.status, 400);
+  EXPECT_EQ(json::parse(junk.body).at("error").at("code"), -32700);
+
+  // A web page elsewhere must not reach a loopback server's tools; this machine's may.
+  Reply evil = call(port, "POST", "/mcp", rpc(1, "ping"), "Origin: http://evil.example\r\n");
+  EXPECT_EQ(evil.status, 403);
+  EXPECT_EQ(json::parse(evil.body).at("error").at("message"),
+            "Origin 'http://evil.example' is not allowed: this server listens on a loopback "
+            "address and takes MCP requests only from this machine");
+  Reply local = call(port, "POST", "/mcp", rpc(1, "ping"), "Origin: http://localhost:5173\r\n");
+  EXPECT_EQ(local.status, 200) << local.body;
+
+  Reply version =
+      call(port, "POST", "/mcp", rpc(1, "ping"), "MCP-Protocol-Version: 1999-01-01\r\n");
+  EXPECT_EQ(version.status, 400);
+  EXPECT_EQ(json::parse(version.body).at("error").at("message"),
+            "MCP-Protocol-Version '1999-01-01' is not supported (2025-06-18, 2025-03-26, "
+            "2024-11-05)");
+
+  // The OpenAI routes still answer beside /mcp (this server has no model).
+  Reply nf = call(port, "GET", "/nope");
+  EXPECT_EQ(nf.status, 404);
+  EXPECT_NE(nf.body.find("POST /mcp"), std::string::npos) << nf.body;
+}
+
+TEST_F(McpFixture, CallsBeyondTheCapAreRefusedAtOnceAndCancelledCallsGetNoAnswer) {
+  start(/*max_calls=*/1);
+  const std::string sid = initialize();
+  Conn slow(port);
+  ASSERT_TRUE(slow.request("POST", "/mcp", rpc(10, "tools/call", R"({"name": "wait"})"),
+                           "Mcp-Session-Id: " + sid + "\r\n"));
+  // Wait until the slow call holds the one slot.
+  for (int i = 0; i < 400 && mcp->calls_in_flight() == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_EQ(mcp->calls_in_flight(), 1u);
+  Reply busy = post(sid, rpc(11, "tools/call", R"({"name": "calculator",
+                                                    "arguments": {"expression": "1+1"}})"));
+  EXPECT_EQ(busy.status, 200);
+  EXPECT_EQ(json::parse(busy.body).at("error").at("message"),
+            "weir: 1 calls are in flight; retry later");
+  // Ping is not a call: it is answered while the slot is taken.
+  EXPECT_EQ(post(sid, rpc(12, "ping")).status, 200);
+  // The client cancels call 10: its POST is then answered 202 with no body.
+  Reply cancel = post(sid, R"({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                               "params": {"requestId": 10}})");
+  EXPECT_EQ(cancel.status, 202);
+  release = true;
+  Reply done = slow.read_reply();
+  EXPECT_EQ(done.status, 202);
+  EXPECT_EQ(done.body, "");
+  // The slot is free again.
+  Reply ok = post(sid, rpc(13, "tools/call", R"({"name": "calculator",
+                                                  "arguments": {"expression": "1+1"}})"));
+  EXPECT_EQ(result_of(ok).at("content").at(0).at("text"), "2");
+}
+
+TEST(McpConfig, ServeNeedsAModelOrMcp) {
+  ServeConfig c;
+  auto st = validate(c);
+  ASSERT_FALSE(st);
+  EXPECT_EQ(st.error().message, "no model given: --model PATH (or NAME=PATH), once per model");
+}
+
+}  // namespace
+}  // namespace weir::serve
