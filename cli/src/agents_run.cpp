@@ -42,8 +42,9 @@ Result<ModelChoice> choose_model(const std::optional<std::string>& flag) {
   // Small enough to run 64 crews on 2 cores in well under two minutes; q8_0 like real models.
   ModelChoice c{fs::temp_directory_path() / "weir-default-model-v2.gguf", true};
   if (!fs::exists(c.path)) {
-    std::printf("generating the default model (random weights, 4 layers) at %s ...\n",
-                c.path.c_str());
+    // Progress goes to stderr: stdout carries the run's JSON result.
+    std::fprintf(stderr, "generating the default model (random weights, 4 layers) at %s ...\n",
+                 c.path.c_str());
     inference::RandomModelShape shape{256, 768, 4, 8, 8, 4096, 4096};
     const fs::path tmp = c.path.string() + ".tmp" + std::to_string(::getpid());
     if (auto st = inference::write_random_llama(tmp, shape, inference::GgmlType::q8_0, 7); !st)

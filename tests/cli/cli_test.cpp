@@ -30,11 +30,13 @@ struct Run {
   std::string out, err;
 };
 
-Run run_weir(const std::string& args) {
+// `env`: assignments put before the command ("TMPDIR=/x").
+Run run_weir_env(const std::string& env, const std::string& args) {
   static int n = 0;
   fs::path err_file = fs::temp_directory_path() /
                       ("weir_cli_err_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
-  std::string cmd = std::string(WEIR_BIN_DIR) + "/weir " + args + " 2>" + err_file.string();
+  std::string cmd =
+      env + " " + std::string(WEIR_BIN_DIR) + "/weir " + args + " 2>" + err_file.string();
   Run r;
   FILE* p = ::popen(cmd.c_str(), "r");
   std::array<char, 4096> buf;
@@ -48,6 +50,10 @@ Run run_weir(const std::string& args) {
   r.err = ss.str();
   fs::remove(err_file);
   return r;
+}
+
+Run run_weir(const std::string& args) {
+  return run_weir_env("", args);
 }
 
 fs::path temp_file(const std::string& name, const std::string& text) {
@@ -343,6 +349,25 @@ TEST(Cli, CrewAndGroupChatSamplesRunOnTheDefaultModel) {
   const auto& tr = c.at("transcript").as_array();
   ASSERT_EQ(tr.size(), 9u);  // the task + the window of 8
   EXPECT_EQ(tr[0].at("content"), "Write a design note on bounding an agent's chat history.");
+}
+
+// On a machine without the default model, its generation is reported on stderr: stdout still
+// holds only the run's JSON.
+TEST(Cli, GeneratingTheDefaultModelKeepsStdoutJson) {
+  const fs::path tmp = fs::temp_directory_path() / ("weir_cli_tmp_" + std::to_string(::getpid()));
+  fs::create_directories(tmp);
+  const std::string crews = std::string(WEIR_SOURCE_DIR) + "/samples/crews/";
+  auto r = run_weir_env("TMPDIR=" + tmp.string(),
+                        "run " + crews + "research_crew.json --input '{\"topic\": \"BM25\"}'");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("generating the default model (random weights, 4 layers) at " +
+                       (tmp / "weir-default-model-v2.gguf").string()),
+            std::string::npos)
+      << r.err;
+  boost::system::error_code ec;
+  boost::json::parse(r.out, ec);
+  EXPECT_FALSE(ec) << r.out;
+  fs::remove_all(tmp);
 }
 
 TEST(Cli, BadCrewFilesGiveEveryProblem) {
