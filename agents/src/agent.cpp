@@ -8,6 +8,7 @@
 #include "weir/runtime/artifact_store.hpp"
 #include "weir/runtime/log.hpp"
 #include "weir/tools/registry.hpp"
+#include "weir/tools/schema.hpp"
 #include "weir/tools/tool.hpp"
 
 namespace weir::agents {
@@ -92,6 +93,8 @@ AgentResult agent_result(const graph::RunResult& run) {
   if (const auto* o = s.if_contains("output"); o && o->is_string()) r.output = o->as_string();
   r.iterations = static_cast<std::int32_t>(int_of(s, "iterations"));
   r.tool_calls = static_cast<std::int32_t>(int_of(s, "tool_calls"));
+  r.malformed_tool_calls = static_cast<std::int32_t>(int_of(s, "malformed_tool_calls"));
+  r.refused_tool_calls = static_cast<std::int32_t>(int_of(s, "refused_tool_calls"));
   r.prompt_tokens = int_of(s, "prompt_tokens");
   r.completion_tokens = int_of(s, "completion_tokens");
   r.steps = run.steps;
@@ -189,6 +192,12 @@ struct Agent::Loop {
     co_return cut_utf8(r->message.content, spec.history.max_summary_bytes);
   }
 
+  static bool valid_json(const std::string& text, const json::object& schema) {
+    boost::system::error_code ec;
+    json::value v = json::parse(text, ec);
+    return !ec && tools::validate(json::value(schema), v);
+  }
+
   asio::awaitable<Result<graph::Update>> think(graph::StateView state,
                                                graph::NodeContext& ctx) const {
     auto msgs = read_messages(state, ctx, "messages");
@@ -237,22 +246,51 @@ struct Agent::Loop {
       conversation.push_back(Message::system("Summary of the earlier conversation: " + summary));
     for (; i < msgs->size(); ++i) conversation.push_back((*msgs)[i]);
 
+    // The task's output_schema: the final answer is one JSON value valid against it.
+    std::optional<json::object> schema;
+    if (const auto& os = state.get("output_schema"); os.is_object()) schema = os.as_object();
     const bool final_turn = iter + 1 >= spec.max_iter;
     std::vector<ToolSpec> tools = final_turn ? std::vector<ToolSpec>{} : tool_specs;
     if (final_turn && iter > 0)
-      conversation.push_back(
-          Message::user("This is your last step (max_iter " + std::to_string(spec.max_iter) +
-                        "). Give your final answer now, in plain text, without calling tools."));
+      conversation.push_back(Message::user(
+          "This is your last step (max_iter " + std::to_string(spec.max_iter) +
+          "). Give your final answer now, " +
+          (schema ? "as JSON matching the output schema" : std::string("in plain text")) +
+          ", without calling tools."));
     ChatParams params;
     params.max_tokens = spec.max_tokens_per_turn;
     params.temperature = spec.temperature;
     params.seed = spec.seed + static_cast<std::uint64_t>(iter);
+    if (tools.empty()) params.response_schema = schema;
+    std::vector<Message> asked;  // kept for a second, constrained answer
+    if (schema && !tools.empty()) asked = conversation;
     auto r = co_await model->async_chat(std::move(conversation), std::move(tools), params);
     if (!r) co_return std::move(r).error();
     prompt_tokens += r->usage.prompt_tokens;
     completion_tokens += r->usage.completion_tokens;
     if (auto s = ctx.charge_tokens(r->usage.prompt_tokens + r->usage.completion_tokens); !s)
       co_return std::move(s).error();
+    // A final answer from a turn that offered tools was not constrained: when it does not
+    // validate against the output schema, the model answers once more, constrained, without
+    // tools (one more model call, counted as an iteration).
+    if (schema && !asked.empty() && r->message.tool_calls.empty() && !r->tool_call_error &&
+        !valid_json(r->message.content, *schema)) {
+      asked.push_back(r->message);
+      asked.back().role = Role::assistant;
+      asked.push_back(Message::user(
+          "Give your final answer now as one JSON value matching this JSON Schema, without "
+          "calling tools: " +
+          json::serialize(*schema)));
+      params.response_schema = schema;
+      std::vector<ToolSpec> none;
+      r = co_await model->async_chat(std::move(asked), std::move(none), params);
+      if (!r) co_return std::move(r).error();
+      prompt_tokens += r->usage.prompt_tokens;
+      completion_tokens += r->usage.completion_tokens;
+      if (auto s = ctx.charge_tokens(r->usage.prompt_tokens + r->usage.completion_tokens); !s)
+        co_return std::move(s).error();
+      ++iter;
+    }
     u.set("iterations", iter + 1);
     u.set("prompt_tokens", prompt_tokens);
     u.set("completion_tokens", completion_tokens);
@@ -260,6 +298,7 @@ struct Agent::Loop {
     Message reply = std::move(r->message);
     reply.role = Role::assistant;
     if (reply.name.empty()) reply.name = spec.name;
+    if (r->tool_call_error) u.set("malformed_tool_calls", int_of(st, "malformed_tool_calls") + 1);
     if (r->tool_call_error && !final_turn) {
       // Fed back so the model can correct itself; it cost an iteration.
       msgs->push_back(std::move(reply));
@@ -288,6 +327,7 @@ struct Agent::Loop {
       co_return Error(Errc::invalid_argument, "agent '" + spec.name + "': act without tool calls");
     const std::vector<ToolCall> calls = msgs->back().tool_calls;
     std::int64_t n = int_of(state.to_object(), "tool_calls");
+    std::int64_t refused = int_of(state.to_object(), "refused_tool_calls");
     for (const auto& call : calls) {
       ++n;
       std::string content;
@@ -296,6 +336,7 @@ struct Agent::Loop {
         for (std::size_t k = 0; k < spec.tools.size(); ++k)
           content += (k ? ", " : "") + spec.tools[k];
         if (spec.tools.empty()) content += "(none)";
+        ++refused;
       } else {
         tools::ToolContext tctx;
         tctx.artifacts = ctx.artifacts();
@@ -304,6 +345,8 @@ struct Agent::Loop {
         if (out) {
           content = std::move(out->content);
         } else {
+          // Arguments the tool's schema refuses: the call itself was invalid.
+          if (out.error().is(Errc::invalid_argument)) ++refused;
           content =
               "Error (" + std::string(errc_name(out.error().code)) + "): " + out.error().message;
         }
@@ -318,6 +361,7 @@ struct Agent::Loop {
     graph::Update u;
     u.set("messages", to_json(*msgs));
     u.set("tool_calls", n);
+    u.set("refused_tool_calls", refused);
     co_return u;
   }
 };
@@ -351,10 +395,12 @@ Result<std::shared_ptr<const Agent>> Agent::create(AgentSpec spec, std::shared_p
   graph::StateGraph g;
   g.add_channel("task");
   g.add_channel("preamble");
+  g.add_channel("output_schema");
   g.add_channel("messages");
   g.add_channel("summary");
   g.add_channel("archive", {.reducer = graph::ReducerKind::append, .max_items = 64});
-  for (const char* c : {"iterations", "tool_calls", "prompt_tokens", "completion_tokens"})
+  for (const char* c : {"iterations", "tool_calls", "malformed_tool_calls", "refused_tool_calls",
+                        "prompt_tokens", "completion_tokens"})
     g.add_channel(c, {.default_value = json::value(0)});
   g.add_channel("output", {.default_value = json::value("")});
   g.add_async_node(
@@ -377,12 +423,12 @@ Result<std::shared_ptr<const Agent>> Agent::create(AgentSpec spec, std::shared_p
   return std::shared_ptr<const Agent>(std::move(a));
 }
 
-asio::awaitable<Result<AgentResult>> Agent::async_run(graph::GraphRuntime& runtime,
-                                                      std::string task,
-                                                      std::vector<Message> preamble,
-                                                      graph::RunOptions options) const {
+asio::awaitable<Result<AgentResult>> Agent::async_run(
+    graph::GraphRuntime& runtime, std::string task, std::vector<Message> preamble,
+    graph::RunOptions options, std::optional<json::object> output_schema) const {
   json::object input;
   input["task"] = json::string(task);
+  if (output_schema) input["output_schema"] = std::move(*output_schema);
   if (!preamble.empty()) input["preamble"] = Loop::to_json(preamble);
   auto r = co_await runtime.async_invoke(graph_, std::move(input), std::move(options));
   if (!r) co_return Error(r.error().code, "agent '" + spec_.name + "': " + r.error().message);

@@ -8,6 +8,7 @@
 
 #include "weir/runtime/artifact_store.hpp"
 #include "weir/tools/registry.hpp"
+#include "weir/tools/schema.hpp"
 #include "weir/tools/tool.hpp"
 
 namespace weir::agents {
@@ -109,6 +110,8 @@ struct Crew::Impl {
     }
     rec["iterations"] = r->iterations;
     rec["tool_calls"] = r->tool_calls;
+    rec["malformed_tool_calls"] = r->malformed_tool_calls;
+    rec["refused_tool_calls"] = r->refused_tool_calls;
     rec["prompt_tokens"] = r->prompt_tokens;
     rec["completion_tokens"] = r->completion_tokens;
     rec["steps"] = r->steps;
@@ -175,6 +178,7 @@ struct Crew::Impl {
     graph::Update u;
     u.set("prompt:" + task.name, json::string(prompt));
     u.set("preamble:" + task.name, std::move(pre));
+    if (task.output_schema) u.set("schema:" + task.name, *task.output_schema);
     co_return u;
   }
 
@@ -201,6 +205,11 @@ struct Crew::Impl {
     rec["agent"] = task.agent;
     rec["summary"] = bounded_summary(output, spec.summary_bytes);
     rec["bytes"] = static_cast<std::uint64_t>(output.size());
+    if (task.output_schema) {  // the full JSON is in the artifact; this says it validates
+      boost::system::error_code ec;
+      json::value v = json::parse(output, ec);
+      rec["output_valid"] = !ec && static_cast<bool>(tools::validate(*task.output_schema, v));
+    }
     if (ctx.artifacts()) {
       auto ref = ctx.artifacts()->put(output, "text/plain", "", ctx.run_id());
       if (!ref) return std::move(ref).error();
@@ -210,6 +219,8 @@ struct Crew::Impl {
     }
     rec["iterations"] = count("iterations");
     rec["tool_calls"] = count("tool_calls") + static_cast<std::int64_t>(task.prefetch.size());
+    rec["malformed_tool_calls"] = count("malformed_tool_calls");
+    rec["refused_tool_calls"] = count("refused_tool_calls");
     rec["prompt_tokens"] = count("prompt_tokens");
     rec["completion_tokens"] = count("completion_tokens");
     graph::Update u;
@@ -354,16 +365,19 @@ Result<std::shared_ptr<const Crew>> Crew::create(CrewSpec spec, std::shared_ptr<
       const std::string& name = spec.tasks[i].name;
       // <task> (context, prefetch) -> <task>/agent (the loop, a subgraph) -> <task>/done
       g.add_channel("task:" + name);
-      for (const char* c : {"prompt", "preamble", "output", "iterations", "tool_calls",
-                            "prompt_tokens", "completion_tokens"})
+      for (const char* c :
+           {"prompt", "preamble", "schema", "output", "iterations", "tool_calls",
+            "malformed_tool_calls", "refused_tool_calls", "prompt_tokens", "completion_tokens"})
         g.add_channel(std::string(c) + ":" + name);
       g.add_async_node(name, [ip, i](graph::StateView s, graph::NodeContext& ctx) {
         return ip->run_task(i, s, ctx);
       });
       graph::SubgraphOptions so;
-      so.input = {{"prompt:" + name, "task"}, {"preamble:" + name, "preamble"}};
-      for (const char* c :
-           {"output", "iterations", "tool_calls", "prompt_tokens", "completion_tokens"})
+      so.input = {{"prompt:" + name, "task"},
+                  {"preamble:" + name, "preamble"},
+                  {"schema:" + name, "output_schema"}};
+      for (const char* c : {"output", "iterations", "tool_calls", "malformed_tool_calls",
+                            "refused_tool_calls", "prompt_tokens", "completion_tokens"})
         so.output.emplace_back(c, std::string(c) + ":" + name);
       g.add_subgraph(name + "/agent", impl->agents.at(spec.tasks[i].agent)->graph(), so);
       g.add_node(name + "/done", [ip, i](const graph::StateView& s, graph::NodeContext& ctx) {
@@ -443,10 +457,14 @@ asio::awaitable<Result<CrewResult>> Crew::async_kickoff(graph::GraphRuntime& run
     t.agent = rec.at("agent").as_string();
     t.summary = rec.at("summary").as_string();
     t.output_bytes = static_cast<std::uint64_t>(num(rec, "bytes"));
+    if (const auto* ov = rec.if_contains("output_valid"); ov && ov->is_bool())
+      t.output_valid = ov->as_bool();
     if (const auto* a = rec.if_contains("artifact"))
       if (auto ref = ArtifactRef::from_json(*a)) t.artifact_id = ref->id;
     t.loop.iterations = static_cast<std::int32_t>(num(rec, "iterations"));
     t.loop.tool_calls = static_cast<std::int32_t>(num(rec, "tool_calls"));
+    t.loop.malformed_tool_calls = static_cast<std::int32_t>(num(rec, "malformed_tool_calls"));
+    t.loop.refused_tool_calls = static_cast<std::int32_t>(num(rec, "refused_tool_calls"));
     t.loop.prompt_tokens = num(rec, "prompt_tokens");
     t.loop.completion_tokens = num(rec, "completion_tokens");
     t.loop.steps = static_cast<std::int32_t>(num(rec, "steps"));
@@ -454,6 +472,8 @@ asio::awaitable<Result<CrewResult>> Crew::async_kickoff(graph::GraphRuntime& run
     out.steps += t.loop.steps;
     out.iterations += t.loop.iterations;
     out.tool_calls += t.loop.tool_calls;
+    out.malformed_tool_calls += t.loop.malformed_tool_calls;
+    out.refused_tool_calls += t.loop.refused_tool_calls;
     out.prompt_tokens += t.loop.prompt_tokens;
     out.completion_tokens += t.loop.completion_tokens;
     out.final_output = t.summary;

@@ -10,6 +10,7 @@
 #include "weir/tools/builtin.hpp"
 #include "weir/tools/doc_index.hpp"
 #include "weir/tools/registry.hpp"
+#include "weir/tools/schema.hpp"
 
 namespace weir::agents {
 
@@ -318,9 +319,9 @@ Result<AgentsFile> parse_agents_file(std::string_view text, const fs::path& path
     } else {
       for (std::size_t i = 0; i < tasks->as_array().size(); ++i) {
         const std::string ptr = "/tasks/" + std::to_string(i);
-        const auto* o =
-            c.object(tasks->as_array()[i], ptr,
-                     {"name", "agent", "description", "expected_output", "context", "prefetch"});
+        const auto* o = c.object(tasks->as_array()[i], ptr,
+                                 {"name", "agent", "description", "expected_output", "context",
+                                  "prefetch", "output_schema"});
         if (!o) continue;
         TaskSpec t;
         t.name = c.str(*o, "name", ptr, true).value_or("");
@@ -328,6 +329,18 @@ Result<AgentsFile> parse_agents_file(std::string_view text, const fs::path& path
         t.expected_output = c.str(*o, "expected_output", ptr, false).value_or("");
         t.agent = c.str(*o, "agent", ptr, f.crew.process == Process::sequential).value_or("");
         t.context = c.strings(*o, "context", ptr);
+        if (const auto* os = o->if_contains("output_schema")) {
+          if (!os->is_object())
+            c.fail(ptr + "/output_schema", "expected a JSON Schema object");
+          else if (f.crew.process != Process::sequential)
+            c.fail(ptr + "/output_schema",
+                   "output_schema is supported in sequential crews (the manager of a "
+                   "hierarchical crew writes the final answer)");
+          else if (auto st = tools::check_schema(os->as_object()); !st)
+            c.fail(ptr + "/output_schema", st.error().message);
+          else
+            t.output_schema = os->as_object();
+        }
         if (const auto* cx = o->if_contains("context");
             cx && cx->is_array() && cx->as_array().empty())
           t.context_none = true;

@@ -224,6 +224,15 @@ asio::awaitable<Result<ChatResponse>> LocalChatModel::async_chat(std::vector<Mes
   rq.sampling.seed = params.seed;
   rq.stop_strings = params.stop;
   bool constrained_call = false;
+  if (params.response_schema && tools.empty()) {
+    // Compiled once per schema and vocabulary (compile_constraint caches).
+    auto c = inf::compile_constraint(
+        {inf::ConstraintSpec::Kind::json_schema, json::serialize(*params.response_schema), {}},
+        *tokenizer_);
+    if (!c)
+      co_return Error(Errc::invalid_argument, name_ + ": output_schema: " + c.error().message);
+    rq.constraint = *c;
+  }
   if (!tools.empty()) {
     rq.stop_strings.push_back("</tool_call>");
     // After "<tool_call>" the output is constrained to {"name": one of the tools, "arguments":

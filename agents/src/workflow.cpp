@@ -79,7 +79,8 @@ struct Wiring {
 
   // An llm node: one chat turn (system + prompt) on the node's model.
   asio::awaitable<Result<std::string>> call_model(std::string name, std::string system,
-                                                  std::string prompt, std::int32_t max_tokens) {
+                                                  std::string prompt, std::int32_t max_tokens,
+                                                  std::optional<json::object> output_schema) {
     Result<std::shared_ptr<LocalChatModel>> m = Error(Errc::cancelled, "");
     {
       std::lock_guard lock(mu);
@@ -91,6 +92,7 @@ struct Wiring {
     msgs.push_back(Message::user(std::move(prompt)));
     ChatParams params;
     params.max_tokens = max_tokens;
+    params.response_schema = std::move(output_schema);
     auto op = (*m)->async_chat(std::move(msgs), std::vector<ToolSpec>{}, params);
     auto r = co_await std::move(op);
     if (!r) co_return std::move(r).error();
@@ -236,8 +238,9 @@ Result<graph::WorkflowGraph> build_workflow(const graph::WorkflowSpec& spec,
 
   graph::WorkflowHooks hooks;
   hooks.model_call = [w](std::string model, std::string system, std::string prompt,
-                         std::int32_t max_tokens) {
-    return w->call_model(std::move(model), std::move(system), std::move(prompt), max_tokens);
+                         std::int32_t max_tokens, std::optional<json::object> output_schema) {
+    return w->call_model(std::move(model), std::move(system), std::move(prompt), max_tokens,
+                         std::move(output_schema));
   };
   hooks.tool_call = [w](std::string tool, json::object args, graph::NodeContext& ctx) {
     return w->call_tool(std::move(tool), std::move(args), ctx);

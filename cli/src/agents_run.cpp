@@ -57,7 +57,8 @@ Result<ModelChoice> choose_model(const std::optional<std::string>& flag) {
 namespace {
 
 struct Totals {
-  std::atomic<int> runs{0}, failed{0}, steps{0}, iterations{0}, tool_calls{0};
+  std::atomic<int> runs{0}, failed{0}, steps{0}, iterations{0}, tool_calls{0}, malformed{0},
+      refused{0};
   std::atomic<long> prompt_tokens{0}, completion_tokens{0};
   std::atomic<int> peak_used_blocks{0};
   std::string first_error;
@@ -80,13 +81,15 @@ void print_budget(const MemoryBudget& budget) {
 json::object crew_json(const agents::CrewResult& r, const ArtifactStore& store) {
   json::array tasks;
   for (const auto& t : r.tasks) {
-    tasks.push_back(json::object{{"task", t.task},
-                                 {"agent", t.agent},
-                                 {"summary", t.summary},
-                                 {"artifact", t.artifact_id},
-                                 {"bytes", t.output_bytes},
-                                 {"iterations", t.loop.iterations},
-                                 {"tool_calls", t.loop.tool_calls}});
+    json::object rec{{"task", t.task},
+                     {"agent", t.agent},
+                     {"summary", t.summary},
+                     {"artifact", t.artifact_id},
+                     {"bytes", t.output_bytes},
+                     {"iterations", t.loop.iterations},
+                     {"tool_calls", t.loop.tool_calls}};
+    if (t.output_valid) rec["output_valid"] = *t.output_valid;
+    tasks.push_back(std::move(rec));
   }
   std::string final_text = r.final_output;
   if (!r.tasks.empty() && !r.tasks.back().artifact_id.empty())
@@ -226,6 +229,8 @@ int run_agents_file(const fs::path& path, const AgentsRunOptions& options) {
         totals.steps += r->steps;
         totals.iterations += r->iterations;
         totals.tool_calls += r->tool_calls;
+        totals.malformed += r->malformed_tool_calls;
+        totals.refused += r->refused_tool_calls;
         totals.prompt_tokens += r->prompt_tokens;
         totals.completion_tokens += r->completion_tokens;
         if (options.instances == 1) single = crew_json(*r, **store);
@@ -305,6 +310,13 @@ int run_agents_file(const fs::path& path, const AgentsRunOptions& options) {
               totals.failed.load(), secs);
   std::printf("  %-30s %d supersteps, %d model calls, %d tool calls\n", "work", totals.steps.load(),
               totals.iterations.load(), totals.tool_calls.load());
+  // Made: every call written (a malformed one too; a task's prefetch included); valid: parsed, of a
+  // tool the agent has, with arguments its schema accepts. Constrained decoding makes the two
+  // equal.
+  const int made = totals.tool_calls.load() + totals.malformed.load();
+  std::printf("  %-30s %d made, %d valid (%d malformed, %d refused)\n", "tool calls", made,
+              made - totals.malformed.load() - totals.refused.load(), totals.malformed.load(),
+              totals.refused.load());
   std::printf("  %-30s %ld prompt, %ld generated (%.0f generated tok/s)\n", "tokens",
               totals.prompt_tokens.load(), gen, gen / secs);
   std::printf("  %-30s %d of %d blocks at peak (%d tokens each, pool %s)\n", "KV cache",

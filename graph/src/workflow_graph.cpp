@@ -509,6 +509,11 @@ Result<WorkflowGraph> build_workflow_graph(const WorkflowSpec& spec, WorkflowHoo
         const std::int32_t max_tokens =
             p.contains("max_tokens") ? static_cast<std::int32_t>(p.at("max_tokens").as_int64())
                                      : 128;
+        // With an output_schema the reply is JSON valid against it: the output channel gets
+        // the parsed value, not its text.
+        std::optional<json::object> schema;
+        if (const auto* os = p.if_contains("output_schema"); os && os->is_object())
+          schema = os->as_object();
         b.add_async_node(
             n.name,
             [=](StateView s, NodeContext& c) -> asio::awaitable<Result<Update>> {
@@ -523,12 +528,23 @@ Result<WorkflowGraph> build_workflow_graph(const WorkflowSpec& spec, WorkflowHoo
                     text += "\n" + to_text(m.at("content"));
                 }
               }
-              auto r = co_await model_call(model, system, text, max_tokens);
+              auto r = co_await model_call(model, system, text, max_tokens, schema);
               if (!r) co_return r.error();
               if (auto st = c.charge_tokens(static_cast<std::int64_t>(r->size() / 4 + 1)); !st)
                 co_return st.error();
               Update u;
-              if (!output.empty()) u.set(output, json::string(*r));
+              if (!output.empty() && schema) {
+                boost::system::error_code ec;
+                json::value v = json::parse(*r, ec);
+                if (ec)
+                  co_return Error(Errc::model_error,
+                                  "the reply is not JSON although the node has an output_schema "
+                                  "(it was cut at max_tokens " +
+                                      std::to_string(max_tokens) + "?): " + *r);
+                u.set(output, std::move(v));
+              } else if (!output.empty()) {
+                u.set(output, json::string(*r));
+              }
               if (!messages.empty())
                 u.set(messages, json::object{{"role", "assistant"}, {"content", *r}});
               co_return u;

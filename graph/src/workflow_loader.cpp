@@ -558,7 +558,9 @@ class Loader {
           break;
         }
         case NodeKind::llm: {
-          allow({"model", "prompt", "system", "messages", "output", "max_tokens"});
+          allow({"model", "prompt", "system", "messages", "output", "max_tokens", "output_schema"});
+          if (const auto* os = no.if_contains("output_schema"); os && !os->is_object())
+            error(ptr + "/output_schema", "expected a JSON Schema object");
           if (auto m = string_at(no, "model", ptr, true); m && !has(model_names_, *m)) {
             error(ptr + "/model", unknown("model", *m, model_names_));
           }

@@ -489,6 +489,71 @@ TEST(Cli, WorkflowToolAndAgentNodesUseTheToolsAndAgentsLayers) {
   fs::remove(wf);
 }
 
+// output_schema: an llm node's output channel gets a JSON value valid against the schema, and a
+// crew task's agent (with tools) ends with valid JSON, on random-weight models.
+TEST(Cli, OutputSchemasMakeLlmNodesAndCrewTasksAnswerValidJson) {
+  const fs::path model = fs::path(WEIR_SHARED_DIR) / "models" / "stories260K-gqa.gguf";
+  if (!fs::exists(model)) GTEST_SKIP() << "fixture model absent";
+  const std::string schema = R"({"type": "object", "properties": {
+      "title": {"type": "string", "maxLength": 12},
+      "stars": {"type": "integer", "minimum": 1, "maximum": 5}},
+    "required": ["title", "stars"], "additionalProperties": false})";
+  auto workflow = [&](const std::string& output_schema) {
+    return temp_file("rate.json", R"({"name": "rate",
+      "models": {"tiny": {"path": ")" +
+                                      model.string() + R"("}},
+      "state": {"query": {"default": "paged attention"}, "rating": {}},
+      "nodes": {"rate": {"kind": "llm", "model": "tiny", "prompt": "Rate {{state.query}}",
+                         "max_tokens": 128, "output": "rating", "output_schema": )" +
+                                      output_schema + R"(}},
+      "edges": [{"from": "START", "to": "rate"}, {"from": "rate", "to": "END"}]})");
+  };
+  auto wf = workflow(schema);
+  auto r = run_weir("run " + wf.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto state = boost::json::parse(r.out).as_object();
+  ASSERT_TRUE(state.at("rating").is_object()) << state.at("rating");
+  const auto& rating = state.at("rating").as_object();
+  EXPECT_EQ(rating.size(), 2u) << rating;
+  EXPECT_GE(rating.at("stars").as_int64(), 1);
+  EXPECT_LE(rating.at("stars").as_int64(), 5);
+  // A keyword the constraint cannot enforce is an error naming it, never ignored.
+  auto bad = workflow(R"({"type": "object", "not": {"required": ["x"]}})");
+  auto b = run_weir("run " + bad.string());
+  EXPECT_EQ(b.code, 2);
+  EXPECT_NE(b.err.find("output_schema: unsupported JSON Schema keyword 'not' at /not"),
+            std::string::npos)
+      << b.err;
+
+  const std::string data = std::string(WEIR_SOURCE_DIR) + "/samples/data";
+  auto crew = temp_file("crew_schema.json", R"({"weir": 1, "kind": "crew", "name": "c",
+    "tools": {"doc_search": {"folder": ")" + data +
+                                                R"("}},
+    "agents": [{"name": "a", "role": "an analyst", "tools": ["doc_search"], "max_iter": 3,
+                "max_tokens_per_turn": 128}],
+    "tasks": [{"name": "t", "agent": "a", "description": "Rate {{topic}}",
+               "output_schema": )" + schema + R"(}]})");
+  auto c = run_weir("run " + crew.string() + " --input '{\"topic\": \"BM25\"}'");  // default model
+  ASSERT_EQ(c.code, 0) << c.err;
+  auto out = boost::json::parse(c.out).as_object();
+  const auto& task = out.at("tasks").at(0).as_object();
+  EXPECT_EQ(task.at("output_valid"), true) << task;
+  auto summary = boost::json::parse(task.at("summary").as_string()).as_object();
+  EXPECT_EQ(summary.size(), 2u) << summary;
+  // Bad entries are positioned.
+  auto bad_crew = temp_file("crew_bad_schema.json", R"({"weir": 1, "kind": "crew", "name": "c",
+    "agents": [{"name": "a", "role": "r"}],
+    "tasks": [{"name": "t", "agent": "a", "description": "d", "output_schema": "json"}]})");
+  auto v = run_weir("validate " + bad_crew.string());
+  EXPECT_EQ(v.code, 1);
+  EXPECT_NE(v.err.find("/tasks/0/output_schema: expected a JSON Schema object"), std::string::npos)
+      << v.err;
+  fs::remove(wf);
+  fs::remove(bad);
+  fs::remove(crew);
+  fs::remove(bad_crew);
+}
+
 }  // namespace
 
 namespace {

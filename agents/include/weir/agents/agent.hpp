@@ -65,8 +65,10 @@ std::string agent_system_prompt(const AgentSpec& spec);
 
 struct AgentResult {
   std::string output;
-  std::int32_t iterations = 0;  // model calls
-  std::int32_t tool_calls = 0;
+  std::int32_t iterations = 0;            // model calls
+  std::int32_t tool_calls = 0;            // calls run (refused ones included)
+  std::int32_t malformed_tool_calls = 0;  // replies whose call could not be parsed
+  std::int32_t refused_tool_calls = 0;    // unknown tool, or arguments the schema refused
   std::int64_t prompt_tokens = 0;
   std::int64_t completion_tokens = 0;
   std::int32_t steps = 0;  // supersteps of the loop graph
@@ -89,12 +91,15 @@ class Agent {
   // The reason-act loop, compiled once; run it alone or use it as a subgraph.
   const std::shared_ptr<const graph::CompiledGraph>& graph() const { return graph_; }
 
-  // Runs the loop on `task` (with optional preamble messages). Errors: the graph's (caps,
-  // token budget, memory budget, cancelled) and model_error when the model fails.
-  boost::asio::awaitable<Result<AgentResult>> async_run(graph::GraphRuntime& runtime,
-                                                        std::string task,
-                                                        std::vector<Message> preamble,
-                                                        graph::RunOptions options) const;
+  // Runs the loop on `task` (with optional preamble messages). With `output_schema`, the final
+  // answer is one JSON value valid against it (a reply that offered tools and does not validate
+  // is asked again, constrained). Errors: the graph's (caps, token budget, memory budget,
+  // cancelled), model_error when the model fails, invalid_argument for a schema the model
+  // cannot enforce.
+  boost::asio::awaitable<Result<AgentResult>> async_run(
+      graph::GraphRuntime& runtime, std::string task, std::vector<Message> preamble,
+      graph::RunOptions options,
+      std::optional<boost::json::object> output_schema = std::nullopt) const;
 
  private:
   Agent() = default;

@@ -60,6 +60,10 @@ struct ChatParams {
   float temperature = 0.0f;
   std::uint64_t seed = 0;
   std::vector<std::string> stop;
+  // The reply is one JSON value valid against this JSON Schema (a task's or an llm node's
+  // output_schema). Models that can constrain decoding (LocalChatModel) do so when the turn
+  // has no tools; a keyword they cannot enforce is an invalid_argument naming it.
+  std::optional<boost::json::object> response_schema;
 };
 
 struct ChatUsage {

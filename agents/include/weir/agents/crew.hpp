@@ -37,6 +37,8 @@ struct TaskSpec {
   std::vector<std::string> context;  // earlier tasks it sees; empty: the previous task
   bool context_none = false;         // true: sees no earlier task
   std::vector<ToolCall> prefetch;    // run before the agent starts ("{{key}}" in string args)
+  // The task's result is one JSON value valid against this schema (sequential process).
+  std::optional<boost::json::object> output_schema;
 };
 
 enum class Process { sequential, hierarchical };
@@ -55,6 +57,7 @@ struct TaskResult {
   std::string task, agent, summary;
   std::string artifact_id;  // the full output (empty without an artifact store)
   std::uint64_t output_bytes = 0;
+  std::optional<bool> output_valid;  // with an output_schema: the output validates against it
   AgentResult loop;
 };
 
@@ -64,6 +67,8 @@ struct CrewResult {
   std::int32_t steps = 0;         // supersteps, the loops' included
   std::int32_t iterations = 0;    // model calls of the loops
   std::int32_t tool_calls = 0;
+  std::int32_t malformed_tool_calls = 0;  // see AgentResult
+  std::int32_t refused_tool_calls = 0;
   std::int64_t prompt_tokens = 0;
   std::int64_t completion_tokens = 0;
   graph::RunResult run;  // the crew graph's run
