@@ -48,6 +48,9 @@ __attribute__((target("avx512f"))) void gemm_tile_avx512(const float* w, std::in
                                                          std::int64_t nr, std::int64_t count,
                                                          const float* next);
 
+// dequantize_row for rows [r0, r0 + nr) of `w` into out[nr][cols], K-quants vectorised.
+void dequantize_rows_avx512(const Weight& w, std::int64_t r0, std::int64_t nr, float* out);
+
 // The VNNI GEMM for a batch (n >= kGemmMinTokens) of Q8_0 weights, or Q4_0 ones widened to
 // Q8_0 blocks a row tile at a time (the same scale, quants - 8), so both share the kernel.
 void gemm_q8_vnni(const Weight& w, const float* x, std::int64_t n, float* y, ThreadPool& pool);

@@ -59,6 +59,46 @@ void by_tiles(std::int64_t n, F&& f) {
   }
 }
 
+#ifdef WEIR_X86
+// The AVX-512 F32 GEMM over tiles of kGemmRows weight rows: F32 weights are read in place (the
+// last tile zero-padded); other types are dequantised a tile at a time (dequantize_row), once
+// for all the tokens.
+void gemm_f32_tiles(const Weight& w, const float* x, std::int64_t n, float* y, ThreadPool& pool) {
+  const std::int64_t rows = w.rows, cols = w.cols;
+  const bool f32 = w.type == GgmlType::f32;
+  const auto* wf = reinterpret_cast<const float*>(w.data);
+  thread_local std::vector<float> xp;
+  const std::vector<Panel> panels = pack_panels(x, n, cols, xp);
+  const std::int64_t tiles = (rows + kGemmRows - 1) / kGemmRows;
+  pool.parallel_for(tiles, [&](int, std::int64_t b, std::int64_t e) {
+    thread_local std::vector<float> pad;  // a dequantised tile, or the last tile zero-padded
+    for (std::int64_t tile = b; tile < e; ++tile) {
+      const std::int64_t r0 = tile * kGemmRows, nr = std::min<std::int64_t>(kGemmRows, rows - r0);
+      const float* wt = f32 ? wf + r0 * cols : nullptr;
+      if (!f32 || nr < kGemmRows) {
+        pad.resize(static_cast<std::size_t>(kGemmRows * cols));
+        if (f32)
+          std::copy_n(wt, nr * cols, pad.data());
+        else
+          dequantize_rows_avx512(w, r0, nr, pad.data());
+        std::fill(pad.begin() + nr * cols, pad.end(), 0.0f);  // rows past the last
+        wt = pad.data();
+      }
+      // F32: the next tile's weights are prefetched during the first panel.
+      for (const Panel& p : panels) {
+        const float* pf =
+            f32 && &p == &panels.front() ? wf + std::min(r0 + kGemmRows, rows - 1) * cols : wt;
+        float* yt = y + p.start * rows + r0;
+        if (p.width == 32)
+          gemm_tile_avx512<2>(wt, cols, cols, p.data, yt, rows, nr, p.count, pf);
+        else
+          gemm_tile_avx512<1>(wt, cols, cols, p.data, yt, rows, nr, p.count, pf);
+      }
+    }
+  });
+}
+#endif
+
 }  // namespace
 
 void matmul(const Weight& w, const float* x, std::int64_t n, float* y, ThreadPool& pool,
@@ -68,35 +108,7 @@ void matmul(const Weight& w, const float* x, std::int64_t n, float* y, ThreadPoo
     case GgmlType::f32: {
       const auto* wf = reinterpret_cast<const float*>(w.data);
 #ifdef WEIR_X86
-      if (n >= kGemmMinTokens && avx512()) {
-        thread_local std::vector<float> xp;
-        const std::vector<Panel> panels = pack_panels(x, n, cols, xp);
-        const std::int64_t tiles = (rows + kGemmRows - 1) / kGemmRows;
-        pool.parallel_for(tiles, [&](int, std::int64_t b, std::int64_t e) {
-          thread_local std::vector<float> pad;  // the last tile's rows, zero-padded
-          for (std::int64_t tile = b; tile < e; ++tile) {
-            const std::int64_t r0 = tile * kGemmRows,
-                               nr = std::min<std::int64_t>(kGemmRows, rows - r0);
-            const float* wt = wf + r0 * cols;
-            if (nr < kGemmRows) {
-              pad.assign(static_cast<std::size_t>(kGemmRows * cols), 0.0f);
-              std::copy_n(wt, nr * cols, pad.data());
-              wt = pad.data();
-            }
-            // The next tile's weights are prefetched during the first panel.
-            for (const Panel& p : panels) {
-              const float* pf =
-                  &p == &panels.front() ? wf + std::min(r0 + kGemmRows, rows - 1) * cols : wt;
-              float* yt = y + p.start * rows + r0;
-              if (p.width == 32)
-                gemm_tile_avx512<2>(wt, cols, cols, p.data, yt, rows, nr, p.count, pf);
-              else
-                gemm_tile_avx512<1>(wt, cols, cols, p.data, yt, rows, nr, p.count, pf);
-            }
-          }
-        });
-        return;
-      }
+      if (n >= kGemmMinTokens && avx512()) return gemm_f32_tiles(w, x, n, y, pool);
 #endif
       // Split rows across threads in multiples of 4, so tiles stay whole.
       pool.parallel_for((rows + 3) / 4, [&](int, std::int64_t b, std::int64_t e) {
@@ -138,6 +150,13 @@ void matmul(const Weight& w, const float* x, std::int64_t n, float* y, ThreadPoo
 #ifdef WEIR_X86
       if (w.type == GgmlType::q4_0 && n >= kGemmMinTokens && vnni())
         return gemm_q8_vnni(w, x, n, y, pool);
+      // K-quants: a large batch is compute-bound, so each row tile is dequantised to F32 once
+      // and multiplied by every token on the F32 GEMM. Dequantising costs about as much as the
+      // per-token integer dots below at 8-16 tokens (Q4_K) and 16-24 (Q6_K): from twice that
+      // the GEMM wins (1.8x at 16 / 32 tokens, about 3x at 128; bench/README.md).
+      if (((w.type == GgmlType::q4_k && n >= 16) || (w.type == GgmlType::q6_k && n >= 32)) &&
+          avx512())
+        return gemm_f32_tiles(w, x, n, y, pool);
 #endif
       quantize_q8(x, n, cols, qx, qscale);
       const std::int64_t xblocks = cols / kQK8_0;

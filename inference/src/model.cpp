@@ -56,7 +56,9 @@ void dequantize_row(const Weight& w, std::int64_t r, float* out) {
       float sc[8], mn[8];
       for (std::int64_t i = 0; i < w.cols / kQK_K; ++i) {
         unpack_q4_k(b[i], q, sc, mn);
-        for (int j = 0; j < kQK_K; ++j) out[i * kQK_K + j] = sc[j / 32] * q[j] - mn[j / 32];
+        float* o = out + i * kQK_K;  // group by group: the loops vectorise
+        for (int g = 0; g < 8; ++g)
+          for (int j = 0; j < 32; ++j) o[g * 32 + j] = sc[g] * q[g * 32 + j] - mn[g];
       }
       return;
     }
@@ -66,7 +68,9 @@ void dequantize_row(const Weight& w, std::int64_t r, float* out) {
       float sc[16];
       for (std::int64_t i = 0; i < w.cols / kQK_K; ++i) {
         unpack_q6_k(b[i], q, sc);
-        for (int j = 0; j < kQK_K; ++j) out[i * kQK_K + j] = sc[j / 16] * q[j];
+        float* o = out + i * kQK_K;
+        for (int g = 0; g < 16; ++g)
+          for (int j = 0; j < 16; ++j) o[g * 16 + j] = sc[g] * q[g * 16 + j];
       }
       return;
     }

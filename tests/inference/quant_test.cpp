@@ -174,7 +174,8 @@ TEST_P(QuantKernels, MatmulEqualsDequantisedF32) {
   for (std::int64_t r = 0; r < rows; ++r) dequantize_row(w, r, wd.data() + r * cols);
   for (int threads : {1, 3}) {
     ThreadPool pool(threads);
-    for (std::int64_t n : {1, 2, 5, 9}) {  // decode, and batches around the 4-token tile
+    // Decode, batches around the 4-token tile, and one past the K-quants' GEMM threshold (32).
+    for (std::int64_t n : {1, 2, 5, 9, 33}) {
       // The AVX2 kernels (where the CPU has them), then the portable ones.
       for (bool portable : {false, true}) {
         kernels::use_portable_int8_kernels(portable);
