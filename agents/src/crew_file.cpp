@@ -155,15 +155,48 @@ class Checker {
   std::optional<tools::McpServerConfig> mcp_server(std::string_view name, const json::value& v,
                                                    const std::string& ptr, const fs::path& base) {
     const auto* o = object(v, ptr,
-                           {"command", "env", "cwd", "timeout_ms", "max_concurrency",
-                            "rate_per_minute", "max_message_bytes"});
+                           {"command", "url", "headers", "headers_env", "env", "cwd", "timeout_ms",
+                            "max_concurrency", "rate_per_minute", "max_message_bytes"});
     if (!o) return std::nullopt;
     tools::McpServerConfig s;
     s.name = name;
     if (name.empty() || name.find('/') != std::string_view::npos)
       fail(ptr, "a server name must be non-empty and without '/'");
     const auto* cmd = o->if_contains("command");
-    if (!cmd || !cmd->is_array() || cmd->as_array().empty()) {
+    if (o->contains("url")) {  // Streamable HTTP
+      if (cmd) fail(ptr, "give either \"command\" (stdio) or \"url\" (Streamable HTTP), not both");
+      if (auto url = str(*o, "url", ptr, true)) {
+        if (!url->starts_with("http://") && !url->starts_with("https://"))
+          fail(json_pointer_append(ptr, "url"),
+               "expected an http:// or https:// URL (the server's MCP endpoint)");
+        s.url = *url;
+      }
+      auto header_map = [&](const char* key, bool from_env) {
+        const auto* h = o->if_contains(key);
+        if (!h) return;
+        const std::string hp = json_pointer_append(ptr, key);
+        if (!h->is_object()) return fail(hp, "expected an object of strings");
+        for (const auto& [k, x] : h->as_object()) {
+          if (!x.is_string()) {
+            fail(json_pointer_append(hp, k), "expected a string");
+            continue;
+          }
+          std::string value(x.as_string());
+          if (from_env) {  // the value is a secret: read from the environment, never the file
+            const char* e = std::getenv(value.c_str());
+            if (!e || !*e) {
+              fail(json_pointer_append(hp, k),
+                   "the environment variable '" + value + "' is unset or empty");
+              continue;
+            }
+            value = e;
+          }
+          s.headers.emplace_back(std::string(k), std::move(value));
+        }
+      };
+      header_map("headers", false);
+      header_map("headers_env", true);
+    } else if (!cmd || !cmd->is_array() || cmd->as_array().empty()) {
       fail(cmd ? json_pointer_append(ptr, "command") : ptr,
            cmd ? "expected a non-empty array of strings (the program and its arguments)"
                : "missing required key 'command'");

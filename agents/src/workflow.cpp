@@ -5,11 +5,13 @@
 
 #include <boost/json.hpp>
 
+#include "mcp_config.hpp"
 #include "weir/agents/agent.hpp"
 #include "weir/runtime/artifact_store.hpp"
 #include "weir/runtime/memory_budget.hpp"
 #include "weir/tools/builtin.hpp"
 #include "weir/tools/doc_index.hpp"
+#include "weir/tools/mcp.hpp"
 #include "weir/tools/registry.hpp"
 
 namespace weir::agents {
@@ -186,6 +188,36 @@ Result<graph::WorkflowGraph> build_workflow(const graph::WorkflowSpec& spec,
     w->tool_names[t.name] = tool->name();
     if (!w->tools->find(tool->name())) (void)w->tools->add(std::move(tool));
   }
+  // MCP servers, started here: the tools that nodes and agents name ("fs/read_file"; all of a
+  // server's for "fs/*", or when nothing names one) join the registry as "server/tool".
+  std::vector<std::string> wanted;
+  for (const auto& n : spec.nodes)
+    if (const auto* t = n.params.if_contains("tool");
+        n.kind == graph::NodeKind::tool && t && t->is_string())
+      wanted.emplace_back(t->as_string());
+  for (const auto& [name, v] : spec.agents)
+    if (const auto* ts = v.is_object() ? v.as_object().if_contains("tools") : nullptr;
+        ts && ts->is_array())
+      for (const auto& t : ts->as_array())
+        if (t.is_string()) wanted.emplace_back(t.as_string());
+  for (const auto& [name, v] : spec.mcp_servers) {
+    if (!v.is_object()) continue;
+    const std::string server(name);
+    auto cfg = detail::mcp_server_config(server, v.as_object(), spec.file.parent_path(), problems);
+    auto client = tools::McpClient::connect(std::move(cfg));
+    if (!client) {
+      problems.push_back(client.error().message);
+      continue;
+    }
+    const auto only = detail::wanted_tools(server, wanted);
+    if (auto s = tools::add_mcp_tools(*w->tools, *client, only); !s) {
+      problems.push_back(s.error().message);
+      continue;
+    }
+    for (const auto& info : (*client)->tools())
+      if (const std::string full = server + "/" + info.name; w->tools->find(full))
+        w->tool_names[full] = full;
+  }
   for (const auto& m : spec.models) w->model_specs[m.name] = &m;
   for (const auto& [name, v] : spec.agents) {
     const std::string who = "agent '" + std::string(name) + "'";
@@ -209,6 +241,12 @@ Result<graph::WorkflowGraph> build_workflow(const graph::WorkflowSpec& spec,
     if (const auto* ts = o.if_contains("tools"); ts && ts->is_array()) {
       for (const auto& t : ts->as_array()) {
         const std::string tn = t.is_string() ? std::string(t.as_string()) : std::string();
+        if (tn.size() > 2 && tn.ends_with("/*") &&
+            spec.mcp_servers.contains(tn.substr(0, tn.size() - 2))) {
+          for (const auto& [k, full] : w->tool_names)  // every tool of that server
+            if (k.starts_with(tn.substr(0, tn.size() - 1))) a.tools.push_back(full);
+          continue;
+        }
         auto it = w->tool_names.find(tn);
         if (it == w->tool_names.end())
           problems.push_back(who + ": unknown tool '" + tn + "'");

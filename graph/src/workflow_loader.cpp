@@ -291,7 +291,8 @@ class Loader {
     spec_.file = fs::absolute(file_).lexically_normal();
     check_keys(root, "",
                {"$schema", "name", "description", "version", "limits", "state", "input", "output",
-                "models", "tools", "agents", "tasks", "crews", "group_chats", "nodes", "edges"});
+                "models", "tools", "mcp_servers", "agents", "tasks", "crews", "group_chats",
+                "nodes", "edges"});
     if (auto n = string_at(root, "name", "", true)) {
       if (valid_name(*n))
         spec_.name = *n;
@@ -306,6 +307,7 @@ class Loader {
     if (const auto* s = object_at(root, "state", "", false)) state(*s);
     if (const auto* m = object_at(root, "models", "", false)) models(*m);
     if (const auto* t = object_at(root, "tools", "", false)) tools(*t);
+    if (const auto* m = object_at(root, "mcp_servers", "", false)) mcp_servers(*m);
     for (auto [key, dst] : {std::pair{"agents", &spec_.agents},
                             {"tasks", &spec_.tasks},
                             {"crews", &spec_.crews},
@@ -421,6 +423,60 @@ class Loader {
       model_names_.push_back(m.name);
       spec_.models.push_back(std::move(m));
     }
+  }
+
+  // MCP servers: their shape here (positioned); the agents layer starts them and lists their
+  // tools, which nodes and agents name "server/tool".
+  void mcp_servers(const json::object& o) {
+    for (const auto& [k, v] : o) {
+      const std::string ptr = json_pointer_append("/mcp_servers", k);
+      if (!check_name(std::string(k), ptr, "MCP server")) continue;
+      if (!v.is_object()) {
+        error(ptr,
+              "expected a server object like {\"command\": [\"npx\", \"-y\", \"...\"]} or "
+              "{\"url\": \"http://127.0.0.1:3000/mcp\"}, got " +
+                  type_name(v));
+        continue;
+      }
+      const auto& so = v.as_object();
+      check_keys(so, ptr,
+                 {"command", "url", "headers", "headers_env", "env", "cwd", "timeout_ms",
+                  "max_concurrency", "rate_per_minute", "max_message_bytes"});
+      const auto* cmd = so.if_contains("command");
+      const auto* url = so.if_contains("url");
+      if (!cmd == !url) {
+        error(ptr,
+              "give either \"command\" (a server weir starts, stdio) or \"url\" (Streamable "
+              "HTTP)");
+      } else if (cmd) {
+        bool ok = cmd->is_array() && !cmd->as_array().empty();
+        for (const auto& a : ok ? cmd->as_array() : json::array()) ok = ok && a.is_string();
+        if (!ok)
+          error(ptr + "/command",
+                "expected a non-empty array of strings (the program and its arguments)");
+      } else if (!url->is_string() || !(url->as_string().starts_with("http://") ||
+                                        url->as_string().starts_with("https://"))) {
+        error(ptr + "/url", "expected an http:// or https:// URL (the server's MCP endpoint)");
+      }
+      for (const char* key : {"headers", "headers_env", "env"}) {
+        const auto* h = object_at(so, key, ptr, false);
+        for (const auto& [hk, hv] : h ? *h : json::object())
+          if (!hv.is_string()) error(json_pointer_append(ptr + "/" + key, hk), "expected a string");
+      }
+      (void)string_at(so, "cwd", ptr, false);
+      (void)int_at(so, "timeout_ms", ptr, 1);
+      (void)int_at(so, "max_concurrency", ptr, 1);
+      (void)int_at(so, "rate_per_minute", ptr, 0);
+      (void)int_at(so, "max_message_bytes", ptr, 1024);
+      mcp_names_.emplace_back(k);
+    }
+    spec_.mcp_servers = o;
+  }
+  // "server/tool" of a declared MCP server (its tools are known once it is started).
+  bool mcp_tool(std::string_view name) const {
+    const auto slash = name.find('/');
+    return slash != std::string_view::npos && slash + 1 < name.size() &&
+           has(mcp_names_, name.substr(0, slash));
   }
 
   void tools(const json::object& o) {
@@ -549,8 +605,12 @@ class Loader {
         }
         case NodeKind::tool: {
           allow({"tool", "args", "output"});
-          if (auto t = string_at(no, "tool", ptr, true); t && !has(tool_names_, *t)) {
-            error(ptr + "/tool", unknown("tool", *t, tool_names_));
+          if (auto t = string_at(no, "tool", ptr, true);
+              t && !has(tool_names_, *t) && !mcp_tool(*t)) {
+            error(
+                ptr + "/tool",
+                unknown("tool", *t, tool_names_) +
+                    (mcp_names_.list.empty() ? "" : " (an MCP server's tool is \"server/tool\")"));
           }
           if (const auto* args = object_at(no, "args", ptr, false))
             check_templates(*args, ptr + "/args");
@@ -852,7 +912,7 @@ class Loader {
   ParsedJson parsed_;
   WorkflowSpec spec_;
   std::vector<Diagnostic> diags_;
-  Names channel_names_, model_names_, tool_names_, node_names_;
+  Names channel_names_, model_names_, tool_names_, node_names_, mcp_names_;
   std::size_t suppressed_ = 0;                      // diagnostics past kMaxDiagnostics
   std::map<std::string, std::string> map_workers_;  // worker -> map node
 };

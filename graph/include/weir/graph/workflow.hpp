@@ -127,6 +127,9 @@ struct WorkflowSpec {
   std::vector<std::string> input, output;
   std::vector<ModelSpec> models;
   std::vector<ToolSpecEntry> tools;
+  // "mcp_servers" as written (shape checked); the agents layer starts them. Their tools are
+  // named "server/tool".
+  boost::json::object mcp_servers;
   boost::json::object agents, tasks, crews, group_chats;  // semantics: the agents layer
   std::vector<NodeSpec> nodes;
   std::vector<EdgeSpec> edges;

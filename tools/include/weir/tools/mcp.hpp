@@ -26,8 +26,12 @@
 // any executor. The tools made by make_mcp_tools hold the client (shared_ptr); the last owner's
 // destruction stops the server: stdin closed, SIGTERM, SIGKILL after shutdown_grace, reaped.
 //
-// Transport is the seam for Streamable HTTP (later, on weir::http): a transport moves whole
-// messages (lines without their newline) and reports the peer's end as an error.
+// Transports: stdio (config.command), or Streamable HTTP (config.url, on weir::http's client):
+// every message is POSTed; the answer comes back as the response's JSON body or as the events
+// of its SSE stream; the Mcp-Session-Id the server assigns is sent back; a session the server
+// ended (404) or a refused connection ends the connection, and the client reconnects as it
+// restarts a stdio server. A transport moves whole messages and reports the peer's end as an
+// error.
 #pragma once
 
 #include <chrono>
@@ -58,8 +62,12 @@ inline constexpr std::string_view kMcpSupportedVersions[] = {"2025-06-18", "2025
                                                              "2024-11-05"};
 
 struct McpServerConfig {
-  std::string name;                                  // tools are registered as "name/tool"
-  std::vector<std::string> command;                  // argv; argv[0] is looked up in PATH
+  std::string name;                  // tools are registered as "name/tool"
+  std::vector<std::string> command;  // argv; argv[0] is looked up in PATH
+  // Streamable HTTP instead of stdio: the server's MCP endpoint ("http://127.0.0.1:3000/mcp"),
+  // and headers sent with every request (values are secrets: never logged).
+  std::string url;
+  std::vector<std::pair<std::string, std::string>> headers;
   std::map<std::string, std::string> env;            // added to (overriding) weir's environment
   std::filesystem::path cwd;                         // empty: weir's working directory
   ToolOptions options;                               // the fences of every tool of this server
@@ -94,6 +102,8 @@ class Transport {
   virtual void close() = 0;
   // Why the peer ended ("exited with status 1", "killed by signal 9"), once it has.
   virtual std::string exit_reason() = 0;
+  // The version initialize negotiated (HTTP sends it with every later request).
+  virtual void set_protocol_version(std::string) {}
 };
 
 class McpClient {
