@@ -1,0 +1,105 @@
+// OpenAIChatModel: a ChatModel on any OpenAI-compatible endpoint (OpenAI, vLLM, llama.cpp's
+// server, Ollama's /v1, `weir serve`), over weir::http.
+//
+// POST {base_url}/chat/completions with the conversation (system, user, assistant with
+// tool_calls, tool results as role "tool" with tool_call_id), `tools` in OpenAI's function
+// format, `tool_choice`, temperature, seed, max_tokens, stop; optionally streamed (SSE deltas
+// assembled into one message). Tool calls come back as weir ToolCalls; arguments that are not a
+// JSON object become ChatResponse::tool_call_error for the agent loop to feed back.
+//
+// Fences (per model object, i.e. per endpoint):
+//   max_concurrency / max_queued   requests in flight, then a bounded queue, then overloaded
+//   requests_per_minute            token bucket (burst = one minute's worth); 0 = off
+//   max_retries, backoff, Retry-After, retry_budget  on 429, 500, 502, 503, 504 and connection
+//                                  errors; exponential backoff with jitter, Retry-After honoured
+//   timeout / connect_timeout / max_response_bytes   as in weir::http::Client
+// Every failure is an Error whose message starts "openai <base_url>: ", e.g.
+//   "openai http://127.0.0.1:8080/v1: 503 Service Unavailable after 3 attempts: <server's message>"
+// codes: overloaded (429 or the queue), model_error (5xx, a bad body), invalid_argument (400,
+// 401, 403, 422), not_found (404), io_error (connection), deadline_exceeded, cancelled,
+// memory_budget_exceeded (response over max_response_bytes).
+//
+// The API key is read from the environment variable named by api_key_env when the model is
+// opened, never from a file; it is sent as "Authorization: Bearer ..." and never logged.
+//
+// Thread safety: async_chat may be called concurrently from any coroutines. REQUIRES: the
+// execution contexts those coroutines run on outlive the model (idle connections bind to them).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "weir/agents/chat.hpp"
+
+namespace weir::agents {
+
+struct OpenAIModelOptions {
+  std::string base_url;     // "http://127.0.0.1:8080/v1"
+  std::string model;        // the "model" field sent
+  std::string api_key_env;  // environment variable holding the key; "" = no key
+  std::size_t max_concurrency = 32;
+  std::size_t max_queued = 1024;
+  double requests_per_minute = 0;  // 0: no rate limit
+  std::int32_t max_retries = 3;    // attempts = max_retries + 1
+  std::chrono::milliseconds initial_backoff{500};
+  std::chrono::milliseconds max_backoff{20'000};   // one wait, Retry-After included
+  std::chrono::milliseconds retry_budget{60'000};  // all waits of one request together
+  std::chrono::milliseconds timeout{60'000};       // one attempt, first byte to last
+  std::chrono::milliseconds connect_timeout{10'000};
+  std::size_t max_response_bytes = 16u << 20;
+  bool stream = false;               // ask for SSE and assemble the deltas
+  std::string tool_choice = "auto";  // "auto", "none", "required" (sent only with tools)
+  std::int64_t context_length = 0;   // reported to agents; 0 = unknown
+};
+
+class OpenAIChatModel final : public ChatModel {
+ public:
+  // Errors: invalid_argument (a bad base_url, an empty model, api_key_env naming an unset
+  // variable, a zero limit).
+  static Result<std::shared_ptr<OpenAIChatModel>> open(OpenAIModelOptions options);
+  ~OpenAIChatModel() override;
+
+  std::string name() const override;
+  boost::asio::awaitable<Result<ChatResponse>> async_chat(std::vector<Message> messages,
+                                                          std::vector<ToolSpec> tools,
+                                                          ChatParams params) override;
+  std::int64_t context_length() const override;
+
+  // The JSON body sent for a conversation (exposed for tests).
+  std::string request_body(const std::vector<Message>& messages, const std::vector<ToolSpec>& tools,
+                           const ChatParams& params) const;
+
+  struct Impl;
+  explicit OpenAIChatModel(std::unique_ptr<Impl> impl);
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// Parses a non-streamed chat completion body. Errors: model_error naming what is missing.
+Result<ChatResponse> parse_chat_completion(std::string_view body);
+
+// Assembles a streamed completion from its SSE events' data ("{...}" chunks, then "[DONE]").
+class ChatStreamAssembler {
+ public:
+  // Errors: model_error for a chunk that is not JSON or carries an "error".
+  Status add(std::string_view data);
+  bool done() const noexcept { return done_; }
+  // REQUIRES: the stream ended. Tool-call arguments are parsed here.
+  ChatResponse finish();
+
+ private:
+  struct PartialCall {
+    std::string id, name, arguments;
+  };
+  std::string content_;
+  std::vector<PartialCall> calls_;
+  ChatUsage usage_;
+  std::string finish_reason_;
+  bool done_ = false;
+};
+
+}  // namespace weir::agents

@@ -1,0 +1,421 @@
+#include "weir/agents/openai_model.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <mutex>
+#include <random>
+
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/json.hpp>
+
+#include "weir/http/client.hpp"
+#include "weir/http/sse_reader.hpp"
+#include "weir/runtime/json_parse.hpp"
+#include "weir/runtime/limiter.hpp"
+
+namespace weir::agents {
+
+namespace json = boost::json;
+namespace asio = boost::asio;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr std::size_t kMaxToolCalls = 128;
+
+const json::object* obj(const json::value* v) {
+  return v ? v->if_object() : nullptr;
+}
+const json::value* field(const json::object* o, std::string_view k) {
+  return o ? o->if_contains(k) : nullptr;
+}
+std::string str(const json::value* v) {
+  if (v && v->is_string()) return std::string(v->get_string());
+  return {};
+}
+std::int64_t num(const json::value* v) {
+  if (v && v->is_int64()) return v->get_int64();
+  if (v && v->is_uint64()) return static_cast<std::int64_t>(v->get_uint64());
+  return 0;
+}
+
+void read_usage(const json::object* u, ChatUsage& usage) {
+  if (!u) return;
+  usage.prompt_tokens = num(field(u, "prompt_tokens"));
+  usage.completion_tokens = num(field(u, "completion_tokens"));
+  usage.cached_prompt_tokens = num(field(obj(field(u, "prompt_tokens_details")), "cached_tokens"));
+}
+
+// Tool calls with string arguments parsed into objects; the first unparsable one is reported.
+void finish_calls(ChatResponse& r, std::vector<std::array<std::string, 3>> calls) {
+  for (auto& [id, name, args] : calls) {
+    ToolCall c;
+    c.id = id.empty() ? "call_" + std::to_string(r.message.tool_calls.size()) : id;
+    c.name = name;
+    if (!args.empty()) {
+      auto parsed = parse_json(args, "tool call arguments");
+      if (!parsed || !parsed->value.is_object()) {
+        r.tool_call_error =
+            "the arguments of tool call '" + name + "' are not a JSON object: " +
+            (parsed ? std::string("got ") + args.substr(0, 200) : parsed.error().message);
+        continue;
+      }
+      c.arguments = std::move(parsed->value.get_object());
+    }
+    r.message.tool_calls.push_back(std::move(c));
+  }
+}
+
+std::string server_message(std::string_view body) {
+  auto parsed = parse_json(body, "error body");
+  if (parsed) {
+    const auto* o = parsed->value.if_object();
+    const auto* e = field(o, "error");
+    if (e && e->is_string()) return std::string(e->get_string());
+    if (auto m = str(field(obj(e), "message")); !m.empty()) return m;
+    if (auto m = str(field(o, "message")); !m.empty()) return m;
+  }
+  std::string s(body.substr(0, 300));
+  std::replace(s.begin(), s.end(), '\n', ' ');
+  return s;
+}
+
+Errc status_errc(int status) {
+  if (status == 429) return Errc::overloaded;
+  if (status == 404) return Errc::not_found;
+  if (status == 400 || status == 401 || status == 403 || status == 422)
+    return Errc::invalid_argument;
+  return Errc::model_error;
+}
+
+bool retryable_status(int s) {
+  return s == 429 || s == 500 || s == 502 || s == 503 || s == 504;
+}
+
+}  // namespace
+
+Result<ChatResponse> parse_chat_completion(std::string_view body) {
+  auto parsed = parse_json(body, "chat completion");
+  if (!parsed) return Error(Errc::model_error, parsed.error().message);
+  const auto* root = parsed->value.if_object();
+  const auto* choices = field(root, "choices");
+  if (!choices || !choices->is_array() || choices->get_array().empty())
+    return Error(Errc::model_error, "chat completion without choices: " + server_message(body));
+  const auto* choice = obj(&choices->get_array()[0]);
+  const auto* msg = obj(field(choice, "message"));
+  if (!msg) return Error(Errc::model_error, "chat completion choice without a message");
+  ChatResponse r;
+  r.message.role = Role::assistant;
+  r.message.content = str(field(msg, "content"));
+  r.finish_reason = str(field(choice, "finish_reason"));
+  read_usage(obj(field(root, "usage")), r.usage);
+  std::vector<std::array<std::string, 3>> calls;
+  if (const auto* tc = field(msg, "tool_calls"); tc && tc->is_array()) {
+    for (const auto& c : tc->get_array()) {
+      const auto* co = c.if_object();
+      const auto* fn = obj(field(co, "function"));
+      const auto* args = field(fn, "arguments");
+      // Some servers send arguments as an object rather than a string.
+      std::string a = args && args->is_object() ? json::serialize(*args) : str(args);
+      calls.push_back({str(field(co, "id")), str(field(fn, "name")), std::move(a)});
+    }
+  }
+  finish_calls(r, std::move(calls));
+  return r;
+}
+
+Status ChatStreamAssembler::add(std::string_view data) {
+  if (data == "[DONE]") {
+    done_ = true;
+    return {};
+  }
+  auto parsed = parse_json(data, "stream chunk");
+  if (!parsed) return Error(Errc::model_error, parsed.error().message);
+  const auto* root = parsed->value.if_object();
+  if (field(root, "error"))
+    return Error(Errc::model_error, "error in the stream: " + server_message(data));
+  read_usage(obj(field(root, "usage")), usage_);
+  const auto* choices = field(root, "choices");
+  if (!choices || !choices->is_array() || choices->get_array().empty()) return {};
+  const auto* choice = obj(&choices->get_array()[0]);
+  if (auto f = str(field(choice, "finish_reason")); !f.empty()) finish_reason_ = f;
+  const auto* delta = obj(field(choice, "delta"));
+  content_ += str(field(delta, "content"));
+  if (const auto* tc = field(delta, "tool_calls"); tc && tc->is_array()) {
+    for (const auto& c : tc->get_array()) {
+      const auto* co = c.if_object();
+      auto index = static_cast<std::size_t>(std::max<std::int64_t>(0, num(field(co, "index"))));
+      if (index >= kMaxToolCalls)
+        return Error(Errc::model_error, "stream chunk names tool call index " +
+                                            std::to_string(index) + " (at most " +
+                                            std::to_string(kMaxToolCalls) + ")");
+      if (calls_.size() <= index) calls_.resize(index + 1);
+      auto& p = calls_[index];
+      if (auto id = str(field(co, "id")); !id.empty()) p.id = id;
+      const auto* fn = obj(field(co, "function"));
+      p.name += str(field(fn, "name"));
+      p.arguments += str(field(fn, "arguments"));
+    }
+  }
+  return {};
+}
+
+ChatResponse ChatStreamAssembler::finish() {
+  ChatResponse r;
+  r.message.role = Role::assistant;
+  r.message.content = std::move(content_);
+  r.usage = usage_;
+  r.finish_reason = std::move(finish_reason_);
+  std::vector<std::array<std::string, 3>> calls;
+  for (auto& c : calls_)
+    if (!c.name.empty())
+      calls.push_back({std::move(c.id), std::move(c.name), std::move(c.arguments)});
+  finish_calls(r, std::move(calls));
+  return r;
+}
+
+struct OpenAIChatModel::Impl {
+  OpenAIModelOptions options;
+  http::Url url;
+  std::string api_key;  // never logged
+  http::Client client;
+  Limiter limiter;
+  std::string where;  // "openai <base_url>"
+
+  std::mutex mu;
+  double tokens = 0;                             // GUARDED_BY(mu): the rate limiter's bucket
+  Clock::time_point refilled;                    // GUARDED_BY(mu)
+  std::minstd_rand rng{std::random_device{}()};  // GUARDED_BY(mu)
+
+  Impl(OpenAIModelOptions o, http::Url u, std::string key)
+      : options(std::move(o)),
+        url(std::move(u)),
+        api_key(std::move(key)),
+        client(http::ClientOptions{.connect_timeout = options.connect_timeout,
+                                   .total_timeout = options.timeout,
+                                   .max_response_bytes = options.max_response_bytes,
+                                   .max_connections_per_endpoint = options.max_concurrency,
+                                   .max_queued_per_endpoint = options.max_queued}),
+        limiter("openai " + options.base_url +
+                    " (max_concurrency=" + std::to_string(options.max_concurrency) +
+                    ", max_queued=" + std::to_string(options.max_queued) + ")",
+                options.max_concurrency, options.max_queued),
+        where("openai " + options.base_url),
+        tokens(options.requests_per_minute),
+        refilled(Clock::now()) {}
+
+  // How long to wait before sending under the requests_per_minute bucket (a slot is taken).
+  Clock::duration rate_wait() {
+    const double rpm = options.requests_per_minute;
+    if (rpm <= 0) return {};
+    std::lock_guard lock(mu);
+    const auto now = Clock::now();
+    const double per_s = rpm / 60.0;
+    tokens = std::min(rpm, tokens + std::chrono::duration<double>(now - refilled).count() * per_s);
+    refilled = now;
+    tokens -= 1;
+    if (tokens >= 0) return {};
+    return std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double>(-tokens / per_s));
+  }
+
+  std::chrono::milliseconds backoff(int retry, std::string_view retry_after) {
+    if (!retry_after.empty()) {
+      char* end = nullptr;
+      std::string ra(retry_after);
+      const double s = std::strtod(ra.c_str(), &end);
+      if (end != ra.c_str() && s >= 0 && std::isfinite(s))
+        return std::min(options.max_backoff,
+                        std::chrono::milliseconds(static_cast<std::int64_t>(s * 1000)));
+    }
+    const double base =
+        static_cast<double>(options.initial_backoff.count()) * std::pow(2.0, std::min(retry, 30));
+    double jitter;
+    {
+      std::lock_guard lock(mu);
+      jitter = std::uniform_real_distribution<double>(0.5, 1.0)(rng);
+    }
+    return std::min(options.max_backoff,
+                    std::chrono::milliseconds(static_cast<std::int64_t>(base * jitter)));
+  }
+};
+
+Result<std::shared_ptr<OpenAIChatModel>> OpenAIChatModel::open(OpenAIModelOptions options) {
+  auto url = http::parse_url(options.base_url);
+  if (!url) return Error(Errc::invalid_argument, "openai model: " + url.error().message);
+  if (options.model.empty())
+    return Error(Errc::invalid_argument, "openai model at " + options.base_url + ": no \"model\"");
+  if (options.max_concurrency == 0)
+    return Error(Errc::invalid_argument, "openai model: max_concurrency must be at least 1");
+  if (options.max_retries < 0)
+    return Error(Errc::invalid_argument, "openai model: max_retries must be 0 or more");
+  std::string key;
+  if (!options.api_key_env.empty()) {
+    const char* v = std::getenv(options.api_key_env.c_str());
+    if (!v || !*v)
+      return Error(Errc::invalid_argument, "openai model at " + options.base_url +
+                                               ": environment variable " + options.api_key_env +
+                                               " (api_key_env) is not set");
+    key = v;
+  }
+  auto u = std::move(*url);
+  return std::make_shared<OpenAIChatModel>(
+      std::make_unique<Impl>(std::move(options), std::move(u), std::move(key)));
+}
+
+OpenAIChatModel::OpenAIChatModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+OpenAIChatModel::~OpenAIChatModel() = default;
+
+std::string OpenAIChatModel::name() const {
+  return "openai:" + impl_->options.model;
+}
+std::int64_t OpenAIChatModel::context_length() const {
+  return impl_->options.context_length;
+}
+
+std::string OpenAIChatModel::request_body(const std::vector<Message>& messages,
+                                          const std::vector<ToolSpec>& tools,
+                                          const ChatParams& params) const {
+  const auto& o = impl_->options;
+  json::object body;
+  body["model"] = o.model;
+  json::array msgs;
+  for (const auto& m : messages) {
+    json::object j;
+    j["role"] = role_name(m.role);
+    j["content"] = m.content;
+    if (m.role == Role::assistant && !m.tool_calls.empty()) {
+      json::array calls;
+      for (const auto& c : m.tool_calls)
+        calls.push_back(json::object{
+            {"id", c.id},
+            {"type", "function"},
+            {"function",
+             json::object{{"name", c.name}, {"arguments", json::serialize(c.arguments)}}}});
+      j["tool_calls"] = std::move(calls);
+      if (m.content.empty()) j["content"] = nullptr;
+    }
+    if (m.role == Role::tool) j["tool_call_id"] = m.tool_call_id;
+    if (m.role == Role::user && !m.name.empty()) j["name"] = m.name;
+    msgs.push_back(std::move(j));
+  }
+  body["messages"] = std::move(msgs);
+  if (!tools.empty()) {
+    json::array ts;
+    for (const auto& t : tools)
+      ts.push_back(json::object{
+          {"type", "function"},
+          {"function",
+           json::object{
+               {"name", t.name},
+               {"description", t.description},
+               {"parameters", t.parameters.empty() ? json::value(json::object{{"type", "object"}})
+                                                   : json::value(t.parameters)}}}});
+    body["tools"] = std::move(ts);
+    body["tool_choice"] = o.tool_choice;
+  }
+  body["max_tokens"] = params.max_tokens;
+  body["temperature"] = params.temperature;
+  if (params.seed != 0) body["seed"] = params.seed;
+  if (!params.stop.empty()) {
+    json::array stop;
+    for (const auto& s : params.stop) stop.push_back(json::string(s));
+    body["stop"] = std::move(stop);
+  }
+  if (o.stream) {
+    body["stream"] = true;
+    body["stream_options"] = json::object{{"include_usage", true}};
+  }
+  return json::serialize(body);
+}
+
+asio::awaitable<Result<ChatResponse>> OpenAIChatModel::async_chat(std::vector<Message> messages,
+                                                                  std::vector<ToolSpec> tools,
+                                                                  ChatParams params) {
+  auto& impl = *impl_;
+  const auto& o = impl.options;
+  http::Request req;
+  req.method = "POST";
+  req.target = "/chat/completions";
+  req.headers.push_back({"Content-Type", "application/json"});
+  req.headers.push_back({"Accept", o.stream ? "text/event-stream" : "application/json"});
+  if (!impl.api_key.empty()) req.headers.push_back({"Authorization", "Bearer " + impl.api_key});
+  req.body = request_body(messages, tools, params);
+  messages.clear();
+
+  auto ex = co_await asio::this_coro::executor;
+  std::chrono::milliseconds waited{0};
+  const int attempts_max = o.max_retries + 1;
+  for (int attempt = 1;; ++attempt) {
+    auto permit = co_await impl.limiter.async_acquire();
+    if (!permit) co_return Error(permit.error().code, impl.where + ": " + permit.error().message);
+    if (auto w = impl.rate_wait(); w > Clock::duration::zero()) {
+      asio::steady_timer t(ex, w);
+      co_await t.async_wait(asio::use_awaitable);
+    }
+
+    ChatStreamAssembler assembler;
+    http::SseReader sse;
+    http::BodySink sink;
+    if (o.stream) {
+      sink = [&](std::string_view bytes) -> Status {
+        return sse.feed(bytes, [&](http::SseEvent& e) { return assembler.add(e.data); });
+      };
+    }
+    auto r = co_await impl.client.async_request(impl.url, req, sink);
+    permit->release();
+
+    std::string failure;
+    std::string_view retry_after;
+    Errc code = Errc::model_error;
+    bool retry = false;
+    if (!r) {
+      const auto& e = r.error();
+      code = static_cast<Errc>(e.code.value());
+      // The client's message starts with the origin; ours names the base URL instead.
+      std::string msg = e.message;
+      if (auto p = msg.find(": "); p != std::string::npos && msg.starts_with("http"))
+        msg.erase(0, p + 2);
+      failure = msg;
+      retry = e.is(Errc::io_error);
+      if (e.code.category() != weir::error_category()) code = Errc::io_error;
+    } else if (r->status < 200 || r->status >= 300) {
+      failure = std::to_string(r->status) + " " + r->reason;
+      code = status_errc(r->status);
+      retry = retryable_status(r->status);
+      retry_after = r->header("Retry-After");
+    } else if (o.stream) {
+      if (!assembler.done() && sse.mid_event())
+        failure = "the event stream ended in the middle of an event", retry = true,
+        code = Errc::io_error;
+      else
+        co_return assembler.finish();
+    } else {
+      auto parsed = parse_chat_completion(r->body);
+      if (parsed) co_return parsed;
+      co_return Error(Errc::model_error, impl.where + ": " + parsed.error().message);
+    }
+
+    const std::string detail =
+        r && !r->body.empty() ? ": " + server_message(r->body) : std::string();
+    if (retry && attempt < attempts_max) {
+      auto delay = impl.backoff(attempt - 1, retry_after);
+      if (waited + delay <= o.retry_budget) {
+        waited += delay;
+        asio::steady_timer t(ex, delay);
+        co_await t.async_wait(asio::use_awaitable);
+        continue;
+      }
+      co_return Error(code, impl.where + ": " + failure + " after " + std::to_string(attempt) +
+                                (attempt == 1 ? " attempt" : " attempts") + " (retry_budget_ms=" +
+                                std::to_string(o.retry_budget.count()) + " spent)" + detail);
+    }
+    co_return Error(code, impl.where + ": " + failure + " after " + std::to_string(attempt) +
+                              (attempt == 1 ? " attempt" : " attempts") + detail);
+  }
+}
+
+}  // namespace weir::agents

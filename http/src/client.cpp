@@ -1,0 +1,369 @@
+#include "weir/http/client.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <optional>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
+
+#include "weir/runtime/limiter.hpp"
+
+namespace weir::http {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = beast::http;
+using tcp = asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr auto kTok = asio::as_tuple(asio::use_awaitable);
+
+bool iequals(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) ==
+                  std::tolower(static_cast<unsigned char>(y));
+         });
+}
+
+// One pooled connection: plain TCP or TLS over TCP, with its read buffer.
+struct Conn {
+  std::optional<beast::tcp_stream> plain;
+  std::optional<beast::ssl_stream<beast::tcp_stream>> tls;
+  beast::flat_buffer buffer;
+
+  beast::tcp_stream& lowest() { return tls ? beast::get_lowest_layer(*tls) : *plain; }
+  void close() {
+    beast::error_code ec;
+    lowest().socket().shutdown(tcp::socket::shutdown_both, ec);
+    lowest().close();
+  }
+};
+
+struct Pool {
+  std::unique_ptr<Limiter> limiter;
+  std::vector<std::unique_ptr<Conn>> idle;  // GUARDED_BY(Impl::mu)
+};
+
+// Why a request failed, with what the caller needs to decide about a stale pooled connection.
+struct Failure {
+  Error error;
+  bool before_response = false;  // nothing of a response was read
+};
+
+Error net_error(const Url& url, std::string_view what, const beast::error_code& ec,
+                std::string_view timeout_setting) {
+  const std::string where = url.origin() + ": ";
+  if (ec == beast::error::timeout)
+    return {Errc::deadline_exceeded,
+            where + std::string(what) + " timed out (" + std::string(timeout_setting) + ")"};
+  if (ec == asio::error::operation_aborted)
+    return {Errc::cancelled, where + std::string(what) + " cancelled"};
+  if (ec == bhttp::error::partial_message || ec == asio::error::eof ||
+      ec == asio::ssl::error::stream_truncated)
+    return {Errc::io_error, where + "connection closed by the server, response cut before its end"};
+  if (ec == bhttp::error::header_limit)
+    return {Errc::corrupt_data, where + "response header larger than max_header_bytes"};
+  if (ec.category() == bhttp::make_error_code(bhttp::error::bad_version).category())
+    return {Errc::corrupt_data, where + "malformed HTTP response: " + ec.message()};
+  return {Errc::io_error, where + std::string(what) + " failed: " + ec.message()};
+}
+
+}  // namespace
+
+std::string Url::origin() const {
+  const bool v6 = host.find(':') != std::string::npos;
+  return std::string(tls ? "https://" : "http://") + (v6 ? "[" + host + "]" : host) + ":" + port;
+}
+
+Result<Url> parse_url(std::string_view s) {
+  Url u;
+  u.text = std::string(s);
+  auto bad = [&](std::string why) {
+    return Error(Errc::invalid_argument, "invalid URL '" + std::string(s) + "': " + why);
+  };
+  if (s.starts_with("http://")) {
+    s.remove_prefix(7);
+  } else if (s.starts_with("https://")) {
+    u.tls = true;
+    s.remove_prefix(8);
+  } else {
+    return bad("expected http:// or https://");
+  }
+  const auto slash = s.find('/');
+  std::string_view authority = s.substr(0, slash);
+  std::string_view path = slash == std::string_view::npos ? "" : s.substr(slash);
+  if (authority.find('@') != std::string_view::npos) return bad("credentials in URLs are refused");
+  std::string_view port;
+  if (authority.starts_with("[")) {
+    const auto close = authority.find(']');
+    if (close == std::string_view::npos) return bad("unclosed '[' in the host");
+    u.host = std::string(authority.substr(1, close - 1));
+    std::string_view rest = authority.substr(close + 1);
+    if (!rest.empty()) {
+      if (rest.front() != ':') return bad("expected ':' after ']'");
+      port = rest.substr(1);
+    }
+  } else {
+    const auto colon = authority.rfind(':');
+    u.host = std::string(authority.substr(0, colon));
+    if (colon != std::string_view::npos) port = authority.substr(colon + 1);
+  }
+  if (u.host.empty()) return bad("no host");
+  if (!port.empty()) {
+    if (port.size() > 5 ||
+        !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; }) ||
+        std::stoi(std::string(port)) == 0 || std::stoi(std::string(port)) > 65535)
+      return bad("port must be 1..65535");
+    u.port = std::string(port);
+  } else {
+    u.port = u.tls ? "443" : "80";
+  }
+  if (path.find_first_of("?# \t\r\n") != std::string_view::npos)
+    return bad("the path may not hold a query, a fragment or spaces");
+  while (path.ends_with('/')) path.remove_suffix(1);
+  u.path = std::string(path);
+  return u;
+}
+
+std::string_view Response::header(std::string_view name) const {
+  for (const auto& h : headers)
+    if (iequals(h.name, name)) return h.value;
+  return {};
+}
+
+struct Client::Impl {
+  ClientOptions options;
+  std::optional<asio::ssl::context> ssl;
+  std::string ssl_error;  // set when the TLS context could not be made
+  std::mutex mu;
+  std::map<std::string, std::unique_ptr<Pool>> pools;  // GUARDED_BY(mu); one per origin
+  std::atomic<std::size_t> opened{0};
+
+  Pool& pool(const Url& url) {
+    std::lock_guard lock(mu);
+    auto& p = pools[url.origin()];
+    if (!p) {
+      p = std::make_unique<Pool>();
+      p->limiter = std::make_unique<Limiter>(
+          "http connections to " + url.origin() + " (max_connections_per_endpoint=" +
+              std::to_string(options.max_connections_per_endpoint) +
+              ", max_queued_per_endpoint=" + std::to_string(options.max_queued_per_endpoint) + ")",
+          options.max_connections_per_endpoint, options.max_queued_per_endpoint);
+    }
+    return *p;
+  }
+
+  // An idle connection made on `ex` (handlers of a pooled stream must run where it was made).
+  std::unique_ptr<Conn> take_idle(Pool& p, const asio::any_io_executor& ex) {
+    std::lock_guard lock(mu);
+    for (auto it = p.idle.begin(); it != p.idle.end(); ++it) {
+      if ((*it)->lowest().get_executor() == ex) {
+        auto c = std::move(*it);
+        p.idle.erase(it);
+        return c;
+      }
+    }
+    return nullptr;
+  }
+
+  void give_back(Pool& p, std::unique_ptr<Conn> c) {
+    c->lowest().expires_never();
+    std::lock_guard lock(mu);
+    if (p.idle.size() >= options.max_idle_per_endpoint) {
+      c->close();
+      return;
+    }
+    p.idle.push_back(std::move(c));
+  }
+
+  asio::awaitable<Result<std::unique_ptr<Conn>>> connect(const Url& url,
+                                                         Clock::time_point deadline);
+
+  template <class Stream>
+  asio::awaitable<Result<Response>> exchange(Stream& s, Conn& c, const Url& url,
+                                             bhttp::request<bhttp::string_body>& req,
+                                             const BodySink& sink, Clock::time_point deadline,
+                                             bool& reusable, bool& before_response);
+};
+
+asio::awaitable<Result<std::unique_ptr<Conn>>> Client::Impl::connect(const Url& url,
+                                                                     Clock::time_point deadline) {
+  auto ex = co_await asio::this_coro::executor;
+  const auto connect_setting =
+      "http.connect_timeout_ms=" + std::to_string(options.connect_timeout.count());
+  tcp::resolver resolver(ex);
+  auto [rec, endpoints] = co_await resolver.async_resolve(url.host, url.port, kTok);
+  if (rec)
+    co_return Error(Errc::io_error, url.origin() + ": cannot resolve host: " + rec.message());
+  auto conn = std::make_unique<Conn>();
+  if (url.tls) {
+    if (!ssl) co_return Error(Errc::io_error, url.origin() + ": TLS unavailable: " + ssl_error);
+    conn->tls.emplace(ex, *ssl);
+  } else {
+    conn->plain.emplace(ex);
+  }
+  conn->lowest().expires_at(std::min(deadline, Clock::now() + options.connect_timeout));
+  auto [cec, ep] = co_await conn->lowest().async_connect(endpoints, kTok);
+  if (cec) co_return net_error(url, "connect", cec, connect_setting);
+  ++opened;
+  if (url.tls) {
+    if (!SSL_set_tlsext_host_name(conn->tls->native_handle(), url.host.c_str()))
+      co_return Error(Errc::io_error, url.origin() + ": cannot set the TLS server name");
+    if (options.verify_tls)
+      conn->tls->set_verify_callback(asio::ssl::host_name_verification(url.host));
+    auto [hec] = co_await conn->tls->async_handshake(asio::ssl::stream_base::client, kTok);
+    if (hec) co_return net_error(url, "TLS handshake", hec, connect_setting);
+  }
+  co_return conn;
+}
+
+template <class Stream>
+asio::awaitable<Result<Response>> Client::Impl::exchange(Stream& s, Conn& c, const Url& url,
+                                                         bhttp::request<bhttp::string_body>& req,
+                                                         const BodySink& sink,
+                                                         Clock::time_point deadline, bool& reusable,
+                                                         bool& before_response) {
+  const auto total_setting = "http.timeout_ms=" + std::to_string(options.total_timeout.count());
+  reusable = false;
+  before_response = true;
+  c.lowest().expires_at(deadline);
+  auto [wec, wn] = co_await bhttp::async_write(s, req, kTok);
+  if (wec) co_return net_error(url, "sending the request", wec, total_setting);
+
+  bhttp::response_parser<bhttp::buffer_body> p;
+  p.header_limit(
+      static_cast<std::uint32_t>(std::min<std::size_t>(options.max_header_bytes, 0xFFFFFFFFu)));
+  p.body_limit(std::numeric_limits<std::uint64_t>::max());  // counted below
+  auto [hec, hn] = co_await bhttp::async_read_header(s, c.buffer, p, kTok);
+  if (hec) {
+    before_response = hn == 0 && c.buffer.size() == 0;
+    co_return net_error(url, "waiting for the response", hec, total_setting);
+  }
+  before_response = false;
+  Response r;
+  const auto& head = p.get();
+  r.status = static_cast<int>(head.result_int());
+  r.reason = std::string(head.reason());
+  for (const auto& f : head)
+    r.headers.push_back({std::string(f.name_string()), std::string(f.value())});
+  const bool to_sink = sink && r.status >= 200 && r.status < 300;
+
+  std::size_t total = 0;
+  char chunk[16 * 1024];
+  while (!p.is_done()) {
+    p.get().body().data = chunk;
+    p.get().body().size = sizeof chunk;
+    auto [rec, rn] = co_await bhttp::async_read(s, c.buffer, p, kTok);
+    if (rec == bhttp::error::need_buffer) rec = {};
+    const std::size_t got = sizeof chunk - p.get().body().size;
+    total += got;
+    if (total > options.max_response_bytes)
+      co_return Error(Errc::memory_budget_exceeded,
+                      url.origin() + ": response body larger than http.max_response_bytes=" +
+                          std::to_string(options.max_response_bytes));
+    if (got > 0) {
+      if (to_sink) {
+        if (auto st = sink(std::string_view(chunk, got)); !st) co_return std::move(st).error();
+      } else {
+        r.body.append(chunk, got);
+      }
+    }
+    if (rec) co_return net_error(url, "reading the response", rec, total_setting);
+  }
+  reusable = p.keep_alive();
+  co_return r;
+}
+
+Client::Client(ClientOptions options) : impl_(std::make_unique<Impl>()) {
+  impl_->options = std::move(options);
+  try {
+    impl_->ssl.emplace(asio::ssl::context::tls_client);
+    if (impl_->options.ca_file.empty())
+      impl_->ssl->set_default_verify_paths();
+    else
+      impl_->ssl->load_verify_file(impl_->options.ca_file);
+    impl_->ssl->set_verify_mode(impl_->options.verify_tls ? asio::ssl::verify_peer
+                                                          : asio::ssl::verify_none);
+  } catch (const std::exception& e) {
+    impl_->ssl.reset();
+    impl_->ssl_error = std::string(e.what()) + " (http.ca_file='" + impl_->options.ca_file + "')";
+  }
+}
+
+Client::~Client() = default;
+
+const ClientOptions& Client::options() const noexcept {
+  return impl_->options;
+}
+std::size_t Client::connections_opened() const noexcept {
+  return impl_->opened.load();
+}
+
+asio::awaitable<Result<Response>> Client::async_request(const Url& url, Request request,
+                                                        BodySink sink) {
+  auto& impl = *impl_;
+  const auto deadline = Clock::now() + impl.options.total_timeout;
+  Pool& pool = impl.pool(url);
+  auto permit = co_await pool.limiter->async_acquire();
+  if (!permit) co_return std::move(permit).error();
+
+  bhttp::request<bhttp::string_body> req;
+  req.method_string(request.method);
+  req.target(url.path + request.target);
+  req.version(11);
+  req.set(bhttp::field::host, url.host + ":" + url.port);
+  req.set(bhttp::field::user_agent, "weir");
+  for (auto& h : request.headers) req.set(h.name, h.value);
+  req.body() = std::move(request.body);
+  req.keep_alive(true);
+  req.prepare_payload();
+
+  auto ex = co_await asio::this_coro::executor;
+  // A pooled connection the server closed while idle fails before any response byte: then
+  // the request is sent once more on a fresh connection.
+  for (int attempt = 0;; ++attempt) {
+    std::unique_ptr<Conn> conn = attempt == 0 ? impl.take_idle(pool, ex) : nullptr;
+    const bool pooled = conn != nullptr;
+    if (!conn) {
+      auto made = co_await impl.connect(url, deadline);
+      if (!made) co_return std::move(made).error();
+      conn = std::move(*made);
+    }
+    bool reusable = false, before_response = false;
+    // (No co_await inside ?: : GCC 12 miscompiles it.)
+    Result<Response> r;
+    if (conn->tls)
+      r = co_await impl.exchange(*conn->tls, *conn, url, req, sink, deadline, reusable,
+                                 before_response);
+    else
+      r = co_await impl.exchange(*conn->plain, *conn, url, req, sink, deadline, reusable,
+                                 before_response);
+    if (r) {
+      if (reusable)
+        impl.give_back(pool, std::move(conn));
+      else
+        conn->close();
+      co_return r;
+    }
+    conn->close();
+    if (pooled && before_response && !r.error().is(Errc::cancelled) &&
+        !r.error().is(Errc::deadline_exceeded))
+      continue;
+    co_return r;
+  }
+}
+
+}  // namespace weir::http

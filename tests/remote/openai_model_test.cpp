@@ -1,0 +1,426 @@
+#include "weir/agents/openai_model.hpp"
+
+#include <chrono>
+#include <cstdlib>
+
+#include <gtest/gtest.h>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/json.hpp>
+
+#include "test_server.hpp"
+#include "weir/agents/agent.hpp"
+#include "weir/graph/state_graph.hpp"
+#include "weir/tools/builtin.hpp"
+#include "weir/tools/registry.hpp"
+
+namespace weir::agents {
+namespace {
+
+namespace asio = boost::asio;
+namespace json = boost::json;
+using namespace std::chrono_literals;
+using weir::testing::Action;
+using weir::testing::reply;
+using weir::testing::sse_reply;
+using weir::testing::TestServer;
+
+std::string completion(std::string content, std::string tool_calls = {}) {
+  json::object msg{{"role", "assistant"}, {"content", content}};
+  if (!tool_calls.empty()) msg["tool_calls"] = json::parse(tool_calls);
+  json::object o{
+      {"id", "x"},
+      {"object", "chat.completion"},
+      {"choices",
+       json::array{json::object{{"index", 0},
+                                {"message", msg},
+                                {"finish_reason", tool_calls.empty() ? "stop" : "tool_calls"}}}},
+      {"usage", json::object{{"prompt_tokens", 12},
+                             {"completion_tokens", 3},
+                             {"prompt_tokens_details", json::object{{"cached_tokens", 8}}}}}};
+  return json::serialize(o);
+}
+
+OpenAIModelOptions options(const TestServer& s) {
+  OpenAIModelOptions o;
+  o.base_url = s.url();
+  o.model = "tiny";
+  o.initial_backoff = 1ms;
+  o.max_backoff = 50ms;
+  return o;
+}
+
+// One io_context for the whole binary: pooled connections are bound to the context they were
+// made on, which must outlive the model (see openai_model.hpp).
+asio::io_context& test_io() {
+  static asio::io_context io;
+  return io;
+}
+
+Result<ChatResponse> chat(OpenAIChatModel& m, std::vector<Message> msgs = {Message::user("hi")},
+                          std::vector<ToolSpec> tools = {}) {
+  auto& io = test_io();
+  io.restart();
+  Result<ChatResponse> out;
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        ChatParams params;
+        out = co_await m.async_chat(msgs, tools, params);
+      },
+      asio::detached);
+  io.run();
+  return out;
+}
+
+std::string body_of(const std::string& request) {
+  return request.substr(request.find("\r\n\r\n") + 4);
+}
+
+TEST(OpenAIModel, NonStreamedWithToolCallsAndUsage) {
+  TestServer server([](int, const std::string&) {
+    return reply(
+        200,
+        completion(
+            "",
+            R"([{"id":"call_9","type":"function","function":{"name":"calculator","arguments":"{\"expression\":\"6*7\"}"}}])"));
+  });
+  ::setenv("WEIR_TEST_OPENAI_KEY", "sk-test-123", 1);
+  auto o = options(server);
+  o.api_key_env = "WEIR_TEST_OPENAI_KEY";
+  auto m = OpenAIChatModel::open(o);
+  ASSERT_TRUE(m) << m.error().message;
+  Message asst = Message::assistant("");
+  asst.tool_calls.push_back({"call_1", "calculator", json::object{{"expression", "1+1"}}});
+  Message tool{Role::tool, "2", {}, "call_1", "calculator"};
+  auto r = chat(**m, {Message::system("be exact"), Message::user("6*7?"), asst, tool},
+                {ToolSpec{"calculator", "does arithmetic", json::object{{"type", "object"}}}});
+  ASSERT_TRUE(r) << r.error().message;
+  ASSERT_EQ(r->message.tool_calls.size(), 1u);
+  EXPECT_EQ(r->message.tool_calls[0].id, "call_9");
+  EXPECT_EQ(r->message.tool_calls[0].name, "calculator");
+  EXPECT_EQ(json::serialize(r->message.tool_calls[0].arguments), R"({"expression":"6*7"})");
+  EXPECT_EQ(r->finish_reason, "tool_calls");
+  EXPECT_EQ(r->usage.prompt_tokens, 12);
+  EXPECT_EQ(r->usage.completion_tokens, 3);
+  EXPECT_EQ(r->usage.cached_prompt_tokens, 8);
+
+  const auto req = server.received().at(0);
+  EXPECT_NE(req.find("POST /v1/chat/completions HTTP/1.1"), std::string::npos);
+  EXPECT_NE(req.find("Authorization: Bearer sk-test-123"), std::string::npos);
+  auto sent = json::parse(body_of(req)).as_object();
+  EXPECT_EQ(sent["model"], "tiny");
+  auto& msgs = sent["messages"].as_array();
+  ASSERT_EQ(msgs.size(), 4u);
+  EXPECT_EQ(msgs[2].at("tool_calls").at(0).at("function").at("arguments"),
+            R"({"expression":"1+1"})");
+  EXPECT_EQ(msgs[3].at("role"), "tool");
+  EXPECT_EQ(msgs[3].at("tool_call_id"), "call_1");
+  EXPECT_EQ(sent["tools"].at(0).at("type"), "function");
+  EXPECT_EQ(sent["tools"].at(0).at("function").at("name"), "calculator");
+  EXPECT_EQ(sent["tool_choice"], "auto");
+}
+
+TEST(OpenAIModel, StreamedDeltasAreAssembled) {
+  TestServer server([](int, const std::string&) {
+    return sse_reply(
+        {R"({"choices":[{"index":0,"delta":{"role":"assistant","content":"Hel"}}]})",
+         R"({"choices":[{"index":0,"delta":{"content":"lo"}}]})",
+         R"({"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_a","type":"function","function":{"name":"calc","arguments":"{\"x\""}}]}}]})",
+         R"({"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":": 1}"}}]},"finish_reason":"tool_calls"}]})",
+         R"({"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":7,"prompt_tokens_details":{"cached_tokens":4}}})",
+         "[DONE]"});
+  });
+  auto o = options(server);
+  o.stream = true;
+  auto m = OpenAIChatModel::open(o);
+  ASSERT_TRUE(m);
+  auto r = chat(**m);
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->message.content, "Hello");
+  ASSERT_EQ(r->message.tool_calls.size(), 1u);
+  EXPECT_EQ(r->message.tool_calls[0].id, "call_a");
+  EXPECT_EQ(json::serialize(r->message.tool_calls[0].arguments), R"({"x":1})");
+  EXPECT_EQ(r->finish_reason, "tool_calls");
+  EXPECT_EQ(r->usage.completion_tokens, 7);
+  EXPECT_EQ(r->usage.cached_prompt_tokens, 4);
+  auto sent = json::parse(body_of(server.received().at(0))).as_object();
+  EXPECT_EQ(sent["stream"], true);
+}
+
+TEST(OpenAIModel, RetriesA429HonouringRetryAfter) {
+  TestServer server([](int n, const std::string&) {
+    if (n == 1) return reply(429, R"({"error":{"message":"slow down"}})", "Retry-After: 0.3\r\n");
+    return reply(200, completion("done"));
+  });
+  auto o = options(server);
+  o.max_backoff = 2000ms;
+  auto m = OpenAIChatModel::open(o);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = chat(**m);
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->message.content, "done");
+  EXPECT_EQ(server.requests(), 2);
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, 290ms);  // Retry-After: 0.3 honoured
+}
+
+TEST(OpenAIModel, Retries500ThenSucceeds) {
+  TestServer server([](int n, const std::string&) {
+    return n < 3 ? reply(500, "oops", {}, "text/plain") : reply(200, completion("ok"));
+  });
+  auto m = OpenAIChatModel::open(options(server));
+  auto r = chat(**m);
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(server.requests(), 3);
+}
+
+TEST(OpenAIModel, GivesUpAfterItsRetriesWithTheStatusAndServerMessage) {
+  TestServer server([](int, const std::string&) {
+    return reply(503, R"({"error":{"message":"model is loading"}})");
+  });
+  auto o = options(server);
+  o.max_retries = 2;
+  auto m = OpenAIChatModel::open(o);
+  auto r = chat(**m);
+  ASSERT_FALSE(r);
+  EXPECT_TRUE(r.error().is(Errc::model_error));
+  EXPECT_EQ(r.error().message, "openai " + server.url() +
+                                   ": 503 Service Unavailable after 3 attempts: model is loading");
+  EXPECT_EQ(server.requests(), 3);
+}
+
+TEST(OpenAIModel, ClientErrorsAreNotRetried) {
+  TestServer server([](int, const std::string&) {
+    return reply(400, R"({"error":{"message":"bad tool schema"}})");
+  });
+  auto m = OpenAIChatModel::open(options(server));
+  auto r = chat(**m);
+  ASSERT_FALSE(r);
+  EXPECT_TRUE(r.error().is(Errc::invalid_argument));
+  EXPECT_EQ(r.error().message,
+            "openai " + server.url() + ": 400 Bad Request after 1 attempt: bad tool schema");
+  EXPECT_EQ(server.requests(), 1);
+}
+
+TEST(OpenAIModel, RetryBudgetBoundsTheWaits) {
+  TestServer server([](int, const std::string&) { return reply(429, "{}", "Retry-After: 1\r\n"); });
+  auto o = options(server);
+  o.max_backoff = 1000ms;
+  o.retry_budget = 100ms;
+  auto m = OpenAIChatModel::open(o);
+  auto r = chat(**m);
+  ASSERT_FALSE(r);
+  EXPECT_TRUE(r.error().is(Errc::overloaded));
+  EXPECT_NE(
+      r.error().message.find("429 Too Many Requests after 1 attempt (retry_budget_ms=100 spent)"),
+      std::string::npos)
+      << r.error().message;
+  EXPECT_EQ(server.requests(), 1);
+}
+
+TEST(OpenAIModel, InvalidJsonIsAModelErrorWithoutRetry) {
+  TestServer server([](int, const std::string&) { return reply(200, "{\"choices\": [tru"); });
+  auto m = OpenAIChatModel::open(options(server));
+  auto r = chat(**m);
+  ASSERT_FALSE(r);
+  EXPECT_TRUE(r.error().is(Errc::model_error));
+  EXPECT_TRUE(r.error().message.starts_with("openai " + server.url() + ": chat completion:1:"))
+      << r.error().message;
+  EXPECT_EQ(server.requests(), 1);
+}
+
+TEST(OpenAIModel, StreamCutInTheMiddleIsRetriedThenReported) {
+  TestServer server([](int, const std::string&) {
+    return sse_reply({R"({"choices":[{"index":0,"delta":{"content":"Hel"}}]})",
+                      R"({"choices":[{"index":0,"delta":{"content":"lo"}}]})"},
+                     /*cut=*/true);
+  });
+  auto o = options(server);
+  o.stream = true;
+  o.max_retries = 1;
+  auto m = OpenAIChatModel::open(o);
+  auto r = chat(**m);
+  ASSERT_FALSE(r);
+  EXPECT_TRUE(r.error().is(Errc::io_error)) << r.error().message;
+  EXPECT_EQ(r.error().message, "openai " + server.url() +
+                                   ": connection closed by the server, response cut before its "
+                                   "end after 2 attempts");
+  EXPECT_EQ(server.requests(), 2);
+}
+
+TEST(OpenAIModel, ConnectionResetIsRetried) {
+  TestServer server([](int n, const std::string&) {
+    return n == 1 ? Action{.reset = true} : reply(200, completion("after reset"));
+  });
+  auto m = OpenAIChatModel::open(options(server));
+  auto r = chat(**m);
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->message.content, "after reset");
+  EXPECT_EQ(server.requests(), 2);
+}
+
+TEST(OpenAIModel, ResponseOverTheCap) {
+  TestServer server(
+      [](int, const std::string&) { return reply(200, completion(std::string(4096, 'a'))); });
+  auto o = options(server);
+  o.max_response_bytes = 1024;
+  auto m = OpenAIChatModel::open(o);
+  auto r = chat(**m);
+  ASSERT_FALSE(r);
+  EXPECT_TRUE(r.error().is(Errc::memory_budget_exceeded));
+  EXPECT_EQ(r.error().message, "openai " + server.url() +
+                                   ": response body larger than http.max_response_bytes=1024 "
+                                   "after 1 attempt");
+}
+
+TEST(OpenAIModel, HeadersThatNeverComeTimeOut) {
+  TestServer server([](int, const std::string&) { return Action{.hang = true}; });
+  auto o = options(server);
+  o.timeout = 200ms;
+  o.max_retries = 0;
+  auto m = OpenAIChatModel::open(o);
+  auto r = chat(**m);
+  ASSERT_FALSE(r);
+  EXPECT_TRUE(r.error().is(Errc::deadline_exceeded)) << r.error().message;
+  EXPECT_EQ(r.error().message, "openai " + server.url() +
+                                   ": waiting for the response timed out (http.timeout_ms=200) "
+                                   "after 1 attempt");
+}
+
+TEST(OpenAIModel, ConcurrencyLimitQueuesThenRefuses) {
+  TestServer server([](int, const std::string&) { return Action{.hang = true}; });
+  auto o = options(server);
+  o.max_concurrency = 1;
+  o.max_queued = 1;
+  o.timeout = 500ms;
+  o.max_retries = 0;
+  auto m = OpenAIChatModel::open(o);
+  auto& io = test_io();
+  io.restart();
+  std::vector<Result<ChatResponse>> out(3);
+  for (int i = 0; i < 3; ++i)
+    asio::co_spawn(
+        io,
+        [&, i]() -> asio::awaitable<void> {
+          std::vector<Message> msgs{Message::user("hi")};
+          std::vector<ToolSpec> tools;
+          ChatParams params;
+          out[i] = co_await (*m)->async_chat(std::move(msgs), std::move(tools), params);
+        },
+        asio::detached);
+  io.run();
+  int overloaded = 0, timed_out = 0;
+  for (auto& r : out) {
+    ASSERT_FALSE(r);
+    overloaded += r.error().is(Errc::overloaded);
+    timed_out += r.error().is(Errc::deadline_exceeded);
+  }
+  EXPECT_EQ(overloaded, 1);
+  EXPECT_EQ(timed_out, 2);
+  EXPECT_EQ(server.requests(), 2);  // never more than one in flight
+}
+
+TEST(OpenAIModel, RequestsPerMinuteSpacesRequests) {
+  TestServer server([](int, const std::string&) { return reply(200, completion("ok")); });
+  auto o = options(server);
+  o.requests_per_minute = 600;  // burst 600, then one per 100 ms
+  auto m = OpenAIChatModel::open(o);
+  ASSERT_TRUE(chat(**m));
+  o.requests_per_minute = 1;  // 1 request of burst, then one a minute
+  auto slow = OpenAIChatModel::open(o);
+  ASSERT_TRUE(chat(**slow));
+  // The second request would wait a minute: it is cancelled after 200 ms, while waiting.
+  auto& io = test_io();
+  io.restart();
+  bool timer_won = false;
+  const auto t0 = std::chrono::steady_clock::now();
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        using namespace asio::experimental::awaitable_operators;
+        asio::steady_timer t(co_await asio::this_coro::executor, 200ms);
+        std::vector<Message> msgs{Message::user("hi")};
+        std::vector<ToolSpec> tools;
+        ChatParams params;
+        auto v = co_await ((*slow)->async_chat(std::move(msgs), std::move(tools), params) ||
+                           t.async_wait(asio::use_awaitable));
+        timer_won = v.index() == 1;
+      },
+      asio::detached);
+  io.run();
+  EXPECT_TRUE(timer_won);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
+  EXPECT_EQ(server.requests(), 2);  // the third never went out
+}
+
+TEST(OpenAIModel, MissingKeyVariableAndBadUrlAreRefused) {
+  OpenAIModelOptions o;
+  o.base_url = "http://127.0.0.1:1/v1";
+  o.model = "tiny";
+  o.api_key_env = "WEIR_TEST_SURELY_UNSET_KEY";
+  auto m = OpenAIChatModel::open(o);
+  ASSERT_FALSE(m);
+  EXPECT_EQ(m.error().message,
+            "openai model at http://127.0.0.1:1/v1: environment variable "
+            "WEIR_TEST_SURELY_UNSET_KEY (api_key_env) is not set");
+  o.api_key_env.clear();
+  o.base_url = "127.0.0.1:8080";
+  auto b = OpenAIChatModel::open(o);
+  ASSERT_FALSE(b);
+  EXPECT_TRUE(b.error().is(Errc::invalid_argument));
+}
+
+TEST(OpenAIModel, AnAgentWithAToolRunsEndToEndOverHttp) {
+  // A well-behaved server: first asks for the calculator, then answers with the tool's result.
+  TestServer server([](int n, const std::string& req) {
+    if (n == 1)
+      return reply(
+          200,
+          completion(
+              "",
+              R"([{"id":"call_1","type":"function","function":{"name":"calculator","arguments":"{\"expression\":\"6*7\"}"}}])"));
+    auto body = json::parse(req.substr(req.find("\r\n\r\n") + 4)).as_object();
+    const auto& last = body["messages"].as_array().back().as_object();
+    return reply(200,
+                 completion("The answer is " + std::string(last.at("content").as_string()) + "."));
+  });
+  graph::GraphRuntime runtime;  // outlives the model: pooled connections bind to its executor
+  auto o = options(server);
+  o.stream = false;
+  auto m = OpenAIChatModel::open(o);
+  ASSERT_TRUE(m);
+  auto reg = std::make_shared<tools::ToolRegistry>();
+  ASSERT_TRUE(reg->add(tools::make_calculator()));
+  AgentSpec spec;
+  spec.name = "mathematician";
+  spec.role = "a careful mathematician";
+  spec.goal = "answer arithmetic questions exactly";
+  spec.tools = {"calculator"};
+  auto agent = Agent::create(spec, *m, reg);
+  ASSERT_TRUE(agent) << agent.error().message;
+  auto& io = test_io();
+  io.restart();
+  Result<AgentResult> r;
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        std::string task = "What is 6 times 7?";
+        std::vector<Message> preamble;
+        graph::RunOptions opts;
+        r = co_await (*agent)->async_run(runtime, std::move(task), std::move(preamble),
+                                         std::move(opts));
+      },
+      asio::detached);
+  io.run();
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->output, "The answer is 42.");
+  EXPECT_EQ(r->tool_calls, 1);
+  EXPECT_EQ(r->iterations, 2);
+  EXPECT_EQ(r->prompt_tokens, 24);
+  auto second = json::parse(body_of(server.received().at(1))).as_object();
+  const auto& msgs = second["messages"].as_array();
+  EXPECT_EQ(msgs.back().at("role"), "tool");
+  EXPECT_EQ(msgs.back().at("tool_call_id"), "call_1");
+}
+
+}  // namespace
+}  // namespace weir::agents
