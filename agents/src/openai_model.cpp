@@ -12,7 +12,7 @@
 #include <boost/json.hpp>
 
 #include "weir/http/client.hpp"
-#include "weir/http/sse_reader.hpp"
+#include "weir/http/sse.hpp"
 #include "weir/runtime/json_parse.hpp"
 #include "weir/runtime/limiter.hpp"
 
@@ -96,6 +96,28 @@ bool retryable_status(int s) {
 }
 
 }  // namespace
+
+Result<OpenAIModelOptions> parse_openai_model_ref(std::string_view ref) {
+  auto bad = [whole = std::string(ref)] {
+    return Error(Errc::invalid_argument,
+                 "model '" + whole +
+                     "': expected openai:http(s)://HOST:PORT/BASE/MODEL, e.g. "
+                     "openai:http://127.0.0.1:8080/v1/tiny");
+  };
+  if (!ref.starts_with("openai:")) return bad();
+  ref.remove_prefix(7);
+  const auto slash = ref.rfind('/');
+  const auto scheme_end = ref.find("://");
+  if (slash == std::string_view::npos || scheme_end == std::string_view::npos ||
+      slash <= scheme_end + 2 || slash + 1 == ref.size())
+    return bad();
+  OpenAIModelOptions o;
+  o.base_url = std::string(ref.substr(0, slash));
+  o.model = std::string(ref.substr(slash + 1));
+  if (!http::parse_url(o.base_url)) return bad();
+  if (const char* k = std::getenv("OPENAI_API_KEY"); k && *k) o.api_key_env = "OPENAI_API_KEY";
+  return o;
+}
 
 Result<ChatResponse> parse_chat_completion(std::string_view body) {
   auto parsed = parse_json(body, "chat completion");
@@ -325,6 +347,14 @@ std::string OpenAIChatModel::request_body(const std::vector<Message>& messages,
     for (const auto& s : params.stop) stop.push_back(json::string(s));
     body["stop"] = std::move(stop);
   }
+  // An output_schema becomes OpenAI's structured output (weir serve, OpenAI, vLLM and llama.cpp's
+  // server constrain decoding to it); with tools the turn may still call them, so only a
+  // tool-free turn carries it (as LocalChatModel does).
+  if (params.response_schema && tools.empty())
+    body["response_format"] = json::object{
+        {"type", "json_schema"},
+        {"json_schema",
+         json::object{{"name", "output"}, {"schema", *params.response_schema}, {"strict", true}}}};
   if (o.stream) {
     body["stream"] = true;
     body["stream_options"] = json::object{{"include_usage", true}};
@@ -337,7 +367,7 @@ asio::awaitable<Result<ChatResponse>> OpenAIChatModel::async_chat(std::vector<Me
                                                                   ChatParams params) {
   auto& impl = *impl_;
   const auto& o = impl.options;
-  http::Request req;
+  http::ClientRequest req;
   req.method = "POST";
   req.target = "/chat/completions";
   req.headers.push_back({"Content-Type", "application/json"});

@@ -9,7 +9,9 @@
 #include <optional>
 
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/execution/context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/query.hpp>
 #include <boost/asio/ssl.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -54,7 +56,63 @@ struct Conn {
 
 struct Pool {
   std::unique_ptr<Limiter> limiter;
-  std::vector<std::unique_ptr<Conn>> idle;  // GUARDED_BY(Impl::mu)
+};
+
+// Idle connections of one Client, shared with the reapers of the contexts they are bound to.
+struct IdleState {
+  std::mutex mu;
+  std::multimap<std::string, std::unique_ptr<Conn>> conns;  // GUARDED_BY(mu); by origin
+};
+
+asio::execution_context* context_of(const asio::any_io_executor& ex) {
+  return &asio::query(ex, asio::execution::context);
+}
+
+// An idle connection is bound to the execution context it was made on. When that context is
+// destroyed before the Client, this service (one per context) closes and frees the Client's idle
+// connections bound to it during the context's shutdown, while its I/O services still exist.
+class IdleReaper final : public asio::execution_context::service {
+ public:
+  using key_type = IdleReaper;
+  static inline asio::execution_context::id id;
+  explicit IdleReaper(asio::execution_context& ctx) : service(ctx) {}
+
+  void watch(const std::shared_ptr<IdleState>& s) {
+    std::lock_guard lock(mu_);
+    std::erase_if(states_, [](const auto& w) { return w.expired(); });
+    for (const auto& w : states_)
+      if (!w.owner_before(s) && !s.owner_before(w)) return;
+    states_.push_back(s);
+  }
+
+ private:
+  void shutdown() override {
+    std::vector<std::weak_ptr<IdleState>> states;
+    {
+      std::lock_guard lock(mu_);
+      states.swap(states_);
+    }
+    for (auto& w : states) {
+      auto s = w.lock();
+      if (!s) continue;
+      std::vector<std::unique_ptr<Conn>> doomed;
+      {
+        std::lock_guard lock(s->mu);
+        for (auto it = s->conns.begin(); it != s->conns.end();) {
+          if (context_of(it->second->lowest().get_executor()) == &context()) {
+            doomed.push_back(std::move(it->second));
+            it = s->conns.erase(it);
+          } else {
+            ++it;
+          }
+        }
+      }
+      for (auto& c : doomed) c->close();
+    }
+  }
+
+  std::mutex mu_;
+  std::vector<std::weak_ptr<IdleState>> states_;  // GUARDED_BY(mu_)
 };
 
 // Why a request failed, with what the caller needs to decide about a stale pooled connection.
@@ -138,7 +196,7 @@ Result<Url> parse_url(std::string_view s) {
   return u;
 }
 
-std::string_view Response::header(std::string_view name) const {
+std::string_view ClientResponse::header(std::string_view name) const {
   for (const auto& h : headers)
     if (iequals(h.name, name)) return h.value;
   return {};
@@ -151,6 +209,7 @@ struct Client::Impl {
   std::mutex mu;
   std::map<std::string, std::unique_ptr<Pool>> pools;  // GUARDED_BY(mu); one per origin
   std::atomic<std::size_t> opened{0};
+  std::shared_ptr<IdleState> idle = std::make_shared<IdleState>();
 
   Pool& pool(const Url& url) {
     std::lock_guard lock(mu);
@@ -167,36 +226,42 @@ struct Client::Impl {
   }
 
   // An idle connection made on `ex` (handlers of a pooled stream must run where it was made).
-  std::unique_ptr<Conn> take_idle(Pool& p, const asio::any_io_executor& ex) {
-    std::lock_guard lock(mu);
-    for (auto it = p.idle.begin(); it != p.idle.end(); ++it) {
-      if ((*it)->lowest().get_executor() == ex) {
-        auto c = std::move(*it);
-        p.idle.erase(it);
+  std::unique_ptr<Conn> take_idle(const Url& url, const asio::any_io_executor& ex) {
+    std::lock_guard lock(idle->mu);
+    auto [b, e] = idle->conns.equal_range(url.origin());
+    for (auto it = b; it != e; ++it) {
+      if (it->second->lowest().get_executor() == ex) {
+        auto c = std::move(it->second);
+        idle->conns.erase(it);
         return c;
       }
     }
     return nullptr;
   }
 
-  void give_back(Pool& p, std::unique_ptr<Conn> c) {
+  void give_back(const Url& url, std::unique_ptr<Conn> c) {
     c->lowest().expires_never();
-    std::lock_guard lock(mu);
-    if (p.idle.size() >= options.max_idle_per_endpoint) {
+    if (c->buffer.size() != 0) {  // bytes past the response: the connection is not clean
       c->close();
       return;
     }
-    p.idle.push_back(std::move(c));
+    asio::use_service<IdleReaper>(*context_of(c->lowest().get_executor())).watch(idle);
+    std::lock_guard lock(idle->mu);
+    if (idle->conns.count(url.origin()) >= options.max_idle_per_endpoint) {
+      c->close();
+      return;
+    }
+    idle->conns.emplace(url.origin(), std::move(c));
   }
 
   asio::awaitable<Result<std::unique_ptr<Conn>>> connect(const Url& url,
                                                          Clock::time_point deadline);
 
   template <class Stream>
-  asio::awaitable<Result<Response>> exchange(Stream& s, Conn& c, const Url& url,
-                                             bhttp::request<bhttp::string_body>& req,
-                                             const BodySink& sink, Clock::time_point deadline,
-                                             bool& reusable, bool& before_response);
+  asio::awaitable<Result<ClientResponse>> exchange(Stream& s, Conn& c, const Url& url,
+                                                   bhttp::request<bhttp::string_body>& req,
+                                                   const BodySink& sink, Clock::time_point deadline,
+                                                   bool& reusable, bool& before_response);
 };
 
 asio::awaitable<Result<std::unique_ptr<Conn>>> Client::Impl::connect(const Url& url,
@@ -231,11 +296,9 @@ asio::awaitable<Result<std::unique_ptr<Conn>>> Client::Impl::connect(const Url& 
 }
 
 template <class Stream>
-asio::awaitable<Result<Response>> Client::Impl::exchange(Stream& s, Conn& c, const Url& url,
-                                                         bhttp::request<bhttp::string_body>& req,
-                                                         const BodySink& sink,
-                                                         Clock::time_point deadline, bool& reusable,
-                                                         bool& before_response) {
+asio::awaitable<Result<ClientResponse>> Client::Impl::exchange(
+    Stream& s, Conn& c, const Url& url, bhttp::request<bhttp::string_body>& req,
+    const BodySink& sink, Clock::time_point deadline, bool& reusable, bool& before_response) {
   const auto total_setting = "http.timeout_ms=" + std::to_string(options.total_timeout.count());
   reusable = false;
   before_response = true;
@@ -253,7 +316,7 @@ asio::awaitable<Result<Response>> Client::Impl::exchange(Stream& s, Conn& c, con
     co_return net_error(url, "waiting for the response", hec, total_setting);
   }
   before_response = false;
-  Response r;
+  ClientResponse r;
   const auto& head = p.get();
   r.status = static_cast<int>(head.result_int());
   r.reason = std::string(head.reason());
@@ -303,7 +366,15 @@ Client::Client(ClientOptions options) : impl_(std::make_unique<Impl>()) {
   }
 }
 
-Client::~Client() = default;
+Client::~Client() {
+  // Idle connections close here, on this thread: REQUIRES no request in flight.
+  std::multimap<std::string, std::unique_ptr<Conn>> conns;
+  {
+    std::lock_guard lock(impl_->idle->mu);
+    conns.swap(impl_->idle->conns);
+  }
+  for (auto& [origin, c] : conns) c->close();
+}
 
 const ClientOptions& Client::options() const noexcept {
   return impl_->options;
@@ -312,8 +383,8 @@ std::size_t Client::connections_opened() const noexcept {
   return impl_->opened.load();
 }
 
-asio::awaitable<Result<Response>> Client::async_request(const Url& url, Request request,
-                                                        BodySink sink) {
+asio::awaitable<Result<ClientResponse>> Client::async_request(const Url& url, ClientRequest request,
+                                                              BodySink sink) {
   auto& impl = *impl_;
   const auto deadline = Clock::now() + impl.options.total_timeout;
   Pool& pool = impl.pool(url);
@@ -335,7 +406,7 @@ asio::awaitable<Result<Response>> Client::async_request(const Url& url, Request 
   // A pooled connection the server closed while idle fails before any response byte: then
   // the request is sent once more on a fresh connection.
   for (int attempt = 0;; ++attempt) {
-    std::unique_ptr<Conn> conn = attempt == 0 ? impl.take_idle(pool, ex) : nullptr;
+    std::unique_ptr<Conn> conn = attempt == 0 ? impl.take_idle(url, ex) : nullptr;
     const bool pooled = conn != nullptr;
     if (!conn) {
       auto made = co_await impl.connect(url, deadline);
@@ -344,7 +415,7 @@ asio::awaitable<Result<Response>> Client::async_request(const Url& url, Request 
     }
     bool reusable = false, before_response = false;
     // (No co_await inside ?: : GCC 12 miscompiles it.)
-    Result<Response> r;
+    Result<ClientResponse> r;
     if (conn->tls)
       r = co_await impl.exchange(*conn->tls, *conn, url, req, sink, deadline, reusable,
                                  before_response);
@@ -353,7 +424,7 @@ asio::awaitable<Result<Response>> Client::async_request(const Url& url, Request 
                                  before_response);
     if (r) {
       if (reusable)
-        impl.give_back(pool, std::move(conn));
+        impl.give_back(url, std::move(conn));
       else
         conn->close();
       co_return r;

@@ -12,8 +12,12 @@ TEST(Sse, WriterAndReaderRoundTripInAnyPieces) {
   std::string wire = sse_event("{\"a\":1}") + sse_event("two\nlines", "note") + sse_event("[DONE]");
   for (std::size_t step : {1u, 3u, 7u, 1000u}) {
     SseReader rd;
-    std::vector<SseReader::Event> ev;
-    for (std::size_t i = 0; i < wire.size(); i += step) rd.push(wire.substr(i, step), ev);
+    std::vector<SseEvent> ev;
+    for (std::size_t i = 0; i < wire.size(); i += step)
+      ASSERT_TRUE(rd.feed(wire.substr(i, step), [&](SseEvent& e) -> Status {
+        ev.push_back(e);
+        return {};
+      }));
     ASSERT_EQ(ev.size(), 3u);
     EXPECT_EQ(ev[0].data, "{\"a\":1}");
     EXPECT_EQ(ev[1].data, "two\nlines");
@@ -23,12 +27,17 @@ TEST(Sse, WriterAndReaderRoundTripInAnyPieces) {
 }
 
 TEST(Sse, ReaderBoundsAnUnfinishedEvent) {
-  SseReader rd(64);
-  std::vector<SseReader::Event> ev;
-  EXPECT_FALSE(rd.push("data: " + std::string(100, 'x'), ev));
-  EXPECT_TRUE(rd.overflowed());
-  EXPECT_FALSE(rd.push("\n\n", ev));
-  EXPECT_TRUE(ev.empty());
+  SseReader rd(SseLimits{.max_line_bytes = 256, .max_event_bytes = 64});
+  int events = 0;
+  auto count = [&](SseEvent&) -> Status {
+    ++events;
+    return {};
+  };
+  auto s = rd.feed("data: " + std::string(100, 'x') + "\n", count);
+  ASSERT_FALSE(s);
+  EXPECT_EQ(s.error().message, "event stream event larger than max_event_bytes=64");
+  EXPECT_FALSE(rd.feed("\n\n", count));  // the reader stays failed
+  EXPECT_EQ(events, 0);
 }
 
 TEST(OpenAi, ChatRequestFields) {

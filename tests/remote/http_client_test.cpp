@@ -34,11 +34,11 @@ T run(std::function<asio::awaitable<T>()> fn) {
   return std::move(*out);
 }
 
-Result<Response> get(Client& c, const std::string& url_text, std::string target = "/models") {
+Result<ClientResponse> get(Client& c, const std::string& url_text, std::string target = "/models") {
   auto url = parse_url(url_text);
   EXPECT_TRUE(url);
-  return run<Result<Response>>([&]() -> asio::awaitable<Result<Response>> {
-    Request r;
+  return run<Result<ClientResponse>>([&]() -> asio::awaitable<Result<ClientResponse>> {
+    ClientRequest r;
     r.method = "GET";
     r.target = target;
     co_return co_await c.async_request(*url, r);
@@ -92,7 +92,7 @@ TEST(HttpClient, KeepAliveOnOneExecutor) {
   auto n = run<int>([&]() -> asio::awaitable<int> {
     int ok = 0;
     for (int i = 0; i < 4; ++i) {
-      Request req{.method = "GET", .target = "/"};
+      ClientRequest req{.method = "GET", .target = "/"};
       auto r = co_await c.async_request(url, std::move(req));
       ok += r && r->body == "ok";
     }
@@ -101,6 +101,26 @@ TEST(HttpClient, KeepAliveOnOneExecutor) {
   EXPECT_EQ(n, 4);
   EXPECT_EQ(server.connections(), 1);
   EXPECT_EQ(c.connections_opened(), 1u);
+}
+
+TEST(HttpClient, OutlivesTheContextsItRanOn) {
+  TestServer server([](int, const std::string&) { return reply(200, "ok", {}, "text/plain"); });
+  auto url = *parse_url(server.url());
+  Client c;
+  for (int i = 0; i < 2; ++i) {
+    asio::io_context io;  // destroyed with an idle connection of `c` bound to it
+    Result<ClientResponse> r;
+    asio::co_spawn(
+        io,
+        [&]() -> asio::awaitable<void> {
+          ClientRequest req{.method = "GET", .target = "/"};
+          r = co_await c.async_request(url, std::move(req));
+        },
+        asio::detached);
+    io.run();
+    ASSERT_TRUE(r) << r.error().message;
+  }
+  EXPECT_EQ(c.connections_opened(), 2u);  // nothing reused across contexts
 }
 
 TEST(HttpClient, ResponseOverTheCapIsATypedError) {
@@ -171,10 +191,10 @@ TEST(HttpClient, CancellationClosesTheRequest) {
   Client c(ClientOptions{.total_timeout = 10s});
   auto url = *parse_url(server.url());
   const auto t0 = std::chrono::steady_clock::now();
-  auto r = run<Result<Response>>([&]() -> asio::awaitable<Result<Response>> {
+  auto r = run<Result<ClientResponse>>([&]() -> asio::awaitable<Result<ClientResponse>> {
     using namespace asio::experimental::awaitable_operators;
     asio::steady_timer t(co_await asio::this_coro::executor, 200ms);
-    Request req{.method = "GET", .target = "/"};
+    ClientRequest req{.method = "GET", .target = "/"};
     auto v = co_await (c.async_request(url, std::move(req)) || t.async_wait(asio::use_awaitable));
     if (v.index() == 0) co_return std::get<0>(std::move(v));
     co_return Error(Errc::cancelled, "timer won");

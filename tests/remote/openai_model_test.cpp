@@ -352,6 +352,20 @@ TEST(OpenAIModel, RequestsPerMinuteSpacesRequests) {
   EXPECT_EQ(server.requests(), 2);  // the third never went out
 }
 
+TEST(OpenAIModel, ModelRefsFromTheCommandLine) {
+  auto o = parse_openai_model_ref("openai:http://127.0.0.1:8080/v1/tiny");
+  ASSERT_TRUE(o) << o.error().message;
+  EXPECT_EQ(o->base_url, "http://127.0.0.1:8080/v1");
+  EXPECT_EQ(o->model, "tiny");
+  auto bad = parse_openai_model_ref("openai:http://127.0.0.1:8080");
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().message,
+            "model 'openai:http://127.0.0.1:8080': expected "
+            "openai:http(s)://HOST:PORT/BASE/MODEL, e.g. openai:http://127.0.0.1:8080/v1/tiny");
+  EXPECT_FALSE(parse_openai_model_ref("openai:http://h:1/v1/"));
+  EXPECT_FALSE(parse_openai_model_ref("local:/x.gguf"));
+}
+
 TEST(OpenAIModel, MissingKeyVariableAndBadUrlAreRefused) {
   OpenAIModelOptions o;
   o.base_url = "http://127.0.0.1:1/v1";

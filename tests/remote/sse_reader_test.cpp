@@ -1,4 +1,4 @@
-#include "weir/http/sse_reader.hpp"
+#include "weir/http/sse.hpp"
 
 #include <gtest/gtest.h>
 

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "weir/runtime/error.hpp"
+
 #include "weir/http/sse.hpp"
 
 namespace weir::testing_http {
@@ -139,10 +141,11 @@ inline Reply call(std::uint16_t port, const std::string& method, const std::stri
 // The data of every SSE event in a body.
 inline std::vector<std::string> sse_data(const std::string& body) {
   http::SseReader rd;
-  std::vector<http::SseReader::Event> ev;
-  rd.push(body, ev);
   std::vector<std::string> out;
-  for (auto& e : ev) out.push_back(e.data);
+  (void)rd.feed(body, [&](http::SseEvent& e) -> Status {
+    out.push_back(std::move(e.data));
+    return {};
+  });
   return out;
 }
 

@@ -160,7 +160,9 @@ TEST(Serve, ChatCompletionAndItsStreamAgree) {
       continue;
     }
     const auto& d = e.at("choices").at(0).at("delta");
-    if (i == 0) EXPECT_EQ(d.at("role").as_string(), "assistant");
+    if (i == 0) {
+      EXPECT_EQ(d.at("role").as_string(), "assistant");
+    }
     if (d.as_object().contains("content")) joined += d.at("content").as_string();
     if (e.at("choices").at(0).at("finish_reason").is_string())
       finish = e.at("choices").at(0).at("finish_reason").as_string();
@@ -466,7 +468,9 @@ TEST(Serve, ToolChoiceRequiredAndNamedForceAValidCall) {
       const auto& call0 = c.at("message").at("tool_calls").at(0).at("function");
       const std::string name(call0.at("name").as_string());
       auto args = json::parse(call0.at("arguments").as_string()).as_object();
-      if (choice != R"("required")") EXPECT_EQ(name, "add");
+      if (choice != R"("required")") {
+        EXPECT_EQ(name, "add");
+      }
       if (name == "add") {
         EXPECT_EQ(args.size(), 2u) << r.body;
         EXPECT_LE(args.at("a").as_int64(), 99);

@@ -22,8 +22,8 @@
 // The API key is read from the environment variable named by api_key_env when the model is
 // opened, never from a file; it is sent as "Authorization: Bearer ..." and never logged.
 //
-// Thread safety: async_chat may be called concurrently from any coroutines. REQUIRES: the
-// execution contexts those coroutines run on outlive the model (idle connections bind to them).
+// Thread safety: async_chat may be called concurrently from any coroutines; the model must
+// outlive the calls it started. It may outlive the execution contexts it ran on.
 #pragma once
 
 #include <chrono>
@@ -78,6 +78,11 @@ class OpenAIChatModel final : public ChatModel {
  private:
   std::unique_ptr<Impl> impl_;
 };
+
+// "openai:http://host:8080/v1/MODEL": the base URL and the model (the last path segment), the
+// key from $OPENAI_API_KEY when that is set (the --model form of the command line).
+// Errors: invalid_argument naming the expected form.
+Result<OpenAIModelOptions> parse_openai_model_ref(std::string_view ref);
 
 // Parses a non-streamed chat completion body. Errors: model_error naming what is missing.
 Result<ChatResponse> parse_chat_completion(std::string_view body);

@@ -16,6 +16,10 @@
 // Cancellation (asio per-operation cancellation of the awaiting coroutine) closes the
 // connection and yields cancelled; the connection is never returned to the pool.
 //
+// Idle connections are bound to the execution context they were made on and are reused only by
+// requests on the same executor; when that context is destroyed first, its idle connections are
+// closed then (an asio service per context), so a Client may outlive the contexts it ran on.
+//
 // Thread safety: async_request may be called concurrently from any threads; the client must
 // outlive every request it started.
 #pragma once
@@ -64,14 +68,14 @@ struct Header {
   std::string value;
 };
 
-struct Request {
+struct ClientRequest {
   std::string method = "POST";
   std::string target;  // "/v1/chat/completions"
   std::vector<Header> headers;
   std::string body;
 };
 
-struct Response {
+struct ClientResponse {
   int status = 0;
   std::string reason;
   std::vector<Header> headers;  // every header, names as sent
@@ -91,10 +95,11 @@ class Client {
   Client& operator=(const Client&) = delete;
 
   // Sends `request` to `url`'s host. With a sink, a 2xx response's body goes to the sink as it
-  // arrives (Response::body stays empty); other statuses are buffered for the error message.
+  // arrives (ClientResponse::body stays empty); other statuses are buffered for the error message.
   // A status is not an error here: the caller decides about 4xx and 5xx.
-  boost::asio::awaitable<Result<Response>> async_request(const Url& url, Request request,
-                                                         BodySink sink = nullptr);
+  boost::asio::awaitable<Result<ClientResponse>> async_request(const Url& url,
+                                                               ClientRequest request,
+                                                               BodySink sink = nullptr);
 
   const ClientOptions& options() const noexcept;
   // Connections opened, ever (tests check reuse with it).
