@@ -4,16 +4,21 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <thread>
 
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/use_future.hpp>
 #include <boost/json.hpp>
 
 #include "http_client.hpp"
 #include "weir/serve/service.hpp"
 #include "weir/tools/builtin.hpp"
+#include "weir/tools/mcp.hpp"
 #include "weir/tools/mcp_server.hpp"
 #include "weir/tools/registry.hpp"
 
@@ -38,7 +43,7 @@ struct McpFixture : ::testing::Test {
   std::unique_ptr<Service> svc;
   std::uint16_t port = 0;
 
-  void start(std::size_t max_calls = 64) {
+  void start(std::size_t max_calls = 64, std::function<void(ServeConfig&)> configure = {}) {
     ASSERT_TRUE(reg.add(tools::make_calculator()));
     ASSERT_TRUE(reg.add(tools::make_async_tool(
         "wait", "waits until the test releases it", json::object{{"type", "object"}},
@@ -56,6 +61,7 @@ struct McpFixture : ::testing::Test {
     ServeConfig c;
     c.port = 0;
     c.mcp = mcp;
+    if (configure) configure(c);
     auto s = Service::start(std::move(c));
     ASSERT_TRUE(s) << s.error().message;
     svc = std::move(*s);
@@ -197,6 +203,92 @@ TEST_F(McpFixture, CallsBeyondTheCapAreRefusedAtOnceAndCancelledCallsGetNoAnswer
   Reply ok = post(sid, rpc(13, "tools/call", R"({"name": "calculator",
                                                   "arguments": {"expression": "1+1"}})"));
   EXPECT_EQ(result_of(ok).at("content").at(0).at("text"), "2");
+}
+
+// --- weir's own MCP client (McpClient with a url) against /mcp ----------------------------
+
+tools::McpServerConfig client_config(std::uint16_t port) {
+  tools::McpServerConfig c;
+  c.name = "served";
+  c.url = "http://127.0.0.1:" + std::to_string(port) + "/mcp";
+  c.options.timeout = std::chrono::seconds(10);
+  c.restart_backoff = std::chrono::milliseconds(20);
+  c.connect_timeout = std::chrono::seconds(10);
+  return c;
+}
+
+std::string call_tool(tools::ToolRegistry& r, const std::string& name, std::string_view args) {
+  asio::io_context io;
+  auto f =
+      asio::co_spawn(io, r.async_call(name, json::parse(args).as_object(), {}), asio::use_future);
+  io.run();
+  auto out = f.get();
+  return out ? "ok: " + out->content : out.error().to_string();
+}
+
+TEST_F(McpFixture, WeirsClientUsesServedToolsAndTimesOut) {
+  start();
+  auto cfg = client_config(port);
+  cfg.options.timeout = std::chrono::milliseconds(300);
+  auto c = tools::McpClient::connect(cfg);
+  ASSERT_TRUE(c) << c.error().to_string();
+  EXPECT_EQ((*c)->protocol_version(), "2025-06-18");
+  tools::ToolRegistry local;
+  ASSERT_TRUE(tools::add_mcp_tools(local, *c));
+  EXPECT_EQ(local.names(), (std::vector<std::string>{"served/calculator", "served/wait"}));
+  EXPECT_EQ(call_tool(local, "served/calculator", R"({"expression": "6*7"})"), "ok: 42");
+  // A call past its timeout fails with the timeout (the client sends notifications/cancelled)
+  // and the session serves on while the server's tool still runs.
+  EXPECT_EQ(call_tool(local, "served/wait", "{}"),
+            "tool_timeout: tool 'served/wait' did not answer within 300 ms");
+  EXPECT_EQ(mcp->calls_in_flight(), 1u);
+  EXPECT_EQ(call_tool(local, "served/calculator", R"({"expression": "1+1"})"), "ok: 2");
+  release = true;
+  for (int i = 0; i < 200 && mcp->calls_in_flight() > 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(mcp->calls_in_flight(), 0u);
+  EXPECT_EQ((*c)->restarts(), 0);
+}
+
+TEST_F(McpFixture, WeirsClientSendsConfiguredHeaders) {
+  start(64, [](ServeConfig& c) { c.api_key = "sekret"; });
+  auto c = tools::McpClient::connect(client_config(port));
+  ASSERT_FALSE(c);
+  EXPECT_NE(c.error().message.find("initialize: JSON-RPC error -32603: HTTP 401 Unauthorized: "),
+            std::string::npos)
+      << c.error().message;
+  EXPECT_NE(c.error().message.find("missing API key"), std::string::npos) << c.error().message;
+
+  auto cfg = client_config(port);
+  cfg.headers = {{"Authorization", "Bearer sekret"}};
+  auto ok = tools::McpClient::connect(cfg);
+  ASSERT_TRUE(ok) << ok.error().to_string();
+  tools::ToolRegistry local;
+  ASSERT_TRUE(tools::add_mcp_tools(local, *ok));
+  EXPECT_EQ(call_tool(local, "served/calculator", R"({"expression": "2^5"})"), "ok: 32");
+}
+
+TEST_F(McpFixture, WeirsClientStartsANewSessionWhenItsSessionEnds) {
+  start(64, [](ServeConfig& c) { c.max_mcp_sessions = 1; });
+  auto c = tools::McpClient::connect(client_config(port));
+  ASSERT_TRUE(c) << c.error().to_string();
+  tools::ToolRegistry local;
+  ASSERT_TRUE(tools::add_mcp_tools(local, *c));
+  EXPECT_EQ(call_tool(local, "served/calculator", R"({"expression": "1+2"})"), "ok: 3");
+  // Another client's session evicts ours (max_mcp_sessions = 1): our next call gets 404, which
+  // ends the connection; the call fails with the reason and the client initializes again.
+  ASSERT_FALSE(initialize().empty());
+  const std::string failed = call_tool(local, "served/calculator", R"({"expression": "1+3"})");
+  EXPECT_NE(failed.find("the server ended the session (HTTP 404 for session "), std::string::npos)
+      << failed;
+  std::string again;
+  for (int i = 0; i < 100; ++i) {
+    again = call_tool(local, "served/calculator", R"({"expression": "1+4"})");
+    if (again == "ok: 5") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(again, "ok: 5");
+  EXPECT_EQ((*c)->restarts(), 1);
 }
 
 TEST(McpConfig, ServeNeedsAModelOrMcp) {

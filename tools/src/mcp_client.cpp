@@ -16,6 +16,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/json.hpp>
 
+#include "mcp_http.hpp"
 #include "mcp_stdio.hpp"
 #include "weir/runtime/log.hpp"
 #include "weir/tools/jsonrpc.hpp"
@@ -257,12 +258,21 @@ struct McpClient::Impl {
 
   asio::awaitable<void> run_connection(std::uint64_t gen) {
     const auto deadline = std::chrono::steady_clock::now() + cfg.connect_timeout;
-    auto t = detail::StdioTransport::spawn(ioc.get_executor(), cfg);
-    if (!t) {
-      down(gen, t.error().message, t.error().code);
-      co_return;
+    if (cfg.url.empty()) {
+      auto t = detail::StdioTransport::spawn(ioc.get_executor(), cfg);
+      if (!t) {
+        down(gen, t.error().message, t.error().code);
+        co_return;
+      }
+      transport = std::shared_ptr<Transport>(std::move(*t));
+    } else {
+      auto t = detail::HttpTransport::open(ioc.get_executor(), cfg);
+      if (!t) {
+        down(gen, t.error().message, t.error().code);
+        co_return;
+      }
+      transport = std::shared_ptr<Transport>(std::move(*t));
     }
-    transport = std::shared_ptr<Transport>(std::move(*t));
     asio::co_spawn(ioc, reader(gen, transport), log_exception(who()));
     json::object init{{"protocolVersion", std::string(kMcpProtocolVersion)},
                       {"capabilities", json::object{}},
@@ -292,6 +302,7 @@ struct McpClient::Impl {
       std::lock_guard lock(mu);
       negotiated = version;
     }
+    transport->set_protocol_version(version);
     (void)enqueue(rpc::notification("notifications/initialized", {}));
     state = State::ready;  // tools/list goes out like any request from here on
     auto s = co_await list_tools(deadline);
@@ -405,8 +416,11 @@ Result<std::shared_ptr<McpClient>> McpClient::connect(McpServerConfig config) {
   if (config.name.empty() || config.name.find('/') != std::string::npos)
     return Error(Errc::invalid_argument,
                  "mcp server '" + config.name + "': a server needs a name without '/'");
-  if (config.command.empty())
-    return Error(Errc::invalid_argument, "mcp server '" + config.name + "': \"command\" is empty");
+  if (config.command.empty() == config.url.empty())
+    return Error(Errc::invalid_argument,
+                 "mcp server '" + config.name +
+                     "': give either \"command\" (a server weir starts, stdio) or \"url\" "
+                     "(Streamable HTTP)");
   if (config.max_message_bytes < 1024 || config.max_in_flight < 1 || config.max_write_queue < 1 ||
       config.max_restarts < 0)
     return Error(Errc::invalid_argument,
