@@ -7,6 +7,7 @@
 
 #include "mcp_config.hpp"
 #include "weir/agents/agent.hpp"
+#include "weir/agents/openai_model.hpp"
 #include "weir/runtime/artifact_store.hpp"
 #include "weir/runtime/memory_budget.hpp"
 #include "weir/tools/builtin.hpp"
@@ -22,6 +23,36 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// A model entry with "provider": "openai" (its shape checked by the workflow loader).
+Result<OpenAIModelOptions> openai_options(const graph::ModelSpec& m) {
+  OpenAIModelOptions o;
+  const auto& r = m.remote;
+  auto str = [&](const char* k) {
+    const auto* v = r.if_contains(k);
+    return v && v->is_string() ? std::string(v->as_string()) : std::string();
+  };
+  auto num = [&](const char* k, std::int64_t fallback) {
+    const auto* v = r.if_contains(k);
+    return v && (v->is_int64() || v->is_uint64()) ? v->to_number<std::int64_t>() : fallback;
+  };
+  auto ms = [&](const char* k, std::chrono::milliseconds fallback) {
+    return std::chrono::milliseconds(num(k, fallback.count()));
+  };
+  o.base_url = str("base_url");
+  o.model = str("model");
+  o.api_key_env = str("api_key_env");
+  o.max_concurrency = static_cast<std::size_t>(num("max_concurrency", 32));
+  o.max_queued = static_cast<std::size_t>(num("max_queued", 1024));
+  o.requests_per_minute = static_cast<double>(num("requests_per_minute", 0));
+  o.max_retries = static_cast<std::int32_t>(std::min<std::int64_t>(num("max_retries", 3), 100));
+  o.timeout = ms("timeout_ms", o.timeout);
+  o.connect_timeout = ms("connect_timeout_ms", o.connect_timeout);
+  o.max_response_bytes = static_cast<std::size_t>(num("max_response_bytes", 16 << 20));
+  o.context_length = num("context_length", 0);
+  if (const auto* st = r.if_contains("stream"); st && st->is_bool()) o.stream = st->as_bool();
+  return o;
+}
+
 // What the hooks share; kept alive by the hooks themselves.
 struct Wiring {
   WorkflowServices services;
@@ -33,16 +64,28 @@ struct Wiring {
   std::unique_ptr<graph::GraphRuntime> child;
 
   std::mutex mu;
-  std::map<std::string, std::shared_ptr<LocalChatModel>> models;  // GUARDED_BY(mu), opened on use
-  std::map<std::string, std::shared_ptr<const Agent>> agents;     // GUARDED_BY(mu), built on use
+  std::map<std::string, std::shared_ptr<ChatModel>> models;    // GUARDED_BY(mu), opened on use
+  std::map<std::string, std::shared_ptr<const Agent>> agents;  // GUARDED_BY(mu), built on use
 
   // The workflow's model `name` (one engine per file, through the engine registry).
   // REQUIRES: mu held.
-  Result<std::shared_ptr<LocalChatModel>> model_locked(const std::string& name) {
+  Result<std::shared_ptr<ChatModel>> model_locked(const std::string& name) {
     if (auto it = models.find(name); it != models.end()) return it->second;
     auto spec = model_specs.find(name);
     if (spec == model_specs.end() && !services.model_override)
       return Error(Errc::not_found, "model '" + name + "' is not defined");
+    // --model openai:URL/MODEL (every model), or an entry with "provider": "openai".
+    const bool remote_override =
+        services.model_override && services.model_override->native().starts_with("openai:");
+    if (remote_override || (!services.model_override && spec->second->provider == "openai")) {
+      auto o = remote_override ? parse_openai_model_ref(services.model_override->native())
+                               : openai_options(*spec->second);
+      if (!o) return Error(o.error().code, "model '" + name + "': " + o.error().message);
+      auto m = OpenAIChatModel::open(std::move(*o));
+      if (!m) return Error(m.error().code, "model '" + name + "': " + m.error().message);
+      models[name] = *m;
+      return std::shared_ptr<ChatModel>(*m);
+    }
     LocalModelOptions o = services.model_options;
     if (spec != model_specs.end()) {
       if (!spec->second->chat_template.empty()) o.chat_template = spec->second->chat_template;
@@ -63,7 +106,7 @@ struct Wiring {
                                   o);
     if (!m) return std::move(m).error();
     models[name] = *m;
-    return *m;
+    return std::shared_ptr<ChatModel>(*m);
   }
 
   Result<std::shared_ptr<const Agent>> agent(const std::string& name) {
@@ -83,7 +126,7 @@ struct Wiring {
   asio::awaitable<Result<std::string>> call_model(std::string name, std::string system,
                                                   std::string prompt, std::int32_t max_tokens,
                                                   std::optional<json::object> output_schema) {
-    Result<std::shared_ptr<LocalChatModel>> m = Error(Errc::cancelled, "");
+    Result<std::shared_ptr<ChatModel>> m = Error(Errc::cancelled, "");
     {
       std::lock_guard lock(mu);
       m = model_locked(name);

@@ -21,6 +21,7 @@
 #include "commands.hpp"
 #include "weir/agents/crew_file.hpp"
 #include "weir/agents/local_model.hpp"
+#include "weir/agents/openai_model.hpp"
 #include "weir/inference/engine.hpp"
 #include "weir/inference/engine_registry.hpp"
 #include "weir/inference/gguf_writer.hpp"
@@ -122,7 +123,10 @@ int run_agents_file(const fs::path& path, const AgentsRunOptions& options) {
     std::fprintf(stderr, "%s\n", file.error().message.c_str());
     return file.error().is(Errc::invalid_workflow) ? kExitInvalidInput : kExitRunFailed;
   }
-  auto choice = choose_model(options.model);
+  // --model openai:URL/MODEL: the agents talk to a remote OpenAI-compatible endpoint; no engine.
+  const bool remote = options.model && options.model->starts_with("openai:");
+  auto choice = remote ? Result<ModelChoice>(ModelChoice{*options.model, false})
+                       : choose_model(options.model);
   if (!choice)
     return std::fprintf(stderr, "weir: %s\n", choice.error().message.c_str()), kExitRunFailed;
 
@@ -152,16 +156,29 @@ int run_agents_file(const fs::path& path, const AgentsRunOptions& options) {
   // before the budget goes (this guard is destroyed after `model` and everything using it).
   struct ReleaseEngine {
     fs::path path;
-    ~ReleaseEngine() { inference::EngineRegistry::global().release(path); }
-  } release_engine{choice->path};
-  agents::LocalModelOptions mo;
-  mo.budget = &budget;
-  mo.max_num_seqs = file->max_num_seqs > 0 ? file->max_num_seqs : 64;
-  mo.max_model_len = options.max_model_len > 0 ? options.max_model_len : file->max_model_len;
-  mo.ignore_eog = choice->random;
-  auto model = agents::LocalChatModel::open(choice->path, mo);
-  if (!model)
-    return std::fprintf(stderr, "weir: %s\n", model.error().message.c_str()), kExitRunFailed;
+    ~ReleaseEngine() {
+      if (!path.empty()) inference::EngineRegistry::global().release(path);
+    }
+  } release_engine{remote ? fs::path() : choice->path};
+  std::shared_ptr<agents::LocalChatModel> local;  // null for a remote model
+  std::shared_ptr<agents::ChatModel> model;
+  if (remote) {
+    auto o = agents::parse_openai_model_ref(*options.model);
+    auto m = o ? agents::OpenAIChatModel::open(std::move(*o))
+               : Result<std::shared_ptr<agents::OpenAIChatModel>>(std::move(o).error());
+    if (!m) return std::fprintf(stderr, "weir: %s\n", m.error().message.c_str()), kExitRunFailed;
+    model = std::move(*m);
+  } else {
+    agents::LocalModelOptions mo;
+    mo.budget = &budget;
+    mo.max_num_seqs = file->max_num_seqs > 0 ? file->max_num_seqs : 64;
+    mo.max_model_len = options.max_model_len > 0 ? options.max_model_len : file->max_model_len;
+    mo.ignore_eog = choice->random;
+    auto m = agents::LocalChatModel::open(choice->path, mo);
+    if (!m) return std::fprintf(stderr, "weir: %s\n", m.error().message.c_str()), kExitRunFailed;
+    local = *m;
+    model = local;
+  }
   auto tools = agents::build_tools(*file, store->get());
   if (!tools)
     return std::fprintf(stderr, "%s: %s\n", path.c_str(), tools.error().message.c_str()),
@@ -175,13 +192,13 @@ int run_agents_file(const fs::path& path, const AgentsRunOptions& options) {
   std::shared_ptr<const agents::Crew> crew;
   std::shared_ptr<const agents::GroupChat> chat;
   if (file->kind == agents::AgentsFileKind::crew) {
-    auto c = agents::Crew::create(file->crew, *model, *tools, ropt);
+    auto c = agents::Crew::create(file->crew, model, *tools, ropt);
     if (!c)
       return std::fprintf(stderr, "%s: %s\n", path.c_str(), c.error().message.c_str()),
              kExitInvalidInput;
     crew = std::move(*c);
   } else {
-    auto c = agents::GroupChat::create(file->chat, *model);
+    auto c = agents::GroupChat::create(file->chat, model);
     if (!c)
       return std::fprintf(stderr, "%s: %s\n", path.c_str(), c.error().message.c_str()),
              kExitInvalidInput;
@@ -198,7 +215,8 @@ int run_agents_file(const fs::path& path, const AgentsRunOptions& options) {
   if (table) {
     std::printf("weir: %d instance%s of %s (%s), %d at once, model %s%s\n", options.instances,
                 options.instances == 1 ? "" : "s", file->name.c_str(), what.c_str(),
-                options.concurrency, choice->path.filename().c_str(),
+                options.concurrency,
+                remote ? options.model->c_str() : choice->path.filename().c_str(),
                 choice->random ? " (random weights)" : "");
     if (choice->random)
       std::printf(
@@ -274,7 +292,7 @@ int run_agents_file(const fs::path& path, const AgentsRunOptions& options) {
     asio::steady_timer t(io);
     int last_done = -1;
     while (remaining.load() > 0) {
-      auto st = (*model)->engine().stats();
+      auto st = local ? local->engine().stats() : inference::EngineStats{};
       totals.peak_used_blocks = std::max(totals.peak_used_blocks.load(), st.kv.used_blocks);
       const int done = totals.runs.load() + totals.failed.load();
       if (tty && table && done != last_done) {
@@ -304,7 +322,7 @@ int run_agents_file(const fs::path& path, const AgentsRunOptions& options) {
     std::fprintf(stderr, "weir run: %s\n", totals.first_error.c_str());
     return kExitRunFailed;
   }
-  auto st = (*model)->engine().stats();
+  const auto st = local ? local->engine().stats() : inference::EngineStats{};
   const long gen = totals.completion_tokens.load();
   std::printf("\n  %-30s %d completed, %d failed, in %.1f s\n", "runs", totals.runs.load(),
               totals.failed.load(), secs);
@@ -319,15 +337,18 @@ int run_agents_file(const fs::path& path, const AgentsRunOptions& options) {
               totals.refused.load());
   std::printf("  %-30s %ld prompt, %ld generated (%.0f generated tok/s)\n", "tokens",
               totals.prompt_tokens.load(), gen, gen / secs);
-  std::printf("  %-30s %d of %d blocks at peak (%d tokens each, pool %s)\n", "KV cache",
-              totals.peak_used_blocks.load(), st.kv.num_blocks,
-              (*model)->engine().kv_layout().block_size,
-              format_bytes(static_cast<std::size_t>(st.kv_pool_bytes)).c_str());
-  std::printf("  %-30s %llu of %llu full prompt blocks (%.0f%%)\n", "prefix-cache hits",
-              static_cast<unsigned long long>(st.kv.prefix_hits),
-              static_cast<unsigned long long>(st.kv.prefix_queries), 100 * st.kv.prefix_hit_rate());
-  std::printf("  %-30s %llu\n", "preemptions",
-              static_cast<unsigned long long>(st.sched.preemptions));
+  if (local) {  // a remote model's KV cache is the server's
+    std::printf("  %-30s %d of %d blocks at peak (%d tokens each, pool %s)\n", "KV cache",
+                totals.peak_used_blocks.load(), st.kv.num_blocks,
+                local->engine().kv_layout().block_size,
+                format_bytes(static_cast<std::size_t>(st.kv_pool_bytes)).c_str());
+    std::printf("  %-30s %llu of %llu full prompt blocks (%.0f%%)\n", "prefix-cache hits",
+                static_cast<unsigned long long>(st.kv.prefix_hits),
+                static_cast<unsigned long long>(st.kv.prefix_queries),
+                100 * st.kv.prefix_hit_rate());
+    std::printf("  %-30s %llu\n", "preemptions",
+                static_cast<unsigned long long>(st.sched.preemptions));
+  }
   print_budget(budget);
   if (!totals.first_error.empty()) std::printf("\n  first error: %s\n", totals.first_error.c_str());
   return totals.failed.load() ? kExitRunFailed : kExitOk;

@@ -30,7 +30,9 @@ constexpr Command kCommands[] = {
      "                [--instances N] [--concurrency N] [--table]\n\n"
      "Runs a workflow, crew or group-chat file under its limits and prints the result as JSON\n"
      "on stdout; a summary goes to stderr. --model overrides every model's path (crews and\n"
-     "group chats: --model, else WEIR_MODEL, else weir's random-weight model). Crew and group-\n"
+     "group chats: --model, else WEIR_MODEL, else weir's random-weight model); --model\n"
+     "openai:http://HOST:PORT/v1/MODEL sends every model call to an OpenAI-compatible\n"
+     "endpoint instead (the key from OPENAI_API_KEY when set). Crew and group-\n"
      "chat files can run many instances at once (--instances, --concurrency), which prints a\n"
      "summary table instead. --thread keeps a checkpoint per superstep in the store (see\n"
      "weir resume) so an interrupted run continues with weir resume and a crashed one with\n"
@@ -39,7 +41,8 @@ constexpr Command kCommands[] = {
      "invalid input, 2 run failed (typed\n"
      "error on stderr), 3 overloaded.\n\n"
      "examples:\n  weir run samples/workflows/map_reduce.json\n"
-     "  weir run samples/crews/research_crew.json --input '{\"topic\": \"paged attention\"}'\n",
+     "  weir run samples/crews/research_crew.json --input '{\"topic\": \"paged attention\"}'\n"
+     "  weir run samples/crews/research_crew.json --model openai:http://127.0.0.1:8080/v1/tiny\n",
      cmd_run},
     {"batch", "run a workflow once per line of a JSONL file of inputs",
      "usage: weir batch FILE --inputs INPUTS.jsonl [--max-concurrency N] [--output OUT.jsonl]\n"

@@ -392,8 +392,9 @@ Result<WorkflowGraph> build_workflow_graph(const WorkflowSpec& spec, WorkflowHoo
                 return u;
               },
               opts);
-        } else if (t && hooks.tool_call) {
-          const std::string tool = t->name;
+        } else if (hooks.tool_call && (t || str("tool").find('/') != std::string::npos)) {
+          // A declared tool, or an MCP server's ("server/tool"; the loader checked the server).
+          const std::string tool = t ? t->name : str("tool");
           ToolCall call = hooks.tool_call;
           b.add_async_node(
               n.name,

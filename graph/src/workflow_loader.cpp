@@ -408,9 +408,21 @@ class Loader {
         continue;
       }
       const auto& mo = v.as_object();
-      check_keys(mo, ptr, {"path", "chat_template", "engine"});
       ModelSpec m;
       m.name = k;
+      if (auto pr = string_at(mo, "provider", ptr, false); pr && *pr != "local") {
+        if (*pr != "openai") {
+          error(ptr + "/provider", "unknown provider '" + *pr +
+                                       "' (local: a GGUF file; openai: an OpenAI-compatible "
+                                       "endpoint)");
+          continue;
+        }
+        remote_model(mo, ptr, m);
+        model_names_.push_back(m.name);
+        spec_.models.push_back(std::move(m));
+        continue;
+      }
+      check_keys(mo, ptr, {"provider", "path", "chat_template", "engine"});
       if (auto p = string_at(mo, "path", ptr, true)) m.path = resolve(*p);
       if (auto t = string_at(mo, "chat_template", ptr, false)) m.chat_template = *t;
       if (const auto* e = object_at(mo, "engine", ptr, false)) {
@@ -423,6 +435,30 @@ class Loader {
       model_names_.push_back(m.name);
       spec_.models.push_back(std::move(m));
     }
+  }
+
+  // {"provider": "openai", "base_url": "http://127.0.0.1:8080/v1", "model": "m", ...}
+  void remote_model(const json::object& mo, const std::string& ptr, ModelSpec& m) {
+    check_keys(mo, ptr,
+               {"provider", "base_url", "model", "api_key_env", "max_concurrency", "max_queued",
+                "requests_per_minute", "max_retries", "timeout_ms", "connect_timeout_ms",
+                "max_response_bytes", "stream", "context_length"});
+    m.provider = "openai";
+    if (auto u = string_at(mo, "base_url", ptr, true);
+        u && !u->starts_with("http://") && !u->starts_with("https://"))
+      error(ptr + "/base_url",
+            "expected an http:// or https:// URL such as \"http://127.0.0.1:8080/v1\"");
+    (void)string_at(mo, "model", ptr, true);
+    if (auto e = string_at(mo, "api_key_env", ptr, false); e && e->empty())
+      error(ptr + "/api_key_env", "expected the name of an environment variable");
+    for (const char* key : {"max_concurrency", "max_queued", "timeout_ms", "connect_timeout_ms",
+                            "max_response_bytes"})
+      (void)int_at(mo, key, ptr, 1);
+    for (const char* key : {"requests_per_minute", "max_retries", "context_length"})
+      (void)int_at(mo, key, ptr, 0);
+    if (const auto* st = mo.if_contains("stream"); st && !st->is_bool())
+      error(ptr + "/stream", "expected true or false, got " + type_name(*st));
+    m.remote = mo;
   }
 
   // MCP servers: their shape here (positioned); the agents layer starts them and lists their

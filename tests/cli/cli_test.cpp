@@ -489,6 +489,55 @@ TEST(Cli, WorkflowToolAndAgentNodesUseTheToolsAndAgentsLayers) {
   fs::remove(wf);
 }
 
+// "mcp_servers" in a workflow file: weir starts the server (here `weir mcp` itself, over
+// stdio), and tool nodes call its tools as "server/tool".
+TEST(Cli, WorkflowToolNodesCallMcpServers) {
+  const std::string weir = std::string(WEIR_BIN_DIR) + "/weir";
+  auto wf = temp_file("mcpflow.json", R"({"name": "mcpflow",
+    "mcp_servers": {"local": {"command": [")" +
+                                          weir + R"(", "mcp", "--tools", "calculator"],
+                              "timeout_ms": 10000}},
+    "state": {"answer": {}},
+    "nodes": {"calc": {"kind": "tool", "tool": "local/calculator", "args": {"expression": "6*7"}, "output": "answer"}},
+    "edges": [{"from": "START", "to": "calc"}, {"from": "calc", "to": "END"}]})");
+  auto r = run_weir("run " + wf.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(boost::json::parse(r.out).at("answer"), "42") << r.out;
+
+  // Mistakes are positioned: a tool the server lacks, a server that is not declared, a bad entry.
+  auto bad = temp_file("mcpbad.json", R"({"name": "mcpbad",
+    "mcp_servers": {"local": {"command": [")" +
+                                          weir + R"(", "mcp", "--tools", "calculator"]},
+                    "both": {"command": ["x"], "url": "http://127.0.0.1:1/mcp"}},
+    "state": {"answer": {}},
+    "nodes": {"a": {"kind": "tool", "tool": "nowhere/calculator", "output": "answer"}},
+    "edges": [{"from": "START", "to": "a"}, {"from": "a", "to": "END"}]})");
+  auto v = run_weir("validate " + bad.string());
+  EXPECT_NE(v.code, 0);
+  EXPECT_NE(v.err.find("/mcp_servers/both: give either \"command\" (a server weir starts, stdio) "
+                       "or \"url\" (Streamable HTTP)"),
+            std::string::npos)
+      << v.err;
+  EXPECT_NE(v.err.find("/nodes/a/tool: unknown tool 'nowhere/calculator'"), std::string::npos)
+      << v.err;
+  EXPECT_NE(v.err.find("(an MCP server's tool is \"server/tool\")"), std::string::npos) << v.err;
+
+  auto missing = temp_file("mcpmissing.json", R"({"name": "mcpmissing",
+    "mcp_servers": {"local": {"command": [")" + weir +
+                                                  R"(", "mcp", "--tools", "calculator"]}},
+    "state": {"answer": {}},
+    "nodes": {"a": {"kind": "tool", "tool": "local/nope", "output": "answer"}},
+    "edges": [{"from": "START", "to": "a"}, {"from": "a", "to": "END"}]})");
+  auto m = run_weir("run " + missing.string());
+  EXPECT_NE(m.code, 0);
+  EXPECT_NE(m.err.find("mcp server 'local' has no tool 'nope' (it offers: calculator)"),
+            std::string::npos)
+      << m.err;
+  fs::remove(wf);
+  fs::remove(bad);
+  fs::remove(missing);
+}
+
 // output_schema: an llm node's output channel gets a JSON value valid against the schema, and a
 // crew task's agent (with tools) ends with valid JSON, on random-weight models.
 TEST(Cli, OutputSchemasMakeLlmNodesAndCrewTasksAnswerValidJson) {

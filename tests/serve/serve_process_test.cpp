@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <regex>
 #include <string>
 #include <thread>
@@ -170,6 +171,84 @@ TEST(ServeProcess, McpOverHttpWithTheTypeScriptSdk) {
   EXPECT_EQ(v.at("calculator"), "1024");
   EXPECT_EQ(v.at("greet"), R"({"greeting":"Hello, SDK!"})");
   EXPECT_EQ(v.at("session").as_string().size(), 32u);
+  ASSERT_EQ(::kill(c->pid, SIGTERM), 0);
+  EXPECT_EQ(c->wait_exit(10000), 0) << c->err;
+}
+
+// Remote models end to end: `weir run` with --model openai:URL/MODEL (a crew) and a workflow
+// whose model entry has "provider": "openai", both against a `weir serve` child.
+std::string run_capture(const std::string& cmd, int& code, bool with_stderr = true) {
+  std::FILE* p = ::popen((cmd + (with_stderr ? " 2>&1" : " 2>/dev/null")).c_str(), "r");
+  std::string out;
+  if (!p) return out;
+  char buf[4096];
+  while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  const int status = ::pclose(p);
+  code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return out;
+}
+
+TEST(ServeProcess, WeirRunUsesAServedModelOverHttp) {
+  auto dir = fs::temp_directory_path() / ("weir-serve-ptest-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const auto model = dir / "tiny.gguf";
+  if (!fs::exists(model)) {
+    auto shape = inference::RandomModelShape::tiny();
+    shape.context_length = 4096;
+    ASSERT_TRUE(inference::write_random_llama(model, shape, inference::GgmlType::f32, 7));
+  }
+  auto c = spawn(
+      {"serve", "--model", model.string(), "--port", "0", "--ignore-eos", "--kv-cache-mb", "64"});
+  auto m = c->wait_for(std::regex("listening on http://127\\.0\\.0\\.1:([0-9]+)"));
+  ASSERT_FALSE(m.empty()) << c->err;
+  ASSERT_FALSE(c->wait_for(std::regex("weir serve: ready")).empty()) << c->err;
+  const std::string base = "http://127.0.0.1:" + std::string(m[1]) + "/v1";
+  const std::string weir = std::string(WEIR_BIN_DIR) + "/weir";
+
+  int code = -1;
+  std::string out =
+      run_capture(weir + " run " + std::string(WEIR_SOURCE_DIR) +
+                      "/samples/crews/research_crew.json --model openai:" + base + "/tiny",
+                  code);
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("\"final_output\""), std::string::npos) << out;
+  EXPECT_NE(out.find("\"task\":\"review\""), std::string::npos) << out;
+
+  const auto wf = dir / "remote_flow.json";
+  {
+    std::ofstream f(wf);
+    f << R"({"name": "remote_flow",
+      "models": {"far": {"provider": "openai", "base_url": ")"
+      << base << R"(", "model": "tiny", "max_concurrency": 2, "stream": true}},
+      "state": {"title": {}},
+      "nodes": {"name": {"kind": "llm", "model": "far", "prompt": "A title", "max_tokens": 8,
+                         "output": "title"}},
+      "edges": [{"from": "START", "to": "name"}, {"from": "name", "to": "END"}]})";
+  }
+  out = run_capture(weir + " run " + wf.string(), code, false);
+  ASSERT_EQ(code, 0) << out;
+  auto v = boost::json::parse(out).as_object();
+  ASSERT_TRUE(v.at("title").is_string()) << out;
+  EXPECT_FALSE(v.at("title").as_string().empty()) << out;
+
+  // A model entry the loader refuses, with the position of the mistake.
+  const auto bad = dir / "remote_bad.json";
+  {
+    std::ofstream f(bad);
+    f << R"({"name": "remote_bad",
+      "models": {"far": {"provider": "openai", "base_url": "127.0.0.1:8080", "model": "tiny",
+                         "stream": "yes"}},
+      "state": {"title": {}},
+      "nodes": {"name": {"kind": "llm", "model": "far", "prompt": "A title", "output": "title"}},
+      "edges": [{"from": "START", "to": "name"}, {"from": "name", "to": "END"}]})";
+  }
+  out = run_capture(weir + " validate " + bad.string(), code);
+  EXPECT_EQ(code, 1) << out;
+  EXPECT_NE(out.find("/models/far/base_url: expected an http:// or https:// URL"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("/models/far/stream: expected true or false, got a string"), std::string::npos)
+      << out;
   ASSERT_EQ(::kill(c->pid, SIGTERM), 0);
   EXPECT_EQ(c->wait_exit(10000), 0) << c->err;
 }

@@ -110,6 +110,11 @@ struct ModelSpec {
   std::filesystem::path path;  // resolved against the workflow's folder
   std::string chat_template;
   boost::json::object engine;
+  // "provider": "openai": an OpenAI-compatible endpoint instead of a file. `remote` holds the
+  // entry's other keys as written (base_url, model, api_key_env, max_concurrency, ...; their
+  // shape checked here); the agents layer builds the client from them.
+  std::string provider = "local";
+  boost::json::object remote;
 };
 
 struct ToolSpecEntry {
