@@ -15,6 +15,7 @@
 #include "weir/http/sse.hpp"
 #include "weir/runtime/json_parse.hpp"
 #include "weir/runtime/limiter.hpp"
+#include "weir/runtime/log.hpp"
 
 namespace weir::agents {
 
@@ -200,9 +201,18 @@ ChatResponse ChatStreamAssembler::finish() {
 }
 
 struct OpenAIChatModel::Impl {
+  struct Endpoint {
+    http::Url url;
+    std::string where;             // "openai <base_url>"
+    std::size_t outstanding = 0;   // GUARDED_BY(mu)
+    std::int32_t failures = 0;     // GUARDED_BY(mu): consecutive
+    Clock::time_point open_until;  // GUARDED_BY(mu): the breaker skips it until then
+    bool probing = false;          // GUARDED_BY(mu): one request tries it after the cool-down
+  };
+
   OpenAIModelOptions options;
-  http::Url url;
-  std::string api_key;  // never logged
+  std::vector<Endpoint> endpoints;  // [0] is base_url
+  std::string api_key;              // never logged
   http::Client client;
   Limiter limiter;
   std::string where;  // "openai <base_url>"
@@ -212,9 +222,74 @@ struct OpenAIChatModel::Impl {
   Clock::time_point refilled;                    // GUARDED_BY(mu)
   std::minstd_rand rng{std::random_device{}()};  // GUARDED_BY(mu)
 
-  Impl(OpenAIModelOptions o, http::Url u, std::string key)
+  // The endpoint for a request whose prompt starts with `prefix_hash`, not one of `tried`
+  // (unless every endpoint was). Counts it outstanding; give it back with finished().
+  std::size_t pick(std::uint64_t prefix_hash, const std::vector<bool>& tried) {
+    std::lock_guard lock(mu);
+    const auto now = Clock::now();
+    const std::size_t n = endpoints.size();
+    auto usable = [&](std::size_t i, bool any) {
+      const auto& e = endpoints[i];
+      if (!any && tried[i]) return false;
+      return now >= e.open_until && !(e.failures >= options.breaker_failures && e.probing);
+    };
+    std::size_t best = n;
+    for (bool any : {false, true}) {
+      // Least outstanding among the usable ones.
+      std::size_t least = n;
+      for (std::size_t i = 0; i < n; ++i)
+        if (usable(i, any) &&
+            (least == n || endpoints[i].outstanding < endpoints[least].outstanding))
+          least = i;
+      if (least == n) continue;
+      // Affinity: the highest rendezvous score among the usable, unless it is too busy.
+      std::size_t home = n;
+      std::uint64_t top = 0;
+      for (std::size_t i = 0; i < n; ++i) {
+        if (!usable(i, any)) continue;
+        std::uint64_t h = (prefix_hash ^ (0x9E3779B97F4A7C15ull * (i + 1))) * 0xff51afd7ed558ccdull;
+        h ^= h >> 33;
+        if (home == n || h > top) home = i, top = h;
+      }
+      best = endpoints[home].outstanding <= endpoints[least].outstanding + options.affinity_slack
+                 ? home
+                 : least;
+      break;
+    }
+    if (best == n) {  // every breaker open: probe the one whose cool-down ends first
+      best = 0;
+      for (std::size_t i = 1; i < n; ++i)
+        if (endpoints[i].open_until < endpoints[best].open_until) best = i;
+    }
+    auto& e = endpoints[best];
+    if (e.failures >= options.breaker_failures) e.probing = true;
+    ++e.outstanding;
+    return best;
+  }
+
+  // The outcome of a request to endpoint `i`: a failure that counts against its health
+  // (connection errors, 5xx, 429, timeouts), or not.
+  void finished(std::size_t i, bool failed) {
+    std::lock_guard lock(mu);
+    auto& e = endpoints[i];
+    --e.outstanding;
+    e.probing = false;
+    if (!failed) {
+      e.failures = 0;
+      e.open_until = {};
+      return;
+    }
+    if (++e.failures >= options.breaker_failures) {
+      e.open_until = Clock::now() + options.breaker_cooldown;
+      if (e.failures == options.breaker_failures)
+        weir::log(LogLevel::warn, e.where + ": " + std::to_string(e.failures) +
+                                      " failures in a row; skipped for " +
+                                      std::to_string(options.breaker_cooldown.count()) + " ms");
+    }
+  }
+
+  Impl(OpenAIModelOptions o, std::vector<http::Url> urls, std::string key)
       : options(std::move(o)),
-        url(std::move(u)),
         api_key(std::move(key)),
         client(http::ClientOptions{.connect_timeout = options.connect_timeout,
                                    .total_timeout = options.timeout,
@@ -227,7 +302,14 @@ struct OpenAIChatModel::Impl {
                 options.max_concurrency, options.max_queued),
         where("openai " + options.base_url),
         tokens(options.requests_per_minute),
-        refilled(Clock::now()) {}
+        refilled(Clock::now()) {
+    for (std::size_t i = 0; i < urls.size(); ++i) {
+      Endpoint e;
+      e.where = "openai " + (i == 0 ? options.base_url : options.more_base_urls[i - 1]);
+      e.url = std::move(urls[i]);
+      endpoints.push_back(std::move(e));
+    }
+  }
 
   // How long to wait before sending under the requests_per_minute bucket (a slot is taken).
   Clock::duration rate_wait() {
@@ -266,8 +348,14 @@ struct OpenAIChatModel::Impl {
 };
 
 Result<std::shared_ptr<OpenAIChatModel>> OpenAIChatModel::open(OpenAIModelOptions options) {
-  auto url = http::parse_url(options.base_url);
-  if (!url) return Error(Errc::invalid_argument, "openai model: " + url.error().message);
+  std::vector<http::Url> urls;
+  for (std::size_t i = 0; i <= options.more_base_urls.size(); ++i) {
+    auto url = http::parse_url(i == 0 ? options.base_url : options.more_base_urls[i - 1]);
+    if (!url) return Error(Errc::invalid_argument, "openai model: " + url.error().message);
+    urls.push_back(std::move(*url));
+  }
+  if (options.breaker_failures < 1)
+    return Error(Errc::invalid_argument, "openai model: breaker_failures must be at least 1");
   if (options.model.empty())
     return Error(Errc::invalid_argument, "openai model at " + options.base_url + ": no \"model\"");
   if (options.max_concurrency == 0)
@@ -283,9 +371,8 @@ Result<std::shared_ptr<OpenAIChatModel>> OpenAIChatModel::open(OpenAIModelOption
                                                " (api_key_env) is not set");
     key = v;
   }
-  auto u = std::move(*url);
   return std::make_shared<OpenAIChatModel>(
-      std::make_unique<Impl>(std::move(options), std::move(u), std::move(key)));
+      std::make_unique<Impl>(std::move(options), std::move(urls), std::move(key)));
 }
 
 OpenAIChatModel::OpenAIChatModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -374,7 +461,19 @@ asio::awaitable<Result<ChatResponse>> OpenAIChatModel::async_chat(std::vector<Me
   req.headers.push_back({"Accept", o.stream ? "text/event-stream" : "application/json"});
   if (!impl.api_key.empty()) req.headers.push_back({"Authorization", "Bearer " + impl.api_key});
   req.body = request_body(messages, tools, params);
+  // The prompt's start (FNV-1a of its first 512 bytes) picks the endpoint whose prefix cache
+  // likely holds it.
+  std::uint64_t prefix_hash = 14695981039346656037ull;
+  {
+    std::size_t left = 512;
+    for (const auto& m : messages) {
+      for (std::size_t i = 0; i < m.content.size() && left > 0; ++i, --left)
+        prefix_hash = (prefix_hash ^ static_cast<unsigned char>(m.content[i])) * 1099511628211ull;
+      if (left == 0) break;
+    }
+  }
   messages.clear();
+  std::vector<bool> tried(impl.endpoints.size(), false);
 
   auto ex = co_await asio::this_coro::executor;
   std::chrono::milliseconds waited{0};
@@ -395,7 +494,10 @@ asio::awaitable<Result<ChatResponse>> OpenAIChatModel::async_chat(std::vector<Me
         return sse.feed(bytes, [&](http::SseEvent& e) { return assembler.add(e.data); });
       };
     }
-    auto r = co_await impl.client.async_request(impl.url, req, sink);
+    const std::size_t ei = impl.pick(prefix_hash, tried);
+    const auto& endpoint = impl.endpoints[ei];
+    tried[ei] = true;
+    auto r = co_await impl.client.async_request(endpoint.url, req, sink);
     permit->release();
 
     std::string failure;
@@ -418,20 +520,29 @@ asio::awaitable<Result<ChatResponse>> OpenAIChatModel::async_chat(std::vector<Me
       retry = retryable_status(r->status);
       retry_after = r->header("Retry-After");
     } else if (o.stream) {
-      if (!assembler.done() && sse.mid_event())
+      if (!assembler.done() && sse.mid_event()) {
         failure = "the event stream ended in the middle of an event", retry = true,
         code = Errc::io_error;
-      else
+      } else {
+        impl.finished(ei, false);
         co_return assembler.finish();
+      }
     } else {
+      impl.finished(ei, false);
       auto parsed = parse_chat_completion(r->body);
       if (parsed) co_return parsed;
-      co_return Error(Errc::model_error, impl.where + ": " + parsed.error().message);
+      co_return Error(Errc::model_error, endpoint.where + ": " + parsed.error().message);
     }
+    // Health: the endpoint failed (connection, 5xx, 429, a cut stream, a timeout), or it
+    // answered a client error (the request's fault, not the endpoint's).
+    impl.finished(ei, retry || code == Errc::deadline_exceeded);
 
     const std::string detail =
         r && !r->body.empty() ? ": " + server_message(r->body) : std::string();
     if (retry && attempt < attempts_max) {
+      // Another endpoint not tried yet: fail over at once.
+      if (std::find(tried.begin(), tried.end(), false) != tried.end()) continue;
+      std::fill(tried.begin(), tried.end(), false);
       auto delay = impl.backoff(attempt - 1, retry_after);
       if (waited + delay <= o.retry_budget) {
         waited += delay;
@@ -439,11 +550,11 @@ asio::awaitable<Result<ChatResponse>> OpenAIChatModel::async_chat(std::vector<Me
         co_await t.async_wait(asio::use_awaitable);
         continue;
       }
-      co_return Error(code, impl.where + ": " + failure + " after " + std::to_string(attempt) +
+      co_return Error(code, endpoint.where + ": " + failure + " after " + std::to_string(attempt) +
                                 (attempt == 1 ? " attempt" : " attempts") + " (retry_budget_ms=" +
                                 std::to_string(o.retry_budget.count()) + " spent)" + detail);
     }
-    co_return Error(code, impl.where + ": " + failure + " after " + std::to_string(attempt) +
+    co_return Error(code, endpoint.where + ": " + failure + " after " + std::to_string(attempt) +
                               (attempt == 1 ? " attempt" : " attempts") + detail);
   }
 }

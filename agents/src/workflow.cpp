@@ -38,7 +38,14 @@ Result<OpenAIModelOptions> openai_options(const graph::ModelSpec& m) {
   auto ms = [&](const char* k, std::chrono::milliseconds fallback) {
     return std::chrono::milliseconds(num(k, fallback.count()));
   };
-  o.base_url = str("base_url");
+  if (const auto* bu = r.if_contains("base_url"); bu && bu->is_array()) {
+    for (const auto& u : bu->as_array())
+      if (u.is_string())
+        (o.base_url.empty() ? o.base_url : o.more_base_urls.emplace_back()) =
+            std::string(u.as_string());
+  } else {
+    o.base_url = str("base_url");
+  }
   o.model = str("model");
   o.api_key_env = str("api_key_env");
   o.max_concurrency = static_cast<std::size_t>(num("max_concurrency", 32));
@@ -49,6 +56,10 @@ Result<OpenAIModelOptions> openai_options(const graph::ModelSpec& m) {
   o.connect_timeout = ms("connect_timeout_ms", o.connect_timeout);
   o.max_response_bytes = static_cast<std::size_t>(num("max_response_bytes", 16 << 20));
   o.context_length = num("context_length", 0);
+  o.breaker_failures =
+      static_cast<std::int32_t>(std::min<std::int64_t>(num("breaker_failures", 3), 1000));
+  o.breaker_cooldown = ms("breaker_cooldown_ms", o.breaker_cooldown);
+  o.affinity_slack = static_cast<std::size_t>(num("affinity_slack", 4));
   if (const auto* st = r.if_contains("stream"); st && st->is_bool()) o.stream = st->as_bool();
   return o;
 }

@@ -116,5 +116,6 @@ const std::map<std::string, ScenarioFn>& scenarios();
 void register_graph_scenarios();
 void register_engine_scenarios();
 void register_tool_scenarios();  // real ones when weir::tools is built, else "skipped"
+void register_http_scenarios();  // real ones when weir::serve and weir::agents are built
 
 }  // namespace weir::gauntlet

@@ -222,6 +222,7 @@ int main(int argc, char** argv) {
   register_graph_scenarios();
   register_engine_scenarios();
   register_tool_scenarios();
+  register_http_scenarios();
   std::string name;
   bool quick = false, list = false;
   for (int i = 1; i < argc; ++i) {

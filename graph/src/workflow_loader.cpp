@@ -442,19 +442,32 @@ class Loader {
     check_keys(mo, ptr,
                {"provider", "base_url", "model", "api_key_env", "max_concurrency", "max_queued",
                 "requests_per_minute", "max_retries", "timeout_ms", "connect_timeout_ms",
-                "max_response_bytes", "stream", "context_length"});
+                "max_response_bytes", "stream", "context_length", "breaker_failures",
+                "breaker_cooldown_ms", "affinity_slack"});
     m.provider = "openai";
-    if (auto u = string_at(mo, "base_url", ptr, true);
-        u && !u->starts_with("http://") && !u->starts_with("https://"))
-      error(ptr + "/base_url",
-            "expected an http:// or https:// URL such as \"http://127.0.0.1:8080/v1\"");
+    // One URL, or several serving the same model (balanced, with failover).
+    const auto* bu = mo.if_contains("base_url");
+    const bool many = bu && bu->is_array();
+    if (!bu) error(ptr, "missing required key 'base_url'");
+    if (bu && !bu->is_string() && !many)
+      error(ptr + "/base_url", "expected a URL or an array of URLs, got " + type_name(*bu));
+    if (many && bu->as_array().empty()) error(ptr + "/base_url", "expected at least one URL");
+    const json::array one = bu && bu->is_string() ? json::array{*bu} : json::array{};
+    const json::array& urls = many ? bu->as_array() : one;
+    for (std::size_t i = 0; i < urls.size(); ++i) {
+      const std::string up = many ? ptr + "/base_url/" + std::to_string(i) : ptr + "/base_url";
+      const auto* u = urls[i].if_string();
+      if (!u || !(u->starts_with("http://") || u->starts_with("https://")))
+        error(up, "expected an http:// or https:// URL such as \"http://127.0.0.1:8080/v1\"");
+    }
     (void)string_at(mo, "model", ptr, true);
     if (auto e = string_at(mo, "api_key_env", ptr, false); e && e->empty())
       error(ptr + "/api_key_env", "expected the name of an environment variable");
     for (const char* key : {"max_concurrency", "max_queued", "timeout_ms", "connect_timeout_ms",
-                            "max_response_bytes"})
+                            "max_response_bytes", "breaker_failures", "breaker_cooldown_ms"})
       (void)int_at(mo, key, ptr, 1);
-    for (const char* key : {"requests_per_minute", "max_retries", "context_length"})
+    for (const char* key :
+         {"requests_per_minute", "max_retries", "context_length", "affinity_slack"})
       (void)int_at(mo, key, ptr, 0);
     if (const auto* st = mo.if_contains("stream"); st && !st->is_bool())
       error(ptr + "/stream", "expected true or false, got " + type_name(*st));

@@ -7,13 +7,17 @@
 // assembled into one message). Tool calls come back as weir ToolCalls; arguments that are not a
 // JSON object become ChatResponse::tool_call_error for the agent loop to feed back.
 //
-// Fences (per model object, i.e. per endpoint):
+// Several endpoints for one model (more_base_urls): least-outstanding balancing with prefix
+// affinity, failover and a circuit breaker per endpoint (see OpenAIModelOptions).
+//
+// Fences (per model object, all its endpoints together):
 //   max_concurrency / max_queued   requests in flight, then a bounded queue, then overloaded
 //   requests_per_minute            token bucket (burst = one minute's worth); 0 = off
 //   max_retries, backoff, Retry-After, retry_budget  on 429, 500, 502, 503, 504 and connection
 //                                  errors; exponential backoff with jitter, Retry-After honoured
 //   timeout / connect_timeout / max_response_bytes   as in weir::http::Client
-// Every failure is an Error whose message starts "openai <base_url>: ", e.g.
+// Every failure is an Error whose message starts "openai <base_url>: " (the endpoint of the
+// last attempt), e.g.
 //   "openai http://127.0.0.1:8080/v1: 503 Service Unavailable after 3 attempts: <server's message>"
 // codes: overloaded (429 or the queue), model_error (5xx, a bad body), invalid_argument (400,
 // 401, 403, 422), not_found (404), io_error (connection), deadline_exceeded, cancelled,
@@ -31,13 +35,24 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "weir/agents/chat.hpp"
 
 namespace weir::agents {
 
 struct OpenAIModelOptions {
-  std::string base_url;     // "http://127.0.0.1:8080/v1"
+  std::string base_url;  // "http://127.0.0.1:8080/v1"
+  // More endpoints serving the same model (base_url is the first): requests go to the endpoint
+  // with the fewest outstanding requests, except that a prompt goes where prompts that start
+  // the same went (its prefix cache) while that endpoint is healthy and not more than
+  // affinity_slack requests busier than the least busy one. A retryable failure is retried on
+  // another endpoint at once. An endpoint that fails breaker_failures times in a row is
+  // skipped for breaker_cooldown, then probed by one request.
+  std::vector<std::string> more_base_urls;
+  std::size_t affinity_slack = 4;
+  std::int32_t breaker_failures = 3;
+  std::chrono::milliseconds breaker_cooldown{5'000};
   std::string model;        // the "model" field sent
   std::string api_key_env;  // environment variable holding the key; "" = no key
   std::size_t max_concurrency = 32;
