@@ -736,4 +736,18 @@ Result<std::unique_ptr<Checkpointer>> open_postgres_checkpointer(std::string_vie
   return std::unique_ptr<Checkpointer>(std::move(cp));
 }
 
+bool is_postgres_uri(std::string_view store) {
+  return detail::is_postgres_uri(store);
+}
+
+std::string redact_store(std::string_view store) {
+  return detail::scrub_password(std::string(store), store);
+}
+
+Result<std::unique_ptr<Checkpointer>> open_checkpointer(std::string_view store,
+                                                        Retention retention) {
+  if (is_postgres_uri(store)) return open_postgres_checkpointer(store, retention);
+  return open_sqlite_checkpointer(std::filesystem::path(std::string(store)), retention);
+}
+
 }  // namespace weir::graph

@@ -6,8 +6,6 @@
 #include <memory>
 #include <vector>
 
-#include "weir/graph/checkpointer.hpp"
-
 namespace weir::graph::detail {
 namespace {
 
@@ -163,21 +161,3 @@ Result<PgConninfo> parse_pg_conninfo(std::string_view conninfo) {
 }
 
 }  // namespace weir::graph::detail
-
-namespace weir::graph {
-
-bool is_postgres_uri(std::string_view store) {
-  return detail::is_postgres_uri(store);
-}
-
-std::string redact_store(std::string_view store) {
-  return detail::scrub_password(std::string(store), store);
-}
-
-Result<std::unique_ptr<Checkpointer>> open_checkpointer(std::string_view store,
-                                                        Retention retention) {
-  if (is_postgres_uri(store)) return open_postgres_checkpointer(store, retention);
-  return open_sqlite_checkpointer(std::filesystem::path(std::string(store)), retention);
-}
-
-}  // namespace weir::graph
