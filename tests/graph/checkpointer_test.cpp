@@ -231,6 +231,119 @@ TEST(SqliteCheckpointer, UnreadableFileIsIoErrorNamingThePath) {
   EXPECT_THAT(c.error().message, HasSubstr(db.string()));
 }
 
+// The schema as weir 0.2 wrote it: version 1, and version 2 (artifacts, thread_holders) on top.
+// Copied here rather than taken from the implementation, so a change there cannot hide a file
+// that no longer opens.
+constexpr const char* kWrittenV1 = R"sql(
+CREATE TABLE schema_version (version INTEGER NOT NULL);
+CREATE TABLE checkpoints (
+  thread_id TEXT NOT NULL, checkpoint_id TEXT NOT NULL, parent_id TEXT NOT NULL DEFAULT '',
+  step INTEGER NOT NULL, seq INTEGER NOT NULL, writes TEXT NOT NULL, pending TEXT NOT NULL,
+  metadata TEXT NOT NULL, created_at INTEGER NOT NULL, PRIMARY KEY (thread_id, checkpoint_id));
+CREATE INDEX checkpoints_latest ON checkpoints (thread_id, seq);
+CREATE TABLE threads (thread_id TEXT NOT NULL PRIMARY KEY, updated_seq INTEGER NOT NULL,
+  updated_at INTEGER NOT NULL);
+CREATE INDEX threads_recent ON threads (updated_seq);
+INSERT INTO schema_version (version) VALUES (1);
+INSERT INTO checkpoints VALUES ('t', 'a', '', 0, 1, '{"x":1}', '{}', '{}', 1700000000000);
+INSERT INTO checkpoints VALUES ('t', 'b', 'a', 1, 2, '{"x":2,"$snapshot":true}', '{}', '{}',
+  1700000000001);
+INSERT INTO threads VALUES ('t', 2, 1700000000001);
+)sql";
+constexpr const char* kWrittenV2 = R"sql(
+CREATE TABLE artifacts (thread_id TEXT NOT NULL, artifact_id TEXT NOT NULL,
+  media_type TEXT NOT NULL, bytes BLOB NOT NULL, created_at INTEGER NOT NULL,
+  PRIMARY KEY (thread_id, artifact_id));
+CREATE TABLE thread_holders (thread_id TEXT NOT NULL PRIMARY KEY, token TEXT NOT NULL,
+  host TEXT NOT NULL, pid INTEGER NOT NULL, lease_ms INTEGER NOT NULL, since INTEGER NOT NULL,
+  heartbeat INTEGER NOT NULL);
+UPDATE schema_version SET version = 2;
+INSERT INTO artifacts VALUES ('t', 'doc', 'text/plain', X'00ff41', 1700000000001);
+INSERT INTO thread_holders VALUES ('t', 'tok', 'elsewhere', 42, 30000, 1700000000000,
+  1700000000001);
+)sql";
+
+// A file of an older schema opens: it is migrated to the current version in place, keeps its
+// checkpoints, artifacts and claims, and prunes (its old snapshot counts as an ordinary
+// checkpoint, so prune keeps the chain to the root: more, never less).
+TEST(SqliteCheckpointer, MigratesVersion1And2Files) {
+  for (int version : {1, 2}) {
+    SCOPED_TRACE("version " + std::to_string(version));
+    TempDir dir;
+    const fs::path db = dir.path() / "old.db";
+    raw_exec(db, kWrittenV1);
+    if (version == 2) raw_exec(db, kWrittenV2);
+    {
+      auto c = open_ok(db);
+      ASSERT_TRUE(c);
+      ASSERT_TRUE((*c)->put(make_cp("t", "c", "b", 2, R"({"y":3,"$snapshot":true})")));
+      ASSERT_TRUE((*c)->put(make_cp("t", "d", "c", 3, R"({"y":4})")));
+      auto state = (*c)->state_at("t", "b");
+      ASSERT_TRUE(state) << state.error().to_string();
+      EXPECT_EQ(*state, obj(R"({"x":2})"));
+      auto all = (*c)->list("t");
+      ASSERT_TRUE(all);
+      EXPECT_THAT(ids(*all), ::testing::ElementsAre("d", "c", "b", "a"));
+      auto art = (*c)->get_artifact("t", "doc");
+      ASSERT_TRUE(art);
+      auto holder = (*c)->thread_holder("t");
+      ASSERT_TRUE(holder);
+      if (version == 2) {
+        ASSERT_TRUE(*art);
+        EXPECT_EQ((**art).bytes, std::string("\0\xff"
+                                             "A",
+                                             3));
+        EXPECT_EQ((**art).media_type, "text/plain");
+        ASSERT_TRUE(*holder);
+        EXPECT_EQ((**holder).token, "tok");
+        EXPECT_EQ((**holder).host, "elsewhere");
+      } else {
+        EXPECT_FALSE(*art);
+        EXPECT_FALSE(*holder);
+      }
+      // Keep 1 ("d"): it reaches back to "c", written as a snapshot by this version, so "a" and
+      // "b" go ("b" was a snapshot too, but written before the column existed).
+      Retention keep;
+      keep.keep_last = 1;
+      auto n = (*c)->prune("t", keep);
+      ASSERT_TRUE(n) << n.error().to_string();
+      EXPECT_EQ(*n, 2u);
+      auto st = (*c)->state_at("t", "d");
+      ASSERT_TRUE(st) << st.error().to_string();
+      EXPECT_EQ(*st, obj(R"({"y":4})"));
+    }
+    sqlite3* h = nullptr;
+    ASSERT_EQ(sqlite3_open(db.c_str(), &h), SQLITE_OK);
+    sqlite3_stmt* q = nullptr;
+    ASSERT_EQ(sqlite3_prepare_v2(h, "SELECT version FROM schema_version", -1, &q, nullptr),
+              SQLITE_OK);
+    ASSERT_EQ(sqlite3_step(q), SQLITE_ROW);
+    EXPECT_EQ(sqlite3_column_int64(q, 0), kSqliteSchemaVersion);
+    EXPECT_EQ(sqlite3_step(q), SQLITE_DONE) << "one version row";
+    sqlite3_finalize(q);
+    sqlite3_close(h);
+  }
+}
+
+// An old snapshot (version 1 or 2 did not mark it) makes prune keep the chain to the root.
+TEST(SqliteCheckpointer, AnUnmarkedOldSnapshotKeepsMore) {
+  TempDir dir;
+  const fs::path db = dir.path() / "old.db";
+  raw_exec(db, kWrittenV1);
+  raw_exec(db, kWrittenV2);
+  auto c = open_ok(db);
+  ASSERT_TRUE(c);
+  ASSERT_TRUE((*c)->put(make_cp("t", "c", "b", 2, R"({"y":3})")));
+  Retention keep;
+  keep.keep_last = 1;
+  auto n = (*c)->prune("t", keep);
+  ASSERT_TRUE(n) << n.error().to_string();
+  EXPECT_EQ(*n, 0u) << "c reaches back through b (not marked) to a";
+  auto st = (*c)->state_at("t", "c");
+  ASSERT_TRUE(st);
+  EXPECT_EQ(*st, obj(R"({"x":2,"y":3})"));
+}
+
 TEST(SqliteCheckpointer, NewerSchemaVersionIsRefused) {
   TempDir dir;
   const fs::path db = dir.path() / "future.db";
