@@ -5,8 +5,10 @@
 // database). Instantiate with INSTANTIATE_TYPED_TEST_SUITE_P(Name, CheckpointerTest, Types).
 #pragma once
 
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -16,6 +18,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <gmock/gmock.h>
@@ -607,6 +610,319 @@ TYPED_TEST_P(CheckpointerTest, PruneByAgeDeletesAnIdleThread) {
   EXPECT_FALSE(latest->has_value());
 }
 
+// ---- Artifacts and thread claims ------------------------------------------------------------
+
+inline Checkpoint::Artifact artifact(std::string id, std::string bytes,
+                                     std::string media_type = "application/octet-stream") {
+  return {std::move(id), std::move(media_type), std::move(bytes)};
+}
+
+// A pid that no process has any more: a child that has exited and been reaped.
+inline int64_t dead_pid() {
+  pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  return child;
+}
+
+// A claimant on another host (its pid means nothing here), with the lease given.
+inline ThreadHolder remote_holder(std::string host, int64_t lease_ms) {
+  ThreadHolder h = this_process_holder(new_claim_token(), lease_ms);
+  h.host = std::move(host);
+  return h;
+}
+
+inline constexpr const char* kBusyPattern =
+    "^thread_busy: thread 't' is being run by pid [0-9]+ on host h1 since "
+    "[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2} UTC \\(last heartbeat [0-9]+ s ago\\); "
+    "wait for it or, if that process is gone, it will be taken over after 60 s$";
+
+// The blobs a put carries are stored with the thread in the put's transaction, byte for byte;
+// one the thread already holds is kept as it was; reads of checkpoints never carry them.
+TYPED_TEST_P(CheckpointerTest, ArtifactsAreStoredWithTheirCheckpoint) {
+  auto& c = this->ckpt();
+  const std::string bytes("\0\x01\xff\xfe binary \x80", 13);
+  Checkpoint first = make_cp("t", "c1", "", 0, R"({"doc":{"$artifact":"a1"}})");
+  first.artifacts = {artifact("a1", bytes, "text/plain"), artifact("empty", "")};
+  ASSERT_TRUE(c.put(first));
+  auto a1 = c.get_artifact("t", "a1");
+  ASSERT_TRUE(a1) << a1.error().to_string();
+  ASSERT_TRUE(a1->has_value());
+  EXPECT_EQ((*a1)->id, "a1");
+  EXPECT_EQ((*a1)->media_type, "text/plain");
+  EXPECT_EQ((*a1)->bytes, bytes);
+  auto empty = c.get_artifact("t", "empty");
+  ASSERT_TRUE(empty && empty->has_value());
+  EXPECT_EQ((*empty)->bytes, "");
+
+  // The same id again (an ArtifactStore id is the hash of its bytes): the first is kept.
+  Checkpoint second = make_cp("t", "c2", "c1", 1);
+  second.artifacts = {artifact("a1", "other", "application/json"), artifact("a2", "two")};
+  ASSERT_TRUE(c.put(second));
+  a1 = c.get_artifact("t", "a1");
+  ASSERT_TRUE(a1 && a1->has_value());
+  EXPECT_EQ((*a1)->bytes, bytes);
+  EXPECT_EQ((*a1)->media_type, "text/plain");
+  auto a2 = c.get_artifact("t", "a2");
+  ASSERT_TRUE(a2 && a2->has_value());
+  EXPECT_EQ((*a2)->bytes, "two");
+
+  // Per thread: another thread does not see them; unknown ids and threads are nullopt.
+  for (auto [thread, id] : {std::pair{"t", "nope"}, std::pair{"other", "a1"}}) {
+    auto none = c.get_artifact(thread, id);
+    ASSERT_TRUE(none) << none.error().to_string();
+    EXPECT_FALSE(none->has_value()) << thread << " " << id;
+  }
+  // Reads of checkpoints do not carry them.
+  auto got = c.get("t", "c1");
+  ASSERT_TRUE(got && got->has_value());
+  EXPECT_TRUE((*got)->artifacts.empty());
+
+  // A put that fails stores none of its blobs.
+  Checkpoint orphan = make_cp("t", "c3", "ghost", 2);
+  orphan.artifacts = {artifact("a3", "three")};
+  ASSERT_FALSE(c.put(orphan));
+  Checkpoint dup = make_cp("t", "c2", "c1", 2);
+  dup.artifacts = {artifact("a4", "four")};
+  ASSERT_FALSE(c.put(dup));
+  for (const char* id : {"a3", "a4"}) {
+    auto none = c.get_artifact("t", id);
+    ASSERT_TRUE(none);
+    EXPECT_FALSE(none->has_value()) << id;
+  }
+
+  // They go with the thread.
+  ASSERT_TRUE(c.delete_thread("t"));
+  auto gone = c.get_artifact("t", "a1");
+  ASSERT_TRUE(gone);
+  EXPECT_FALSE(gone->has_value());
+}
+
+// One runner per thread: a live claim refuses another (the message names the holder), the holder
+// itself may claim again, renew and release; a released claim is not renewed.
+TYPED_TEST_P(CheckpointerTest, AClaimIsExclusiveUntilReleased) {
+  auto& c = this->ckpt();
+  auto none = c.thread_holder("t");
+  ASSERT_TRUE(none) << none.error().to_string();
+  EXPECT_FALSE(none->has_value());
+
+  const ThreadHolder a = remote_holder("h1", 60000);
+  auto claimed = c.claim_thread("t", a);
+  ASSERT_TRUE(claimed) << claimed.error().to_string();
+  EXPECT_EQ(claimed->token, a.token);
+  EXPECT_EQ(claimed->host, "h1");
+  EXPECT_EQ(claimed->pid, a.pid);
+  EXPECT_EQ(claimed->lease_ms, 60000);
+  EXPECT_GT(claimed->since_ms, 1'600'000'000'000);
+  EXPECT_EQ(claimed->heartbeat_ms, claimed->since_ms);
+  auto held = c.thread_holder("t");
+  ASSERT_TRUE(held && held->has_value());
+  EXPECT_EQ((*held)->token, a.token);
+  EXPECT_EQ((*held)->since_ms, claimed->since_ms);
+
+  // Another runner, on another host, while the claim is live.
+  const ThreadHolder b = remote_holder("h2", 60000);
+  auto busy = c.claim_thread("t", b);
+  ASSERT_FALSE(busy);
+  EXPECT_TRUE(busy.error().is(Errc::thread_busy));
+  EXPECT_THAT(busy.error().to_string(), ::testing::ContainsRegex(kBusyPattern));
+  auto b_renew = c.renew_thread("t", b.token);
+  ASSERT_FALSE(b_renew);
+  EXPECT_TRUE(b_renew.error().is(Errc::thread_busy));
+  EXPECT_THAT(b_renew.error().message,
+              ::testing::ContainsRegex("^thread 't' is no longer held by this runner: it was "
+                                       "taken over by pid [0-9]+ on host h1 at .* UTC"));
+  ASSERT_TRUE(c.release_thread("t", b.token));  // not b's: nothing happens
+  held = c.thread_holder("t");
+  ASSERT_TRUE(held && held->has_value());
+  EXPECT_EQ((*held)->token, a.token);
+
+  // The holder again: the claim stands, since unchanged; a renewal moves the heartbeat.
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  auto again = c.claim_thread("t", a);
+  ASSERT_TRUE(again) << again.error().to_string();
+  EXPECT_EQ(again->since_ms, claimed->since_ms);
+  EXPECT_GE(again->heartbeat_ms, claimed->heartbeat_ms + 5);
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_TRUE(c.renew_thread("t", a.token));
+  held = c.thread_holder("t");
+  ASSERT_TRUE(held && held->has_value());
+  EXPECT_GE((*held)->heartbeat_ms, again->heartbeat_ms + 5);
+
+  // Released: unclaimed, renewing fails, and anyone may claim.
+  ASSERT_TRUE(c.release_thread("t", a.token));
+  ASSERT_TRUE(c.release_thread("t", a.token));  // idempotent
+  held = c.thread_holder("t");
+  ASSERT_TRUE(held);
+  EXPECT_FALSE(held->has_value());
+  auto renew = c.renew_thread("t", a.token);
+  ASSERT_FALSE(renew);
+  EXPECT_EQ(renew.error().to_string(),
+            "thread_busy: thread 't' is no longer held by this runner: its claim was released; "
+            "this run stops without writing");
+  ASSERT_TRUE(c.claim_thread("t", b));
+  // Claims are per thread.
+  ASSERT_TRUE(c.claim_thread("u", a));
+}
+
+// A claim that is no longer live is taken over: one whose heartbeat is older than its lease
+// (any host), or one on the claimant's host whose process is gone (at once).
+TYPED_TEST_P(CheckpointerTest, ALapsedOrDeadClaimIsTakenOver) {
+  auto& c = this->ckpt();
+  const ThreadHolder silent = remote_holder("far", 50);
+  ASSERT_TRUE(c.claim_thread("t", silent));
+  ThreadHolder me = this_process_holder(new_claim_token(), 30000);
+  auto busy = c.claim_thread("t", me);
+  ASSERT_FALSE(busy);
+  EXPECT_THAT(busy.error().message,
+              HasSubstr("is being run by pid " + std::to_string(::getpid()) + " on host far"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(120));
+  auto taken = c.claim_thread("t", me);
+  ASSERT_TRUE(taken) << taken.error().to_string();
+  EXPECT_EQ(taken->token, me.token);
+  auto renew = c.renew_thread("t", silent.token);
+  ASSERT_FALSE(renew);
+  EXPECT_THAT(renew.error().message,
+              ::testing::ContainsRegex(
+                  "^thread 't' is no longer held by this runner: it was taken over by pid [0-9]+ "
+                  "on host [^ ]+ at .* UTC \\(this runner's heartbeat had lapsed\\); this run "
+                  "stops without writing$"));
+
+  // Same host, its process gone: taken over though its lease has a minute left.
+  ThreadHolder dead = this_process_holder(new_claim_token(), 60000);
+  dead.pid = dead_pid();
+  ASSERT_TRUE(c.claim_thread("u", dead));
+  auto over = c.claim_thread("u", me);
+  ASSERT_TRUE(over) << over.error().to_string();
+  // A live process on this host (this one) is not.
+  ThreadHolder live = this_process_holder(new_claim_token(), 60000);
+  ASSERT_TRUE(c.claim_thread("v", live));
+  auto refused = c.claim_thread("v", me);
+  ASSERT_FALSE(refused);
+  EXPECT_TRUE(refused.error().is(Errc::thread_busy));
+}
+
+// put() with a claim token commits only while the token holds the thread, and refreshes the
+// claim's heartbeat; refused, it stores nothing (nor its blobs).
+TYPED_TEST_P(CheckpointerTest, APutWithAClaimTokenChecksTheClaim) {
+  auto& c = this->ckpt();
+  const ThreadHolder a = remote_holder("h1", 60000);
+  auto claimed = c.claim_thread("t", a);
+  ASSERT_TRUE(claimed);
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  Checkpoint cp = make_cp("t", "c1", "", 0);
+  cp.claim_token = a.token;
+  ASSERT_TRUE(c.put(cp));
+  auto held = c.thread_holder("t");
+  ASSERT_TRUE(held && held->has_value());
+  EXPECT_GE((*held)->heartbeat_ms, claimed->heartbeat_ms + 5) << "the put refreshed the claim";
+
+  // Another runner's token: refused, naming the holder; nothing stored.
+  Checkpoint other = make_cp("t", "c2", "c1", 1);
+  other.claim_token = new_claim_token();
+  other.artifacts = {artifact("x", "y")};
+  auto refused = c.put(other);
+  ASSERT_FALSE(refused);
+  EXPECT_TRUE(refused.error().is(Errc::thread_busy));
+  EXPECT_THAT(refused.error().message, HasSubstr("it was taken over by pid "));
+  EXPECT_THAT(refused.error().message, HasSubstr(" on host h1 at "));
+  auto all = c.list("t");
+  ASSERT_TRUE(all);
+  EXPECT_THAT(ids(*all), ::testing::ElementsAre("c1"));
+  auto blob = c.get_artifact("t", "x");
+  ASSERT_TRUE(blob);
+  EXPECT_FALSE(blob->has_value());
+
+  // Released: a put with the old token is refused; one without a token is not checked.
+  ASSERT_TRUE(c.release_thread("t", a.token));
+  Checkpoint late = make_cp("t", "c3", "c1", 1);
+  late.claim_token = a.token;
+  auto put = c.put(late);
+  ASSERT_FALSE(put);
+  EXPECT_EQ(put.error().to_string(),
+            "thread_busy: thread 't' is no longer held by this runner: its claim was released; "
+            "this run stops without writing");
+  late.claim_token.clear();
+  ASSERT_TRUE(c.put(late));
+}
+
+TYPED_TEST_P(CheckpointerTest, AnInvalidClaimIsRefused) {
+  auto& c = this->ckpt();
+  ThreadHolder no_token = this_process_holder("", 1000);
+  auto e1 = c.claim_thread("t", no_token);
+  ASSERT_FALSE(e1);
+  EXPECT_EQ(e1.error().to_string(),
+            "invalid_argument: claim_thread: the token is empty; use new_claim_token()");
+  ThreadHolder no_lease = this_process_holder(new_claim_token(), 0);
+  auto e2 = c.claim_thread("t", no_lease);
+  ASSERT_FALSE(e2);
+  EXPECT_EQ(e2.error().to_string(), "invalid_argument: claim_thread: lease_ms must be positive");
+  auto held = c.thread_holder("t");
+  ASSERT_TRUE(held);
+  EXPECT_FALSE(held->has_value());
+}
+
+// delete_thread removes the claim with the thread; a prune that empties the thread removes its
+// blobs but not its claim (a runner may hold it).
+TYPED_TEST_P(CheckpointerTest, DeleteThreadDropsTheClaimAndPruneKeepsIt) {
+  auto& c = this->ckpt();
+  for (const char* t : {"deleted", "pruned"}) {
+    Checkpoint cp = make_cp(t, "c1", "", 0);
+    cp.artifacts = {artifact("blob", "bytes")};
+    ASSERT_TRUE(c.put(cp));
+    ASSERT_TRUE(c.claim_thread(t, remote_holder("h1", 60000)));
+  }
+  ASSERT_TRUE(c.delete_thread("deleted"));
+  auto gone = c.thread_holder("deleted");
+  ASSERT_TRUE(gone);
+  EXPECT_FALSE(gone->has_value());
+
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  Retention ttl;
+  ttl.max_age = std::chrono::milliseconds(10);
+  auto n = c.prune("pruned", ttl);
+  ASSERT_TRUE(n) << n.error().to_string();
+  EXPECT_EQ(*n, 1u);
+  auto blob = c.get_artifact("pruned", "blob");
+  ASSERT_TRUE(blob);
+  EXPECT_FALSE(blob->has_value());
+  auto kept = c.thread_holder("pruned");
+  ASSERT_TRUE(kept);
+  EXPECT_TRUE(kept->has_value());
+  // A partial prune keeps every blob (a later checkpoint may reference any of them).
+  Checkpoint first = make_cp("partial", "p1", "", 0);
+  first.artifacts = {artifact("old", "o")};
+  ASSERT_TRUE(c.put(first));
+  ASSERT_TRUE(c.put(make_cp("partial", "p2", "", 1)));
+  Retention keep;
+  keep.keep_last = 1;
+  auto pruned = c.prune("partial", keep);
+  ASSERT_TRUE(pruned);
+  EXPECT_EQ(*pruned, 1u);
+  auto old = c.get_artifact("partial", "old");
+  ASSERT_TRUE(old);
+  EXPECT_TRUE(old->has_value());
+}
+
+// Eight runners race for one thread: exactly one wins.
+TYPED_TEST_P(CheckpointerTest, ConcurrentClaimsHaveOneWinner) {
+  auto& c = this->ckpt();
+  std::atomic<int> won{0}, busy{0};
+  std::vector<std::thread> ts;
+  for (int i = 0; i < 8; ++i)
+    ts.emplace_back([&, i] {
+      auto r = c.claim_thread("t", remote_holder("h" + std::to_string(i), 60000));
+      if (r)
+        ++won;
+      else if (r.error().is(Errc::thread_busy))
+        ++busy;
+    });
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(won.load(), 1);
+  EXPECT_EQ(busy.load(), 7);
+}
+
 REGISTER_TYPED_TEST_SUITE_P(
     CheckpointerTest, StateAtStopsAtASnapshot, PutThenLatestGetAndListNewestFirst,
     StateAtFoldsDeltasAlongTheParentChain, ResumeFromAnEarlierCheckpointBranches,
@@ -616,6 +932,9 @@ REGISTER_TYPED_TEST_SUITE_P(
     PutCopiesValuesOutOfTheCallersStorage, ValuesOutsideJsonAreRefusedEverywhere,
     ValuesRoundTripExactly, RetentionKeepsAThreadBoundedAndStateAtExact,
     PruneKeepsTheAncestorsStateAtNeeds, PruneKeepsEveryKeptBranchsChain,
-    PruneByAgeDeletesAnIdleThread);
+    PruneByAgeDeletesAnIdleThread, ArtifactsAreStoredWithTheirCheckpoint,
+    AClaimIsExclusiveUntilReleased, ALapsedOrDeadClaimIsTakenOver,
+    APutWithAClaimTokenChecksTheClaim, AnInvalidClaimIsRefused,
+    DeleteThreadDropsTheClaimAndPruneKeepsIt, ConcurrentClaimsHaveOneWinner);
 
 }  // namespace weir::graph::conformance

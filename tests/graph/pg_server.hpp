@@ -137,6 +137,8 @@ class PgServer {
       if (geteuid() == 0) {
         if (setgroups(0, nullptr) != 0 || setgid(gid_) != 0 || setuid(uid_) != 0) _exit(126);
       }
+      // The test's working directory may be closed to the server's user (root's checkout).
+      if (chdir(dir_.c_str()) != 0) _exit(125);
       std::vector<char*> args;
       for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
       args.push_back(nullptr);
@@ -159,6 +161,9 @@ class PgServer {
   std::string start() {
     namespace fs = std::filesystem;
     bin_ = find_bin();
+    if (!bin_.empty() && (!fs::exists(bin_ + "/initdb") || !fs::exists(bin_ + "/pg_ctl")))
+      return "no PostgreSQL server programs (initdb, pg_ctl) in " + bin_ +
+             " (from $WEIR_PG_BIN); run scripts/setup or point WEIR_PG_BIN at their folder";
     if (bin_.empty())
       return "no PostgreSQL server programs (initdb, pg_ctl) in $WEIR_PG_BIN, "
              "/usr/lib/postgresql/*/bin or pg_config --bindir; run scripts/setup";
@@ -182,7 +187,11 @@ class PgServer {
     if (int rc = run({bin_ + "/initdb", "-D", data_, "-U", "weir", "-A", "trust", "-E", "UTF8",
                       "--locale=C", "--no-sync"});
         rc != 0)
-      return "initdb failed (exit " + std::to_string(rc) + "):\n" + log_tail();
+      return "initdb failed (exit " + std::to_string(rc) +
+             (rc == 126   ? ": cannot switch to the postgres user"
+              : rc == 125 ? ": the postgres user cannot enter " + dir_ + " (is $TMPDIR open to it?)"
+                          : "") +
+             "):\n" + log_tail();
     // A port picked free may be taken before the server binds it: try a few.
     for (int attempt = 0; attempt < 3; ++attempt) {
       port_ = free_port();

@@ -5,6 +5,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
+#include <thread>
+#include <vector>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -226,6 +231,99 @@ TEST(PostgresCheckpointer, IdThatTextCannotHoldIsInvalidArgument) {
   auto threads = (*c)->threads();
   ASSERT_TRUE(threads) << threads.error().to_string();
   EXPECT_TRUE(threads->empty());
+}
+
+// Claims across connections (as across processes and machines): eight connections race for one
+// thread and one wins; the winner's puts commit, and after its lease lapses a takeover on
+// another connection fences it: its next put and renewal are refused and store nothing.
+TEST(PostgresCheckpointer, ClaimsHoldAcrossConnections) {
+  const std::string conninfo = fresh_conninfo();
+  ASSERT_NE(conninfo, "");
+  std::vector<std::unique_ptr<Checkpointer>> conns;
+  for (int i = 0; i < 8; ++i) {
+    auto c = open_ok(conninfo);
+    ASSERT_TRUE(c);
+    conns.push_back(std::move(*c));
+  }
+  std::vector<ThreadHolder> holders;
+  for (int i = 0; i < 8; ++i) holders.push_back(remote_holder("m" + std::to_string(i), 300));
+  std::vector<int> won(8, 0);
+  std::vector<std::string> other(8);
+  {
+    std::vector<std::thread> ts;
+    for (int i = 0; i < 8; ++i)
+      ts.emplace_back([&, i] {
+        auto r = conns[i]->claim_thread("t", holders[i]);
+        if (r)
+          won[i] = 1;
+        else if (!r.error().is(Errc::thread_busy))
+          other[i] = r.error().to_string();
+      });
+    for (auto& t : ts) t.join();
+  }
+  for (const auto& o : other) EXPECT_EQ(o, "");
+  ASSERT_EQ(std::count(won.begin(), won.end(), 1), 1);
+  const int w = static_cast<int>(std::find(won.begin(), won.end(), 1) - won.begin());
+  const int l = (w + 1) % 8;
+  Checkpoint cp = make_cp("t", "c1", "", 0);
+  cp.claim_token = holders[w].token;
+  cp.artifacts = {artifact("a", "first")};
+  ASSERT_TRUE(conns[w]->put(cp));
+  auto seen = conns[l]->thread_holder("t");
+  ASSERT_TRUE(seen && seen->has_value());
+  EXPECT_EQ((*seen)->host, "m" + std::to_string(w));
+
+  // The winner goes silent past its lease: another machine takes over.
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  auto taken = conns[l]->claim_thread("t", holders[l]);
+  ASSERT_TRUE(taken) << taken.error().to_string();
+  Checkpoint late = make_cp("t", "c2", "c1", 1);
+  late.claim_token = holders[w].token;
+  late.artifacts = {artifact("b", "late")};
+  auto put = conns[w]->put(late);
+  ASSERT_FALSE(put);
+  EXPECT_TRUE(put.error().is(Errc::thread_busy));
+  EXPECT_THAT(put.error().message, HasSubstr("it was taken over by pid "));
+  EXPECT_THAT(put.error().message, HasSubstr(" on host m" + std::to_string(l) + " at "));
+  EXPECT_FALSE(conns[w]->renew_thread("t", holders[w].token));
+  auto all = conns[l]->list("t");
+  ASSERT_TRUE(all);
+  EXPECT_THAT(ids(*all), ::testing::ElementsAre("c1"));
+  auto blob = conns[l]->get_artifact("t", "b");
+  ASSERT_TRUE(blob);
+  EXPECT_FALSE(blob->has_value());
+  auto first = conns[l]->get_artifact("t", "a");
+  ASSERT_TRUE(first && first->has_value());
+  EXPECT_EQ((*first)->bytes, "first");
+}
+
+// Claim times are stamped by the server (one machine cannot tell its clock from the client's,
+// so this checks what it can): the stored row is what claim_thread returned, not in the server's
+// future, and a takeover is judged on the stored heartbeat against the server's now.
+TEST(PostgresCheckpointer, ClaimTimesComeFromTheServersClock) {
+  const std::string conninfo = fresh_conninfo();
+  ASSERT_NE(conninfo, "");
+  auto c = open_ok(conninfo);
+  ASSERT_TRUE(c);
+  auto claimed = (*c)->claim_thread("t", remote_holder("h", 1000));
+  ASSERT_TRUE(claimed) << claimed.error().to_string();
+  // The row holds what claim_thread returned, and the server agrees it is not in its future.
+  auto check = PgServer::get().exec_admin(
+      "DO $$ BEGIN IF (SELECT count(*) FROM weir_thread_holders WHERE thread_id = 't' AND since "
+      "= " +
+          std::to_string(claimed->since_ms) +
+          " AND heartbeat = " + std::to_string(claimed->heartbeat_ms) +
+          " AND heartbeat <= (extract(epoch FROM clock_timestamp()) * 1000)::int8) <> 1 "
+          "THEN RAISE 'claim row differs'; END IF; END $$",
+      dbname_of(conninfo));
+  EXPECT_EQ(check, "");
+  // A heartbeat a minute old by the server's clock: lapsed.
+  ASSERT_EQ(
+      PgServer::get().exec_admin("UPDATE weir_thread_holders SET heartbeat = heartbeat - 60000",
+                                 dbname_of(conninfo)),
+      "");
+  auto taken = (*c)->claim_thread("t", remote_holder("other", 1000));
+  ASSERT_TRUE(taken) << taken.error().to_string();
 }
 
 }  // namespace
