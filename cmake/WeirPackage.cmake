@@ -38,7 +38,7 @@ foreach(_weir_lib ${_weir_libs})
   endif()
 endforeach()
 string(STRIP "${WEIR_PC_LIBS}" WEIR_PC_LIBS)
-set(WEIR_PC_REQUIRES "spdlog simdjson sqlite3 libpcre2-8 openssl")
+set(WEIR_PC_REQUIRES "spdlog simdjson sqlite3 libpq libpcre2-8 openssl")
 configure_file(${CMAKE_CURRENT_LIST_DIR}/weir.pc.in ${PROJECT_BINARY_DIR}/weir.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/weir.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig
   COMPONENT devel)

@@ -159,8 +159,10 @@ struct WorkflowEnv {
   }
 };
 
+}  // namespace
+
 // The checkpoint store: --store, else $WEIR_STORE, else $XDG_DATA_HOME/weir/checkpoints.db
-// (~/.local/share/weir/checkpoints.db). Its folder is created when missing.
+// (~/.local/share/weir/checkpoints.db).
 fs::path store_path(const Flags& f) {
   if (auto s = f.get("--store")) return *s;
   if (const char* e = std::getenv("WEIR_STORE"); e && *e) return e;
@@ -174,11 +176,15 @@ fs::path store_path(const Flags& f) {
   return base / "weir" / "checkpoints.db";
 }
 
+// A file path (SQLite; its folder is created when missing) or a postgres:// / postgresql:// URI.
 Result<std::unique_ptr<graph::Checkpointer>> open_store(const fs::path& db) {
+  if (graph::is_postgres_uri(db.string())) return graph::open_checkpointer(db.string());
   std::error_code ec;
   if (db.has_parent_path()) fs::create_directories(db.parent_path(), ec);
   return graph::open_sqlite_checkpointer(db);
 }
+
+namespace {
 
 // Where a run keeps its checkpoints (--thread, --store) and whether it streams.
 struct RunTarget {
@@ -246,7 +252,9 @@ struct ProgressLine {
 
 // " --store DB" when the target's store is not the default one (for the commands we suggest).
 std::string store_flag(const RunTarget& target) {
-  return target.store == store_path(Flags("", {}, {})) ? "" : " --store " + target.store.string();
+  return target.store == store_path(Flags("", {}, {}))
+             ? ""
+             : " --store " + graph::redact_store(target.store.string());
 }
 
 // The executor's messages name its C++ API (RunOptions, async_resume); a CLI user needs the
@@ -458,7 +466,7 @@ int cmd_resume(Args args) {
              kExitRunFailed;
     if (!*latest)
       return std::fprintf(stderr, "weir resume: no thread '%s' in %s\n", thread.c_str(),
-                          db.c_str()),
+                          graph::redact_store(db.string()).c_str()),
              kExitInvalidInput;
     if (const auto* w = (**latest).metadata.if_contains("workflow"); w && w->is_string())
       file = w->as_string();

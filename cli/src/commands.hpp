@@ -3,9 +3,12 @@
 // input, 2 run failed, 3 overloaded).
 #pragma once
 
+#include <filesystem>
+#include <memory>
 #include <span>
 #include <string_view>
 
+#include "weir/graph/checkpointer.hpp"
 #include "weir/runtime/error.hpp"
 
 namespace weir::cli {
@@ -55,5 +58,12 @@ int cmd_batch(Args args);
 int cmd_resume(Args args);
 int cmd_mcp(Args args);
 int cmd_serve(Args args);
+int cmd_store(Args args);
+
+class Flags;
+// The checkpoint store a command names: --store, else $WEIR_STORE, else
+// $XDG_DATA_HOME/weir/checkpoints.db. A path (SQLite) or a postgres:// URI.
+std::filesystem::path store_path(const Flags& f);
+Result<std::unique_ptr<graph::Checkpointer>> open_store(const std::filesystem::path& db);
 
 }  // namespace weir::cli

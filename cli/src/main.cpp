@@ -26,7 +26,7 @@ constexpr Command kCommands[] = {
      cmd_demo},
     {"run", "run a workflow file and print its final state as JSON",
      "usage: weir run FILE [--input JSON | --input @file.json] [--model PATH]\n"
-     "                [--thread ID [--store DB]] [--stream] [--max-model-len N]\n"
+     "                [--thread ID [--store DB|postgres://...]] [--stream] [--max-model-len N]\n"
      "                [--instances N] [--concurrency N] [--table]\n\n"
      "Runs a workflow, crew or group-chat file under its limits and prints the result as JSON\n"
      "on stdout; a summary goes to stderr. --model overrides every model's path (crews and\n"
@@ -68,6 +68,17 @@ constexpr Command kCommands[] = {
      "example:\n  weir run samples/workflows/human_review.json --thread t1\n"
      "  weir resume t1 --value '\"approve\"'\n",
      cmd_resume},
+    {"store", "prune a checkpoint store: keep the last N checkpoints per thread, or a TTL",
+     "usage: weir store prune [--store DB] (--keep N | --older-than DURATION) [--thread ID]\n\n"
+     "Removes old checkpoints from every thread of the store (or one --thread): --keep N keeps\n"
+     "the newest N of each thread, --older-than drops those put longer ago than DURATION (30d,\n"
+     "12h, 15m, 45s, 500ms; a thread that is all older goes as a whole); both may be given.\n"
+     "Checkpoints a kept one needs to rebuild its state (back to the nearest snapshot) stay.\n"
+     "The store is --store (a file, or a postgres:// or postgresql:// URI), else $WEIR_STORE,\n"
+     "else $XDG_DATA_HOME/weir/checkpoints.db. Prints how many checkpoints went.\n\n"
+     "examples:\n  weir store prune --keep 100\n"
+     "  weir store prune --store postgres://weir@db:5432/weir --older-than 30d\n",
+     cmd_store},
     {"validate", "check workflow files and report every problem",
      "usage: weir validate FILE...\n\n"
      "Parses and validates each workflow file (docs/workflow-format.md) and reports every\n"

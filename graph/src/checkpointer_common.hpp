@@ -4,16 +4,21 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <ctime>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_set>
 #include <vector>
 
 #include <boost/json/object.hpp>
+#include <boost/json/parse.hpp>
 
 #include "weir/graph/checkpointer.hpp"
 
@@ -190,6 +195,80 @@ inline Status check_claim(const ThreadHolder& h) {
   if (h.lease_ms <= 0)
     return Error(Errc::invalid_argument, "claim_thread: lease_ms must be positive");
   return {};
+}
+
+// A stored JSON column read back: an object, parsed with the limits put() enforced. `where` names
+// the store (e.g. "postgres 'u@h:5432/db'").
+inline Result<boost::json::object> parse_stored_object(std::string_view text,
+                                                       std::string_view where,
+                                                       std::string_view thread_id,
+                                                       std::string_view checkpoint_id,
+                                                       const char* column) {
+  boost::json::parse_options options;
+  options.max_depth = kMaxJsonDepth;  // put() refuses deeper values
+  options.allow_invalid_utf8 = true;  // strings round-trip as the bytes that were put
+  boost::system::error_code ec;
+  boost::json::value v = boost::json::parse(text, ec, {}, options);
+  if (ec || !v.is_object())
+    return Error(Errc::corrupt_data,
+                 std::string(where) + ": checkpoint " + single_quoted(checkpoint_id) +
+                     " of thread " + single_quoted(thread_id) + ": column " + column + " is " +
+                     (ec ? "not valid JSON (" + ec.message() + ")" : "not a JSON object"));
+  return std::move(v.as_object());
+}
+
+// ---- Retention: one algorithm, each backend supplies the rows -------------------------------
+
+// What prune needs to know of a checkpoint (no values).
+struct PruneRow {
+  std::string id;
+  std::string parent;
+  int64_t seq = 0;  // put order within the store
+  bool snapshot = false;
+};
+
+// The oldest seq a pruned thread must keep: every row the policy keeps (`kept`) plus, for each,
+// its ancestors back to the nearest snapshot or root, which state_at reads. `lookup(id)` returns
+// Result<std::optional<PruneRow>> for a row of the thread. Every row with a smaller seq may go
+// (a row at or above the floor that nothing needs stays: safe, and rare outside branches).
+// nullopt when `kept` is empty: the whole thread may go. A missing parent ends that walk (the
+// chain is already broken; state_at reports it).
+template <class Lookup>
+Result<std::optional<int64_t>> prune_floor(const std::vector<PruneRow>& kept, Lookup&& lookup) {
+  if (kept.empty()) return std::optional<int64_t>();
+  std::unordered_set<std::string> have;
+  int64_t floor = kept.front().seq;
+  for (const auto& r : kept) {
+    have.insert(r.id);
+    floor = std::min(floor, r.seq);
+  }
+  for (const auto& start : kept) {
+    PruneRow cur = start;
+    while (!cur.snapshot && !cur.parent.empty() && !have.contains(cur.parent)) {
+      auto parent = lookup(cur.parent);
+      if (!parent) return std::move(parent).error();
+      if (!*parent) break;
+      have.insert((*parent)->id);
+      floor = std::min(floor, (*parent)->seq);
+      cur = std::move(**parent);
+    }
+  }
+  return std::optional<int64_t>(floor);
+}
+
+// The created_at (unix ms) below which `policy` drops a checkpoint; INT64_MIN when it has no age.
+inline int64_t prune_age_cutoff(const Retention& policy, int64_t now_ms) {
+  if (policy.max_age.count() <= 0) return INT64_MIN;
+  return now_ms - static_cast<int64_t>(policy.max_age.count());
+}
+
+// Whether a put that left the thread with `rows` checkpoints, the oldest put at
+// `oldest_created_ms`, should prune it now.
+inline bool prune_due(const Retention& policy, std::size_t rows, int64_t oldest_created_ms,
+                      int64_t now_ms) {
+  if (policy.keep_last > 0 && rows > policy.keep_last + kPruneSlack) return true;
+  return policy.max_age.count() > 0 && rows > kPruneSlack &&
+         oldest_created_ms < prune_age_cutoff(policy, now_ms);
 }
 
 }  // namespace weir::graph::detail

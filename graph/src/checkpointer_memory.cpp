@@ -8,6 +8,7 @@
 #include <mutex>
 #include <random>
 #include <shared_mutex>
+#include <unordered_map>
 #include <unordered_set>
 
 #include <unistd.h>
@@ -72,6 +73,8 @@ Checkpoint own_copy(const Checkpoint& cp, int64_t created_at_ms) {
 
 class MemoryCheckpointer final : public Checkpointer {
  public:
+  explicit MemoryCheckpointer(Retention retention) : retention_(retention) {}
+
   Status put(const Checkpoint& cp) override {
     if (auto s = detail::check_put_ids(cp); !s) return s;
     if (auto s = detail::check_put_values(cp); !s) return s;
@@ -105,7 +108,21 @@ class MemoryCheckpointer final : public Checkpointer {
     if (t.updated_seq != 0) recent_.erase(t.updated_seq);
     t.updated_seq = seq;
     recent_.emplace(seq, it->first);
+    if (retention_.enabled()) {
+      const int64_t now = pos->second.created_at_ms;
+      if (detail::prune_due(retention_, t.by_seq.size(), t.by_seq.begin()->second->created_at_ms,
+                            now))
+        (void)prune_locked(it, retention_, now);  // cannot fail: no storage to refuse
+    }
     return {};
+  }
+
+  Result<std::size_t> prune(std::string_view thread_id, const Retention& policy) override {
+    if (!policy.enabled()) return std::size_t{0};
+    std::unique_lock lock(mu_);
+    auto it = threads_.find(thread_id);
+    if (it == threads_.end()) return std::size_t{0};
+    return prune_locked(it, policy, detail::unix_ms_now());
   }
 
   Result<std::optional<Checkpoint>> latest(std::string_view thread_id) const override {
@@ -236,6 +253,46 @@ class MemoryCheckpointer final : public Checkpointer {
     std::map<std::string, Checkpoint::Artifact, std::less<>> artifacts;  // by id
   };
 
+  using ThreadIt = std::map<std::string, Thread, std::less<>>::iterator;
+
+  static detail::PruneRow prune_row(uint64_t seq, const Checkpoint& cp) {
+    return {cp.checkpoint_id, cp.parent_id, static_cast<int64_t>(seq),
+            detail::is_snapshot(cp.writes)};
+  }
+
+  // REQUIRES: mu_ held exclusively.
+  std::size_t prune_locked(ThreadIt it, const Retention& policy, int64_t now) {
+    Thread& t = it->second;
+    const int64_t cutoff = detail::prune_age_cutoff(policy, now);
+    std::vector<detail::PruneRow> kept;
+    for (auto s = t.by_seq.rbegin(); s != t.by_seq.rend(); ++s) {
+      if (policy.keep_last > 0 && kept.size() >= policy.keep_last) break;
+      if (s->second->created_at_ms < cutoff) continue;
+      kept.push_back(prune_row(s->first, *s->second));
+    }
+    std::unordered_map<std::string, uint64_t> seq_of;
+    auto floor = detail::prune_floor(
+        kept, [&](const std::string& id) -> Result<std::optional<detail::PruneRow>> {
+          auto c = t.by_id.find(id);
+          if (c == t.by_id.end()) return std::optional<detail::PruneRow>();
+          if (seq_of.empty())
+            for (const auto& [seq, cp] : t.by_seq) seq_of.emplace(cp->checkpoint_id, seq);
+          return std::optional<detail::PruneRow>(prune_row(seq_of.at(id), c->second));
+        });
+    const std::size_t before = t.by_id.size();
+    if (!*floor) {
+      recent_.erase(t.updated_seq);
+      threads_.erase(it);
+      return before;
+    }
+    for (auto s = t.by_seq.begin();
+         s != t.by_seq.end() && static_cast<int64_t>(s->first) < **floor;) {
+      t.by_id.erase(s->second->checkpoint_id);
+      s = t.by_seq.erase(s);
+    }
+    return before - t.by_id.size();
+  }
+
   const Thread* find_thread(std::string_view thread_id) const {
     auto it = threads_.find(thread_id);
     return it == threads_.end() ? nullptr : &it->second;
@@ -254,12 +311,13 @@ class MemoryCheckpointer final : public Checkpointer {
   std::map<uint64_t, std::string> recent_;              // updated_seq -> thread id; GUARDED_BY(mu_)
   uint64_t next_seq_ = 1;                               // GUARDED_BY(mu_)
   std::map<std::string, ThreadHolder, std::less<>> holders_;  // GUARDED_BY(mu_)
+  const Retention retention_;
 };
 
 }  // namespace
 
-std::unique_ptr<Checkpointer> make_memory_checkpointer() {
-  return std::make_unique<MemoryCheckpointer>();
+std::unique_ptr<Checkpointer> make_memory_checkpointer(Retention retention) {
+  return std::make_unique<MemoryCheckpointer>(retention);
 }
 
 }  // namespace weir::graph

@@ -69,6 +69,15 @@ CREATE TABLE IF NOT EXISTS thread_holders (
 UPDATE schema_version SET version = 2;
 )sql";
 
+// Version 3 (applied after version 2, to a fresh file or on open): the `snapshot` column, 1 when
+// writes hold "$snapshot": true, so prune finds where state_at stops without parsing writes. Rows
+// written before read 0 (prune then walks past their snapshots to the root: it keeps more, never
+// less).
+constexpr const char* kSchemaV3 = R"sql(
+ALTER TABLE checkpoints ADD COLUMN snapshot INTEGER NOT NULL DEFAULT 0;
+UPDATE schema_version SET version = 3;
+)sql";
+
 constexpr const char* kColumns =
     "thread_id, checkpoint_id, parent_id, step, writes, pending, metadata, created_at";
 
@@ -149,7 +158,8 @@ Error sqlite_error(std::string_view path, sqlite3* db, int rc, std::string_view 
 
 class SqliteCheckpointer final : public Checkpointer {
  public:
-  SqliteCheckpointer(std::string path, DbPtr db) : path_(std::move(path)), db_(std::move(db)) {}
+  SqliteCheckpointer(std::string path, DbPtr db, Retention retention)
+      : path_(std::move(path)), db_(std::move(db)), retention_(retention) {}
 
   // Called once by open_sqlite_checkpointer before the object is shared.
   Status prepare_statements() {
@@ -164,8 +174,8 @@ class SqliteCheckpointer final : public Checkpointer {
         {&rollback_, "ROLLBACK"},
         {&exists_, "SELECT 1 FROM checkpoints WHERE thread_id = ?1 AND checkpoint_id = ?2"},
         {&next_seq_, "SELECT coalesce(max(updated_seq), 0) + 1 FROM threads"},
-        {&insert_,
-         "INSERT INTO checkpoints (" + cols + ", seq) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"},
+        {&insert_, "INSERT INTO checkpoints (" + cols +
+                       ", seq, snapshot) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"},
         {&touch_thread_,
          "INSERT INTO threads (thread_id, updated_seq, updated_at) VALUES (?1, ?2, ?3) "
          "ON CONFLICT (thread_id) DO UPDATE SET updated_seq = excluded.updated_seq, "
@@ -199,6 +209,14 @@ class SqliteCheckpointer final : public Checkpointer {
         {&beat_holder_,
          "UPDATE thread_holders SET heartbeat = ?3 WHERE thread_id = ?1 AND token = ?2"},
         {&release_holder_, "DELETE FROM thread_holders WHERE thread_id = ?1 AND token = ?2"},
+        {&thread_stats_, "SELECT count(*), min(created_at) FROM checkpoints WHERE thread_id = ?1"},
+        {&prune_kept_,
+         "SELECT checkpoint_id, parent_id, seq, snapshot FROM checkpoints WHERE thread_id = ?1 "
+         "AND created_at >= ?2 ORDER BY seq DESC LIMIT ?3"},
+        {&prune_row_,
+         "SELECT checkpoint_id, parent_id, seq, snapshot FROM checkpoints WHERE thread_id = ?1 "
+         "AND checkpoint_id = ?2"},
+        {&prune_delete_, "DELETE FROM checkpoints WHERE thread_id = ?1 AND seq < ?2"},
     };
     for (auto& [stmt, sql] : all) {
       sqlite3_stmt* s = nullptr;
@@ -257,6 +275,7 @@ class SqliteCheckpointer final : public Checkpointer {
       q.bind(7, metadata);
       q.bind(8, now);
       q.bind(9, seq);
+      q.bind(10, int64_t{detail::is_snapshot(cp.writes) ? 1 : 0});
       int rc = q.step();
       if ((rc & 0xff) == SQLITE_CONSTRAINT) return detail::duplicate_checkpoint(cp);
       if (rc != SQLITE_DONE)
@@ -279,6 +298,22 @@ class SqliteCheckpointer final : public Checkpointer {
       q.bind(5, now);
       int rc = q.step();
       if (rc != SQLITE_DONE) return error(rc, "put: storing artifact '" + a.id + "'");
+    }
+    if (retention_.enabled()) {
+      std::size_t rows = 0;
+      int64_t oldest = 0;
+      {
+        StmtUse q(thread_stats_);
+        q.bind(1, cp.thread_id);
+        int rc = q.step();
+        if (rc != SQLITE_ROW) return error(rc, "put: counting the checkpoints of the thread");
+        rows = static_cast<std::size_t>(q.int64(0));
+        oldest = q.int64(1);
+      }
+      if (detail::prune_due(retention_, rows, oldest, now)) {
+        auto pruned = prune_locked(cp.thread_id, retention_, now);
+        if (!pruned) return std::move(pruned).error();
+      }
     }
     return txn.commit("put");
   }
@@ -373,6 +408,17 @@ class SqliteCheckpointer final : public Checkpointer {
       if (rc != SQLITE_DONE) return error(rc, "delete_thread '" + std::string(thread_id) + "'");
     }
     return txn.commit("delete_thread");
+  }
+
+  Result<std::size_t> prune(std::string_view thread_id, const Retention& policy) override {
+    if (!policy.enabled()) return std::size_t{0};
+    std::lock_guard lock(mu_);
+    Transaction txn(*this);
+    if (auto s = txn.begin(begin_write_, "prune"); !s) return std::move(s).error();
+    auto n = prune_locked(thread_id, policy, detail::unix_ms_now());
+    if (!n) return n;
+    if (auto s = txn.commit("prune"); !s) return std::move(s).error();
+    return n;
   }
 
   Result<std::optional<Checkpoint::Artifact>> get_artifact(
@@ -510,6 +556,60 @@ class SqliteCheckpointer final : public Checkpointer {
     return sqlite_error(path_, db_.get(), rc, what);
   }
 
+  static detail::PruneRow prune_row(const StmtUse& q) {
+    return {std::string(q.text(0)), std::string(q.text(1)), q.int64(2), q.int64(3) != 0};
+  }
+
+  // REQUIRES: mu_ held, inside a write transaction. Returns the number of checkpoints removed.
+  // A thread that loses every checkpoint loses its artifacts with them (as delete_thread); its
+  // claim stays, since a runner may hold it.
+  Result<std::size_t> prune_locked(std::string_view thread_id, const Retention& policy,
+                                   int64_t now) {
+    const std::string what = "prune thread '" + std::string(thread_id) + "'";
+    std::vector<detail::PruneRow> kept;
+    {
+      StmtUse q(prune_kept_);
+      q.bind(1, thread_id);
+      q.bind(2, detail::prune_age_cutoff(policy, now));
+      q.bind(3, policy.keep_last > 0 ? clamp_limit(policy.keep_last) : INT64_MAX);
+      for (;;) {
+        int rc = q.step();
+        if (rc == SQLITE_DONE) break;
+        if (rc != SQLITE_ROW) return error(rc, what);
+        kept.push_back(prune_row(q));
+      }
+    }
+    auto floor = detail::prune_floor(
+        kept, [&](const std::string& id) -> Result<std::optional<detail::PruneRow>> {
+          StmtUse q(prune_row_);
+          q.bind(1, thread_id);
+          q.bind(2, id);
+          int rc = q.step();
+          if (rc == SQLITE_DONE) return std::optional<detail::PruneRow>();
+          if (rc != SQLITE_ROW) return error(rc, what);
+          return std::optional<detail::PruneRow>(prune_row(q));
+        });
+    if (!floor) return std::move(floor).error();
+    if (!*floor) {  // nothing kept: the whole thread goes
+      std::size_t removed = 0;
+      for (const StmtPtr* stmt : {&delete_checkpoints_, &delete_thread_, &delete_artifacts_}) {
+        StmtUse q(*stmt);
+        q.bind(1, thread_id);
+        int rc = q.step();
+        if (rc != SQLITE_DONE) return error(rc, what);
+        if (stmt == &delete_checkpoints_)
+          removed = static_cast<std::size_t>(sqlite3_changes(db_.get()));
+      }
+      return removed;
+    }
+    StmtUse q(prune_delete_);
+    q.bind(1, thread_id);
+    q.bind(2, **floor);
+    int rc = q.step();
+    if (rc != SQLITE_DONE) return error(rc, what);
+    return static_cast<std::size_t>(sqlite3_changes(db_.get()));
+  }
+
   // REQUIRES: mu_ held.
   Result<std::optional<ThreadHolder>> read_holder(std::string_view thread_id) const {
     StmtUse q(get_holder_);
@@ -603,7 +703,9 @@ class SqliteCheckpointer final : public Checkpointer {
   StmtPtr begin_write_, begin_read_, commit_, rollback_, exists_, next_seq_, insert_, touch_thread_,
       latest_, get_, list_, chain_row_, thread_exists_, delete_checkpoints_, delete_thread_,
       threads_, insert_artifact_, get_artifact_, delete_artifacts_, delete_holder_, get_holder_,
-      upsert_holder_, beat_holder_, release_holder_;
+      upsert_holder_, beat_holder_, release_holder_, thread_stats_, prune_kept_, prune_row_,
+      prune_delete_;
+  const Retention retention_;
 };
 
 // Runs statements that return no rows we need (pragmas are read and discarded).
@@ -639,8 +741,14 @@ Status ensure_schema(const std::string& path, sqlite3* db) {
     if (auto s = exec(path, db, kSchemaV1, "creating the schema"); !s) return fail(std::move(s));
     if (auto s = exec(path, db, kSchemaV2, "creating the schema (version 2)"); !s)
       return fail(std::move(s));
-  } else if (version == 1) {
-    if (auto s = exec(path, db, kSchemaV2, "migrating the schema to version 2"); !s)
+    if (auto s = exec(path, db, kSchemaV3, "creating the schema (version 3)"); !s)
+      return fail(std::move(s));
+  } else if (version == 1 || version == 2) {
+    // Each step in the same transaction: a failed migration leaves the file as it was.
+    if (version == 1)
+      if (auto s = exec(path, db, kSchemaV2, "migrating the schema from version 1 to 2"); !s)
+        return fail(std::move(s));
+    if (auto s = exec(path, db, kSchemaV3, "migrating the schema to version 3"); !s)
       return fail(std::move(s));
   } else if (version > kSqliteSchemaVersion) {
     return fail(Error(Errc::unsupported,
@@ -657,7 +765,8 @@ Status ensure_schema(const std::string& path, sqlite3* db) {
 
 }  // namespace
 
-Result<std::unique_ptr<Checkpointer>> open_sqlite_checkpointer(const std::filesystem::path& db) {
+Result<std::unique_ptr<Checkpointer>> open_sqlite_checkpointer(const std::filesystem::path& db,
+                                                               Retention retention) {
   std::string path = db.string();
   if (path.empty())
     return Error(Errc::invalid_argument, "sqlite checkpointer: the database path is empty");
@@ -679,7 +788,7 @@ Result<std::unique_ptr<Checkpointer>> open_sqlite_checkpointer(const std::filesy
   if (auto s = exec(path, raw, "PRAGMA synchronous = NORMAL", "setting synchronous=NORMAL"); !s)
     return std::move(s).error();
   if (auto s = ensure_schema(path, raw); !s) return std::move(s).error();
-  auto cp = std::make_unique<SqliteCheckpointer>(path, std::move(conn));
+  auto cp = std::make_unique<SqliteCheckpointer>(path, std::move(conn), retention);
   if (auto s = cp->prepare_statements(); !s) return std::move(s).error();
   return std::unique_ptr<Checkpointer>(std::move(cp));
 }

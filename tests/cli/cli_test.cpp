@@ -423,6 +423,39 @@ TEST(Cli, BatchRunsEveryLineAndReportsBadOnesWithoutStopping) {
   fs::remove(out_file);
 }
 
+// weir store prune keeps the newest N checkpoints of each thread and what they need to rebuild
+// their state (back to the snapshot the executor writes every 32 steps).
+TEST(Cli, StorePruneKeepsTheNewestCheckpointsAndTheirSnapshot) {
+  const fs::path wf =
+      temp_file("loop50.json", R"({"name": "loop50", "limits": {"recursion_limit": 200},
+ "state": {"n": {"reducer": "sum", "default": 0}},
+ "nodes": {"tick": {"kind": "set", "values": {"n": 1}}, "check": {"kind": "router"}},
+ "edges": [{"from": "START", "to": "tick"}, {"from": "tick", "to": "check"},
+           {"from": "check", "route": {"when": {"channel": "n", "op": ">=", "value": 50}, "then": "END", "else": "tick"}}]})");
+  const fs::path db = fs::temp_directory_path() / ("weir_cli_prune_" + std::to_string(::getpid()));
+  fs::remove(db);
+  auto run = run_weir("run " + wf.string() + " --thread t --store " + db.string());
+  ASSERT_EQ(run.code, 0) << run.err;
+  auto pruned = run_weir("store prune --store " + db.string() + " --keep 5");
+  ASSERT_EQ(pruned.code, 0) << pruned.err;
+  // 100 checkpoints; the newest 5 (steps 96..100) reach back only to the snapshot at step 96.
+  EXPECT_EQ(pruned.out, "pruned 95 checkpoints from 1 threads in " + db.string() + "\n");
+  auto none = run_weir("store prune --store " + db.string());
+  EXPECT_EQ(none.code, 1);
+  EXPECT_NE(none.err.find("give --keep N or --older-than DURATION"), std::string::npos) << none.err;
+  auto bad = run_weir("store prune --store " + db.string() + " --older-than 3x");
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_NE(bad.err.find("--older-than expects a duration such as 30d"), std::string::npos)
+      << bad.err;
+  auto unreachable = run_weir("store prune --store postgres://u:Secr3tPw@127.0.0.1:1/x --keep 1");
+  EXPECT_EQ(unreachable.code, 2);
+  EXPECT_NE(unreachable.err.find("postgres 'u@127.0.0.1:1/x': connecting"), std::string::npos)
+      << unreachable.err;
+  EXPECT_EQ(unreachable.err.find("Secr3tPw"), std::string::npos);
+  fs::remove(db);
+  fs::remove(wf);
+}
+
 TEST(Cli, HumanReviewPausesAndResumesFromTheCheckpointFile) {
   const fs::path db = fs::temp_directory_path() / ("weir_cli_ckpt_" + std::to_string(::getpid()));
   const std::string wf = sample("human_review.json").string();

@@ -19,54 +19,12 @@
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 
+#include "checkpointer_conformance.hpp"
+
 namespace weir::graph {
 namespace {
 
-namespace fs = std::filesystem;
-namespace json = boost::json;
-using ::testing::HasSubstr;
-
-json::object obj(std::string_view text) {
-  return json::parse(text).as_object();
-}
-
-Checkpoint make_cp(std::string thread, std::string id, std::string parent, int64_t step,
-                   std::string_view writes = "{}") {
-  Checkpoint cp;
-  cp.thread_id = std::move(thread);
-  cp.checkpoint_id = std::move(id);
-  cp.parent_id = std::move(parent);
-  cp.step = step;
-  cp.writes = obj(writes);
-  cp.pending = obj(R"({"status":"running","next":["agent"]})");
-  cp.metadata = obj(R"({"source":"loop"})");
-  return cp;
-}
-
-std::vector<std::string> ids(const std::vector<Checkpoint>& cps) {
-  std::vector<std::string> out;
-  for (const auto& cp : cps) out.push_back(cp.checkpoint_id);
-  return out;
-}
-
-// A fresh directory under the system temp dir, removed on destruction.
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "weir_ckpt_XXXXXX").string();
-    char* p = mkdtemp(tmpl.data());
-    if (p == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = p;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using namespace conformance;  // helpers: obj, make_cp, ids, TempDir
 
 // Runs one SQL statement on a file through the sqlite3 API directly (what a damaged or foreign
 // writer would do), bypassing the checkpointer.
@@ -83,407 +41,20 @@ void raw_exec(const fs::path& db, const std::string& sql) {
 
 struct MemoryBackend {
   static constexpr const char* kName = "Memory";
-  static Result<std::unique_ptr<Checkpointer>> open(const fs::path&) {
-    return make_memory_checkpointer();
+  static Result<std::unique_ptr<Checkpointer>> open(const fs::path&, Retention retention) {
+    return make_memory_checkpointer(retention);
   }
 };
 struct SqliteBackend {
   static constexpr const char* kName = "Sqlite";
-  static Result<std::unique_ptr<Checkpointer>> open(const fs::path& db) {
-    return open_sqlite_checkpointer(db);
+  static Result<std::unique_ptr<Checkpointer>> open(const fs::path& db, Retention retention) {
+    return open_sqlite_checkpointer(db, retention);
   }
 };
-
-template <class Backend>
-class CheckpointerTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    auto r = Backend::open(dir_.path() / "checkpoints.db");
-    ASSERT_TRUE(r) << r.error().to_string();
-    cp_ = std::move(*r);
-  }
-  Checkpointer& ckpt() { return *cp_; }
-
-  TempDir dir_;
-  std::unique_ptr<Checkpointer> cp_;
-};
-
-struct BackendName {
-  template <class T>
-  static std::string GetName(int) {
-    return T::kName;
-  }
-};
-using Backends = ::testing::Types<MemoryBackend, SqliteBackend>;
-TYPED_TEST_SUITE(CheckpointerTest, Backends, BackendName);
-
-// A snapshot checkpoint holds every channel: state_at stops there (an older key the snapshot
-// does not hold is not seen), and the marker itself is not part of the state.
-TYPED_TEST(CheckpointerTest, StateAtStopsAtASnapshot) {
-  auto& c = this->ckpt();
-  ASSERT_TRUE(c.put(make_cp("t", "c1", "", 1, R"({"stale":9,"x":1})")));
-  ASSERT_TRUE(c.put(make_cp("t", "c2", "c1", 32, R"({"x":2,"y":3,"$snapshot":true})")));
-  ASSERT_TRUE(c.put(make_cp("t", "c3", "c2", 33, R"({"y":4})")));
-  auto st = c.state_at("t", "c3");
-  ASSERT_TRUE(st) << st.error().to_string();
-  EXPECT_EQ(json::serialize(*st), R"({"y":4,"x":2})");
-  auto before = c.state_at("t", "c1");
-  ASSERT_TRUE(before);
-  EXPECT_EQ(json::serialize(*before), R"({"stale":9,"x":1})");
-}
-
-TYPED_TEST(CheckpointerTest, PutThenLatestGetAndListNewestFirst) {
-  auto& c = this->ckpt();
-  ASSERT_TRUE(c.put(make_cp("t", "c1", "", 1, R"({"a":1})")));
-  ASSERT_TRUE(c.put(make_cp("t", "c2", "c1", 2, R"({"b":"x"})")));
-  ASSERT_TRUE(c.put(make_cp("t", "c3", "c2", 3, R"({"a":[1,2,{"k":null}]})")));
-
-  auto latest = c.latest("t");
-  ASSERT_TRUE(latest) << latest.error().to_string();
-  ASSERT_TRUE(latest->has_value());
-  EXPECT_EQ((*latest)->checkpoint_id, "c3");
-
-  auto got = c.get("t", "c2");
-  ASSERT_TRUE(got && got->has_value());
-  const Checkpoint& cp = **got;
-  EXPECT_EQ(cp.thread_id, "t");
-  EXPECT_EQ(cp.parent_id, "c1");
-  EXPECT_EQ(cp.step, 2);
-  EXPECT_EQ(cp.writes, obj(R"({"b":"x"})"));
-  EXPECT_EQ(cp.pending, obj(R"({"status":"running","next":["agent"]})"));
-  EXPECT_EQ(cp.metadata, obj(R"({"source":"loop"})"));
-  EXPECT_GT(cp.created_at_ms, 1'600'000'000'000);
-
-  auto all = c.list("t");
-  ASSERT_TRUE(all);
-  EXPECT_THAT(ids(*all), ::testing::ElementsAre("c3", "c2", "c1"));
-  auto two = c.list("t", 2);
-  ASSERT_TRUE(two);
-  EXPECT_THAT(ids(*two), ::testing::ElementsAre("c3", "c2"));
-  auto none = c.list("t", 0);
-  ASSERT_TRUE(none);
-  EXPECT_TRUE(none->empty());
-}
-
-TYPED_TEST(CheckpointerTest, StateAtFoldsDeltasAlongTheParentChain) {
-  auto& c = this->ckpt();
-  ASSERT_TRUE(c.put(make_cp("t", "s1", "", 1, R"({"answer":"draft"})")));
-  ASSERT_TRUE(c.put(make_cp("t", "s2", "s1", 2, R"({"notes":["n1"]})")));
-  ASSERT_TRUE(c.put(make_cp("t", "s3", "s2", 3, R"({"answer":"final"})")));
-
-  auto s1 = c.state_at("t", "s1");
-  ASSERT_TRUE(s1) << s1.error().to_string();
-  EXPECT_EQ(*s1, obj(R"({"answer":"draft"})"));
-  auto s2 = c.state_at("t", "s2");
-  ASSERT_TRUE(s2);
-  EXPECT_EQ(*s2, obj(R"({"answer":"draft","notes":["n1"]})"));
-  auto s3 = c.state_at("t", "s3");
-  ASSERT_TRUE(s3);
-  EXPECT_EQ(*s3, obj(R"({"answer":"final","notes":["n1"]})"));
-  // The checkpoint itself still holds only its delta.
-  auto g3 = c.get("t", "s3");
-  ASSERT_TRUE(g3 && g3->has_value());
-  EXPECT_EQ((*g3)->writes, obj(R"({"answer":"final"})"));
-}
-
-TYPED_TEST(CheckpointerTest, ResumeFromAnEarlierCheckpointBranches) {
-  auto& c = this->ckpt();
-  ASSERT_TRUE(c.put(make_cp("t", "root", "", 0, R"({"a":1})")));
-  ASSERT_TRUE(c.put(make_cp("t", "left", "root", 1, R"({"a":2,"b":1})")));
-  // Time travel: resume from root with a different update.
-  ASSERT_TRUE(c.put(make_cp("t", "right", "root", 1, R"({"b":9})")));
-
-  auto left = c.state_at("t", "left");
-  ASSERT_TRUE(left);
-  EXPECT_EQ(*left, obj(R"({"a":2,"b":1})"));
-  auto right = c.state_at("t", "right");
-  ASSERT_TRUE(right);
-  EXPECT_EQ(*right, obj(R"({"a":1,"b":9})"));
-
-  auto latest = c.latest("t");
-  ASSERT_TRUE(latest && latest->has_value());
-  EXPECT_EQ((*latest)->checkpoint_id, "right");  // put order, not id order
-  auto all = c.list("t");
-  ASSERT_TRUE(all);
-  EXPECT_THAT(ids(*all), ::testing::ElementsAre("right", "left", "root"));
-}
-
-TYPED_TEST(CheckpointerTest, DeleteThreadRemovesOnlyThatThread) {
-  auto& c = this->ckpt();
-  ASSERT_TRUE(c.put(make_cp("doomed", "d1", "", 0, R"({"x":1})")));
-  ASSERT_TRUE(c.put(make_cp("doomed", "d2", "d1", 1, R"({"x":2})")));
-  ASSERT_TRUE(c.put(make_cp("kept", "k1", "", 0, R"({"y":1})")));
-
-  ASSERT_TRUE(c.delete_thread("doomed"));
-  auto latest = c.latest("doomed");
-  ASSERT_TRUE(latest);
-  EXPECT_FALSE(latest->has_value());
-  auto all = c.list("doomed");
-  ASSERT_TRUE(all);
-  EXPECT_TRUE(all->empty());
-  auto state = c.state_at("doomed", "d2");
-  ASSERT_FALSE(state);
-  EXPECT_TRUE(state.error().is(Errc::not_found));
-  auto threads = c.threads();
-  ASSERT_TRUE(threads);
-  EXPECT_THAT(*threads, ::testing::ElementsAre("kept"));
-  auto kept = c.state_at("kept", "k1");
-  ASSERT_TRUE(kept);
-  EXPECT_EQ(*kept, obj(R"({"y":1})"));
-
-  EXPECT_TRUE(c.delete_thread("doomed"));  // idempotent
-  EXPECT_TRUE(c.delete_thread("never-existed"));
-  // The ids are free again.
-  ASSERT_TRUE(c.put(make_cp("doomed", "d1", "", 0, R"({"x":10})")));
-  auto again = c.state_at("doomed", "d1");
-  ASSERT_TRUE(again);
-  EXPECT_EQ(*again, obj(R"({"x":10})"));
-}
-
-TYPED_TEST(CheckpointerTest, UnknownThreadOrCheckpointIsNulloptOrNotFound) {
-  auto& c = this->ckpt();
-  auto latest = c.latest("nope");
-  ASSERT_TRUE(latest);
-  EXPECT_FALSE(latest->has_value());
-  auto got = c.get("nope", "c1");
-  ASSERT_TRUE(got);
-  EXPECT_FALSE(got->has_value());
-  auto all = c.list("nope");
-  ASSERT_TRUE(all);
-  EXPECT_TRUE(all->empty());
-  auto state = c.state_at("nope", "c1");
-  ASSERT_FALSE(state);
-  EXPECT_TRUE(state.error().is(Errc::not_found));
-  EXPECT_THAT(state.error().message, HasSubstr("unknown thread 'nope'"));
-
-  ASSERT_TRUE(c.put(make_cp("t", "c1", "", 0)));
-  auto missing = c.get("t", "zzz");
-  ASSERT_TRUE(missing);
-  EXPECT_FALSE(missing->has_value());
-  auto missing_state = c.state_at("t", "zzz");
-  ASSERT_FALSE(missing_state);
-  EXPECT_TRUE(missing_state.error().is(Errc::not_found));
-  EXPECT_THAT(missing_state.error().message, HasSubstr("thread 't' has no checkpoint 'zzz'"));
-}
-
-TYPED_TEST(CheckpointerTest, InvalidPutsAreRefusedAndStoreNothing) {
-  auto& c = this->ckpt();
-  auto no_thread = c.put(make_cp("", "c1", "", 0));
-  ASSERT_FALSE(no_thread);
-  EXPECT_TRUE(no_thread.error().is(Errc::invalid_argument));
-  EXPECT_THAT(no_thread.error().message, HasSubstr("thread_id is empty"));
-
-  auto no_id = c.put(make_cp("t", "", "", 0));
-  ASSERT_FALSE(no_id);
-  EXPECT_TRUE(no_id.error().is(Errc::invalid_argument));
-  EXPECT_THAT(no_id.error().message, HasSubstr("checkpoint_id is empty"));
-
-  auto orphan = c.put(make_cp("t", "c1", "ghost", 1));
-  ASSERT_FALSE(orphan);
-  EXPECT_TRUE(orphan.error().is(Errc::invalid_argument));
-  EXPECT_THAT(orphan.error().message, HasSubstr("parent 'ghost' is not stored in that thread"));
-
-  auto threads = c.threads();
-  ASSERT_TRUE(threads);
-  EXPECT_TRUE(threads->empty()) << "a failed put must store nothing";
-
-  ASSERT_TRUE(c.put(make_cp("t", "c1", "", 0, R"({"v":1})")));
-  auto dup = c.put(make_cp("t", "c1", "", 0, R"({"v":2})"));
-  ASSERT_FALSE(dup);
-  EXPECT_TRUE(dup.error().is(Errc::invalid_argument));
-  EXPECT_THAT(dup.error().message, HasSubstr("'c1' is already stored in thread 't'"));
-  // A parent from another thread does not count.
-  auto cross = c.put(make_cp("other", "o1", "c1", 1));
-  ASSERT_FALSE(cross);
-  EXPECT_TRUE(cross.error().is(Errc::invalid_argument));
-
-  auto all = c.list("t");
-  ASSERT_TRUE(all);
-  ASSERT_EQ(all->size(), 1u);
-  EXPECT_EQ(all->front().writes, obj(R"({"v":1})"));
-  auto t2 = c.threads();
-  ASSERT_TRUE(t2);
-  EXPECT_THAT(*t2, ::testing::ElementsAre("t"));
-}
-
-TYPED_TEST(CheckpointerTest, ThreadsMostRecentlyUpdatedFirst) {
-  auto& c = this->ckpt();
-  ASSERT_TRUE(c.put(make_cp("t1", "a", "", 0)));
-  ASSERT_TRUE(c.put(make_cp("t2", "a", "", 0)));
-  ASSERT_TRUE(c.put(make_cp("t3", "a", "", 0)));
-  ASSERT_TRUE(c.put(make_cp("t1", "b", "a", 1)));
-  auto all = c.threads();
-  ASSERT_TRUE(all);
-  EXPECT_THAT(*all, ::testing::ElementsAre("t1", "t3", "t2"));
-  auto two = c.threads(2);
-  ASSERT_TRUE(two);
-  EXPECT_THAT(*two, ::testing::ElementsAre("t1", "t3"));
-}
-
-TYPED_TEST(CheckpointerTest, ConcurrentPutsFromEightThreads) {
-  auto& c = this->ckpt();
-  constexpr int kThreads = 8;
-  constexpr int kSteps = 40;
-  std::vector<std::string> failures(kThreads);
-  std::vector<std::thread> workers;
-  for (int w = 0; w < kThreads; ++w) {
-    workers.emplace_back([&, w] {
-      const std::string thread = "thread-" + std::to_string(w);
-      std::string parent;
-      for (int s = 0; s < kSteps; ++s) {
-        Checkpoint cp = make_cp(thread, new_checkpoint_id(s), parent, s);
-        cp.writes["step"] = s;
-        cp.writes["worker_" + std::to_string(w)] = "w";
-        if (auto st = c.put(cp); !st) {
-          failures[w] = st.error().to_string();
-          return;
-        }
-        parent = cp.checkpoint_id;
-        // Readers interleave with other threads' writers.
-        auto latest = c.latest(thread);
-        if (!latest || !latest->has_value() || (*latest)->checkpoint_id != parent) {
-          failures[w] = "latest is not the checkpoint just put";
-          return;
-        }
-      }
-    });
-  }
-  for (auto& t : workers) t.join();
-  for (int w = 0; w < kThreads; ++w) EXPECT_EQ(failures[w], "") << "worker " << w;
-
-  auto threads = c.threads();
-  ASSERT_TRUE(threads);
-  EXPECT_EQ(threads->size(), static_cast<std::size_t>(kThreads));
-  for (int w = 0; w < kThreads; ++w) {
-    const std::string thread = "thread-" + std::to_string(w);
-    auto all = c.list(thread, 1000);
-    ASSERT_TRUE(all);
-    ASSERT_EQ(all->size(), static_cast<std::size_t>(kSteps));
-    EXPECT_EQ(all->front().step, kSteps - 1);
-    auto state = c.state_at(thread, all->front().checkpoint_id);
-    ASSERT_TRUE(state) << state.error().to_string();
-    EXPECT_EQ(state->at("step"), kSteps - 1);
-    EXPECT_EQ(state->size(), 2u) << "only this worker's channels";
-  }
-}
-
-// Deltas, not full state: with one small channel written per step, what a checkpoint holds does
-// not grow with the step number. (The SQLite test below measures the stored row bytes.)
-TYPED_TEST(CheckpointerTest, CheckpointSizeIsIndependentOfStep) {
-  auto& c = this->ckpt();
-  std::string parent;
-  std::vector<std::string> all_ids;
-  for (int s = 0; s < 100; ++s) {
-    Checkpoint cp = make_cp("t", new_checkpoint_id(s), parent, s);
-    char value[16];
-    std::snprintf(value, sizeof value, "v%03d", s);
-    cp.writes["channel_" + std::to_string(s % 10)] = value;
-    ASSERT_TRUE(c.put(cp));
-    parent = cp.checkpoint_id;
-    all_ids.push_back(cp.checkpoint_id);
-  }
-  std::set<std::size_t> sizes;
-  for (const auto& id : all_ids) {
-    auto got = c.get("t", id);
-    ASSERT_TRUE(got && got->has_value());
-    sizes.insert(json::serialize((*got)->writes).size());
-  }
-  EXPECT_EQ(sizes.size(), 1u) << "writes of step 99 must be as small as those of step 1";
-  auto state = c.state_at("t", all_ids.back());
-  ASSERT_TRUE(state);
-  EXPECT_EQ(state->size(), 10u);
-  EXPECT_EQ(state->at("channel_9"), "v099");
-  EXPECT_EQ(state->at("channel_0"), "v090");
-}
-
-// A run's state lives on the run's (accounting) memory resource; the checkpointer must not keep
-// pointers into it after put returns.
-TYPED_TEST(CheckpointerTest, PutCopiesValuesOutOfTheCallersStorage) {
-  auto& c = this->ckpt();
-  {
-    json::monotonic_resource run_memory;
-    json::storage_ptr sp(&run_memory);
-    Checkpoint cp = make_cp("t", "c1", "", 0);
-    cp.writes = json::object(sp);
-    cp.writes["messages"] = json::array({"hello", "a longer string that does not fit inline"}, sp);
-    cp.pending = json::object(sp);
-    cp.pending["status"] = "done";
-    ASSERT_TRUE(c.put(cp));
-  }  // run_memory is gone
-  auto got = c.get("t", "c1");
-  ASSERT_TRUE(got && got->has_value());
-  EXPECT_EQ((*got)->writes,
-            obj(R"({"messages":["hello","a longer string that does not fit inline"]})"));
-  EXPECT_EQ((*got)->pending, obj(R"({"status":"done"})"));
-  auto state = c.state_at("t", "c1");
-  ASSERT_TRUE(state);
-  EXPECT_EQ(state->at("messages").as_array().size(), 2u);
-}
-
-// `arrays` nested arrays around the number 1.
-json::value nested(std::size_t arrays) {
-  json::value v = 1;
-  for (std::size_t i = 0; i < arrays; ++i) {
-    json::array a;
-    a.push_back(std::move(v));
-    v = std::move(a);
-  }
-  return v;
-}
-
-TYPED_TEST(CheckpointerTest, ValuesOutsideJsonAreRefusedEverywhere) {
-  auto& c = this->ckpt();
-  Checkpoint nan = make_cp("t", "c1", "", 0);
-  nan.writes["score"] = json::array({1.0, std::nan("")});
-  auto s = c.put(nan);
-  ASSERT_FALSE(s);
-  EXPECT_TRUE(s.error().is(Errc::invalid_argument));
-  EXPECT_THAT(s.error().message, HasSubstr("writes['score'] holds a non-finite number"));
-
-  Checkpoint inf = make_cp("t", "c1", "", 0);
-  inf.metadata["cost"] = std::numeric_limits<double>::infinity();
-  auto si = c.put(inf);
-  ASSERT_FALSE(si);
-  EXPECT_THAT(si.error().message, HasSubstr("metadata['cost'] holds a non-finite number"));
-
-  // The checkpoint object is level 1, so a channel value may nest kMaxJsonDepth - 1 levels.
-  Checkpoint too_deep = make_cp("t", "c1", "", 0);
-  too_deep.writes["tree"] = nested(kMaxJsonDepth);
-  auto sd = c.put(too_deep);
-  ASSERT_FALSE(sd);
-  EXPECT_TRUE(sd.error().is(Errc::invalid_argument));
-  EXPECT_THAT(sd.error().message, HasSubstr("writes['tree'] is nested deeper than 1000 levels"));
-  auto threads = c.threads();
-  ASSERT_TRUE(threads);
-  EXPECT_TRUE(threads->empty());
-
-  Checkpoint deepest = make_cp("t", "c1", "", 0);
-  deepest.writes["tree"] = nested(kMaxJsonDepth - 1);
-  ASSERT_TRUE(c.put(deepest));
-  auto got = c.get("t", "c1");
-  ASSERT_TRUE(got) << got.error().to_string();
-  ASSERT_TRUE(got->has_value());
-  EXPECT_EQ((*got)->writes, deepest.writes);
-}
-
-TYPED_TEST(CheckpointerTest, ValuesRoundTripExactly) {
-  auto& c = this->ckpt();
-  Checkpoint cp = make_cp("t", "c1", "", 0);
-  constexpr char kBytes[] = "tool said \xff\xfe\0 then stopped";  // invalid UTF-8 and a NUL
-  cp.writes["bytes"] = std::string(kBytes, sizeof kBytes - 1);
-  cp.writes["u64"] = std::numeric_limits<uint64_t>::max();
-  cp.writes["i64"] = std::numeric_limits<int64_t>::min();
-  cp.writes["pi"] = 3.141592653589793;
-  cp.writes["empty"] = json::object();
-  cp.writes["unicode"] = "h\u00e9llo \u2603";
-  ASSERT_TRUE(c.put(cp));
-  auto got = c.get("t", "c1");
-  ASSERT_TRUE(got) << got.error().to_string();
-  ASSERT_TRUE(got->has_value());
-  EXPECT_EQ((*got)->writes, cp.writes);
-  EXPECT_EQ((*got)->writes.at("bytes").as_string().size(), sizeof kBytes - 1);
-  EXPECT_TRUE((*got)->writes.at("u64").is_uint64());
-}
+// The conformance suite (checkpointer_conformance.hpp); PostgreSQL runs it in
+// postgres_checkpointer_test.cpp (its own binary, label scaleout: it starts a server).
+using EmbeddedBackends = ::testing::Types<MemoryBackend, SqliteBackend>;
+INSTANTIATE_TYPED_TEST_SUITE_P(Embedded, CheckpointerTest, EmbeddedBackends, BackendName);
 
 TEST(NewCheckpointId, UniqueAndOrderedByStepThenCreation) {
   std::vector<std::string> made;
@@ -658,6 +229,119 @@ TEST(SqliteCheckpointer, UnreadableFileIsIoErrorNamingThePath) {
   ASSERT_FALSE(c);
   EXPECT_TRUE(c.error().is(Errc::io_error)) << c.error().to_string();
   EXPECT_THAT(c.error().message, HasSubstr(db.string()));
+}
+
+// The schema as weir 0.2 wrote it: version 1, and version 2 (artifacts, thread_holders) on top.
+// Copied here rather than taken from the implementation, so a change there cannot hide a file
+// that no longer opens.
+constexpr const char* kWrittenV1 = R"sql(
+CREATE TABLE schema_version (version INTEGER NOT NULL);
+CREATE TABLE checkpoints (
+  thread_id TEXT NOT NULL, checkpoint_id TEXT NOT NULL, parent_id TEXT NOT NULL DEFAULT '',
+  step INTEGER NOT NULL, seq INTEGER NOT NULL, writes TEXT NOT NULL, pending TEXT NOT NULL,
+  metadata TEXT NOT NULL, created_at INTEGER NOT NULL, PRIMARY KEY (thread_id, checkpoint_id));
+CREATE INDEX checkpoints_latest ON checkpoints (thread_id, seq);
+CREATE TABLE threads (thread_id TEXT NOT NULL PRIMARY KEY, updated_seq INTEGER NOT NULL,
+  updated_at INTEGER NOT NULL);
+CREATE INDEX threads_recent ON threads (updated_seq);
+INSERT INTO schema_version (version) VALUES (1);
+INSERT INTO checkpoints VALUES ('t', 'a', '', 0, 1, '{"x":1}', '{}', '{}', 1700000000000);
+INSERT INTO checkpoints VALUES ('t', 'b', 'a', 1, 2, '{"x":2,"$snapshot":true}', '{}', '{}',
+  1700000000001);
+INSERT INTO threads VALUES ('t', 2, 1700000000001);
+)sql";
+constexpr const char* kWrittenV2 = R"sql(
+CREATE TABLE artifacts (thread_id TEXT NOT NULL, artifact_id TEXT NOT NULL,
+  media_type TEXT NOT NULL, bytes BLOB NOT NULL, created_at INTEGER NOT NULL,
+  PRIMARY KEY (thread_id, artifact_id));
+CREATE TABLE thread_holders (thread_id TEXT NOT NULL PRIMARY KEY, token TEXT NOT NULL,
+  host TEXT NOT NULL, pid INTEGER NOT NULL, lease_ms INTEGER NOT NULL, since INTEGER NOT NULL,
+  heartbeat INTEGER NOT NULL);
+UPDATE schema_version SET version = 2;
+INSERT INTO artifacts VALUES ('t', 'doc', 'text/plain', X'00ff41', 1700000000001);
+INSERT INTO thread_holders VALUES ('t', 'tok', 'elsewhere', 42, 30000, 1700000000000,
+  1700000000001);
+)sql";
+
+// A file of an older schema opens: it is migrated to the current version in place, keeps its
+// checkpoints, artifacts and claims, and prunes (its old snapshot counts as an ordinary
+// checkpoint, so prune keeps the chain to the root: more, never less).
+TEST(SqliteCheckpointer, MigratesVersion1And2Files) {
+  for (int version : {1, 2}) {
+    SCOPED_TRACE("version " + std::to_string(version));
+    TempDir dir;
+    const fs::path db = dir.path() / "old.db";
+    raw_exec(db, kWrittenV1);
+    if (version == 2) raw_exec(db, kWrittenV2);
+    {
+      auto c = open_ok(db);
+      ASSERT_TRUE(c);
+      ASSERT_TRUE((*c)->put(make_cp("t", "c", "b", 2, R"({"y":3,"$snapshot":true})")));
+      ASSERT_TRUE((*c)->put(make_cp("t", "d", "c", 3, R"({"y":4})")));
+      auto state = (*c)->state_at("t", "b");
+      ASSERT_TRUE(state) << state.error().to_string();
+      EXPECT_EQ(*state, obj(R"({"x":2})"));
+      auto all = (*c)->list("t");
+      ASSERT_TRUE(all);
+      EXPECT_THAT(ids(*all), ::testing::ElementsAre("d", "c", "b", "a"));
+      auto art = (*c)->get_artifact("t", "doc");
+      ASSERT_TRUE(art);
+      auto holder = (*c)->thread_holder("t");
+      ASSERT_TRUE(holder);
+      if (version == 2) {
+        ASSERT_TRUE(*art);
+        EXPECT_EQ((**art).bytes, std::string("\0\xff"
+                                             "A",
+                                             3));
+        EXPECT_EQ((**art).media_type, "text/plain");
+        ASSERT_TRUE(*holder);
+        EXPECT_EQ((**holder).token, "tok");
+        EXPECT_EQ((**holder).host, "elsewhere");
+      } else {
+        EXPECT_FALSE(*art);
+        EXPECT_FALSE(*holder);
+      }
+      // Keep 1 ("d"): it reaches back to "c", written as a snapshot by this version, so "a" and
+      // "b" go ("b" was a snapshot too, but written before the column existed).
+      Retention keep;
+      keep.keep_last = 1;
+      auto n = (*c)->prune("t", keep);
+      ASSERT_TRUE(n) << n.error().to_string();
+      EXPECT_EQ(*n, 2u);
+      auto st = (*c)->state_at("t", "d");
+      ASSERT_TRUE(st) << st.error().to_string();
+      EXPECT_EQ(*st, obj(R"({"y":4})"));
+    }
+    sqlite3* h = nullptr;
+    ASSERT_EQ(sqlite3_open(db.c_str(), &h), SQLITE_OK);
+    sqlite3_stmt* q = nullptr;
+    ASSERT_EQ(sqlite3_prepare_v2(h, "SELECT version FROM schema_version", -1, &q, nullptr),
+              SQLITE_OK);
+    ASSERT_EQ(sqlite3_step(q), SQLITE_ROW);
+    EXPECT_EQ(sqlite3_column_int64(q, 0), kSqliteSchemaVersion);
+    EXPECT_EQ(sqlite3_step(q), SQLITE_DONE) << "one version row";
+    sqlite3_finalize(q);
+    sqlite3_close(h);
+  }
+}
+
+// An old snapshot (version 1 or 2 did not mark it) makes prune keep the chain to the root.
+TEST(SqliteCheckpointer, AnUnmarkedOldSnapshotKeepsMore) {
+  TempDir dir;
+  const fs::path db = dir.path() / "old.db";
+  raw_exec(db, kWrittenV1);
+  raw_exec(db, kWrittenV2);
+  auto c = open_ok(db);
+  ASSERT_TRUE(c);
+  ASSERT_TRUE((*c)->put(make_cp("t", "c", "b", 2, R"({"y":3})")));
+  Retention keep;
+  keep.keep_last = 1;
+  auto n = (*c)->prune("t", keep);
+  ASSERT_TRUE(n) << n.error().to_string();
+  EXPECT_EQ(*n, 0u) << "c reaches back through b (not marked) to a";
+  auto st = (*c)->state_at("t", "c");
+  ASSERT_TRUE(st);
+  EXPECT_EQ(*st, obj(R"({"x":2,"y":3})"));
 }
 
 TEST(SqliteCheckpointer, NewerSchemaVersionIsRefused) {

@@ -17,7 +17,18 @@
 //
 // Thread safety: every method of every Checkpointer may be called from any thread at once.
 // The SQLite checkpointer also tolerates other processes using the same file (WAL mode,
-// busy_timeout); puts are serialised by SQLite's write lock.
+// busy_timeout); puts are serialised by SQLite's write lock. The PostgreSQL checkpointer
+// tolerates any number of processes on one database; puts to one thread are serialised by a row
+// lock on the thread, so put order is commit order.
+//
+// Retention. A checkpointer opened with a Retention prunes as it goes: inside a put's
+// transaction, once the thread holds more than keep_last + kPruneSlack checkpoints (or its
+// oldest is older than max_age), prune() runs for that thread. What prune keeps is every
+// checkpoint the policy keeps plus every ancestor state_at of one of them reads (back to the
+// nearest "$snapshot" checkpoint or the root), so state_at of a kept checkpoint gives the same
+// state as before pruning. A thread's stored checkpoints are therefore bounded by about
+// keep_last + kPruneSlack + kSnapshotEvery however long it lives (more only where branches keep
+// extra ancestors alive).
 //
 // Failure behaviour: a put that fails stores nothing (one transaction). Read methods have no
 // effect on failure. Expected failures are values:
@@ -38,20 +49,24 @@
 // ({"$artifact": id, ...}); that store is per process. So that a thread can be continued by
 // another process, put() stores the blobs the checkpoint carries in `artifacts` with the thread,
 // in the same transaction as the checkpoint: a checkpoint is never visible without the blobs it
-// references. get_artifact() reads them back; delete_thread() removes them, and nothing else does.
+// references. get_artifact() reads them back; delete_thread() removes them, and so does a prune
+// that removes every checkpoint of the thread; nothing else does (retention bounds a thread's
+// checkpoints, not its artifacts: a later checkpoint may reference any blob the thread holds).
 //
 // One runner per thread. claim_thread() records who runs a thread (a token, host, pid and a
 // heartbeat); while the claim is live, another claim is refused with thread_busy. A claim is
 // live until it is released, or until its heartbeat is older than its lease, or (same host)
 // until its process is gone. put() with Checkpoint::claim_token checks, in its transaction, that
-// the token still holds the thread and refreshes the heartbeat. A backend with leases (e.g.
-// PostgreSQL) implements the same contract with its own clock.
+// the token still holds the thread and refreshes the heartbeat. Memory and SQLite stamp claims
+// with the writer's clock; PostgreSQL with the server's (clock_timestamp()), so its clients'
+// clocks need not agree. A prune never touches a claim.
 //
 // JSON values are copied into the checkpointer's own storage (the default memory resource), so a
 // Checkpoint built on a run's accounting storage_ptr may be put and then the run's resource
 // destroyed. Values returned use the default resource.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -124,6 +139,17 @@ inline constexpr std::size_t kMaxJsonDepth = 1000;
 // Thread safety: any thread.
 std::string new_checkpoint_id(int64_t step);
 
+// How much history a checkpointer keeps per thread. Both limits 0: keep everything.
+struct Retention {
+  std::size_t keep_last = 0;             // keep the newest N checkpoints (put order); 0 = no limit
+  std::chrono::milliseconds max_age{0};  // drop checkpoints put longer ago than this; 0 = no limit
+  bool enabled() const { return keep_last > 0 || max_age.count() > 0; }
+};
+
+// A put prunes its thread when the thread holds more than keep_last + kPruneSlack checkpoints
+// (so a put pays for a prune about once every kPruneSlack puts, not on every put).
+inline constexpr std::size_t kPruneSlack = 64;
+
 class Checkpointer {
  public:
   virtual ~Checkpointer() = default;
@@ -178,18 +204,29 @@ class Checkpointer {
 
   // At most `limit` thread ids, most recently updated (put) first.
   virtual Result<std::vector<std::string>> threads(std::size_t limit = 1000) const = 0;
+
+  // Applies `policy` to the thread now: removes every checkpoint the policy does not keep and
+  // no kept checkpoint's state_at needs (see Retention above); a thread none of whose
+  // checkpoints the policy keeps (all older than max_age) is deleted. Returns how many
+  // checkpoints were removed. A disabled policy removes nothing; an unknown thread removes
+  // nothing. One transaction: on error nothing is removed. Errors: io_error, corrupt_data.
+  virtual Result<std::size_t> prune(std::string_view thread_id, const Retention& policy) = 0;
 };
 
 using CheckpointerPtr = std::unique_ptr<Checkpointer>;
 
 // Keeps everything in process memory, forever (until delete_thread): for tests and short-lived
 // processes. Never fails with io_error.
-std::unique_ptr<Checkpointer> make_memory_checkpointer();
+// `retention`: see Retention (default: keep everything).
+std::unique_ptr<Checkpointer> make_memory_checkpointer(Retention retention = {});
 
 // The on-disk schema version this build writes and reads (table `schema_version`). A file with
 // a newer version is refused with Errc::unsupported; an older one is migrated on open.
-// Version 2 added the tables `artifacts` and `thread_holders`.
-inline constexpr int kSqliteSchemaVersion = 2;
+// Version 2 added the tables `artifacts` and `thread_holders`; version 3 the `snapshot` column
+// (prune reads it instead of parsing writes). A version 1 or 2 file is migrated on open, in one
+// transaction (snapshots already stored count as ordinary checkpoints for pruning, which only
+// keeps more).
+inline constexpr int kSqliteSchemaVersion = 3;
 
 // Opens (creating the file and schema when missing) an SQLite checkpointer at `db`.
 // The connection uses WAL journaling, synchronous=NORMAL (a committed put survives a process
@@ -197,6 +234,37 @@ inline constexpr int kSqliteSchemaVersion = 2;
 // for locks held by other processes. One connection, guarded by a mutex; statements are
 // prepared once. Errors name the path: io_error (cannot open or create, e.g. a directory or a
 // missing parent directory), corrupt_data (not an SQLite database), unsupported (newer schema).
-Result<std::unique_ptr<Checkpointer>> open_sqlite_checkpointer(const std::filesystem::path& db);
+// `retention`: see Retention (default: keep everything).
+Result<std::unique_ptr<Checkpointer>> open_sqlite_checkpointer(const std::filesystem::path& db,
+                                                               Retention retention = {});
+
+// The PostgreSQL schema version this build writes and reads (table `weir_schema_version`).
+inline constexpr int kPostgresSchemaVersion = 1;
+
+// Connects to PostgreSQL with libpq and creates weir's tables (weir_checkpoints, weir_threads,
+// weir_artifacts, weir_thread_holders, weir_schema_version, sequence weir_checkpoint_seq) when
+// missing, under an advisory lock so several processes may open one database at once.
+// `conninfo` is anything libpq accepts: a postgres:// or postgresql:// URI or key=value pairs
+// (passwords may come from the string, PGPASSWORD or ~/.pgpass). One connection, guarded by a
+// mutex, re-established on the next call after the server dropped it. Every put is one
+// transaction (the checkpoint, its artifacts and the claim check). JSON is stored as bytea, so
+// values round-trip byte for byte as in SQLite. Errors name the server as user@host:port/dbname,
+// never the password: invalid_argument (a connection string libpq cannot parse), io_error (cannot
+// connect, or the server refused a statement: the message gives the server's text and
+// SQLSTATE), unsupported (a newer schema version), corrupt_data (as for SQLite).
+Result<std::unique_ptr<Checkpointer>> open_postgres_checkpointer(std::string_view conninfo,
+                                                                 Retention retention = {});
+
+// True for a postgres:// or postgresql:// URI: what open_checkpointer hands to PostgreSQL.
+bool is_postgres_uri(std::string_view store);
+
+// A store (file path or PostgreSQL connection string) as it may be shown to a user: any password
+// in it replaced by "***". Thread safety: any thread.
+std::string redact_store(std::string_view store);
+
+// Opens the checkpointer a `--store` names: PostgreSQL for a postgres:// or postgresql:// URI,
+// else an SQLite file at that path. Errors: those of the backend opened.
+Result<std::unique_ptr<Checkpointer>> open_checkpointer(std::string_view store,
+                                                        Retention retention = {});
 
 }  // namespace weir::graph

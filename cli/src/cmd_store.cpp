@@ -1,0 +1,91 @@
+// weir store prune: applies a retention policy to every thread of a checkpoint store.
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <optional>
+#include <string>
+
+#include "args.hpp"
+#include "commands.hpp"
+#include "weir/graph/checkpointer.hpp"
+
+namespace weir::cli {
+namespace {
+
+// "30d", "12h", "15m", "45s", "500ms": a positive whole number and a unit.
+std::optional<std::chrono::milliseconds> parse_duration(std::string_view s) {
+  std::size_t i = 0;
+  long long n = 0;
+  while (i < s.size() && s[i] >= '0' && s[i] <= '9' && i < 12) n = n * 10 + (s[i++] - '0');
+  if (i == 0 || n <= 0) return std::nullopt;
+  const std::string_view unit = s.substr(i);
+  long long ms_per = 0;
+  if (unit == "ms")
+    ms_per = 1;
+  else if (unit == "s")
+    ms_per = 1000;
+  else if (unit == "m")
+    ms_per = 60'000;
+  else if (unit == "h")
+    ms_per = 3'600'000;
+  else if (unit == "d")
+    ms_per = 86'400'000;
+  else
+    return std::nullopt;
+  return std::chrono::milliseconds(n * ms_per);
+}
+
+}  // namespace
+
+int cmd_store(Args args) {
+  if (args.empty() || args[0] != "prune") {
+    std::fprintf(stderr,
+                 "weir store: give a subcommand: weir store prune --keep N | "
+                 "--older-than DURATION (see 'weir store --help')\n");
+    return kExitInvalidInput;
+  }
+  Flags f("store prune", {"--store", "--keep", "--older-than", "--thread"}, {});
+  if (!f.parse(args.subspan(1))) return kExitInvalidInput;
+  if (!f.positional().empty())
+    return f.fail("unexpected argument '" + f.positional()[0] + "'"), kExitInvalidInput;
+  graph::Retention policy;
+  if (!f.integer("--keep", policy.keep_last, std::size_t{1}, std::size_t{1'000'000'000}))
+    return kExitInvalidInput;
+  if (auto d = f.get("--older-than")) {
+    auto ms = parse_duration(*d);
+    if (!ms)
+      return f.fail("--older-than expects a duration such as 30d, 12h, 15m, 45s or 500ms, got '" +
+                    *d + "'"),
+             kExitInvalidInput;
+    policy.max_age = *ms;
+  }
+  if (!policy.enabled()) return f.fail("give --keep N or --older-than DURATION"), kExitInvalidInput;
+  const auto db = store_path(f);
+  auto store = open_store(db);
+  if (!store)
+    return std::fprintf(stderr, "weir store prune: %s\n", store.error().message.c_str()),
+           kExitRunFailed;
+  std::vector<std::string> threads;
+  if (auto t = f.get("--thread")) {
+    threads.push_back(*t);
+  } else {
+    auto all = (*store)->threads(SIZE_MAX);
+    if (!all)
+      return std::fprintf(stderr, "weir store prune: %s\n", all.error().message.c_str()),
+             kExitRunFailed;
+    threads = std::move(*all);
+  }
+  std::size_t removed = 0;
+  for (const auto& t : threads) {
+    auto n = (*store)->prune(t, policy);
+    if (!n)
+      return std::fprintf(stderr, "weir store prune: %s\n", n.error().message.c_str()),
+             kExitRunFailed;
+    removed += *n;
+  }
+  std::printf("pruned %zu checkpoints from %zu threads in %s\n", removed, threads.size(),
+              graph::redact_store(db.string()).c_str());
+  return kExitOk;
+}
+
+}  // namespace weir::cli
