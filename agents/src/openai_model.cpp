@@ -107,7 +107,10 @@ Result<OpenAIModelOptions> parse_openai_model_ref(std::string_view ref) {
   };
   if (!ref.starts_with("openai:")) return bad();
   ref.remove_prefix(7);
-  const auto slash = ref.rfind('/');
+  // The model follows the base URL's "/v1/" when there is one (model names may hold '/', as
+  // vLLM's "Qwen/Qwen2.5-0.5B-Instruct" does), else the last '/'.
+  const auto v1 = ref.find("/v1/");
+  const auto slash = v1 != std::string_view::npos ? v1 + 3 : ref.rfind('/');
   const auto scheme_end = ref.find("://");
   if (slash == std::string_view::npos || scheme_end == std::string_view::npos ||
       slash <= scheme_end + 2 || slash + 1 == ref.size())

@@ -56,6 +56,13 @@ Run run_weir(const std::string& args) {
   return run_weir_env("", args);
 }
 
+std::string read_text(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
 fs::path temp_file(const std::string& name, const std::string& text) {
   fs::path p = fs::temp_directory_path() / ("weir_cli_" + std::to_string(::getpid()) + "_" + name);
   std::ofstream(p) << text;
@@ -569,6 +576,37 @@ TEST(Cli, WorkflowToolNodesCallMcpServers) {
   fs::remove(wf);
   fs::remove(bad);
   fs::remove(missing);
+}
+
+// samples/crews/research_crew_mcp.json: the research crew whose researcher reads samples/data
+// through the official MCP filesystem server. The sample starts it with npx; here the copy
+// installed by tests/mcp/setup is started with node instead (no network).
+TEST(Cli, ResearchCrewReadsFilesThroughTheMcpFilesystemServer) {
+  const std::string peer = std::string(WEIR_SOURCE_DIR) + "/tests/mcp/peer/node_modules";
+  if (std::system("command -v node >/dev/null 2>&1") != 0 ||
+      !fs::exists(peer + "/@modelcontextprotocol/server-filesystem"))
+    GTEST_SKIP() << "node or tests/mcp/peer/node_modules is missing (run tests/mcp/setup, which "
+                    "needs npm)";
+  const fs::path sample =
+      fs::path(WEIR_SOURCE_DIR) / "samples" / "crews" / "research_crew_mcp.json";
+  auto v = run_weir("validate " + sample.string());
+  EXPECT_EQ(v.code, 0) << v.err;
+  auto doc = boost::json::parse(read_text(sample)).as_object();
+  const std::string data = std::string(WEIR_SOURCE_DIR) + "/samples/data";
+  doc["mcp_servers"].as_object()["fs"].as_object()["command"] = boost::json::array{
+      "node", peer + "/@modelcontextprotocol/server-filesystem/dist/index.js", data};
+  doc["mcp_servers"].as_object()["fs"].as_object()["cwd"] = data;
+  doc["tools"].as_object()["artifacts"] = boost::json::object{};
+  auto& prefetch = doc["tasks"].as_array()[0].as_object()["prefetch"].as_array()[0].as_object();
+  prefetch["arguments"].as_object()["path"] = data + "/{{file}}";
+  auto copy = temp_file("research_crew_mcp.json", boost::json::serialize(doc));
+  auto r = run_weir("run " + copy.string() + " --input '{\"file\": \"bm25.md\"}'");
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto out = boost::json::parse(r.out).as_object();
+  const auto& tasks = out.at("tasks").as_array();
+  ASSERT_EQ(tasks.size(), 3u);
+  EXPECT_GE(tasks[0].at("tool_calls").as_int64(), 1);  // the prefetch read, through MCP
+  fs::remove(copy);
 }
 
 // output_schema: an llm node's output channel gets a JSON value valid against the schema, and a

@@ -363,6 +363,15 @@ TEST(OpenAIModel, ModelRefsFromTheCommandLine) {
             "model 'openai:http://127.0.0.1:8080': expected "
             "openai:http(s)://HOST:PORT/BASE/MODEL, e.g. openai:http://127.0.0.1:8080/v1/tiny");
   EXPECT_FALSE(parse_openai_model_ref("openai:http://h:1/v1/"));
+  // A model name with '/' (vLLM's Hugging Face ids) follows the base URL's /v1.
+  auto hf = parse_openai_model_ref("openai:http://127.0.0.1:8000/v1/Qwen/Qwen2.5-0.5B-Instruct");
+  ASSERT_TRUE(hf) << hf.error().message;
+  EXPECT_EQ(hf->base_url, "http://127.0.0.1:8000/v1");
+  EXPECT_EQ(hf->model, "Qwen/Qwen2.5-0.5B-Instruct");
+  auto bare = parse_openai_model_ref("openai:http://127.0.0.1:8000/api/m");
+  ASSERT_TRUE(bare);
+  EXPECT_EQ(bare->base_url, "http://127.0.0.1:8000/api");
+  EXPECT_EQ(bare->model, "m");
   EXPECT_FALSE(parse_openai_model_ref("local:/x.gguf"));
 }
 
