@@ -129,6 +129,8 @@ Error net_error(const Url& url, std::string_view what, const beast::error_code& 
             where + std::string(what) + " timed out (" + std::string(timeout_setting) + ")"};
   if (ec == asio::error::operation_aborted)
     return {Errc::cancelled, where + std::string(what) + " cancelled"};
+  if (ec == bhttp::error::end_of_stream)  // closed (or the server died) before a response byte
+    return {Errc::io_error, where + "connection closed by the server before it answered"};
   if (ec == bhttp::error::partial_message || ec == asio::error::eof ||
       ec == asio::ssl::error::stream_truncated)
     return {Errc::io_error, where + "connection closed by the server, response cut before its end"};

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -213,6 +214,11 @@ TEST(ServeProcess, WeirRunUsesAServedModelOverHttp) {
   ASSERT_EQ(code, 0) << out;
   EXPECT_NE(out.find("\"final_output\""), std::string::npos) << out;
   EXPECT_NE(out.find("\"task\":\"review\""), std::string::npos) << out;
+  out = run_capture(weir + " run " + std::string(WEIR_SOURCE_DIR) +
+                        "/samples/crews/group_chat.json --model openai:" + base + "/tiny",
+                    code, false);
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_EQ(boost::json::parse(out).at("stop_reason"), "max_messages 9 reached") << out;
 
   const auto wf = dir / "remote_flow.json";
   {
@@ -251,6 +257,77 @@ TEST(ServeProcess, WeirRunUsesAServedModelOverHttp) {
       << out;
   ASSERT_EQ(::kill(c->pid, SIGTERM), 0);
   EXPECT_EQ(c->wait_exit(10000), 0) << c->err;
+}
+
+// One model on two `weir serve` processes (base_url as an array): batch runs spread over both,
+// prompts that start the same hit one server's prefix cache, and when one server is killed in
+// the middle its requests fail over to the other and every run completes.
+TEST(ServeProcess, TwoServersOneKilledMidRunAndTheRunsFailOver) {
+  const auto model = slow_model();
+  const auto dir = model.parent_path();
+  auto a = spawn({"serve", "--model", "m=" + model.string(), "--port", "0", "--ignore-eos",
+                  "--kv-cache-mb", "64"});
+  auto b = spawn({"serve", "--model", "m=" + model.string(), "--port", "0", "--ignore-eos",
+                  "--kv-cache-mb", "64"});
+  const std::regex listening("listening on http://127\\.0\\.0\\.1:([0-9]+)");
+  auto ma = a->wait_for(listening);
+  auto mb = b->wait_for(listening);
+  ASSERT_FALSE(ma.empty()) << a->err;
+  ASSERT_FALSE(mb.empty()) << b->err;
+  const std::string pa = ma[1], pb = mb[1];
+  ASSERT_FALSE(a->wait_for(std::regex("weir serve: ready")).empty()) << a->err;
+  ASSERT_FALSE(b->wait_for(std::regex("weir serve: ready")).empty()) << b->err;
+  const auto wf = dir / "two_servers.json";
+  {
+    std::ofstream f(wf);
+    f << R"({"name": "two_servers",
+      "models": {"m": {"provider": "openai", "model": "m", "max_retries": 3,
+                       "base_url": ["http://127.0.0.1:)"
+      << pa << R"(/v1", "http://127.0.0.1:)" << pb << R"(/v1"]}},
+      "state": {"topic": {}, "a": {}, "b": {}},
+      "nodes": {
+        "first": {"kind": "llm", "model": "m", "system": "You are a careful analyst of {{state.topic}}.",
+                  "prompt": "Outline {{state.topic}}", "max_tokens": 24, "output": "a"},
+        "second": {"kind": "llm", "model": "m", "system": "You are a careful analyst of {{state.topic}}.",
+                   "prompt": "Summarise {{state.topic}}", "max_tokens": 24, "output": "b"}},
+      "edges": [{"from": "START", "to": "first"}, {"from": "first", "to": "second"},
+                {"from": "second", "to": "END"}]})";
+  }
+  const auto inputs = dir / "two_servers.jsonl";
+  {
+    std::ofstream f(inputs);
+    for (int i = 0; i < 48; ++i)
+      f << R"({"topic": "topic )" << i % 6 << R"("})"
+        << "\n";
+  }
+  const std::string weir = std::string(WEIR_BIN_DIR) + "/weir";
+  std::string out;
+  int code = -1;
+  std::thread killer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(600));
+    ::kill(b->pid, SIGKILL);
+  });
+  out = run_capture(
+      weir + " batch " + wf.string() + " --inputs " + inputs.string() + " --max-concurrency 8",
+      code, false);
+  killer.join();
+  ASSERT_EQ(code, 0) << out;
+  int ok = 0;
+  std::istringstream lines(out);
+  for (std::string line; std::getline(lines, line);)
+    if (!line.empty() && boost::json::parse(line).at("ok") == true) ++ok;
+  EXPECT_EQ(ok, 48) << out;
+  // The surviving server served requests, and its prefix cache hit (six shared prefixes).
+  auto metrics = call(static_cast<std::uint16_t>(std::stoi(pa)), "GET", "/metrics");
+  ASSERT_EQ(metrics.status, 200);
+  std::smatch m;
+  const std::string body = metrics.body;
+  ASSERT_TRUE(std::regex_search(
+      body, m, std::regex("weir_serve_cached_prompt_tokens_total\\{[^}]*\\} ([0-9.e+]+)")))
+      << body;
+  EXPECT_GT(std::stod(m[1]), 0) << body;
+  ::kill(a->pid, SIGTERM);
+  EXPECT_EQ(a->wait_exit(10000), 0) << a->err;
 }
 
 }  // namespace
