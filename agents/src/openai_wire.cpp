@@ -41,8 +41,19 @@ void read_usage(const json::object* u, ChatUsage& usage) {
 }
 
 // Tool calls with string arguments parsed into objects; the first unparsable one is reported.
+// A call without a function name, or past kMaxToolCalls, is reported (tool_call_error) rather
+// than handed to the agent loop.
 void finish_calls(ChatResponse& r, std::vector<std::array<std::string, 3>> calls) {
   for (auto& [id, name, args] : calls) {
+    if (name.empty()) {
+      r.tool_call_error = "a tool call without a function name";
+      continue;
+    }
+    if (r.message.tool_calls.size() >= kMaxToolCalls) {
+      r.tool_call_error = "more than " + std::to_string(kMaxToolCalls) +
+                          " tool calls in one reply; the rest dropped";
+      break;
+    }
     ToolCall c;
     c.id = id.empty() ? "call_" + std::to_string(r.message.tool_calls.size()) : id;
     c.name = name;
