@@ -3,6 +3,7 @@
 #include <deque>
 #include <list>
 #include <optional>
+#include <vector>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/bind_cancellation_slot.hpp>
@@ -83,7 +84,10 @@ struct HttpTransport::State : std::enable_shared_from_this<State> {
     if (ended) return;
     ended = std::move(why);
     wake.cancel();
-    for (auto& s : posts) s.emit(asio::cancellation_type::terminal);
+    // A snapshot: a POST that completes inside emit() erases its own signal from the list.
+    std::vector<asio::cancellation_signal*> signals;
+    for (auto& s : posts) signals.push_back(&s);
+    for (auto* s : signals) s->emit(asio::cancellation_type::terminal);
   }
 
   http::ClientRequest request_for(std::string body) const {
