@@ -340,6 +340,7 @@ Status Runner::begin_step(const std::vector<Task>& tasks, std::int32_t& step) {
     c.token_budget_ = token_budget;
     c.streaming_ = events != nullptr;
     c.cancel_ = cancel.get();
+    c.step_ = (thread ? thread->step_base : 0) + step;
     c.emitted_.clear();
     c.interrupt_.reset();
     c.resume_ = resuming_step && c.node_ == thread->resume_node ? resume_value : nullptr;

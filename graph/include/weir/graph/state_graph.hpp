@@ -91,6 +91,12 @@ class NodeContext {
  public:
   std::string_view node() const { return node_; }
   std::string_view run_id() const { return run_id_; }
+  // The superstep this call belongs to: on a thread, the step number its checkpoint will carry
+  // (counted over the thread's whole history), else the step of this invocation (1, 2, ...).
+  // With run_id() and node() it names this call for a tool that must not repeat a side effect
+  // (a re-run of an uncommitted step after a crash has the same step and node; a queue worker
+  // gives each attempt its own run_id "<run>.<attempt>").
+  std::int64_t step() const { return step_; }
   // The Send input for a fanned-out invocation, null otherwise.
   const boost::json::value& input() const { return input_; }
   ArtifactStore* artifacts() const { return artifacts_; }
@@ -136,6 +142,7 @@ class NodeContext {
   std::optional<boost::json::value> interrupt_;
   const boost::json::value* resume_ = nullptr;
   const std::atomic<bool>* cancel_ = nullptr;
+  std::int64_t step_ = 0;
 };
 
 using SyncNode = std::function<Result<Update>(const StateView&, NodeContext&)>;
