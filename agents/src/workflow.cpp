@@ -216,7 +216,7 @@ Result<graph::WorkflowGraph> build_workflow(const graph::WorkflowSpec& spec,
       }
       return t.root;
     };
-    if (t.builtin == "lorem") continue;  // run by weir::graph itself
+    if (t.builtin == "lorem" || t.builtin == "sleep") continue;  // run by weir::graph itself
     if (t.builtin == "calculator") {
       tool = tools::make_calculator();
     } else if (t.builtin == "files") {
@@ -236,7 +236,7 @@ Result<graph::WorkflowGraph> build_workflow(const graph::WorkflowSpec& spec,
       }
     } else {
       problems.push_back("tool '" + t.name + "': unknown built-in '" + t.builtin +
-                         "' (calculator, files, artifacts, doc_search, lorem)");
+                         "' (calculator, files, artifacts, doc_search, lorem, sleep)");
     }
     if (!tool) continue;
     w->tool_names[t.name] = tool->name();

@@ -10,9 +10,7 @@
 #include "weir/graph/checkpointer.hpp"
 
 namespace weir::cli {
-namespace {
 
-// "30d", "12h", "15m", "45s", "500ms": a positive whole number and a unit.
 std::optional<std::chrono::milliseconds> parse_duration(std::string_view s) {
   std::size_t i = 0;
   long long n = 0;
@@ -34,8 +32,6 @@ std::optional<std::chrono::milliseconds> parse_duration(std::string_view s) {
     return std::nullopt;
   return std::chrono::milliseconds(n * ms_per);
 }
-
-}  // namespace
 
 int cmd_store(Args args) {
   if (args.empty() || args[0] != "prune") {

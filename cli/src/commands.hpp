@@ -3,8 +3,10 @@
 // input, 2 run failed, 3 overloaded).
 #pragma once
 
+#include <chrono>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string_view>
 
@@ -47,6 +49,9 @@ void print_man(std::span<const Command> commands);
 // after its process is stored with its checkpoints (--store), never only here.
 void remove_stale_artifact_dirs();
 
+// "30d", "12h", "15m", "45s", "500ms": a positive whole number and a unit; nullopt otherwise.
+std::optional<std::chrono::milliseconds> parse_duration(std::string_view s);
+
 int cmd_demo(Args args);
 int cmd_validate(Args args);
 int cmd_graph(Args args);
@@ -58,6 +63,10 @@ int cmd_batch(Args args);
 int cmd_resume(Args args);
 int cmd_mcp(Args args);
 int cmd_serve(Args args);
+int cmd_submit(Args args);
+int cmd_worker(Args args);
+int cmd_runs(Args args);
+int cmd_cancel(Args args);
 int cmd_store(Args args);
 
 class Flags;

@@ -79,6 +79,54 @@ constexpr Command kCommands[] = {
      "examples:\n  weir store prune --keep 100\n"
      "  weir store prune --store postgres://weir@db:5432/weir --older-than 30d\n",
      cmd_store},
+    {"submit", "queue a workflow run in PostgreSQL for weir worker; prints the run id",
+     "usage: weir submit FILE --db URL [--input JSON | --input @file.json] [--thread ID]\n"
+     "                   [--max-attempts N]\n\n"
+     "Validates the workflow file and its input, then queues one run of it in the database's\n"
+     "run queue (table weir_runs) and prints the run's id on stdout. The run carries the\n"
+     "file's text and SHA-256, so any worker can run it (paths inside the file, such as\n"
+     "subgraphs and tool folders, resolve against the file's absolute path on the worker).\n"
+     "Its checkpoints go to thread --thread (default: the run id) in the same database. A run\n"
+     "whose worker dies is taken over by another once its lease lapses and continues from its\n"
+     "last checkpoint; after --max-attempts claims (default 3) it fails with\n"
+     "attempts_exhausted. --db is a postgres:// or postgresql:// URI (or libpq key=value\n"
+     "pairs), else $WEIR_DB; passwords may come from PGPASSWORD or ~/.pgpass. See\n"
+     "docs/scale-out.md.\n\n"
+     "example:\n  weir submit samples/workflows/map_reduce.json --db postgres://weir@db/weir\n",
+     cmd_submit},
+    {"worker", "run queued workflow runs from PostgreSQL, up to N at once",
+     "usage: weir worker --db URL [--max-runs N] [--once | --exit-when-idle] [--lease DURATION]\n"
+     "                   [--memory SIZE] [--name NAME] [--poll DURATION]\n\n"
+     "Claims queued runs (FOR UPDATE SKIP LOCKED; any number of workers on any number of\n"
+     "machines may share one database) and runs up to --max-runs at once (default 4) under one\n"
+     "memory budget (--memory, default 1GiB; no run is claimed while 90% of it is in use).\n"
+     "It wakes on LISTEN/NOTIFY when a run is queued or cancelled, and otherwise looks for work\n"
+     "every --poll (default 2s). Each run is held through a lease of --lease (default 10s)\n"
+     "renewed every third of it on the database's clock; a run whose worker stopped renewing\n"
+     "is taken over when its lease lapses. Every superstep's checkpoint is committed only\n"
+     "while the worker still holds the run, so no step is committed twice. --once runs one run\n"
+     "and exits; --exit-when-idle exits when nothing is left to claim. SIGTERM or SIGINT stops\n"
+     "claiming, stops the runs held before their next superstep and hands them back to the\n"
+     "queue. Progress goes to stderr.\n\n"
+     "example:\n  weir worker --db postgres://weir@db/weir --max-runs 16\n",
+     cmd_worker},
+    {"runs", "list the runs of a PostgreSQL run queue and their state",
+     "usage: weir runs --db URL [RUN_ID] [--state STATE] [--limit N] [--json]\n\n"
+     "Lists the newest runs (default 50): id, state (queued, running, succeeded, failed,\n"
+     "cancelled, interrupted), attempts, workflow, thread, age, and the error or the worker\n"
+     "holding it. --json prints them as a JSON array. With a RUN_ID, prints that run as one\n"
+     "JSON object, its result (the workflow's output channels) or error included.\n\n"
+     "examples:\n  weir runs --db postgres://weir@db/weir --state failed\n"
+     "  weir runs --db postgres://weir@db/weir r-0123456789abcdef\n",
+     cmd_runs},
+    {"cancel", "cancel a queued or running run of a PostgreSQL run queue",
+     "usage: weir cancel RUN_ID --db URL\n\n"
+     "A queued run is cancelled at once. A running one is marked and its worker is notified:\n"
+     "the run stops before its next superstep (a sleeping node within 50 ms; a node in the\n"
+     "middle of a call finishes it first), and its state becomes cancelled. What it committed\n"
+     "stays on its thread. A finished run is left as it is.\n\n"
+     "example:\n  weir cancel r-0123456789abcdef --db postgres://weir@db/weir\n",
+     cmd_cancel},
     {"validate", "check workflow files and report every problem",
      "usage: weir validate FILE...\n\n"
      "Parses and validates each workflow file (docs/workflow-format.md) and reports every\n"

@@ -312,6 +312,8 @@ Status Runner::begin_step(const std::vector<Task>& tasks, std::int32_t& step) {
                      "); nodes active in the last step: " + active +
                      "; raise limits.recursion_limit or add an exit condition");
   }
+  if (cancel && cancel->load(std::memory_order_relaxed))
+    return Error(Errc::cancelled, "run cancelled before superstep " + std::to_string(step + 1));
   if (deadline != Clock::time_point::max() && Clock::now() > deadline) {
     return Error(Errc::deadline_exceeded,
                  "run stopped after " + std::to_string(lim.deadline.count()) +
@@ -337,6 +339,8 @@ Status Runner::begin_step(const std::vector<Task>& tasks, std::int32_t& step) {
     c.tokens_used_ = tokens_used;
     c.token_budget_ = token_budget;
     c.streaming_ = events != nullptr;
+    c.cancel_ = cancel.get();
+    c.step_ = (thread ? thread->step_base : 0) + step;
     c.emitted_.clear();
     c.interrupt_.reset();
     c.resume_ = resuming_step && c.node_ == thread->resume_node ? resume_value : nullptr;
@@ -668,7 +672,10 @@ asio::awaitable<Result<RunResult>> GraphRuntime::async_run(
     r->thread->id = std::move(options.thread_id);
     r->thread->checkpoint_metadata = std::move(options.checkpoint_metadata);
     r->thread->lease = options.thread_lease;
+    r->thread->claim_token = std::move(options.claim_token);
+    r->thread->claim_held = !r->thread->claim_token.empty();
   }
+  r->cancel = std::move(options.cancel);
   r->resume_value = resume_value;
   // The run keeps no owning reference to the stream: a consumer that drops it closes it.
   if (options.events) r->events = options.events->impl_;

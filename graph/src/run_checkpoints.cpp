@@ -63,6 +63,7 @@ ThreadHold::~ThreadHold() {
 }
 
 Status Runner::claim() {
+  if (thread->claim_held) return {};  // the caller's claim (RunOptions::claim_token)
   thread->claim_token = new_claim_token();
   auto held = checkpointer->claim_thread(
       thread->id, this_process_holder(thread->claim_token, thread->lease.count()));

@@ -99,6 +99,7 @@ struct Runner {
     std::int64_t step_base = 0;
     std::string resume_node;  // async_resume: the node that interrupted
     std::string claim_token;  // Checkpointer::claim_thread
+    bool claim_held = false;  // RunOptions::claim_token: the caller claims, renews, releases
     std::chrono::milliseconds lease{30000};
     std::unique_ptr<ThreadHold> hold;  // while the run holds the thread
     // Artifact ids the checkpointer is known to hold for this thread (not copied again).
@@ -222,7 +223,8 @@ struct Runner {
   }
 
   // Set up by GraphRuntime::async_run for a top-level run (null for a subgraph's run).
-  std::shared_ptr<const CompiledGraph> graph_ref;  // keeps `g` alive
+  std::shared_ptr<const CompiledGraph> graph_ref;   // keeps `g` alive
+  std::shared_ptr<const std::atomic<bool>> cancel;  // RunOptions::cancel (top-level runs)
   Limiter* admission = nullptr;
   std::optional<Limiter::Permit> permit;
   json::object input;

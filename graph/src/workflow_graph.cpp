@@ -1,8 +1,14 @@
 #include "weir/graph/workflow_graph.hpp"
 
+#include <algorithm>
 #include <cctype>
+#include <chrono>
 #include <cmath>
 
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
 #include <boost/json.hpp>
 
 namespace weir::graph {
@@ -372,6 +378,32 @@ Result<WorkflowGraph> build_workflow_graph(const WorkflowSpec& spec, WorkflowHoo
                 if (!output.empty())
                   u.set(output, json::string(lorem(bytes->to_number<std::int64_t>())));
                 return u;
+              },
+              opts);
+        } else if (t && t->builtin == "sleep") {
+          // Waits args.ms milliseconds without holding a thread (a stand-in for a slow model or
+          // API in demos, benchmarks and tests), then writes the milliseconds waited. It looks
+          // at NodeContext::cancelled() every 50 ms, so a cancelled run does not wait it out.
+          b.add_async_node(
+              n.name,
+              [args, output](StateView s, NodeContext& c) -> asio::awaitable<Result<Update>> {
+                auto a = render_template(args, s, c.input(), {});
+                if (!a) co_return a.error();
+                const auto* ms = a->is_object() ? a->as_object().if_contains("ms") : nullptr;
+                if (!ms || !ms->is_number() || ms->to_number<double>() < 0)
+                  co_return Error(Errc::tool_failed,
+                                  "sleep: argument 'ms' must be a number of milliseconds >= 0");
+                const auto total = std::chrono::milliseconds(ms->to_number<std::int64_t>());
+                const auto until = std::chrono::steady_clock::now() + total;
+                asio::steady_timer timer(co_await asio::this_coro::executor);
+                while (!c.cancelled() && std::chrono::steady_clock::now() < until) {
+                  timer.expires_at(std::min(
+                      until, std::chrono::steady_clock::now() + std::chrono::milliseconds(50)));
+                  co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
+                }
+                Update u;
+                if (!output.empty()) u.set(output, total.count());
+                co_return u;
               },
               opts);
         } else if (t && t->builtin == "calculator") {

@@ -530,7 +530,7 @@ class Loader {
 
   void tools(const json::object& o) {
     static const std::vector<std::string> builtins = {"calculator", "files", "artifacts",
-                                                      "doc_search", "lorem"};
+                                                      "doc_search", "lorem", "sleep"};
     for (const auto& [k, v] : o) {
       std::string ptr = json_pointer_append("/tools", k);
       if (!check_name(std::string(k), ptr, "tool")) continue;

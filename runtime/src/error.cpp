@@ -25,6 +25,7 @@ constexpr const char* kNames[] = {
     "conflicting_writes",
     "unsupported",
     "thread_busy",
+    "attempts_exhausted",
 };
 constexpr int kNameCount = static_cast<int>(sizeof(kNames) / sizeof(kNames[0]));
 

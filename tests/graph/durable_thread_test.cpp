@@ -372,3 +372,75 @@ TEST(ThreadClaim, TheHeartbeatKeepsALongRunsClaim) {
 
 }  // namespace
 }  // namespace weir::graph
+
+namespace weir::graph {
+namespace {
+
+// Three steps, each recording NodeContext::step(); `stop` is set by the second.
+std::shared_ptr<const CompiledGraph> counting_graph(std::shared_ptr<std::atomic<bool>> stop) {
+  StateGraph b;
+  b.add_channel("steps", {.reducer = ReducerKind::append});
+  for (const char* name : {"a", "b", "c"}) {
+    b.add_node(name, [stop, name](const StateView&, NodeContext& c) -> Result<Update> {
+      if (std::string_view(name) == "b" && stop) stop->store(true);
+      return Update().set("steps", json::array{c.step()});
+    });
+  }
+  b.add_edge("START", "a").add_edge("a", "b").add_edge("b", "c").add_edge("c", "END");
+  return *b.compile();
+}
+
+// A claim the caller holds: the run writes under it and never releases it; once another
+// claimant took the thread over, no further step of the run is committed.
+TEST(ThreadClaim, ARunUnderTheCallersClaimIsFencedByIt) {
+  auto cp = make_memory_checkpointer();
+  GraphRuntime rt;
+  const std::string token = new_claim_token();
+  ASSERT_TRUE(cp->claim_thread("q1", this_process_holder(token, 60000)));
+  RunOptions o;
+  o.checkpointer = cp.get();
+  o.thread_id = "q1";
+  o.claim_token = token;
+  auto r = run(rt, counting_graph(nullptr), {}, o);
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(json::serialize(r->state.at("steps")), "[1,2,3]");
+  auto holder = cp->thread_holder("q1");
+  ASSERT_TRUE(holder && *holder);
+  EXPECT_EQ((**holder).token, token);  // still the caller's
+  // Another claimant takes the thread (the caller's claim was released here by hand, as a
+  // lapse would): the old token writes nothing more.
+  ASSERT_TRUE(cp->release_thread("q1", token));
+  ASSERT_TRUE(cp->claim_thread("q1", this_process_holder(new_claim_token(), 60000)));
+  const auto before = cp->list("q1")->size();
+  auto again = run(rt, counting_graph(nullptr), {}, o);
+  ASSERT_FALSE(again);
+  EXPECT_TRUE(again.error().is(Errc::thread_busy)) << again.error().message;
+  EXPECT_EQ(cp->list("q1")->size(), before);
+}
+
+// RunOptions::cancel stops the run before its next superstep; what it committed stays, and
+// NodeContext::step() counts over the thread.
+TEST(ThreadClaim, ACancelledRunStopsBeforeItsNextSuperstep) {
+  auto cp = make_memory_checkpointer();
+  GraphRuntime rt;
+  auto stop = std::make_shared<std::atomic<bool>>(false);
+  RunOptions o;
+  o.checkpointer = cp.get();
+  o.thread_id = "c1";
+  o.cancel = stop;
+  auto r = run(rt, counting_graph(stop), {}, o);
+  ASSERT_FALSE(r);
+  EXPECT_TRUE(r.error().is(Errc::cancelled));
+  EXPECT_EQ(r.error().message, "run cancelled before superstep 3");
+  auto latest = cp->latest("c1");
+  ASSERT_TRUE(latest && *latest);
+  EXPECT_EQ((**latest).step, 2);
+  // Continued without the flag: the last step runs, numbered 3 on the thread.
+  stop->store(false);
+  auto rest = run(rt, counting_graph(nullptr), {}, o);
+  ASSERT_TRUE(rest) << rest.error().message;
+  EXPECT_EQ(json::serialize(rest->state.at("steps")), "[1,2,3]");
+}
+
+}  // namespace
+}  // namespace weir::graph

@@ -91,6 +91,12 @@ class NodeContext {
  public:
   std::string_view node() const { return node_; }
   std::string_view run_id() const { return run_id_; }
+  // The superstep this call belongs to: on a thread, the step number its checkpoint will carry
+  // (counted over the thread's whole history), else the step of this invocation (1, 2, ...).
+  // With run_id() and node() it names this call for a tool that must not repeat a side effect
+  // (a re-run of an uncommitted step after a crash has the same step and node; a queue worker
+  // gives each attempt its own run_id "<run>.<attempt>").
+  std::int64_t step() const { return step_; }
   // The Send input for a fanned-out invocation, null otherwise.
   const boost::json::value& input() const { return input_; }
   ArtifactStore* artifacts() const { return artifacts_; }
@@ -117,6 +123,12 @@ class NodeContext {
   // is re-run; null otherwise (a first run).
   const boost::json::value* resume_value() const { return resume_; }
 
+  // True once the run was asked to stop (RunOptions::cancel). A node that waits a long time
+  // should look at it now and then and return early (the built-in `sleep` tool does every
+  // 50 ms); what it returns after that is discarded: the run ends with `cancelled` after the
+  // step. Thread safety: any thread.
+  bool cancelled() const { return cancel_ && cancel_->load(std::memory_order_relaxed); }
+
  private:
   friend class GraphRuntime;
   friend struct Runner;
@@ -129,6 +141,8 @@ class NodeContext {
   std::vector<std::pair<std::string, boost::json::value>> emitted_;
   std::optional<boost::json::value> interrupt_;
   const boost::json::value* resume_ = nullptr;
+  const std::atomic<bool>* cancel_ = nullptr;
+  std::int64_t step_ = 0;
 };
 
 using SyncNode = std::function<Result<Update>(const StateView&, NodeContext&)>;
@@ -336,6 +350,17 @@ struct RunOptions {
   // whose heartbeat is older than thread_lease (or whose process is gone, same host) is taken
   // over. REQUIRES > 0.
   std::chrono::milliseconds thread_lease{30000};
+  // Non-empty: the caller already holds the thread's claim under this token (claim_thread) and
+  // keeps it fresh itself (a run queue's lease, say). The run writes every checkpoint with it,
+  // so once the claim is lost (taken over after it lapsed) no further step of this run is
+  // committed: its next put stores nothing and the run fails with thread_busy. The run neither
+  // claims, renews nor releases it; thread_lease is unused.
+  std::string claim_token;
+  // Cooperative cancellation: once *cancel is true the run stops before its next superstep
+  // with Errc::cancelled ("run cancelled before superstep N"), and nodes see
+  // NodeContext::cancelled(). What the run committed before stays committed; a stopped run on
+  // a thread can be continued like any unfinished one. Null: not cancellable.
+  std::shared_ptr<const std::atomic<bool>> cancel;
 };
 
 struct RuntimeOptions {

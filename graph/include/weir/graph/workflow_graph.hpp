@@ -1,6 +1,6 @@
 // From a validated WorkflowSpec to a runnable graph: node kinds set, router, map, tool (the
-// built-ins `lorem` and `calculator` here, the others through WorkflowHooks::tool_call), llm
-// (WorkflowHooks::model_call), agent (WorkflowHooks::agent_call), subgraph (the file built the
+// built-ins `lorem`, `sleep` and `calculator` here, the others through WorkflowHooks::tool_call),
+// llm (WorkflowHooks::model_call), agent (WorkflowHooks::agent_call), subgraph (the file built the
 // same way, run as a child with its own limits) and interrupt (suspends the run; the resume
 // value is written to its output channel), declarative routes.
 //
@@ -28,8 +28,8 @@ using ModelCall = std::function<boost::asio::awaitable<Result<std::string>>(
     std::optional<boost::json::object> output_schema)>;
 
 // A tool call for tool nodes whose built-in weir::graph does not run itself (everything but
-// `lorem` and `calculator`): (tool name, rendered args, node context) -> the value written to
-// the node's output channel. The agents layer supplies it (agents::build_workflow).
+// `lorem`, `sleep` and `calculator`): (tool name, rendered args, node context) -> the value written
+// to the node's output channel. The agents layer supplies it (agents::build_workflow).
 using ToolCall = std::function<boost::asio::awaitable<Result<boost::json::value>>(
     std::string tool, boost::json::object args, NodeContext& ctx)>;
 // An agent node: (agent name, the input channel's value, node context) -> the output value.

@@ -43,6 +43,7 @@ enum class Errc : int {
   conflicting_writes = 18,     // two nodes wrote one last-value channel in one superstep
   unsupported = 19,            // a feature or format weir does not handle
   thread_busy = 20,            // another runner holds the thread (one runner per thread)
+  attempts_exhausted = 21,     // a queued run lost its worker's lease max_attempts times
 };
 
 }  // namespace weir

@@ -1,0 +1,137 @@
+// RunQueue: runs waiting for, held by and finished on workers, in one PostgreSQL table
+// (weir_runs) beside the PostgreSQL checkpointer's tables. `weir submit`, `weir worker`,
+// `weir runs` and `weir cancel` are its clients; docs/scale-out.md states the guarantees.
+//
+// A run carries its workflow (the file's text, its SHA-256 and its absolute path at submit time)
+// and its input, so any worker can run it; its checkpoints go to the thread `thread_id`
+// (default: the run's id) of the PostgreSQL checkpointer on the same database.
+//
+// Leases. A worker holds a run through a lease: `lease_owner`, `lease_expires` (the server's
+// clock, clock_timestamp()) and `fence`, a number taken from a sequence at every claim, so a
+// later claim always has a larger fence. Every call a worker makes about a run it holds
+// (renew, finish, give_back) names the fence and changes nothing once the fence moved on
+// (another worker reclaimed the run): such a call fails with thread_busy. What makes committed
+// supersteps exactly-once is the checkpointer's thread claim, taken under the same token
+// (claim_token(fence)) right after the queue claim: every checkpoint is put with that token in
+// a transaction that checks it (Checkpointer::put), so a worker that lost its run commits
+// nothing more.
+//
+// States: queued -> running -> succeeded | failed | cancelled | interrupted; a running run whose
+// lease lapsed is claimed again (attempts + 1) and continues from its last checkpoint; a run
+// that lapses with attempts == max_attempts fails with attempts_exhausted instead. A cancel of
+// a queued run ends it at once; of a running one, it sets cancel_requested and notifies the
+// holder, which stops it before its next superstep (a `sleep` node within 50 ms).
+//
+// Notifications: channel "weir_runs", payload "queued" after a submit or a give-back, and
+// "cancel <id>" after a cancel. Workers LISTEN on it (Worker); nothing depends on a notification
+// arriving: a worker also looks for work at least every few seconds.
+//
+// Thread safety: every method may be called from any thread; calls share one connection and
+// queue on its mutex. Failure behaviour: each call is one statement or one transaction; on error
+// nothing changed. Errors name the server as postgres 'user@host:port/dbname', never its
+// password: invalid_argument (bad connection string, bad argument), io_error (cannot connect,
+// statement refused), not_found (unknown run id), thread_busy (the fence moved on).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "weir/runtime/error.hpp"
+
+namespace weir::cluster {
+
+enum class RunState { queued, running, succeeded, failed, cancelled, interrupted };
+const char* run_state_name(RunState s);
+std::optional<RunState> parse_run_state(std::string_view s);
+inline bool is_terminal(RunState s) {
+  return s != RunState::queued && s != RunState::running;
+}
+
+// The default lease of a worker's runs, and how many claims a run gets by default.
+inline constexpr std::chrono::milliseconds kDefaultLease{10000};
+inline constexpr int kDefaultMaxAttempts = 3;
+
+struct RunRecord {
+  std::string id;
+  std::string workflow_name;
+  std::string workflow_file;    // absolute path at submit; relative paths inside resolve there
+  std::string workflow_sha256;  // hex, of `workflow`
+  std::string workflow;         // the file's text (empty in list())
+  std::string input;            // JSON text of an object
+  std::string thread_id;
+  RunState state = RunState::queued;
+  int attempts = 0;      // claims so far (the first run counts)
+  int max_attempts = 1;  // claims allowed
+  std::string lease_owner;
+  int64_t lease_expires_ms = 0;  // unix ms, the server's clock; 0 when not held
+  int64_t fence = 0;             // the current holder's fence; 0 before the first claim
+  bool cancel_requested = false;
+  std::string result;      // JSON text: the output channels (succeeded) or the interrupt
+  std::string error_code;  // errc_name of the failure ("" unless failed or cancelled)
+  std::string error;
+  int64_t created_ms = 0, started_ms = 0, finished_ms = 0;  // unix ms, server clock; 0: not yet
+};
+
+struct SubmitRequest {
+  std::string workflow;       // REQUIRES non-empty: the file's text
+  std::string workflow_file;  // absolute path
+  std::string workflow_name;
+  std::string input = "{}";                // JSON text of an object (not checked here)
+  std::string thread_id;                   // "" = the run's id
+  int max_attempts = kDefaultMaxAttempts;  // REQUIRES >= 1
+};
+
+// The checkpointer claim token of the holder with this fence ("run-fence-<fence>").
+std::string claim_token(int64_t fence);
+
+class RunQueue {
+ public:
+  // Connects and creates weir_runs (and its fence sequence) when missing, under an advisory lock.
+  static Result<std::unique_ptr<RunQueue>> open(std::string_view conninfo);
+  ~RunQueue();
+
+  // "postgres 'user@host:port/dbname'"
+  const std::string& description() const;
+
+  // Queues a run and notifies workers; returns its id ("r-" and 16 hex digits).
+  Result<std::string> submit(const SubmitRequest& req);
+  // Newest first, at most `limit`; `workflow` left empty.
+  Result<std::vector<RunRecord>> list(std::size_t limit = 100,
+                                      std::optional<RunState> only = std::nullopt);
+  // not_found: "no run 'r-..' in postgres '...'".
+  Result<RunRecord> get(std::string_view id);
+  // A queued run ends as cancelled at once; a running one gets cancel_requested and its worker
+  // a notification. A finished run is left as it is. Returns the state after the call.
+  Result<RunState> cancel(std::string_view id);
+
+  // --- for workers ---
+  // Claims the oldest claimable run for `owner` with a lease of `lease`: a queued run, or a
+  // running one whose lease lapsed (the database's clock). Such a lapsed run that used all its
+  // attempts is failed (attempts_exhausted) and one with cancel_requested is cancelled instead,
+  // and the next is tried. FOR UPDATE SKIP LOCKED: workers never wait on each other's claims.
+  // nullopt when nothing is claimable.
+  Result<std::optional<RunRecord>> claim(std::string_view owner, std::chrono::milliseconds lease);
+  // Extends the lease to now + lease. Returns cancel_requested. thread_busy when the fence
+  // moved on (the message names the new holder) or the run is no longer running.
+  Result<bool> renew(std::string_view id, int64_t fence, std::chrono::milliseconds lease);
+  // Records the end: state (succeeded, failed, cancelled, interrupted), result JSON text ("" for
+  // none), error code and message. thread_busy when the fence moved on (nothing is recorded).
+  Status finish(std::string_view id, int64_t fence, RunState state, std::string_view result,
+                std::string_view error_code, std::string_view error);
+  // Hands the run back unfinished: queued again without counting this attempt, claimable after
+  // `delay`, and notifies workers. thread_busy when the fence moved on.
+  Status give_back(std::string_view id, int64_t fence, std::chrono::milliseconds delay,
+                   std::string_view why);
+
+ private:
+  struct Impl;
+  explicit RunQueue(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace weir::cluster
