@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -89,6 +90,7 @@ std::unique_ptr<Child> spawn(std::vector<std::string> args) {
   if (::pipe(fds) != 0) return c;
   c->pid = ::fork();
   if (c->pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // no orphan server if the test process aborts
     ::dup2(fds[1], 2);
     ::close(fds[0]);
     std::vector<char*> argv;
@@ -202,8 +204,9 @@ TEST(ServeProcess, WeirRunUsesAServedModelOverHttp) {
       {"serve", "--model", model.string(), "--port", "0", "--ignore-eos", "--kv-cache-mb", "64"});
   auto m = c->wait_for(std::regex("listening on http://127\\.0\\.0\\.1:([0-9]+)"));
   ASSERT_FALSE(m.empty()) << c->err;
-  ASSERT_FALSE(c->wait_for(std::regex("weir serve: ready")).empty()) << c->err;
+  // (The match points into c->err: copy it before the next wait_for appends to it.)
   const std::string base = "http://127.0.0.1:" + std::string(m[1]) + "/v1";
+  ASSERT_FALSE(c->wait_for(std::regex("weir serve: ready")).empty()) << c->err;
   const std::string weir = std::string(WEIR_BIN_DIR) + "/weir";
 
   int code = -1;

@@ -3,6 +3,7 @@
 // bodies. (Against weir serve's /mcp: tests/serve/mcp_http_test.cpp.)
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -50,6 +51,7 @@ struct SdkServer {
     if (::pipe(fds) != 0) return;
     pid = ::fork();
     if (pid == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // no orphan server if the test process aborts
       ::dup2(fds[1], 1);
       ::close(fds[0]);
       std::string script = kPeer + "/http_server.mjs";
