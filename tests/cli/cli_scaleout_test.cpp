@@ -55,18 +55,8 @@ fs::path temp_file(const std::string& name, const std::string& text) {
   return p;
 }
 
-// A fresh database as a postgres:// URI with a password in it (the test cluster trusts local
-// connections and ignores it: what matters is that weir never prints it). "" on failure, which
-// fails the test: a missing server is a failure, not a skip.
 std::string fresh_store() {
-  PgServer& pg = PgServer::get();
-  EXPECT_EQ(pg.error(), "") << "the PostgreSQL test server did not start";
-  if (!pg.error().empty()) return "";
-  std::string why;
-  const std::string db = pg.create_database(&why);
-  EXPECT_NE(db, "") << why;
-  if (db.empty()) return "";
-  return "postgres://weir:Secr3tPw@127.0.0.1:" + std::to_string(pg.port()) + "/" + db;
+  return weir::testing::fresh_database_uri();
 }
 
 std::string redacted(const std::string& store) {

@@ -99,18 +99,8 @@ std::unique_ptr<WorkerProc> start_worker(const std::string& args) {
   return w;
 }
 
-// A fresh database as a postgres:// URI with a password in it (the test cluster trusts local
-// connections and ignores it: what matters is that weir never prints it). A missing server
-// fails the test.
 std::string fresh_db() {
-  PgServer& pg = PgServer::get();
-  EXPECT_EQ(pg.error(), "") << "the PostgreSQL test server did not start";
-  if (!pg.error().empty()) return "";
-  std::string why;
-  const std::string db = pg.create_database(&why);
-  EXPECT_NE(db, "") << why;
-  if (db.empty()) return "";
-  return "postgres://weir:Secr3tPw@127.0.0.1:" + std::to_string(pg.port()) + "/" + db;
+  return weir::testing::fresh_database_uri();
 }
 
 // `loops` times: sleep `ms`, then add 1 to n; three supersteps a loop (nap, tick, check).

@@ -19,6 +19,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <gtest/gtest.h>
 #include <libpq-fe.h>
 
 #include <atomic>
@@ -216,5 +217,20 @@ class PgServer {
   int port_ = -1;
   bool started_ = false;
 };
+
+// A fresh database of the shared test server as a postgres:// URI with a password in it (the
+// test cluster trusts local connections and ignores it: tests check that weir never prints it).
+// "" with a recorded gtest failure when the server or the database is missing: a missing server
+// is a failure, not a skip.
+inline std::string fresh_database_uri() {
+  PgServer& pg = PgServer::get();
+  EXPECT_EQ(pg.error(), "") << "the PostgreSQL test server did not start";
+  if (!pg.error().empty()) return "";
+  std::string why;
+  const std::string db = pg.create_database(&why);
+  EXPECT_NE(db, "") << why;
+  if (db.empty()) return "";
+  return "postgres://weir:Secr3tPw@127.0.0.1:" + std::to_string(pg.port()) + "/" + db;
+}
 
 }  // namespace weir::testing
