@@ -112,13 +112,21 @@ struct HttpTransport::State : std::enable_shared_from_this<State> {
     bool answered = false;
     http::SseReader sse(
         http::SseLimits{.max_line_bytes = max_message_bytes, .max_event_bytes = max_message_bytes});
+    // Before a session exists (the initialize POST), what the stream carries is held until the
+    // response is complete and its Mcp-Session-Id read: the client's next messages (sent as soon
+    // as it reads the answer) must carry that id.
+    bool hold = session_id.empty();
+    std::vector<std::string> held;
     auto deliver = [&](std::string m) {
       if (is_request && !answered) {
         if (auto p = rpc::parse(m);
             p && (p->kind == rpc::Kind::response || p->kind == rpc::Kind::error) && p->id == id)
           answered = true;
       }
-      push(std::move(m));
+      if (hold && held.size() < kMaxInbox)
+        held.push_back(std::move(m));
+      else
+        push(std::move(m));
     };
     auto sink = [&](std::string_view bytes) -> Status {
       if (mode == Mode::unknown) {
@@ -152,6 +160,9 @@ struct HttpTransport::State : std::enable_shared_from_this<State> {
         const auto sid = r->header("Mcp-Session-Id");
         if (!sid.empty() && sid.size() <= 256 && visible_ascii(sid)) session_id = std::string(sid);
       }
+      hold = false;
+      for (auto& m : held) push(std::move(m));
+      held.clear();
       if (mode == Mode::json) deliver(std::move(json_body));
       if (is_request && !answered && !ended) {
         if (mode == Mode::sse && sse.mid_event())

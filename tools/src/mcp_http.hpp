@@ -3,7 +3,9 @@
 // JSON body, or as the events of the text/event-stream the response opens (the server may send
 // requests and notifications before the answer on that stream); notifications and responses
 // are acknowledged with 202 and no body. The Mcp-Session-Id the server assigns in answer to
-// initialize is sent with every later request, and so is MCP-Protocol-Version once negotiated.
+// initialize is sent with every later request, and so is MCP-Protocol-Version once negotiated;
+// what the initialize response streams is handed on only once that response (and so its
+// session id) is complete, so the client's next message cannot leave without the id.
 // Private to weir::tools (see weir/tools/mcp.hpp).
 //
 // How failures reach the client (which sees a stream of messages, as over stdio):
