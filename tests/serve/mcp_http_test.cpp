@@ -16,6 +16,7 @@
 #include <boost/json.hpp>
 
 #include "http_client.hpp"
+#include "weir/runtime/artifact_store.hpp"
 #include "weir/serve/service.hpp"
 #include "weir/tools/builtin.hpp"
 #include "weir/tools/mcp.hpp"
@@ -289,6 +290,59 @@ TEST_F(McpFixture, WeirsClientStartsANewSessionWhenItsSessionEnds) {
   }
   EXPECT_EQ(again, "ok: 5");
   EXPECT_EQ((*c)->restarts(), 1);
+}
+
+// A tool output over the tool's cap is stored whole as an artifact: the call's result carries the
+// capped text and a resource_link, and resources/read returns the whole output.
+TEST(McpResources, LargeOutputsComeAsResourceLinks) {
+  auto store = ArtifactStore::open({});
+  ASSERT_TRUE(store) << store.error().message;
+  tools::ToolRegistry reg;
+  tools::ToolOptions small;
+  small.max_output_bytes = 100;
+  ASSERT_TRUE(reg.add(tools::make_tool(
+      "big", "returns 5000 bytes", json::object{{"type", "object"}},
+      [](const json::object&, const tools::ToolContext&) -> Result<std::string> {
+        return std::string(5000, 'x');
+      },
+      small)));
+  tools::McpServerOptions o;
+  o.artifacts = store->get();
+  auto mcp = std::make_shared<tools::McpServer>(reg, o);
+  ServeConfig c;
+  c.port = 0;
+  c.mcp = mcp;
+  auto svc = Service::start(std::move(c));
+  ASSERT_TRUE(svc) << svc.error().message;
+  ASSERT_TRUE((*svc)->wait_ready());
+  const auto port = (*svc)->port();
+  Reply init =
+      call(port, "POST", "/mcp", rpc(1, "initialize", R"({"protocolVersion": "2025-06-18"})"));
+  ASSERT_EQ(init.status, 200) << init.body;
+  EXPECT_TRUE(result_of(init).at("capabilities").as_object().contains("resources"));
+  const std::string sid = init.header("mcp-session-id");
+  auto post = [&](const std::string& body) {
+    return call(port, "POST", "/mcp", body, "Mcp-Session-Id: " + sid + "\r\n");
+  };
+  Reply r = post(rpc(2, "tools/call", R"({"name": "big", "arguments": {}})"));
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json::value result = result_of(r);
+  const auto& content = result.at("content").as_array();
+  ASSERT_EQ(content.size(), 2u) << r.body;
+  EXPECT_LT(content[0].at("text").as_string().size(), 1000u);
+  const auto& link = content[1].as_object();
+  EXPECT_EQ(link.at("type"), "resource_link");
+  EXPECT_EQ(link.at("size"), 5000);
+  const std::string uri(link.at("uri").as_string());
+  ASSERT_TRUE(uri.starts_with("weir://artifacts/")) << uri;
+
+  Reply read = post(rpc(3, "resources/read", R"({"uri": ")" + uri + R"("})"));
+  ASSERT_EQ(read.status, 200) << read.body;
+  EXPECT_EQ(result_of(read).at("contents").at(0).at("text").as_string(), std::string(5000, 'x'));
+  Reply missing = post(rpc(4, "resources/read", R"({"uri": "weir://artifacts/nope"})"));
+  EXPECT_EQ(json::parse(missing.body).at("error").at("message"),
+            "Resource not found: weir://artifacts/nope");
+  (*svc)->shutdown(std::chrono::milliseconds(1000));
 }
 
 TEST(McpConfig, ServeNeedsAModelOrMcp) {

@@ -4,12 +4,14 @@
 #include <condition_variable>
 #include <mutex>
 #include <set>
+#include <string_view>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/json.hpp>
 
+#include "weir/runtime/artifact_store.hpp"
 #include "weir/tools/jsonrpc.hpp"
 #include "weir/tools/mcp.hpp"
 #include "weir/tools/registry.hpp"
@@ -23,6 +25,9 @@ namespace rpc = jsonrpc;
 
 // JSON-RPC's range for server errors; MCP leaves its meaning to the server.
 constexpr std::int64_t kServerBusy = -32000;
+constexpr std::int64_t kResourceNotFound = -32002;  // the MCP specification's code
+constexpr std::string_view kArtifactUriPrefix = "weir://artifacts/";
+constexpr std::uint64_t kMaxResourceBytes = 16u << 20;  // one resources/read answer
 
 struct McpServer::Impl {
   Impl(ToolRegistry& r, McpServerOptions o)
@@ -47,12 +52,15 @@ struct McpServer::Impl {
       for (auto s : kMcpSupportedVersions)
         if (v->get_string() == s) version = s;
     return rpc::response(
-        m.id, json::object{
-                  {"protocolVersion", version},
-                  {"capabilities", json::object{{"tools", json::object{}}}},
-                  {"serverInfo", json::object{{"name", opt.name},
-                                              {"version", opt.version.empty() ? WEIR_VERSION_STRING
-                                                                              : opt.version}}}});
+        m.id,
+        json::object{
+            {"protocolVersion", version},
+            {"capabilities",
+             opt.artifacts ? json::object{{"tools", json::object{}}, {"resources", json::object{}}}
+                           : json::object{{"tools", json::object{}}}},
+            {"serverInfo",
+             json::object{{"name", opt.name},
+                          {"version", opt.version.empty() ? WEIR_VERSION_STRING : opt.version}}}});
   }
 
   std::string list(const rpc::Message& m) const {
@@ -129,9 +137,43 @@ struct McpServer::Impl {
     if (o.cancelled) co_return std::nullopt;
     const Result<ToolOutput>& r = o.result;
     const std::string text = r ? r->content : r.error().to_string();
-    co_return rpc::response(
-        m.id, json::object{{"content", json::array{json::object{{"type", "text"}, {"text", text}}}},
-                           {"isError", !r}});
+    json::array content{json::object{{"type", "text"}, {"text", text}}};
+    // An output over the tool's cap was stored whole as an artifact: the client gets the capped
+    // text and a link it can read with resources/read.
+    if (r && r->artifact_id)
+      content.push_back(json::object{
+          {"type", "resource_link"},
+          {"uri", std::string(kArtifactUriPrefix) + *r->artifact_id},
+          {"name", tool + " output"},
+          {"description", "the whole output (" + std::to_string(r->output_bytes) + " bytes)"},
+          {"mimeType", "text/plain"},
+          {"size", r->output_bytes}});
+    co_return rpc::response(m.id, json::object{{"content", std::move(content)}, {"isError", !r}});
+  }
+
+  // resources/read of an artifact link ("weir://artifacts/<id>"), whole up to kMaxResourceBytes.
+  std::string read_resource(const rpc::Message& m, const json::object& params) const {
+    const auto* u = params.if_contains("uri");
+    if (!u || !u->is_string())
+      return rpc::error_response(m.id, rpc::kInvalidParams, "resources/read needs a \"uri\"");
+    const std::string uri(u->get_string());
+    if (!opt.artifacts || !uri.starts_with(kArtifactUriPrefix))
+      return rpc::error_response(m.id, kResourceNotFound, "Resource not found: " + uri);
+    const std::string id = uri.substr(kArtifactUriPrefix.size());
+    auto ref = opt.artifacts->stat(id);
+    if (!ref) return rpc::error_response(m.id, kResourceNotFound, "Resource not found: " + uri);
+    if (ref->bytes > kMaxResourceBytes)
+      return rpc::error_response(m.id, rpc::kInvalidParams,
+                                 uri + " holds " + std::to_string(ref->bytes) +
+                                     " bytes, more than resources/read returns (" +
+                                     std::to_string(kMaxResourceBytes) +
+                                     "): read slices with weir's artifacts tool");
+    auto data = opt.artifacts->get(id);
+    if (!data) return rpc::error_response(m.id, kResourceNotFound, "Resource not found: " + uri);
+    return rpc::response(
+        m.id, json::object{{"contents", json::array{json::object{{"uri", uri},
+                                                                 {"mimeType", "text/plain"},
+                                                                 {"text", std::move(*data)}}}}});
   }
 };
 
@@ -155,6 +197,10 @@ asio::awaitable<std::optional<std::string>> McpServer::handle(std::string messag
   if (m->method == "initialize") co_return impl_->initialize(*m, params);
   if (m->method == "ping") co_return rpc::response(m->id, json::object{});
   if (m->method == "tools/list") co_return impl_->list(*m);
+  if (m->method == "resources/read" && impl_->opt.artifacts)
+    co_return impl_->read_resource(*m, params);
+  if (m->method == "resources/list" && impl_->opt.artifacts)  // links come with results only
+    co_return rpc::response(m->id, json::object{{"resources", json::array{}}});
   if (m->method == "tools/call")
     co_return co_await impl_->call(std::move(*m), std::move(params), std::move(session));
   co_return rpc::error_response(m->id, rpc::kMethodNotFound, "Method not found: " + m->method);
