@@ -652,17 +652,7 @@ class SqliteCheckpointer final : public Checkpointer {
   Result<boost::json::object> parse_object(std::string_view text, std::string_view thread_id,
                                            std::string_view checkpoint_id,
                                            const char* column) const {
-    boost::json::parse_options options;
-    options.max_depth = kMaxJsonDepth;  // put() refuses deeper values
-    options.allow_invalid_utf8 = true;  // strings round-trip as the bytes that were put
-    boost::system::error_code ec;
-    boost::json::value v = boost::json::parse(text, ec, {}, options);
-    if (ec || !v.is_object())
-      return Error(Errc::corrupt_data,
-                   describe(path_) + ": checkpoint '" + std::string(checkpoint_id) +
-                       "' of thread '" + std::string(thread_id) + "': column " + column + " is " +
-                       (ec ? "not valid JSON (" + ec.message() + ")" : "not a JSON object"));
-    return std::move(v.as_object());
+    return detail::parse_stored_object(text, describe(path_), thread_id, checkpoint_id, column);
   }
 
   // Columns in kColumns order.
