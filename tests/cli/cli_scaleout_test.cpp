@@ -15,6 +15,7 @@
 #include <boost/json.hpp>
 
 #include "pg_server.hpp"
+#include "run_weir.hpp"
 #include "weir/graph/checkpointer.hpp"
 
 namespace {
@@ -22,31 +23,8 @@ namespace {
 namespace fs = std::filesystem;
 using weir::testing::PgServer;
 
-struct Run {
-  int code = -1;
-  std::string out, err;
-};
-
-Run run_weir(const std::string& args) {
-  static int n = 0;
-  const fs::path err_file =
-      fs::temp_directory_path() /
-      ("weir_cli_pg_err_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
-  const std::string cmd = std::string(WEIR_BIN_DIR) + "/weir " + args + " 2>" + err_file.string();
-  Run r;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  std::array<char, 4096> buf;
-  std::size_t got;
-  while ((got = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), got);
-  const int status = ::pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream e(err_file);
-  std::stringstream ss;
-  ss << e.rdbuf();
-  r.err = ss.str();
-  fs::remove(err_file);
-  return r;
-}
+using weir::testing::Run;
+using weir::testing::run_weir;
 
 fs::path temp_file(const std::string& name, const std::string& text) {
   fs::path p =

@@ -19,42 +19,16 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include "run_weir.hpp"
 #include "weir/graph/checkpointer.hpp"
 
 namespace {
 
 namespace fs = std::filesystem;
 
-struct Run {
-  int code = -1;
-  std::string out, err;
-};
-
-// `env`: assignments put before the command ("TMPDIR=/x").
-Run run_weir_env(const std::string& env, const std::string& args) {
-  static int n = 0;
-  fs::path err_file = fs::temp_directory_path() /
-                      ("weir_cli_err_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
-  std::string cmd =
-      env + " " + std::string(WEIR_BIN_DIR) + "/weir " + args + " 2>" + err_file.string();
-  Run r;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  std::array<char, 4096> buf;
-  std::size_t got;
-  while ((got = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), got);
-  int status = ::pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream e(err_file);
-  std::stringstream ss;
-  ss << e.rdbuf();
-  r.err = ss.str();
-  fs::remove(err_file);
-  return r;
-}
-
-Run run_weir(const std::string& args) {
-  return run_weir_env("", args);
-}
+using weir::testing::Run;
+using weir::testing::run_weir;
+using weir::testing::run_weir_env;
 
 std::string read_text(const fs::path& p) {
   std::ifstream in(p);

@@ -20,6 +20,7 @@
 #include <boost/json.hpp>
 
 #include "pg_server.hpp"
+#include "run_weir.hpp"
 #include "weir/cluster/run_queue.hpp"
 #include "weir/graph/checkpointer.hpp"
 
@@ -31,10 +32,8 @@ using namespace std::chrono_literals;
 using weir::testing::PgServer;
 using Clock = std::chrono::steady_clock;
 
-struct Run {
-  int code = -1;
-  std::string out, err;
-};
+using weir::testing::Run;
+using weir::testing::run_weir;
 
 std::string slurp(const fs::path& p) {
   std::ifstream in(p);
@@ -45,22 +44,6 @@ std::string slurp(const fs::path& p) {
 
 fs::path temp_path(const std::string& name) {
   return fs::temp_directory_path() / ("weir_queue_" + std::to_string(::getpid()) + "_" + name);
-}
-
-Run run_weir(const std::string& args) {
-  static int n = 0;
-  const fs::path err_file = temp_path("err" + std::to_string(n++));
-  const std::string cmd = std::string(WEIR_BIN_DIR) + "/weir " + args + " 2>" + err_file.string();
-  Run r;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  std::array<char, 4096> buf;
-  std::size_t got;
-  while ((got = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), got);
-  const int status = ::pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.err = slurp(err_file);
-  fs::remove(err_file);
-  return r;
 }
 
 // A `weir worker` process in the background; its stderr goes to a file.
