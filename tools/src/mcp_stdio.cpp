@@ -181,9 +181,14 @@ asio::awaitable<Status> StdioTransport::async_write_message(std::string message)
   message += '\n';
   auto [ec, n] =
       co_await asio::async_write(in_, asio::buffer(message), asio::as_tuple(asio::use_awaitable));
-  if (ec)
+  if (ec) {
+    // A server that has exited (the usual cause of EPIPE) is named by how it ended, as a read
+    // would name it: which of the two notices first is a race the user should not see.
+    std::string why = exit_reason();
+    if (!why.empty()) co_return Error(Errc::io_error, "mcp server '" + server_ + "' " + why);
     co_return Error(Errc::io_error, "mcp server '" + server_ + "': cannot write to its stdin (" +
                                         ec.message() + ")");
+  }
   co_return Status{};
 }
 
