@@ -47,7 +47,12 @@ int cmd_serve(Args args) {
            "--idle-timeout",
            "--mcp-tools",
            "--mcp-workflows",
-           "--mcp-root"},
+           "--mcp-root",
+           "--workflows",
+           "--db",
+           "--max-runs",
+           "--max-queued-runs",
+           "--keep-runs"},
           {"--insecure", "--ignore-eos"});
   if (!f.parse(rest)) return kExitInvalidInput;
   if (!f.positional().empty())
@@ -79,8 +84,13 @@ int cmd_serve(Args args) {
       !f.integer("--max-n", c.max_n, 1, 128) ||
       !seconds("--request-timeout", 0.001, c.request_timeout) || !seconds("--grace", 0, c.grace) ||
       !seconds("--write-timeout", 0.001, c.write_timeout) ||
-      !seconds("--idle-timeout", 0.001, c.idle_timeout))
+      !seconds("--idle-timeout", 0.001, c.idle_timeout) ||
+      !f.integer("--max-runs", c.max_runs, std::size_t{1}, std::size_t{100'000}) ||
+      !f.integer("--max-queued-runs", c.max_queued_runs, std::size_t{0}, std::size_t{10'000'000}) ||
+      !f.integer("--keep-runs", c.keep_runs, std::size_t{1}, std::size_t{10'000'000}))
     return kExitInvalidInput;
+  if (auto v = f.get("--workflows")) c.workflows = *v;
+  if (auto v = f.get("--db")) c.runs_db = *v;
   c.kv_cache_bytes = static_cast<std::size_t>(kv_mb) << 20;
   c.port = port;
   if (auto v = f.get("--host")) c.host = *v;

@@ -21,6 +21,7 @@ CREATE TABLE IF NOT EXISTS weir_runs (
   workflow         TEXT        NOT NULL,
   workflow_sha256  TEXT        NOT NULL,
   input            TEXT        NOT NULL,
+  resume           TEXT,
   thread_id        TEXT        NOT NULL,
   state            TEXT        NOT NULL CHECK (state IN ('queued', 'running', 'succeeded',
                                  'failed', 'cancelled', 'interrupted')),
@@ -48,8 +49,9 @@ constexpr const char* kColumns =
     "id, workflow_name, workflow_file, workflow_sha256, input, thread_id, state, attempts, "
     "max_attempts, coalesce(lease_owner, ''), " WEIR_MS("lease_expires") ", fence, "
     "cancel_requested, coalesce(result, ''), coalesce(error_code, ''), coalesce(error, ''), "
-    WEIR_MS("created_at") ", " WEIR_MS("started_at") ", " WEIR_MS("finished_at");
-constexpr int kColumnCount = 19;
+    WEIR_MS("created_at") ", " WEIR_MS("started_at") ", " WEIR_MS("finished_at") ", "
+    "coalesce(resume, '')";
+constexpr int kColumnCount = 20;
 
 RunRecord read_record(const PGresult* r, int row) {
   RunRecord rec;
@@ -73,6 +75,7 @@ RunRecord read_record(const PGresult* r, int row) {
   rec.created_ms = pg::cell_int(r, row, c++);
   rec.started_ms = pg::cell_int(r, row, c++);
   rec.finished_ms = pg::cell_int(r, row, c++);
+  rec.resume = pg::cell(r, row, c++);
   return rec;
 }
 
@@ -196,11 +199,12 @@ Result<std::string> RunQueue::submit(const SubmitRequest& req) {
   // The INSERT and the NOTIFY in one statement: workers hear of the run once it is committed.
   auto r = impl_->conn.exec(
       "WITH ins AS (INSERT INTO weir_runs (id, workflow_name, workflow_file, workflow, "
-      "workflow_sha256, input, thread_id, state, max_attempts) VALUES ($1, $2, $3, $4, "
-      "encode(sha256(convert_to($4, 'UTF8')), 'hex'), $5, $6, 'queued', $7::int) RETURNING id) "
-      "SELECT pg_notify('weir_runs', 'queued') FROM ins",
+      "workflow_sha256, input, thread_id, state, max_attempts, resume) VALUES ($1, $2, $3, $4, "
+      "encode(sha256(convert_to($4, 'UTF8')), 'hex'), $5, $6, 'queued', $7::int, $8) RETURNING "
+      "id) SELECT pg_notify('weir_runs', 'queued') FROM ins",
       {id, req.workflow_name, req.workflow_file, req.workflow, req.input,
-       req.thread_id.empty() ? id : req.thread_id, std::to_string(req.max_attempts)},
+       req.thread_id.empty() ? id : req.thread_id, std::to_string(req.max_attempts),
+       req.resume.empty() ? std::nullopt : std::optional<std::string>(req.resume)},
       "queueing a run");
   if (!r) return std::move(r).error();
   return id;
@@ -220,6 +224,14 @@ Result<std::vector<RunRecord>> RunQueue::list(std::size_t limit, std::optional<R
   std::vector<RunRecord> out;
   for (int i = 0; i < PQntuples(r->get()); ++i) out.push_back(read_record(r->get(), i));
   return out;
+}
+
+Result<std::size_t> RunQueue::count(RunState state) {
+  std::lock_guard lock(impl_->mu);
+  auto r = impl_->conn.exec("SELECT count(*) FROM weir_runs WHERE state = $1",
+                            {std::string(run_state_name(state))}, "counting runs");
+  if (!r) return std::move(r).error();
+  return static_cast<std::size_t>(pg::cell_int(r->get(), 0, 0));
 }
 
 Result<RunRecord> RunQueue::get(std::string_view id) {
@@ -290,12 +302,12 @@ Result<std::optional<RunRecord>> RunQueue::claim(std::string_view owner,
       "      ' (max_attempts=' || u.max_attempts || '): its worker lost the lease each time "
       "before the run finished (last holder: ' || coalesce(u.lease_owner, '?') || "
       "      '); the steps it committed are kept on thread ' || u.thread_id END "
-      "FROM c WHERE u.id = c.id RETURNING "
+      "FROM c WHERE u.id = c.id RETURNING "  // kColumns, read as the row is now
       "u.id, u.workflow_name, u.workflow_file, u.workflow_sha256, u.input, u.thread_id, u.state, "
       "u.attempts, u.max_attempts, coalesce(u.lease_owner, ''), " WEIR_MS("u.lease_expires") ", "
       "u.fence, u.cancel_requested, coalesce(u.result, ''), coalesce(u.error_code, ''), "
       "coalesce(u.error, ''), " WEIR_MS("u.created_at") ", " WEIR_MS("u.started_at") ", "
-      WEIR_MS("u.finished_at") ", u.workflow";
+      WEIR_MS("u.finished_at") ", coalesce(u.resume, ''), u.workflow";
 #undef WEIR_CANCEL_NOW
 #undef WEIR_EXHAUSTED
 #undef WEIR_ENDS

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include <boost/asio/co_spawn.hpp>
@@ -52,6 +53,7 @@ struct Held {
   std::shared_ptr<BuiltWorkflow> wf;
   std::unique_ptr<graph::Checkpointer> cp;  // its own connection; thread-safe
   json::object input;
+  std::optional<json::value> resume;  // set: the run resumes its interrupted thread with it
   std::shared_ptr<std::atomic<bool>> cancel = std::make_shared<std::atomic<bool>>(false);
   std::atomic<bool> user_cancel{false}, lost{false}, draining{false}, done{false};
   Result<graph::RunResult> result = Error(Errc::cancelled, "not run");
@@ -225,6 +227,19 @@ struct Worker::Impl {
       // already in the thread's state, is not applied a second time.
       if (run && run->is_string() && run->get_string() == rec.id) h->input.clear();
     }
+    // A resume run hands its value to the interrupted node, unless an earlier attempt of it
+    // already did (the thread's latest checkpoint is then its own, and it continues from it).
+    const auto* last_run = *latest ? (**latest).metadata.if_contains("queue_run") : nullptr;
+    if (!rec.resume.empty() &&
+        !(last_run && last_run->is_string() && last_run->get_string() == rec.id)) {
+      auto v = parse_json(rec.resume, "the run's resume value");
+      if (!v) {
+        (void)h->cp->release_thread(rec.thread_id, h->token);
+        record(rec, RunState::failed, "", "invalid_argument", v.error().message);
+        return false;
+      }
+      h->resume = std::move(v->value);
+    }
     h->rec = std::move(rec);
     {
       std::lock_guard lock(mu);
@@ -248,8 +263,14 @@ struct Worker::Impl {
                                          {"attempt", h->rec.attempts},
                                          {"workflow", h->rec.workflow_file},
                                          {"workflow_sha256", h->rec.workflow_sha256}};
-    auto op = runtime->async_invoke(h->wf->built.graph, std::move(h->input), std::move(o));
-    h->result = co_await std::move(op);
+    if (h->resume) {
+      auto op = runtime->async_resume(h->wf->built.graph, h->rec.thread_id, std::move(*h->resume),
+                                      std::move(o));
+      h->result = co_await std::move(op);
+    } else {
+      auto op = runtime->async_invoke(h->wf->built.graph, std::move(h->input), std::move(o));
+      h->result = co_await std::move(op);
+    }
   }
 
   // On a pool thread, once the run's coroutine returned.

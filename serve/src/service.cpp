@@ -26,9 +26,12 @@
 #include <boost/json.hpp>
 
 #include "constraint.hpp"
+#include "runs.hpp"
+#include "runs_api.hpp"
 #include "stop_filter.hpp"
 #include "weir/agents/local_model.hpp"
 #include "weir/agents/tool_call_parser.hpp"
+#include "weir/graph/checkpointer.hpp"
 #include "weir/http/openai.hpp"
 #include "weir/http/server.hpp"
 #include "weir/http/sse.hpp"
@@ -103,13 +106,23 @@ std::string describe(const ServeConfig& c) {
   line("--idle-timeout", ms_text(c.idle_timeout));
   line("/mcp", c.mcp ? std::to_string(c.mcp->tool_count()) + " tools (--mcp-tools, --mcp-workflows)"
                      : "off");
+  line("/v1/runs", !c.workflows
+                       ? std::string("off")
+                       : "workflows in " + c.workflows->string() + ", " +
+                             (c.runs_db.empty() ? std::string("in-process queue")
+                                                : "queue in " + graph::redact_store(c.runs_db)) +
+                             ", --max-runs " + std::to_string(c.max_runs) + ", --max-queued-runs " +
+                             std::to_string(c.max_queued_runs));
   return s;
 }
 
 Status validate(const ServeConfig& c) {
   auto bad = [](std::string m) { return Status(Error(Errc::invalid_argument, std::move(m))); };
-  if (c.models.empty() && !c.mcp)
+  if (c.models.empty() && !c.mcp && !c.workflows)
     return bad("no model given: --model PATH (or NAME=PATH), once per model");
+  if (!c.runs_db.empty() && !c.workflows)
+    return bad("--db needs --workflows DIR: the database holds the runs of those workflows");
+  if (c.workflows && c.max_runs < 1) return bad("--max-runs must be at least 1");
   std::set<std::string> names;
   for (const auto& m : c.models) {
     if (m.name.empty()) return bad("a model has an empty name: use --model NAME=PATH");
@@ -277,6 +290,10 @@ struct Service::Impl {
   std::map<std::string, std::list<std::string>::iterator> mcp_session_index;
   bool draining = false;
   bool shut = false;
+  // The runs API (cfg.workflows); its backend's calls run on `blocking`.
+  std::unique_ptr<Runs> runs;
+  asio::thread_pool blocking{2};
+  RunsApi runs_api;
   std::mutex shut_mu;
 
   void load_models();
@@ -460,6 +477,8 @@ awaitable<void> Service::Impl::route(http::Exchange& ex, http::Response& out, bo
     if (method_is("GET")) out = metrics_text();
   } else if (p == "/mcp" && cfg.mcp && !draining) {
     co_await mcp(ex, out);
+  } else if (runs && !draining && is_runs_path(p)) {
+    co_await route_runs(runs_api, ex, out, streamed);
   } else if (!ready) {
     out = error_response({503,
                           "the models are still loading; retry shortly (GET /health says "
@@ -478,13 +497,15 @@ awaitable<void> Service::Impl::route(http::Exchange& ex, http::Response& out, bo
   } else if (p == "/detokenize") {
     if (method_is("POST")) out = detokenize(rq);
   } else {
-    out = error_response({404,
-                          "no route " + rq.method + " " + p +
-                              " (routes: POST /v1/chat/completions, POST /v1/completions, "
-                              "GET /v1/models, GET /health, GET /metrics, POST /tokenize, "
-                              "POST /detokenize" +
-                              std::string(cfg.mcp ? ", POST /mcp" : "") + ")",
-                          "", "not_found"});
+    out = error_response(
+        {404,
+         "no route " + rq.method + " " + p +
+             " (routes: POST /v1/chat/completions, POST /v1/completions, "
+             "GET /v1/models, GET /health, GET /metrics, POST /tokenize, "
+             "POST /detokenize" +
+             std::string(cfg.mcp ? ", POST /mcp" : "") +
+             std::string(runs ? ", the runs API under /v1/runs and /v1/threads" : "") + ")",
+         "", "not_found"});
   }
 }
 
@@ -986,7 +1007,8 @@ awaitable<void> run_generation(Service::Impl& s, http::Exchange& ex, ModelEntry&
       oa::Choice ch{i, visible, {}, "", lps};
       if (o.finished && !finish.empty()) {
         if (spec.tools_active) {
-          auto parsed = agents::parse_tool_calls(call_text(spec, o.text), spec.tool_names, spec.first_tool_id);
+          auto parsed = agents::parse_tool_calls(call_text(spec, o.text), spec.tool_names,
+                                                 spec.first_tool_id);
           ch.text = parsed.calls.empty() ? o.text : parsed.content;
           for (auto& call : parsed.calls)
             ch.tool_calls.push_back({call.id, call.name, json::serialize(call.arguments)});
@@ -1033,7 +1055,8 @@ awaitable<void> run_generation(Service::Impl& s, http::Exchange& ex, ModelEntry&
     const auto& r = **b->choices[static_cast<std::size_t>(i)].done;
     oa::Choice ch{i, spec.prefix + o.text, {}, finish_name(r.finish), o.logprobs};
     if (spec.tools_active) {
-      auto parsed = agents::parse_tool_calls(call_text(spec, o.text), spec.tool_names, spec.first_tool_id);
+      auto parsed =
+          agents::parse_tool_calls(call_text(spec, o.text), spec.tool_names, spec.first_tool_id);
       if (!parsed.calls.empty()) {
         ch.text = parsed.content;
         for (auto& call : parsed.calls)
@@ -1123,8 +1146,8 @@ awaitable<void> Service::Impl::chat(http::Exchange& ex, http::Response& out, boo
     // A tool call is valid by construction: {"name": one of the tools, "arguments": its
     // parameters}. With tool_choice auto, after the model opens "<tool_call>"; with required or
     // a named function, the prompt opens it and the reply is the call (of that function).
-    const bool forced = cr.tool_choice == oa::ToolChoice::required ||
-                        cr.tool_choice == oa::ToolChoice::named;
+    const bool forced =
+        cr.tool_choice == oa::ToolChoice::required || cr.tool_choice == oa::ToolChoice::named;
     std::vector<agents::ToolSpec> allowed;
     for (const auto& t : tools)
       if (cr.tool_choice != oa::ToolChoice::named || t.name == cr.tool_choice_name)
@@ -1260,6 +1283,22 @@ Result<std::unique_ptr<Service>> Service::start(ServeConfig config) {
       });
   if (!server) return std::move(server).error();
   s->server = std::move(*server);
+  if (s->cfg.workflows) {
+    RunsConfig rc;
+    rc.workflows = *s->cfg.workflows;
+    rc.db = s->cfg.runs_db;
+    rc.max_runs = s->cfg.max_runs;
+    rc.max_queued_runs = s->cfg.max_queued_runs;
+    rc.keep_finished = s->cfg.keep_runs;
+    rc.log = [](const std::string& line) { weir::log(LogLevel::info, "serve: run " + line); };
+    auto runs = Runs::open(rc);
+    if (!runs) return std::move(runs).error();
+    s->runs = std::move(*runs);
+    s->runs_api.runs = s->runs.get();
+    s->runs_api.blocking = &s->blocking;
+    s->runs_api.draining = &s->draining;
+    s->runs_api.poll = std::chrono::milliseconds(s->cfg.runs_db.empty() ? 100 : 250);
+  }
   s->metrics.gauge_callback("weir_serve_connections", "open HTTP connections", {},
                             [s] { return static_cast<double>(s->server->connections()); });
   s->metrics.gauge_callback("weir_serve_connections_refused", "connections refused at the cap", {},
@@ -1305,6 +1344,10 @@ void Service::shutdown(std::chrono::milliseconds grace) {
   // MCP calls still running finish (their tools' timeouts bound them) while the io thread runs,
   // so that none completes onto a stopped io_context.
   if (impl_->cfg.mcp) impl_->cfg.mcp->drain();
+  // Runs stop (in-process: cancelled; PostgreSQL: handed back to the queue); the calls still on
+  // the blocking pool complete onto the running io_context.
+  if (impl_->runs) impl_->runs->shutdown();
+  impl_->blocking.join();
   impl_->io.stop();
   if (impl_->io_thread.joinable()) impl_->io_thread.join();
 }

@@ -63,6 +63,9 @@ struct RunRecord {
   std::string workflow_sha256;  // hex, of `workflow`
   std::string workflow;         // the file's text (empty in list())
   std::string input;            // JSON text of an object
+  // JSON text of the value a resume run hands to the node its thread is interrupted at
+  // (GraphRuntime::async_resume); "" for a run that starts or continues its thread.
+  std::string resume;
   std::string thread_id;
   RunState state = RunState::queued;
   int attempts = 0;      // claims so far (the first run counts)
@@ -83,6 +86,7 @@ struct SubmitRequest {
   std::string workflow_name;
   std::string input = "{}";                // JSON text of an object (not checked here)
   std::string thread_id;                   // "" = the run's id
+  std::string resume;                      // "" or JSON text: see RunRecord::resume
   int max_attempts = kDefaultMaxAttempts;  // REQUIRES >= 1
 };
 
@@ -103,6 +107,8 @@ class RunQueue {
   // Newest first, at most `limit`; `workflow` left empty.
   Result<std::vector<RunRecord>> list(std::size_t limit = 100,
                                       std::optional<RunState> only = std::nullopt);
+  // How many runs are in `state` now.
+  Result<std::size_t> count(RunState state);
   // not_found: "no run 'r-..' in postgres '...'".
   Result<RunRecord> get(std::string_view id);
   // A queued run ends as cancelled at once; a running one gets cancel_requested and its worker

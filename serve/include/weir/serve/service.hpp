@@ -1,7 +1,8 @@
 // weir serve: an OpenAI-compatible HTTP server for weir's engine, with the fences at the door.
 //
 // Routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health,
-// GET /metrics (Prometheus text), POST /tokenize, POST /detokenize (docs/serve.md), and with
+// GET /metrics (Prometheus text), POST /tokenize, POST /detokenize (docs/serve.md); with
+// ServeConfig::workflows, the runs API (/v1/workflows, /v1/runs, /v1/threads: runs_api.hpp); with
 // ServeConfig::mcp, MCP's Streamable HTTP transport at /mcp (POST a JSON-RPC message; the answer
 // is application/json; DELETE ends a session; GET is 405: weir sends no server-initiated
 // messages).
@@ -65,11 +66,20 @@ struct ServeConfig {
   // MCP at /mcp (null: no such route). The server is drained by Service::shutdown.
   std::shared_ptr<tools::McpServer> mcp;
   std::size_t max_mcp_sessions = 1024;  // beyond: the least recently used session ends
+  // The runs API at /v1/runs and /v1/threads (docs/serve.md "Runs"): the workflow files of this
+  // folder, run in this process, or queued in PostgreSQL when runs_db is set (then `weir worker`
+  // processes elsewhere share the work). nullopt: no such routes.
+  std::optional<std::filesystem::path> workflows;
+  std::string runs_db;                // "": an in-process queue (runs and threads kept in memory)
+  std::size_t max_runs = 8;           // runs executing at once in this process
+  std::size_t max_queued_runs = 256;  // runs waiting; beyond it POST /v1/runs answers 429
+  std::size_t keep_runs = 1000;       // in-process: finished runs remembered (newest)
 };
 
 // The configuration, one setting per line (printed at start-up).
 std::string describe(const ServeConfig& c);
-// Errors (invalid_argument) for settings that cannot work: no model (and no MCP), a non-loopback
+// Errors (invalid_argument) for settings that cannot work: no model (nor MCP, nor workflows), a
+// database without workflows, a non-loopback
 // host without an API key (unless insecure), zero limits, duplicate model names.
 Status validate(const ServeConfig& c);
 

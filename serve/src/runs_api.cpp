@@ -1,0 +1,462 @@
+#include "runs_api.hpp"
+
+#include <optional>
+#include <string_view>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/json.hpp>
+
+#include "weir/graph/checkpointer.hpp"
+#include "weir/http/openai.hpp"
+#include "weir/http/sse.hpp"
+#include "weir/runtime/json_parse.hpp"
+#include "weir/runtime/json_write.hpp"
+
+namespace weir::serve {
+
+namespace asio = boost::asio;
+namespace json = boost::json;
+namespace oa = weir::http::openai;
+using asio::awaitable;
+using asio::use_awaitable;
+using cluster::RunRecord;
+using cluster::RunState;
+
+namespace {
+
+// Runs `f` on the blocking pool and resumes on the caller's executor with its result.
+template <class F>
+awaitable<std::invoke_result_t<F&>> off_thread(asio::thread_pool& pool, F f) {
+  std::optional<std::invoke_result_t<F&>> out;
+  co_await asio::co_spawn(
+      pool,
+      [&]() -> awaitable<void> {
+        out.emplace(f());
+        co_return;
+      },
+      use_awaitable);
+  co_return std::move(*out);
+}
+
+http::Response json_answer(int status, const json::value& v) {
+  return {status, "application/json", {}, json::serialize(v)};
+}
+
+http::Response api_error(int status, std::string message, std::string code,
+                         std::string param = "") {
+  http::Response r{
+      status,
+      "application/json",
+      {},
+      oa::ApiError{status, std::move(message), std::move(param), std::move(code)}.body()};
+  if (status == 429 || status == 503) r.headers.emplace_back("Retry-After", "1");
+  return r;
+}
+
+http::Response from_error(const Error& e) {
+  if (e.is(Errc::not_found)) return api_error(404, e.message, "not_found");
+  if (e.is(Errc::overloaded)) return api_error(429, e.message, "run_queue_full");
+  if (e.is(Errc::thread_busy)) return api_error(409, e.message, "thread_busy");
+  if (e.is(Errc::invalid_argument)) return api_error(409, e.message, "invalid_state");
+  if (e.is(Errc::cancelled)) return api_error(503, e.message, "shutting_down");
+  if (e.is(Errc::io_error)) return api_error(503, e.message, "store_unavailable");
+  return api_error(500, e.message, errc_name(e.code));
+}
+
+// Stored JSON text back as a value (text that does not parse is shown as a string).
+json::value stored(const std::string& text) {
+  if (text.empty()) return nullptr;
+  auto p = parse_json(text, "stored");
+  if (!p) return json::value(text);
+  return std::move(p->value);
+}
+
+json::value ms_or_null(int64_t ms) {
+  return ms > 0 ? json::value(ms) : json::value(nullptr);
+}
+
+json::object run_json(const RunRecord& r) {
+  json::object o{
+      {"id", r.id},
+      {"object", "run"},
+      {"workflow", r.workflow_name},
+      {"thread_id", r.thread_id},
+      {"state", cluster::run_state_name(r.state)},
+      {"attempts", r.attempts},
+      {"max_attempts", r.max_attempts},
+      {"cancel_requested", r.cancel_requested},
+      {"worker", r.lease_owner.empty() ? json::value(nullptr) : json::value(r.lease_owner)},
+      {"created_at_ms", ms_or_null(r.created_ms)},
+      {"started_at_ms", ms_or_null(r.started_ms)},
+      {"finished_at_ms", ms_or_null(r.finished_ms)},
+      {"input", stored(r.input)},
+      {"result", stored(r.result)},
+      {"error", r.error_code.empty() && r.error.empty()
+                    ? json::value(nullptr)
+                    : json::value(json::object{{"code", r.error_code}, {"message", r.error}})}};
+  if (!r.resume.empty()) o["resume"] = stored(r.resume);
+  return o;
+}
+
+std::string percent_decode(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  auto hex = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%' && i + 2 < s.size() && hex(s[i + 1]) >= 0 && hex(s[i + 2]) >= 0) {
+      out += static_cast<char>(hex(s[i + 1]) * 16 + hex(s[i + 2]));
+      i += 2;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
+// "/v1/runs/ID/events" -> {"runs", "ID", "events"}.
+struct Path {
+  std::string collection;  // "runs", "threads", "workflows"
+  std::string id;          // "" when none
+  std::string action;      // "" when none
+  bool valid = false;
+};
+
+Path split(const std::string& path) {
+  Path p;
+  std::string_view s = path;
+  if (s.substr(0, 4) != "/v1/") return p;
+  s.remove_prefix(4);
+  std::vector<std::string_view> parts;
+  while (!s.empty()) {
+    auto slash = s.find('/');
+    parts.push_back(s.substr(0, slash));
+    if (slash == std::string_view::npos) break;
+    s.remove_prefix(slash + 1);
+    if (s.empty()) parts.push_back({});
+  }
+  if (parts.empty() || parts.size() > 3) return p;
+  p.collection = std::string(parts[0]);
+  if (p.collection != "runs" && p.collection != "threads" && p.collection != "workflows") return p;
+  if (parts.size() >= 2) p.id = percent_decode(parts[1]);
+  if (parts.size() == 3) p.action = std::string(parts[2]);
+  p.valid = true;
+  return p;
+}
+
+// The request body as a JSON object; an error response otherwise.
+std::optional<json::object> body_object(const http::Request& rq, http::Response& out,
+                                        bool empty_ok) {
+  if (rq.body.find_first_not_of(" \t\r\n") == std::string::npos && empty_ok) return json::object{};
+  auto p = parse_json(rq.body, "the request body");
+  if (!p) {
+    out = api_error(400, p.error().message, "invalid_json");
+    return std::nullopt;
+  }
+  if (!p->value.is_object()) {
+    out = api_error(400, "the request body must be a JSON object", "invalid_request");
+    return std::nullopt;
+  }
+  return std::move(p->value.as_object());
+}
+
+bool only_fields(const json::object& o, std::initializer_list<std::string_view> allowed,
+                 http::Response& out) {
+  for (const auto& kv : o) {
+    bool ok = false;
+    for (auto a : allowed) ok = ok || kv.key() == a;
+    if (!ok) {
+      std::string list;
+      for (auto a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
+      out = api_error(400, "unknown field '" + std::string(kv.key()) + "' (fields: " + list + ")",
+                      "invalid_request", std::string(kv.key()));
+      return false;
+    }
+  }
+  return true;
+}
+
+// This run's checkpoints on its thread put after the one with id `after` ("": all of them),
+// oldest first. Reads the thread newest first in growing pages until it reaches `after`, another
+// run's checkpoint or the thread's first; `found` says whether `after` was met.
+struct Steps {
+  std::vector<graph::Checkpoint> list;
+  bool found = false;
+};
+Result<Steps> run_steps(const graph::Checkpointer& cp, const RunRecord& run,
+                        const std::string& after) {
+  constexpr std::size_t kMaxSteps = 65536;  // a longer run streams its newest steps only
+  for (std::size_t limit = 16;; limit *= 4) {
+    auto page = cp.list(run.thread_id, limit);
+    if (!page) return std::move(page).error();
+    Steps out;
+    bool reached = page->size() < limit || limit >= kMaxSteps;
+    for (auto& c : *page) {
+      const auto* q = c.metadata.if_contains("queue_run");
+      const bool ours = q && q->is_string() && q->as_string() == run.id;
+      if (!ours || (!after.empty() && c.checkpoint_id == after)) {
+        out.found = ours;
+        reached = true;
+        break;
+      }
+      out.list.push_back(std::move(c));
+    }
+    if (reached) {
+      std::reverse(out.list.begin(), out.list.end());
+      return out;
+    }
+  }
+}
+
+// The run and its steps after `after`. The record first: once it says the run ended, every step
+// it committed is in the store.
+Result<std::pair<RunRecord, Steps>> look_up(Runs& runs, const std::string& id,
+                                            const std::string& after) {
+  auto rec = runs.get(id);
+  if (!rec) return std::move(rec).error();
+  auto steps = run_steps(runs.checkpointer(), *rec, after);
+  if (!steps) return std::move(steps).error();
+  return std::pair{std::move(*rec), std::move(*steps)};
+}
+
+std::string step_frame(const RunRecord& run, const graph::Checkpoint& c) {
+  json::object writes = c.writes;
+  writes.erase("$snapshot");
+  json::object data{{"run_id", run.id},
+                    {"thread_id", run.thread_id},
+                    {"step", c.step},
+                    {"checkpoint_id", c.checkpoint_id},
+                    {"status", c.pending.contains("status") ? c.pending.at("status") : nullptr},
+                    {"next", c.pending.contains("next") ? c.pending.at("next") : json::array()},
+                    {"writes", std::move(writes)},
+                    {"created_at_ms", c.created_at_ms}};
+  if (const auto* i = c.pending.if_contains("interrupt")) data["interrupt"] = *i;
+  return "id: " + c.checkpoint_id + "\n" + http::sse_event(json::serialize(data), "step");
+}
+
+awaitable<void> sleep_for(std::chrono::milliseconds d) {
+  asio::steady_timer t(co_await asio::this_coro::executor, d);
+  co_await t.async_wait(asio::as_tuple(use_awaitable));
+}
+
+awaitable<void> events(const RunsApi& api, http::Exchange& ex, const std::string& id,
+                       http::Response& out, bool& streamed) {
+  std::string after(ex.request().header("last-event-id").value_or(""));
+  if (after == "end") {  // the client saw the end: 204 tells an EventSource to stop
+    out = {204, "text/plain", {}, ""};
+    co_return;
+  }
+  Runs* runs = api.runs;
+  // One look before the stream starts, so that an unknown run or event id is a plain error.
+  auto first = co_await off_thread(*api.blocking, [&] { return look_up(*runs, id, after); });
+  if (!first) {
+    out = from_error(first.error());
+    co_return;
+  }
+  if (!after.empty() && !first->second.found) {
+    out = api_error(400,
+                    "Last-Event-ID '" + after + "' is not an event of run '" + id +
+                        "' (an id is a step's checkpoint id, or end)",
+                    "invalid_request");
+    co_return;
+  }
+  http::Headers headers{
+      {"Cache-Control", "no-cache"}};  // (GCC 12: no braced temporaries in co_await)
+  if (auto s = co_await ex.async_start_stream(200, "text/event-stream", std::move(headers)); !s)
+    co_return;
+  streamed = true;
+  auto last_write = std::chrono::steady_clock::now();
+  std::optional<std::pair<RunRecord, Steps>> look = std::move(*first);
+  for (;;) {
+    if (!look) {
+      auto next = co_await off_thread(*api.blocking, [&] { return look_up(*runs, id, after); });
+      if (!next) break;  // forgotten meanwhile, or the store went away: the client reconnects
+      look = std::move(*next);
+    }
+    const RunRecord& rec = look->first;
+    std::string frames;
+    for (const auto& c : look->second.list) {
+      frames += step_frame(rec, c);
+      after = c.checkpoint_id;
+    }
+    const bool ended = cluster::is_terminal(rec.state);
+    if (ended) frames += "id: end\n" + http::sse_event(json::serialize(run_json(rec)), "end");
+    look.reset();
+    const auto now = std::chrono::steady_clock::now();
+    if (frames.empty() && now - last_write >= api.keep_alive) frames = ": keep-alive\n\n";
+    if (!frames.empty()) {
+      if (auto s = co_await ex.async_write(std::move(frames)); !s) co_return;
+      last_write = now;
+    }
+    if (ended || ex.disconnected() || *api.draining) break;
+    co_await sleep_for(api.poll);
+  }
+  (void)co_await ex.async_finish();
+}
+
+awaitable<void> thread_state(const RunsApi& api, const std::string& thread, http::Response& out) {
+  Runs* runs = api.runs;
+  auto r = co_await off_thread(*api.blocking, [&]() -> Result<json::object> {
+    const auto& cp = runs->checkpointer();
+    auto latest = cp.latest(thread);
+    if (!latest) return std::move(latest).error();
+    if (!*latest) return Error(Errc::not_found, "no thread '" + thread + "'");
+    auto values = cp.state_at(thread, (**latest).checkpoint_id);
+    if (!values) return std::move(values).error();
+    const auto& c = **latest;
+    const auto* q = c.metadata.if_contains("queue_run");
+    json::object o{{"thread_id", thread},
+                   {"object", "thread.state"},
+                   {"checkpoint_id", c.checkpoint_id},
+                   {"step", c.step},
+                   {"status", c.pending.contains("status") ? c.pending.at("status") : nullptr},
+                   {"next", c.pending.contains("next") ? c.pending.at("next") : json::array()},
+                   {"run_id", q ? *q : json::value(nullptr)},
+                   {"created_at_ms", c.created_at_ms},
+                   {"values", std::move(*values)}};
+    if (const auto* i = c.pending.if_contains("interrupt")) o["interrupt"] = *i;
+    return o;
+  });
+  out = r ? json_answer(200, *r) : from_error(r.error());
+}
+
+}  // namespace
+
+bool is_runs_path(const std::string& path) {
+  return split(path).valid;
+}
+
+awaitable<void> route_runs(const RunsApi& api, http::Exchange& ex, http::Response& out,
+                           bool& streamed) {
+  const auto& rq = ex.request();
+  const Path p = split(rq.path);
+  Runs* runs = api.runs;
+  auto method_is = [&](const char* m) {
+    if (rq.method == m) return true;
+    out = api_error(405, rq.method + " is not allowed on " + rq.path + "; use " + m,
+                    "method_not_allowed");
+    return false;
+  };
+  auto no_route = [&] {
+    out = api_error(404,
+                    "no route " + rq.method + " " + rq.path +
+                        " (runs API: GET /v1/workflows, POST /v1/runs, GET /v1/runs, GET "
+                        "/v1/runs/{id}, GET /v1/runs/{id}/events, POST /v1/runs/{id}/cancel, POST "
+                        "/v1/threads/{id}/resume, GET /v1/threads/{id}/state)",
+                    "not_found");
+  };
+  if (p.collection == "workflows" && p.id.empty()) {
+    if (!method_is("GET")) co_return;
+    json::array names;
+    for (const auto& n : runs->workflow_names()) names.emplace_back(n);
+    out = json_answer(200, json::object{{"object", "list"}, {"data", std::move(names)}});
+  } else if (p.collection == "runs" && p.id.empty()) {
+    if (rq.method == "GET") {
+      std::size_t limit = 100;
+      if (auto q = rq.target.find("limit="); q != std::string::npos) {
+        try {
+          limit = std::clamp<std::size_t>(std::stoul(rq.target.substr(q + 6)), 1, 1000);
+        } catch (...) {
+          out = api_error(400, "limit must be a number from 1 to 1000", "invalid_request", "limit");
+          co_return;
+        }
+      }
+      auto l = co_await off_thread(*api.blocking, [&] { return runs->list(limit); });
+      if (!l) {
+        out = from_error(l.error());
+        co_return;
+      }
+      json::array data;
+      for (const auto& r : *l) data.emplace_back(run_json(r));
+      out = json_answer(200, json::object{{"object", "list"}, {"data", std::move(data)}});
+      co_return;
+    }
+    if (!method_is("POST")) co_return;
+    auto body = body_object(rq, out, false);
+    if (!body || !only_fields(*body, {"workflow", "input", "thread_id"}, out)) co_return;
+    const auto* wf = body->if_contains("workflow");
+    if (!wf || !wf->is_string() || wf->as_string().empty()) {
+      std::string names;
+      for (const auto& n : runs->workflow_names()) names += (names.empty() ? "" : ", ") + n;
+      out = api_error(
+          400, "'workflow' is required: the name of one of this server's workflows (" + names + ")",
+          "invalid_request", "workflow");
+      co_return;
+    }
+    json::object input;
+    if (const auto* in = body->if_contains("input"); in && !in->is_null()) {
+      if (!in->is_object()) {
+        out = api_error(400, "'input' must be a JSON object (channel name -> value)",
+                        "invalid_request", "input");
+        co_return;
+      }
+      input = in->as_object();
+    }
+    std::string thread;
+    if (const auto* t = body->if_contains("thread_id"); t && !t->is_null()) {
+      if (!t->is_string() || t->as_string().empty()) {
+        out = api_error(400, "'thread_id' must be a non-empty string", "invalid_request",
+                        "thread_id");
+        co_return;
+      }
+      thread = std::string(t->as_string());
+    }
+    const std::string name(wf->as_string());
+    auto id = co_await off_thread(*api.blocking, [&] { return runs->submit(name, input, thread); });
+    if (!id) {
+      out = id.error().is(Errc::not_found)
+                ? api_error(404, id.error().message, "workflow_not_found", "workflow")
+                : from_error(id.error());
+      co_return;
+    }
+    auto rec = co_await off_thread(*api.blocking, [&] { return runs->get(*id); });
+    out = rec ? json_answer(202, run_json(*rec)) : from_error(rec.error());
+    out.headers.emplace_back("Location", "/v1/runs/" + *id);
+  } else if (p.collection == "runs" && p.action.empty()) {
+    if (!method_is("GET")) co_return;
+    auto rec = co_await off_thread(*api.blocking, [&] { return runs->get(p.id); });
+    out = rec ? json_answer(200, run_json(*rec)) : from_error(rec.error());
+  } else if (p.collection == "runs" && p.action == "events") {
+    if (!method_is("GET")) co_return;
+    co_await events(api, ex, p.id, out, streamed);
+  } else if (p.collection == "runs" && p.action == "cancel") {
+    if (!method_is("POST")) co_return;
+    auto rec = co_await off_thread(*api.blocking, [&]() -> Result<RunRecord> {
+      auto st = runs->cancel(p.id);
+      if (!st) return std::move(st).error();
+      return runs->get(p.id);
+    });
+    out = rec ? json_answer(200, run_json(*rec)) : from_error(rec.error());
+  } else if (p.collection == "threads" && !p.id.empty() && p.action == "resume") {
+    if (!method_is("POST")) co_return;
+    auto body = body_object(rq, out, false);
+    if (!body || !only_fields(*body, {"value"}, out)) co_return;
+    const json::value value = body->contains("value") ? body->at("value") : json::value(nullptr);
+    auto rec = co_await off_thread(*api.blocking, [&]() -> Result<RunRecord> {
+      auto id = runs->resume(p.id, value);
+      if (!id) return std::move(id).error();
+      return runs->get(*id);
+    });
+    if (!rec) {
+      out = from_error(rec.error());
+      co_return;
+    }
+    out = json_answer(202, run_json(*rec));
+    out.headers.emplace_back("Location", "/v1/runs/" + rec->id);
+  } else if (p.collection == "threads" && !p.id.empty() && p.action == "state") {
+    if (!method_is("GET")) co_return;
+    co_await thread_state(api, p.id, out);
+  } else {
+    no_route();
+  }
+}
+
+}  // namespace weir::serve

@@ -1,0 +1,43 @@
+// The runs API with its in-process queue (runs_api_suite.hpp; the PostgreSQL instance is in
+// tests/cluster).
+#include "runs_api_suite.hpp"
+
+namespace weir::serve::runs_suite {
+
+std::string runs_db(const std::string&) {
+  return "";
+}
+
+INSTANTIATE_TEST_SUITE_P(InProcess, RunsApi, ::testing::Values(std::string("memory")));
+
+TEST(RunsApiConfig, ABadWorkflowFolderRefusesTheStart) {
+  ServeConfig c;
+  c.port = 0;
+  c.workflows = fs::temp_directory_path() / "weir-no-such-folder";
+  auto s = Service::start(c);
+  ASSERT_FALSE(s);
+  EXPECT_EQ(s.error().message, "--workflows: '" + c.workflows->string() + "' is not a folder");
+
+  const fs::path dir = fs::temp_directory_path() / ("weir-runs-bad-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::ofstream(dir / "broken.json") << R"({"name": "broken", "nodes": {}, "edges": [)";
+  c.workflows = dir;
+  s = Service::start(c);
+  ASSERT_FALSE(s);
+  EXPECT_EQ(s.error().code, make_error_code(Errc::invalid_workflow));
+  EXPECT_EQ(s.error().message.rfind("--workflows: " + (dir / "broken.json").string() + ":\n", 0),
+            0u)
+      << s.error().message;
+  fs::remove_all(dir);
+
+  ServeConfig d;
+  d.runs_db = "postgres://127.0.0.1/x";
+  d.mcp = nullptr;
+  d.models.push_back({"m", "m.gguf"});
+  auto v = validate(d);
+  ASSERT_FALSE(v);
+  EXPECT_EQ(v.error().message,
+            "--db needs --workflows DIR: the database holds the runs of those workflows");
+}
+
+}  // namespace weir::serve::runs_suite
