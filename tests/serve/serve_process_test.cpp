@@ -148,6 +148,40 @@ TEST(ServeProcess, RefusesAnOpenBindWithoutAKey) {
       << c->err;
 }
 
+// The runs API from the command line: `weir serve --workflows samples/workflows` (no model), the
+// human_review sample paused and resumed over HTTP, then SIGTERM: exit 0.
+TEST(ServeProcess, RunsApiServesTheSampleWorkflows) {
+  auto c = spawn({"serve", "--port", "0", "--workflows",
+                  std::string(WEIR_SOURCE_DIR) + "/samples/workflows", "--max-runs", "2"});
+  auto m = c->wait_for(std::regex("listening on http://127\\.0\\.0\\.1:([0-9]+)"));
+  ASSERT_FALSE(m.empty()) << c->err;
+  const auto port = static_cast<std::uint16_t>(std::stoi(m[1]));
+  EXPECT_NE(
+      c->err.find("/v1/runs = workflows in " + std::string(WEIR_SOURCE_DIR) +
+                  "/samples/workflows, in-process queue, --max-runs 2, --max-queued-runs 256"),
+      std::string::npos)
+      << c->err;
+  auto posted =
+      call(port, "POST", "/v1/runs",
+           R"({"workflow": "human_review", "input": {"topic": "fences"}, "thread_id": "t1"})");
+  ASSERT_EQ(posted.status, 202) << posted.body;
+  const std::string id(boost::json::parse(posted.body).at("id").as_string());
+  // The events stream ends when the run pauses at its review node.
+  auto ev = call(port, "GET", "/v1/runs/" + id + "/events");
+  ASSERT_EQ(ev.status, 200);
+  EXPECT_NE(ev.body.find("event: end"), std::string::npos) << ev.body;
+  EXPECT_NE(ev.body.find(R"("state":"interrupted")"), std::string::npos) << ev.body;
+  auto resumed = call(port, "POST", "/v1/threads/t1/resume", R"({"value": "approve"})");
+  ASSERT_EQ(resumed.status, 202) << resumed.body;
+  const std::string id2(boost::json::parse(resumed.body).at("id").as_string());
+  auto ev2 = call(port, "GET", "/v1/runs/" + id2 + "/events");
+  EXPECT_NE(ev2.body.find(R"("state":"succeeded")"), std::string::npos) << ev2.body;
+  auto state = boost::json::parse(call(port, "GET", "/v1/threads/t1/state").body);
+  EXPECT_EQ(state.at("values").at("published"), true) << state;
+  ASSERT_EQ(::kill(c->pid, SIGTERM), 0);
+  EXPECT_EQ(c->wait_exit(10000), 0) << c->err;
+}
+
 // The official TypeScript SDK's Streamable HTTP client against `weir serve`'s /mcp, with no
 // model: weir's tools and a workflow (tests/mcp/workflows) as tools.
 TEST(ServeProcess, McpOverHttpWithTheTypeScriptSdk) {
