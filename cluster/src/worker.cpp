@@ -54,6 +54,9 @@ struct Held {
   json::object input;
   std::shared_ptr<std::atomic<bool>> cancel = std::make_shared<std::atomic<bool>>(false);
   std::atomic<bool> user_cancel{false}, lost{false}, draining{false}, done{false};
+  // Set first thing in end(): the run's coroutine returned and its end is being recorded, so a
+  // renewal that finds the run no longer held may be seeing that very record.
+  std::atomic<bool> ending{false};
   Result<graph::RunResult> result = Error(Errc::cancelled, "not run");
 };
 
@@ -254,6 +257,7 @@ struct Worker::Impl {
 
   // On a pool thread, once the run's coroutine returned.
   void end(Held& h) {
+    h.ending = true;
     const RunRecord& rec = h.rec;
     if (h.lost) {
       count(&WorkerStats::lost);
@@ -287,7 +291,7 @@ struct Worker::Impl {
       for (auto& [id, h] : held) runs.push_back(h);
     }
     for (auto& h : runs) {
-      if (h->done || h->lost) continue;
+      if (h->ending || h->lost) continue;
       auto c = queue->renew(h->rec.id, h->rec.fence, opt.lease);
       Status lost_why;
       if (!c) {
@@ -306,7 +310,7 @@ struct Worker::Impl {
             !t && t.error().is(Errc::thread_busy))
           lost_why = std::move(t).error();
       }
-      if (!lost_why && !h->done) {
+      if (!lost_why && !h->ending) {
         h->lost = true;
         h->cancel->store(true);
         say(h->rec.id + ": lost its lease: " + lost_why.error().message);
