@@ -50,7 +50,7 @@ struct Held {
   RunRecord rec;  // workflow text dropped once built
   std::string token;
   std::shared_ptr<BuiltWorkflow> wf;
-  std::unique_ptr<graph::Checkpointer> cp;  // its own connection; thread-safe
+  std::unique_ptr<graph::Checkpointer> cp;  // its own connection while it runs; thread-safe
   json::object input;
   std::shared_ptr<std::atomic<bool>> cancel = std::make_shared<std::atomic<bool>>(false);
   std::atomic<bool> user_cancel{false}, lost{false}, draining{false}, done{false};
@@ -80,6 +80,10 @@ struct Worker::Impl {
   fs::path store_dir;
   std::unique_ptr<graph::GraphRuntime> runtime;
   std::map<std::string, std::shared_ptr<BuiltWorkflow>> workflows;  // by sha256; control thread
+  // Checkpointers of ended runs, each with its open connection, for the next runs (at most
+  // max_runs): a new connection costs PostgreSQL a backend start and cold catalog caches, about
+  // half its CPU per five-step run (bench/scaleout). Control thread only (start(), reap()).
+  std::vector<std::unique_ptr<graph::Checkpointer>> idle_checkpointers;
 
   std::mutex mu;
   std::map<std::string, std::shared_ptr<Held>> held;  // GUARDED_BY(mu); erased by reap() only
@@ -180,12 +184,17 @@ struct Worker::Impl {
       return false;
     }
     h->input = std::move(input->value.as_object());
-    auto cp = graph::open_postgres_checkpointer(opt.db);
-    if (!cp) {
-      hand_back(rec, opt.lease, "cannot open the checkpointer: " + cp.error().message);
-      return false;
+    if (!idle_checkpointers.empty()) {
+      h->cp = std::move(idle_checkpointers.back());
+      idle_checkpointers.pop_back();
+    } else {
+      auto cp = graph::open_postgres_checkpointer(opt.db);
+      if (!cp) {
+        hand_back(rec, opt.lease, "cannot open the checkpointer: " + cp.error().message);
+        return false;
+      }
+      h->cp = std::move(*cp);
     }
-    h->cp = std::move(*cp);
     auto claimed =
         h->cp->claim_thread(rec.thread_id, graph::this_process_holder(h->token, opt.lease.count()));
     if (!claimed) {
@@ -332,7 +341,12 @@ struct Worker::Impl {
   // Drops ended runs; returns how many are still held.
   std::size_t reap() {
     std::lock_guard lock(mu);
-    std::erase_if(held, [](const auto& kv) { return kv.second->done.load(); });
+    std::erase_if(held, [this](const auto& kv) {
+      if (!kv.second->done.load()) return false;
+      if (kv.second->cp && idle_checkpointers.size() < opt.max_runs)
+        idle_checkpointers.push_back(std::move(kv.second->cp));
+      return true;
+    });
     return held.size();
   }
 
