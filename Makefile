@@ -11,6 +11,8 @@
 #   make bench      build and run the benchmarks, each printing JSON
 #   make fuzz       build the libFuzzer targets with clang (build-fuzz/) and run each briefly
 #   make gauntlet   the OOM gauntlet, quick (< 3 min; CI runs it); gauntlet-full: the full run
+#   make chaos      the scale-out chaos bench, quick (< 2 min): workers killed with SIGKILL every
+#                   2 s while 600 runs go through a throwaway PostgreSQL (bench/scaleout/run)
 #   make format     clang-format every C++ file in place
 
 BUILD      ?= build
@@ -23,7 +25,7 @@ FUZZ_RUNS  ?= 20000
 GENERATOR  := $(shell command -v ninja >/dev/null 2>&1 && echo Ninja || echo "Unix Makefiles")
 LAUNCHER   := $(shell command -v ccache >/dev/null 2>&1 && echo -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
 
-.PHONY: all build setup configure demo test test-asan bench fuzz gauntlet gauntlet-full format clean \
+.PHONY: all build setup configure demo test test-asan bench fuzz gauntlet gauntlet-full chaos format clean \
         install package check-install check-package
 
 all: build
@@ -102,6 +104,9 @@ gauntlet: build
 gauntlet-full: build
 	@bench/gauntlet/setup || echo "gauntlet: the LangGraph.js peer could not be installed; weir's side runs alone"
 	bench/gauntlet/run --bin $(BUILD)/bin/weir_gauntlet
+
+chaos: build
+	bench/scaleout/run --quick --weir $(BUILD)/bin/weir
 
 format:
 	@git ls-files '*.cpp' '*.hpp' '*.h' '*.cu' '*.cuh' | xargs clang-format -i

@@ -51,11 +51,14 @@ struct Held {
   RunRecord rec;  // workflow text dropped once built
   std::string token;
   std::shared_ptr<BuiltWorkflow> wf;
-  std::unique_ptr<graph::Checkpointer> cp;  // its own connection; thread-safe
+  std::unique_ptr<graph::Checkpointer> cp;  // its own connection while it runs; thread-safe
   json::object input;
   std::optional<json::value> resume;  // set: the run resumes its interrupted thread with it
   std::shared_ptr<std::atomic<bool>> cancel = std::make_shared<std::atomic<bool>>(false);
   std::atomic<bool> user_cancel{false}, lost{false}, draining{false}, done{false};
+  // Set first thing in end(): the run's coroutine returned and its end is being recorded, so a
+  // renewal that finds the run no longer held may be seeing that very record.
+  std::atomic<bool> ending{false};
   Result<graph::RunResult> result = Error(Errc::cancelled, "not run");
 };
 
@@ -79,6 +82,10 @@ struct Worker::Impl {
   fs::path store_dir;
   std::unique_ptr<graph::GraphRuntime> runtime;
   std::map<std::string, std::shared_ptr<BuiltWorkflow>> workflows;  // by sha256; control thread
+  // Checkpointers of ended runs, each with its open connection, for the next runs (at most
+  // max_runs): a new connection costs PostgreSQL a backend start and cold catalog caches, about
+  // half its CPU per five-step run (bench/scaleout). Control thread only (start(), reap()).
+  std::vector<std::unique_ptr<graph::Checkpointer>> idle_checkpointers;
 
   std::mutex mu;
   std::map<std::string, std::shared_ptr<Held>> held;  // GUARDED_BY(mu); erased by reap() only
@@ -179,12 +186,17 @@ struct Worker::Impl {
       return false;
     }
     h->input = std::move(input->value.as_object());
-    auto cp = graph::open_postgres_checkpointer(opt.db);
-    if (!cp) {
-      hand_back(rec, opt.lease, "cannot open the checkpointer: " + cp.error().message);
-      return false;
+    if (!idle_checkpointers.empty()) {
+      h->cp = std::move(idle_checkpointers.back());
+      idle_checkpointers.pop_back();
+    } else {
+      auto cp = graph::open_postgres_checkpointer(opt.db);
+      if (!cp) {
+        hand_back(rec, opt.lease, "cannot open the checkpointer: " + cp.error().message);
+        return false;
+      }
+      h->cp = std::move(*cp);
     }
-    h->cp = std::move(*cp);
     auto claimed =
         h->cp->claim_thread(rec.thread_id, graph::this_process_holder(h->token, opt.lease.count()));
     if (!claimed) {
@@ -275,6 +287,7 @@ struct Worker::Impl {
 
   // On a pool thread, once the run's coroutine returned.
   void end(Held& h) {
+    h.ending = true;
     const RunRecord& rec = h.rec;
     if (h.lost) {
       count(&WorkerStats::lost);
@@ -308,7 +321,7 @@ struct Worker::Impl {
       for (auto& [id, h] : held) runs.push_back(h);
     }
     for (auto& h : runs) {
-      if (h->done || h->lost) continue;
+      if (h->ending || h->lost) continue;
       auto c = queue->renew(h->rec.id, h->rec.fence, opt.lease);
       Status lost_why;
       if (!c) {
@@ -327,7 +340,7 @@ struct Worker::Impl {
             !t && t.error().is(Errc::thread_busy))
           lost_why = std::move(t).error();
       }
-      if (!lost_why && !h->done) {
+      if (!lost_why && !h->ending) {
         h->lost = true;
         h->cancel->store(true);
         say(h->rec.id + ": lost its lease: " + lost_why.error().message);
@@ -349,7 +362,12 @@ struct Worker::Impl {
   // Drops ended runs; returns how many are still held.
   std::size_t reap() {
     std::lock_guard lock(mu);
-    std::erase_if(held, [](const auto& kv) { return kv.second->done.load(); });
+    std::erase_if(held, [this](const auto& kv) {
+      if (!kv.second->done.load()) return false;
+      if (kv.second->cp && idle_checkpointers.size() < opt.max_runs)
+        idle_checkpointers.push_back(std::move(kv.second->cp));
+      return true;
+    });
     return held.size();
   }
 
