@@ -135,7 +135,8 @@ class LocalRuns final : public Runs {
     limits.total = cfg_.memory_limit;
     budget_ = std::make_unique<MemoryBudget>(limits);
     std::error_code ec;
-    store_dir_ = fs::temp_directory_path(ec) / ("weir-serve-runs-" + std::to_string(::getpid()));
+    store_dir_ = fs::temp_directory_path(ec) / ("weir-serve-runs-" + std::to_string(::getpid()) +
+                                                "-" + graph::new_claim_token().substr(0, 8));
     auto st =
         ArtifactStore::open({store_dir_, std::min<std::size_t>(cfg_.memory_limit / 4, 64u << 20),
                              std::size_t{4} << 30, 200, budget_.get()});
