@@ -10,6 +10,7 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
+#include <unordered_map>
 #include <unordered_set>
 
 #include <boost/json/serialize.hpp>
@@ -543,6 +544,7 @@ class PostgresCheckpointer final : public Checkpointer {
   // A dropped connection (server restart, idle timeout) is re-established on the next call.
   Status reconnect_if_needed() const {
     if (PQstatus(conn_.get()) == CONNECTION_OK) return {};
+    prepared_.clear();  // a new session has none of them
     PQreset(conn_.get());
     if (PQstatus(conn_.get()) == CONNECTION_OK) return {};
     return Error(Errc::io_error,
@@ -552,9 +554,24 @@ class PostgresCheckpointer final : public Checkpointer {
 
   // Runs one statement; an error names the server, `what`, the server's message and SQLSTATE.
   // Sets sqlstate_ ("" on success).
+  // Each statement text is prepared once per connection (parsed and planned once: for the
+  // short statements of a put that is much of what they cost the server) and then run with
+  // PQexecPrepared; past kMaxPrepared texts the rest run unprepared.
   Result<ResultPtr> exec(const std::string& sql, const Params& p, std::string_view what) const {
-    ResultPtr r(PQexecParams(conn_.get(), sql.c_str(), p.size(), p.types(), p.values(), p.lengths(),
-                             p.formats(), 1));
+    constexpr std::size_t kMaxPrepared = 64;
+    std::string key = sql;  // the same text with other parameter types is another statement
+    key.append(reinterpret_cast<const char*>(p.types()), p.size() * sizeof(Oid));
+    auto it = prepared_.find(key);
+    if (it == prepared_.end() && prepared_.size() < kMaxPrepared) {
+      std::string name = "weir_s" + std::to_string(prepared_.size());
+      ResultPtr pr(PQprepare(conn_.get(), name.c_str(), sql.c_str(), p.size(), p.types()));
+      if (!pr || PQresultStatus(pr.get()) != PGRES_COMMAND_OK) return error(pr.get(), what);
+      it = prepared_.emplace(std::move(key), std::move(name)).first;
+    }
+    ResultPtr r(it != prepared_.end() ? PQexecPrepared(conn_.get(), it->second.c_str(), p.size(),
+                                                       p.values(), p.lengths(), p.formats(), 1)
+                                      : PQexecParams(conn_.get(), sql.c_str(), p.size(), p.types(),
+                                                     p.values(), p.lengths(), p.formats(), 1));
     const ExecStatusType st = r ? PQresultStatus(r.get()) : PGRES_FATAL_ERROR;
     if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) {
       sqlstate_.clear();
@@ -711,6 +728,8 @@ class PostgresCheckpointer final : public Checkpointer {
   mutable std::mutex mu_;         // guards conn_ and sqlstate_: one statement at a time
   ConnPtr conn_;                  // GUARDED_BY(mu_)
   mutable std::string sqlstate_;  // of the last failed statement; GUARDED_BY(mu_)
+  // Statement text (+ parameter types) -> its prepared name on conn_; GUARDED_BY(mu_)
+  mutable std::unordered_map<std::string, std::string> prepared_;
   const Retention retention_;
 };
 
