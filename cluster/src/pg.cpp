@@ -38,6 +38,7 @@ std::string Connection::scrub(std::string text) const {
 
 Result<ResultPtr> Connection::exec(const char* sql, const Params& params, std::string_view what) {
   if (PQstatus(conn_.get()) != CONNECTION_OK) {
+    prepared_.clear();  // a new session has none of them
     PQreset(conn_.get());
     if (PQstatus(conn_.get()) != CONNECTION_OK)
       return Error(Errc::io_error,
@@ -48,8 +49,23 @@ Result<ResultPtr> Connection::exec(const char* sql, const Params& params, std::s
   std::vector<const char*> values;
   values.reserve(params.size());
   for (const auto& p : params) values.push_back(p ? p->c_str() : nullptr);
-  ResultPtr r(PQexecParams(conn_.get(), sql, static_cast<int>(values.size()), nullptr,
-                           values.data(), nullptr, nullptr, 0));
+  // Each statement text is prepared once per connection (parsed and planned once); past
+  // kMaxPrepared texts the rest run unprepared.
+  constexpr std::size_t kMaxPrepared = 32;
+  auto it = prepared_.find(sql);
+  ResultPtr r;
+  if (it == prepared_.end() && prepared_.size() < kMaxPrepared) {
+    std::string name = "weir_q" + std::to_string(prepared_.size());
+    r.reset(PQprepare(conn_.get(), name.c_str(), sql, static_cast<int>(values.size()), nullptr));
+    if (r && PQresultStatus(r.get()) == PGRES_COMMAND_OK)
+      it = prepared_.emplace(sql, std::move(name)).first;
+  }
+  if (!r || PQresultStatus(r.get()) == PGRES_COMMAND_OK)  // else: the failed prepare's error
+    r.reset(it != prepared_.end()
+                ? PQexecPrepared(conn_.get(), it->second.c_str(), static_cast<int>(values.size()),
+                                 values.data(), nullptr, nullptr, 0)
+                : PQexecParams(conn_.get(), sql, static_cast<int>(values.size()), nullptr,
+                               values.data(), nullptr, nullptr, 0));
   const auto status = r ? PQresultStatus(r.get()) : PGRES_FATAL_ERROR;
   if (status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK) return r;
   std::string msg = trimmed(r ? PQresultErrorMessage(r.get()) : PQerrorMessage(conn_.get()));

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "weir/runtime/error.hpp"
@@ -49,6 +50,7 @@ class Connection {
         conn_(std::move(conn)) {}
   std::string conninfo_, description_;
   ConnPtr conn_;
+  std::unordered_map<std::string, std::string> prepared_;  // statement text -> prepared name
 };
 
 // Cells of a text-format result.
