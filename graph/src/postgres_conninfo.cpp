@@ -6,32 +6,14 @@
 #include <memory>
 #include <vector>
 
+#include "weir/runtime/text.hpp"
+
 namespace weir::graph::detail {
 namespace {
 
 struct OptionsFree {
   void operator()(PQconninfoOption* o) const { PQconninfoFree(o); }
 };
-
-int hex_digit(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
-std::string percent_decode(std::string_view s) {
-  std::string out;
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '%' && i + 2 < s.size() && hex_digit(s[i + 1]) >= 0 && hex_digit(s[i + 2]) >= 0) {
-      out += static_cast<char>(hex_digit(s[i + 1]) * 16 + hex_digit(s[i + 2]));
-      i += 2;
-    } else {
-      out += s[i];
-    }
-  }
-  return out;
-}
 
 // Every spelling of a password the input may hold, as written and decoded.
 std::vector<std::string> password_candidates(std::string_view in) {

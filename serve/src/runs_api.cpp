@@ -15,6 +15,7 @@
 #include "weir/http/sse.hpp"
 #include "weir/runtime/json_parse.hpp"
 #include "weir/runtime/json_write.hpp"
+#include "weir/runtime/text.hpp"
 
 namespace weir::serve {
 
@@ -100,26 +101,6 @@ json::object run_json(const RunRecord& r) {
                     : json::value(json::object{{"code", r.error_code}, {"message", r.error}})}};
   if (!r.resume.empty()) o["resume"] = stored(r.resume);
   return o;
-}
-
-std::string percent_decode(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  auto hex = [](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-  };
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '%' && i + 2 < s.size() && hex(s[i + 1]) >= 0 && hex(s[i + 2]) >= 0) {
-      out += static_cast<char>(hex(s[i + 1]) * 16 + hex(s[i + 2]));
-      i += 2;
-    } else {
-      out += s[i];
-    }
-  }
-  return out;
 }
 
 // "/v1/runs/ID/events" -> {"runs", "ID", "events"}.
