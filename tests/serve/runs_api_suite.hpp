@@ -257,7 +257,8 @@ TEST_P(RunsApi, CancelStopsARunningRunBeforeItsNextStep) {
 
 TEST_P(RunsApi, AFullQueueAnswers429AndTheQueuedRunsStillRun) {
   start(/*max_runs=*/1, /*max_queued=*/1);
-  const std::string a = submit(R"({"workflow": "slow", "input": {"left": 4, "ms": 50}})");
+  // `a` runs for a second: long enough that it still holds the one slot when the third comes.
+  const std::string a = submit(R"({"workflow": "slow", "input": {"left": 20, "ms": 50}})");
   wait_for(a, {"running"});
   const std::string b = submit(R"({"workflow": "slow", "input": {"left": 1, "ms": 1}})");
   auto full = post("/v1/runs", R"({"workflow": "slow"})");

@@ -210,7 +210,7 @@ bool StdioTransport::reap(bool block) {
 
 std::string StdioTransport::exit_reason() {
   // The process usually closes stdout as it exits: give it a moment to be reapable.
-  for (int i = 0; i < 20 && !reap(false); ++i)
+  for (int i = 0; i < 100 && !reap(false); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   if (!reaped_) return "";
   if (WIFEXITED(status_)) return "exited with status " + std::to_string(WEXITSTATUS(status_));
