@@ -162,7 +162,8 @@ int cmd_submit(Args args) {
 }
 
 int cmd_worker(Args args) {
-  Flags f("worker", {"--db", "--max-runs", "--lease", "--memory", "--name", "--poll"},
+  Flags f("worker",
+          {"--db", "--max-runs", "--lease", "--memory", "--name", "--poll", "--connect-timeout"},
           {"--once", "--exit-when-idle"});
   if (!f.parse(args)) return kExitInvalidInput;
   if (!f.positional().empty())
@@ -170,9 +171,15 @@ int cmd_worker(Args args) {
   cluster::WorkerOptions o;
   if (!f.integer("--max-runs", o.max_runs, std::size_t{1}, std::size_t{10'000}))
     return kExitInvalidInput;
-  for (auto [flag, out, min] : {std::tuple{"--lease", &o.lease, std::chrono::milliseconds(100)},
-                                std::tuple{"--poll", &o.poll, std::chrono::milliseconds(10)}}) {
+  for (auto [flag, out, min] :
+       {std::tuple{"--lease", &o.lease, std::chrono::milliseconds(100)},
+        std::tuple{"--poll", &o.poll, std::chrono::milliseconds(10)},
+        std::tuple{"--connect-timeout", &o.connect_timeout, std::chrono::milliseconds(1)}}) {
     if (auto d = f.get(flag)) {
+      if (std::string_view(flag) == "--connect-timeout" && (*d == "0" || *d == "0s")) {
+        *out = std::chrono::milliseconds(0);  // try once
+        continue;
+      }
       auto ms = parse_duration(*d);
       if (!ms || *ms < min)
         return f.fail(std::string(flag) + " expects a duration of at least " +

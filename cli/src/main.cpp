@@ -96,7 +96,8 @@ constexpr Command kCommands[] = {
      cmd_submit},
     {"worker", "run queued workflow runs from PostgreSQL, up to N at once",
      "usage: weir worker --db URL [--max-runs N] [--once | --exit-when-idle] [--lease DURATION]\n"
-     "                   [--memory SIZE] [--name NAME] [--poll DURATION]\n\n"
+     "                   [--memory SIZE] [--name NAME] [--poll DURATION]\n"
+     "                   [--connect-timeout DURATION]\n\n"
      "Claims queued runs (FOR UPDATE SKIP LOCKED; any number of workers on any number of\n"
      "machines may share one database) and runs up to --max-runs at once (default 4) under one\n"
      "memory budget (--memory, default 1GiB; no run is claimed while 90% of it is in use).\n"
@@ -107,7 +108,8 @@ constexpr Command kCommands[] = {
      "while the worker still holds the run, so no step is committed twice. --once runs one run\n"
      "and exits; --exit-when-idle exits when nothing is left to claim. SIGTERM or SIGINT stops\n"
      "claiming, stops the runs held before their next superstep and hands them back to the\n"
-     "queue. Progress goes to stderr.\n\n"
+     "queue. A database that cannot be reached at start is tried again with backoff for\n"
+     "--connect-timeout (default 30s; 0 tries once). Progress goes to stderr.\n\n"
      "example:\n  weir worker --db postgres://weir@db/weir --max-runs 16\n",
      cmd_worker},
     {"runs", "list the runs of a PostgreSQL run queue and their state",

@@ -398,9 +398,27 @@ Result<WorkerStats> Worker::Impl::run() {
   if (opt.lease < std::chrono::milliseconds(100))
     return Error(Errc::invalid_argument, "worker: the lease must be at least 100 ms");
   if (wake_fd < 0) return Error(Errc::io_error, "worker: eventfd failed");
-  auto q = RunQueue::open(opt.db);
-  if (!q) return std::move(q).error();
-  queue = std::move(*q);
+  // A database that is not up yet (the worker started first, a restart, a failover) is waited
+  // for, with backoff, up to connect_timeout; stop() ends the wait.
+  const auto connect_until = Clock::now() + opt.connect_timeout;
+  auto backoff = std::chrono::milliseconds(250);
+  for (int tries = 1;; ++tries) {
+    auto q = RunQueue::open(opt.db);
+    if (q) {
+      queue = std::move(*q);
+      break;
+    }
+    if (!q.error().is(Errc::io_error) || stopping || Clock::now() + backoff > connect_until) {
+      if (tries == 1) return std::move(q).error();
+      return Error(q.error().code, q.error().message + " (gave up after " + std::to_string(tries) +
+                                       " tries in " +
+                                       std::to_string(opt.connect_timeout.count() / 1000) + " s)");
+    }
+    say(q.error().message + "; trying again in " + std::to_string(backoff.count()) + " ms");
+    pollfd wake{wake_fd, POLLIN, 0};
+    (void)::poll(&wake, 1, static_cast<int>(backoff.count()));
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
+  }
   // The listening connection: its own, since a notification arrives between statements.
   std::optional<pg::Connection> listener;
   auto listen = [&]() -> Status {

@@ -337,6 +337,27 @@ TEST(RunQueue, ClearErrorsWithoutThePassword) {
       << bad_input.err;
 }
 
+// A worker started before its database is reachable keeps trying with backoff, saying so, and
+// gives up after --connect-timeout naming the tries; --connect-timeout 0 tries once.
+TEST(RunQueue, AWorkerWaitsForItsDatabaseUpToTheConnectTimeout) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto down = run_weir("worker --db 'postgres://weir:Secr3tPw@127.0.0.1:1/x' --connect-timeout 1s");
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  EXPECT_EQ(down.code, 2) << down.err;
+  EXPECT_NE(down.err.find("weir worker: cannot connect to postgres 'weir@127.0.0.1:1/x': "),
+            std::string::npos)
+      << down.err;
+  EXPECT_NE(down.err.find("; trying again in 250 ms\n"), std::string::npos) << down.err;
+  EXPECT_NE(down.err.find("; trying again in 500 ms\n"), std::string::npos) << down.err;
+  EXPECT_NE(down.err.find(" tries in 1 s)\n"), std::string::npos) << down.err;
+  EXPECT_EQ(down.err.find("Secr3tPw"), std::string::npos) << down.err;
+  EXPECT_GE(waited, std::chrono::milliseconds(700));
+  auto once = run_weir("worker --db 'postgres://weir@127.0.0.1:1/x' --connect-timeout 0s");
+  EXPECT_EQ(once.code, 2);
+  EXPECT_EQ(once.err.find("trying again"), std::string::npos) << once.err;
+  EXPECT_EQ(once.err.find("gave up"), std::string::npos) << once.err;
+}
+
 // The fence, at the library level: a holder whose lease lapsed and was reclaimed can neither
 // renew nor record an end.
 TEST(RunQueue, AReclaimedRunsOldHolderIsFencedOut) {

@@ -52,6 +52,9 @@ struct WorkerOptions {
   bool exit_when_idle = false;           // return once nothing is held and nothing is claimable
   std::string name;                      // the lease owner shown by `weir runs`; "" = "host:pid"
   std::chrono::milliseconds poll{2000};  // the longest wait for work without a notification
+  // At start, how long to keep trying to reach a database that refuses or is not up yet
+  // (backoff from 250 ms to 5 s between tries, each failure logged); 0: try once.
+  std::chrono::milliseconds connect_timeout{30000};
   std::function<void(const std::string&)>
       log;  // one line per event (claim, end, loss); may be null
 };
@@ -71,7 +74,8 @@ class Worker {
 
   // Runs until stop(), or as `once` / `exit_when_idle` say. Errors (at start only: afterwards
   // database errors are logged and retried): invalid_argument (options, connection string),
-  // io_error (cannot connect, cannot create the queue's tables). Returns what it did.
+  // io_error (cannot connect within connect_timeout: the message names the tries and the last
+  // reason; cannot create the queue's tables). Returns what it did.
   Result<WorkerStats> run();
   // Asks run() to stop (see above). Async-signal-safe.
   void stop() noexcept;
