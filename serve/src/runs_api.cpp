@@ -1,5 +1,6 @@
 #include "runs_api.hpp"
 
+#include <cstdlib>
 #include <optional>
 #include <string_view>
 
@@ -101,6 +102,24 @@ json::object run_json(const RunRecord& r) {
                     : json::value(json::object{{"code", r.error_code}, {"message", r.error}})}};
   if (!r.resume.empty()) o["resume"] = stored(r.resume);
   return o;
+}
+
+// The decoded value of `key` in the target's query ("/v1/runs?limit=5" -> "5"); nullopt when
+// the query does not have it.
+std::optional<std::string> query_value(std::string_view target, std::string_view key) {
+  const auto q = target.find('?');
+  if (q == std::string_view::npos) return std::nullopt;
+  std::string_view rest = target.substr(q + 1);
+  while (!rest.empty()) {
+    const auto amp = rest.find('&');
+    const std::string_view pair = rest.substr(0, amp);
+    const auto eq = pair.find('=');
+    if (pair.substr(0, eq) == key)
+      return percent_decode(eq == std::string_view::npos ? "" : pair.substr(eq + 1));
+    if (amp == std::string_view::npos) break;
+    rest.remove_prefix(amp + 1);
+  }
+  return std::nullopt;
 }
 
 // "/v1/runs/ID/events" -> {"runs", "ID", "events"}.
@@ -342,13 +361,15 @@ awaitable<void> route_runs(const RunsApi& api, http::Exchange& ex, http::Respons
   } else if (p.collection == "runs" && p.id.empty()) {
     if (rq.method == "GET") {
       std::size_t limit = 100;
-      if (auto q = rq.target.find("limit="); q != std::string::npos) {
-        try {
-          limit = std::clamp<std::size_t>(std::stoul(rq.target.substr(q + 6)), 1, 1000);
-        } catch (...) {
-          out = api_error(400, "limit must be a number from 1 to 1000", "invalid_request", "limit");
+      if (auto v = query_value(rq.target, "limit")) {
+        char* end = nullptr;
+        const unsigned long n = std::strtoul(v->c_str(), &end, 10);
+        if (v->empty() || *end != '\0' || n < 1 || n > 1000) {
+          out = api_error(400, "limit must be a whole number from 1 to 1000, got '" + *v + "'",
+                          "invalid_request", "limit");
           co_return;
         }
+        limit = n;
       }
       auto l = co_await off_thread(*api.blocking, [&] { return runs->list(limit); });
       if (!l) {

@@ -297,6 +297,12 @@ TEST_P(RunsApi, BadRequestsSayWhatToChange) {
   r = get("/v1/runs/r-0000000000000000/cancel");
   EXPECT_EQ(r.status, 405);
   EXPECT_EQ(error_of(r), "GET is not allowed on /v1/runs/r-0000000000000000/cancel; use POST");
+  r = get("/v1/runs?state=queued&limit=0");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(error_of(r), "limit must be a whole number from 1 to 1000, got '0'");
+  r = get("/v1/runs?nolimit=5&limit=1");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(object_of(r.body)["data"].as_array().size(), 0u);  // no run yet
   r = get("/v1/threads/x/history");
   EXPECT_EQ(r.status, 404);
   EXPECT_EQ(error_of(r).rfind("no route GET /v1/threads/x/history (runs API: ", 0), 0u)
