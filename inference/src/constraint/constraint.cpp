@@ -20,6 +20,7 @@
 //     the top of a maximal plain subtree when the run ends in a state that refuses every plain
 //     byte (a maxLength reached), takes the tokens no longer than the run from the subtree's
 //     tokens sorted by length (VocabTrie::by_len). Otherwise it walks the subtree as in 2.
+//     The largest plain subtrees keep their tokens as a mask, ORed in word by word.
 //     In the spirit of XGrammar's split of tokens into those the current element decides
 //     alone and those that need the whole stack, kept to the element that dominates JSON
 //     masks: string characters. The trie's plain marks live in a byte Node had as padding;
@@ -84,6 +85,11 @@ struct VocabTrie {
   std::vector<std::int32_t> toks;        // token ids ending at each node
   // toks, but each kPlainRoot subtree's range sorted by token length (shortest first).
   std::vector<std::int32_t> by_len;
+  // The tokens of each kPlainRoot subtree holding at least kMaskedRoot of them, as a mask
+  // ([mask_words(n_vocab)], keyed by node): one OR of words instead of a bit per token. At
+  // most n_vocab / kMaskedRoot masks: n_vocab^2 / 4096 bytes (gpt-2: 21 masks, 130 KiB).
+  static constexpr std::uint32_t kMaskedRoot = 512;
+  std::unordered_map<std::uint32_t, std::vector<std::uint64_t>> root_masks;
   std::vector<std::string> pieces;  // [n_vocab] bytes of each token ("" = never allowed)
   std::vector<std::int32_t> eog;    // end-of-generation ids
   std::int32_t n_vocab = 0;
@@ -163,6 +169,13 @@ std::shared_ptr<const VocabTrie> build_trie(const Tokenizer& t) {
                        return v->pieces[static_cast<std::size_t>(a)].size() <
                               v->pieces[static_cast<std::size_t>(b)].size();
                      });
+    if (v->tok_begin[node.end] - v->tok_begin[i] < VocabTrie::kMaskedRoot) continue;
+    auto& m = v->root_masks[i];
+    m.assign(mask_words(v->n_vocab), 0);
+    for (std::uint32_t k = v->tok_begin[i]; k < v->tok_begin[node.end]; ++k) {
+      const auto id = static_cast<std::uint32_t>(v->toks[k]);
+      m[id >> 6] |= std::uint64_t{1} << (id & 63);
+    }
   }
   return v;
 }
@@ -304,7 +317,12 @@ struct Constraint::Impl {
         const unsigned run = plain_run(dfa, pid);
         const std::uint32_t b = v.tok_begin[i], e = v.tok_begin[node.end];
         if (run >= height) {  // every token below is allowed
-          set_all(v.toks.data() + b, v.toks.data() + e);
+          if (e - b >= VocabTrie::kMaskedRoot && (node.plain & VocabTrie::kPlainRoot)) {
+            const auto& m = v.root_masks.at(i);
+            for (std::size_t w = 0; w < m.size(); ++w) words[w] |= m[w];
+          } else {
+            set_all(v.toks.data() + b, v.toks.data() + e);
+          }
           i = node.end;
           continue;
         }
