@@ -306,9 +306,8 @@ struct Constraint::Impl {
         words[id >> 6] |= std::uint64_t{1} << (id & 63);
       }
     };
-    auto intern = [&](const std::vector<std::uint32_t>& s) { return dfa.intern(st, s); };
     if (levels.size() < v.max_depth + 1) levels.resize(v.max_depth + 1);
-    levels[0] = intern(state);
+    levels[0] = dfa.intern(st, state);
     const auto n = static_cast<std::uint32_t>(v.nodes.size());
     for (std::uint32_t i = 1; i < n;) {
       const auto& node = v.nodes[i];
@@ -344,18 +343,13 @@ struct Constraint::Impl {
         continue;
       }
       std::int32_t nid = dfa.next[static_cast<std::size_t>(pid)][node.byte];
-      if (nid == -2) {
-        nid = step(dfa, pid, node.byte);
-      }
+      if (nid == -2) nid = step(dfa, pid, node.byte);
       if (nid < 0) {
         i = node.end;
         continue;
       }
       levels[node.depth] = nid;
-      for (std::uint32_t k = v.tok_begin[i]; k < v.tok_begin[i + 1]; ++k) {
-        const auto id = static_cast<std::uint32_t>(v.toks[k]);
-        words[id >> 6] |= std::uint64_t{1} << (id & 63);
-      }
+      set_all(v.toks.data() + v.tok_begin[i], v.toks.data() + v.tok_begin[i + 1]);
       ++i;
     }
     give_dfa(std::move(dfa_owner));
