@@ -24,7 +24,8 @@
 //     In the spirit of XGrammar's split of tokens into those the current element decides
 //     alone and those that need the whole stack, kept to the element that dominates JSON
 //     masks: string characters. The trie's plain marks live in a byte Node had as padding;
-//     by_len is one token id per token; per DFA state, 3 bytes (bounded by kMaxDfaStates).
+//     by_len is one token id per token; the subtree masks, at most kRootMaskBytes per
+//     vocabulary; per DFA state, 3 bytes (bounded by kMaxDfaStates).
 // Every shortcut is exact: the mask is the set of tokens the matcher accepts, token by token
 // (tests/inference/structured_test.cpp, MaskIsExactlyTheTokensTheMatcherAccepts).
 #include "weir/inference/constraint.hpp"
@@ -85,10 +86,11 @@ struct VocabTrie {
   std::vector<std::int32_t> toks;        // token ids ending at each node
   // toks, but each kPlainRoot subtree's range sorted by token length (shortest first).
   std::vector<std::int32_t> by_len;
-  // The tokens of each kPlainRoot subtree holding at least kMaskedRoot of them, as a mask
-  // ([mask_words(n_vocab)], keyed by node): one OR of words instead of a bit per token. At
-  // most n_vocab / kMaskedRoot masks: n_vocab^2 / 4096 bytes (gpt-2: 21 masks, 130 KiB).
+  // The tokens of the kPlainRoot subtrees holding at least kMaskedRoot of them, as masks
+  // ([mask_words(n_vocab)], keyed by node): one OR of words instead of a bit per token. The
+  // largest subtrees first, up to kRootMaskBytes in all (gpt-2: 21 masks, 130 KiB).
   static constexpr std::uint32_t kMaskedRoot = 512;
+  static constexpr std::size_t kRootMaskBytes = 1u << 20;
   std::unordered_map<std::uint32_t, std::vector<std::uint64_t>> root_masks;
   std::vector<std::string> pieces;  // [n_vocab] bytes of each token ("" = never allowed)
   std::vector<std::int32_t> eog;    // end-of-generation ids
@@ -157,6 +159,7 @@ std::shared_ptr<const VocabTrie> build_trie(const Tokenizer& t) {
   for (auto [n, id] : at) v->toks[fill[n]++] = id;
   v->by_len = v->toks;
   std::vector<std::uint32_t> at_depth(v->max_depth + 1, 0);  // the last node seen per depth
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> big;  // (tokens, node) to mask
   for (std::uint32_t i = 1; i < v->nodes.size(); ++i) {
     auto& node = v->nodes[i];
     at_depth[node.depth] = i;
@@ -169,11 +172,17 @@ std::shared_ptr<const VocabTrie> build_trie(const Tokenizer& t) {
                        return v->pieces[static_cast<std::size_t>(a)].size() <
                               v->pieces[static_cast<std::size_t>(b)].size();
                      });
-    if (v->tok_begin[node.end] - v->tok_begin[i] < VocabTrie::kMaskedRoot) continue;
+    const std::uint32_t count = v->tok_begin[node.end] - v->tok_begin[i];
+    if (count >= VocabTrie::kMaskedRoot) big.emplace_back(count, i);
+  }
+  std::sort(big.rbegin(), big.rend());
+  const std::size_t words = mask_words(v->n_vocab);
+  for (std::size_t k = 0; k < big.size() && (k + 1) * words * 8 <= VocabTrie::kRootMaskBytes; ++k) {
+    const std::uint32_t i = big[k].second;
     auto& m = v->root_masks[i];
-    m.assign(mask_words(v->n_vocab), 0);
-    for (std::uint32_t k = v->tok_begin[i]; k < v->tok_begin[node.end]; ++k) {
-      const auto id = static_cast<std::uint32_t>(v->toks[k]);
+    m.assign(words, 0);
+    for (std::uint32_t t = v->tok_begin[i]; t < v->tok_begin[v->nodes[i].end]; ++t) {
+      const auto id = static_cast<std::uint32_t>(v->toks[t]);
       m[id >> 6] |= std::uint64_t{1} << (id & 63);
     }
   }
@@ -316,8 +325,10 @@ struct Constraint::Impl {
         const unsigned run = plain_run(dfa, pid);
         const std::uint32_t b = v.tok_begin[i], e = v.tok_begin[node.end];
         if (run >= height) {  // every token below is allowed
-          if (e - b >= VocabTrie::kMaskedRoot && (node.plain & VocabTrie::kPlainRoot)) {
-            const auto& m = v.root_masks.at(i);
+          const auto masked =
+              e - b >= VocabTrie::kMaskedRoot ? v.root_masks.find(i) : v.root_masks.end();
+          if (masked != v.root_masks.end()) {
+            const auto& m = masked->second;
             for (std::size_t w = 0; w < m.size(); ++w) words[w] |= m[w];
           } else {
             set_all(v.toks.data() + b, v.toks.data() + e);
