@@ -1,11 +1,40 @@
 // compile_constraint (with its cache), the vocabulary trie, and the matcher: parse stacks
 // advanced byte by byte, and masks computed by walking the trie with them.
+//
+// How a mask is computed (Constraint::Impl::mask):
+//  1. Cache: masks are kept by exact parse state (the normalised stacks), up to
+//     kMaskCacheBytes; a repeated state costs a lookup and a copy.
+//  2. Miss: a preorder walk of the vocabulary trie. Each trie depth holds the parse state
+//     reached by the bytes above it; a subtree is skipped as soon as its first byte is refused.
+//     Parse states are interned into a lazily built DFA (state x byte -> state) that outlives
+//     the walk, and a transition computed for byte c is stored for every byte that no stack
+//     top's class tells apart from c (advancing depends on the byte only through those
+//     classes), so a UTF-8 lead or continuation byte costs one advance per class, not per byte.
+//  3. Plain runs (what keeps a miss inside a JSON string cheap): kPlain is printable ASCII but
+//     '"' and '\\'. For a DFA state, plain_run() counts how many plain bytes in a row it accepts
+//     while advancing the same way on every plain byte (each stack top's class holds all of
+//     kPlain or none of it); a string body is such a run (unbounded for a `*` string, up to
+//     the remaining maxLength for a bounded one, where the nested optionals make every
+//     position a distinct state). The trie marks each subtree made only of plain bytes with
+//     its height. A walk takes such a subtree whole when the run covers its height, and, at
+//     the top of a maximal plain subtree when the run ends in a state that refuses every plain
+//     byte (a maxLength reached), takes the tokens no longer than the run from the subtree's
+//     tokens sorted by length (VocabTrie::by_len). Otherwise it walks the subtree as in 2.
+//     The largest plain subtrees keep their tokens as a mask, ORed in word by word.
+//     In the spirit of XGrammar's split of tokens into those the current element decides
+//     alone and those that need the whole stack, kept to the element that dominates JSON
+//     masks: string characters. The trie's plain marks live in a byte Node had as padding;
+//     by_len is one token id per token; the subtree masks, at most kRootMaskBytes per
+//     vocabulary; per DFA state, 3 bytes (bounded by kMaxDfaStates).
+// Every shortcut is exact: the mask is the set of tokens the matcher accepts, token by token
+// (tests/inference/structured_test.cpp, MaskIsExactlyTheTokensTheMatcherAccepts).
 #include "weir/inference/constraint.hpp"
 
 #include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstring>
+#include <deque>
 #include <list>
 #include <map>
 #include <mutex>
@@ -28,18 +57,43 @@ constexpr std::size_t kMaxStacks = 128;
 constexpr int kExpandBudget = 20000;  // rule expansions per advance
 constexpr std::size_t kMaskCacheBytes = 64u << 20;
 
+// Printable ASCII but for '"' and '\\': the bytes that continue a JSON string (and most
+// free-text rules) all the same way: "plain runs" at the top of this file.
+const std::bitset<256> kPlain = [] {
+  std::bitset<256> s;
+  for (int c = 0x20; c < 0x7F; ++c) s.set(static_cast<std::size_t>(c));
+  s.reset('"');
+  s.reset('\\');
+  return s;
+}();
+constexpr unsigned kMaxRun = 255;  // plain runs are counted up to this many bytes
+
 // The vocabulary as a trie in preorder: node i's subtree is [i, end).
 struct VocabTrie {
+  static constexpr std::uint8_t kPlainHeight = 0x7F, kPlainRoot = 0x80;
   struct Node {
     std::uint32_t end;
     std::uint16_t depth;
     std::uint8_t byte;
+    // & kPlainHeight: the height of this node's subtree (1 for a leaf) when every byte in it,
+    // this node's included, is in kPlain and the height is at most 127; otherwise 0.
+    // & kPlainRoot: such a subtree whose parent's is not (its tokens are sorted in by_len).
+    std::uint8_t plain;
   };
+  static_assert(sizeof(Node) == 8);
   std::vector<Node> nodes;               // [0] is the root
   std::vector<std::uint32_t> tok_begin;  // [nodes + 1] CSR into toks
   std::vector<std::int32_t> toks;        // token ids ending at each node
-  std::vector<std::string> pieces;       // [n_vocab] bytes of each token ("" = never allowed)
-  std::vector<std::int32_t> eog;         // end-of-generation ids
+  // toks, but each kPlainRoot subtree's range sorted by token length (shortest first).
+  std::vector<std::int32_t> by_len;
+  // The tokens of the kPlainRoot subtrees holding at least kMaskedRoot of them, as masks
+  // ([mask_words(n_vocab)], keyed by node): one OR of words instead of a bit per token. The
+  // largest subtrees first, up to kRootMaskBytes in all (gpt-2: 21 masks, 130 KiB).
+  static constexpr std::uint32_t kMaskedRoot = 512;
+  static constexpr std::size_t kRootMaskBytes = 1u << 20;
+  std::unordered_map<std::uint32_t, std::vector<std::uint64_t>> root_masks;
+  std::vector<std::string> pieces;  // [n_vocab] bytes of each token ("" = never allowed)
+  std::vector<std::int32_t> eog;    // end-of-generation ids
   std::int32_t n_vocab = 0;
   std::size_t max_depth = 0;
 };
@@ -60,7 +114,7 @@ std::shared_ptr<const VocabTrie> build_trie(const Tokenizer& t) {
   std::sort(ids.begin(), ids.end(), [&](std::int32_t a, std::int32_t b) {
     return v->pieces[static_cast<std::size_t>(a)] < v->pieces[static_cast<std::size_t>(b)];
   });
-  v->nodes.push_back({0, 0, 0});
+  v->nodes.push_back({0, 0, 0, 0});
   std::vector<std::uint32_t> path = {0};                   // node index at each depth
   std::vector<std::pair<std::uint32_t, std::int32_t>> at;  // (node, token)
   std::string_view prev;
@@ -74,7 +128,8 @@ std::shared_ptr<const VocabTrie> build_trie(const Tokenizer& t) {
     }
     for (std::size_t k = common; k < p.size(); ++k) {
       path.push_back(static_cast<std::uint32_t>(v->nodes.size()));
-      v->nodes.push_back({0, static_cast<std::uint16_t>(k + 1), static_cast<std::uint8_t>(p[k])});
+      v->nodes.push_back(
+          {0, static_cast<std::uint16_t>(k + 1), static_cast<std::uint8_t>(p[k]), 0});
     }
     v->max_depth = std::max(v->max_depth, p.size());
     at.emplace_back(path.back(), id);
@@ -84,12 +139,53 @@ std::shared_ptr<const VocabTrie> build_trie(const Tokenizer& t) {
     v->nodes[path.back()].end = static_cast<std::uint32_t>(v->nodes.size());
     path.pop_back();
   }
+  // Plain heights, children before parents (reverse preorder).
+  for (std::size_t i = v->nodes.size(); i-- > 1;) {
+    auto& node = v->nodes[i];
+    if (!kPlain.test(node.byte)) continue;
+    unsigned h = 1;
+    for (std::uint32_t c = static_cast<std::uint32_t>(i) + 1; c < node.end && h != 0;
+         c = v->nodes[c].end) {
+      const unsigned ch = v->nodes[c].plain;
+      h = ch == 0 || ch + 1 > VocabTrie::kPlainHeight ? 0 : std::max(h, ch + 1);
+    }
+    node.plain = static_cast<std::uint8_t>(h);
+  }
   v->tok_begin.assign(v->nodes.size() + 1, 0);
   for (auto [n, id] : at) ++v->tok_begin[n + 1];
   for (std::size_t i = 1; i < v->tok_begin.size(); ++i) v->tok_begin[i] += v->tok_begin[i - 1];
   v->toks.resize(at.size());
   std::vector<std::uint32_t> fill(v->tok_begin.begin(), v->tok_begin.end() - 1);
   for (auto [n, id] : at) v->toks[fill[n]++] = id;
+  v->by_len = v->toks;
+  std::vector<std::uint32_t> at_depth(v->max_depth + 1, 0);  // the last node seen per depth
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> big;  // (tokens, node) to mask
+  for (std::uint32_t i = 1; i < v->nodes.size(); ++i) {
+    auto& node = v->nodes[i];
+    at_depth[node.depth] = i;
+    if (node.plain == 0 || (node.depth > 1 && v->nodes[at_depth[node.depth - 1]].plain != 0))
+      continue;
+    node.plain |= VocabTrie::kPlainRoot;
+    std::stable_sort(v->by_len.begin() + v->tok_begin[i],
+                     v->by_len.begin() + v->tok_begin[node.end],
+                     [&](std::int32_t a, std::int32_t b) {
+                       return v->pieces[static_cast<std::size_t>(a)].size() <
+                              v->pieces[static_cast<std::size_t>(b)].size();
+                     });
+    const std::uint32_t count = v->tok_begin[node.end] - v->tok_begin[i];
+    if (count >= VocabTrie::kMaskedRoot) big.emplace_back(count, i);
+  }
+  std::sort(big.rbegin(), big.rend());
+  const std::size_t words = mask_words(v->n_vocab);
+  for (std::size_t k = 0; k < big.size() && (k + 1) * words * 8 <= VocabTrie::kRootMaskBytes; ++k) {
+    const std::uint32_t i = big[k].second;
+    auto& m = v->root_masks[i];
+    m.assign(words, 0);
+    for (std::uint32_t t = v->tok_begin[i]; t < v->tok_begin[v->nodes[i].end]; ++t) {
+      const auto id = static_cast<std::uint32_t>(v->toks[t]);
+      m[id >> 6] |= std::uint64_t{1} << (id & 63);
+    }
+  }
   return v;
 }
 
@@ -204,7 +300,8 @@ struct Constraint::Impl {
   // The trie walk: every token some stack of `state` accepts whole. Parse states met during
   // the walk are interned and their transitions memoised (a DFA built lazily for this walk):
   // inside a string, say, almost every byte leads back to the same state, so most trie nodes
-  // cost one table lookup instead of advancing and expanding stacks.
+  // cost one table lookup instead of advancing and expanding stacks. Plain subtrees are taken
+  // or cut whole by the state's plain run (see the top of this file).
   void walk(const std::vector<std::uint32_t>& state, std::span<std::uint64_t> words) const {
     std::fill(words.begin(), words.end(), 0);
     const Stacks st{grammar};
@@ -212,45 +309,58 @@ struct Constraint::Impl {
     std::unique_ptr<Dfa> dfa_owner = take_dfa();
     Dfa& dfa = *dfa_owner;
     thread_local std::vector<std::int32_t> levels;
-    auto intern = [&](const std::vector<std::uint32_t>& s) -> std::int32_t {
-      std::string key(reinterpret_cast<const char*>(s.data()), s.size() * sizeof(std::uint32_t));
-      auto [it, inserted] =
-          dfa.ids.try_emplace(std::move(key), static_cast<std::int32_t>(dfa.states.size()));
-      if (inserted) {
-        dfa.states.push_back(s);
-        dfa.first.emplace_back();
-        st.first_bytes(s.data(), s.size(), dfa.first.back());
-        dfa.next.emplace_back();
-        dfa.next.back().fill(-2);
+    auto set_all = [&](const std::int32_t* first, const std::int32_t* last) {
+      for (; first != last; ++first) {
+        const auto id = static_cast<std::uint32_t>(*first);
+        words[id >> 6] |= std::uint64_t{1} << (id & 63);
       }
-      return it->second;
     };
     if (levels.size() < v.max_depth + 1) levels.resize(v.max_depth + 1);
-    levels[0] = intern(state);
+    levels[0] = dfa.intern(st, state);
     const auto n = static_cast<std::uint32_t>(v.nodes.size());
     for (std::uint32_t i = 1; i < n;) {
       const auto& node = v.nodes[i];
       const std::int32_t pid = levels[node.depth - 1];
+      if (const unsigned height = node.plain & VocabTrie::kPlainHeight; height != 0) {
+        const unsigned run = plain_run(dfa, pid);
+        const std::uint32_t b = v.tok_begin[i], e = v.tok_begin[node.end];
+        if (run >= height) {  // every token below is allowed
+          const auto masked =
+              e - b >= VocabTrie::kMaskedRoot ? v.root_masks.find(i) : v.root_masks.end();
+          if (masked != v.root_masks.end()) {
+            const auto& m = masked->second;
+            for (std::size_t w = 0; w < m.size(); ++w) words[w] |= m[w];
+          } else {
+            set_all(v.toks.data() + b, v.toks.data() + e);
+          }
+          i = node.end;
+          continue;
+        }
+        if ((node.plain & VocabTrie::kPlainRoot) &&
+            dfa.run_then_reject[static_cast<std::size_t>(pid)]) {
+          // The tokens below that end within the run are allowed, the longer ones are not.
+          const std::size_t max_len = node.depth - 1u + run;
+          const auto* last =
+              std::partition_point(v.by_len.data() + b, v.by_len.data() + e, [&](std::int32_t id) {
+                return v.pieces[static_cast<std::size_t>(id)].size() <= max_len;
+              });
+          set_all(v.by_len.data() + b, last);
+          i = node.end;
+          continue;
+        }
+      }
       if (!dfa.first[static_cast<std::size_t>(pid)].test(node.byte)) {
         i = node.end;
         continue;
       }
       std::int32_t nid = dfa.next[static_cast<std::size_t>(pid)][node.byte];
-      if (nid == -2) {
-        const auto& ps = dfa.states[static_cast<std::size_t>(pid)];
-        st.advance(ps.data(), ps.size(), node.byte, dfa.out, dfa.tmp);
-        nid = dfa.out.empty() ? -1 : intern(dfa.out);
-        dfa.next[static_cast<std::size_t>(pid)][node.byte] = nid;
-      }
+      if (nid == -2) nid = step(dfa, pid, node.byte);
       if (nid < 0) {
         i = node.end;
         continue;
       }
       levels[node.depth] = nid;
-      for (std::uint32_t k = v.tok_begin[i]; k < v.tok_begin[i + 1]; ++k) {
-        const auto id = static_cast<std::uint32_t>(v.toks[k]);
-        words[id >> 6] |= std::uint64_t{1} << (id & 63);
-      }
+      set_all(v.toks.data() + v.tok_begin[i], v.toks.data() + v.tok_begin[i + 1]);
       ++i;
     }
     give_dfa(std::move(dfa_owner));
@@ -262,10 +372,120 @@ struct Constraint::Impl {
   struct Dfa {
     std::vector<std::vector<std::uint32_t>> states;
     std::vector<std::bitset<256>> first;
-    std::vector<std::array<std::int32_t, 256>> next;  // -2 unknown, -1 dead
+    // A deque: growing it never copies the tables (nor faults in a doubled copy mid-walk).
+    std::deque<std::array<std::int32_t, 256>> next;  // -2 unknown, -1 dead
+    // Plain run: how many bytes of kPlain, any of them in any order, the state accepts
+    // while advancing the same way on each (kMaxRun: unbounded); -1 unknown.
+    std::vector<std::int16_t> run;
+    // 1 when the state the run ends in rejects every plain byte (a maxLength reached), so
+    // longer plain tokens are refused without walking them.
+    std::vector<std::uint8_t> run_then_reject;
     std::unordered_map<std::string, std::int32_t> ids;
     std::vector<std::uint32_t> out, tmp;
+    std::vector<std::int32_t> chain;
+
+    std::int32_t intern(const Stacks& st, const std::vector<std::uint32_t>& s) {
+      std::string key(reinterpret_cast<const char*>(s.data()), s.size() * sizeof(std::uint32_t));
+      auto [it, inserted] =
+          ids.try_emplace(std::move(key), static_cast<std::int32_t>(states.size()));
+      if (inserted) {
+        states.push_back(s);
+        first.emplace_back();
+        st.first_bytes(s.data(), s.size(), first.back());
+        next.emplace_back();
+        next.back().fill(-2);
+        run.push_back(-1);
+        run_then_reject.push_back(0);
+      }
+      return it->second;
+    }
   };
+
+  // The state that every byte of kPlain leads to from `pid`; kNotUniform when they do not all
+  // advance the same way, kRejectsPlain when none of them is accepted. Advancing by byte c
+  // depends on c only through which stack tops' classes hold it, so when every top's class
+  // holds all of kPlain or none of it, one advance stands for all of them.
+  static constexpr std::int32_t kNotUniform = -1, kRejectsPlain = -2;
+  std::int32_t plain_step(Dfa& dfa, std::int32_t pid) const {
+    const auto& ps = dfa.states[static_cast<std::size_t>(pid)];
+    bool any = false;
+    for (std::size_t i = 0; i < ps.size(); i += ps[i] + 1) {
+      if (ps[i] == 0) continue;
+      const std::bitset<256> in = grammar.classes[grammar.elems[ps[i + ps[i]]].value] & kPlain;
+      if (in.none()) continue;
+      if (in != kPlain) return kNotUniform;
+      any = true;
+    }
+    if (!any) return kRejectsPlain;
+    std::int32_t nid = dfa.next[static_cast<std::size_t>(pid)][' '];
+    if (nid == -2) nid = step(dfa, pid, ' ');
+    return nid < 0 ? kRejectsPlain : nid;
+  }
+
+  // The transition of `pid` on byte c, computed (and memoised in dfa.next) for c and every
+  // byte that no stack top's class tells apart from it: those advance the same way.
+  std::int32_t step(Dfa& dfa, std::int32_t pid, unsigned char c) const {
+    const Stacks st{grammar};
+    std::bitset<256> same;
+    same.set();
+    {
+      const auto& ps = dfa.states[static_cast<std::size_t>(pid)];
+      for (std::size_t i = 0; i < ps.size(); i += ps[i] + 1) {
+        if (ps[i] == 0) continue;
+        const auto& cls = grammar.classes[grammar.elems[ps[i + ps[i]]].value];
+        same &= cls.test(c) ? cls : ~cls;
+      }
+      st.advance(ps.data(), ps.size(), c, dfa.out, dfa.tmp);
+    }
+    const std::int32_t nid = dfa.out.empty() ? -1 : dfa.intern(st, dfa.out);
+    auto& next = dfa.next[static_cast<std::size_t>(pid)];  // after intern: it may reallocate
+    for (std::size_t b = 0; b < 256; ++b)
+      if (same.test(b)) next[b] = nid;
+    return nid;
+  }
+
+  // The plain run of `pid` (Dfa::run), computed along the chain of plain steps and memoised.
+  unsigned plain_run(Dfa& dfa, std::int32_t pid) const {
+    constexpr std::int16_t kOnChain = -3;
+    if (dfa.run[static_cast<std::size_t>(pid)] >= 0)
+      return static_cast<unsigned>(dfa.run[static_cast<std::size_t>(pid)]);
+    // chain[k + 1] is the plain step of chain[k]; `after` is the run of the last one's step,
+    // or -1 when that step fails (the last one's run is then 0); every state of the chain ends
+    // its run in the same state, which rejects every plain byte or not (`reject`).
+    dfa.chain.clear();
+    int after = -1;
+    bool reject = false;
+    for (std::int32_t s = pid;;) {
+      dfa.run[static_cast<std::size_t>(s)] = kOnChain;
+      dfa.chain.push_back(s);
+      s = plain_step(dfa, s);
+      if (s < 0) {
+        reject = s == kRejectsPlain;
+        break;
+      }
+      const std::int16_t r = dfa.run[static_cast<std::size_t>(s)];
+      if (r >= 0) {
+        after = r;
+        reject = dfa.run_then_reject[static_cast<std::size_t>(s)] != 0;
+        break;
+      }
+      if (r == kOnChain) {  // a cycle of plain steps: unbounded
+        after = static_cast<int>(kMaxRun);
+        break;
+      }
+      if (dfa.chain.size() == kMaxRun) {  // counted no further: understated, never overstated
+        after = 0;
+        break;
+      }
+    }
+    for (std::size_t k = dfa.chain.size(); k-- > 0;) {
+      after = after < 0 ? 0 : std::min(after + 1, static_cast<int>(kMaxRun));
+      dfa.run[static_cast<std::size_t>(dfa.chain[k])] = static_cast<std::int16_t>(after);
+      dfa.run_then_reject[static_cast<std::size_t>(dfa.chain[k])] =
+          reject && after < static_cast<int>(kMaxRun);
+    }
+    return static_cast<unsigned>(dfa.run[static_cast<std::size_t>(pid)]);
+  }
   static constexpr std::size_t kMaxDfaStates = 16384;  // ~4 KiB each; then start afresh
   mutable std::mutex dfa_mu;
   mutable std::vector<std::unique_ptr<Dfa>> dfas;  // GUARDED_BY(dfa_mu)
