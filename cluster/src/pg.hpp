@@ -12,18 +12,13 @@
 #include <unordered_map>
 #include <vector>
 
+#include "postgres_conninfo.hpp"  // graph/src: the handles and conninfo checks
 #include "weir/runtime/error.hpp"
 
 namespace weir::cluster::pg {
 
-struct ConnFinish {
-  void operator()(PGconn* c) const { PQfinish(c); }
-};
-struct ResultClear {
-  void operator()(PGresult* r) const { PQclear(r); }
-};
-using ConnPtr = std::unique_ptr<PGconn, ConnFinish>;
-using ResultPtr = std::unique_ptr<PGresult, ResultClear>;
+using ConnPtr = graph::detail::PgConnPtr;
+using ResultPtr = graph::detail::PgResultPtr;
 
 // One statement's parameters: text values, nullopt for SQL NULL.
 using Params = std::vector<std::optional<std::string>>;

@@ -83,14 +83,8 @@ constexpr const char* kDbNowMs = "(extract(epoch FROM clock_timestamp()) * 1000)
 constexpr const char* kColumns =
     "thread_id, checkpoint_id, parent_id, step, writes, pending, metadata, created_at";
 
-struct ConnFinish {
-  void operator()(PGconn* c) const { PQfinish(c); }
-};
-struct ResultClear {
-  void operator()(PGresult* r) const { PQclear(r); }
-};
-using ConnPtr = std::unique_ptr<PGconn, ConnFinish>;
-using ResultPtr = std::unique_ptr<PGresult, ResultClear>;
+using ConnPtr = detail::PgConnPtr;
+using ResultPtr = detail::PgResultPtr;
 
 // Parameters of one statement, all in binary format. Values are borrowed (string_view) or owned
 // here (numbers), so the caller keeps borrowed strings alive until the statement ran.

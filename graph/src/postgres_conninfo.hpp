@@ -1,4 +1,5 @@
-// Checking and naming a PostgreSQL connection string without ever repeating its password.
+// Checking and naming a PostgreSQL connection string without ever repeating its password; and
+// the owning handles both libpq users share.
 //
 // libpq parses the string (PQconninfoParse: key=value pairs or a postgres:// / postgresql:// URI);
 // this wrapper refuses what libpq would misread (an embedded NUL, an empty string) and builds a
@@ -8,12 +9,25 @@
 // Thread safety: pure functions, any thread.
 #pragma once
 
+#include <libpq-fe.h>
+
+#include <memory>
 #include <string>
 #include <string_view>
 
 #include "weir/runtime/error.hpp"
 
 namespace weir::graph::detail {
+
+// Owning handles for libpq's objects (the checkpointer's connection and the run queue's).
+struct PgConnFinish {
+  void operator()(PGconn* c) const { PQfinish(c); }
+};
+struct PgResultClear {
+  void operator()(PGresult* r) const { PQclear(r); }
+};
+using PgConnPtr = std::unique_ptr<PGconn, PgConnFinish>;
+using PgResultPtr = std::unique_ptr<PGresult, PgResultClear>;
 
 struct PgConninfo {
   std::string conninfo;     // what to hand to PQconnectdb (the input, validated)
