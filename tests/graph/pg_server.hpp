@@ -218,19 +218,24 @@ class PgServer {
   bool started_ = false;
 };
 
-// A fresh database of the shared test server as a postgres:// URI with a password in it (the
-// test cluster trusts local connections and ignores it: tests check that weir never prints it).
-// "" with a recorded gtest failure when the server or the database is missing: a missing server
-// is a failure, not a skip.
-inline std::string fresh_database_uri() {
+// A fresh database of the shared test server (its name). "" with a recorded gtest failure when
+// the server or the database is missing: a missing server is a failure, not a skip.
+inline std::string fresh_database() {
   PgServer& pg = PgServer::get();
   EXPECT_EQ(pg.error(), "") << "the PostgreSQL test server did not start";
   if (!pg.error().empty()) return "";
   std::string why;
   const std::string db = pg.create_database(&why);
   EXPECT_NE(db, "") << why;
+  return db;
+}
+
+// The same as a postgres:// URI with a password in it (the test cluster trusts local connections
+// and ignores it: tests check that weir never prints it).
+inline std::string fresh_database_uri() {
+  const std::string db = fresh_database();
   if (db.empty()) return "";
-  return "postgres://weir:Secr3tPw@127.0.0.1:" + std::to_string(pg.port()) + "/" + db;
+  return "postgres://weir:Secr3tPw@127.0.0.1:" + std::to_string(PgServer::get().port()) + "/" + db;
 }
 
 }  // namespace weir::testing

@@ -25,13 +25,8 @@ using weir::testing::PgServer;
 
 // A fresh database on the process's server; a failure to get one fails the test.
 std::string fresh_conninfo() {
-  PgServer& pg = PgServer::get();
-  EXPECT_EQ(pg.error(), "") << "the PostgreSQL test server did not start";
-  if (!pg.error().empty()) return "";
-  std::string why;
-  const std::string db = pg.create_database(&why);
-  EXPECT_NE(db, "") << why;
-  return db.empty() ? "" : pg.conninfo(db);
+  const std::string db = weir::testing::fresh_database();
+  return db.empty() ? "" : PgServer::get().conninfo(db);
 }
 
 struct PostgresBackend {
