@@ -11,6 +11,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/json.hpp>
 
+#include "runs_path.hpp"
 #include "weir/graph/checkpointer.hpp"
 #include "weir/http/openai.hpp"
 #include "weir/http/sse.hpp"
@@ -102,54 +103,6 @@ json::object run_json(const RunRecord& r) {
                     : json::value(json::object{{"code", r.error_code}, {"message", r.error}})}};
   if (!r.resume.empty()) o["resume"] = stored(r.resume);
   return o;
-}
-
-// The decoded value of `key` in the target's query ("/v1/runs?limit=5" -> "5"); nullopt when
-// the query does not have it.
-std::optional<std::string> query_value(std::string_view target, std::string_view key) {
-  const auto q = target.find('?');
-  if (q == std::string_view::npos) return std::nullopt;
-  std::string_view rest = target.substr(q + 1);
-  while (!rest.empty()) {
-    const auto amp = rest.find('&');
-    const std::string_view pair = rest.substr(0, amp);
-    const auto eq = pair.find('=');
-    if (pair.substr(0, eq) == key)
-      return percent_decode(eq == std::string_view::npos ? "" : pair.substr(eq + 1));
-    if (amp == std::string_view::npos) break;
-    rest.remove_prefix(amp + 1);
-  }
-  return std::nullopt;
-}
-
-// "/v1/runs/ID/events" -> {"runs", "ID", "events"}.
-struct Path {
-  std::string collection;  // "runs", "threads", "workflows"
-  std::string id;          // "" when none
-  std::string action;      // "" when none
-  bool valid = false;
-};
-
-Path split(const std::string& path) {
-  Path p;
-  std::string_view s = path;
-  if (s.substr(0, 4) != "/v1/") return p;
-  s.remove_prefix(4);
-  std::vector<std::string_view> parts;
-  while (!s.empty()) {
-    auto slash = s.find('/');
-    parts.push_back(s.substr(0, slash));
-    if (slash == std::string_view::npos) break;
-    s.remove_prefix(slash + 1);
-    if (s.empty()) parts.push_back({});
-  }
-  if (parts.empty() || parts.size() > 3) return p;
-  p.collection = std::string(parts[0]);
-  if (p.collection != "runs" && p.collection != "threads" && p.collection != "workflows") return p;
-  if (parts.size() >= 2) p.id = percent_decode(parts[1]);
-  if (parts.size() == 3) p.action = std::string(parts[2]);
-  p.valid = true;
-  return p;
 }
 
 // The request body as a JSON object; an error response otherwise.
@@ -331,13 +284,13 @@ awaitable<void> thread_state(const RunsApi& api, const std::string& thread, http
 }  // namespace
 
 bool is_runs_path(const std::string& path) {
-  return split(path).valid;
+  return split_runs_path(path).valid;
 }
 
 awaitable<void> route_runs(const RunsApi& api, http::Exchange& ex, http::Response& out,
                            bool& streamed) {
   const auto& rq = ex.request();
-  const Path p = split(rq.path);
+  const RunsPath p = split_runs_path(rq.path);
   Runs* runs = api.runs;
   auto method_is = [&](const char* m) {
     if (rq.method == m) return true;

@@ -303,6 +303,9 @@ TEST_P(RunsApi, BadRequestsSayWhatToChange) {
   r = get("/v1/runs?nolimit=5&limit=1");
   EXPECT_EQ(r.status, 200);
   EXPECT_EQ(object_of(r.body)["data"].as_array().size(), 0u);  // no run yet
+  r = get("/v1/runs//events");  // no run id: not a runs API route at all
+  EXPECT_EQ(r.status, 404);
+  EXPECT_EQ(error_of(r).rfind("no route GET /v1/runs//events (routes: ", 0), 0u) << error_of(r);
   r = get("/v1/threads/x/history");
   EXPECT_EQ(r.status, 404);
   EXPECT_EQ(error_of(r).rfind("no route GET /v1/threads/x/history (runs API: ", 0), 0u)
