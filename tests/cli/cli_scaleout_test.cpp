@@ -16,6 +16,7 @@
 
 #include "pg_server.hpp"
 #include "run_weir.hpp"
+#include "test_workflows.hpp"
 #include "weir/graph/checkpointer.hpp"
 
 namespace {
@@ -23,6 +24,7 @@ namespace {
 namespace fs = std::filesystem;
 using weir::testing::PgServer;
 
+using weir::testing::kBigDoc;
 using weir::testing::Run;
 using weir::testing::run_weir;
 
@@ -45,15 +47,6 @@ const char* kLoop = R"({"name": "loop", "state": {"n": {"reducer": "sum", "defau
  "nodes": {"tick": {"kind": "set", "values": {"n": 1}}, "check": {"kind": "router"}},
  "edges": [{"from": "START", "to": "tick"}, {"from": "tick", "to": "check"},
            {"from": "check", "route": {"when": {"channel": "n", "op": ">=", "value": 10}, "then": "END", "else": "tick"}}]})";
-
-const char* kBigDoc = R"({"name": "big_doc",
- "state": {"doc": {}, "verdict": {}, "tail": {}},
- "tools": {"gen": {"builtin": "lorem"}, "read": {"builtin": "artifacts"}},
- "nodes": {"fetch": {"kind": "tool", "tool": "gen", "args": {"bytes": 100000}, "output": "doc"},
-           "review": {"kind": "interrupt", "payload": {"size": "{{state.doc.bytes}}"}, "output": "verdict"},
-           "peek": {"kind": "tool", "tool": "read", "args": {"id": "{{state.doc.$artifact}}", "offset": 99990, "length": 10}, "output": "tail"}},
- "edges": [{"from": "START", "to": "fetch"}, {"from": "fetch", "to": "review"},
-           {"from": "review", "to": "peek"}, {"from": "peek", "to": "END"}]})";
 
 // Pause in one process, resume in others; the resume hint names the store without its password.
 TEST(CliPostgres, HumanReviewPausesAndResumesFromThePostgresStore) {

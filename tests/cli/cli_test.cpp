@@ -20,12 +20,14 @@
 #include <unistd.h>
 
 #include "run_weir.hpp"
+#include "test_workflows.hpp"
 #include "weir/graph/checkpointer.hpp"
 
 namespace {
 
 namespace fs = std::filesystem;
 
+using weir::testing::kBigDoc;
 using weir::testing::Run;
 using weir::testing::run_weir;
 using weir::testing::run_weir_env;
@@ -651,17 +653,6 @@ TEST(Cli, OutputSchemasMakeLlmNodesAndCrewTasksAnswerValidJson) {
 }  // namespace
 
 namespace {
-
-// fetch: a 100 KB tool output (moved to the artifact store); review: a pause; peek: reads the
-// end of the document back through the `artifacts` tool.
-const char* kBigDoc = R"({"name": "big_doc",
- "state": {"doc": {}, "verdict": {}, "tail": {}},
- "tools": {"gen": {"builtin": "lorem"}, "read": {"builtin": "artifacts"}},
- "nodes": {"fetch": {"kind": "tool", "tool": "gen", "args": {"bytes": 100000}, "output": "doc"},
-           "review": {"kind": "interrupt", "payload": {"size": "{{state.doc.bytes}}"}, "output": "verdict"},
-           "peek": {"kind": "tool", "tool": "read", "args": {"id": "{{state.doc.$artifact}}", "offset": 99990, "length": 10}, "output": "tail"}},
- "edges": [{"from": "START", "to": "fetch"}, {"from": "fetch", "to": "review"},
-           {"from": "review", "to": "peek"}, {"from": "peek", "to": "END"}]})";
 
 fs::path temp_db(const std::string& name) {
   fs::path p =

@@ -1,0 +1,17 @@
+// Workflow texts more than one CLI-level test file runs.
+#pragma once
+
+namespace weir::testing {
+
+// fetch: a 100 KB tool output (moved to the artifact store); review: a pause; peek: reads the
+// end of the document back through the `artifacts` tool.
+inline constexpr const char* kBigDoc = R"({"name": "big_doc",
+ "state": {"doc": {}, "verdict": {}, "tail": {}},
+ "tools": {"gen": {"builtin": "lorem"}, "read": {"builtin": "artifacts"}},
+ "nodes": {"fetch": {"kind": "tool", "tool": "gen", "args": {"bytes": 100000}, "output": "doc"},
+           "review": {"kind": "interrupt", "payload": {"size": "{{state.doc.bytes}}"}, "output": "verdict"},
+           "peek": {"kind": "tool", "tool": "read", "args": {"id": "{{state.doc.$artifact}}", "offset": 99990, "length": 10}, "output": "tail"}},
+ "edges": [{"from": "START", "to": "fetch"}, {"from": "fetch", "to": "review"},
+           {"from": "review", "to": "peek"}, {"from": "peek", "to": "END"}]})";
+
+}  // namespace weir::testing
