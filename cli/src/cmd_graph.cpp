@@ -42,7 +42,7 @@ int cmd_graph(Args args) {
     return kExitInvalidInput;
   }
   auto parsed = std::move(doc->parsed);
-  auto r = graph::load_workflow_json(std::move(parsed), doc->text, file);
+  auto r = graph::load_workflow_json(std::move(parsed), doc->text_for_loading(), file);
   if (!r.ok()) {
     std::fputs(r.report().c_str(), stderr);
     return kExitInvalidInput;

@@ -391,7 +391,7 @@ int cmd_run(Args args) {
   int code = kExitOk;
   auto parsed_doc = std::move(doc->parsed);
   auto env = WorkflowEnv::open(
-      graph::load_workflow_json(std::move(parsed_doc), doc->text, f.positional()[0]),
+      graph::load_workflow_json(std::move(parsed_doc), doc->text_for_loading(), f.positional()[0]),
       f.get("--model"), "run", code, max_model_len);
   if (!env) return code;
   doc->text = {};  // the file's text is no longer needed

@@ -42,7 +42,7 @@ int cmd_validate(Args args) {
       continue;
     }
     auto parsed = std::move(doc->parsed);
-    auto r = graph::load_workflow_json(std::move(parsed), doc->text, std::string(a));
+    auto r = graph::load_workflow_json(std::move(parsed), doc->text_for_loading(), std::string(a));
     if (r.ok()) {
       std::printf("%.*s: ok (%zu nodes, %zu edges)\n", static_cast<int>(a.size()), a.data(),
                   r.spec->nodes.size(), r.spec->edges.size());

@@ -54,9 +54,10 @@ StateGraph& StateGraph::add_sends(std::string from, std::vector<std::string> tar
 }
 
 std::optional<std::size_t> CompiledGraph::node_index(std::string_view name) const {
-  for (std::size_t i = 0; i < nodes_.size(); ++i) {
-    if (nodes_[i].name == name) return i;
-  }
+  auto it =
+      std::lower_bound(by_name_.begin(), by_name_.end(), name,
+                       [&](std::uint32_t i, std::string_view n) { return nodes_[i].name < n; });
+  if (it != by_name_.end() && nodes_[*it].name == name) return *it;
   return std::nullopt;
 }
 
@@ -73,6 +74,13 @@ Result<std::shared_ptr<const CompiledGraph>> StateGraph::compile(GraphLimits lim
   g->channels_ = channels_;
   g->nodes_ = nodes_;
   g->edges_ = edges_;
+  // A binary search for names (a graph may have hundreds of thousands of nodes); among equal
+  // names (an error reported below) the first defined.
+  g->by_name_.resize(nodes_.size());
+  for (std::uint32_t i = 0; i < g->by_name_.size(); ++i) g->by_name_[i] = i;
+  std::stable_sort(g->by_name_.begin(), g->by_name_.end(), [&](std::uint32_t a, std::uint32_t b) {
+    return nodes_[a].name < nodes_[b].name;
+  });
   std::vector<std::string> problems;
   std::set<std::string> seen;
   for (const auto& n : nodes_) {

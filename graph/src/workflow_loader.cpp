@@ -4,6 +4,7 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <unordered_map>
 #include <unordered_set>
 
 #include <boost/json.hpp>
@@ -47,24 +48,28 @@ class Loader {
   Loader(std::string_view text, fs::path file, int depth, std::vector<fs::path> stack)
       : text_(text), file_(std::move(file)), depth_(depth), stack_(std::move(stack)) {}
 
-  WorkflowLoad run(bool text_is_padded = false) {
-    auto parsed = parse_json(text_, file_.string(), {.text_is_padded = text_is_padded});
-    if (!parsed) {
-      // The message already carries file:line:column.
-      WorkflowLoad out;
-      out.diagnostics.push_back({file_.string(), 0, 0, "", parsed.error().message});
-      return out;
-    }
+  WorkflowLoad run() {
+    auto parsed = parse_json(text_, file_.string(), {.slabs = true});
+    if (!parsed) return failed(parsed.error());
     return run(std::move(*parsed));
+  }
+
+  // The file could not be read or parsed; the message already carries file:line:column.
+  WorkflowLoad failed(const Error& e) const {
+    WorkflowLoad out;
+    out.diagnostics.push_back({file_.string(), 0, 0, "", e.message});
+    return out;
   }
 
   WorkflowLoad run(ParsedJson parsed) {
     WorkflowLoad out;
-    parsed_ = std::move(parsed);
-    if (!parsed_.value.is_object()) {
+    // Emplaced, not assigned: assigning a Boost.JSON value to one with another memory resource
+    // copies the whole document.
+    parsed_.emplace(std::move(parsed));
+    if (!parsed_->value.is_object()) {
       error("", "a workflow must be a JSON object with \"name\", \"nodes\" and \"edges\"");
     } else {
-      load(parsed_.value.as_object());
+      load(parsed_->value.as_object());
     }
     if (suppressed_) {
       diags_.push_back({display_, 0, 0, "",
@@ -83,7 +88,12 @@ class Loader {
       ++suppressed_;
       return;
     }
-    auto loc = parsed_.locate(text_, pointer);
+    if (text_.empty() && !reread_) {  // the caller released the text: read the file again
+      auto text = read_json_file(file_);
+      reread_.emplace(text ? std::move(*text) : std::string());
+      text_ = *reread_;
+    }
+    auto loc = parsed_->locate(text_, pointer);
     // A bare file name reads better than an absolute path in messages.
     diags_.push_back({display_, loc.line, loc.column, std::move(pointer), std::move(msg)});
   }
@@ -318,7 +328,7 @@ class Loader {
       if (const auto* v = root.if_contains(key)) channel_list(*v, std::string("/") + key, *dst);
     }
     if (object_at(root, "nodes", "", true)) nodes(root.at("nodes").as_object());
-    if (const auto* e = root.if_contains("edges")) {
+    if (auto* e = root.if_contains("edges")) {
       if (!e->is_array())
         error("/edges", "expected an array of edges, got " + type_name(*e));
       else
@@ -379,7 +389,8 @@ class Loader {
         else
           c.reducer = static_cast<ReducerKind>(it - reducers.begin());
       }
-      if (const auto* d = co.if_contains("default")) c.default_value = *d;
+      if (const auto* d = co.if_contains("default"))
+        c.default_value.emplace(*d, json::storage_ptr());  // off the document's slabs
       c.max_items = int_at(co, "max_items", ptr, 1);
       c.max_bytes = bytes_at(co, "max_bytes", ptr);
       if (const auto* w = object_at(co, "window", ptr, false)) {
@@ -600,17 +611,28 @@ class Loader {
     static const std::vector<std::string> common = {"kind", "description", "max_visits", "retry",
                                                     "timeout_ms"};
     if (o.empty()) error("/nodes", "a workflow needs at least one node");
-    for (const auto& [k, v] : o) node_names_.emplace_back(k);
+    spec_.nodes.reserve(o.size());
+    // The nodes' keys lie among their settings in the document's slabs (the parser allocates
+    // a key when it reads it): move the settings out (no copy) and free the keys first, so that
+    // each slab is freed as soon as the nodes in it are read.
+    std::vector<json::value> bodies;
+    bodies.reserve(o.size());
     for (auto& [k, v] : o) {
+      node_names_.emplace_back(k);
+      bodies.push_back(std::move(v));
+    }
+    o = json::object(o.storage());
+    for (std::size_t i = 0; i < bodies.size(); ++i) {
+      const std::string& k = node_names_.list[i];
+      json::value& v = bodies[i];
       std::string ptr = json_pointer_append("/nodes", k);
-      NodeSpec n;
-      n.name = k;
-      n.pointer = ptr;
-      if (!check_name(n.name, ptr, "node")) continue;
+      if (!check_name(k, ptr, "node")) continue;
       if (!v.is_object()) {
         error(ptr, "expected a node object with a \"kind\", got " + type_name(v));
         continue;
       }
+      NodeSpec n;
+      n.name = k;
       const auto& no = v.as_object();
       auto kind = string_at(no, "kind", ptr, true);
       if (!kind) continue;
@@ -747,14 +769,18 @@ class Loader {
         }
       }
       check_keys(no, ptr, allowed);
-      n.params = json::object(std::move(v.as_object()));  // keeps the document's storage
-      n.params.erase("kind");
+      // The settings, less those read into `n`, in a table of their own size; then the node's
+      // part of the document is freed (a file may hold hundreds of thousands of nodes).
+      n.params.reserve(no.size() - 1 - no.contains("description"));
+      for (const auto& [pk, pv] : no)
+        if (pk != "kind" && pk != "description") n.params.emplace(pk, pv);
+      v.emplace_null();
       spec_.nodes.push_back(std::move(n));
     }
   }
 
   const json::object* root_object(std::string_view key) const {
-    const auto& root = parsed_.value.as_object();
+    const auto& root = parsed_->value.as_object();
     const auto* v = root.if_contains(key);
     return v && v->is_object() ? &v->as_object() : nullptr;
   }
@@ -771,15 +797,16 @@ class Loader {
       error(ptr, "subgraphs nest too deeply (more than 8 files)");
       return;
     }
-    auto text = read_json_file(p);
-    if (!text) {
-      error(ptr, "cannot read subgraph file: " + text.error().message);
+    auto file = parse_json_file(p, {.slabs = true});
+    if (!file && !file.error().is(Errc::corrupt_data)) {
+      error(ptr, "cannot read subgraph file: " + file.error().message);
       return;
     }
     auto stack = stack_;
     stack.push_back(canon);
-    Loader child(*text, p, depth_ - 1, std::move(stack));
-    WorkflowLoad sub = child.run(true);
+    Loader child(file ? std::string_view(file->text) : std::string_view(), p, depth_ - 1,
+                 std::move(stack));
+    WorkflowLoad sub = file ? child.run(std::move(file->parsed)) : child.failed(file.error());
     if (!sub.ok()) {
       diags_.insert(diags_.end(), sub.diagnostics.begin(), sub.diagnostics.end());
       error(ptr, "subgraph '" + rel + "' has errors (listed above)");
@@ -788,8 +815,11 @@ class Loader {
     spec_.subgraphs[node] = std::make_shared<const WorkflowSpec>(std::move(*sub.spec));
   }
 
-  void edges(const json::array& a) {
+  // Frees each edge's part of the document once it is read: a file's edges may hold more
+  // memory in the document than in the spec.
+  void edges(json::array& a) {
     if (a.empty()) error("/edges", "a workflow needs at least one edge (from START)");
+    spec_.edges.reserve(a.size());
     auto check_target = [&](const std::string& t, const std::string& ptr) {
       if (t == "START")
         error(ptr, "an edge cannot lead to START");
@@ -806,7 +836,6 @@ class Loader {
       const auto& eo = a[i].as_object();
       check_keys(eo, ptr, {"from", "to", "route"});
       EdgeSpec e;
-      e.pointer = ptr;
       if (auto f = string_at(eo, "from", ptr, true)) {
         e.from = *f;
         if (*f == "END")
@@ -826,10 +855,12 @@ class Loader {
                        eo.at("to").is_array() ? json_pointer_append(ptr + "/to", j) : ptr + "/to");
         }
       } else if (const auto* r = object_at(eo, "route", ptr, true)) {
-        e.route = route(*r, ptr + "/route", check_target);
+        e.route = std::make_shared<const RouteSpec>(route(*r, ptr + "/route", check_target));
       }
       spec_.edges.push_back(std::move(e));
+      a[i].emplace_null();
     }
+    a = json::array(a.storage());
   }
 
   template <class Check>
@@ -890,7 +921,8 @@ class Loader {
           if (*op != "exists" && !w->contains("value"))
             error(wp, "the operator '" + *op + "' needs a \"value\"");
         }
-        if (const auto* v = w->if_contains("value")) rs.when_value = *v;
+        if (const auto* v = w->if_contains("value"))
+          rs.when_value.emplace(*v, json::storage_ptr());  // off the document's slabs
       }
       targets("then", rs.then_targets, true);
       targets("else", rs.else_targets, true);
@@ -905,44 +937,74 @@ class Loader {
   // Reachability from START, and a way to END for every node. A map reaches its worker; a
   // worker with edges continues through them (fan-in), one without returns to the barrier.
   void structure() {
-    std::map<std::string, std::vector<std::string>> out;
+    // Nodes by index (START 0, END 1, then the nodes in file order) and the arcs as compressed
+    // adjacency lists both ways: a file may hold hundreds of thousands of nodes, so no map of
+    // strings per node.
+    const std::uint32_t count = static_cast<std::uint32_t>(spec_.nodes.size()) + 2;
+    std::unordered_map<std::string_view, std::uint32_t> index;
+    index.reserve(count);
+    index.emplace("START", 0);
+    index.emplace("END", 1);
+    for (std::uint32_t i = 0; i < spec_.nodes.size(); ++i)
+      index.emplace(spec_.nodes[i].name, i + 2);
+    std::vector<std::pair<std::uint32_t, std::uint32_t>> arcs;
+    arcs.reserve(spec_.edges.size());
+    auto arc = [&](std::string_view from, std::string_view to) {
+      auto f = index.find(from), t = index.find(to);
+      if (f != index.end() && t != index.end()) arcs.emplace_back(f->second, t->second);
+    };
     for (const auto& e : spec_.edges) {
-      auto& dst = out[e.from];
-      auto t = e.route ? e.route->all_targets() : e.to;
-      dst.insert(dst.end(), t.begin(), t.end());
+      if (e.route)
+        for (const auto& t : e.route->all_targets()) arc(e.from, t);
+      else
+        for (const auto& t : e.to) arc(e.from, t);
     }
-    for (const auto& [worker, map] : map_workers_) out[map].push_back(worker);
-    if (!out.count("START")) {
+    for (const auto& [worker, map] : map_workers_) arc(map, worker);
+    // adjacency[begin[n] .. begin[n + 1]): the far ends of n's arcs.
+    struct Adjacency {
+      std::vector<std::uint32_t> begin, far;
+    };
+    auto build = [&](bool forward) {
+      Adjacency a;
+      a.begin.assign(count + 1, 0);
+      for (auto [f, t] : arcs) ++a.begin[(forward ? f : t) + 1];
+      for (std::uint32_t n = 0; n < count; ++n) a.begin[n + 1] += a.begin[n];
+      a.far.resize(arcs.size());
+      std::vector<std::uint32_t> fill(a.begin.begin(), a.begin.end() - 1);
+      for (auto [f, t] : arcs) a.far[fill[forward ? f : t]++] = forward ? t : f;
+      return a;
+    };
+    const Adjacency out = build(true);
+    if (out.begin[1] == out.begin[0]) {
       error("/edges", "no edge leaves START: add {\"from\": \"START\", \"to\": \"<first node>\"}");
       return;
     }
-    std::set<std::string> seen;
-    std::vector<std::string> stack = {"START"};
-    while (!stack.empty()) {
-      auto n = stack.back();
-      stack.pop_back();
-      if (!seen.insert(n).second) continue;
-      for (const auto& t : out[n]) stack.push_back(t);
-    }
+    auto reach = [&](const Adjacency& adj, std::vector<std::uint32_t> stack) {
+      std::vector<char> seen(count, 0);
+      while (!stack.empty()) {
+        auto n = stack.back();
+        stack.pop_back();
+        if (seen[n]) continue;
+        seen[n] = 1;
+        for (auto i = adj.begin[n]; i < adj.begin[n + 1]; ++i) stack.push_back(adj.far[i]);
+      }
+      return seen;
+    };
+    const auto from_start = reach(out, {0});
     // Reverse reachability from END; map workers count as reaching END through their map.
-    std::map<std::string, std::vector<std::string>> in;
-    for (const auto& [from, tos] : out)
-      for (const auto& t : tos) in[t].push_back(from);
-    std::set<std::string> to_end;
-    stack = {"END"};
-    for (const auto& [worker, map] : map_workers_) stack.push_back(worker);
-    while (!stack.empty()) {
-      auto n = stack.back();
-      stack.pop_back();
-      if (!to_end.insert(n).second) continue;
-      for (const auto& f : in[n]) stack.push_back(f);
-    }
-    for (const auto& n : spec_.nodes) {
-      if (!seen.count(n.name))
-        error(n.pointer, "node '" + n.name + "' is not reachable from START");
-      else if (!to_end.count(n.name)) {
-        error(n.pointer, "node '" + n.name + "' cannot reach END" +
-                             (out[n.name].empty() ? " (it has no outgoing edge)" : ""));
+    std::vector<std::uint32_t> ends = {1};
+    for (const auto& [worker, map] : map_workers_)
+      if (auto w = index.find(worker); w != index.end()) ends.push_back(w->second);
+    const auto to_end = reach(build(false), std::move(ends));
+    for (std::uint32_t i = 0; i < spec_.nodes.size(); ++i) {
+      const auto& n = spec_.nodes[i];
+      if (!from_start[i + 2])
+        error(json_pointer_append("/nodes", n.name),
+              "node '" + n.name + "' is not reachable from START");
+      else if (!to_end[i + 2]) {
+        error(json_pointer_append("/nodes", n.name),
+              "node '" + n.name + "' cannot reach END" +
+                  (out.begin[i + 3] == out.begin[i + 2] ? " (it has no outgoing edge)" : ""));
       }
     }
   }
@@ -954,11 +1016,12 @@ class Loader {
   }
 
   std::string_view text_;
+  std::optional<std::string> reread_;  // the file, read again for positions when text_ is empty
   fs::path file_;
   std::string display_ = file_.string();
   int depth_;
   std::vector<fs::path> stack_;
-  ParsedJson parsed_;
+  std::optional<ParsedJson> parsed_;
   WorkflowSpec spec_;
   std::vector<Diagnostic> diags_;
   Names channel_names_, model_names_, tool_names_, node_names_, mcp_names_;
@@ -975,18 +1038,16 @@ WorkflowLoad load_workflow_text(std::string_view text, const fs::path& file, int
 }
 
 WorkflowLoad load_workflow_file(const fs::path& file, int max_depth) {
-  auto text = read_json_file(file);
-  if (!text) {
-    WorkflowLoad out;
-    std::string msg = text.error().message;
-    if (auto at = msg.find(": cannot read: "); at != std::string::npos)
-      msg.replace(at, 15, ": cannot read the workflow file: ");
-    out.diagnostics.push_back({file.string(), 0, 0, "", std::move(msg)});
-    return out;
-  }
+  auto parsed = parse_json_file(file, {.slabs = true});
   std::error_code ec;
   fs::path canon = fs::weakly_canonical(file, ec);
-  return Loader(*text, file, max_depth, {canon}).run(true);
+  Loader loader(parsed ? std::string_view(parsed->text) : std::string_view(), file, max_depth,
+                {canon});
+  if (parsed) return loader.run(std::move(parsed->parsed));
+  Error e = std::move(parsed).error();
+  if (auto at = e.message.find(": cannot read: "); at != std::string::npos)
+    e.message.replace(at, 15, ": cannot read the workflow file: ");
+  return loader.failed(e);
 }
 
 WorkflowLoad load_workflow_json(ParsedJson parsed, std::string_view text, const fs::path& file,

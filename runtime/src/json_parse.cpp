@@ -1,13 +1,19 @@
 #include "weir/runtime/json_parse.hpp"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <limits>
+#include <memory>
+#include <new>
 #include <optional>
 #include <vector>
 
@@ -57,26 +63,98 @@ namespace {
 
 constexpr std::string_view kUtf8Bom = "\xEF\xBB\xBF";
 
-// The parsed value's allocations, refused past a byte limit.
+// The parsed value's allocations, refused past a byte limit. The limit is shared with the
+// parser, which lifts it once the document is parsed: the values live on, and copies of them
+// must not fail on the parse's limit. (make_shared_resource wraps the resource, so the parser
+// cannot reach it through the storage_ptr.)
+//
+// With `slabs`, pieces up to kMaxPiece bytes are cut from 64 KiB slabs one after the other,
+// without malloc's header and rounding (a document of many small values spends more on those
+// than on its values); a slab counts its live pieces and is freed when the last goes. A
+// document freed in about the order it was parsed (a workflow file read into a spec) returns
+// its memory as it goes.
 class CappedResource final : public json::memory_resource {
  public:
-  CappedResource(std::size_t limit, std::string what) : limit_(limit), what_(std::move(what)) {}
+  CappedResource(std::shared_ptr<std::size_t> limit, std::string what, bool slabs)
+      : limit_(std::move(limit)), what_(std::move(what)), slabs_(slabs) {}
+  ~CappedResource() override {
+    while (head_) release(head_);
+  }
+  CappedResource(const CappedResource&) = delete;
+  CappedResource& operator=(const CappedResource&) = delete;
 
  private:
+  static constexpr std::size_t kSlab = std::size_t{64} << 10, kMaxPiece = 4096;
+  struct alignas(std::max_align_t) Slab {
+    std::size_t live = 0;
+    Slab *prev = nullptr, *next = nullptr;
+  };
+
   void* do_allocate(std::size_t n, std::size_t align) override {
-    if (n > limit_ - bytes_) throw Exception(Errc::invalid_argument, what_);
-    void* p = ::operator new(n, std::align_val_t(align));
+    if (n > *limit_ - bytes_) throw Exception(Errc::invalid_argument, what_);
+    if (!slabs_ || n > kMaxPiece || align > alignof(Slab)) {
+      void* p = ::operator new(n, std::align_val_t(align));
+      bytes_ += n;
+      return p;
+    }
+    std::size_t at = (used_ + align - 1) & ~(align - 1);
+    if (!current_ || at + n > kSlab) {
+      if (current_ && current_->live == 0) release(current_);
+      current_ = new (map_slab()) Slab;
+      current_->next = head_;
+      if (head_) head_->prev = current_;
+      head_ = current_;
+      at = sizeof(Slab);
+    }
+    used_ = at + n;
+    ++current_->live;
     bytes_ += n;
-    return p;
+    return reinterpret_cast<char*>(current_) + at;
   }
   void do_deallocate(void* p, std::size_t n, std::size_t align) override {
-    ::operator delete(p, std::align_val_t(align));
     bytes_ -= n;
+    if (!slabs_ || n > kMaxPiece || align > alignof(Slab)) {
+      ::operator delete(p, std::align_val_t(align));
+      return;
+    }
+    auto* slab = reinterpret_cast<Slab*>(reinterpret_cast<std::uintptr_t>(p) & ~(kSlab - 1));
+    if (--slab->live == 0) {
+      if (slab != current_)
+        release(slab);
+      else
+        used_ = sizeof(Slab);  // empty: cut it again from the start
+    }
   }
   bool do_is_equal(const json::memory_resource& o) const noexcept override { return this == &o; }
 
-  std::size_t limit_, bytes_ = 0;
+  void release(Slab* s) {
+    (s->prev ? s->prev->next : head_) = s->next;
+    if (s->next) s->next->prev = s->prev;
+    if (s == current_) current_ = nullptr;
+    s->~Slab();
+    ::munmap(s, kSlab);
+  }
+
+  // A slab aligned to its size, straight from the kernel: malloc's aligned allocations leave a
+  // fragment as large as the slab beside each one, and a freed slab goes back at once.
+  static void* map_slab() {
+    void* m =
+        ::mmap(nullptr, 2 * kSlab, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) throw std::bad_alloc();
+    auto base = reinterpret_cast<std::uintptr_t>(m);
+    auto aligned = (base + kSlab - 1) & ~(kSlab - 1);
+    if (aligned > base) ::munmap(m, aligned - base);
+    if (aligned + kSlab < base + 2 * kSlab)
+      ::munmap(reinterpret_cast<void*>(aligned + kSlab), base + 2 * kSlab - aligned - kSlab);
+    return reinterpret_cast<void*>(aligned);
+  }
+
+  std::shared_ptr<std::size_t> limit_;
+  std::size_t bytes_ = 0;
   std::string what_;
+  bool slabs_;
+  Slab *head_ = nullptr, *current_ = nullptr;  // every slab, in a list; the one being cut
+  std::size_t used_ = 0;                       // bytes of current_ handed out
 };
 
 class Walker {
@@ -308,6 +386,125 @@ JsonLocation ParsedJson::locate(std::string_view text, std::string_view pointer)
   }
 }
 
+namespace {
+
+// Large documents go to Boost.JSON's parser. simdjson's on-demand parser first indexes the whole
+// text (4 bytes of structural index and 5/3 of string buffer a byte: 5.7 times the text before
+// a value is built), and building a Boost.JSON value from its output is slower than Boost.JSON's
+// own parser (bench/README.md, "Input fences"). Below this size simdjson's index is small.
+constexpr std::size_t kLargeJsonBytes = std::size_t{1} << 20;
+
+Error out_of_memory(std::string_view source, std::size_t bytes) {
+  return Error(Errc::memory_budget_exceeded, std::string(source) +
+                                                 ": out of memory while parsing " +
+                                                 std::to_string(bytes) + " bytes of JSON");
+}
+
+// Parses `original` past its first `bom` bytes into `result` (allocated from `storage`) with
+// Boost.JSON. Returns the error, worded as parse_json words it, or nothing.
+std::optional<Error> parse_large(std::string_view original, std::size_t bom,
+                                 std::string_view source, const JsonParseOptions& options,
+                                 const json::storage_ptr& storage, json::value& result) {
+  const std::string_view text = original.substr(bom);
+  json::parse_options po;
+  po.max_depth = options.max_depth;
+  json::stream_parser p(json::storage_ptr(), po);
+  p.reset(storage);
+  boost::system::error_code ec;
+  std::size_t n = p.write_some(text.data(), text.size(), ec);
+  std::string what;
+  if (!ec && n < text.size()) {  // a complete value, then more: anything but whitespace is an error
+    while (n < text.size() && std::isspace(static_cast<unsigned char>(text[n]))) ++n;
+    if (n < text.size()) what = "unexpected content after the JSON value";
+  }
+  if (!ec && what.empty()) {
+    p.finish(ec);
+    if (!ec) {
+      result = p.release();  // the same memory resource: moved, not copied
+      return std::nullopt;
+    }
+    n = text.size();
+  }
+  if (ec == json::error::too_deep) {
+    return Error(
+        Errc::invalid_argument,
+        located_error(original, source, bom + n,
+                      "nesting deeper than " + std::to_string(options.max_depth) + " levels", "")
+            .message);
+  }
+  if (auto [bad, why] = find_bad_byte(original); !why.empty() && bad <= bom + n)
+    return located_error(original, source, bad, why, "");
+  return located_error(original, source, bom + n, what.empty() ? ec.message() : what, "");
+}
+
+// Where a parsed value is allocated: options.storage, or a CappedResource whose limit (3 times
+// the text and 1 MiB, or max_value_bytes) the caller lifts, through the returned cell, once the
+// document is parsed.
+std::pair<json::storage_ptr, std::shared_ptr<std::size_t>> value_storage(
+    const JsonParseOptions& options, std::string_view source, std::size_t text_bytes) {
+  if (options.storage) return {*options.storage, nullptr};
+  std::size_t cap =
+      options.max_value_bytes ? options.max_value_bytes : 3 * text_bytes + (std::size_t{1} << 20);
+  auto limit = std::make_shared<std::size_t>(cap);
+  auto storage = json::make_shared_resource<CappedResource>(
+      limit,
+      std::string(source) + ": the parsed document needs more than " + std::to_string(cap) +
+          " bytes of memory (" +
+          (options.max_value_bytes ? "its limit" : "3 times the size of its text") + ")",
+      options.slabs);
+  return {std::move(storage), std::move(limit)};
+}
+
+// A regular file of `size` bytes parsed as it is read, a chunk at a time, so its text is never
+// whole in memory. Returns nothing when the file is not JSON: the caller reads it whole and
+// parses it again for the message, with line, column and the offending byte.
+std::optional<Result<ParsedJson>> parse_streamed(const std::filesystem::path& path,
+                                                 std::size_t size,
+                                                 const JsonParseOptions& options) {
+  const std::string name = path.string();
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;  // read_json_file words it
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  auto [storage, limit] = value_storage(options, name, size);
+  try {
+    json::parse_options po;
+    po.max_depth = options.max_depth;
+    json::stream_parser p(json::storage_ptr(), po);
+    p.reset(storage);
+    std::vector<char> chunk(std::size_t{1} << 20);
+    boost::system::error_code ec;
+    std::size_t total = 0;
+    bool first = true;
+    while (true) {
+      ssize_t got = ::read(fd, chunk.data(), chunk.size());
+      if (got < 0 && errno == EINTR) continue;
+      if (got < 0) return std::nullopt;
+      if (got == 0) break;
+      total += static_cast<std::size_t>(got);
+      if (total > options.max_bytes) return std::nullopt;  // it grew: read_json_file refuses it
+      std::string_view data(chunk.data(), static_cast<std::size_t>(got));
+      if (first && data.starts_with(kUtf8Bom)) data.remove_prefix(kUtf8Bom.size());
+      first = false;
+      p.write(data.data(), data.size(), ec);
+      if (ec) return std::nullopt;
+    }
+    p.finish(ec);
+    if (ec) return std::nullopt;
+    json::value v = p.release();
+    *limit = std::numeric_limits<std::size_t>::max();
+    return Result<ParsedJson>(ParsedJson{std::move(v), false, nullptr});
+  } catch (const Exception& e) {
+    return Result<ParsedJson>(e.error());
+  } catch (const std::bad_alloc&) {
+    return Result<ParsedJson>(out_of_memory(name, size));
+  }
+}
+
+}  // namespace
+
 Result<ParsedJson> parse_json(std::string_view text, std::string_view source,
                               const JsonParseOptions& options) {
   if (text.size() > options.max_bytes) {
@@ -329,17 +526,23 @@ Result<ParsedJson> parse_json(std::string_view text, std::string_view source,
                          "the document is empty: expected a JSON value", "");
   }
 
-  json::storage_ptr storage = options.storage.value_or(json::storage_ptr());
-  if (!options.storage) {
-    std::size_t cap = options.max_value_bytes ? options.max_value_bytes
-                                              : 3 * text.size() + (std::size_t{1} << 20);
-    storage = json::make_shared_resource<CappedResource>(
-        cap, std::string(source) + ": the parsed document needs more than " + std::to_string(cap) +
-                 " bytes of memory (" +
-                 (options.max_value_bytes ? "its limit" : "3 times the size of its text") + ")");
-  }
+  auto [storage, limit] = value_storage(options, source, text.size());
   json::value result(storage);  // moved into the ParsedJson, storage and all
-  auto done = [&] { return ParsedJson{std::move(result), options.text_is_padded, nullptr}; };
+  auto done = [&] {
+    if (limit) *limit = std::numeric_limits<std::size_t>::max();
+    return ParsedJson{std::move(result), options.text_is_padded, nullptr};
+  };
+
+  if (text.size() >= kLargeJsonBytes) {
+    try {
+      if (auto e = parse_large(original, bom, source, options, storage, result)) return *e;
+      return done();
+    } catch (const Exception& e) {
+      return e.error();
+    } catch (const std::bad_alloc&) {
+      return out_of_memory(source, text.size());
+    }
+  }
 
   simdjson::padded_string copy;
   if (!options.text_is_padded || bom) {  // the padding must follow the text we hand simdjson
@@ -380,9 +583,7 @@ Result<ParsedJson> parse_json(std::string_view text, std::string_view source,
   } catch (const Exception& e) {
     return e.error();
   } catch (const std::bad_alloc&) {
-    return Error(Errc::memory_budget_exceeded, std::string(source) +
-                                                   ": out of memory while parsing " +
-                                                   std::to_string(text.size()) + " bytes of JSON");
+    return out_of_memory(source, text.size());
   }
   if (ok) return done();
   const std::string pointer = walker.pointer_;
@@ -435,7 +636,8 @@ Result<std::string> read_json_file(const std::filesystem::path& path, std::size_
   if (S_ISREG(st.st_mode)) {
     auto size = static_cast<std::size_t>(st.st_size);
     if (size > max_bytes) return too_big(size, false);
-    text.reserve(size + padding);
+    // Room for the read that finds the end, so a file that did not grow is never copied.
+    text.reserve(size + padding + 4096);
   } else {
     text.reserve(std::size_t{64} << 10);
   }
@@ -463,6 +665,27 @@ Result<std::string> read_json_file(const std::filesystem::path& path, std::size_
   }
   if (text.capacity() - text.size() < padding) text.reserve(text.size() + padding);
   return text;
+}
+
+Result<ParsedJsonFile> parse_json_file(const std::filesystem::path& path,
+                                       JsonParseOptions options) {
+  const std::string name = path.string();
+  std::error_code ec;
+  if (name != "-" && std::filesystem::is_regular_file(path, ec)) {
+    auto size = std::filesystem::file_size(path, ec);
+    if (!ec && size >= kLargeJsonBytes && size <= options.max_bytes) {
+      if (auto r = parse_streamed(path, size, options)) {
+        if (!*r) return std::move(*r).error();
+        return ParsedJsonFile{std::move(**r), {}};
+      }
+    }
+  }
+  auto text = read_json_file(path, options.max_bytes);
+  if (!text) return std::move(text).error();
+  options.text_is_padded = true;
+  auto parsed = parse_json(*text, name, options);
+  if (!parsed) return std::move(parsed).error();
+  return ParsedJsonFile{std::move(*parsed), std::move(*text)};
 }
 
 }  // namespace weir

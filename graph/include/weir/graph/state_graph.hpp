@@ -299,6 +299,7 @@ class CompiledGraph {
   std::vector<std::vector<std::size_t>> static_next_;  // [node + 1]: index 0 = START
   std::vector<std::vector<const Router*>> routers_;    // [node + 1]
   std::vector<std::vector<std::string>> cycles_;
+  std::vector<std::uint32_t> by_name_;  // node indexes sorted by name, for node_index()
   std::optional<std::size_t> node_index(std::string_view name) const;
 };
 

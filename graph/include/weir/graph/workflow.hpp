@@ -78,7 +78,6 @@ struct NodeSpec {
   // system, messages, max_tokens, agent, input, over, node, item_key, max_concurrency, path,
   // payload. Subgraph `input`/`output` mappings stay objects here.
   boost::json::object params;
-  std::string pointer;  // "/nodes/<name>"
 };
 
 // A conditional route: exactly one of the three forms is set.
@@ -101,8 +100,9 @@ struct RouteSpec {
 struct EdgeSpec {
   std::string from;
   std::vector<std::string> to;  // static edge targets (empty when `route` is set)
-  std::optional<RouteSpec> route;
-  std::string pointer;  // "/edges/<i>"
+  // Held by pointer: a RouteSpec is large and most edges have none (a file may hold hundreds
+  // of thousands of edges).
+  std::shared_ptr<const RouteSpec> route;
 };
 
 struct ModelSpec {
@@ -160,6 +160,8 @@ WorkflowLoad load_workflow_text(std::string_view text, const std::filesystem::pa
 // Reads the file with read_json_file (its size checked first; "-" is standard input).
 WorkflowLoad load_workflow_file(const std::filesystem::path& file, int max_depth = 8);
 // The same from a document already parsed from `text` (parse once, then decide what it is).
+// `text` may be empty when `file` can be read again: it is then read only to place a
+// diagnostic, so the caller can free a large file's text before the workflow is built.
 WorkflowLoad load_workflow_json(ParsedJson parsed, std::string_view text,
                                 const std::filesystem::path& file, int max_depth = 8);
 

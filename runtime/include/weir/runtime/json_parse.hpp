@@ -58,6 +58,12 @@ struct JsonParseOptions {
   // REQUIRES when true: 64 readable bytes follow the text (read_json_file's strings have
   // them); saves simdjson a padded copy.
   bool text_is_padded = false;
+  // Allocate the value's small pieces from 64 KiB slabs (with `storage` unset): no malloc
+  // header and rounding per piece, which for a document of many small values cost more than
+  // the values. A slab is freed when all its pieces are, so memory comes back as a document is
+  // dropped in about the order it was parsed (a workflow file read into a spec), while a piece
+  // kept from it keeps its slab: copy out what must outlive the document.
+  bool slabs = false;
 };
 
 class JsonLocator;  // json_parse.cpp
@@ -87,5 +93,17 @@ Result<ParsedJson> parse_json(std::string_view text, std::string_view source,
 // Errors: not_found, invalid_argument, io_error; messages start with the path.
 Result<std::string> read_json_file(const std::filesystem::path& path,
                                    std::size_t max_bytes = kJsonMaxBytes);
+
+struct ParsedJsonFile {
+  ParsedJson parsed;
+  std::string text;  // the file's text; empty when it was parsed as it was read
+};
+
+// Reads and parses a file (read_json_file's checks and refusals, then parse_json's). A regular
+// file of 1 MiB or more is parsed as it is read, a chunk at a time, so that its text and its
+// value are not both in memory: `text` is then empty (read the file again to place a message).
+// Malformed JSON gets the same message as parse_json's (the file is then read whole).
+Result<ParsedJsonFile> parse_json_file(const std::filesystem::path& path,
+                                       JsonParseOptions options = {});
 
 }  // namespace weir
