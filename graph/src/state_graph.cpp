@@ -7,7 +7,6 @@
 
 #include <boost/graph/adjacency_list.hpp>
 #include <boost/graph/depth_first_search.hpp>
-#include <boost/graph/reverse_graph.hpp>
 #include <boost/graph/strong_components.hpp>
 #include <boost/json.hpp>
 
@@ -68,28 +67,40 @@ std::optional<std::size_t> CompiledGraph::channel_index(std::string_view name) c
   return std::nullopt;
 }
 
-Result<std::shared_ptr<const CompiledGraph>> StateGraph::compile(GraphLimits limits) const {
+void StateGraph::reserve(std::size_t nodes, std::size_t edges) {
+  nodes_.reserve(nodes);
+  edges_.reserve(edges);
+}
+
+Result<std::shared_ptr<const CompiledGraph>> StateGraph::compile(GraphLimits limits) const& {
+  return StateGraph(*this).compile(limits);
+}
+
+Result<std::shared_ptr<const CompiledGraph>> StateGraph::compile(GraphLimits limits) && {
   auto g = std::make_shared<CompiledGraph>();
   g->limits_ = limits;
-  g->channels_ = channels_;
-  g->nodes_ = nodes_;
-  g->edges_ = edges_;
+  g->channels_ = std::move(channels_);
+  g->nodes_ = std::move(nodes_);
+  g->edges_ = std::move(edges_);
+  const auto& nodes = g->nodes_;
   // A binary search for names (a graph may have hundreds of thousands of nodes); among equal
   // names (an error reported below) the first defined.
-  g->by_name_.resize(nodes_.size());
+  g->by_name_.resize(nodes.size());
   for (std::uint32_t i = 0; i < g->by_name_.size(); ++i) g->by_name_[i] = i;
-  std::stable_sort(g->by_name_.begin(), g->by_name_.end(), [&](std::uint32_t a, std::uint32_t b) {
-    return nodes_[a].name < nodes_[b].name;
-  });
+  std::stable_sort(g->by_name_.begin(), g->by_name_.end(),
+                   [&](std::uint32_t a, std::uint32_t b) { return nodes[a].name < nodes[b].name; });
   std::vector<std::string> problems;
-  std::set<std::string> seen;
-  for (const auto& n : nodes_) {
+  std::vector<bool> again(nodes.size());  // a name defined before, found in the sorted order
+  for (std::size_t i = 1; i < g->by_name_.size(); ++i)
+    if (nodes[g->by_name_[i]].name == nodes[g->by_name_[i - 1]].name) again[g->by_name_[i]] = true;
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    const auto& n = nodes[i];
     if (n.name == kStart || n.name == kEnd)
       problems.push_back("'" + n.name + "' is reserved; rename the node");
-    if (!seen.insert(n.name).second) problems.push_back("node '" + n.name + "' is defined twice");
+    if (again[i]) problems.push_back("node '" + n.name + "' is defined twice");
   }
   std::set<std::string> channel_names;
-  for (const auto& [name, opt] : channels_) {
+  for (const auto& [name, opt] : g->channels_) {
     if (!channel_names.insert(name).second)
       problems.push_back("channel '" + name + "' is defined twice");
   }
@@ -130,12 +141,16 @@ Result<std::shared_ptr<const CompiledGraph>> StateGraph::compile(GraphLimits lim
     resolve(def->options.output, false, def->out);
     n.sub = std::move(def);
   }
-  std::vector<std::string> names;
-  for (const auto& n : nodes_) names.push_back(n.name);
-  const std::size_t N = nodes_.size();
+  std::vector<std::string> names;  // for suggestions, filled when one is needed
+  auto suggest = [&](const std::string& s) {
+    if (names.empty())
+      for (const auto& n : nodes) names.push_back(n.name);
+    return closest_match(s, names);
+  };
+  const std::size_t N = nodes.size();
   g->static_next_.assign(N + 1, {});
   g->routers_.assign(N + 1, {});
-  std::vector<std::set<std::size_t>> adj(N + 2);  // N + 1 = END
+  std::vector<std::vector<std::size_t>> adj(N + 2);  // N + 1 = END; sorted, unique below
   auto index = [&](const std::string& s) -> std::optional<std::size_t> {
     if (s == kStart) return 0;
     if (s == kEnd) return N + 1;
@@ -145,7 +160,7 @@ Result<std::shared_ptr<const CompiledGraph>> StateGraph::compile(GraphLimits lim
   for (const auto& e : g->edges_) {
     auto from = index(e.from);
     if (!from || *from == N + 1) {
-      auto m = closest_match(e.from, names);
+      auto m = suggest(e.from);
       problems.push_back("edge from '" + e.from + "': unknown node" +
                          (m ? "; did you mean '" + *m + "'?" : ""));
       continue;
@@ -154,17 +169,21 @@ Result<std::shared_ptr<const CompiledGraph>> StateGraph::compile(GraphLimits lim
     for (const auto& t : e.to) {
       auto to = index(t);
       if (!to || *to == 0) {
-        auto m = closest_match(t, names);
+        auto m = suggest(t);
         problems.push_back("edge from '" + e.from + "' to '" + t + "': unknown node" +
                            (m ? "; did you mean '" + *m + "'?" : ""));
         continue;
       }
-      adj[*from].insert(*to);
+      adj[*from].push_back(*to);
       if (!e.router && !e.send && *to != N + 1) g->static_next_[*from].push_back(*to - 1);
     }
     if (e.router && e.to.empty()) {  // undeclared targets: assume any node
-      for (std::size_t i = 1; i <= N + 1; ++i) adj[*from].insert(i);
+      for (std::size_t i = 1; i <= N + 1; ++i) adj[*from].push_back(i);
     }
+  }
+  for (auto& a : adj) {
+    std::sort(a.begin(), a.end());
+    a.erase(std::unique(a.begin(), a.end()), a.end());
   }
   // A node invoked by Send returns to the barrier: it needs no way to END of its own.
   std::vector<bool> send_target(N + 2);
@@ -174,33 +193,42 @@ Result<std::shared_ptr<const CompiledGraph>> StateGraph::compile(GraphLimits lim
       if (auto i = index(t)) send_target[*i] = true;
     }
   }
-  // Reachability from START, to END (on the reversed graph) and cycles (strongly connected
-  // components) with Boost.Graph. Vertex 0 = START, i + 1 = node i, N + 1 = END.
-  using BGraph = boost::adjacency_list<boost::vecS, boost::vecS, boost::bidirectionalS>;
+  // Reachability from START and to END (on the reversed edges), with an explicit stack of
+  // vertex numbers: a chain of many nodes must cost neither a deep recursion nor a large frame
+  // a vertex. Vertex 0 = START, i + 1 = node i, N + 1 = END.
+  std::vector<std::vector<std::size_t>> radj(N + 2);
+  for (std::size_t u = 0; u < adj.size(); ++u)
+    for (auto v : adj[u]) radj[v].push_back(u);
+  auto visit_from = [](const std::vector<std::vector<std::size_t>>& graph, std::size_t source) {
+    std::vector<bool> seen(graph.size());
+    std::vector<std::size_t> stack = {source};
+    while (!stack.empty()) {
+      auto u = stack.back();
+      stack.pop_back();
+      if (seen[u]) continue;
+      seen[u] = true;
+      for (auto v : graph[u])
+        if (!seen[v]) stack.push_back(v);
+    }
+    return seen;
+  };
+  const std::vector<bool> reach = visit_from(adj, 0);
+  const std::vector<bool> to_end = visit_from(radj, N + 1);
+  radj = {};
+  for (std::size_t i = 0; i < N; ++i) {
+    if (!reach[i + 1])
+      problems.push_back("node '" + nodes[i].name + "' is not reachable from START");
+    else if (!to_end[i + 1] && !send_target[i + 1])
+      problems.push_back("node '" + nodes[i].name + "' cannot reach END");
+  }
+  if (adj[0].empty()) problems.push_back("no edge leaves START");
+  // Cycles (informational): each strongly connected component (Boost.Graph) with more than one
+  // node, or one node with an edge to itself, listed in node definition order.
+  using BGraph = boost::adjacency_list<boost::vecS, boost::vecS, boost::directedS>;
   BGraph bg(N + 2);
   for (std::size_t u = 0; u < adj.size(); ++u) {
     for (auto v : adj[u]) boost::add_edge(u, v, bg);
   }
-  auto visit_from = [](const auto& graph, std::size_t source) {
-    std::vector<boost::default_color_type> color(boost::num_vertices(graph), boost::white_color);
-    boost::depth_first_visit(
-        graph, source, boost::default_dfs_visitor(),
-        boost::make_iterator_property_map(color.begin(), boost::get(boost::vertex_index, graph)));
-    std::vector<bool> seen(color.size());
-    for (std::size_t i = 0; i < color.size(); ++i) seen[i] = color[i] != boost::white_color;
-    return seen;
-  };
-  const std::vector<bool> reach = visit_from(bg, 0);
-  const std::vector<bool> to_end = visit_from(boost::make_reverse_graph(bg), N + 1);
-  for (std::size_t i = 0; i < N; ++i) {
-    if (!reach[i + 1])
-      problems.push_back("node '" + nodes_[i].name + "' is not reachable from START");
-    else if (!to_end[i + 1] && !send_target[i + 1])
-      problems.push_back("node '" + nodes_[i].name + "' cannot reach END");
-  }
-  if (adj[0].empty()) problems.push_back("no edge leaves START");
-  // Cycles (informational): each strongly connected component with more than one node, or one
-  // node with an edge to itself, listed in node definition order.
   std::vector<std::size_t> component(N + 2);
   const std::size_t components = boost::strong_components(
       bg,
@@ -208,8 +236,8 @@ Result<std::shared_ptr<const CompiledGraph>> StateGraph::compile(GraphLimits lim
   std::vector<std::vector<std::string>> by_component(components);
   std::vector<bool> cyclic(components);
   for (std::size_t i = 1; i <= N; ++i) {
-    by_component[component[i]].push_back(nodes_[i - 1].name);
-    if (adj[i].count(i)) cyclic[component[i]] = true;
+    by_component[component[i]].push_back(nodes[i - 1].name);
+    if (std::binary_search(adj[i].begin(), adj[i].end(), i)) cyclic[component[i]] = true;
   }
   std::vector<bool> listed(components);
   for (std::size_t i = 1; i <= N; ++i) {

@@ -289,6 +289,7 @@ GraphLimits graph_limits(const LimitsSpec& l) {
 Result<WorkflowGraph> build_workflow_graph(const WorkflowSpec& spec, WorkflowHooks hooks) {
   const ModelCall& model_call = hooks.model_call;
   StateGraph b;
+  b.reserve(spec.nodes.size(), spec.edges.size());
   for (const auto& c : spec.channels) {
     ChannelOptions o;
     o.reducer = c.reducer;
@@ -312,7 +313,7 @@ Result<WorkflowGraph> build_workflow_graph(const WorkflowSpec& spec, WorkflowHoo
       opts.max_attempts = static_cast<std::int32_t>(n.retry->max_attempts);
       opts.backoff = std::chrono::milliseconds(n.retry->backoff_ms);
     }
-    const json::object p = n.params;
+    const json::object& p = n.params;
     auto str = [&](const char* k) {
       return p.contains(k) && p.at(k).is_string() ? std::string(p.at(k).as_string())
                                                   : std::string();
@@ -636,7 +637,7 @@ Result<WorkflowGraph> build_workflow_graph(const WorkflowSpec& spec, WorkflowHoo
     return Error(Errc::invalid_workflow, msg);
   }
   const auto& l = spec.limits;
-  auto g = b.compile(graph_limits(l));
+  auto g = std::move(b).compile(graph_limits(l));
   if (!g) return Error(Errc::invalid_workflow, spec.file.string() + ": " + g.error().message);
   WorkflowGraph out;
   out.graph = *g;

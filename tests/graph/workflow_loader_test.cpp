@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include <gtest/gtest.h>
+#include <boost/json/serialize.hpp>
 
 namespace weir::graph {
 namespace {
@@ -196,6 +197,41 @@ TEST_F(WorkflowLoader, ManyErrorsAreCappedAndCounted) {
   ASSERT_EQ(r.diagnostics.size(), 101u);
   EXPECT_NE(r.diagnostics.back().message.find(": 50 more errors not shown"), std::string::npos)
       << r.diagnostics.back().message;
+}
+
+// A chain of `n` set nodes, one line a node and one an edge (n0 -> n1 -> ... -> END).
+std::string chain_workflow(int n, const std::string& last_target = "END") {
+  std::string text = "{\"name\": \"big\", \"state\": {\"c\": {}}, \"nodes\": {\n";
+  for (int i = 0; i < n; ++i)
+    text += (i ? ",\n" : "") + std::string("\"n") + std::to_string(i) +
+            "\": {\"kind\": \"set\", \"description\": \"" + std::string(100, 'd') +
+            "\", \"values\": {\"c\": " + std::to_string(i) + "}}";
+  text += "},\n\"edges\": [\n{\"from\": \"START\", \"to\": \"n0\"}";
+  for (int i = 1; i < n; ++i)
+    text +=
+        ",\n{\"from\": \"n" + std::to_string(i - 1) + "\", \"to\": \"n" + std::to_string(i) + "\"}";
+  return text + ",\n{\"from\": \"n" + std::to_string(n - 1) + "\", \"to\": \"" + last_target +
+         "\"}]}\n";
+}
+
+TEST_F(WorkflowLoader, LargeFilesLoadWithTheirSettingsAndPositions) {
+  // Over 1 MiB, parsed as the file is read: the text is read again only to place a diagnostic.
+  const int n = 8000;
+  auto r = load(chain_workflow(n));
+  ASSERT_TRUE(r.ok()) << r.report();
+  ASSERT_EQ(r.spec->nodes.size(), std::size_t(n));
+  EXPECT_EQ(r.spec->nodes[n - 1].name, "n7999");
+  EXPECT_EQ(r.spec->nodes[n - 1].description, std::string(100, 'd'));
+  EXPECT_EQ(boost::json::serialize(r.spec->nodes[n - 1].params), R"({"values":{"c":7999}})");
+  EXPECT_EQ(r.spec->edges.back().to, std::vector<std::string>{"END"});
+  // The last edge names a node that does not exist: line 2 + n nodes + n edges, column 25 (the
+  // value).
+  auto bad = load(chain_workflow(n, "n8000"));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(
+      messages(bad),
+      (std::vector<std::string>{"flow.json:" + std::to_string(2 * n + 3) +
+                                ":25: /edges/8000/to: unknown node 'n8000' (8000 are defined)"}));
 }
 
 TEST_F(WorkflowLoader, MissingFileAndResultForm) {

@@ -1,8 +1,10 @@
 #include "weir/runtime/json_parse.hpp"
 
 #include <gtest/gtest.h>
+#include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 
@@ -135,6 +137,119 @@ TEST(JsonParse, ReadJsonFileRefusesBeforeReading) {
   // A pipe has no size: it is read with the cap.
   auto pipe = read_json_file("/dev/stdin", 4);
   (void)pipe;  // stdin of a test may be anything; the cap itself is covered by the file case
+  std::filesystem::remove_all(dir);
+}
+
+// A document over 1 MiB: `nodes` objects with a long description each, then `tail`.
+std::string large_document(const std::string& tail = "1") {
+  std::string text = "{\"nodes\": [\n";
+  for (int i = 0; text.size() < (std::size_t{3} << 19); ++i) {
+    text += (i ? ",\n" : "") + std::string("  {\"id\": ") + std::to_string(i) +
+            ", \"description\": \"" + std::string(200, 'a' + i % 26) + "\", \"x\": 1.5}";
+  }
+  return text + "\n],\n\"tail\": " + tail + "}\n";
+}
+
+std::size_t count_lines(const std::string& text) {
+  return static_cast<std::size_t>(std::count(text.begin(), text.end(), '\n'));
+}
+
+TEST(JsonParse, LargeDocumentsParseAndFailAsSmallOnesDo) {
+  // Over 1 MiB the parser is Boost.JSON's (simdjson's index would be 5.7x the text).
+  const std::string text = large_document();
+  ASSERT_GT(text.size(), std::size_t{1} << 20);
+  auto r = parse_json(text, "big.json");
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->value, boost::json::parse(text));
+  EXPECT_EQ(r->locate(text, "/tail").line, static_cast<int>(count_lines(text)));
+  // The error is placed the same way: line and column of the offending byte.
+  const std::string bad = large_document("[1,, 2]");
+  const int last = static_cast<int>(count_lines(bad));
+  auto e = parse_json(bad, "big.json");
+  ASSERT_FALSE(e);
+  EXPECT_TRUE(e.error().is(Errc::corrupt_data));
+  EXPECT_EQ(e.error().message, "big.json:" + std::to_string(last) + ":12: syntax error");
+  auto trailing = parse_json(large_document() + "{", "big.json");
+  ASSERT_FALSE(trailing);
+  EXPECT_EQ(trailing.error().message,
+            "big.json:" + std::to_string(last + 1) + ":1: unexpected content after the JSON value");
+  auto nul = parse_json(large_document(std::string("\"a\0b\"", 5)), "big.json");
+  ASSERT_FALSE(nul);
+  EXPECT_EQ(nul.error().message, "big.json:" + std::to_string(last) +
+                                     ":11: a NUL byte (0x00), which JSON text cannot contain");
+  auto deep = parse_json(large_document(std::string(40, '[') + std::string(40, ']')), "big.json",
+                         {.max_depth = 16});
+  ASSERT_FALSE(deep);
+  EXPECT_TRUE(deep.error().is(Errc::invalid_argument));
+  EXPECT_NE(deep.error().message.find("nesting deeper than 16 levels"), std::string::npos)
+      << deep.error().message;
+  auto capped = parse_json(text, "big.json", {.max_value_bytes = 100000});
+  ASSERT_FALSE(capped);
+  EXPECT_EQ(capped.error().message,
+            "big.json: the parsed document needs more than 100000 bytes of memory (its limit)");
+}
+
+TEST(JsonParse, SlabsHoldTheSameValuesAndLetThemGo) {
+  const std::string text = large_document();
+  for (const std::string& doc : {text, std::string(R"({"a": [1, "two", {"three": 3}]})")}) {
+    auto r = parse_json(doc, "in", {.slabs = true});
+    ASSERT_TRUE(r) << r.error().message;
+    EXPECT_EQ(r->value, boost::json::parse(doc));
+    // Freed and grown again in any order; a copy out of the document outlives it.
+    boost::json::value kept;
+    {
+      ParsedJson p = std::move(*r);
+      auto& o = p.value.as_object();
+      boost::json::value first = o.begin()->value();  // a copy on the document's slabs
+      o.erase(o.begin());
+      o["added"] = boost::json::array{"x", std::string(300, 'y'), boost::json::object{{"k", 1}}};
+      kept = boost::json::value(first, boost::json::storage_ptr());
+      EXPECT_EQ(o.at("added").at(1).as_string().size(), 300u);
+    }
+    EXPECT_EQ(kept, boost::json::parse(doc).as_object().begin()->value());
+  }
+}
+
+TEST(JsonParse, ParseJsonFileReadsLargeFilesAsItParses) {
+  auto dir = std::filesystem::temp_directory_path() / "weir_parse_json_file_test";
+  std::filesystem::create_directories(dir);
+  auto write = [&](const std::string& name, const std::string& text) {
+    auto f = dir / name;
+    std::FILE* out = std::fopen(f.c_str(), "wb");
+    std::fwrite(text.data(), 1, text.size(), out);
+    std::fclose(out);
+    return f;
+  };
+  const std::string text = large_document();
+  auto big = parse_json_file(write("big.json", text));
+  ASSERT_TRUE(big) << big.error().message;
+  EXPECT_TRUE(big->text.empty());  // never whole in memory
+  EXPECT_EQ(big->parsed.value, boost::json::parse(text));
+  auto bom = parse_json_file(write("bom.json", "\xEF\xBB\xBF" + text));
+  ASSERT_TRUE(bom) << bom.error().message;
+  EXPECT_EQ(bom->parsed.value, big->parsed.value);
+  auto small = parse_json_file(write("small.json", "[1, 2]"));
+  ASSERT_TRUE(small);
+  EXPECT_EQ(small->text, "[1, 2]");
+  // A malformed large file gets parse_json's message, line and column included.
+  const std::string bad = large_document("[1,, 2]");
+  auto e = parse_json_file(write("bad.json", bad));
+  ASSERT_FALSE(e);
+  EXPECT_EQ(e.error().message, parse_json(bad, (dir / "bad.json").string()).error().message);
+  EXPECT_NE(e.error().message.find(":12: syntax error"), std::string::npos) << e.error().message;
+  auto over = parse_json_file(dir / "big.json", {.max_bytes = 1000});
+  ASSERT_FALSE(over);
+  EXPECT_EQ(over.error().message, (dir / "big.json").string() + ": " + std::to_string(text.size()) +
+                                      " bytes of JSON, more than the limit of 1000");
+  auto capped = parse_json_file(dir / "big.json", {.max_value_bytes = 100000});
+  ASSERT_FALSE(capped);
+  EXPECT_NE(capped.error().message.find("needs more than 100000 bytes"), std::string::npos);
+  auto missing = parse_json_file(dir / "nope.json");
+  ASSERT_FALSE(missing);
+  EXPECT_TRUE(missing.error().is(Errc::not_found));
+  auto folder = parse_json_file(dir);
+  ASSERT_FALSE(folder);
+  EXPECT_EQ(folder.error().message, dir.string() + ": is a directory, not a JSON file");
   std::filesystem::remove_all(dir);
 }
 

@@ -253,7 +253,11 @@ class StateGraph {
 
   // Errors: invalid_workflow listing every problem (unknown nodes, nodes unreachable from
   // START or unable to reach END, duplicate names).
-  Result<std::shared_ptr<const CompiledGraph>> compile(GraphLimits limits = {}) const;
+  Result<std::shared_ptr<const CompiledGraph>> compile(GraphLimits limits = {}) const&;
+  // The same, moving the nodes and edges into the compiled graph instead of copying them.
+  Result<std::shared_ptr<const CompiledGraph>> compile(GraphLimits limits = {}) &&;
+  // Room for this many nodes and edges (a builder that knows its sizes saves the regrowth).
+  void reserve(std::size_t nodes, std::size_t edges);
 
  private:
   friend class CompiledGraph;
