@@ -526,7 +526,10 @@ Result<ParsedJson> parse_json(std::string_view text, std::string_view source,
                          "the document is empty: expected a JSON value", "");
   }
 
-  auto [storage, limit] = value_storage(options, source, text.size());
+  // Named, not a structured binding: the lambda below captures them.
+  auto [storage_cell, limit_cell] = value_storage(options, source, text.size());
+  json::storage_ptr storage = std::move(storage_cell);
+  std::shared_ptr<std::size_t> limit = std::move(limit_cell);
   json::value result(storage);  // moved into the ParsedJson, storage and all
   auto done = [&] {
     if (limit) *limit = std::numeric_limits<std::size_t>::max();
