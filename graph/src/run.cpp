@@ -427,76 +427,166 @@ Status Runner::advance(const std::vector<Task>& tasks, const std::vector<Result<
 
 asio::awaitable<Result<RunResult>> Runner::run(std::unique_ptr<Runner> self) {
   (void)self;
-  Status s;
-  if (admission) {  // a free permit is taken without a coroutine of its own; else queue
-    permit = admission->try_acquire();
-    if (!permit) co_await queue_for_permit(s);
-    if (!s) {
-      if (events) co_await push_final(s.error());
-      co_return std::move(s).error();
+  for (;;) {
+    const Await next_wait = advance_run();
+    if (next_wait == Await::done) break;
+    try {
+      if (next_wait == Await::node) {
+        try {
+          results[0] = co_await g.nodes_[tasks[0].node].async(StateView(g, st), ctxs[0]);
+        } catch (...) {
+          results[0] = thrown_error();
+        }
+      } else {
+        co_await other_wait(next_wait);
+      }
+    } catch (const Exception& e) {
+      // Only the superstep loop turns an Exception into the run's error; the waits for a
+      // permit and for the final event let it pass.
+      if (phase == Phase::admitted || phase == Phase::done) throw;
+      status = e.error();
+      phase = Phase::end;
     }
   }
-  std::int32_t step = 0;
-  bool interrupted = false;
-  try {
-    if (events && !nested) co_await push_run_started(input, resume_value);
-    writes.resize(g.channels_.size());
-    if (thread) s = claim();
-    if (s) s = prepare(input, tasks);
-    if (s && has_evicted()) co_await fold_evicted_into(0, s);
-    if (s) s = start(input, tasks);
-    input = json::object();
-    while (s && !tasks.empty()) {
-      s = begin_step(tasks, step);
-      if (!s) break;
-      if (events) co_await push_started(tasks, step);
-      results.clear();
-      if (!run_inline(tasks, results)) {
-        if (tasks.size() == 1 && direct(tasks[0])) {
-          results.emplace_back(Error(Errc::cancelled, "not run"));
-          try {
-            results[0] = co_await g.nodes_[tasks[0].node].async(StateView(g, st), ctxs[0]);
-          } catch (...) {
-            results[0] = thrown_error();
-          }
-        } else if (tasks.size() == 1) {
-          results.emplace_back(Error(Errc::cancelled, "not run"));
-          co_await call(tasks[0], ctxs[0], results[0]);
-        } else {
-          co_await run_concurrently(tasks, results);
-        }
+  co_return result_of_run();
+}
+
+Runner::Await Runner::advance_run() {
+  for (;;) {
+    Await a = Await::more;
+    if (phase > Phase::admitted && phase < Phase::end) {
+      try {
+        a = advance_phase();
+      } catch (const Exception& e) {  // e.g. the run's state went over its memory limit
+        status = e.error();
+        phase = Phase::end;
       }
+    } else {
+      a = advance_phase();
+    }
+    if (a != Await::more) return a;
+  }
+}
+
+Runner::Await Runner::advance_phase() {
+  switch (phase) {
+    case Phase::admit:
+      phase = Phase::admitted;
+      if (admission) {  // a free permit is taken without a coroutine of its own; else queue
+        permit = admission->try_acquire();
+        if (!permit) return await_slow(Slow::queue);
+      }
+      return Await::more;
+    case Phase::admitted:
+      if (!status) {
+        phase = Phase::done;
+        return events ? await_slow(Slow::failed) : Await::done;
+      }
+      phase = Phase::prepare;
+      return events && !nested ? await_slow(Slow::run_started) : Await::more;
+    case Phase::prepare:
+      writes.resize(g.channels_.size());
+      if (thread) status = claim();
+      if (status) status = prepare(input, tasks);
+      phase = Phase::start;
+      return status && has_evicted() ? await_slow(Slow::fold) : Await::more;
+    case Phase::start:
+      if (status) status = start(input, tasks);
+      input = json::object();
+      phase = Phase::step;
+      return Await::more;
+    case Phase::step:
+      if (status && !tasks.empty()) status = begin_step(tasks, superstep);
+      if (!status || tasks.empty()) {
+        phase = Phase::end;
+        return Await::more;
+      }
+      phase = Phase::nodes;
+      return events ? await_slow(Slow::started) : Await::more;
+    case Phase::nodes:
+      results.clear();
+      phase = Phase::barrier;
+      if (run_inline(tasks, results)) return Await::more;
+      if (tasks.size() > 1) return Await::concurrently;
+      results.emplace_back(Error(Errc::cancelled, "not run"));
+      return direct(tasks[0]) ? Await::node : Await::call;
+    case Phase::barrier:
       // Interrupts first: the step's writes are discarded and the step is re-run on resume.
       if (auto k = interrupting_task(tasks, results); k < tasks.size()) {
-        s = interrupt_run(tasks, k, step);
+        status = interrupt_run(tasks, k, superstep);
         interrupted = true;
-        break;
+        phase = Phase::end;
+        return Await::more;
       }
-      s = collect(tasks, results, writes);
-      if (!s) break;
-      if (events) {
-        for (std::size_t i = 0; i < tasks.size(); ++i)
-          co_await push_finished(tasks[i], ctxs[i], *results[i], step);
-      }
-      s = merge(writes, step);
-      if (s && has_evicted()) co_await fold_evicted_into(step, s);
-      if (s) s = advance(tasks, results, writes, next, step);
-      if (!s) break;
-      if (events && stream_state) co_await push_state(step);
+      status = collect(tasks, results, writes);
+      phase = status ? Phase::merge : Phase::end;
+      return status && events ? await_slow(Slow::finished) : Await::more;
+    case Phase::merge:
+      status = merge(writes, superstep);
+      phase = Phase::advance;
+      return status && has_evicted() ? await_slow(Slow::fold) : Await::more;
+    case Phase::advance:
+      if (status) status = advance(tasks, results, writes, next, superstep);
+      phase = status ? Phase::swap : Phase::end;
+      return status && events && stream_state ? await_slow(Slow::state) : Await::more;
+    case Phase::swap:
       std::swap(tasks, next);
-    }
-  } catch (const Exception& e) {  // e.g. the run's state went over its memory limit
-    s = e.error();
+      phase = Phase::step;
+      return Await::more;
+    case Phase::end:
+      if (thread) thread->hold.reset();  // released before the caller hears the result
+      phase = Phase::done;
+      if (!status) {
+        st.values.clear();  // a failed run keeps nothing
+        if (!nested && opt.artifacts) opt.artifacts->release_owner(run_id);
+      }
+      if (events && !nested) return await_slow(status ? Slow::final : Slow::failed);
+      return Await::done;
+    case Phase::done:
+      break;
   }
-  if (thread) thread->hold.reset();  // released before the caller hears the result
-  if (!s) {
-    st.values.clear();  // a failed run keeps nothing
-    if (!nested && opt.artifacts) opt.artifacts->release_owner(run_id);
-    if (events && !nested) co_await push_final(s.error());
-    co_return std::move(s).error();
+  return Await::done;
+}
+
+asio::awaitable<void> Runner::other_wait(Await a) {
+  if (a == Await::call) return call(tasks[0], ctxs[0], results[0]);
+  if (a == Await::concurrently) return run_concurrently(tasks, results);
+  return async_slow();
+}
+
+asio::awaitable<void> Runner::async_slow() {
+  switch (slow) {
+    case Slow::queue:
+      co_await queue_for_permit(status);
+      break;
+    case Slow::run_started:
+      co_await push_run_started(input, resume_value);
+      break;
+    case Slow::fold:
+      status = co_await fold_evicted(superstep);
+      break;
+    case Slow::started:
+      co_await push_started(tasks, superstep);
+      break;
+    case Slow::finished:
+      for (std::size_t i = 0; i < tasks.size(); ++i)
+        co_await push_finished(tasks[i], ctxs[i], *results[i], superstep);
+      break;
+    case Slow::state:
+      co_await push_state(superstep);
+      break;
+    case Slow::final:
+      co_await push_final(superstep, interrupted);
+      break;
+    case Slow::failed:
+      co_await push_final(status.error());
+      break;
   }
-  if (events && !nested) co_await push_final(step, interrupted);
-  co_return finish(step, interrupted);
+}
+
+Result<RunResult> Runner::result_of_run() {
+  if (!status) return std::move(status).error();
+  return finish(superstep, interrupted);
 }
 
 asio::awaitable<void> Runner::queue_for_permit(Status& s) {

@@ -154,11 +154,6 @@ struct Runner {
   // extended, the summary hook called. A failing hook keeps the previous summary (warning).
   asio::awaitable<Status> fold_evicted(std::int64_t step);
 
-  // fold_evicted with its status in `s`: run()'s frame keeps no temporary for it.
-  asio::awaitable<void> fold_evicted_into(std::int64_t step, Status& s) {
-    s = co_await fold_evicted(step);
-  }
-
   bool has_evicted() const {
     for (const auto& e : evicted) {
       if (!e.empty()) return true;
@@ -231,9 +226,60 @@ struct Runner {
 
   // The whole run: admission (top level), the superstep loop, the final event. `self` owns
   // *this for as long as the coroutine lives, so that a run in flight is this object and one
-  // coroutine frame, and the frame only sequences: the work is in plain functions.
+  // coroutine frame. The frame only waits: advance_run() does the work between two waits and
+  // says what to wait for next, so the frame holds no locals and two co_await sites, a node's
+  // and other_wait()'s (GCC 12 gives each one slots of its own; each run in flight pays).
   // Start it as `Runner* p = r.get(); p->run(std::move(r))`.
   asio::awaitable<Result<RunResult>> run(std::unique_ptr<Runner> self);
+
+  // Where the run is between two waits. The order is that of the superstep loop.
+  enum class Phase : std::uint8_t {
+    admit,  // take an admission permit, or queue for one
+    admitted,
+    prepare,  // channel defaults, claim, restore, input
+    start,    // START's targets, the input's checkpoint
+    step,     // the caps, the step's node contexts
+    nodes,    // run the step's nodes
+    barrier,  // interrupts, offload, writes per channel
+    merge,    // the reducers
+    advance,  // the next step's tasks, the checkpoint
+    swap,
+    end,   // release the thread; a failed run drops its state
+    done,  // run() returns result_of_run()
+  };
+  // What run() awaits next. `slow` is one of the waits of a streaming, queued or windowed run,
+  // done by async_slow() so that run()'s frame has a single slot for them all.
+  enum class Await : std::uint8_t { more, node, call, concurrently, slow, done };
+  enum class Slow : std::uint8_t {
+    queue,        // queue_for_permit
+    run_started,  // push_run_started
+    fold,         // fold_evicted
+    started,      // push_started
+    finished,     // push_finished for every task
+    state,        // push_state
+    final,        // push_final(superstep, interrupted)
+    failed,       // push_final(status.error())
+  };
+  Phase phase = Phase::admit;
+  Slow slow = Slow::queue;  // valid while advance_run() returned Await::slow
+  bool interrupted = false;
+  std::int32_t superstep = 0;
+  Status status;  // the run's outcome so far
+
+  // Runs the plain work from `phase` on until the run has to wait; says for what. An Exception
+  // thrown inside the superstep loop ends the run with its error (e.g. the run's state went
+  // over its memory limit).
+  Await advance_run();
+  Await advance_phase();
+  Await await_slow(Slow what) {
+    slow = what;
+    return Await::slow;
+  }
+  asio::awaitable<void> async_slow();
+  // The coroutine for a wait other than Await::node (not a coroutine itself: run() awaits
+  // every one of them from the same co_await).
+  asio::awaitable<void> other_wait(Await a);
+  Result<RunResult> result_of_run();
 
   asio::awaitable<void> queue_for_permit(Status& s);
 
