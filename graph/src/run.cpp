@@ -84,14 +84,20 @@ namespace {
 
 // A run's scratch vectors keep their capacity for the thread's next run (a pool of at most
 // kPooled), and a Runner's memory is reused the same way: a short run then allocates little
-// beyond its coroutine frame and its state.
+// beyond its coroutine frame and its state. The barrier's vectors (`next`, `writes`) are only
+// held from the barrier to the next step's start, so they go back to the pool in between:
+// while its nodes wait, a run holds none.
 constexpr std::size_t kPooled = 32;
 constexpr std::size_t kPooledItems = 64;  // larger vectors are freed, not pooled
 
 struct Scratch {
-  std::vector<Task> tasks, next;
+  std::vector<Task> tasks;
   std::vector<Result<Update>> results;
   std::vector<NodeContext> ctxs;
+};
+
+struct BarrierScratch {
+  std::vector<Task> next;
   Writes writes;
 };
 
@@ -101,6 +107,7 @@ thread_local bool t_pools_gone = false;
 
 struct Pools {
   std::vector<Scratch> scratch;
+  std::vector<BarrierScratch> barrier;
   std::vector<void*> runners;  // blocks of sizeof(Runner)
   ~Pools() {
     t_pools_gone = true;
@@ -135,7 +142,7 @@ void Runner::operator delete(void* p) {
 }
 
 Runner::Runner(const CompiledGraph& graph, const RuntimeOptions& o, std::string id,
-               GraphLimits limits)
+               const GraphLimits& limits)
     : g(graph),
       opt(o),
       lim(limits),
@@ -147,31 +154,48 @@ Runner::Runner(const CompiledGraph& graph, const RuntimeOptions& o, std::string 
     auto& pool = pl->scratch;
     Scratch& sc = pool.back();
     tasks = std::move(sc.tasks);
-    next = std::move(sc.next);
     results = std::move(sc.results);
     ctxs = std::move(sc.ctxs);
-    writes = std::move(sc.writes);
     pool.pop_back();
   }
 }
 
 Runner::~Runner() {
+  give_barrier_scratch();
   Pools* pl = pools();
   // Only small steps' vectors are kept: a 10,000-way Send must not pin its memory.
   if (!pl || pl->scratch.size() >= kPooled || tasks.capacity() > kPooledItems ||
-      next.capacity() > kPooledItems || results.capacity() > kPooledItems ||
-      ctxs.capacity() > kPooledItems || writes.capacity() > kPooledItems)
+      results.capacity() > kPooledItems || ctxs.capacity() > kPooledItems)
     return;
   tasks.clear();
-  next.clear();
   results.clear();
   ctxs.clear();
-  for (auto& w : writes) {
-    w.clear();
-    if (w.capacity() > kPooledItems) w.shrink_to_fit();
+  pl->scratch.push_back(Scratch{std::move(tasks), std::move(results), std::move(ctxs)});
+}
+
+void Runner::take_barrier_scratch() {
+  if (Pools* pl = pools(); pl && !pl->barrier.empty() && writes.empty()) {
+    next = std::move(pl->barrier.back().next);
+    writes = std::move(pl->barrier.back().writes);
+    pl->barrier.pop_back();
   }
-  pl->scratch.push_back(Scratch{std::move(tasks), std::move(next), std::move(results),
-                                std::move(ctxs), std::move(writes)});
+  writes.resize(g.channels_.size());
+}
+
+void Runner::give_barrier_scratch() {
+  Pools* pl = pools();
+  if (pl && pl->barrier.size() < kPooled && next.capacity() <= kPooledItems &&
+      writes.capacity() <= kPooledItems) {
+    next.clear();
+    for (auto& w : writes) {
+      w.clear();
+      if (w.capacity() > kPooledItems) w.shrink_to_fit();
+    }
+    if (next.capacity() > 0 || writes.capacity() > 0)
+      pl->barrier.push_back(BarrierScratch{std::move(next), std::move(writes)});
+  }
+  next = std::vector<Task>();
+  writes = Writes();
 }
 
 asio::awaitable<Result<Update>> Runner::run_subgraph(const StateGraph::NodeDef& n) {
@@ -183,13 +207,13 @@ asio::awaitable<Result<Update>> Runner::run_subgraph(const StateGraph::NodeDef& 
     in[child_graph.channel_name(c)] = json::value(st.values[p], json::storage_ptr());
     if (st.values[p].is_array()) seeded[p] = st.values[p].as_array().size();
   }
-  auto child = std::make_unique<Runner>(child_graph, opt, run_id,
-                                        def.options.limits.value_or(child_graph.limits_));
+  auto child = std::make_unique<Runner>(
+      child_graph, opt, run_id, def.options.limits ? *def.options.limits : child_graph.limits_);
   child->nested = true;
   child->tokens_used = tokens_used;
   if (token_budget > 0) child->token_budget = token_budget;
   child->events = events;
-  child->event_prefix = event_prefix + n.name + "/";
+  if (events) child->extra().event_prefix = event_prefix() + n.name + "/";
   child->input = std::move(in);
   Runner* c = child.get();
   auto op = c->run(std::move(child));
@@ -444,7 +468,7 @@ asio::awaitable<Result<RunResult>> Runner::run(std::unique_ptr<Runner> self) {
       // Only the superstep loop turns an Exception into the run's error; the waits for a
       // permit and for the final event let it pass.
       if (phase == Phase::admitted || phase == Phase::done) throw;
-      status = e.error();
+      fail(e.error());
       phase = Phase::end;
     }
   }
@@ -458,7 +482,7 @@ Runner::Await Runner::advance_run() {
       try {
         a = advance_phase();
       } catch (const Exception& e) {  // e.g. the run's state went over its memory limit
-        status = e.error();
+        fail(e.error());
         phase = Phase::end;
       }
     } else {
@@ -473,31 +497,31 @@ Runner::Await Runner::advance_phase() {
     case Phase::admit:
       phase = Phase::admitted;
       if (admission) {  // a free permit is taken without a coroutine of its own; else queue
-        permit = admission->try_acquire();
-        if (!permit) return await_slow(Slow::queue);
+        auto free_permit = admission->try_acquire();
+        if (!free_permit) return await_slow(Slow::queue);
+        permit = std::move(*free_permit);
       }
       return Await::more;
     case Phase::admitted:
-      if (!status) {
+      if (!ok) {
         phase = Phase::done;
         return events ? await_slow(Slow::failed) : Await::done;
       }
       phase = Phase::prepare;
       return events && !nested ? await_slow(Slow::run_started) : Await::more;
     case Phase::prepare:
-      writes.resize(g.channels_.size());
-      if (thread) status = claim();
-      if (status) status = prepare(input, tasks);
+      if (thread) check(claim());
+      if (ok) check(prepare(input, tasks));
       phase = Phase::start;
-      return status && has_evicted() ? await_slow(Slow::fold) : Await::more;
+      return ok && has_evicted() ? await_slow(Slow::fold) : Await::more;
     case Phase::start:
-      if (status) status = start(input, tasks);
+      if (ok) check(start(input, tasks));
       input = json::object();
       phase = Phase::step;
       return Await::more;
     case Phase::step:
-      if (status && !tasks.empty()) status = begin_step(tasks, superstep);
-      if (!status || tasks.empty()) {
+      if (ok && !tasks.empty()) check(begin_step(tasks, superstep));
+      if (!ok || tasks.empty()) {
         phase = Phase::end;
         return Await::more;
       }
@@ -513,34 +537,36 @@ Runner::Await Runner::advance_phase() {
     case Phase::barrier:
       // Interrupts first: the step's writes are discarded and the step is re-run on resume.
       if (auto k = interrupting_task(tasks, results); k < tasks.size()) {
-        status = interrupt_run(tasks, k, superstep);
+        check(interrupt_run(tasks, k, superstep));
         interrupted = true;
         phase = Phase::end;
         return Await::more;
       }
-      status = collect(tasks, results, writes);
-      phase = status ? Phase::merge : Phase::end;
-      return status && events ? await_slow(Slow::finished) : Await::more;
+      take_barrier_scratch();
+      check(collect(tasks, results, writes));
+      phase = ok ? Phase::merge : Phase::end;
+      return ok && events ? await_slow(Slow::finished) : Await::more;
     case Phase::merge:
-      status = merge(writes, superstep);
+      check(merge(writes, superstep));
       phase = Phase::advance;
-      return status && has_evicted() ? await_slow(Slow::fold) : Await::more;
+      return ok && has_evicted() ? await_slow(Slow::fold) : Await::more;
     case Phase::advance:
-      if (status) status = advance(tasks, results, writes, next, superstep);
-      phase = status ? Phase::swap : Phase::end;
-      return status && events && stream_state ? await_slow(Slow::state) : Await::more;
+      if (ok) check(advance(tasks, results, writes, next, superstep));
+      phase = ok ? Phase::swap : Phase::end;
+      return ok && events && stream_state ? await_slow(Slow::state) : Await::more;
     case Phase::swap:
       std::swap(tasks, next);
+      give_barrier_scratch();
       phase = Phase::step;
       return Await::more;
     case Phase::end:
       if (thread) thread->hold.reset();  // released before the caller hears the result
       phase = Phase::done;
-      if (!status) {
+      if (!ok) {
         st.values.clear();  // a failed run keeps nothing
         if (!nested && opt.artifacts) opt.artifacts->release_owner(run_id);
       }
-      if (events && !nested) return await_slow(status ? Slow::final : Slow::failed);
+      if (events && !nested) return await_slow(ok ? Slow::final : Slow::failed);
       return Await::done;
     case Phase::done:
       break;
@@ -557,14 +583,16 @@ asio::awaitable<void> Runner::other_wait(Await a) {
 asio::awaitable<void> Runner::async_slow() {
   switch (slow) {
     case Slow::queue:
-      co_await queue_for_permit(status);
+      co_await queue_for_permit();
       break;
     case Slow::run_started:
       co_await push_run_started(input, resume_value);
       break;
-    case Slow::fold:
-      status = co_await fold_evicted(superstep);
+    case Slow::fold: {
+      Status s = co_await fold_evicted(superstep);
+      check(std::move(s));
       break;
+    }
     case Slow::started:
       co_await push_started(tasks, superstep);
       break;
@@ -579,22 +607,22 @@ asio::awaitable<void> Runner::async_slow() {
       co_await push_final(superstep, interrupted);
       break;
     case Slow::failed:
-      co_await push_final(status.error());
+      co_await push_final(extras->error);
       break;
   }
 }
 
 Result<RunResult> Runner::result_of_run() {
-  if (!status) return std::move(status).error();
+  if (!ok) return std::move(extras->error);
   return finish(superstep, interrupted);
 }
 
-asio::awaitable<void> Runner::queue_for_permit(Status& s) {
+asio::awaitable<void> Runner::queue_for_permit() {
   Result<Limiter::Permit> queued = co_await admission->async_acquire();
   if (queued)
-    permit.emplace(std::move(*queued));
+    permit = std::move(*queued);
   else
-    s = std::move(queued).error();
+    fail(std::move(queued).error());
 }
 
 std::size_t Runner::interrupting_task(const std::vector<Task>& tasks,

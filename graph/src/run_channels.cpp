@@ -82,6 +82,7 @@ void Runner::trim_window(std::size_t ch, json::array& arr) {
   }
   if (drop == 0) return;
   if (opt.artifacts || o.summarize) {
+    auto& evicted = extra().evicted;
     if (evicted.empty()) evicted.resize(g.channels_.size());
     for (std::size_t i = 0; i < drop; ++i) evicted[ch].emplace_back(arr[first + i]);
   }
@@ -90,6 +91,7 @@ void Runner::trim_window(std::size_t ch, json::array& arr) {
 }
 
 asio::awaitable<Status> Runner::fold_evicted(std::int64_t step) {
+  auto& evicted = extra().evicted;
   for (std::size_t ch = 0; ch < evicted.size(); ++ch) {
     // A marker that pushes the window over max_tokens evicts more turns: fold again.
     while (!evicted[ch].empty()) {

@@ -151,7 +151,7 @@ Status Runner::interrupt_run(const std::vector<Task>& tasks, std::size_t k, std:
   if (auto s = save(std::vector<bool>(g.channels_.size()), tasks, step - 1, "interrupted", &info);
       !s)
     return s;
-  interrupted_task = k;
+  interrupted_task = static_cast<std::uint32_t>(k);
   return {};
 }
 

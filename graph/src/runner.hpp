@@ -82,7 +82,7 @@ struct Runner {
 
   const CompiledGraph& g;
   const RuntimeOptions& opt;
-  const GraphLimits lim;  // the graph's, or a subgraph node's override
+  const GraphLimits& lim;  // the graph's, or a subgraph node's override (both outlive the run)
   std::string run_id;
   RunState st;
   std::int64_t tokens = 0;
@@ -107,22 +107,33 @@ struct Runner {
   };
   Checkpointer* checkpointer = nullptr;  // set together with `thread`
   std::unique_ptr<Thread> thread;
-  bool resumed = false;
 
   // async_resume: the value for thread->resume_node in the first step.
   const json::value* resume_value = nullptr;
 
   std::shared_ptr<EventStream::Impl> events;  // null: not streaming
-  std::string event_prefix;                   // "parent/" in a subgraph
-  bool stream_state = false;
-  bool nested = false;  // a subgraph's run: no checkpoints, no interrupts, no run_* events
 
-  // Turns evicted by a messages window in this step, folded into its marker at the barrier.
-  std::vector<json::array> evicted;  // [channels]
+  // What few runs use, out of line for the same reason as Thread; made by extra().
+  struct Extra {
+    std::string event_prefix;  // "parent/" in a subgraph of a streaming run
+    // Turns evicted by a messages window in this step, folded into its marker at the barrier.
+    std::vector<json::array> evicted;  // [channels]
+    Error error;                       // why the run failed, once !ok
+  };
+  std::unique_ptr<Extra> extras;
+  Extra& extra() {
+    if (!extras) extras = std::make_unique<Extra>();
+    return *extras;
+  }
+  const std::string& event_prefix() const {
+    static const std::string none;
+    return extras ? extras->event_prefix : none;
+  }
 
   std::vector<NodeContext> ctxs;  // [tasks of the current step]
 
-  Runner(const CompiledGraph& graph, const RuntimeOptions& o, std::string id, GraphLimits limits);
+  Runner(const CompiledGraph& graph, const RuntimeOptions& o, std::string id,
+         const GraphLimits& limits);
   ~Runner();
   Runner(const Runner&) = delete;
   Runner& operator=(const Runner&) = delete;
@@ -138,7 +149,7 @@ struct Runner {
     Event e;
     e.kind = kind;
     e.run_id = run_id;
-    if (!node.empty()) e.node = event_prefix + std::string(node);
+    if (!node.empty()) e.node = event_prefix() + std::string(node);
     e.step = step;
     e.data = std::move(data);
     return e;
@@ -155,7 +166,8 @@ struct Runner {
   asio::awaitable<Status> fold_evicted(std::int64_t step);
 
   bool has_evicted() const {
-    for (const auto& e : evicted) {
+    if (!extras) return false;
+    for (const auto& e : extras->evicted) {
       if (!e.empty()) return true;
     }
     return false;
@@ -208,7 +220,11 @@ struct Runner {
   // frame (100k runs: bench/bench_graph.cpp).
   std::vector<Task> tasks, next;
   std::vector<Result<Update>> results;
-  Writes writes;
+  Writes writes;  // [channels] from the barrier on
+  // `next` and `writes` are taken from the thread's pool at the barrier and given back when
+  // the next step starts (run.cpp).
+  void take_barrier_scratch();
+  void give_barrier_scratch();
 
   // A plain async node (no retries, not a subgraph) is awaited straight from run(): one
   // coroutine frame less per node in flight than going through call().
@@ -221,7 +237,7 @@ struct Runner {
   std::shared_ptr<const CompiledGraph> graph_ref;   // keeps `g` alive
   std::shared_ptr<const std::atomic<bool>> cancel;  // RunOptions::cancel (top-level runs)
   Limiter* admission = nullptr;
-  std::optional<Limiter::Permit> permit;
+  Limiter::Permit permit;  // held while the run is admitted
   json::object input;
 
   // The whole run: admission (top level), the superstep loop, the final event. `self` owns
@@ -260,11 +276,26 @@ struct Runner {
     final,        // push_final(superstep, interrupted)
     failed,       // push_final(status.error())
   };
+  bool resumed = false;
+  bool stream_state = false;
+  bool nested = false;  // a subgraph's run: no checkpoints, no interrupts, no run_* events
   Phase phase = Phase::admit;
   Slow slow = Slow::queue;  // valid while advance_run() returned Await::slow
   bool interrupted = false;
+  bool ok = true;  // the run's outcome so far: false once it failed, with extras->error
   std::int32_t superstep = 0;
-  Status status;  // the run's outcome so far
+  std::uint32_t interrupted_task = 0;  // interrupt_run()
+
+  // The run fails with `e` (a later failure replaces an earlier one).
+  void fail(Error e) {
+    extra().error = std::move(e);
+    ok = false;
+  }
+  // s's error, if any, becomes the run's; returns ok.
+  bool check(Status s) {
+    if (!s) fail(std::move(s).error());
+    return ok;
+  }
 
   // Runs the plain work from `phase` on until the run has to wait; says for what. An Exception
   // thrown inside the superstep loop ends the run with its error (e.g. the run's state went
@@ -281,7 +312,7 @@ struct Runner {
   asio::awaitable<void> other_wait(Await a);
   Result<RunResult> result_of_run();
 
-  asio::awaitable<void> queue_for_permit(Status& s);
+  asio::awaitable<void> queue_for_permit();
 
   // The task that called interrupt() and returned its error, or tasks.size().
   std::size_t interrupting_task(const std::vector<Task>& tasks,
@@ -290,7 +321,6 @@ struct Runner {
   // Stops the run at task k's interrupt: an "interrupted" checkpoint that re-runs this step.
   // The step's node is kept in `interrupted_task` for finish().
   Status interrupt_run(const std::vector<Task>& tasks, std::size_t k, std::int32_t step);
-  std::size_t interrupted_task = 0;
 
   // The result of a run that did not fail (finished, or stopped at an interrupt).
   RunResult finish(std::int32_t step, bool interrupted);
