@@ -31,6 +31,28 @@ json::object StateView::to_object() const {
   return o;
 }
 
+NodeContext::NodeContext() = default;
+NodeContext::~NodeContext() = default;
+NodeContext::NodeContext(NodeContext&&) noexcept = default;
+NodeContext& NodeContext::operator=(NodeContext&&) noexcept = default;
+
+std::string_view NodeContext::run_id() const {
+  return run_ ? std::string_view(run_->run_id) : std::string_view();
+}
+
+const json::value& NodeContext::input() const {
+  static const json::value null;
+  return input_ ? *input_ : null;
+}
+
+ArtifactStore* NodeContext::artifacts() const {
+  return run_ ? run_->opt.artifacts : nullptr;
+}
+
+bool NodeContext::cancelled() const {
+  return run_ && run_->cancel && run_->cancel->load(std::memory_order_relaxed);
+}
+
 Result<std::string> NodeContext::fetch(const json::value& ref, std::uint64_t offset,
                                        std::uint64_t length) const {
   auto r = ArtifactRef::from_json(ref);
@@ -42,31 +64,36 @@ Result<std::string> NodeContext::fetch(const json::value& ref, std::uint64_t off
                  "node '" + std::string(node_) +
                      "': the value is neither an artifact reference nor a string");
   }
-  if (!artifacts_)
+  ArtifactStore* store = artifacts();
+  if (!store)
     return Error(Errc::not_found,
                  "node '" + std::string(node_) + "': this run has no artifact store");
-  return artifacts_->get_range(r->id, offset, length);
+  return store->get_range(r->id, offset, length);
 }
 
 Status NodeContext::charge_tokens(std::int64_t n) {
-  if (!tokens_used_) return {};
-  *tokens_used_ += n;
-  if (token_budget_ > 0 && *tokens_used_ > token_budget_) {
+  if (!run_) return {};
+  std::int64_t& used = *run_->tokens_used;
+  const std::int64_t budget = run_->token_budget;
+  used += n;
+  if (budget > 0 && used > budget) {
     return Error(Errc::token_budget_exceeded,
-                 "run stopped in node '" + std::string(node_) + "': " +
-                     std::to_string(*tokens_used_) + " tokens used, over the token budget of " +
-                     std::to_string(token_budget_) + " (limits.token_budget)");
+                 "run stopped in node '" + std::string(node_) + "': " + std::to_string(used) +
+                     " tokens used, over the token budget of " + std::to_string(budget) +
+                     " (limits.token_budget)");
   }
   return {};
 }
 
 void NodeContext::emit(std::string name, json::value data) {
-  if (!streaming_) return;
-  emitted_.emplace_back(std::move(name), json::value(std::move(data), json::storage_ptr()));
+  if (!run_ || !run_->events) return;
+  if (!extra_) extra_ = std::make_unique<Extra>();
+  extra_->emitted.emplace_back(std::move(name), json::value(std::move(data), json::storage_ptr()));
 }
 
 Error NodeContext::interrupt(json::value payload) {
-  interrupt_ = json::value(std::move(payload), json::storage_ptr());
+  if (!extra_) extra_ = std::make_unique<Extra>();
+  extra_->interrupt = json::value(std::move(payload), json::storage_ptr());
   return Error(Errc::interrupted, "node '" + std::string(node_) + "' interrupted the run");
 }
 
@@ -258,7 +285,7 @@ asio::awaitable<void> Runner::call(const Task& t, NodeContext& ctx, Result<Updat
         !r && (r.error().is(Errc::tool_failed) || r.error().is(Errc::tool_timeout) ||
                r.error().is(Errc::model_error));
     if (r || !retryable || attempt >= n.options.max_attempts) co_return;
-    ctx.emitted_.clear();
+    if (ctx.extra_) ctx.extra_->emitted.clear();
     asio::steady_timer timer(co_await asio::this_coro::executor,
                              n.options.backoff * (1 << std::min(attempt - 1, 10)));
     co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
@@ -356,17 +383,11 @@ Status Runner::begin_step(const std::vector<Task>& tasks, std::int32_t& step) {
   const bool resuming_step = step == 1 && resume_value;
   for (std::size_t i = 0; i < tasks.size(); ++i) {
     auto& c = ctxs[i];
+    c.run_ = this;
     c.node_ = g.nodes_[tasks[i].node].name;
-    c.run_id_ = run_id;
-    c.input_ = tasks[i].input;
-    c.artifacts_ = opt.artifacts;
-    c.tokens_used_ = tokens_used;
-    c.token_budget_ = token_budget;
-    c.streaming_ = events != nullptr;
-    c.cancel_ = cancel.get();
+    c.input_ = &tasks[i].input;
     c.step_ = (thread ? thread->step_base : 0) + step;
-    c.emitted_.clear();
-    c.interrupt_.reset();
+    c.extra_.reset();
     c.resume_ = resuming_step && c.node_ == thread->resume_node ? resume_value : nullptr;
   }
   return {};
@@ -628,7 +649,9 @@ asio::awaitable<void> Runner::queue_for_permit() {
 std::size_t Runner::interrupting_task(const std::vector<Task>& tasks,
                                       const std::vector<Result<Update>>& results) const {
   for (std::size_t i = 0; i < tasks.size(); ++i) {
-    if (!results[i] && results[i].error().is(Errc::interrupted) && ctxs[i].interrupt_) return i;
+    if (!results[i] && results[i].error().is(Errc::interrupted) && ctxs[i].extra_ &&
+        ctxs[i].extra_->interrupt)
+      return i;
   }
   return tasks.size();
 }
@@ -638,7 +661,7 @@ RunResult Runner::finish(std::int32_t step, bool interrupted) {
   RunResult out = result(step - 1);
   out.interrupted = true;
   out.interrupted_node = g.nodes_[tasks[interrupted_task].node].name;
-  out.interrupt_payload = std::move(*ctxs[interrupted_task].interrupt_);
+  out.interrupt_payload = std::move(*ctxs[interrupted_task].extra_->interrupt);
   return out;
 }
 
@@ -650,7 +673,7 @@ asio::awaitable<void> Runner::push_final(std::int32_t step, bool interrupted) {
     e.kind = EventKind::run_interrupted;
     e.node = g.nodes_[tasks[interrupted_task].node].name;
     e.data = json::object{
-        {"payload", json::value(*ctxs[interrupted_task].interrupt_, json::storage_ptr())}};
+        {"payload", json::value(*ctxs[interrupted_task].extra_->interrupt, json::storage_ptr())}};
   } else {
     e.kind = EventKind::run_finished;
     e.data = json::object{{"steps", step}};
@@ -677,12 +700,13 @@ asio::awaitable<void> Runner::push_started(const std::vector<Task>& tasks, std::
 asio::awaitable<void> Runner::push_finished(const Task& t, NodeContext& ctx, const Update& u,
                                             std::int32_t step) {
   const std::string& name = g.nodes_[t.node].name;
-  for (std::size_t k = 0; k < ctx.emitted_.size(); ++k) {
-    Event e = event(EventKind::custom, name, step, std::move(ctx.emitted_[k].second));
-    e.name = std::move(ctx.emitted_[k].first);
+  for (std::size_t k = 0; ctx.extra_ && k < ctx.extra_->emitted.size(); ++k) {
+    auto& [custom_name, data] = ctx.extra_->emitted[k];
+    Event e = event(EventKind::custom, name, step, std::move(data));
+    e.name = std::move(custom_name);
     co_await push(std::move(e));
   }
-  ctx.emitted_.clear();
+  if (ctx.extra_) ctx.extra_->emitted.clear();
   json::object w;
   for (const auto& kv : u.writes) w[kv.first] = json::value(kv.second, json::storage_ptr());
   Event e = event(EventKind::node_finished, name, step, std::move(w));

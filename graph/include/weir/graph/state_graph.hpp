@@ -72,6 +72,7 @@ struct Update {
 
 class CompiledGraph;
 struct RunState;
+struct Runner;
 
 // Read-only access to the state for nodes and routers.
 class StateView {
@@ -86,11 +87,17 @@ class StateView {
   const RunState& s_;
 };
 
-// What a node can use besides the state.
+// What a node can use besides the state. Made by the run for each node call; it refers to
+// the run, which outlives the call.
 class NodeContext {
  public:
+  NodeContext();
+  ~NodeContext();
+  NodeContext(NodeContext&&) noexcept;
+  NodeContext& operator=(NodeContext&&) noexcept;
+
   std::string_view node() const { return node_; }
-  std::string_view run_id() const { return run_id_; }
+  std::string_view run_id() const;
   // The superstep this call belongs to: on a thread, the step number its checkpoint will carry
   // (counted over the thread's whole history), else the step of this invocation (1, 2, ...).
   // With run_id() and node() it names this call for a tool that must not repeat a side effect
@@ -98,8 +105,8 @@ class NodeContext {
   // gives each attempt its own run_id "<run>.<attempt>").
   std::int64_t step() const { return step_; }
   // The Send input for a fanned-out invocation, null otherwise.
-  const boost::json::value& input() const { return input_; }
-  ArtifactStore* artifacts() const { return artifacts_; }
+  const boost::json::value& input() const;
+  ArtifactStore* artifacts() const;
   // The bytes of an artifact reference found in state (or [offset, offset+length) of them).
   Result<std::string> fetch(const boost::json::value& ref, std::uint64_t offset = 0,
                             std::uint64_t length = UINT64_MAX) const;
@@ -127,22 +134,23 @@ class NodeContext {
   // should look at it now and then and return early (the built-in `sleep` tool does every
   // 50 ms); what it returns after that is discarded: the run ends with `cancelled` after the
   // step. Thread safety: any thread.
-  bool cancelled() const { return cancel_ && cancel_->load(std::memory_order_relaxed); }
+  bool cancelled() const;
 
  private:
   friend class GraphRuntime;
   friend struct Runner;
-  std::string_view node_, run_id_;  // the graph's node name, the run's id
-  boost::json::value input_;
-  ArtifactStore* artifacts_ = nullptr;
-  std::int64_t* tokens_used_ = nullptr;
-  std::int64_t token_budget_ = 0;
-  bool streaming_ = false;
-  std::vector<std::pair<std::string, boost::json::value>> emitted_;
-  std::optional<boost::json::value> interrupt_;
+  // What only a streaming or interrupting node fills, made on first use (a run in flight holds
+  // one context per node it waits on, so the context itself stays small).
+  struct Extra {
+    std::vector<std::pair<std::string, boost::json::value>> emitted;
+    std::optional<boost::json::value> interrupt;
+  };
+  const Runner* run_ = nullptr;  // the run's id, fences and services; null outside a run
+  std::string_view node_;        // the graph's node name
+  const boost::json::value* input_ = nullptr;  // the task's Send input (null: none)
   const boost::json::value* resume_ = nullptr;
-  const std::atomic<bool>* cancel_ = nullptr;
   std::int64_t step_ = 0;
+  std::unique_ptr<Extra> extra_;
 };
 
 using SyncNode = std::function<Result<Update>(const StateView&, NodeContext&)>;
