@@ -123,18 +123,13 @@ struct Scratch {
   std::vector<NodeContext> ctxs;
 };
 
-struct BarrierScratch {
-  std::vector<Task> next;
-  Writes writes;
-};
-
 // Set when this thread's pools are destroyed (thread exit): a Runner freed after that, say by
 // an io_context destroyed later, is freed plainly. A bool stays readable until the thread ends.
 thread_local bool t_pools_gone = false;
 
 struct Pools {
   std::vector<Scratch> scratch;
-  std::vector<BarrierScratch> barrier;
+  std::vector<std::unique_ptr<Runner::Barrier>> barrier;
   std::vector<void*> runners;  // blocks of sizeof(Runner)
   ~Pools() {
     t_pools_gone = true;
@@ -201,28 +196,30 @@ Runner::~Runner() {
 }
 
 void Runner::take_barrier_scratch() {
-  if (Pools* pl = pools(); pl && !pl->barrier.empty() && writes.empty()) {
-    next = std::move(pl->barrier.back().next);
-    writes = std::move(pl->barrier.back().writes);
-    pl->barrier.pop_back();
+  if (!barrier) {
+    if (Pools* pl = pools(); pl && !pl->barrier.empty()) {
+      barrier = std::move(pl->barrier.back());
+      pl->barrier.pop_back();
+    } else {
+      barrier = std::make_unique<Barrier>();
+    }
   }
-  writes.resize(g.channels_.size());
+  barrier->writes.resize(g.channels_.size());
 }
 
 void Runner::give_barrier_scratch() {
+  if (!barrier) return;
   Pools* pl = pools();
-  if (pl && pl->barrier.size() < kPooled && next.capacity() <= kPooledItems &&
-      writes.capacity() <= kPooledItems) {
-    next.clear();
-    for (auto& w : writes) {
+  if (pl && pl->barrier.size() < kPooled && barrier->next.capacity() <= kPooledItems &&
+      barrier->writes.capacity() <= kPooledItems) {
+    barrier->next.clear();
+    for (auto& w : barrier->writes) {
       w.clear();
       if (w.capacity() > kPooledItems) w.shrink_to_fit();
     }
-    if (next.capacity() > 0 || writes.capacity() > 0)
-      pl->barrier.push_back(BarrierScratch{std::move(next), std::move(writes)});
+    pl->barrier.push_back(std::move(barrier));
   }
-  next = std::vector<Task>();
-  writes = Writes();
+  barrier.reset();
 }
 
 asio::awaitable<Result<Update>> Runner::run_subgraph(const StateGraph::NodeDef& n) {
@@ -310,7 +307,7 @@ Status Runner::prepare(const json::object& input, std::vector<Task>& tasks) {
   for (const auto& [name, o] : g.channels_)
     st.values.emplace_back(o.default_value ? json::value(*o.default_value, st.sp)
                                            : json::value(st.sp));
-  st.visits.assign(g.nodes_.size(), 0);
+  if (g.visit_caps_ || checkpointer) st.visits.assign(g.nodes_.size(), 0);
   if (checkpointer) {
     if (auto s = restore(tasks); !s) return s;
   }
@@ -564,19 +561,19 @@ Runner::Await Runner::advance_phase() {
         return Await::more;
       }
       take_barrier_scratch();
-      check(collect(tasks, results, writes));
+      check(collect(tasks, results, barrier->writes));
       phase = ok ? Phase::merge : Phase::end;
       return ok && events ? await_slow(Slow::finished) : Await::more;
     case Phase::merge:
-      check(merge(writes, superstep));
+      check(merge(barrier->writes, superstep));
       phase = Phase::advance;
       return ok && has_evicted() ? await_slow(Slow::fold) : Await::more;
     case Phase::advance:
-      if (ok) check(advance(tasks, results, writes, next, superstep));
+      if (ok) check(advance(tasks, results, barrier->writes, barrier->next, superstep));
       phase = ok ? Phase::swap : Phase::end;
       return ok && events && stream_state ? await_slow(Slow::state) : Await::more;
     case Phase::swap:
-      std::swap(tasks, next);
+      std::swap(tasks, barrier->next);
       give_barrier_scratch();
       phase = Phase::step;
       return Await::more;

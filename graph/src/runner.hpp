@@ -35,7 +35,7 @@ struct RunState {
   AccountingResource resource;
   json::storage_ptr sp;
   std::vector<json::value> values;   // [channels]
-  std::vector<std::int64_t> visits;  // [nodes]
+  std::vector<std::int64_t> visits;  // [nodes]; empty when no node counts them (max_visits)
   ~RunState() { values.clear(); }
 };
 
@@ -218,11 +218,16 @@ struct Runner {
   // Scratch of the superstep loop. Members rather than locals of run(): a coroutine frame keeps
   // a slot for every local and temporary of every scope, and each run in flight pays for its
   // frame (100k runs: bench/bench_graph.cpp).
-  std::vector<Task> tasks, next;
+  std::vector<Task> tasks;
   std::vector<Result<Update>> results;
-  Writes writes;  // [channels] from the barrier on
-  // `next` and `writes` are taken from the thread's pool at the barrier and given back when
-  // the next step starts (run.cpp).
+  // The barrier's scratch: the next step's tasks and the step's writes per channel. Held only
+  // from the barrier to the start of the next step, taken from the thread's pool and given back
+  // (run.cpp): a run whose nodes are waiting holds none.
+  struct Barrier {
+    std::vector<Task> next;
+    Writes writes;  // [channels]
+  };
+  std::unique_ptr<Barrier> barrier;
   void take_barrier_scratch();
   void give_barrier_scratch();
 

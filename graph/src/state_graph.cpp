@@ -73,6 +73,7 @@ Result<std::shared_ptr<const CompiledGraph>> StateGraph::compile(GraphLimits lim
   g->channels_ = channels_;
   g->nodes_ = nodes_;
   g->edges_ = edges_;
+  for (const auto& n : nodes_) g->visit_caps_ = g->visit_caps_ || n.options.max_visits > 0;
   std::vector<std::string> problems;
   std::set<std::string> seen;
   for (const auto& n : nodes_) {

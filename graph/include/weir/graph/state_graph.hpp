@@ -307,6 +307,7 @@ class CompiledGraph {
   std::vector<std::vector<std::size_t>> static_next_;  // [node + 1]: index 0 = START
   std::vector<std::vector<const Router*>> routers_;    // [node + 1]
   std::vector<std::vector<std::string>> cycles_;
+  bool visit_caps_ = false;  // some node has NodeOptions::max_visits
   std::optional<std::size_t> node_index(std::string_view name) const;
 };
 
