@@ -86,7 +86,7 @@ Status NodeContext::charge_tokens(std::int64_t n) {
 }
 
 void NodeContext::emit(std::string name, json::value data) {
-  if (!run_ || !run_->events) return;
+  if (!run_ || !run_->streaming()) return;
   if (!extra_) extra_ = std::make_unique<Extra>();
   extra_->emitted.emplace_back(std::move(name), json::value(std::move(data), json::storage_ptr()));
 }
@@ -236,8 +236,10 @@ asio::awaitable<Result<Update>> Runner::run_subgraph(const StateGraph::NodeDef& 
   child->nested = true;
   child->tokens_used = tokens_used;
   if (token_budget > 0) child->token_budget = token_budget;
-  child->events = events;
-  if (events) child->extra().event_prefix = event_prefix() + n.name + "/";
+  if (streaming()) {
+    child->extra().events = extras->events;
+    child->extras->event_prefix = event_prefix() + n.name + "/";
+  }
   child->input = std::move(in);
   Runner* c = child.get();
   auto op = c->run(std::move(child));
@@ -307,8 +309,8 @@ Status Runner::prepare(const json::object& input, std::vector<Task>& tasks) {
   for (const auto& [name, o] : g.channels_)
     st.values.emplace_back(o.default_value ? json::value(*o.default_value, st.sp)
                                            : json::value(st.sp));
-  if (g.visit_caps_ || checkpointer) st.visits.assign(g.nodes_.size(), 0);
-  if (checkpointer) {
+  if (g.visit_caps_ || checkpointer()) st.visits.assign(g.nodes_.size(), 0);
+  if (checkpointer()) {
     if (auto s = restore(tasks); !s) return s;
   }
   if (input.empty()) return {};
@@ -332,7 +334,7 @@ Status Runner::start(const json::object& input, std::vector<Task>& tasks) {
       if (auto s = route(*r, tasks); !s) return s;
     }
   }
-  if (checkpointer && !input.empty()) {  // the input is a step of its own: resume replays it
+  if (checkpointer() && !input.empty()) {  // the input is a step of its own: resume replays it
     std::vector<bool> written(g.channels_.size());
     for (const auto& kv : input) written[*g.channel_index(kv.key())] = true;
     return save(written, tasks, 0);
@@ -377,7 +379,7 @@ Status Runner::begin_step(const std::vector<Task>& tasks, std::int32_t& step) {
     }
   }
   ctxs.resize(tasks.size());
-  const bool resuming_step = step == 1 && resume_value;
+  const bool resuming_step = step == 1 && resume_value();
   for (std::size_t i = 0; i < tasks.size(); ++i) {
     auto& c = ctxs[i];
     c.run_ = this;
@@ -385,7 +387,7 @@ Status Runner::begin_step(const std::vector<Task>& tasks, std::int32_t& step) {
     c.input_ = &tasks[i].input;
     c.step_ = (thread ? thread->step_base : 0) + step;
     c.extra_.reset();
-    c.resume_ = resuming_step && c.node_ == thread->resume_node ? resume_value : nullptr;
+    c.resume_ = resuming_step && c.node_ == thread->resume_node ? resume_value() : nullptr;
   }
   return {};
 }
@@ -459,7 +461,7 @@ Status Runner::advance(const std::vector<Task>& tasks, const std::vector<Result<
       if (auto s = route(*r, next); !s) return node_error(tasks[i].node, s.error());
     }
   }
-  if (checkpointer) {
+  if (checkpointer()) {
     std::vector<bool> written(writes.size());
     for (std::size_t ch = 0; ch < writes.size(); ++ch) written[ch] = !writes[ch].empty();
     return save(written, next, step);
@@ -523,10 +525,10 @@ Runner::Await Runner::advance_phase() {
     case Phase::admitted:
       if (!ok) {
         phase = Phase::done;
-        return events ? await_slow(Slow::failed) : Await::done;
+        return streaming() ? await_slow(Slow::failed) : Await::done;
       }
       phase = Phase::prepare;
-      return events && !nested ? await_slow(Slow::run_started) : Await::more;
+      return streaming() && !nested ? await_slow(Slow::run_started) : Await::more;
     case Phase::prepare:
       if (thread) check(claim());
       if (ok) check(prepare(input, tasks));
@@ -544,7 +546,7 @@ Runner::Await Runner::advance_phase() {
         return Await::more;
       }
       phase = Phase::nodes;
-      return events ? await_slow(Slow::started) : Await::more;
+      return streaming() ? await_slow(Slow::started) : Await::more;
     case Phase::nodes:
       results.clear();
       phase = Phase::barrier;
@@ -563,7 +565,7 @@ Runner::Await Runner::advance_phase() {
       take_barrier_scratch();
       check(collect(tasks, results, barrier->writes));
       phase = ok ? Phase::merge : Phase::end;
-      return ok && events ? await_slow(Slow::finished) : Await::more;
+      return ok && streaming() ? await_slow(Slow::finished) : Await::more;
     case Phase::merge:
       check(merge(barrier->writes, superstep));
       phase = Phase::advance;
@@ -571,7 +573,7 @@ Runner::Await Runner::advance_phase() {
     case Phase::advance:
       if (ok) check(advance(tasks, results, barrier->writes, barrier->next, superstep));
       phase = ok ? Phase::swap : Phase::end;
-      return ok && events && stream_state ? await_slow(Slow::state) : Await::more;
+      return ok && streaming() && stream_state ? await_slow(Slow::state) : Await::more;
     case Phase::swap:
       std::swap(tasks, barrier->next);
       give_barrier_scratch();
@@ -584,7 +586,7 @@ Runner::Await Runner::advance_phase() {
         st.values.clear();  // a failed run keeps nothing
         if (!nested && opt.artifacts) opt.artifacts->release_owner(run_id);
       }
-      if (events && !nested) return await_slow(ok ? Slow::final : Slow::failed);
+      if (streaming() && !nested) return await_slow(ok ? Slow::final : Slow::failed);
       return Await::done;
     case Phase::done:
       break;
@@ -604,7 +606,7 @@ asio::awaitable<void> Runner::async_slow() {
       co_await queue_for_permit();
       break;
     case Slow::run_started:
-      co_await push_run_started(input, resume_value);
+      co_await push_run_started(input, resume_value());
       break;
     case Slow::fold: {
       Status s = co_await fold_evicted(superstep);
@@ -806,8 +808,9 @@ asio::awaitable<Result<RunResult>> GraphRuntime::async_run(
   r->admission = admission_.get();
   r->input = std::move(input);
   if (options.checkpointer && !options.thread_id.empty()) {
-    r->checkpointer = options.checkpointer;
     r->thread = std::make_unique<Runner::Thread>();
+    r->thread->checkpointer = options.checkpointer;
+    r->thread->resume_value = resume_value;
     r->thread->id = std::move(options.thread_id);
     r->thread->checkpoint_metadata = std::move(options.checkpoint_metadata);
     r->thread->lease = options.thread_lease;
@@ -815,9 +818,9 @@ asio::awaitable<Result<RunResult>> GraphRuntime::async_run(
     r->thread->claim_held = !r->thread->claim_token.empty();
   }
   r->cancel = std::move(options.cancel);
-  r->resume_value = resume_value;
+  // (async_resume's options always name a thread, which holds resume_value.)
   // The run keeps no owning reference to the stream: a consumer that drops it closes it.
-  if (options.events) r->events = options.events->impl_;
+  if (options.events) r->extra().events = options.events->impl_;
   r->stream_state = options.stream_state;
   Runner* p = r.get();
   return p->run(std::move(r));

@@ -152,7 +152,7 @@ asio::awaitable<Status> Runner::fold_evicted(std::int64_t step) {
                                   "': the summarize hook failed (" + r.error().to_string() +
                                   "); keeping the previous summary";
           log(LogLevel::warn, msg);
-          if (events) {
+          if (streaming()) {
             json::object data;
             data["code"] = errc_name(r.error().code);
             data["message"] = msg;

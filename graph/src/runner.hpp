@@ -94,6 +94,7 @@ struct Runner {
   // A run on a thread with a checkpointer. (Out of line: most runs have none, and every byte
   // of a Runner is paid by each run in flight.)
   struct Thread {
+    Checkpointer* checkpointer = nullptr;  // REQUIRES: outlives the run
     std::string id, parent_checkpoint;
     json::object checkpoint_metadata;
     std::int64_t step_base = 0;
@@ -104,18 +105,17 @@ struct Runner {
     std::unique_ptr<ThreadHold> hold;  // while the run holds the thread
     // Artifact ids the checkpointer is known to hold for this thread (not copied again).
     std::unordered_set<std::string> durable_artifacts;
+    // async_resume: the value for resume_node in the first step.
+    const json::value* resume_value = nullptr;
   };
-  Checkpointer* checkpointer = nullptr;  // set together with `thread`
   std::unique_ptr<Thread> thread;
-
-  // async_resume: the value for thread->resume_node in the first step.
-  const json::value* resume_value = nullptr;
-
-  std::shared_ptr<EventStream::Impl> events;  // null: not streaming
+  Checkpointer* checkpointer() const { return thread ? thread->checkpointer : nullptr; }
+  const json::value* resume_value() const { return thread ? thread->resume_value : nullptr; }
 
   // What few runs use, out of line for the same reason as Thread; made by extra().
   struct Extra {
-    std::string event_prefix;  // "parent/" in a subgraph of a streaming run
+    std::shared_ptr<EventStream::Impl> events;  // null: not streaming
+    std::string event_prefix;                   // "parent/" in a subgraph of a streaming run
     // Turns evicted by a messages window in this step, folded into its marker at the barrier.
     std::vector<json::array> evicted;  // [channels]
     Error error;                       // why the run failed, once !ok
@@ -125,6 +125,7 @@ struct Runner {
     if (!extras) extras = std::make_unique<Extra>();
     return *extras;
   }
+  bool streaming() const { return extras && extras->events; }
   const std::string& event_prefix() const {
     static const std::string none;
     return extras ? extras->event_prefix : none;
@@ -154,7 +155,8 @@ struct Runner {
     e.data = std::move(data);
     return e;
   }
-  asio::awaitable<void> push(Event e) { co_await push_event(events, std::move(e)); }
+  // REQUIRES: streaming().
+  asio::awaitable<void> push(Event e) { co_await push_event(extras->events, std::move(e)); }
 
   std::int64_t tokens_of(const ChannelOptions& o, const json::value& m) const;
 

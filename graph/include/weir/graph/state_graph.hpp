@@ -317,17 +317,20 @@ struct StateGraph::SubgraphDef {
   std::vector<std::pair<std::size_t, std::size_t>> in, out;  // resolved by compile()
 };
 
+// (The flags sit beside `steps`: a caller awaiting a run holds one of these in its coroutine
+// frame for as long as the run is in flight, and so does the run.)
 struct RunResult {
   boost::json::object state;
   std::int32_t steps = 0;
+  bool resumed = false;  // continued an unfinished checkpoint
+  // The run stopped at NodeContext::interrupt (not an error): `state` is the state before the
+  // interrupted step (interrupted_node, interrupt_payload below); continue with
+  // GraphRuntime::async_resume.
+  bool interrupted = false;
   std::int64_t tokens_used = 0;
   std::size_t peak_state_bytes = 0;
   std::size_t offloaded = 0;  // values moved to the artifact store
-  bool resumed = false;       // continued an unfinished checkpoint
   std::string checkpoint_id;  // the last checkpoint written (empty without a checkpointer)
-  // The run stopped at NodeContext::interrupt (not an error): `state` is the state before the
-  // interrupted step; continue with GraphRuntime::async_resume.
-  bool interrupted = false;
   std::string interrupted_node;
   boost::json::value interrupt_payload;
 };
