@@ -307,9 +307,10 @@ Status Runner::prepare(const json::object& input, std::vector<Task>& tasks) {
   const std::size_t C = g.channels_.size();
   st.values.reserve(C);
   for (const auto& [name, o] : g.channels_)
-    st.values.emplace_back(o.default_value ? json::value(*o.default_value, st.sp)
-                                           : json::value(st.sp));
-  if (g.visit_caps_ || checkpointer()) st.visits.assign(g.nodes_.size(), 0);
+    st.values.emplace_back(o.default_value ? json::value(*o.default_value, st.sp())
+                                           : json::value(st.sp()));
+  if (g.visit_caps_ || checkpointer())
+    st.visits = std::make_unique<std::int64_t[]>(g.nodes_.size());  // zeros
   if (checkpointer()) {
     if (auto s = restore(tasks); !s) return s;
   }

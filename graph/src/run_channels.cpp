@@ -114,7 +114,7 @@ asio::awaitable<Status> Runner::fold_evicted(std::int64_t step) {
           if (const auto* a = m.if_contains("archive")) old_archive = ArtifactRef::from_json(*a);
         }
       }
-      json::object marker_msg(st.sp);
+      json::object marker_msg(st.sp());
       marker_msg["role"] = "system";
       marker_msg["name"] = "summary";
       archived += static_cast<std::int64_t>(turns.size());
@@ -189,7 +189,7 @@ Status Runner::reduce(std::size_t ch,
     if (opt_c.custom) {
       auto r = opt_c.custom(cur, w);
       if (!r) return Error(r.error().code, "channel '" + name + "' reducer: " + r.error().message);
-      cur = json::value(*r, st.sp);
+      cur = json::value(*r, st.sp());
       continue;
     }
     switch (opt_c.reducer) {
@@ -203,11 +203,11 @@ Status Runner::reduce(std::size_t ch,
                            "(e.g. append) or write "
                            "it from one node");
         }
-        cur = json::value(w, st.sp);
+        cur = json::value(w, st.sp());
         break;
       case ReducerKind::append:
       case ReducerKind::messages: {
-        if (!cur.is_array()) cur = json::array(st.sp);
+        if (!cur.is_array()) cur = json::array(st.sp());
         auto& arr = cur.as_array();
         if (w.is_array()) {
           for (const auto& x : w.as_array()) arr.emplace_back(x);
@@ -246,7 +246,7 @@ Status Runner::reduce(std::size_t ch,
         break;
       }
       case ReducerKind::merge:
-        if (!cur.is_object()) cur = json::object(st.sp);
+        if (!cur.is_object()) cur = json::object(st.sp());
         if (!w.is_object())
           return Error(Errc::invalid_argument, "channel '" + name + "' merges objects; node '" +
                                                    g.nodes_[writes[i].first].name +

@@ -190,7 +190,7 @@ Status Runner::restore(std::vector<Task>& tasks) {
   if (!state) return std::move(state).error();
   if (auto s = restore_artifacts(*state, cp.pending); !s) return s;
   for (const auto& [k, v] : *state) {
-    if (auto ch = g.channel_index(k)) st.values[*ch] = json::value(v, st.sp);
+    if (auto ch = g.channel_index(k)) st.values[*ch] = json::value(v, st.sp());
   }
   thread->parent_checkpoint = cp.checkpoint_id;
   thread->step_base = cp.step;
@@ -260,7 +260,7 @@ Status Runner::save(const std::vector<bool>& written, const std::vector<Task>& n
                             {"sends", std::move(sends)}};
   if (interrupt) cp.pending["interrupt"] = *interrupt;
   json::object visits;
-  for (std::size_t n = 0; n < st.visits.size(); ++n) {
+  for (std::size_t n = 0; st.visits && n < g.nodes_.size(); ++n) {
     if (st.visits[n] > 0) visits[g.nodes_[n].name] = st.visits[n];
   }
   if (!visits.empty()) cp.pending[kVisitsKey] = std::move(visits);

@@ -31,11 +31,13 @@ using Clock = std::chrono::steady_clock;
 
 struct RunState {
   explicit RunState(MemoryBudget* budget, std::size_t cap, std::string what)
-      : resource(budget, BudgetCategory::run_state, cap, std::move(what)), sp(&resource) {}
+      : resource(budget, BudgetCategory::run_state, cap, std::move(what)) {}
   AccountingResource resource;
-  json::storage_ptr sp;
-  std::vector<json::value> values;   // [channels]
-  std::vector<std::int64_t> visits;  // [nodes]; empty when no node counts them (max_visits)
+  std::vector<json::value> values;  // [channels]
+  // [nodes]; null when no node counts its visits (max_visits) and the run has no thread
+  std::unique_ptr<std::int64_t[]> visits;
+  // What the run's values allocate from (a plain pointer to `resource`: made on use, not kept).
+  json::storage_ptr sp() { return json::storage_ptr(&resource); }
   ~RunState() { values.clear(); }
 };
 
