@@ -111,15 +111,14 @@ namespace {
 
 // A run's scratch vectors keep their capacity for the thread's next run (a pool of at most
 // kPooled), and a Runner's memory is reused the same way: a short run then allocates little
-// beyond its coroutine frame and its state. The barrier's vectors (`next`, `writes`) are only
-// held from the barrier to the next step's start, so they go back to the pool in between:
-// while its nodes wait, a run holds none.
+// beyond its coroutine frame and its state. The barrier's vectors (Runner::Barrier) are only
+// held from a step's nodes to the next step's start, so they go back to the pool in between:
+// while its direct node waits, a run holds none.
 constexpr std::size_t kPooled = 32;
 constexpr std::size_t kPooledItems = 64;  // larger vectors are freed, not pooled
 
 struct Scratch {
   std::vector<Task> tasks;
-  std::vector<Result<Update>> results;
   std::vector<NodeContext> ctxs;
 };
 
@@ -176,7 +175,6 @@ Runner::Runner(const CompiledGraph& graph, const RuntimeOptions& o, std::string 
     auto& pool = pl->scratch;
     Scratch& sc = pool.back();
     tasks = std::move(sc.tasks);
-    results = std::move(sc.results);
     ctxs = std::move(sc.ctxs);
     pool.pop_back();
   }
@@ -187,12 +185,11 @@ Runner::~Runner() {
   Pools* pl = pools();
   // Only small steps' vectors are kept: a 10,000-way Send must not pin its memory.
   if (!pl || pl->scratch.size() >= kPooled || tasks.capacity() > kPooledItems ||
-      results.capacity() > kPooledItems || ctxs.capacity() > kPooledItems)
+      ctxs.capacity() > kPooledItems)
     return;
   tasks.clear();
-  results.clear();
   ctxs.clear();
-  pl->scratch.push_back(Scratch{std::move(tasks), std::move(results), std::move(ctxs)});
+  pl->scratch.push_back(Scratch{std::move(tasks), std::move(ctxs)});
 }
 
 void Runner::take_barrier_scratch() {
@@ -210,8 +207,9 @@ void Runner::take_barrier_scratch() {
 void Runner::give_barrier_scratch() {
   if (!barrier) return;
   Pools* pl = pools();
-  if (pl && pl->barrier.size() < kPooled && barrier->next.capacity() <= kPooledItems &&
-      barrier->writes.capacity() <= kPooledItems) {
+  if (pl && pl->barrier.size() < kPooled && barrier->results.capacity() <= kPooledItems &&
+      barrier->next.capacity() <= kPooledItems && barrier->writes.capacity() <= kPooledItems) {
+    barrier->results.clear();
     barrier->next.clear();
     for (auto& w : barrier->writes) {
       w.clear();
@@ -478,9 +476,9 @@ asio::awaitable<Result<RunResult>> Runner::run(std::unique_ptr<Runner> self) {
     try {
       if (next_wait == Await::node) {
         try {
-          results[0] = co_await g.nodes_[tasks[0].node].async(StateView(g, st), ctxs[0]);
+          keep_result(co_await g.nodes_[tasks[0].node].async(StateView(g, st), ctxs[0]));
         } catch (...) {
-          results[0] = thrown_error();
+          keep_result(thrown_error());
         }
       } else {
         co_await other_wait(next_wait);
@@ -549,22 +547,22 @@ Runner::Await Runner::advance_phase() {
       phase = Phase::nodes;
       return streaming() ? await_slow(Slow::started) : Await::more;
     case Phase::nodes:
-      results.clear();
       phase = Phase::barrier;
-      if (run_inline(tasks, results)) return Await::more;
+      if (tasks.size() == 1 && direct(tasks[0])) return Await::node;
+      take_barrier_scratch();
+      if (run_inline(tasks, barrier->results)) return Await::more;
       if (tasks.size() > 1) return Await::concurrently;
-      results.emplace_back(Error(Errc::cancelled, "not run"));
-      return direct(tasks[0]) ? Await::node : Await::call;
+      barrier->results.emplace_back(Error(Errc::cancelled, "not run"));
+      return Await::call;
     case Phase::barrier:
       // Interrupts first: the step's writes are discarded and the step is re-run on resume.
-      if (auto k = interrupting_task(tasks, results); k < tasks.size()) {
+      if (auto k = interrupting_task(tasks, barrier->results); k < tasks.size()) {
         check(interrupt_run(tasks, k, superstep));
         interrupted = true;
         phase = Phase::end;
         return Await::more;
       }
-      take_barrier_scratch();
-      check(collect(tasks, results, barrier->writes));
+      check(collect(tasks, barrier->results, barrier->writes));
       phase = ok ? Phase::merge : Phase::end;
       return ok && streaming() ? await_slow(Slow::finished) : Await::more;
     case Phase::merge:
@@ -572,7 +570,7 @@ Runner::Await Runner::advance_phase() {
       phase = Phase::advance;
       return ok && has_evicted() ? await_slow(Slow::fold) : Await::more;
     case Phase::advance:
-      if (ok) check(advance(tasks, results, barrier->writes, barrier->next, superstep));
+      if (ok) check(advance(tasks, barrier->results, barrier->writes, barrier->next, superstep));
       phase = ok ? Phase::swap : Phase::end;
       return ok && streaming() && stream_state ? await_slow(Slow::state) : Await::more;
     case Phase::swap:
@@ -596,8 +594,8 @@ Runner::Await Runner::advance_phase() {
 }
 
 asio::awaitable<void> Runner::other_wait(Await a) {
-  if (a == Await::call) return call(tasks[0], ctxs[0], results[0]);
-  if (a == Await::concurrently) return run_concurrently(tasks, results);
+  if (a == Await::call) return call(tasks[0], ctxs[0], barrier->results[0]);
+  if (a == Await::concurrently) return run_concurrently(tasks, barrier->results);
   return async_slow();
 }
 
@@ -619,7 +617,7 @@ asio::awaitable<void> Runner::async_slow() {
       break;
     case Slow::finished:
       for (std::size_t i = 0; i < tasks.size(); ++i)
-        co_await push_finished(tasks[i], ctxs[i], *results[i], superstep);
+        co_await push_finished(tasks[i], ctxs[i], *barrier->results[i], superstep);
       break;
     case Slow::state:
       co_await push_state(superstep);

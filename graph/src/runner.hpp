@@ -223,17 +223,23 @@ struct Runner {
   // a slot for every local and temporary of every scope, and each run in flight pays for its
   // frame (100k runs: bench/bench_graph.cpp).
   std::vector<Task> tasks;
-  std::vector<Result<Update>> results;
-  // The barrier's scratch: the next step's tasks and the step's writes per channel. Held only
-  // from the barrier to the start of the next step, taken from the thread's pool and given back
-  // (run.cpp): a run whose nodes are waiting holds none.
+  // The barrier's scratch: the step's results, its writes per channel and the next step's
+  // tasks. Held from the step's nodes (from its node's return for a direct node) to the start
+  // of the next step, taken from the thread's pool and given back (run.cpp): a run waiting on
+  // a direct node holds none.
   struct Barrier {
+    std::vector<Result<Update>> results;  // [tasks]
+    Writes writes;                        // [channels]
     std::vector<Task> next;
-    Writes writes;  // [channels]
   };
   std::unique_ptr<Barrier> barrier;
   void take_barrier_scratch();
   void give_barrier_scratch();
+  // A direct node's result: the barrier's only result.
+  void keep_result(Result<Update> r) {
+    take_barrier_scratch();
+    barrier->results.push_back(std::move(r));
+  }
 
   // A plain async node (no retries, not a subgraph) is awaited straight from run(): one
   // coroutine frame less per node in flight than going through call().
