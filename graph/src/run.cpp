@@ -476,7 +476,7 @@ asio::awaitable<Result<RunResult>> Runner::run(std::unique_ptr<Runner> self) {
     try {
       if (next_wait == Await::node) {
         try {
-          keep_result(co_await g.nodes_[tasks[0].node].async(StateView(g, st), ctxs[0]));
+          keep_result(co_await direct_call());
         } catch (...) {
           keep_result(thrown_error());
         }

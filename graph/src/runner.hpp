@@ -235,6 +235,10 @@ struct Runner {
   std::unique_ptr<Barrier> barrier;
   void take_barrier_scratch();
   void give_barrier_scratch();
+  // The step's one direct node (not a coroutine: its temporaries stay out of run()'s frame).
+  asio::awaitable<Result<Update>> direct_call() {
+    return g.nodes_[tasks[0].node].async(StateView(g, st), ctxs[0]);
+  }
   // A direct node's result: the barrier's only result.
   void keep_result(Result<Update> r) {
     take_barrier_scratch();
