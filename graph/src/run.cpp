@@ -45,6 +45,17 @@ const json::value& NodeContext::input() const {
   return input_ ? *input_ : null;
 }
 
+// The step and the resume value follow from the run's superstep, which holds still while the
+// step's nodes run.
+std::int64_t NodeContext::step() const {
+  return run_ ? (run_->thread ? run_->thread->step_base : 0) + run_->superstep : 0;
+}
+
+const json::value* NodeContext::resume_value() const {
+  if (!run_ || run_->superstep != 1 || !run_->resume_value()) return nullptr;
+  return node_ == run_->thread->resume_node ? run_->resume_value() : nullptr;
+}
+
 ArtifactStore* NodeContext::artifacts() const {
   return run_ ? run_->opt.artifacts : nullptr;
 }
@@ -211,6 +222,7 @@ void Runner::give_barrier_scratch() {
       barrier->next.capacity() <= kPooledItems && barrier->writes.capacity() <= kPooledItems) {
     barrier->results.clear();
     barrier->next.clear();
+    barrier->input = json::object();
     for (auto& w : barrier->writes) {
       w.clear();
       if (w.capacity() > kPooledItems) w.shrink_to_fit();
@@ -238,7 +250,7 @@ asio::awaitable<Result<Update>> Runner::run_subgraph(const StateGraph::NodeDef& 
     child->extra().events = extras->events;
     child->extras->event_prefix = event_prefix() + n.name + "/";
   }
-  child->input = std::move(in);
+  child->set_input(std::move(in));
   Runner* c = child.get();
   auto op = c->run(std::move(child));
   auto res = co_await std::move(op);
@@ -378,15 +390,12 @@ Status Runner::begin_step(const std::vector<Task>& tasks, std::int32_t& step) {
     }
   }
   ctxs.resize(tasks.size());
-  const bool resuming_step = step == 1 && resume_value();
   for (std::size_t i = 0; i < tasks.size(); ++i) {
     auto& c = ctxs[i];
     c.run_ = this;
     c.node_ = g.nodes_[tasks[i].node].name;
     c.input_ = &tasks[i].input;
-    c.step_ = (thread ? thread->step_base : 0) + step;
     c.extra_.reset();
-    c.resume_ = resuming_step && c.node_ == thread->resume_node ? resume_value() : nullptr;
   }
   return {};
 }
@@ -530,12 +539,12 @@ Runner::Await Runner::advance_phase() {
       return streaming() && !nested ? await_slow(Slow::run_started) : Await::more;
     case Phase::prepare:
       if (thread) check(claim());
-      if (ok) check(prepare(input, tasks));
+      if (ok) check(prepare(input(), tasks));
       phase = Phase::start;
       return ok && has_evicted() ? await_slow(Slow::fold) : Await::more;
     case Phase::start:
-      if (ok) check(start(input, tasks));
-      input = json::object();
+      if (ok) check(start(input(), tasks));
+      give_barrier_scratch();
       phase = Phase::step;
       return Await::more;
     case Phase::step:
@@ -605,7 +614,7 @@ asio::awaitable<void> Runner::async_slow() {
       co_await queue_for_permit();
       break;
     case Slow::run_started:
-      co_await push_run_started(input, resume_value());
+      co_await push_run_started(input(), resume_value());
       break;
     case Slow::fold: {
       Status s = co_await fold_evicted(superstep);
@@ -805,7 +814,7 @@ asio::awaitable<Result<RunResult>> GraphRuntime::async_run(
   auto r = std::make_unique<Runner>(*graph, options_, std::move(run_id), graph->limits_);
   r->graph_ref = std::move(graph);
   r->admission = admission_.get();
-  r->input = std::move(input);
+  r->set_input(std::move(input));
   if (options.checkpointer && !options.thread_id.empty()) {
     r->thread = std::make_unique<Runner::Thread>();
     r->thread->checkpointer = options.checkpointer;

@@ -227,14 +227,24 @@ struct Runner {
   // tasks. Held from the step's nodes (from its node's return for a direct node) to the start
   // of the next step, taken from the thread's pool and given back (run.cpp): a run waiting on
   // a direct node holds none.
+  // Before the first step it carries the run's input instead (set_input()).
   struct Barrier {
     std::vector<Result<Update>> results;  // [tasks]
     Writes writes;                        // [channels]
     std::vector<Task> next;
+    json::object input;
   };
   std::unique_ptr<Barrier> barrier;
   void take_barrier_scratch();
   void give_barrier_scratch();
+  void set_input(json::object in) {
+    take_barrier_scratch();
+    barrier->input = std::move(in);
+  }
+  const json::object& input() const {
+    static const json::object none;
+    return barrier ? barrier->input : none;
+  }
   // The step's one direct node (not a coroutine: its temporaries stay out of run()'s frame).
   asio::awaitable<Result<Update>> direct_call() {
     return g.nodes_[tasks[0].node].async(StateView(g, st), ctxs[0]);
@@ -257,7 +267,6 @@ struct Runner {
   std::shared_ptr<const std::atomic<bool>> cancel;  // RunOptions::cancel (top-level runs)
   Limiter* admission = nullptr;
   Limiter::Permit permit;  // held while the run is admitted
-  json::object input;
 
   // The whole run: admission (top level), the superstep loop, the final event. `self` owns
   // *this for as long as the coroutine lives, so that a run in flight is this object and one

@@ -103,7 +103,7 @@ class NodeContext {
   // With run_id() and node() it names this call for a tool that must not repeat a side effect
   // (a re-run of an uncommitted step after a crash has the same step and node; a queue worker
   // gives each attempt its own run_id "<run>.<attempt>").
-  std::int64_t step() const { return step_; }
+  std::int64_t step() const;
   // The Send input for a fanned-out invocation, null otherwise.
   const boost::json::value& input() const;
   ArtifactStore* artifacts() const;
@@ -128,7 +128,7 @@ class NodeContext {
   Error interrupt(boost::json::value payload);
   // The value given to async_resume, for the node that interrupted and only in the step that
   // is re-run; null otherwise (a first run).
-  const boost::json::value* resume_value() const { return resume_; }
+  const boost::json::value* resume_value() const;
 
   // True once the run was asked to stop (RunOptions::cancel). A node that waits a long time
   // should look at it now and then and return early (the built-in `sleep` tool does every
@@ -148,8 +148,6 @@ class NodeContext {
   const Runner* run_ = nullptr;  // the run's id, fences and services; null outside a run
   std::string_view node_;        // the graph's node name
   const boost::json::value* input_ = nullptr;  // the task's Send input (null: none)
-  const boost::json::value* resume_ = nullptr;
-  std::int64_t step_ = 0;
   std::unique_ptr<Extra> extra_;
 };
 
