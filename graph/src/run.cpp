@@ -40,9 +40,13 @@ std::string_view NodeContext::run_id() const {
   return run_ ? std::string_view(run_->run_id) : std::string_view();
 }
 
+std::string_view NodeContext::node() const {
+  return run_ ? std::string_view(run_->task_name(task_)) : std::string_view();
+}
+
 const json::value& NodeContext::input() const {
   static const json::value null;
-  return input_ ? *input_ : null;
+  return run_ ? run_->tasks[task_].input : null;
 }
 
 // The step and the resume value follow from the run's superstep, which holds still while the
@@ -53,7 +57,7 @@ std::int64_t NodeContext::step() const {
 
 const json::value* NodeContext::resume_value() const {
   if (!run_ || run_->superstep != 1 || !run_->resume_value()) return nullptr;
-  return node_ == run_->thread->resume_node ? run_->resume_value() : nullptr;
+  return node() == run_->thread->resume_node ? run_->resume_value() : nullptr;
 }
 
 ArtifactStore* NodeContext::artifacts() const {
@@ -72,13 +76,13 @@ Result<std::string> NodeContext::fetch(const json::value& ref, std::uint64_t off
       return std::string(ref.as_string())
           .substr(std::min<std::size_t>(offset, ref.as_string().size()), length);
     return Error(Errc::invalid_argument,
-                 "node '" + std::string(node_) +
+                 "node '" + std::string(node()) +
                      "': the value is neither an artifact reference nor a string");
   }
   ArtifactStore* store = artifacts();
   if (!store)
     return Error(Errc::not_found,
-                 "node '" + std::string(node_) + "': this run has no artifact store");
+                 "node '" + std::string(node()) + "': this run has no artifact store");
   return store->get_range(r->id, offset, length);
 }
 
@@ -89,7 +93,7 @@ Status NodeContext::charge_tokens(std::int64_t n) {
   used += n;
   if (budget > 0 && used > budget) {
     return Error(Errc::token_budget_exceeded,
-                 "run stopped in node '" + std::string(node_) + "': " + std::to_string(used) +
+                 "run stopped in node '" + std::string(node()) + "': " + std::to_string(used) +
                      " tokens used, over the token budget of " + std::to_string(budget) +
                      " (limits.token_budget)");
   }
@@ -105,7 +109,7 @@ void NodeContext::emit(std::string name, json::value data) {
 Error NodeContext::interrupt(json::value payload) {
   if (!extra_) extra_ = std::make_unique<Extra>();
   extra_->interrupt = json::value(std::move(payload), json::storage_ptr());
-  return Error(Errc::interrupted, "node '" + std::string(node_) + "' interrupted the run");
+  return Error(Errc::interrupted, "node '" + std::string(node()) + "' interrupted the run");
 }
 
 Error thrown_error() {
@@ -393,8 +397,7 @@ Status Runner::begin_step(const std::vector<Task>& tasks, std::int32_t& step) {
   for (std::size_t i = 0; i < tasks.size(); ++i) {
     auto& c = ctxs[i];
     c.run_ = this;
-    c.node_ = g.nodes_[tasks[i].node].name;
-    c.input_ = &tasks[i].input;
+    c.task_ = i;
     c.extra_.reset();
   }
   return {};

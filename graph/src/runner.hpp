@@ -141,6 +141,8 @@ struct Runner {
   Runner(const Runner&) = delete;
   Runner& operator=(const Runner&) = delete;
 
+  const std::string& task_name(std::size_t i) const { return g.nodes_[tasks[i].node].name; }
+
   Error node_error(std::size_t node, const Error& e) const {
     std::string prefix = "node '" + g.nodes_[node].name + "': ";
     if (e.message.rfind(prefix, 0) == 0) return e;  // a NodeContext error already names it

@@ -96,7 +96,7 @@ class NodeContext {
   NodeContext(NodeContext&&) noexcept;
   NodeContext& operator=(NodeContext&&) noexcept;
 
-  std::string_view node() const { return node_; }
+  std::string_view node() const;
   std::string_view run_id() const;
   // The superstep this call belongs to: on a thread, the step number its checkpoint will carry
   // (counted over the thread's whole history), else the step of this invocation (1, 2, ...).
@@ -145,9 +145,10 @@ class NodeContext {
     std::vector<std::pair<std::string, boost::json::value>> emitted;
     std::optional<boost::json::value> interrupt;
   };
-  const Runner* run_ = nullptr;  // the run's id, fences and services; null outside a run
-  std::string_view node_;        // the graph's node name
-  const boost::json::value* input_ = nullptr;  // the task's Send input (null: none)
+  // The run (its id, fences and services) and the task of its current step this context
+  // serves; null outside a run.
+  const Runner* run_ = nullptr;
+  std::size_t task_ = 0;
   std::unique_ptr<Extra> extra_;
 };
 
