@@ -134,7 +134,6 @@ constexpr std::size_t kPooledItems = 64;  // larger vectors are freed, not poole
 
 struct Scratch {
   std::vector<Task> tasks;
-  std::vector<NodeContext> ctxs;
 };
 
 // Set when this thread's pools are destroyed (thread exit): a Runner freed after that, say by
@@ -190,7 +189,6 @@ Runner::Runner(const CompiledGraph& graph, const RuntimeOptions& o, std::string 
     auto& pool = pl->scratch;
     Scratch& sc = pool.back();
     tasks = std::move(sc.tasks);
-    ctxs = std::move(sc.ctxs);
     pool.pop_back();
   }
 }
@@ -199,12 +197,9 @@ Runner::~Runner() {
   give_barrier_scratch();
   Pools* pl = pools();
   // Only small steps' vectors are kept: a 10,000-way Send must not pin its memory.
-  if (!pl || pl->scratch.size() >= kPooled || tasks.capacity() > kPooledItems ||
-      ctxs.capacity() > kPooledItems)
-    return;
+  if (!pl || pl->scratch.size() >= kPooled || tasks.capacity() > kPooledItems) return;
   tasks.clear();
-  ctxs.clear();
-  pl->scratch.push_back(Scratch{std::move(tasks), std::move(ctxs)});
+  pl->scratch.push_back(Scratch{std::move(tasks)});
 }
 
 void Runner::take_barrier_scratch() {
@@ -393,9 +388,8 @@ Status Runner::begin_step(const std::vector<Task>& tasks, std::int32_t& step) {
                        "th time (max_visits=" + std::to_string(n.options.max_visits) + ")");
     }
   }
-  ctxs.resize(tasks.size());
   for (std::size_t i = 0; i < tasks.size(); ++i) {
-    auto& c = ctxs[i];
+    auto& c = tasks[i].ctx;
     c.run_ = this;
     c.task_ = i;
     c.extra_.reset();
@@ -409,7 +403,7 @@ bool Runner::run_inline(const std::vector<Task>& tasks, std::vector<Result<Updat
   }
   for (std::size_t i = 0; i < tasks.size(); ++i) {
     try {
-      results.push_back(g.nodes_[tasks[i].node].sync(StateView(g, st), ctxs[i]));
+      results.push_back(g.nodes_[tasks[i].node].sync(StateView(g, st), tasks[i].ctx));
     } catch (...) {
       Error e = thrown_error();
       results.emplace_back(std::move(e));
@@ -606,7 +600,7 @@ Runner::Await Runner::advance_phase() {
 }
 
 asio::awaitable<void> Runner::other_wait(Await a) {
-  if (a == Await::call) return call(tasks[0], ctxs[0], barrier->results[0]);
+  if (a == Await::call) return call(tasks[0], tasks[0].ctx, barrier->results[0]);
   if (a == Await::concurrently) return run_concurrently(tasks, barrier->results);
   return async_slow();
 }
@@ -629,7 +623,7 @@ asio::awaitable<void> Runner::async_slow() {
       break;
     case Slow::finished:
       for (std::size_t i = 0; i < tasks.size(); ++i)
-        co_await push_finished(tasks[i], ctxs[i], *barrier->results[i], superstep);
+        co_await push_finished(tasks[i], tasks[i].ctx, *barrier->results[i], superstep);
       break;
     case Slow::state:
       co_await push_state(superstep);
@@ -659,8 +653,8 @@ asio::awaitable<void> Runner::queue_for_permit() {
 std::size_t Runner::interrupting_task(const std::vector<Task>& tasks,
                                       const std::vector<Result<Update>>& results) const {
   for (std::size_t i = 0; i < tasks.size(); ++i) {
-    if (!results[i] && results[i].error().is(Errc::interrupted) && ctxs[i].extra_ &&
-        ctxs[i].extra_->interrupt)
+    if (!results[i] && results[i].error().is(Errc::interrupted) && tasks[i].ctx.extra_ &&
+        tasks[i].ctx.extra_->interrupt)
       return i;
   }
   return tasks.size();
@@ -671,7 +665,7 @@ RunResult Runner::finish(std::int32_t step, bool interrupted) {
   RunResult out = result(step - 1);
   out.interrupted = true;
   out.interrupted_node = g.nodes_[tasks[interrupted_task].node].name;
-  out.interrupt_payload = std::move(*ctxs[interrupted_task].extra_->interrupt);
+  out.interrupt_payload = std::move(*tasks[interrupted_task].ctx.extra_->interrupt);
   return out;
 }
 
@@ -682,8 +676,8 @@ asio::awaitable<void> Runner::push_final(std::int32_t step, bool interrupted) {
   if (interrupted) {
     e.kind = EventKind::run_interrupted;
     e.node = g.nodes_[tasks[interrupted_task].node].name;
-    e.data = json::object{
-        {"payload", json::value(*ctxs[interrupted_task].extra_->interrupt, json::storage_ptr())}};
+    e.data = json::object{{"payload", json::value(*tasks[interrupted_task].ctx.extra_->interrupt,
+                                                  json::storage_ptr())}};
   } else {
     e.kind = EventKind::run_finished;
     e.data = json::object{{"steps", step}};
@@ -759,13 +753,15 @@ asio::awaitable<void> Runner::run_concurrently(const std::vector<Task>& tasks,
     while (running < limit && next < tasks.size()) {
       const std::size_t i = next++;
       ++running;
-      asio::co_spawn(strand, call(tasks[i], ctxs[i], results[i]), [&, i](std::exception_ptr e) {
-        if (e) results[i] = Error(Errc::tool_failed, "node threw an unknown exception");
-        --running;
-        ++finished;
-        launch();
-        if (finished == tasks.size()) done.try_send(boost::system::error_code{});
-      });
+      asio::co_spawn(strand, call(tasks[i], tasks[i].ctx, results[i]),
+                     [&, i](std::exception_ptr e) {
+                       if (e)
+                         results[i] = Error(Errc::tool_failed, "node threw an unknown exception");
+                       --running;
+                       ++finished;
+                       launch();
+                       if (finished == tasks.size()) done.try_send(boost::system::error_code{});
+                     });
     }
   };
   asio::dispatch(strand, [&] { launch(); });

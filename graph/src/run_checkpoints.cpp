@@ -147,7 +147,7 @@ Status Runner::interrupt_run(const std::vector<Task>& tasks, std::size_t k, std:
   for (const auto& t : tasks) {
     if (g.nodes_[t.node].options.max_visits > 0 && st.visits[t.node] > 0) --st.visits[t.node];
   }
-  json::object info{{"node", name}, {"payload", *ctxs[k].extra_->interrupt}};
+  json::object info{{"node", name}, {"payload", *tasks[k].ctx.extra_->interrupt}};
   if (auto s = save(std::vector<bool>(g.channels_.size()), tasks, step - 1, "interrupted", &info);
       !s)
     return s;
