@@ -250,8 +250,7 @@ asio::awaitable<Result<Update>> Runner::run_subgraph(const StateGraph::NodeDef& 
     child->extras->event_prefix = event_prefix() + n.name + "/";
   }
   child->set_input(std::move(in));
-  Runner* c = child.get();
-  auto op = c->run(std::move(child));
+  auto op = run(std::move(child));
   auto res = co_await std::move(op);
   if (!res) co_return std::move(res).error();
   Update up;
@@ -475,32 +474,34 @@ Status Runner::advance(const std::vector<Task>& tasks, const std::vector<Result<
 }
 
 asio::awaitable<Result<RunResult>> Runner::run(std::unique_ptr<Runner> self) {
-  (void)self;
-  for (;;) {
-    const Await next_wait = advance_run();
-    if (next_wait == Await::done) break;
+  while (self->advance_run() != Await::done) {
     try {
-      if (next_wait == Await::node) {
+      if (self->waiting == Await::node) {
         try {
-          keep_result(co_await direct_call());
+          self->keep_result(co_await self->direct_call());
         } catch (...) {
-          keep_result(thrown_error());
+          self->keep_result(thrown_error());
         }
       } else {
-        co_await other_wait(next_wait);
+        co_await self->other_wait();
       }
     } catch (const Exception& e) {
       // Only the superstep loop turns an Exception into the run's error; the waits for a
       // permit and for the final event let it pass.
-      if (phase == Phase::admitted || phase == Phase::done) throw;
-      fail(e.error());
-      phase = Phase::end;
+      if (self->phase == Phase::admitted || self->phase == Phase::done) throw;
+      self->fail(e.error());
+      self->phase = Phase::end;
     }
   }
-  co_return result_of_run();
+  co_return self->result_of_run();
 }
 
 Runner::Await Runner::advance_run() {
+  waiting = advance_steps();
+  return waiting;
+}
+
+Runner::Await Runner::advance_steps() {
   for (;;) {
     Await a = Await::more;
     if (phase > Phase::admitted && phase < Phase::end) {
@@ -599,7 +600,8 @@ Runner::Await Runner::advance_phase() {
   return Await::done;
 }
 
-asio::awaitable<void> Runner::other_wait(Await a) {
+asio::awaitable<void> Runner::other_wait() {
+  const Await a = waiting;
   if (a == Await::call) return call(tasks[0], tasks[0].ctx, barrier->results[0]);
   if (a == Await::concurrently) return run_concurrently(tasks, barrier->results);
   return async_slow();
@@ -829,8 +831,7 @@ asio::awaitable<Result<RunResult>> GraphRuntime::async_run(
   // The run keeps no owning reference to the stream: a consumer that drops it closes it.
   if (options.events) r->extra().events = options.events->impl_;
   r->stream_state = options.stream_state;
-  Runner* p = r.get();
-  return p->run(std::move(r));
+  return Runner::run(std::move(r));
 }
 
 }  // namespace weir::graph

@@ -93,7 +93,6 @@ struct Runner {
   std::int64_t tokens = 0;
   std::int64_t* tokens_used = &tokens;  // a subgraph charges its top-level run
   std::int64_t token_budget = 0;
-  std::size_t offloaded = 0;
   Clock::time_point deadline = Clock::time_point::max();
 
   // A run on a thread with a checkpointer. (Out of line: most runs have none, and every byte
@@ -272,12 +271,12 @@ struct Runner {
   Limiter::Permit permit;  // held while the run is admitted
 
   // The whole run: admission (top level), the superstep loop, the final event. `self` owns
-  // *this for as long as the coroutine lives, so that a run in flight is this object and one
-  // coroutine frame. The frame only waits: advance_run() does the work between two waits and
-  // says what to wait for next, so the frame holds no locals and two co_await sites, a node's
-  // and other_wait()'s (GCC 12 gives each one slots of its own; each run in flight pays).
-  // Start it as `Runner* p = r.get(); p->run(std::move(r))`.
-  asio::awaitable<Result<RunResult>> run(std::unique_ptr<Runner> self);
+  // the Runner for as long as the coroutine lives, so that a run in flight is that object and
+  // one coroutine frame. The frame only waits: advance_run() does the work between two waits
+  // and says what to wait for next, so the frame holds no locals (not even `this`: run() is
+  // static) and two co_await sites, a node's and other_wait()'s (GCC 12 gives each one slots
+  // of its own; each run in flight pays for them).
+  static asio::awaitable<Result<RunResult>> run(std::unique_ptr<Runner> self);
 
   // Where the run is between two waits. The order is that of the superstep loop.
   enum class Phase : std::uint8_t {
@@ -307,15 +306,18 @@ struct Runner {
     final,        // push_final(superstep, interrupted)
     failed,       // push_final(status.error())
   };
-  bool resumed = false;
-  bool stream_state = false;
-  bool nested = false;  // a subgraph's run: no checkpoints, no interrupts, no run_* events
+  // The small fields share one 16-byte word.
   Phase phase = Phase::admit;
-  Slow slow = Slow::queue;  // valid while advance_run() returned Await::slow
-  bool interrupted = false;
-  bool ok = true;  // the run's outcome so far: false once it failed, with extras->error
+  Await waiting = Await::more;  // what advance_run() said last
+  Slow slow = Slow::queue;      // valid while `waiting` is Await::slow
+  bool resumed : 1 = false;
+  bool stream_state : 1 = false;
+  bool nested : 1 = false;  // a subgraph's run: no checkpoints, no interrupts, no run_* events
+  bool interrupted : 1 = false;
+  bool ok : 1 = true;  // the run's outcome so far: false once it failed, with extras->error
   std::int32_t superstep = 0;
   std::uint32_t interrupted_task = 0;  // interrupt_run()
+  std::uint32_t offloaded = 0;         // values moved to the artifact store
 
   // The run fails with `e` (a later failure replaces an earlier one).
   void fail(Error e) {
@@ -331,7 +333,8 @@ struct Runner {
   // Runs the plain work from `phase` on until the run has to wait; says for what. An Exception
   // thrown inside the superstep loop ends the run with its error (e.g. the run's state went
   // over its memory limit).
-  Await advance_run();
+  Await advance_run();  // also kept in `waiting`
+  Await advance_steps();
   Await advance_phase();
   Await await_slow(Slow what) {
     slow = what;
@@ -340,7 +343,7 @@ struct Runner {
   asio::awaitable<void> async_slow();
   // The coroutine for a wait other than Await::node (not a coroutine itself: run() awaits
   // every one of them from the same co_await).
-  asio::awaitable<void> other_wait(Await a);
+  asio::awaitable<void> other_wait();
   Result<RunResult> result_of_run();
 
   asio::awaitable<void> queue_for_permit();
