@@ -42,9 +42,11 @@ struct RunState {
 };
 
 struct Task {
-  std::size_t node;
+  Task(std::size_t n, json::value in, bool send = false)
+      : node(static_cast<std::uint32_t>(n)), from_send(send), input(std::move(in)) {}
+  std::uint32_t node;  // [nodes]
+  bool from_send;
   json::value input;  // Send input, or null
-  bool from_send = false;
   // The call's context, set up by begin_step() (kept with the task: one allocation less per
   // step). Mutable: the step's task list is read-only while its calls use their contexts.
   mutable NodeContext ctx;
