@@ -88,8 +88,8 @@ Result<std::string> NodeContext::fetch(const json::value& ref, std::uint64_t off
 
 Status NodeContext::charge_tokens(std::int64_t n) {
   if (!run_) return {};
-  std::int64_t& used = *run_->tokens_used;
-  const std::int64_t budget = run_->token_budget;
+  std::int64_t& used = run_->tokens_used();
+  const std::int64_t budget = run_->token_budget();
   used += n;
   if (budget > 0 && used > budget) {
     return Error(Errc::token_budget_exceeded,
@@ -184,7 +184,6 @@ Runner::Runner(const CompiledGraph& graph, const RuntimeOptions& o, std::string 
       run_id(std::move(id)),
       st(o.budget, limits.max_state_bytes, "run " + run_id + " state") {
   if (lim.deadline.count() > 0) deadline = Clock::now() + lim.deadline;
-  token_budget = lim.token_budget;
   if (Pools* pl = pools(); pl && !pl->scratch.empty()) {
     auto& pool = pl->scratch;
     Scratch& sc = pool.back();
@@ -222,6 +221,7 @@ void Runner::give_barrier_scratch() {
     barrier->results.clear();
     barrier->next.clear();
     barrier->input = json::object();
+    barrier->admission = nullptr;
     for (auto& w : barrier->writes) {
       w.clear();
       if (w.capacity() > kPooledItems) w.shrink_to_fit();
@@ -243,8 +243,7 @@ asio::awaitable<Result<Update>> Runner::run_subgraph(const StateGraph::NodeDef& 
   auto child = std::make_unique<Runner>(
       child_graph, opt, run_id, def.options.limits ? *def.options.limits : child_graph.limits_);
   child->nested = true;
-  child->tokens_used = tokens_used;
-  if (token_budget > 0) child->token_budget = token_budget;
+  child->parent = this;
   if (streaming()) {
     child->extra().events = extras->events;
     child->extras->event_prefix = event_prefix() + n.name + "/";
@@ -305,7 +304,7 @@ RunResult Runner::result(std::int32_t steps) {
   if (thread) out.checkpoint_id = thread->parent_checkpoint;
   out.state = StateView(g, st).to_object();
   out.steps = steps;
-  out.tokens_used = *tokens_used;
+  out.tokens_used = tokens_used();
   out.peak_state_bytes = st.resource.peak_bytes();
   out.offloaded = offloaded;
   return out;
@@ -522,7 +521,8 @@ Runner::Await Runner::advance_phase() {
   switch (phase) {
     case Phase::admit:
       phase = Phase::admitted;
-      if (admission) {  // a free permit is taken without a coroutine of its own; else queue
+      // A free permit is taken without a coroutine of its own; else the run queues.
+      if (Limiter* admission = barrier ? barrier->admission : nullptr) {
         auto free_permit = admission->try_acquire();
         if (!free_permit) return await_slow(Slow::queue);
         permit = std::move(*free_permit);
@@ -645,7 +645,7 @@ Result<RunResult> Runner::result_of_run() {
 }
 
 asio::awaitable<void> Runner::queue_for_permit() {
-  Result<Limiter::Permit> queued = co_await admission->async_acquire();
+  Result<Limiter::Permit> queued = co_await barrier->admission->async_acquire();
   if (queued)
     permit = std::move(*queued);
   else
@@ -814,8 +814,8 @@ asio::awaitable<Result<RunResult>> GraphRuntime::async_run(
                                               : std::move(options.run_id);
   auto r = std::make_unique<Runner>(*graph, options_, std::move(run_id), graph->limits_);
   r->graph_ref = std::move(graph);
-  r->admission = admission_.get();
   r->set_input(std::move(input));
+  r->barrier->admission = admission_.get();
   if (options.checkpointer && !options.thread_id.empty()) {
     r->thread = std::make_unique<Runner::Thread>();
     r->thread->checkpointer = options.checkpointer;

@@ -204,7 +204,7 @@ Status Runner::restore(std::vector<Task>& tasks) {
     }
   }
   if (const auto* t = cp.pending.if_contains(kTokensKey); t && t->is_int64())
-    *tokens_used = t->get_int64();
+    tokens_used() = t->get_int64();
   if (const auto* next = cp.pending.if_contains("next"); next && next->is_array()) {
     for (const auto& n : next->as_array()) {
       auto i = n.is_string() ? g.node_index(n.as_string()) : std::nullopt;
@@ -264,7 +264,7 @@ Status Runner::save(const std::vector<bool>& written, const std::vector<Task>& n
     if (st.visits[n] > 0) visits[g.nodes_[n].name] = st.visits[n];
   }
   if (!visits.empty()) cp.pending[kVisitsKey] = std::move(visits);
-  if (*tokens_used > 0) cp.pending[kTokensKey] = *tokens_used;
+  if (tokens_used() > 0) cp.pending[kTokensKey] = tokens_used();
   cp.metadata = thread->checkpoint_metadata;
   cp.metadata["run_id"] = run_id;
   cp.claim_token = thread->claim_token;

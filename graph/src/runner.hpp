@@ -92,9 +92,15 @@ struct Runner {
   const GraphLimits& lim;  // the graph's, or a subgraph node's override (both outlive the run)
   std::string run_id;
   RunState st;
-  std::int64_t tokens = 0;
-  std::int64_t* tokens_used = &tokens;  // a subgraph charges its top-level run
-  std::int64_t token_budget = 0;
+  mutable std::int64_t tokens = 0;  // see tokens_used() (nodes charge it through a const run)
+  Runner* parent = nullptr;         // a subgraph's run: the run its node belongs to
+  // The token counter charged by this run: the top-level run's (a subgraph charges it too).
+  std::int64_t& tokens_used() const { return parent ? parent->tokens_used() : tokens; }
+  // The token budget: the nearest enclosing run's when that has one, else this run's limit.
+  std::int64_t token_budget() const {
+    const std::int64_t outer = parent ? parent->token_budget() : 0;
+    return outer > 0 ? outer : lim.token_budget;
+  }
   Clock::time_point deadline = Clock::time_point::max();
 
   // A run on a thread with a checkpointer. (Out of line: most runs have none, and every byte
@@ -237,6 +243,7 @@ struct Runner {
     Writes writes;                        // [channels]
     std::vector<Task> next;
     json::object input;
+    Limiter* admission = nullptr;  // a top-level run's limiter, until it is admitted
   };
   std::unique_ptr<Barrier> barrier;
   void take_barrier_scratch();
@@ -269,8 +276,7 @@ struct Runner {
   // Set up by GraphRuntime::async_run for a top-level run (null for a subgraph's run).
   std::shared_ptr<const CompiledGraph> graph_ref;   // keeps `g` alive
   std::shared_ptr<const std::atomic<bool>> cancel;  // RunOptions::cancel (top-level runs)
-  Limiter* admission = nullptr;
-  Limiter::Permit permit;  // held while the run is admitted
+  Limiter::Permit permit;                           // held while the run is admitted
 
   // The whole run: admission (top level), the superstep loop, the final event. `self` owns
   // the Runner for as long as the coroutine lives, so that a run in flight is that object and
