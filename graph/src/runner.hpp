@@ -301,8 +301,10 @@ struct Runner {
     end,   // release the thread; a failed run drops its state
     done,  // run() returns result_of_run()
   };
-  // What run() awaits next. `slow` is one of the waits of a streaming, queued or windowed run,
-  // done by async_slow() so that run()'s frame has a single slot for them all.
+  // What run() awaits next (`more`: nothing yet, on to the next phase). `node` is a direct
+  // node, awaited by run() itself; the others go through other_wait(): call() for a single
+  // node that is not direct, run_concurrently() for several, and for `slow` one of the waits
+  // of a streaming, queued or windowed run (async_slow()).
   enum class Await : std::uint8_t { more, node, call, concurrently, slow, done };
   enum class Slow : std::uint8_t {
     queue,        // queue_for_permit
@@ -312,7 +314,7 @@ struct Runner {
     finished,     // push_finished for every task
     state,        // push_state
     final,        // push_final(superstep, interrupted)
-    failed,       // push_final(status.error())
+    failed,       // push_final(extras->error)
   };
   // The small fields share one 16-byte word.
   Phase phase = Phase::admit;
@@ -338,12 +340,12 @@ struct Runner {
     return ok;
   }
 
-  // Runs the plain work from `phase` on until the run has to wait; says for what. An Exception
-  // thrown inside the superstep loop ends the run with its error (e.g. the run's state went
-  // over its memory limit).
-  Await advance_run();  // also kept in `waiting`
+  // Runs the plain work from `phase` on until the run has to wait; says for what, and keeps it
+  // in `waiting`. An Exception thrown inside the superstep loop ends the run with its error
+  // (e.g. the run's state went over its memory limit): advance_steps() turns it into one.
+  Await advance_run();
   Await advance_steps();
-  Await advance_phase();
+  Await advance_phase();  // one phase
   Await await_slow(Slow what) {
     slow = what;
     return Await::slow;
