@@ -31,6 +31,43 @@ json::object StateView::to_object() const {
   return o;
 }
 
+NodeContext::NodeContext() = default;
+NodeContext::~NodeContext() = default;
+NodeContext::NodeContext(NodeContext&&) noexcept = default;
+NodeContext& NodeContext::operator=(NodeContext&&) noexcept = default;
+
+std::string_view NodeContext::run_id() const {
+  return run_ ? std::string_view(run_->run_id) : std::string_view();
+}
+
+std::string_view NodeContext::node() const {
+  return run_ ? std::string_view(run_->task_name(task_)) : std::string_view();
+}
+
+const json::value& NodeContext::input() const {
+  static const json::value null;
+  return run_ ? run_->tasks[task_].input : null;
+}
+
+// The step and the resume value follow from the run's superstep, which holds still while the
+// step's nodes run.
+std::int64_t NodeContext::step() const {
+  return run_ ? (run_->thread ? run_->thread->step_base : 0) + run_->superstep : 0;
+}
+
+const json::value* NodeContext::resume_value() const {
+  if (!run_ || run_->superstep != 1 || !run_->resume_value()) return nullptr;
+  return node() == run_->thread->resume_node ? run_->resume_value() : nullptr;
+}
+
+ArtifactStore* NodeContext::artifacts() const {
+  return run_ ? run_->opt.artifacts : nullptr;
+}
+
+bool NodeContext::cancelled() const {
+  return run_ && run_->cancel && run_->cancel->load(std::memory_order_relaxed);
+}
+
 Result<std::string> NodeContext::fetch(const json::value& ref, std::uint64_t offset,
                                        std::uint64_t length) const {
   auto r = ArtifactRef::from_json(ref);
@@ -39,35 +76,40 @@ Result<std::string> NodeContext::fetch(const json::value& ref, std::uint64_t off
       return std::string(ref.as_string())
           .substr(std::min<std::size_t>(offset, ref.as_string().size()), length);
     return Error(Errc::invalid_argument,
-                 "node '" + std::string(node_) +
+                 "node '" + std::string(node()) +
                      "': the value is neither an artifact reference nor a string");
   }
-  if (!artifacts_)
+  ArtifactStore* store = artifacts();
+  if (!store)
     return Error(Errc::not_found,
-                 "node '" + std::string(node_) + "': this run has no artifact store");
-  return artifacts_->get_range(r->id, offset, length);
+                 "node '" + std::string(node()) + "': this run has no artifact store");
+  return store->get_range(r->id, offset, length);
 }
 
 Status NodeContext::charge_tokens(std::int64_t n) {
-  if (!tokens_used_) return {};
-  *tokens_used_ += n;
-  if (token_budget_ > 0 && *tokens_used_ > token_budget_) {
+  if (!run_) return {};
+  std::int64_t& used = run_->tokens_used();
+  const std::int64_t budget = run_->token_budget();
+  used += n;
+  if (budget > 0 && used > budget) {
     return Error(Errc::token_budget_exceeded,
-                 "run stopped in node '" + std::string(node_) + "': " +
-                     std::to_string(*tokens_used_) + " tokens used, over the token budget of " +
-                     std::to_string(token_budget_) + " (limits.token_budget)");
+                 "run stopped in node '" + std::string(node()) + "': " + std::to_string(used) +
+                     " tokens used, over the token budget of " + std::to_string(budget) +
+                     " (limits.token_budget)");
   }
   return {};
 }
 
 void NodeContext::emit(std::string name, json::value data) {
-  if (!streaming_) return;
-  emitted_.emplace_back(std::move(name), json::value(std::move(data), json::storage_ptr()));
+  if (!run_ || !run_->streaming()) return;
+  if (!extra_) extra_ = std::make_unique<Extra>();
+  extra_->emitted.emplace_back(std::move(name), json::value(std::move(data), json::storage_ptr()));
 }
 
 Error NodeContext::interrupt(json::value payload) {
-  interrupt_ = json::value(std::move(payload), json::storage_ptr());
-  return Error(Errc::interrupted, "node '" + std::string(node_) + "' interrupted the run");
+  if (!extra_) extra_ = std::make_unique<Extra>();
+  extra_->interrupt = json::value(std::move(payload), json::storage_ptr());
+  return Error(Errc::interrupted, "node '" + std::string(node()) + "' interrupted the run");
 }
 
 Error thrown_error() {
@@ -84,15 +126,14 @@ namespace {
 
 // A run's scratch vectors keep their capacity for the thread's next run (a pool of at most
 // kPooled), and a Runner's memory is reused the same way: a short run then allocates little
-// beyond its coroutine frame and its state.
+// beyond its coroutine frame and its state. The barrier's vectors (Runner::Barrier) are only
+// held from a step's nodes to the next step's start, so they go back to the pool in between:
+// while its direct node waits, a run holds none.
 constexpr std::size_t kPooled = 32;
 constexpr std::size_t kPooledItems = 64;  // larger vectors are freed, not pooled
 
 struct Scratch {
-  std::vector<Task> tasks, next;
-  std::vector<Result<Update>> results;
-  std::vector<NodeContext> ctxs;
-  Writes writes;
+  std::vector<Task> tasks;
 };
 
 // Set when this thread's pools are destroyed (thread exit): a Runner freed after that, say by
@@ -101,6 +142,7 @@ thread_local bool t_pools_gone = false;
 
 struct Pools {
   std::vector<Scratch> scratch;
+  std::vector<std::unique_ptr<Runner::Barrier>> barrier;
   std::vector<void*> runners;  // blocks of sizeof(Runner)
   ~Pools() {
     t_pools_gone = true;
@@ -135,43 +177,58 @@ void Runner::operator delete(void* p) {
 }
 
 Runner::Runner(const CompiledGraph& graph, const RuntimeOptions& o, std::string id,
-               GraphLimits limits)
+               const GraphLimits& limits)
     : g(graph),
       opt(o),
       lim(limits),
       run_id(std::move(id)),
       st(o.budget, limits.max_state_bytes, "run " + run_id + " state") {
   if (lim.deadline.count() > 0) deadline = Clock::now() + lim.deadline;
-  token_budget = lim.token_budget;
   if (Pools* pl = pools(); pl && !pl->scratch.empty()) {
     auto& pool = pl->scratch;
     Scratch& sc = pool.back();
     tasks = std::move(sc.tasks);
-    next = std::move(sc.next);
-    results = std::move(sc.results);
-    ctxs = std::move(sc.ctxs);
-    writes = std::move(sc.writes);
     pool.pop_back();
   }
 }
 
 Runner::~Runner() {
+  give_barrier_scratch();
   Pools* pl = pools();
   // Only small steps' vectors are kept: a 10,000-way Send must not pin its memory.
-  if (!pl || pl->scratch.size() >= kPooled || tasks.capacity() > kPooledItems ||
-      next.capacity() > kPooledItems || results.capacity() > kPooledItems ||
-      ctxs.capacity() > kPooledItems || writes.capacity() > kPooledItems)
-    return;
+  if (!pl || pl->scratch.size() >= kPooled || tasks.capacity() > kPooledItems) return;
   tasks.clear();
-  next.clear();
-  results.clear();
-  ctxs.clear();
-  for (auto& w : writes) {
-    w.clear();
-    if (w.capacity() > kPooledItems) w.shrink_to_fit();
+  pl->scratch.push_back(Scratch{std::move(tasks)});
+}
+
+void Runner::take_barrier_scratch() {
+  if (!barrier) {
+    if (Pools* pl = pools(); pl && !pl->barrier.empty()) {
+      barrier = std::move(pl->barrier.back());
+      pl->barrier.pop_back();
+    } else {
+      barrier = std::make_unique<Barrier>();
+    }
   }
-  pl->scratch.push_back(Scratch{std::move(tasks), std::move(next), std::move(results),
-                                std::move(ctxs), std::move(writes)});
+  barrier->writes.resize(g.channels_.size());
+}
+
+void Runner::give_barrier_scratch() {
+  if (!barrier) return;
+  Pools* pl = pools();
+  if (pl && pl->barrier.size() < kPooled && barrier->results.capacity() <= kPooledItems &&
+      barrier->next.capacity() <= kPooledItems && barrier->writes.capacity() <= kPooledItems) {
+    barrier->results.clear();
+    barrier->next.clear();
+    barrier->input = json::object();
+    barrier->admission = nullptr;
+    for (auto& w : barrier->writes) {
+      w.clear();
+      if (w.capacity() > kPooledItems) w.shrink_to_fit();
+    }
+    pl->barrier.push_back(std::move(barrier));
+  }
+  barrier.reset();
 }
 
 asio::awaitable<Result<Update>> Runner::run_subgraph(const StateGraph::NodeDef& n) {
@@ -183,16 +240,16 @@ asio::awaitable<Result<Update>> Runner::run_subgraph(const StateGraph::NodeDef& 
     in[child_graph.channel_name(c)] = json::value(st.values[p], json::storage_ptr());
     if (st.values[p].is_array()) seeded[p] = st.values[p].as_array().size();
   }
-  auto child = std::make_unique<Runner>(child_graph, opt, run_id,
-                                        def.options.limits.value_or(child_graph.limits_));
+  auto child = std::make_unique<Runner>(
+      child_graph, opt, run_id, def.options.limits ? *def.options.limits : child_graph.limits_);
   child->nested = true;
-  child->tokens_used = tokens_used;
-  if (token_budget > 0) child->token_budget = token_budget;
-  child->events = events;
-  child->event_prefix = event_prefix + n.name + "/";
-  child->input = std::move(in);
-  Runner* c = child.get();
-  auto op = c->run(std::move(child));
+  child->parent = this;
+  if (streaming()) {
+    child->extra().events = extras->events;
+    child->extras->event_prefix = event_prefix() + n.name + "/";
+  }
+  child->set_input(std::move(in));
+  auto op = run(std::move(child));
   auto res = co_await std::move(op);
   if (!res) co_return std::move(res).error();
   Update up;
@@ -234,7 +291,7 @@ asio::awaitable<void> Runner::call(const Task& t, NodeContext& ctx, Result<Updat
         !r && (r.error().is(Errc::tool_failed) || r.error().is(Errc::tool_timeout) ||
                r.error().is(Errc::model_error));
     if (r || !retryable || attempt >= n.options.max_attempts) co_return;
-    ctx.emitted_.clear();
+    if (ctx.extra_) ctx.extra_->emitted.clear();
     asio::steady_timer timer(co_await asio::this_coro::executor,
                              n.options.backoff * (1 << std::min(attempt - 1, 10)));
     co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
@@ -247,7 +304,7 @@ RunResult Runner::result(std::int32_t steps) {
   if (thread) out.checkpoint_id = thread->parent_checkpoint;
   out.state = StateView(g, st).to_object();
   out.steps = steps;
-  out.tokens_used = *tokens_used;
+  out.tokens_used = tokens_used();
   out.peak_state_bytes = st.resource.peak_bytes();
   out.offloaded = offloaded;
   return out;
@@ -257,10 +314,11 @@ Status Runner::prepare(const json::object& input, std::vector<Task>& tasks) {
   const std::size_t C = g.channels_.size();
   st.values.reserve(C);
   for (const auto& [name, o] : g.channels_)
-    st.values.emplace_back(o.default_value ? json::value(*o.default_value, st.sp)
-                                           : json::value(st.sp));
-  st.visits.assign(g.nodes_.size(), 0);
-  if (checkpointer) {
+    st.values.emplace_back(o.default_value ? json::value(*o.default_value, st.sp())
+                                           : json::value(st.sp()));
+  if (g.visit_caps_ || checkpointer())
+    st.visits = std::make_unique<std::int64_t[]>(g.nodes_.size());  // zeros
+  if (checkpointer()) {
     if (auto s = restore(tasks); !s) return s;
   }
   if (input.empty()) return {};
@@ -284,7 +342,7 @@ Status Runner::start(const json::object& input, std::vector<Task>& tasks) {
       if (auto s = route(*r, tasks); !s) return s;
     }
   }
-  if (checkpointer && !input.empty()) {  // the input is a step of its own: resume replays it
+  if (checkpointer() && !input.empty()) {  // the input is a step of its own: resume replays it
     std::vector<bool> written(g.channels_.size());
     for (const auto& kv : input) written[*g.channel_index(kv.key())] = true;
     return save(written, tasks, 0);
@@ -328,22 +386,11 @@ Status Runner::begin_step(const std::vector<Task>& tasks, std::int32_t& step) {
                        "th time (max_visits=" + std::to_string(n.options.max_visits) + ")");
     }
   }
-  ctxs.resize(tasks.size());
-  const bool resuming_step = step == 1 && resume_value;
   for (std::size_t i = 0; i < tasks.size(); ++i) {
-    auto& c = ctxs[i];
-    c.node_ = g.nodes_[tasks[i].node].name;
-    c.run_id_ = run_id;
-    c.input_ = tasks[i].input;
-    c.artifacts_ = opt.artifacts;
-    c.tokens_used_ = tokens_used;
-    c.token_budget_ = token_budget;
-    c.streaming_ = events != nullptr;
-    c.cancel_ = cancel.get();
-    c.step_ = (thread ? thread->step_base : 0) + step;
-    c.emitted_.clear();
-    c.interrupt_.reset();
-    c.resume_ = resuming_step && c.node_ == thread->resume_node ? resume_value : nullptr;
+    auto& c = tasks[i].ctx;
+    c.run_ = this;
+    c.task_ = i;
+    c.extra_.reset();
   }
   return {};
 }
@@ -354,7 +401,7 @@ bool Runner::run_inline(const std::vector<Task>& tasks, std::vector<Result<Updat
   }
   for (std::size_t i = 0; i < tasks.size(); ++i) {
     try {
-      results.push_back(g.nodes_[tasks[i].node].sync(StateView(g, st), ctxs[i]));
+      results.push_back(g.nodes_[tasks[i].node].sync(StateView(g, st), tasks[i].ctx));
     } catch (...) {
       Error e = thrown_error();
       results.emplace_back(std::move(e));
@@ -417,7 +464,7 @@ Status Runner::advance(const std::vector<Task>& tasks, const std::vector<Result<
       if (auto s = route(*r, next); !s) return node_error(tasks[i].node, s.error());
     }
   }
-  if (checkpointer) {
+  if (checkpointer()) {
     std::vector<bool> written(writes.size());
     for (std::size_t ch = 0; ch < writes.size(); ++ch) written[ch] = !writes[ch].empty();
     return save(written, next, step);
@@ -426,91 +473,191 @@ Status Runner::advance(const std::vector<Task>& tasks, const std::vector<Result<
 }
 
 asio::awaitable<Result<RunResult>> Runner::run(std::unique_ptr<Runner> self) {
-  (void)self;
-  Status s;
-  if (admission) {  // a free permit is taken without a coroutine of its own; else queue
-    permit = admission->try_acquire();
-    if (!permit) co_await queue_for_permit(s);
-    if (!s) {
-      if (events) co_await push_final(s.error());
-      co_return std::move(s).error();
-    }
-  }
-  std::int32_t step = 0;
-  bool interrupted = false;
-  try {
-    if (events && !nested) co_await push_run_started(input, resume_value);
-    writes.resize(g.channels_.size());
-    if (thread) s = claim();
-    if (s) s = prepare(input, tasks);
-    if (s && has_evicted()) co_await fold_evicted_into(0, s);
-    if (s) s = start(input, tasks);
-    input = json::object();
-    while (s && !tasks.empty()) {
-      s = begin_step(tasks, step);
-      if (!s) break;
-      if (events) co_await push_started(tasks, step);
-      results.clear();
-      if (!run_inline(tasks, results)) {
-        if (tasks.size() == 1 && direct(tasks[0])) {
-          results.emplace_back(Error(Errc::cancelled, "not run"));
-          try {
-            results[0] = co_await g.nodes_[tasks[0].node].async(StateView(g, st), ctxs[0]);
-          } catch (...) {
-            results[0] = thrown_error();
-          }
-        } else if (tasks.size() == 1) {
-          results.emplace_back(Error(Errc::cancelled, "not run"));
-          co_await call(tasks[0], ctxs[0], results[0]);
-        } else {
-          co_await run_concurrently(tasks, results);
+  while (self->advance_run() != Await::done) {
+    try {
+      if (self->waiting == Await::node) {
+        try {
+          self->keep_result(co_await self->direct_call());
+        } catch (...) {
+          self->keep_result(thrown_error());
         }
+      } else {
+        co_await self->other_wait();
       }
-      // Interrupts first: the step's writes are discarded and the step is re-run on resume.
-      if (auto k = interrupting_task(tasks, results); k < tasks.size()) {
-        s = interrupt_run(tasks, k, step);
-        interrupted = true;
-        break;
-      }
-      s = collect(tasks, results, writes);
-      if (!s) break;
-      if (events) {
-        for (std::size_t i = 0; i < tasks.size(); ++i)
-          co_await push_finished(tasks[i], ctxs[i], *results[i], step);
-      }
-      s = merge(writes, step);
-      if (s && has_evicted()) co_await fold_evicted_into(step, s);
-      if (s) s = advance(tasks, results, writes, next, step);
-      if (!s) break;
-      if (events && stream_state) co_await push_state(step);
-      std::swap(tasks, next);
+    } catch (const Exception& e) {
+      // Only the superstep loop turns an Exception into the run's error; the waits for a
+      // permit and for the final event let it pass.
+      if (self->phase == Phase::admitted || self->phase == Phase::done) throw;
+      self->fail(e.error());
+      self->phase = Phase::end;
     }
-  } catch (const Exception& e) {  // e.g. the run's state went over its memory limit
-    s = e.error();
   }
-  if (thread) thread->hold.reset();  // released before the caller hears the result
-  if (!s) {
-    st.values.clear();  // a failed run keeps nothing
-    if (!nested && opt.artifacts) opt.artifacts->release_owner(run_id);
-    if (events && !nested) co_await push_final(s.error());
-    co_return std::move(s).error();
-  }
-  if (events && !nested) co_await push_final(step, interrupted);
-  co_return finish(step, interrupted);
+  co_return self->result_of_run();
 }
 
-asio::awaitable<void> Runner::queue_for_permit(Status& s) {
-  Result<Limiter::Permit> queued = co_await admission->async_acquire();
+Runner::Await Runner::advance_run() {
+  waiting = advance_steps();
+  return waiting;
+}
+
+Runner::Await Runner::advance_steps() {
+  for (;;) {
+    Await a = Await::more;
+    if (phase > Phase::admitted && phase < Phase::end) {
+      try {
+        a = advance_phase();
+      } catch (const Exception& e) {  // e.g. the run's state went over its memory limit
+        fail(e.error());
+        phase = Phase::end;
+      }
+    } else {
+      a = advance_phase();
+    }
+    if (a != Await::more) return a;
+  }
+}
+
+Runner::Await Runner::advance_phase() {
+  switch (phase) {
+    case Phase::admit:
+      phase = Phase::admitted;
+      // A free permit is taken without a coroutine of its own; else the run queues.
+      if (Limiter* admission = barrier ? barrier->admission : nullptr) {
+        auto free_permit = admission->try_acquire();
+        if (!free_permit) return await_slow(Slow::queue);
+        permit = std::move(*free_permit);
+      }
+      return Await::more;
+    case Phase::admitted:
+      if (!ok) {
+        phase = Phase::done;
+        return streaming() ? await_slow(Slow::failed) : Await::done;
+      }
+      phase = Phase::prepare;
+      return streaming() && !nested ? await_slow(Slow::run_started) : Await::more;
+    case Phase::prepare:
+      if (thread) check(claim());
+      if (ok) check(prepare(input(), tasks));
+      phase = Phase::start;
+      return ok && has_evicted() ? await_slow(Slow::fold) : Await::more;
+    case Phase::start:
+      if (ok) check(start(input(), tasks));
+      give_barrier_scratch();
+      phase = Phase::step;
+      return Await::more;
+    case Phase::step:
+      if (ok && !tasks.empty()) check(begin_step(tasks, superstep));
+      if (!ok || tasks.empty()) {
+        phase = Phase::end;
+        return Await::more;
+      }
+      phase = Phase::nodes;
+      return streaming() ? await_slow(Slow::started) : Await::more;
+    case Phase::nodes:
+      phase = Phase::barrier;
+      if (tasks.size() == 1 && direct(tasks[0])) return Await::node;
+      take_barrier_scratch();
+      if (run_inline(tasks, barrier->results)) return Await::more;
+      if (tasks.size() > 1) return Await::concurrently;
+      barrier->results.emplace_back(Error(Errc::cancelled, "not run"));
+      return Await::call;
+    case Phase::barrier:
+      // Interrupts first: the step's writes are discarded and the step is re-run on resume.
+      if (auto k = interrupting_task(tasks, barrier->results); k < tasks.size()) {
+        check(interrupt_run(tasks, k, superstep));
+        interrupted = true;
+        phase = Phase::end;
+        return Await::more;
+      }
+      check(collect(tasks, barrier->results, barrier->writes));
+      phase = ok ? Phase::merge : Phase::end;
+      return ok && streaming() ? await_slow(Slow::finished) : Await::more;
+    case Phase::merge:
+      check(merge(barrier->writes, superstep));
+      phase = Phase::advance;
+      return ok && has_evicted() ? await_slow(Slow::fold) : Await::more;
+    case Phase::advance:
+      if (ok) check(advance(tasks, barrier->results, barrier->writes, barrier->next, superstep));
+      phase = ok ? Phase::swap : Phase::end;
+      return ok && streaming() && stream_state ? await_slow(Slow::state) : Await::more;
+    case Phase::swap:
+      std::swap(tasks, barrier->next);
+      give_barrier_scratch();
+      phase = Phase::step;
+      return Await::more;
+    case Phase::end:
+      if (thread) thread->hold.reset();  // released before the caller hears the result
+      phase = Phase::done;
+      if (!ok) {
+        st.values.clear();  // a failed run keeps nothing
+        if (!nested && opt.artifacts) opt.artifacts->release_owner(run_id);
+      }
+      if (streaming() && !nested) return await_slow(ok ? Slow::final : Slow::failed);
+      return Await::done;
+    case Phase::done:
+      break;
+  }
+  return Await::done;
+}
+
+asio::awaitable<void> Runner::other_wait() {
+  const Await a = waiting;
+  if (a == Await::call) return call(tasks[0], tasks[0].ctx, barrier->results[0]);
+  if (a == Await::concurrently) return run_concurrently(tasks, barrier->results);
+  return async_slow();
+}
+
+asio::awaitable<void> Runner::async_slow() {
+  switch (slow) {
+    case Slow::queue:
+      co_await queue_for_permit();
+      break;
+    case Slow::run_started:
+      co_await push_run_started(input(), resume_value());
+      break;
+    case Slow::fold: {
+      Status s = co_await fold_evicted(superstep);
+      check(std::move(s));
+      break;
+    }
+    case Slow::started:
+      co_await push_started(tasks, superstep);
+      break;
+    case Slow::finished:
+      for (std::size_t i = 0; i < tasks.size(); ++i)
+        co_await push_finished(tasks[i], tasks[i].ctx, *barrier->results[i], superstep);
+      break;
+    case Slow::state:
+      co_await push_state(superstep);
+      break;
+    case Slow::final:
+      co_await push_final(superstep, interrupted);
+      break;
+    case Slow::failed:
+      co_await push_final(extras->error);
+      break;
+  }
+}
+
+Result<RunResult> Runner::result_of_run() {
+  if (!ok) return std::move(extras->error);
+  return finish(superstep, interrupted);
+}
+
+asio::awaitable<void> Runner::queue_for_permit() {
+  Result<Limiter::Permit> queued = co_await barrier->admission->async_acquire();
   if (queued)
-    permit.emplace(std::move(*queued));
+    permit = std::move(*queued);
   else
-    s = std::move(queued).error();
+    fail(std::move(queued).error());
 }
 
 std::size_t Runner::interrupting_task(const std::vector<Task>& tasks,
                                       const std::vector<Result<Update>>& results) const {
   for (std::size_t i = 0; i < tasks.size(); ++i) {
-    if (!results[i] && results[i].error().is(Errc::interrupted) && ctxs[i].interrupt_) return i;
+    if (!results[i] && results[i].error().is(Errc::interrupted) && tasks[i].ctx.extra_ &&
+        tasks[i].ctx.extra_->interrupt)
+      return i;
   }
   return tasks.size();
 }
@@ -520,7 +667,7 @@ RunResult Runner::finish(std::int32_t step, bool interrupted) {
   RunResult out = result(step - 1);
   out.interrupted = true;
   out.interrupted_node = g.nodes_[tasks[interrupted_task].node].name;
-  out.interrupt_payload = std::move(*ctxs[interrupted_task].interrupt_);
+  out.interrupt_payload = std::move(*tasks[interrupted_task].ctx.extra_->interrupt);
   return out;
 }
 
@@ -531,8 +678,8 @@ asio::awaitable<void> Runner::push_final(std::int32_t step, bool interrupted) {
   if (interrupted) {
     e.kind = EventKind::run_interrupted;
     e.node = g.nodes_[tasks[interrupted_task].node].name;
-    e.data = json::object{
-        {"payload", json::value(*ctxs[interrupted_task].interrupt_, json::storage_ptr())}};
+    e.data = json::object{{"payload", json::value(*tasks[interrupted_task].ctx.extra_->interrupt,
+                                                  json::storage_ptr())}};
   } else {
     e.kind = EventKind::run_finished;
     e.data = json::object{{"steps", step}};
@@ -559,12 +706,13 @@ asio::awaitable<void> Runner::push_started(const std::vector<Task>& tasks, std::
 asio::awaitable<void> Runner::push_finished(const Task& t, NodeContext& ctx, const Update& u,
                                             std::int32_t step) {
   const std::string& name = g.nodes_[t.node].name;
-  for (std::size_t k = 0; k < ctx.emitted_.size(); ++k) {
-    Event e = event(EventKind::custom, name, step, std::move(ctx.emitted_[k].second));
-    e.name = std::move(ctx.emitted_[k].first);
+  for (std::size_t k = 0; ctx.extra_ && k < ctx.extra_->emitted.size(); ++k) {
+    auto& [custom_name, data] = ctx.extra_->emitted[k];
+    Event e = event(EventKind::custom, name, step, std::move(data));
+    e.name = std::move(custom_name);
     co_await push(std::move(e));
   }
-  ctx.emitted_.clear();
+  if (ctx.extra_) ctx.extra_->emitted.clear();
   json::object w;
   for (const auto& kv : u.writes) w[kv.first] = json::value(kv.second, json::storage_ptr());
   Event e = event(EventKind::node_finished, name, step, std::move(w));
@@ -607,13 +755,15 @@ asio::awaitable<void> Runner::run_concurrently(const std::vector<Task>& tasks,
     while (running < limit && next < tasks.size()) {
       const std::size_t i = next++;
       ++running;
-      asio::co_spawn(strand, call(tasks[i], ctxs[i], results[i]), [&, i](std::exception_ptr e) {
-        if (e) results[i] = Error(Errc::tool_failed, "node threw an unknown exception");
-        --running;
-        ++finished;
-        launch();
-        if (finished == tasks.size()) done.try_send(boost::system::error_code{});
-      });
+      asio::co_spawn(strand, call(tasks[i], tasks[i].ctx, results[i]),
+                     [&, i](std::exception_ptr e) {
+                       if (e)
+                         results[i] = Error(Errc::tool_failed, "node threw an unknown exception");
+                       --running;
+                       ++finished;
+                       launch();
+                       if (finished == tasks.size()) done.try_send(boost::system::error_code{});
+                     });
     }
   };
   asio::dispatch(strand, [&] { launch(); });
@@ -664,11 +814,12 @@ asio::awaitable<Result<RunResult>> GraphRuntime::async_run(
                                               : std::move(options.run_id);
   auto r = std::make_unique<Runner>(*graph, options_, std::move(run_id), graph->limits_);
   r->graph_ref = std::move(graph);
-  r->admission = admission_.get();
-  r->input = std::move(input);
+  r->set_input(std::move(input));
+  r->barrier->admission = admission_.get();
   if (options.checkpointer && !options.thread_id.empty()) {
-    r->checkpointer = options.checkpointer;
     r->thread = std::make_unique<Runner::Thread>();
+    r->thread->checkpointer = options.checkpointer;
+    r->thread->resume_value = resume_value;
     r->thread->id = std::move(options.thread_id);
     r->thread->checkpoint_metadata = std::move(options.checkpoint_metadata);
     r->thread->lease = options.thread_lease;
@@ -676,12 +827,11 @@ asio::awaitable<Result<RunResult>> GraphRuntime::async_run(
     r->thread->claim_held = !r->thread->claim_token.empty();
   }
   r->cancel = std::move(options.cancel);
-  r->resume_value = resume_value;
+  // (async_resume's options always name a thread, which holds resume_value.)
   // The run keeps no owning reference to the stream: a consumer that drops it closes it.
-  if (options.events) r->events = options.events->impl_;
+  if (options.events) r->extra().events = options.events->impl_;
   r->stream_state = options.stream_state;
-  Runner* p = r.get();
-  return p->run(std::move(r));
+  return Runner::run(std::move(r));
 }
 
 }  // namespace weir::graph

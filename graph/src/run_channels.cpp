@@ -82,6 +82,7 @@ void Runner::trim_window(std::size_t ch, json::array& arr) {
   }
   if (drop == 0) return;
   if (opt.artifacts || o.summarize) {
+    auto& evicted = extra().evicted;
     if (evicted.empty()) evicted.resize(g.channels_.size());
     for (std::size_t i = 0; i < drop; ++i) evicted[ch].emplace_back(arr[first + i]);
   }
@@ -90,6 +91,7 @@ void Runner::trim_window(std::size_t ch, json::array& arr) {
 }
 
 asio::awaitable<Status> Runner::fold_evicted(std::int64_t step) {
+  auto& evicted = extra().evicted;
   for (std::size_t ch = 0; ch < evicted.size(); ++ch) {
     // A marker that pushes the window over max_tokens evicts more turns: fold again.
     while (!evicted[ch].empty()) {
@@ -112,7 +114,7 @@ asio::awaitable<Status> Runner::fold_evicted(std::int64_t step) {
           if (const auto* a = m.if_contains("archive")) old_archive = ArtifactRef::from_json(*a);
         }
       }
-      json::object marker_msg(st.sp);
+      json::object marker_msg(st.sp());
       marker_msg["role"] = "system";
       marker_msg["name"] = "summary";
       archived += static_cast<std::int64_t>(turns.size());
@@ -150,7 +152,7 @@ asio::awaitable<Status> Runner::fold_evicted(std::int64_t step) {
                                   "': the summarize hook failed (" + r.error().to_string() +
                                   "); keeping the previous summary";
           log(LogLevel::warn, msg);
-          if (events) {
+          if (streaming()) {
             json::object data;
             data["code"] = errc_name(r.error().code);
             data["message"] = msg;
@@ -187,7 +189,7 @@ Status Runner::reduce(std::size_t ch,
     if (opt_c.custom) {
       auto r = opt_c.custom(cur, w);
       if (!r) return Error(r.error().code, "channel '" + name + "' reducer: " + r.error().message);
-      cur = json::value(*r, st.sp);
+      cur = json::value(*r, st.sp());
       continue;
     }
     switch (opt_c.reducer) {
@@ -201,11 +203,11 @@ Status Runner::reduce(std::size_t ch,
                            "(e.g. append) or write "
                            "it from one node");
         }
-        cur = json::value(w, st.sp);
+        cur = json::value(w, st.sp());
         break;
       case ReducerKind::append:
       case ReducerKind::messages: {
-        if (!cur.is_array()) cur = json::array(st.sp);
+        if (!cur.is_array()) cur = json::array(st.sp());
         auto& arr = cur.as_array();
         if (w.is_array()) {
           for (const auto& x : w.as_array()) arr.emplace_back(x);
@@ -244,7 +246,7 @@ Status Runner::reduce(std::size_t ch,
         break;
       }
       case ReducerKind::merge:
-        if (!cur.is_object()) cur = json::object(st.sp);
+        if (!cur.is_object()) cur = json::object(st.sp());
         if (!w.is_object())
           return Error(Errc::invalid_argument, "channel '" + name + "' merges objects; node '" +
                                                    g.nodes_[writes[i].first].name +

@@ -65,11 +65,11 @@ ThreadHold::~ThreadHold() {
 Status Runner::claim() {
   if (thread->claim_held) return {};  // the caller's claim (RunOptions::claim_token)
   thread->claim_token = new_claim_token();
-  auto held = checkpointer->claim_thread(
+  auto held = checkpointer()->claim_thread(
       thread->id, this_process_holder(thread->claim_token, thread->lease.count()));
   if (!held) return std::move(held).error();
   thread->hold =
-      std::make_unique<ThreadHold>(*checkpointer, thread->id, thread->claim_token, thread->lease);
+      std::make_unique<ThreadHold>(*checkpointer(), thread->id, thread->claim_token, thread->lease);
   return {};
 }
 
@@ -78,7 +78,7 @@ Status Runner::restore_artifacts(const json::object& state, const json::object& 
   Status s;
   auto load = [&](const std::string& id) {
     if (!s || thread->durable_artifacts.contains(id) || opt.artifacts->contains(id)) return;
-    auto blob = checkpointer->get_artifact(thread->id, id);
+    auto blob = checkpointer()->get_artifact(thread->id, id);
     if (!blob) {
       s = std::move(blob).error();
       return;
@@ -137,7 +137,7 @@ Status Runner::interrupt_run(const std::vector<Task>& tasks, std::size_t k, std:
                                         "' called interrupt() inside a subgraph; interrupts "
                                         "are supported only in the top-level graph");
   }
-  if (!checkpointer) {
+  if (!checkpointer()) {
     return Error(Errc::unsupported,
                  "node '" + name +
                      "' called interrupt(), which needs a checkpoint to resume from: set "
@@ -147,33 +147,33 @@ Status Runner::interrupt_run(const std::vector<Task>& tasks, std::size_t k, std:
   for (const auto& t : tasks) {
     if (g.nodes_[t.node].options.max_visits > 0 && st.visits[t.node] > 0) --st.visits[t.node];
   }
-  json::object info{{"node", name}, {"payload", *ctxs[k].interrupt_}};
+  json::object info{{"node", name}, {"payload", *tasks[k].ctx.extra_->interrupt}};
   if (auto s = save(std::vector<bool>(g.channels_.size()), tasks, step - 1, "interrupted", &info);
       !s)
     return s;
-  interrupted_task = k;
+  interrupted_task = static_cast<std::uint32_t>(k);
   return {};
 }
 
 Status Runner::restore(std::vector<Task>& tasks) {
-  auto latest = checkpointer->latest(thread->id);
+  auto latest = checkpointer()->latest(thread->id);
   if (!latest) return std::move(latest).error();
   if (!*latest) {
-    if (resume_value)
+    if (resume_value())
       return Error(Errc::not_found, "thread '" + thread->id + "' has no checkpoint to resume");
     return {};
   }
   const Checkpoint& cp = **latest;
   const auto* status = cp.pending.if_contains("status");
   const bool interrupted = status && *status == "interrupted";
-  if (resume_value && !interrupted) {
+  if (resume_value() && !interrupted) {
     return Error(Errc::invalid_argument,
                  "thread '" + thread->id + "' is not interrupted (" +
                      (status && *status == "done"
                           ? "its last run finished)"
                           : "its last run stopped unfinished; async_invoke continues it)"));
   }
-  if (!resume_value && interrupted) {
+  if (!resume_value() && interrupted) {
     const auto* info = cp.pending.if_contains("interrupt");
     const auto* node = info && info->is_object() ? info->as_object().if_contains("node") : nullptr;
     return Error(Errc::invalid_argument,
@@ -186,11 +186,11 @@ Status Runner::restore(std::vector<Task>& tasks) {
     const auto* node = info && info->is_object() ? info->as_object().if_contains("node") : nullptr;
     if (node && node->is_string()) thread->resume_node = std::string(node->as_string());
   }
-  auto state = checkpointer->state_at(thread->id, cp.checkpoint_id);
+  auto state = checkpointer()->state_at(thread->id, cp.checkpoint_id);
   if (!state) return std::move(state).error();
   if (auto s = restore_artifacts(*state, cp.pending); !s) return s;
   for (const auto& [k, v] : *state) {
-    if (auto ch = g.channel_index(k)) st.values[*ch] = json::value(v, st.sp);
+    if (auto ch = g.channel_index(k)) st.values[*ch] = json::value(v, st.sp());
   }
   thread->parent_checkpoint = cp.checkpoint_id;
   thread->step_base = cp.step;
@@ -204,7 +204,7 @@ Status Runner::restore(std::vector<Task>& tasks) {
     }
   }
   if (const auto* t = cp.pending.if_contains(kTokensKey); t && t->is_int64())
-    *tokens_used = t->get_int64();
+    tokens_used() = t->get_int64();
   if (const auto* next = cp.pending.if_contains("next"); next && next->is_array()) {
     for (const auto& n : next->as_array()) {
       auto i = n.is_string() ? g.node_index(n.as_string()) : std::nullopt;
@@ -260,17 +260,17 @@ Status Runner::save(const std::vector<bool>& written, const std::vector<Task>& n
                             {"sends", std::move(sends)}};
   if (interrupt) cp.pending["interrupt"] = *interrupt;
   json::object visits;
-  for (std::size_t n = 0; n < st.visits.size(); ++n) {
+  for (std::size_t n = 0; st.visits && n < g.nodes_.size(); ++n) {
     if (st.visits[n] > 0) visits[g.nodes_[n].name] = st.visits[n];
   }
   if (!visits.empty()) cp.pending[kVisitsKey] = std::move(visits);
-  if (*tokens_used > 0) cp.pending[kTokensKey] = *tokens_used;
+  if (tokens_used() > 0) cp.pending[kTokensKey] = tokens_used();
   cp.metadata = thread->checkpoint_metadata;
   cp.metadata["run_id"] = run_id;
   cp.claim_token = thread->claim_token;
   auto copied = attach_artifacts(cp);
   if (!copied) return std::move(copied).error();
-  if (auto s = checkpointer->put(cp); !s) return s;
+  if (auto s = checkpointer()->put(cp); !s) return s;
   for (auto& id : *copied) thread->durable_artifacts.insert(std::move(id));
   thread->parent_checkpoint = cp.checkpoint_id;
   return {};

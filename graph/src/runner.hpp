@@ -31,18 +31,25 @@ using Clock = std::chrono::steady_clock;
 
 struct RunState {
   explicit RunState(MemoryBudget* budget, std::size_t cap, std::string what)
-      : resource(budget, BudgetCategory::run_state, cap, std::move(what)), sp(&resource) {}
+      : resource(budget, BudgetCategory::run_state, cap, std::move(what)) {}
   AccountingResource resource;
-  json::storage_ptr sp;
-  std::vector<json::value> values;   // [channels]
-  std::vector<std::int64_t> visits;  // [nodes]
+  std::vector<json::value> values;  // [channels]
+  // [nodes]; null when no node counts its visits (max_visits) and the run has no thread
+  std::unique_ptr<std::int64_t[]> visits;
+  // What the run's values allocate from (a plain pointer to `resource`: made on use, not kept).
+  json::storage_ptr sp() { return json::storage_ptr(&resource); }
   ~RunState() { values.clear(); }
 };
 
 struct Task {
-  std::size_t node;
+  Task(std::size_t n, json::value in, bool send = false)
+      : node(static_cast<std::uint32_t>(n)), from_send(send), input(std::move(in)) {}
+  std::uint32_t node;  // [nodes]
+  bool from_send;
   json::value input;  // Send input, or null
-  bool from_send = false;
+  // The call's context, set up by begin_step() (kept with the task: one allocation less per
+  // step). Mutable: the step's task list is read-only while its calls use their contexts.
+  mutable NodeContext ctx;
 };
 
 // [channel] -> (writing node, value) in task order, for the barrier of one step.
@@ -82,18 +89,24 @@ struct Runner {
 
   const CompiledGraph& g;
   const RuntimeOptions& opt;
-  const GraphLimits lim;  // the graph's, or a subgraph node's override
+  const GraphLimits& lim;  // the graph's, or a subgraph node's override (both outlive the run)
   std::string run_id;
   RunState st;
-  std::int64_t tokens = 0;
-  std::int64_t* tokens_used = &tokens;  // a subgraph charges its top-level run
-  std::int64_t token_budget = 0;
-  std::size_t offloaded = 0;
+  mutable std::int64_t tokens = 0;  // see tokens_used() (nodes charge it through a const run)
+  Runner* parent = nullptr;         // a subgraph's run: the run its node belongs to
+  // The token counter charged by this run: the top-level run's (a subgraph charges it too).
+  std::int64_t& tokens_used() const { return parent ? parent->tokens_used() : tokens; }
+  // The token budget: the nearest enclosing run's when that has one, else this run's limit.
+  std::int64_t token_budget() const {
+    const std::int64_t outer = parent ? parent->token_budget() : 0;
+    return outer > 0 ? outer : lim.token_budget;
+  }
   Clock::time_point deadline = Clock::time_point::max();
 
   // A run on a thread with a checkpointer. (Out of line: most runs have none, and every byte
   // of a Runner is paid by each run in flight.)
   struct Thread {
+    Checkpointer* checkpointer = nullptr;  // REQUIRES: outlives the run
     std::string id, parent_checkpoint;
     json::object checkpoint_metadata;
     std::int64_t step_base = 0;
@@ -104,28 +117,39 @@ struct Runner {
     std::unique_ptr<ThreadHold> hold;  // while the run holds the thread
     // Artifact ids the checkpointer is known to hold for this thread (not copied again).
     std::unordered_set<std::string> durable_artifacts;
+    // async_resume: the value for resume_node in the first step.
+    const json::value* resume_value = nullptr;
   };
-  Checkpointer* checkpointer = nullptr;  // set together with `thread`
   std::unique_ptr<Thread> thread;
-  bool resumed = false;
+  Checkpointer* checkpointer() const { return thread ? thread->checkpointer : nullptr; }
+  const json::value* resume_value() const { return thread ? thread->resume_value : nullptr; }
 
-  // async_resume: the value for thread->resume_node in the first step.
-  const json::value* resume_value = nullptr;
+  // What few runs use, out of line for the same reason as Thread; made by extra().
+  struct Extra {
+    std::shared_ptr<EventStream::Impl> events;  // null: not streaming
+    std::string event_prefix;                   // "parent/" in a subgraph of a streaming run
+    // Turns evicted by a messages window in this step, folded into its marker at the barrier.
+    std::vector<json::array> evicted;  // [channels]
+    Error error;                       // why the run failed, once !ok
+  };
+  std::unique_ptr<Extra> extras;
+  Extra& extra() {
+    if (!extras) extras = std::make_unique<Extra>();
+    return *extras;
+  }
+  bool streaming() const { return extras && extras->events; }
+  const std::string& event_prefix() const {
+    static const std::string none;
+    return extras ? extras->event_prefix : none;
+  }
 
-  std::shared_ptr<EventStream::Impl> events;  // null: not streaming
-  std::string event_prefix;                   // "parent/" in a subgraph
-  bool stream_state = false;
-  bool nested = false;  // a subgraph's run: no checkpoints, no interrupts, no run_* events
-
-  // Turns evicted by a messages window in this step, folded into its marker at the barrier.
-  std::vector<json::array> evicted;  // [channels]
-
-  std::vector<NodeContext> ctxs;  // [tasks of the current step]
-
-  Runner(const CompiledGraph& graph, const RuntimeOptions& o, std::string id, GraphLimits limits);
+  Runner(const CompiledGraph& graph, const RuntimeOptions& o, std::string id,
+         const GraphLimits& limits);
   ~Runner();
   Runner(const Runner&) = delete;
   Runner& operator=(const Runner&) = delete;
+
+  const std::string& task_name(std::size_t i) const { return g.nodes_[tasks[i].node].name; }
 
   Error node_error(std::size_t node, const Error& e) const {
     std::string prefix = "node '" + g.nodes_[node].name + "': ";
@@ -138,12 +162,13 @@ struct Runner {
     Event e;
     e.kind = kind;
     e.run_id = run_id;
-    if (!node.empty()) e.node = event_prefix + std::string(node);
+    if (!node.empty()) e.node = event_prefix() + std::string(node);
     e.step = step;
     e.data = std::move(data);
     return e;
   }
-  asio::awaitable<void> push(Event e) { co_await push_event(events, std::move(e)); }
+  // REQUIRES: streaming().
+  asio::awaitable<void> push(Event e) { co_await push_event(extras->events, std::move(e)); }
 
   std::int64_t tokens_of(const ChannelOptions& o, const json::value& m) const;
 
@@ -154,13 +179,9 @@ struct Runner {
   // extended, the summary hook called. A failing hook keeps the previous summary (warning).
   asio::awaitable<Status> fold_evicted(std::int64_t step);
 
-  // fold_evicted with its status in `s`: run()'s frame keeps no temporary for it.
-  asio::awaitable<void> fold_evicted_into(std::int64_t step, Status& s) {
-    s = co_await fold_evicted(step);
-  }
-
   bool has_evicted() const {
-    for (const auto& e : evicted) {
+    if (!extras) return false;
+    for (const auto& e : extras->evicted) {
       if (!e.empty()) return true;
     }
     return false;
@@ -211,9 +232,39 @@ struct Runner {
   // Scratch of the superstep loop. Members rather than locals of run(): a coroutine frame keeps
   // a slot for every local and temporary of every scope, and each run in flight pays for its
   // frame (100k runs: bench/bench_graph.cpp).
-  std::vector<Task> tasks, next;
-  std::vector<Result<Update>> results;
-  Writes writes;
+  std::vector<Task> tasks;
+  // The barrier's scratch: the step's results, its writes per channel and the next step's
+  // tasks. Held from the step's nodes (from its node's return for a direct node) to the start
+  // of the next step, taken from the thread's pool and given back (run.cpp): a run waiting on
+  // a direct node holds none.
+  // Before the first step it carries the run's input instead (set_input()).
+  struct Barrier {
+    std::vector<Result<Update>> results;  // [tasks]
+    Writes writes;                        // [channels]
+    std::vector<Task> next;
+    json::object input;
+    Limiter* admission = nullptr;  // a top-level run's limiter, until it is admitted
+  };
+  std::unique_ptr<Barrier> barrier;
+  void take_barrier_scratch();
+  void give_barrier_scratch();
+  void set_input(json::object in) {
+    take_barrier_scratch();
+    barrier->input = std::move(in);
+  }
+  const json::object& input() const {
+    static const json::object none;
+    return barrier ? barrier->input : none;
+  }
+  // The step's one direct node (not a coroutine: its temporaries stay out of run()'s frame).
+  asio::awaitable<Result<Update>> direct_call() {
+    return g.nodes_[tasks[0].node].async(StateView(g, st), tasks[0].ctx);
+  }
+  // A direct node's result: the barrier's only result.
+  void keep_result(Result<Update> r) {
+    take_barrier_scratch();
+    barrier->results.push_back(std::move(r));
+  }
 
   // A plain async node (no retries, not a subgraph) is awaited straight from run(): one
   // coroutine frame less per node in flight than going through call().
@@ -225,17 +276,87 @@ struct Runner {
   // Set up by GraphRuntime::async_run for a top-level run (null for a subgraph's run).
   std::shared_ptr<const CompiledGraph> graph_ref;   // keeps `g` alive
   std::shared_ptr<const std::atomic<bool>> cancel;  // RunOptions::cancel (top-level runs)
-  Limiter* admission = nullptr;
-  std::optional<Limiter::Permit> permit;
-  json::object input;
+  Limiter::Permit permit;                           // held while the run is admitted
 
   // The whole run: admission (top level), the superstep loop, the final event. `self` owns
-  // *this for as long as the coroutine lives, so that a run in flight is this object and one
-  // coroutine frame, and the frame only sequences: the work is in plain functions.
-  // Start it as `Runner* p = r.get(); p->run(std::move(r))`.
-  asio::awaitable<Result<RunResult>> run(std::unique_ptr<Runner> self);
+  // the Runner for as long as the coroutine lives, so that a run in flight is that object and
+  // one coroutine frame. The frame only waits: advance_run() does the work between two waits
+  // and says what to wait for next, so the frame holds no locals (not even `this`: run() is
+  // static) and two co_await sites, a node's and other_wait()'s (GCC 12 gives each one slots
+  // of its own; each run in flight pays for them).
+  static asio::awaitable<Result<RunResult>> run(std::unique_ptr<Runner> self);
 
-  asio::awaitable<void> queue_for_permit(Status& s);
+  // Where the run is between two waits. The order is that of the superstep loop.
+  enum class Phase : std::uint8_t {
+    admit,  // take an admission permit, or queue for one
+    admitted,
+    prepare,  // channel defaults, claim, restore, input
+    start,    // START's targets, the input's checkpoint
+    step,     // the caps, the step's node contexts
+    nodes,    // run the step's nodes
+    barrier,  // interrupts, offload, writes per channel
+    merge,    // the reducers
+    advance,  // the next step's tasks, the checkpoint
+    swap,
+    end,   // release the thread; a failed run drops its state
+    done,  // run() returns result_of_run()
+  };
+  // What run() awaits next (`more`: nothing yet, on to the next phase). `node` is a direct
+  // node, awaited by run() itself; the others go through other_wait(): call() for a single
+  // node that is not direct, run_concurrently() for several, and for `slow` one of the waits
+  // of a streaming, queued or windowed run (async_slow()).
+  enum class Await : std::uint8_t { more, node, call, concurrently, slow, done };
+  enum class Slow : std::uint8_t {
+    queue,        // queue_for_permit
+    run_started,  // push_run_started
+    fold,         // fold_evicted
+    started,      // push_started
+    finished,     // push_finished for every task
+    state,        // push_state
+    final,        // push_final(superstep, interrupted)
+    failed,       // push_final(extras->error)
+  };
+  // The small fields share one 16-byte word.
+  Phase phase = Phase::admit;
+  Await waiting = Await::more;  // what advance_run() said last
+  Slow slow = Slow::queue;      // valid while `waiting` is Await::slow
+  bool resumed : 1 = false;
+  bool stream_state : 1 = false;
+  bool nested : 1 = false;  // a subgraph's run: no checkpoints, no interrupts, no run_* events
+  bool interrupted : 1 = false;
+  bool ok : 1 = true;  // the run's outcome so far: false once it failed, with extras->error
+  std::int32_t superstep = 0;
+  std::uint32_t interrupted_task = 0;  // interrupt_run()
+  std::uint32_t offloaded = 0;         // values moved to the artifact store
+
+  // The run fails with `e` (a later failure replaces an earlier one).
+  void fail(Error e) {
+    extra().error = std::move(e);
+    ok = false;
+  }
+  // s's error, if any, becomes the run's; returns ok.
+  bool check(Status s) {
+    if (!s) fail(std::move(s).error());
+    return ok;
+  }
+
+  // Runs the plain work from `phase` on until the run has to wait; says for what, and keeps it
+  // in `waiting`. An Exception thrown inside the superstep loop ends the run with its error
+  // (e.g. the run's state went over its memory limit): advance_steps() turns it into one.
+  Await advance_run();
+  Await advance_steps();
+  Await advance_phase();  // one phase
+  Await await_slow(Slow what) {
+    slow = what;
+    return Await::slow;
+  }
+  asio::awaitable<void> async_slow();
+  // The coroutine for a wait other than Await::node (not a coroutine itself: run() awaits
+  // every one of them from the same co_await).
+  asio::awaitable<void> other_wait();
+  Result<RunResult> result_of_run();
+
+  asio::awaitable<void> queue_for_permit();
 
   // The task that called interrupt() and returned its error, or tasks.size().
   std::size_t interrupting_task(const std::vector<Task>& tasks,
@@ -244,7 +365,6 @@ struct Runner {
   // Stops the run at task k's interrupt: an "interrupted" checkpoint that re-runs this step.
   // The step's node is kept in `interrupted_task` for finish().
   Status interrupt_run(const std::vector<Task>& tasks, std::size_t k, std::int32_t step);
-  std::size_t interrupted_task = 0;
 
   // The result of a run that did not fail (finished, or stopped at an interrupt).
   RunResult finish(std::int32_t step, bool interrupted);

@@ -89,6 +89,7 @@ Result<std::shared_ptr<const CompiledGraph>> StateGraph::compile(GraphLimits lim
   for (std::uint32_t i = 0; i < g->by_name_.size(); ++i) g->by_name_[i] = i;
   std::stable_sort(g->by_name_.begin(), g->by_name_.end(),
                    [&](std::uint32_t a, std::uint32_t b) { return nodes[a].name < nodes[b].name; });
+  for (const auto& n : nodes) g->visit_caps_ = g->visit_caps_ || n.options.max_visits > 0;
   std::vector<std::string> problems;
   std::vector<bool> again(nodes.size());  // a name defined before, found in the sorted order
   for (std::size_t i = 1; i < g->by_name_.size(); ++i)

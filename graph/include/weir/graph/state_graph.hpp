@@ -72,6 +72,7 @@ struct Update {
 
 class CompiledGraph;
 struct RunState;
+struct Runner;
 
 // Read-only access to the state for nodes and routers.
 class StateView {
@@ -86,20 +87,26 @@ class StateView {
   const RunState& s_;
 };
 
-// What a node can use besides the state.
+// What a node can use besides the state. Made by the run for each node call; it refers to
+// the run, which outlives the call.
 class NodeContext {
  public:
-  std::string_view node() const { return node_; }
-  std::string_view run_id() const { return run_id_; }
+  NodeContext();
+  ~NodeContext();
+  NodeContext(NodeContext&&) noexcept;
+  NodeContext& operator=(NodeContext&&) noexcept;
+
+  std::string_view node() const;
+  std::string_view run_id() const;
   // The superstep this call belongs to: on a thread, the step number its checkpoint will carry
   // (counted over the thread's whole history), else the step of this invocation (1, 2, ...).
   // With run_id() and node() it names this call for a tool that must not repeat a side effect
   // (a re-run of an uncommitted step after a crash has the same step and node; a queue worker
   // gives each attempt its own run_id "<run>.<attempt>").
-  std::int64_t step() const { return step_; }
+  std::int64_t step() const;
   // The Send input for a fanned-out invocation, null otherwise.
-  const boost::json::value& input() const { return input_; }
-  ArtifactStore* artifacts() const { return artifacts_; }
+  const boost::json::value& input() const;
+  ArtifactStore* artifacts() const;
   // The bytes of an artifact reference found in state (or [offset, offset+length) of them).
   Result<std::string> fetch(const boost::json::value& ref, std::uint64_t offset = 0,
                             std::uint64_t length = UINT64_MAX) const;
@@ -121,28 +128,28 @@ class NodeContext {
   Error interrupt(boost::json::value payload);
   // The value given to async_resume, for the node that interrupted and only in the step that
   // is re-run; null otherwise (a first run).
-  const boost::json::value* resume_value() const { return resume_; }
+  const boost::json::value* resume_value() const;
 
   // True once the run was asked to stop (RunOptions::cancel). A node that waits a long time
   // should look at it now and then and return early (the built-in `sleep` tool does every
   // 50 ms); what it returns after that is discarded: the run ends with `cancelled` after the
   // step. Thread safety: any thread.
-  bool cancelled() const { return cancel_ && cancel_->load(std::memory_order_relaxed); }
+  bool cancelled() const;
 
  private:
   friend class GraphRuntime;
   friend struct Runner;
-  std::string_view node_, run_id_;  // the graph's node name, the run's id
-  boost::json::value input_;
-  ArtifactStore* artifacts_ = nullptr;
-  std::int64_t* tokens_used_ = nullptr;
-  std::int64_t token_budget_ = 0;
-  bool streaming_ = false;
-  std::vector<std::pair<std::string, boost::json::value>> emitted_;
-  std::optional<boost::json::value> interrupt_;
-  const boost::json::value* resume_ = nullptr;
-  const std::atomic<bool>* cancel_ = nullptr;
-  std::int64_t step_ = 0;
+  // What only a streaming or interrupting node fills, made on first use (a run in flight holds
+  // one context per node it waits on, so the context itself stays small).
+  struct Extra {
+    std::vector<std::pair<std::string, boost::json::value>> emitted;
+    std::optional<boost::json::value> interrupt;
+  };
+  // The run (its id, fences and services) and the task of its current step this context
+  // serves; null outside a run.
+  const Runner* run_ = nullptr;
+  std::size_t task_ = 0;
+  std::unique_ptr<Extra> extra_;
 };
 
 using SyncNode = std::function<Result<Update>(const StateView&, NodeContext&)>;
@@ -304,6 +311,7 @@ class CompiledGraph {
   std::vector<std::vector<const Router*>> routers_;    // [node + 1]
   std::vector<std::vector<std::string>> cycles_;
   std::vector<std::uint32_t> by_name_;  // node indexes sorted by name, for node_index()
+  bool visit_caps_ = false;             // some node has NodeOptions::max_visits
   std::optional<std::size_t> node_index(std::string_view name) const;
 };
 
@@ -313,17 +321,20 @@ struct StateGraph::SubgraphDef {
   std::vector<std::pair<std::size_t, std::size_t>> in, out;  // resolved by compile()
 };
 
+// (The flags sit beside `steps`: a caller awaiting a run holds one of these in its coroutine
+// frame for as long as the run is in flight, and so does the run.)
 struct RunResult {
   boost::json::object state;
   std::int32_t steps = 0;
+  bool resumed = false;  // continued an unfinished checkpoint
+  // The run stopped at NodeContext::interrupt (not an error): `state` is the state before the
+  // interrupted step (interrupted_node, interrupt_payload below); continue with
+  // GraphRuntime::async_resume.
+  bool interrupted = false;
   std::int64_t tokens_used = 0;
   std::size_t peak_state_bytes = 0;
   std::size_t offloaded = 0;  // values moved to the artifact store
-  bool resumed = false;       // continued an unfinished checkpoint
   std::string checkpoint_id;  // the last checkpoint written (empty without a checkpointer)
-  // The run stopped at NodeContext::interrupt (not an error): `state` is the state before the
-  // interrupted step; continue with GraphRuntime::async_resume.
-  bool interrupted = false;
   std::string interrupted_node;
   boost::json::value interrupt_payload;
 };
