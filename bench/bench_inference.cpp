@@ -12,8 +12,11 @@
 //          roofline_fraction = decode tok/s x weight bytes read per token / stream_read_gb_s,
 //        and prefill (512 tokens) in GFLOP/s (2 x weights x tokens, attention left out).
 // Reproduce: build/bin/bench_inference --json [--shapes 15m,1b]   (default: 15m)
+// For profiling one configuration of the 1b shape: --types q4_k,q8_0,q4_0 (default: all three)
+// and --threads N (1 or all hardware threads; default: both).
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <numeric>
@@ -152,9 +155,12 @@ Speeds measure(const std::shared_ptr<const inference::Model>& model, int threads
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string shapes = "15m";
+  std::string shapes = "15m", types = "q4_k,q8_0,q4_0";
+  int only_threads = 0;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--shapes") == 0 && i + 1 < argc) shapes = argv[++i];
+    if (std::strcmp(argv[i], "--types") == 0 && i + 1 < argc) types = argv[++i];
+    if (std::strcmp(argv[i], "--threads") == 0 && i + 1 < argc) only_threads = std::atoi(argv[++i]);
   }
   const auto dir = std::filesystem::temp_directory_path() / "weir-bench-models-v2";
   boost::json::object decode, prefill, weights, out;
@@ -190,10 +196,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "stream read: %.1f GB/s (1 thread), %.1f GB/s (%d threads)\n",
                  bw["1t"].as_double(), bw[std::to_string(all) + "t"].as_double(), all);
     for (GgmlType type : {GgmlType::q4_k, GgmlType::q8_0, GgmlType::q4_0}) {
+      if (types.find(type_key(type)) == std::string::npos) continue;
       auto model = random_model(type, dir, "1b", shape_1b());
       const double per_token = weight_bytes_per_token(*model);
       bytes1b[type_key(type)] = per_token;
       for (int threads : {1, all}) {
+        if (only_threads != 0 && threads != only_threads) continue;
         const std::string t = std::to_string(threads) + "t";
         auto s = measure(model, threads, threads == all ? 512 : 64, 32, 2, rng);
         const std::string key = type_key(type) + "_" + t;
