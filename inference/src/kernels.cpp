@@ -1,7 +1,7 @@
 // matmul()'s dispatch by weight type, batch size and the CPU (force_kernel_isa() narrows it).
-// The kernels it picks from: gemm_avx512.cpp (batched GEMMs, AVX-512), dot_avx2.cpp (integer
-// dots, AVX2), kernels_portable.cpp (the loops compiled per ISA). rmsnorm, RoPE and SwiGLU:
-// norm_rope_swiglu.cpp.
+// The kernels it picks from: gemm_avx512.cpp (batched GEMMs, AVX-512), gemv_vnni.cpp (decode,
+// AVX-512 VNNI), dot_avx2.cpp (integer dots, AVX2), kernels_portable.cpp (the loops compiled per
+// ISA). rmsnorm, RoPE and SwiGLU: norm_rope_swiglu.cpp.
 #include "kernels.hpp"
 
 #include <algorithm>
@@ -14,6 +14,7 @@
 
 #include "dot_avx2.hpp"
 #include "gemm_avx512.hpp"
+#include "gemv_vnni.hpp"
 #include "kernels_portable.hpp"
 #include "quant.hpp"
 
@@ -123,6 +124,21 @@ void matmul(const Weight& w, const float* x, std::int64_t n, float* y, ThreadPoo
 #endif
       quantize_q8(x, n, cols, qx, qscale);
 #ifdef WEIR_X86
+      if (vnni()) {
+        thread_local VnniActs prepared;
+        prepare_q8(qx.data(), n, cols, prepared);
+        const VnniActs& acts = prepared;  // this thread's: the workers must not see their own
+        pool.parallel_for(rows, [&](int, std::int64_t b, std::int64_t e) {
+          for (std::int64_t r = b; r < e; ++r) {
+            by_tiles(n, [&](auto T, std::int64_t t) {
+              dot_blocks_vnni<BlockQ8_0, T>(reinterpret_cast<const BlockQ8_0*>(w.data) + r * blocks,
+                                            blocks, acts, t, qscale.data() + t * blocks,
+                                            y + t * rows + r, rows);
+            });
+          }
+        });
+        return;
+      }
       if (avx2()) {
         pool.parallel_for(rows, [&](int, std::int64_t b, std::int64_t e) {
           for (std::int64_t r = b; r < e; ++r) {
@@ -172,6 +188,36 @@ void matmul(const Weight& w, const float* x, std::int64_t n, float* y, ThreadPoo
       const GgmlType type = w.type;
       const float* xs = xsum.data();
 #ifdef WEIR_X86
+      if (vnni()) {
+        const std::int64_t sblocks = cols / kQK_K;
+        thread_local VnniActs prepared;
+        if (type == GgmlType::q4_0)
+          prepare_q4_0(qx.data(), n, cols, prepared);
+        else if (type == GgmlType::q4_k)
+          prepare_q4k(qx.data(), n, cols, prepared);
+        else
+          prepare_q6k(qx.data(), qscale.data(), n, cols, prepared);
+        const VnniActs& acts = prepared;  // this thread's: the workers must not see their own
+        pool.parallel_for(rows, [&](int, std::int64_t b, std::int64_t e) {
+          for (std::int64_t r = b; r < e; ++r) {
+            by_tiles(n, [&](auto T, std::int64_t t) {
+              float* out = y + t * rows + r;
+              if (type == GgmlType::q4_0) {
+                dot_blocks_vnni<BlockQ4_0, T>(
+                    reinterpret_cast<const BlockQ4_0*>(w.data) + r * xblocks, xblocks, acts, t,
+                    qscale.data() + t * xblocks, out, rows);
+              } else if (type == GgmlType::q4_k) {
+                dot_q4k_vnni<T>(reinterpret_cast<const BlockQ4_K*>(w.data) + r * sblocks, sblocks,
+                                acts, t, qscale.data() + t * xblocks, xs + t * xblocks, out, rows);
+              } else {
+                dot_q6k_vnni<T>(reinterpret_cast<const BlockQ6_K*>(w.data) + r * sblocks, sblocks,
+                                acts, t, out, rows);
+              }
+            });
+          }
+        });
+        return;
+      }
       if (avx2()) {  // straight from the blocks
         const std::int64_t sblocks = cols / kQK_K;
         pool.parallel_for(rows, [&](int, std::int64_t b, std::int64_t e) {
