@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "weir/inference/model.hpp"
@@ -24,6 +25,19 @@ namespace weir::inference::kernels {
 // activations quantised to Q8_0 blocks of 32: int8 quants and a scale per block).
 void matmul(const Weight& w, const float* x, std::int64_t n, float* y, ThreadPool& pool,
             std::vector<std::int8_t>& qx, std::vector<float>& qscale);
+
+// One product of matmul_many: y [n, w.rows] = x W^T.
+struct MatmulOut {
+  const Weight& w;
+  float* y;
+};
+
+// matmul for every (w, y) in `outs`, all on the same x [n, cols]. In a decode step (the AVX-512
+// VNNI kernels: n below the GEMMs' batch sizes) x is quantised once and one parallel_for covers
+// the rows of every matrix in turn, so Q, K and V (or gate and up) cost one fork-join of the pool
+// instead of one each; otherwise it calls matmul for each.
+void matmul_many(std::span<const MatmulOut> outs, const float* x, std::int64_t n, ThreadPool& pool,
+                 std::vector<std::int8_t>& qx, std::vector<float>& qscale);
 
 // Tests and benchmarks: which hand-written kernels matmul may use, so every path is checked on
 // one machine. native: the best the CPU has (the AVX-512 F32 and AVX-512 VNNI Q8_0 GEMMs for

@@ -91,6 +91,52 @@ TEST_F(Kernels, F32MatmulMatchesNaive) {
   }
 }
 
+// matmul_many (one quantisation and one fork-join for Q, K and V in a decode step) gives what
+// matmul gives for each weight alone, bit for bit: the same kernels on the same rows. Mixed
+// types and row counts that do not divide the thread shares; n = 20 sends Q4_K to the GEMM and
+// Q6_K to the decode kernels, so matmul_many falls back to one matmul each.
+TEST_F(Kernels, MatmulManyEqualsOneMatmulEach) {
+  const std::int64_t cols = 512;
+  const std::pair<GgmlType, std::int64_t> specs[] = {
+      {GgmlType::q4_k, 37}, {GgmlType::q6_k, 5}, {GgmlType::q4_k, 16}, {GgmlType::q8_0, 9}};
+  std::vector<std::string> bytes;
+  std::vector<Weight> ws;
+  for (const auto& [type, rows] : specs) {
+    auto q = quantize_tensor(randn(static_cast<std::size_t>(rows * cols), 50 + rows, 0.05f), type);
+    ASSERT_TRUE(q);
+    bytes.push_back(std::move(*q));
+  }
+  for (std::size_t i = 0; i < bytes.size(); ++i)
+    ws.push_back({specs[i].first, reinterpret_cast<const std::byte*>(bytes[i].data()),
+                  specs[i].second, cols});
+  for (std::int64_t n : {1, 2, 3, 5, 20}) {
+    const auto x = randn(static_cast<std::size_t>(n * cols), 400 + n);
+    for (int threads : {1, 3}) {
+      ThreadPool pool(threads);
+      for (KernelIsa isa : kIsas) {
+        kernels::force_kernel_isa(isa);
+        SCOPED_TRACE("n=" + std::to_string(n) + " threads=" + std::to_string(threads) + " " +
+                     isa_name(isa));
+        std::vector<std::int8_t> qx;
+        std::vector<float> qs;
+        std::vector<std::vector<float>> one(ws.size()), many(ws.size());
+        std::vector<kernels::MatmulOut> outs;
+        for (std::size_t i = 0; i < ws.size(); ++i) {
+          one[i].assign(static_cast<std::size_t>(n * ws[i].rows), NAN);
+          many[i].assign(static_cast<std::size_t>(n * ws[i].rows), NAN);
+          kernels::matmul(ws[i], x.data(), n, one[i].data(), pool, qx, qs);
+          outs.push_back({ws[i], many[i].data()});
+        }
+        kernels::matmul_many(outs, x.data(), n, pool, qx, qs);
+        for (std::size_t i = 0; i < ws.size(); ++i) {
+          for (std::size_t j = 0; j < one[i].size(); ++j)
+            ASSERT_EQ(many[i][j], one[i][j]) << "matrix " << i << " element " << j;
+        }
+      }
+    }
+  }
+}
+
 // Q8_0 and Q4_0 weights: every path quantises the activations to Q8_0 blocks (ggml's rounding,
 // the scale rounded to fp16) and sums d_w * d_x * (integer dot) per block, so the reference
 // does exactly that in double; only the float summation order may differ.
