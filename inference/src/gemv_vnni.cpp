@@ -40,12 +40,21 @@ void lane_corrections(const std::int8_t* q, std::int64_t cols, int offset, std::
 
 }  // namespace
 
-void prepare_q4k(const std::int8_t* qx, std::int64_t n, std::int64_t cols, VnniActs& a) {
+void prepare_q4k(const std::int8_t* qx, const float* xd, std::int64_t n, std::int64_t cols,
+                 VnniActs& a) {
   a.q.resize(static_cast<std::size_t>(n * cols));
+  a.block_d.resize(static_cast<std::size_t>(n * cols / 16));
   static constexpr int kOrder[8] = {0, 2, 1, 3, 4, 6, 5, 7};
   for (std::int64_t s = 0; s < n * cols / kQK_K; ++s) {
     for (int p = 0; p < 8; ++p)
       std::memcpy(a.q.data() + s * kQK_K + 32 * p, qx + s * kQK_K + 32 * kOrder[p], 32);
+    for (int b = 0; b < 8; ++b) {
+      const std::int8_t* q = qx + s * kQK_K + 32 * b;
+      std::int32_t sum = 0;
+      for (int j = 0; j < kQK8_0; ++j) sum += q[j];
+      a.block_d[static_cast<std::size_t>(16 * s + b)] = xd[8 * s + b];
+      a.block_d[static_cast<std::size_t>(16 * s + 8 + b)] = xd[8 * s + b] * static_cast<float>(sum);
+    }
   }
 }
 
@@ -83,65 +92,63 @@ void prepare_q4_0(const std::int8_t* qx, std::int64_t n, std::int64_t cols, Vnni
   lane_corrections(a.q.data(), n * cols, 8, a.corr.data());
 }
 
-// Per super-block: the 8 scales and mins decoded to floats (d * sc, dmin * m) in two vectors
-// (the 6-bit unpacking of ggml's AVX2 kernel, four 32-bit words at a time). Then each 64 bytes
-// of qs (chunks c and c + 1, c = 0 or 2) give 128 weights: the low nibbles groups 2c and 2c + 2,
-// the high nibbles 2c + 1 and 2c + 3, which the reordered activations (prepare_q4k) hold at
-// 64-byte offsets 0, 64 (c = 0) and 128, 192 (c = 2). Each vpdpbusd
-// leaves group pair (a, b) in lanes 0-7 and 8-15; the lanes take sc[a] * xd[a] or sc[b] * xd[b]
-// by one permute of the super-block's 8 products.
+// Per super-block: the 8 scales and mins decoded (the 6-bit unpacking of ggml's AVX2 kernel,
+// four 32-bit words at a time) and converted in one vector, [d * sc | dmin * m], which one
+// multiply by the activations' block_d turns into [d * sc * xd | dmin * m * d_x * sum(x)]: the
+// blocks' scales in the low lanes and their min terms, summed apart, in the high ones. Then each
+// 64 bytes of qs (chunks c and c + 1, c = 0 or 2) give 128 weights: the low nibbles groups 2c and
+// 2c + 2, the high nibbles 2c + 1 and 2c + 3, which the reordered activations (prepare_q4k) hold
+// at 64-byte offsets 0, 64 (c = 0) and 128, 192 (c = 2). Each vpdpbusd leaves group pair (a, b)
+// in lanes 0-7 and 8-15; the lanes take scale a or b by one permute.
 template <int T>
 WEIR_VNNI void dot_q4k_vnni(const BlockQ4_K* w, std::int64_t sblocks, const VnniActs& a,
-                            std::int64_t t0, const float* xd, const float* xsum, float* out,
-                            std::int64_t out_stride) {
-  const std::int64_t cols = sblocks * kQK_K, xblocks = sblocks * 8;
+                            std::int64_t t0, float* out, std::int64_t out_stride) {
+  const std::int64_t cols = sblocks * kQK_K;
   const __m512i m4 = _mm512_set1_epi8(0x0F);
   const __m512i pair[4] = {_mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0),
                            _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1),
                            _mm512_set_epi32(6, 6, 6, 6, 6, 6, 6, 6, 4, 4, 4, 4, 4, 4, 4, 4),
                            _mm512_set_epi32(7, 7, 7, 7, 7, 7, 7, 7, 5, 5, 5, 5, 5, 5, 5, 5)};
+  const __m512i halves = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
   const std::int8_t* q = a.q.data() + t0 * cols;
-  __m512 acc[T][2];
-  __m256 macc[T];
-  for (int k = 0; k < T; ++k) {
-    acc[k][0] = acc[k][1] = _mm512_setzero_ps();
-    macc[k] = _mm256_setzero_ps();
-  }
+  const float* block_d = a.block_d.data() + t0 * (cols / 16);
+  __m512 acc[T][2], mins[T];
+  for (int k = 0; k < T; ++k) acc[k][0] = acc[k][1] = mins[k] = _mm512_setzero_ps();
   for (std::int64_t i = 0; i < sblocks; ++i) {
     const BlockQ4_K& b = w[i];
     prefetch_ahead<3>(&b);  // 144 bytes
-    std::uint32_t u[4];
+    std::uint32_t u[4], dd;
     std::memcpy(u, b.scales, 12);
+    std::memcpy(&dd, &b.d, 4);  // d, dmin
     u[3] = ((u[2] >> 4) & 0x0f0f0f0f) | (((u[1] >> 6) & 0x03030303) << 4);
     const std::uint32_t mins_lo = u[1] & 0x3f3f3f3f;
     u[1] = (u[2] & 0x0f0f0f0f) | (((u[0] >> 6) & 0x03030303) << 4);
     u[2] = mins_lo;
     u[0] &= 0x3f3f3f3f;
     // u[0..1]: the 8 scales, u[2..3]: the 8 mins, a byte each.
-    const __m128i sm = _mm_loadu_si128(reinterpret_cast<const __m128i*>(u));
-    const __m256 sc =
-        _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sm)), _mm256_set1_ps(_cvtsh_ss(b.d)));
-    const __m256 mn = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(sm, 8))),
-                                    _mm256_set1_ps(_cvtsh_ss(b.dmin)));
+    const __m512 d = _mm512_permutexvar_ps(
+        halves, _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(dd)))));
+    const __m512 scm = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
+                                         _mm_loadu_si128(reinterpret_cast<const __m128i*>(u)))),
+                                     d);
     const __m512i lo = _mm512_loadu_si512(b.qs), hi = _mm512_loadu_si512(b.qs + 64);
     const __m512i v[4] = {_mm512_and_si512(lo, m4), _mm512_and_si512(_mm512_srli_epi16(lo, 4), m4),
                           _mm512_and_si512(hi, m4), _mm512_and_si512(_mm512_srli_epi16(hi, 4), m4)};
     for (int k = 0; k < T; ++k) {
-      const __m512 p =
-          _mm512_castps256_ps512(_mm256_mul_ps(sc, _mm256_loadu_ps(xd + k * xblocks + 8 * i)));
-      macc[k] = _mm256_fmadd_ps(mn, _mm256_loadu_ps(xsum + k * xblocks + 8 * i), macc[k]);
+      const __m512 p = _mm512_mul_ps(scm, _mm512_loadu_ps(block_d + k * (cols / 16) + 16 * i));
+      mins[k] = _mm512_add_ps(mins[k], p);  // the high half: the min terms
       const std::int8_t* x = q + k * cols + i * kQK_K;
 #pragma GCC unroll 4
       for (int j = 0; j < 4; ++j) {
-        const __m512i d =
+        const __m512i s =
             _mm512_dpbusd_epi32(_mm512_setzero_si512(), v[j], _mm512_loadu_si512(x + 64 * j));
-        acc[k][j & 1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_permutexvar_ps(pair[j], p),
+        acc[k][j & 1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_permutexvar_ps(pair[j], p),
                                         acc[k][j & 1]);
       }
     }
   }
   for (int k = 0; k < T; ++k) {
-    const __m256 m = macc[k];
+    const __m256 m = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(mins[k]), 1));
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
@@ -309,7 +316,7 @@ WEIR_VNNI void dot_blocks_vnni(const Block* w, std::int64_t blocks, const VnniAc
 
 #define WEIR_DOT_VNNI(T)                                                                         \
   template void dot_q4k_vnni<T>(const BlockQ4_K*, std::int64_t, const VnniActs&, std::int64_t,   \
-                                const float*, const float*, float*, std::int64_t);               \
+                                float*, std::int64_t);                                           \
   template void dot_q6k_vnni<T>(const BlockQ6_K*, std::int64_t, const VnniActs&, std::int64_t,   \
                                 float*, std::int64_t);                                           \
   template void dot_blocks_vnni<BlockQ8_0, T>(const BlockQ8_0*, std::int64_t, const VnniActs&,   \

@@ -35,11 +35,14 @@ struct VnniActs {
   std::vector<std::int8_t> q;      // [cols]: quants, Q4_K: groups reordered (see prepare_q4k)
   std::vector<std::int32_t> corr;  // [cols / 4]: per 4-byte lane, -offset * (sum of its quants)
   std::vector<float> lane_d;       // [cols / 4]: per lane, the scale of its 32-block (Q6_K)
+  // [cols / 16], Q4_K: per super-block the 8 blocks' scales d, then their d * (sum of quants).
+  std::vector<float> block_d;
 };
 
 // Q4_K: quants with the 32-groups of each super-block in the order 0 2 1 3 4 6 5 7, so that the
-// low and high nibbles of 64 bytes of qs meet their activations in one 64-byte load.
-void prepare_q4k(const std::int8_t* qx, std::int64_t n, std::int64_t cols, VnniActs& a);
+// low and high nibbles of 64 bytes of qs meet their activations in one 64-byte load; block_d.
+void prepare_q4k(const std::int8_t* qx, const float* xd, std::int64_t n, std::int64_t cols,
+                 VnniActs& a);
 // Q6_K: quants as they are, corr for the offset 32, lane_d.
 void prepare_q6k(const std::int8_t* qx, const float* xd, std::int64_t n, std::int64_t cols,
                  VnniActs& a);
@@ -56,12 +59,10 @@ void prepare_q4_0(const std::int8_t* qx, std::int64_t n, std::int64_t cols, Vnni
 // One weight row against T tokens (T = 1..4): out[k * out_stride] for k < T. xd: [T, cols / 32]
 // activation scales (quantize_q8).
 
-// Q4_K rows, w: [sblocks]. a: from prepare_q4k, tokens t0 .. t0 + T of it. xsum: [T, sblocks * 8],
-// per activation block xd * (sum of its quants), for the mins.
+// Q4_K rows, w: [sblocks]. a: from prepare_q4k, tokens t0 .. t0 + T of it.
 template <int T>
 WEIR_VNNI void dot_q4k_vnni(const BlockQ4_K* w, std::int64_t sblocks, const VnniActs& a,
-                            std::int64_t t0, const float* xd, const float* xsum, float* out,
-                            std::int64_t out_stride);
+                            std::int64_t t0, float* out, std::int64_t out_stride);
 
 // Q6_K rows, w: [sblocks]. a: from prepare_q6k, tokens t0 .. t0 + T of it.
 template <int T>

@@ -123,8 +123,7 @@ bool vnni_decode(const Weight& w, std::int64_t n) {
 
 // The activations the VNNI kernels take, quantised once and prepared once per weight type.
 struct VnniInput {
-  VnniActs acts[4];         // by vnni_slot
-  std::vector<float> xsum;  // Q4_K's min term: per block, d * sum(q)
+  VnniActs acts[4];  // by vnni_slot
 };
 
 int vnni_slot(GgmlType t) {
@@ -151,7 +150,7 @@ void vnni_rows(const Weight& w, const VnniInput& in, const float* qscale, std::i
               rows);
         case GgmlType::q4_k:
           return dot_q4k_vnni<T>(reinterpret_cast<const BlockQ4_K*>(w.data) + r * sblocks, sblocks,
-                                 acts, t, xd, in.xsum.data() + t * xblocks, out, rows);
+                                 acts, t, out, rows);
         default:
           return dot_q6k_vnni<T>(reinterpret_cast<const BlockQ6_K*>(w.data) + r * sblocks, sblocks,
                                  acts, t, out, rows);
@@ -163,22 +162,14 @@ void vnni_rows(const Weight& w, const VnniInput& in, const float* qscale, std::i
 // matmul_many on the VNNI decode kernels. REQUIRES: vnni_decode(o.w, n) for every o, one cols.
 void matmul_vnni(std::span<const MatmulOut> outs, const float* x, std::int64_t n, ThreadPool& pool,
                  std::vector<std::int8_t>& qx, std::vector<float>& qscale) {
-  const std::int64_t cols = outs[0].w.cols, xblocks = cols / kQK8_0;
+  const std::int64_t cols = outs[0].w.cols;
   quantize_q8(x, n, cols, qx, qscale);
   thread_local VnniInput prepared;
   bool need[4] = {};
   for (const MatmulOut& o : outs) need[vnni_slot(o.w.type)] = true;
   if (need[0]) prepare_q8(qx.data(), n, cols, prepared.acts[0]);
   if (need[1]) prepare_q4_0(qx.data(), n, cols, prepared.acts[1]);
-  if (need[2]) {
-    prepare_q4k(qx.data(), n, cols, prepared.acts[2]);
-    prepared.xsum.resize(static_cast<std::size_t>(n * xblocks));
-    for (std::int64_t b = 0; b < n * xblocks; ++b) {
-      std::int32_t sum = 0;
-      for (int j = 0; j < kQK8_0; ++j) sum += qx[static_cast<std::size_t>(b * kQK8_0 + j)];
-      prepared.xsum[static_cast<std::size_t>(b)] = qscale[static_cast<std::size_t>(b)] * sum;
-    }
-  }
+  if (need[2]) prepare_q4k(qx.data(), qscale.data(), n, cols, prepared.acts[2]);
   if (need[3]) prepare_q6k(qx.data(), qscale.data(), n, cols, prepared.acts[3]);
   const VnniInput& in = prepared;  // this thread's: the workers must not see their own
   std::int64_t total = 0;
