@@ -3,8 +3,8 @@
 // sequence in a decode step). matmul() picks them at run time (have_vnni()) below the batch
 // sizes that go to the GEMMs. x86-64 only. Private to inference/ (kernels.cpp).
 //
-// One decode token reads every weight once, so these kernels must keep up with DRAM: about 5
-// bytes of weights a cycle a core on the development machine (2 cores sharing ~35 GB/s at
+// One decode token reads every weight once, so these kernels must keep up with DRAM: up to 9
+// bytes of weights a cycle a core on the development machine (2 cores sharing up to ~47 GB/s at
 // 2.6 GHz). The AVX2 kernels (dot_avx2.hpp) decode each 32-weight group into its own float
 // multiply-add chain and fall well short for the K-quants. Here one vpdpbusd multiplies 64
 // weights by 64 activation quants (unsigned x signed bytes, 4 products a lane), and the scales
@@ -29,6 +29,8 @@
 #ifdef WEIR_X86
 namespace weir::inference::kernels::detail {
 
+#define WEIR_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma")))
+
 // Activations prepared for one weight type from quantize_q8's output (qx [n, cols] quants and
 // xd [n, cols / 32] scales). Sizes per token; every array is [n, size].
 struct VnniActs {
@@ -47,8 +49,6 @@ void prepare_q4k(const std::int8_t* qx, const float* xd, std::int64_t n, std::in
 void prepare_q6k(const std::int8_t* qx, const float* xd, std::int64_t n, std::int64_t cols,
                  VnniActs& a);
 
-#define WEIR_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma")))
-
 // Q8_0: quants as they are, corr for the offset 128.
 void prepare_q8(const std::int8_t* qx, std::int64_t n, std::int64_t cols, VnniActs& a);
 // Q4_0: in each group of 8 blocks, per 4 blocks the first 16 quants of each, then the last 16
@@ -56,8 +56,7 @@ void prepare_q8(const std::int8_t* qx, std::int64_t n, std::int64_t cols, VnniAc
 // they are. corr for the offset 8.
 void prepare_q4_0(const std::int8_t* qx, std::int64_t n, std::int64_t cols, VnniActs& a);
 
-// One weight row against T tokens (T = 1..4): out[k * out_stride] for k < T. xd: [T, cols / 32]
-// activation scales (quantize_q8).
+// One weight row against T tokens (T = 1..4): out[k * out_stride] for k < T.
 
 // Q4_K rows, w: [sblocks]. a: from prepare_q4k, tokens t0 .. t0 + T of it.
 template <int T>
@@ -70,7 +69,7 @@ WEIR_VNNI void dot_q6k_vnni(const BlockQ6_K* w, std::int64_t sblocks, const Vnni
                             std::int64_t t0, float* out, std::int64_t out_stride);
 
 // Q8_0 or Q4_0 rows (Block: BlockQ8_0 or BlockQ4_0), w: [blocks]. a: from prepare_q8 or
-// prepare_q4_0, tokens t0 .. t0 + T of it. xd: [T, blocks].
+// prepare_q4_0, tokens t0 .. t0 + T of it. xd: [T, blocks], the activation scales (quantize_q8).
 template <class Block, int T>
 WEIR_VNNI void dot_blocks_vnni(const Block* w, std::int64_t blocks, const VnniActs& a,
                                std::int64_t t0, const float* xd, float* out,

@@ -121,20 +121,15 @@ bool vnni_decode(const Weight& w, std::int64_t n) {
   }
 }
 
-// The activations the VNNI kernels take, quantised once and prepared once per weight type.
-struct VnniInput {
-  VnniActs acts[4];  // by vnni_slot
-};
-
+// Where matmul_vnni keeps the activations prepared for each weight type.
 int vnni_slot(GgmlType t) {
   return t == GgmlType::q8_0 ? 0 : t == GgmlType::q4_0 ? 1 : t == GgmlType::q4_k ? 2 : 3;
 }
 
-// Rows [r0, r1) of `w` for n tokens: y [n, w.rows].
-void vnni_rows(const Weight& w, const VnniInput& in, const float* qscale, std::int64_t n,
+// Rows [r0, r1) of `w` for n tokens: y [n, w.rows]. acts: prepared for w.type.
+void vnni_rows(const Weight& w, const VnniActs& acts, const float* qscale, std::int64_t n,
                std::int64_t r0, std::int64_t r1, float* y) {
   const std::int64_t rows = w.rows, xblocks = w.cols / kQK8_0, sblocks = w.cols / kQK_K;
-  const VnniActs& acts = in.acts[vnni_slot(w.type)];
   for (std::int64_t r = r0; r < r1; ++r) {
     by_tiles(n, [&](auto T, std::int64_t t) {
       float* out = y + t * rows + r;
@@ -164,14 +159,14 @@ void matmul_vnni(std::span<const MatmulOut> outs, const float* x, std::int64_t n
                  std::vector<std::int8_t>& qx, std::vector<float>& qscale) {
   const std::int64_t cols = outs[0].w.cols;
   quantize_q8(x, n, cols, qx, qscale);
-  thread_local VnniInput prepared;
+  thread_local VnniActs prepared[4];  // by vnni_slot
   bool need[4] = {};
   for (const MatmulOut& o : outs) need[vnni_slot(o.w.type)] = true;
-  if (need[0]) prepare_q8(qx.data(), n, cols, prepared.acts[0]);
-  if (need[1]) prepare_q4_0(qx.data(), n, cols, prepared.acts[1]);
-  if (need[2]) prepare_q4k(qx.data(), qscale.data(), n, cols, prepared.acts[2]);
-  if (need[3]) prepare_q6k(qx.data(), qscale.data(), n, cols, prepared.acts[3]);
-  const VnniInput& in = prepared;  // this thread's: the workers must not see their own
+  if (need[0]) prepare_q8(qx.data(), n, cols, prepared[0]);
+  if (need[1]) prepare_q4_0(qx.data(), n, cols, prepared[1]);
+  if (need[2]) prepare_q4k(qx.data(), qscale.data(), n, cols, prepared[2]);
+  if (need[3]) prepare_q6k(qx.data(), qscale.data(), n, cols, prepared[3]);
+  const VnniActs* acts = prepared;  // this thread's: the workers must not see their own
   std::int64_t total = 0;
   for (const MatmulOut& o : outs) total += o.w.rows;
   // The rows of all the matrices in turn; a chunk may end one matrix and start the next.
@@ -179,7 +174,8 @@ void matmul_vnni(std::span<const MatmulOut> outs, const float* x, std::int64_t n
     std::int64_t start = 0;
     for (const MatmulOut& o : outs) {
       const std::int64_t r0 = std::max(b, start), r1 = std::min(e, start + o.w.rows);
-      if (r0 < r1) vnni_rows(o.w, in, qscale.data(), n, r0 - start, r1 - start, o.y);
+      if (r0 < r1)
+        vnni_rows(o.w, acts[vnni_slot(o.w.type)], qscale.data(), n, r0 - start, r1 - start, o.y);
       start += o.w.rows;
     }
   });
