@@ -40,6 +40,29 @@ void lane_corrections(const std::int8_t* q, std::int64_t cols, int offset, std::
 
 }  // namespace
 
+WEIR_VNNI void quantize_q8_avx512(const float* x, std::int64_t n, std::int64_t cols,
+                                  std::vector<std::int8_t>& q, std::vector<float>& s) {
+  const std::int64_t blocks = n * cols / kQK8_0;
+  q.resize(static_cast<std::size_t>(n * cols));
+  s.resize(static_cast<std::size_t>(blocks));
+  const __m512 half = _mm512_set1_ps(0.5f), mhalf = _mm512_set1_ps(-0.5f),
+               zero = _mm512_setzero_ps();
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    const __m512 v0 = _mm512_loadu_ps(x + 32 * b), v1 = _mm512_loadu_ps(x + 32 * b + 16);
+    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+    const float d = amax / 127.0f;
+    s[static_cast<std::size_t>(b)] = fp16_to_fp32(fp32_to_fp16(d));
+    const __m512 inv = _mm512_set1_ps(d ? 1.0f / d : 0.0f);
+    for (int h = 0; h < 2; ++h) {
+      const __m512 v = _mm512_mul_ps(h ? v1 : v0, inv);  // then half away from zero, truncated
+      const __m512 r = _mm512_add_ps(
+          v, _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, zero, _CMP_GE_OQ), mhalf, half));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q.data() + 32 * b + 16 * h),
+                       _mm512_cvtsepi32_epi8(_mm512_cvttps_epi32(r)));
+    }
+  }
+}
+
 void prepare_q4k(const std::int8_t* qx, const float* xd, std::int64_t n, std::int64_t cols,
                  VnniActs& a) {
   a.q.resize(static_cast<std::size_t>(n * cols));

@@ -41,6 +41,13 @@ struct VnniActs {
   std::vector<float> block_d;
 };
 
+// quantize_q8 (kernels_portable.hpp) in AVX-512: the same quants and scales, bit for bit (the
+// same float operations per element, the scale's fp16 rounding by the same helper). A decode
+// step quantises its activations on the calling thread while the others wait, so this is
+// serial time: 2 of every 30 decode samples went to the scalar loop.
+WEIR_VNNI void quantize_q8_avx512(const float* x, std::int64_t n, std::int64_t cols,
+                                  std::vector<std::int8_t>& q, std::vector<float>& s);
+
 // Q4_K: quants with the 32-groups of each super-block in the order 0 2 1 3 4 6 5 7, so that the
 // low and high nibbles of 64 bytes of qs meet their activations in one 64-byte load; block_d.
 void prepare_q4k(const std::int8_t* qx, const float* xd, std::int64_t n, std::int64_t cols,

@@ -158,7 +158,7 @@ void vnni_rows(const Weight& w, const VnniActs& acts, const float* qscale, std::
 void matmul_vnni(std::span<const MatmulOut> outs, const float* x, std::int64_t n, ThreadPool& pool,
                  std::vector<std::int8_t>& qx, std::vector<float>& qscale) {
   const std::int64_t cols = outs[0].w.cols;
-  quantize_q8(x, n, cols, qx, qscale);
+  quantize_q8_avx512(x, n, cols, qx, qscale);
   thread_local VnniActs prepared[4];  // by vnni_slot
   bool need[4] = {};
   for (const MatmulOut& o : outs) need[vnni_slot(o.w.type)] = true;

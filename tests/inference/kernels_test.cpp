@@ -10,7 +10,10 @@
 
 #include <gtest/gtest.h>
 
-#include "kernels.hpp"  // private: inference/src
+#include "gemm_avx512.hpp"  // private: inference/src
+#include "gemv_vnni.hpp"
+#include "kernels.hpp"
+#include "kernels_portable.hpp"
 #include "quant.hpp"
 #include "random_util.hpp"
 #include "weir/inference/gguf_writer.hpp"
@@ -133,6 +136,29 @@ TEST_F(Kernels, MatmulManyEqualsOneMatmulEach) {
             ASSERT_EQ(many[i][j], one[i][j]) << "matrix " << i << " element " << j;
         }
       }
+    }
+  }
+}
+
+// The decode path's AVX-512 activation quantiser gives quantize_q8's quants and scales exactly:
+// random rows, an all-zero block, values on rounding ties, one large outlier per row.
+TEST_F(Kernels, AvxQuantiserEqualsPortable) {
+  if (!kernels::detail::have_vnni()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
+  for (std::int64_t cols : {32, 96, 2048, 5632}) {
+    for (std::int64_t n : {1, 3, 5}) {
+      auto x = randn(static_cast<std::size_t>(n * cols), 600 + cols + n);
+      for (std::int64_t i = 0; i < 32; ++i) x[static_cast<std::size_t>(i)] = 0.0f;
+      for (std::int64_t t = 0; t < n; ++t) x[static_cast<std::size_t>(t * cols + cols / 2)] = 50.0f;
+      if (cols >= 64) {  // a block whose max is 127: every integer value is a tie at +-0.5
+        for (int j = 0; j < 32; ++j)
+          x[static_cast<std::size_t>(32 + j)] = j == 0 ? 127.0f : j - 16.5f;
+      }
+      std::vector<std::int8_t> q0, q1;
+      std::vector<float> s0, s1;
+      kernels::detail::quantize_q8(x.data(), n, cols, q0, s0);
+      kernels::detail::quantize_q8_avx512(x.data(), n, cols, q1, s1);
+      ASSERT_EQ(q0, q1) << cols << " x " << n;
+      ASSERT_EQ(s0, s1) << cols << " x " << n;
     }
   }
 }
