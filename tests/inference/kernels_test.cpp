@@ -140,6 +140,7 @@ TEST_F(Kernels, MatmulManyEqualsOneMatmulEach) {
   }
 }
 
+#ifdef WEIR_X86
 // The decode path's AVX-512 activation quantiser gives quantize_q8's quants and scales exactly:
 // random rows, an all-zero block, values on rounding ties, one large outlier per row.
 TEST_F(Kernels, AvxQuantiserEqualsPortable) {
@@ -162,6 +163,7 @@ TEST_F(Kernels, AvxQuantiserEqualsPortable) {
     }
   }
 }
+#endif
 
 // Q8_0 and Q4_0 weights: every path quantises the activations to Q8_0 blocks (ggml's rounding,
 // the scale rounded to fp16) and sums d_w * d_x * (integer dot) per block, so the reference
