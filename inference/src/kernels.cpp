@@ -1,7 +1,7 @@
 // matmul()'s dispatch by weight type, batch size and the CPU (force_kernel_isa() narrows it).
-// The kernels it picks from: gemm_avx512.cpp (batched GEMMs, AVX-512), dot_avx2.cpp (integer
-// dots, AVX2), kernels_portable.cpp (the loops compiled per ISA). rmsnorm, RoPE and SwiGLU:
-// norm_rope_swiglu.cpp.
+// The kernels it picks from: gemm_avx512.cpp (batched GEMMs, AVX-512), gemv_vnni.cpp (decode,
+// AVX-512 VNNI), dot_avx2.cpp (integer dots, AVX2), kernels_portable.cpp (the loops compiled per
+// ISA). rmsnorm, RoPE and SwiGLU: norm_rope_swiglu.cpp.
 #include "kernels.hpp"
 
 #include <algorithm>
@@ -14,6 +14,7 @@
 
 #include "dot_avx2.hpp"
 #include "gemm_avx512.hpp"
+#include "gemv_vnni.hpp"
 #include "kernels_portable.hpp"
 #include "quant.hpp"
 
@@ -37,6 +38,9 @@ bool vnni() {
   return have_vnni() && g_isa.load(std::memory_order_relaxed) == KernelIsa::native;
 }
 #endif
+
+// K-quants: the batch sizes from which matmul dequantises row tiles for the F32 GEMM (see there).
+constexpr std::int64_t kGemmMinTokensQ4K = 16, kGemmMinTokensQ6K = 32;
 
 // Calls f(std::integral_constant<int, T>, t) for token tiles [t, t + T) covering [0, n),
 // T = 4 but for the last.
@@ -99,10 +103,107 @@ void gemm_f32_tiles(const Weight& w, const float* x, std::int64_t n, float* y, T
 }
 #endif
 
+#ifdef WEIR_X86
+// Whether matmul takes the VNNI decode kernels (gemv_vnni.hpp) for `w` and n tokens: below the
+// batch sizes that go to the GEMMs.
+bool vnni_decode(const Weight& w, std::int64_t n) {
+  if (!vnni()) return false;
+  switch (w.type) {
+    case GgmlType::q8_0:
+    case GgmlType::q4_0:
+      return n < kGemmMinTokens;
+    case GgmlType::q4_k:
+      return n < kGemmMinTokensQ4K;
+    case GgmlType::q6_k:
+      return n < kGemmMinTokensQ6K;
+    default:
+      return false;
+  }
+}
+
+// Where matmul_vnni keeps the activations prepared for each weight type.
+int vnni_slot(GgmlType t) {
+  return t == GgmlType::q8_0 ? 0 : t == GgmlType::q4_0 ? 1 : t == GgmlType::q4_k ? 2 : 3;
+}
+
+// Rows [r0, r1) of `w` for n tokens: y [n, w.rows]. acts: prepared for w.type.
+void vnni_rows(const Weight& w, const VnniActs& acts, const float* qscale, std::int64_t n,
+               std::int64_t r0, std::int64_t r1, float* y) {
+  const std::int64_t rows = w.rows, xblocks = w.cols / kQK8_0, sblocks = w.cols / kQK_K;
+  for (std::int64_t r = r0; r < r1; ++r) {
+    by_tiles(n, [&](auto T, std::int64_t t) {
+      float* out = y + t * rows + r;
+      const float* xd = qscale + t * xblocks;
+      switch (w.type) {
+        case GgmlType::q8_0:
+          return dot_blocks_vnni<BlockQ8_0, T>(
+              reinterpret_cast<const BlockQ8_0*>(w.data) + r * xblocks, xblocks, acts, t, xd, out,
+              rows);
+        case GgmlType::q4_0:
+          return dot_blocks_vnni<BlockQ4_0, T>(
+              reinterpret_cast<const BlockQ4_0*>(w.data) + r * xblocks, xblocks, acts, t, xd, out,
+              rows);
+        case GgmlType::q4_k:
+          return dot_q4k_vnni<T>(reinterpret_cast<const BlockQ4_K*>(w.data) + r * sblocks, sblocks,
+                                 acts, t, out, rows);
+        default:
+          return dot_q6k_vnni<T>(reinterpret_cast<const BlockQ6_K*>(w.data) + r * sblocks, sblocks,
+                                 acts, t, out, rows);
+      }
+    });
+  }
+}
+
+// matmul_many on the VNNI decode kernels. REQUIRES: vnni_decode(o.w, n) for every o, one cols.
+void matmul_vnni(std::span<const MatmulOut> outs, const float* x, std::int64_t n, ThreadPool& pool,
+                 std::vector<std::int8_t>& qx, std::vector<float>& qscale) {
+  const std::int64_t cols = outs[0].w.cols;
+  quantize_q8_avx512(x, n, cols, qx, qscale);
+  thread_local VnniActs prepared[4];  // by vnni_slot
+  bool need[4] = {};
+  for (const MatmulOut& o : outs) need[vnni_slot(o.w.type)] = true;
+  if (need[0]) prepare_q8(qx.data(), n, cols, prepared[0]);
+  if (need[1]) prepare_q4_0(qx.data(), n, cols, prepared[1]);
+  if (need[2]) prepare_q4k(qx.data(), qscale.data(), n, cols, prepared[2]);
+  if (need[3]) prepare_q6k(qx.data(), qscale.data(), n, cols, prepared[3]);
+  const VnniActs* acts = prepared;  // this thread's: the workers must not see their own
+  std::int64_t total = 0;
+  for (const MatmulOut& o : outs) total += o.w.rows;
+  // The rows of all the matrices in turn; a chunk may end one matrix and start the next.
+  pool.parallel_for(total, [&](int, std::int64_t b, std::int64_t e) {
+    std::int64_t start = 0;
+    for (const MatmulOut& o : outs) {
+      const std::int64_t r0 = std::max(b, start), r1 = std::min(e, start + o.w.rows);
+      if (r0 < r1)
+        vnni_rows(o.w, acts[vnni_slot(o.w.type)], qscale.data(), n, r0 - start, r1 - start, o.y);
+      start += o.w.rows;
+    }
+  });
+}
+#endif
+
 }  // namespace
+
+void matmul_many(std::span<const MatmulOut> outs, const float* x, std::int64_t n, ThreadPool& pool,
+                 std::vector<std::int8_t>& qx, std::vector<float>& qscale) {
+#ifdef WEIR_X86
+  const bool fused =
+      !outs.empty() && std::all_of(outs.begin(), outs.end(), [&](const MatmulOut& o) {
+        return vnni_decode(o.w, n) && o.w.cols == outs[0].w.cols;
+      });
+  if (fused) return matmul_vnni(outs, x, n, pool, qx, qscale);
+#endif
+  for (const MatmulOut& o : outs) matmul(o.w, x, n, o.y, pool, qx, qscale);
+}
 
 void matmul(const Weight& w, const float* x, std::int64_t n, float* y, ThreadPool& pool,
             std::vector<std::int8_t>& qx, std::vector<float>& qscale) {
+#ifdef WEIR_X86
+  if (vnni_decode(w, n)) {
+    const MatmulOut one[] = {{w, y}};
+    return matmul_vnni(one, x, n, pool, qx, qscale);
+  }
+#endif
   const std::int64_t rows = w.rows, cols = w.cols;
   switch (w.type) {
     case GgmlType::f32: {
@@ -154,7 +255,8 @@ void matmul(const Weight& w, const float* x, std::int64_t n, float* y, ThreadPoo
       // and multiplied by every token on the F32 GEMM. Dequantising costs about as much as the
       // per-token integer dots below at 8-16 tokens (Q4_K) and 16-24 (Q6_K): from twice that
       // the GEMM wins (1.8x at 16 / 32 tokens, about 3x at 128; bench/README.md).
-      if (((w.type == GgmlType::q4_k && n >= 16) || (w.type == GgmlType::q6_k && n >= 32)) &&
+      if (((w.type == GgmlType::q4_k && n >= kGemmMinTokensQ4K) ||
+           (w.type == GgmlType::q6_k && n >= kGemmMinTokensQ6K)) &&
           avx512())
         return gemm_f32_tiles(w, x, n, y, pool);
 #endif

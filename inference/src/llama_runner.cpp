@@ -71,9 +71,10 @@ class LlamaRunner final : public StepRunner {
         kernels::rmsnorm(x_.data() + t0 * dim, w.attn_norm.data(), xb_.data() + t0 * dim, t1 - t0,
                          dim, hp.rms_eps);
       });
-      matmul(w.wq, xb_.data(), n, q_.data());
-      matmul(w.wk, xb_.data(), n, k_.data());
-      matmul(w.wv, xb_.data(), n, v_.data());
+      {
+        const kernels::MatmulOut qkv[] = {{w.wq, q_.data()}, {w.wk, k_.data()}, {w.wv, v_.data()}};
+        kernels::matmul_many(qkv, xb_.data(), n, pool_, qx_, qs_);
+      }
       if (!w.bq.empty()) {
         for (std::int64_t t = 0; t < n; ++t) {
           for (std::int64_t i = 0; i < q_dim; ++i) q_[t * q_dim + i] += w.bq[i];
@@ -98,8 +99,10 @@ class LlamaRunner final : public StepRunner {
         kernels::rmsnorm(x_.data() + t0 * dim, w.ffn_norm.data(), xb_.data() + t0 * dim, t1 - t0,
                          dim, hp.rms_eps);
       });
-      matmul(w.w_gate, xb_.data(), n, h1_.data());
-      matmul(w.w_up, xb_.data(), n, h2_.data());
+      {
+        const kernels::MatmulOut gate_up[] = {{w.w_gate, h1_.data()}, {w.w_up, h2_.data()}};
+        kernels::matmul_many(gate_up, xb_.data(), n, pool_, qx_, qs_);
+      }
       by_tokens(n, [&](std::int64_t t0, std::int64_t t1) {
         kernels::swiglu(h1_.data() + t0 * hp.hidden, h2_.data() + t0 * hp.hidden,
                         (t1 - t0) * hp.hidden);

@@ -12,10 +12,11 @@ inline void cpu_relax() {
 }
 }  // namespace
 
-ThreadPool::ThreadPool(int n_threads) {
-  if (n_threads <= 0)
-    n_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  n_threads_ = n_threads;
+ThreadPool::ThreadPool(int n_threads)
+    : n_threads_(n_threads > 0
+                     ? n_threads
+                     : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))),
+      shares_(static_cast<std::size_t>(n_threads_)) {
   for (int i = 1; i < n_threads_; ++i) threads_.emplace_back([this, i] { worker(i); });
 }
 
@@ -27,19 +28,23 @@ ThreadPool::~ThreadPool() {
 }
 
 void ThreadPool::work(int thread, std::uint32_t gen) {
-  std::uint64_t v = next_.load(std::memory_order_acquire);
-  while (true) {
-    if (static_cast<std::uint32_t>(v >> 32) != gen) return;
-    const auto c = static_cast<std::int64_t>(v & 0xffffffffu);
-    if (c >= n_chunks_) return;
-    if (!next_.compare_exchange_weak(v, v + 1, std::memory_order_acq_rel,
-                                     std::memory_order_acquire))
-      continue;
-    // A claimed chunk of this generation: fn_, n_ and chunk_ stay put until it is done.
-    const std::int64_t b = c * chunk_, e = std::min(n_, b + chunk_);
-    (*fn_)(thread, b, e);
-    done_.fetch_add(1, std::memory_order_acq_rel);
-    v = next_.load(std::memory_order_acquire);
+  for (int k = 0; k < n_threads_; ++k) {
+    Share& share = shares_[static_cast<std::size_t>((thread + k) % n_threads_)];
+    std::uint64_t v = share.next.load(std::memory_order_acquire);
+    while (true) {
+      if (static_cast<std::uint32_t>(v >> 32) != gen) return;
+      // `end` belongs to this generation: it was written before the generation was published.
+      const auto c = static_cast<std::int64_t>(v & 0xffffffffu);
+      if (c >= share.end.load(std::memory_order_relaxed)) break;
+      if (!share.next.compare_exchange_weak(v, v + 1, std::memory_order_acq_rel,
+                                            std::memory_order_acquire))
+        continue;
+      // A claimed chunk of this generation: fn_, n_ and chunk_ stay put until it is done.
+      const std::int64_t b = c * chunk_, e = std::min(n_, b + chunk_);
+      (*fn_)(thread, b, e);
+      done_.fetch_add(1, std::memory_order_acq_rel);
+      v = share.next.load(std::memory_order_acquire);
+    }
   }
 }
 
@@ -70,13 +75,19 @@ void ThreadPool::parallel_for(std::int64_t n,
   fn_ = &fn;
   n_ = n;
   // 8 chunks a thread: when the OS takes a core away mid-step (a busy machine), the others
-  // pick up the rest at a finer grain; a claim costs one compare-and-swap.
+  // pick up the rest of its share at a finer grain.
   n_chunks_ = std::min<std::int64_t>(n, 8 * n_threads_);
   chunk_ = (n + n_chunks_ - 1) / n_chunks_;
   n_chunks_ = (n + chunk_ - 1) / chunk_;
   done_.store(0, std::memory_order_relaxed);
   const auto gen = static_cast<std::uint32_t>(generation_.load(std::memory_order_relaxed) + 1);
-  next_.store(static_cast<std::uint64_t>(gen) << 32, std::memory_order_release);
+  for (int t = 0; t < n_threads_; ++t) {  // thread t's share: chunks [t C / T, (t + 1) C / T)
+    Share& share = shares_[static_cast<std::size_t>(t)];
+    share.end.store(n_chunks_ * (t + 1) / n_threads_, std::memory_order_relaxed);
+    share.next.store(static_cast<std::uint64_t>(gen) << 32 |
+                         static_cast<std::uint64_t>(n_chunks_ * t / n_threads_),
+                     std::memory_order_release);
+  }
   generation_.fetch_add(1, std::memory_order_acq_rel);
   generation_.notify_all();
   work(0, gen);

@@ -1,6 +1,7 @@
 // The matmul kernels against naive references, on every path this machine has: the AVX-512
-// GEMMs for batches (native; F32, and Q8_0 / Q4_0 with VNNI), the AVX2 and per-ISA loops they
-// fall back to (avx2), and the portable loops (portable). Shapes are odd on purpose: token counts
+// GEMMs for batches and the AVX-512 VNNI decode kernels (native; F32, and Q8_0 / Q4_0 / Q4_K /
+// Q6_K with VNNI), the AVX2 and per-ISA loops they fall back to (avx2), and the portable loops
+// (portable). Shapes are odd on purpose: token counts
 // around the 16- and 32-token panels, rows that are not a multiple of the row tiles, columns a
 // multiple of 32.
 #include <cmath>
@@ -9,7 +10,10 @@
 
 #include <gtest/gtest.h>
 
-#include "kernels.hpp"  // private: inference/src
+#include "gemm_avx512.hpp"  // private: inference/src
+#include "gemv_vnni.hpp"
+#include "kernels.hpp"
+#include "kernels_portable.hpp"
 #include "quant.hpp"
 #include "random_util.hpp"
 #include "weir/inference/gguf_writer.hpp"
@@ -29,9 +33,27 @@ struct Shape {
   std::int64_t rows, cols;
 };
 
-constexpr Shape kShapes[] = {{13, 32}, {29, 96}, {24, 288}, {7, 64}};
+constexpr Shape kShapes[] = {{13, 32}, {29, 96}, {24, 288}, {7, 64}, {5, 800}};
 constexpr std::int64_t kTokens[] = {1, 3, 4, 5, 17, 33, 64};
 constexpr KernelIsa kIsas[] = {KernelIsa::native, KernelIsa::avx2, KernelIsa::portable};
+
+// The activations' Q8_0 blocks, as ggml's reference quantiser makes them: xq [x.size()] quants,
+// xd [x.size() / 32] scales.
+void quantise_activations(const std::vector<float>& x, std::vector<std::int8_t>& xq,
+                          std::vector<float>& xd) {
+  xq.resize(x.size());
+  xd.resize(x.size() / 32);
+  for (std::size_t b = 0; b < xd.size(); ++b) {
+    float amax = 0;
+    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[b * 32 + j]));
+    const float d = amax / 127.0f, inv = d ? 1.0f / d : 0.0f;
+    xd[b] = fp16_to_fp32(fp32_to_fp16(d));
+    for (int j = 0; j < 32; ++j) {
+      const float v = x[b * 32 + j] * inv;
+      xq[b * 32 + j] = static_cast<std::int8_t>(static_cast<int>(v + (v >= 0 ? 0.5f : -0.5f)));
+    }
+  }
+}
 
 class Kernels : public ::testing::Test {
  protected:
@@ -72,6 +94,77 @@ TEST_F(Kernels, F32MatmulMatchesNaive) {
   }
 }
 
+// matmul_many (one quantisation and one fork-join for Q, K and V in a decode step) gives what
+// matmul gives for each weight alone, bit for bit: the same kernels on the same rows. Mixed
+// types and row counts that do not divide the thread shares; n = 20 sends Q4_K to the GEMM and
+// Q6_K to the decode kernels, so matmul_many falls back to one matmul each.
+TEST_F(Kernels, MatmulManyEqualsOneMatmulEach) {
+  const std::int64_t cols = 512;
+  const std::pair<GgmlType, std::int64_t> specs[] = {
+      {GgmlType::q4_k, 37}, {GgmlType::q6_k, 5}, {GgmlType::q4_k, 16}, {GgmlType::q8_0, 9}};
+  std::vector<std::string> bytes;
+  std::vector<Weight> ws;
+  for (const auto& [type, rows] : specs) {
+    auto q = quantize_tensor(randn(static_cast<std::size_t>(rows * cols), 50 + rows, 0.05f), type);
+    ASSERT_TRUE(q);
+    bytes.push_back(std::move(*q));
+  }
+  for (std::size_t i = 0; i < bytes.size(); ++i)
+    ws.push_back({specs[i].first, reinterpret_cast<const std::byte*>(bytes[i].data()),
+                  specs[i].second, cols});
+  for (std::int64_t n : {1, 2, 3, 5, 20}) {
+    const auto x = randn(static_cast<std::size_t>(n * cols), 400 + n);
+    for (int threads : {1, 3}) {
+      ThreadPool pool(threads);
+      for (KernelIsa isa : kIsas) {
+        kernels::force_kernel_isa(isa);
+        SCOPED_TRACE("n=" + std::to_string(n) + " threads=" + std::to_string(threads) + " " +
+                     isa_name(isa));
+        std::vector<std::int8_t> qx;
+        std::vector<float> qs;
+        std::vector<std::vector<float>> one(ws.size()), many(ws.size());
+        std::vector<kernels::MatmulOut> outs;
+        for (std::size_t i = 0; i < ws.size(); ++i) {
+          one[i].assign(static_cast<std::size_t>(n * ws[i].rows), NAN);
+          many[i].assign(static_cast<std::size_t>(n * ws[i].rows), NAN);
+          kernels::matmul(ws[i], x.data(), n, one[i].data(), pool, qx, qs);
+          outs.push_back({ws[i], many[i].data()});
+        }
+        kernels::matmul_many(outs, x.data(), n, pool, qx, qs);
+        for (std::size_t i = 0; i < ws.size(); ++i) {
+          for (std::size_t j = 0; j < one[i].size(); ++j)
+            ASSERT_EQ(many[i][j], one[i][j]) << "matrix " << i << " element " << j;
+        }
+      }
+    }
+  }
+}
+
+#ifdef WEIR_X86
+// The decode path's AVX-512 activation quantiser gives quantize_q8's quants and scales exactly:
+// random rows, an all-zero block, values on rounding ties, one large outlier per row.
+TEST_F(Kernels, AvxQuantiserEqualsPortable) {
+  if (!kernels::detail::have_vnni()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
+  for (std::int64_t cols : {32, 96, 2048, 5632}) {
+    for (std::int64_t n : {1, 3, 5}) {
+      auto x = randn(static_cast<std::size_t>(n * cols), 600 + cols + n);
+      for (std::int64_t i = 0; i < 32; ++i) x[static_cast<std::size_t>(i)] = 0.0f;
+      for (std::int64_t t = 0; t < n; ++t) x[static_cast<std::size_t>(t * cols + cols / 2)] = 50.0f;
+      if (cols >= 64) {  // a block whose max is 127: every integer value is a tie at +-0.5
+        for (int j = 0; j < 32; ++j)
+          x[static_cast<std::size_t>(32 + j)] = j == 0 ? 127.0f : j - 16.5f;
+      }
+      std::vector<std::int8_t> q0, q1;
+      std::vector<float> s0, s1;
+      kernels::detail::quantize_q8(x.data(), n, cols, q0, s0);
+      kernels::detail::quantize_q8_avx512(x.data(), n, cols, q1, s1);
+      ASSERT_EQ(q0, q1) << cols << " x " << n;
+      ASSERT_EQ(s0, s1) << cols << " x " << n;
+    }
+  }
+}
+#endif
+
 // Q8_0 and Q4_0 weights: every path quantises the activations to Q8_0 blocks (ggml's rounding,
 // the scale rounded to fp16) and sums d_w * d_x * (integer dot) per block, so the reference
 // does exactly that in double; only the float summation order may differ.
@@ -101,19 +194,9 @@ TEST_P(BlockKernels, MatmulMatchesQuantisedReference) {
     for (std::int64_t n : kTokens) {
       auto x = randn(static_cast<std::size_t>(n * s.cols), 200 + n);
       for (std::int64_t i = 0; i < 32 && i < n * s.cols; ++i) x[i] = 0.0f;  // an all-zero block
-      // The activations' Q8_0 blocks, as ggml's reference quantiser makes them.
-      std::vector<std::int8_t> xq(x.size());
-      std::vector<float> xd(static_cast<std::size_t>(n * blocks));
-      for (std::int64_t b = 0; b < n * blocks; ++b) {
-        float amax = 0;
-        for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[b * 32 + j]));
-        const float d = amax / 127.0f, inv = d ? 1.0f / d : 0.0f;
-        xd[b] = fp16_to_fp32(fp32_to_fp16(d));
-        for (int j = 0; j < 32; ++j) {
-          const float v = x[b * 32 + j] * inv;
-          xq[b * 32 + j] = static_cast<std::int8_t>(static_cast<int>(v + (v >= 0 ? 0.5f : -0.5f)));
-        }
-      }
+      std::vector<std::int8_t> xq;
+      std::vector<float> xd;
+      quantise_activations(x, xq, xd);
       for (int threads : {1, 3}) {
         ThreadPool pool(threads);
         for (KernelIsa isa : kIsas) {
@@ -146,6 +229,79 @@ TEST_P(BlockKernels, MatmulMatchesQuantisedReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, BlockKernels, ::testing::Values(GgmlType::q8_0, GgmlType::q4_0),
+                         [](const auto& info) { return ggml_type_name(info.param); });
+
+// Q4_K and Q6_K weights below the GEMM thresholds (decode, small batches): every path quantises
+// the activations to Q8_0 blocks and sums, per weight group, scale * d_x * (integer dot), less
+// the Q4_K min * d_x * (sum of the activation quants); the reference does that in double from
+// the scalar unpackers (quant.hpp). Rows are ragged against the row split and the 4-token tiles;
+// columns run from one super-block to nine.
+class KQuantKernels : public Kernels, public ::testing::WithParamInterface<GgmlType> {};
+
+TEST_P(KQuantKernels, DecodeMatchesQuantisedReference) {
+  const GgmlType type = GetParam();
+  const bool q4k = type == GgmlType::q4_k;
+  const int group = q4k ? 32 : 16;
+  for (const Shape s : {Shape{1, 256}, Shape{13, 768}, Shape{37, 2304}, Shape{6, 512}}) {
+    const auto wf = randn(static_cast<std::size_t>(s.rows * s.cols), 11 + s.rows, 0.05f);
+    auto bytes = quantize_tensor(wf, type);
+    ASSERT_TRUE(bytes);
+    const Weight wt{type, reinterpret_cast<const std::byte*>(bytes->data()), s.rows, s.cols};
+    const std::int64_t groups = s.cols / group, sblocks = s.cols / kQK_K;
+    std::vector<std::int8_t> wq(static_cast<std::size_t>(s.rows * s.cols));
+    std::vector<float> wsc(static_cast<std::size_t>(s.rows * groups)),
+        wmn(static_cast<std::size_t>(s.rows * groups));
+    for (std::int64_t i = 0; i < s.rows * sblocks; ++i) {
+      if (q4k)
+        unpack_q4_k(reinterpret_cast<const BlockQ4_K*>(bytes->data())[i], wq.data() + i * kQK_K,
+                    wsc.data() + i * 8, wmn.data() + i * 8);
+      else
+        unpack_q6_k(reinterpret_cast<const BlockQ6_K*>(bytes->data())[i], wq.data() + i * kQK_K,
+                    wsc.data() + i * 16);
+    }
+    for (std::int64_t n : {1, 2, 3, 4, 5, 7, 9, 15}) {
+      auto x = randn(static_cast<std::size_t>(n * s.cols), 300 + n);
+      for (std::int64_t i = 0; i < 32 && i < n * s.cols; ++i) x[i] = 0.0f;  // an all-zero block
+      std::vector<std::int8_t> xq;
+      std::vector<float> xd;
+      quantise_activations(x, xq, xd);
+      for (int threads : {1, 3}) {
+        ThreadPool pool(threads);
+        for (KernelIsa isa : kIsas) {
+          kernels::force_kernel_isa(isa);
+          SCOPED_TRACE(std::string(ggml_type_name(type)) + " " + std::to_string(s.rows) + "x" +
+                       std::to_string(s.cols) + " n=" + std::to_string(n) +
+                       " threads=" + std::to_string(threads) + " " + isa_name(isa));
+          std::vector<float> y(static_cast<std::size_t>(n * s.rows), NAN);
+          std::vector<std::int8_t> qx;
+          std::vector<float> qs;
+          kernels::matmul(wt, x.data(), n, y.data(), pool, qx, qs);
+          for (std::int64_t t = 0; t < n; ++t) {
+            for (std::int64_t r = 0; r < s.rows; ++r) {
+              double want = 0, mag = 0;
+              for (std::int64_t g = 0; g < groups; ++g) {
+                std::int64_t dot = 0, xsum = 0;
+                for (int j = 0; j < group; ++j) {
+                  const std::int64_t i = g * group + j;
+                  dot += wq[r * s.cols + i] * xq[t * s.cols + i];
+                  xsum += xq[t * s.cols + i];
+                }
+                const double d_x = xd[(t * s.cols + g * group) / 32];
+                const double term = double(wsc[r * groups + g]) * d_x * dot;
+                const double min = q4k ? double(wmn[r * groups + g]) * d_x * xsum : 0.0;
+                want += term - min, mag += std::fabs(term) + std::fabs(min);
+              }
+              ASSERT_NEAR(y[t * s.rows + r], want, 1e-5 * mag + 1e-7)
+                  << "token " << t << " row " << r;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, KQuantKernels, ::testing::Values(GgmlType::q4_k, GgmlType::q6_k),
                          [](const auto& info) { return ggml_type_name(info.param); });
 
 }  // namespace

@@ -1,0 +1,358 @@
+// The AVX-512 VNNI decode kernels of matmul(); the scheme: gemv_vnni.hpp.
+#include "gemv_vnni.hpp"
+
+#ifdef WEIR_X86
+#include <immintrin.h>
+
+#include <cstring>
+#include <type_traits>
+
+namespace weir::inference::kernels::detail {
+
+// GCC 12 warns that the AVX-512 intrinsics' own _mm512_undefined_* "may be used" or "is used
+// uninitialized" (a false positive in its headers, GCC PR 105593).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
+namespace {
+
+// Rows are read front to back, one after the other, so the weights kAhead bytes on are fetched
+// into L2 while these are multiplied: the hardware prefetcher alone leaves one core well short of
+// the machine's read bandwidth. On the development machine (one core, a 6.5 MB Q4_K matrix
+// streamed from DRAM) 8 KiB ahead into L2 gave 21 GB/s against 17 without; 2-4 KiB, or into L1,
+// gave less.
+constexpr std::int64_t kAhead = 8192;
+
+// Prefetches the `lines` cache lines from kAhead bytes past p.
+template <int lines>
+WEIR_VNNI inline void prefetch_ahead(const void* p) {
+  const char* a = static_cast<const char*>(p) + kAhead;
+#pragma GCC unroll 8
+  for (int l = 0; l < lines; ++l) _mm_prefetch(a + 64 * l, _MM_HINT_T1);
+}
+
+// corr[l] = -offset * (sum of the 4 quants of lane l), l < cols / 4.
+void lane_corrections(const std::int8_t* q, std::int64_t cols, int offset, std::int32_t* corr) {
+  for (std::int64_t l = 0; l < cols / 4; ++l)
+    corr[l] = -offset * (q[4 * l] + q[4 * l + 1] + q[4 * l + 2] + q[4 * l + 3]);
+}
+
+}  // namespace
+
+WEIR_VNNI void quantize_q8_avx512(const float* x, std::int64_t n, std::int64_t cols,
+                                  std::vector<std::int8_t>& q, std::vector<float>& s) {
+  const std::int64_t blocks = n * cols / kQK8_0;
+  q.resize(static_cast<std::size_t>(n * cols));
+  s.resize(static_cast<std::size_t>(blocks));
+  const __m512 half = _mm512_set1_ps(0.5f), mhalf = _mm512_set1_ps(-0.5f),
+               zero = _mm512_setzero_ps();
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    const __m512 v0 = _mm512_loadu_ps(x + 32 * b), v1 = _mm512_loadu_ps(x + 32 * b + 16);
+    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+    const float d = amax / 127.0f;
+    s[static_cast<std::size_t>(b)] = fp16_to_fp32(fp32_to_fp16(d));
+    const __m512 inv = _mm512_set1_ps(d ? 1.0f / d : 0.0f);
+    for (int h = 0; h < 2; ++h) {
+      const __m512 v = _mm512_mul_ps(h ? v1 : v0, inv);  // then half away from zero, truncated
+      const __m512 r = _mm512_add_ps(
+          v, _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, zero, _CMP_GE_OQ), mhalf, half));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q.data() + 32 * b + 16 * h),
+                       _mm512_cvtsepi32_epi8(_mm512_cvttps_epi32(r)));
+    }
+  }
+}
+
+void prepare_q4k(const std::int8_t* qx, const float* xd, std::int64_t n, std::int64_t cols,
+                 VnniActs& a) {
+  a.q.resize(static_cast<std::size_t>(n * cols));
+  a.block_d.resize(static_cast<std::size_t>(n * cols / 16));
+  static constexpr int kOrder[8] = {0, 2, 1, 3, 4, 6, 5, 7};
+  for (std::int64_t s = 0; s < n * cols / kQK_K; ++s) {
+    for (int p = 0; p < 8; ++p)
+      std::memcpy(a.q.data() + s * kQK_K + 32 * p, qx + s * kQK_K + 32 * kOrder[p], 32);
+    for (int b = 0; b < 8; ++b) {
+      const std::int8_t* q = qx + s * kQK_K + 32 * b;
+      std::int32_t sum = 0;
+      for (int j = 0; j < kQK8_0; ++j) sum += q[j];
+      a.block_d[static_cast<std::size_t>(16 * s + b)] = xd[8 * s + b];
+      a.block_d[static_cast<std::size_t>(16 * s + 8 + b)] = xd[8 * s + b] * static_cast<float>(sum);
+    }
+  }
+}
+
+void prepare_q6k(const std::int8_t* qx, const float* xd, std::int64_t n, std::int64_t cols,
+                 VnniActs& a) {
+  a.q.assign(qx, qx + n * cols);
+  a.corr.resize(static_cast<std::size_t>(n * cols / 4));
+  a.lane_d.resize(static_cast<std::size_t>(n * cols / 4));
+  lane_corrections(qx, n * cols, 32, a.corr.data());
+  for (std::int64_t l = 0; l < n * cols / 4; ++l) a.lane_d[static_cast<std::size_t>(l)] = xd[l / 8];
+}
+
+void prepare_q8(const std::int8_t* qx, std::int64_t n, std::int64_t cols, VnniActs& a) {
+  a.q.assign(qx, qx + n * cols);
+  a.corr.resize(static_cast<std::size_t>(n * cols / 4));
+  lane_corrections(qx, n * cols, 128, a.corr.data());
+}
+
+void prepare_q4_0(const std::int8_t* qx, std::int64_t n, std::int64_t cols, VnniActs& a) {
+  a.q.resize(static_cast<std::size_t>(n * cols));
+  a.corr.resize(static_cast<std::size_t>(n * cols / 4));
+  const std::int64_t blocks = cols / kQK4_0, grouped = blocks / 8 * 8;
+  for (std::int64_t t = 0; t < n; ++t) {
+    const std::int8_t* x = qx + t * cols;
+    std::int8_t* q = a.q.data() + t * cols;
+    // Groups of 4 blocks: the first 16 weights of each, then the last 16 of each.
+    for (std::int64_t b = 0; b < grouped; b += 4) {
+      for (int k = 0; k < 4; ++k) {
+        std::memcpy(q + 32 * b + 16 * k, x + 32 * (b + k), 16);
+        std::memcpy(q + 32 * b + 64 + 16 * k, x + 32 * (b + k) + 16, 16);
+      }
+    }
+    std::memcpy(q + 32 * grouped, x + 32 * grouped, static_cast<std::size_t>(cols - 32 * grouped));
+  }
+  lane_corrections(a.q.data(), n * cols, 8, a.corr.data());
+}
+
+// Per super-block: the 8 scales and mins decoded (the 6-bit unpacking of ggml's AVX2 kernel,
+// four 32-bit words at a time) and converted in one vector, [d * sc | dmin * m], which one
+// multiply by the activations' block_d turns into [d * sc * xd | dmin * m * d_x * sum(x)]: the
+// blocks' scales in the low lanes and their min terms, summed apart, in the high ones. Then each
+// 64 bytes of qs (chunks c and c + 1, c = 0 or 2) give 128 weights: the low nibbles groups 2c and
+// 2c + 2, the high nibbles 2c + 1 and 2c + 3, which the reordered activations (prepare_q4k) hold
+// at 64-byte offsets 0, 64 (c = 0) and 128, 192 (c = 2). Each vpdpbusd leaves group pair (a, b)
+// in lanes 0-7 and 8-15; the lanes take scale a or b by one permute.
+template <int T>
+WEIR_VNNI void dot_q4k_vnni(const BlockQ4_K* w, std::int64_t sblocks, const VnniActs& a,
+                            std::int64_t t0, float* out, std::int64_t out_stride) {
+  const std::int64_t cols = sblocks * kQK_K;
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const __m512i pair[4] = {_mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0),
+                           _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1),
+                           _mm512_set_epi32(6, 6, 6, 6, 6, 6, 6, 6, 4, 4, 4, 4, 4, 4, 4, 4),
+                           _mm512_set_epi32(7, 7, 7, 7, 7, 7, 7, 7, 5, 5, 5, 5, 5, 5, 5, 5)};
+  const __m512i halves = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+  const std::int8_t* q = a.q.data() + t0 * cols;
+  const float* block_d = a.block_d.data() + t0 * (cols / 16);
+  __m512 acc[T][2], mins[T];
+  for (int k = 0; k < T; ++k) acc[k][0] = acc[k][1] = mins[k] = _mm512_setzero_ps();
+  for (std::int64_t i = 0; i < sblocks; ++i) {
+    const BlockQ4_K& b = w[i];
+    prefetch_ahead<3>(&b);  // 144 bytes
+    std::uint32_t u[4], dd;
+    std::memcpy(u, b.scales, 12);
+    std::memcpy(&dd, &b.d, 4);  // d, dmin
+    u[3] = ((u[2] >> 4) & 0x0f0f0f0f) | (((u[1] >> 6) & 0x03030303) << 4);
+    const std::uint32_t mins_lo = u[1] & 0x3f3f3f3f;
+    u[1] = (u[2] & 0x0f0f0f0f) | (((u[0] >> 6) & 0x03030303) << 4);
+    u[2] = mins_lo;
+    u[0] &= 0x3f3f3f3f;
+    // u[0..1]: the 8 scales, u[2..3]: the 8 mins, a byte each.
+    const __m512 d = _mm512_permutexvar_ps(
+        halves, _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(dd)))));
+    const __m512 scm = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
+                                         _mm_loadu_si128(reinterpret_cast<const __m128i*>(u)))),
+                                     d);
+    const __m512i lo = _mm512_loadu_si512(b.qs), hi = _mm512_loadu_si512(b.qs + 64);
+    const __m512i v[4] = {_mm512_and_si512(lo, m4), _mm512_and_si512(_mm512_srli_epi16(lo, 4), m4),
+                          _mm512_and_si512(hi, m4), _mm512_and_si512(_mm512_srli_epi16(hi, 4), m4)};
+    for (int k = 0; k < T; ++k) {
+      const __m512 p = _mm512_mul_ps(scm, _mm512_loadu_ps(block_d + k * (cols / 16) + 16 * i));
+      mins[k] = _mm512_add_ps(mins[k], p);  // the high half: the min terms
+      const std::int8_t* x = q + k * cols + i * kQK_K;
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j) {
+        const __m512i s =
+            _mm512_dpbusd_epi32(_mm512_setzero_si512(), v[j], _mm512_loadu_si512(x + 64 * j));
+        acc[k][j & 1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_permutexvar_ps(pair[j], p),
+                                        acc[k][j & 1]);
+      }
+    }
+  }
+  for (int k = 0; k < T; ++k) {
+    const __m256 m = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(mins[k]), 1));
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    out[k * out_stride] =
+        _mm512_reduce_add_ps(_mm512_add_ps(acc[k][0], acc[k][1])) - _mm_cvtss_f32(s);
+  }
+}
+
+// Per 128-weight half of a super-block: 64 bytes of ql and the 32 of qh (twice, in both 256-bit
+// halves) give two vectors of 64 unsigned 6-bit quants in weight order (see BlockQ6_K): the low
+// or high nibbles of ql, and qh's bits 2s, 2s + 1 moved to bits 4-5 by a per-16-bit-lane shift
+// (s = 0 for the first 32 bytes, 1 for the next, then 2 and 3). vpdpbusd starts from the lanes'
+// corrections (-32 * the activations' sum) so the offset 32 cancels; 4 lanes make a 16-group,
+// whose scale comes by a permute of the super-block's 16 scales, times the lanes' activation scale.
+template <int T>
+WEIR_VNNI void dot_q6k_vnni(const BlockQ6_K* w, std::int64_t sblocks, const VnniActs& a,
+                            std::int64_t t0, float* out, std::int64_t out_stride) {
+  const std::int64_t cols = sblocks * kQK_K, lanes = cols / 4;
+  const std::int8_t* q = a.q.data() + t0 * cols;
+  const std::int32_t* corr = a.corr.data() + t0 * lanes;
+  const float* lane_d = a.lane_d.data() + t0 * lanes;
+  const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+  // 16-bit lanes 0-15 (bytes 0-31) and 16-31.
+  const __m512i shl = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
+  const __m512i shr = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
+  __m512i group[4];  // lane l of vector j: scale 4j + l / 4
+  for (int j = 0; j < 4; ++j)
+    group[j] = _mm512_set_epi32(4 * j + 3, 4 * j + 3, 4 * j + 3, 4 * j + 3, 4 * j + 2, 4 * j + 2,
+                                4 * j + 2, 4 * j + 2, 4 * j + 1, 4 * j + 1, 4 * j + 1, 4 * j + 1,
+                                4 * j, 4 * j, 4 * j, 4 * j);
+  __m512 acc[T][2];
+  for (int k = 0; k < T; ++k) acc[k][0] = acc[k][1] = _mm512_setzero_ps();
+  for (std::int64_t i = 0; i < sblocks; ++i) {
+    const BlockQ6_K& b = w[i];
+    prefetch_ahead<4>(&b);  // 210 bytes
+    const __m512 sc = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(
+                                        reinterpret_cast<const __m128i*>(b.scales)))),
+                                    _mm512_set1_ps(_cvtsh_ss(b.d)));
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      const __m512i l = _mm512_loadu_si512(b.ql + 64 * h);
+      const __m512i qh = _mm512_broadcast_i64x4(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh + 32 * h)));
+      const __m512i v[2] = {
+          _mm512_ternarylogic_epi32(m4, l, _mm512_and_si512(_mm512_sllv_epi16(qh, shl), m30), 0xEA),
+          _mm512_ternarylogic_epi32(m4, _mm512_srli_epi16(l, 4),
+                                    _mm512_and_si512(_mm512_srlv_epi16(qh, shr), m30), 0xEA)};
+#pragma GCC unroll 2
+      for (int jj = 0; jj < 2; ++jj) {
+        const int j = 2 * h + jj;
+        const __m512 s = _mm512_permutexvar_ps(group[j], sc);
+        const std::int64_t lane = i * (kQK_K / 4) + 16 * j;
+        for (int k = 0; k < T; ++k) {
+          const __m512i d = _mm512_dpbusd_epi32(_mm512_loadu_si512(corr + k * lanes + lane), v[jj],
+                                                _mm512_loadu_si512(q + k * cols + 4 * lane));
+          acc[k][jj] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d),
+                                       _mm512_mul_ps(s, _mm512_loadu_ps(lane_d + k * lanes + lane)),
+                                       acc[k][jj]);
+        }
+      }
+    }
+  }
+  for (int k = 0; k < T; ++k)
+    out[k * out_stride] = _mm512_reduce_add_ps(_mm512_add_ps(acc[k][0], acc[k][1]));
+}
+
+// Q8_0 and Q4_0 rows, 8 blocks (256 weights) at a time: the 8 fp16 scales gathered and converted
+// together, times the 8 activation scales; then per 64 weights one vpdpbusd from the lanes'
+// corrections and a permute of those 8 products for the lanes. Q8_0: the signed quants made
+// unsigned (+128 by flipping the top bit; the correction is -128 * the activations' sum), two
+// blocks a vector. Q4_0: the nibbles of 4 blocks in one vector (a block per 128-bit lane), the
+// low nibbles for the first 16 weights of each block and the high ones for the last 16, as
+// prepare_q4_0 orders the activations; the offset 8 is the correction's. The blocks past the
+// last multiple of 8 go one at a time in 256-bit vectors, in plain order.
+template <class Block, int T>
+WEIR_VNNI void dot_blocks_vnni(const Block* w, std::int64_t blocks, const VnniActs& a,
+                               std::int64_t t0, const float* xd, float* out,
+                               std::int64_t out_stride) {
+  constexpr bool q8 = std::is_same_v<Block, BlockQ8_0>;
+  const std::int64_t cols = blocks * 32, lanes = cols / 4, grouped = blocks / 8 * 8;
+  const std::int8_t* q = a.q.data() + t0 * cols;
+  const std::int32_t* corr = a.corr.data() + t0 * lanes;
+  const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80)), m4 = _mm512_set1_epi8(0x0F);
+  // Lane l of vector j takes the scale of block: Q8_0 2j + l / 8; Q4_0 4 * (j / 2) + (l % 16) / 4.
+  __m512i block_of[4];
+  for (int j = 0; j < 4; ++j) {
+    alignas(64) std::int32_t idx[16];
+    for (int l = 0; l < 16; ++l) idx[l] = q8 ? 2 * j + l / 8 : 4 * (j / 2) + l / 4;
+    block_of[j] = _mm512_load_si512(idx);
+  }
+  __m512 acc[T][2];
+  for (int k = 0; k < T; ++k) acc[k][0] = acc[k][1] = _mm512_setzero_ps();
+  for (std::int64_t b = 0; b < grouped; b += 8) {
+    const Block* g = w + b;
+    prefetch_ahead<q8 ? 5 : 3>(g);  // 272 or 144 bytes
+    const __m256 dw = _mm256_cvtph_ps(_mm_setr_epi16(
+        static_cast<short>(g[0].d), static_cast<short>(g[1].d), static_cast<short>(g[2].d),
+        static_cast<short>(g[3].d), static_cast<short>(g[4].d), static_cast<short>(g[5].d),
+        static_cast<short>(g[6].d), static_cast<short>(g[7].d)));
+    __m512i v[4];
+    if constexpr (q8) {
+      for (int j = 0; j < 4; ++j) {
+        const __m512i both = _mm512_inserti64x4(
+            _mm512_castsi256_si512(
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(g[2 * j].qs))),
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(g[2 * j + 1].qs)), 1);
+        v[j] = _mm512_xor_si512(both, bias);
+      }
+    } else {
+      for (int h = 0; h < 2; ++h) {
+        const Block* f = g + 4 * h;
+        __m512i raw =
+            _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(f[0].qs)));
+        raw =
+            _mm512_inserti32x4(raw, _mm_loadu_si128(reinterpret_cast<const __m128i*>(f[1].qs)), 1);
+        raw =
+            _mm512_inserti32x4(raw, _mm_loadu_si128(reinterpret_cast<const __m128i*>(f[2].qs)), 2);
+        raw =
+            _mm512_inserti32x4(raw, _mm_loadu_si128(reinterpret_cast<const __m128i*>(f[3].qs)), 3);
+        v[2 * h] = _mm512_and_si512(raw, m4);
+        v[2 * h + 1] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+      }
+    }
+    for (int k = 0; k < T; ++k) {
+      const __m512 p =
+          _mm512_castps256_ps512(_mm256_mul_ps(dw, _mm256_loadu_ps(xd + k * blocks + b)));
+      const std::int8_t* x = q + k * cols + 32 * b;
+      const std::int32_t* c = corr + k * lanes + 8 * b;
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j) {
+        const __m512i d = _mm512_dpbusd_epi32(_mm512_loadu_si512(c + 16 * j), v[j],
+                                              _mm512_loadu_si512(x + 64 * j));
+        acc[k][j & 1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d),
+                                        _mm512_permutexvar_ps(block_of[j], p), acc[k][j & 1]);
+      }
+    }
+  }
+  __m256 tail[T];
+  for (int k = 0; k < T; ++k) tail[k] = _mm256_setzero_ps();
+  for (std::int64_t b = grouped; b < blocks; ++b) {
+    __m256i v;
+    if constexpr (q8) {
+      v = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs)),
+                           _mm512_castsi512_si256(bias));
+    } else {
+      const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].qs));
+      const __m128i m = _mm512_castsi512_si128(m4);
+      v = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(raw, 4), m), _mm_and_si128(raw, m));
+    }
+    const float dw = _cvtsh_ss(w[b].d);
+    for (int k = 0; k < T; ++k) {
+      const __m256i d = _mm256_dpbusd_epi32(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(corr + k * lanes + 8 * b)), v,
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + k * cols + 32 * b)));
+      tail[k] =
+          _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_set1_ps(dw * xd[k * blocks + b]), tail[k]);
+    }
+  }
+  for (int k = 0; k < T; ++k) {
+    const __m512 sum =
+        _mm512_add_ps(_mm512_add_ps(acc[k][0], acc[k][1]), _mm512_castps256_ps512(tail[k]));
+    out[k * out_stride] = _mm512_reduce_add_ps(sum);
+  }
+}
+
+#define WEIR_DOT_VNNI(T)                                                                         \
+  template void dot_q4k_vnni<T>(const BlockQ4_K*, std::int64_t, const VnniActs&, std::int64_t,   \
+                                float*, std::int64_t);                                           \
+  template void dot_q6k_vnni<T>(const BlockQ6_K*, std::int64_t, const VnniActs&, std::int64_t,   \
+                                float*, std::int64_t);                                           \
+  template void dot_blocks_vnni<BlockQ8_0, T>(const BlockQ8_0*, std::int64_t, const VnniActs&,   \
+                                              std::int64_t, const float*, float*, std::int64_t); \
+  template void dot_blocks_vnni<BlockQ4_0, T>(const BlockQ4_0*, std::int64_t, const VnniActs&,   \
+                                              std::int64_t, const float*, float*, std::int64_t);
+WEIR_DOT_VNNI(1)
+WEIR_DOT_VNNI(2)
+WEIR_DOT_VNNI(3)
+WEIR_DOT_VNNI(4)
+#undef WEIR_DOT_VNNI
+
+#pragma GCC diagnostic pop
+
+}  // namespace weir::inference::kernels::detail
+#endif

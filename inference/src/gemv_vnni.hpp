@@ -1,0 +1,86 @@
+// The decode kernels of matmul() on AVX-512 VNNI: Q4_K, Q6_K, Q8_0 and Q4_0 weight rows straight
+// from their blocks against Q8_0-quantised activations, T <= 4 tokens at a time (one token per
+// sequence in a decode step). matmul() picks them at run time (have_vnni()) below the batch
+// sizes that go to the GEMMs. x86-64 only. Private to inference/ (kernels.cpp).
+//
+// One decode token reads every weight once, so these kernels must keep up with DRAM: up to 9
+// bytes of weights a cycle a core on the development machine (2 cores sharing up to ~47 GB/s at
+// 2.6 GHz). The AVX2 kernels (dot_avx2.hpp) decode each 32-weight group into its own float
+// multiply-add chain and fall well short for the K-quants. Here one vpdpbusd multiplies 64
+// weights by 64 activation quants (unsigned x signed bytes, 4 products a lane), and the scales
+// of a whole super-block or block group are applied per lane in one float multiply-add per 64
+// weights. The activations are rearranged once per matmul (prepare_*) so that the weights need
+// no shuffling: a lane's activation bytes, scale and offset correction sit at the same offset as
+// its weights.
+//
+// Results equal the portable kernels' (kernels_portable.hpp) up to float summation order: the
+// integer dot of every 4 weights is exact, and only the order of the float products' sum differs.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "quant.hpp"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define WEIR_X86 1
+#endif
+
+#ifdef WEIR_X86
+namespace weir::inference::kernels::detail {
+
+#define WEIR_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma")))
+
+// Activations prepared for one weight type from quantize_q8's output (qx [n, cols] quants and
+// xd [n, cols / 32] scales). Sizes per token; every array is [n, size].
+struct VnniActs {
+  std::vector<std::int8_t> q;      // [cols]: quants, Q4_K: groups reordered (see prepare_q4k)
+  std::vector<std::int32_t> corr;  // [cols / 4]: per 4-byte lane, -offset * (sum of its quants)
+  std::vector<float> lane_d;       // [cols / 4]: per lane, the scale of its 32-block (Q6_K)
+  // [cols / 16], Q4_K: per super-block the 8 blocks' scales d, then their d * (sum of quants).
+  std::vector<float> block_d;
+};
+
+// quantize_q8 (kernels_portable.hpp) in AVX-512: the same quants and scales, bit for bit (the
+// same float operations per element, the scale's fp16 rounding by the same helper). A decode
+// step quantises its activations on the calling thread while the others wait, so this is
+// serial time: 2 of every 30 decode samples went to the scalar loop.
+WEIR_VNNI void quantize_q8_avx512(const float* x, std::int64_t n, std::int64_t cols,
+                                  std::vector<std::int8_t>& q, std::vector<float>& s);
+
+// Q4_K: quants with the 32-groups of each super-block in the order 0 2 1 3 4 6 5 7, so that the
+// low and high nibbles of 64 bytes of qs meet their activations in one 64-byte load; block_d.
+void prepare_q4k(const std::int8_t* qx, const float* xd, std::int64_t n, std::int64_t cols,
+                 VnniActs& a);
+// Q6_K: quants as they are, corr for the offset 32, lane_d.
+void prepare_q6k(const std::int8_t* qx, const float* xd, std::int64_t n, std::int64_t cols,
+                 VnniActs& a);
+
+// Q8_0: quants as they are, corr for the offset 128.
+void prepare_q8(const std::int8_t* qx, std::int64_t n, std::int64_t cols, VnniActs& a);
+// Q4_0: in each group of 8 blocks, per 4 blocks the first 16 quants of each, then the last 16
+// of each (the low and the high nibbles of 4 blocks' qs); the blocks past the last group as
+// they are. corr for the offset 8.
+void prepare_q4_0(const std::int8_t* qx, std::int64_t n, std::int64_t cols, VnniActs& a);
+
+// One weight row against T tokens (T = 1..4): out[k * out_stride] for k < T.
+
+// Q4_K rows, w: [sblocks]. a: from prepare_q4k, tokens t0 .. t0 + T of it.
+template <int T>
+WEIR_VNNI void dot_q4k_vnni(const BlockQ4_K* w, std::int64_t sblocks, const VnniActs& a,
+                            std::int64_t t0, float* out, std::int64_t out_stride);
+
+// Q6_K rows, w: [sblocks]. a: from prepare_q6k, tokens t0 .. t0 + T of it.
+template <int T>
+WEIR_VNNI void dot_q6k_vnni(const BlockQ6_K* w, std::int64_t sblocks, const VnniActs& a,
+                            std::int64_t t0, float* out, std::int64_t out_stride);
+
+// Q8_0 or Q4_0 rows (Block: BlockQ8_0 or BlockQ4_0), w: [blocks]. a: from prepare_q8 or
+// prepare_q4_0, tokens t0 .. t0 + T of it. xd: [T, blocks], the activation scales (quantize_q8).
+template <class Block, int T>
+WEIR_VNNI void dot_blocks_vnni(const Block* w, std::int64_t blocks, const VnniActs& a,
+                               std::int64_t t0, const float* xd, float* out,
+                               std::int64_t out_stride);
+
+}  // namespace weir::inference::kernels::detail
+#endif
