@@ -182,7 +182,7 @@ Runner::Runner(const CompiledGraph& graph, const RuntimeOptions& o, std::string 
       opt(o),
       lim(limits),
       run_id(std::move(id)),
-      st(o.budget, limits.max_state_bytes, "run " + run_id + " state") {
+      st(o.budget, limits.max_state_bytes, &run_id) {
   if (lim.deadline.count() > 0) deadline = Clock::now() + lim.deadline;
   if (Pools* pl = pools(); pl && !pl->scratch.empty()) {
     auto& pool = pl->scratch;

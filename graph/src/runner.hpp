@@ -30,8 +30,9 @@ namespace json = boost::json;
 using Clock = std::chrono::steady_clock;
 
 struct RunState {
-  explicit RunState(MemoryBudget* budget, std::size_t cap, std::string what)
-      : resource(budget, BudgetCategory::run_state, cap, std::move(what)) {}
+  // Messages name the run as "run <run_id> state"; REQUIRES: `run_id` outlives the state.
+  RunState(MemoryBudget* budget, std::size_t cap, const std::string* run_id)
+      : resource(budget, BudgetCategory::run_state, cap, &describe, run_id) {}
   AccountingResource resource;
   std::vector<json::value> values;  // [channels]
   // [nodes]; null when no node counts its visits (max_visits) and the run has no thread
@@ -39,6 +40,11 @@ struct RunState {
   // What the run's values allocate from (a plain pointer to `resource`: made on use, not kept).
   json::storage_ptr sp() { return json::storage_ptr(&resource); }
   ~RunState() { values.clear(); }
+
+ private:
+  static std::string describe(const void* run_id) {
+    return "run " + *static_cast<const std::string*>(run_id) + " state";
+  }
 };
 
 struct Task {

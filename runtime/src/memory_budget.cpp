@@ -240,8 +240,21 @@ void MemoryBudget::reset_peaks() noexcept {
 // --- AccountingResource -------------------------------------------------------------------
 
 AccountingResource::AccountingResource(MemoryBudget* budget, BudgetCategory category,
-                                       std::size_t local_limit, std::string what)
-    : budget_(budget), category_(category), local_limit_(local_limit), what_(std::move(what)) {}
+                                       std::size_t local_limit, const char* what)
+    : AccountingResource(
+          budget, category, local_limit,
+          [](const void* w) { return std::string(static_cast<const char*>(w)); }, what) {}
+
+AccountingResource::AccountingResource(MemoryBudget* budget, BudgetCategory category,
+                                       std::size_t local_limit, Describe describe,
+                                       const void* owner)
+    : budget_(budget),
+      category_(category),
+      local_limit_(local_limit),
+      describe_(describe),
+      owner_(owner) {
+  assert(describe_);
+}
 
 AccountingResource::~AccountingResource() {
   assert(bytes_ == 0 && "memory allocated from an AccountingResource outlived it");
@@ -251,14 +264,14 @@ AccountingResource::~AccountingResource() {
 void* AccountingResource::do_allocate(std::size_t n, std::size_t align) {
   if (n > local_limit_ - bytes_) {
     throw Exception(Errc::memory_budget_exceeded,
-                    what_ + " would grow to " + format_bytes(bytes_ + n) + ", over its limit of " +
-                        format_bytes(local_limit_) +
+                    describe_(owner_) + " would grow to " + format_bytes(bytes_ + n) +
+                        ", over its limit of " + format_bytes(local_limit_) +
                         "; raise the per-run state limit (limits.max_state_bytes) or move large "
                         "values to artifacts (limits.inline_limit)");
   }
   if (budget_ && !budget_->charge(category_, n)) {
     throw Exception(Errc::memory_budget_exceeded,
-                    what_ + ": " + budget_->exceeded_message(category_, n));
+                    describe_(owner_) + ": " + budget_->exceeded_message(category_, n));
   }
   void* p = ::operator new(n, std::align_val_t(align));
   bytes_ += n;

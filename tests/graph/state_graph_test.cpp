@@ -27,11 +27,11 @@ namespace json = boost::json;
 using namespace std::chrono_literals;
 
 Result<RunResult> invoke(GraphRuntime& rt, std::shared_ptr<const CompiledGraph> g,
-                         json::object input) {
+                         json::object input, RunOptions options = {}) {
   asio::io_context io;
   Result<RunResult> out = Error(Errc::cancelled, "not run");
   auto task = [&]() -> asio::awaitable<void> {
-    out = co_await rt.async_invoke(g, std::move(input));
+    out = co_await rt.async_invoke(g, std::move(input), std::move(options));
   };
   asio::co_spawn(io, task(), asio::detached);
   io.run();
@@ -211,10 +211,14 @@ TEST(StateGraph, RunStateOverItsCapFailsThatRunOnly) {
   });
   b.add_edge("START", "big").add_edge("big", "END");
   GraphRuntime rt({.budget = &budget});
-  auto r = invoke(rt, *b.compile({.inline_limit = 1 << 30, .max_state_bytes = 32 * 1024}), {});
+  auto r = invoke(rt, *b.compile({.inline_limit = 1 << 30, .max_state_bytes = 32 * 1024}), {},
+                  {.run_id = "capped-run-with-a-long-id"});
   ASSERT_FALSE(r);
   EXPECT_TRUE(r.error().is(Errc::memory_budget_exceeded));
-  EXPECT_NE(r.error().message.find("state would grow to"), std::string::npos) << r.error().message;
+  // The message names the run by its id (made when the message is).
+  EXPECT_NE(r.error().message.find("run capped-run-with-a-long-id state would grow to "),
+            std::string::npos)
+      << r.error().message;
   EXPECT_EQ(budget.used(BudgetCategory::run_state), 0u);
 }
 

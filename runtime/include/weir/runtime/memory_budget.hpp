@@ -147,10 +147,18 @@ class MemoryBudget {
 // the budget it charges is thread-safe.
 class AccountingResource final : public boost::json::memory_resource {
  public:
+  // Names the resource's owner in its error messages ("run 42 state"), from `owner`. Called
+  // only when a message is made, so that a resource per run keeps no string of its own.
+  using Describe = std::string (*)(const void* owner);
+
   // `budget` may be null (only the local limit applies). `what` names the owner in messages
-  // ("run 42 state").
+  // ("--input"). REQUIRES: `what` outlives the resource (a string literal does).
   AccountingResource(MemoryBudget* budget, BudgetCategory category, std::size_t local_limit,
-                     std::string what);
+                     const char* what);
+  // The owner's name in messages is describe(owner). REQUIRES: describe is not null; owner
+  // outlives the resource.
+  AccountingResource(MemoryBudget* budget, BudgetCategory category, std::size_t local_limit,
+                     Describe describe, const void* owner);
   ~AccountingResource() override;
 
   std::size_t bytes() const noexcept { return bytes_; }
@@ -167,7 +175,8 @@ class AccountingResource final : public boost::json::memory_resource {
   MemoryBudget* budget_;
   BudgetCategory category_;
   std::size_t local_limit_;
-  std::string what_;
+  Describe describe_;
+  const void* owner_;
   std::size_t bytes_ = 0;
   std::size_t peak_ = 0;
 };
