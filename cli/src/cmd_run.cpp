@@ -327,14 +327,7 @@ int run_workflow(WorkflowEnv& env, RunTarget& target, const std::string& file, c
                  target.thread.c_str(), target.thread.c_str(), store_flag(target).c_str());
     return kExitOk;
   }
-  if (env.spec.output.empty()) {
-    std::printf("%s\n", to_json_text(result->state).c_str());
-  } else {  // the workflow's "output": only those channels are the result
-    json::object shown;
-    for (const auto& ch : env.spec.output)
-      if (const auto* v = result->state.if_contains(ch)) shown[ch] = *v;
-    std::printf("%s\n", to_json_text(shown).c_str());
-  }
+  std::printf("%s\n", to_json_text(env.spec.output_of(std::move(result->state))).c_str());
   std::fprintf(stderr,
                "weir %s: %s finished in %d supersteps; peak run state %s, %zu value%s moved to "
                "artifacts\n",

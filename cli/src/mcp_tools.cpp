@@ -133,14 +133,7 @@ Result<std::unique_ptr<McpTools>> McpTools::build(const std::string& prog,
                const tools::ToolContext&) -> asio::awaitable<Result<std::string>> {
             auto r = co_await sw->runtime->async_invoke(sw->built.graph, std::move(input));
             if (!r) co_return std::move(r).error();
-            json::object out;
-            if (sw->spec.output.empty()) {
-              out = std::move(r->state);
-            } else {
-              for (const auto& k : sw->spec.output)
-                if (auto* v = r->state.if_contains(k)) out[k] = *v;
-            }
-            co_return to_json_text(out);
+            co_return to_json_text(sw->spec.output_of(std::move(r->state)));
           },
           opt);
       if (auto s = t->registry_.add(tool); !s) return bad(prog, s.error().message);

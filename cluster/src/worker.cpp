@@ -120,15 +120,6 @@ struct Worker::Impl {
     return wf;
   }
 
-  // The workflow's output channels of `state` (all of it when the workflow names none).
-  static json::object output_of(const BuiltWorkflow& wf, const json::object& state) {
-    if (wf.spec.output.empty()) return state;
-    json::object shown;
-    for (const auto& ch : wf.spec.output)
-      if (const auto* v = state.if_contains(ch)) shown[ch] = *v;
-    return shown;
-  }
-
   void record(const RunRecord& rec, RunState state, const std::string& result,
               const std::string& code, const std::string& message) {
     if (auto s = queue->finish(rec.id, rec.fence, state, result, code, message); !s) {
@@ -221,7 +212,8 @@ struct Worker::Impl {
         if (*status == "done") {
           auto state = h->cp->state_at(rec.thread_id, last.checkpoint_id);
           if (state)
-            record(rec, RunState::succeeded, to_json_text(output_of(*h->wf, *state)), "", "");
+            record(rec, RunState::succeeded, to_json_text(h->wf->spec.output_of(std::move(*state))),
+                   "", "");
           else
             s = std::move(state).error();
         } else {
@@ -298,7 +290,7 @@ struct Worker::Impl {
                        {"thread", rec.thread_id}};
       record(rec, RunState::interrupted, to_json_text(out), "", "");
     } else if (h.result) {
-      record(rec, RunState::succeeded, to_json_text(output_of(*h.wf, h.result->state)), "", "");
+      record(rec, RunState::succeeded, to_json_text(h.wf->spec.output_of(h.result->state)), "", "");
     } else if (h.result.error().is(Errc::cancelled) && h.user_cancel) {
       record(rec, RunState::cancelled, "", "cancelled",
              "cancelled by weir cancel (" + h.result.error().message + ")");

@@ -57,6 +57,14 @@ const NodeSpec* WorkflowSpec::node(std::string_view n) const {
   return nullptr;
 }
 
+json::object WorkflowSpec::output_of(json::object state) const {
+  if (output.empty()) return state;
+  json::object shown;
+  for (const auto& ch : output)
+    if (const auto* v = state.if_contains(ch)) shown[ch] = std::move(state[ch]);
+  return shown;
+}
+
 std::optional<std::int64_t> parse_byte_size(const json::value& v) {
   if (v.is_int64()) return v.as_int64() >= 0 ? std::optional(v.as_int64()) : std::nullopt;
   if (v.is_uint64()) return static_cast<std::int64_t>(v.as_uint64());

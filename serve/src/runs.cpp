@@ -326,14 +326,8 @@ class LocalRuns final : public Runs {
                        {"thread", r->rec.thread_id}};
       end_locked(*r, RunState::interrupted, to_json_text(out), "", "");
     } else if (res) {
-      json::object shown;
-      if (r->wf->spec.output.empty()) {
-        shown = std::move(res->state);
-      } else {
-        for (const auto& ch : r->wf->spec.output)
-          if (const auto* v = res->state.if_contains(ch)) shown[ch] = *v;
-      }
-      end_locked(*r, RunState::succeeded, to_json_text(shown), "", "");
+      end_locked(*r, RunState::succeeded,
+                 to_json_text(r->wf->spec.output_of(std::move(res->state))), "", "");
     } else if (res.error().is(Errc::cancelled) && r->rec.cancel_requested) {
       end_locked(*r, RunState::cancelled, "", "cancelled",
                  "cancelled (" + res.error().message + ")");

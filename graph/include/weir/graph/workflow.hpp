@@ -143,6 +143,9 @@ struct WorkflowSpec {
 
   const ChannelSpec* channel(std::string_view name) const;
   const NodeSpec* node(std::string_view name) const;
+  // A finished run's result: the channels named by "output", or all of `state` when it names
+  // none.
+  boost::json::object output_of(boost::json::object state) const;
 };
 
 struct WorkflowLoad {
