@@ -15,6 +15,7 @@
 #include <memory>
 #include <new>
 #include <optional>
+#include <unordered_set>
 #include <vector>
 
 #include <simdjson.h>
@@ -90,10 +91,18 @@ class CappedResource final : public json::memory_resource {
     Slab *prev = nullptr, *next = nullptr;
   };
 
+  // Boost.JSON may free a piece with another size or alignment than it asked for (keys on the
+  // stream parser's error path), so neither decides how a piece is freed: alignments up to the
+  // default go through plain new and delete, and a slab's pieces are known by their address.
+  static constexpr std::size_t kPlainAlign = __STDCPP_DEFAULT_NEW_ALIGNMENT__;
+  static void* plain_new(std::size_t n, std::size_t align) {
+    return align <= kPlainAlign ? ::operator new(n) : ::operator new(n, std::align_val_t(align));
+  }
+
   void* do_allocate(std::size_t n, std::size_t align) override {
     if (n > *limit_ - bytes_) throw Exception(Errc::invalid_argument, what_);
     if (!slabs_ || n > kMaxPiece || align > alignof(Slab)) {
-      void* p = ::operator new(n, std::align_val_t(align));
+      void* p = plain_new(n, align);
       bytes_ += n;
       return p;
     }
@@ -104,6 +113,7 @@ class CappedResource final : public json::memory_resource {
       current_->next = head_;
       if (head_) head_->prev = current_;
       head_ = current_;
+      slab_set_.insert(reinterpret_cast<std::uintptr_t>(current_));
       at = sizeof(Slab);
     }
     used_ = at + n;
@@ -112,12 +122,16 @@ class CappedResource final : public json::memory_resource {
     return reinterpret_cast<char*>(current_) + at;
   }
   void do_deallocate(void* p, std::size_t n, std::size_t align) override {
-    bytes_ -= n;
-    if (!slabs_ || n > kMaxPiece || align > alignof(Slab)) {
-      ::operator delete(p, std::align_val_t(align));
+    bytes_ -= std::min(n, bytes_);
+    const auto base = reinterpret_cast<std::uintptr_t>(p) & ~(kSlab - 1);
+    if (!slabs_ || !slab_set_.count(base)) {
+      if (align <= kPlainAlign)
+        ::operator delete(p);
+      else
+        ::operator delete(p, std::align_val_t(align));
       return;
     }
-    auto* slab = reinterpret_cast<Slab*>(reinterpret_cast<std::uintptr_t>(p) & ~(kSlab - 1));
+    auto* slab = reinterpret_cast<Slab*>(base);
     if (--slab->live == 0) {
       if (slab != current_)
         release(slab);
@@ -131,6 +145,7 @@ class CappedResource final : public json::memory_resource {
     (s->prev ? s->prev->next : head_) = s->next;
     if (s->next) s->next->prev = s->prev;
     if (s == current_) current_ = nullptr;
+    slab_set_.erase(reinterpret_cast<std::uintptr_t>(s));
     s->~Slab();
     ::munmap(s, kSlab);
   }
@@ -153,8 +168,9 @@ class CappedResource final : public json::memory_resource {
   std::size_t bytes_ = 0;
   std::string what_;
   bool slabs_;
-  Slab *head_ = nullptr, *current_ = nullptr;  // every slab, in a list; the one being cut
-  std::size_t used_ = 0;                       // bytes of current_ handed out
+  Slab *head_ = nullptr, *current_ = nullptr;    // every slab, in a list; the one being cut
+  std::unordered_set<std::uintptr_t> slab_set_;  // every slab's address
+  std::size_t used_ = 0;                         // bytes of current_ handed out
 };
 
 class Walker {
