@@ -8,9 +8,9 @@
 
 #include "bench_util.hpp"
 #include "weir/inference/runner.hpp"
+#include "weir/runtime/json_write.hpp"
 #if WEIR_BENCH_CUDA
 #include "weir/inference/cuda/cuda_ops.hpp"
-#include "weir/runtime/json_write.hpp"
 #endif
 
 using namespace weir;
