@@ -6,6 +6,7 @@
 // multiple of 32.
 #include <cmath>
 #include <random>
+#include <span>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -35,6 +36,7 @@ struct Shape {
 
 constexpr Shape kShapes[] = {{13, 32}, {29, 96}, {24, 288}, {7, 64}, {5, 800}};
 constexpr std::int64_t kTokens[] = {1, 3, 4, 5, 17, 33, 64};
+constexpr std::int64_t kSmallBatches[] = {1, 2, 3, 4, 5, 7, 9, 15};  // under the K-quant GEMM
 constexpr KernelIsa kIsas[] = {KernelIsa::native, KernelIsa::avx2, KernelIsa::portable};
 
 // The activations' Q8_0 blocks, as ggml's reference quantiser makes them: xq [x.size()] quants,
@@ -165,6 +167,42 @@ TEST_F(Kernels, AvxQuantiserEqualsPortable) {
 }
 #endif
 
+// Runs kernels::matmul on inputs of each token count in `tokens` (random, seeded by `seed` + n,
+// the first block all zeros) with 1 and 3 threads and every ISA, and checks each output against
+// reference(t, r, xq, xd) = {value, magnitude} within `rel` * magnitude + 1e-7, where xq and xd
+// are the activations quantised to Q8_0 blocks as every path quantises them.
+template <class Reference>
+void check_matmul(GgmlType type, const Weight& wt, const Shape& s,
+                  std::span<const std::int64_t> tokens, unsigned seed, double rel,
+                  Reference reference) {
+  for (std::int64_t n : tokens) {
+    auto x = randn(static_cast<std::size_t>(n * s.cols), seed + n);
+    for (std::int64_t i = 0; i < 32 && i < n * s.cols; ++i) x[i] = 0.0f;  // an all-zero block
+    std::vector<std::int8_t> xq;
+    std::vector<float> xd;
+    quantise_activations(x, xq, xd);
+    for (int threads : {1, 3}) {
+      ThreadPool pool(threads);
+      for (KernelIsa isa : kIsas) {
+        kernels::force_kernel_isa(isa);
+        SCOPED_TRACE(std::string(ggml_type_name(type)) + " " + std::to_string(s.rows) + "x" +
+                     std::to_string(s.cols) + " n=" + std::to_string(n) +
+                     " threads=" + std::to_string(threads) + " " + isa_name(isa));
+        std::vector<float> y(static_cast<std::size_t>(n * s.rows), NAN);
+        std::vector<std::int8_t> qx;
+        std::vector<float> qs;
+        kernels::matmul(wt, x.data(), n, y.data(), pool, qx, qs);
+        for (std::int64_t t = 0; t < n; ++t) {
+          for (std::int64_t r = 0; r < s.rows; ++r) {
+            const auto [want, mag] = reference(t, r, xq, xd);
+            ASSERT_NEAR(y[t * s.rows + r], want, rel * mag + 1e-7) << "token " << t << " row " << r;
+          }
+        }
+      }
+    }
+  }
+}
+
 // Q8_0 and Q4_0 weights: every path quantises the activations to Q8_0 blocks (ggml's rounding,
 // the scale rounded to fp16) and sums d_w * d_x * (integer dot) per block, so the reference
 // does exactly that in double; only the float summation order may differ.
@@ -191,40 +229,19 @@ TEST_P(BlockKernels, MatmulMatchesQuantisedReference) {
                     &wd[b]);
       }
     }
-    for (std::int64_t n : kTokens) {
-      auto x = randn(static_cast<std::size_t>(n * s.cols), 200 + n);
-      for (std::int64_t i = 0; i < 32 && i < n * s.cols; ++i) x[i] = 0.0f;  // an all-zero block
-      std::vector<std::int8_t> xq;
-      std::vector<float> xd;
-      quantise_activations(x, xq, xd);
-      for (int threads : {1, 3}) {
-        ThreadPool pool(threads);
-        for (KernelIsa isa : kIsas) {
-          kernels::force_kernel_isa(isa);
-          SCOPED_TRACE(std::string(ggml_type_name(type)) + " " + std::to_string(s.rows) + "x" +
-                       std::to_string(s.cols) + " n=" + std::to_string(n) +
-                       " threads=" + std::to_string(threads) + " " + isa_name(isa));
-          std::vector<float> y(static_cast<std::size_t>(n * s.rows), NAN);
-          std::vector<std::int8_t> qx;
-          std::vector<float> qs;
-          kernels::matmul(wt, x.data(), n, y.data(), pool, qx, qs);
-          for (std::int64_t t = 0; t < n; ++t) {
-            for (std::int64_t r = 0; r < s.rows; ++r) {
-              double want = 0, mag = 0;
-              for (std::int64_t b = 0; b < blocks; ++b) {
-                std::int64_t dot = 0;
-                for (int j = 0; j < 32; ++j)
-                  dot += wq[(r * blocks + b) * 32 + j] * xq[(t * blocks + b) * 32 + j];
-                const double term = double(wd[r * blocks + b]) * xd[t * blocks + b] * dot;
-                want += term, mag += std::fabs(term);
-              }
-              ASSERT_NEAR(y[t * s.rows + r], want, 1e-6 * mag + 1e-7)
-                  << "token " << t << " row " << r;
-            }
-          }
-        }
-      }
-    }
+    check_matmul(type, wt, s, kTokens, 200, 1e-6,
+                 [&](std::int64_t t, std::int64_t r, const std::vector<std::int8_t>& xq,
+                     const std::vector<float>& xd) {
+                   double want = 0, mag = 0;
+                   for (std::int64_t b = 0; b < blocks; ++b) {
+                     std::int64_t dot = 0;
+                     for (int j = 0; j < 32; ++j)
+                       dot += wq[(r * blocks + b) * 32 + j] * xq[(t * blocks + b) * 32 + j];
+                     const double term = double(wd[r * blocks + b]) * xd[t * blocks + b] * dot;
+                     want += term, mag += std::fabs(term);
+                   }
+                   return std::pair{want, mag};
+                 });
   }
 }
 
@@ -259,45 +276,24 @@ TEST_P(KQuantKernels, DecodeMatchesQuantisedReference) {
         unpack_q6_k(reinterpret_cast<const BlockQ6_K*>(bytes->data())[i], wq.data() + i * kQK_K,
                     wsc.data() + i * 16);
     }
-    for (std::int64_t n : {1, 2, 3, 4, 5, 7, 9, 15}) {
-      auto x = randn(static_cast<std::size_t>(n * s.cols), 300 + n);
-      for (std::int64_t i = 0; i < 32 && i < n * s.cols; ++i) x[i] = 0.0f;  // an all-zero block
-      std::vector<std::int8_t> xq;
-      std::vector<float> xd;
-      quantise_activations(x, xq, xd);
-      for (int threads : {1, 3}) {
-        ThreadPool pool(threads);
-        for (KernelIsa isa : kIsas) {
-          kernels::force_kernel_isa(isa);
-          SCOPED_TRACE(std::string(ggml_type_name(type)) + " " + std::to_string(s.rows) + "x" +
-                       std::to_string(s.cols) + " n=" + std::to_string(n) +
-                       " threads=" + std::to_string(threads) + " " + isa_name(isa));
-          std::vector<float> y(static_cast<std::size_t>(n * s.rows), NAN);
-          std::vector<std::int8_t> qx;
-          std::vector<float> qs;
-          kernels::matmul(wt, x.data(), n, y.data(), pool, qx, qs);
-          for (std::int64_t t = 0; t < n; ++t) {
-            for (std::int64_t r = 0; r < s.rows; ++r) {
-              double want = 0, mag = 0;
-              for (std::int64_t g = 0; g < groups; ++g) {
-                std::int64_t dot = 0, xsum = 0;
-                for (int j = 0; j < group; ++j) {
-                  const std::int64_t i = g * group + j;
-                  dot += wq[r * s.cols + i] * xq[t * s.cols + i];
-                  xsum += xq[t * s.cols + i];
-                }
-                const double d_x = xd[(t * s.cols + g * group) / 32];
-                const double term = double(wsc[r * groups + g]) * d_x * dot;
-                const double min = q4k ? double(wmn[r * groups + g]) * d_x * xsum : 0.0;
-                want += term - min, mag += std::fabs(term) + std::fabs(min);
-              }
-              ASSERT_NEAR(y[t * s.rows + r], want, 1e-5 * mag + 1e-7)
-                  << "token " << t << " row " << r;
-            }
-          }
-        }
-      }
-    }
+    check_matmul(type, wt, s, kSmallBatches, 300, 1e-5,
+                 [&](std::int64_t t, std::int64_t r, const std::vector<std::int8_t>& xq,
+                     const std::vector<float>& xd) {
+                   double want = 0, mag = 0;
+                   for (std::int64_t g = 0; g < groups; ++g) {
+                     std::int64_t dot = 0, xsum = 0;
+                     for (int j = 0; j < group; ++j) {
+                       const std::int64_t i = g * group + j;
+                       dot += wq[r * s.cols + i] * xq[t * s.cols + i];
+                       xsum += xq[t * s.cols + i];
+                     }
+                     const double d_x = xd[(t * s.cols + g * group) / 32];
+                     const double term = double(wsc[r * groups + g]) * d_x * dot;
+                     const double min = q4k ? double(wmn[r * groups + g]) * d_x * xsum : 0.0;
+                     want += term - min, mag += std::fabs(term) + std::fabs(min);
+                   }
+                   return std::pair{want, mag};
+                 });
   }
 }
 
