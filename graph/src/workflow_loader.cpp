@@ -1,9 +1,5 @@
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
-#include <fstream>
-#include <set>
-#include <sstream>
+#include <map>
 #include <unordered_map>
 #include <unordered_set>
 

@@ -60,8 +60,8 @@ const NodeSpec* WorkflowSpec::node(std::string_view n) const {
 json::object WorkflowSpec::output_of(json::object state) const {
   if (output.empty()) return state;
   json::object shown;
-  for (const auto& ch : output)
-    if (const auto* v = state.if_contains(ch)) shown[ch] = std::move(state[ch]);
+  for (const auto& ch : output)  // moved, so a channel named twice is taken once
+    if (auto* v = state.if_contains(ch); v && !shown.contains(ch)) shown[ch] = std::move(*v);
   return shown;
 }
 
