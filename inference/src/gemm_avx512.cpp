@@ -133,7 +133,7 @@ struct QPanel {
 // vpdpbusd against a broadcast dword of a weight row adds 4 products for 16 tokens. A block's
 // int32 sums start at -128 * (sum of the row's quants in the block), which cancels the offset
 // exactly; then they are scaled (weight scale x token scales) into float accumulators.
-constexpr int kQ8Rows = 4;
+constexpr int kQ8Rows = 6;
 
 // y[j * ldy + r] for r < nr, j < count. w: the tile's rows, [kQ8Rows][blocks]; wd, negsum:
 // their scales and -128 * sum(quants), [kQ8Rows][blocks]; xq, xd: the panel's quants and
