@@ -24,13 +24,16 @@ constexpr int kPrompt = 32, kNew = 32;
 const int kThreads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 inference::Device g_device = inference::Device::cpu;
 
+// An engine on its own runner; `runner_out`, when given, gets the runner (the engine owns it).
 std::unique_ptr<Engine> make(std::shared_ptr<const inference::Model> m, std::size_t kv_bytes,
-                             std::int64_t max_model_len, int max_num_seqs = 64) {
+                             std::int64_t max_model_len, int max_num_seqs = 64,
+                             inference::StepRunner** runner_out = nullptr) {
   auto runner = inference::make_runner(std::move(m), g_device, kThreads);
   if (!runner) {
     std::fprintf(stderr, "%s\n", runner.error().message.c_str());
     std::exit(1);
   }
+  if (runner_out) *runner_out = runner->runner.get();
   auto e = Engine::create(std::move(runner->runner), {.max_num_seqs = max_num_seqs,
                                                       .max_num_batched_tokens = 2048,
                                                       .max_model_len = max_model_len,
@@ -74,7 +77,40 @@ double throughput(Engine& e, int n, std::int32_t vocab, double* waste_pct) {
   return static_cast<double>(tokens) / s;
 }
 
-boost::json::object run(inference::GgmlType type, const std::filesystem::path& dir) {
+// Multiply-adds a token costs in the weight matmuls of the layers, and in the output projection.
+std::pair<double, double> matmul_macs(const inference::Model& m) {
+  auto n = [](const inference::Weight& w) { return static_cast<double>(w.rows * w.cols); };
+  double layers = 0;
+  for (const auto& l : m.layers())
+    layers += n(l.wq) + n(l.wk) + n(l.wv) + n(l.wo) + n(l.w_gate) + n(l.w_up) + n(l.w_down);
+  return {layers, n(m.output())};
+}
+
+// Where the 32-sequence run's decode steps went (StepProfile, per step), and the matmuls' rate
+// against the measured peak of the unit they run on (`peak_gop_s`: F32 FMA or int8 dot).
+boost::json::object step_breakdown(const inference::StepProfile& p, const inference::Model& m,
+                                   double peak_gop_s) {
+  boost::json::object o;
+  if (p.steps == 0) return o;
+  const double steps = static_cast<double>(p.steps);
+  const auto [layer_macs, logit_macs] = matmul_macs(m);
+  const double tokens = static_cast<double>(p.tokens) / steps;
+  const double gemm_ms = (p.matmul_ms + p.logits_ms) / steps;
+  const double gop_s = 2.0 * tokens * (layer_macs + logit_macs) / (gemm_ms / 1e3) / 1e9;
+  o["steps"] = p.steps;
+  o["tokens_per_step"] = tokens;
+  o["step_ms"] = p.total_ms() / steps;
+  o["matmul_ms"] = p.matmul_ms / steps;
+  o["attention_ms"] = p.attention_ms / steps;
+  o["logits_ms"] = p.logits_ms / steps;
+  o["rest_ms"] = p.rest_ms / steps;
+  o["matmul_gop_s"] = gop_s;
+  o["matmul_fraction_of_peak"] = peak_gop_s > 0 ? gop_s / peak_gop_s : 0.0;
+  return o;
+}
+
+boost::json::object run(inference::GgmlType type, const std::filesystem::path& dir,
+                        double peak_gop_s) {
   auto model = model_15m(type, dir);
   const auto& hp = model->hp();
   const std::size_t block_bytes = static_cast<std::size_t>(
@@ -82,13 +118,28 @@ boost::json::object run(inference::GgmlType type, const std::filesystem::path& d
   boost::json::object out, tok;
   double waste = 0;
   {
-    auto e = make(model, block_bytes * 320, 256);  // room for 64 x 64 tokens
-    throughput(*e, 4, hp.n_vocab, nullptr);        // warm up
+    inference::StepRunner* runner = nullptr;
+    auto e = make(model, block_bytes * 320, 256, 64, &runner);  // room for 64 x 64 tokens
+    throughput(*e, 4, hp.n_vocab, nullptr);                     // warm up
     for (int n : {1, 8, 32, 64}) {
       double w = 0;
+      const bool profiled = n == 32 && runner->set_step_profiling(true);
       tok[std::to_string(n)] = throughput(*e, n, hp.n_vocab, n == 32 ? &w : nullptr);
       if (n == 32) waste = w;
       std::fprintf(stderr, "  %2d sequences: %8.1f tok/s\n", n, tok[std::to_string(n)].as_double());
+      if (profiled) {
+        out["step_32"] = step_breakdown(runner->step_profile(), *model, peak_gop_s);
+        runner->set_step_profiling(false);
+        const auto& s = out["step_32"].as_object();
+        if (!s.empty()) {
+          std::fprintf(stderr,
+                       "      a 32-sequence decode step: %.2f ms = matmuls %.2f + attention %.2f "
+                       "+ logits %.2f + rest %.2f; matmuls at %.2f of the unit's peak\n",
+                       s.at("step_ms").as_double(), s.at("matmul_ms").as_double(),
+                       s.at("attention_ms").as_double(), s.at("logits_ms").as_double(),
+                       s.at("rest_ms").as_double(), s.at("matmul_fraction_of_peak").as_double());
+        }
+      }
     }
   }
   out["tok_s"] = tok;
@@ -302,10 +353,17 @@ int main(int argc, char** argv) {
     }
   }
   const auto dir = std::filesystem::temp_directory_path() / "weir-bench-models-v2";
+  // The units the batched matmuls run on, measured: F32 FMA (F32 weights) and int8 dot products
+  // (Q8_0 weights, AVX-512 VNNI), all threads.
+  const double fma = measured_fma_gflop_s(kThreads), dot = measured_int8_dot_gop_s(kThreads);
+  std::fprintf(stderr, "peaks (%d threads): F32 FMA %.0f GFLOP/s, int8 dot %.0f Gop/s\n", kThreads,
+               fma, dot);
   std::fprintf(stderr, "F32 (%d threads)\n", kThreads);
-  auto out = run(inference::GgmlType::f32, dir);
+  auto out = run(inference::GgmlType::f32, dir, fma);
   std::fprintf(stderr, "Q8_0 (%d threads)\n", kThreads);
-  out["q8_0"] = run(inference::GgmlType::q8_0, dir);
+  out["q8_0"] = run(inference::GgmlType::q8_0, dir, dot);
+  out["peak_fma_gflop_s"] = fma;
+  out["peak_int8_dot_gop_s"] = dot;
   out["threads"] = kThreads;
   out["device"] = g_device == inference::Device::cuda ? "cuda" : "cpu";
 #if WEIR_BENCH_CUDA

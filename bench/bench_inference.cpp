@@ -110,18 +110,6 @@ double matrix_params(const inference::Model& m) {
   return total;
 }
 
-// The cores' FP32 FMA peak if each core retires two 16-lane FMAs a cycle (AVX-512 with two FMA
-// units) at the clock /proc/cpuinfo reports: an upper bound to compare prefill against.
-double fma_peak_gflop_s(int cores) {
-  std::ifstream f("/proc/cpuinfo");
-  std::string line;
-  double mhz = 0;
-  while (std::getline(f, line))
-    if (line.rfind("cpu MHz", 0) == 0)
-      mhz = std::max(mhz, std::stod(line.substr(line.find(':') + 1)));
-  return cores * mhz * 1e6 * 2 * 16 * 2 / 1e9;
-}
-
 // The 1-minute load average (/proc/loadavg): the 1b numbers depend on what else the machine runs.
 double load_average() {
   std::ifstream f("/proc/loadavg");
@@ -251,7 +239,7 @@ int main(int argc, char** argv) {
     out["prefill_tok_s_1b"] = pre1b;
     out["prefill_gflop_s_1b"] = gflops;
     out["fma_peak_gflop_s"] = boost::json::object{
-        {"1t", fma_peak_gflop_s(1)}, {std::to_string(all) + "t", fma_peak_gflop_s(all)}};
+        {"1t", measured_fma_gflop_s(1)}, {std::to_string(all) + "t", measured_fma_gflop_s(all)}};
     out["load_average_1m"] = load;
   }
   out["peak_rss_mb"] = peak_rss_mb();

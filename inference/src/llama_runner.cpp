@@ -1,5 +1,6 @@
 #include "weir/inference/llama_runner.hpp"
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 
@@ -24,10 +25,21 @@ class LlamaRunner final : public StepRunner {
   std::int32_t head_dim() const override { return m_->hp().head_dim; }
   std::int32_t context_length() const override { return m_->hp().context_length; }
 
+  bool set_step_profiling(bool on) override {
+    if (on) profile_ = {};
+    profiling_ = on;
+    return true;
+  }
+  StepProfile step_profile() const override { return profile_; }
+
   Status forward(const StepBatch& b, const KvLayout& L, std::span<float> pool,
                  std::span<float> logits) override {
     const Hyperparams& hp = m_->hp();
     const std::int64_t n = static_cast<std::int64_t>(b.tokens.size());
+    // A decode step (one token per sequence, each sampled) is timed by phase when profiling.
+    Lap lap(profiling_ && n > 0 && static_cast<std::size_t>(n) == b.seqs.size() &&
+            b.logit_rows.size() == b.seqs.size());
+    const Lap::Clock::time_point step_start = lap.last;
     const std::int64_t dim = hp.dim, q_dim = std::int64_t{hp.n_heads} * hp.head_dim,
                        kv_dim = L.kv_dim();
     auto fit = [](std::vector<float>& v, std::int64_t size) {
@@ -73,7 +85,9 @@ class LlamaRunner final : public StepRunner {
       });
       {
         const kernels::MatmulOut qkv[] = {{w.wq, q_.data()}, {w.wk, k_.data()}, {w.wv, v_.data()}};
+        lap.to(nullptr);
         kernels::matmul_many(qkv, xb_.data(), n, pool_, qx_, qs_);
+        lap.to(&profile_.matmul_ms);
       }
       if (!w.bq.empty()) {
         for (std::int64_t t = 0; t < n; ++t) {
@@ -88,12 +102,15 @@ class LlamaRunner final : public StepRunner {
         kernels::rope_apply(k_.data() + t0 * kv_dim, t1 - t0, hp.n_kv_heads, hp.head_dim,
                             hp.rope_neox, cos_.data() + t0 * half, sin_.data() + t0 * half);
       });
+      lap.to(nullptr);
       write_kv(pool, L, l, ab, k_.data(), v_.data());
       pool_.parallel_for(n * hp.n_heads, [&](int th, std::int64_t begin, std::int64_t end) {
         paged_attention(pool, L, l, ab, q_.data(), att_.data(), scale, begin, end,
                         scratch_[static_cast<std::size_t>(th)]);
       });
+      lap.to(&profile_.attention_ms);
       matmul(w.wo, att_.data(), n, proj_.data());
+      lap.to(&profile_.matmul_ms);
       by_tokens(n, [&](std::int64_t t0, std::int64_t t1) {
         for (std::int64_t i = t0 * dim; i < t1 * dim; ++i) x_[i] += proj_[i];
         kernels::rmsnorm(x_.data() + t0 * dim, w.ffn_norm.data(), xb_.data() + t0 * dim, t1 - t0,
@@ -101,13 +118,17 @@ class LlamaRunner final : public StepRunner {
       });
       {
         const kernels::MatmulOut gate_up[] = {{w.w_gate, h1_.data()}, {w.w_up, h2_.data()}};
+        lap.to(nullptr);
         kernels::matmul_many(gate_up, xb_.data(), n, pool_, qx_, qs_);
+        lap.to(&profile_.matmul_ms);
       }
       by_tokens(n, [&](std::int64_t t0, std::int64_t t1) {
         kernels::swiglu(h1_.data() + t0 * hp.hidden, h2_.data() + t0 * hp.hidden,
                         (t1 - t0) * hp.hidden);
       });
+      lap.to(nullptr);
       matmul(w.w_down, h1_.data(), n, proj_.data());
+      lap.to(&profile_.matmul_ms);
       by_tokens(n, [&](std::int64_t t0, std::int64_t t1) {
         for (std::int64_t i = t0 * dim; i < t1 * dim; ++i) x_[i] += proj_[i];
       });
@@ -123,7 +144,16 @@ class LlamaRunner final : public StepRunner {
                   static_cast<std::size_t>(dim) * sizeof(float));
     }
     kernels::rmsnorm(last_.data(), m_->output_norm().data(), last_.data(), rows, dim, hp.rms_eps);
+    lap.to(nullptr);
     matmul(m_->output(), last_.data(), rows, logits.data());
+    lap.to(&profile_.logits_ms);
+    if (lap.on) {
+      // The rest: the step's time that no phase above took.
+      const double total = std::chrono::duration<double, std::milli>(lap.last - step_start).count();
+      profile_.rest_ms += total - lap.phases;
+      profile_.steps += 1;
+      profile_.tokens += n;
+    }
     return {};
   }
 
@@ -135,6 +165,28 @@ class LlamaRunner final : public StepRunner {
     if (n < 16) return f(0, n);
     pool_.parallel_for(n, [&](int, std::int64_t b, std::int64_t e) { f(b, e); });
   }
+
+  // Phase timing for StepProfile: to(phase) adds the time since the last mark to *phase (none:
+  // to the rest) and marks now. Off, it reads no clock.
+  struct Lap {
+    using Clock = std::chrono::steady_clock;
+    explicit Lap(bool on) : on(on) {
+      if (on) last = Clock::now();
+    }
+    void to(double* phase) {
+      if (!on) return;
+      const auto now = Clock::now();
+      if (phase) {
+        const double ms = std::chrono::duration<double, std::milli>(now - last).count();
+        *phase += ms;
+        phases += ms;
+      }
+      last = now;
+    }
+    bool on;
+    Clock::time_point last{};
+    double phases = 0;  // ms given to a phase
+  };
 
   void matmul(const Weight& w, const float* x, std::int64_t n, float* y) {
     kernels::matmul(w, x, n, y, pool_, qx_, qs_);
@@ -148,6 +200,8 @@ class LlamaRunner final : public StepRunner {
   std::vector<float> cos_, sin_;                                         // rotary angles
   std::vector<std::int8_t> qx_;
   std::vector<float> qs_;
+  bool profiling_ = false;
+  StepProfile profile_;
 };
 
 }  // namespace

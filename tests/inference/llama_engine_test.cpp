@@ -150,6 +150,60 @@ INSTANTIATE_TEST_SUITE_P(Models, LlamaEngine,
                          ::testing::Combine(::testing::Values("aidreams260K", "stories260K-gqa"),
                                             ::testing::Values(1, 2)));
 
+// The CPU runner's step profile (what bench_engine reports for a 32-sequence step): only
+// decode steps are timed, by phase, while it is on; the tokens do not change.
+TEST(LlamaRunnerProfile, TimesDecodeStepsByPhaseOnlyWhileOn) {
+  REQUIRE_MODELS();
+  auto model = load("stories260K-gqa");
+  auto runner = make_llama_runner(model, 2);
+  StepRunner* raw = runner.get();
+  auto engine = Engine::create(std::move(runner), {.max_num_seqs = 8,
+                                                   .max_num_batched_tokens = 256,
+                                                   .max_model_len = 128,
+                                                   .block_size = 16,
+                                                   .kv_cache_bytes = 4u << 20});
+  ASSERT_TRUE(engine) << engine.error().message;
+  // Four 3-token prompts, 8 new tokens each and no end token: one prefill step (12 tokens for
+  // 4 sequences, not timed), then 7 decode steps of 4 tokens.
+  auto generate = [&] {
+    std::vector<std::future<Result<GenerateResult>>> fs;
+    for (int i = 0; i < 4; ++i) {
+      auto p = std::make_shared<std::promise<Result<GenerateResult>>>();
+      fs.push_back(p->get_future());
+      GenerateRequest rq;
+      rq.prompt = {1, 10 + i, 20 + i};
+      rq.max_new_tokens = 8;
+      (*engine)->submit(rq, {{}, [p](Result<GenerateResult> r) { p->set_value(std::move(r)); }});
+    }
+    std::vector<std::vector<std::int32_t>> out;
+    for (auto& f : fs) {
+      auto r = f.get();
+      EXPECT_TRUE(r) << r.error().message;
+      out.push_back(r ? r->tokens : std::vector<std::int32_t>{});
+    }
+    return out;
+  };
+  const auto plain = generate();
+  EXPECT_EQ(raw->step_profile().steps, 0) << "profiling is off by default";
+
+  ASSERT_TRUE(raw->set_step_profiling(true));
+  EXPECT_EQ(generate(), plain);
+  const StepProfile p = raw->step_profile();
+  EXPECT_EQ(p.steps, 7);
+  EXPECT_EQ(p.tokens, 28);
+  EXPECT_GT(p.matmul_ms, 0);
+  EXPECT_GT(p.attention_ms, 0);
+  EXPECT_GT(p.logits_ms, 0);
+  EXPECT_GE(p.rest_ms, 0);
+  EXPECT_DOUBLE_EQ(p.total_ms(), p.matmul_ms + p.attention_ms + p.logits_ms + p.rest_ms);
+
+  raw->set_step_profiling(false);
+  generate();
+  EXPECT_EQ(raw->step_profile().steps, 7) << "steps run while off are not added";
+  raw->set_step_profiling(true);
+  EXPECT_EQ(raw->step_profile().steps, 0) << "turning it on starts a new sum";
+}
+
 // Requests sharing a long prefix: the cache hit gives the same tokens as computing it.
 TEST(LlamaEngineCache, PrefixHitGivesTheSameTokensAsAMiss) {
   REQUIRE_MODELS();
