@@ -348,20 +348,22 @@ __attribute__((target("avx512f,avx512bw,avx512vl,f16c,fma"))) void dequantize_ro
 
 // The VNNI GEMM for a batch (n >= kGemmMinTokens) of Q8_0 weights, or Q4_0 ones widened to
 // Q8_0 blocks a row tile at a time (the same scale, quants - 8), so both share the kernel.
-void gemm_q8_vnni(const Weight& w, const float* x, std::int64_t n, float* y, ThreadPool& pool) {
-  const std::int64_t rows = w.rows, cols = w.cols, blocks = cols / kQK8_0;
-  const std::size_t row_bytes = w.row_bytes();
+void gemm_q8_vnni(std::span<const MatmulOut> outs, const float* x, std::int64_t n,
+                  ThreadPool& pool) {
+  const std::int64_t cols = outs[0].w.cols, blocks = cols / kQK8_0;
   thread_local std::vector<std::uint8_t> xq;
   thread_local std::vector<float> xd;
   const auto panels = quantize_q8_panels(x, n, cols, xq, xd);
-  const std::int64_t tiles = (rows + kQ8Rows - 1) / kQ8Rows;
-  pool.parallel_for(tiles, [&](int, std::int64_t b, std::int64_t e) {
+  pool.parallel_for(count_tiles(outs, kQ8Rows), [&](int, std::int64_t b, std::int64_t e) {
     thread_local std::vector<BlockQ8_0> tile_rows;  // a padded last tile, or widened Q4_0
     thread_local std::vector<float> wd;
     thread_local std::vector<std::int32_t> negsum;
     wd.resize(static_cast<std::size_t>(kQ8Rows * blocks));
     negsum.resize(static_cast<std::size_t>(kQ8Rows * blocks));
-    for (std::int64_t tile = b; tile < e; ++tile) {
+    for_tiles(outs, kQ8Rows, b, e, [&](std::size_t k, std::int64_t tile) {
+      const Weight& w = outs[k].w;
+      const std::int64_t rows = w.rows;
+      const std::size_t row_bytes = w.row_bytes();
       const std::int64_t r0 = tile * kQ8Rows, nr = std::min<std::int64_t>(kQ8Rows, rows - r0);
       const std::byte* raw = w.data + static_cast<std::size_t>(r0) * row_bytes;
       const auto* wt = reinterpret_cast<const BlockQ8_0*>(raw);
@@ -384,7 +386,7 @@ void gemm_q8_vnni(const Weight& w, const float* x, std::int64_t n, float* y, Thr
           w.data + static_cast<std::size_t>(std::min(r0 + kQ8Rows, rows - 1)) * row_bytes);
       for (const QPanel& p : panels) {
         const char* pf = &p == &panels.front() ? next : reinterpret_cast<const char*>(raw);
-        float* yt = y + p.start * rows + r0;
+        float* yt = outs[k].y + p.start * rows + r0;
         if (p.width == 32)
           gemm_q8_tile_vnni<2>(wt, blocks, wd.data(), negsum.data(), p.q, p.d, yt, rows, nr,
                                p.count, pf);
@@ -392,7 +394,7 @@ void gemm_q8_vnni(const Weight& w, const float* x, std::int64_t n, float* y, Thr
           gemm_q8_tile_vnni<1>(wt, blocks, wd.data(), negsum.data(), p.q, p.d, yt, rows, nr,
                                p.count, pf);
       }
-    }
+    });
   });
 }
 

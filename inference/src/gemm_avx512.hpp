@@ -4,7 +4,10 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
+
+#include "kernels.hpp"
 
 #include "weir/inference/model.hpp"
 #include "weir/inference/thread_pool.hpp"
@@ -53,7 +56,31 @@ void dequantize_rows_avx512(const Weight& w, std::int64_t r0, std::int64_t nr, f
 
 // The VNNI GEMM for a batch (n >= kGemmMinTokens) of Q8_0 weights, or Q4_0 ones widened to
 // Q8_0 blocks a row tile at a time (the same scale, quants - 8), so both share the kernel.
-void gemm_q8_vnni(const Weight& w, const float* x, std::int64_t n, float* y, ThreadPool& pool);
+// Several weights of the same cols on the same x (Q, K and V; gate and up) are one GEMM: x is
+// quantised once and all their row tiles are shared out in one fork-join.
+void gemm_q8_vnni(std::span<const MatmulOut> outs, const float* x, std::int64_t n,
+                  ThreadPool& pool);
+
+// Calls f(out index, tile within that out) for the tiles [b, e) of `outs` counted one after the
+// other, `rows_per_tile` rows a tile.
+template <class F>
+void for_tiles(std::span<const MatmulOut> outs, std::int64_t rows_per_tile, std::int64_t b,
+               std::int64_t e, F&& f) {
+  std::size_t k = 0;
+  std::int64_t first = 0;  // the first tile of outs[k]
+  for (std::int64_t tile = b; tile < e; ++tile) {
+    while (tile - first >= (outs[k].w.rows + rows_per_tile - 1) / rows_per_tile)
+      first += (outs[k].w.rows + rows_per_tile - 1) / rows_per_tile, ++k;
+    f(k, tile - first);
+  }
+}
+
+// The tiles of all `outs`, rows_per_tile rows a tile.
+inline std::int64_t count_tiles(std::span<const MatmulOut> outs, std::int64_t rows_per_tile) {
+  std::int64_t tiles = 0;
+  for (const auto& o : outs) tiles += (o.w.rows + rows_per_tile - 1) / rows_per_tile;
+  return tiles;
+}
 
 // Whether the CPU has AVX-512F; AVX-512F, BW, VNNI and F16C (checked once).
 bool have_avx512();

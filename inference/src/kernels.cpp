@@ -66,17 +66,20 @@ void by_tiles(std::int64_t n, F&& f) {
 #ifdef WEIR_X86
 // The AVX-512 F32 GEMM over tiles of kGemmRows weight rows: F32 weights are read in place (the
 // last tile zero-padded); other types are dequantised a tile at a time (dequantize_row), once
-// for all the tokens.
-void gemm_f32_tiles(const Weight& w, const float* x, std::int64_t n, float* y, ThreadPool& pool) {
-  const std::int64_t rows = w.rows, cols = w.cols;
-  const bool f32 = w.type == GgmlType::f32;
-  const auto* wf = reinterpret_cast<const float*>(w.data);
+// for all the tokens. Several weights of the same cols on the same x share the packed x and
+// one fork-join over all their tiles.
+void gemm_f32_tiles(std::span<const MatmulOut> outs, const float* x, std::int64_t n,
+                    ThreadPool& pool) {
+  const std::int64_t cols = outs[0].w.cols;
   thread_local std::vector<float> xp;
   const std::vector<Panel> panels = pack_panels(x, n, cols, xp);
-  const std::int64_t tiles = (rows + kGemmRows - 1) / kGemmRows;
-  pool.parallel_for(tiles, [&](int, std::int64_t b, std::int64_t e) {
+  pool.parallel_for(count_tiles(outs, kGemmRows), [&](int, std::int64_t b, std::int64_t e) {
     thread_local std::vector<float> pad;  // a dequantised tile, or the last tile zero-padded
-    for (std::int64_t tile = b; tile < e; ++tile) {
+    for_tiles(outs, kGemmRows, b, e, [&](std::size_t k, std::int64_t tile) {
+      const Weight& w = outs[k].w;
+      const std::int64_t rows = w.rows;
+      const bool f32 = w.type == GgmlType::f32;
+      const auto* wf = reinterpret_cast<const float*>(w.data);
       const std::int64_t r0 = tile * kGemmRows, nr = std::min<std::int64_t>(kGemmRows, rows - r0);
       const float* wt = f32 ? wf + r0 * cols : nullptr;
       if (!f32 || nr < kGemmRows) {
@@ -92,14 +95,32 @@ void gemm_f32_tiles(const Weight& w, const float* x, std::int64_t n, float* y, T
       for (const Panel& p : panels) {
         const float* pf =
             f32 && &p == &panels.front() ? wf + std::min(r0 + kGemmRows, rows - 1) * cols : wt;
-        float* yt = y + p.start * rows + r0;
+        float* yt = outs[k].y + p.start * rows + r0;
         if (p.width == 32)
           gemm_tile_avx512<2>(wt, cols, cols, p.data, yt, rows, nr, p.count, pf);
         else
           gemm_tile_avx512<1>(wt, cols, cols, p.data, yt, rows, nr, p.count, pf);
       }
-    }
+    });
   });
+}
+
+// Whether matmul takes a batched GEMM for `w` and n tokens: 1 the F32 one (F32 weights, and
+// K-quants dequantised a tile at a time), 2 the VNNI one (Q8_0, Q4_0), 0 neither.
+int batched_gemm(const Weight& w, std::int64_t n) {
+  switch (w.type) {
+    case GgmlType::f32:
+      return n >= kGemmMinTokens && avx512() ? 1 : 0;
+    case GgmlType::q8_0:
+    case GgmlType::q4_0:
+      return n >= kGemmMinTokens && vnni() ? 2 : 0;
+    case GgmlType::q4_k:
+      return n >= kGemmMinTokensQ4K && avx512() ? 1 : 0;
+    case GgmlType::q6_k:
+      return n >= kGemmMinTokensQ6K && avx512() ? 1 : 0;
+    default:
+      return 0;
+  }
 }
 #endif
 
@@ -192,6 +213,13 @@ void matmul_many(std::span<const MatmulOut> outs, const float* x, std::int64_t n
         return vnni_decode(o.w, n) && o.w.cols == outs[0].w.cols;
       });
   if (fused) return matmul_vnni(outs, x, n, pool, qx, qscale);
+  // A batch: weights of one type and cols on the same x are one GEMM (x packed once).
+  if (const int gemm = outs.empty() ? 0 : batched_gemm(outs[0].w, n);
+      gemm != 0 && std::all_of(outs.begin(), outs.end(), [&](const MatmulOut& o) {
+        return o.w.type == outs[0].w.type && o.w.cols == outs[0].w.cols;
+      })) {
+    return gemm == 1 ? gemm_f32_tiles(outs, x, n, pool) : gemm_q8_vnni(outs, x, n, pool);
+  }
 #endif
   for (const MatmulOut& o : outs) matmul(o.w, x, n, o.y, pool, qx, qscale);
 }
@@ -199,17 +227,15 @@ void matmul_many(std::span<const MatmulOut> outs, const float* x, std::int64_t n
 void matmul(const Weight& w, const float* x, std::int64_t n, float* y, ThreadPool& pool,
             std::vector<std::int8_t>& qx, std::vector<float>& qscale) {
 #ifdef WEIR_X86
-  if (vnni_decode(w, n)) {
-    const MatmulOut one[] = {{w, y}};
-    return matmul_vnni(one, x, n, pool, qx, qscale);
-  }
+  const MatmulOut one[] = {{w, y}};
+  if (vnni_decode(w, n)) return matmul_vnni(one, x, n, pool, qx, qscale);
 #endif
   const std::int64_t rows = w.rows, cols = w.cols;
   switch (w.type) {
     case GgmlType::f32: {
       const auto* wf = reinterpret_cast<const float*>(w.data);
 #ifdef WEIR_X86
-      if (n >= kGemmMinTokens && avx512()) return gemm_f32_tiles(w, x, n, y, pool);
+      if (n >= kGemmMinTokens && avx512()) return gemm_f32_tiles(one, x, n, pool);
 #endif
       // Split rows across threads in multiples of 4, so tiles stay whole.
       pool.parallel_for((rows + 3) / 4, [&](int, std::int64_t b, std::int64_t e) {
@@ -220,7 +246,7 @@ void matmul(const Weight& w, const float* x, std::int64_t n, float* y, ThreadPoo
     case GgmlType::q8_0: {
       const std::int64_t blocks = cols / kQK8_0;
 #ifdef WEIR_X86
-      if (n >= kGemmMinTokens && vnni()) return gemm_q8_vnni(w, x, n, y, pool);
+      if (n >= kGemmMinTokens && vnni()) return gemm_q8_vnni(one, x, n, pool);
 #endif
       quantize_q8(x, n, cols, qx, qscale);
 #ifdef WEIR_X86
@@ -250,7 +276,7 @@ void matmul(const Weight& w, const float* x, std::int64_t n, float* y, ThreadPoo
     case GgmlType::q6_k: {
 #ifdef WEIR_X86
       if (w.type == GgmlType::q4_0 && n >= kGemmMinTokens && vnni())
-        return gemm_q8_vnni(w, x, n, y, pool);
+        return gemm_q8_vnni(one, x, n, pool);
       // K-quants: a large batch is compute-bound, so each row tile is dequantised to F32 once
       // and multiplied by every token on the F32 GEMM. Dequantising costs about as much as the
       // per-token integer dots below at 8-16 tokens (Q4_K) and 16-24 (Q6_K): from twice that
@@ -258,7 +284,7 @@ void matmul(const Weight& w, const float* x, std::int64_t n, float* y, ThreadPoo
       if (((w.type == GgmlType::q4_k && n >= kGemmMinTokensQ4K) ||
            (w.type == GgmlType::q6_k && n >= kGemmMinTokensQ6K)) &&
           avx512())
-        return gemm_f32_tiles(w, x, n, y, pool);
+        return gemm_f32_tiles(one, x, n, pool);
 #endif
       quantize_q8(x, n, cols, qx, qscale);
       const std::int64_t xblocks = cols / kQK8_0;

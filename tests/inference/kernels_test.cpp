@@ -96,14 +96,29 @@ TEST_F(Kernels, F32MatmulMatchesNaive) {
   }
 }
 
-// matmul_many (one quantisation and one fork-join for Q, K and V in a decode step) gives what
-// matmul gives for each weight alone, bit for bit: the same kernels on the same rows. Mixed
-// types and row counts that do not divide the thread shares; n = 20 sends Q4_K to the GEMM and
-// Q6_K to the decode kernels, so matmul_many falls back to one matmul each.
-TEST_F(Kernels, MatmulManyEqualsOneMatmulEach) {
+// matmul_many (one quantisation and one fork-join for Q, K and V in a decode step; one packed x
+// and one fork-join over all row tiles in a batch) gives what matmul gives for each weight alone,
+// bit for bit: the same kernels on the same rows. Row counts that do not divide the tiles or the
+// thread shares. Mixed types: n = 20 sends Q4_K to the GEMM and Q6_K to the decode kernels, so
+// matmul_many falls back to one matmul each; one type: every batch size takes the fused GEMM
+// once it is past the type's threshold (16 tokens Q4_K, 32 Q6_K; 33 is a 32 and a 16 panel).
+using WeightSpecs = std::vector<std::pair<GgmlType, std::int64_t>>;
+class MatmulMany : public Kernels, public ::testing::WithParamInterface<WeightSpecs> {};
+
+INSTANTIATE_TEST_SUITE_P(
+    Kernels, MatmulMany,
+    ::testing::Values(
+        WeightSpecs{{GgmlType::q4_k, 37}, {GgmlType::q6_k, 5}, {GgmlType::q4_k, 16},
+                    {GgmlType::q8_0, 9}},
+        WeightSpecs{{GgmlType::f32, 37}, {GgmlType::f32, 5}, {GgmlType::f32, 24}},
+        WeightSpecs{{GgmlType::q8_0, 37}, {GgmlType::q8_0, 5}, {GgmlType::q8_0, 24}},
+        WeightSpecs{{GgmlType::q4_0, 37}, {GgmlType::q4_0, 5}},
+        WeightSpecs{{GgmlType::q4_k, 37}, {GgmlType::q4_k, 5}},
+        WeightSpecs{{GgmlType::q6_k, 37}, {GgmlType::q6_k, 5}}));
+
+TEST_P(MatmulMany, EqualsOneMatmulEach) {
   const std::int64_t cols = 512;
-  const std::pair<GgmlType, std::int64_t> specs[] = {
-      {GgmlType::q4_k, 37}, {GgmlType::q6_k, 5}, {GgmlType::q4_k, 16}, {GgmlType::q8_0, 9}};
+  const WeightSpecs& specs = GetParam();
   std::vector<std::string> bytes;
   std::vector<Weight> ws;
   for (const auto& [type, rows] : specs) {
@@ -114,7 +129,7 @@ TEST_F(Kernels, MatmulManyEqualsOneMatmulEach) {
   for (std::size_t i = 0; i < bytes.size(); ++i)
     ws.push_back({specs[i].first, reinterpret_cast<const std::byte*>(bytes[i].data()),
                   specs[i].second, cols});
-  for (std::int64_t n : {1, 2, 3, 5, 20}) {
+  for (std::int64_t n : {1, 2, 3, 5, 20, 33}) {
     const auto x = randn(static_cast<std::size_t>(n * cols), 400 + n);
     for (int threads : {1, 3}) {
       ThreadPool pool(threads);

@@ -163,8 +163,9 @@ TEST(LlamaRunnerProfile, TimesDecodeStepsByPhaseOnlyWhileOn) {
                                                    .block_size = 16,
                                                    .kv_cache_bytes = 4u << 20});
   ASSERT_TRUE(engine) << engine.error().message;
-  // Four 3-token prompts, 8 new tokens each and no end token: one prefill step (12 tokens for
-  // 4 sequences, not timed), then 7 decode steps of 4 tokens.
+  // Four 3-token prompts, 8 new tokens each and no end token: 12 prompt tokens (never timed)
+  // and 28 decoded ones, 7 decode steps of 4 tokens when the four start together (a request the
+  // engine admits before the others arrive shares steps with their prompts: those are not timed).
   auto generate = [&] {
     std::vector<std::future<Result<GenerateResult>>> fs;
     for (int i = 0; i < 4; ++i) {
@@ -189,8 +190,10 @@ TEST(LlamaRunnerProfile, TimesDecodeStepsByPhaseOnlyWhileOn) {
   ASSERT_TRUE(raw->set_step_profiling(true));
   EXPECT_EQ(generate(), plain);
   const StepProfile p = raw->step_profile();
-  EXPECT_EQ(p.steps, 7);
-  EXPECT_EQ(p.tokens, 28);
+  EXPECT_GE(p.steps, 1);
+  EXPECT_LE(p.tokens, 28) << "only decoded tokens are timed";
+  EXPECT_GE(p.tokens, p.steps);
+  EXPECT_LE(p.tokens, 4 * p.steps);
   EXPECT_GT(p.matmul_ms, 0);
   EXPECT_GT(p.attention_ms, 0);
   EXPECT_GT(p.logits_ms, 0);
@@ -199,7 +202,7 @@ TEST(LlamaRunnerProfile, TimesDecodeStepsByPhaseOnlyWhileOn) {
 
   raw->set_step_profiling(false);
   generate();
-  EXPECT_EQ(raw->step_profile().steps, 7) << "steps run while off are not added";
+  EXPECT_EQ(raw->step_profile().steps, p.steps) << "steps run while off are not added";
   raw->set_step_profiling(true);
   EXPECT_EQ(raw->step_profile().steps, 0) << "turning it on starts a new sum";
 }
