@@ -86,17 +86,20 @@ std::pair<double, double> matmul_macs(const inference::Model& m) {
   return {layers, n(m.output())};
 }
 
-// Where the 32-sequence run's decode steps went (StepProfile, per step), and the matmuls' rate
-// against the measured peak of the unit they run on (`peak_gop_s`: F32 FMA or int8 dot).
-boost::json::object step_breakdown(const inference::StepProfile& p, const inference::Model& m,
-                                   double peak_gop_s) {
+// Where the 32-sequence run's steps of one kind went (StepPhases, per step), and the matmuls'
+// rate against the measured peak of the unit they run on (`peak_gop_s`: F32 FMA or int8 dot).
+// `logit_rows`: rows of the output projection a step computes (decode: every token; prompt
+// steps: one per sequence that samples, about 32 a run).
+boost::json::object step_breakdown(const inference::StepPhases& p, const inference::Model& m,
+                                   double peak_gop_s, double logit_rows_per_step) {
   boost::json::object o;
   if (p.steps == 0) return o;
   const double steps = static_cast<double>(p.steps);
   const auto [layer_macs, logit_macs] = matmul_macs(m);
   const double tokens = static_cast<double>(p.tokens) / steps;
   const double gemm_ms = (p.matmul_ms + p.logits_ms) / steps;
-  const double gop_s = 2.0 * tokens * (layer_macs + logit_macs) / (gemm_ms / 1e3) / 1e9;
+  const double rows = logit_rows_per_step > 0 ? logit_rows_per_step : tokens;
+  const double gop_s = 2.0 * (tokens * layer_macs + rows * logit_macs) / (gemm_ms / 1e3) / 1e9;
   o["steps"] = p.steps;
   o["tokens_per_step"] = tokens;
   o["step_ms"] = p.total_ms() / steps;
@@ -128,7 +131,12 @@ boost::json::object run(inference::GgmlType type, const std::filesystem::path& d
       if (n == 32) waste = w;
       std::fprintf(stderr, "  %2d sequences: %8.1f tok/s\n", n, tok[std::to_string(n)].as_double());
       if (profiled) {
-        out["step_32"] = step_breakdown(runner->step_profile(), *model, peak_gop_s);
+        const auto prof = runner->step_profile();
+        out["step_32"] = step_breakdown(prof.decode, *model, peak_gop_s, 0);
+        // The prompts: 32 sampled rows in all (each prompt's last token), spread over the steps.
+        out["prompt_32"] =
+            step_breakdown(prof.prompt, *model, peak_gop_s,
+                           prof.prompt.steps ? 32.0 / static_cast<double>(prof.prompt.steps) : 0);
         runner->set_step_profiling(false);
         const auto& s = out["step_32"].as_object();
         if (!s.empty()) {
@@ -138,6 +146,16 @@ boost::json::object run(inference::GgmlType type, const std::filesystem::path& d
                        s.at("step_ms").as_double(), s.at("matmul_ms").as_double(),
                        s.at("attention_ms").as_double(), s.at("logits_ms").as_double(),
                        s.at("rest_ms").as_double(), s.at("matmul_fraction_of_peak").as_double());
+        }
+        const auto& pr = out["prompt_32"].as_object();
+        if (!pr.empty()) {
+          std::fprintf(stderr,
+                       "      its prompts: %lld step(s) of %.0f tokens, %.2f ms each = matmuls "
+                       "%.2f + attention %.2f + logits %.2f + rest %.2f\n",
+                       static_cast<long long>(pr.at("steps").as_int64()),
+                       pr.at("tokens_per_step").as_double(), pr.at("step_ms").as_double(),
+                       pr.at("matmul_ms").as_double(), pr.at("attention_ms").as_double(),
+                       pr.at("logits_ms").as_double(), pr.at("rest_ms").as_double());
         }
       }
     }

@@ -250,12 +250,19 @@ std::vector<QPanel> quantize_q8_panels(const float* x, std::int64_t n, std::int6
     width_sum += width;
     t += count;
   }
-  qbuf.assign(static_cast<std::size_t>(width_sum * cols), 128);
-  dbuf.assign(static_cast<std::size_t>(width_sum * blocks), 0.0f);
+  // Grown, never shrunk: a full panel is written whole, only a partial one is padded first.
+  if (qbuf.size() < static_cast<std::size_t>(width_sum * cols))
+    qbuf.resize(static_cast<std::size_t>(width_sum * cols));
+  if (dbuf.size() < static_cast<std::size_t>(width_sum * blocks))
+    dbuf.resize(static_cast<std::size_t>(width_sum * blocks));
   std::uint8_t* q = qbuf.data();
   float* d = dbuf.data();
   for (auto& p : panels) {
     p.q = q, p.d = d;
+    if (p.count < p.width) {  // padding tokens: quants 128 (zero), scale 0
+      std::fill_n(q, p.width * cols, std::uint8_t{128});
+      std::fill_n(d, p.width * blocks, 0.0f);
+    }
     quantize_pack_q8_avx512(x, cols, q, d, p.start, p.count, p.width);
     q += p.width * cols, d += p.width * blocks;
   }
@@ -294,10 +301,12 @@ __attribute__((target("avx512f"))) std::vector<Panel> pack_panels(const float* x
     size += width * cols;
     t += count;
   }
-  buf.assign(static_cast<std::size_t>(size), 0.0f);
+  // Grown, never shrunk: a full panel is written whole, only a partial one is zeroed first.
+  if (buf.size() < static_cast<std::size_t>(size)) buf.resize(static_cast<std::size_t>(size));
   float* p = buf.data();
   for (auto& pn : panels) {
     pn.data = p;
+    if (pn.count < pn.width) std::fill_n(p, pn.width * cols, 0.0f);
     for (std::int64_t j0 = 0; j0 < pn.count; j0 += 16) {  // 16 tokens: rows of the transpose
       const std::int64_t nt = std::min<std::int64_t>(16, pn.count - j0);
       for (std::int64_t k0 = 0; k0 < cols; k0 += 16) {

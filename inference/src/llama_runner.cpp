@@ -36,14 +36,16 @@ class LlamaRunner final : public StepRunner {
                  std::span<float> logits) override {
     const Hyperparams& hp = m_->hp();
     const std::int64_t n = static_cast<std::int64_t>(b.tokens.size());
-    // A decode step (one token per sequence, each sampled) is timed by phase when profiling.
-    Lap lap(profiling_ && n > 0 && static_cast<std::size_t>(n) == b.seqs.size() &&
-            b.logit_rows.size() == b.seqs.size());
-    const Lap::Clock::time_point step_start = lap.last;
+    // Profiling: a decode step (one token per sequence, each sampled) or a prompt step.
+    const bool decode =
+        static_cast<std::size_t>(n) == b.seqs.size() && b.logit_rows.size() == b.seqs.size();
+    Lap lap(profiling_ && n > 0 ? (decode ? &profile_.decode : &profile_.prompt) : nullptr);
     const std::int64_t dim = hp.dim, q_dim = std::int64_t{hp.n_heads} * hp.head_dim,
                        kv_dim = L.kv_dim();
+    // Activations are written before they are read: a buffer only grows (resizing a shrunk
+    // one would zero-fill megabytes in the first step of every prefill after decode steps).
     auto fit = [](std::vector<float>& v, std::int64_t size) {
-      v.resize(static_cast<std::size_t>(size));
+      if (v.size() < static_cast<std::size_t>(size)) v.resize(static_cast<std::size_t>(size));
     };
     fit(x_, n * dim), fit(xb_, n * dim), fit(q_, n * q_dim), fit(k_, n * kv_dim),
         fit(v_, n * kv_dim);
@@ -85,9 +87,9 @@ class LlamaRunner final : public StepRunner {
       });
       {
         const kernels::MatmulOut qkv[] = {{w.wq, q_.data()}, {w.wk, k_.data()}, {w.wv, v_.data()}};
-        lap.to(nullptr);
+        lap.to();
         kernels::matmul_many(qkv, xb_.data(), n, pool_, qx_, qs_);
-        lap.to(&profile_.matmul_ms);
+        lap.to(&StepPhases::matmul_ms);
       }
       if (!w.bq.empty()) {
         for (std::int64_t t = 0; t < n; ++t) {
@@ -102,15 +104,15 @@ class LlamaRunner final : public StepRunner {
         kernels::rope_apply(k_.data() + t0 * kv_dim, t1 - t0, hp.n_kv_heads, hp.head_dim,
                             hp.rope_neox, cos_.data() + t0 * half, sin_.data() + t0 * half);
       });
-      lap.to(nullptr);
+      lap.to();
       write_kv(pool, L, l, ab, k_.data(), v_.data());
       pool_.parallel_for(n * hp.n_heads, [&](int th, std::int64_t begin, std::int64_t end) {
         paged_attention(pool, L, l, ab, q_.data(), att_.data(), scale, begin, end,
                         scratch_[static_cast<std::size_t>(th)]);
       });
-      lap.to(&profile_.attention_ms);
+      lap.to(&StepPhases::attention_ms);
       matmul(w.wo, att_.data(), n, proj_.data());
-      lap.to(&profile_.matmul_ms);
+      lap.to(&StepPhases::matmul_ms);
       by_tokens(n, [&](std::int64_t t0, std::int64_t t1) {
         for (std::int64_t i = t0 * dim; i < t1 * dim; ++i) x_[i] += proj_[i];
         kernels::rmsnorm(x_.data() + t0 * dim, w.ffn_norm.data(), xb_.data() + t0 * dim, t1 - t0,
@@ -118,17 +120,17 @@ class LlamaRunner final : public StepRunner {
       });
       {
         const kernels::MatmulOut gate_up[] = {{w.w_gate, h1_.data()}, {w.w_up, h2_.data()}};
-        lap.to(nullptr);
+        lap.to();
         kernels::matmul_many(gate_up, xb_.data(), n, pool_, qx_, qs_);
-        lap.to(&profile_.matmul_ms);
+        lap.to(&StepPhases::matmul_ms);
       }
       by_tokens(n, [&](std::int64_t t0, std::int64_t t1) {
         kernels::swiglu(h1_.data() + t0 * hp.hidden, h2_.data() + t0 * hp.hidden,
                         (t1 - t0) * hp.hidden);
       });
-      lap.to(nullptr);
+      lap.to();
       matmul(w.w_down, h1_.data(), n, proj_.data());
-      lap.to(&profile_.matmul_ms);
+      lap.to(&StepPhases::matmul_ms);
       by_tokens(n, [&](std::int64_t t0, std::int64_t t1) {
         for (std::int64_t i = t0 * dim; i < t1 * dim; ++i) x_[i] += proj_[i];
       });
@@ -136,7 +138,10 @@ class LlamaRunner final : public StepRunner {
 
     // Logits only for the sampled rows: [n_logits, n_vocab].
     const std::int64_t rows = static_cast<std::int64_t>(b.logit_rows.size());
-    if (rows == 0) return {};
+    if (rows == 0) {
+      lap.end(n);
+      return {};
+    }
     fit(last_, rows * dim);
     for (std::int64_t r = 0; r < rows; ++r) {
       std::memcpy(last_.data() + r * dim,
@@ -144,16 +149,10 @@ class LlamaRunner final : public StepRunner {
                   static_cast<std::size_t>(dim) * sizeof(float));
     }
     kernels::rmsnorm(last_.data(), m_->output_norm().data(), last_.data(), rows, dim, hp.rms_eps);
-    lap.to(nullptr);
+    lap.to();
     matmul(m_->output(), last_.data(), rows, logits.data());
-    lap.to(&profile_.logits_ms);
-    if (lap.on) {
-      // The rest: the step's time that no phase above took.
-      const double total = std::chrono::duration<double, std::milli>(lap.last - step_start).count();
-      profile_.rest_ms += total - lap.phases;
-      profile_.steps += 1;
-      profile_.tokens += n;
-    }
+    lap.to(&StepPhases::logits_ms);
+    lap.end(n);
     return {};
   }
 
@@ -166,26 +165,31 @@ class LlamaRunner final : public StepRunner {
     pool_.parallel_for(n, [&](int, std::int64_t b, std::int64_t e) { f(b, e); });
   }
 
-  // Phase timing for StepProfile: to(phase) adds the time since the last mark to *phase (none:
-  // to the rest) and marks now. Off, it reads no clock.
+  // Phase timing for StepProfile: to(phase) adds the time since the last mark to that phase of
+  // the step's kind (none: to the rest) and marks now; end(n) counts the step and its n tokens.
+  // Without a kind (profiling off) it reads no clock.
   struct Lap {
     using Clock = std::chrono::steady_clock;
-    explicit Lap(bool on) : on(on) {
-      if (on) last = Clock::now();
+    explicit Lap(StepPhases* kind) : kind(kind) {
+      if (kind) last = Clock::now();
     }
-    void to(double* phase) {
-      if (!on) return;
+    void to(double StepPhases::*phase = nullptr) {
+      if (!kind) return;
       const auto now = Clock::now();
-      if (phase) {
-        const double ms = std::chrono::duration<double, std::milli>(now - last).count();
-        *phase += ms;
-        phases += ms;
-      }
+      if (phase)
+        kind->*phase += std::chrono::duration<double, std::milli>(now - last).count();
+      else
+        kind->rest_ms += std::chrono::duration<double, std::milli>(now - last).count();
       last = now;
     }
-    bool on;
+    void end(std::int64_t n) {
+      if (!kind) return;
+      to();
+      kind->steps += 1;
+      kind->tokens += n;
+    }
+    StepPhases* kind;
     Clock::time_point last{};
-    double phases = 0;  // ms given to a phase
   };
 
   void matmul(const Weight& w, const float* x, std::int64_t n, float* y) {

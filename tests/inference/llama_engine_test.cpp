@@ -150,9 +150,10 @@ INSTANTIATE_TEST_SUITE_P(Models, LlamaEngine,
                          ::testing::Combine(::testing::Values("aidreams260K", "stories260K-gqa"),
                                             ::testing::Values(1, 2)));
 
-// The CPU runner's step profile (what bench_engine reports for a 32-sequence step): only
-// decode steps are timed, by phase, while it is on; the tokens do not change.
-TEST(LlamaRunnerProfile, TimesDecodeStepsByPhaseOnlyWhileOn) {
+// The CPU runner's step profile (what bench_engine reports for its 32-sequence run): while it
+// is on, every step is timed by phase, as a decode step or a prompt step; the tokens do not
+// change.
+TEST(LlamaRunnerProfile, TimesStepsByKindAndPhaseOnlyWhileOn) {
   REQUIRE_MODELS();
   auto model = load("stories260K-gqa");
   auto runner = make_llama_runner(model, 2);
@@ -163,9 +164,10 @@ TEST(LlamaRunnerProfile, TimesDecodeStepsByPhaseOnlyWhileOn) {
                                                    .block_size = 16,
                                                    .kv_cache_bytes = 4u << 20});
   ASSERT_TRUE(engine) << engine.error().message;
-  // Four 3-token prompts, 8 new tokens each and no end token: 12 prompt tokens (never timed)
-  // and 28 decoded ones, 7 decode steps of 4 tokens when the four start together (a request the
-  // engine admits before the others arrive shares steps with their prompts: those are not timed).
+  // Four 3-token prompts, 8 new tokens each and no end token: 12 prompt tokens and 28 decoded
+  // ones, all forwarded once (the last token generated is not). When the four start together,
+  // one prompt step of 12 tokens and 7 decode steps of 4; a request the engine admits before the
+  // others arrive shares steps with their prompts, which are then prompt steps.
   auto generate = [&] {
     std::vector<std::future<Result<GenerateResult>>> fs;
     for (int i = 0; i < 4; ++i) {
@@ -185,26 +187,30 @@ TEST(LlamaRunnerProfile, TimesDecodeStepsByPhaseOnlyWhileOn) {
     return out;
   };
   const auto plain = generate();
-  EXPECT_EQ(raw->step_profile().steps, 0) << "profiling is off by default";
+  EXPECT_EQ(raw->step_profile().decode.steps, 0) << "profiling is off by default";
 
   ASSERT_TRUE(raw->set_step_profiling(true));
   EXPECT_EQ(generate(), plain);
   const StepProfile p = raw->step_profile();
-  EXPECT_GE(p.steps, 1);
-  EXPECT_LE(p.tokens, 28) << "only decoded tokens are timed";
-  EXPECT_GE(p.tokens, p.steps);
-  EXPECT_LE(p.tokens, 4 * p.steps);
-  EXPECT_GT(p.matmul_ms, 0);
-  EXPECT_GT(p.attention_ms, 0);
-  EXPECT_GT(p.logits_ms, 0);
-  EXPECT_GE(p.rest_ms, 0);
-  EXPECT_DOUBLE_EQ(p.total_ms(), p.matmul_ms + p.attention_ms + p.logits_ms + p.rest_ms);
+  EXPECT_EQ(p.prompt.tokens + p.decode.tokens, 12 + 28) << "each forwarded token counted once";
+  EXPECT_GE(p.prompt.steps, 1);
+  EXPECT_GE(p.prompt.tokens, 12);
+  EXPECT_GE(p.decode.steps, 1);
+  EXPECT_LE(p.decode.tokens, 4 * p.decode.steps);
+  for (const StepPhases* k : {&p.decode, &p.prompt}) {
+    EXPECT_GT(k->matmul_ms, 0);
+    EXPECT_GT(k->attention_ms, 0);
+    EXPECT_GT(k->logits_ms, 0);
+    EXPECT_GE(k->rest_ms, 0);
+    EXPECT_DOUBLE_EQ(k->total_ms(), k->matmul_ms + k->attention_ms + k->logits_ms + k->rest_ms);
+  }
 
   raw->set_step_profiling(false);
   generate();
-  EXPECT_EQ(raw->step_profile().steps, p.steps) << "steps run while off are not added";
+  EXPECT_EQ(raw->step_profile().decode.steps, p.decode.steps) << "steps run while off: not added";
+  EXPECT_EQ(raw->step_profile().prompt.steps, p.prompt.steps);
   raw->set_step_profiling(true);
-  EXPECT_EQ(raw->step_profile().steps, 0) << "turning it on starts a new sum";
+  EXPECT_EQ(raw->step_profile().decode.steps, 0) << "turning it on starts a new sum";
 }
 
 // Requests sharing a long prefix: the cache hit gives the same tokens as computing it.

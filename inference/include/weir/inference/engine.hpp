@@ -54,14 +54,17 @@ struct StepBatch {
   std::vector<BlockCopy> copies;         // copy-on-write, to perform before the pass
 };
 
-// Where a runner's decode steps went, summed over the steps timed while profiling was on (a
-// step is timed when each of its sequences decodes one token). For benchmarks: what a batched
-// step spends on the weight matmuls, attention (K/V writes included), the output projection
-// (logits) and everything else (embedding, norms, rotary, activations, residuals).
-struct StepProfile {
+// Where a runner's steps went while profiling was on, by kind: decode steps (each sequence
+// decodes one token) and prompt steps (any step with prompt tokens). For benchmarks: what a step
+// spends on the weight matmuls, attention (K/V writes included), the output projection (logits)
+// and everything else (embedding, norms, rotary, activations, residuals). Milliseconds, summed.
+struct StepPhases {
   std::int64_t steps = 0, tokens = 0;
   double matmul_ms = 0, attention_ms = 0, logits_ms = 0, rest_ms = 0;
   double total_ms() const { return matmul_ms + attention_ms + logits_ms + rest_ms; }
+};
+struct StepProfile {
+  StepPhases decode, prompt;
 };
 
 // What the engine needs from a model: its KV geometry, and a forward pass that writes K/V for
@@ -86,7 +89,7 @@ class StepRunner {
   // The KV bytes this runner can hold when the engine is not given a budget (e.g. free GPU
   // memory times a utilisation fraction, minus weights and activations); 0 = no opinion.
   virtual std::size_t kv_bytes_hint() const { return 0; }
-  // Decode-step profiling (StepProfile), off by default: turning it on clears what was summed;
+  // Step profiling (StepProfile), off by default: turning it on clears what was summed;
   // false when this runner cannot profile. Read step_profile() while no step runs (the engine
   // idle, or after the requests' futures are ready): forward() writes it unlocked.
   virtual bool set_step_profiling(bool on) { return false; }
