@@ -1,5 +1,6 @@
 // bench_engine: continuous batching on the paged KV cache, 15M shape, F32 and Q8_0.
 // Reproduce: build/bin/bench_engine --json   (see bench/README.md for what each key means)
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <thread>
@@ -159,6 +160,20 @@ boost::json::object run(inference::GgmlType type, const std::filesystem::path& d
         }
       }
     }
+    // The 32 / 1 ratio from adjacent runs: one sequence four times over, then 32 at once,
+    // alternated five times. On a shared machine the load moves between the runs above, so a
+    // ratio of rates measured seconds apart swings with it; adjacent pairs see the same load.
+    std::vector<double> ratios;
+    for (int pair = 0; pair < 5; ++pair) {
+      double one = 0;
+      for (int i = 0; i < 4; ++i) one += throughput(*e, 1, hp.n_vocab, nullptr) / 4;
+      ratios.push_back(throughput(*e, 32, hp.n_vocab, nullptr) / one);
+    }
+    std::sort(ratios.begin(), ratios.end());
+    out["ratio_32_1"] = boost::json::object{
+        {"median", ratios[2]}, {"min", ratios.front()}, {"max", ratios.back()}};
+    std::fprintf(stderr, "  32 / 1 from adjacent runs: median %.2fx (%.2f-%.2f over 5 pairs)\n",
+                 ratios[2], ratios.front(), ratios.back());
   }
   out["tok_s"] = tok;
   out["kv_waste_pct_short"] = waste;  // 64-token sequences: half a 16-slot block is ~12%
