@@ -24,6 +24,9 @@ namespace {
 constexpr int kPrompt = 32, kNew = 32;
 const int kThreads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 inference::Device g_device = inference::Device::cpu;
+// --kv-cache-type: the engines' KV element type; budgets stay in bytes (sized for F32 blocks
+// below), so F16 holds twice the tokens in each.
+inference::KvType g_kv_type = inference::KvType::f32;
 
 // An engine on its own runner; `runner_out`, when given, gets the runner (the engine owns it).
 std::unique_ptr<Engine> make(std::shared_ptr<const inference::Model> m, std::size_t kv_bytes,
@@ -40,6 +43,7 @@ std::unique_ptr<Engine> make(std::shared_ptr<const inference::Model> m, std::siz
                                                       .max_model_len = max_model_len,
                                                       .block_size = 16,
                                                       .kv_cache_bytes = kv_bytes,
+                                                      .kv_cache_type = g_kv_type,
                                                       .max_waiting = 100000});
   if (!e) {
     std::fprintf(stderr, "%s\n", e.error().message.c_str());
@@ -383,6 +387,13 @@ int main(int argc, char** argv) {
         return 1;
       }
       g_device = *d;
+    } else if (std::strcmp(argv[i], "--kv-cache-type") == 0 && i + 1 < argc) {
+      auto t = inference::parse_kv_type(argv[++i]);
+      if (!t) {
+        std::fprintf(stderr, "bench_engine: %s\n", t.error().message.c_str());
+        return 1;
+      }
+      g_kv_type = *t;
     }
   }
   const auto dir = std::filesystem::temp_directory_path() / "weir-bench-models-v2";
@@ -395,6 +406,7 @@ int main(int argc, char** argv) {
   auto out = run(inference::GgmlType::f32, dir, fma);
   std::fprintf(stderr, "Q8_0 (%d threads)\n", kThreads);
   out["q8_0"] = run(inference::GgmlType::q8_0, dir, dot);
+  out["kv_cache_type"] = inference::kv_type_name(g_kv_type);
   out["peak_fma_gflop_s"] = fma;
   out["peak_int8_dot_gop_s"] = dot;
   out["threads"] = kThreads;

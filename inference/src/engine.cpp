@@ -48,6 +48,17 @@ struct Engine::Request {
 
 // --- creation -----------------------------------------------------------------------------
 
+const char* kv_type_name(KvType type) {
+  return type == KvType::f16 ? "f16" : "f32";
+}
+
+Result<KvType> parse_kv_type(std::string_view name) {
+  if (name == "f32") return KvType::f32;
+  if (name == "f16") return KvType::f16;
+  return Error(Errc::invalid_argument,
+               "unknown KV cache type '" + std::string(name) + "' (choose f32 or f16)");
+}
+
 Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<StepRunner> runner,
                                                EngineConfig config) {
   if (!runner) return Error(Errc::invalid_argument, "engine: no model runner given");
@@ -64,9 +75,16 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<StepRunner> runne
                      "; lower it (weir run/demo: --max-model-len N; files: \"engine\": "
                      "{\"max_model_len\": N}), or leave it unset to use the model's");
   }
-  KvLayout layout{runner->n_layers(), runner->n_kv_heads(), runner->head_dim(), config.block_size,
-                  0};
-  const auto block_bytes = static_cast<std::size_t>(layout.block_bytes(sizeof(float)));
+  if (!runner->supports_kv_type(config.kv_cache_type)) {
+    return Error(Errc::unsupported,
+                 std::string("engine: this model runner keeps its KV cache in F32 only; the "
+                             "KV cache type ") +
+                     kv_type_name(config.kv_cache_type) + " is for the CPU runner");
+  }
+  KvLayout layout{
+      runner->n_layers(),  runner->n_kv_heads(), runner->head_dim(), config.block_size, 0,
+      config.kv_cache_type};
+  const auto block_bytes = static_cast<std::size_t>(layout.block_bytes(layout.elem_bytes()));
   std::size_t bytes = config.kv_cache_bytes ? config.kv_cache_bytes : runner->kv_bytes_hint();
   if (config.budget) {
     bytes = std::min(config.budget->limit(BudgetCategory::kv_cache),
@@ -105,12 +123,14 @@ Engine::Engine(std::unique_ptr<StepRunner> runner, EngineConfig config, KvLayout
       config_(std::move(config)),
       layout_(layout),
       kv_reservation_(std::move(reservation)),
-      kv_pool_(runner_->owns_kv_pool() ? 0 : static_cast<std::size_t>(layout.total_elems())),
+      kv_pool_(runner_->owns_kv_pool() ? 0
+                                       : static_cast<std::size_t>(
+                                             (layout.total_elems() * layout.elem_bytes() + 3) / 4)),
       kv_({layout.num_blocks, layout.block_size, config_.enable_prefix_caching}),
       scheduler_({config_.max_num_seqs, config_.max_num_batched_tokens, config_.max_model_len,
                   config_.max_waiting},
                  kv_) {
-  stats_.kv_pool_bytes = layout.total_elems() * static_cast<std::int64_t>(sizeof(float));
+  stats_.kv_pool_bytes = layout.total_elems() * layout.elem_bytes();
   if (!config_.metrics_name.empty()) {
     auto& reg = Registry::global();
     const Labels labels = {{"engine", config_.metrics_name}};

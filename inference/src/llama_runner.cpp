@@ -24,6 +24,7 @@ class LlamaRunner final : public StepRunner {
   std::int32_t n_kv_heads() const override { return m_->hp().n_kv_heads; }
   std::int32_t head_dim() const override { return m_->hp().head_dim; }
   std::int32_t context_length() const override { return m_->hp().context_length; }
+  bool supports_kv_type(KvType) const override { return true; }  // F32 and F16
 
   bool set_step_profiling(bool on) override {
     if (on) profile_ = {};
@@ -52,11 +53,14 @@ class LlamaRunner final : public StepRunner {
     fit(att_, n * q_dim), fit(proj_, n * dim), fit(h1_, n * hp.hidden), fit(h2_, n * hp.hidden);
 
     // Copy-on-write first: the shared partial blocks the scheduler split.
+    auto* kv_bytes = reinterpret_cast<std::byte*>(pool.data());  // elements of L.type
+    const std::int64_t eb = L.elem_bytes();
     for (const auto& c : b.copies) {
       for (std::int32_t l = 0; l < L.n_layers; ++l) {
         for (int kv = 0; kv < 2; ++kv) {
-          std::memcpy(&pool[L.row_offset(l, kv, c.dst, 0)], &pool[L.row_offset(l, kv, c.src, 0)],
-                      static_cast<std::size_t>(L.tile_elems()) * sizeof(float));
+          std::memcpy(kv_bytes + L.row_offset(l, kv, c.dst, 0) * eb,
+                      kv_bytes + L.row_offset(l, kv, c.src, 0) * eb,
+                      static_cast<std::size_t>(L.tile_elems() * eb));
         }
       }
     }

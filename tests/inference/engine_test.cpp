@@ -301,6 +301,20 @@ TEST(Engine, KvPoolComesFromTheMemoryBudget) {
             "lower engine.max_model_len");
 }
 
+// A runner that keeps its KV cache in F32 only (the CUDA runner; FakeRunner here) refuses an F16
+// cache by name; an unknown type name is refused with the choices.
+TEST(Engine, AnF16KvCacheNeedsARunnerThatTakesIt) {
+  auto e = Engine::create(std::make_unique<FakeRunner>(),
+                          {.max_model_len = 64, .block_size = 4, .kv_cache_type = KvType::f16});
+  ASSERT_FALSE(e);
+  EXPECT_EQ(e.error().to_string(),
+            "unsupported: engine: this model runner keeps its KV cache in F32 only; the KV cache "
+            "type f16 is for the CPU runner");
+  EXPECT_EQ(parse_kv_type("f16").value(), KvType::f16);
+  EXPECT_EQ(parse_kv_type("q8_0").error().to_string(),
+            "invalid_argument: unknown KV cache type 'q8_0' (choose f32 or f16)");
+}
+
 // The engine's fences show up in the metrics registry (Prometheus text) while it lives.
 TEST(Engine, ReportsItsFencesAsMetrics) {
   {

@@ -107,14 +107,15 @@ class MatmulMany : public Kernels, public ::testing::WithParamInterface<WeightSp
 
 INSTANTIATE_TEST_SUITE_P(
     Kernels, MatmulMany,
-    ::testing::Values(
-        WeightSpecs{{GgmlType::q4_k, 37}, {GgmlType::q6_k, 5}, {GgmlType::q4_k, 16},
-                    {GgmlType::q8_0, 9}},
-        WeightSpecs{{GgmlType::f32, 37}, {GgmlType::f32, 5}, {GgmlType::f32, 24}},
-        WeightSpecs{{GgmlType::q8_0, 37}, {GgmlType::q8_0, 5}, {GgmlType::q8_0, 24}},
-        WeightSpecs{{GgmlType::q4_0, 37}, {GgmlType::q4_0, 5}},
-        WeightSpecs{{GgmlType::q4_k, 37}, {GgmlType::q4_k, 5}},
-        WeightSpecs{{GgmlType::q6_k, 37}, {GgmlType::q6_k, 5}}));
+    ::testing::Values(WeightSpecs{{GgmlType::q4_k, 37},
+                                  {GgmlType::q6_k, 5},
+                                  {GgmlType::q4_k, 16},
+                                  {GgmlType::q8_0, 9}},
+                      WeightSpecs{{GgmlType::f32, 37}, {GgmlType::f32, 5}, {GgmlType::f32, 24}},
+                      WeightSpecs{{GgmlType::q8_0, 37}, {GgmlType::q8_0, 5}, {GgmlType::q8_0, 24}},
+                      WeightSpecs{{GgmlType::q4_0, 37}, {GgmlType::q4_0, 5}},
+                      WeightSpecs{{GgmlType::q4_k, 37}, {GgmlType::q4_k, 5}},
+                      WeightSpecs{{GgmlType::q6_k, 37}, {GgmlType::q6_k, 5}}));
 
 TEST_P(MatmulMany, EqualsOneMatmulEach) {
   const std::int64_t cols = 512;

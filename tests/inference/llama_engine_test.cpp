@@ -1,6 +1,9 @@
 // The fast paged forward pass and the engine on the real reference models: the same logits as
 // the scalar reference, and the goldens' greedy tokens when every prompt runs at once, through
 // preemption, and with the prefix cache.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -55,16 +58,16 @@ std::shared_ptr<const Model> load(const std::string& name) {
 
 class LlamaEngine : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
 
-// Two sequences fed in interleaved chunks through scattered blocks give, at every position,
-// the reference path's logits.
-TEST_P(LlamaEngine, PagedForwardMatchesReferenceLogits) {
-  REQUIRE_MODELS();
-  auto [name, threads] = GetParam();
+// Two sequences fed in interleaved chunks through scattered blocks: the largest difference,
+// over every position and vocabulary entry, between the paged forward pass's logits (KV cache of
+// `type`) and the reference path's.
+double max_logit_error(const std::string& name, int threads, KvType type) {
   auto model = load(name);
   auto runner = make_llama_runner(model, threads);
   const auto& hp = model->hp();
-  KvLayout L{hp.n_layers, hp.n_kv_heads, hp.head_dim, 4, 64};
-  std::vector<float> pool(static_cast<std::size_t>(L.total_elems()), NAN);
+  KvLayout L{hp.n_layers, hp.n_kv_heads, hp.head_dim, 4, 64, type};
+  std::vector<float> pool(static_cast<std::size_t>((L.total_elems() * L.elem_bytes() + 3) / 4),
+                          NAN);
   auto cases = goldens(name);
   std::vector<std::int32_t> seqs[2] = {cases[0].prompt, cases[1].prompt};
   for (int s = 0; s < 2; ++s)
@@ -77,6 +80,7 @@ TEST_P(LlamaEngine, PagedForwardMatchesReferenceLogits) {
     for (std::size_t p = 0; p < seqs[s].size(); ++p)
       want[s].push_back(ref.step(seqs[s][p], static_cast<std::int32_t>(p)));
   }
+  double worst = 0;
   std::int32_t done[2] = {0, 0};
   while (done[0] < static_cast<std::int32_t>(seqs[0].size()) ||
          done[1] < static_cast<std::int32_t>(seqs[1].size())) {
@@ -95,34 +99,49 @@ TEST_P(LlamaEngine, PagedForwardMatchesReferenceLogits) {
       done[s] += n;
     }
     std::vector<float> logits(b.logit_rows.size() * static_cast<std::size_t>(hp.n_vocab));
-    ASSERT_TRUE(runner->forward(b, L, pool, logits));
+    EXPECT_TRUE(runner->forward(b, L, pool, logits));
     for (std::size_t r = 0; r < b.logit_rows.size(); ++r) {
       const int s = b.seq_index[r];
       const auto& w = want[s][static_cast<std::size_t>(b.positions[r])];
       for (std::int32_t i = 0; i < hp.n_vocab; ++i) {
-        ASSERT_NEAR(logits[r * hp.n_vocab + i], w[static_cast<std::size_t>(i)], 2e-4)
-            << "seq " << s << " pos " << b.positions[r];
+        const double d = std::abs(logits[r * hp.n_vocab + i] - w[static_cast<std::size_t>(i)]);
+        worst = std::isnan(d) ? INFINITY : std::max(worst, d);
       }
     }
   }
+  return worst;
+}
+
+TEST_P(LlamaEngine, PagedForwardMatchesReferenceLogits) {
+  REQUIRE_MODELS();
+  auto [name, threads] = GetParam();
+  EXPECT_LE(max_logit_error(name, threads, KvType::f32), 2e-4);
+}
+
+// With the KV cache in F16 (K and V rounded to 11 significant bits) the logits stay within
+// 0.05 of the F32 reference: measured 2.3e-3 (aidreams260K) and 2.2e-2 (stories260K-gqa).
+TEST_P(LlamaEngine, F16KvCacheLogitsStayNearTheReference) {
+  REQUIRE_MODELS();
+  auto [name, threads] = GetParam();
+  EXPECT_LE(max_logit_error(name, threads, KvType::f16), 0.05);
 }
 
 // Every golden prompt at once through a KV pool too small for all of them: preemptions
 // happen and every output is still the golden.
-TEST_P(LlamaEngine, AllGoldensTogetherWithPreemption) {
-  REQUIRE_MODELS();
-  auto [name, threads] = GetParam();
+// With the KV cache in F16 the blocks are half the size: the same 14 blocks take half the bytes.
+void all_goldens_together(const std::string& name, int threads, KvType type) {
   auto model = load(name);
   const auto& hp = model->hp();
   auto cases = goldens(name);
-  const std::size_t block_bytes = static_cast<std::size_t>(
-      KvLayout{hp.n_layers, hp.n_kv_heads, hp.head_dim, 16, 0}.block_bytes(4));
+  const KvLayout one{hp.n_layers, hp.n_kv_heads, hp.head_dim, 16, 0, type};
+  const std::size_t block_bytes = static_cast<std::size_t>(one.block_bytes(one.elem_bytes()));
   auto engine =
       Engine::create(make_llama_runner(model, threads), {.max_num_seqs = 16,
                                                          .max_num_batched_tokens = 64,
                                                          .max_model_len = 128,
                                                          .block_size = 16,
                                                          .kv_cache_bytes = block_bytes * 14,
+                                                         .kv_cache_type = type,
                                                          .eog_tokens = {2}});
   ASSERT_TRUE(engine) << engine.error().message;
   std::vector<std::future<Result<GenerateResult>>> fs;
@@ -137,6 +156,16 @@ TEST_P(LlamaEngine, AllGoldensTogetherWithPreemption) {
   for (std::size_t i = 0; i < cases.size(); ++i) {
     auto r = fs[i].get();
     ASSERT_TRUE(r) << r.error().message;
+    if (type == KvType::f16) {  // greedy decoding may take the other side of a near-tie
+      const auto& want = cases[i].greedy;
+      const auto diverge =
+          std::mismatch(r->tokens.begin(), r->tokens.end(), want.begin(), want.end());
+      const auto same = static_cast<std::size_t>(diverge.first - r->tokens.begin());
+      EXPECT_GE(same, std::min<std::size_t>(32, want.size()))
+          << "case " << i << ": the first " << same << " of " << want.size()
+          << " tokens are the golden's";
+      continue;
+    }
     EXPECT_EQ(r->tokens, cases[i].greedy) << "case " << i;
   }
   auto st = (*engine)->stats();
@@ -144,6 +173,22 @@ TEST_P(LlamaEngine, AllGoldensTogetherWithPreemption) {
     EXPECT_GT(st.sched.preemptions, 0u);
   }
   EXPECT_EQ(st.kv.used_blocks, 0);
+  EXPECT_EQ(st.kv_pool_bytes, static_cast<std::int64_t>(block_bytes * 14));
+}
+
+TEST_P(LlamaEngine, AllGoldensTogetherWithPreemption) {
+  REQUIRE_MODELS();
+  auto [name, threads] = GetParam();
+  all_goldens_together(name, threads, KvType::f32);
+}
+
+// The goldens' greedy tokens with the KV cache in F16: each case's first 32 tokens (or all,
+// when shorter) are the golden's. Measured: all 7 cases of aidreams260K whole; stories260K-gqa
+// 2 of 3 whole, the third the same for 37 of its 64 tokens (a near-tie in a repetitive loop).
+TEST_P(LlamaEngine, AllGoldensWithF16KvCache) {
+  REQUIRE_MODELS();
+  auto [name, threads] = GetParam();
+  all_goldens_together(name, threads, KvType::f16);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, LlamaEngine,

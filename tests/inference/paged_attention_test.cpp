@@ -5,6 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include "quant.hpp"
+#include "weir/inference/engine.hpp"
+
 namespace weir::inference {
 namespace {
 
@@ -12,16 +15,23 @@ struct Case {
   std::int32_t n_heads, n_kv_heads, head_dim, block_size;
 };
 
-class PagedAttention : public ::testing::TestWithParam<Case> {};
+// A pool for L: L.total_elems() elements of L.type in a float buffer, poisoned with NaN.
+std::vector<float> make_pool(const KvLayout& L) {
+  return std::vector<float>(static_cast<std::size_t>((L.total_elems() * L.elem_bytes() + 3) / 4),
+                            NAN);
+}
+
+class PagedAttention : public ::testing::TestWithParam<std::tuple<Case, KvType>> {};
 
 // Two sequences through scattered blocks, filled by a chunked prefill then decode steps, must
-// match contiguous reference attention at every position.
+// match contiguous reference attention at every position. F16 K/V: the reference gets K and V
+// rounded to half, so the two see the same values.
 TEST_P(PagedAttention, MatchesContiguousReference) {
-  const Case c = GetParam();
+  const auto [c, type] = GetParam();
   std::mt19937 rng(11);
   std::uniform_real_distribution<float> U(-1, 1);
-  KvLayout L{2, c.n_kv_heads, c.head_dim, c.block_size, 32};
-  std::vector<float> pool(static_cast<std::size_t>(L.total_elems()), NAN);  // poisoned
+  KvLayout L{2, c.n_kv_heads, c.head_dim, c.block_size, 32, type};
+  std::vector<float> pool = make_pool(L);
   const std::int32_t lens[2] = {37, 20};
   // Scattered, interleaved block tables.
   std::vector<BlockId> tables[2];
@@ -71,6 +81,10 @@ TEST_P(PagedAttention, MatchesContiguousReference) {
   for (int s = 0; s < 2; ++s) {
     std::vector<std::int32_t> qpos(static_cast<std::size_t>(lens[s]));
     for (std::int32_t t = 0; t < lens[s]; ++t) qpos[t] = t;
+    if (type == KvType::f16) {
+      for (auto* vec : {&K[s], &V[s]})
+        for (auto& x : *vec) x = fp16_to_fp32(fp32_to_fp16(x));
+    }
     std::vector<float> want(Q[s].size());
     reference_attention(Q[s].data(), qpos, K[s].data(), V[s].data(), c.n_heads, c.n_kv_heads,
                         c.head_dim, scale, want.data());
@@ -81,18 +95,34 @@ TEST_P(PagedAttention, MatchesContiguousReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, PagedAttention,
-                         ::testing::Values(Case{4, 4, 16, 16}, Case{8, 4, 8, 4}, Case{6, 2, 48, 16},
-                                           Case{4, 1, 13, 3}));
+                         ::testing::Combine(::testing::Values(Case{4, 4, 16, 16}, Case{8, 4, 8, 4},
+                                                              Case{6, 2, 48, 16},
+                                                              Case{4, 1, 13, 3}),
+                                            ::testing::Values(KvType::f32, KvType::f16)));
+
+void check_split(KvType type);
 
 // Heads of 16 * k floats take a path that handles a token's heads in the work range together:
 // the result must not depend on where the ranges split (threads split anywhere).
 TEST(PagedAttentionSplit, RangesSplitAnywhereGiveTheSameResult) {
+  for (KvType type : {KvType::f32, KvType::f16}) {
+    SCOPED_TRACE(kv_type_name(type));
+    check_split(type);
+  }
+}
+
+void check_split(KvType type) {
   const std::int32_t n_heads = 8, n_kv_heads = 2, hd = 64, bs = 16, layer = 0;
-  KvLayout L{1, n_kv_heads, hd, bs, 12};
+  KvLayout L{1, n_kv_heads, hd, bs, 12, type};
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> U(-1, 1);
-  std::vector<float> pool(static_cast<std::size_t>(L.total_elems()));
-  for (auto& x : pool) x = U(rng);
+  std::vector<float> pool = make_pool(L);
+  if (type == KvType::f16) {
+    auto* h = reinterpret_cast<std::uint16_t*>(pool.data());
+    for (std::int64_t i = 0; i < L.total_elems(); ++i) h[i] = fp32_to_fp16(U(rng));
+  } else {
+    for (auto& x : pool) x = U(rng);
+  }
   std::vector<BlockId> table = {7, 2, 9, 0, 11, 4};
   std::span<const BlockId> spans[1] = {table};
   const std::vector<std::int32_t> pos = {0, 15, 16, 40, 90}, seq(pos.size(), 0);
@@ -112,8 +142,9 @@ TEST(PagedAttentionSplit, RangesSplitAnywhereGiveTheSameResult) {
 }
 
 INSTANTIATE_TEST_SUITE_P(FastPathShapes, PagedAttention,
-                         ::testing::Values(Case{8, 2, 128, 16}, Case{3, 3, 64, 5},
-                                           Case{2, 1, 32, 3}));
+                         ::testing::Combine(::testing::Values(Case{8, 2, 128, 16},
+                                                              Case{3, 3, 64, 5}, Case{2, 1, 32, 3}),
+                                            ::testing::Values(KvType::f32, KvType::f16)));
 
 }  // namespace
 }  // namespace weir::inference

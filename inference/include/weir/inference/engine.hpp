@@ -25,6 +25,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -77,7 +78,8 @@ class StepRunner {
   virtual std::int32_t n_kv_heads() const = 0;
   virtual std::int32_t head_dim() const = 0;
   virtual std::int32_t context_length() const = 0;  // the model's trained context
-  // kv_pool: [layout.total_elems()] floats laid out as kv_layout.hpp says (empty when the
+  // kv_pool: [layout.total_elems()] elements of layout.type laid out as kv_layout.hpp says, in
+  // a float buffer (F16: two elements a float, read through std::uint16_t; empty when the
   // runner keeps the pool itself, see below). logits: [batch.logit_rows.size(), vocab_size()],
   // in host memory. Errors: model_error.
   virtual Status forward(const StepBatch& batch, const KvLayout& layout, std::span<float> kv_pool,
@@ -89,6 +91,8 @@ class StepRunner {
   // The KV bytes this runner can hold when the engine is not given a budget (e.g. free GPU
   // memory times a utilisation fraction, minus weights and activations); 0 = no opinion.
   virtual std::size_t kv_bytes_hint() const { return 0; }
+  // The KV element types forward() can read and write (kv_layout.hpp). Default: F32 only.
+  virtual bool supports_kv_type(KvType type) const { return type == KvType::f32; }
   // Step profiling (StepProfile), off by default: turning it on clears what was summed;
   // false when this runner cannot profile. Read step_profile() while no step runs (the engine
   // idle, or after the requests' futures are ready): forward() writes it unlocked.
@@ -145,13 +149,20 @@ struct GenerateResult {
   std::vector<SampledLogprobs> logprobs;  // [tokens.size()] when the request asked for them
 };
 
+// "f32", "f16"; parse_kv_type's error (invalid_argument) names the choices.
+const char* kv_type_name(KvType type);
+Result<KvType> parse_kv_type(std::string_view name);
+
 struct EngineConfig {
   std::int32_t max_num_seqs = 64;
   std::int64_t max_num_batched_tokens = 1024;
   std::int64_t max_model_len = 0;  // 0: the model's context length
   std::int32_t block_size = 16;
   std::size_t kv_cache_bytes = 64u << 20;  // used when no budget is given (0: the runner's hint)
-  MemoryBudget* budget = nullptr;          // when set: the KV pool is reserved from kv_cache
+  // F16: twice the tokens in the same bytes, half the memory attention reads (the CPU runner;
+  // StepRunner::supports_kv_type says which a runner takes).
+  KvType kv_cache_type = KvType::f32;
+  MemoryBudget* budget = nullptr;  // when set: the KV pool is reserved from kv_cache
   std::size_t max_waiting = 4096;
   bool enable_prefix_caching = true;
   // When not empty, the engine reports its KV cache and scheduler as gauges in
@@ -222,7 +233,7 @@ class Engine {
   EngineConfig config_;
   KvLayout layout_;
   MemoryBudget::Reservation kv_reservation_;
-  std::vector<float> kv_pool_;  // [layout_.total_elems()]
+  std::vector<float> kv_pool_;  // layout_.total_elems() elements of layout_.type
   KvCacheManager kv_;
   Scheduler scheduler_;
 

@@ -2,7 +2,7 @@
 // the CUDA kernels (WEIR_HD = __host__ __device__ under nvcc), so both index the pool the same
 // way; the CPU path is the reference the CUDA kernels are tested against.
 //
-// Pool layout (elements of the KV dtype):
+// Pool layout (elements of the KV type: F32, or F16 on the CPU runner for half the bytes):
 //   [n_layers][2: K, V][num_blocks][block_size][n_kv_heads * head_dim]
 // A sequence's token at position p is in physical block block_table[p / block_size], slot
 // p % block_size. Within a layer, one block's K (or V) is a contiguous
@@ -19,13 +19,19 @@
 
 namespace weir::inference {
 
+// The element type of the KV pool. F16 (IEEE half) halves the pool's bytes: twice the tokens in
+// the same budget, half the memory attention reads; values are rounded to 11 significant bits.
+enum class KvType : std::int32_t { f32 = 0, f16 = 1 };
+
 struct KvLayout {
   std::int32_t n_layers = 0;
   std::int32_t n_kv_heads = 0;
   std::int32_t head_dim = 0;
   std::int32_t block_size = 16;
   std::int32_t num_blocks = 0;
+  KvType type = KvType::f32;
 
+  WEIR_HD std::int64_t elem_bytes() const { return type == KvType::f16 ? 2 : 4; }
   WEIR_HD std::int64_t kv_dim() const { return std::int64_t{n_kv_heads} * head_dim; }
   // Elements of one block's K (or V) tile for one layer: [block_size, kv_dim].
   WEIR_HD std::int64_t tile_elems() const { return std::int64_t{block_size} * kv_dim(); }
@@ -44,6 +50,6 @@ struct KvLayout {
   }
 };
 
-static_assert(sizeof(KvLayout) == 20, "KvLayout is shared with CUDA kernels: keep it POD");
+static_assert(sizeof(KvLayout) == 24, "KvLayout is shared with CUDA kernels: keep it POD");
 
 }  // namespace weir::inference
