@@ -303,7 +303,14 @@ Result<AgentsFile> parse_agents_file(std::string_view text, const fs::path& path
     }
   }
   if (const auto* e = root->if_contains("engine")) {
-    if (const auto* o = c.object(*e, "/engine", {"max_model_len", "max_num_seqs"})) {
+    if (const auto* o =
+            c.object(*e, "/engine", {"max_model_len", "max_num_seqs", "kv_cache_type"})) {
+      if (auto t = c.str(*o, "kv_cache_type", "/engine", false)) {
+        if (*t == "f32" || *t == "f16")
+          f.kv_cache_type = *t;
+        else
+          c.fail("/engine/kv_cache_type", "expected \"f32\" or \"f16\", got \"" + *t + "\"");
+      }
       if (auto n = c.integer(*o, "max_model_len", "/engine", 16)) f.max_model_len = *n;
       if (auto n = c.integer(*o, "max_num_seqs", "/engine", 1))
         f.max_num_seqs = static_cast<std::int32_t>(std::min<std::int64_t>(*n, 4096));

@@ -106,6 +106,9 @@ Result<std::shared_ptr<LocalChatModel>> LocalChatModel::open(const std::filesyst
         cfg.block_size = options.block_size;
         cfg.max_model_len = len;
         cfg.kv_cache_bytes = options.kv_cache_bytes;
+        auto kv_type = inf::parse_kv_type(options.kv_cache_type);
+        if (!kv_type) return std::move(kv_type).error();
+        cfg.kv_cache_type = *kv_type;
         cfg.budget = options.budget;
         cfg.metrics_name = options.metrics_name;
         if (!options.ignore_eog) cfg.eog_tokens = tp->eog_tokens();

@@ -100,8 +100,10 @@ struct Wiring {
     LocalModelOptions o = services.model_options;
     if (spec != model_specs.end()) {
       if (!spec->second->chat_template.empty()) o.chat_template = spec->second->chat_template;
-      // The model's "engine" settings (validated by the loader as positive integers).
+      // The model's "engine" settings (validated by the loader: positive integers, and
+      // kv_cache_type "f32" or "f16").
       for (const auto& [k, v] : spec->second->engine) {
+        if (k == "kv_cache_type" && v.is_string()) o.kv_cache_type = std::string(v.as_string());
         if (!v.is_int64() && !v.is_uint64()) continue;
         const auto n = v.to_number<std::int64_t>();
         if (k == "max_model_len" && o.max_model_len == 0)

@@ -174,6 +174,7 @@ int run_agents_file(const fs::path& path, const AgentsRunOptions& options) {
     mo.max_num_seqs = file->max_num_seqs > 0 ? file->max_num_seqs : 64;
     mo.max_model_len = options.max_model_len > 0 ? options.max_model_len : file->max_model_len;
     mo.ignore_eog = choice->random;
+    mo.kv_cache_type = file->kv_cache_type;
     auto m = agents::LocalChatModel::open(choice->path, mo);
     if (!m) return std::fprintf(stderr, "weir: %s\n", m.error().message.c_str()), kExitRunFailed;
     local = *m;

@@ -19,7 +19,8 @@ namespace weir::cli {
 int cmd_generate(Args args) {
   Flags f("generate",
           {"--model", "--prompt", "-n", "--temp", "--seed", "--top-k", "--top-p", "--min-p",
-           "--threads", "--device", "--json-schema", "--grammar", "--regex", "--choice"},
+           "--threads", "--device", "--kv-cache-type", "--json-schema", "--grammar", "--regex",
+           "--choice"},
           {"--json"});
   if (!f.parse(args)) return kExitInvalidInput;
   auto path = f.get("--model");
@@ -37,6 +38,8 @@ int cmd_generate(Args args) {
     return kExitInvalidInput;
   auto device = inference::parse_device(f.get("--device").value_or("auto"));
   if (!device) return f.fail(device.error().message), kExitInvalidInput;
+  auto kv_type = inference::parse_kv_type(f.get("--kv-cache-type").value_or("f32"));
+  if (!kv_type) return f.fail("--kv-cache-type: " + kv_type.error().message), kExitInvalidInput;
 
   auto file = inference::GgufFile::open(*path);
   if (!file)
@@ -58,6 +61,7 @@ int cmd_generate(Args args) {
       inference::Engine::create(std::move(runner->runner), {.max_num_seqs = 1,
                                                             .block_size = 16,
                                                             .kv_cache_bytes = 256u << 20,
+                                                            .kv_cache_type = *kv_type,
                                                             .eog_tokens = (*tok)->eog_tokens()});
   if (!engine)
     return std::fprintf(stderr, "weir generate: %s\n", engine.error().message.c_str()),

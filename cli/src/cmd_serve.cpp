@@ -11,6 +11,7 @@
 #include "args.hpp"
 #include "commands.hpp"
 #include "mcp_tools.hpp"
+#include "weir/inference/engine.hpp"
 #include "weir/serve/service.hpp"
 
 namespace weir::cli {
@@ -34,6 +35,7 @@ int cmd_serve(Args args) {
            "--max-num-seqs",
            "--max-model-len",
            "--kv-cache-mb",
+           "--kv-cache-type",
            "--chat-template",
            "--max-queued-requests",
            "--max-queued-tokens",
@@ -89,6 +91,11 @@ int cmd_serve(Args args) {
       !f.integer("--max-queued-runs", c.max_queued_runs, std::size_t{0}, std::size_t{10'000'000}) ||
       !f.integer("--keep-runs", c.keep_runs, std::size_t{1}, std::size_t{10'000'000}))
     return kExitInvalidInput;
+  if (auto v = f.get("--kv-cache-type")) {
+    auto t = inference::parse_kv_type(*v);
+    if (!t) return f.fail("--kv-cache-type: " + t.error().message), kExitInvalidInput;
+    c.kv_cache_type = inference::kv_type_name(*t);
+  }
   if (auto v = f.get("--workflows")) c.workflows = *v;
   if (auto v = f.get("--db")) c.runs_db = *v;
   c.kv_cache_bytes = static_cast<std::size_t>(kv_mb) << 20;

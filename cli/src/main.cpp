@@ -153,13 +153,15 @@ constexpr Command kCommands[] = {
      "usage: weir generate --model FILE --prompt TEXT [-n N] [--temp T] [--seed S] [--top-k K]\n"
      "                     [--top-p P] [--min-p P] [--threads N] [--device auto|cpu|cuda] "
      "[--json]\n"
+     "                     [--kv-cache-type f32|f16]\n"
      "                     [--json-schema FILE | --grammar FILE.gbnf | --regex RE | --choice "
      "a,b]\n\n"
      "Streams the generated text (greedy unless --temp > 0). --json prints one object with the\n"
      "tokens, text, finish reason and timings instead. Structured output: --json-schema makes\n"
      "the output a JSON value valid for the schema, --grammar follows a GBNF grammar, --regex\n"
      "matches the whole output, --choice is one of the comma-separated strings; generation\n"
-     "ends when the value is complete (docs/structured-output.md).\n\n"
+     "ends when the value is complete (docs/structured-output.md). --kv-cache-type f16 keeps\n"
+     "K and V as halves: twice the tokens in the same memory (CPU).\n\n"
      "example:\n  weir generate --model model.gguf --prompt \"Once upon a time\" -n 64\n"
      "  weir generate --model model.gguf --prompt \"A user:\" --json-schema user.schema.json\n",
      cmd_generate},
@@ -179,7 +181,8 @@ constexpr Command kCommands[] = {
     {"serve", "serve models over HTTP with the OpenAI API (chat, completions, metrics)",
      "usage: weir serve --model [NAME=]FILE [--model ...] [--host H] [--port P]\n"
      "                  [--api-key-env VAR] [--insecure] [--max-num-seqs N] [--max-model-len N]\n"
-     "                  [--kv-cache-mb MB] [--chat-template NAME] [--ignore-eos]\n"
+     "                  [--kv-cache-mb MB] [--kv-cache-type f32|f16] [--chat-template NAME]\n"
+     "                  [--ignore-eos]\n"
      "                  [--max-queued-requests N] [--max-queued-tokens N] [--max-connections N]\n"
      "                  [--max-body-bytes N] [--default-max-tokens N] [--max-n N]\n"
      "                  [--request-timeout S] [--grace S] [--write-timeout S] [--idle-timeout "

@@ -433,10 +433,18 @@ class Loader {
       if (auto p = string_at(mo, "path", ptr, true)) m.path = resolve(*p);
       if (auto t = string_at(mo, "chat_template", ptr, false)) m.chat_template = *t;
       if (const auto* e = object_at(mo, "engine", ptr, false)) {
-        check_keys(
-            *e, ptr + "/engine",
-            {"max_num_seqs", "max_num_batched_tokens", "max_model_len", "block_size", "threads"});
-        for (const auto& [ek, ev] : *e) (void)int_at(*e, ek, ptr + "/engine", 1), (void)ev;
+        check_keys(*e, ptr + "/engine",
+                   {"max_num_seqs", "max_num_batched_tokens", "max_model_len", "block_size",
+                    "threads", "kv_cache_type"});
+        for (const auto& [ek, ev] : *e) {
+          if (ek == "kv_cache_type") {  // the KV cache's element type
+            if (auto t = string_at(*e, ek, ptr + "/engine", false); t && *t != "f32" && *t != "f16")
+              error(ptr + "/engine/kv_cache_type",
+                    "expected \"f32\" or \"f16\", got \"" + *t + "\"");
+            continue;
+          }
+          (void)int_at(*e, ek, ptr + "/engine", 1), (void)ev;
+        }
         m.engine = *e;
       }
       model_names_.push_back(m.name);

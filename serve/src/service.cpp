@@ -92,6 +92,7 @@ std::string describe(const ServeConfig& c) {
   line("--max-num-seqs", std::to_string(c.max_num_seqs));
   line("--max-model-len", c.max_model_len ? std::to_string(c.max_model_len) : "model's (<= 4096)");
   line("--kv-cache-mb", std::to_string(c.kv_cache_bytes >> 20));
+  line("--kv-cache-type", c.kv_cache_type);
   line("--chat-template", c.chat_template.value_or("detected"));
   line("--ignore-eos", c.ignore_eos ? "yes" : "no");
   line("--max-queued-requests", std::to_string(c.max_queued_requests));
@@ -345,6 +346,7 @@ void Service::Impl::load_models() {
     opt.max_num_seqs = cfg.max_num_seqs;
     opt.max_model_len = cfg.max_model_len;
     opt.kv_cache_bytes = cfg.kv_cache_bytes;
+    opt.kv_cache_type = cfg.kv_cache_type;
     opt.budget = &budget;
     opt.ignore_eog = cfg.ignore_eos;
     opt.metrics_name = spec.name;

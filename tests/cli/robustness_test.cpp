@@ -13,6 +13,7 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <boost/json.hpp>
 
 namespace {
 
@@ -97,6 +98,11 @@ TEST(CliRobustness, NumericFlagsAreCheckedAsTheirTypeAndRange) {
   auto n = weir({"generate", "--model", "nowhere.gguf", "--prompt", "x", "-n", "1e3"});
   EXPECT_EQ(n.code, 1);
   EXPECT_NE(n.err.find("-n expects an integer from 1 to 1048576, got '1e3'"), std::string::npos);
+  auto kv = weir({"serve", "--model", "nowhere.gguf", "--kv-cache-type", "q8"});
+  EXPECT_EQ(kv.code, 1);
+  EXPECT_EQ(kv.err,
+            "weir serve: --kv-cache-type: unknown KV cache type 'q8' (choose f32 or f16) (see "
+            "'weir serve --help')\n");
   auto crews = weir({"demo", "--crews", "2.5"});
   EXPECT_EQ(crews.code, 1);
   EXPECT_EQ(crews.err,
@@ -169,6 +175,42 @@ TEST(CliRobustness, SmallContextModelsRunCrewsAndGroupChats) {
       {"run", samples + "group_chat.json", "--model", ctx512.string(), "--max-model-len", "256"},
       120);
   EXPECT_EQ(smaller.code, 0) << smaller.err;
+  // The same crew with its KV cache in F16 ("engine": {"kv_cache_type": "f16"}).
+  {
+    std::ifstream in(samples + "group_chat.json");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    auto crew = boost::json::parse(ss.str()).as_object();
+    crew["engine"] = boost::json::object{{"kv_cache_type", "f16"}};
+    auto f16 = temp_file("group_chat_f16.json", boost::json::serialize(crew));
+    auto r = weir({"run", f16.string(), "--model", ctx512.string()}, 120);
+    EXPECT_EQ(r.code, 0) << r.err;
+    EXPECT_NE(r.out.find("\"transcript\""), std::string::npos);
+    fs::remove(f16);
+  }
+  // A workflow's local model takes it in its "engine" entry, checked by validate.
+  {
+    auto wf = temp_file("kv_type_wf.json", R"({"name": "kv", "state": {"out": {}},
+      "models": {"m": {"path": "m.gguf", "engine": {"kv_cache_type": "bf16"}}},
+      "nodes": {"a": {"kind": "llm", "model": "m", "prompt": "hi", "output": "out"}},
+      "edges": [{"from": "START", "to": "a"}, {"from": "a", "to": "END"}]})");
+    auto r = weir({"validate", wf.string()});
+    EXPECT_EQ(r.code, 1);
+    EXPECT_NE(r.err.find(":2:70: /models/m/engine/kv_cache_type: expected \"f32\" or \"f16\", "
+                         "got \"bf16\""),
+              std::string::npos)
+        << r.err;
+    auto ok = temp_file("kv_type_ok.json", R"({"name": "kv", "state": {"out": {}},
+      "models": {"m": {"path": "m.gguf", "engine": {"kv_cache_type": "f16"}}},
+      "nodes": {"a": {"kind": "llm", "model": "m", "prompt": "Once", "max_tokens": 8,
+                      "output": "out"}},
+      "edges": [{"from": "START", "to": "a"}, {"from": "a", "to": "END"}]})");
+    auto run = weir({"run", ok.string(), "--model", ctx512.string()}, 120);
+    EXPECT_EQ(run.code, 0) << run.err;
+    EXPECT_NE(run.out.find("\"out\""), std::string::npos) << run.out;
+    fs::remove(wf);
+    fs::remove(ok);
+  }
   // At 128 tokens the agents' system prompts alone leave no room for a reply: the error names
   // both counts and the knobs.
   auto tiny = weir({"run", samples + "group_chat.json", "--model", ctx128.string()}, 120);
@@ -193,9 +235,12 @@ TEST(CliRobustness, CrewFilesTakeAnEngineEntry) {
   auto file = temp_file("engine_crew.json", R"({"weir": 1, "kind": "group_chat", "name": "c",
     "agents": [{"name": "a", "role": "r", "max_tokens_per_turn": 8}], "task": "t",
     "termination": {"any": [{"max_messages": 2}]},
-    "engine": {"max_model_len": 3, "max_num_seq": 4}})");
+    "engine": {"max_model_len": 3, "max_num_seq": 4, "kv_cache_type": "f8"}})");
   auto r = weir({"run", file.string()});
   EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("/engine/kv_cache_type: expected \"f32\" or \"f16\", got \"f8\""),
+            std::string::npos)
+      << r.err;
   EXPECT_NE(r.err.find("/engine/max_model_len: must be at least 16, got 3"), std::string::npos)
       << r.err;
   EXPECT_NE(r.err.find("/engine/max_num_seq: unknown key 'max_num_seq' (did you mean "

@@ -234,8 +234,10 @@ TEST(ServeProcess, WeirRunUsesAServedModelOverHttp) {
     shape.context_length = 4096;
     ASSERT_TRUE(inference::write_random_llama(model, shape, inference::GgmlType::f32, 7));
   }
-  auto c = spawn(
-      {"serve", "--model", model.string(), "--port", "0", "--ignore-eos", "--kv-cache-mb", "64"});
+  // The model's KV cache in F16 (half the bytes a token): the agents over HTTP run the same.
+  auto c = spawn({"serve", "--model", model.string(), "--port", "0", "--ignore-eos",
+                  "--kv-cache-mb", "64", "--kv-cache-type", "f16"});
+  ASSERT_FALSE(c->wait_for(std::regex("--kv-cache-type = f16")).empty()) << c->err;
   auto m = c->wait_for(std::regex("listening on http://127\\.0\\.0\\.1:([0-9]+)"));
   ASSERT_FALSE(m.empty()) << c->err;
   // (The match points into c->err: copy it before the next wait_for appends to it.)

@@ -13,7 +13,8 @@
 //    "process": "sequential",            (or "hierarchical", with an optional "manager" agent)
 //    "inputs": {"topic": "paged attention"},  (defaults; --input overrides)
 //    "limits": {"token_budget": 200000, "summary_bytes": 600},
-//    "engine": {"max_model_len": 512, "max_num_seqs": 64},  (the local engine; optional)
+//    "engine": {"max_model_len": 512, "max_num_seqs": 64, "kv_cache_type": "f16"},
+//                                                  (the local engine; optional)
 //    "mcp_servers": {"fs": {"command": ["npx", "-y", "@modelcontextprotocol/server-filesystem",
 //                                       "/data"],
 //                           "env": {"K": "v"}, "cwd": "dir", "timeout_ms": 30000,
@@ -66,6 +67,7 @@ struct AgentsFile {
   // the model's context length capped at 4096; 64 sequences).
   std::int64_t max_model_len = 0;
   std::int32_t max_num_seqs = 0;
+  std::string kv_cache_type = "f32";  // "engine": {"kv_cache_type": "f16"}: twice the tokens
   std::vector<tools::McpServerConfig> mcp_servers;  // "mcp_servers", in file order
 };
 

@@ -47,6 +47,9 @@ struct LocalModelOptions {
   std::int32_t block_size = 16;
   std::int32_t threads = 0;                 // 0: the machine's cores
   std::size_t kv_cache_bytes = 128u << 20;  // used when no budget is given
+  // "f32" or "f16": twice the tokens in the same bytes (the CPU runner; EngineConfig's
+  // kv_cache_type). Another name: invalid_argument from open().
+  std::string kv_cache_type = "f32";
   // The KV pool is reserved from kv_cache when set. REQUIRES: the budget outlives the engine,
   // which inference::EngineRegistry::global() keeps until release(path) is called for it.
   MemoryBudget* budget = nullptr;
