@@ -2,7 +2,9 @@
 // K/V tiles of element type T. Internal to inference/, included by paged_attention.cpp (F32,
 // compiled per ISA) and paged_attention_f16.cpp (F16, AVX-512 + F16C). Before including, a
 // translation unit defines WEIR_ATTEND_TARGET (attributes for attend: empty, or a target) and,
-// for each T it uses, `v16 load_kv16(const T* p)`: 16 elements from p as floats.
+// for each T it uses, `v16 load_kv16(const T* p)`: 16 elements from p as floats. Everything here
+// is in an anonymous namespace on purpose: each includer gets its own copy, built for its own
+// target, so the two builds never merge at link time.
 #pragma once
 
 #include <algorithm>

@@ -27,7 +27,8 @@ struct AttentionBatch {
   std::int32_t n_heads = 0;                                // query heads
 };
 
-// pool: [layout.total_elems()]; k, v: [n_tokens, kv_dim].
+// pool: layout.total_elems() elements of layout.type (F16: read through std::uint16_t, two to a
+// float); k, v: [n_tokens, kv_dim] floats, rounded to half when layout.type is F16.
 void write_kv(std::span<float> pool, const KvLayout& layout, std::int32_t layer,
               const AttentionBatch& batch, const float* k, const float* v);
 
