@@ -8,12 +8,20 @@
 
 namespace weir::inference::kernels {
 
-void rmsnorm(const float* x, const float* w, float* out, std::int64_t n, std::int64_t dim,
-             float eps) {
+// The sum of squares runs in 16 lanes (one chain per lane, summed as a tree at the end): a
+// single serial sum took 4 cycles an element, most of a prompt step's element-wise time.
+WEIR_CLONES void rmsnorm(const float* x, const float* w, float* out, std::int64_t n,
+                         std::int64_t dim, float eps) {
   for (std::int64_t t = 0; t < n; ++t) {
     const float* xt = x + t * dim;
-    float ss = 0;
-    for (std::int64_t i = 0; i < dim; ++i) ss += xt[i] * xt[i];
+    simd::v16 acc = {};
+    std::int64_t i = 0;
+    for (; i + 16 <= dim; i += 16) {
+      const simd::v16 v = simd::load16(xt + i);
+      acc += v * v;
+    }
+    float ss = simd::sum16(acc);
+    for (; i < dim; ++i) ss += xt[i] * xt[i];
     const float inv = 1.0f / std::sqrt(ss / static_cast<float>(dim) + eps);
     for (std::int64_t i = 0; i < dim; ++i) out[t * dim + i] = w[i] * (xt[i] * inv);
   }
