@@ -169,31 +169,24 @@ fs::path shared(const std::string& rel) {
 TEST(Cli, GenerateReproducesTheGoldenGreedyText) {
   auto model = shared("models/aidreams260K.gguf");
   if (!fs::exists(model)) GTEST_SKIP() << "reference models not found (../shared absent)";
+  const std::string golden =
+      "\"text\":\" 0.000000. Dimensions unfold, as I softly refine, as I softly refine, as I "
+      "adapt, a tapestry of 0.00000\"";
   // The golden is the FP32 greedy text: pinned to the CPU, since on a GPU machine the default
-  // device is CUDA with BF16 weights (its FP32 goldens are in inference_gpu_test).
-  auto r = run_weir("generate --model " + model.string() +
-                    " --prompt 'I dream of' -n 64 --json --device cpu");
-  ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_NE(r.out.find("\"text\":\" 0.000000. Dimensions unfold, as I softly refine, as I softly "
-                       "refine, as I adapt, a "
-                       "tapestry of 0.00000\""),
-            std::string::npos)
-      << r.out;
-  EXPECT_NE(r.out.find("\"finish_reason\":\"length\""), std::string::npos);
+  // device is CUDA with BF16 weights (its FP32 goldens are in inference_gpu_test). With the KV
+  // cache in F16 this golden's 64 tokens are the same (llama_engine_test checks every golden's
+  // first 32).
+  for (std::string kv : {"f32", "f16"}) {
+    auto r = run_weir("generate --model " + model.string() +
+                      " --prompt 'I dream of' -n 64 --json --device cpu --kv-cache-type " + kv);
+    ASSERT_EQ(r.code, 0) << kv << ": " << r.err;
+    EXPECT_NE(r.out.find(golden), std::string::npos) << kv << ": " << r.out;
+    EXPECT_NE(r.out.find("\"finish_reason\":\"length\""), std::string::npos);
+  }
   auto streamed =
       run_weir("generate --model " + model.string() + " --prompt 'I dream of' -n 8 --device cpu");
   EXPECT_EQ(streamed.code, 0);
   EXPECT_EQ(streamed.out.rfind(" 0.0000", 0), 0u) << streamed.out;
-  // With the KV cache in F16 this golden's 64 tokens are the same (llama_engine_test checks
-  // every golden's first 32).
-  auto f16 = run_weir("generate --model " + model.string() +
-                      " --prompt 'I dream of' -n 64 --json --device cpu --kv-cache-type f16");
-  ASSERT_EQ(f16.code, 0) << f16.err;
-  EXPECT_NE(f16.out.find("\"text\":\" 0.000000. Dimensions unfold, as I softly refine, as I softly "
-                         "refine, as I adapt, a "
-                         "tapestry of 0.00000\""),
-            std::string::npos)
-      << f16.out;
 }
 
 // Structured output from the command line: the text is a JSON value valid for the schema, and
