@@ -105,22 +105,34 @@ void gemm_f32_tiles(std::span<const MatmulOut> outs, const float* x, std::int64_
   });
 }
 
-// Whether matmul takes a batched GEMM for `w` and n tokens: 1 the F32 one (F32 weights, and
-// K-quants dequantised a tile at a time), 2 the VNNI one (Q8_0, Q4_0), 0 neither.
-int batched_gemm(const Weight& w, std::int64_t n) {
+// The batched GEMM matmul takes for `w` and n tokens, if any: the F32 one (F32 weights, and
+// K-quants dequantised a tile at a time) or the VNNI one (Q8_0, Q4_0). K-quants: a large batch
+// is compute-bound, so each row tile is dequantised to F32 once and multiplied by every token.
+// Dequantising costs about as much as the per-token integer dots at 8-16 tokens (Q4_K) and
+// 16-24 (Q6_K): from twice that the GEMM wins (1.8x at 16 / 32 tokens, about 3x at 128;
+// bench/README.md).
+enum class Gemm { none, f32, q8 };
+Gemm batched_gemm(const Weight& w, std::int64_t n) {
   switch (w.type) {
     case GgmlType::f32:
-      return n >= kGemmMinTokens && avx512() ? 1 : 0;
+      return n >= kGemmMinTokens && avx512() ? Gemm::f32 : Gemm::none;
     case GgmlType::q8_0:
     case GgmlType::q4_0:
-      return n >= kGemmMinTokens && vnni() ? 2 : 0;
+      return n >= kGemmMinTokens && vnni() ? Gemm::q8 : Gemm::none;
     case GgmlType::q4_k:
-      return n >= kGemmMinTokensQ4K && avx512() ? 1 : 0;
+      return n >= kGemmMinTokensQ4K && avx512() ? Gemm::f32 : Gemm::none;
     case GgmlType::q6_k:
-      return n >= kGemmMinTokensQ6K && avx512() ? 1 : 0;
+      return n >= kGemmMinTokensQ6K && avx512() ? Gemm::f32 : Gemm::none;
     default:
-      return 0;
+      return Gemm::none;
   }
+}
+
+// outs on the GEMM `g` (not none).
+void run_gemm(Gemm g, std::span<const MatmulOut> outs, const float* x, std::int64_t n,
+              ThreadPool& pool) {
+  if (g == Gemm::f32) return gemm_f32_tiles(outs, x, n, pool);
+  gemm_q8_vnni(outs, x, n, pool);
 }
 #endif
 
@@ -214,11 +226,11 @@ void matmul_many(std::span<const MatmulOut> outs, const float* x, std::int64_t n
       });
   if (fused) return matmul_vnni(outs, x, n, pool, qx, qscale);
   // A batch: weights of one type and cols on the same x are one GEMM (x packed once).
-  if (const int gemm = outs.empty() ? 0 : batched_gemm(outs[0].w, n);
-      gemm != 0 && std::all_of(outs.begin(), outs.end(), [&](const MatmulOut& o) {
+  if (const Gemm g = outs.empty() ? Gemm::none : batched_gemm(outs[0].w, n);
+      g != Gemm::none && std::all_of(outs.begin(), outs.end(), [&](const MatmulOut& o) {
         return o.w.type == outs[0].w.type && o.w.cols == outs[0].w.cols;
       })) {
-    return gemm == 1 ? gemm_f32_tiles(outs, x, n, pool) : gemm_q8_vnni(outs, x, n, pool);
+    return run_gemm(g, outs, x, n, pool);
   }
 #endif
   for (const MatmulOut& o : outs) matmul(o.w, x, n, o.y, pool, qx, qscale);
@@ -229,14 +241,12 @@ void matmul(const Weight& w, const float* x, std::int64_t n, float* y, ThreadPoo
 #ifdef WEIR_X86
   const MatmulOut one[] = {{w, y}};
   if (vnni_decode(w, n)) return matmul_vnni(one, x, n, pool, qx, qscale);
+  if (const Gemm g = batched_gemm(w, n); g != Gemm::none) return run_gemm(g, one, x, n, pool);
 #endif
   const std::int64_t rows = w.rows, cols = w.cols;
   switch (w.type) {
     case GgmlType::f32: {
       const auto* wf = reinterpret_cast<const float*>(w.data);
-#ifdef WEIR_X86
-      if (n >= kGemmMinTokens && avx512()) return gemm_f32_tiles(one, x, n, pool);
-#endif
       // Split rows across threads in multiples of 4, so tiles stay whole.
       pool.parallel_for((rows + 3) / 4, [&](int, std::int64_t b, std::int64_t e) {
         gemm_f32_rows(wf, b * 4, std::min(rows, e * 4), cols, x, n, y, rows);
@@ -245,9 +255,6 @@ void matmul(const Weight& w, const float* x, std::int64_t n, float* y, ThreadPoo
     }
     case GgmlType::q8_0: {
       const std::int64_t blocks = cols / kQK8_0;
-#ifdef WEIR_X86
-      if (n >= kGemmMinTokens && vnni()) return gemm_q8_vnni(one, x, n, pool);
-#endif
       quantize_q8(x, n, cols, qx, qscale);
 #ifdef WEIR_X86
       if (avx2()) {
@@ -274,18 +281,6 @@ void matmul(const Weight& w, const float* x, std::int64_t n, float* y, ThreadPoo
     case GgmlType::q4_0:
     case GgmlType::q4_k:
     case GgmlType::q6_k: {
-#ifdef WEIR_X86
-      if (w.type == GgmlType::q4_0 && n >= kGemmMinTokens && vnni())
-        return gemm_q8_vnni(one, x, n, pool);
-      // K-quants: a large batch is compute-bound, so each row tile is dequantised to F32 once
-      // and multiplied by every token on the F32 GEMM. Dequantising costs about as much as the
-      // per-token integer dots below at 8-16 tokens (Q4_K) and 16-24 (Q6_K): from twice that
-      // the GEMM wins (1.8x at 16 / 32 tokens, about 3x at 128; bench/README.md).
-      if (((w.type == GgmlType::q4_k && n >= kGemmMinTokensQ4K) ||
-           (w.type == GgmlType::q6_k && n >= kGemmMinTokensQ6K)) &&
-          avx512())
-        return gemm_f32_tiles(one, x, n, pool);
-#endif
       quantize_q8(x, n, cols, qx, qscale);
       const std::int64_t xblocks = cols / kQK8_0;
       thread_local std::vector<float> xsum;  // Q4_K's min term: per block, d * sum(q)
