@@ -7,9 +7,7 @@
 
 #include "quant.hpp"
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#define WEIR_X86 1
-#endif
+#include "x86.hpp"
 
 namespace weir::inference::kernels::detail {
 

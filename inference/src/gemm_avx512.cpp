@@ -12,11 +12,7 @@
 
 namespace weir::inference::kernels::detail {
 
-// GCC 12 warns that the AVX-512 intrinsics' own _mm512_undefined_* "may be used" or "is used
-// uninitialized" (a false positive in its headers, GCC PR 105593).
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
+WEIR_AVX512_BEGIN
 
 namespace {
 
@@ -287,7 +283,7 @@ bool have_avx512() {
   }();
   return yes;
 }
-#pragma GCC diagnostic pop
+WEIR_AVX512_END
 
 // Packs x [n, cols] into Panels (gemm_avx512.hpp; zero past n) by 16 x 16 transposes.
 __attribute__((target("avx512f"))) std::vector<Panel> pack_panels(const float* x, std::int64_t n,

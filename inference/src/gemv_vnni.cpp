@@ -9,11 +9,7 @@
 
 namespace weir::inference::kernels::detail {
 
-// GCC 12 warns that the AVX-512 intrinsics' own _mm512_undefined_* "may be used" or "is used
-// uninitialized" (a false positive in its headers, GCC PR 105593).
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
+WEIR_AVX512_BEGIN
 
 namespace {
 
@@ -352,7 +348,7 @@ WEIR_DOT_VNNI(3)
 WEIR_DOT_VNNI(4)
 #undef WEIR_DOT_VNNI
 
-#pragma GCC diagnostic pop
+WEIR_AVX512_END
 
 }  // namespace weir::inference::kernels::detail
 #endif

@@ -8,9 +8,7 @@
 #include <atomic>
 #include <type_traits>
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#define WEIR_X86 1
-#endif
+#include "x86.hpp"
 
 #include "dot_avx2.hpp"
 #include "gemm_avx512.hpp"

@@ -6,20 +6,14 @@
 
 #include "quant.hpp"
 #include "simd.hpp"
+#include "x86.hpp"
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#define WEIR_F16_X86 1
+#ifdef WEIR_X86
 #include <immintrin.h>
-#endif
 
-#ifdef WEIR_F16_X86
 #define WEIR_F16_TARGET __attribute__((target("avx512f,f16c,fma")))
 
-// GCC 12 warns that the AVX-512 intrinsics' own _mm512_undefined_* "may be used" or "is used
-// uninitialized" (a false positive in its headers, GCC PR 105593).
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
+WEIR_AVX512_BEGIN
 
 namespace weir::inference {
 namespace {
@@ -79,7 +73,7 @@ bool attention_f16_avx512(const std::uint16_t* k_plane, const std::uint16_t* v_p
 }
 
 }  // namespace weir::inference
-#pragma GCC diagnostic pop
+WEIR_AVX512_END
 
 #else  // not x86-64: the portable paths
 
