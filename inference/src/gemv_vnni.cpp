@@ -1,6 +1,8 @@
 // The AVX-512 VNNI decode kernels of matmul(); the scheme: gemv_vnni.hpp.
 #include "gemv_vnni.hpp"
 
+#include "repack.hpp"
+
 #ifdef WEIR_X86
 #include <immintrin.h>
 
@@ -19,11 +21,15 @@ namespace {
 // streamed from DRAM) 8 KiB ahead into L2 gave 21 GB/s against 17 without; 2-4 KiB, or into L1,
 // gave less.
 constexpr std::int64_t kAhead = 8192;
+// The x16 kernel consumes its stream about twice as fast: 32 KiB ahead gave one core 23-25 GB/s
+// from DRAM against 21-23 at 8 KiB (a 75 MB matrix, the development machine); in the 1B model's
+// decode on two threads the two distances measured the same.
+constexpr std::int64_t kAheadX16 = 32768;
 
 // Prefetches the `lines` cache lines from kAhead bytes past p.
-template <int lines>
+template <int lines, std::int64_t ahead = kAhead>
 WEIR_VNNI inline void prefetch_ahead(const void* p) {
-  const char* a = static_cast<const char*>(p) + kAhead;
+  const char* a = static_cast<const char*>(p) + ahead;
 #pragma GCC unroll 8
   for (int l = 0; l < lines; ++l) _mm_prefetch(a + 64 * l, _MM_HINT_T1);
 }
@@ -60,13 +66,14 @@ WEIR_VNNI void quantize_q8_avx512(const float* x, std::int64_t n, std::int64_t c
 }
 
 void prepare_q4k(const std::int8_t* qx, const float* xd, std::int64_t n, std::int64_t cols,
-                 VnniActs& a) {
+                 bool reorder, VnniActs& a) {
   a.q.resize(static_cast<std::size_t>(n * cols));
   a.block_d.resize(static_cast<std::size_t>(n * cols / 16));
-  static constexpr int kOrder[8] = {0, 2, 1, 3, 4, 6, 5, 7};
+  static constexpr int kOrder[8] = {0, 2, 1, 3, 4, 6, 5, 7}, kSame[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+  const int* order = reorder ? kOrder : kSame;
   for (std::int64_t s = 0; s < n * cols / kQK_K; ++s) {
     for (int p = 0; p < 8; ++p)
-      std::memcpy(a.q.data() + s * kQK_K + 32 * p, qx + s * kQK_K + 32 * kOrder[p], 32);
+      std::memcpy(a.q.data() + s * kQK_K + 32 * p, qx + s * kQK_K + 32 * order[p], 32);
     for (int b = 0; b < 8; ++b) {
       const std::int8_t* q = qx + s * kQK_K + 32 * b;
       std::int32_t sum = 0;
@@ -174,6 +181,96 @@ WEIR_VNNI void dot_q4k_vnni(const BlockQ4_K* w, std::int64_t sblocks, const Vnni
     out[k * out_stride] =
         _mm512_reduce_add_ps(_mm512_add_ps(acc[k][0], acc[k][1])) - _mm_cvtss_f32(s);
   }
+}
+
+// 16 rows a vector, a 32-bit lane a row (the layout: repack.hpp). Per super-block, the 16 rows'
+// 6-bit scales and mins are unpacked in their lanes (the scalar unpacking of dot_q4k_vnni, 16
+// rows at once) and each block's byte moved to the bottom of its lane by one vpshufb. Each
+// 64-byte vector of qs holds 4 bytes of every row: its low nibbles are 4 weights of block 2c,
+// its high nibbles the same 4 of block 2c + 1, so one vpdpbusd against the 4 activation quants
+// broadcast adds 4 products to each row's dot. The high nibbles are masked, not shifted: their
+// dot comes out 16 times larger, which the block's scale takes back exactly (d / 16). After 8
+// vectors a block's 16 integer dots are whole, and one multiply-add per token applies
+// d * scale * d_x; the min terms take another. Every result is one 16-row store per token.
+// Passes of C chunks of 64 weights keep 2 C T integer dots in flight (8 for T = 1, 2, 4).
+template <int T>
+WEIR_VNNI void dot_q4k_x16_vnni(const std::byte* w, std::int64_t sblocks, const VnniActs& a,
+                                std::int64_t t0, float* out, std::int64_t out_stride) {
+  constexpr int C = T == 1 ? 4 : T == 2 ? 2 : 1;
+  const std::int64_t cols = sblocks * kQK_K;
+  const std::int8_t* q = a.q.data() + t0 * cols;
+  const float* block_d = a.block_d.data() + t0 * (cols / 16);
+  const __m512i lo4 = _mm512_set1_epi8(0x0F), hi4 = _mm512_set1_epi8(static_cast<char>(0xF0));
+  const __m512i m3f = _mm512_set1_epi32(0x3f3f3f3f), m0f = _mm512_set1_epi32(0x0f0f0f0f),
+                m03 = _mm512_set1_epi32(0x03030303);
+  __m512i byte_k[4];  // vpshufb: byte k of each 32-bit lane to its bottom, the rest zero
+  for (int k = 0; k < 4; ++k) {
+    const auto at = [k](int lane) { return static_cast<int>(0x80808000u | (4 * lane + k)); };
+    byte_k[k] = _mm512_set4_epi32(at(3), at(2), at(1), at(0));  // per 128-bit lane
+  }
+  __m512 acc[T], mins[T];
+  for (int k = 0; k < T; ++k) acc[k] = mins[k] = _mm512_setzero_ps();
+  for (std::int64_t i = 0; i < sblocks; ++i) {
+    const std::byte* c = w + static_cast<std::size_t>(i) * kX16Chunk;
+    prefetch_ahead<kX16Chunk / 64, kAheadX16>(c);
+    const __m512 d =
+        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(c + kX16D)));
+    const __m512 d16 = _mm512_mul_ps(d, _mm512_set1_ps(1.0f / 16));
+    const __m512 dmin =
+        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(c + kX16Dmin)));
+    const __m512i w0 = _mm512_loadu_si512(c + kX16Scales),
+                  w1 = _mm512_loadu_si512(c + kX16Scales + 64),
+                  w2 = _mm512_loadu_si512(c + kX16Scales + 128);
+    // A byte each: scales of blocks 0-3, 4-7; mins of blocks 0-3, 4-7 (scale_min_k4).
+    const __m512i sc[2] = {
+        _mm512_and_si512(w0, m3f),
+        _mm512_or_si512(_mm512_and_si512(w2, m0f),
+                        _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w0, 6), m03), 4))};
+    const __m512i mn[2] = {
+        _mm512_and_si512(w1, m3f),
+        _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w2, 4), m0f),
+                        _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w1, 6), m03), 4))};
+    const std::int8_t* x = q + i * kQK_K;
+    const float* bd = block_d + 16 * i;
+#pragma GCC unroll 4
+    for (int c0 = 0; c0 < 4; c0 += C) {
+      __m512i dot[T][2 * C];
+      for (int k = 0; k < T; ++k)
+        for (int j = 0; j < 2 * C; ++j) dot[k][j] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+      for (int v = 0; v < 8; ++v) {
+#pragma GCC unroll 4
+        for (int cc = 0; cc < C; ++cc) {
+          const int ch = c0 + cc;
+          const __m512i qs = _mm512_loadu_si512(c + kX16Qs + 64 * x16_qs_slot(8 * ch + v));
+          const __m512i lo = _mm512_and_si512(qs, lo4), hi = _mm512_and_si512(qs, hi4);
+          for (int k = 0; k < T; ++k) {
+            std::int32_t xl, xh;
+            std::memcpy(&xl, x + k * cols + 64 * ch + 4 * v, 4);
+            std::memcpy(&xh, x + k * cols + 64 * ch + 32 + 4 * v, 4);
+            dot[k][2 * cc] = _mm512_dpbusd_epi32(dot[k][2 * cc], lo, _mm512_set1_epi32(xl));
+            dot[k][2 * cc + 1] = _mm512_dpbusd_epi32(dot[k][2 * cc + 1], hi, _mm512_set1_epi32(xh));
+          }
+        }
+      }
+#pragma GCC unroll 8
+      for (int j = 0; j < 2 * C; ++j) {
+        const int b = 2 * c0 + j;  // the block
+        const __m512 s = _mm512_mul_ps(
+            _mm512_cvtepi32_ps(_mm512_shuffle_epi8(sc[b / 4], byte_k[b % 4])), b % 2 ? d16 : d);
+        const __m512 m =
+            _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_shuffle_epi8(mn[b / 4], byte_k[b % 4])), dmin);
+        for (int k = 0; k < T; ++k) {
+          const float* kd = bd + k * (cols / 16);
+          acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[k][j]),
+                                   _mm512_mul_ps(s, _mm512_set1_ps(kd[b])), acc[k]);
+          mins[k] = _mm512_fmadd_ps(m, _mm512_set1_ps(kd[8 + b]), mins[k]);
+        }
+      }
+    }
+  }
+  for (int k = 0; k < T; ++k)
+    _mm512_storeu_ps(out + k * out_stride, _mm512_sub_ps(acc[k], mins[k]));
 }
 
 // Per 128-weight half of a super-block: 64 bytes of ql and the 32 of qh (twice, in both 256-bit
@@ -333,14 +430,16 @@ WEIR_VNNI void dot_blocks_vnni(const Block* w, std::int64_t blocks, const VnniAc
   }
 }
 
-#define WEIR_DOT_VNNI(T)                                                                         \
-  template void dot_q4k_vnni<T>(const BlockQ4_K*, std::int64_t, const VnniActs&, std::int64_t,   \
-                                float*, std::int64_t);                                           \
-  template void dot_q6k_vnni<T>(const BlockQ6_K*, std::int64_t, const VnniActs&, std::int64_t,   \
-                                float*, std::int64_t);                                           \
-  template void dot_blocks_vnni<BlockQ8_0, T>(const BlockQ8_0*, std::int64_t, const VnniActs&,   \
-                                              std::int64_t, const float*, float*, std::int64_t); \
-  template void dot_blocks_vnni<BlockQ4_0, T>(const BlockQ4_0*, std::int64_t, const VnniActs&,   \
+#define WEIR_DOT_VNNI(T)                                                                           \
+  template void dot_q4k_vnni<T>(const BlockQ4_K*, std::int64_t, const VnniActs&, std::int64_t,     \
+                                float*, std::int64_t);                                             \
+  template void dot_q4k_x16_vnni<T>(const std::byte*, std::int64_t, const VnniActs&, std::int64_t, \
+                                    float*, std::int64_t);                                         \
+  template void dot_q6k_vnni<T>(const BlockQ6_K*, std::int64_t, const VnniActs&, std::int64_t,     \
+                                float*, std::int64_t);                                             \
+  template void dot_blocks_vnni<BlockQ8_0, T>(const BlockQ8_0*, std::int64_t, const VnniActs&,     \
+                                              std::int64_t, const float*, float*, std::int64_t);   \
+  template void dot_blocks_vnni<BlockQ4_0, T>(const BlockQ4_0*, std::int64_t, const VnniActs&,     \
                                               std::int64_t, const float*, float*, std::int64_t);
 WEIR_DOT_VNNI(1)
 WEIR_DOT_VNNI(2)

@@ -46,10 +46,11 @@ struct VnniActs {
 WEIR_VNNI void quantize_q8_avx512(const float* x, std::int64_t n, std::int64_t cols,
                                   std::vector<std::int8_t>& q, std::vector<float>& s);
 
-// Q4_K: quants with the 32-groups of each super-block in the order 0 2 1 3 4 6 5 7, so that the
-// low and high nibbles of 64 bytes of qs meet their activations in one 64-byte load; block_d.
+// Q4_K: block_d, and the quants with the 32-groups of each super-block in the order
+// 0 2 1 3 4 6 5 7, so that the low and high nibbles of 64 bytes of qs meet their activations in
+// one 64-byte load (reorder, for dot_q4k_vnni) or as they are (for dot_q4k_x16_vnni).
 void prepare_q4k(const std::int8_t* qx, const float* xd, std::int64_t n, std::int64_t cols,
-                 VnniActs& a);
+                 bool reorder, VnniActs& a);
 // Q6_K: quants as they are, corr for the offset 32, lane_d.
 void prepare_q6k(const std::int8_t* qx, const float* xd, std::int64_t n, std::int64_t cols,
                  VnniActs& a);
@@ -67,6 +68,12 @@ void prepare_q4_0(const std::int8_t* qx, std::int64_t n, std::int64_t cols, Vnni
 template <int T>
 WEIR_VNNI void dot_q4k_vnni(const BlockQ4_K* w, std::int64_t sblocks, const VnniActs& a,
                             std::int64_t t0, float* out, std::int64_t out_stride);
+
+// 16 Q4_K rows in the x16 layout (repack.hpp), w: their group's sblocks chunks. a: from
+// prepare_q4k without reordering. Row l of the group for token k: out[k * out_stride + l].
+template <int T>
+WEIR_VNNI void dot_q4k_x16_vnni(const std::byte* w, std::int64_t sblocks, const VnniActs& a,
+                                std::int64_t t0, float* out, std::int64_t out_stride);
 
 // Q6_K rows, w: [sblocks]. a: from prepare_q6k, tokens t0 .. t0 + T of it.
 template <int T>

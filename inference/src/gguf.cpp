@@ -256,6 +256,18 @@ Result<std::unique_ptr<GgufFile>> GgufFile::open(const std::filesystem::path& pa
   return f;
 }
 
+std::byte* GgufFile::writable_data(const TensorInfo& t) {
+  if (!mapping_) return nullptr;
+  if (!writable_ && ::mprotect(mapping_, size_, PROT_READ | PROT_WRITE) != 0) return nullptr;
+  writable_ = true;
+  return const_cast<std::byte*>(t.data);  // inside mapping_, which this file owns
+}
+
+void GgufFile::seal() {
+  if (writable_) ::mprotect(mapping_, size_, PROT_READ);
+  writable_ = false;
+}
+
 Result<std::unique_ptr<GgufFile>> GgufFile::from_memory(std::span<const std::byte> bytes,
                                                         std::string name) {
   auto f = std::unique_ptr<GgufFile>(new GgufFile());

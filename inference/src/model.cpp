@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "quant.hpp"
+#include "repack.hpp"
 
 namespace weir::inference {
 
@@ -13,7 +14,9 @@ std::size_t Weight::row_bytes() const {
 }
 
 void dequantize_row(const Weight& w, std::int64_t r, float* out) {
-  const std::byte* row = w.data + static_cast<std::size_t>(r) * w.row_bytes();
+  thread_local std::vector<std::byte> scratch;  // a row of a rearranged weight
+  if (w.layout != WeightLayout::rows) scratch.resize(w.row_bytes());
+  const std::byte* row = row_bytes_of(w, r, scratch.data());
   switch (w.type) {
     case GgmlType::f32:
       std::memcpy(out, row, static_cast<std::size_t>(w.cols) * 4);
@@ -168,13 +171,35 @@ class Loader {
 
 }  // namespace
 
-Result<std::shared_ptr<const Model>> Model::load(const std::filesystem::path& path) {
+Result<std::shared_ptr<const Model>> Model::load(const std::filesystem::path& path,
+                                                 const ModelOptions& options) {
   auto f = GgufFile::open(path);
   if (!f) return std::move(f).error();
-  return from_gguf(std::move(*f));
+  return from_gguf(std::move(*f), options);
 }
 
-Result<std::shared_ptr<const Model>> Model::from_gguf(std::unique_ptr<GgufFile> file) {
+void Model::rearrange_for_cpu() {
+  std::vector<Weight*> all = {&token_embd_, &output_};
+  for (LayerWeights& l : layers_)
+    for (Weight* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) all.push_back(w);
+  for (Weight* w : all) {
+    if (w->type != GgmlType::q4_k || w->rows < kX16Rows || w->layout != WeightLayout::rows)
+      continue;
+    const TensorInfo* t = nullptr;
+    for (const TensorInfo& ti : file_->tensors())
+      if (ti.data == w->data) t = &ti;
+    std::byte* p = t ? file_->writable_data(*t) : nullptr;
+    if (!p) break;  // bytes the caller owns (from_memory)
+    repack_q4k_x16(p, w->rows, w->cols);
+    // A tied classifier is the embedding's tensor: rearranged once, read the new way by both.
+    for (Weight* same : all)
+      if (same->data == w->data) same->layout = WeightLayout::q4k_x16;
+  }
+  file_->seal();
+}
+
+Result<std::shared_ptr<const Model>> Model::from_gguf(std::unique_ptr<GgufFile> file,
+                                                      const ModelOptions& options) {
   auto m = std::shared_ptr<Model>(new Model());
   m->file_ = std::move(file);
   const GgufFile& f = *m->file_;
@@ -269,6 +294,7 @@ Result<std::shared_ptr<const Model>> Model::from_gguf(std::unique_ptr<GgufFile> 
     m->layers_.push_back(std::move(lw));
   }
   m->weight_bytes_ = L.bytes();
+  if (options.cpu_layout && cpu_reads_q4k_x16()) m->rearrange_for_cpu();
   return std::shared_ptr<const Model>(std::move(m));
 }
 

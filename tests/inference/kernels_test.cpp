@@ -5,6 +5,7 @@
 // around the 16- and 32-token panels, rows that are not a multiple of the row tiles, columns a
 // multiple of 32.
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <span>
 #include <string>
@@ -17,6 +18,7 @@
 #include "kernels_portable.hpp"
 #include "quant.hpp"
 #include "random_util.hpp"
+#include "repack.hpp"
 #include "weir/inference/gguf_writer.hpp"
 
 namespace weir::inference {
@@ -269,52 +271,97 @@ INSTANTIATE_TEST_SUITE_P(Types, BlockKernels, ::testing::Values(GgmlType::q8_0, 
 // the Q4_K min * d_x * (sum of the activation quants); the reference does that in double from
 // the scalar unpackers (quant.hpp). Rows are ragged against the row split and the 4-token tiles;
 // columns run from one super-block to nine.
+// A K-quant matrix unpacked (quant.hpp's scalar unpackers), and the quantised reference for it:
+// per weight group scale * d_x * (integer dot), less the Q4_K min * d_x * (sum of the
+// activation quants), in double.
+struct UnpackedKQuant {
+  UnpackedKQuant(GgmlType type, const std::string& bytes, Shape s)
+      : q4k(type == GgmlType::q4_k), group(q4k ? 32 : 16), s(s), groups(s.cols / group) {
+    const std::int64_t sblocks = s.cols / kQK_K;
+    wq.resize(static_cast<std::size_t>(s.rows * s.cols));
+    wsc.resize(static_cast<std::size_t>(s.rows * groups));
+    wmn.resize(static_cast<std::size_t>(s.rows * groups));
+    for (std::int64_t i = 0; i < s.rows * sblocks; ++i) {
+      if (q4k)
+        unpack_q4_k(reinterpret_cast<const BlockQ4_K*>(bytes.data())[i], wq.data() + i * kQK_K,
+                    wsc.data() + i * 8, wmn.data() + i * 8);
+      else
+        unpack_q6_k(reinterpret_cast<const BlockQ6_K*>(bytes.data())[i], wq.data() + i * kQK_K,
+                    wsc.data() + i * 16);
+    }
+  }
+  std::pair<double, double> operator()(std::int64_t t, std::int64_t r,
+                                       const std::vector<std::int8_t>& xq,
+                                       const std::vector<float>& xd) const {
+    double want = 0, mag = 0;
+    for (std::int64_t g = 0; g < groups; ++g) {
+      std::int64_t dot = 0, xsum = 0;
+      for (int j = 0; j < group; ++j) {
+        const std::int64_t i = g * group + j;
+        dot += wq[r * s.cols + i] * xq[t * s.cols + i];
+        xsum += xq[t * s.cols + i];
+      }
+      const double d_x = xd[(t * s.cols + g * group) / 32];
+      const double term = double(wsc[r * groups + g]) * d_x * dot;
+      const double min = q4k ? double(wmn[r * groups + g]) * d_x * xsum : 0.0;
+      want += term - min, mag += std::fabs(term) + std::fabs(min);
+    }
+    return {want, mag};
+  }
+  bool q4k;
+  int group;
+  Shape s;
+  std::int64_t groups;
+  std::vector<std::int8_t> wq;
+  std::vector<float> wsc, wmn;
+};
+
+// Q4_K and Q6_K weights below the GEMM thresholds (decode, small batches): every path quantises
+// the activations to Q8_0 blocks, so the reference is UnpackedKQuant's. Rows are ragged against
+// the row split and the 4-token tiles; columns run from one super-block to nine.
 class KQuantKernels : public Kernels, public ::testing::WithParamInterface<GgmlType> {};
 
 TEST_P(KQuantKernels, DecodeMatchesQuantisedReference) {
   const GgmlType type = GetParam();
-  const bool q4k = type == GgmlType::q4_k;
-  const int group = q4k ? 32 : 16;
   for (const Shape s : {Shape{1, 256}, Shape{13, 768}, Shape{37, 2304}, Shape{6, 512}}) {
     const auto wf = randn(static_cast<std::size_t>(s.rows * s.cols), 11 + s.rows, 0.05f);
     auto bytes = quantize_tensor(wf, type);
     ASSERT_TRUE(bytes);
     const Weight wt{type, reinterpret_cast<const std::byte*>(bytes->data()), s.rows, s.cols};
-    const std::int64_t groups = s.cols / group, sblocks = s.cols / kQK_K;
-    std::vector<std::int8_t> wq(static_cast<std::size_t>(s.rows * s.cols));
-    std::vector<float> wsc(static_cast<std::size_t>(s.rows * groups)),
-        wmn(static_cast<std::size_t>(s.rows * groups));
-    for (std::int64_t i = 0; i < s.rows * sblocks; ++i) {
-      if (q4k)
-        unpack_q4_k(reinterpret_cast<const BlockQ4_K*>(bytes->data())[i], wq.data() + i * kQK_K,
-                    wsc.data() + i * 8, wmn.data() + i * 8);
-      else
-        unpack_q6_k(reinterpret_cast<const BlockQ6_K*>(bytes->data())[i], wq.data() + i * kQK_K,
-                    wsc.data() + i * 16);
-    }
-    check_matmul(type, wt, s, kSmallBatches, 300, 1e-5,
-                 [&](std::int64_t t, std::int64_t r, const std::vector<std::int8_t>& xq,
-                     const std::vector<float>& xd) {
-                   double want = 0, mag = 0;
-                   for (std::int64_t g = 0; g < groups; ++g) {
-                     std::int64_t dot = 0, xsum = 0;
-                     for (int j = 0; j < group; ++j) {
-                       const std::int64_t i = g * group + j;
-                       dot += wq[r * s.cols + i] * xq[t * s.cols + i];
-                       xsum += xq[t * s.cols + i];
-                     }
-                     const double d_x = xd[(t * s.cols + g * group) / 32];
-                     const double term = double(wsc[r * groups + g]) * d_x * dot;
-                     const double min = q4k ? double(wmn[r * groups + g]) * d_x * xsum : 0.0;
-                     want += term - min, mag += std::fabs(term) + std::fabs(min);
-                   }
-                   return std::pair{want, mag};
-                 });
+    check_matmul(type, wt, s, kSmallBatches, 300, 1e-5, UnpackedKQuant(type, *bytes, s));
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, KQuantKernels, ::testing::Values(GgmlType::q4_k, GgmlType::q6_k),
                          [](const auto& info) { return ggml_type_name(info.param); });
+
+// Q4_K weights rearranged at load for the VNNI kernel (repack.hpp): every row reads back as the
+// file had it, and matmul matches the quantised reference on every path and batch size (the
+// x16 kernel takes every batch on VNNI: groups of 16 rows, the rows past the last group on the
+// row kernel; the other paths read rows through row_bytes_of).
+TEST_F(Kernels, Q4KX16LayoutMatchesTheFileLayout) {
+  constexpr std::int64_t kX16Tokens[] = {1, 2, 3, 4, 5, 9, 16, 20, 33};
+  for (const Shape s : {Shape{16, 256}, Shape{37, 768}, Shape{64, 2304}, Shape{33, 512}}) {
+    const auto wf = randn(static_cast<std::size_t>(s.rows * s.cols), 5 + s.rows, 0.05f);
+    auto bytes = quantize_tensor(wf, GgmlType::q4_k);
+    ASSERT_TRUE(bytes);
+    std::string packed = *bytes;
+    repack_q4k_x16(reinterpret_cast<std::byte*>(packed.data()), s.rows, s.cols);
+    EXPECT_NE(packed, *bytes);
+    const Weight x16{GgmlType::q4_k, reinterpret_cast<const std::byte*>(packed.data()), s.rows,
+                     s.cols, WeightLayout::q4k_x16};
+    const std::size_t row_bytes = x16.row_bytes();
+    std::vector<std::byte> scratch(row_bytes);
+    for (std::int64_t r = 0; r < s.rows; ++r) {
+      ASSERT_EQ(std::memcmp(row_bytes_of(x16, r, scratch.data()),
+                            bytes->data() + static_cast<std::size_t>(r) * row_bytes, row_bytes),
+                0)
+          << "row " << r;
+    }
+    check_matmul(GgmlType::q4_k, x16, s, kX16Tokens, 400, 1e-5,
+                 UnpackedKQuant(GgmlType::q4_k, *bytes, s));
+  }
+}
 
 }  // namespace
 }  // namespace weir::inference

@@ -108,6 +108,12 @@ class GgufFile {
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
   const TensorInfo* tensor(std::string_view name) const;
 
+  // For the model loader, which rearranges some weights for the CPU kernels: a writable pointer
+  // to tensor t's data, or nullptr for a from_memory() file (the bytes are the caller's). The
+  // mapping is private, so writes never reach the file; seal() makes it read-only again.
+  std::byte* writable_data(const TensorInfo& t);
+  void seal();
+
  private:
   struct Value {
     GgufValueType type;
@@ -123,6 +129,7 @@ class GgufFile {
   const std::byte* base_ = nullptr;
   std::uint64_t size_ = 0;
   void* mapping_ = nullptr;  // munmap on destruction when set
+  bool writable_ = false;    // writable_data() was called, seal() not since
   std::uint32_t version_ = 0;
   std::uint64_t alignment_ = 32;
   std::vector<std::pair<std::string, Value>> kv_;

@@ -40,12 +40,26 @@ struct Hyperparams {
   bool tied_output = false;
 };
 
-// A weight matrix [rows = out, cols = in], row-major, as stored in the file.
+// How a Weight's bytes are arranged. `rows`: row-major, as stored in the file. `q4k_x16` (Q4_K
+// only): the file's bytes rearranged at load so that the AVX-512 VNNI decode kernel reads 16
+// rows a vector (inference/src/repack.hpp); the same size, and dequantize_row reads it.
+enum class WeightLayout : std::uint8_t { rows, q4k_x16 };
+
+// A weight matrix [rows = out, cols = in].
 struct Weight {
   GgmlType type = GgmlType::f32;
   const std::byte* data = nullptr;
   std::int64_t rows = 0, cols = 0;
+  WeightLayout layout = WeightLayout::rows;
   std::size_t row_bytes() const;
+};
+
+struct ModelOptions {
+  // Rearrange Q4_K matrices of 16 rows or more into WeightLayout::q4k_x16 at load, in place
+  // (the mapping is private: the file is never written), when this CPU's kernels read that
+  // layout (x86-64 with AVX-512 VNNI): decode then keeps pace with the memory bandwidth. Off,
+  // every weight keeps the file's layout (for comparing the two).
+  bool cpu_layout = true;
 };
 
 struct LayerWeights {
@@ -59,8 +73,11 @@ class Model {
  public:
   // Errors: everything GgufFile::open reports; model_error for a missing or misshapen tensor or
   // a missing hyperparameter; unsupported for an architecture or tensor type weir cannot run.
-  static Result<std::shared_ptr<const Model>> load(const std::filesystem::path& path);
-  static Result<std::shared_ptr<const Model>> from_gguf(std::unique_ptr<GgufFile> file);
+  static Result<std::shared_ptr<const Model>> load(const std::filesystem::path& path,
+                                                   const ModelOptions& options = {});
+  // A from_memory() file's bytes are the caller's: they are never rearranged.
+  static Result<std::shared_ptr<const Model>> from_gguf(std::unique_ptr<GgufFile> file,
+                                                        const ModelOptions& options = {});
 
   const Hyperparams& hp() const { return hp_; }
   const GgufFile& gguf() const { return *file_; }
@@ -72,6 +89,7 @@ class Model {
 
  private:
   Model() = default;
+  void rearrange_for_cpu();  // ModelOptions::cpu_layout
   std::unique_ptr<GgufFile> file_;
   Hyperparams hp_;
   Weight token_embd_, output_;
