@@ -15,7 +15,8 @@
 // Reproduce: build/bin/bench_inference --json [--shapes 15m,1b]   (default: 15m)
 // For profiling one configuration of the 1b shape: --types q4_k,q8_0,q4_0 (default: all three),
 // --threads N (1 or all hardware threads; default: both) and --prompt N (the prefill's tokens;
-// default 512 with all threads, 64 with one).
+// default 512 with all threads, 64 with one). --file-layout keeps every weight as the file has
+// it (ModelOptions::cpu_layout off: Q4_K not rearranged for the VNNI kernel), for comparing.
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
@@ -160,6 +161,7 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--types") == 0 && i + 1 < argc) types = argv[++i];
     if (std::strcmp(argv[i], "--threads") == 0 && i + 1 < argc) only_threads = std::atoi(argv[++i]);
     if (std::strcmp(argv[i], "--prompt") == 0 && i + 1 < argc) prompt = std::atoi(argv[++i]);
+    if (std::strcmp(argv[i], "--file-layout") == 0) bench_model_options().cpu_layout = false;
   }
   const auto dir = std::filesystem::temp_directory_path() / "weir-bench-models-v2";
   boost::json::object decode, prefill, weights, out;
@@ -243,5 +245,6 @@ int main(int argc, char** argv) {
     out["load_average_1m"] = load;
   }
   out["peak_rss_mb"] = peak_rss_mb();
+  out["cpu_layout"] = bench_model_options().cpu_layout;
   std::printf("%s\n", to_json_text(out).c_str());
 }

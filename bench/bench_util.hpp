@@ -120,6 +120,12 @@ inline double measured_int8_dot_gop_s(int) {
 }
 #endif
 
+// How random_model() loads (bench_inference --file-layout turns cpu_layout off).
+inline inference::ModelOptions& bench_model_options() {
+  static inference::ModelOptions options;
+  return options;
+}
+
 // A random-weight model of `shape` (seed 42), written once per name and type into `dir`.
 inline std::shared_ptr<const inference::Model> random_model(
     inference::GgmlType type, const std::filesystem::path& dir, const std::string& name,
@@ -133,7 +139,7 @@ inline std::shared_ptr<const inference::Model> random_model(
       std::exit(1);
     }
   }
-  auto m = inference::Model::load(path);
+  auto m = inference::Model::load(path, bench_model_options());
   if (!m) {
     std::fprintf(stderr, "%s\n", m.error().message.c_str());
     std::exit(1);
