@@ -13,6 +13,9 @@
 // no shuffling: a lane's activation bytes, scale and offset correction sit at the same offset as
 // its weights.
 //
+// Q4_K weights rearranged at load (repack.hpp) take dot_q4k_x16_vnni instead, 16 rows at once
+// and for every batch size.
+//
 // Results equal the portable kernels' (kernels_portable.hpp) up to float summation order: the
 // integer dot of every 4 weights is exact, and only the order of the float products' sum differs.
 #pragma once
