@@ -93,6 +93,18 @@ void prepare_q6k(const std::int8_t* qx, const float* xd, std::int64_t n, std::in
   for (std::int64_t l = 0; l < n * cols / 4; ++l) a.lane_d[static_cast<std::size_t>(l)] = xd[l / 8];
 }
 
+void prepare_q6k_x16(const std::int8_t* qx, const float* xd, std::int64_t n, std::int64_t cols,
+                     VnniActs& a) {
+  a.q.assign(qx, qx + n * cols);
+  a.corr.resize(static_cast<std::size_t>(n * cols / 16));
+  for (std::int64_t g = 0; g < n * cols / 16; ++g) {
+    std::int32_t sum = 0;
+    for (int j = 0; j < 16; ++j) sum += qx[16 * g + j];
+    a.corr[static_cast<std::size_t>(g)] = -32 * sum;
+  }
+  a.block_d.assign(xd, xd + n * cols / kQK8_0);
+}
+
 void prepare_q8(const std::int8_t* qx, std::int64_t n, std::int64_t cols, VnniActs& a) {
   a.q.assign(qx, qx + n * cols);
   a.corr.resize(static_cast<std::size_t>(n * cols / 4));
@@ -273,6 +285,89 @@ WEIR_VNNI void dot_q4k_x16_vnni(const std::byte* w, std::int64_t sblocks, const 
     _mm512_storeu_ps(out + k * out_stride, _mm512_sub_ps(acc[k], mins[k]));
 }
 
+// Q6_K, 16 rows a vector (the layout: repack.hpp), like dot_q4k_x16_vnni. Per half h of a
+// super-block and k < 8, three vectors hold 4 bytes of ql (weights 4k .. 4k + 3 low, + 64 high),
+// 4 of ql 32 on (+ 32, + 96) and 4 of qh (their top 2 bits, 2 a weight), from which 4 vectors of
+// 6-bit quants are made: weights 128 h + 32 m + 4 k + 0..3 for m < 4, that is group
+// 8 h + 2 m + k / 4. So a group's integer dot is 4 vpdpbusd (k in a quartet), started from the
+// group's correction -32 * (sum of its activation quants) so the offset 32 cancels; then one
+// multiply-add per token applies d * scale * d_x. The signed 8-bit scales come to the top byte
+// of each lane by one vpshufb and down, sign-extended, by a shift.
+template <int T>
+WEIR_VNNI void dot_q6k_x16_vnni(const std::byte* w, std::int64_t sblocks, const VnniActs& a,
+                                std::int64_t t0, float* out, std::int64_t out_stride) {
+  const std::int64_t cols = sblocks * kQK_K;
+  const std::int8_t* q = a.q.data() + t0 * cols;
+  const std::int32_t* corr = a.corr.data() + t0 * (cols / 16);
+  const float* xd = a.block_d.data() + t0 * (cols / kQK8_0);
+  const __m512i lo4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+  __m512i top_k[4];  // vpshufb: byte k of each 32-bit lane to its top, the rest zero
+  for (int k = 0; k < 4; ++k) {
+    const auto at = [k](int lane) {
+      return static_cast<int>((static_cast<unsigned>(4 * lane + k) << 24) | 0x808080u);
+    };
+    top_k[k] = _mm512_set4_epi32(at(3), at(2), at(1), at(0));  // per 128-bit lane
+  }
+  __m512 acc[T];
+  for (int k = 0; k < T; ++k) acc[k] = _mm512_setzero_ps();
+  for (std::int64_t i = 0; i < sblocks; ++i) {
+    const std::byte* c = w + static_cast<std::size_t>(i) * kX16ChunkQ6;
+    prefetch_ahead<kX16ChunkQ6 / 64 + 1, kAheadX16>(c);
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(c)));
+    const std::int8_t* x = q + i * kQK_K;
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+#pragma GCC unroll 2
+      for (int kq = 0; kq < 2; ++kq) {
+        __m512i dot[T][4];  // groups 8h + 2m + kq, m < 4
+        for (int k = 0; k < T; ++k)
+          for (int m = 0; m < 4; ++m)
+            dot[k][m] = _mm512_set1_epi32(corr[k * (cols / 16) + i * 16 + 8 * h + 2 * m + kq]);
+#pragma GCC unroll 4
+        for (int kk = 0; kk < 4; ++kk) {
+          const int kw = 4 * kq + kk;
+          const std::byte* v = c + kX16BitsQ6 + 192 * (8 * h + kw);
+          const __m512i l0 = _mm512_loadu_si512(v), l1 = _mm512_loadu_si512(v + 64),
+                        hb = _mm512_loadu_si512(v + 128);
+          // (low nibble) | (2 bits of qh at bits 4-5): ternary logic 0xEA is (a & b) | c.
+          const __m512i quants[4] = {
+              _mm512_ternarylogic_epi32(_mm512_slli_epi16(hb, 4), m30, _mm512_and_si512(l0, lo4),
+                                        0xEA),
+              _mm512_ternarylogic_epi32(_mm512_slli_epi16(hb, 2), m30, _mm512_and_si512(l1, lo4),
+                                        0xEA),
+              _mm512_ternarylogic_epi32(hb, m30, _mm512_and_si512(_mm512_srli_epi16(l0, 4), lo4),
+                                        0xEA),
+              _mm512_ternarylogic_epi32(_mm512_srli_epi16(hb, 2), m30,
+                                        _mm512_and_si512(_mm512_srli_epi16(l1, 4), lo4), 0xEA)};
+          for (int k = 0; k < T; ++k) {
+            const std::int8_t* xk = x + k * cols + 128 * h + 4 * kw;
+            for (int m = 0; m < 4; ++m) {
+              std::int32_t xm;
+              std::memcpy(&xm, xk + 32 * m, 4);
+              dot[k][m] = _mm512_dpbusd_epi32(dot[k][m], quants[m], _mm512_set1_epi32(xm));
+            }
+          }
+        }
+#pragma GCC unroll 4
+        for (int m = 0; m < 4; ++m) {
+          const int g = 8 * h + 2 * m + kq;  // the group, and its scale's place
+          const __m512i sc = _mm512_srai_epi32(
+              _mm512_shuffle_epi8(_mm512_loadu_si512(c + kX16ScalesQ6 + 64 * (g / 4)),
+                                  top_k[g % 4]),
+              24);
+          const __m512 s = _mm512_mul_ps(_mm512_cvtepi32_ps(sc), d);
+          for (int k = 0; k < T; ++k) {
+            acc[k] = _mm512_fmadd_ps(
+                _mm512_cvtepi32_ps(dot[k][m]),
+                _mm512_mul_ps(s, _mm512_set1_ps(xd[k * (cols / 32) + 8 * i + g / 2])), acc[k]);
+          }
+        }
+      }
+    }
+  }
+  for (int k = 0; k < T; ++k) _mm512_storeu_ps(out + k * out_stride, acc[k]);
+}
+
 // Per 128-weight half of a super-block: 64 bytes of ql and the 32 of qh (twice, in both 256-bit
 // halves) give two vectors of 64 unsigned 6-bit quants in weight order (see BlockQ6_K): the low
 // or high nibbles of ql, and qh's bits 2s, 2s + 1 moved to bits 4-5 by a per-16-bit-lane shift
@@ -434,6 +529,8 @@ WEIR_VNNI void dot_blocks_vnni(const Block* w, std::int64_t blocks, const VnniAc
   template void dot_q4k_vnni<T>(const BlockQ4_K*, std::int64_t, const VnniActs&, std::int64_t,     \
                                 float*, std::int64_t);                                             \
   template void dot_q4k_x16_vnni<T>(const std::byte*, std::int64_t, const VnniActs&, std::int64_t, \
+                                    float*, std::int64_t);                                         \
+  template void dot_q6k_x16_vnni<T>(const std::byte*, std::int64_t, const VnniActs&, std::int64_t, \
                                     float*, std::int64_t);                                         \
   template void dot_q6k_vnni<T>(const BlockQ6_K*, std::int64_t, const VnniActs&, std::int64_t,     \
                                 float*, std::int64_t);                                             \

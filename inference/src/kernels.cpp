@@ -137,7 +137,7 @@ void run_gemm(Gemm g, std::span<const MatmulOut> outs, const float* x, std::int6
 
 #ifdef WEIR_X86
 // Whether matmul takes the VNNI decode kernels (gemv_vnni.hpp) for `w` and n tokens: below the
-// batch sizes that go to the GEMMs, and always for Q4_K in the x16 layout. That kernel reads a
+// batch sizes that go to the GEMMs, and always for the x16 layouts. The Q4_K kernel reads a
 // group of 16 rows (18-50 KB for the 1B shape) once from memory and again from L1/L2 for each 4
 // tokens, so it is a GEMM blocked on the weights; and int8 products run at 4 times the F32
 // GEMM's rate: one core, a 5632 x 2048 matrix, 16 tokens 1.4 ms against 6.3 ms dequantised to
@@ -149,22 +149,26 @@ bool vnni_decode(const Weight& w, std::int64_t n) {
     case GgmlType::q4_0:
       return n < kGemmMinTokens;
     case GgmlType::q4_k:
-      return w.layout == WeightLayout::q4k_x16 || n < kGemmMinTokensQ4K;
+      return w.layout != WeightLayout::rows || n < kGemmMinTokensQ4K;
     case GgmlType::q6_k:
-      return n < kGemmMinTokensQ6K;
+      return w.layout != WeightLayout::rows || n < kGemmMinTokensQ6K;
     default:
       return false;
   }
 }
 
-// Where matmul_vnni keeps the activations prepared for each kind of weight; Q4_K in the x16
-// layout takes slot 4 for its groups and slot 2 for the rows past them.
-constexpr int kVnniSlots = 5;
+// Where matmul_vnni keeps the activations prepared for each kind of weight: a type's rows in
+// the file's layout, then Q4_K and Q6_K in their x16 layouts (whose rows past the last group
+// take the type's slot).
+constexpr int kVnniSlots = 6;
 int vnni_slot(GgmlType t) {
   return t == GgmlType::q8_0 ? 0 : t == GgmlType::q4_0 ? 1 : t == GgmlType::q4_k ? 2 : 3;
 }
+int x16_slot(GgmlType t) {
+  return t == GgmlType::q4_k ? 4 : 5;
+}
 bool x16(const Weight& w) {
-  return w.layout == WeightLayout::q4k_x16;
+  return w.layout != WeightLayout::rows;
 }
 
 // What matmul_vnni shares among the threads: rows, or 16 rows of every matrix when a call has
@@ -183,9 +187,13 @@ void vnni_rows(const Weight& w, const VnniActs* acts, const float* qscale, std::
   if (x16(w)) {  // then unit == kX16Rows: unit u is group u
     const std::int64_t groups = rows / kX16Rows;
     for (std::int64_t g = u0; g < std::min(u1, groups); ++g) {
+      const std::byte* group = w.data + static_cast<std::size_t>(g) * kX16Rows * w.row_bytes();
       by_tiles(n, [&](auto T, std::int64_t t) {
-        dot_q4k_x16_vnni<T>(w.data + static_cast<std::size_t>(g) * kX16Rows * w.row_bytes(),
-                            sblocks, acts[4], t, y + t * rows + g * kX16Rows, rows);
+        float* out = y + t * rows + g * kX16Rows;
+        if (w.type == GgmlType::q4_k)
+          dot_q4k_x16_vnni<T>(group, sblocks, acts[4], t, out, rows);
+        else
+          dot_q6k_x16_vnni<T>(group, sblocks, acts[5], t, out, rows);
       });
     }
     r0 = std::max(r0, groups * kX16Rows);  // then the rows past the groups, as in the file
@@ -224,15 +232,16 @@ void matmul_vnni(std::span<const MatmulOut> outs, const float* x, std::int64_t n
   bool need[kVnniSlots] = {};
   for (const MatmulOut& o : outs) {
     need[vnni_slot(o.w.type)] |= !x16(o.w) || o.w.rows % kX16Rows != 0;
-    need[4] |= x16(o.w);
+    if (x16(o.w)) need[x16_slot(o.w.type)] = true;
   }
   if (need[0]) prepare_q8(qx.data(), n, cols, prepared[0]);
   if (need[1]) prepare_q4_0(qx.data(), n, cols, prepared[1]);
   if (need[2]) prepare_q4k(qx.data(), qscale.data(), n, cols, true, prepared[2]);
   if (need[3]) prepare_q6k(qx.data(), qscale.data(), n, cols, prepared[3]);
   if (need[4]) prepare_q4k(qx.data(), qscale.data(), n, cols, false, prepared[4]);
+  if (need[5]) prepare_q6k_x16(qx.data(), qscale.data(), n, cols, prepared[5]);
   const VnniActs* acts = prepared;  // this thread's: the workers must not see their own
-  const std::int64_t unit = need[4] ? kX16Rows : 1;
+  const std::int64_t unit = need[4] || need[5] ? kX16Rows : 1;
   std::int64_t total = 0;
   for (const MatmulOut& o : outs) total += vnni_units(o.w, unit);
   // The units of all the matrices in turn; a chunk may end one matrix and start the next.
@@ -347,8 +356,8 @@ void matmul(const Weight& w, const float* x, std::int64_t n, float* y, ThreadPoo
                 dot_q4k_avx2<T>(reinterpret_cast<const BlockQ4_K*>(row_bytes_of(w, r, scratch)),
                                 sblocks, q, d, xs + t * xblocks, out, rows);
               } else {
-                dot_q6k_avx2<T>(reinterpret_cast<const BlockQ6_K*>(w.data) + r * sblocks, sblocks,
-                                q, d, out, rows);
+                dot_q6k_avx2<T>(reinterpret_cast<const BlockQ6_K*>(row_bytes_of(w, r, scratch)),
+                                sblocks, q, d, out, rows);
               }
             });
           }

@@ -183,17 +183,18 @@ void Model::rearrange_for_cpu() {
   for (LayerWeights& l : layers_)
     for (Weight* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) all.push_back(w);
   for (Weight* w : all) {
-    if (w->type != GgmlType::q4_k || w->rows < kX16Rows || w->layout != WeightLayout::rows)
+    const WeightLayout x16 = x16_layout(w->type);
+    if (x16 == WeightLayout::rows || w->rows < kX16Rows || w->layout != WeightLayout::rows)
       continue;
     const TensorInfo* t = nullptr;
     for (const TensorInfo& ti : file_->tensors())
       if (ti.data == w->data) t = &ti;
     std::byte* p = t ? file_->writable_data(*t) : nullptr;
     if (!p) break;  // bytes the caller owns (from_memory)
-    repack_q4k_x16(p, w->rows, w->cols);
+    repack_x16(w->type, p, w->rows, w->cols);
     // A tied classifier is the embedding's tensor: rearranged once, read the new way by both.
     for (Weight* same : all)
-      if (same->data == w->data) same->layout = WeightLayout::q4k_x16;
+      if (same->data == w->data) same->layout = x16;
   }
   file_->seal();
 }
@@ -294,7 +295,7 @@ Result<std::shared_ptr<const Model>> Model::from_gguf(std::unique_ptr<GgufFile> 
     m->layers_.push_back(std::move(lw));
   }
   m->weight_bytes_ = L.bytes();
-  if (options.cpu_layout && cpu_reads_q4k_x16()) m->rearrange_for_cpu();
+  if (options.cpu_layout && cpu_reads_x16()) m->rearrange_for_cpu();
   return std::shared_ptr<const Model>(std::move(m));
 }
 

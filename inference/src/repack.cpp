@@ -2,6 +2,7 @@
 #include "repack.hpp"
 
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "x86.hpp"
@@ -12,7 +13,7 @@
 
 namespace weir::inference {
 
-bool cpu_reads_q4k_x16() {
+bool cpu_reads_x16() {
 #ifdef WEIR_X86
   return kernels::detail::have_vnni();
 #else
@@ -20,26 +21,87 @@ bool cpu_reads_q4k_x16() {
 #endif
 }
 
-void repack_q4k_x16(std::byte* data, std::int64_t rows, std::int64_t cols) {
+WeightLayout x16_layout(GgmlType type) {
+  return type == GgmlType::q4_k   ? WeightLayout::q4k_x16
+         : type == GgmlType::q6_k ? WeightLayout::q6k_x16
+                                  : WeightLayout::rows;
+}
+
+namespace {
+
+// Moves the n bytes of row l's block at `row` to or from the chunk `c` (to_chunk or back): the
+// one place that says where each part of a block goes.
+void move_q4k(std::byte* c, std::int64_t l, BlockQ4_K& b, bool to_chunk) {
+  auto move = [&](std::size_t at, void* field, std::size_t n) {
+    if (to_chunk)
+      std::memcpy(c + at, field, n);
+    else
+      std::memcpy(field, c + at, n);
+  };
+  move(kX16D + 2 * l, &b.d, 2);
+  move(kX16Dmin + 2 * l, &b.dmin, 2);
+  for (int w = 0; w < 3; ++w) move(kX16Scales + 64 * w + 4 * l, b.scales + 4 * w, 4);
+  for (int j = 0; j < 32; ++j) move(kX16Qs + 64 * x16_qs_slot(j) + 4 * l, b.qs + 4 * j, 4);
+}
+
+void move_q6k(std::byte* c, std::int64_t l, BlockQ6_K& b, bool to_chunk) {
+  auto move = [&](std::size_t at, void* field, std::size_t n) {
+    if (to_chunk)
+      std::memcpy(c + at, field, n);
+    else
+      std::memcpy(field, c + at, n);
+  };
+  move(kX16D + 2 * l, &b.d, 2);
+  for (int w = 0; w < 4; ++w) move(kX16ScalesQ6 + 64 * w + 4 * l, b.scales + 4 * w, 4);
+  for (int h = 0; h < 2; ++h) {
+    for (int k = 0; k < 8; ++k) {
+      const std::size_t at = kX16BitsQ6 + 192 * static_cast<std::size_t>(8 * h + k) + 4 * l;
+      move(at, b.ql + 64 * h + 4 * k, 4);
+      move(at + 64, b.ql + 64 * h + 32 + 4 * k, 4);
+      move(at + 128, b.qh + 32 * h + 4 * k, 4);
+    }
+  }
+}
+
+template <class Block>
+void move_block(std::byte* c, std::int64_t l, Block& b, bool to_chunk) {
+  if constexpr (std::is_same_v<Block, BlockQ4_K>)
+    move_q4k(c, l, b, to_chunk);
+  else
+    move_q6k(c, l, b, to_chunk);
+}
+
+template <class Block>
+void repack(std::byte* data, std::int64_t rows, std::int64_t cols) {
+  constexpr std::size_t chunk = kX16Rows * sizeof(Block);
   const std::int64_t sblocks = cols / kQK_K;
-  const std::size_t group_bytes = kX16Chunk * static_cast<std::size_t>(sblocks);
-  std::vector<BlockQ4_K> rows16(static_cast<std::size_t>(kX16Rows * sblocks));
+  const std::size_t group_bytes = chunk * static_cast<std::size_t>(sblocks);
+  std::vector<Block> rows16(static_cast<std::size_t>(kX16Rows * sblocks));
   for (std::int64_t g = 0; g < rows / kX16Rows; ++g) {
     std::byte* base = data + static_cast<std::size_t>(g) * group_bytes;
     std::memcpy(rows16.data(), base, group_bytes);  // the group's 16 rows, as in the file
-    for (std::int64_t i = 0; i < sblocks; ++i) {
-      std::byte* c = base + static_cast<std::size_t>(i) * kX16Chunk;
-      for (std::int64_t l = 0; l < kX16Rows; ++l) {
-        const BlockQ4_K& b = rows16[static_cast<std::size_t>(l * sblocks + i)];
-        std::memcpy(c + kX16D + 2 * l, &b.d, 2);
-        std::memcpy(c + kX16Dmin + 2 * l, &b.dmin, 2);
-        for (int w = 0; w < 3; ++w)
-          std::memcpy(c + kX16Scales + 64 * w + 4 * l, b.scales + 4 * w, 4);
-        for (int j = 0; j < 32; ++j)
-          std::memcpy(c + kX16Qs + 64 * x16_qs_slot(j) + 4 * l, b.qs + 4 * j, 4);
-      }
-    }
+    for (std::int64_t i = 0; i < sblocks; ++i)
+      for (std::int64_t l = 0; l < kX16Rows; ++l)
+        move_block(base + static_cast<std::size_t>(i) * chunk, l,
+                   rows16[static_cast<std::size_t>(l * sblocks + i)], true);
   }
+}
+
+template <class Block>
+void gather(const std::byte* group, std::int64_t sblocks, std::int64_t l, Block* out) {
+  constexpr std::size_t chunk = kX16Rows * sizeof(Block);
+  for (std::int64_t i = 0; i < sblocks; ++i)  // move_block only reads the chunk when !to_chunk
+    move_block(const_cast<std::byte*>(group) + static_cast<std::size_t>(i) * chunk, l, out[i],
+               false);
+}
+
+}  // namespace
+
+void repack_x16(GgmlType type, std::byte* data, std::int64_t rows, std::int64_t cols) {
+  if (type == GgmlType::q4_k)
+    repack<BlockQ4_K>(data, rows, cols);
+  else
+    repack<BlockQ6_K>(data, rows, cols);
 }
 
 const std::byte* row_bytes_of(const Weight& w, std::int64_t r, std::byte* scratch) {
@@ -48,16 +110,10 @@ const std::byte* row_bytes_of(const Weight& w, std::int64_t r, std::byte* scratc
     return w.data + static_cast<std::size_t>(r) * row_bytes;
   const std::int64_t sblocks = w.cols / kQK_K, l = r % kX16Rows;
   const std::byte* group = w.data + static_cast<std::size_t>(r / kX16Rows) * kX16Rows * row_bytes;
-  auto* out = reinterpret_cast<BlockQ4_K*>(scratch);
-  for (std::int64_t i = 0; i < sblocks; ++i) {
-    const std::byte* c = group + static_cast<std::size_t>(i) * kX16Chunk;
-    BlockQ4_K& b = out[i];
-    std::memcpy(&b.d, c + kX16D + 2 * l, 2);
-    std::memcpy(&b.dmin, c + kX16Dmin + 2 * l, 2);
-    for (int k = 0; k < 3; ++k) std::memcpy(b.scales + 4 * k, c + kX16Scales + 64 * k + 4 * l, 4);
-    for (int j = 0; j < 32; ++j)
-      std::memcpy(b.qs + 4 * j, c + kX16Qs + 64 * x16_qs_slot(j) + 4 * l, 4);
-  }
+  if (w.layout == WeightLayout::q4k_x16)
+    gather(group, sblocks, l, reinterpret_cast<BlockQ4_K*>(scratch));
+  else
+    gather(group, sblocks, l, reinterpret_cast<BlockQ6_K*>(scratch));
   return scratch;
 }
 

@@ -10,13 +10,19 @@
 // 16 rows by the same 4 activation quants (broadcast), the 8 integer dots of a 32-weight block
 // accumulate in the lanes, and the block's scales apply to all 16 rows in one multiply-add.
 //
-// The layout: rows [0, 16 * (rows / 16)) in groups of 16, group g at g * 16 * row_bytes, as
-// `sblocks` chunks of 2304 bytes (one super-block of each of the 16 rows; row l of the group is
-// lane l):
+// The layouts: rows [0, 16 * (rows / 16)) in groups of 16, group g at g * 16 * row_bytes, as
+// `sblocks` chunks of 16 super-blocks (one of each row; row l of the group is lane l, its
+// bytes at 4 l in each 64-byte vector). Q4_K (WeightLayout::q4k_x16), chunks of 2304 bytes:
 //   [0, 32)       d of each row, fp16            [32, 64)  dmin of each row, fp16
-//   [64, 256)     the 12 bytes of scales as 3 vectors: bytes 64 + 64 w + 4 l: scales[4w, 4w + 4)
-//   [256, 2304)   qs as 32 vectors: bytes 256 + 64 x16_qs_slot(j) + 4 l: row l's qs[4j, 4j + 4),
-//                 in the order the one-token kernel reads them (x16_qs_slot)
+//   [64, 256)     the 12 bytes of scales as 3 vectors: vector w holds scales[4w, 4w + 4)
+//   [256, 2304)   qs as 32 vectors: vector x16_qs_slot(j) holds qs[4j, 4j + 4), in the order
+//                 the one-token kernel reads them
+// Q6_K (WeightLayout::q6k_x16), chunks of 3360 bytes:
+//   [0, 32)       d of each row, fp16
+//   [32, 288)     the 16 scales as 4 vectors: vector w holds scales[4w, 4w + 4)
+//   [288, 3360)   for each half h and k < 8 (p = 8 h + k), 3 vectors at 288 + 192 p: ql[64h + 4k
+//                 + 0..3], ql[64h + 32 + 4k + 0..3], qh[32h + 4k + 0..3]: the bits of 16
+//                 weights, in the order the kernel reads them
 // The rows past the last group stay as they are, after the groups. The bytes are the file's,
 // moved: the same size, and row_bytes_of() gives any row back as the file had it.
 #pragma once
@@ -33,6 +39,8 @@ namespace weir::inference {
 constexpr std::int64_t kX16Rows = 16;
 constexpr std::size_t kX16Chunk = kX16Rows * sizeof(BlockQ4_K);  // 2304
 constexpr std::size_t kX16D = 0, kX16Dmin = 32, kX16Scales = 64, kX16Qs = 256;
+constexpr std::size_t kX16ChunkQ6 = kX16Rows * sizeof(BlockQ6_K);  // 3360
+constexpr std::size_t kX16ScalesQ6 = 32, kX16BitsQ6 = 288;
 
 // Where word j of a row's qs (bytes 4j .. 4j + 3: 4 weights of chunk c = j / 8, at v = j % 8)
 // sits among the 32 vectors: v-major, so that the one-token kernel, which takes the 4 chunks
@@ -41,12 +49,16 @@ constexpr int x16_qs_slot(int j) {
   return 4 * (j % 8) + j / 8;
 }
 
-// Whether this CPU's kernels read Q4_K weights in the x16 layout (x86-64 with AVX-512 VNNI):
-// Model::load rearranges them only then.
-bool cpu_reads_q4k_x16();
+// Whether this CPU's kernels read Q4_K and Q6_K weights in the x16 layouts (x86-64 with AVX-512
+// VNNI): Model::load rearranges them only then.
+bool cpu_reads_x16();
 
-// Rearranges a Q4_K matrix [rows, cols] in place into the x16 layout. REQUIRES: rows >= 16.
-void repack_q4k_x16(std::byte* data, std::int64_t rows, std::int64_t cols);
+// The x16 layout of `type` (Q4_K or Q6_K; else WeightLayout::rows: none).
+WeightLayout x16_layout(GgmlType type);
+
+// Rearranges a Q4_K or Q6_K matrix [rows, cols] in place into its x16 layout. REQUIRES:
+// x16_layout(type) is not rows, rows >= 16.
+void repack_x16(GgmlType type, std::byte* data, std::int64_t rows, std::int64_t cols);
 
 // Row r of w in the file's layout: in place for WeightLayout::rows and the rows past the last
 // group, else gathered into scratch (w.row_bytes() bytes).

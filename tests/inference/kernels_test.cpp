@@ -335,21 +335,24 @@ TEST_P(KQuantKernels, DecodeMatchesQuantisedReference) {
 INSTANTIATE_TEST_SUITE_P(Types, KQuantKernels, ::testing::Values(GgmlType::q4_k, GgmlType::q6_k),
                          [](const auto& info) { return ggml_type_name(info.param); });
 
-// Q4_K weights rearranged at load for the VNNI kernel (repack.hpp): every row reads back as the
-// file had it, and matmul matches the quantised reference on every path and batch size (the
-// x16 kernel takes every batch on VNNI: groups of 16 rows, the rows past the last group on the
-// row kernel; the other paths read rows through row_bytes_of).
-TEST_F(Kernels, Q4KX16LayoutMatchesTheFileLayout) {
+// Q4_K and Q6_K weights rearranged at load for the VNNI kernels (repack.hpp): every row reads
+// back as the file had it, and matmul matches the quantised reference on every path and batch
+// size (the x16 kernels take every batch on VNNI: groups of 16 rows, the rows past the last
+// group on the row kernels; the other paths read rows through row_bytes_of).
+class X16Layouts : public Kernels, public ::testing::WithParamInterface<GgmlType> {};
+
+TEST_P(X16Layouts, MatchTheFileLayout) {
+  const GgmlType type = GetParam();
   constexpr std::int64_t kX16Tokens[] = {1, 2, 3, 4, 5, 9, 16, 20, 33};
   for (const Shape s : {Shape{16, 256}, Shape{37, 768}, Shape{64, 2304}, Shape{33, 512}}) {
     const auto wf = randn(static_cast<std::size_t>(s.rows * s.cols), 5 + s.rows, 0.05f);
-    auto bytes = quantize_tensor(wf, GgmlType::q4_k);
+    auto bytes = quantize_tensor(wf, type);
     ASSERT_TRUE(bytes);
     std::string packed = *bytes;
-    repack_q4k_x16(reinterpret_cast<std::byte*>(packed.data()), s.rows, s.cols);
+    repack_x16(type, reinterpret_cast<std::byte*>(packed.data()), s.rows, s.cols);
     EXPECT_NE(packed, *bytes);
-    const Weight x16{GgmlType::q4_k, reinterpret_cast<const std::byte*>(packed.data()), s.rows,
-                     s.cols, WeightLayout::q4k_x16};
+    const Weight x16{type, reinterpret_cast<const std::byte*>(packed.data()), s.rows, s.cols,
+                     x16_layout(type)};
     const std::size_t row_bytes = x16.row_bytes();
     std::vector<std::byte> scratch(row_bytes);
     for (std::int64_t r = 0; r < s.rows; ++r) {
@@ -358,10 +361,12 @@ TEST_F(Kernels, Q4KX16LayoutMatchesTheFileLayout) {
                 0)
           << "row " << r;
     }
-    check_matmul(GgmlType::q4_k, x16, s, kX16Tokens, 400, 1e-5,
-                 UnpackedKQuant(GgmlType::q4_k, *bytes, s));
+    check_matmul(type, x16, s, kX16Tokens, 400, 1e-5, UnpackedKQuant(type, *bytes, s));
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Types, X16Layouts, ::testing::Values(GgmlType::q4_k, GgmlType::q6_k),
+                         [](const auto& info) { return ggml_type_name(info.param); });
 
 }  // namespace
 }  // namespace weir::inference

@@ -359,12 +359,12 @@ TEST_F(QuantModels, LogitsStayCloseToTheF32Model) {
   EXPECT_GT(mean_cos[0], mean_cos[2]);
 }
 
-// ModelOptions::cpu_layout: on a CPU whose kernels read the Q4_K x16 layout (AVX-512 VNNI), a
-// loaded Q4_K_M model has its Q4_K matrices rearranged (a tied or untied classifier, the
-// embedding, the layers'), and it computes what the file's layout computes: the same integer
-// dots, summed in another order. The file itself is left as it was, and bytes the caller owns
+// ModelOptions::cpu_layout: on a CPU whose kernels read the x16 layouts (AVX-512 VNNI), a loaded
+// Q4_K_M model has its Q4_K and Q6_K matrices rearranged (the classifier, the embedding, the
+// layers'), and it computes what the file's layout computes: the same integer dots, summed in
+// another order. The file itself is left as it was, and bytes the caller owns
 // (from_memory) are never rearranged.
-TEST_F(QuantModels, Q4KWeightsAreRearrangedForTheCpuAtLoad) {
+TEST_F(QuantModels, KQuantWeightsAreRearrangedForTheCpuAtLoad) {
   const auto shape = shape256();
   const auto p = dir_ / "mix.gguf";
   ASSERT_TRUE(write_random_llama(p, shape, GgmlType::q4_k, 9));
@@ -373,12 +373,15 @@ TEST_F(QuantModels, Q4KWeightsAreRearrangedForTheCpuAtLoad) {
   auto x16 = Model::load(p);
   auto rows = Model::load(p, {.cpu_layout = false});
   ASSERT_TRUE(x16 && rows);
-  const WeightLayout want = cpu_reads_q4k_x16() ? WeightLayout::q4k_x16 : WeightLayout::rows;
-  if (!cpu_reads_q4k_x16()) std::printf("(this CPU has no AVX-512 VNNI: nothing is rearranged)\n");
-  EXPECT_EQ((*x16)->token_embd().layout, want);
-  EXPECT_EQ((*x16)->output().layout, WeightLayout::rows) << "Q6_K stays as it is";
-  EXPECT_EQ((*x16)->layers()[0].wq.layout, want);
-  EXPECT_EQ((*x16)->layers()[0].w_gate.layout, want);
+  const bool on = cpu_reads_x16();
+  if (!on) std::printf("(this CPU has no AVX-512 VNNI: nothing is rearranged)\n");
+  const WeightLayout q4k = on ? WeightLayout::q4k_x16 : WeightLayout::rows,
+                     q6k = on ? WeightLayout::q6k_x16 : WeightLayout::rows;
+  EXPECT_EQ((*x16)->token_embd().layout, q4k);
+  EXPECT_EQ((*x16)->output().layout, q6k);
+  EXPECT_EQ((*x16)->layers()[0].wq.layout, q4k);
+  EXPECT_EQ((*x16)->layers()[0].w_gate.layout, q4k);
+  EXPECT_EQ((*x16)->layers()[1].wv.layout, q6k);  // layer 1 of 2 has more bits
   EXPECT_EQ((*rows)->layers()[0].wq.layout, WeightLayout::rows);
   std::vector<float> a(256), b(256);
   dequantize_row((*x16)->token_embd(), 300, a.data());
