@@ -21,9 +21,8 @@ namespace {
 // streamed from DRAM) 8 KiB ahead into L2 gave 21 GB/s against 17 without; 2-4 KiB, or into L1,
 // gave less.
 constexpr std::int64_t kAhead = 8192;
-// The x16 kernel consumes its stream about twice as fast: 32 KiB ahead gave one core 23-25 GB/s
-// from DRAM against 21-23 at 8 KiB (a 75 MB matrix, the development machine); in the 1B model's
-// decode on two threads the two distances measured the same.
+// The x16 kernels prefetch only in compute-bound calls, the first of several token tiles on a
+// group (gemv_vnni.hpp): 32 KiB ahead, one or two groups of the 1B shape.
 constexpr std::int64_t kAheadX16 = 32768;
 
 // Prefetches the `lines` cache lines from kAhead bytes past p.
@@ -207,7 +206,8 @@ WEIR_VNNI void dot_q4k_vnni(const BlockQ4_K* w, std::int64_t sblocks, const Vnni
 // Passes of C chunks of 64 weights keep 2 C T integer dots in flight (8 for T = 1, 2, 4).
 template <int T>
 WEIR_VNNI void dot_q4k_x16_vnni(const std::byte* w, std::int64_t sblocks, const VnniActs& a,
-                                std::int64_t t0, float* out, std::int64_t out_stride) {
+                                std::int64_t t0, float* out, std::int64_t out_stride,
+                                bool prefetch) {
   constexpr int C = T == 1 ? 4 : T == 2 ? 2 : 1;
   const std::int64_t cols = sblocks * kQK_K;
   const std::int8_t* q = a.q.data() + t0 * cols;
@@ -224,7 +224,7 @@ WEIR_VNNI void dot_q4k_x16_vnni(const std::byte* w, std::int64_t sblocks, const 
   for (int k = 0; k < T; ++k) acc[k] = mins[k] = _mm512_setzero_ps();
   for (std::int64_t i = 0; i < sblocks; ++i) {
     const std::byte* c = w + static_cast<std::size_t>(i) * kX16Chunk;
-    prefetch_ahead<kX16Chunk / 64, kAheadX16>(c);
+    if (prefetch) prefetch_ahead<kX16Chunk / 64, kAheadX16>(c);
     const __m512 d =
         _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(c + kX16D)));
     const __m512 d16 = _mm512_mul_ps(d, _mm512_set1_ps(1.0f / 16));
@@ -295,7 +295,8 @@ WEIR_VNNI void dot_q4k_x16_vnni(const std::byte* w, std::int64_t sblocks, const 
 // of each lane by one vpshufb and down, sign-extended, by a shift.
 template <int T>
 WEIR_VNNI void dot_q6k_x16_vnni(const std::byte* w, std::int64_t sblocks, const VnniActs& a,
-                                std::int64_t t0, float* out, std::int64_t out_stride) {
+                                std::int64_t t0, float* out, std::int64_t out_stride,
+                                bool prefetch) {
   const std::int64_t cols = sblocks * kQK_K;
   const std::int8_t* q = a.q.data() + t0 * cols;
   const std::int32_t* corr = a.corr.data() + t0 * (cols / 16);
@@ -312,7 +313,7 @@ WEIR_VNNI void dot_q6k_x16_vnni(const std::byte* w, std::int64_t sblocks, const 
   for (int k = 0; k < T; ++k) acc[k] = _mm512_setzero_ps();
   for (std::int64_t i = 0; i < sblocks; ++i) {
     const std::byte* c = w + static_cast<std::size_t>(i) * kX16ChunkQ6;
-    prefetch_ahead<kX16ChunkQ6 / 64 + 1, kAheadX16>(c);
+    if (prefetch) prefetch_ahead<kX16ChunkQ6 / 64 + 1, kAheadX16>(c);
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(c)));
     const std::int8_t* x = q + i * kQK_K;
 #pragma GCC unroll 2
@@ -529,9 +530,9 @@ WEIR_VNNI void dot_blocks_vnni(const Block* w, std::int64_t blocks, const VnniAc
   template void dot_q4k_vnni<T>(const BlockQ4_K*, std::int64_t, const VnniActs&, std::int64_t,     \
                                 float*, std::int64_t);                                             \
   template void dot_q4k_x16_vnni<T>(const std::byte*, std::int64_t, const VnniActs&, std::int64_t, \
-                                    float*, std::int64_t);                                         \
+                                    float*, std::int64_t, bool);                                   \
   template void dot_q6k_x16_vnni<T>(const std::byte*, std::int64_t, const VnniActs&, std::int64_t, \
-                                    float*, std::int64_t);                                         \
+                                    float*, std::int64_t, bool);                                   \
   template void dot_q6k_vnni<T>(const BlockQ6_K*, std::int64_t, const VnniActs&, std::int64_t,     \
                                 float*, std::int64_t);                                             \
   template void dot_blocks_vnni<BlockQ8_0, T>(const BlockQ8_0*, std::int64_t, const VnniActs&,     \

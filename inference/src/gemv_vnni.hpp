@@ -79,14 +79,20 @@ WEIR_VNNI void dot_q4k_vnni(const BlockQ4_K* w, std::int64_t sblocks, const Vnni
 
 // 16 Q4_K rows in the x16 layout (repack.hpp), w: their group's sblocks chunks. a: from
 // prepare_q4k without reordering. Row l of the group for token k: out[k * out_stride + l].
+// prefetch: fetch the weights ahead into L2 in software. Only worth it when the call is
+// compute-bound (the first of several token tiles on a group): a lone tile streams faster on
+// the hardware prefetchers alone (one core, decode of the 1B shape: 29-31 GB/s from DRAM
+// without, 22-23 with).
 template <int T>
 WEIR_VNNI void dot_q4k_x16_vnni(const std::byte* w, std::int64_t sblocks, const VnniActs& a,
-                                std::int64_t t0, float* out, std::int64_t out_stride);
+                                std::int64_t t0, float* out, std::int64_t out_stride,
+                                bool prefetch);
 
 // 16 Q6_K rows in the x16 layout, as dot_q4k_x16_vnni. a: from prepare_q6k_x16.
 template <int T>
 WEIR_VNNI void dot_q6k_x16_vnni(const std::byte* w, std::int64_t sblocks, const VnniActs& a,
-                                std::int64_t t0, float* out, std::int64_t out_stride);
+                                std::int64_t t0, float* out, std::int64_t out_stride,
+                                bool prefetch);
 
 // Q6_K rows, w: [sblocks]. a: from prepare_q6k, tokens t0 .. t0 + T of it.
 template <int T>

@@ -190,10 +190,11 @@ void vnni_rows(const Weight& w, const VnniActs* acts, const float* qscale, std::
       const std::byte* group = w.data + static_cast<std::size_t>(g) * kX16Rows * w.row_bytes();
       by_tiles(n, [&](auto T, std::int64_t t) {
         float* out = y + t * rows + g * kX16Rows;
+        const bool prefetch = n > 4 && t == 0;  // see dot_q4k_x16_vnni
         if (w.type == GgmlType::q4_k)
-          dot_q4k_x16_vnni<T>(group, sblocks, acts[4], t, out, rows);
+          dot_q4k_x16_vnni<T>(group, sblocks, acts[4], t, out, rows, prefetch);
         else
-          dot_q6k_x16_vnni<T>(group, sblocks, acts[5], t, out, rows);
+          dot_q6k_x16_vnni<T>(group, sblocks, acts[5], t, out, rows, prefetch);
       });
     }
     r0 = std::max(r0, groups * kX16Rows);  // then the rows past the groups, as in the file
