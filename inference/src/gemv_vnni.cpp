@@ -104,6 +104,18 @@ void prepare_q6k_x16(const std::int8_t* qx, const float* xd, std::int64_t n, std
   a.block_d.assign(xd, xd + n * cols / kQK8_0);
 }
 
+void prepare_q4_0_x16(const std::int8_t* qx, const float* xd, std::int64_t n, std::int64_t cols,
+                      VnniActs& a) {
+  a.q.assign(qx, qx + n * cols);
+  a.corr.resize(static_cast<std::size_t>(n * cols / kQK4_0));
+  for (std::int64_t b = 0; b < n * cols / kQK4_0; ++b) {
+    std::int32_t sum = 0;
+    for (int j = 0; j < kQK4_0; ++j) sum += qx[kQK4_0 * b + j];
+    a.corr[static_cast<std::size_t>(b)] = -8 * sum;
+  }
+  a.block_d.assign(xd, xd + n * cols / kQK4_0);
+}
+
 void prepare_q8(const std::int8_t* qx, std::int64_t n, std::int64_t cols, VnniActs& a) {
   a.q.assign(qx, qx + n * cols);
   a.corr.resize(static_cast<std::size_t>(n * cols / 4));
@@ -369,6 +381,60 @@ WEIR_VNNI void dot_q6k_x16_vnni(const std::byte* w, std::int64_t sblocks, const 
   for (int k = 0; k < T; ++k) _mm512_storeu_ps(out + k * out_stride, acc[k]);
 }
 
+// Q4_0, 16 rows a vector (the layout: repack.hpp), like dot_q4k_x16_vnni. A chunk is two blocks
+// of 16 rows: per block, 4 vectors of 4 qs bytes a row, whose low nibbles are weights 4j .. 4j + 3
+// and high nibbles 16 + 4j ..; the low nibbles' dots start from the block's correction
+// -8 * (sum of its activation quants), the high ones' from zero (two chains, not one of 8), and
+// one multiply-add per token applies d * d_x.
+template <int T>
+WEIR_VNNI void dot_q4_0_x16_vnni(const std::byte* w, std::int64_t pairs, const VnniActs& a,
+                                 std::int64_t t0, float* out, std::int64_t out_stride,
+                                 bool prefetch) {
+  const std::int64_t cols = pairs * 64, blocks = cols / kQK4_0;
+  const std::int8_t* q = a.q.data() + t0 * cols;
+  const std::int32_t* corr = a.corr.data() + t0 * blocks;
+  const float* xd = a.block_d.data() + t0 * blocks;
+  const __m512i lo4 = _mm512_set1_epi8(0x0F);
+  __m512 acc[T];
+  for (int k = 0; k < T; ++k) acc[k] = _mm512_setzero_ps();
+  for (std::int64_t i = 0; i < pairs; ++i) {
+    const std::byte* c = w + static_cast<std::size_t>(i) * kX16ChunkQ4_0;
+    if (prefetch) prefetch_ahead<kX16ChunkQ4_0 / 64, kAheadX16>(c);
+    __m512i dot[T][2][2];  // token, block, low / high nibbles
+    for (int k = 0; k < T; ++k) {
+      for (int b = 0; b < 2; ++b) {
+        dot[k][b][0] = _mm512_set1_epi32(corr[k * blocks + 2 * i + b]);
+        dot[k][b][1] = _mm512_setzero_si512();
+      }
+    }
+#pragma GCC unroll 8
+    for (int v = 0; v < 8; ++v) {
+      const int b = v / 4, j = v % 4;
+      const __m512i qs = _mm512_loadu_si512(c + kX16QsQ4_0 + 64 * v);
+      const __m512i lo = _mm512_and_si512(qs, lo4),
+                    hi = _mm512_and_si512(_mm512_srli_epi16(qs, 4), lo4);
+      for (int k = 0; k < T; ++k) {
+        const std::int8_t* x = q + k * cols + 64 * i + 32 * b + 4 * j;
+        std::int32_t xl, xh;
+        std::memcpy(&xl, x, 4);
+        std::memcpy(&xh, x + 16, 4);
+        dot[k][b][0] = _mm512_dpbusd_epi32(dot[k][b][0], lo, _mm512_set1_epi32(xl));
+        dot[k][b][1] = _mm512_dpbusd_epi32(dot[k][b][1], hi, _mm512_set1_epi32(xh));
+      }
+    }
+    for (int b = 0; b < 2; ++b) {
+      const __m512 d =
+          _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(c + 32 * b)));
+      for (int k = 0; k < T; ++k) {
+        acc[k] =
+            _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(dot[k][b][0], dot[k][b][1])),
+                            _mm512_mul_ps(d, _mm512_set1_ps(xd[k * blocks + 2 * i + b])), acc[k]);
+      }
+    }
+  }
+  for (int k = 0; k < T; ++k) _mm512_storeu_ps(out + k * out_stride, acc[k]);
+}
+
 // Per 128-weight half of a super-block: 64 bytes of ql and the 32 of qh (twice, in both 256-bit
 // halves) give two vectors of 64 unsigned 6-bit quants in weight order (see BlockQ6_K): the low
 // or high nibbles of ql, and qh's bits 2s, 2s + 1 moved to bits 4-5 by a per-16-bit-lane shift
@@ -533,6 +599,8 @@ WEIR_VNNI void dot_blocks_vnni(const Block* w, std::int64_t blocks, const VnniAc
                                     float*, std::int64_t, bool);                                   \
   template void dot_q6k_x16_vnni<T>(const std::byte*, std::int64_t, const VnniActs&, std::int64_t, \
                                     float*, std::int64_t, bool);                                   \
+  template void dot_q4_0_x16_vnni<T>(const std::byte*, std::int64_t, const VnniActs&,              \
+                                     std::int64_t, float*, std::int64_t, bool);                    \
   template void dot_q6k_vnni<T>(const BlockQ6_K*, std::int64_t, const VnniActs&, std::int64_t,     \
                                 float*, std::int64_t);                                             \
   template void dot_blocks_vnni<BlockQ8_0, T>(const BlockQ8_0*, std::int64_t, const VnniActs&,     \

@@ -13,8 +13,8 @@
 // no shuffling: a lane's activation bytes, scale and offset correction sit at the same offset as
 // its weights.
 //
-// Q4_K and Q6_K weights rearranged at load (repack.hpp) take dot_q4k_x16_vnni and
-// dot_q6k_x16_vnni instead, 16 rows at once and for every batch size.
+// Q4_K, Q6_K and Q4_0 weights rearranged at load (repack.hpp) take dot_q4k_x16_vnni,
+// dot_q6k_x16_vnni and dot_q4_0_x16_vnni instead, 16 rows at once.
 //
 // Results equal the portable kernels' (kernels_portable.hpp) up to float summation order: the
 // integer dot of every 4 weights is exact, and only the order of the float products' sum differs.
@@ -63,6 +63,11 @@ void prepare_q6k(const std::int8_t* qx, const float* xd, std::int64_t n, std::in
 void prepare_q6k_x16(const std::int8_t* qx, const float* xd, std::int64_t n, std::int64_t cols,
                      VnniActs& a);
 
+// Q4_0 for dot_q4_0_x16_vnni: quants as they are; corr [cols / 32]: per block, -8 * (sum of its
+// quants); block_d [cols / 32]: the activation scales.
+void prepare_q4_0_x16(const std::int8_t* qx, const float* xd, std::int64_t n, std::int64_t cols,
+                      VnniActs& a);
+
 // Q8_0: quants as they are, corr for the offset 128.
 void prepare_q8(const std::int8_t* qx, std::int64_t n, std::int64_t cols, VnniActs& a);
 // Q4_0: in each group of 8 blocks, per 4 blocks the first 16 quants of each, then the last 16
@@ -93,6 +98,13 @@ template <int T>
 WEIR_VNNI void dot_q6k_x16_vnni(const std::byte* w, std::int64_t sblocks, const VnniActs& a,
                                 std::int64_t t0, float* out, std::int64_t out_stride,
                                 bool prefetch);
+
+// 16 Q4_0 rows in the x16 layout, as dot_q4k_x16_vnni; pairs: cols / 64. a: from
+// prepare_q4_0_x16.
+template <int T>
+WEIR_VNNI void dot_q4_0_x16_vnni(const std::byte* w, std::int64_t pairs, const VnniActs& a,
+                                 std::int64_t t0, float* out, std::int64_t out_stride,
+                                 bool prefetch);
 
 // Q6_K rows, w: [sblocks]. a: from prepare_q6k, tokens t0 .. t0 + T of it.
 template <int T>

@@ -116,8 +116,9 @@ Gemm batched_gemm(const Weight& w, std::int64_t n) {
     case GgmlType::f32:
       return n >= kGemmMinTokens && avx512() ? Gemm::f32 : Gemm::none;
     case GgmlType::q8_0:
-    case GgmlType::q4_0:
-      return n >= kGemmMinTokens && vnni() ? Gemm::q8 : Gemm::none;
+    case GgmlType::q4_0:  // the x16 layout never comes here (vnni_decode), gemm_q8_vnni reads rows
+      return n >= kGemmMinTokens && vnni() && w.layout == WeightLayout::rows ? Gemm::q8
+                                                                             : Gemm::none;
     case GgmlType::q4_k:
       return n >= kGemmMinTokensQ4K && avx512() ? Gemm::f32 : Gemm::none;
     case GgmlType::q6_k:
@@ -147,7 +148,7 @@ bool vnni_decode(const Weight& w, std::int64_t n) {
   switch (w.type) {
     case GgmlType::q8_0:
     case GgmlType::q4_0:
-      return n < kGemmMinTokens;
+      return w.layout != WeightLayout::rows || n < kGemmMinTokens;
     case GgmlType::q4_k:
       return w.layout != WeightLayout::rows || n < kGemmMinTokensQ4K;
     case GgmlType::q6_k:
@@ -160,12 +161,12 @@ bool vnni_decode(const Weight& w, std::int64_t n) {
 // Where matmul_vnni keeps the activations prepared for each kind of weight: a type's rows in
 // the file's layout, then Q4_K and Q6_K in their x16 layouts (whose rows past the last group
 // take the type's slot).
-constexpr int kVnniSlots = 6;
+constexpr int kVnniSlots = 7;
 int vnni_slot(GgmlType t) {
   return t == GgmlType::q8_0 ? 0 : t == GgmlType::q4_0 ? 1 : t == GgmlType::q4_k ? 2 : 3;
 }
 int x16_slot(GgmlType t) {
-  return t == GgmlType::q4_k ? 4 : 5;
+  return t == GgmlType::q4_k ? 4 : t == GgmlType::q6_k ? 5 : 6;
 }
 bool x16(const Weight& w) {
   return w.layout != WeightLayout::rows;
@@ -193,8 +194,10 @@ void vnni_rows(const Weight& w, const VnniActs* acts, const float* qscale, std::
         const bool prefetch = n > 4 && t == 0;  // see dot_q4k_x16_vnni
         if (w.type == GgmlType::q4_k)
           dot_q4k_x16_vnni<T>(group, sblocks, acts[4], t, out, rows, prefetch);
-        else
+        else if (w.type == GgmlType::q6_k)
           dot_q6k_x16_vnni<T>(group, sblocks, acts[5], t, out, rows, prefetch);
+        else
+          dot_q4_0_x16_vnni<T>(group, w.cols / 64, acts[6], t, out, rows, prefetch);
       });
     }
     r0 = std::max(r0, groups * kX16Rows);  // then the rows past the groups, as in the file
@@ -241,8 +244,9 @@ void matmul_vnni(std::span<const MatmulOut> outs, const float* x, std::int64_t n
   if (need[3]) prepare_q6k(qx.data(), qscale.data(), n, cols, prepared[3]);
   if (need[4]) prepare_q4k(qx.data(), qscale.data(), n, cols, false, prepared[4]);
   if (need[5]) prepare_q6k_x16(qx.data(), qscale.data(), n, cols, prepared[5]);
+  if (need[6]) prepare_q4_0_x16(qx.data(), qscale.data(), n, cols, prepared[6]);
   const VnniActs* acts = prepared;  // this thread's: the workers must not see their own
-  const std::int64_t unit = need[4] || need[5] ? kX16Rows : 1;
+  const std::int64_t unit = need[4] || need[5] || need[6] ? kX16Rows : 1;
   std::int64_t total = 0;
   for (const MatmulOut& o : outs) total += vnni_units(o.w, unit);
   // The units of all the matrices in turn; a chunk may end one matrix and start the next.
@@ -351,8 +355,8 @@ void matmul(const Weight& w, const float* x, std::int64_t n, float* y, ThreadPoo
               float* out = y + t * rows + r;
               if (type == GgmlType::q4_0) {
                 dot_blocks_avx2<BlockQ4_0, T>(
-                    reinterpret_cast<const BlockQ4_0*>(w.data) + r * xblocks, xblocks, q, d, out,
-                    rows);
+                    reinterpret_cast<const BlockQ4_0*>(row_bytes_of(w, r, scratch)), xblocks, q, d,
+                    out, rows);
               } else if (type == GgmlType::q4_k) {
                 dot_q4k_avx2<T>(reinterpret_cast<const BlockQ4_K*>(row_bytes_of(w, r, scratch)),
                                 sblocks, q, d, xs + t * xblocks, out, rows);

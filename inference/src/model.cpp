@@ -184,8 +184,7 @@ void Model::rearrange_for_cpu() {
     for (Weight* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) all.push_back(w);
   for (Weight* w : all) {
     const WeightLayout x16 = x16_layout(w->type);
-    if (x16 == WeightLayout::rows || w->rows < kX16Rows || w->layout != WeightLayout::rows)
-      continue;
+    if (!x16_fits(w->type, w->rows, w->cols) || w->layout != WeightLayout::rows) continue;
     const TensorInfo* t = nullptr;
     for (const TensorInfo& ti : file_->tensors())
       if (ti.data == w->data) t = &ti;

@@ -24,7 +24,13 @@ bool cpu_reads_x16() {
 WeightLayout x16_layout(GgmlType type) {
   return type == GgmlType::q4_k   ? WeightLayout::q4k_x16
          : type == GgmlType::q6_k ? WeightLayout::q6k_x16
+         : type == GgmlType::q4_0 ? WeightLayout::q4_0_x16
                                   : WeightLayout::rows;
+}
+
+bool x16_fits(GgmlType type, std::int64_t rows, std::int64_t cols) {
+  return x16_layout(type) != WeightLayout::rows && rows >= kX16Rows &&
+         (type != GgmlType::q4_0 || cols % 64 == 0);
 }
 
 namespace {
@@ -63,18 +69,43 @@ void move_q6k(std::byte* c, std::int64_t l, BlockQ6_K& b, bool to_chunk) {
   }
 }
 
-template <class Block>
-void move_block(std::byte* c, std::int64_t l, Block& b, bool to_chunk) {
-  if constexpr (std::is_same_v<Block, BlockQ4_K>)
-    move_q4k(c, l, b, to_chunk);
-  else
-    move_q6k(c, l, b, to_chunk);
+// Q4_0's unit: two blocks, 64 weights.
+struct PairQ4_0 {
+  BlockQ4_0 b[2];
+};
+static_assert(sizeof(PairQ4_0) == 36);
+
+void move_q4_0(std::byte* c, std::int64_t l, PairQ4_0& p, bool to_chunk) {
+  auto move = [&](std::size_t at, void* field, std::size_t n) {
+    if (to_chunk)
+      std::memcpy(c + at, field, n);
+    else
+      std::memcpy(field, c + at, n);
+  };
+  for (int b = 0; b < 2; ++b) {
+    move(32 * b + 2 * l, &p.b[b].d, 2);
+    for (int j = 0; j < 4; ++j) move(kX16QsQ4_0 + 64 * (4 * b + j) + 4 * l, p.b[b].qs + 4 * j, 4);
+  }
 }
+
+template <class Unit>
+void move_block(std::byte* c, std::int64_t l, Unit& b, bool to_chunk) {
+  if constexpr (std::is_same_v<Unit, BlockQ4_K>)
+    move_q4k(c, l, b, to_chunk);
+  else if constexpr (std::is_same_v<Unit, BlockQ6_K>)
+    move_q6k(c, l, b, to_chunk);
+  else
+    move_q4_0(c, l, b, to_chunk);
+}
+
+// Weights per unit: a super-block, or Q4_0's pair of blocks.
+template <class Unit>
+constexpr std::int64_t kUnitWeights = std::is_same_v<Unit, PairQ4_0> ? 64 : kQK_K;
 
 template <class Block>
 void repack(std::byte* data, std::int64_t rows, std::int64_t cols) {
   constexpr std::size_t chunk = kX16Rows * sizeof(Block);
-  const std::int64_t sblocks = cols / kQK_K;
+  const std::int64_t sblocks = cols / kUnitWeights<Block>;
   const std::size_t group_bytes = chunk * static_cast<std::size_t>(sblocks);
   std::vector<Block> rows16(static_cast<std::size_t>(kX16Rows * sblocks));
   for (std::int64_t g = 0; g < rows / kX16Rows; ++g) {
@@ -100,20 +131,24 @@ void gather(const std::byte* group, std::int64_t sblocks, std::int64_t l, Block*
 void repack_x16(GgmlType type, std::byte* data, std::int64_t rows, std::int64_t cols) {
   if (type == GgmlType::q4_k)
     repack<BlockQ4_K>(data, rows, cols);
-  else
+  else if (type == GgmlType::q6_k)
     repack<BlockQ6_K>(data, rows, cols);
+  else
+    repack<PairQ4_0>(data, rows, cols);
 }
 
 const std::byte* row_bytes_of(const Weight& w, std::int64_t r, std::byte* scratch) {
   const std::size_t row_bytes = w.row_bytes();
   if (w.layout == WeightLayout::rows || r >= w.rows / kX16Rows * kX16Rows)
     return w.data + static_cast<std::size_t>(r) * row_bytes;
-  const std::int64_t sblocks = w.cols / kQK_K, l = r % kX16Rows;
+  const std::int64_t l = r % kX16Rows;
   const std::byte* group = w.data + static_cast<std::size_t>(r / kX16Rows) * kX16Rows * row_bytes;
   if (w.layout == WeightLayout::q4k_x16)
-    gather(group, sblocks, l, reinterpret_cast<BlockQ4_K*>(scratch));
+    gather(group, w.cols / kQK_K, l, reinterpret_cast<BlockQ4_K*>(scratch));
+  else if (w.layout == WeightLayout::q6k_x16)
+    gather(group, w.cols / kQK_K, l, reinterpret_cast<BlockQ6_K*>(scratch));
   else
-    gather(group, sblocks, l, reinterpret_cast<BlockQ6_K*>(scratch));
+    gather(group, w.cols / 64, l, reinterpret_cast<PairQ4_0*>(scratch));
   return scratch;
 }
 

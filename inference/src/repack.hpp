@@ -23,6 +23,9 @@
 //   [288, 3360)   for each half h and k < 8 (p = 8 h + k), 3 vectors at 288 + 192 p: ql[64h + 4k
 //                 + 0..3], ql[64h + 32 + 4k + 0..3], qh[32h + 4k + 0..3]: the bits of 16
 //                 weights, in the order the kernel reads them
+// Q4_0 (WeightLayout::q4_0_x16; cols a multiple of 64), chunks of 576 bytes, two blocks b:
+//   [0, 64)       d of each row, fp16: block 0, then block 1
+//   [64, 576)     qs as 8 vectors: vector 4 b + j holds block b's qs[4j, 4j + 4)
 // The rows past the last group stay as they are, after the groups. The bytes are the file's,
 // moved: the same size, and row_bytes_of() gives any row back as the file had it.
 #pragma once
@@ -41,6 +44,8 @@ constexpr std::size_t kX16Chunk = kX16Rows * sizeof(BlockQ4_K);  // 2304
 constexpr std::size_t kX16D = 0, kX16Dmin = 32, kX16Scales = 64, kX16Qs = 256;
 constexpr std::size_t kX16ChunkQ6 = kX16Rows * sizeof(BlockQ6_K);  // 3360
 constexpr std::size_t kX16ScalesQ6 = 32, kX16BitsQ6 = 288;
+constexpr std::size_t kX16ChunkQ4_0 = kX16Rows * 2 * sizeof(BlockQ4_0);  // 576
+constexpr std::size_t kX16QsQ4_0 = 64;
 
 // Where word j of a row's qs (bytes 4j .. 4j + 3: 4 weights of chunk c = j / 8, at v = j % 8)
 // sits among the 32 vectors: v-major, so that the one-token kernel, which takes the 4 chunks
@@ -49,15 +54,18 @@ constexpr int x16_qs_slot(int j) {
   return 4 * (j % 8) + j / 8;
 }
 
-// Whether this CPU's kernels read Q4_K and Q6_K weights in the x16 layouts (x86-64 with AVX-512
-// VNNI): Model::load rearranges them only then.
+// Whether this CPU's kernels read Q4_K, Q6_K and Q4_0 weights in the x16 layouts (x86-64 with
+// AVX-512 VNNI): Model::load rearranges them only then.
 bool cpu_reads_x16();
 
-// The x16 layout of `type` (Q4_K or Q6_K; else WeightLayout::rows: none).
+// The x16 layout of `type` (Q4_K, Q6_K or Q4_0; else WeightLayout::rows: none).
 WeightLayout x16_layout(GgmlType type);
 
-// Rearranges a Q4_K or Q6_K matrix [rows, cols] in place into its x16 layout. REQUIRES:
-// x16_layout(type) is not rows, rows >= 16.
+// Whether a matrix of `type` [rows, cols] can take its x16 layout: one exists, rows >= 16, and
+// for Q4_0 cols is a multiple of 64.
+bool x16_fits(GgmlType type, std::int64_t rows, std::int64_t cols);
+
+// Rearranges a matrix [rows, cols] in place into its x16 layout. REQUIRES: x16_fits.
 void repack_x16(GgmlType type, std::byte* data, std::int64_t rows, std::int64_t cols);
 
 // Row r of w in the file's layout: in place for WeightLayout::rows and the rows past the last

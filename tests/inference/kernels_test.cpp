@@ -271,16 +271,25 @@ INSTANTIATE_TEST_SUITE_P(Types, BlockKernels, ::testing::Values(GgmlType::q8_0, 
 // the Q4_K min * d_x * (sum of the activation quants); the reference does that in double from
 // the scalar unpackers (quant.hpp). Rows are ragged against the row split and the 4-token tiles;
 // columns run from one super-block to nine.
-// A K-quant matrix unpacked (quant.hpp's scalar unpackers), and the quantised reference for it:
-// per weight group scale * d_x * (integer dot), less the Q4_K min * d_x * (sum of the
+// A K-quant (or Q4_0) matrix unpacked (quant.hpp's scalar unpackers), and the quantised reference
+// for it: per weight group scale * d_x * (integer dot), less the Q4_K min * d_x * (sum of the
 // activation quants), in double.
 struct UnpackedKQuant {
   UnpackedKQuant(GgmlType type, const std::string& bytes, Shape s)
-      : q4k(type == GgmlType::q4_k), group(q4k ? 32 : 16), s(s), groups(s.cols / group) {
+      : q4k(type == GgmlType::q4_k),
+        group(type == GgmlType::q6_k ? 16 : 32),
+        s(s),
+        groups(s.cols / group) {
     const std::int64_t sblocks = s.cols / kQK_K;
     wq.resize(static_cast<std::size_t>(s.rows * s.cols));
     wsc.resize(static_cast<std::size_t>(s.rows * groups));
     wmn.resize(static_cast<std::size_t>(s.rows * groups));
+    if (type == GgmlType::q4_0) {  // also Q4_0: its blocks are groups of 32 with a scale
+      for (std::int64_t i = 0; i < s.rows * groups; ++i)
+        unpack_q4_0(reinterpret_cast<const BlockQ4_0*>(bytes.data())[i], wq.data() + i * 32,
+                    wsc.data() + i);
+      return;
+    }
     for (std::int64_t i = 0; i < s.rows * sblocks; ++i) {
       if (q4k)
         unpack_q4_k(reinterpret_cast<const BlockQ4_K*>(bytes.data())[i], wq.data() + i * kQK_K,
@@ -335,7 +344,7 @@ TEST_P(KQuantKernels, DecodeMatchesQuantisedReference) {
 INSTANTIATE_TEST_SUITE_P(Types, KQuantKernels, ::testing::Values(GgmlType::q4_k, GgmlType::q6_k),
                          [](const auto& info) { return ggml_type_name(info.param); });
 
-// Q4_K and Q6_K weights rearranged at load for the VNNI kernels (repack.hpp): every row reads
+// Q4_K, Q6_K and Q4_0 weights rearranged at load for the VNNI kernels (repack.hpp): every row reads
 // back as the file had it, and matmul matches the quantised reference on every path and batch
 // size (the x16 kernels take every batch on VNNI: groups of 16 rows, the rows past the last
 // group on the row kernels; the other paths read rows through row_bytes_of).
@@ -365,7 +374,8 @@ TEST_P(X16Layouts, MatchTheFileLayout) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Types, X16Layouts, ::testing::Values(GgmlType::q4_k, GgmlType::q6_k),
+INSTANTIATE_TEST_SUITE_P(Types, X16Layouts,
+                         ::testing::Values(GgmlType::q4_k, GgmlType::q6_k, GgmlType::q4_0),
                          [](const auto& info) { return ggml_type_name(info.param); });
 
 }  // namespace
