@@ -18,7 +18,8 @@
 // For profiling one configuration of the 1b shape: --types q4_k,q8_0,q4_0 (default: all three),
 // --threads N (1 or all hardware threads; default: both) and --prompt N (the prefill's tokens;
 // default 512 with all threads, 64 with one). --file-layout keeps every weight as the file has
-// it (ModelOptions::cpu_layout off: Q4_K not rearranged for the VNNI kernel), for comparing.
+// it (ModelOptions::cpu_layout off: Q4_K, Q6_K and Q4_0 not rearranged for the VNNI kernels),
+// for comparing.
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
