@@ -142,7 +142,8 @@ void run_gemm(Gemm g, std::span<const MatmulOut> outs, const float* x, std::int6
 // group of 16 rows (18-50 KB for the 1B shape) once from memory and again from L1/L2 for each 4
 // tokens, so it is a GEMM blocked on the weights; and int8 products run at 4 times the F32
 // GEMM's rate: one core, a 5632 x 2048 matrix, 16 tokens 1.4 ms against 6.3 ms dequantised to
-// the F32 GEMM, and about 86 against 230 us a further token.
+// the F32 GEMM, and about 86 against 230 us a further token. The Q4_0 one beats the int8 GEMM
+// too: 16 tokens 1.1 against 2.4 ms, 512 tokens 37 against 38 ms.
 bool vnni_decode(const Weight& w, std::int64_t n) {
   if (!vnni()) return false;
   switch (w.type) {
@@ -159,8 +160,8 @@ bool vnni_decode(const Weight& w, std::int64_t n) {
 }
 
 // Where matmul_vnni keeps the activations prepared for each kind of weight: a type's rows in
-// the file's layout, then Q4_K and Q6_K in their x16 layouts (whose rows past the last group
-// take the type's slot).
+// the file's layout, then Q4_K, Q6_K and Q4_0 in their x16 layouts (whose rows past the last
+// group take the type's slot).
 constexpr int kVnniSlots = 7;
 int vnni_slot(GgmlType t) {
   return t == GgmlType::q8_0 ? 0 : t == GgmlType::q4_0 ? 1 : t == GgmlType::q4_k ? 2 : 3;
