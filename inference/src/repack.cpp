@@ -35,15 +35,23 @@ bool x16_fits(GgmlType type, std::int64_t rows, std::int64_t cols) {
 
 namespace {
 
-// Moves the n bytes of row l's block at `row` to or from the chunk `c` (to_chunk or back): the
-// one place that says where each part of a block goes.
-void move_q4k(std::byte* c, std::int64_t l, BlockQ4_K& b, bool to_chunk) {
-  auto move = [&](std::size_t at, void* field, std::size_t n) {
+// Copies n bytes between a field of a row's block and offset `at` of a chunk: into the chunk
+// (repacking) or out of it (row_bytes_of).
+struct Move {
+  std::byte* c;
+  bool to_chunk;
+  void operator()(std::size_t at, void* field, std::size_t n) const {
     if (to_chunk)
       std::memcpy(c + at, field, n);
     else
       std::memcpy(field, c + at, n);
-  };
+  }
+};
+
+// Row l's block b and its places in the chunk c, by type: the one place that says where each
+// part of a block goes.
+void move_q4k(std::byte* c, std::int64_t l, BlockQ4_K& b, bool to_chunk) {
+  const Move move{c, to_chunk};
   move(kX16D + 2 * l, &b.d, 2);
   move(kX16Dmin + 2 * l, &b.dmin, 2);
   for (int w = 0; w < 3; ++w) move(kX16Scales + 64 * w + 4 * l, b.scales + 4 * w, 4);
@@ -51,12 +59,7 @@ void move_q4k(std::byte* c, std::int64_t l, BlockQ4_K& b, bool to_chunk) {
 }
 
 void move_q6k(std::byte* c, std::int64_t l, BlockQ6_K& b, bool to_chunk) {
-  auto move = [&](std::size_t at, void* field, std::size_t n) {
-    if (to_chunk)
-      std::memcpy(c + at, field, n);
-    else
-      std::memcpy(field, c + at, n);
-  };
+  const Move move{c, to_chunk};
   move(kX16D + 2 * l, &b.d, 2);
   for (int w = 0; w < 4; ++w) move(kX16ScalesQ6 + 64 * w + 4 * l, b.scales + 4 * w, 4);
   for (int h = 0; h < 2; ++h) {
@@ -76,12 +79,7 @@ struct PairQ4_0 {
 static_assert(sizeof(PairQ4_0) == 36);
 
 void move_q4_0(std::byte* c, std::int64_t l, PairQ4_0& p, bool to_chunk) {
-  auto move = [&](std::size_t at, void* field, std::size_t n) {
-    if (to_chunk)
-      std::memcpy(c + at, field, n);
-    else
-      std::memcpy(field, c + at, n);
-  };
+  const Move move{c, to_chunk};
   for (int b = 0; b < 2; ++b) {
     move(32 * b + 2 * l, &p.b[b].d, 2);
     for (int j = 0; j < 4; ++j) move(kX16QsQ4_0 + 64 * (4 * b + j) + 4 * l, p.b[b].qs + 4 * j, 4);
