@@ -327,10 +327,8 @@ __attribute__((target("avx512f"))) std::vector<Panel> pack_panels(const float* x
 __attribute__((target("avx512f,avx512bw,avx512vl,f16c,fma"))) void dequantize_rows_avx512(
     const Weight& w, std::int64_t r0, std::int64_t nr, float* out) {
   const std::int64_t sblocks = w.cols / kQK_K;
-  thread_local std::vector<std::byte> scratch;  // a row of a rearranged weight
-  if (w.layout != WeightLayout::rows) scratch.resize(w.row_bytes());
   for (std::int64_t r = 0; r < nr; ++r) {
-    const std::byte* row = row_bytes_of(w, r0 + r, scratch.data());
+    const std::byte* row = row_bytes_of(w, r0 + r);
     float* o = out + r * w.cols;
     alignas(64) std::int8_t q[kQK_K];
     if (w.type == GgmlType::q4_k) {

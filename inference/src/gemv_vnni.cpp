@@ -33,10 +33,14 @@ WEIR_VNNI inline void prefetch_ahead(const void* p) {
   for (int l = 0; l < lines; ++l) _mm_prefetch(a + 64 * l, _MM_HINT_T1);
 }
 
-// corr[l] = -offset * (sum of the 4 quants of lane l), l < cols / 4.
-void lane_corrections(const std::int8_t* q, std::int64_t cols, int offset, std::int32_t* corr) {
-  for (std::int64_t l = 0; l < cols / 4; ++l)
-    corr[l] = -offset * (q[4 * l] + q[4 * l + 1] + q[4 * l + 2] + q[4 * l + 3]);
+// corr[g] = -offset * (sum of the `group` quants of group g), g < cols / group.
+void group_corrections(const std::int8_t* q, std::int64_t cols, int group, int offset,
+                       std::int32_t* corr) {
+  for (std::int64_t g = 0; g < cols / group; ++g) {
+    std::int32_t sum = 0;
+    for (int j = 0; j < group; ++j) sum += q[group * g + j];
+    corr[g] = -offset * sum;
+  }
 }
 
 }  // namespace
@@ -88,38 +92,22 @@ void prepare_q6k(const std::int8_t* qx, const float* xd, std::int64_t n, std::in
   a.q.assign(qx, qx + n * cols);
   a.corr.resize(static_cast<std::size_t>(n * cols / 4));
   a.lane_d.resize(static_cast<std::size_t>(n * cols / 4));
-  lane_corrections(qx, n * cols, 32, a.corr.data());
+  group_corrections(qx, n * cols, 4, 32, a.corr.data());
   for (std::int64_t l = 0; l < n * cols / 4; ++l) a.lane_d[static_cast<std::size_t>(l)] = xd[l / 8];
 }
 
-void prepare_q6k_x16(const std::int8_t* qx, const float* xd, std::int64_t n, std::int64_t cols,
-                     VnniActs& a) {
+void prepare_x16_offset(const std::int8_t* qx, const float* xd, std::int64_t n, std::int64_t cols,
+                        int group, int offset, VnniActs& a) {
   a.q.assign(qx, qx + n * cols);
-  a.corr.resize(static_cast<std::size_t>(n * cols / 16));
-  for (std::int64_t g = 0; g < n * cols / 16; ++g) {
-    std::int32_t sum = 0;
-    for (int j = 0; j < 16; ++j) sum += qx[16 * g + j];
-    a.corr[static_cast<std::size_t>(g)] = -32 * sum;
-  }
+  a.corr.resize(static_cast<std::size_t>(n * cols / group));
+  group_corrections(qx, n * cols, group, offset, a.corr.data());
   a.block_d.assign(xd, xd + n * cols / kQK8_0);
-}
-
-void prepare_q4_0_x16(const std::int8_t* qx, const float* xd, std::int64_t n, std::int64_t cols,
-                      VnniActs& a) {
-  a.q.assign(qx, qx + n * cols);
-  a.corr.resize(static_cast<std::size_t>(n * cols / kQK4_0));
-  for (std::int64_t b = 0; b < n * cols / kQK4_0; ++b) {
-    std::int32_t sum = 0;
-    for (int j = 0; j < kQK4_0; ++j) sum += qx[kQK4_0 * b + j];
-    a.corr[static_cast<std::size_t>(b)] = -8 * sum;
-  }
-  a.block_d.assign(xd, xd + n * cols / kQK4_0);
 }
 
 void prepare_q8(const std::int8_t* qx, std::int64_t n, std::int64_t cols, VnniActs& a) {
   a.q.assign(qx, qx + n * cols);
   a.corr.resize(static_cast<std::size_t>(n * cols / 4));
-  lane_corrections(qx, n * cols, 128, a.corr.data());
+  group_corrections(qx, n * cols, 4, 128, a.corr.data());
 }
 
 void prepare_q4_0(const std::int8_t* qx, std::int64_t n, std::int64_t cols, VnniActs& a) {
@@ -138,7 +126,7 @@ void prepare_q4_0(const std::int8_t* qx, std::int64_t n, std::int64_t cols, Vnni
     }
     std::memcpy(q + 32 * grouped, x + 32 * grouped, static_cast<std::size_t>(cols - 32 * grouped));
   }
-  lane_corrections(a.q.data(), n * cols, 8, a.corr.data());
+  group_corrections(a.q.data(), n * cols, 4, 8, a.corr.data());
 }
 
 // Per super-block: the 8 scales and mins decoded (the 6-bit unpacking of ggml's AVX2 kernel,

@@ -36,7 +36,7 @@ namespace weir::inference::kernels::detail {
 // xd [n, cols / 32] scales). Sizes per token; every array is [n, size].
 struct VnniActs {
   std::vector<std::int8_t> q;      // [cols]: quants, Q4_K: groups reordered (see prepare_q4k)
-  std::vector<std::int32_t> corr;  // [cols / 4]: per 4-byte lane, -offset * (sum of its quants)
+  std::vector<std::int32_t> corr;  // [cols / 4]: per 4-byte lane (x16: per group), -offset * sum
   std::vector<float> lane_d;       // [cols / 4]: per lane, the scale of its 32-block (Q6_K)
   // [cols / 16], Q4_K: per super-block the 8 blocks' scales d, then their d * (sum of quants).
   std::vector<float> block_d;
@@ -58,15 +58,11 @@ void prepare_q4k(const std::int8_t* qx, const float* xd, std::int64_t n, std::in
 void prepare_q6k(const std::int8_t* qx, const float* xd, std::int64_t n, std::int64_t cols,
                  VnniActs& a);
 
-// Q6_K for dot_q6k_x16_vnni: quants as they are; corr [cols / 16]: per 16-group, -32 * (sum of
-// its quants); block_d [cols / 32]: the activation scales.
-void prepare_q6k_x16(const std::int8_t* qx, const float* xd, std::int64_t n, std::int64_t cols,
-                     VnniActs& a);
-
-// Q4_0 for dot_q4_0_x16_vnni: quants as they are; corr [cols / 32]: per block, -8 * (sum of its
-// quants); block_d [cols / 32]: the activation scales.
-void prepare_q4_0_x16(const std::int8_t* qx, const float* xd, std::int64_t n, std::int64_t cols,
-                      VnniActs& a);
+// Q6_K and Q4_0 for their x16 kernels: quants as they are; corr [cols / group]: per group,
+// -offset * (sum of its quants) (Q6_K: 16, 32; Q4_0: 32, 8); block_d [cols / 32]: the activation
+// scales.
+void prepare_x16_offset(const std::int8_t* qx, const float* xd, std::int64_t n, std::int64_t cols,
+                        int group, int offset, VnniActs& a);
 
 // Q8_0: quants as they are, corr for the offset 128.
 void prepare_q8(const std::int8_t* qx, std::int64_t n, std::int64_t cols, VnniActs& a);
@@ -93,14 +89,14 @@ WEIR_VNNI void dot_q4k_x16_vnni(const std::byte* w, std::int64_t sblocks, const 
                                 std::int64_t t0, float* out, std::int64_t out_stride,
                                 bool prefetch);
 
-// 16 Q6_K rows in the x16 layout, as dot_q4k_x16_vnni. a: from prepare_q6k_x16.
+// 16 Q6_K rows in the x16 layout, as dot_q4k_x16_vnni. a: from prepare_x16_offset.
 template <int T>
 WEIR_VNNI void dot_q6k_x16_vnni(const std::byte* w, std::int64_t sblocks, const VnniActs& a,
                                 std::int64_t t0, float* out, std::int64_t out_stride,
                                 bool prefetch);
 
 // 16 Q4_0 rows in the x16 layout, as dot_q4k_x16_vnni; pairs: cols / 64. a: from
-// prepare_q4_0_x16.
+// prepare_x16_offset.
 template <int T>
 WEIR_VNNI void dot_q4_0_x16_vnni(const std::byte* w, std::int64_t pairs, const VnniActs& a,
                                  std::int64_t t0, float* out, std::int64_t out_stride,

@@ -244,8 +244,8 @@ void matmul_vnni(std::span<const MatmulOut> outs, const float* x, std::int64_t n
   if (need[2]) prepare_q4k(qx.data(), qscale.data(), n, cols, true, prepared[2]);
   if (need[3]) prepare_q6k(qx.data(), qscale.data(), n, cols, prepared[3]);
   if (need[4]) prepare_q4k(qx.data(), qscale.data(), n, cols, false, prepared[4]);
-  if (need[5]) prepare_q6k_x16(qx.data(), qscale.data(), n, cols, prepared[5]);
-  if (need[6]) prepare_q4_0_x16(qx.data(), qscale.data(), n, cols, prepared[6]);
+  if (need[5]) prepare_x16_offset(qx.data(), qscale.data(), n, cols, 16, 32, prepared[5]);
+  if (need[6]) prepare_x16_offset(qx.data(), qscale.data(), n, cols, 32, 8, prepared[6]);
   const VnniActs* acts = prepared;  // this thread's: the workers must not see their own
   const std::int64_t unit = need[4] || need[5] || need[6] ? kX16Rows : 1;
   std::int64_t total = 0;
@@ -346,9 +346,6 @@ void matmul(const Weight& w, const float* x, std::int64_t n, float* y, ThreadPoo
       if (avx2()) {  // straight from the blocks
         const std::int64_t sblocks = cols / kQK_K;
         pool.parallel_for(rows, [&](int, std::int64_t b, std::int64_t e) {
-          thread_local std::vector<std::byte> row;  // a row of a rearranged weight
-          if (w.layout != WeightLayout::rows) row.resize(w.row_bytes());
-          std::byte* scratch = row.data();
           for (std::int64_t r = b; r < e; ++r) {
             by_tiles(n, [&](auto T, std::int64_t t) {
               const std::int8_t* q = qx.data() + t * cols;
@@ -356,14 +353,14 @@ void matmul(const Weight& w, const float* x, std::int64_t n, float* y, ThreadPoo
               float* out = y + t * rows + r;
               if (type == GgmlType::q4_0) {
                 dot_blocks_avx2<BlockQ4_0, T>(
-                    reinterpret_cast<const BlockQ4_0*>(row_bytes_of(w, r, scratch)), xblocks, q, d,
-                    out, rows);
+                    reinterpret_cast<const BlockQ4_0*>(row_bytes_of(w, r)), xblocks, q, d, out,
+                    rows);
               } else if (type == GgmlType::q4_k) {
-                dot_q4k_avx2<T>(reinterpret_cast<const BlockQ4_K*>(row_bytes_of(w, r, scratch)),
-                                sblocks, q, d, xs + t * xblocks, out, rows);
+                dot_q4k_avx2<T>(reinterpret_cast<const BlockQ4_K*>(row_bytes_of(w, r)), sblocks, q,
+                                d, xs + t * xblocks, out, rows);
               } else {
-                dot_q6k_avx2<T>(reinterpret_cast<const BlockQ6_K*>(row_bytes_of(w, r, scratch)),
-                                sblocks, q, d, out, rows);
+                dot_q6k_avx2<T>(reinterpret_cast<const BlockQ6_K*>(row_bytes_of(w, r)), sblocks, q,
+                                d, out, rows);
               }
             });
           }

@@ -202,9 +202,7 @@ template void dot_rows_i8<16, false>(const std::int8_t*, const float*, const flo
 // Q4_0 and Q4_K, 16 for Q6_K; min for Q4_K only).
 WEIR_CLONES void unpack_row(const Weight& w, std::int64_t r, std::int8_t* q, float* scale,
                             float* min) {
-  thread_local std::vector<std::byte> scratch;  // a row of a rearranged weight
-  if (w.layout != WeightLayout::rows) scratch.resize(w.row_bytes());
-  const std::byte* row = row_bytes_of(w, r, scratch.data());
+  const std::byte* row = row_bytes_of(w, r);
   switch (w.type) {
     case GgmlType::q4_0: {
       const auto* b = reinterpret_cast<const BlockQ4_0*>(row);

@@ -14,9 +14,7 @@ std::size_t Weight::row_bytes() const {
 }
 
 void dequantize_row(const Weight& w, std::int64_t r, float* out) {
-  thread_local std::vector<std::byte> scratch;  // a row of a rearranged weight
-  if (w.layout != WeightLayout::rows) scratch.resize(w.row_bytes());
-  const std::byte* row = row_bytes_of(w, r, scratch.data());
+  const std::byte* row = row_bytes_of(w, r);
   switch (w.type) {
     case GgmlType::f32:
       std::memcpy(out, row, static_cast<std::size_t>(w.cols) * 4);

@@ -135,10 +135,13 @@ void repack_x16(GgmlType type, std::byte* data, std::int64_t rows, std::int64_t 
     repack<PairQ4_0>(data, rows, cols);
 }
 
-const std::byte* row_bytes_of(const Weight& w, std::int64_t r, std::byte* scratch) {
+const std::byte* row_bytes_of(const Weight& w, std::int64_t r) {
   const std::size_t row_bytes = w.row_bytes();
   if (w.layout == WeightLayout::rows || r >= w.rows / kX16Rows * kX16Rows)
     return w.data + static_cast<std::size_t>(r) * row_bytes;
+  thread_local std::vector<std::byte> row;
+  row.resize(row_bytes);
+  std::byte* scratch = row.data();
   const std::int64_t l = r % kX16Rows;
   const std::byte* group = w.data + static_cast<std::size_t>(r / kX16Rows) * kX16Rows * row_bytes;
   if (w.layout == WeightLayout::q4k_x16)

@@ -69,7 +69,7 @@ bool x16_fits(GgmlType type, std::int64_t rows, std::int64_t cols);
 void repack_x16(GgmlType type, std::byte* data, std::int64_t rows, std::int64_t cols);
 
 // Row r of w in the file's layout: in place for WeightLayout::rows and the rows past the last
-// group, else gathered into scratch (w.row_bytes() bytes).
-const std::byte* row_bytes_of(const Weight& w, std::int64_t r, std::byte* scratch);
+// group, else gathered into a buffer of the calling thread, valid until its next call.
+const std::byte* row_bytes_of(const Weight& w, std::int64_t r);
 
 }  // namespace weir::inference
