@@ -381,6 +381,7 @@ boost::json::object gpu_extras() {
 #endif
 
 int main(int argc, char** argv) {
+  bool run_f32 = true, run_q8 = true;  // --types
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--device") == 0 && i + 1 < argc) {
       auto d = inference::parse_device(argv[++i]);
@@ -396,6 +397,20 @@ int main(int argc, char** argv) {
         return 1;
       }
       g_kv_type = *t;
+    } else if (std::strcmp(argv[i], "--types") == 0 && i + 1 < argc) {
+      const std::string list = argv[++i];
+      run_f32 = list.find("f32") != std::string::npos;
+      run_q8 = list.find("q8_0") != std::string::npos;
+      if (!run_f32 && !run_q8) {
+        std::fprintf(stderr, "bench_engine: --types takes f32, q8_0 or f32,q8_0, not '%s'\n",
+                     list.c_str());
+        return 1;
+      }
+    } else if (std::strcmp(argv[i], "--json") != 0) {  // the JSON is always printed
+      std::fprintf(stderr,
+                   "usage: bench_engine [--device cpu|cuda] [--kv-cache-type f32|f16] "
+                   "[--types f32,q8_0] [--json]\n");
+      return 1;
     }
   }
   const auto dir = std::filesystem::temp_directory_path() / "weir-bench-models-v2";
@@ -404,10 +419,15 @@ int main(int argc, char** argv) {
   const double fma = measured_fma_gflop_s(kThreads), dot = measured_int8_dot_gop_s(kThreads);
   std::fprintf(stderr, "peaks (%d threads): F32 FMA %.0f GFLOP/s, int8 dot %.0f Gop/s\n", kThreads,
                fma, dot);
-  std::fprintf(stderr, "F32 (%d threads)\n", kThreads);
-  auto out = run(inference::GgmlType::f32, dir, fma);
-  std::fprintf(stderr, "Q8_0 (%d threads)\n", kThreads);
-  out["q8_0"] = run(inference::GgmlType::q8_0, dir, dot);
+  boost::json::object out;
+  if (run_f32) {
+    std::fprintf(stderr, "F32 (%d threads)\n", kThreads);
+    out = run(inference::GgmlType::f32, dir, fma);
+  }
+  if (run_q8) {
+    std::fprintf(stderr, "Q8_0 (%d threads)\n", kThreads);
+    out["q8_0"] = run(inference::GgmlType::q8_0, dir, dot);
+  }
   out["kv_cache_type"] = inference::kv_type_name(g_kv_type);
   out["peak_fma_gflop_s"] = fma;
   out["peak_int8_dot_gop_s"] = dot;
