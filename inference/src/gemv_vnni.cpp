@@ -33,48 +33,68 @@ WEIR_VNNI inline void prefetch_ahead(const void* p) {
   for (int l = 0; l < lines; ++l) _mm_prefetch(a + 64 * l, _MM_HINT_T1);
 }
 
-// corr[g] = -offset * (sum of the `group` quants of group g), g < cols / group.
-void group_corrections(const std::int8_t* q, std::int64_t cols, int group, int offset,
-                       std::int32_t* corr) {
-  for (std::int64_t g = 0; g < cols / group; ++g) {
+// corr[g] = -offset * (sum of the `group` quants of group g), g < cols / group (4, 16 or 32).
+// 64 quants at a time: their 16 sums of 4 by one vpdpbusd against ones, added within 128-bit
+// lanes for groups of 16 and across pairs of them for 32, the first sum of each group kept.
+WEIR_VNNI void group_corrections(const std::int8_t* q, std::int64_t cols, int group, int offset,
+                                 std::int32_t* corr) {
+  const __m512i ones = _mm512_set1_epi8(1), neg = _mm512_set1_epi32(-offset);
+  const __mmask16 keep = group == 4 ? 0xFFFF : group == 16 ? 0x1111 : 0x0101;
+  const std::int64_t per = 64 / group;  // groups in 64 quants
+  std::int64_t i = 0;
+  for (; i + 64 <= cols; i += 64, corr += per) {
+    __m512i v = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, _mm512_loadu_si512(q + i));
+    if (group >= 16) {
+      v = _mm512_add_epi32(v, _mm512_shuffle_epi32(v, _MM_PERM_CDAB));
+      v = _mm512_add_epi32(v, _mm512_shuffle_epi32(v, _MM_PERM_BADC));
+    }
+    if (group == 32) v = _mm512_add_epi32(v, _mm512_shuffle_i32x4(v, v, _MM_PERM_CDAB));
+    // Compressed in a register: the memory form is microcoded on Zen 4, ~30 times slower.
+    _mm512_mask_storeu_epi32(corr, static_cast<__mmask16>((1u << per) - 1),
+                             _mm512_maskz_compress_epi32(keep, _mm512_mullo_epi32(v, neg)));
+  }
+  for (; i < cols; i += group) {
     std::int32_t sum = 0;
-    for (int j = 0; j < group; ++j) sum += q[group * g + j];
-    corr[g] = -offset * sum;
+    for (int j = 0; j < group; ++j) sum += q[i + j];
+    *corr++ = -offset * sum;
   }
 }
 
 }  // namespace
 
-WEIR_VNNI void quantize_q8_avx512(const float* x, std::int64_t n, std::int64_t cols,
-                                  std::vector<std::int8_t>& q, std::vector<float>& s) {
-  const std::int64_t blocks = n * cols / kQK8_0;
-  q.resize(static_cast<std::size_t>(n * cols));
-  s.resize(static_cast<std::size_t>(blocks));
+WEIR_VNNI void quantize_q8_blocks(const float* x, std::int64_t blocks, std::int8_t* q, float* s) {
   const __m512 half = _mm512_set1_ps(0.5f), mhalf = _mm512_set1_ps(-0.5f),
                zero = _mm512_setzero_ps();
   for (std::int64_t b = 0; b < blocks; ++b) {
     const __m512 v0 = _mm512_loadu_ps(x + 32 * b), v1 = _mm512_loadu_ps(x + 32 * b + 16);
     const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
     const float d = amax / 127.0f;
-    s[static_cast<std::size_t>(b)] = fp16_to_fp32(fp32_to_fp16(d));
+    s[b] = fp16_to_fp32(fp32_to_fp16(d));
     const __m512 inv = _mm512_set1_ps(d ? 1.0f / d : 0.0f);
     for (int h = 0; h < 2; ++h) {
       const __m512 v = _mm512_mul_ps(h ? v1 : v0, inv);  // then half away from zero, truncated
       const __m512 r = _mm512_add_ps(
           v, _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, zero, _CMP_GE_OQ), mhalf, half));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(q.data() + 32 * b + 16 * h),
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 32 * b + 16 * h),
                        _mm512_cvtsepi32_epi8(_mm512_cvttps_epi32(r)));
     }
   }
 }
 
-void prepare_q4k(const std::int8_t* qx, const float* xd, std::int64_t n, std::int64_t cols,
+WEIR_VNNI void quantize_q8_avx512(const float* x, std::int64_t n, std::int64_t cols,
+                                  std::vector<std::int8_t>& q, std::vector<float>& s) {
+  q.resize(static_cast<std::size_t>(n * cols));
+  s.resize(static_cast<std::size_t>(n * cols / kQK8_0));
+  quantize_q8_blocks(x, n * cols / kQK8_0, q.data(), s.data());
+}
+
+namespace {
+
+void prepare_q4k(const std::int8_t* qx, const float* xd, std::int64_t s0, std::int64_t s1,
                  bool reorder, VnniActs& a) {
-  a.q.resize(static_cast<std::size_t>(n * cols));
-  a.block_d.resize(static_cast<std::size_t>(n * cols / 16));
   static constexpr int kOrder[8] = {0, 2, 1, 3, 4, 6, 5, 7}, kSame[8] = {0, 1, 2, 3, 4, 5, 6, 7};
   const int* order = reorder ? kOrder : kSame;
-  for (std::int64_t s = 0; s < n * cols / kQK_K; ++s) {
+  for (std::int64_t s = s0; s < s1; ++s) {  // super-blocks of the whole batch
     for (int p = 0; p < 8; ++p)
       std::memcpy(a.q.data() + s * kQK_K + 32 * p, qx + s * kQK_K + 32 * order[p], 32);
     for (int b = 0; b < 8; ++b) {
@@ -87,34 +107,10 @@ void prepare_q4k(const std::int8_t* qx, const float* xd, std::int64_t n, std::in
   }
 }
 
-void prepare_q6k(const std::int8_t* qx, const float* xd, std::int64_t n, std::int64_t cols,
-                 VnniActs& a) {
-  a.q.assign(qx, qx + n * cols);
-  a.corr.resize(static_cast<std::size_t>(n * cols / 4));
-  a.lane_d.resize(static_cast<std::size_t>(n * cols / 4));
-  group_corrections(qx, n * cols, 4, 32, a.corr.data());
-  for (std::int64_t l = 0; l < n * cols / 4; ++l) a.lane_d[static_cast<std::size_t>(l)] = xd[l / 8];
-}
-
-void prepare_x16_offset(const std::int8_t* qx, const float* xd, std::int64_t n, std::int64_t cols,
-                        int group, int offset, VnniActs& a) {
-  a.q.assign(qx, qx + n * cols);
-  a.corr.resize(static_cast<std::size_t>(n * cols / group));
-  group_corrections(qx, n * cols, group, offset, a.corr.data());
-  a.block_d.assign(xd, xd + n * cols / kQK8_0);
-}
-
-void prepare_q8(const std::int8_t* qx, std::int64_t n, std::int64_t cols, VnniActs& a) {
-  a.q.assign(qx, qx + n * cols);
-  a.corr.resize(static_cast<std::size_t>(n * cols / 4));
-  group_corrections(qx, n * cols, 4, 128, a.corr.data());
-}
-
-void prepare_q4_0(const std::int8_t* qx, std::int64_t n, std::int64_t cols, VnniActs& a) {
-  a.q.resize(static_cast<std::size_t>(n * cols));
-  a.corr.resize(static_cast<std::size_t>(n * cols / 4));
+void prepare_q4_0(const std::int8_t* qx, std::int64_t t0, std::int64_t t1, std::int64_t cols,
+                  VnniActs& a) {
   const std::int64_t blocks = cols / kQK4_0, grouped = blocks / 8 * 8;
-  for (std::int64_t t = 0; t < n; ++t) {
+  for (std::int64_t t = t0; t < t1; ++t) {
     const std::int8_t* x = qx + t * cols;
     std::int8_t* q = a.q.data() + t * cols;
     // Groups of 4 blocks: the first 16 weights of each, then the last 16 of each.
@@ -126,7 +122,66 @@ void prepare_q4_0(const std::int8_t* qx, std::int64_t n, std::int64_t cols, Vnni
     }
     std::memcpy(q + 32 * grouped, x + 32 * grouped, static_cast<std::size_t>(cols - 32 * grouped));
   }
-  group_corrections(a.q.data(), n * cols, 4, 8, a.corr.data());
+  group_corrections(a.q.data() + t0 * cols, (t1 - t0) * cols, 4, 8, a.corr.data() + t0 * cols / 4);
+}
+
+// group, offset of the corrections: per lane (4) for the row kernels, per group for x16.
+struct Corrections {
+  int group, offset;
+};
+Corrections corrections_of(ActsKind kind) {
+  switch (kind) {
+    case ActsKind::q8_0:
+      return {4, 128};
+    case ActsKind::q4_0:
+      return {4, 8};
+    case ActsKind::q6_k:
+      return {4, 32};
+    case ActsKind::q6k_x16:
+      return {16, 32};
+    case ActsKind::q4_0_x16:
+      return {32, 8};
+    case ActsKind::q8_0_x16:
+      return {32, 128};
+    default:
+      return {0, 0};  // Q4_K: none
+  }
+}
+
+}  // namespace
+
+void size_acts(ActsKind kind, std::int64_t n, std::int64_t cols, VnniActs& a) {
+  const auto elems = static_cast<std::size_t>(n * cols);
+  a.q.resize(elems);
+  if (const Corrections c = corrections_of(kind); c.group) a.corr.resize(elems / c.group);
+  if (kind == ActsKind::q6_k) a.lane_d.resize(elems / 4);
+  if (kind == ActsKind::q4_k || kind == ActsKind::q4k_x16)
+    a.block_d.resize(elems / 16);
+  else if (kind == ActsKind::q6k_x16 || kind == ActsKind::q4_0_x16 || kind == ActsKind::q8_0_x16)
+    a.block_d.resize(elems / kQK8_0);
+}
+
+void prepare_acts(ActsKind kind, const std::int8_t* qx, const float* xd, std::int64_t t0,
+                  std::int64_t t1, std::int64_t cols, VnniActs& a) {
+  const std::int64_t e0 = t0 * cols, e1 = t1 * cols;  // elements of the range
+  switch (kind) {
+    case ActsKind::q4_k:
+    case ActsKind::q4k_x16:
+      return prepare_q4k(qx, xd, e0 / kQK_K, e1 / kQK_K, kind == ActsKind::q4_k, a);
+    case ActsKind::q4_0:
+      return prepare_q4_0(qx, t0, t1, cols, a);
+    default:
+      break;
+  }
+  std::copy(qx + e0, qx + e1, a.q.data() + e0);
+  const Corrections c = corrections_of(kind);
+  group_corrections(qx + e0, e1 - e0, c.group, c.offset, a.corr.data() + e0 / c.group);
+  if (kind == ActsKind::q6_k) {
+    for (std::int64_t l = e0 / 4; l < e1 / 4; ++l)
+      a.lane_d[static_cast<std::size_t>(l)] = xd[l / 8];
+  } else if (kind != ActsKind::q8_0) {  // the x16 kinds
+    std::copy(xd + e0 / kQK8_0, xd + e1 / kQK8_0, a.block_d.data() + e0 / kQK8_0);
+  }
 }
 
 // Per super-block: the 8 scales and mins decoded (the 6-bit unpacking of ggml's AVX2 kernel,
@@ -423,6 +478,51 @@ WEIR_VNNI void dot_q4_0_x16_vnni(const std::byte* w, std::int64_t pairs, const V
   for (int k = 0; k < T; ++k) _mm512_storeu_ps(out + k * out_stride, acc[k]);
 }
 
+// Q8_0, 16 rows a vector (the layout: repack.hpp), like dot_q4k_x16_vnni. A chunk is one block of
+// 16 rows: 8 vectors of 4 quants a row, stored + 128 (unsigned), so vpdpbusd takes them as they
+// are against the token's 4 activation quants (broadcast, signed); the dots start from the
+// block's correction -128 * (sum of its activation quants), in two chains (even and odd
+// vectors), and one multiply-add per token applies d * d_x. A block of 16 rows is 544 bytes,
+// against 16 separate rows' worth of scale work in the row kernel (dot_blocks_vnni) or the
+// GEMM's per-tile sums and transposes (gemm_q8_vnni).
+template <int T>
+WEIR_VNNI void dot_q8_0_x16_vnni(const std::byte* w, std::int64_t blocks, const VnniActs& a,
+                                 std::int64_t t0, float* out, std::int64_t out_stride,
+                                 bool prefetch) {
+  const std::int64_t cols = blocks * kQK8_0;
+  const std::int8_t* q = a.q.data() + t0 * cols;
+  const std::int32_t* corr = a.corr.data() + t0 * blocks;
+  const float* xd = a.block_d.data() + t0 * blocks;
+  __m512 acc[T];
+  for (int k = 0; k < T; ++k) acc[k] = _mm512_setzero_ps();
+  for (std::int64_t i = 0; i < blocks; ++i) {
+    const std::byte* c = w + static_cast<std::size_t>(i) * kX16ChunkQ8_0;
+    if (prefetch) prefetch_ahead<(kX16ChunkQ8_0 + 63) / 64, kAheadX16>(c);
+    __m512i dot[T][2];
+    for (int k = 0; k < T; ++k) {
+      dot[k][0] = _mm512_set1_epi32(corr[k * blocks + i]);
+      dot[k][1] = _mm512_setzero_si512();
+    }
+#pragma GCC unroll 8
+    for (int v = 0; v < 8; ++v) {
+      const __m512i qs = _mm512_loadu_si512(c + kX16QsQ8_0 + 64 * v);
+#pragma GCC unroll 4
+      for (int k = 0; k < T; ++k) {
+        std::int32_t x4;
+        std::memcpy(&x4, q + k * cols + kQK8_0 * i + 4 * v, 4);
+        dot[k][v & 1] = _mm512_dpbusd_epi32(dot[k][v & 1], qs, _mm512_set1_epi32(x4));
+      }
+    }
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(c)));
+#pragma GCC unroll 4
+    for (int k = 0; k < T; ++k) {
+      acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(dot[k][0], dot[k][1])),
+                               _mm512_mul_ps(d, _mm512_set1_ps(xd[k * blocks + i])), acc[k]);
+    }
+  }
+  for (int k = 0; k < T; ++k) _mm512_storeu_ps(out + k * out_stride, acc[k]);
+}
+
 // Per 128-weight half of a super-block: 64 bytes of ql and the 32 of qh (twice, in both 256-bit
 // halves) give two vectors of 64 unsigned 6-bit quants in weight order (see BlockQ6_K): the low
 // or high nibbles of ql, and qh's bits 2s, 2s + 1 moved to bits 4-5 by a per-16-bit-lane shift
@@ -588,6 +688,8 @@ WEIR_VNNI void dot_blocks_vnni(const Block* w, std::int64_t blocks, const VnniAc
   template void dot_q6k_x16_vnni<T>(const std::byte*, std::int64_t, const VnniActs&, std::int64_t, \
                                     float*, std::int64_t, bool);                                   \
   template void dot_q4_0_x16_vnni<T>(const std::byte*, std::int64_t, const VnniActs&,              \
+                                     std::int64_t, float*, std::int64_t, bool);                    \
+  template void dot_q8_0_x16_vnni<T>(const std::byte*, std::int64_t, const VnniActs&,              \
                                      std::int64_t, float*, std::int64_t, bool);                    \
   template void dot_q6k_vnni<T>(const BlockQ6_K*, std::int64_t, const VnniActs&, std::int64_t,     \
                                 float*, std::int64_t);                                             \

@@ -116,7 +116,7 @@ Gemm batched_gemm(const Weight& w, std::int64_t n) {
     case GgmlType::f32:
       return n >= kGemmMinTokens && avx512() ? Gemm::f32 : Gemm::none;
     case GgmlType::q8_0:
-    case GgmlType::q4_0:  // the x16 layout never comes here (vnni_decode), gemm_q8_vnni reads rows
+    case GgmlType::q4_0:  // the x16 layouts never come here (vnni_decode), gemm_q8_vnni reads rows
       return n >= kGemmMinTokens && vnni() && w.layout == WeightLayout::rows ? Gemm::q8
                                                                              : Gemm::none;
     case GgmlType::q4_k:
@@ -159,15 +159,19 @@ bool vnni_decode(const Weight& w, std::int64_t n) {
   }
 }
 
-// Where matmul_vnni keeps the activations prepared for each kind of weight: a type's rows in
-// the file's layout, then Q4_K, Q6_K and Q4_0 in their x16 layouts (whose rows past the last
-// group take the type's slot).
-constexpr int kVnniSlots = 7;
-int vnni_slot(GgmlType t) {
-  return t == GgmlType::q8_0 ? 0 : t == GgmlType::q4_0 ? 1 : t == GgmlType::q4_k ? 2 : 3;
+// The activations each weight is read with (gemv_vnni.hpp): its type's rows in the file's layout,
+// or its x16 layout (whose rows past the last group take the type's rows).
+ActsKind rows_acts(GgmlType t) {
+  return t == GgmlType::q8_0   ? ActsKind::q8_0
+         : t == GgmlType::q4_0 ? ActsKind::q4_0
+         : t == GgmlType::q4_k ? ActsKind::q4_k
+                               : ActsKind::q6_k;
 }
-int x16_slot(GgmlType t) {
-  return t == GgmlType::q4_k ? 4 : t == GgmlType::q6_k ? 5 : 6;
+ActsKind x16_acts(GgmlType t) {
+  return t == GgmlType::q4_k   ? ActsKind::q4k_x16
+         : t == GgmlType::q6_k ? ActsKind::q6k_x16
+         : t == GgmlType::q4_0 ? ActsKind::q4_0_x16
+                               : ActsKind::q8_0_x16;
 }
 bool x16(const Weight& w) {
   return w.layout != WeightLayout::rows;
@@ -180,7 +184,7 @@ std::int64_t vnni_units(const Weight& w, std::int64_t unit) {
   return (w.rows + unit - 1) / unit;
 }
 
-// Units [u0, u1) of `w` (vnni_units) for n tokens: y [n, w.rows]. acts: by vnni_slot.
+// Units [u0, u1) of `w` (vnni_units) for n tokens: y [n, w.rows]. acts: by ActsKind.
 void vnni_rows(const Weight& w, const VnniActs* acts, const float* qscale, std::int64_t n,
                std::int64_t unit, std::int64_t u0, std::int64_t u1, float* y) {
   const std::int64_t rows = w.rows, xblocks = w.cols / kQK8_0, sblocks = w.cols / kQK_K;
@@ -194,16 +198,20 @@ void vnni_rows(const Weight& w, const VnniActs* acts, const float* qscale, std::
         float* out = y + t * rows + g * kX16Rows;
         const bool prefetch = n > 4 && t == 0;  // see dot_q4k_x16_vnni
         if (w.type == GgmlType::q4_k)
-          dot_q4k_x16_vnni<T>(group, sblocks, acts[4], t, out, rows, prefetch);
+          dot_q4k_x16_vnni<T>(group, sblocks, acts[int(ActsKind::q4k_x16)], t, out, rows, prefetch);
         else if (w.type == GgmlType::q6_k)
-          dot_q6k_x16_vnni<T>(group, sblocks, acts[5], t, out, rows, prefetch);
+          dot_q6k_x16_vnni<T>(group, sblocks, acts[int(ActsKind::q6k_x16)], t, out, rows, prefetch);
+        else if (w.type == GgmlType::q4_0)
+          dot_q4_0_x16_vnni<T>(group, w.cols / 64, acts[int(ActsKind::q4_0_x16)], t, out, rows,
+                               prefetch);
         else
-          dot_q4_0_x16_vnni<T>(group, w.cols / 64, acts[6], t, out, rows, prefetch);
+          dot_q8_0_x16_vnni<T>(group, xblocks, acts[int(ActsKind::q8_0_x16)], t, out, rows,
+                               prefetch);
       });
     }
     r0 = std::max(r0, groups * kX16Rows);  // then the rows past the groups, as in the file
   }
-  const VnniActs& a = acts[vnni_slot(w.type)];
+  const VnniActs& a = acts[int(rows_acts(w.type))];
   for (std::int64_t r = r0; r < r1; ++r) {
     by_tiles(n, [&](auto T, std::int64_t t) {
       float* out = y + t * rows + r;
@@ -231,23 +239,33 @@ void vnni_rows(const Weight& w, const VnniActs* acts, const float* qscale, std::
 // matmul_many on the VNNI decode kernels. REQUIRES: vnni_decode(o.w, n) for every o, one cols.
 void matmul_vnni(std::span<const MatmulOut> outs, const float* x, std::int64_t n, ThreadPool& pool,
                  std::vector<std::int8_t>& qx, std::vector<float>& qscale) {
-  const std::int64_t cols = outs[0].w.cols;
-  quantize_q8_avx512(x, n, cols, qx, qscale);
-  thread_local VnniActs prepared[kVnniSlots];
-  bool need[kVnniSlots] = {};
+  const std::int64_t cols = outs[0].w.cols, blocks = cols / kQK8_0;
+  thread_local VnniActs prepared[kActsKinds];
+  VnniActs* const acts = prepared;  // this thread's: the workers must not see their own
+  bool need[kActsKinds] = {};
   for (const MatmulOut& o : outs) {
-    need[vnni_slot(o.w.type)] |= !x16(o.w) || o.w.rows % kX16Rows != 0;
-    if (x16(o.w)) need[x16_slot(o.w.type)] = true;
+    need[int(rows_acts(o.w.type))] |= !x16(o.w) || o.w.rows % kX16Rows != 0;
+    if (x16(o.w)) need[int(x16_acts(o.w.type))] = true;
   }
-  if (need[0]) prepare_q8(qx.data(), n, cols, prepared[0]);
-  if (need[1]) prepare_q4_0(qx.data(), n, cols, prepared[1]);
-  if (need[2]) prepare_q4k(qx.data(), qscale.data(), n, cols, true, prepared[2]);
-  if (need[3]) prepare_q6k(qx.data(), qscale.data(), n, cols, prepared[3]);
-  if (need[4]) prepare_q4k(qx.data(), qscale.data(), n, cols, false, prepared[4]);
-  if (need[5]) prepare_x16_offset(qx.data(), qscale.data(), n, cols, 16, 32, prepared[5]);
-  if (need[6]) prepare_x16_offset(qx.data(), qscale.data(), n, cols, 32, 8, prepared[6]);
-  const VnniActs* acts = prepared;  // this thread's: the workers must not see their own
-  const std::int64_t unit = need[4] || need[5] || need[6] ? kX16Rows : 1;
+  qx.resize(static_cast<std::size_t>(n * cols));
+  qscale.resize(static_cast<std::size_t>(n * blocks));
+  for (int k = 0; k < kActsKinds; ++k)
+    if (need[k]) size_acts(ActsKind(k), n, cols, acts[k]);
+  // Quantised and prepared by token ranges: a prompt's hundreds of tokens on every thread (a
+  // 516 x 768 batch took 0.26 ms on one, about 0.6 ns an element), a decode step's few here (a
+  // fork-join costs a few microseconds).
+  auto prepare = [&](std::int64_t t0, std::int64_t t1) {
+    quantize_q8_blocks(x + t0 * cols, (t1 - t0) * blocks, qx.data() + t0 * cols,
+                       qscale.data() + t0 * blocks);
+    for (int k = 0; k < kActsKinds; ++k)
+      if (need[k]) prepare_acts(ActsKind(k), qx.data(), qscale.data(), t0, t1, cols, acts[k]);
+  };
+  if (n * cols < 32768)
+    prepare(0, n);
+  else
+    pool.parallel_for(n, [&](int, std::int64_t t0, std::int64_t t1) { prepare(t0, t1); });
+  const bool any_x16 = std::any_of(outs.begin(), outs.end(), [](auto& o) { return x16(o.w); });
+  const std::int64_t unit = any_x16 ? kX16Rows : 1;
   std::int64_t total = 0;
   for (const MatmulOut& o : outs) total += vnni_units(o.w, unit);
   // The units of all the matrices in turn; a chunk may end one matrix and start the next.
@@ -309,7 +327,7 @@ void matmul(const Weight& w, const float* x, std::int64_t n, float* y, ThreadPoo
         pool.parallel_for(rows, [&](int, std::int64_t b, std::int64_t e) {
           for (std::int64_t r = b; r < e; ++r) {
             by_tiles(n, [&](auto T, std::int64_t t) {
-              dot_blocks_avx2<BlockQ8_0, T>(reinterpret_cast<const BlockQ8_0*>(w.data) + r * blocks,
+              dot_blocks_avx2<BlockQ8_0, T>(reinterpret_cast<const BlockQ8_0*>(row_bytes_of(w, r)),
                                             blocks, qx.data() + t * cols,
                                             qscale.data() + t * blocks, y + t * rows + r, rows);
             });
@@ -320,7 +338,7 @@ void matmul(const Weight& w, const float* x, std::int64_t n, float* y, ThreadPoo
 #endif
       pool.parallel_for(rows, [&](int, std::int64_t b, std::int64_t e) {
         for (std::int64_t r = b; r < e; ++r) {
-          dot_rows_q8(reinterpret_cast<const BlockQ8_0*>(w.data) + r * blocks, qx.data(),
+          dot_rows_q8(reinterpret_cast<const BlockQ8_0*>(row_bytes_of(w, r)), qx.data(),
                       qscale.data(), blocks, n, y + r, rows);
         }
       });

@@ -1,4 +1,4 @@
-// The Q4_K x16 layout; see repack.hpp.
+// The x16 layouts; see repack.hpp.
 #include "repack.hpp"
 
 #include <cstring>
@@ -25,6 +25,7 @@ WeightLayout x16_layout(GgmlType type) {
   return type == GgmlType::q4_k   ? WeightLayout::q4k_x16
          : type == GgmlType::q6_k ? WeightLayout::q6k_x16
          : type == GgmlType::q4_0 ? WeightLayout::q4_0_x16
+         : type == GgmlType::q8_0 ? WeightLayout::q8_0_x16
                                   : WeightLayout::rows;
 }
 
@@ -36,15 +37,20 @@ bool x16_fits(GgmlType type, std::int64_t rows, std::int64_t cols) {
 namespace {
 
 // Copies n bytes between a field of a row's block and offset `at` of a chunk: into the chunk
-// (repacking) or out of it (row_bytes_of).
+// (repacking) or out of it (row_bytes_of). flip: each byte's top bit is flipped on the way
+// (Q8_0's quants, stored + 128 in the chunk), which undoes itself on the way back.
 struct Move {
   std::byte* c;
   bool to_chunk;
-  void operator()(std::size_t at, void* field, std::size_t n) const {
+  void operator()(std::size_t at, void* field, std::size_t n, bool flip = false) const {
     if (to_chunk)
       std::memcpy(c + at, field, n);
     else
       std::memcpy(field, c + at, n);
+    if (flip) {
+      std::byte* out = to_chunk ? c + at : static_cast<std::byte*>(field);
+      for (std::size_t i = 0; i < n; ++i) out[i] ^= std::byte{0x80};
+    }
   }
 };
 
@@ -86,19 +92,29 @@ void move_q4_0(std::byte* c, std::int64_t l, PairQ4_0& p, bool to_chunk) {
   }
 }
 
+void move_q8_0(std::byte* c, std::int64_t l, BlockQ8_0& b, bool to_chunk) {
+  const Move move{c, to_chunk};
+  move(2 * l, &b.d, 2);
+  for (int v = 0; v < 8; ++v) move(kX16QsQ8_0 + 64 * v + 4 * l, b.qs + 4 * v, 4, true);
+}
+
 template <class Unit>
 void move_block(std::byte* c, std::int64_t l, Unit& b, bool to_chunk) {
   if constexpr (std::is_same_v<Unit, BlockQ4_K>)
     move_q4k(c, l, b, to_chunk);
   else if constexpr (std::is_same_v<Unit, BlockQ6_K>)
     move_q6k(c, l, b, to_chunk);
+  else if constexpr (std::is_same_v<Unit, BlockQ8_0>)
+    move_q8_0(c, l, b, to_chunk);
   else
     move_q4_0(c, l, b, to_chunk);
 }
 
-// Weights per unit: a super-block, or Q4_0's pair of blocks.
+// Weights per unit: a super-block, Q4_0's pair of blocks, or a Q8_0 block.
 template <class Unit>
-constexpr std::int64_t kUnitWeights = std::is_same_v<Unit, PairQ4_0> ? 64 : kQK_K;
+constexpr std::int64_t kUnitWeights = std::is_same_v<Unit, PairQ4_0>    ? 64
+                                      : std::is_same_v<Unit, BlockQ8_0> ? kQK8_0
+                                                                        : kQK_K;
 
 template <class Block>
 void repack(std::byte* data, std::int64_t rows, std::int64_t cols) {
@@ -131,6 +147,8 @@ void repack_x16(GgmlType type, std::byte* data, std::int64_t rows, std::int64_t 
     repack<BlockQ4_K>(data, rows, cols);
   else if (type == GgmlType::q6_k)
     repack<BlockQ6_K>(data, rows, cols);
+  else if (type == GgmlType::q8_0)
+    repack<BlockQ8_0>(data, rows, cols);
   else
     repack<PairQ4_0>(data, rows, cols);
 }
@@ -148,6 +166,8 @@ const std::byte* row_bytes_of(const Weight& w, std::int64_t r) {
     gather(group, w.cols / kQK_K, l, reinterpret_cast<BlockQ4_K*>(scratch));
   else if (w.layout == WeightLayout::q6k_x16)
     gather(group, w.cols / kQK_K, l, reinterpret_cast<BlockQ6_K*>(scratch));
+  else if (w.layout == WeightLayout::q8_0_x16)
+    gather(group, w.cols / kQK8_0, l, reinterpret_cast<BlockQ8_0*>(scratch));
   else
     gather(group, w.cols / 64, l, reinterpret_cast<PairQ4_0*>(scratch));
   return scratch;

@@ -26,8 +26,14 @@
 // Q4_0 (WeightLayout::q4_0_x16; cols a multiple of 64), chunks of 576 bytes, two blocks b:
 //   [0, 64)       d of each row, fp16: block 0, then block 1
 //   [64, 576)     qs as 8 vectors: vector 4 b + j holds block b's qs[4j, 4j + 4)
+// Q8_0 (WeightLayout::q8_0_x16), chunks of 544 bytes, one block:
+//   [0, 32)       d of each row, fp16
+//   [32, 544)     qs + 128 (the top bit flipped: unsigned, so the quants are vpdpbusd's unsigned
+//                 operand and the activations, broadcast, its signed one) as 8 vectors: vector v
+//                 holds qs[4v, 4v + 4)
 // The rows past the last group stay as they are, after the groups. The bytes are the file's,
-// moved: the same size, and row_bytes_of() gives any row back as the file had it.
+// moved (Q8_0's quants also flipped): the same size, and row_bytes_of() gives any row back as the
+// file had it.
 #pragma once
 
 #include <cstddef>
@@ -46,6 +52,8 @@ constexpr std::size_t kX16ChunkQ6 = kX16Rows * sizeof(BlockQ6_K);  // 3360
 constexpr std::size_t kX16ScalesQ6 = 32, kX16BitsQ6 = 288;
 constexpr std::size_t kX16ChunkQ4_0 = kX16Rows * 2 * sizeof(BlockQ4_0);  // 576
 constexpr std::size_t kX16QsQ4_0 = 64;
+constexpr std::size_t kX16ChunkQ8_0 = kX16Rows * sizeof(BlockQ8_0);  // 544
+constexpr std::size_t kX16QsQ8_0 = 32;
 
 // Where word j of a row's qs (bytes 4j .. 4j + 3: 4 weights of chunk c = j / 8, at v = j % 8)
 // sits among the 32 vectors: v-major, so that the one-token kernel, which takes the 4 chunks
@@ -54,11 +62,11 @@ constexpr int x16_qs_slot(int j) {
   return 4 * (j % 8) + j / 8;
 }
 
-// Whether this CPU's kernels read Q4_K, Q6_K and Q4_0 weights in the x16 layouts (x86-64 with
+// Whether this CPU's kernels read Q4_K, Q6_K, Q4_0 and Q8_0 weights in the x16 layouts (x86-64 with
 // AVX-512 VNNI): Model::load rearranges them only then.
 bool cpu_reads_x16();
 
-// The x16 layout of `type` (Q4_K, Q6_K or Q4_0; else WeightLayout::rows: none).
+// The x16 layout of `type` (Q4_K, Q6_K, Q4_0 or Q8_0; else WeightLayout::rows: none).
 WeightLayout x16_layout(GgmlType type);
 
 // Whether a matrix of `type` [rows, cols] can take its x16 layout: one exists, rows >= 16, and
@@ -68,8 +76,6 @@ bool x16_fits(GgmlType type, std::int64_t rows, std::int64_t cols);
 // Rearranges a matrix [rows, cols] in place into its x16 layout. REQUIRES: x16_fits.
 void repack_x16(GgmlType type, std::byte* data, std::int64_t rows, std::int64_t cols);
 
-// Row r of w in the file's layout: in place for WeightLayout::rows and the rows past the last
-// group, else gathered into a buffer of the calling thread, valid until its next call.
-const std::byte* row_bytes_of(const Weight& w, std::int64_t r);
+// row_bytes_of (model.hpp) is defined with the layouts, in repack.cpp.
 
 }  // namespace weir::inference

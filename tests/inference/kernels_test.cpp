@@ -290,6 +290,14 @@ struct UnpackedKQuant {
                     wsc.data() + i);
       return;
     }
+    if (type == GgmlType::q8_0) {  // and Q8_0: the quants as they are
+      for (std::int64_t i = 0; i < s.rows * groups; ++i) {
+        const auto& b = reinterpret_cast<const BlockQ8_0*>(bytes.data())[i];
+        std::copy_n(b.qs, 32, wq.data() + i * 32);
+        wsc[static_cast<std::size_t>(i)] = fp16_to_fp32(b.d);
+      }
+      return;
+    }
     for (std::int64_t i = 0; i < s.rows * sblocks; ++i) {
       if (q4k)
         unpack_q4_k(reinterpret_cast<const BlockQ4_K*>(bytes.data())[i], wq.data() + i * kQK_K,
@@ -344,8 +352,8 @@ TEST_P(KQuantKernels, DecodeMatchesQuantisedReference) {
 INSTANTIATE_TEST_SUITE_P(Types, KQuantKernels, ::testing::Values(GgmlType::q4_k, GgmlType::q6_k),
                          [](const auto& info) { return ggml_type_name(info.param); });
 
-// Q4_K, Q6_K and Q4_0 weights rearranged at load for the VNNI kernels (repack.hpp): every row reads
-// back as the file had it, and matmul matches the quantised reference on every path and batch
+// Q4_K, Q6_K, Q4_0 and Q8_0 weights rearranged at load for the VNNI kernels (repack.hpp): every row
+// reads back as the file had it, and matmul matches the quantised reference on every path and batch
 // size (the x16 kernels take every batch on VNNI: groups of 16 rows, the rows past the last
 // group on the row kernels; the other paths read rows through row_bytes_of).
 class X16Layouts : public Kernels, public ::testing::WithParamInterface<GgmlType> {};
@@ -353,7 +361,9 @@ class X16Layouts : public Kernels, public ::testing::WithParamInterface<GgmlType
 TEST_P(X16Layouts, MatchTheFileLayout) {
   const GgmlType type = GetParam();
   constexpr std::int64_t kX16Tokens[] = {1, 2, 3, 4, 5, 9, 16, 20, 33};
-  for (const Shape s : {Shape{16, 256}, Shape{37, 768}, Shape{64, 2304}, Shape{33, 512}}) {
+  std::vector<Shape> shapes = {{16, 256}, {37, 768}, {64, 2304}, {33, 512}};
+  if (type == GgmlType::q8_0) shapes.push_back({48, 288});  // an odd number of blocks a row
+  for (const Shape s : shapes) {
     const auto wf = randn(static_cast<std::size_t>(s.rows * s.cols), 5 + s.rows, 0.05f);
     auto bytes = quantize_tensor(wf, type);
     ASSERT_TRUE(bytes);
@@ -374,7 +384,8 @@ TEST_P(X16Layouts, MatchTheFileLayout) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, X16Layouts,
-                         ::testing::Values(GgmlType::q4_k, GgmlType::q6_k, GgmlType::q4_0),
+                         ::testing::Values(GgmlType::q4_k, GgmlType::q6_k, GgmlType::q4_0,
+                                           GgmlType::q8_0),
                          [](const auto& info) { return ggml_type_name(info.param); });
 
 }  // namespace

@@ -408,6 +408,35 @@ TEST_F(QuantModels, KQuantWeightsAreRearrangedForTheCpuAtLoad) {
   EXPECT_EQ((*from_mem)->layers()[0].wq.layout, WeightLayout::rows);
 }
 
+// The same for a Q8_0 model, whose x16 layout also stores the quants + 128: every matrix is
+// rearranged, the embedding reads the same rows, and a prompt long enough for the batched path
+// (where the file's layout takes the int8 GEMM) gives the same logits up to summation order.
+TEST_F(QuantModels, Q8_0WeightsAreRearrangedForTheCpuAtLoad) {
+  const auto shape = shape256();
+  const auto p = dir_ / "q8_0.gguf";
+  ASSERT_TRUE(write_random_llama(p, shape, GgmlType::q8_0, 9));
+  auto x16 = Model::load(p);
+  auto rows = Model::load(p, {.cpu_layout = false});
+  ASSERT_TRUE(x16 && rows);
+  const WeightLayout want = cpu_reads_x16() ? WeightLayout::q8_0_x16 : WeightLayout::rows;
+  for (const Weight* w : {&(*x16)->token_embd(), &(*x16)->output(), &(*x16)->layers()[0].wq,
+                          &(*x16)->layers()[1].w_down})
+    EXPECT_EQ(w->layout, want);
+  EXPECT_EQ((*rows)->layers()[0].wq.layout, WeightLayout::rows);
+  std::vector<float> a(256), b(256);
+  dequantize_row((*x16)->token_embd(), 300, a.data());
+  dequantize_row((*rows)->token_embd(), 300, b.data());
+  EXPECT_EQ(a, b) << "the embedding reads the same row";
+  std::vector<std::int32_t> toks;
+  for (int i = 0; i < 40; ++i) toks.push_back(3 + (i * 37) % 500);
+  for (int threads : {1, 3}) {
+    const auto got = prefill_logits(*x16, toks, threads),
+               want_logits = prefill_logits(*rows, toks, threads);
+    for (std::size_t i = 0; i < toks.size(); ++i)
+      EXPECT_GT(cosine(got[i], want_logits[i]), 0.9999) << "position " << i;
+  }
+}
+
 // The embedding lookup dequantises the token's row for each type.
 TEST_F(QuantModels, EmbeddingRowsDequantise) {
   const auto shape = shape256();

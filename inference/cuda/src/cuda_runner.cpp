@@ -392,7 +392,14 @@ class CudaRunner final : public StepRunner {
     if (!b) return std::move(b).error();
     dst.buf = std::move(*b);
     dst.q8_0 = true;
-    return copy_to_device(dst.buf.get(), w.data, bytes);
+    if (w.layout == WeightLayout::rows) return copy_to_device(dst.buf.get(), w.data, bytes);
+    // Rearranged for the CPU at load (the x16 layout): the device kernels read the file's rows.
+    std::vector<std::byte> host(bytes);
+    const std::size_t row_bytes = w.row_bytes();
+    for (std::int64_t r = 0; r < w.rows; ++r)
+      std::memcpy(host.data() + static_cast<std::size_t>(r) * row_bytes, row_bytes_of(w, r),
+                  row_bytes);
+    return copy_to_device(dst.buf.get(), host.data(), bytes);
   }
   // A GEMM weight: dequantised to FP32 row by row, then rounded to BF16 in bf16 mode.
   Status upload_matrix(const Weight& w, DeviceBuffer& dst) const {

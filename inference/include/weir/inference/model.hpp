@@ -41,10 +41,10 @@ struct Hyperparams {
 };
 
 // How a Weight's bytes are arranged. `rows`: row-major, as stored in the file. `q4k_x16`,
-// `q6k_x16`, `q4_0_x16` (Q4_K, Q6_K, Q4_0 only): the file's bytes rearranged at load so that
-// the AVX-512 VNNI kernels read 16 rows a vector (inference/src/repack.hpp); the same size, and
-// dequantize_row reads them.
-enum class WeightLayout : std::uint8_t { rows, q4k_x16, q6k_x16, q4_0_x16 };
+// `q6k_x16`, `q4_0_x16`, `q8_0_x16` (Q4_K, Q6_K, Q4_0, Q8_0 only): the file's bytes rearranged
+// at load so that the AVX-512 VNNI kernels read 16 rows a vector (inference/src/repack.hpp); the
+// same size, and dequantize_row reads them.
+enum class WeightLayout : std::uint8_t { rows, q4k_x16, q6k_x16, q4_0_x16, q8_0_x16 };
 
 // A weight matrix [rows = out, cols = in].
 struct Weight {
@@ -55,11 +55,15 @@ struct Weight {
   std::size_t row_bytes() const;
 };
 
+// Row r of w in the file's layout: in place for WeightLayout::rows and the rows past the last
+// group of 16, else gathered into a buffer of the calling thread, valid until its next call.
+const std::byte* row_bytes_of(const Weight& w, std::int64_t r);
+
 struct ModelOptions {
-  // Rearrange Q4_K, Q6_K and Q4_0 matrices of 16 rows or more into their x16 layouts at load, in
-  // place (the mapping is private: the file is never written), when this CPU's kernels read that
-  // layout (x86-64 with AVX-512 VNNI): their kernels then apply each block's scales to 16 rows
-  // at once. Off, every weight keeps the file's layout (for comparing the two).
+  // Rearrange Q4_K, Q6_K, Q4_0 and Q8_0 matrices of 16 rows or more into their x16 layouts at
+  // load, in place (the mapping is private: the file is never written), when this CPU's kernels
+  // read that layout (x86-64 with AVX-512 VNNI): their kernels then apply each block's scales to 16
+  // rows at once. Off, every weight keeps the file's layout (for comparing the two).
   bool cpu_layout = true;
 };
 
