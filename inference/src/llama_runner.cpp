@@ -109,7 +109,14 @@ class LlamaRunner final : public StepRunner {
                             hp.rope_neox, cos_.data() + t0 * half, sin_.data() + t0 * half);
       });
       lap.to();
-      write_kv(pool, L, l, ab, k_.data(), v_.data());
+      // K/V rows into their slots: a prompt step's hundreds of tokens by ranges on every thread.
+      by_tokens(n, [&](std::int64_t t0, std::int64_t t1) {
+        const auto len = static_cast<std::size_t>(t1 - t0);
+        const AttentionBatch part{ab.positions.subspan(static_cast<std::size_t>(t0), len),
+                                  ab.seq_index.subspan(static_cast<std::size_t>(t0), len),
+                                  ab.block_tables, ab.n_heads};
+        write_kv(pool, L, l, part, k_.data() + t0 * kv_dim, v_.data() + t0 * kv_dim);
+      });
       pool_.parallel_for(n * hp.n_heads, [&](int th, std::int64_t begin, std::int64_t end) {
         paged_attention(pool, L, l, ab, q_.data(), att_.data(), scale, begin, end,
                         scratch_[static_cast<std::size_t>(th)]);
