@@ -67,7 +67,7 @@ double throughput(Engine& e, int n, std::int32_t vocab, double* waste_pct) {
     }
   });
   // Built first, then submitted back to back: the engine starts stepping on the first request
-  // it sees, so requests that trickle in start their prompts steps later, out of phase, and
+  // it sees, so requests that trickle in start their prompt steps later, out of phase, and
   // the decode steps carry fewer tokens than `n` (a faster engine made that worse).
   std::vector<GenerateRequest> rqs(static_cast<std::size_t>(n));
   for (auto& rq : rqs) {
