@@ -1,4 +1,4 @@
-// Q4_K, Q6_K, Q4_0 and Q8_0 weights rearranged at load for the AVX-512 VNNI kernels (the x16 layouts).
+// Q4_K, Q6_K, Q4_0 and Q8_0 weights rearranged at load for the AVX-512 VNNI kernels (x16).
 // Private to inference/.
 //
 // Decoding one token reads every weight once, so on a CPU a Q4_K matvec must keep pace with
