@@ -122,30 +122,18 @@ void prepare_q4_0(const std::int8_t* qx, std::int64_t t0, std::int64_t t1, std::
     }
     std::memcpy(q + 32 * grouped, x + 32 * grouped, static_cast<std::size_t>(cols - 32 * grouped));
   }
-  group_corrections(a.q.data() + t0 * cols, (t1 - t0) * cols, 4, 8, a.corr.data() + t0 * cols / 4);
 }
 
-// group, offset of the corrections: per lane (4) for the row kernels, per group for x16.
+// group, offset of each ActsKind's corrections: per lane (4) for the row kernels, per group for
+// x16; Q4_K has none.
 struct Corrections {
   int group, offset;
 };
+constexpr Corrections kCorrections[kActsKinds] = {
+    {4, 128} /* q8_0 */,  {4, 8} /* q4_0 */,      {0, 0} /* q4_k */,      {4, 32} /* q6_k */,
+    {0, 0} /* q4k_x16 */, {16, 32} /* q6k_x16 */, {32, 8} /* q4_0_x16 */, {32, 128} /* q8_0_x16 */};
 Corrections corrections_of(ActsKind kind) {
-  switch (kind) {
-    case ActsKind::q8_0:
-      return {4, 128};
-    case ActsKind::q4_0:
-      return {4, 8};
-    case ActsKind::q6_k:
-      return {4, 32};
-    case ActsKind::q6k_x16:
-      return {16, 32};
-    case ActsKind::q4_0_x16:
-      return {32, 8};
-    case ActsKind::q8_0_x16:
-      return {32, 128};
-    default:
-      return {0, 0};  // Q4_K: none
-  }
+  return kCorrections[static_cast<int>(kind)];
 }
 
 }  // namespace
@@ -169,17 +157,17 @@ void prepare_acts(ActsKind kind, const std::int8_t* qx, const float* xd, std::in
     case ActsKind::q4k_x16:
       return prepare_q4k(qx, xd, e0 / kQK_K, e1 / kQK_K, kind == ActsKind::q4_k, a);
     case ActsKind::q4_0:
-      return prepare_q4_0(qx, t0, t1, cols, a);
-    default:
+      prepare_q4_0(qx, t0, t1, cols, a);  // the quants reordered
       break;
+    default:
+      std::copy(qx + e0, qx + e1, a.q.data() + e0);
   }
-  std::copy(qx + e0, qx + e1, a.q.data() + e0);
   const Corrections c = corrections_of(kind);
-  group_corrections(qx + e0, e1 - e0, c.group, c.offset, a.corr.data() + e0 / c.group);
+  group_corrections(a.q.data() + e0, e1 - e0, c.group, c.offset, a.corr.data() + e0 / c.group);
   if (kind == ActsKind::q6_k) {
     for (std::int64_t l = e0 / 4; l < e1 / 4; ++l)
       a.lane_d[static_cast<std::size_t>(l)] = xd[l / 8];
-  } else if (kind != ActsKind::q8_0) {  // the x16 kinds
+  } else if (kind != ActsKind::q8_0 && kind != ActsKind::q4_0) {  // the x16 kinds
     std::copy(xd + e0 / kQK8_0, xd + e1 / kQK8_0, a.block_d.data() + e0 / kQK8_0);
   }
 }
@@ -340,6 +328,19 @@ WEIR_VNNI void dot_q4k_x16_vnni(const std::byte* w, std::int64_t sblocks, const 
     _mm512_storeu_ps(out + k * out_stride, _mm512_sub_ps(acc[k], mins[k]));
 }
 
+// Tokens t0 on of an x16 kernel's activations (ActsKind::q6k_x16, q4_0_x16, q8_0_x16): the
+// quants, the corrections of each `group` quants, and the scales of each block of 32.
+struct X16Tokens {
+  const std::int8_t* q;
+  const std::int32_t* corr;
+  const float* xd;
+};
+inline X16Tokens x16_tokens(const VnniActs& a, std::int64_t t0, std::int64_t cols,
+                            std::int64_t group) {
+  return {a.q.data() + t0 * cols, a.corr.data() + t0 * (cols / group),
+          a.block_d.data() + t0 * (cols / kQK8_0)};
+}
+
 // Q6_K, 16 rows a vector (the layout: repack.hpp), like dot_q4k_x16_vnni. Per half h of a
 // super-block and k < 8, three vectors hold 4 bytes of ql (weights 4k .. 4k + 3 low, + 64 high),
 // 4 of ql 32 on (+ 32, + 96) and 4 of qh (their top 2 bits, 2 a weight), from which 4 vectors of
@@ -353,9 +354,7 @@ WEIR_VNNI void dot_q6k_x16_vnni(const std::byte* w, std::int64_t sblocks, const 
                                 std::int64_t t0, float* out, std::int64_t out_stride,
                                 bool prefetch) {
   const std::int64_t cols = sblocks * kQK_K;
-  const std::int8_t* q = a.q.data() + t0 * cols;
-  const std::int32_t* corr = a.corr.data() + t0 * (cols / 16);
-  const float* xd = a.block_d.data() + t0 * (cols / kQK8_0);
+  const auto [q, corr, xd] = x16_tokens(a, t0, cols, 16);
   const __m512i lo4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
   __m512i top_k[4];  // vpshufb: byte k of each 32-bit lane to its top, the rest zero
   for (int k = 0; k < 4; ++k) {
@@ -434,9 +433,7 @@ WEIR_VNNI void dot_q4_0_x16_vnni(const std::byte* w, std::int64_t pairs, const V
                                  std::int64_t t0, float* out, std::int64_t out_stride,
                                  bool prefetch) {
   const std::int64_t cols = pairs * 64, blocks = cols / kQK4_0;
-  const std::int8_t* q = a.q.data() + t0 * cols;
-  const std::int32_t* corr = a.corr.data() + t0 * blocks;
-  const float* xd = a.block_d.data() + t0 * blocks;
+  const auto [q, corr, xd] = x16_tokens(a, t0, cols, kQK4_0);
   const __m512i lo4 = _mm512_set1_epi8(0x0F);
   __m512 acc[T];
   for (int k = 0; k < T; ++k) acc[k] = _mm512_setzero_ps();
@@ -490,9 +487,7 @@ WEIR_VNNI void dot_q8_0_x16_vnni(const std::byte* w, std::int64_t blocks, const 
                                  std::int64_t t0, float* out, std::int64_t out_stride,
                                  bool prefetch) {
   const std::int64_t cols = blocks * kQK8_0;
-  const std::int8_t* q = a.q.data() + t0 * cols;
-  const std::int32_t* corr = a.corr.data() + t0 * blocks;
-  const float* xd = a.block_d.data() + t0 * blocks;
+  const auto [q, corr, xd] = x16_tokens(a, t0, cols, kQK8_0);
   __m512 acc[T];
   for (int k = 0; k < T; ++k) acc[k] = _mm512_setzero_ps();
   for (std::int64_t i = 0; i < blocks; ++i) {
