@@ -28,12 +28,7 @@ using weir::testing::kBigDoc;
 using weir::testing::Run;
 using weir::testing::run_weir;
 
-fs::path temp_file(const std::string& name, const std::string& text) {
-  fs::path p =
-      fs::temp_directory_path() / ("weir_cli_pg_" + std::to_string(::getpid()) + "_" + name);
-  std::ofstream(p) << text;
-  return p;
-}
+using weir::testing::temp_file;
 
 std::string fresh_store() {
   return weir::testing::fresh_database_uri();

@@ -15,6 +15,8 @@
 #include <gtest/gtest.h>
 #include <boost/json.hpp>
 
+#include "run_weir.hpp"
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -67,12 +69,7 @@ Run weir(const std::vector<std::string>& args, int timeout_s = 60) {
   return r;
 }
 
-fs::path temp_file(const std::string& name, const std::string& text) {
-  fs::path p =
-      fs::temp_directory_path() / ("weir_robust_" + std::to_string(::getpid()) + "_" + name);
-  std::ofstream(p) << text;
-  return p;
-}
+using weir::testing::temp_file;
 
 const std::string kWorkflow = std::string(WEIR_SOURCE_DIR) + "/samples/workflows/map_reduce.json";
 

@@ -1,5 +1,6 @@
 // build/bin/weir as a subprocess for the CLI-level tests (cli, scale-out, cluster): stdout
-// captured through a pipe, stderr through a temporary file, the exit code.
+// captured through a pipe, stderr through a temporary file, the exit code; and the files they
+// hand it.
 #pragma once
 
 #include <sys/wait.h>
@@ -45,6 +46,27 @@ inline Run run_weir_env(const std::string& env, const std::string& args) {
 
 inline Run run_weir(const std::string& args) {
   return run_weir_env("", args);
+}
+
+// A file holding `text` in the temporary folder, named after this process and `name` (which
+// must be unique within the test binary).
+inline std::filesystem::path temp_file(const std::string& name, const std::string& text) {
+  const std::filesystem::path p = std::filesystem::temp_directory_path() /
+                                  ("weir_test_" + std::to_string(::getpid()) + "_" + name);
+  std::ofstream(p) << text;
+  return p;
+}
+
+inline std::string read_text(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// A workflow file of samples/workflows.
+inline std::filesystem::path sample(const std::string& name) {
+  return std::filesystem::path(WEIR_SOURCE_DIR) / "samples/workflows" / name;
 }
 
 }  // namespace weir::testing

@@ -3,6 +3,13 @@
 
 namespace weir::testing {
 
+// A counter that loops back through a router until it reaches 10.
+inline constexpr const char* kLoopGuard =
+    R"({"name": "loop_guard", "state": {"n": {"reducer": "sum", "default": 0}},
+ "nodes": {"tick": {"kind": "set", "values": {"n": 1}}, "check": {"kind": "router"}},
+ "edges": [{"from": "START", "to": "tick"}, {"from": "tick", "to": "check"},
+           {"from": "check", "route": {"when": {"channel": "n", "op": ">=", "value": 10}, "then": "END", "else": "tick"}}]})";
+
 // fetch: a 100 KB tool output (moved to the artifact store); review: a pause; peek: reads the
 // end of the document back through the `artifacts` tool.
 inline constexpr const char* kBigDoc = R"({"name": "big_doc",
