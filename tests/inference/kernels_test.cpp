@@ -12,13 +12,13 @@
 
 #include <gtest/gtest.h>
 
-#include "gemm_avx512.hpp"  // private: inference/src
-#include "gemv_vnni.hpp"
-#include "kernels.hpp"
-#include "kernels_portable.hpp"
-#include "quant.hpp"
+#include "kernels/gemm_avx512.hpp"  // private: inference/src
+#include "kernels/gemv_vnni.hpp"
+#include "kernels/kernels.hpp"
+#include "kernels/kernels_portable.hpp"
+#include "model/quant.hpp"
 #include "random_util.hpp"
-#include "repack.hpp"
+#include "model/repack.hpp"
 #include "weir/inference/gguf_writer.hpp"
 
 namespace weir::inference {

@@ -5,7 +5,7 @@
 
 #include <gtest/gtest.h>
 
-#include "quant.hpp"
+#include "model/quant.hpp"
 #include "weir/inference/engine.hpp"
 
 namespace weir::inference {

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "tokenizer_impl.hpp"
+#include "tokenizer/tokenizer_impl.hpp"
 
 namespace weir::inference {
 namespace {

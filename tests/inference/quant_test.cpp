@@ -11,10 +11,10 @@
 
 #include <gtest/gtest.h>
 
-#include "kernels.hpp"  // private: inference/src
-#include "quant.hpp"
+#include "kernels/kernels.hpp"  // private: inference/src
+#include "model/quant.hpp"
 #include "random_util.hpp"
-#include "repack.hpp"
+#include "model/repack.hpp"
 #include "weir/inference/engine.hpp"
 #include "weir/inference/forward_ref.hpp"
 #include "weir/inference/gguf_writer.hpp"

@@ -42,7 +42,7 @@ struct Hyperparams {
 
 // How a Weight's bytes are arranged. `rows`: row-major, as stored in the file. `q4k_x16`,
 // `q6k_x16`, `q4_0_x16`, `q8_0_x16` (Q4_K, Q6_K, Q4_0, Q8_0 only): the file's bytes rearranged
-// at load so that the AVX-512 VNNI kernels read 16 rows a vector (inference/src/repack.hpp); the
+// at load so that the AVX-512 VNNI kernels read 16 rows a vector (inference/src/model/repack.hpp); the
 // same size, and dequantize_row reads them.
 enum class WeightLayout : std::uint8_t { rows, q4k_x16, q6k_x16, q4_0_x16, q8_0_x16 };
 

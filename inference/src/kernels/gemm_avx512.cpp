@@ -1,16 +1,16 @@
 // The AVX-512 batched GEMMs of matmul(): F32 (AVX-512F) and Q8_0 / Q4_0 (AVX-512 VNNI). The
 // F32 GEMM's scheme, its tile sizes and the Panel type: gemm_avx512.hpp.
-#include "gemm_avx512.hpp"
+#include "kernels/gemm_avx512.hpp"
 
 #include <algorithm>
 #include <cstring>
 
-#include "repack.hpp"
+#include "model/repack.hpp"
 
 #ifdef WEIR_X86
 #include <immintrin.h>
 
-#include "quant.hpp"
+#include "model/quant.hpp"
 
 namespace weir::inference::kernels::detail {
 

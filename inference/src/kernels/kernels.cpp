@@ -2,20 +2,20 @@
 // The kernels it picks from: gemm_avx512.cpp (batched GEMMs, AVX-512), gemv_vnni.cpp (decode,
 // AVX-512 VNNI), dot_avx2.cpp (integer dots, AVX2), kernels_portable.cpp (the loops compiled per
 // ISA). rmsnorm, RoPE and SwiGLU: norm_rope_swiglu.cpp.
-#include "kernels.hpp"
+#include "kernels/kernels.hpp"
 
 #include <algorithm>
 #include <atomic>
 #include <type_traits>
 
-#include "x86.hpp"
+#include "kernels/x86.hpp"
 
-#include "dot_avx2.hpp"
-#include "gemm_avx512.hpp"
-#include "gemv_vnni.hpp"
-#include "kernels_portable.hpp"
-#include "quant.hpp"
-#include "repack.hpp"
+#include "kernels/dot_avx2.hpp"
+#include "kernels/gemm_avx512.hpp"
+#include "kernels/gemv_vnni.hpp"
+#include "kernels/kernels_portable.hpp"
+#include "model/quant.hpp"
+#include "model/repack.hpp"
 
 namespace weir::inference::kernels {
 

@@ -1,14 +1,14 @@
 // The x16 layouts; see repack.hpp.
-#include "repack.hpp"
+#include "model/repack.hpp"
 
 #include <cstring>
 #include <type_traits>
 #include <vector>
 
-#include "x86.hpp"
+#include "kernels/x86.hpp"
 
 #ifdef WEIR_X86
-#include "gemm_avx512.hpp"
+#include "kernels/gemm_avx512.hpp"
 #endif
 
 namespace weir::inference {

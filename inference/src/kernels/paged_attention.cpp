@@ -5,9 +5,9 @@
 #include <cmath>
 #include <cstring>
 
-#include "paged_attention_f16.hpp"
-#include "quant.hpp"
-#include "simd.hpp"
+#include "kernels/paged_attention_f16.hpp"
+#include "model/quant.hpp"
+#include "kernels/simd.hpp"
 
 namespace weir::inference {
 
@@ -48,7 +48,7 @@ inline void axpy(float a, const T* x, float* y, std::int32_t n) {
 }  // namespace weir::inference
 
 #define WEIR_ATTEND_TARGET
-#include "attend.hpp"
+#include "kernels/attend.hpp"
 
 namespace weir::inference {
 namespace {

@@ -1,7 +1,7 @@
 // The AVX-512 VNNI decode kernels of matmul(); the scheme: gemv_vnni.hpp.
-#include "gemv_vnni.hpp"
+#include "kernels/gemv_vnni.hpp"
 
-#include "repack.hpp"
+#include "model/repack.hpp"
 
 #ifdef WEIR_X86
 #include <immintrin.h>

@@ -41,7 +41,7 @@
 
 #include "weir/inference/model.hpp"
 
-#include "quant.hpp"
+#include "model/quant.hpp"
 
 namespace weir::inference {
 

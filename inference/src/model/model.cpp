@@ -2,8 +2,8 @@
 
 #include <cmath>
 
-#include "quant.hpp"
-#include "repack.hpp"
+#include "model/quant.hpp"
+#include "model/repack.hpp"
 
 namespace weir::inference {
 

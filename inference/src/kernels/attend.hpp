@@ -13,7 +13,7 @@
 #include <span>
 #include <vector>
 
-#include "simd.hpp"
+#include "kernels/simd.hpp"
 #include "weir/inference/kv_cache.hpp"
 #include "weir/inference/kv_layout.hpp"
 #include "weir/inference/paged_attention.hpp"

@@ -1,6 +1,6 @@
 #include <algorithm>
 
-#include "tokenizer_impl.hpp"
+#include "tokenizer/tokenizer_impl.hpp"
 
 namespace weir::inference {
 

@@ -1,5 +1,5 @@
 // The AVX2 integer kernels of matmul(); see dot_avx2.hpp.
-#include "dot_avx2.hpp"
+#include "kernels/dot_avx2.hpp"
 
 #include <type_traits>
 

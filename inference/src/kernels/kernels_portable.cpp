@@ -1,11 +1,11 @@
 // The portable kernels of matmul(); see kernels_portable.hpp.
-#include "kernels_portable.hpp"
+#include "kernels/kernels_portable.hpp"
 
 #include <algorithm>
 #include <cmath>
 
-#include "repack.hpp"
-#include "simd.hpp"
+#include "model/repack.hpp"
+#include "kernels/simd.hpp"
 
 namespace weir::inference::kernels::detail {
 

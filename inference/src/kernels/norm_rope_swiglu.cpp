@@ -1,10 +1,10 @@
 // rmsnorm, RoPE and SwiGLU of the forward path (kernels.hpp).
-#include "kernels.hpp"
+#include "kernels/kernels.hpp"
 
 #include <cmath>
 #include <vector>
 
-#include "simd.hpp"
+#include "kernels/simd.hpp"
 
 namespace weir::inference::kernels {
 

@@ -9,7 +9,7 @@
 #include <memory>
 #include <queue>
 
-#include "tokenizer_impl.hpp"
+#include "tokenizer/tokenizer_impl.hpp"
 
 namespace weir::inference {
 

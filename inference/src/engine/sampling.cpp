@@ -6,7 +6,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "simd.hpp"
+#include "kernels/simd.hpp"
 
 namespace weir::inference {
 

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "quant.hpp"
+#include "model/quant.hpp"
 #include "weir/inference/model.hpp"
 
 namespace weir::inference::kernels::detail {

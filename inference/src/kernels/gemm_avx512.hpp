@@ -7,12 +7,12 @@
 #include <span>
 #include <vector>
 
-#include "kernels.hpp"
+#include "kernels/kernels.hpp"
 
 #include "weir/inference/model.hpp"
 #include "weir/inference/thread_pool.hpp"
 
-#include "x86.hpp"
+#include "kernels/x86.hpp"
 
 #ifdef WEIR_X86
 namespace weir::inference::kernels::detail {

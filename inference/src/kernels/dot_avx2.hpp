@@ -5,9 +5,9 @@
 
 #include <cstdint>
 
-#include "quant.hpp"
+#include "model/quant.hpp"
 
-#include "x86.hpp"
+#include "kernels/x86.hpp"
 
 namespace weir::inference::kernels::detail {
 

@@ -23,9 +23,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "quant.hpp"
+#include "model/quant.hpp"
 
-#include "x86.hpp"
+#include "kernels/x86.hpp"
 
 #ifdef WEIR_X86
 namespace weir::inference::kernels::detail {

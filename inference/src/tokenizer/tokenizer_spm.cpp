@@ -4,7 +4,7 @@
 // leftmost); characters that are not tokens become their UTF-8 byte tokens <0xXX>.
 #include <queue>
 
-#include "tokenizer_impl.hpp"
+#include "tokenizer/tokenizer_impl.hpp"
 
 namespace weir::inference {
 

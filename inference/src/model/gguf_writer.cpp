@@ -6,7 +6,7 @@
 #include <fstream>
 #include <random>
 
-#include "quant.hpp"
+#include "model/quant.hpp"
 
 namespace weir::inference {
 

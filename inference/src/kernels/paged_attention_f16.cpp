@@ -1,12 +1,12 @@
 // F16 K/V: conversion on write, and attention's fast path built for AVX-512 + F16C (the F32
 // path is built per ISA instead, in paged_attention.cpp; both share attend.hpp).
-#include "paged_attention_f16.hpp"
+#include "kernels/paged_attention_f16.hpp"
 
 #include <cstring>
 
-#include "quant.hpp"
-#include "simd.hpp"
-#include "x86.hpp"
+#include "model/quant.hpp"
+#include "kernels/simd.hpp"
+#include "kernels/x86.hpp"
 
 #ifdef WEIR_X86
 #include <immintrin.h>
@@ -45,7 +45,7 @@ WEIR_F16_TARGET void store_f16_avx512(const float* x, std::int64_t n, std::uint1
 }  // namespace weir::inference
 
 #define WEIR_ATTEND_TARGET WEIR_F16_TARGET
-#include "attend.hpp"
+#include "kernels/attend.hpp"
 
 namespace weir::inference {
 

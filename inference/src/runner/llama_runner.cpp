@@ -4,7 +4,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "kernels.hpp"
+#include "kernels/kernels.hpp"
 #include "weir/inference/paged_attention.hpp"
 #include "weir/inference/thread_pool.hpp"
 
