@@ -3,8 +3,8 @@
 #include <boost/json/parse.hpp>
 
 #include "json_util.hpp"
-#include "utf8.hpp"
 #include "weir/runtime/artifact_store.hpp"
+#include "weir/runtime/text.hpp"
 #include "weir/tools/builtin.hpp"
 
 namespace weir::tools {
@@ -76,11 +76,11 @@ class ArtifactsTool final : public BasicTool {
     auto r = store_.get_range(id, offset, length + 3);
     if (!r) return Error(r.error().code, "artifacts: " + r.error().message);
     std::string_view s = *r;
-    const std::size_t skip = offset > 0 ? detail::utf8_skip_continuation(s) : 0;
+    const std::size_t skip = offset > 0 ? utf8_skip_continuation(s) : 0;
     s.remove_prefix(skip);
-    s = s.substr(0, s.size() > length ? detail::utf8_cut(s, length) : s.size());
+    s = s.substr(0, s.size() > length ? utf8_cut(s, length) : s.size());
     std::string out(s);
-    if (detail::find_invalid_utf8(out) || out.find('\0') != std::string::npos)
+    if (find_invalid_utf8(out) || out.find('\0') != std::string::npos)
       return Error(Errc::invalid_argument,
                    "artifacts: artifact '" + id + "' is not text; it cannot be shown");
     const std::uint64_t first = offset + skip, last = first + out.size();
@@ -130,8 +130,8 @@ class ArtifactsTool final : public BasicTool {
                                                " is past the end of artifact '" + id + "' (" +
                                                std::to_string(total) + " lines)");
     }
-    if (truncated) out.resize(detail::utf8_cut(out, kMaxSlice));
-    if (detail::find_invalid_utf8(out) || out.find('\0') != std::string::npos)
+    if (truncated) out.resize(utf8_cut(out, kMaxSlice));
+    if (find_invalid_utf8(out) || out.find('\0') != std::string::npos)
       return Error(Errc::invalid_argument,
                    "artifacts: artifact '" + id + "' is not text; it cannot be shown");
     if (truncated) out += "\n[cut at " + std::to_string(kMaxSlice) + " bytes; ask for fewer lines]";

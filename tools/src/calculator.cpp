@@ -8,7 +8,7 @@
 
 #include <boost/json/parse.hpp>
 
-#include "utf8.hpp"
+#include "weir/runtime/text.hpp"
 #include "weir/tools/builtin.hpp"
 
 namespace weir::tools {
@@ -32,7 +32,7 @@ class Parser {
   }
 
  private:
-  std::size_t column(std::size_t at) const { return detail::utf8_length(s_.substr(0, at)) + 1; }
+  std::size_t column(std::size_t at) const { return utf8_length(s_.substr(0, at)) + 1; }
   std::string at_col(std::size_t at) const { return " at column " + std::to_string(column(at)); }
   Error err(const std::string& what, std::size_t at) const {
     return Error(Errc::invalid_argument, what + at_col(at));
@@ -317,7 +317,7 @@ Result<double> evaluate_expression(std::string_view expr, const CalculatorLimits
     return Error(Errc::invalid_argument, "the expression is " + std::to_string(expr.size()) +
                                              " bytes; the limit is " +
                                              std::to_string(limits.max_length));
-  if (auto bad = detail::find_invalid_utf8(expr))
+  if (auto bad = find_invalid_utf8(expr))
     return Error(Errc::invalid_argument,
                  "invalid UTF-8 at byte " + std::to_string(*bad) + " of the expression");
   return Parser(expr, limits).parse();

@@ -6,8 +6,8 @@
 #include <system_error>
 #include <unordered_set>
 
-#include "utf8.hpp"
 #include "weir/runtime/memory_budget.hpp"
+#include "weir/runtime/text.hpp"
 
 namespace weir::tools {
 
@@ -54,7 +54,7 @@ void for_each_token(std::string_view text, F&& f) {
 bool is_text_file(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
   if (!in) return false;
-  detail::Utf8Stream v;
+  Utf8Stream v;
   std::string buf(kReadChunk, '\0');
   while (in) {
     in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
@@ -313,9 +313,9 @@ std::string DocumentIndex::read_snippet(const Passage& p,
   }
   std::string_view view(text);
   view.remove_prefix(from);
-  view.remove_prefix(detail::utf8_skip_continuation(view));
+  view.remove_prefix(utf8_skip_continuation(view));
   const bool cut_end = view.size() > snippet;
-  view = view.substr(0, detail::utf8_cut(view, snippet));
+  view = view.substr(0, utf8_cut(view, snippet));
   std::string out;
   if (from > 0) out += "...";
   bool space = false;

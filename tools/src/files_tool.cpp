@@ -6,7 +6,7 @@
 #include <boost/json/parse.hpp>
 
 #include "json_util.hpp"
-#include "utf8.hpp"
+#include "weir/runtime/text.hpp"
 #include "weir/tools/builtin.hpp"
 
 namespace weir::tools {
@@ -125,15 +125,14 @@ class FilesTool final : public BasicTool {
     in.seekg(static_cast<std::streamoff>(offset));
     in.read(buf.data(), static_cast<std::streamsize>(want));
     buf.resize(static_cast<std::size_t>(in.gcount()));
-    const std::size_t skip = offset > 0 ? detail::utf8_skip_continuation(buf) : 0;
+    const std::size_t skip = offset > 0 ? utf8_skip_continuation(buf) : 0;
     std::size_t end = buf.size();
-    if (end - skip > limit)
-      end = skip + detail::utf8_cut(std::string_view(buf).substr(skip), limit);
+    if (end - skip > limit) end = skip + utf8_cut(std::string_view(buf).substr(skip), limit);
     std::string text = buf.substr(skip, end - skip);
     if (auto nul = text.find('\0'); nul != std::string::npos)
       return refuse("'" + path + "' is not a text file (a NUL byte at offset " +
                     std::to_string(offset + skip + nul) + ")");
-    if (auto bad = detail::find_invalid_utf8(text))
+    if (auto bad = find_invalid_utf8(text))
       return refuse("'" + path + "' is not UTF-8 text (invalid byte at offset " +
                     std::to_string(offset + skip + *bad) + ")");
     const std::uint64_t first = offset + skip, last = offset + end;

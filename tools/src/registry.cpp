@@ -15,10 +15,10 @@
 #include <boost/asio/thread_pool.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
-#include "utf8.hpp"
 #include "weir/runtime/artifact_store.hpp"
 #include "weir/runtime/limiter.hpp"
 #include "weir/runtime/log.hpp"
+#include "weir/runtime/text.hpp"
 #include "weir/tools/schema.hpp"
 
 namespace weir::tools {
@@ -288,7 +288,7 @@ asio::awaitable<Result<ToolOutput>> ToolRegistry::async_call(std::string_view na
     co_return Error(Errc::tool_failed, "tool '" + name +
                                            "' returned binary output (a NUL byte at offset " +
                                            std::to_string(nul) + ")");
-  if (auto bad = detail::find_invalid_utf8(text))
+  if (auto bad = find_invalid_utf8(text))
     co_return Error(Errc::tool_failed,
                     "tool '" + name + "' returned invalid UTF-8 at byte " + std::to_string(*bad));
   ToolOutput result;
@@ -297,7 +297,7 @@ asio::awaitable<Result<ToolOutput>> ToolRegistry::async_call(std::string_view na
     result.content = std::move(text);
     co_return result;
   }
-  const std::size_t head = detail::utf8_cut(text, opt.max_output_bytes);
+  const std::size_t head = utf8_cut(text, opt.max_output_bytes);
   std::string note = "\n[output truncated: showing the first " + std::to_string(head) + " of " +
                      std::to_string(text.size()) + " bytes; ";
   if (ctx.artifacts) {

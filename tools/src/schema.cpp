@@ -9,8 +9,8 @@
 
 #include <boost/json/serialize.hpp>
 
-#include "utf8.hpp"
 #include "weir/runtime/json_parse.hpp"
+#include "weir/runtime/text.hpp"
 
 namespace weir::tools {
 
@@ -42,14 +42,14 @@ std::string number_text(const json::value& v) {
 // `s` as a JSON string, cut (on a character boundary) when it is long.
 std::string quoted(std::string_view s, std::size_t max = 64) {
   if (s.size() <= max) return json::serialize(json::string(s));
-  std::string q = json::serialize(json::string(s.substr(0, detail::utf8_cut(s, max))));
+  std::string q = json::serialize(json::string(s.substr(0, utf8_cut(s, max))));
   q.insert(q.size() - 1, "...");
   return q;
 }
 
 std::string cut(std::string s, std::size_t max) {
   if (s.size() <= max) return s;
-  s.resize(detail::utf8_cut(s, max));
+  s.resize(utf8_cut(s, max));
   return s + "...";
 }
 
@@ -353,7 +353,7 @@ class Validator {
   }
 
   Status string(const json::object& s, json::string_view str, const std::string& ptr) {
-    const std::size_t n = detail::utf8_length(str);
+    const std::size_t n = utf8_length(str);
     if (const auto* m = s.if_contains("minLength");
         m && is_integral(*m) && static_cast<double>(n) < as_double(*m))
       return fail(ptr, "string of " + std::to_string(n) + " characters is shorter than minLength " +
