@@ -6,6 +6,7 @@ Environment:
   FAKE_VERSION     the protocolVersion to answer (default: the client's)
   FAKE_PAGE        tools per tools/list page (default 2: the listing paginates)
   FAKE_BAD_SCHEMA  1: also list a tool whose inputSchema uses a back-reference
+  FAKE_ENV_TOOL    1: also list `env`, which answers the server's environment as a JSON object
 Tools: echo, add, fail (isError), hang (never answers), garbage (answers a line that is not
 JSON), die (exits mid-call), flood (a line of `bytes` bytes), image, structured, ping_me
 (the server pings weir and sends an unknown request first), add_tool (list_changed).
@@ -24,6 +25,8 @@ tools = [
     {"name": "image", "inputSchema": S}, {"name": "structured", "inputSchema": S},
     {"name": "ping_me", "inputSchema": S}, {"name": "add_tool", "inputSchema": S},
 ]
+if os.environ.get("FAKE_ENV_TOOL") == "1":
+    tools.append({"name": "env", "inputSchema": S})
 if os.environ.get("FAKE_BAD_SCHEMA") == "1":
     tools.append({"name": "backref", "inputSchema": {"type": "object", "properties": {"s": {"type": "string", "pattern": "(a)\\1"}}}})
 
@@ -101,6 +104,8 @@ for raw in sys.stdin:
             answers.clear()
             send({"jsonrpc": "2.0", "id": "p1", "method": "ping"})
             send({"jsonrpc": "2.0", "id": "u1", "method": "sampling/createMessage", "params": {}})
+        elif name == "env":
+            text(mid, json.dumps(dict(os.environ)))
         elif name == "add_tool":
             tools.append({"name": "extra", "inputSchema": S})
             send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -131,6 +132,49 @@ TEST(McpClient, ConnectsListsEveryPageAndCallsTools) {
             R"(ok: {"temperature":2.15E1,"conditions":"sunny"})");
   // The server pings weir and sends a request weir does not implement.
   EXPECT_EQ(show(call(reg, "fake/ping_me", "{}")), "ok: ping: {}; unknown: -32601");
+}
+
+// A server weir starts gets a small default environment (as the MCP SDKs' stdio transports
+// give: HOME, LOGNAME, PATH, SHELL, TERM, USER, and the locale) and its configured `env`; none
+// of weir's secrets (an API key, the database's password).
+TEST(McpClient, AStdioServerGetsOnlyTheDefaultEnvironmentAndItsOwn) {
+  REQUIRE_PYTHON();
+  const char* lang = std::getenv("LANG");
+  const std::optional<std::string> old_lang =
+      lang ? std::optional<std::string>(lang) : std::nullopt;
+  ::setenv("OPENAI_API_KEY", "sk-not-for-the-server", 1);
+  ::setenv("PGPASSWORD", "hunter2", 1);
+  ::setenv("LANG", "C.UTF-8", 1);
+  auto c = McpClient::connect(fake({{"FAKE_ENV_TOOL", "1"}, {"SERVER_SETTING", "on"}}));
+  ::unsetenv("OPENAI_API_KEY");
+  ::unsetenv("PGPASSWORD");
+  if (old_lang)
+    ::setenv("LANG", old_lang->c_str(), 1);
+  else
+    ::unsetenv("LANG");
+  ASSERT_TRUE(c) << c.error().to_string();
+  ToolRegistry reg;
+  ASSERT_TRUE(add_mcp_tools(reg, *c));
+  auto r = call(reg, "fake/env", "{}");
+  ASSERT_TRUE(r) << r.error().to_string();
+  const json::object env = json::parse(r->content).as_object();
+  EXPECT_FALSE(env.contains("OPENAI_API_KEY")) << r->content;
+  EXPECT_FALSE(env.contains("PGPASSWORD")) << r->content;
+  EXPECT_EQ(env.at("SERVER_SETTING"), "on");
+  EXPECT_EQ(env.at("FAKE_ENV_TOOL"), "1");
+  EXPECT_EQ(env.at("LANG"), "C.UTF-8");
+  ASSERT_TRUE(env.contains("PATH"));  // python3 was found through it
+  if (const char* home = std::getenv("HOME")) {
+    EXPECT_EQ(env.at("HOME"), home);
+  }
+  // The configured env wins over the default one.
+  auto c2 = McpClient::connect(fake({{"FAKE_ENV_TOOL", "1"}, {"LANG", "C"}}));
+  ASSERT_TRUE(c2) << c2.error().to_string();
+  ToolRegistry reg2;
+  ASSERT_TRUE(add_mcp_tools(reg2, *c2));
+  auto r2 = call(reg2, "fake/env", "{}");
+  ASSERT_TRUE(r2) << r2.error().to_string();
+  EXPECT_EQ(json::parse(r2->content).at("LANG"), "C");
 }
 
 TEST(McpClient, OnlyNamedToolsAndUnknownNames) {

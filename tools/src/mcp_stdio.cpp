@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <thread>
@@ -56,6 +57,24 @@ asio::awaitable<void> log_stderr(std::shared_ptr<asio::posix::stream_descriptor>
 
 }  // namespace
 
+std::vector<std::string> server_environment(const std::map<std::string, std::string>& env) {
+  std::vector<std::string> out;
+  for (char** e = environ; e && *e; ++e) {
+    const std::string_view kv(*e);
+    const auto eq = kv.find('=');
+    if (eq == std::string_view::npos) continue;
+    const std::string_view key = kv.substr(0, eq), value = kv.substr(eq + 1);
+    // A value that starts with "()" is a shell function (Shellshock's vector); the SDKs skip
+    // those too.
+    if (env.contains(std::string(key)) || value.starts_with("()")) continue;
+    if (std::find(std::begin(kInheritedEnvironment), std::end(kInheritedEnvironment), key) !=
+        std::end(kInheritedEnvironment))
+      out.emplace_back(kv);
+  }
+  for (const auto& [k, v] : env) out.push_back(k + "=" + v);
+  return out;
+}
+
 Result<std::unique_ptr<StdioTransport>> StdioTransport::spawn(asio::any_io_executor ex,
                                                               const McpServerConfig& cfg) {
   const std::string who = "mcp server '" + cfg.name + "'";
@@ -95,14 +114,7 @@ Result<std::unique_ptr<StdioTransport>> StdioTransport::spawn(asio::any_io_execu
   posix_spawnattr_setflags(&attr,
                            POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP);
 
-  std::vector<std::string> env_store;
-  for (char** e = environ; e && *e; ++e) {
-    std::string_view kv(*e);
-    auto eq = kv.find('=');
-    if (eq != std::string_view::npos && cfg.env.contains(std::string(kv.substr(0, eq)))) continue;
-    env_store.emplace_back(kv);
-  }
-  for (const auto& [k, v] : cfg.env) env_store.push_back(k + "=" + v);
+  std::vector<std::string> env_store = server_environment(cfg.env);
   std::vector<char*> envp, argv;
   for (auto& s : env_store) envp.push_back(s.data());
   envp.push_back(nullptr);

@@ -6,8 +6,11 @@
 
 #include <sys/types.h>
 
+#include <map>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
@@ -15,6 +18,18 @@
 #include "weir/tools/mcp.hpp"
 
 namespace weir::tools::detail {
+
+// What a server weir starts inherits from weir's environment: the variables the official MCP
+// SDKs' stdio transports pass (HOME, LOGNAME, PATH, SHELL, TERM, USER), the locale, and the
+// temporary folder and time zone. Nothing else (API keys, database credentials) reaches it
+// unless its configuration names it in `env`.
+inline constexpr std::string_view kInheritedEnvironment[] = {
+    "HOME", "LOGNAME",  "PATH",   "SHELL",    "TERM",   "USER",
+    "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TMPDIR", "TZ"};
+
+// The environment a stdio server starts with ("KEY=value" each): kInheritedEnvironment's
+// variables that weir has, then `env` (which wins).
+std::vector<std::string> server_environment(const std::map<std::string, std::string>& env);
 
 class StdioTransport final : public Transport {
  public:

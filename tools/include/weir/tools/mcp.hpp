@@ -68,7 +68,9 @@ struct McpServerConfig {
   // and headers sent with every request (values are secrets: never logged).
   std::string url;
   std::vector<std::pair<std::string, std::string>> headers;
-  std::map<std::string, std::string> env;            // added to (overriding) weir's environment
+  // The server's environment (stdio): these, over a small default taken from weir's (HOME,
+  // LOGNAME, PATH, SHELL, TERM, USER, the locale, TMPDIR, TZ); nothing else of weir's is passed.
+  std::map<std::string, std::string> env;
   std::filesystem::path cwd;                         // empty: weir's working directory
   ToolOptions options;                               // the fences of every tool of this server
   std::size_t max_message_bytes = 4u << 20;          // one line from the server
