@@ -1,5 +1,6 @@
 #include "weir/agents/workflow.hpp"
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 
@@ -10,7 +11,9 @@
 #include "weir/agents/openai_model.hpp"
 #include "weir/runtime/artifact_store.hpp"
 #include "weir/runtime/memory_budget.hpp"
+#include "weir/runtime/text.hpp"
 #include "weir/tools/builtin.hpp"
+#include "weir/tools/calculator.hpp"
 #include "weir/tools/doc_index.hpp"
 #include "weir/tools/mcp.hpp"
 #include "weir/tools/registry.hpp"
@@ -162,11 +165,17 @@ struct Wiring {
     tools::ToolContext tctx;
     tctx.artifacts = ctx.artifacts() ? ctx.artifacts() : services.artifacts;
     tctx.owner = std::string(ctx.run_id());
+    tctx.cancel = ctx.cancel_flag();
     auto op = tools->async_call(tool_names.at(tool), std::move(args), tctx);
     auto r = co_await std::move(op);
     if (!r)
       co_return Error(r.error().code,
                       "node '" + std::string(ctx.node()) + "': " + r.error().message);
+    // An output over the tool's cap went whole to the artifact store: the channel gets the
+    // reference (as the graph's own payload fence would write it), not the cut text.
+    if (r->artifact_id && tctx.artifacts)
+      if (auto ref = tctx.artifacts->stat(*r->artifact_id)) co_return ref->to_json();
+    if (r->value) co_return std::move(*r->value);  // a number from the calculator or sleep
     co_return json::value(json::string(r->content));
   }
 
@@ -187,6 +196,57 @@ struct Wiring {
     co_return json::value(json::string(r->output));
   }
 };
+
+// A workflow's channels as the names of an expression ({"$expr": "total / len(items)"}): a
+// channel stands for its number (0 when it holds nothing yet).
+class ChannelScope final : public tools::ExpressionScope {
+ public:
+  ChannelScope(const std::vector<std::string>& channels, const graph::StateView* state)
+      : channels_(channels), state_(state) {}
+
+  std::optional<Result<double>> value(std::string_view name) const override {
+    if (!has(name)) return std::nullopt;
+    if (!state_) return Result<double>(0.0);  // checking: the name exists
+    const json::value& v = state_->get(name);
+    if (v.is_null()) return Result<double>(0.0);
+    if (!v.is_number())
+      return Result<double>(
+          Error(Errc::invalid_argument, "channel '" + std::string(name) + "' is not a number"));
+    return Result<double>(v.to_number<double>());
+  }
+  std::optional<Result<double>> length(std::string_view name) const override {
+    if (!has(name)) return std::nullopt;
+    if (!state_) return Result<double>(0.0);
+    const json::value& x = state_->get(name);
+    if (x.is_array()) return Result<double>(static_cast<double>(x.as_array().size()));
+    if (x.is_object()) return Result<double>(static_cast<double>(x.as_object().size()));
+    if (x.is_string()) return Result<double>(static_cast<double>(x.as_string().size()));
+    if (x.is_null()) return Result<double>(0.0);
+    return Result<double>(
+        Error(Errc::invalid_argument,
+              "len(" + std::string(name) + "): the channel holds no list, object or string"));
+  }
+  std::string unknown(std::string_view name) const override {
+    std::string msg = "unknown channel '" + std::string(name) + "'";
+    if (auto m = graph::closest_match(name, channels_)) msg += "; did you mean '" + *m + "'?";
+    return msg;
+  }
+
+ private:
+  bool has(std::string_view name) const {
+    return std::find(channels_.begin(), channels_.end(), name) != channels_.end();
+  }
+  const std::vector<std::string>& channels_;
+  const graph::StateView* state_;
+};
+
+// "expression \"...\": " for messages; a long expression is shown by its start.
+std::string expression_prefix(std::string_view expr) {
+  constexpr std::size_t kShown = 60;
+  std::string shown(expr.substr(0, utf8_cut(expr, kShown)));
+  if (shown.size() < expr.size()) shown += "...";
+  return "expression \"" + shown + "\": ";
+}
 
 std::optional<std::int64_t> int_of(const json::object& o, std::string_view k) {
   const auto* v = o.if_contains(k);
@@ -218,8 +278,11 @@ Result<graph::WorkflowGraph> build_workflow(const graph::WorkflowSpec& spec,
       }
       return t.root;
     };
-    if (t.builtin == "lorem" || t.builtin == "sleep") continue;  // run by weir::graph itself
-    if (t.builtin == "calculator") {
+    if (t.builtin == "lorem") {
+      tool = tools::make_lorem_tool();
+    } else if (t.builtin == "sleep") {
+      tool = tools::make_sleep_tool();
+    } else if (t.builtin == "calculator") {
       tool = tools::make_calculator();
     } else if (t.builtin == "files") {
       if (auto r = root()) tool = tools::make_files_tool(*r);
@@ -341,6 +404,16 @@ Result<graph::WorkflowGraph> build_workflow(const graph::WorkflowSpec& spec,
   };
   hooks.agent_call = [w](std::string agent, json::value input, graph::NodeContext& ctx) {
     return w->call_agent(std::move(agent), std::move(input), ctx);
+  };
+  std::vector<std::string> channels;
+  for (const auto& c : spec.channels) channels.push_back(c.name);
+  hooks.evaluate = [channels = std::move(channels)](std::string_view expr,
+                                                    const graph::StateView& state) {
+    ChannelScope scope(channels, &state);
+    auto r = tools::evaluate_expression(expr, {}, &scope);
+    if (!r)
+      return Result<double>(Error(r.error().code, expression_prefix(expr) + r.error().message));
+    return r;
   };
   return graph::build_workflow_graph(spec, std::move(hooks));
 }

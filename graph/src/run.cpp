@@ -68,6 +68,10 @@ bool NodeContext::cancelled() const {
   return run_ && run_->cancel && run_->cancel->load(std::memory_order_relaxed);
 }
 
+std::shared_ptr<const std::atomic<bool>> NodeContext::cancel_flag() const {
+  return run_ ? run_->cancel : nullptr;
+}
+
 Result<std::string> NodeContext::fetch(const json::value& ref, std::uint64_t offset,
                                        std::uint64_t length) const {
   auto r = ArtifactRef::from_json(ref);

@@ -5,9 +5,6 @@
 #include <chrono>
 #include <cmath>
 
-#include <boost/asio/as_tuple.hpp>
-#include <boost/asio/steady_timer.hpp>
-#include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/json.hpp>
 
@@ -16,115 +13,9 @@ namespace weir::graph {
 namespace json = boost::json;
 namespace asio = boost::asio;
 
-// --- expressions ----------------------------------------------------------------------------
+// --- templates ----------------------------------------------------------------------------
 
 namespace {
-
-class Expr {
- public:
-  Expr(std::string_view s, const StateView& st) : s_(s), st_(st) {}
-  Result<double> parse() {
-    auto v = sum();
-    if (!v) return v;
-    skip();
-    if (i_ != s_.size()) return fail("unexpected '" + std::string(1, s_[i_]) + "'");
-    return v;
-  }
-
- private:
-  Error fail(const std::string& what) const {
-    return Error(Errc::invalid_argument, "expression \"" + std::string(s_) + "\": " + what +
-                                             " at column " + std::to_string(i_ + 1));
-  }
-  void skip() {
-    while (i_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[i_]))) ++i_;
-  }
-  Result<double> sum() {
-    auto l = product();
-    if (!l) return l;
-    double v = *l;
-    for (skip(); i_ < s_.size() && (s_[i_] == '+' || s_[i_] == '-'); skip()) {
-      char op = s_[i_++];
-      auto r = product();
-      if (!r) return r;
-      v = op == '+' ? v + *r : v - *r;
-    }
-    return v;
-  }
-  Result<double> product() {
-    auto l = atom();
-    if (!l) return l;
-    double v = *l;
-    for (skip(); i_ < s_.size() && (s_[i_] == '*' || s_[i_] == '/'); skip()) {
-      char op = s_[i_++];
-      auto r = atom();
-      if (!r) return r;
-      if (op == '/' && *r == 0) return fail("division by zero");
-      v = op == '*' ? v * *r : v / *r;
-    }
-    return v;
-  }
-  Result<double> atom() {
-    skip();
-    if (i_ >= s_.size()) return fail("expected a number or a channel");
-    if (s_[i_] == '(') {
-      ++i_;
-      auto v = sum();
-      if (!v) return v;
-      skip();
-      if (i_ >= s_.size() || s_[i_] != ')') return fail("expected ')'");
-      ++i_;
-      return v;
-    }
-    if (s_[i_] == '-') {
-      ++i_;
-      auto v = atom();
-      if (!v) return v;
-      return -*v;
-    }
-    if (std::isdigit(static_cast<unsigned char>(s_[i_])) || s_[i_] == '.') {
-      std::size_t start = i_;
-      while (i_ < s_.size() && (std::isdigit(static_cast<unsigned char>(s_[i_])) || s_[i_] == '.'))
-        ++i_;
-      return std::stod(std::string(s_.substr(start, i_ - start)));
-    }
-    if (std::isalpha(static_cast<unsigned char>(s_[i_])) || s_[i_] == '_') {
-      std::size_t start = i_;
-      while (i_ < s_.size() &&
-             (std::isalnum(static_cast<unsigned char>(s_[i_])) || s_[i_] == '_' || s_[i_] == '-'))
-        ++i_;
-      std::string name(s_.substr(start, i_ - start));
-      skip();
-      if (i_ < s_.size() && s_[i_] == '(') {  // len(channel): items in a list or object
-        if (name != "len") return fail("unknown function '" + name + "' (known: len)");
-        ++i_;
-        skip();
-        std::size_t a = i_;
-        while (i_ < s_.size() &&
-               (std::isalnum(static_cast<unsigned char>(s_[i_])) || s_[i_] == '_' || s_[i_] == '-'))
-          ++i_;
-        std::string arg(s_.substr(a, i_ - a));
-        skip();
-        if (arg.empty() || i_ >= s_.size() || s_[i_] != ')') return fail("expected len(CHANNEL)");
-        ++i_;
-        const json::value& x = st_.get(arg);
-        if (x.is_array()) return static_cast<double>(x.as_array().size());
-        if (x.is_object()) return static_cast<double>(x.as_object().size());
-        if (x.is_string()) return static_cast<double>(x.as_string().size());
-        if (x.is_null()) return 0.0;
-        return fail("len(" + arg + "): the channel holds no list, object or string");
-      }
-      const json::value& v = st_.get(name);
-      if (v.is_null()) return 0.0;
-      if (!v.is_number()) return fail("channel '" + name + "' is not a number");
-      return v.to_number<double>();
-    }
-    return fail("unexpected '" + std::string(1, s_[i_]) + "'");
-  }
-  std::string_view s_;
-  const StateView& st_;
-  std::size_t i_ = 0;
-};
 
 json::value number_value(double d) {
   if (std::floor(d) == d && std::fabs(d) < 9e15) return static_cast<std::int64_t>(d);
@@ -136,10 +27,6 @@ std::string to_text(const json::value& v) {
 }
 
 }  // namespace
-
-Result<double> eval_expression(std::string_view expr, const StateView& state) {
-  return Expr(expr, state).parse();
-}
 
 Result<json::value> render_template(const json::value& v, const StateView& state,
                                     const json::value& item, const json::object& input) {
@@ -224,18 +111,6 @@ Result<json::value> render_template(const json::value& v, const StateView& state
 
 namespace {
 
-// Deterministic filler text of exactly `bytes` bytes (the `lorem` tool: big payloads for demos).
-std::string lorem(std::int64_t bytes) {
-  static const std::string words =
-      "weir holds the level while the water passes: bounded queues, budgets and references keep "
-      "agent crews alive under load. ";
-  std::string out;
-  out.reserve(static_cast<std::size_t>(bytes));
-  while (static_cast<std::int64_t>(out.size()) < bytes) out += words;
-  out.resize(static_cast<std::size_t>(bytes));
-  return out;
-}
-
 bool compare(const json::value& a, const std::string& op, const json::value& b) {
   if (op == "exists") return !a.is_null();
   if (op == "contains") {
@@ -299,12 +174,6 @@ Result<WorkflowGraph> build_workflow_graph(const WorkflowSpec& spec, WorkflowHoo
     o.max_tokens = c.window_max_tokens;
     b.add_channel(c.name, std::move(o));
   }
-  auto tool_of = [&](const std::string& name) -> const ToolSpecEntry* {
-    for (const auto& t : spec.tools) {
-      if (t.name == name) return &t;
-    }
-    return nullptr;
-  };
   std::vector<std::string> problems;
   for (const auto& n : spec.nodes) {
     NodeOptions opts;
@@ -324,15 +193,26 @@ Result<WorkflowGraph> build_workflow_graph(const WorkflowSpec& spec, WorkflowHoo
             n.name, [](const StateView&, NodeContext&) -> Result<Update> { return Update(); },
             opts);
         break;
-      case NodeKind::set:
+      case NodeKind::set: {
+        const json::object& values = p.at("values").as_object();
+        const bool expressions = std::any_of(values.begin(), values.end(), [](const auto& kv) {
+          const auto* o = kv.value().if_object();
+          return o && o->contains("$expr");
+        });
+        if (expressions && !hooks.evaluate) {
+          problems.push_back("node '" + n.name +
+                             "': expressions need the tools layer's calculator (weir run "
+                             "provides it; in C++ use agents::build_workflow)");
+          break;
+        }
         b.add_node(
             n.name,
-            [values = p.at("values").as_object()](const StateView& s,
-                                                  NodeContext& c) -> Result<Update> {
+            [values, evaluate = hooks.evaluate](const StateView& s,
+                                                NodeContext& c) -> Result<Update> {
               Update u;
               for (const auto& [ch, v] : values) {
                 if (const auto* o = v.if_object(); o && o->contains("$expr")) {
-                  auto r = eval_expression(o->at("$expr").as_string(), s);
+                  auto r = evaluate(o->at("$expr").as_string(), s);
                   if (!r) return r.error();
                   u.set(std::string(ch), number_value(*r));
                 } else {
@@ -345,6 +225,7 @@ Result<WorkflowGraph> build_workflow_graph(const WorkflowSpec& spec, WorkflowHoo
             },
             opts);
         break;
+      }
       case NodeKind::map: {
         const std::string over = str("over"), worker = str("node");
         b.add_node(
@@ -363,94 +244,33 @@ Result<WorkflowGraph> build_workflow_graph(const WorkflowSpec& spec, WorkflowHoo
         break;
       }
       case NodeKind::tool: {
-        const ToolSpecEntry* t = tool_of(str("tool"));
-        const std::string output = str("output");
-        const json::value args = p.contains("args") ? p.at("args") : json::value(json::object());
-        if (t && t->builtin == "lorem") {
-          b.add_node(
-              n.name,
-              [args, output](const StateView& s, NodeContext& c) -> Result<Update> {
-                auto a = render_template(args, s, c.input(), {});
-                if (!a) return a.error();
-                const auto* bytes = a->is_object() ? a->as_object().if_contains("bytes") : nullptr;
-                if (!bytes || !bytes->is_number())
-                  return Error(Errc::tool_failed, "lorem: argument 'bytes' must be a number");
-                Update u;
-                if (!output.empty())
-                  u.set(output, json::string(lorem(bytes->to_number<std::int64_t>())));
-                return u;
-              },
-              opts);
-        } else if (t && t->builtin == "sleep") {
-          // Waits args.ms milliseconds without holding a thread (a stand-in for a slow model or
-          // API in demos, benchmarks and tests), then writes the milliseconds waited. It looks
-          // at NodeContext::cancelled() every 50 ms, so a cancelled run does not wait it out.
-          b.add_async_node(
-              n.name,
-              [args, output](StateView s, NodeContext& c) -> asio::awaitable<Result<Update>> {
-                auto a = render_template(args, s, c.input(), {});
-                if (!a) co_return a.error();
-                const auto* ms = a->is_object() ? a->as_object().if_contains("ms") : nullptr;
-                if (!ms || !ms->is_number() || ms->to_number<double>() < 0)
-                  co_return Error(Errc::tool_failed,
-                                  "sleep: argument 'ms' must be a number of milliseconds >= 0");
-                const auto total = std::chrono::milliseconds(ms->to_number<std::int64_t>());
-                const auto until = std::chrono::steady_clock::now() + total;
-                asio::steady_timer timer(co_await asio::this_coro::executor);
-                while (!c.cancelled() && std::chrono::steady_clock::now() < until) {
-                  timer.expires_at(std::min(
-                      until, std::chrono::steady_clock::now() + std::chrono::milliseconds(50)));
-                  co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
-                }
-                Update u;
-                if (!output.empty()) u.set(output, total.count());
-                co_return u;
-              },
-              opts);
-        } else if (t && t->builtin == "calculator") {
-          b.add_node(
-              n.name,
-              [args, output](const StateView& s, NodeContext& c) -> Result<Update> {
-                auto a = render_template(args, s, c.input(), {});
-                if (!a) return a.error();
-                const auto* e = a->is_object() ? a->as_object().if_contains("expression") : nullptr;
-                if (!e)
-                  return Error(Errc::tool_failed, "calculator: argument 'expression' is required");
-                const std::string expr =
-                    e->is_string() ? std::string(e->as_string()) : json::serialize(*e);
-                auto r = eval_expression(expr, s);
-                if (!r) return Error(Errc::tool_failed, "calculator: " + r.error().message);
-                Update u;
-                if (!output.empty()) u.set(output, number_value(*r));
-                return u;
-              },
-              opts);
-        } else if (hooks.tool_call && (t || str("tool").find('/') != std::string::npos)) {
-          // A declared tool, or an MCP server's ("server/tool"; the loader checked the server).
-          const std::string tool = t ? t->name : str("tool");
-          ToolCall call = hooks.tool_call;
-          b.add_async_node(
-              n.name,
-              [args, output, tool, call](StateView s,
-                                         NodeContext& c) -> asio::awaitable<Result<Update>> {
-                auto a = render_template(args, s, c.input(), {});
-                if (!a) co_return a.error();
-                if (!a->is_object())
-                  co_return Error(Errc::invalid_argument,
-                                  "tool '" + tool + "': args must render to an object");
-                auto op = call(tool, a->as_object(), c);
-                auto r = co_await std::move(op);
-                if (!r) co_return r.error();
-                Update u;
-                if (!output.empty()) u.set(output, std::move(*r));
-                co_return u;
-              },
-              opts);
-        } else {
-          problems.push_back("node '" + n.name + "': the " + (t ? t->builtin : std::string("?")) +
-                             " tool needs the tools layer (weir run provides it; in C++ use "
-                             "agents::build_workflow)");
+        if (!hooks.tool_call) {
+          problems.push_back("node '" + n.name +
+                             "': tool nodes need the tools layer (weir run provides it; in C++ "
+                             "use agents::build_workflow)");
+          break;
         }
+        // A declared tool, or an MCP server's ("server/tool"); the loader checked the name.
+        const std::string tool = str("tool"), output = str("output");
+        const json::value args = p.contains("args") ? p.at("args") : json::value(json::object());
+        ToolCall call = hooks.tool_call;
+        b.add_async_node(
+            n.name,
+            [args, output, tool, call](StateView s,
+                                       NodeContext& c) -> asio::awaitable<Result<Update>> {
+              auto a = render_template(args, s, c.input(), {});
+              if (!a) co_return a.error();
+              if (!a->is_object())
+                co_return Error(Errc::invalid_argument,
+                                "tool '" + tool + "': args must render to an object");
+              auto op = call(tool, a->as_object(), c);
+              auto r = co_await std::move(op);
+              if (!r) co_return r.error();
+              Update u;
+              if (!output.empty()) u.set(output, std::move(*r));
+              co_return u;
+            },
+            opts);
         break;
       }
       case NodeKind::agent: {

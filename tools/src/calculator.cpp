@@ -17,9 +17,17 @@ namespace json = boost::json;
 
 namespace {
 
+bool name_char(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+}
+
 class Parser {
  public:
-  Parser(std::string_view s, const CalculatorLimits& limits) : s_(s), limits_(limits) {}
+  // `problems`: check mode (check_expression): nothing is computed that can fail, and unknown
+  // names are recorded there instead of ending the parse.
+  Parser(std::string_view s, const CalculatorLimits& limits, const ExpressionScope* scope,
+         std::vector<std::string>* problems = nullptr)
+      : s_(s), limits_(limits), scope_(scope), problems_(problems) {}
 
   Result<double> parse() {
     skip_space();
@@ -57,6 +65,7 @@ class Parser {
     return false;
   }
   Result<double> checked(double v, std::size_t at) const {
+    if (problems_) return v;
     if (std::isnan(v)) return err("the result is not a number", at);
     if (std::isinf(v)) return err("overflow", at);
     return v;
@@ -101,7 +110,8 @@ class Parser {
         if (!r) return r;
         v = *r;
       } else {
-        if (*rhs == 0) return err(op == '/' ? "division by zero" : "modulo by zero", at);
+        if (*rhs == 0 && !problems_)
+          return err(op == '/' ? "division by zero" : "modulo by zero", at);
         auto r = checked(op == '/' ? v / *rhs : std::fmod(v, *rhs), at);
         if (!r) return r;
         v = *r;
@@ -133,6 +143,7 @@ class Parser {
     if (!eat('^')) return base;
     auto exp = unary();
     if (!exp) return exp;
+    if (problems_) return 1.0;
     if (*base == 0 && *exp < 0) return err("division by zero (0 to a negative power)", at);
     const double v = std::pow(*base, *exp);
     if (std::isnan(v)) return err("a negative number to a fractional power is not real", at);
@@ -189,6 +200,7 @@ class Parser {
       return v;
     }
     if (auto s = arity(1); !s) return std::move(s).error();
+    if (problems_) return 1.0;
     const double x = a[0];
     if (fn == "sqrt") {
       if (x < 0) return err("sqrt of a negative number", at);
@@ -227,12 +239,10 @@ class Parser {
     }
     if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
       const std::size_t start = pos_;
-      while (pos_ < s_.size() &&
-             (std::isalnum(static_cast<unsigned char>(s_[pos_])) || s_[pos_] == '_'))
-        ++pos_;
-      const std::string id(s_.substr(start, pos_ - start));
+      const std::string id = name();
       skip_space();
       if (pos_ < s_.size() && s_[pos_] == '(') {
+        if (scope_ && id == "len") return len();
         static constexpr const char* kFns[] = {"sqrt",  "abs", "min", "max", "floor", "ceil",
                                                "round", "log", "exp", "sin", "cos"};
         bool known = false;
@@ -256,18 +266,79 @@ class Parser {
         }
         return call(id, start, args);
       }
+      if (scope_)
+        if (auto v = scope_->value(id)) {
+          if (!*v) return err(v->error().message, start);
+          return **v;
+        }
       if (id == "pi") return std::numbers::pi;
       if (id == "e") return std::numbers::e;
+      if (scope_) return unknown_name(id);
       return err("unknown name '" + id + "' (constants: pi, e)", start);
     }
     return unexpected();
   }
 
+  // A name at pos_. With a scope, '-' joins parts when the scope has the longer name (channel
+  // names may hold '-'); the longest such name wins.
+  std::string name() {
+    const std::size_t start = pos_;
+    while (pos_ < s_.size() && name_char(s_[pos_])) ++pos_;
+    if (scope_) {
+      for (std::size_t j = pos_; j + 1 < s_.size() && s_[j] == '-' && name_char(s_[j + 1]);) {
+        for (++j; j < s_.size() && name_char(s_[j]);) ++j;
+        if (scope_->value(s_.substr(start, j - start))) pos_ = j;
+      }
+    }
+    return std::string(s_.substr(start, pos_ - start));
+  }
+
+  Result<double> unknown_name(const std::string& id) {
+    if (!problems_) return Error(Errc::invalid_argument, scope_->unknown(id));
+    problems_->push_back(scope_->unknown(id));
+    return 1.0;  // check mode: go on to find the other problems
+  }
+
+  // len(NAME), after "len"; pos_ is at '('.
+  Result<double> len() {
+    const std::size_t open = pos_++;
+    skip_space();
+    const std::size_t at = pos_;
+    if (pos_ >= s_.size() ||
+        !(std::isalpha(static_cast<unsigned char>(s_[pos_])) || s_[pos_] == '_'))
+      return err("len takes one name, as in len(items)", at);
+    const std::string id = name();
+    if (!eat(')')) {
+      if (pos_ >= s_.size())
+        return Error(Errc::invalid_argument,
+                     "missing ')' for the '(' at column " + std::to_string(column(open)));
+      return err("len takes one name, as in len(items)", at);
+    }
+    auto n = scope_->length(id);
+    if (!n) return unknown_name(id);
+    if (!*n) return err(n->error().message, at);
+    return **n;
+  }
+
   std::string_view s_;
   const CalculatorLimits& limits_;
+  const ExpressionScope* scope_;
+  std::vector<std::string>* problems_;
   std::size_t pos_ = 0;
   std::size_t depth_ = 0;
 };
+
+// The checks before parsing: the length and the encoding.
+Status precheck(std::string_view expr, const CalculatorLimits& limits) {
+  if (expr.size() > limits.max_length)
+    return Error(Errc::invalid_argument, "the expression is " + std::to_string(expr.size()) +
+                                             " bytes; the limit is " +
+                                             std::to_string(limits.max_length));
+  if (auto bad = find_invalid_utf8(expr))
+    return Error(Errc::invalid_argument,
+                 "invalid UTF-8 at byte " + std::to_string(*bad) + " of the expression");
+  return {};
+}
 
 class CalculatorTool final : public BasicTool {
  public:
@@ -291,6 +362,7 @@ class CalculatorTool final : public BasicTool {
     ToolOptions o;
     o.timeout = std::chrono::milliseconds(2000);
     o.max_concurrency = 64;
+    o.json_output = true;  // a workflow's tool node writes the number
     return o;
   }
   boost::asio::awaitable<Result<std::string>> invoke(json::object args,
@@ -312,15 +384,19 @@ class CalculatorTool final : public BasicTool {
 
 }  // namespace
 
-Result<double> evaluate_expression(std::string_view expr, const CalculatorLimits& limits) {
-  if (expr.size() > limits.max_length)
-    return Error(Errc::invalid_argument, "the expression is " + std::to_string(expr.size()) +
-                                             " bytes; the limit is " +
-                                             std::to_string(limits.max_length));
-  if (auto bad = find_invalid_utf8(expr))
-    return Error(Errc::invalid_argument,
-                 "invalid UTF-8 at byte " + std::to_string(*bad) + " of the expression");
-  return Parser(expr, limits).parse();
+Result<double> evaluate_expression(std::string_view expr, const CalculatorLimits& limits,
+                                   const ExpressionScope* scope) {
+  if (auto s = precheck(expr, limits); !s) return std::move(s).error();
+  return Parser(expr, limits, scope).parse();
+}
+
+std::vector<std::string> check_expression(std::string_view expr, const ExpressionScope& scope,
+                                          const CalculatorLimits& limits) {
+  if (auto s = precheck(expr, limits); !s) return {s.error().message};
+  std::vector<std::string> problems;
+  if (auto r = Parser(expr, limits, &scope, &problems).parse(); !r)
+    problems.push_back(r.error().message);
+  return problems;
 }
 
 std::string format_number(double v) {

@@ -14,6 +14,7 @@
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/json/parse.hpp>
 
 #include "weir/runtime/artifact_store.hpp"
 #include "weir/runtime/limiter.hpp"
@@ -294,6 +295,11 @@ asio::awaitable<Result<ToolOutput>> ToolRegistry::async_call(std::string_view na
   ToolOutput result;
   result.output_bytes = text.size();
   if (text.size() <= opt.max_output_bytes) {
+    if (opt.json_output) {
+      boost::system::error_code ec;
+      json::value v = json::parse(text, ec);
+      if (!ec) result.value = std::move(v);
+    }
     result.content = std::move(text);
     co_return result;
   }

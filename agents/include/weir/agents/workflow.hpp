@@ -3,9 +3,10 @@
 //
 // The workflow's models are LocalChatModels opened on first use (one engine per model file):
 // llm nodes make one chat turn on theirs, with the model's chat template. The "tools" section
-// becomes a ToolRegistry (built-ins calculator, files, artifacts,
-// doc_search; `lorem` stays in weir::graph), so tool nodes call them with validated arguments,
-// timeouts and output caps. Its "agents" section becomes Agents, each on its model's
+// becomes a ToolRegistry (built-ins calculator, files, artifacts, doc_search, lorem, sleep), so
+// tool nodes call them with validated arguments, timeouts and output caps; an output over a
+// tool's cap goes whole to the artifact store and the node's channel gets its reference.
+// Expressions ({"$expr": ...}) are the tools layer's calculator over the channels. Its "agents" section becomes Agents, each on its model's
 // LocalChatModel (opened on first use: one engine per model file), so an agent node runs the
 // agent's reason-act loop as a child run on the node's input and writes its answer.
 //

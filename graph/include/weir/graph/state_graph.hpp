@@ -135,6 +135,9 @@ class NodeContext {
   // 50 ms); what it returns after that is discarded: the run ends with `cancelled` after the
   // step. Thread safety: any thread.
   bool cancelled() const;
+  // The flag behind cancelled() (null when the run cannot be cancelled), for work that may
+  // outlive this call: a tool invocation that its caller stopped waiting for.
+  std::shared_ptr<const std::atomic<bool>> cancel_flag() const;
 
  private:
   friend class GraphRuntime;

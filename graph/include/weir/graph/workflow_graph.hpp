@@ -1,13 +1,14 @@
-// From a validated WorkflowSpec to a runnable graph: node kinds set, router, map, tool (the
-// built-ins `lorem`, `sleep` and `calculator` here, the others through WorkflowHooks::tool_call),
-// llm (WorkflowHooks::model_call), agent (WorkflowHooks::agent_call), subgraph (the file built the
+// From a validated WorkflowSpec to a runnable graph: node kinds set, router, map, tool
+// (WorkflowHooks::tool_call: every tool, the built-ins included, is the tools layer's), llm
+// (WorkflowHooks::model_call), agent (WorkflowHooks::agent_call), subgraph (the file built the
 // same way, run as a child with its own limits) and interrupt (suspends the run; the resume
 // value is written to its output channel), declarative routes.
 //
-// Expressions (`{"$expr": "n + 1"}` in set nodes) are arithmetic over numeric channels:
-// numbers, channel names, + - * / and parentheses; nothing else runs.
-// Templates in strings: "{{state.x}}", "{{state.x.field}}", "{{input.k}}", "{{item}}"; a string
-// that is exactly one template keeps the value's JSON type.
+// Expressions (`{"$expr": "n + 1"}` in set nodes) are the tools layer's calculator over the
+// numeric channels (WorkflowHooks::evaluate); weir::graph has no evaluator of its own.
+// agents::build_workflow fills every hook; without it, a file that needs one is refused by
+// name. Templates in strings: "{{state.x}}", "{{state.x.field}}", "{{input.k}}", "{{item}}"; a
+// string that is exactly one template keeps the value's JSON type.
 #pragma once
 
 #include <functional>
@@ -27,19 +28,23 @@ using ModelCall = std::function<boost::asio::awaitable<Result<std::string>>(
     std::string model, std::string system, std::string prompt, std::int32_t max_tokens,
     std::optional<boost::json::object> output_schema)>;
 
-// A tool call for tool nodes whose built-in weir::graph does not run itself (everything but
-// `lorem`, `sleep` and `calculator`): (tool name, rendered args, node context) -> the value written
-// to the node's output channel. The agents layer supplies it (agents::build_workflow).
+// A tool call for tool nodes: (tool name, rendered args, node context) -> the value written to
+// the node's output channel. The agents layer supplies it (agents::build_workflow).
 using ToolCall = std::function<boost::asio::awaitable<Result<boost::json::value>>(
     std::string tool, boost::json::object args, NodeContext& ctx)>;
 // An agent node: (agent name, the input channel's value, node context) -> the output value.
 using AgentCall = std::function<boost::asio::awaitable<Result<boost::json::value>>(
     std::string agent, boost::json::value input, NodeContext& ctx)>;
 
+// An expression over a run's state: a channel's name stands for its number, len(CHANNEL) for
+// the items it holds. Errors name what is wrong (the node is added by the run).
+using ExpressionEval = std::function<Result<double>(std::string_view expr, const StateView& state)>;
+
 struct WorkflowHooks {
   ModelCall model_call;
   ToolCall tool_call;
   AgentCall agent_call;
+  ExpressionEval evaluate;
 };
 
 struct WorkflowGraph {
@@ -47,13 +52,11 @@ struct WorkflowGraph {
   RuntimeOptions runtime;  // limits from the file (admission); budget/artifacts set by the caller
 };
 
-// Errors: invalid_workflow naming the node when a kind or tool has no implementation (an llm,
-// agent or non-built-in tool node without its hook).
+// Errors: invalid_workflow naming the node when a kind has no implementation (an llm, agent or
+// tool node, or a set node with an expression, without its hook).
 Result<WorkflowGraph> build_workflow_graph(const WorkflowSpec& spec, WorkflowHooks hooks);
 Result<WorkflowGraph> build_workflow_graph(const WorkflowSpec& spec, ModelCall model_call = {});
 
-// Arithmetic over numeric channels; errors name the position. Exposed for tests.
-Result<double> eval_expression(std::string_view expr, const StateView& state);
 // Template substitution as described above.
 Result<boost::json::value> render_template(const boost::json::value& v, const StateView& state,
                                            const boost::json::value& item,

@@ -14,6 +14,11 @@
 //               remains. The artifact is read in bounded chunks, never whole.
 //   doc_search  {"query": string, "k"?: integer 1..20 (default 5)} -> ranked hits, one block
 //               each: "1. path (offset N, score S)" and an indented snippet.
+//   lorem       {"bytes": integer 0..64 MiB} -> deterministic filler text of exactly that size
+//               (big payloads for demos and tests).
+//   sleep       {"ms": number 0..3600000} -> waits that long without holding a thread, then the
+//               milliseconds waited (json_output: a number); ToolContext::cancel ends the wait
+//               within 50 ms (Errc::cancelled). A stand-in for a slow model or API.
 //
 // Thread safety: every tool here may be invoked concurrently. make_artifacts_tool keeps a
 // reference: the store must outlive the tool.
@@ -36,5 +41,7 @@ std::shared_ptr<Tool> make_calculator();
 std::shared_ptr<Tool> make_files_tool(std::filesystem::path root);
 std::shared_ptr<Tool> make_artifacts_tool(ArtifactStore& store);
 std::shared_ptr<Tool> make_doc_search_tool(std::shared_ptr<const DocumentIndex> index);
+std::shared_ptr<Tool> make_lorem_tool();
+std::shared_ptr<Tool> make_sleep_tool();
 
 }  // namespace weir::tools

@@ -14,6 +14,7 @@
 // to ToolOptions::max_concurrency at once). A Tool is shared (shared_ptr) by every caller.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -25,6 +26,7 @@
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/json/object.hpp>
+#include <boost/json/value.hpp>
 
 #include "weir/runtime/error.hpp"
 
@@ -41,6 +43,9 @@ struct ToolOptions {
   std::int32_t rate_per_minute = 0;      // 0: unlimited; calls over the rate wait (bounded) or fail
   std::int32_t rate_burst = 0;           // token bucket size; 0: rate_per_minute (a minute's quota)
   std::size_t max_output_bytes = 16384;  // larger output -> artifact; the model sees head + ref
+  // The output text is one JSON value (the calculator's number): the registry also returns it
+  // parsed, in ToolOutput::value, so a workflow's tool node writes the number, not its text.
+  bool json_output = false;
 };
 
 struct ToolContext {
@@ -48,6 +53,9 @@ struct ToolContext {
   std::string owner;                   // artifact owner (the run id)
   // Where synchronous tool bodies run; set by ToolRegistry. Empty: they run inline.
   boost::asio::any_io_executor blocking_executor;
+  // True once the caller's run was asked to stop (a workflow run's RunOptions::cancel); a tool
+  // that waits a long time looks at it now and then (the `sleep` tool every 50 ms). May be null.
+  std::shared_ptr<const std::atomic<bool>> cancel;
 };
 
 class Tool {
@@ -106,6 +114,8 @@ struct ToolOutput {
   std::string content;  // <= max_output_bytes (+ a short note naming the artifact when spilled)
   std::optional<std::string> artifact_id;  // set when the full output was stored as an artifact
   std::uint64_t output_bytes = 0;          // full output size
+  // The output parsed, for a tool with ToolOptions::json_output whose output was not cut.
+  std::optional<boost::json::value> value;
 };
 
 }  // namespace weir::tools
