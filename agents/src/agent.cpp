@@ -7,6 +7,7 @@
 #include "weir/agents/local_model.hpp"
 #include "weir/runtime/artifact_store.hpp"
 #include "weir/runtime/log.hpp"
+#include "weir/runtime/text.hpp"
 #include "weir/tools/registry.hpp"
 #include "weir/tools/schema.hpp"
 #include "weir/tools/tool.hpp"
@@ -38,9 +39,7 @@ std::int64_t message_tokens(const Message& m, const ChatModel& model) {
 
 // Cuts `s` to at most `n` bytes on a UTF-8 character boundary.
 std::string cut_utf8(std::string_view s, std::size_t n) {
-  if (s.size() <= n) return std::string(s);
-  while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;
-  return std::string(s.substr(0, n));
+  return std::string(s.substr(0, utf8_cut(s, n)));
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <boost/json.hpp>
 
 #include "weir/runtime/artifact_store.hpp"
+#include "weir/runtime/text.hpp"
 #include "weir/tools/registry.hpp"
 #include "weir/tools/schema.hpp"
 #include "weir/tools/tool.hpp"
@@ -44,8 +45,7 @@ std::string bounded_summary(std::string_view text, std::size_t max_bytes) {
   while (!text.empty() && (text.front() == ' ' || text.front() == '\n')) text.remove_prefix(1);
   if (text.size() <= max_bytes) return std::string(text);
   const std::size_t room = max_bytes > 4 ? max_bytes - 4 : 0;
-  std::size_t n = room;
-  while (n > 0 && (static_cast<unsigned char>(text[n]) & 0xC0) == 0x80) --n;
+  std::size_t n = utf8_cut(text, room);
   std::size_t space = text.substr(0, n).find_last_of(" \n");
   if (space != std::string_view::npos && space > 0) n = space;
   return std::string(text.substr(0, n)) + " ...";

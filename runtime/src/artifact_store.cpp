@@ -15,6 +15,7 @@
 
 #include "hash.hpp"
 #include "weir/runtime/memory_budget.hpp"
+#include "weir/runtime/text.hpp"
 
 namespace weir {
 
@@ -148,26 +149,14 @@ Result<FileHeader> read_header(int fd, const fs::path& path, std::uint64_t file_
   return h;
 }
 
-// The first bytes as valid UTF-8, cut on a character boundary; "" when the prefix is binary.
+// The first bytes as valid UTF-8, cut on a character boundary; "" when the prefix is binary
+// (invalid UTF-8, or a control character other than a line break or a tab).
 std::string make_preview(std::string_view bytes, std::size_t max) {
-  std::size_t end = std::min(bytes.size(), max);
-  std::size_t i = 0, last_ok = 0;
-  while (i < end) {
-    auto c = static_cast<unsigned char>(bytes[i]);
-    std::size_t len = c < 0x80         ? 1
-                      : (c >> 5) == 6  ? 2
-                      : (c >> 4) == 14 ? 3
-                      : (c >> 3) == 30 ? 4
-                                       : 0;
-    if (len == 0 || (c < 0x20 && c != '\n' && c != '\t' && c != '\r')) return {};
-    if (i + len > end) break;
-    for (std::size_t k = 1; k < len; ++k) {
-      if ((static_cast<unsigned char>(bytes[i + k]) & 0xC0) != 0x80) return {};
-    }
-    i += len;
-    last_ok = i;
-  }
-  return std::string(bytes.substr(0, last_ok));
+  const std::string_view head = bytes.substr(0, utf8_cut(bytes, max));
+  if (find_invalid_utf8(head)) return {};
+  for (unsigned char c : head)
+    if (c < 0x20 && c != '\n' && c != '\t' && c != '\r') return {};
+  return std::string(head);
 }
 
 bool is_hex_id(const std::string& s) {

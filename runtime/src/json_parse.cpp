@@ -22,6 +22,8 @@
 #include <boost/json/parse.hpp>
 #include <boost/json/stream_parser.hpp>
 
+#include "weir/runtime/text.hpp"
+
 namespace weir {
 
 namespace json = boost::json;
@@ -34,8 +36,7 @@ JsonLocation locate_offset(std::string_view text, std::size_t offset) {
   loc.line = 1 + static_cast<int>(std::count(before.begin(), before.end(), '\n'));
   std::size_t nl = before.rfind('\n');
   std::string_view last = nl == std::string_view::npos ? before : before.substr(nl + 1);
-  for (char ch : last)  // count code points, not continuation bytes
-    if ((static_cast<unsigned char>(ch) & 0xC0) != 0x80) ++loc.column;
+  loc.column += static_cast<int>(utf8_length(last));  // code points, not bytes
   return loc;
 }
 
@@ -313,27 +314,11 @@ std::pair<std::size_t, std::string> find_bad_byte(std::string_view text) {
   const std::size_t n = text.size();
   if (n >= 2 && ((u[0] == 0xFF && u[1] == 0xFE) || (u[0] == 0xFE && u[1] == 0xFF)))
     return {0, "a UTF-16 byte order mark: JSON files must be UTF-8; save the file as UTF-8"};
-  for (std::size_t i = 0; i < n;) {
-    unsigned char c = u[i];
-    if (c == 0) return {i, "a NUL byte (0x00), which JSON text cannot contain"};
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    std::size_t len = c >= 0xF0 && c <= 0xF4 ? 4 : c >= 0xE0 ? 3 : c >= 0xC2 && c < 0xE0 ? 2 : 0;
-    bool ok = len != 0 && i + len <= n;
-    for (std::size_t k = 1; ok && k < len; ++k) ok = (u[i + k] & 0xC0) == 0x80;
-    if (ok && len == 3) {
-      unsigned cp = ((c & 0x0F) << 12) | ((u[i + 1] & 0x3F) << 6);
-      ok = cp >= 0x800 && !(cp >= 0xD800 && cp <= 0xDFFF);
-    }
-    if (ok && len == 4) {
-      unsigned cp = ((c & 0x07) << 18) | ((u[i + 1] & 0x3F) << 12);
-      ok = cp >= 0x10000 && cp <= 0x10FFFF;
-    }
-    if (!ok) return {i, "invalid UTF-8 (byte " + hex(c) + "); JSON files must be UTF-8"};
-    i += len;
-  }
+  const std::size_t nul = text.find('\0');
+  const std::size_t bad = find_invalid_utf8(text.substr(0, nul)).value_or(n);
+  if (bad < n) return {bad, "invalid UTF-8 (byte " + hex(u[bad]) + "); JSON files must be UTF-8"};
+  if (nul != std::string_view::npos)
+    return {nul, "a NUL byte (0x00), which JSON text cannot contain"};
   return {n, {}};
 }
 

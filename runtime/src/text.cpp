@@ -1,5 +1,9 @@
 #include "weir/runtime/text.hpp"
 
+#include <algorithm>
+#include <cctype>
+#include <vector>
+
 namespace weir {
 namespace {
 
@@ -101,6 +105,95 @@ std::size_t utf8_length(std::string_view s) noexcept {
   std::size_t n = 0;
   for (unsigned char c : s) n += (c & 0xC0) != 0x80;
   return n;
+}
+
+std::string utf8_abbreviate(std::string_view s, std::size_t max) {
+  if (s.size() <= max) return std::string(s);
+  std::string out(s.substr(0, utf8_cut(s, max)));
+  out += "...";
+  return out;
+}
+
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+  auto same = [](char x, char y) {
+    return std::tolower(static_cast<unsigned char>(x)) ==
+           std::tolower(static_cast<unsigned char>(y));
+  };
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diag = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (same(a[i - 1], b[j - 1]) ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+namespace {
+
+template <class S>
+std::optional<std::string> closest(std::string_view word, std::span<const S> candidates) {
+  std::optional<std::string> best;
+  std::size_t best_d = std::max<std::size_t>(2, word.size() / 3) + 1;
+  for (const auto& c : candidates) {
+    // The distance is at least the difference of the lengths: skip what cannot win.
+    const std::size_t gap =
+        c.size() > word.size() ? c.size() - word.size() : word.size() - c.size();
+    if (gap >= best_d) continue;
+    // A candidate that shares nothing with the word is no suggestion ("ab" for "xy").
+    if (const std::size_t d = edit_distance(word, c);
+        d < best_d && d < std::max(word.size(), c.size())) {
+      best_d = d;
+      best = std::string(c);
+    }
+  }
+  return best;
+}
+
+template <class S>
+std::string suggestion(std::string_view word, std::span<const S> candidates) {
+  auto m = closest(word, candidates);
+  return m ? "; did you mean '" + *m + "'?" : std::string();
+}
+
+}  // namespace
+
+std::optional<std::string> closest_match(std::string_view word,
+                                         std::span<const std::string> candidates) {
+  return closest(word, candidates);
+}
+std::optional<std::string> closest_match(std::string_view word,
+                                         std::span<const std::string_view> candidates) {
+  return closest(word, candidates);
+}
+std::string did_you_mean(std::string_view word, std::span<const std::string> candidates) {
+  return suggestion(word, candidates);
+}
+std::string did_you_mean(std::string_view word, std::span<const std::string_view> candidates) {
+  return suggestion(word, candidates);
+}
+
+std::string unknown_name_message(std::string_view what, std::string_view name,
+                                 std::span<const std::string> known) {
+  std::string msg = "unknown " + std::string(what) + " '" + std::string(name) + "'";
+  if (known.size() <= 5000)
+    if (auto m = closest_match(name, known)) return msg + "; did you mean '" + *m + "'?";
+  if (known.empty()) return msg + " (none are defined)";
+  if (known.size() > 20) return msg + " (" + std::to_string(known.size()) + " are defined)";
+  msg += " (known: ";
+  for (std::size_t i = 0; i < known.size(); ++i) msg += (i ? ", " : "") + known[i];
+  return msg + ")";
+}
+
+bool is_plain_name(std::string_view s) noexcept {
+  auto alpha = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; };
+  if (s.empty() || !alpha(s[0])) return false;
+  return std::all_of(s.begin() + 1, s.end(),
+                     [&](char c) { return alpha(c) || (c >= '0' && c <= '9') || c == '-'; });
 }
 
 }  // namespace weir

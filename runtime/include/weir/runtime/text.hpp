@@ -1,9 +1,11 @@
 // Small text helpers shared by modules that read outside input (URLs, connection strings,
-// tool output, model text): percent-decoding and UTF-8 validation and cutting.
+// tool output, model text, configuration files): percent-decoding, UTF-8 validation, cutting
+// and repair, and the "did you mean" suggestion for a misspelt name.
 #pragma once
 
 #include <cstddef>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -28,6 +30,10 @@ std::size_t utf8_skip_continuation(std::string_view s) noexcept;
 // Code points in `s` (continuation bytes are not counted).
 std::size_t utf8_length(std::string_view s) noexcept;
 
+// At most `max` bytes of `s`, cut on a character boundary, with "..." after when it was cut:
+// how a message shows a long value ("expression \"((((...\": ...").
+std::string utf8_abbreviate(std::string_view s, std::size_t max);
+
 // Validates a stream given in chunks of any size.
 class Utf8Stream {
  public:
@@ -42,5 +48,32 @@ class Utf8Stream {
   unsigned cp_ = 0;
   unsigned min_ = 0;
 };
+
+// --- suggestions -----------------------------------------------------------------------------
+
+// Levenshtein distance, ASCII letters compared without case ("Calculator" is 0 from
+// "calculator").
+std::size_t edit_distance(std::string_view a, std::string_view b);
+
+// The candidate nearest to `word` when it is within max(2, |word| / 3) edits and shares
+// something with it (ties: the first), for "did you mean" hints; nullopt otherwise.
+std::optional<std::string> closest_match(std::string_view word,
+                                         std::span<const std::string> candidates);
+std::optional<std::string> closest_match(std::string_view word,
+                                         std::span<const std::string_view> candidates);
+
+// "unknown channel 'countr'; did you mean 'counter'?"; when no name is close, the names known:
+// " (known: a, b)", " (42 are defined)" past 20 of them, " (none are defined)". Past 5000
+// names no suggestion is looked for (it costs an edit distance each).
+std::string unknown_name_message(std::string_view what, std::string_view name,
+                                 std::span<const std::string> known);
+
+// ^[A-Za-z_][A-Za-z0-9_-]*$: the names of a configuration file's channels, nodes, tools,
+// models, servers ("fs" in "fs/read_file" must hold no '/').
+bool is_plain_name(std::string_view s) noexcept;
+
+// "; did you mean 'summarize'?" when closest_match finds one, else "".
+std::string did_you_mean(std::string_view word, std::span<const std::string> candidates);
+std::string did_you_mean(std::string_view word, std::span<const std::string_view> candidates);
 
 }  // namespace weir
