@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <cstdlib>
 #include <deque>
 #include <future>
 #include <mutex>
@@ -141,7 +142,8 @@ struct McpClient::Impl {
     while (gen == generation && !out_queue.empty()) {
       std::string line = std::move(out_queue.front());
       out_queue.pop_front();
-      auto s = co_await t->async_write_message(std::move(line));
+      auto op = t->async_write_message(std::move(line));
+      auto s = co_await std::move(op);
       if (!s) {
         if (gen == generation) writing = false;
         down(gen, s.error().message);
@@ -217,7 +219,8 @@ struct McpClient::Impl {
     for (int page = 0; page < 1000; ++page) {
       json::object params;
       if (!cursor.is_null()) params["cursor"] = cursor;
-      auto r = co_await request("tools/list", std::move(params), deadline);
+      auto op = request("tools/list", std::move(params), deadline);
+      auto r = co_await std::move(op);
       if (!r) co_return Error(r.error().code, who() + ": tools/list: " + r.error().message);
       const auto* o = r->if_object();
       const auto* tools = o ? o->if_contains("tools") : nullptr;
@@ -277,7 +280,8 @@ struct McpClient::Impl {
     json::object init{{"protocolVersion", std::string(kMcpProtocolVersion)},
                       {"capabilities", json::object{}},
                       {"clientInfo", json::object{{"name", "weir"}, {"version", "0.1"}}}};
-    auto r = co_await request("initialize", std::move(init), deadline);
+    auto op = request("initialize", std::move(init), deadline);
+    auto r = co_await std::move(op);
     if (gen != generation) co_return;
     if (!r) {
       down(gen, "initialize: " + r.error().message, r.error().code);
@@ -421,6 +425,16 @@ Result<std::shared_ptr<McpClient>> McpClient::connect(McpServerConfig config) {
                  "mcp server '" + config.name +
                      "': give either \"command\" (a server weir starts, stdio) or \"url\" "
                      "(Streamable HTTP)");
+  // A secret header: read from the environment now, never from a file, never logged.
+  for (const auto& [header, variable] : config.headers_env) {
+    const char* value = std::getenv(variable.c_str());
+    if (!value || !*value)
+      return Error(Errc::invalid_argument, "mcp server '" + config.name + "': headers_env '" +
+                                               header + "': the environment variable '" + variable +
+                                               "' is unset or empty");
+    config.headers.emplace_back(header, value);
+  }
+  config.headers_env.clear();
   if (config.max_message_bytes < 1024 || config.max_in_flight < 1 || config.max_write_queue < 1 ||
       config.max_restarts < 0)
     return Error(Errc::invalid_argument,

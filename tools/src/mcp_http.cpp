@@ -148,7 +148,8 @@ struct HttpTransport::State : std::enable_shared_from_this<State> {
         return {};
       });
     };
-    auto r = co_await client->async_request(url, request_for(std::move(body)), sink);
+    auto op = client->async_request(url, request_for(std::move(body)), sink);
+    auto r = co_await std::move(op);
     if (ended) co_return;  // closed, or the connection already ended for another reason
     if (!r) {
       end(who + ": " + r.error().message);
@@ -237,7 +238,8 @@ asio::awaitable<Status> HttpTransport::async_write_message(std::string message) 
       s->ex,
       [s, it, body = std::move(message), id = std::move(id)]() mutable -> asio::awaitable<void> {
         try {
-          co_await s->post(std::move(body), std::move(id));
+          auto op = s->post(std::move(body), std::move(id));
+          co_await std::move(op);
         } catch (const std::exception& e) {
           weir::log(LogLevel::error, s->who + ": POST failed: " + e.what());
         }

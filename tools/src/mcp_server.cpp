@@ -133,7 +133,8 @@ struct McpServer::Impl {
         co_return rpc::error_response(m.id, rpc::kInvalidRequest,
                                       "request id " + rpc::id_text(m.id) + " is already in use");
     }
-    Outcome o = co_await asio::co_spawn(pool, run(tool, std::move(args), k), asio::use_awaitable);
+    auto op = asio::co_spawn(pool, run(tool, std::move(args), k), asio::use_awaitable);
+    Outcome o = co_await std::move(op);
     if (o.cancelled) co_return std::nullopt;
     const Result<ToolOutput>& r = o.result;
     const std::string text = r ? r->content : r.error().to_string();
@@ -201,8 +202,10 @@ asio::awaitable<std::optional<std::string>> McpServer::handle(std::string messag
     co_return impl_->read_resource(*m, params);
   if (m->method == "resources/list" && impl_->opt.artifacts)  // links come with results only
     co_return rpc::response(m->id, json::object{{"resources", json::array{}}});
-  if (m->method == "tools/call")
-    co_return co_await impl_->call(std::move(*m), std::move(params), std::move(session));
+  if (m->method == "tools/call") {
+    auto op = impl_->call(std::move(*m), std::move(params), std::move(session));
+    co_return co_await std::move(op);
+  }
   co_return rpc::error_response(m->id, rpc::kMethodNotFound, "Method not found: " + m->method);
 }
 

@@ -80,23 +80,6 @@ struct ToolRegistry::Shared {
 
 namespace {
 
-std::size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<std::size_t> row(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    std::size_t diag = row[0];
-    row[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      const std::size_t up = row[j];
-      const bool same = std::tolower(static_cast<unsigned char>(a[i - 1])) ==
-                        std::tolower(static_cast<unsigned char>(b[j - 1]));
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (same ? 0 : 1)});
-      diag = up;
-    }
-  }
-  return row[b.size()];
-}
-
 std::string timeout_message(const std::string& name, std::chrono::milliseconds t) {
   return "tool '" + name + "' did not answer within " + std::to_string(t.count()) + " ms";
 }
@@ -113,7 +96,8 @@ asio::awaitable<void> run_invocation(std::shared_ptr<ToolRegistry::Entry> entry,
                                      ToolContext ctx, std::shared_ptr<Channel> chan) {
   Result<std::string> r;
   try {
-    r = co_await entry->tool->invoke(std::move(args), ctx);
+    auto op = entry->tool->invoke(std::move(args), ctx);
+    r = co_await std::move(op);
   } catch (const std::exception& e) {
     r = Error(Errc::tool_failed, "tool '" + entry->tool->name() + "' threw: " + e.what());
   } catch (...) {
@@ -126,6 +110,59 @@ asio::awaitable<void> run_invocation(std::shared_ptr<ToolRegistry::Entry> entry,
 
 asio::awaitable<void> wait_until(asio::steady_timer& timer) {
   co_await timer.async_wait(asio::use_awaitable);
+}
+
+// "unknown tool 'x'; did you mean 'y'? (available: ...)".
+std::string unknown_tool(const std::string& name, const std::vector<std::string>& available) {
+  std::string msg = "unknown tool '" + name + "'" + did_you_mean(name, available);
+  if (available.empty()) return msg + " (no tools are registered)";
+  msg += " (available: ";
+  for (std::size_t i = 0; i < available.size(); ++i) msg += (i ? ", " : "") + available[i];
+  return msg + ")";
+}
+
+// A tool's output as the caller gets it: refused when it is binary or invalid UTF-8; parsed for
+// a json_output tool; above max_output_bytes, stored whole as an artifact (ctx.artifacts) and
+// cut to its head plus a note naming it.
+Result<ToolOutput> finish_output(const std::string& name, const ToolOptions& opt, std::string text,
+                                 const ToolContext& ctx) {
+  if (auto nul = text.find('\0'); nul != std::string::npos)
+    return Error(Errc::tool_failed, "tool '" + name +
+                                        "' returned binary output (a NUL byte at offset " +
+                                        std::to_string(nul) + ")");
+  if (auto bad = find_invalid_utf8(text))
+    return Error(Errc::tool_failed,
+                 "tool '" + name + "' returned invalid UTF-8 at byte " + std::to_string(*bad));
+  ToolOutput result;
+  result.output_bytes = text.size();
+  if (text.size() <= opt.max_output_bytes || ctx.whole_output) {
+    if (opt.json_output) {
+      boost::system::error_code ec;
+      json::value v = json::parse(text, ec);
+      if (!ec) result.value = std::move(v);
+    }
+    result.content = std::move(text);
+    return result;
+  }
+  const std::size_t head = utf8_cut(text, opt.max_output_bytes);
+  std::string note = "\n[output truncated: showing the first " + std::to_string(head) + " of " +
+                     std::to_string(text.size()) + " bytes; ";
+  if (ctx.artifacts) {
+    auto ref = ctx.artifacts->put(text, "text/plain", {}, ctx.owner);
+    if (ref) {
+      result.artifact_id = ref->id;
+      note += "the full output is artifact " + ref->id + " (read it with the artifacts tool)]";
+    } else {
+      note += "the rest was lost: " + ref.error().message + "]";
+    }
+  } else {
+    note += "the rest was dropped (no artifact store)]";
+  }
+  // A fresh string: the head of a 50 MB output must not keep 50 MB of capacity alive.
+  result.content.reserve(head + note.size());
+  result.content.append(text, 0, head);
+  result.content += note;
+  return result;
 }
 
 }  // namespace
@@ -199,25 +236,7 @@ asio::awaitable<Result<ToolOutput>> ToolRegistry::async_call(std::string_view na
     if (!entry)
       for (const auto& [n, unused] : tools_) available.push_back(n);
   }
-  if (!entry) {
-    std::string msg = "unknown tool '" + name + "'";
-    const std::string* best = nullptr;
-    std::size_t best_d = 0;
-    for (const auto& n : available) {
-      const std::size_t d = edit_distance(name, n);
-      if (!best || d < best_d) best = &n, best_d = d;
-    }
-    if (best && best_d <= std::max<std::size_t>(2, best->size() / 3))
-      msg += "; did you mean '" + *best + "'?";
-    if (available.empty()) {
-      msg += " (no tools are registered)";
-    } else {
-      msg += " (available: ";
-      for (std::size_t i = 0; i < available.size(); ++i) msg += (i ? ", " : "") + available[i];
-      msg += ")";
-    }
-    co_return Error(Errc::not_found, std::move(msg));
-  }
+  if (!entry) co_return Error(Errc::not_found, unknown_tool(name, available));
   const ToolOptions& opt = entry->options;
   if (auto s = validate(entry->tool->parameters(), args); !s)
     co_return Error(Errc::invalid_argument, name + ": " + s.error().message);
@@ -283,45 +302,7 @@ asio::awaitable<Result<ToolOutput>> ToolRegistry::async_call(std::string_view na
     co_return Error(Errc::cancelled, "tool '" + name + "': the call was cancelled");
   if (!out) co_return std::move(out).error();
 
-  // Output checks and the spill.
-  std::string text = std::move(*out);
-  if (auto nul = text.find('\0'); nul != std::string::npos)
-    co_return Error(Errc::tool_failed, "tool '" + name +
-                                           "' returned binary output (a NUL byte at offset " +
-                                           std::to_string(nul) + ")");
-  if (auto bad = find_invalid_utf8(text))
-    co_return Error(Errc::tool_failed,
-                    "tool '" + name + "' returned invalid UTF-8 at byte " + std::to_string(*bad));
-  ToolOutput result;
-  result.output_bytes = text.size();
-  if (text.size() <= opt.max_output_bytes) {
-    if (opt.json_output) {
-      boost::system::error_code ec;
-      json::value v = json::parse(text, ec);
-      if (!ec) result.value = std::move(v);
-    }
-    result.content = std::move(text);
-    co_return result;
-  }
-  const std::size_t head = utf8_cut(text, opt.max_output_bytes);
-  std::string note = "\n[output truncated: showing the first " + std::to_string(head) + " of " +
-                     std::to_string(text.size()) + " bytes; ";
-  if (ctx.artifacts) {
-    auto ref = ctx.artifacts->put(text, "text/plain", {}, ctx.owner);
-    if (ref) {
-      result.artifact_id = ref->id;
-      note += "the full output is artifact " + ref->id + " (read it with the artifacts tool)]";
-    } else {
-      note += "the rest was lost: " + ref.error().message + "]";
-    }
-  } else {
-    note += "the rest was dropped (no artifact store)]";
-  }
-  // A fresh string: the head of a 50 MB output must not keep 50 MB of capacity alive.
-  result.content.reserve(head + note.size());
-  result.content.append(text, 0, head);
-  result.content += note;
-  co_return result;
+  co_return finish_output(name, opt, std::move(*out), ctx);
 }
 
 }  // namespace weir::tools

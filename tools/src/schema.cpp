@@ -668,26 +668,6 @@ class Checker {
 
 }  // namespace
 
-const char* json_type_name(const json::value& v) noexcept {
-  switch (v.kind()) {
-    case json::kind::null:
-      return "null";
-    case json::kind::bool_:
-      return "boolean";
-    case json::kind::int64:
-    case json::kind::uint64:
-    case json::kind::double_:
-      return "number";
-    case json::kind::string:
-      return "string";
-    case json::kind::array:
-      return "array";
-    case json::kind::object:
-      return "object";
-  }
-  return "unknown";
-}
-
 Status validate(const json::value& schema, const json::value& v) {
   return validate(schema, v, schema);
 }

@@ -52,7 +52,8 @@ class SyncTool final : public BasicTool {
         fn_(std::move(fn)) {}
   asio::awaitable<Result<std::string>> invoke(json::object args, const ToolContext& ctx) override {
     if (!ctx.blocking_executor) co_return fn_(args, ctx);
-    co_return co_await run_blocking(ctx.blocking_executor, &fn_, std::move(args), ctx);
+    auto op = run_blocking(ctx.blocking_executor, &fn_, std::move(args), ctx);
+    co_return co_await std::move(op);
   }
 
  private:
@@ -66,7 +67,8 @@ class AsyncTool final : public BasicTool {
       : BasicTool(std::move(name), std::move(description), std::move(parameters), options),
         fn_(std::move(fn)) {}
   asio::awaitable<Result<std::string>> invoke(json::object args, const ToolContext& ctx) override {
-    co_return co_await fn_(std::move(args), ctx);
+    auto op = fn_(std::move(args), ctx);
+    co_return co_await std::move(op);
   }
 
  private:

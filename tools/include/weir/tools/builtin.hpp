@@ -24,14 +24,24 @@
 // reference: the store must outlive the tool.
 #pragma once
 
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include <boost/json/object.hpp>
 
 #include "weir/tools/tool.hpp"
 
 namespace weir {
 class ArtifactStore;
-}
+class JsonFields;
+}  // namespace weir
 
 namespace weir::tools {
 
@@ -43,5 +53,42 @@ std::shared_ptr<Tool> make_artifacts_tool(ArtifactStore& store);
 std::shared_ptr<Tool> make_doc_search_tool(std::shared_ptr<const DocumentIndex> index);
 std::shared_ptr<Tool> make_lorem_tool();
 std::shared_ptr<Tool> make_sleep_tool();
+
+// --- built-ins by name, for configuration files ----------------------------------------------
+// The one list of built-ins and the one reader of their settings, for every format that names
+// them: a workflow's "tools" entries ({"calc": {"builtin": "calculator", ...}}), a crew file's
+// "tools" ({"doc_search": {"folder": "../data"}}), `weir mcp --tools`.
+
+// calculator, files, artifacts, doc_search, lorem, sleep.
+std::span<const std::string> builtin_tool_names();
+// files and doc_search work in a folder ("root").
+bool builtin_tool_needs_root(std::string_view builtin) noexcept;
+
+struct BuiltinToolConfig {
+  std::string builtin;  // one of builtin_tool_names()
+  // files, doc_search: the folder, resolved against the file's folder. Required for them.
+  std::filesystem::path root;
+  // Over the tool's own ToolOptions when set.
+  std::optional<std::chrono::milliseconds> timeout;
+  std::optional<std::int32_t> max_concurrency, rate_per_minute;
+  std::optional<std::size_t> max_output_bytes;
+};
+
+// Reads the settings of built-in `builtin` (named at `builtin_ptr`) from the entry `o` at `ptr`:
+// "root" (files and doc_search; doc_search also takes it as "folder", as crew files write it),
+// "timeout_ms", "max_output_bytes" (a byte size), "max_concurrency" (1..4096),
+// "rate_per_minute" (0..2^30, 0: no limit). Keys besides those and `extra_keys` are reported.
+// nullopt, with every problem reported through `fields`, when the entry is not usable.
+std::optional<BuiltinToolConfig> parse_builtin_tool(
+    JsonFields& fields, std::string_view builtin, std::string_view builtin_ptr,
+    const boost::json::object& o, std::string_view ptr, const std::filesystem::path& base_dir,
+    std::span<const std::string_view> extra_keys = {});
+
+// The tool, registered under `name` (the built-in's own name when empty), with the settings
+// over its options. `artifacts` backs the artifacts tool. Errors: invalid_argument (a folder
+// that does not exist, the artifacts tool without a store, an unknown built-in), and the
+// document index's errors for doc_search.
+Result<std::shared_ptr<Tool>> make_builtin_tool(const BuiltinToolConfig& config,
+                                                ArtifactStore* artifacts, std::string name = {});
 
 }  // namespace weir::tools

@@ -53,6 +53,10 @@
 #include "weir/runtime/error.hpp"
 #include "weir/tools/tool.hpp"
 
+namespace weir {
+class JsonFields;
+}
+
 namespace weir::tools {
 
 class ToolRegistry;
@@ -68,6 +72,9 @@ struct McpServerConfig {
   // and headers sent with every request (values are secrets: never logged).
   std::string url;
   std::vector<std::pair<std::string, std::string>> headers;
+  // Headers whose values are read from environment variables (header -> variable) when the
+  // client connects: a secret stays out of files and logs. Unset or empty: connect() fails.
+  std::map<std::string, std::string> headers_env;
   // The server's environment (stdio): these, over a small default taken from weir's (HOME,
   // LOGNAME, PATH, SHELL, TERM, USER, the locale, TMPDIR, TZ); nothing else of weir's is passed.
   std::map<std::string, std::string> env;
@@ -82,6 +89,17 @@ struct McpServerConfig {
   std::chrono::milliseconds connect_timeout{30000};  // start + initialize + tools/list
   std::chrono::milliseconds shutdown_grace{2000};    // SIGTERM -> SIGKILL
 };
+
+// One "mcp_servers" entry of a configuration file (workflow, crew or group-chat file) at `ptr`:
+// {"command": [...]} (stdio) or {"url": "http://..."} (Streamable HTTP), with "env", "cwd"
+// (resolved against `base_dir`), "headers", "headers_env" (url only), "timeout_ms",
+// "max_concurrency" (1..4096), "rate_per_minute" (0..2^30), "max_message_bytes" (>= 1024).
+// `name` must be a plain name (letters, digits, '_', '-'; its tools are "name/tool").
+// nullopt, with every problem reported through `fields`, when the entry is not usable.
+std::optional<McpServerConfig> parse_mcp_server(JsonFields& fields, std::string_view name,
+                                                const boost::json::value& entry,
+                                                std::string_view ptr,
+                                                const std::filesystem::path& base_dir);
 
 // One tool as the server lists it.
 struct McpToolInfo {

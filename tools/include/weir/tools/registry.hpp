@@ -14,7 +14,7 @@
 //   6. turns an exception from the tool into Errc::tool_failed ("tool 'x' threw: what"),
 //      refuses output that is not valid UTF-8 or contains NUL bytes (tool_failed), and spills
 //      output above max_output_bytes to ctx.artifacts: the caller sees the head (cut on a
-//      character boundary) plus a note naming the artifact id.
+//      character boundary) plus a note naming the artifact id (unless ctx.whole_output).
 //
 // Synchronous tools (make_tool) run on the registry's own blocking pool (sync_threads threads)
 // so they never block the caller's io_context; one that never returns keeps a pool thread.

@@ -40,6 +40,7 @@
 #include <boost/json/value.hpp>
 
 #include "weir/runtime/error.hpp"
+#include "weir/runtime/json_fields.hpp"
 
 namespace weir::tools {
 
@@ -86,7 +87,7 @@ class Schema {
 };
 
 // "string", "number", "object", ... : the JSON type of `v` as messages name it (integral
-// numbers are "number" too).
-const char* json_type_name(const boost::json::value& v) noexcept;
+// numbers are "number" too). The runtime's (weir/runtime/json_fields.hpp), named here as before.
+using weir::json_type_name;
 
 }  // namespace weir::tools
