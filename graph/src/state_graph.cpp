@@ -10,6 +10,8 @@
 #include <boost/graph/strong_components.hpp>
 #include <boost/json.hpp>
 
+#include "weir/runtime/text.hpp"
+
 namespace weir::graph {
 
 namespace json = boost::json;
@@ -76,177 +78,208 @@ Result<std::shared_ptr<const CompiledGraph>> StateGraph::compile(GraphLimits lim
   return StateGraph(*this).compile(limits);
 }
 
+// StateGraph::compile's steps, in order; each adds what it finds wrong to `problems`.
+struct CompiledGraph::Compiler {
+  // Arcs by vertex: 0 = START, i + 1 = node i, N + 1 = END; sorted and unique.
+  using Adjacency = std::vector<std::vector<std::size_t>>;
+
+  CompiledGraph& g;
+  std::vector<std::string>& problems;
+  std::vector<std::string> names;  // for suggestions, filled when one is needed
+
+  // The name index (a binary search: a graph may have hundreds of thousands of nodes; among
+  // equal names, an error reported here, the first defined), reserved and repeated names.
+  void index_names() {
+    const auto& nodes = g.nodes_;
+    g.by_name_.resize(nodes.size());
+    for (std::uint32_t i = 0; i < g.by_name_.size(); ++i) g.by_name_[i] = i;
+    std::stable_sort(g.by_name_.begin(), g.by_name_.end(), [&](std::uint32_t a, std::uint32_t b) {
+      return nodes[a].name < nodes[b].name;
+    });
+    for (const auto& n : nodes) g.visit_caps_ = g.visit_caps_ || n.options.max_visits > 0;
+    std::vector<bool> again(nodes.size());  // a name defined before, found in the sorted order
+    for (std::size_t i = 1; i < g.by_name_.size(); ++i)
+      if (nodes[g.by_name_[i]].name == nodes[g.by_name_[i - 1]].name) again[g.by_name_[i]] = true;
+    for (std::size_t i = 0; i < nodes.size(); ++i) {
+      const auto& n = nodes[i];
+      if (n.name == kStart || n.name == kEnd)
+        problems.push_back("'" + n.name + "' is reserved; rename the node");
+      if (again[i]) problems.push_back("node '" + n.name + "' is defined twice");
+    }
+    std::set<std::string> channel_names;
+    for (const auto& [name, opt] : g.channels_) {
+      if (!channel_names.insert(name).second)
+        problems.push_back("channel '" + name + "' is defined twice");
+    }
+  }
+
+  // Subgraph nodes: their channel maps resolved against both graphs.
+  void resolve_subgraphs() {
+    for (auto& n : g.nodes_) {
+      if (!n.sub) continue;
+      if (!n.sub->graph) {
+        problems.push_back("subgraph node '" + n.name + "' has no compiled graph");
+        continue;
+      }
+      auto def = std::make_shared<StateGraph::SubgraphDef>(*n.sub);
+      resolve_map(n.name, *def->graph, def->options.input, true, def->in);
+      resolve_map(n.name, *def->graph, def->options.output, false, def->out);
+      n.sub = std::move(def);
+    }
+  }
+  void resolve_map(const std::string& node, const CompiledGraph& child,
+                   const std::vector<std::pair<std::string, std::string>>& map, bool in,
+                   std::vector<std::pair<std::size_t, std::size_t>>& out) {
+    if (map.empty()) {  // every name both graphs have
+      for (std::size_t i = 0; i < g.channels_.size(); ++i) {
+        if (auto c = child.channel_index(g.channels_[i].first))
+          out.emplace_back(in ? i : *c, in ? *c : i);
+      }
+      return;
+    }
+    const char* what = in ? "input" : "output";
+    for (const auto& [from, to] : map) {
+      const std::string& parent_name = in ? from : to;
+      const std::string& child_name = in ? to : from;
+      auto p = g.channel_index(parent_name);
+      auto c = child.channel_index(child_name);
+      if (!p)
+        problems.push_back("subgraph node '" + node + "': " + what + " maps channel '" +
+                           parent_name + "', which the parent graph does not have");
+      if (!c)
+        problems.push_back("subgraph node '" + node + "': " + what + " maps channel '" +
+                           child_name + "', which the subgraph does not have");
+      if (p && c) out.emplace_back(in ? *p : *c, in ? *c : *p);
+    }
+  }
+
+  std::optional<std::size_t> vertex(const std::string& s) const {
+    if (s == kStart) return 0;
+    if (s == kEnd) return g.nodes_.size() + 1;
+    if (auto i = g.node_index(s)) return *i + 1;
+    return std::nullopt;
+  }
+  std::string suggestion(const std::string& s) {
+    if (names.empty())
+      for (const auto& n : g.nodes_) names.push_back(n.name);
+    return did_you_mean(s, names);
+  }
+
+  // The edges: each node's static successors and routers, and every arc for the checks below.
+  Adjacency link_edges() {
+    const std::size_t N = g.nodes_.size();
+    g.static_next_.assign(N + 1, {});
+    g.routers_.assign(N + 1, {});
+    Adjacency adj(N + 2);
+    for (const auto& e : g.edges_) {
+      auto from = vertex(e.from);
+      if (!from || *from == N + 1) {
+        problems.push_back("edge from '" + e.from + "': unknown node" + suggestion(e.from));
+        continue;
+      }
+      if (e.router) g.routers_[*from].push_back(&e.router);
+      for (const auto& t : e.to) {
+        auto to = vertex(t);
+        if (!to || *to == 0) {
+          problems.push_back("edge from '" + e.from + "' to '" + t + "': unknown node" +
+                             suggestion(t));
+          continue;
+        }
+        adj[*from].push_back(*to);
+        if (!e.router && !e.send && *to != N + 1) g.static_next_[*from].push_back(*to - 1);
+      }
+      if (e.router && e.to.empty()) {  // undeclared targets: assume any node
+        for (std::size_t i = 1; i <= N + 1; ++i) adj[*from].push_back(i);
+      }
+    }
+    for (auto& a : adj) {
+      std::sort(a.begin(), a.end());
+      a.erase(std::unique(a.begin(), a.end()), a.end());
+    }
+    return adj;
+  }
+
+  // Every node reachable from START, and able to reach END (a node invoked by Send returns to
+  // the barrier: it needs no way to END of its own). An explicit stack of vertex numbers: a
+  // chain of many nodes must cost neither a deep recursion nor a large frame a vertex.
+  void check_reachability(const Adjacency& adj) {
+    const std::size_t N = g.nodes_.size();
+    std::vector<bool> send_target(N + 2);
+    for (const auto& e : g.edges_) {
+      if (!e.send) continue;
+      for (const auto& t : e.to) {
+        if (auto i = vertex(t)) send_target[*i] = true;
+      }
+    }
+    Adjacency radj(N + 2);
+    for (std::size_t u = 0; u < adj.size(); ++u)
+      for (auto v : adj[u]) radj[v].push_back(u);
+    auto visit_from = [](const Adjacency& graph, std::size_t source) {
+      std::vector<bool> seen(graph.size());
+      std::vector<std::size_t> stack = {source};
+      while (!stack.empty()) {
+        auto u = stack.back();
+        stack.pop_back();
+        if (seen[u]) continue;
+        seen[u] = true;
+        for (auto v : graph[u])
+          if (!seen[v]) stack.push_back(v);
+      }
+      return seen;
+    };
+    const std::vector<bool> reach = visit_from(adj, 0);
+    const std::vector<bool> to_end = visit_from(radj, N + 1);
+    for (std::size_t i = 0; i < N; ++i) {
+      if (!reach[i + 1])
+        problems.push_back("node '" + g.nodes_[i].name + "' is not reachable from START");
+      else if (!to_end[i + 1] && !send_target[i + 1])
+        problems.push_back("node '" + g.nodes_[i].name + "' cannot reach END");
+    }
+    if (adj[0].empty()) problems.push_back("no edge leaves START");
+  }
+
+  // Cycles (informational): each strongly connected component (Boost.Graph) with more than one
+  // node, or one node with an edge to itself, listed in node definition order.
+  void find_cycles(const Adjacency& adj) {
+    const std::size_t N = g.nodes_.size();
+    using BGraph = boost::adjacency_list<boost::vecS, boost::vecS, boost::directedS>;
+    BGraph bg(N + 2);
+    for (std::size_t u = 0; u < adj.size(); ++u) {
+      for (auto v : adj[u]) boost::add_edge(u, v, bg);
+    }
+    std::vector<std::size_t> component(N + 2);
+    const std::size_t components = boost::strong_components(
+        bg,
+        boost::make_iterator_property_map(component.begin(), boost::get(boost::vertex_index, bg)));
+    std::vector<std::vector<std::string>> by_component(components);
+    std::vector<bool> cyclic(components);
+    for (std::size_t i = 1; i <= N; ++i) {
+      by_component[component[i]].push_back(g.nodes_[i - 1].name);
+      if (std::binary_search(adj[i].begin(), adj[i].end(), i)) cyclic[component[i]] = true;
+    }
+    std::vector<bool> listed(components);
+    for (std::size_t i = 1; i <= N; ++i) {
+      const std::size_t c = component[i];
+      if (listed[c] || (by_component[c].size() < 2 && !cyclic[c])) continue;
+      listed[c] = true;
+      g.cycles_.push_back(std::move(by_component[c]));
+    }
+  }
+};
+
 Result<std::shared_ptr<const CompiledGraph>> StateGraph::compile(GraphLimits limits) && {
   auto g = std::make_shared<CompiledGraph>();
   g->limits_ = limits;
   g->channels_ = std::move(channels_);
   g->nodes_ = std::move(nodes_);
   g->edges_ = std::move(edges_);
-  const auto& nodes = g->nodes_;
-  // A binary search for names (a graph may have hundreds of thousands of nodes); among equal
-  // names (an error reported below) the first defined.
-  g->by_name_.resize(nodes.size());
-  for (std::uint32_t i = 0; i < g->by_name_.size(); ++i) g->by_name_[i] = i;
-  std::stable_sort(g->by_name_.begin(), g->by_name_.end(),
-                   [&](std::uint32_t a, std::uint32_t b) { return nodes[a].name < nodes[b].name; });
-  for (const auto& n : nodes) g->visit_caps_ = g->visit_caps_ || n.options.max_visits > 0;
   std::vector<std::string> problems;
-  std::vector<bool> again(nodes.size());  // a name defined before, found in the sorted order
-  for (std::size_t i = 1; i < g->by_name_.size(); ++i)
-    if (nodes[g->by_name_[i]].name == nodes[g->by_name_[i - 1]].name) again[g->by_name_[i]] = true;
-  for (std::size_t i = 0; i < nodes.size(); ++i) {
-    const auto& n = nodes[i];
-    if (n.name == kStart || n.name == kEnd)
-      problems.push_back("'" + n.name + "' is reserved; rename the node");
-    if (again[i]) problems.push_back("node '" + n.name + "' is defined twice");
-  }
-  std::set<std::string> channel_names;
-  for (const auto& [name, opt] : g->channels_) {
-    if (!channel_names.insert(name).second)
-      problems.push_back("channel '" + name + "' is defined twice");
-  }
-  // Subgraph nodes: resolve their channel maps against both graphs.
-  for (auto& n : g->nodes_) {
-    if (!n.sub) continue;
-    if (!n.sub->graph) {
-      problems.push_back("subgraph node '" + n.name + "' has no compiled graph");
-      continue;
-    }
-    auto def = std::make_shared<SubgraphDef>(*n.sub);
-    const CompiledGraph& child = *def->graph;
-    auto resolve = [&](const std::vector<std::pair<std::string, std::string>>& map, bool in,
-                       std::vector<std::pair<std::size_t, std::size_t>>& out) {
-      if (map.empty()) {  // every name both graphs have
-        for (std::size_t i = 0; i < g->channels_.size(); ++i) {
-          if (auto c = child.channel_index(g->channels_[i].first))
-            out.emplace_back(in ? i : *c, in ? *c : i);
-        }
-        return;
-      }
-      const char* what = in ? "input" : "output";
-      for (const auto& [from, to] : map) {
-        const std::string& parent_name = in ? from : to;
-        const std::string& child_name = in ? to : from;
-        auto p = g->channel_index(parent_name);
-        auto c = child.channel_index(child_name);
-        if (!p)
-          problems.push_back("subgraph node '" + n.name + "': " + what + " maps channel '" +
-                             parent_name + "', which the parent graph does not have");
-        if (!c)
-          problems.push_back("subgraph node '" + n.name + "': " + what + " maps channel '" +
-                             child_name + "', which the subgraph does not have");
-        if (p && c) out.emplace_back(in ? *p : *c, in ? *c : *p);
-      }
-    };
-    resolve(def->options.input, true, def->in);
-    resolve(def->options.output, false, def->out);
-    n.sub = std::move(def);
-  }
-  std::vector<std::string> names;  // for suggestions, filled when one is needed
-  auto suggest = [&](const std::string& s) {
-    if (names.empty())
-      for (const auto& n : nodes) names.push_back(n.name);
-    return closest_match(s, names);
-  };
-  const std::size_t N = nodes.size();
-  g->static_next_.assign(N + 1, {});
-  g->routers_.assign(N + 1, {});
-  std::vector<std::vector<std::size_t>> adj(N + 2);  // N + 1 = END; sorted, unique below
-  auto index = [&](const std::string& s) -> std::optional<std::size_t> {
-    if (s == kStart) return 0;
-    if (s == kEnd) return N + 1;
-    if (auto i = g->node_index(s)) return *i + 1;
-    return std::nullopt;
-  };
-  for (const auto& e : g->edges_) {
-    auto from = index(e.from);
-    if (!from || *from == N + 1) {
-      auto m = suggest(e.from);
-      problems.push_back("edge from '" + e.from + "': unknown node" +
-                         (m ? "; did you mean '" + *m + "'?" : ""));
-      continue;
-    }
-    if (e.router) g->routers_[*from].push_back(&e.router);
-    for (const auto& t : e.to) {
-      auto to = index(t);
-      if (!to || *to == 0) {
-        auto m = suggest(t);
-        problems.push_back("edge from '" + e.from + "' to '" + t + "': unknown node" +
-                           (m ? "; did you mean '" + *m + "'?" : ""));
-        continue;
-      }
-      adj[*from].push_back(*to);
-      if (!e.router && !e.send && *to != N + 1) g->static_next_[*from].push_back(*to - 1);
-    }
-    if (e.router && e.to.empty()) {  // undeclared targets: assume any node
-      for (std::size_t i = 1; i <= N + 1; ++i) adj[*from].push_back(i);
-    }
-  }
-  for (auto& a : adj) {
-    std::sort(a.begin(), a.end());
-    a.erase(std::unique(a.begin(), a.end()), a.end());
-  }
-  // A node invoked by Send returns to the barrier: it needs no way to END of its own.
-  std::vector<bool> send_target(N + 2);
-  for (const auto& e : g->edges_) {
-    if (!e.send) continue;
-    for (const auto& t : e.to) {
-      if (auto i = index(t)) send_target[*i] = true;
-    }
-  }
-  // Reachability from START and to END (on the reversed edges), with an explicit stack of
-  // vertex numbers: a chain of many nodes must cost neither a deep recursion nor a large frame
-  // a vertex. Vertex 0 = START, i + 1 = node i, N + 1 = END.
-  std::vector<std::vector<std::size_t>> radj(N + 2);
-  for (std::size_t u = 0; u < adj.size(); ++u)
-    for (auto v : adj[u]) radj[v].push_back(u);
-  auto visit_from = [](const std::vector<std::vector<std::size_t>>& graph, std::size_t source) {
-    std::vector<bool> seen(graph.size());
-    std::vector<std::size_t> stack = {source};
-    while (!stack.empty()) {
-      auto u = stack.back();
-      stack.pop_back();
-      if (seen[u]) continue;
-      seen[u] = true;
-      for (auto v : graph[u])
-        if (!seen[v]) stack.push_back(v);
-    }
-    return seen;
-  };
-  const std::vector<bool> reach = visit_from(adj, 0);
-  const std::vector<bool> to_end = visit_from(radj, N + 1);
-  radj = {};
-  for (std::size_t i = 0; i < N; ++i) {
-    if (!reach[i + 1])
-      problems.push_back("node '" + nodes[i].name + "' is not reachable from START");
-    else if (!to_end[i + 1] && !send_target[i + 1])
-      problems.push_back("node '" + nodes[i].name + "' cannot reach END");
-  }
-  if (adj[0].empty()) problems.push_back("no edge leaves START");
-  // Cycles (informational): each strongly connected component (Boost.Graph) with more than one
-  // node, or one node with an edge to itself, listed in node definition order.
-  using BGraph = boost::adjacency_list<boost::vecS, boost::vecS, boost::directedS>;
-  BGraph bg(N + 2);
-  for (std::size_t u = 0; u < adj.size(); ++u) {
-    for (auto v : adj[u]) boost::add_edge(u, v, bg);
-  }
-  std::vector<std::size_t> component(N + 2);
-  const std::size_t components = boost::strong_components(
-      bg,
-      boost::make_iterator_property_map(component.begin(), boost::get(boost::vertex_index, bg)));
-  std::vector<std::vector<std::string>> by_component(components);
-  std::vector<bool> cyclic(components);
-  for (std::size_t i = 1; i <= N; ++i) {
-    by_component[component[i]].push_back(nodes[i - 1].name);
-    if (std::binary_search(adj[i].begin(), adj[i].end(), i)) cyclic[component[i]] = true;
-  }
-  std::vector<bool> listed(components);
-  for (std::size_t i = 1; i <= N; ++i) {
-    const std::size_t c = component[i];
-    if (listed[c] || (by_component[c].size() < 2 && !cyclic[c])) continue;
-    listed[c] = true;
-    g->cycles_.push_back(std::move(by_component[c]));
-  }
+  CompiledGraph::Compiler c{*g, problems, {}};
+  c.index_names();
+  c.resolve_subgraphs();
+  const auto adj = c.link_edges();
+  c.check_reachability(adj);
+  c.find_cycles(adj);
   if (!problems.empty()) {
     std::string msg;
     for (const auto& p : problems) msg += (msg.empty() ? "" : "\n") + p;

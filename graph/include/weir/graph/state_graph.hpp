@@ -306,6 +306,7 @@ class CompiledGraph {
   friend class GraphRuntime;
   friend class StateView;
   friend struct Runner;
+  struct Compiler;  // StateGraph::compile's steps (state_graph.cpp)
   GraphLimits limits_;
   std::vector<std::pair<std::string, ChannelOptions>> channels_;
   std::vector<StateGraph::NodeDef> nodes_;
