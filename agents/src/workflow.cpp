@@ -8,15 +8,17 @@
 
 #include "mcp_config.hpp"
 #include "weir/agents/agent.hpp"
+#include "weir/agents/config.hpp"
 #include "weir/agents/openai_model.hpp"
 #include "weir/runtime/artifact_store.hpp"
+#include "weir/runtime/json_fields.hpp"
 #include "weir/runtime/memory_budget.hpp"
 #include "weir/runtime/text.hpp"
 #include "weir/tools/builtin.hpp"
 #include "weir/tools/calculator.hpp"
-#include "weir/tools/doc_index.hpp"
 #include "weir/tools/mcp.hpp"
 #include "weir/tools/registry.hpp"
+#include "workflow_checks.hpp"
 
 namespace weir::agents {
 
@@ -26,55 +28,43 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A model entry with "provider": "openai" (its shape checked by the workflow loader).
-Result<OpenAIModelOptions> openai_options(const graph::ModelSpec& m) {
-  OpenAIModelOptions o;
-  const auto& r = m.remote;
-  auto str = [&](const char* k) {
-    const auto* v = r.if_contains(k);
-    return v && v->is_string() ? std::string(v->as_string()) : std::string();
-  };
-  auto num = [&](const char* k, std::int64_t fallback) {
-    const auto* v = r.if_contains(k);
-    return v && (v->is_int64() || v->is_uint64()) ? v->to_number<std::int64_t>() : fallback;
-  };
-  auto ms = [&](const char* k, std::chrono::milliseconds fallback) {
-    return std::chrono::milliseconds(num(k, fallback.count()));
-  };
-  if (const auto* bu = r.if_contains("base_url"); bu && bu->is_array()) {
-    for (const auto& u : bu->as_array())
-      if (u.is_string())
-        (o.base_url.empty() ? o.base_url : o.more_base_urls.emplace_back()) =
-            std::string(u.as_string());
-  } else {
-    o.base_url = str("base_url");
+// A workflow's channels with their values in a run, for evaluating an expression.
+class ChannelValues final : public detail::ChannelNames {
+ public:
+  ChannelValues(std::span<const std::string> channels, const graph::StateView& state)
+      : ChannelNames(channels), state_(state) {}
+
+  std::optional<Result<double>> value(std::string_view name) const override {
+    if (!has(name)) return std::nullopt;
+    const json::value& v = state_.get(name);
+    if (v.is_null()) return Result<double>(0.0);  // nothing written yet
+    if (!v.is_number())
+      return Result<double>(
+          Error(Errc::invalid_argument, "channel '" + std::string(name) + "' is not a number"));
+    return Result<double>(v.to_number<double>());
   }
-  o.model = str("model");
-  o.api_key_env = str("api_key_env");
-  o.max_concurrency = static_cast<std::size_t>(num("max_concurrency", 32));
-  o.max_queued = static_cast<std::size_t>(num("max_queued", 1024));
-  o.requests_per_minute = static_cast<double>(num("requests_per_minute", 0));
-  o.max_retries = static_cast<std::int32_t>(std::min<std::int64_t>(num("max_retries", 3), 100));
-  o.timeout = ms("timeout_ms", o.timeout);
-  o.connect_timeout = ms("connect_timeout_ms", o.connect_timeout);
-  o.max_response_bytes = static_cast<std::size_t>(num("max_response_bytes", 16 << 20));
-  o.context_length = num("context_length", 0);
-  o.breaker_failures =
-      static_cast<std::int32_t>(std::min<std::int64_t>(num("breaker_failures", 3), 1000));
-  o.breaker_cooldown = ms("breaker_cooldown_ms", o.breaker_cooldown);
-  o.affinity_slack = static_cast<std::size_t>(num("affinity_slack", 4));
-  if (const auto* st = r.if_contains("stream"); st && st->is_bool()) o.stream = st->as_bool();
-  return o;
-}
+  std::optional<Result<double>> length(std::string_view name) const override {
+    if (!has(name)) return std::nullopt;
+    const json::value& x = state_.get(name);
+    if (x.is_array()) return Result<double>(static_cast<double>(x.as_array().size()));
+    if (x.is_object()) return Result<double>(static_cast<double>(x.as_object().size()));
+    if (x.is_string()) return Result<double>(static_cast<double>(x.as_string().size()));
+    if (x.is_null()) return Result<double>(0.0);
+    return Result<double>(
+        Error(Errc::invalid_argument,
+              "len(" + std::string(name) + "): the channel holds no list, object or string"));
+  }
+
+ private:
+  const graph::StateView& state_;
+};
 
 // What the hooks share; kept alive by the hooks themselves.
 struct Wiring {
   WorkflowServices services;
   std::shared_ptr<tools::ToolRegistry> tools = std::make_shared<tools::ToolRegistry>();
-  std::map<std::string, std::string> tool_names;  // workflow tool name -> registry name
-  std::map<std::string, const graph::ModelSpec*> model_specs;  // the spec outlives the graph
-  std::map<std::string, AgentSpec> agent_specs;
-  std::map<std::string, std::string> agent_models;
+  std::map<std::string, ModelConfig> model_configs;
+  std::map<std::string, detail::WorkflowAgent> agent_specs;
   std::unique_ptr<graph::GraphRuntime> child;
 
   std::mutex mu;
@@ -85,15 +75,16 @@ struct Wiring {
   // REQUIRES: mu held.
   Result<std::shared_ptr<ChatModel>> model_locked(const std::string& name) {
     if (auto it = models.find(name); it != models.end()) return it->second;
-    auto spec = model_specs.find(name);
-    if (spec == model_specs.end() && !services.model_override)
+    auto cfg = model_configs.find(name);
+    const ModelConfig* c = cfg == model_configs.end() ? nullptr : &cfg->second;
+    if (!c && !services.model_override)
       return Error(Errc::not_found, "model '" + name + "' is not defined");
     // --model openai:URL/MODEL (every model), or an entry with "provider": "openai".
     const bool remote_override =
         services.model_override && services.model_override->native().starts_with("openai:");
-    if (remote_override || (!services.model_override && spec->second->provider == "openai")) {
+    if (remote_override || (!services.model_override && c->remote)) {
       auto o = remote_override ? parse_openai_model_ref(services.model_override->native())
-                               : openai_options(*spec->second);
+                               : Result<OpenAIModelOptions>(c->openai);
       if (!o) return Error(o.error().code, "model '" + name + "': " + o.error().message);
       auto m = OpenAIChatModel::open(std::move(*o));
       if (!m) return Error(m.error().code, "model '" + name + "': " + m.error().message);
@@ -101,25 +92,11 @@ struct Wiring {
       return std::shared_ptr<ChatModel>(*m);
     }
     LocalModelOptions o = services.model_options;
-    if (spec != model_specs.end()) {
-      if (!spec->second->chat_template.empty()) o.chat_template = spec->second->chat_template;
-      // The model's "engine" settings (validated by the loader: positive integers, and
-      // kv_cache_type "f32" or "f16").
-      for (const auto& [k, v] : spec->second->engine) {
-        if (k == "kv_cache_type" && v.is_string()) o.kv_cache_type = std::string(v.as_string());
-        if (!v.is_int64() && !v.is_uint64()) continue;
-        const auto n = v.to_number<std::int64_t>();
-        if (k == "max_model_len" && o.max_model_len == 0)
-          o.max_model_len = n;  // --max-model-len wins
-        if (k == "max_num_seqs") o.max_num_seqs = static_cast<std::int32_t>(n);
-        if (k == "max_num_batched_tokens") o.max_num_batched_tokens = n;
-        if (k == "block_size") o.block_size = static_cast<std::int32_t>(n);
-        if (k == "threads") o.threads = static_cast<std::int32_t>(n);
-      }
+    if (c) {
+      if (c->chat_template) o.chat_template = *c->chat_template;
+      c->engine.apply(o);  // --max-model-len wins over the file's
     }
-    auto m = LocalChatModel::open(services.model_override.value_or(
-                                      spec != model_specs.end() ? spec->second->path : fs::path()),
-                                  o);
+    auto m = LocalChatModel::open(services.model_override.value_or(c ? c->path : fs::path()), o);
     if (!m) return std::move(m).error();
     models[name] = *m;
     return std::shared_ptr<ChatModel>(*m);
@@ -130,9 +107,9 @@ struct Wiring {
     if (auto it = agents.find(name); it != agents.end()) return it->second;
     auto spec = agent_specs.find(name);
     if (spec == agent_specs.end()) return Error(Errc::not_found, "no agent named '" + name + "'");
-    auto model = model_locked(agent_models.at(name));
+    auto model = model_locked(spec->second.model);
     if (!model) return std::move(model).error();
-    auto a = Agent::create(spec->second, *model, tools);
+    auto a = Agent::create(spec->second.spec, *model, tools);
     if (!a) return std::move(a).error();
     agents[name] = *a;
     return *a;
@@ -166,15 +143,12 @@ struct Wiring {
     tctx.artifacts = ctx.artifacts() ? ctx.artifacts() : services.artifacts;
     tctx.owner = std::string(ctx.run_id());
     tctx.cancel = ctx.cancel_flag();
-    auto op = tools->async_call(tool_names.at(tool), std::move(args), tctx);
+    tctx.whole_output = true;  // the channel's payload fence bounds it, not the model's cap
+    auto op = tools->async_call(tool, std::move(args), tctx);
     auto r = co_await std::move(op);
     if (!r)
       co_return Error(r.error().code,
                       "node '" + std::string(ctx.node()) + "': " + r.error().message);
-    // An output over the tool's cap went whole to the artifact store: the channel gets the
-    // reference (as the graph's own payload fence would write it), not the cut text.
-    if (r->artifact_id && tctx.artifacts)
-      if (auto ref = tctx.artifacts->stat(*r->artifact_id)) co_return ref->to_json();
     if (r->value) co_return std::move(*r->value);  // a number from the calculator or sleep
     co_return json::value(json::string(r->content));
   }
@@ -195,120 +169,82 @@ struct Wiring {
       co_return std::move(s).error();
     co_return json::value(json::string(r->output));
   }
-};
 
-// A workflow's channels as the names of an expression ({"$expr": "total / len(items)"}): a
-// channel stands for its number (0 when it holds nothing yet).
-class ChannelScope final : public tools::ExpressionScope {
- public:
-  ChannelScope(const std::vector<std::string>& channels, const graph::StateView* state)
-      : channels_(channels), state_(state) {}
-
-  std::optional<Result<double>> value(std::string_view name) const override {
-    if (!has(name)) return std::nullopt;
-    if (!state_) return Result<double>(0.0);  // checking: the name exists
-    const json::value& v = state_->get(name);
-    if (v.is_null()) return Result<double>(0.0);
-    if (!v.is_number())
-      return Result<double>(
-          Error(Errc::invalid_argument, "channel '" + std::string(name) + "' is not a number"));
-    return Result<double>(v.to_number<double>());
-  }
-  std::optional<Result<double>> length(std::string_view name) const override {
-    if (!has(name)) return std::nullopt;
-    if (!state_) return Result<double>(0.0);
-    const json::value& x = state_->get(name);
-    if (x.is_array()) return Result<double>(static_cast<double>(x.as_array().size()));
-    if (x.is_object()) return Result<double>(static_cast<double>(x.as_object().size()));
-    if (x.is_string()) return Result<double>(static_cast<double>(x.as_string().size()));
-    if (x.is_null()) return Result<double>(0.0);
-    return Result<double>(
-        Error(Errc::invalid_argument,
-              "len(" + std::string(name) + "): the channel holds no list, object or string"));
-  }
-  std::string unknown(std::string_view name) const override {
-    std::string msg = "unknown channel '" + std::string(name) + "'";
-    if (auto m = graph::closest_match(name, channels_)) msg += "; did you mean '" + *m + "'?";
-    return msg;
-  }
-
- private:
-  bool has(std::string_view name) const {
-    return std::find(channels_.begin(), channels_.end(), name) != channels_.end();
-  }
-  const std::vector<std::string>& channels_;
-  const graph::StateView* state_;
-};
-
-// "expression \"...\": " for messages; a long expression is shown by its start.
-std::string expression_prefix(std::string_view expr) {
-  constexpr std::size_t kShown = 60;
-  std::string shown(expr.substr(0, utf8_cut(expr, kShown)));
-  if (shown.size() < expr.size()) shown += "...";
-  return "expression \"" + shown + "\": ";
-}
-
-std::optional<std::int64_t> int_of(const json::object& o, std::string_view k) {
-  const auto* v = o.if_contains(k);
-  if (v && (v->is_int64() || v->is_uint64())) return v->to_number<std::int64_t>();
-  return std::nullopt;
-}
-
-std::string str_of(const json::object& o, std::string_view k) {
-  const auto* v = o.if_contains(k);
-  return v && v->is_string() ? std::string(v->as_string()) : std::string();
-}
-
-}  // namespace
-
-Result<graph::WorkflowGraph> build_workflow(const graph::WorkflowSpec& spec,
-                                            WorkflowServices services) {
-  auto w = std::make_shared<Wiring>();
-  w->services = services;
-  std::vector<std::string> problems;
-  for (const auto& t : spec.tools) {
-    std::shared_ptr<tools::Tool> tool;
-    auto root = [&]() -> std::optional<fs::path> {
-      std::error_code ec;
-      if (t.root.empty() || !fs::is_directory(t.root, ec)) {
-        problems.push_back("tool '" + t.name + "': " +
-                           (t.root.empty() ? std::string("needs a \"root\" folder")
-                                           : "folder '" + t.root.string() + "' does not exist"));
-        return std::nullopt;
+  // The "tools" and "mcp_servers" sections into the registry: a tool is registered under its
+  // workflow name; an MCP server's as "server/tool" (those that nodes and agents name; all of
+  // a server's for "server/*" or when nothing names one).
+  void add_tools(const graph::WorkflowSpec& spec, const std::vector<std::string>& wanted,
+                 JsonFields& f, std::vector<std::string>& problems) {
+    const fs::path base = spec.file.parent_path();
+    for (const auto& [name, v] : spec.tools) {
+      const std::string ptr = json_pointer_append("/tools", name);
+      auto cfg = detail::parse_tool(f, v, ptr, base);
+      if (!cfg) continue;
+      auto tool = tools::make_builtin_tool(*cfg, services.artifacts, std::string(name));
+      if (!tool) {
+        problems.push_back(tool.error().message);
+        continue;
       }
-      return t.root;
-    };
-    if (t.builtin == "lorem") {
-      tool = tools::make_lorem_tool();
-    } else if (t.builtin == "sleep") {
-      tool = tools::make_sleep_tool();
-    } else if (t.builtin == "calculator") {
-      tool = tools::make_calculator();
-    } else if (t.builtin == "files") {
-      if (auto r = root()) tool = tools::make_files_tool(*r);
-    } else if (t.builtin == "artifacts") {
-      if (!services.artifacts)
-        problems.push_back("tool '" + t.name + "': the artifacts tool needs an artifact store");
-      else
-        tool = tools::make_artifacts_tool(*services.artifacts);
-    } else if (t.builtin == "doc_search") {
-      if (auto r = root()) {
-        auto index = tools::DocumentIndex::build(*r);
-        if (!index)
-          problems.push_back("tool '" + t.name + "': " + index.error().message);
-        else
-          tool = tools::make_doc_search_tool(std::move(*index));
-      }
-    } else {
-      problems.push_back("tool '" + t.name + "': unknown built-in '" + t.builtin +
-                         "' (calculator, files, artifacts, doc_search, lorem, sleep)");
+      if (auto s = tools->add(std::move(*tool)); !s) problems.push_back(s.error().message);
     }
-    if (!tool) continue;
-    w->tool_names[t.name] = tool->name();
-    if (!w->tools->find(tool->name())) (void)w->tools->add(std::move(tool));
+    for (const auto& [name, v] : spec.mcp_servers) {
+      const std::string server(name);
+      auto cfg =
+          tools::parse_mcp_server(f, server, v, json_pointer_append("/mcp_servers", server), base);
+      if (!cfg) continue;
+      auto client = tools::McpClient::connect(std::move(*cfg));
+      if (!client) {
+        problems.push_back(client.error().message);
+        continue;
+      }
+      const auto only = detail::wanted_tools(server, wanted);
+      if (auto s = tools::add_mcp_tools(*tools, *client, only); !s)
+        problems.push_back(s.error().message);
+    }
   }
-  // MCP servers, started here: the tools that nodes and agents name ("fs/read_file"; all of a
-  // server's for "fs/*", or when nothing names one) join the registry as "server/tool".
+
+  // The "agents" section; each agent's "server/*" becomes that server's registered tools.
+  void add_agents(const graph::WorkflowSpec& spec, const graph::SectionContext& ctx, JsonFields& f,
+                  std::vector<std::string>& problems) {
+    const auto registered = tools->names();
+    for (const auto& [name, v] : spec.agents) {
+      auto a = detail::parse_workflow_agent(f, name, v, json_pointer_append("/agents", name), ctx);
+      if (!a) continue;
+      std::vector<std::string> expanded;
+      for (const auto& t : a->spec.tools) {
+        if (t.size() > 2 && t.ends_with("/*")) {
+          const std::string prefix = t.substr(0, t.size() - 1);
+          for (const auto& r : registered)
+            if (r.starts_with(prefix)) expanded.push_back(r);
+        } else {
+          expanded.push_back(t);
+        }
+      }
+      a->spec.tools = std::move(expanded);
+      if (a->model.empty() && spec.models.size() == 1) a->model = spec.models.begin()->key();
+      if (a->model.empty() && !services.model_override)
+        problems.push_back("agent '" + std::string(name) + "': needs a \"model\"");
+      agent_specs[std::string(name)] = std::move(*a);
+    }
+  }
+};
+
+// The names a section's reader checks references against (SectionContext), from a spec.
+struct SpecNames {
+  std::vector<std::string> models, tools, mcp_servers, channels;
+  explicit SpecNames(const graph::WorkflowSpec& spec) {
+    for (const auto& [k, v] : spec.models) models.emplace_back(k);
+    for (const auto& [k, v] : spec.tools) tools.emplace_back(k);
+    for (const auto& [k, v] : spec.mcp_servers) mcp_servers.emplace_back(k);
+    for (const auto& c : spec.channels) channels.push_back(c.name);
+  }
+  graph::SectionContext context(const graph::WorkflowSpec& spec) const {
+    return {spec.file.parent_path(), models, tools, mcp_servers, channels};
+  }
+};
+
+// The MCP tools a file's tool nodes and agents name ("server/tool", "server/*").
+std::vector<std::string> wanted_tool_names(const graph::WorkflowSpec& spec) {
   std::vector<std::string> wanted;
   for (const auto& n : spec.nodes)
     if (const auto* t = n.params.if_contains("tool");
@@ -319,81 +255,20 @@ Result<graph::WorkflowGraph> build_workflow(const graph::WorkflowSpec& spec,
         ts && ts->is_array())
       for (const auto& t : ts->as_array())
         if (t.is_string()) wanted.emplace_back(t.as_string());
-  for (const auto& [name, v] : spec.mcp_servers) {
-    if (!v.is_object()) continue;
-    const std::string server(name);
-    auto cfg = detail::mcp_server_config(server, v.as_object(), spec.file.parent_path(), problems);
-    auto client = tools::McpClient::connect(std::move(cfg));
-    if (!client) {
-      problems.push_back(client.error().message);
-      continue;
-    }
-    const auto only = detail::wanted_tools(server, wanted);
-    if (auto s = tools::add_mcp_tools(*w->tools, *client, only); !s) {
-      problems.push_back(s.error().message);
-      continue;
-    }
-    for (const auto& info : (*client)->tools())
-      if (const std::string full = server + "/" + info.name; w->tools->find(full))
-        w->tool_names[full] = full;
-  }
-  for (const auto& m : spec.models) w->model_specs[m.name] = &m;
-  for (const auto& [name, v] : spec.agents) {
-    const std::string who = "agent '" + std::string(name) + "'";
-    if (!v.is_object()) {
-      problems.push_back(who + ": expected an object");
-      continue;
-    }
-    const auto& o = v.as_object();
-    AgentSpec a;
-    a.name = name;
-    a.role = str_of(o, "role");
-    a.goal = str_of(o, "goal");
-    a.backstory = str_of(o, "backstory");
-    if (auto n = int_of(o, "max_iter")) a.max_iter = static_cast<std::int32_t>(*n);
-    if (auto n = int_of(o, "max_tokens_per_turn"))
-      a.max_tokens_per_turn = static_cast<std::int32_t>(*n);
-    if (const auto* h = o.if_contains("history"); h && h->is_object()) {
-      if (auto n = int_of(h->as_object(), "max_messages")) a.history.max_messages = *n;
-      if (auto n = int_of(h->as_object(), "max_tokens")) a.history.max_tokens = *n;
-    }
-    if (const auto* ts = o.if_contains("tools"); ts && ts->is_array()) {
-      for (const auto& t : ts->as_array()) {
-        const std::string tn = t.is_string() ? std::string(t.as_string()) : std::string();
-        if (tn.size() > 2 && tn.ends_with("/*") &&
-            spec.mcp_servers.contains(tn.substr(0, tn.size() - 2))) {
-          for (const auto& [k, full] : w->tool_names)  // every tool of that server
-            if (k.starts_with(tn.substr(0, tn.size() - 1))) a.tools.push_back(full);
-          continue;
-        }
-        auto it = w->tool_names.find(tn);
-        if (it == w->tool_names.end())
-          problems.push_back(who + ": unknown tool '" + tn + "'");
-        else
-          a.tools.push_back(it->second);
-      }
-    }
-    std::string model = str_of(o, "model");
-    if (model.empty() && spec.models.size() == 1) model = spec.models.front().name;
-    if (!w->model_specs.count(model) && !services.model_override)
-      problems.push_back(
-          who + (model.empty() ? ": needs a \"model\"" : ": unknown model '" + model + "'"));
-    if (a.max_iter < 1) problems.push_back(who + ": max_iter must be at least 1");
-    w->agent_models[a.name] = model;
-    w->agent_specs[a.name] = std::move(a);
-  }
-  if (!problems.empty()) {
-    std::string msg;
-    for (const auto& p : problems) msg += (msg.empty() ? "" : "\n") + spec.file.string() + ": " + p;
-    return Error(Errc::invalid_workflow, msg);
-  }
-  graph::RuntimeOptions child;
-  child.artifacts = services.artifacts;
-  child.budget = services.budget;
-  child.max_queued_runs = 100000;
-  w->child = std::make_unique<graph::GraphRuntime>(child);
+  return wanted;
+}
 
+Result<std::shared_ptr<Wiring>> wire(const graph::WorkflowSpec& spec, WorkflowServices services);
+
+graph::WorkflowHooks hooks_of(const std::shared_ptr<Wiring>& w, const graph::WorkflowSpec& spec) {
   graph::WorkflowHooks hooks;
+  // A subgraph file has its own sections: wired the same way, with the same services.
+  hooks.subgraph =
+      [services = w->services](const graph::WorkflowSpec& child) -> Result<graph::WorkflowHooks> {
+    auto cw = wire(child, services);
+    if (!cw) return std::move(cw).error();
+    return hooks_of(*cw, child);
+  };
   hooks.model_call = [w](std::string model, std::string system, std::string prompt,
                          std::int32_t max_tokens, std::optional<json::object> output_schema) {
     return w->call_model(std::move(model), std::move(system), std::move(prompt), max_tokens,
@@ -409,13 +284,52 @@ Result<graph::WorkflowGraph> build_workflow(const graph::WorkflowSpec& spec,
   for (const auto& c : spec.channels) channels.push_back(c.name);
   hooks.evaluate = [channels = std::move(channels)](std::string_view expr,
                                                     const graph::StateView& state) {
-    ChannelScope scope(channels, &state);
+    ChannelValues scope(channels, state);
     auto r = tools::evaluate_expression(expr, {}, &scope);
     if (!r)
-      return Result<double>(Error(r.error().code, expression_prefix(expr) + r.error().message));
+      return Result<double>(Error(r.error().code, "expression \"" + utf8_abbreviate(expr, 60) +
+                                                      "\": " + r.error().message));
     return r;
   };
-  return graph::build_workflow_graph(spec, std::move(hooks));
+  return hooks;
+}
+
+// The file's sections into a Wiring: its tools (and MCP servers' tools), models and agents.
+Result<std::shared_ptr<Wiring>> wire(const graph::WorkflowSpec& spec, WorkflowServices services) {
+  auto w = std::make_shared<Wiring>();
+  w->services = services;
+  // The sections are read by the readers workflow_checks() gives the loader: a file loaded
+  // with them has no problem left here; one loaded without gets them now, with pointers.
+  JsonFields f(spec.file.string());
+  std::vector<std::string> problems;  // what only building finds: folders, servers, models
+  const SpecNames names(spec);
+  const graph::SectionContext ctx = names.context(spec);
+  w->add_tools(spec, wanted_tool_names(spec), f, problems);
+  for (const auto& [name, v] : spec.models)
+    if (auto m = parse_model(f, name, v, json_pointer_append("/models", name), ctx.base_dir))
+      w->model_configs[std::string(name)] = std::move(*m);
+  w->add_agents(spec, ctx, f, problems);
+  if (!f.ok()) return Error(Errc::invalid_workflow, f.report());
+  if (!problems.empty()) {
+    std::string msg;
+    for (const auto& p : problems) msg += (msg.empty() ? "" : "\n") + spec.file.string() + ": " + p;
+    return Error(Errc::invalid_workflow, msg);
+  }
+  graph::RuntimeOptions child;
+  child.artifacts = services.artifacts;
+  child.budget = services.budget;
+  child.max_queued_runs = 100000;
+  w->child = std::make_unique<graph::GraphRuntime>(child);
+  return w;
+}
+
+}  // namespace
+
+Result<graph::WorkflowGraph> build_workflow(const graph::WorkflowSpec& spec,
+                                            WorkflowServices services) {
+  auto w = wire(spec, std::move(services));
+  if (!w) return std::move(w).error();
+  return graph::build_workflow_graph(spec, hooks_of(*w, spec));
 }
 
 }  // namespace weir::agents

@@ -31,9 +31,6 @@ struct AgentsRunOptions {
   bool table = false;          // the summary table (always with instances > 1)
 };
 
-// True when `path` holds a crew or group-chat file ("kind": "crew" | "group_chat").
-bool is_agents_file(const std::string& path);
-
 // Runs a crew or group-chat file. Returns the process exit code.
 int run_agents_file(const std::filesystem::path& file, const AgentsRunOptions& options);
 

@@ -3,6 +3,7 @@
 
 #include "commands.hpp"
 #include "document.hpp"
+#include "weir/agents/workflow.hpp"
 #include "weir/graph/dot.hpp"
 #include "weir/graph/workflow.hpp"
 
@@ -42,7 +43,8 @@ int cmd_graph(Args args) {
     return kExitInvalidInput;
   }
   auto parsed = std::move(doc->parsed);
-  auto r = graph::load_workflow_json(std::move(parsed), doc->text_for_loading(), file);
+  auto r = graph::load_workflow_json(std::move(parsed), doc->text_for_loading(), file,
+                                     agents::workflow_checks());
   if (!r.ok()) {
     std::fputs(r.report().c_str(), stderr);
     return kExitInvalidInput;

@@ -14,6 +14,7 @@
 
 #include "args.hpp"
 #include "commands.hpp"
+#include "weir/agents/workflow.hpp"
 #include "weir/cluster/run_queue.hpp"
 #include "weir/cluster/worker.hpp"
 #include "weir/graph/checkpointer.hpp"
@@ -108,7 +109,7 @@ int cmd_submit(Args args) {
   auto text = read_json_file(file);
   if (!text) return std::fprintf(stderr, "%s\n", text.error().message.c_str()), kExitInvalidInput;
   const fs::path abs = fs::absolute(file);
-  auto load = graph::load_workflow_text(*text, abs);
+  auto load = graph::load_workflow_text(*text, abs, agents::workflow_checks());
   if (!load.ok()) return std::fputs(load.report().c_str(), stderr), kExitInvalidInput;
   json::object input;
   if (auto in = f.get("--input")) {

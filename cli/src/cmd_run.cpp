@@ -110,7 +110,8 @@ struct WorkflowEnv {
                                            const std::optional<std::string>& model,
                                            const char* command, int& code,
                                            std::int64_t max_model_len = 0) {
-    return open(graph::load_workflow_file(path), model, command, code, max_model_len);
+    return open(graph::load_workflow_file(path, agents::workflow_checks()), model, command, code,
+                max_model_len);
   }
   static std::unique_ptr<WorkflowEnv> open(graph::WorkflowLoad load,
                                            const std::optional<std::string>& model,
@@ -383,9 +384,10 @@ int cmd_run(Args args) {
            kExitInvalidInput;
   int code = kExitOk;
   auto parsed_doc = std::move(doc->parsed);
-  auto env = WorkflowEnv::open(
-      graph::load_workflow_json(std::move(parsed_doc), doc->text_for_loading(), f.positional()[0]),
-      f.get("--model"), "run", code, max_model_len);
+  auto env =
+      WorkflowEnv::open(graph::load_workflow_json(std::move(parsed_doc), doc->text_for_loading(),
+                                                  f.positional()[0], agents::workflow_checks()),
+                        f.get("--model"), "run", code, max_model_len);
   if (!env) return code;
   doc->text = {};  // the file's text is no longer needed
   doc->text.shrink_to_fit();

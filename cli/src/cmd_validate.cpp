@@ -6,6 +6,7 @@
 #include "document.hpp"
 #include "weir/agents/crew.hpp"
 #include "weir/agents/crew_file.hpp"
+#include "weir/agents/workflow.hpp"
 #include "weir/graph/workflow.hpp"
 
 namespace weir::cli {
@@ -42,7 +43,8 @@ int cmd_validate(Args args) {
       continue;
     }
     auto parsed = std::move(doc->parsed);
-    auto r = graph::load_workflow_json(std::move(parsed), doc->text_for_loading(), std::string(a));
+    auto r = graph::load_workflow_json(std::move(parsed), doc->text_for_loading(), std::string(a),
+                                       agents::workflow_checks());
     if (r.ok()) {
       std::printf("%.*s: ok (%zu nodes, %zu edges)\n", static_cast<int>(a.size()), a.data(),
                   r.spec->nodes.size(), r.spec->edges.size());

@@ -75,16 +75,12 @@ Result<std::unique_ptr<McpTools>> McpTools::build(const std::string& prog,
   std::stringstream ss(config.tools);
   for (std::string name; std::getline(ss, name, ',');) {
     if (name.empty()) continue;
-    std::shared_ptr<tools::Tool> tool;
-    if (name == "calculator")
-      tool = tools::make_calculator();
-    else if (name == "files")
-      tool = tools::make_files_tool(config.root);
-    else if (name == "artifacts")
-      tool = tools::make_artifacts_tool(*t->store_);
-    else
-      return bad(prog, "unknown tool '" + name + "' (calculator, files, artifacts)");
-    if (auto s = t->registry_.add(tool); !s) return bad(prog, s.error().message);
+    tools::BuiltinToolConfig c;
+    c.builtin = name;
+    c.root = config.root;  // files and doc_search work in --root
+    auto tool = tools::make_builtin_tool(c, t->store_.get());
+    if (!tool) return bad(prog, "--tools: " + tool.error().message);
+    if (auto s = t->registry_.add(std::move(*tool)); !s) return bad(prog, s.error().message);
   }
   if (config.workflows) {
     const fs::path& dir = *config.workflows;
@@ -96,7 +92,7 @@ Result<std::unique_ptr<McpTools>> McpTools::build(const std::string& prog,
       if (e.path().extension() == ".json") files.push_back(e.path());
     std::sort(files.begin(), files.end());
     for (const auto& p : files) {
-      auto load = graph::load_workflow_file(p);
+      auto load = graph::load_workflow_file(p, agents::workflow_checks());
       if (!load.ok()) {
         weir::log(LogLevel::warn,
                   "weir " + prog + ": skipping " + p.string() + ":\n" + load.report());

@@ -19,7 +19,7 @@ namespace weir::cli {
 struct ServedWorkflow;
 
 struct McpToolsConfig {
-  std::string tools = "calculator";  // comma-separated: calculator, files, artifacts
+  std::string tools = "calculator";  // comma-separated built-ins (tools::builtin_tool_names())
   std::filesystem::path root = ".";  // the files tool's root
   std::optional<std::filesystem::path> workflows;
 };

@@ -105,7 +105,8 @@ struct Worker::Impl {
 
   Result<std::shared_ptr<BuiltWorkflow>> workflow(const RunRecord& rec) {
     if (auto it = workflows.find(rec.workflow_sha256); it != workflows.end()) return it->second;
-    auto load = graph::load_workflow_text(rec.workflow, rec.workflow_file);
+    auto load =
+        graph::load_workflow_text(rec.workflow, rec.workflow_file, agents::workflow_checks());
     if (!load.ok()) return Error(Errc::invalid_workflow, load.report());
     auto wf = std::make_shared<BuiltWorkflow>();
     wf->spec = std::move(*load.spec);

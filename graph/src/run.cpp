@@ -248,6 +248,7 @@ asio::awaitable<Result<Update>> Runner::run_subgraph(const StateGraph::NodeDef& 
       child_graph, opt, run_id, def.options.limits ? *def.options.limits : child_graph.limits_);
   child->nested = true;
   child->parent = this;
+  child->cancel = cancel;  // the parent's cancellation stops the child's steps and nodes too
   if (streaming()) {
     child->extra().events = extras->events;
     child->extras->event_prefix = event_prefix() + n.name + "/";

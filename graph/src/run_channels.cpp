@@ -7,6 +7,7 @@
 #include "runner.hpp"
 #include "weir/runtime/artifact_store.hpp"
 #include "weir/runtime/log.hpp"
+#include "weir/runtime/text.hpp"
 
 namespace weir::graph {
 
@@ -41,9 +42,7 @@ std::pair<std::size_t, std::size_t> window_layout(const json::array& arr) {
 std::string cap_summary(std::string s, std::size_t max) {
   if (s.size() <= max) return s;
   static constexpr std::string_view kNote = "... [summary truncated]";
-  std::size_t cut = max > kNote.size() ? max - kNote.size() : 0;
-  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
-  s.resize(cut);
+  s.resize(utf8_cut(s, max > kNote.size() ? max - kNote.size() : 0));
   if (max >= kNote.size()) s += kNote;
   return s;
 }

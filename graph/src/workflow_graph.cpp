@@ -161,8 +161,306 @@ GraphLimits graph_limits(const LimitsSpec& l) {
 
 }  // namespace
 
+namespace {
+
+// A route's choice of the next nodes, as the file declares it.
+std::vector<std::string> choose(const RouteSpec& r, const StateView& s) {
+  switch (r.form) {
+    case RouteSpec::Form::cases: {
+      const json::value& v = s.get(r.on);
+      const std::string key = v.is_string() ? std::string(v.as_string()) : json::serialize(v);
+      for (const auto& [k, targets] : r.cases) {
+        if (k == key) return targets;
+      }
+      return r.default_targets;
+    }
+    case RouteSpec::Form::when:
+      return compare(s.get(r.when_channel), r.when_op, r.when_value.value_or(json::value()))
+                 ? r.then_targets
+                 : r.else_targets;
+    case RouteSpec::Form::tool_calls: {
+      const json::value& msgs = s.get("messages");
+      if (msgs.is_array() && !msgs.as_array().empty()) {
+        const auto& last = msgs.as_array().back();
+        if (last.is_object() && last.as_object().contains("tool_calls") &&
+            last.at("tool_calls").is_array() && !last.at("tool_calls").as_array().empty()) {
+          return r.tool_calls_targets;
+        }
+      }
+      return r.default_targets;
+    }
+  }
+  return {};
+}
+
+// A node spec's settings, by kind, into a StateGraph's nodes (one method a kind).
+struct Builder {
+  const WorkflowSpec& spec;
+  const WorkflowHooks& hooks;
+  StateGraph& b;
+  std::vector<std::string> problems;
+
+  static std::string str(const json::object& p, const char* k) {
+    return p.contains(k) && p.at(k).is_string() ? std::string(p.at(k).as_string()) : std::string();
+  }
+  static NodeOptions options_of(const NodeSpec& n) {
+    NodeOptions opts;
+    opts.max_visits = n.max_visits.value_or(0);
+    if (n.retry) {
+      opts.max_attempts = static_cast<std::int32_t>(n.retry->max_attempts);
+      opts.backoff = std::chrono::milliseconds(n.retry->backoff_ms);
+    }
+    return opts;
+  }
+  void missing(const NodeSpec& n, const char* what) {
+    problems.push_back("node '" + n.name + "': " + what);
+  }
+
+  void add(const NodeSpec& n) {
+    switch (n.kind) {
+      case NodeKind::router:
+        b.add_node(
+            n.name, [](const StateView&, NodeContext&) -> Result<Update> { return Update(); },
+            options_of(n));
+        return;
+      case NodeKind::set:
+        return add_set(n);
+      case NodeKind::map:
+        return add_map(n);
+      case NodeKind::tool:
+        return add_tool(n);
+      case NodeKind::agent:
+        return add_agent(n);
+      case NodeKind::interrupt:
+        return add_interrupt(n);
+      case NodeKind::subgraph:
+        return add_subgraph(n);
+      case NodeKind::llm:
+        return add_llm(n);
+    }
+    problems.push_back("node '" + n.name + "': kind '" + node_kind_name(n.kind) +
+                       "' is not runnable");
+  }
+
+  void add_set(const NodeSpec& n) {
+    const json::object& values = n.params.at("values").as_object();
+    const bool expressions = std::any_of(values.begin(), values.end(), [](const auto& kv) {
+      const auto* o = kv.value().if_object();
+      return o && o->contains("$expr");
+    });
+    if (expressions && !hooks.evaluate)
+      return missing(n,
+                     "expressions need the tools layer's calculator (weir run provides it; in "
+                     "C++ use agents::build_workflow)");
+    b.add_node(
+        n.name,
+        [values, evaluate = hooks.evaluate](const StateView& s, NodeContext& c) -> Result<Update> {
+          Update u;
+          for (const auto& [ch, v] : values) {
+            if (const auto* o = v.if_object(); o && o->contains("$expr")) {
+              auto r = evaluate(o->at("$expr").as_string(), s);
+              if (!r) return r.error();
+              u.set(std::string(ch), number_value(*r));
+            } else {
+              auto r = render_template(v, s, c.input(), {});
+              if (!r) return r.error();
+              u.set(std::string(ch), std::move(*r));
+            }
+          }
+          return u;
+        },
+        options_of(n));
+  }
+
+  void add_map(const NodeSpec& n) {
+    const std::string over = str(n.params, "over"), worker = str(n.params, "node");
+    b.add_node(
+        n.name,
+        [over, worker](const StateView& s, NodeContext&) -> Result<Update> {
+          Update u;
+          const json::value& list = s.get(over);
+          if (!list.is_array())
+            return Error(Errc::invalid_argument,
+                         "map over '" + over + "': the channel does not hold a list");
+          for (const auto& item : list.as_array()) u.sends.push_back({worker, item});
+          return u;
+        },
+        options_of(n));
+    b.add_sends(n.name, {worker});
+  }
+
+  void add_tool(const NodeSpec& n) {
+    if (!hooks.tool_call)
+      return missing(n,
+                     "tool nodes need the tools layer (weir run provides it; in C++ use "
+                     "agents::build_workflow)");
+    // A declared tool, or an MCP server's ("server/tool"); the loader checked the name.
+    const std::string tool = str(n.params, "tool"), output = str(n.params, "output");
+    const json::value args =
+        n.params.contains("args") ? n.params.at("args") : json::value(json::object());
+    b.add_async_node(
+        n.name,
+        [args, output, tool, call = hooks.tool_call](
+            StateView s, NodeContext& c) -> asio::awaitable<Result<Update>> {
+          auto a = render_template(args, s, c.input(), {});
+          if (!a) co_return a.error();
+          if (!a->is_object())
+            co_return Error(Errc::invalid_argument,
+                            "tool '" + tool + "': args must render to an object");
+          auto op = call(tool, a->as_object(), c);
+          auto r = co_await std::move(op);
+          if (!r) co_return r.error();
+          Update u;
+          if (!output.empty()) u.set(output, std::move(*r));
+          co_return u;
+        },
+        options_of(n));
+  }
+
+  void add_agent(const NodeSpec& n) {
+    if (!hooks.agent_call)
+      return missing(n,
+                     "agent nodes need the agents layer (weir run provides it; in C++ use "
+                     "agents::build_workflow)");
+    const std::string agent = str(n.params, "agent"), input = str(n.params, "input"),
+                      output = str(n.params, "output");
+    b.add_async_node(
+        n.name,
+        [agent, input, output, call = hooks.agent_call](
+            StateView s, NodeContext& c) -> asio::awaitable<Result<Update>> {
+          json::value in = input.empty() ? json::value(s.to_object()) : s.get(input);
+          if (!c.input().is_null()) in = c.input();  // a map worker: the item
+          auto op = call(agent, std::move(in), c);
+          auto r = co_await std::move(op);
+          if (!r) co_return r.error();
+          Update u;
+          if (!output.empty()) u.set(output, std::move(*r));
+          co_return u;
+        },
+        options_of(n));
+  }
+
+  void add_interrupt(const NodeSpec& n) {
+    const json::value payload =
+        n.params.contains("payload") ? n.params.at("payload") : json::value();
+    const std::string output = str(n.params, "output");
+    b.add_node(
+        n.name,
+        [payload, output](const StateView& s, NodeContext& c) -> Result<Update> {
+          if (const json::value* v = c.resume_value()) {
+            Update u;
+            if (!output.empty()) u.set(output, *v);
+            return u;
+          }
+          auto shown = render_template(payload, s, c.input(), {});
+          if (!shown) return shown.error();
+          return c.interrupt(std::move(*shown));
+        },
+        options_of(n));
+  }
+
+  // The file built the same way (the same hooks), run as a child with its own limits.
+  void add_subgraph(const NodeSpec& n) {
+    auto it = spec.subgraphs.find(n.name);
+    if (it == spec.subgraphs.end() || !it->second)
+      return missing(n, "its subgraph file was not loaded");
+    auto child_hooks = hooks.subgraph ? hooks.subgraph(*it->second) : hooks;
+    if (!child_hooks)
+      return problems.push_back("node '" + n.name + "': " + child_hooks.error().message);
+    auto child = build_workflow_graph(*it->second, std::move(*child_hooks));
+    if (!child) return problems.push_back("node '" + n.name + "': " + child.error().message);
+    SubgraphOptions so;
+    for (const char* key : {"input", "output"}) {
+      if (const auto* m = n.params.if_contains(key); m && m->is_object())
+        for (const auto& [from, to] : m->as_object())
+          (std::string(key) == "input" ? so.input : so.output)
+              .emplace_back(std::string(from), std::string(to.as_string()));
+    }
+    if (const auto* l = n.params.if_contains("limits"); l && l->is_object()) {
+      GraphLimits gl = child->graph->limits();
+      const auto& lo = l->as_object();
+      auto get = [&](const char* k) -> std::optional<std::int64_t> {
+        const auto* v = lo.if_contains(k);
+        if (v && v->is_number()) return v->to_number<std::int64_t>();
+        return std::nullopt;
+      };
+      if (auto v = get("recursion_limit")) gl.recursion_limit = static_cast<std::int32_t>(*v);
+      if (auto v = get("max_concurrency")) gl.max_concurrency = static_cast<std::int32_t>(*v);
+      if (auto v = get("deadline_ms")) gl.deadline = std::chrono::milliseconds(*v);
+      if (auto v = get("token_budget")) gl.token_budget = *v;
+      so.limits = gl;
+    }
+    b.add_subgraph(n.name, child->graph, std::move(so));
+  }
+
+  void add_llm(const NodeSpec& n) {
+    if (!hooks.model_call)
+      return missing(n,
+                     "llm nodes need a model (run with weir run, which loads the workflow's "
+                     "models)");
+    const json::object& p = n.params;
+    const std::string model = str(p, "model"), prompt = str(p, "prompt"), system = str(p, "system"),
+                      output = str(p, "output"), messages = str(p, "messages");
+    const std::int32_t max_tokens =
+        p.contains("max_tokens") ? static_cast<std::int32_t>(p.at("max_tokens").as_int64()) : 128;
+    // With an output_schema the reply is JSON valid against it: the output channel gets the
+    // parsed value, not its text.
+    std::optional<json::object> schema;
+    if (const auto* os = p.if_contains("output_schema"); os && os->is_object())
+      schema = os->as_object();
+    b.add_async_node(
+        n.name,
+        [=, model_call = hooks.model_call](StateView s,
+                                           NodeContext& c) -> asio::awaitable<Result<Update>> {
+          auto pr = render_template(json::value(prompt), s, c.input(), {});
+          if (!pr) co_return pr.error();
+          std::string text = pr->is_string() ? std::string(pr->as_string()) : json::serialize(*pr);
+          if (!messages.empty()) {
+            for (const auto& m :
+                 s.get(messages).is_array() ? s.get(messages).as_array() : json::array()) {
+              if (m.is_object() && m.as_object().contains("content"))
+                text += "\n" + to_text(m.at("content"));
+            }
+          }
+          auto op = model_call(model, system, text, max_tokens, schema);
+          auto r = co_await std::move(op);
+          if (!r) co_return r.error();
+          if (auto st = c.charge_tokens(static_cast<std::int64_t>(r->size() / 4 + 1)); !st)
+            co_return st.error();
+          Update u;
+          if (!output.empty() && schema) {
+            boost::system::error_code ec;
+            json::value v = json::parse(*r, ec);
+            if (ec)
+              co_return Error(Errc::model_error,
+                              "the reply is not JSON although the node has an output_schema (it "
+                              "was cut at max_tokens " +
+                                  std::to_string(max_tokens) + "?): " + *r);
+            u.set(output, std::move(v));
+          } else if (!output.empty()) {
+            u.set(output, json::string(*r));
+          }
+          if (!messages.empty())
+            u.set(messages, json::object{{"role", "assistant"}, {"content", *r}});
+          co_return u;
+        },
+        options_of(n));
+  }
+
+  void add_edges() {
+    for (const auto& e : spec.edges) {
+      for (const auto& t : e.to) b.add_edge(e.from, t);
+      if (!e.route) continue;
+      b.add_conditional_edges(
+          e.from, [r = *e.route](const StateView& s) { return choose(r, s); },
+          e.route->all_targets());
+    }
+  }
+};
+
+}  // namespace
+
 Result<WorkflowGraph> build_workflow_graph(const WorkflowSpec& spec, WorkflowHooks hooks) {
-  const ModelCall& model_call = hooks.model_call;
   StateGraph b;
   b.reserve(spec.nodes.size(), spec.edges.size());
   for (const auto& c : spec.channels) {
@@ -174,286 +472,13 @@ Result<WorkflowGraph> build_workflow_graph(const WorkflowSpec& spec, WorkflowHoo
     o.max_tokens = c.window_max_tokens;
     b.add_channel(c.name, std::move(o));
   }
-  std::vector<std::string> problems;
-  for (const auto& n : spec.nodes) {
-    NodeOptions opts;
-    opts.max_visits = n.max_visits.value_or(0);
-    if (n.retry) {
-      opts.max_attempts = static_cast<std::int32_t>(n.retry->max_attempts);
-      opts.backoff = std::chrono::milliseconds(n.retry->backoff_ms);
-    }
-    const json::object& p = n.params;
-    auto str = [&](const char* k) {
-      return p.contains(k) && p.at(k).is_string() ? std::string(p.at(k).as_string())
-                                                  : std::string();
-    };
-    switch (n.kind) {
-      case NodeKind::router:
-        b.add_node(
-            n.name, [](const StateView&, NodeContext&) -> Result<Update> { return Update(); },
-            opts);
-        break;
-      case NodeKind::set: {
-        const json::object& values = p.at("values").as_object();
-        const bool expressions = std::any_of(values.begin(), values.end(), [](const auto& kv) {
-          const auto* o = kv.value().if_object();
-          return o && o->contains("$expr");
-        });
-        if (expressions && !hooks.evaluate) {
-          problems.push_back("node '" + n.name +
-                             "': expressions need the tools layer's calculator (weir run "
-                             "provides it; in C++ use agents::build_workflow)");
-          break;
-        }
-        b.add_node(
-            n.name,
-            [values, evaluate = hooks.evaluate](const StateView& s,
-                                                NodeContext& c) -> Result<Update> {
-              Update u;
-              for (const auto& [ch, v] : values) {
-                if (const auto* o = v.if_object(); o && o->contains("$expr")) {
-                  auto r = evaluate(o->at("$expr").as_string(), s);
-                  if (!r) return r.error();
-                  u.set(std::string(ch), number_value(*r));
-                } else {
-                  auto r = render_template(v, s, c.input(), {});
-                  if (!r) return r.error();
-                  u.set(std::string(ch), std::move(*r));
-                }
-              }
-              return u;
-            },
-            opts);
-        break;
-      }
-      case NodeKind::map: {
-        const std::string over = str("over"), worker = str("node");
-        b.add_node(
-            n.name,
-            [over, worker](const StateView& s, NodeContext&) -> Result<Update> {
-              Update u;
-              const json::value& list = s.get(over);
-              if (!list.is_array())
-                return Error(Errc::invalid_argument,
-                             "map over '" + over + "': the channel does not hold a list");
-              for (const auto& item : list.as_array()) u.sends.push_back({worker, item});
-              return u;
-            },
-            opts);
-        b.add_sends(n.name, {worker});
-        break;
-      }
-      case NodeKind::tool: {
-        if (!hooks.tool_call) {
-          problems.push_back("node '" + n.name +
-                             "': tool nodes need the tools layer (weir run provides it; in C++ "
-                             "use agents::build_workflow)");
-          break;
-        }
-        // A declared tool, or an MCP server's ("server/tool"); the loader checked the name.
-        const std::string tool = str("tool"), output = str("output");
-        const json::value args = p.contains("args") ? p.at("args") : json::value(json::object());
-        ToolCall call = hooks.tool_call;
-        b.add_async_node(
-            n.name,
-            [args, output, tool, call](StateView s,
-                                       NodeContext& c) -> asio::awaitable<Result<Update>> {
-              auto a = render_template(args, s, c.input(), {});
-              if (!a) co_return a.error();
-              if (!a->is_object())
-                co_return Error(Errc::invalid_argument,
-                                "tool '" + tool + "': args must render to an object");
-              auto op = call(tool, a->as_object(), c);
-              auto r = co_await std::move(op);
-              if (!r) co_return r.error();
-              Update u;
-              if (!output.empty()) u.set(output, std::move(*r));
-              co_return u;
-            },
-            opts);
-        break;
-      }
-      case NodeKind::agent: {
-        if (!hooks.agent_call) {
-          problems.push_back("node '" + n.name +
-                             "': agent nodes need the agents layer (weir run provides it; in C++ "
-                             "use agents::build_workflow)");
-          break;
-        }
-        const std::string agent = str("agent"), input = str("input"), output = str("output");
-        AgentCall call = hooks.agent_call;
-        b.add_async_node(
-            n.name,
-            [agent, input, output, call](StateView s,
-                                         NodeContext& c) -> asio::awaitable<Result<Update>> {
-              json::value in = input.empty() ? json::value(s.to_object()) : s.get(input);
-              if (!c.input().is_null()) in = c.input();  // a map worker: the item
-              auto op = call(agent, std::move(in), c);
-              auto r = co_await std::move(op);
-              if (!r) co_return r.error();
-              Update u;
-              if (!output.empty()) u.set(output, std::move(*r));
-              co_return u;
-            },
-            opts);
-        break;
-      }
-      case NodeKind::interrupt: {
-        const json::value payload = p.contains("payload") ? p.at("payload") : json::value();
-        const std::string output = str("output");
-        b.add_node(
-            n.name,
-            [payload, output](const StateView& s, NodeContext& c) -> Result<Update> {
-              if (const json::value* v = c.resume_value()) {
-                Update u;
-                if (!output.empty()) u.set(output, *v);
-                return u;
-              }
-              auto shown = render_template(payload, s, c.input(), {});
-              if (!shown) return shown.error();
-              return c.interrupt(std::move(*shown));
-            },
-            opts);
-        break;
-      }
-      case NodeKind::subgraph: {
-        auto it = spec.subgraphs.find(n.name);
-        if (it == spec.subgraphs.end() || !it->second) {
-          problems.push_back("node '" + n.name + "': its subgraph file was not loaded");
-          break;
-        }
-        auto child = build_workflow_graph(*it->second, hooks);
-        if (!child) {
-          problems.push_back("node '" + n.name + "': " + child.error().message);
-          break;
-        }
-        SubgraphOptions so;
-        for (const char* key : {"input", "output"}) {
-          if (const auto* m = p.if_contains(key); m && m->is_object())
-            for (const auto& [from, to] : m->as_object())
-              (std::string(key) == "input" ? so.input : so.output)
-                  .emplace_back(std::string(from), std::string(to.as_string()));
-        }
-        if (const auto* l = p.if_contains("limits"); l && l->is_object()) {
-          GraphLimits gl = child->graph->limits();
-          const auto& lo = l->as_object();
-          auto get = [&](const char* k) -> std::optional<std::int64_t> {
-            const auto* v = lo.if_contains(k);
-            if (v && v->is_number()) return v->to_number<std::int64_t>();
-            return std::nullopt;
-          };
-          if (auto v = get("recursion_limit")) gl.recursion_limit = static_cast<std::int32_t>(*v);
-          if (auto v = get("max_concurrency")) gl.max_concurrency = static_cast<std::int32_t>(*v);
-          if (auto v = get("deadline_ms")) gl.deadline = std::chrono::milliseconds(*v);
-          if (auto v = get("token_budget")) gl.token_budget = *v;
-          so.limits = gl;
-        }
-        b.add_subgraph(n.name, child->graph, std::move(so));
-        break;
-      }
-      case NodeKind::llm: {
-        if (!model_call) {
-          problems.push_back(
-              "node '" + n.name +
-              "': llm nodes need a model (run with weir run, which loads the workflow's models)");
-          break;
-        }
-        const std::string model = str("model"), prompt = str("prompt"), system = str("system"),
-                          output = str("output"), messages = str("messages");
-        const std::int32_t max_tokens =
-            p.contains("max_tokens") ? static_cast<std::int32_t>(p.at("max_tokens").as_int64())
-                                     : 128;
-        // With an output_schema the reply is JSON valid against it: the output channel gets
-        // the parsed value, not its text.
-        std::optional<json::object> schema;
-        if (const auto* os = p.if_contains("output_schema"); os && os->is_object())
-          schema = os->as_object();
-        b.add_async_node(
-            n.name,
-            [=](StateView s, NodeContext& c) -> asio::awaitable<Result<Update>> {
-              auto pr = render_template(json::value(prompt), s, c.input(), {});
-              if (!pr) co_return pr.error();
-              std::string text =
-                  pr->is_string() ? std::string(pr->as_string()) : json::serialize(*pr);
-              if (!messages.empty()) {
-                for (const auto& m :
-                     s.get(messages).is_array() ? s.get(messages).as_array() : json::array()) {
-                  if (m.is_object() && m.as_object().contains("content"))
-                    text += "\n" + to_text(m.at("content"));
-                }
-              }
-              auto r = co_await model_call(model, system, text, max_tokens, schema);
-              if (!r) co_return r.error();
-              if (auto st = c.charge_tokens(static_cast<std::int64_t>(r->size() / 4 + 1)); !st)
-                co_return st.error();
-              Update u;
-              if (!output.empty() && schema) {
-                boost::system::error_code ec;
-                json::value v = json::parse(*r, ec);
-                if (ec)
-                  co_return Error(Errc::model_error,
-                                  "the reply is not JSON although the node has an output_schema "
-                                  "(it was cut at max_tokens " +
-                                      std::to_string(max_tokens) + "?): " + *r);
-                u.set(output, std::move(v));
-              } else if (!output.empty()) {
-                u.set(output, json::string(*r));
-              }
-              if (!messages.empty())
-                u.set(messages, json::object{{"role", "assistant"}, {"content", *r}});
-              co_return u;
-            },
-            opts);
-        break;
-      }
-      default:
-        problems.push_back("node '" + n.name + "': kind '" + node_kind_name(n.kind) +
-                           "' is not runnable");
-    }
-  }
-  for (const auto& e : spec.edges) {
-    for (const auto& t : e.to) b.add_edge(e.from, t);
-    if (!e.route) continue;
-    RouteSpec r = *e.route;
-    b.add_conditional_edges(
-        e.from,
-        [r](const StateView& s) -> std::vector<std::string> {
-          switch (r.form) {
-            case RouteSpec::Form::cases: {
-              const json::value& v = s.get(r.on);
-              const std::string key =
-                  v.is_string() ? std::string(v.as_string()) : json::serialize(v);
-              for (const auto& [k, targets] : r.cases) {
-                if (k == key) return targets;
-              }
-              return r.default_targets;
-            }
-            case RouteSpec::Form::when:
-              return compare(s.get(r.when_channel), r.when_op, r.when_value.value_or(json::value()))
-                         ? r.then_targets
-                         : r.else_targets;
-            case RouteSpec::Form::tool_calls: {
-              for (const auto& ch : {std::string("messages")}) {
-                const json::value& msgs = s.get(ch);
-                if (msgs.is_array() && !msgs.as_array().empty()) {
-                  const auto& last = msgs.as_array().back();
-                  if (last.is_object() && last.as_object().contains("tool_calls") &&
-                      last.at("tool_calls").is_array() &&
-                      !last.at("tool_calls").as_array().empty()) {
-                    return r.tool_calls_targets;
-                  }
-                }
-              }
-              return r.default_targets;
-            }
-          }
-          return {};
-        },
-        r.all_targets());
-  }
-  if (!problems.empty()) {
+  Builder builder{spec, hooks, b, {}};
+  for (const auto& n : spec.nodes) builder.add(n);
+  builder.add_edges();
+  if (!builder.problems.empty()) {
     std::string msg;
-    for (const auto& p : problems) msg += (msg.empty() ? "" : "\n") + spec.file.string() + ": " + p;
+    for (const auto& p : builder.problems)
+      msg += (msg.empty() ? "" : "\n") + spec.file.string() + ": " + p;
     return Error(Errc::invalid_workflow, msg);
   }
   const auto& l = spec.limits;

@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <array>
 #include <map>
 #include <unordered_map>
 #include <unordered_set>
@@ -6,7 +7,9 @@
 #include <boost/json.hpp>
 
 #include "weir/graph/workflow.hpp"
+#include "weir/runtime/json_fields.hpp"
 #include "weir/runtime/json_parse.hpp"
+#include "weir/runtime/text.hpp"
 
 namespace weir::graph {
 
@@ -14,14 +17,6 @@ namespace json = boost::json;
 namespace fs = std::filesystem;
 
 namespace {
-
-// ^[A-Za-z_][A-Za-z0-9_-]*$
-bool valid_name(std::string_view s) {
-  auto alpha = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; };
-  if (s.empty() || !alpha(s[0])) return false;
-  return std::all_of(s.begin() + 1, s.end(),
-                     [&](char c) { return alpha(c) || (c >= '0' && c <= '9') || c == '-'; });
-}
 
 // Names in file order, with a set for lookups (a file may define hundreds of thousands).
 struct Names {
@@ -41,8 +36,16 @@ constexpr std::size_t kMaxDiagnostics = 100;
 
 class Loader {
  public:
-  Loader(std::string_view text, fs::path file, int depth, std::vector<fs::path> stack)
-      : text_(text), file_(std::move(file)), depth_(depth), stack_(std::move(stack)) {}
+  Loader(std::string_view text, fs::path file, const WorkflowChecks& checks, int depth,
+         std::vector<fs::path> stack)
+      : text_(text),
+        file_(std::move(file)),
+        checks_(checks),
+        depth_(depth),
+        stack_(std::move(stack)),
+        fields_(
+            file_.string(), [this](std::string_view ptr) { return locate(ptr); }, kMaxDiagnostics) {
+  }
 
   WorkflowLoad run() {
     auto parsed = parse_json(text_, file_.string(), {.slabs = true});
@@ -67,151 +70,71 @@ class Loader {
     } else {
       load(parsed_->value.as_object());
     }
-    if (suppressed_) {
-      diags_.push_back({display_, 0, 0, "",
-                        display_ + ": " + std::to_string(suppressed_) + " more error" +
-                            (suppressed_ == 1 ? "" : "s") + " not shown"});
-    }
-    out.diagnostics = std::move(diags_);
+    out.diagnostics = fields_.diagnostics();
     if (out.diagnostics.empty()) out.spec = std::move(spec_);
     return out;
   }
 
  private:
-  // --- diagnostics ---------------------------------------------------------------------
-  void error(std::string pointer, std::string msg) {
-    if (diags_.size() >= kMaxDiagnostics) {
-      ++suppressed_;
-      return;
-    }
+  // --- diagnostics and typed access (runtime's JsonFields) ------------------------------
+  JsonLocation locate(std::string_view pointer) {
     if (text_.empty() && !reread_) {  // the caller released the text: read the file again
       auto text = read_json_file(file_);
       reread_.emplace(text ? std::move(*text) : std::string());
       text_ = *reread_;
     }
-    auto loc = parsed_->locate(text_, pointer);
-    // A bare file name reads better than an absolute path in messages.
-    diags_.push_back({display_, loc.line, loc.column, std::move(pointer), std::move(msg)});
+    return parsed_->locate(text_, pointer);
   }
-  static std::string type_name(const json::value& v) {
-    switch (v.kind()) {
-      case json::kind::null:
-        return "null";
-      case json::kind::bool_:
-        return "a boolean";
-      case json::kind::int64:
-      case json::kind::uint64:
-        return "an integer";
-      case json::kind::double_:
-        return "a number";
-      case json::kind::string:
-        return "a string";
-      case json::kind::array:
-        return "an array";
-      case json::kind::object:
-        return "an object";
-    }
-    return "a value";
-  }
-  static std::string join(const std::vector<std::string>& v) {
-    std::string s;
-    for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
-    return s;
-  }
+  void error(std::string_view pointer, std::string msg) { fields_.error(pointer, std::move(msg)); }
+  static std::string type_name(const json::value& v) { return json_kind_phrase(v); }
+  // "unknown node 'x'; did you mean 'y'?" or the names known; `also` (START, END) is a name
+  // the list does not hold.
   std::string unknown(std::string_view what, std::string_view name,
-                      const std::vector<std::string>& known, const char* also = nullptr) {
-    std::string msg = "unknown " + std::string(what) + " '" + std::string(name) + "'";
-    if (also && closest_match(name, {also})) return msg + "; did you mean '" + also + "'?";
-    // Suggestions cost an edit distance per name: skip them for very long lists.
-    if (known.size() <= 5000)
-      if (auto m = closest_match(name, known)) return msg + "; did you mean '" + *m + "'?";
-    if (known.empty() && !also) return msg + " (none are defined)";
-    if (known.size() > 20) return msg + " (" + std::to_string(known.size()) + " are defined)";
-    return msg + " (known: " + join(known) + (also ? std::string(", ") + also : "") + ")";
+                      std::span<const std::string> known, const char* also = nullptr) {
+    if (also) {
+      const std::array<std::string, 1> one = {also};
+      if (closest_match(name, one)) return unknown_name_message(what, name, one);
+      if (known.size() <= 20 && !known.empty()) {
+        std::vector<std::string> all(known.begin(), known.end());
+        all.emplace_back(also);
+        return unknown_name_message(what, name, all);
+      }
+    }
+    return unknown_name_message(what, name, known);
   }
   std::string unknown(std::string_view what, std::string_view name, const Names& known,
                       const char* also = nullptr) {
     return unknown(what, name, known.list, also);
   }
-
-  // --- typed access --------------------------------------------------------------------
-  void check_keys(const json::object& o, const std::string& ptr,
-                  const std::vector<std::string>& allowed) {
-    for (const auto& [k, v] : o) {
-      if (std::find(allowed.begin(), allowed.end(), std::string(k)) != allowed.end()) continue;
-      std::string msg = "unknown key '" + std::string(k) + "'";
-      if (auto m = closest_match(k, allowed))
-        msg += "; did you mean '" + *m + "'?";
-      else
-        msg += " (expected one of: " + join(allowed) + ")";
-      error(json_pointer_append(ptr, k), msg);
-    }
+  void check_keys(const json::object& o, std::string_view ptr,
+                  std::initializer_list<std::string_view> allowed) {
+    fields_.check_keys(o, ptr, allowed);
   }
-  const json::object* object_at(const json::object& o, std::string_view key, const std::string& ptr,
+  void check_keys(const json::object& o, std::string_view ptr,
+                  const std::vector<std::string_view>& allowed) {
+    fields_.check_keys(o, ptr, allowed);
+  }
+  const json::object* object_at(const json::object& o, std::string_view key, std::string_view ptr,
                                 bool required) {
-    const json::value* v = o.if_contains(key);
-    if (!v) {
-      if (required) error(ptr, "missing required key '" + std::string(key) + "'");
-      return nullptr;
-    }
-    if (!v->is_object()) {
-      error(json_pointer_append(ptr, key), "expected an object, got " + type_name(*v));
-      return nullptr;
-    }
-    return &v->as_object();
+    return fields_.object_at(o, key, ptr, required);
   }
   std::optional<std::string> string_at(const json::object& o, std::string_view key,
-                                       const std::string& ptr, bool required) {
-    const json::value* v = o.if_contains(key);
-    if (!v) {
-      if (required) error(ptr, "missing required key '" + std::string(key) + "'");
-      return std::nullopt;
-    }
-    if (!v->is_string()) {
-      error(json_pointer_append(ptr, key), "expected a string, got " + type_name(*v));
-      return std::nullopt;
-    }
-    return std::string(v->as_string());
+                                       std::string_view ptr, bool required) {
+    return fields_.string_at(o, key, ptr, required);
   }
   std::optional<std::int64_t> int_at(const json::object& o, std::string_view key,
-                                     const std::string& ptr, std::int64_t min) {
-    const json::value* v = o.if_contains(key);
-    if (!v) return std::nullopt;
-    std::optional<std::int64_t> n;
-    if (v->is_int64())
-      n = v->as_int64();
-    else if (v->is_uint64() && v->as_uint64() <= INT64_MAX)
-      n = static_cast<std::int64_t>(v->as_uint64());
-    if (!n) {
-      error(json_pointer_append(ptr, key), "expected an integer, got " + type_name(*v));
-      return std::nullopt;
-    }
-    if (*n < min) {
-      error(json_pointer_append(ptr, key),
-            "must be at least " + std::to_string(min) + ", got " + std::to_string(*n));
-      return std::nullopt;
-    }
-    return n;
+                                     std::string_view ptr, std::int64_t min) {
+    return fields_.int_at(o, key, ptr, min);
   }
   std::optional<std::int64_t> bytes_at(const json::object& o, std::string_view key,
-                                       const std::string& ptr) {
-    const json::value* v = o.if_contains(key);
-    if (!v) return std::nullopt;
-    auto n = parse_byte_size(*v);
-    if (!n) error(json_pointer_append(ptr, key), "expected a byte size like 4096 or \"256MiB\"");
-    return n;
+                                       std::string_view ptr) {
+    return fields_.bytes_at(o, key, ptr);
   }
-  std::optional<bool> bool_at(const json::object& o, std::string_view key, const std::string& ptr) {
-    const json::value* v = o.if_contains(key);
-    if (!v) return std::nullopt;
-    if (!v->is_bool()) {
-      error(json_pointer_append(ptr, key), "expected true or false, got " + type_name(*v));
-      return std::nullopt;
-    }
-    return v->as_bool();
+  std::optional<bool> bool_at(const json::object& o, std::string_view key, std::string_view ptr) {
+    return fields_.bool_at(o, key, ptr);
   }
   bool check_name(const std::string& name, const std::string& ptr, std::string_view what) {
-    if (!valid_name(name)) {
+    if (!is_plain_name(name)) {
       error(ptr, std::string(what) + " name '" + name +
                      "' must start with a letter or '_' and use only letters, digits, '_' and '-'");
       return false;
@@ -242,31 +165,31 @@ class Loader {
     return out;
   }
 
-  // Channels named in an expression ("total / len(numbers)") must exist.
+  // What a section's checker may need besides its entry: the names declared so far.
+  SectionContext context() const {
+    return {fs::absolute(file_).parent_path(), model_names_.list, tool_names_.list, mcp_names_.list,
+            channel_names_.list};
+  }
+  // An expression ({"$expr": "..."}): the layer above checks it (syntax, channel names).
   void check_expr(std::string_view e, const std::string& ptr) {
-    auto ident = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
-    for (std::size_t i = 0; i < e.size();) {
-      char c = e[i];
-      if (!(std::isalpha(static_cast<unsigned char>(c)) || c == '_')) {
-        ++i;
-        continue;
-      }
-      std::size_t start = i;
-      while (i < e.size() && (ident(e[i]) || e[i] == '-')) ++i;
-      std::string name(e.substr(start, i - start));
-      std::size_t j = i;
-      while (j < e.size() && std::isspace(static_cast<unsigned char>(e[j]))) ++j;
-      if (j < e.size() && e[j] == '(') {
-        if (name != "len")
-          error(ptr, "expression \"" + std::string(e) + "\": unknown function '" + name +
-                         "' (known: len)");
-        continue;
-      }
-      if (!has(channel_names_, name))
-        error(ptr,
-              "expression \"" + std::string(e) + "\": " + unknown("channel", name, channel_names_));
+    if (!checks_.expression) return;
+    for (const auto& problem : checks_.expression(e, context()))
+      error(ptr, "expression \"" + utf8_abbreviate(e, 60) + "\": " + problem);
+  }
+  // The entries of a section another layer owns: their names here, their settings its.
+  void section(const json::object& o, std::string_view key, std::string_view what,
+               const SectionCheck& check, Names& names) {
+    for (const auto& [k, v] : o) {
+      const std::string ptr = json_pointer_append("/" + std::string(key), k);
+      if (!check_name(std::string(k), ptr, what)) continue;
+      names.emplace_back(k);
+      if (check)
+        check(k, v, ptr, context(), fields_);
+      else if (!v.is_object())
+        error(ptr, "expected an object, got " + type_name(v));
     }
   }
+
   // Channels named in templates ({{state.NAME}} or {{state.NAME.field}}) must exist.
   void check_templates(const json::value& v, const std::string& ptr) {
     if (const auto* o = v.if_object()) {
@@ -300,7 +223,7 @@ class Loader {
                 "models", "tools", "mcp_servers", "agents", "tasks", "crews", "group_chats",
                 "nodes", "edges"});
     if (auto n = string_at(root, "name", "", true)) {
-      if (valid_name(*n))
+      if (is_plain_name(*n))
         spec_.name = *n;
       else
         error("/name", "workflow name '" + *n + "' must use only letters, digits, '_' and '-'");
@@ -311,14 +234,30 @@ class Loader {
     }
     if (const auto* l = object_at(root, "limits", "", false)) spec_.limits = limits(*l, "/limits");
     if (const auto* s = object_at(root, "state", "", false)) state(*s);
-    if (const auto* m = object_at(root, "models", "", false)) models(*m);
-    if (const auto* t = object_at(root, "tools", "", false)) tools(*t);
-    if (const auto* m = object_at(root, "mcp_servers", "", false)) mcp_servers(*m);
-    for (auto [key, dst] : {std::pair{"agents", &spec_.agents},
-                            {"tasks", &spec_.tasks},
+    // The sections of the layers above, in this order (an agent names models, tools and
+    // servers): kept as written, checked by `checks_`.
+    struct Section {
+      const char* key;
+      const char* what;
+      const SectionCheck* check;
+      Names* names;
+      json::object* dst;
+    };
+    for (const Section& sec :
+         {Section{"models", "model", &checks_.model, &model_names_, &spec_.models},
+          {"tools", "tool", &checks_.tool, &tool_names_, &spec_.tools},
+          {"mcp_servers", "MCP server", &checks_.mcp_server, &mcp_names_, &spec_.mcp_servers},
+          {"agents", "agent", &checks_.agent, &agent_names_, &spec_.agents}}) {
+      if (const auto* o = object_at(root, sec.key, "", false)) {
+        section(*o, sec.key, sec.what, *sec.check, *sec.names);
+        *sec.dst = json::object(*o, json::storage_ptr());  // off the document's slabs
+      }
+    }
+    for (auto [key, dst] : {std::pair{"tasks", &spec_.tasks},
                             {"crews", &spec_.crews},
                             {"group_chats", &spec_.group_chats}}) {
-      if (const auto* o = object_at(root, key, "", false)) *dst = *o;
+      if (const auto* o = object_at(root, key, "", false))
+        *dst = json::object(*o, json::storage_ptr());
     }
     for (auto [key, dst] : {std::pair{"input", &spec_.input}, {"output", &spec_.output}}) {
       if (const auto* v = root.if_contains(key)) channel_list(*v, std::string("/") + key, *dst);
@@ -332,7 +271,7 @@ class Loader {
     } else {
       error("", "missing required key 'edges'");
     }
-    if (diags_.empty()) structure();
+    if (fields_.ok()) structure();
   }
 
   LimitsSpec limits(const json::object& o, const std::string& ptr) {
@@ -364,8 +303,7 @@ class Loader {
   }
 
   void state(const json::object& o) {
-    static const std::vector<std::string> reducers = {"last_value", "append", "messages", "sum",
-                                                      "max",        "min",    "merge"};
+    const auto reducers = reducer_names();
     for (const auto& [k, v] : o) {
       std::string ptr = json_pointer_append("/state", k);
       ChannelSpec c;
@@ -406,179 +344,6 @@ class Loader {
     }
   }
 
-  void models(const json::object& o) {
-    for (const auto& [k, v] : o) {
-      std::string ptr = json_pointer_append("/models", k);
-      if (!check_name(std::string(k), ptr, "model")) continue;
-      if (!v.is_object()) {
-        error(ptr, "expected a model object with a \"path\", got " + type_name(v));
-        continue;
-      }
-      const auto& mo = v.as_object();
-      ModelSpec m;
-      m.name = k;
-      if (auto pr = string_at(mo, "provider", ptr, false); pr && *pr != "local") {
-        if (*pr != "openai") {
-          error(ptr + "/provider", "unknown provider '" + *pr +
-                                       "' (local: a GGUF file; openai: an OpenAI-compatible "
-                                       "endpoint)");
-          continue;
-        }
-        remote_model(mo, ptr, m);
-        model_names_.push_back(m.name);
-        spec_.models.push_back(std::move(m));
-        continue;
-      }
-      check_keys(mo, ptr, {"provider", "path", "chat_template", "engine"});
-      if (auto p = string_at(mo, "path", ptr, true)) m.path = resolve(*p);
-      if (auto t = string_at(mo, "chat_template", ptr, false)) m.chat_template = *t;
-      if (const auto* e = object_at(mo, "engine", ptr, false)) {
-        check_keys(*e, ptr + "/engine",
-                   {"max_num_seqs", "max_num_batched_tokens", "max_model_len", "block_size",
-                    "threads", "kv_cache_type"});
-        for (const auto& [ek, ev] : *e) {
-          if (ek == "kv_cache_type") {  // the KV cache's element type
-            if (auto t = string_at(*e, ek, ptr + "/engine", false); t && *t != "f32" && *t != "f16")
-              error(ptr + "/engine/kv_cache_type",
-                    "expected \"f32\" or \"f16\", got \"" + *t + "\"");
-            continue;
-          }
-          (void)int_at(*e, ek, ptr + "/engine", 1), (void)ev;
-        }
-        m.engine = *e;
-      }
-      model_names_.push_back(m.name);
-      spec_.models.push_back(std::move(m));
-    }
-  }
-
-  // {"provider": "openai", "base_url": "http://127.0.0.1:8080/v1", "model": "m", ...}
-  void remote_model(const json::object& mo, const std::string& ptr, ModelSpec& m) {
-    check_keys(mo, ptr,
-               {"provider", "base_url", "model", "api_key_env", "max_concurrency", "max_queued",
-                "requests_per_minute", "max_retries", "timeout_ms", "connect_timeout_ms",
-                "max_response_bytes", "stream", "context_length", "breaker_failures",
-                "breaker_cooldown_ms", "affinity_slack"});
-    m.provider = "openai";
-    // One URL, or several serving the same model (balanced, with failover).
-    const auto* bu = mo.if_contains("base_url");
-    const bool many = bu && bu->is_array();
-    if (!bu) error(ptr, "missing required key 'base_url'");
-    if (bu && !bu->is_string() && !many)
-      error(ptr + "/base_url", "expected a URL or an array of URLs, got " + type_name(*bu));
-    if (many && bu->as_array().empty()) error(ptr + "/base_url", "expected at least one URL");
-    const json::array one = bu && bu->is_string() ? json::array{*bu} : json::array{};
-    const json::array& urls = many ? bu->as_array() : one;
-    for (std::size_t i = 0; i < urls.size(); ++i) {
-      const std::string up = many ? ptr + "/base_url/" + std::to_string(i) : ptr + "/base_url";
-      const auto* u = urls[i].if_string();
-      if (!u || !(u->starts_with("http://") || u->starts_with("https://")))
-        error(up, "expected an http:// or https:// URL such as \"http://127.0.0.1:8080/v1\"");
-    }
-    (void)string_at(mo, "model", ptr, true);
-    if (auto e = string_at(mo, "api_key_env", ptr, false); e && e->empty())
-      error(ptr + "/api_key_env", "expected the name of an environment variable");
-    for (const char* key : {"max_concurrency", "max_queued", "timeout_ms", "connect_timeout_ms",
-                            "max_response_bytes", "breaker_failures", "breaker_cooldown_ms"})
-      (void)int_at(mo, key, ptr, 1);
-    for (const char* key :
-         {"requests_per_minute", "max_retries", "context_length", "affinity_slack"})
-      (void)int_at(mo, key, ptr, 0);
-    if (const auto* st = mo.if_contains("stream"); st && !st->is_bool())
-      error(ptr + "/stream", "expected true or false, got " + type_name(*st));
-    m.remote = mo;
-  }
-
-  // MCP servers: their shape here (positioned); the agents layer starts them and lists their
-  // tools, which nodes and agents name "server/tool".
-  void mcp_servers(const json::object& o) {
-    for (const auto& [k, v] : o) {
-      const std::string ptr = json_pointer_append("/mcp_servers", k);
-      if (!check_name(std::string(k), ptr, "MCP server")) continue;
-      if (!v.is_object()) {
-        error(ptr,
-              "expected a server object like {\"command\": [\"npx\", \"-y\", \"...\"]} or "
-              "{\"url\": \"http://127.0.0.1:3000/mcp\"}, got " +
-                  type_name(v));
-        continue;
-      }
-      const auto& so = v.as_object();
-      check_keys(so, ptr,
-                 {"command", "url", "headers", "headers_env", "env", "cwd", "timeout_ms",
-                  "max_concurrency", "rate_per_minute", "max_message_bytes"});
-      const auto* cmd = so.if_contains("command");
-      const auto* url = so.if_contains("url");
-      if (!cmd == !url) {
-        error(ptr,
-              "give either \"command\" (a server weir starts, stdio) or \"url\" (Streamable "
-              "HTTP)");
-      } else if (cmd) {
-        bool ok = cmd->is_array() && !cmd->as_array().empty();
-        for (const auto& a : ok ? cmd->as_array() : json::array()) ok = ok && a.is_string();
-        if (!ok)
-          error(ptr + "/command",
-                "expected a non-empty array of strings (the program and its arguments)");
-      } else if (!url->is_string() || !(url->as_string().starts_with("http://") ||
-                                        url->as_string().starts_with("https://"))) {
-        error(ptr + "/url", "expected an http:// or https:// URL (the server's MCP endpoint)");
-      }
-      for (const char* key : {"headers", "headers_env", "env"}) {
-        const auto* h = object_at(so, key, ptr, false);
-        for (const auto& [hk, hv] : h ? *h : json::object())
-          if (!hv.is_string()) error(json_pointer_append(ptr + "/" + key, hk), "expected a string");
-      }
-      (void)string_at(so, "cwd", ptr, false);
-      (void)int_at(so, "timeout_ms", ptr, 1);
-      (void)int_at(so, "max_concurrency", ptr, 1);
-      (void)int_at(so, "rate_per_minute", ptr, 0);
-      (void)int_at(so, "max_message_bytes", ptr, 1024);
-      mcp_names_.emplace_back(k);
-    }
-    spec_.mcp_servers = o;
-  }
-  // "server/tool" of a declared MCP server (its tools are known once it is started).
-  bool mcp_tool(std::string_view name) const {
-    const auto slash = name.find('/');
-    return slash != std::string_view::npos && slash + 1 < name.size() &&
-           has(mcp_names_, name.substr(0, slash));
-  }
-
-  void tools(const json::object& o) {
-    static const std::vector<std::string> builtins = {"calculator", "files", "artifacts",
-                                                      "doc_search", "lorem", "sleep"};
-    for (const auto& [k, v] : o) {
-      std::string ptr = json_pointer_append("/tools", k);
-      if (!check_name(std::string(k), ptr, "tool")) continue;
-      if (!v.is_object()) {
-        error(ptr,
-              "expected a tool object like {\"builtin\": \"calculator\"}, got " + type_name(v));
-        continue;
-      }
-      const auto& to = v.as_object();
-      check_keys(to, ptr,
-                 {"builtin", "root", "timeout_ms", "max_output_bytes", "max_concurrency",
-                  "rate_per_minute"});
-      ToolSpecEntry t;
-      t.name = k;
-      if (auto b = string_at(to, "builtin", ptr, true)) {
-        if (std::find(builtins.begin(), builtins.end(), *b) == builtins.end())
-          error(ptr + "/builtin", unknown("builtin tool", *b, builtins));
-        t.builtin = *b;
-      }
-      if (auto r = string_at(to, "root", ptr, false)) t.root = resolve(*r);
-      (void)int_at(to, "timeout_ms", ptr, 1);
-      (void)bytes_at(to, "max_output_bytes", ptr);
-      (void)int_at(to, "max_concurrency", ptr, 1);
-      (void)int_at(to, "rate_per_minute", ptr, 1);
-      if ((t.builtin == "files" || t.builtin == "doc_search") && t.root.empty()) {
-        error(ptr, "the " + t.builtin + " tool needs a \"root\" folder (relative to this file)");
-      }
-      t.settings = to;
-      tool_names_.push_back(t.name);
-      spec_.tools.push_back(std::move(t));
-    }
-  }
-
   void channel_list(const json::value& v, const std::string& ptr, std::vector<std::string>& dst) {
     if (!v.is_array()) {
       error(ptr, "expected a list of channel names, got " + type_name(v));
@@ -608,12 +373,125 @@ class Loader {
     }
   }
 
+  // --- nodes, by kind: each adds its keys to `allowed` ------------------------------------
+  static void allow(std::vector<std::string_view>& allowed,
+                    std::initializer_list<std::string_view> keys) {
+    allowed.insert(allowed.end(), keys.begin(), keys.end());
+  }
+  // values: channels, and expressions the layer above checks.
+  void set_node(NodeSpec& n, const json::object& no, const std::string& ptr,
+                std::vector<std::string_view>& allowed) {
+    allow(allowed, {"values"});
+    if (const auto* vals = object_at(no, "values", ptr, true)) {
+      for (const auto& [ck, cv] : *vals) {
+        std::string vp = json_pointer_append(ptr + "/values", ck);
+        if (!has(channel_names_, ck)) error(vp, unknown("channel", ck, channel_names_));
+        if (const auto* eo = cv.if_object(); eo && eo->contains("$expr")) {
+          if (!eo->at("$expr").is_string())
+            error(vp + "/$expr", "an expression must be a string like \"counter + 1\"");
+          else
+            check_expr(eo->at("$expr").as_string(), vp + "/$expr");
+        }
+      }
+    }
+  }
+  // tool: a declared tool or an MCP server's "server/tool"; args are templates.
+  void tool_node(NodeSpec& n, const json::object& no, const std::string& ptr,
+                 std::vector<std::string_view>& allowed) {
+    allow(allowed, {"tool", "args", "output"});
+    if (auto t = string_at(no, "tool", ptr, true); t && !has(tool_names_, *t) && !mcp_tool(*t)) {
+      error(ptr + "/tool",
+            unknown("tool", *t, tool_names_) +
+                (mcp_names_.list.empty() ? "" : " (an MCP server's tool is \"server/tool\")"));
+    }
+    if (const auto* args = object_at(no, "args", ptr, false)) check_templates(*args, ptr + "/args");
+    channel_ref(no, "output", ptr, false);
+  }
+  // model: a declared model; prompt or messages.
+  void llm_node(NodeSpec& n, const json::object& no, const std::string& ptr,
+                std::vector<std::string_view>& allowed) {
+    allow(allowed,
+          {"model", "prompt", "system", "messages", "output", "max_tokens", "output_schema"});
+    if (const auto* os = no.if_contains("output_schema"); os && !os->is_object())
+      error(ptr + "/output_schema", "expected a JSON Schema object");
+    if (auto m = string_at(no, "model", ptr, true); m && !has(model_names_, *m)) {
+      error(ptr + "/model", unknown("model", *m, model_names_));
+    }
+    for (const char* key : {"prompt", "system"})
+      if (string_at(no, key, ptr, false)) check_templates(no.at(key), ptr + "/" + key);
+    channel_ref(no, "messages", ptr, false);
+    channel_ref(no, "output", ptr, false);
+    (void)int_at(no, "max_tokens", ptr, 1);
+    if (!no.contains("prompt") && !no.contains("messages")) {
+      error(ptr, "an llm node needs a \"prompt\" or a \"messages\" channel");
+    }
+  }
+  // agent: a declared agent.
+  void agent_node(NodeSpec& n, const json::object& no, const std::string& ptr,
+                  std::vector<std::string_view>& allowed) {
+    allow(allowed, {"agent", "input", "output"});
+    if (auto a = string_at(no, "agent", ptr, true); a && !has(agent_names_, *a)) {
+      error(ptr + "/agent", unknown("agent", *a, agent_names_));
+    }
+    channel_ref(no, "input", ptr, false);
+    channel_ref(no, "output", ptr, false);
+  }
+  // over: a channel; node: the worker, which is not the map itself.
+  void map_node(NodeSpec& n, const json::object& no, const std::string& ptr,
+                std::vector<std::string_view>& allowed) {
+    allow(allowed, {"over", "node", "item_key", "output", "max_concurrency"});  // refused below
+    channel_ref(no, "over", ptr, true);
+    if (auto w = string_at(no, "node", ptr, true)) {
+      if (!has(node_names_, *w))
+        error(ptr + "/node", unknown("node", *w, node_names_));
+      else if (*w == n.name)
+        error(ptr + "/node", "a map node cannot run itself per item");
+      else
+        map_workers_[*w] = n.name;
+    }
+    // Once accepted and ignored; refused now so that nobody relies on them.
+    if (no.contains("item_key"))
+      error(ptr + "/item_key",
+            "a map node has no \"item_key\": the worker sees each item as {{item}} (and "
+            "{{item.field}})");
+    if (no.contains("output"))
+      error(ptr + "/output",
+            "a map node has no \"output\": the worker's own \"output\" channel collects "
+            "each item's result, merged by that channel's reducer");
+    if (no.contains("max_concurrency"))
+      error(ptr + "/max_concurrency",
+            "a map node has no \"max_concurrency\": items run at most "
+            "limits.max_concurrency at once");
+  }
+  // path: the file (loaded now); input/output: channel maps; limits of its own.
+  void subgraph_node(NodeSpec& n, const json::object& no, const std::string& ptr,
+                     std::vector<std::string_view>& allowed) {
+    allow(allowed, {"path", "input", "output", "limits"});
+    if (auto p = string_at(no, "path", ptr, true)) subgraph(n.name, *p, ptr + "/path");
+    for (const char* key : {"input", "output"}) {
+      if (const auto* m = object_at(no, key, ptr, false)) {
+        for (const auto& [mk, mv] : *m) {
+          if (!mv.is_string())
+            error(json_pointer_append(ptr + "/" + key, mk),
+                  "expected a channel name, got " + type_name(mv));
+        }
+      }
+    }
+    if (const auto* l = object_at(no, "limits", ptr, false)) (void)limits(*l, ptr + "/limits");
+  }
+  // payload: a template; output: the channel for the resume value.
+  void interrupt_node(NodeSpec& n, const json::object& no, const std::string& ptr,
+                      std::vector<std::string_view>& allowed) {
+    allow(allowed, {"payload", "output"});
+    if (const auto* p = no.if_contains("payload")) check_templates(*p, ptr + "/payload");
+    channel_ref(no, "output", ptr, false);
+  }
+
   // Takes `o` to move each node's settings out of the document (no second copy).
   void nodes(json::object& o) {
-    static const std::vector<std::string> kinds = {"set",    "tool", "llm",      "agent",
-                                                   "router", "map",  "subgraph", "interrupt"};
-    static const std::vector<std::string> common = {"kind", "description", "max_visits", "retry",
-                                                    "timeout_ms"};
+    const auto kinds = node_kind_names();
+    static const std::vector<std::string_view> common = {"kind", "description", "max_visits",
+                                                         "retry", "timeout_ms"};
     if (o.empty()) error("/nodes", "a workflow needs at least one node");
     spec_.nodes.reserve(o.size());
     // The nodes' keys lie among their settings in the document's slabs (the parser allocates
@@ -657,120 +535,31 @@ class Loader {
         if (auto m = int_at(*r, "max_backoff_ms", ptr + "/retry", 0)) rs.max_backoff_ms = *m;
         n.retry = rs;
       }
-      std::vector<std::string> allowed = common;
-      auto allow = [&](std::initializer_list<const char*> keys) {
-        allowed.insert(allowed.end(), keys.begin(), keys.end());
-      };
+      std::vector<std::string_view> allowed = common;
       switch (n.kind) {
-        case NodeKind::set: {
-          allow({"values"});
-          if (const auto* vals = object_at(no, "values", ptr, true)) {
-            for (const auto& [ck, cv] : *vals) {
-              std::string vp = json_pointer_append(ptr + "/values", ck);
-              if (!has(channel_names_, ck)) error(vp, unknown("channel", ck, channel_names_));
-              if (const auto* eo = cv.if_object(); eo && eo->contains("$expr")) {
-                if (!eo->at("$expr").is_string())
-                  error(vp + "/$expr", "an expression must be a string like \"counter + 1\"");
-                else
-                  check_expr(eo->at("$expr").as_string(), vp + "/$expr");
-              }
-            }
-          }
+        case NodeKind::set:
+          set_node(n, no, ptr, allowed);
           break;
-        }
-        case NodeKind::tool: {
-          allow({"tool", "args", "output"});
-          if (auto t = string_at(no, "tool", ptr, true);
-              t && !has(tool_names_, *t) && !mcp_tool(*t)) {
-            error(
-                ptr + "/tool",
-                unknown("tool", *t, tool_names_) +
-                    (mcp_names_.list.empty() ? "" : " (an MCP server's tool is \"server/tool\")"));
-          }
-          if (const auto* args = object_at(no, "args", ptr, false))
-            check_templates(*args, ptr + "/args");
-          channel_ref(no, "output", ptr, false);
+        case NodeKind::tool:
+          tool_node(n, no, ptr, allowed);
           break;
-        }
-        case NodeKind::llm: {
-          allow({"model", "prompt", "system", "messages", "output", "max_tokens", "output_schema"});
-          if (const auto* os = no.if_contains("output_schema"); os && !os->is_object())
-            error(ptr + "/output_schema", "expected a JSON Schema object");
-          if (auto m = string_at(no, "model", ptr, true); m && !has(model_names_, *m)) {
-            error(ptr + "/model", unknown("model", *m, model_names_));
-          }
-          for (const char* key : {"prompt", "system"})
-            if (string_at(no, key, ptr, false)) check_templates(no.at(key), ptr + "/" + key);
-          channel_ref(no, "messages", ptr, false);
-          channel_ref(no, "output", ptr, false);
-          (void)int_at(no, "max_tokens", ptr, 1);
-          if (!no.contains("prompt") && !no.contains("messages")) {
-            error(ptr, "an llm node needs a \"prompt\" or a \"messages\" channel");
-          }
+        case NodeKind::llm:
+          llm_node(n, no, ptr, allowed);
           break;
-        }
-        case NodeKind::agent: {
-          allow({"agent", "input", "output"});
-          std::vector<std::string> agents;
-          if (const auto* a = root_object("agents"))
-            for (const auto& [ak, av] : *a) agents.emplace_back(ak);
-          if (auto a = string_at(no, "agent", ptr, true); a && !has(agents, *a)) {
-            error(ptr + "/agent", unknown("agent", *a, agents));
-          }
-          channel_ref(no, "input", ptr, false);
-          channel_ref(no, "output", ptr, false);
+        case NodeKind::agent:
+          agent_node(n, no, ptr, allowed);
           break;
-        }
         case NodeKind::router:
           break;
-        case NodeKind::map: {
-          allow({"over", "node", "item_key", "output", "max_concurrency"});  // refused below
-          channel_ref(no, "over", ptr, true);
-          if (auto w = string_at(no, "node", ptr, true)) {
-            if (!has(node_names_, *w))
-              error(ptr + "/node", unknown("node", *w, node_names_));
-            else if (*w == n.name)
-              error(ptr + "/node", "a map node cannot run itself per item");
-            else
-              map_workers_[*w] = n.name;
-          }
-          // Once accepted and ignored; refused now so that nobody relies on them.
-          if (no.contains("item_key"))
-            error(ptr + "/item_key",
-                  "a map node has no \"item_key\": the worker sees each item as {{item}} (and "
-                  "{{item.field}})");
-          if (no.contains("output"))
-            error(ptr + "/output",
-                  "a map node has no \"output\": the worker's own \"output\" channel collects "
-                  "each item's result, merged by that channel's reducer");
-          if (no.contains("max_concurrency"))
-            error(ptr + "/max_concurrency",
-                  "a map node has no \"max_concurrency\": items run at most "
-                  "limits.max_concurrency at once");
+        case NodeKind::map:
+          map_node(n, no, ptr, allowed);
           break;
-        }
-        case NodeKind::subgraph: {
-          allow({"path", "input", "output", "limits"});
-          if (auto p = string_at(no, "path", ptr, true)) subgraph(n.name, *p, ptr + "/path");
-          for (const char* key : {"input", "output"}) {
-            if (const auto* m = object_at(no, key, ptr, false)) {
-              for (const auto& [mk, mv] : *m) {
-                if (!mv.is_string())
-                  error(json_pointer_append(ptr + "/" + key, mk),
-                        "expected a channel name, got " + type_name(mv));
-              }
-            }
-          }
-          if (const auto* l = object_at(no, "limits", ptr, false))
-            (void)limits(*l, ptr + "/limits");
+        case NodeKind::subgraph:
+          subgraph_node(n, no, ptr, allowed);
           break;
-        }
-        case NodeKind::interrupt: {
-          allow({"payload", "output"});
-          if (const auto* p = no.if_contains("payload")) check_templates(*p, ptr + "/payload");
-          channel_ref(no, "output", ptr, false);
+        case NodeKind::interrupt:
+          interrupt_node(n, no, ptr, allowed);
           break;
-        }
       }
       check_keys(no, ptr, allowed);
       // The settings, less those read into `n`, in a table of their own size; then the node's
@@ -783,10 +572,11 @@ class Loader {
     }
   }
 
-  const json::object* root_object(std::string_view key) const {
-    const auto& root = parsed_->value.as_object();
-    const auto* v = root.if_contains(key);
-    return v && v->is_object() ? &v->as_object() : nullptr;
+  // "server/tool" of a declared MCP server (its tools are known once it is started).
+  bool mcp_tool(std::string_view name) const {
+    const auto slash = name.find('/');
+    return slash != std::string_view::npos && slash + 1 < name.size() &&
+           has(mcp_names_, name.substr(0, slash));
   }
 
   void subgraph(const std::string& node, const std::string& rel, const std::string& ptr) {
@@ -808,11 +598,11 @@ class Loader {
     }
     auto stack = stack_;
     stack.push_back(canon);
-    Loader child(file ? std::string_view(file->text) : std::string_view(), p, depth_ - 1,
+    Loader child(file ? std::string_view(file->text) : std::string_view(), p, checks_, depth_ - 1,
                  std::move(stack));
     WorkflowLoad sub = file ? child.run(std::move(file->parsed)) : child.failed(file.error());
     if (!sub.ok()) {
-      diags_.insert(diags_.end(), sub.diagnostics.begin(), sub.diagnostics.end());
+      for (auto& d : sub.diagnostics) fields_.add(std::move(d));
       error(ptr, "subgraph '" + rel + "' has errors (listed above)");
       return;
     }
@@ -1022,31 +812,31 @@ class Loader {
   std::string_view text_;
   std::optional<std::string> reread_;  // the file, read again for positions when text_ is empty
   fs::path file_;
-  std::string display_ = file_.string();
+  const WorkflowChecks& checks_;
   int depth_;
   std::vector<fs::path> stack_;
+  JsonFields fields_;  // every diagnostic, located through parsed_
   std::optional<ParsedJson> parsed_;
   WorkflowSpec spec_;
-  std::vector<Diagnostic> diags_;
-  Names channel_names_, model_names_, tool_names_, node_names_, mcp_names_;
-  std::size_t suppressed_ = 0;                      // diagnostics past kMaxDiagnostics
+  Names channel_names_, model_names_, tool_names_, node_names_, mcp_names_, agent_names_;
   std::map<std::string, std::string> map_workers_;  // worker -> map node
 };
 
 }  // namespace
 
-WorkflowLoad load_workflow_text(std::string_view text, const fs::path& file, int max_depth) {
+WorkflowLoad load_workflow_text(std::string_view text, const fs::path& file,
+                                const WorkflowChecks& checks, int max_depth) {
   std::error_code ec;
   fs::path canon = fs::weakly_canonical(file, ec);
-  return Loader(text, file, max_depth, {canon}).run();
+  return Loader(text, file, checks, max_depth, {canon}).run();
 }
 
-WorkflowLoad load_workflow_file(const fs::path& file, int max_depth) {
+WorkflowLoad load_workflow_file(const fs::path& file, const WorkflowChecks& checks, int max_depth) {
   auto parsed = parse_json_file(file, {.slabs = true});
   std::error_code ec;
   fs::path canon = fs::weakly_canonical(file, ec);
-  Loader loader(parsed ? std::string_view(parsed->text) : std::string_view(), file, max_depth,
-                {canon});
+  Loader loader(parsed ? std::string_view(parsed->text) : std::string_view(), file, checks,
+                max_depth, {canon});
   if (parsed) return loader.run(std::move(parsed->parsed));
   Error e = std::move(parsed).error();
   if (auto at = e.message.find(": cannot read: "); at != std::string::npos)
@@ -1055,14 +845,14 @@ WorkflowLoad load_workflow_file(const fs::path& file, int max_depth) {
 }
 
 WorkflowLoad load_workflow_json(ParsedJson parsed, std::string_view text, const fs::path& file,
-                                int max_depth) {
+                                const WorkflowChecks& checks, int max_depth) {
   std::error_code ec;
   fs::path canon = fs::weakly_canonical(file, ec);
-  return Loader(text, file, max_depth, {canon}).run(std::move(parsed));
+  return Loader(text, file, checks, max_depth, {canon}).run(std::move(parsed));
 }
 
-Result<WorkflowSpec> load_workflow(const fs::path& file) {
-  auto r = load_workflow_file(file);
+Result<WorkflowSpec> load_workflow(const fs::path& file, const WorkflowChecks& checks) {
+  auto r = load_workflow_file(file, checks);
   if (!r.ok()) return Error(Errc::invalid_workflow, r.report());
   return std::move(*r.spec);
 }

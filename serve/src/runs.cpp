@@ -75,7 +75,7 @@ Result<std::map<std::string, std::shared_ptr<Workflow>>> load_workflows(
     auto text = read_json_file(p);
     if (!text) return Error(text.error().code, "--workflows: " + text.error().message);
     w->text = std::move(*text);
-    auto load = graph::load_workflow_text(w->text, w->file);
+    auto load = graph::load_workflow_text(w->text, w->file, agents::workflow_checks());
     if (!load.ok())
       return Error(Errc::invalid_workflow, "--workflows: " + p.string() + ":\n" + load.report());
     w->spec = std::move(*load.spec);

@@ -47,11 +47,13 @@ TEST(CrewFileMcp, BadEntriesArePositioned) {
       crew(R"({"a/b": {"command": []}, "x": {"comand": ["y"], "timeout_ms": 0}})", "[]"), "c.json");
   ASSERT_FALSE(f);
   EXPECT_EQ(f.error().message,
-            "c.json:2:26: /mcp_servers/a~1b: a server name must be non-empty and without '/'\n"
+            "c.json:2:26: /mcp_servers/a~1b: MCP server name 'a/b' must start with a letter or "
+            "'_' and use only letters, digits, '_' and '-'\n"
             "c.json:2:38: /mcp_servers/a~1b/command: expected a non-empty array of strings (the "
             "program and its arguments)\n"
-            "c.json:2:59: /mcp_servers/x/comand: unknown key 'comand' (did you mean 'command'?)\n"
-            "c.json:2:48: /mcp_servers/x: missing required key 'command'\n"
+            "c.json:2:59: /mcp_servers/x/comand: unknown key 'comand'; did you mean 'command'?\n"
+            "c.json:2:48: /mcp_servers/x: give either \"command\" (a server weir starts, stdio) or "
+            "\"url\" (Streamable HTTP)\n"
             "c.json:2:80: /mcp_servers/x/timeout_ms: must be at least 1, got 0");
 }
 

@@ -63,8 +63,8 @@ TEST(CrewFile, EveryProblemIsReportedWithItsPosition) {
   ASSERT_FALSE(f);
   EXPECT_EQ(f.error().code, Errc::invalid_workflow);
   EXPECT_EQ(f.error().message,
-            "bad.json:6:43: /agents/0/max_itr: unknown key 'max_itr' (did you mean 'max_iter'?)\n"
-            "bad.json:6:56: /agents/0/tools/0: expected a string\n"
+            "bad.json:6:43: /agents/0/max_itr: unknown key 'max_itr'; did you mean 'max_iter'?\n"
+            "bad.json:6:56: /agents/0/tools/0: expected a string, got an integer\n"
             "bad.json:11:14: /process: unknown process 'parallel' (sequential, hierarchical)\n"
             "bad.json:9:5: /tasks/0: missing required key 'description'");
 }
@@ -76,7 +76,9 @@ TEST(CrewFile, MalformedJsonAndMissingFilesAreClearErrors) {
   EXPECT_EQ(f.error().message.rfind("x.json:2:10:", 0), 0u) << f.error().message;
   auto missing = load_agents_file("/nonexistent/crew.json");
   ASSERT_FALSE(missing);
-  EXPECT_EQ(missing.error().message, "/nonexistent/crew.json: no such file");
+  EXPECT_EQ(missing.error().code, Errc::not_found);
+  EXPECT_EQ(missing.error().message,
+            "/nonexistent/crew.json: cannot read: No such file or directory");
 }
 
 TEST(CrewFile, ToolFoldersAreCheckedAndUnknownToolsRefused) {
@@ -90,15 +92,56 @@ TEST(CrewFile, ToolFoldersAreCheckedAndUnknownToolsRefused) {
   auto tools = build_tools(*f, nullptr);
   ASSERT_FALSE(tools);
   EXPECT_EQ(tools.error().message,
-            "tools/doc_search: folder '" + (dir / "missing").string() + "' does not exist");
+            "tool 'doc_search': folder '" + (dir / "missing").string() + "' does not exist");
   std::ofstream(dir / "d.json") << R"({"weir": 1, "kind": "crew", "name": "c",
     "tools": {"web": {}},
     "agents": [{"name": "a", "role": "r"}], "tasks": [{"name": "t", "agent": "a", "description": "d"}]})";
   auto g = load_agents_file(dir / "d.json");
   ASSERT_FALSE(g);
-  EXPECT_NE(g.error().message.find("/tools/web: unknown key 'web'"), std::string::npos)
+  EXPECT_NE(g.error().message.find("/tools/web: unknown key 'web' (expected one of: calculator, "
+                                   "files, artifacts, doc_search, lorem, sleep)"),
+            std::string::npos)
       << g.error().message;
   fs::remove_all(dir);
+}
+
+// A crew file's tools, engine and agents are read by the readers workflow files use
+// (tools::parse_builtin_tool, parse_engine_settings, parse_agent): one set of rules and
+// defaults. A tool's settings were once not checked at all, and the engine took three keys.
+TEST(CrewFile, ToolSettingsAndTheEngineAreReadByTheSharedReaders) {
+  auto bad = parse_agents_file(R"({"weir": 1, "kind": "crew", "name": "c",
+    "tools": {"files": {"rot": "x"}, "calculator": 3},
+    "engine": {"max_num_seqs": 5000},
+    "agents": [{"name": "a", "role": "r"}], "tasks": [{"name": "t", "agent": "a", "description": "d"}]})",
+                               "c.json");
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().message,
+            "c.json:2:32: /tools/files/rot: unknown key 'rot'; did you mean 'root'?\n"
+            "c.json:2:24: /tools/files: the files tool needs a \"root\" folder (relative to this "
+            "file)\n"
+            "c.json:2:52: /tools/calculator: expected the tool's settings, {} or like {\"root\": "
+            "\"../data\"}, got an integer\n"
+            "c.json:3:32: /engine/max_num_seqs: must be at most 4096, got 5000");
+  auto good = parse_agents_file(R"({"weir": 1, "kind": "crew", "name": "c",
+    "tools": {"calculator": {"timeout_ms": 500, "max_concurrency": 2}, "lorem": {}},
+    "engine": {"block_size": 32, "kv_cache_type": "f16"},
+    "agents": [{"name": "a", "role": "r", "history": {"max_summary_bytes": 128}}],
+    "tasks": [{"name": "t", "agent": "a", "description": "d"}]})",
+                                "c.json");
+  ASSERT_TRUE(good) << good.error().message;
+  LocalModelOptions mo;
+  good->engine.apply(mo);
+  EXPECT_EQ(mo.block_size, 32);
+  EXPECT_EQ(mo.kv_cache_type, "f16");
+  EXPECT_EQ(mo.max_num_seqs, 64);  // LocalModelOptions' default: the one place it is written
+  EXPECT_EQ(good->crew.agents[0].history.max_summary_bytes, 128u);
+  auto tools = build_tools(*good, nullptr);
+  ASSERT_TRUE(tools) << tools.error().message;
+  EXPECT_EQ((*tools)->names(), (std::vector<std::string>{"calculator", "lorem"}));
+  const auto o = (*tools)->find("calculator")->options();
+  EXPECT_EQ(o.timeout, std::chrono::milliseconds(500));
+  EXPECT_EQ(o.max_concurrency, 2);
+  EXPECT_TRUE(o.json_output);  // the calculator's own option stays
 }
 
 TEST(CrewFile, KeysOfTheOtherKindAndAnEmptyKindAreErrors) {

@@ -148,8 +148,8 @@ TEST_F(WorkflowRun, LoremAndSleepAreTools) {
               "size": {"kind": "set", "values": {"size": "{{state.doc.bytes}}"}}},
     "edges": [{"from": "START", "to": "gen"}, {"from": "gen", "to": "wait"},
               {"from": "wait", "to": "size"}, {"from": "size", "to": "END"}]})";
-  // 100 KB is over the tool's output cap: the whole text goes to the artifact store and the
-  // channel holds its reference, as the graph's own payload fence would write it.
+  // 100 KB is over the tool's output cap (what a model sees), but a node gets it whole: the
+  // graph's payload fence moves it to the artifact store and the channel holds its reference.
   auto r = run(flow, json::object{{"bytes", 100000}});
   ASSERT_TRUE(r) << r.error().to_string();
   EXPECT_EQ(r->state.at("slept").as_int64(), 5);
@@ -166,7 +166,7 @@ TEST_F(WorkflowRun, LoremAndSleepAreTools) {
   EXPECT_EQ(small->state.at("doc"), "weir holds");
   // Arguments are checked against the tool's schema like every tool call.
   EXPECT_EQ(error_of(run(flow, json::object{{"bytes", -1}})),
-            "invalid_argument: node 'gen': lorem: /bytes: -1 is less than the minimum 0");
+            "invalid_argument: node 'gen': gen: /bytes: -1 is less than the minimum 0");
 }
 
 TEST_F(WorkflowRun, ACancelledRunStopsASleepingToolNode) {
@@ -188,6 +188,124 @@ TEST_F(WorkflowRun, ACancelledRunStopsASleepingToolNode) {
   ASSERT_FALSE(r);
   EXPECT_TRUE(r.error().is(Errc::cancelled)) << r.error().to_string();
   EXPECT_LT(took, std::chrono::seconds(30));  // not the minute it was asked to sleep
+}
+
+// A subgraph runs as a child run: the parent's cancellation reaches its nodes too (the child
+// once had no cancel flag, so a sleeping node in a subgraph slept on after weir cancel).
+TEST_F(WorkflowRun, ACancelledRunStopsASleepingNodeInASubgraph) {
+  std::ofstream(dir_ / "child.json") << R"({"name": "child", "state": {"slept": {}},
+    "tools": {"wait": {"builtin": "sleep"}},
+    "nodes": {"nap": {"kind": "tool", "tool": "wait", "args": {"ms": 60000}, "output": "slept"}},
+    "edges": [{"from": "START", "to": "nap"}, {"from": "nap", "to": "END"}]})";
+  auto cancel = std::make_shared<std::atomic<bool>>(false);
+  graph::RunOptions o;
+  o.cancel = cancel;
+  std::thread canceller([cancel] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    cancel->store(true);
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = run(R"({"name": "parent", "state": {"slept": {}},
+    "nodes": {"sub": {"kind": "subgraph", "path": "child.json"}},
+    "edges": [{"from": "START", "to": "sub"}, {"from": "sub", "to": "END"}]})",
+               {}, o);
+  canceller.join();
+  const auto took = std::chrono::steady_clock::now() - t0;
+  ASSERT_FALSE(r);
+  EXPECT_TRUE(r.error().is(Errc::cancelled)) << r.error().to_string();
+  EXPECT_LT(took, std::chrono::seconds(30));  // not the minute it was asked to sleep
+}
+
+// --- the sections the agents and tools layers own: parsed by them, positioned ---------------
+
+// weir run loads a file with agents::workflow_checks(): the sections' problems come with their
+// line and column like the graph's own, from the readers that build them.
+TEST_F(WorkflowRun, TheSectionsOfTheAgentsLayerAreCheckedWhenTheFileIsLoaded) {
+  const std::string text = R"J({"name": "s", "state": {"counter": {}, "items": {}, "out": {}},
+ "models": {"far": {"provider": "openai", "base_url": "http://127.0.0.1:1/v1", "model": "m",
+                    "timeout_ms": 0, "max_retries": 500, "strem": true},
+            "near": {"path": "m.gguf", "engine": {"kv_cache_type": "q8", "max_model_len": 8}}},
+ "tools": {"calc": {"builtin": "calculater"}, "docs": {"builtin": "doc_search"},
+           "slow": {"builtin": "sleep", "timeout_ms": -1}},
+ "mcp_servers": {"fs": {"command": ["npx"], "headers": {"A": "b"}, "max_concurrency": 99999}},
+ "agents": {"helper": {"model": "farr", "tools": ["clac", "fs/read", "fs/*"], "max_iter": 0}},
+ "nodes": {"a": {"kind": "set", "values": {"counter": {"$expr": "countr + len(itms) * (2"}}}},
+ "edges": [{"from": "START", "to": "a"}, {"from": "a", "to": "END"}]})J";
+  auto r = graph::load_workflow_text(text, dir_ / "flow.json", workflow_checks());
+  ASSERT_FALSE(r.ok());
+  std::vector<std::string> got;
+  for (const auto& d : r.diagnostics) got.push_back(d.to_string().substr(dir_.string().size() + 1));
+  EXPECT_EQ(got,
+            (std::vector<std::string>{
+                "flow.json:3:67: /models/far/strem: unknown key 'strem'; did you mean 'stream'?",
+                "flow.json:3:53: /models/far/max_retries: must be at most 100, got 500",
+                "flow.json:3:35: /models/far/timeout_ms: must be at least 1, got 0",
+                "flow.json:4:91: /models/near/engine/max_model_len: must be at least 16, got 8",
+                "flow.json:4:68: /models/near/engine/kv_cache_type: expected \"f32\" or "
+                "\"f16\", got \"q8\"",
+                "flow.json:5:32: /tools/calc/builtin: unknown builtin tool 'calculater'; did "
+                "you mean 'calculator'?",
+                "flow.json:5:55: /tools/docs: the doc_search tool needs a \"root\" folder "
+                "(relative to this file)",
+                "flow.json:6:55: /tools/slow/timeout_ms: must be at least 1, got -1",
+                "flow.json:7:56: /mcp_servers/fs/headers: \"headers\" go with a \"url\" "
+                "server (a server weir starts gets \"env\")",
+                "flow.json:7:87: /mcp_servers/fs/max_concurrency: must be at most 4096, got "
+                "99999",
+                "flow.json:8:23: /agents/helper: missing required key 'role'",
+                "flow.json:8:91: /agents/helper/max_iter: must be at least 1, got 0",
+                "flow.json:8:33: /agents/helper/model: unknown model 'farr'; did you mean "
+                "'far'?",
+                "flow.json:8:51: /agents/helper/tools/0: unknown tool 'clac'; did you mean "
+                "'calc'? (an MCP server's tool is \"server/tool\")",
+                "flow.json:9:65: /nodes/a/values/counter/$expr: expression \"countr + "
+                "len(itms) * (2\": unknown channel 'countr'; did you mean 'counter'?",
+                "flow.json:9:65: /nodes/a/values/counter/$expr: expression \"countr + "
+                "len(itms) * (2\": unknown channel 'itms'; did you mean 'items'?",
+                "flow.json:9:65: /nodes/a/values/counter/$expr: expression \"countr + "
+                "len(itms) * (2\": missing ')' for the '(' at column 22",
+            }));
+}
+
+// A file loaded without them (graph::load_workflow alone) meets the same readers when it is
+// built: the same problems, with their pointers.
+TEST_F(WorkflowRun, ASpecLoadedWithoutTheChecksIsCheckedWhenItIsBuilt) {
+  EXPECT_EQ(error_of(run(R"({"name": "b", "state": {"out": {}},
+    "models": {"far": {"provider": "openai", "base_url": "ftp://x", "model": "m"}},
+    "tools": {"calc": {"builtin": "calculator", "rate_per_minute": -5}},
+    "nodes": {"a": {"kind": "tool", "tool": "calc", "args": {"expression": "1"}, "output": "out"}},
+    "edges": [{"from": "START", "to": "a"}, {"from": "a", "to": "END"}]})")),
+            "invalid_workflow: " + (dir_ / "flow.json").string() +
+                ": /tools/calc/rate_per_minute: must be at least 0, got -5\n" +
+                (dir_ / "flow.json").string() +
+                ": /models/far/base_url: expected an http:// or https:// URL such as "
+                "\"http://127.0.0.1:8080/v1\"");
+}
+
+// A workflow's tool is registered under its own name: two `files` tools on two folders are two
+// tools (the second once silently became the first).
+TEST_F(WorkflowRun, TwoToolsOfOneBuiltInAreTwoTools) {
+  fs::create_directories(dir_ / "a");
+  fs::create_directories(dir_ / "b");
+  std::ofstream(dir_ / "a" / "x.txt") << "from a";
+  std::ofstream(dir_ / "b" / "x.txt") << "from b";
+  auto r = run(R"({"name": "two", "state": {"one": {}, "two": {}},
+    "tools": {"left": {"builtin": "files", "root": "a"}, "right": {"builtin": "files", "root": "b"}},
+    "nodes": {"l": {"kind": "tool", "tool": "left", "args": {"op": "read", "path": "x.txt"}, "output": "one"},
+              "r": {"kind": "tool", "tool": "right", "args": {"op": "read", "path": "x.txt"}, "output": "two"}},
+    "edges": [{"from": "START", "to": "l"}, {"from": "l", "to": "r"}, {"from": "r", "to": "END"}]})");
+  ASSERT_TRUE(r) << r.error().to_string();
+  EXPECT_EQ(r->state.at("one"), "from a");
+  EXPECT_EQ(r->state.at("two"), "from b");
+}
+
+// A tool entry's settings are applied, not only checked (they once were accepted and ignored).
+TEST_F(WorkflowRun, AToolEntrysSettingsApply) {
+  EXPECT_EQ(error_of(run(R"({"name": "t", "state": {"slept": {}},
+    "tools": {"wait": {"builtin": "sleep", "timeout_ms": 100}},
+    "nodes": {"nap": {"kind": "tool", "tool": "wait", "args": {"ms": 60000}, "output": "slept"}},
+    "edges": [{"from": "START", "to": "nap"}, {"from": "nap", "to": "END"}]})")),
+            "tool_timeout: node 'nap': tool 'wait' did not answer within 100 ms");
 }
 
 }  // namespace

@@ -345,7 +345,7 @@ TEST(Cli, BadCrewFilesGiveEveryProblem) {
   auto g = temp_file("crew2.json", R"({"weir": 1, "kind": "crew", "name": "c", "agnts": []})");
   auto v = run_weir("validate " + g.string());
   EXPECT_EQ(v.code, 1);
-  EXPECT_NE(v.err.find(":1:51: /agnts: unknown key 'agnts' (did you mean 'agents'?)"),
+  EXPECT_NE(v.err.find(":1:51: /agnts: unknown key 'agnts'; did you mean 'agents'?"),
             std::string::npos)
       << v.err;
   fs::remove(f);

@@ -240,8 +240,8 @@ TEST(CliRobustness, CrewFilesTakeAnEngineEntry) {
       << r.err;
   EXPECT_NE(r.err.find("/engine/max_model_len: must be at least 16, got 3"), std::string::npos)
       << r.err;
-  EXPECT_NE(r.err.find("/engine/max_num_seq: unknown key 'max_num_seq' (did you mean "
-                       "'max_num_seqs'?)"),
+  EXPECT_NE(r.err.find("/engine/max_num_seq: unknown key 'max_num_seq'; did you mean "
+                       "'max_num_seqs'?"),
             std::string::npos)
       << r.err;
   fs::remove(file);

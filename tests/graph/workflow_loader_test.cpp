@@ -163,20 +163,20 @@ TEST_F(WorkflowLoader, SubgraphsLoadRelativeToTheFileAndCyclesAreCaught) {
   EXPECT_NE(missing.report().find("cannot read subgraph file"), std::string::npos);
 }
 
-TEST_F(WorkflowLoader, TyposInExpressionsTemplatesAndMapSettingsArePositioned) {
+// Expressions are the tools layer's: their checks are in tests/agents/workflow_test.cpp.
+TEST_F(WorkflowLoader, TyposInTemplatesAndMapSettingsArePositioned) {
   auto r = load(R"J({"name": "t", "state": {"counter": {}, "items": {}, "out": {}},
  "tools": {"calc": {"builtin": "calculator"}},
- "nodes": {"a": {"kind": "set", "values": {"counter": {"$expr": "countr + len(itms)"}}},
+ "nodes": {"a": {"kind": "set", "values": {"counter": {"$expr": 5}}},
            "b": {"kind": "tool", "tool": "calc", "args": {"expression": "{{state.countr}} + 1"}, "output": "out"},
            "m": {"kind": "map", "over": "items", "node": "b", "item_key": "x", "output": "out", "max_concurrency": 2}},
  "edges": [{"from": "START", "to": "a"}, {"from": "a", "to": "m"}, {"from": "b", "to": "END"}]})J");
   ASSERT_FALSE(r.ok());
   const std::string rep = r.report();
-  EXPECT_NE(rep.find(":3:65: /nodes/a/values/counter/$expr: expression \"countr + len(itms)\": "
-                     "unknown channel 'countr'; did you mean 'counter'?"),
+  EXPECT_NE(rep.find(":3:65: /nodes/a/values/counter/$expr: an expression must be a string like "
+                     "\"counter + 1\""),
             std::string::npos)
       << rep;
-  EXPECT_NE(rep.find("unknown channel 'itms'; did you mean 'items'?"), std::string::npos) << rep;
   EXPECT_NE(rep.find("/nodes/b/args/expression: template {{state.countr}}: unknown channel "
                      "'countr'; did you mean 'counter'?"),
             std::string::npos)
@@ -243,12 +243,48 @@ TEST_F(WorkflowLoader, MissingFileAndResultForm) {
             std::string::npos);
 }
 
-TEST(ByteSize, ParsesUnits) {
-  EXPECT_EQ(*parse_byte_size(boost::json::value("256MiB")), 256 << 20);
-  EXPECT_EQ(*parse_byte_size(boost::json::value("1.5 GiB")), 3ll << 29);
-  EXPECT_EQ(*parse_byte_size(boost::json::value(4096)), 4096);
-  EXPECT_FALSE(parse_byte_size(boost::json::value("12 parsecs")));
-  EXPECT_FALSE(parse_byte_size(boost::json::value(-1)));
+// weir::graph keeps the sections of the layers above as written, knowing their names; a
+// checker they give (agents::workflow_checks()) reports into the same diagnostics, with
+// positions. Without one only the names and the shape (an object) are checked here.
+TEST_F(WorkflowLoader, SectionsOfOtherLayersAreKeptAndCheckedByTheirCheckers) {
+  const std::string text = R"({"name": "t", "state": {"out": {}},
+ "models": {"m": {"path": "m.gguf", "whatever": 1}},
+ "tools": {"calc": {"builtin": "calculator"}, "2bad": {}},
+ "mcp_servers": {"fs": 7},
+ "agents": {"helper": {"role": "r"}},
+ "nodes": {"a": {"kind": "tool", "tool": "calc", "output": "out"},
+           "b": {"kind": "tool", "tool": "fs/read", "output": "out"},
+           "c": {"kind": "agent", "agent": "helpr"}},
+ "edges": [{"from": "START", "to": "a"}, {"from": "a", "to": "b"}, {"from": "b", "to": "c"},
+           {"from": "c", "to": "END"}]})";
+  auto r = load_workflow_text(text, dir_ / "flow.json");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(messages(r),
+            (std::vector<std::string>{
+                "flow.json:3:55: /tools/2bad: tool name '2bad' must start with a letter or '_' and "
+                "use only letters, digits, '_' and '-'",
+                "flow.json:4:24: /mcp_servers/fs: expected an object, got an integer",
+                "flow.json:8:44: /nodes/c/agent: unknown agent 'helpr'; did you mean 'helper'?"}));
+  WorkflowChecks checks;
+  std::vector<std::string> seen;
+  checks.model = [&](std::string_view name, const boost::json::value& v, const std::string& ptr,
+                     const SectionContext& ctx, JsonFields& f) {
+    seen.push_back("model " + std::string(name) + " at " + ptr);
+    EXPECT_EQ(ctx.base_dir, fs::absolute(dir_));
+    if (v.as_object().contains("whatever")) f.error(ptr + "/whatever", "not a model setting");
+  };
+  checks.agent = [&](std::string_view name, const boost::json::value&, const std::string& ptr,
+                     const SectionContext& ctx, JsonFields&) {
+    seen.push_back("agent " + std::string(name) + " at " + ptr + " sees tools " +
+                   std::to_string(ctx.tools.size()) + ", servers " +
+                   std::to_string(ctx.mcp_servers.size()));
+  };
+  auto c = load_workflow_text(text, dir_ / "flow.json", checks);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(messages(c).front(), "flow.json:2:49: /models/m/whatever: not a model setting");
+  EXPECT_EQ(seen, (std::vector<std::string>{"model m at /models/m",
+                                            "agent helper at /agents/helper sees tools 1, "
+                                            "servers 1"}));
 }
 
 }  // namespace

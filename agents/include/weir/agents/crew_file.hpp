@@ -2,7 +2,8 @@
 //
 //   {"weir": 1, "kind": "crew", "name": "research_crew",
 //    "tools": {"doc_search": {"folder": "../data"}, "artifacts": {}, "calculator": {},
-//              "files": {"root": "../data"}},
+//              "files": {"root": "../data", "timeout_ms": 5000}},   (any built-in, with the
+//              tools layer's settings: tools::parse_builtin_tool)
 //    "agents": [{"name": "researcher", "role": "...", "goal": "...", "backstory": "...",
 //                "tools": ["doc_search", "artifacts"], "max_iter": 4,
 //                "history": {"max_messages": 12, "max_tokens": 1024},
@@ -14,7 +15,7 @@
 //    "inputs": {"topic": "paged attention"},  (defaults; --input overrides)
 //    "limits": {"token_budget": 200000, "summary_bytes": 600},
 //    "engine": {"max_model_len": 512, "max_num_seqs": 64, "kv_cache_type": "f16"},
-//                                                  (the local engine; optional)
+//                                (the local engine; optional; agents::parse_engine_settings)
 //    "mcp_servers": {"fs": {"command": ["npx", "-y", "@modelcontextprotocol/server-filesystem",
 //                                       "/data"],
 //                           "env": {"K": "v"}, "cwd": "dir", "timeout_ms": 30000,
@@ -29,7 +30,9 @@
 //    "window": {"max_messages": 16, "max_tokens": 2048}, "max_rounds": 20}
 //
 // Paths in "tools" are relative to the file's folder. Every problem is reported, each as
-// "file:line:column: /json/pointer: message"; unknown keys are errors (with a suggestion).
+// "file:line:column: /json/pointer: message"; unknown keys are errors (with a suggestion). The
+// sections other files share are read by the same readers as there: agents (parse_agent), the
+// engine, tools and MCP servers (tools::parse_mcp_server).
 //
 // Thread safety: pure functions.
 #pragma once
@@ -41,8 +44,10 @@
 
 #include <boost/json/object.hpp>
 
+#include "weir/agents/config.hpp"
 #include "weir/agents/crew.hpp"
 #include "weir/agents/group_chat.hpp"
+#include "weir/tools/builtin.hpp"
 #include "weir/tools/mcp.hpp"
 
 namespace weir {
@@ -56,29 +61,28 @@ enum class AgentsFileKind { crew, group_chat };
 struct AgentsFile {
   AgentsFileKind kind = AgentsFileKind::crew;
   std::string name;
-  std::filesystem::path base_dir;  // the file's folder
-  boost::json::object tools;       // "tools" as written
-  boost::json::object inputs;      // defaults
-  CrewSpec crew;                   // kind crew
-  GroupChatSpec chat;              // kind group_chat
-  std::string task;                // kind group_chat
-  std::int64_t token_budget = 0;   // 0: none
-  // "engine": settings of the in-process engine the file's agents share (0: weir's default:
-  // the model's context length capped at 4096; 64 sequences).
-  std::int64_t max_model_len = 0;
-  std::int32_t max_num_seqs = 0;
-  std::string kv_cache_type = "f32";  // "engine": {"kv_cache_type": "f16"}: twice the tokens
+  std::filesystem::path base_dir;               // the file's folder
+  std::vector<tools::BuiltinToolConfig> tools;  // "tools", in file order
+  boost::json::object inputs;                   // defaults
+  CrewSpec crew;                                // kind crew
+  GroupChatSpec chat;                           // kind group_chat
+  std::string task;                             // kind group_chat
+  std::int64_t token_budget = 0;                // 0: none
+  // "engine": settings of the in-process engine the file's agents share, over
+  // LocalModelOptions' defaults (EngineSettings::apply).
+  EngineSettings engine;
   std::vector<tools::McpServerConfig> mcp_servers;  // "mcp_servers", in file order
 };
 
 // True when `v` is an object whose "kind" is "crew" or "group_chat".
 bool is_agents_document(const boost::json::value& v);
 
-// Errors: not_found / io_error for the file, invalid_workflow with every problem.
+// Errors: not_found / io_error / invalid_argument (read_json_file's: a missing file, a folder,
+// one over 64 MiB), invalid_workflow with every problem.
 Result<AgentsFile> load_agents_file(const std::filesystem::path& path);
 Result<AgentsFile> parse_agents_file(std::string_view text, const std::filesystem::path& path);
 
-// The registry for the file's "tools" (built-ins: calculator, files, artifacts, doc_search) and
+// The registry for the file's "tools" (tools::make_builtin_tool) and
 // its "mcp_servers" (each started and connected here; the tools the agents name, or every tool
 // of a server some agent names as "server/*"). `artifacts` backs the artifacts tool. Errors:
 // invalid_workflow (unknown tool, a folder that does not exist), the tools' own errors, the MCP

@@ -4,11 +4,13 @@
 // The workflow's models are LocalChatModels opened on first use (one engine per model file):
 // llm nodes make one chat turn on theirs, with the model's chat template. The "tools" section
 // becomes a ToolRegistry (built-ins calculator, files, artifacts, doc_search, lorem, sleep), so
-// tool nodes call them with validated arguments, timeouts and output caps; an output over a
-// tool's cap goes whole to the artifact store and the node's channel gets its reference.
-// Expressions ({"$expr": ...}) are the tools layer's calculator over the channels. Its "agents" section becomes Agents, each on its model's
-// LocalChatModel (opened on first use: one engine per model file), so an agent node runs the
-// agent's reason-act loop as a child run on the node's input and writes its answer.
+// tool nodes call them with validated arguments and timeouts; a node gets the whole output
+// (ToolContext::whole_output), and the graph's payload fence moves a large one to the artifact
+// store (a tool's max_output_bytes bounds what a model sees).
+// Expressions ({"$expr": ...}) are the tools layer's calculator over the channels. Its "agents"
+// section becomes Agents, each on its model's LocalChatModel (opened on first use: one engine per
+// model file), so an agent node runs the agent's reason-act loop as a child run on the node's input
+// and writes its answer.
 //
 // Thread safety: the returned graph may run any number of times at once.
 #pragma once
@@ -33,8 +35,17 @@ struct WorkflowServices {
   LocalModelOptions model_options;
 };
 
-// Errors: invalid_workflow (a tool folder that does not exist, an agent naming an unknown
-// model or tool, a bad agent setting), and build_workflow_graph's.
+// The agents layer's checks of a workflow file's sections (models, tools, mcp_servers, agents)
+// and expressions, for the loader: graph::load_workflow_file(path, agents::workflow_checks())
+// reports every problem of the file with its line and column. They are the readers
+// build_workflow builds from (weir/agents/config.hpp, tools::parse_builtin_tool,
+// tools::parse_mcp_server, tools::check_expression). Thread safety: a constant.
+const graph::WorkflowChecks& workflow_checks();
+
+// Errors: invalid_workflow (a section's problems, when the file was loaded without
+// workflow_checks(): "flow.json: /models/far/timeout_ms: must be at least 1, got 0"; a tool
+// folder that does not exist; an MCP server that does not start; an agent without a model),
+// and build_workflow_graph's.
 // REQUIRES: `spec` outlives the returned graph.
 Result<graph::WorkflowGraph> build_workflow(const graph::WorkflowSpec& spec,
                                             WorkflowServices services);

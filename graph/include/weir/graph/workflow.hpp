@@ -6,6 +6,13 @@
 //   flow.json:14:13: /edges/3/to: unknown node 'sumarize'; did you mean 'summarize'?
 // Unknown keys are errors everywhere, so typos never pass silently.
 //
+// Configuration is parsed by the layer that owns it: weir::graph reads the graph (state,
+// nodes, edges, limits) and keeps the sections of the layers above it (models, tools,
+// mcp_servers, agents) as JSON, knowing only their names. Their settings are checked by the
+// WorkflowChecks those layers give (agents::workflow_checks()), with the same positioned
+// diagnostics; loaded without them, a file's sections are checked when agents::build_workflow
+// reads them (the same readers, with pointers but without lines).
+//
 // Thread safety: functions are reentrant; a WorkflowSpec is a value.
 #pragma once
 
@@ -17,25 +24,29 @@
 #include <string>
 #include <vector>
 
+#include <functional>
+#include <span>
+#include <string_view>
+
 #include <boost/json/object.hpp>
 #include <boost/json/value.hpp>
 
 #include "weir/runtime/error.hpp"
+#include "weir/runtime/json_fields.hpp"
 #include "weir/runtime/json_parse.hpp"
+#include "weir/runtime/text.hpp"
 
 namespace weir::graph {
 
-struct Diagnostic {
-  std::string file;
-  int line = 0, column = 0;
-  std::string pointer;  // JSON pointer of the offending value
-  std::string message;
-  // "file:line:column: pointer: message"
-  std::string to_string() const;
-};
+// The runtime's (weir/runtime/json_fields.hpp, weir/runtime/text.hpp), named here as before.
+using weir::closest_match;
+using weir::Diagnostic;
+using weir::parse_byte_size;
 
 enum class ReducerKind { last_value, append, messages, sum, max, min, merge };
 const char* reducer_name(ReducerKind r);
+// Every reducer's name, in enum order (reducer_names()[i] names ReducerKind(i)).
+std::span<const std::string> reducer_names();
 
 struct ChannelSpec {
   std::string name;
@@ -66,6 +77,7 @@ struct RetrySpec {
 
 enum class NodeKind { set, tool, llm, agent, router, map, subgraph, interrupt };
 const char* node_kind_name(NodeKind k);
+std::span<const std::string> node_kind_names();  // in enum order
 
 struct NodeSpec {
   std::string name;
@@ -105,37 +117,16 @@ struct EdgeSpec {
   std::shared_ptr<const RouteSpec> route;
 };
 
-struct ModelSpec {
-  std::string name;
-  std::filesystem::path path;  // resolved against the workflow's folder
-  std::string chat_template;
-  boost::json::object engine;
-  // "provider": "openai": an OpenAI-compatible endpoint instead of a file. `remote` holds the
-  // entry's other keys as written (base_url, model, api_key_env, max_concurrency, ...; their
-  // shape checked here); the agents layer builds the client from them.
-  std::string provider = "local";
-  boost::json::object remote;
-};
-
-struct ToolSpecEntry {
-  std::string name;
-  std::string builtin;
-  std::filesystem::path root;  // resolved; empty when not given
-  boost::json::object settings;
-};
-
 struct WorkflowSpec {
   std::filesystem::path file;  // absolute
   std::string name, description;
   LimitsSpec limits;
   std::vector<ChannelSpec> channels;
   std::vector<std::string> input, output;
-  std::vector<ModelSpec> models;
-  std::vector<ToolSpecEntry> tools;
-  // "mcp_servers" as written (shape checked); the agents layer starts them. Their tools are
-  // named "server/tool".
-  boost::json::object mcp_servers;
-  boost::json::object agents, tasks, crews, group_chats;  // semantics: the agents layer
+  // The sections of the layers above, as written (entries keyed by name; the agents layer reads
+  // them: agents::build_workflow). An MCP server's tools are named "server/tool".
+  boost::json::object models, tools, mcp_servers, agents;
+  boost::json::object tasks, crews, group_chats;  // kept as written; nothing runs them yet
   std::vector<NodeSpec> nodes;
   std::vector<EdgeSpec> edges;
   // Subgraph files, keyed by the node that uses them.
@@ -148,6 +139,30 @@ struct WorkflowSpec {
   boost::json::object output_of(boost::json::object state) const;
 };
 
+// What a section's checker may need besides its entry.
+struct SectionContext {
+  std::filesystem::path base_dir;  // the file's folder (relative paths resolve against it)
+  // The names the file declares.
+  std::span<const std::string> models, tools, mcp_servers, channels;
+};
+
+// Checks one entry of a section (at `ptr`: "/models/far", ...; its name already checked) and
+// reports each problem through `fields` at a pointer under `ptr`, a value that is not an
+// object included.
+using SectionCheck =
+    std::function<void(std::string_view name, const boost::json::value& entry,
+                       const std::string& ptr, const SectionContext& context, JsonFields& fields)>;
+// The problems of an expression ({"$expr": ...}), each a message, or none.
+using ExpressionCheck =
+    std::function<std::vector<std::string>(std::string_view expr, const SectionContext& context)>;
+
+// The checks of the layers above weir::graph. An unset member leaves its section's entries
+// unchecked here (only their names, and that they are objects).
+struct WorkflowChecks {
+  SectionCheck model, tool, mcp_server, agent;
+  ExpressionCheck expression;
+};
+
 struct WorkflowLoad {
   std::optional<WorkflowSpec> spec;  // set when there are no diagnostics
   std::vector<Diagnostic> diagnostics;
@@ -157,25 +172,22 @@ struct WorkflowLoad {
 };
 
 // Parses and validates `text` as if read from `file` (relative paths resolve against its
-// folder). `max_depth` bounds nested subgraph files.
+// folder), with `checks` for the sections of the layers above (agents::workflow_checks()).
+// `max_depth` bounds nested subgraph files.
 WorkflowLoad load_workflow_text(std::string_view text, const std::filesystem::path& file,
-                                int max_depth = 8);
+                                const WorkflowChecks& checks = {}, int max_depth = 8);
 // Reads the file with read_json_file (its size checked first; "-" is standard input).
-WorkflowLoad load_workflow_file(const std::filesystem::path& file, int max_depth = 8);
+WorkflowLoad load_workflow_file(const std::filesystem::path& file,
+                                const WorkflowChecks& checks = {}, int max_depth = 8);
 // The same from a document already parsed from `text` (parse once, then decide what it is).
 // `text` may be empty when `file` can be read again: it is then read only to place a
 // diagnostic, so the caller can free a large file's text before the workflow is built.
 WorkflowLoad load_workflow_json(ParsedJson parsed, std::string_view text,
-                                const std::filesystem::path& file, int max_depth = 8);
+                                const std::filesystem::path& file,
+                                const WorkflowChecks& checks = {}, int max_depth = 8);
 
 // The same, as a Result: Errc::invalid_workflow with report() as the message.
-Result<WorkflowSpec> load_workflow(const std::filesystem::path& file);
-
-// "256MiB", "1.5 GiB", "4096", 4096 -> bytes; nullopt when malformed.
-std::optional<std::int64_t> parse_byte_size(const boost::json::value& v);
-
-// The closest candidate within a small edit distance, for "did you mean" hints.
-std::optional<std::string> closest_match(std::string_view word,
-                                         const std::vector<std::string>& candidates);
+Result<WorkflowSpec> load_workflow(const std::filesystem::path& file,
+                                   const WorkflowChecks& checks = {});
 
 }  // namespace weir::graph

@@ -45,6 +45,9 @@ struct WorkflowHooks {
   ToolCall tool_call;
   AgentCall agent_call;
   ExpressionEval evaluate;
+  // The hooks for a subgraph file, which has its own tools, models and agents; unset: the
+  // parent's hooks serve it.
+  std::function<Result<WorkflowHooks>(const WorkflowSpec& subgraph)> subgraph;
 };
 
 struct WorkflowGraph {
