@@ -1,14 +1,18 @@
-// The workflow loader must turn any bytes into either a spec or diagnostics, never a crash.
+// The workflow loader, with the agents layer's checks of the sections it owns (models, tools,
+// MCP servers, agents, expressions), must turn any bytes into either a spec or diagnostics,
+// never a crash.
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
 
+#include "weir/agents/workflow.hpp"
 #include "weir/graph/workflow.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   std::string_view text(reinterpret_cast<const char*>(data), size);
   // Subgraph paths resolve against a folder with no workflow files in it.
-  auto r = weir::graph::load_workflow_text(text, "/nonexistent/fuzz/flow.json", 2);
+  auto r = weir::graph::load_workflow_text(text, "/nonexistent/fuzz/flow.json",
+                                           weir::agents::workflow_checks(), 2);
   if (!r.ok() && r.diagnostics.empty()) __builtin_trap();
   (void)r.report();
   return 0;
