@@ -267,6 +267,11 @@ struct Worker::Impl {
                                          {"attempt", h->rec.attempts},
                                          {"workflow", h->rec.workflow_file},
                                          {"workflow_sha256", h->rec.workflow_sha256}};
+    if (opt.tracer) {  // every attempt continues the trace the run record names
+      o.trace.tracer = opt.tracer;
+      if (auto p = trace::parse_traceparent(h->rec.traceparent)) o.trace.parent = std::move(*p);
+      o.trace_name = h->rec.workflow_name;
+    }
     if (h->resume) {
       auto op = runtime->async_resume(h->wf->built.graph, h->rec.thread_id, std::move(*h->resume),
                                       std::move(o));
