@@ -202,8 +202,8 @@ int main() {
     to.max_queue_spans = 1 << 20;
     trace::Tracer tracer(to, std::move(ex));
     RunOptions ro;
-    ro.trace.tracer = &tracer;
-    ro.trace_name = "chain";
+    const RunTracing tracing{{&tracer, {}}, "chain"};
+    ro.trace = &tracing;
     long s3 = 0;
     traced = us_per_run(rt, chain(false), 21, 5000, s3, &ro);
     tracer.shutdown(std::chrono::seconds(60));

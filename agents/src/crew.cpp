@@ -94,7 +94,8 @@ struct Crew::Impl {
                                                  trace::Context trace) const {
     graph::RunOptions opt;
     opt.run_id = run_id;
-    opt.trace = std::move(trace);
+    const graph::RunTracing tracing{std::move(trace), {}};
+    if (tracing.context) opt.trace = &tracing;
     auto r = co_await agent.async_run(*child, std::move(prompt), std::move(preamble), opt);
     if (artifacts) artifacts->release_owner(run_id);  // the loop's own tool outputs, archives
     if (!r) co_return std::move(r).error();

@@ -181,7 +181,8 @@ struct Wiring {
     std::string task = input.is_string() ? std::string(input.as_string()) : json::serialize(input);
     graph::RunOptions opt;
     opt.run_id = std::string(ctx.run_id()) + "/" + std::string(ctx.node());
-    opt.trace = ctx.trace();
+    const graph::RunTracing tracing{ctx.trace(), {}};
+    if (tracing.context) opt.trace = &tracing;
     std::vector<Message> none;
     auto op = (*a)->async_run(*child, std::move(task), std::move(none), opt);
     auto r = co_await std::move(op);

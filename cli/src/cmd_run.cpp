@@ -295,10 +295,8 @@ int run_workflow(WorkflowEnv& env, RunTarget& target, const std::string& file, c
   opt.checkpoint_metadata = target.metadata;
   const bool progress = !target.stream && ::isatty(STDERR_FILENO);
   if (target.stream || progress) opt.events = std::make_shared<graph::EventStream>(64);
-  if (target.tracer) {
-    opt.trace.tracer = target.tracer.get();
-    opt.trace_name = env.spec.name;
-  }
+  graph::RunTracing tracing{{target.tracer.get(), {}}, env.spec.name};
+  if (target.tracer) opt.trace = &tracing;
   auto events = opt.events;
   ProgressLine line;
   auto task = [&]() -> asio::awaitable<void> {

@@ -854,7 +854,8 @@ asio::awaitable<Result<RunResult>> GraphRuntime::async_run(
   // The run keeps no owning reference to the stream: a consumer that drops it closes it.
   if (options.events) r->extra().events = options.events->impl_;
   r->stream_state = options.stream_state;
-  if (options.trace) r->trace_begin(options.trace, options.trace_name);
+  if (options.trace && options.trace->context)
+    r->trace_begin(options.trace->context, options.trace->name);
   return Runner::run(std::move(r));
 }
 

@@ -356,6 +356,12 @@ struct RunResult {
 
 class Checkpointer;
 
+// What a traced run records its spans under (RunOptions::trace).
+struct RunTracing {
+  trace::Context context;  // the tracer, and the parent of the run's span (none: a new trace)
+  std::string name;        // `invoke_workflow <name>` (the workflow file's name); "graph" if empty
+};
+
 struct RunOptions {
   std::string run_id;  // artifacts are owned by it; generated when empty
   // With both set, a checkpoint holding only the channels written in that step is put after
@@ -392,14 +398,15 @@ struct RunOptions {
   // NodeContext::cancelled(). What the run committed before stays committed; a stopped run on
   // a thread can be continued like any unfinished one. Null: not cancellable.
   std::shared_ptr<const std::atomic<bool>> cancel;
-  // Tracing (weir/runtime/trace.hpp, docs/tracing.md): with a tracer, the run records a span
-  // `invoke_workflow <trace_name>` (or the graph's set_trace_span) under trace.parent (a new
-  // trace when it has none), a span per superstep and per node under it, and the fences that
-  // acted as events (admission wait, loop caps, window eviction); nodes get the context of
-  // their span from NodeContext::trace(). Empty (the default): nothing is recorded, and the
-  // run pays one branch per superstep. REQUIRES: the tracer outlives the run.
-  trace::Context trace;
-  std::string trace_name;  // e.g. the workflow file's name; "graph" when empty
+  // Tracing (weir/runtime/trace.hpp, docs/tracing.md): with a tracer in trace->context, the run
+  // records a span `invoke_workflow <trace->name>` (or the graph's set_trace_span) under the
+  // context's parent (a new trace when it has none), a span per superstep and per node under
+  // it, and the fences that acted as events (admission wait, loop caps, window eviction); nodes
+  // get the context of their span from NodeContext::trace(). Null (the default): nothing is
+  // recorded, and the run pays one branch per phase. A pointer, not a value: every caller
+  // holds its RunOptions while its run is in flight (8 bytes, not 104, a run).
+  // REQUIRES: *trace outlives the start of the run; its tracer outlives the run.
+  const RunTracing* trace = nullptr;
 };
 
 struct RuntimeOptions {
