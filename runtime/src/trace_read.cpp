@@ -279,7 +279,9 @@ std::string duration_text(std::int64_t ns) {
   if (ns < 0) ns = 0;
   char buf[32];
   const double ms = static_cast<double>(ns) / 1e6;
-  if (ms < 10'000)
+  if (ms < 1)
+    std::snprintf(buf, sizeof buf, "%.0f µs", ms * 1000);
+  else if (ms < 10'000)
     std::snprintf(buf, sizeof buf, "%.1f ms", ms);
   else
     std::snprintf(buf, sizeof buf, "%.2f s", ms / 1000);

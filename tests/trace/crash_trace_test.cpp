@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <thread>
 
 #include <gtest/gtest.h>
 #include <boost/json.hpp>
@@ -66,17 +67,18 @@ TEST(CrashTrace, ARunContinuedByAnotherWorkerKeepsItsTraceId) {
   auto& pg = testing::PgServer::get();
   ASSERT_TRUE(pg.error().empty()) << pg.error();
   const std::string db = testing::fresh_database_uri();
-  // Four loops of: sleep 300 ms, add 1 (three supersteps a loop).
+  // Twelve loops of: sleep 400 ms, add 1 (three supersteps a loop): the first worker is killed
+  // early in its ~5 s, whatever the machine's load.
   const auto wf = testing::temp_file("traced_loop.json", R"({"name": "traced_loop",
  "state": {"n": {"reducer": "sum", "default": 0}, "slept": {}},
  "tools": {"wait": {"builtin": "sleep"}},
  "limits": {"recursion_limit": 200},
- "nodes": {"nap": {"kind": "tool", "tool": "wait", "args": {"ms": 300}, "output": "slept"},
+ "nodes": {"nap": {"kind": "tool", "tool": "wait", "args": {"ms": 400}, "output": "slept"},
            "tick": {"kind": "set", "values": {"n": 1}},
            "check": {"kind": "router"}},
  "edges": [{"from": "START", "to": "nap"}, {"from": "nap", "to": "tick"},
            {"from": "tick", "to": "check"},
-           {"from": "check", "route": {"when": {"channel": "n", "op": ">=", "value": 4},
+           {"from": "check", "route": {"when": {"channel": "n", "op": ">=", "value": 12},
                                        "then": "END", "else": "nap"}}]})");
   auto sub = testing::run_weir("submit " + wf.string() + " --db '" + db + "'");
   ASSERT_EQ(sub.code, 0) << sub.err;
@@ -93,22 +95,28 @@ TEST(CrashTrace, ARunContinuedByAnotherWorkerKeepsItsTraceId) {
 
   OtlpReceiver rx;
   const std::string env = "OTEL_BSP_SCHEDULE_DELAY=10";
-  const std::string args = "--db '" + db + "' --lease 1s --poll 100ms --otlp-endpoint " +
-                           rx.base_url();
+  const std::string args =
+      "--db '" + db + "' --lease 1s --poll 100ms --otlp-endpoint " + rx.base_url();
   {
     auto first = start_worker(env, args);
     // Killed once its second superstep's span is out (its first steps are committed).
     auto seen = rx.wait_for(
-        [](const auto& spans) { return testing::find_span(spans, "superstep 2") != nullptr; },
-        60s);
+        [](const auto& spans) { return testing::find_span(spans, "superstep 2") != nullptr; }, 60s);
     ASSERT_TRUE(testing::find_span(seen, "superstep 2")) << "no span from the first worker";
     first->kill9();
   }
   const std::size_t from_first = rx.spans().size();
-  auto second = start_worker(env, args + " --exit-when-idle");
+  // The second worker takes the run over once the first one's lease lapsed, and finishes it.
+  auto second = start_worker(env, args);
+  Result<cluster::RunRecord> done = Error(Errc::not_found, "");
+  for (int i = 0; i < 1200; ++i) {  // up to 120 s
+    done = (*queue)->get(id);
+    ASSERT_TRUE(done) << done.error().message;
+    if (cluster::is_terminal(done->state)) break;
+    std::this_thread::sleep_for(100ms);
+  }
+  ::kill(second->pid, SIGTERM);  // it flushes its spans as it exits
   EXPECT_EQ(second->wait_exit(), 0);
-  auto done = (*queue)->get(id);
-  ASSERT_TRUE(done);
   EXPECT_EQ(done->state, cluster::RunState::succeeded) << done->error;
   EXPECT_EQ(done->attempts, 2);
 

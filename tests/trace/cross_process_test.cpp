@@ -85,7 +85,8 @@ TEST(CrossProcess, ARemoteModelAgentsTraceContinuesInWeirServe) {
   ASSERT_TRUE(a) << a.error().message;
   graph::GraphRuntime runtime;
   graph::RunOptions opt;
-  opt.trace.tracer = agent_tracer.get();
+  const graph::RunTracing tracing{{agent_tracer.get(), {}}, {}};
+  opt.trace = &tracing;
   asio::io_context io;
   Result<agents::AgentResult> r = Error(Errc::cancelled, "not run");
   auto task = [&]() -> asio::awaitable<void> {
@@ -170,23 +171,24 @@ TEST(CrossProcess, WeirServeStartsATraceOrHonoursAnUnsampledParent) {
 // weir run --trace FILE, then weir trace FILE: the research crew sample on weir's random-weight
 // model (its text is noise; the spans and the tokens are real).
 TEST(CrossProcess, WeirRunTraceFileReadsBackAsATreeWithTheRunsTokens) {
-  const fs::path file = fs::temp_directory_path() /
-                        ("weir-trace-cli-" + std::to_string(::getpid()) + ".jsonl");
+  const fs::path file =
+      fs::temp_directory_path() / ("weir-trace-cli-" + std::to_string(::getpid()) + ".jsonl");
   fs::remove(file);
   const std::string crew =
       (fs::path(WEIR_SOURCE_DIR) / "samples/crews/research_crew.json").string();
-  auto run = testing::run_weir_env("WEIR_MODEL=" + tiny_model(4096).string(),
-                                   "run " + crew + " --trace " + file.string() +
-                                       " --input '{\"topic\": \"BM25\"}'");
+  auto run = testing::run_weir_env(
+      "WEIR_MODEL=" + tiny_model(4096).string(),
+      "run " + crew + " --trace " + file.string() + " --input '{\"topic\": \"BM25\"}'");
   ASSERT_EQ(run.code, 0) << run.err;
   auto tree = testing::run_weir("trace " + file.string());
   ASSERT_EQ(tree.code, 0) << tree.err;
   EXPECT_TRUE(std::regex_search(tree.out, std::regex("^trace [0-9a-f]{32} \\(\\d+ spans, ")))
       << tree.out;
   EXPECT_TRUE(std::regex_search(tree.out,
-                                std::regex("\ninvoke_workflow research_crew  [0-9.]+ m?s\n")))
+                                std::regex("\ninvoke_workflow research_crew  [0-9.]+ (µs|ms|s)\n")))
       << tree.out;
-  EXPECT_TRUE(std::regex_search(tree.out, std::regex("─ chat \\S+  [0-9.]+ m?s\n"))) << tree.out;
+  EXPECT_TRUE(std::regex_search(tree.out, std::regex("─ chat \\S+  [0-9.]+ (µs|ms|s)\n")))
+      << tree.out;
   EXPECT_NE(tree.out.find("invoke_agent researcher"), std::string::npos);
   EXPECT_NE(tree.out.find("invoke_agent reviewer"), std::string::npos);
   // Tokens: the agents' own turns add up to what the run reports (calls that folded evicted

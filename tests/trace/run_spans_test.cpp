@@ -112,8 +112,8 @@ TEST(RunSpans, ResearchCrewTreeNamesAttributesAndTokens) {
   ro.artifacts = store.get();
   graph::GraphRuntime runtime(ro);
   graph::RunOptions opt;
-  opt.trace.tracer = tracer.get();
-  opt.trace_name = file->name;
+  const graph::RunTracing tracing{{tracer.get(), {}}, file->name};
+  opt.trace = &tracing;
   auto r = run_sync<agents::CrewResult>([&]() -> asio::awaitable<Result<agents::CrewResult>> {
     json::object in{{"topic", "paged attention"}};
     auto op = (*crew)->async_kickoff(runtime, std::move(in), opt);
@@ -225,7 +225,8 @@ TEST(RunSpans, ContentIsInTheSpansOnlyWhenAsked) {
   ASSERT_TRUE(a);
   graph::GraphRuntime runtime;
   graph::RunOptions opt;
-  opt.trace.tracer = tracer.get();
+  const graph::RunTracing tracing{{tracer.get(), {}}, {}};
+  opt.trace = &tracing;
   auto r = run_sync<agents::AgentResult>([&]() -> asio::awaitable<Result<agents::AgentResult>> {
     std::vector<agents::Message> none;
     auto op = (*a)->async_run(runtime, "What is six times seven?", std::move(none), opt);
@@ -269,8 +270,8 @@ TEST(RunSpans, ALoopCapIsAnEventOnTheRunAndTheRunFails) {
   ASSERT_TRUE(compiled);
   graph::GraphRuntime runtime;
   graph::RunOptions opt;
-  opt.trace.tracer = tracer.get();
-  opt.trace_name = "spinner";
+  const graph::RunTracing tracing{{tracer.get(), {}}, "spinner"};
+  opt.trace = &tracing;
   auto r = run_sync<graph::RunResult>([&]() -> asio::awaitable<Result<graph::RunResult>> {
     auto op = runtime.async_invoke(*compiled, json::object{}, opt);
     co_return co_await std::move(op);
@@ -325,10 +326,10 @@ TEST(RunSpans, AnAdmissionWaitIsAnEvent) {
     EXPECT_TRUE(r);
     ++done;
   };
+  const graph::RunTracing tracing[2] = {{{tracer.get(), {}}, "w0"}, {{tracer.get(), {}}, "w1"}};
   for (int i = 0; i < 2; ++i) {
     graph::RunOptions opt;
-    opt.trace.tracer = tracer.get();
-    opt.trace_name = "w" + std::to_string(i);
+    opt.trace = &tracing[i];
     asio::co_spawn(io, task(opt), asio::detached);
   }
   io.run();

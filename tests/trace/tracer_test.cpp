@@ -352,7 +352,7 @@ TEST(TraceFile, WritesOtlpJsonLinesThatReadBackAsATree) {
       shape += "trace\n";
       continue;
     }
-    shape += std::regex_replace(line, std::regex("  [0-9.]+ m?s"), "") + "\n";
+    shape += std::regex_replace(line, std::regex("  [0-9.]+ (µs|ms|s)"), "") + "\n";
   }
   EXPECT_EQ(shape,
             "trace\n"

@@ -45,8 +45,9 @@ struct TreeOptions {
 //   invoke_workflow research_crew  1.84 s
 //   ├─ superstep 1  612.0 ms
 //   │  └─ node research  611.8 ms
-// A span whose parent is not in the input is shown as a root of its trace; a failed span ends
-// with "  ! <error.type>: <message>".
+// Durations in µs under a millisecond, ms under 10 s, else s. A span whose parent is not in the
+// input is shown as a root of its trace; a failed span ends with "  ! <error.type>: <message>".
+// Indentation stops growing 40 levels down (the output stays linear in the input).
 std::string render_tree(const std::vector<ReadSpan>& spans, const TreeOptions& options = {});
 
 }  // namespace weir::trace
