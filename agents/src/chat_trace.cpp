@@ -33,8 +33,11 @@ asio::awaitable<Result<ChatResponse>> chat_in_span(ChatModel& model, std::vector
   params.span = &span;
   auto op = model.async_chat(std::move(messages), std::move(tools), params);
   Result<ChatResponse> r = co_await std::move(op);
+  // Ended here, not with the frame: Asio frees a coroutine's frame when its awaitable is
+  // destroyed, which the caller may keep to the end of its own scope.
   if (!r) {
     span.set_error(r.error());
+    span.end();
     co_return r;
   }
   span.set(trace::attr::kInputTokens, r->usage.prompt_tokens);
@@ -48,6 +51,7 @@ asio::awaitable<Result<ChatResponse>> chat_in_span(ChatModel& model, std::vector
   if (span.capture_content())
     span.set_content("gen_ai.output.messages", messages_json({r->message}));
   span.set_ok();
+  span.end();
   co_return r;
 }
 

@@ -173,6 +173,14 @@ TEST(RunSpans, ResearchCrewTreeNamesAttributesAndTokens) {
                 "  superstep 9\n"
                 "    node review/done\n");
 
+  // Every span lies inside its parent: a model call or a tool call ends before the node that
+  // made it (a span that lived in a coroutine frame ended only when the frame was freed).
+  for (const auto& s : spans) {
+    const auto* p = testing::parent_of(spans, s);
+    if (!p) continue;
+    EXPECT_GE(s.span.start_unix_ns, p->span.start_unix_ns) << s.span.name << " in " << p->span.name;
+    EXPECT_LE(s.span.end_unix_ns, p->span.end_unix_ns) << s.span.name << " in " << p->span.name;
+  }
   // Required attributes.
   const auto* root = testing::find_span(spans, "invoke_workflow research_crew");
   ASSERT_TRUE(root);

@@ -519,23 +519,27 @@ asio::awaitable<Result<json::object>> McpClient::async_call_tool(std::string too
                                     std::to_string(timeout.count()) +
                                     " ms (the request was cancelled)");
     span.set_error(e);
+    span.end();
     co_return e;
   }
   Reply r = std::move(std::get<1>(std::get<0>(won)));
   if (std::get<0>(std::get<0>(won))) {
     Error e(Errc::cancelled, prefix + ": the call was cancelled");
     span.set_error(e);
+    span.end();
     co_return e;
   }
   if (!r) {
     Error e = std::move(r).error();
     if (!e.message.starts_with("mcp server '")) e.message = prefix + ": " + e.message;
     span.set_error(e);
+    span.end();
     co_return e;
   }
   if (!r->is_object()) {
     Error e(Errc::tool_failed, prefix + ": the result is not an object");
     span.set_error(e);
+    span.end();
     co_return e;
   }
   if (span) {
@@ -545,6 +549,7 @@ asio::awaitable<Result<json::object>> McpClient::async_call_tool(std::string too
     else
       span.set_ok();
   }
+  span.end();  // not with the frame, which the caller's awaitable may keep alive
   co_return std::move(r->get_object());
 }
 

@@ -218,6 +218,7 @@ asio::awaitable<Result<ToolOutput>> ToolRegistry::traced_call(std::string name, 
   } else {
     span.set_error(r.error());
   }
+  span.end();  // not with the frame, which the caller's awaitable may keep alive
   co_return r;
 }
 
