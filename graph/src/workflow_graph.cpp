@@ -422,7 +422,7 @@ struct Builder {
                 text += "\n" + to_text(m.at("content"));
             }
           }
-          auto op = model_call(model, system, text, max_tokens, schema);
+          auto op = model_call(model, system, text, max_tokens, schema, c);
           auto r = co_await std::move(op);
           if (!r) co_return r.error();
           if (auto st = c.charge_tokens(static_cast<std::int64_t>(r->size() / 4 + 1)); !st)

@@ -29,6 +29,7 @@
 #include <boost/json/value.hpp>
 
 #include "weir/runtime/error.hpp"
+#include "weir/runtime/trace.hpp"
 
 namespace weir {
 class ArtifactStore;
@@ -59,6 +60,10 @@ struct ToolContext {
   // The caller takes the whole output and bounds it itself (a workflow's tool node: the graph's
   // payload fence moves a large value to the artifact store): max_output_bytes does not cut it.
   bool whole_output = false;
+  // Tracing: ToolRegistry::async_call records an `execute_tool <name>` span under it and hands
+  // the tool the context of that span (an MCP tool's call goes under it). Empty: not traced.
+  trace::Context trace;
+  std::string call_id;  // the model's id for this call (gen_ai.tool.call.id), when known
 };
 
 class Tool {
