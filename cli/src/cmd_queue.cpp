@@ -14,8 +14,8 @@
 
 #include "args.hpp"
 #include "commands.hpp"
-#include "weir/agents/workflow.hpp"
 #include "trace_flags.hpp"
+#include "weir/agents/workflow.hpp"
 #include "weir/cluster/run_queue.hpp"
 #include "weir/cluster/worker.hpp"
 #include "weir/graph/checkpointer.hpp"
