@@ -43,8 +43,7 @@ class Parser {
   }
   Error unexpected() const {
     if (pos_ >= s_.size()) return err("unexpected end of expression", s_.size());
-    std::size_t n = 1;
-    while (pos_ + n < s_.size() && (static_cast<unsigned char>(s_[pos_ + n]) & 0xC0) == 0x80) ++n;
+    const std::size_t n = 1 + utf8_skip_continuation(s_.substr(pos_ + 1));
     return err("unexpected '" + std::string(s_.substr(pos_, n)) + "'", pos_);
   }
   void skip_space() {
