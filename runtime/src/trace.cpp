@@ -10,6 +10,7 @@
 
 #include "weir/runtime/log.hpp"
 #include "weir/runtime/metrics.hpp"
+#include "weir/runtime/text.hpp"
 
 namespace weir::trace {
 
@@ -25,9 +26,7 @@ std::int64_t unix_ns_now() {
 
 // `s` cut to at most `n` bytes on a UTF-8 character boundary.
 std::string_view cut_utf8(std::string_view s, std::size_t n) {
-  if (s.size() <= n) return s;
-  while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;
-  return s.substr(0, n);
+  return s.substr(0, utf8_cut(s, n));
 }
 
 }  // namespace
