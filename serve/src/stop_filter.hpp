@@ -10,6 +10,8 @@
 #include <string_view>
 #include <vector>
 
+#include "weir/runtime/text.hpp"
+
 namespace weir::serve {
 
 class StopFilter {
@@ -30,8 +32,7 @@ class StopFilter {
     }
     std::size_t keep = hold_ > 0 ? hold_ - 1 : 0;
     if (buf_.size() <= keep) return {};
-    std::size_t cut = buf_.size() - keep;
-    while (cut > 0 && (static_cast<unsigned char>(buf_[cut]) & 0xC0) == 0x80) --cut;
+    const std::size_t cut = utf8_cut(buf_, buf_.size() - keep);
     std::string out = buf_.substr(0, cut);
     buf_.erase(0, cut);
     return out;
