@@ -1,8 +1,11 @@
 #include "weir/inference/engine.hpp"
 
-#include <algorithm>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
+#include <new>
+
 #include "weir/runtime/metrics.hpp"
 
 namespace weir::inference {
@@ -59,6 +62,34 @@ Result<KvType> parse_kv_type(std::string_view name) {
                "unknown KV cache type '" + std::string(name) + "' (choose f32 or f16)");
 }
 
+namespace {
+
+std::size_t physical_memory_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<std::size_t>(pages) * static_cast<std::size_t>(page)
+                               : 0;
+}
+
+// The KV pool's bytes: what the config asks (kv_cache_bytes, else the runner's hint), never more
+// than the budget's kv_cache category can grant now (without a size, all of that).
+Result<std::size_t> kv_pool_bytes(const EngineConfig& config, const StepRunner& runner) {
+  std::size_t bytes = config.kv_cache_bytes ? config.kv_cache_bytes : runner.kv_bytes_hint();
+  bool sized = bytes > 0;
+  if (config.budget) {
+    const std::size_t grant = config.budget->headroom(BudgetCategory::kv_cache);
+    sized = sized || grant != kUnlimited;
+    bytes = bytes ? std::min(bytes, grant) : grant;  // 0 left: create() says what one needs
+  }
+  if (!sized) {
+    return Error(Errc::invalid_argument,
+                 "engine: no KV cache size: set kv_cache_bytes (weir serve: --kv-cache-mb), or "
+                 "give the engine a memory budget with a kv_cache limit");
+  }
+  return bytes;
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<StepRunner> runner,
                                                EngineConfig config) {
   if (!runner) return Error(Errc::invalid_argument, "engine: no model runner given");
@@ -85,36 +116,52 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<StepRunner> runne
       runner->n_layers(),  runner->n_kv_heads(), runner->head_dim(), config.block_size, 0,
       config.kv_cache_type};
   const auto block_bytes = static_cast<std::size_t>(layout.block_bytes(layout.elem_bytes()));
-  std::size_t bytes = config.kv_cache_bytes ? config.kv_cache_bytes : runner->kv_bytes_hint();
-  if (config.budget) {
-    bytes = std::min(config.budget->limit(BudgetCategory::kv_cache),
-                     config.budget->headroom(BudgetCategory::kv_cache));
-    if (bytes == kUnlimited) bytes = config.kv_cache_bytes;
-  }
+  auto bytes = kv_pool_bytes(config, *runner);
+  if (!bytes) return std::move(bytes).error();
   layout.num_blocks =
-      static_cast<std::int32_t>(std::min<std::size_t>(bytes / block_bytes, INT32_MAX));
+      static_cast<std::int32_t>(std::min<std::size_t>(*bytes / block_bytes, INT32_MAX));
   const std::int64_t need = (config.max_model_len + config.block_size - 1) / config.block_size;
   if (layout.num_blocks < need) {
     return Error(Errc::memory_budget_exceeded,
-                 "the KV cache budget of " + std::to_string(bytes >> 10) + " KiB holds " +
+                 "the KV cache budget of " + std::to_string(*bytes >> 10) + " KiB holds " +
                      std::to_string(layout.num_blocks) + " blocks of " +
                      std::to_string(config.block_size) + " tokens (" + std::to_string(block_bytes) +
                      " bytes each), but one sequence of max_model_len=" +
                      std::to_string(config.max_model_len) + " needs " + std::to_string(need) +
                      "; raise limits.kv_cache or lower engine.max_model_len");
   }
-  if (runner->owns_kv_pool()) {
-    if (auto st = runner->allocate_kv_pool(layout); !st) return std::move(st).error();
+  const std::size_t pool_bytes = static_cast<std::size_t>(layout.num_blocks) * block_bytes;
+  // The budget grants the bytes first; then they are allocated. Memory the machine does not
+  // have is an error naming the setting, not a terminate: a host pool larger than the RAM is
+  // refused before it is touched (with overcommit it would allocate, then be killed filling
+  // it), and a failed allocation (std::bad_alloc) is caught below.
+  const std::string too_big =
+      "; lower the KV cache size (kv_cache_bytes: weir serve "
+      "--kv-cache-mb, or the memory budget's limits.kv_cache)";
+  if (const std::size_t ram = physical_memory_bytes();
+      !runner->owns_kv_pool() && ram > 0 && pool_bytes > ram) {
+    return Error(Errc::memory_budget_exceeded, "the KV cache of " + format_bytes(pool_bytes) +
+                                                   " is more than this machine's memory (" +
+                                                   format_bytes(ram) + ")" + too_big);
   }
   MemoryBudget::Reservation reservation;
   if (config.budget) {
-    auto r = config.budget->try_reserve(BudgetCategory::kv_cache,
-                                        static_cast<std::size_t>(layout.num_blocks) * block_bytes);
+    auto r = config.budget->try_reserve(BudgetCategory::kv_cache, pool_bytes);
     if (!r) return std::move(r).error();
     reservation = std::move(*r);
   }
-  return std::unique_ptr<Engine>(
-      new Engine(std::move(runner), std::move(config), layout, std::move(reservation)));
+  try {
+    if (runner->owns_kv_pool()) {
+      if (auto st = runner->allocate_kv_pool(layout); !st) return std::move(st).error();
+    }
+    return std::unique_ptr<Engine>(
+        new Engine(std::move(runner), std::move(config), layout, std::move(reservation)));
+  } catch (const std::bad_alloc&) {
+    return Error(Errc::memory_budget_exceeded,
+                 "the KV cache of " + format_bytes(pool_bytes) +
+                     " could not be allocated: the machine does not have that much free memory" +
+                     too_big);
+  }
 }
 
 Engine::Engine(std::unique_ptr<StepRunner> runner, EngineConfig config, KvLayout layout,
