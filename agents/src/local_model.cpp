@@ -74,7 +74,8 @@ LocalChatModel::LocalChatModel(std::string name, std::shared_ptr<inf::Engine> en
 
 LocalChatModel::~LocalChatModel() = default;
 
-Result<std::shared_ptr<LocalChatModel>> LocalChatModel::open(const std::filesystem::path& path,
+Result<std::shared_ptr<LocalChatModel>> LocalChatModel::open(inf::EngineRegistry& engines,
+                                                             const std::filesystem::path& path,
                                                              LocalModelOptions options) {
   auto file = inf::GgufFile::open(path);
   if (!file) return std::move(file).error();
@@ -94,7 +95,7 @@ Result<std::shared_ptr<LocalChatModel>> LocalChatModel::open(const std::filesyst
   }
   std::shared_ptr<const inf::Tokenizer> tokenizer = std::move(*tok);
   const inf::Tokenizer* tp = tokenizer.get();
-  auto engine = inf::EngineRegistry::global().get(
+  auto engine = engines.get(
       path, [&](std::shared_ptr<const inf::Model> m) -> Result<std::unique_ptr<inf::Engine>> {
         auto r = inf::make_runner(m, inf::Device::automatic, options.threads);
         if (!r) return std::move(r).error();

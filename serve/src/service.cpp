@@ -92,14 +92,7 @@ Status validate(const ServeConfig& c) {
 
 Service::Impl::~Impl() {
   if (loader.joinable()) loader.join();
-  for (auto& m : models) {
-    if (m && m->chat) {
-      auto path = m->spec.path;
-      m->chat.reset();
-      inf::EngineRegistry::global().release(path);
-    }
-  }
-  models.clear();
+  models.clear();  // the engines stop with their last holders: these models, then `engines`
 }
 
 void Service::Impl::load_models() {
@@ -115,7 +108,7 @@ void Service::Impl::load_models() {
     opt.budget = &budget;
     opt.ignore_eog = cfg.ignore_eos;
     opt.metrics_name = spec.name;
-    auto chat = agents::LocalChatModel::open(spec.path, opt);
+    auto chat = agents::LocalChatModel::open(engines, spec.path, opt);
     if (!chat) {
       st = Error(chat.error().code,
                  "model '" + spec.name + "' (" + spec.path.string() + "): " + chat.error().message);
@@ -169,13 +162,6 @@ void Service::Impl::load_models() {
     published.set_value();
   });
   published.get_future().wait();
-  if (!st) {
-    for (auto& m : loaded) {
-      auto path = m->spec.path;
-      m->chat.reset();
-      inf::EngineRegistry::global().release(path);
-    }
-  }
   std::lock_guard lock(load_mu);
   load_finished = true;
   load_status = st;

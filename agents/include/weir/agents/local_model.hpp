@@ -11,8 +11,10 @@
 // ChatResponse::tool_call_error for the agent loop to feed back. Tool results go to the model as
 // user turns wrapped in <tool_response name="..."> ... </tool_response>.
 //
-// One engine per model file: open() goes through inference::EngineRegistry, so every agent of a
-// process that names the same file shares its weights, its KV cache and its batches.
+// One engine per model file: open() goes through the inference::EngineRegistry it is given (the
+// program's, owned by its composition root), so every agent that names the same file shares
+// its weights, its KV cache and its batches. The engine lives as long as the registry or a
+// LocalChatModel on it holds it.
 //
 // Thread safety: async_chat may be called concurrently from any number of coroutines.
 #pragma once
@@ -30,6 +32,7 @@ class MemoryBudget;
 }
 namespace weir::inference {
 class Engine;
+class EngineRegistry;
 class Tokenizer;
 class Constraint;
 enum class ChatFamily;
@@ -50,8 +53,8 @@ struct LocalModelOptions {
   // "f32" or "f16": twice the tokens in the same bytes (the CPU runner; EngineConfig's
   // kv_cache_type). Another name: invalid_argument from open().
   std::string kv_cache_type = "f32";
-  // The KV pool is reserved from kv_cache when set. REQUIRES: the budget outlives the engine,
-  // which inference::EngineRegistry::global() keeps until release(path) is called for it.
+  // The KV pool is reserved from kv_cache when set. REQUIRES: the budget outlives the engine:
+  // the registry it came from and every LocalChatModel on it.
   MemoryBudget* budget = nullptr;
   // Random-weight models never emit end-of-generation; run every turn to max_tokens.
   bool ignore_eog = false;
@@ -61,10 +64,12 @@ struct LocalModelOptions {
 
 class LocalChatModel final : public ChatModel {
  public:
-  // Loads (or reuses) the engine for `path`; the engine's settings come from the options of the
-  // first open() of that file in the process. Errors: model_error, not_found, unsupported (an
-  // unknown chat template, with the families to choose from), memory_budget_exceeded.
-  static Result<std::shared_ptr<LocalChatModel>> open(const std::filesystem::path& path,
+  // Loads (or reuses) `engines`' engine for `path`; the engine's settings come from the options
+  // of the first open() of that file in that registry. Errors: model_error, not_found,
+  // unsupported (an unknown chat template, with the families to choose from),
+  // memory_budget_exceeded.
+  static Result<std::shared_ptr<LocalChatModel>> open(inference::EngineRegistry& engines,
+                                                      const std::filesystem::path& path,
                                                       LocalModelOptions options = {});
   ~LocalChatModel() override;
 
