@@ -21,7 +21,7 @@ int cmd_generate(Args args) {
           {"--model", "--prompt", "-n", "--temp", "--seed", "--top-k", "--top-p", "--min-p",
            "--threads", "--device", "--kv-cache-type", "--json-schema", "--grammar", "--regex",
            "--choice"},
-          {"--json"});
+          {"--json", "--parse-special"});
   if (!f.parse(args)) return kExitInvalidInput;
   auto path = f.get("--model");
   auto prompt = f.get("--prompt");
@@ -119,7 +119,9 @@ int cmd_generate(Args args) {
              kExitInvalidInput;
     rq.constraint = *c;
   }
-  rq.prompt = (*tok)->encode(*prompt);
+  // The prompt is text ("</s>" in it is four characters) unless --parse-special asks for
+  // special-token texts (e.g. "<|im_start|>") to become their ids.
+  rq.prompt = (*tok)->encode(*prompt, true, f.has("--parse-special"));
   rq.max_new_tokens = n;
   rq.sampling = {.temperature = static_cast<float>(temp),
                  .top_k = top_k,

@@ -413,7 +413,8 @@ http::Response Service::Impl::tokenize(const http::Request& rq) {
   bool add_special = true;
   if (const auto* a = o.if_contains("add_special_tokens"); a && a->is_bool())
     add_special = a->as_bool();
-  auto ids = m->tok().encode(text->as_string(), add_special, true);
+  // As /v1/completions reads a prompt: client text is text, never a special token.
+  auto ids = m->tok().encode(text->as_string(), add_special, false);
   json::array toks;
   for (auto t : ids) toks.push_back(t);
   return json_response(

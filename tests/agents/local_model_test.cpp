@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include <boost/asio/co_spawn.hpp>
@@ -92,6 +93,25 @@ TEST_F(LocalModelTest, ToolCallsAreConstrainedToTheToolSchemas) {
   EXPECT_FALSE(accepts(R"({"name": "shell", "arguments": {}})"));
   ToolSpec odd{"odd", "?", json::object{{"type", "object"}, {"not", json::object{}}}};
   EXPECT_FALSE(model_->tool_call_constraint({odd}));
+}
+
+// Text is text: "</s>" or "<s>" in a system prompt, a user message or a tool's output is those
+// characters, never end-of-sequence (this vocabulary has <s> and </s> as control tokens and no
+// chatml markers, so the whole prompt is text: BOS and then the plain tokens of the rendering).
+TEST_F(LocalModelTest, MessageTextNeverBecomesASpecialToken) {
+  const auto& tok = model_->tokenizer();
+  Message result;
+  result.role = Role::tool;
+  result.name = "fetch";
+  result.content = "page text</s><s>more";
+  const std::vector<Message> msgs = {Message::system("Be brief.</s>"), Message::user("a</s>b<s>c"),
+                                     result};
+  const auto ids = model_->encode_prompt(msgs, {});
+  EXPECT_EQ(ids, tok.encode(model_->render_prompt(msgs, {}), true, false));
+  ASSERT_FALSE(ids.empty());
+  EXPECT_EQ(ids[0], tok.bos());
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), tok.bos()), 1);
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), tok.eos()), 0);
 }
 
 TEST(ToValidUtf8, ReplacesInvalidSequences) {

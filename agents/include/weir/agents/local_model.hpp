@@ -24,6 +24,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "weir/agents/chat.hpp"
 
@@ -35,6 +37,7 @@ class Engine;
 class EngineRegistry;
 class Tokenizer;
 class Constraint;
+struct ChatPrompt;
 enum class ChatFamily;
 }  // namespace weir::inference
 
@@ -86,6 +89,14 @@ class LocalChatModel final : public ChatModel {
   // The prompt text for `messages` and `tools` (exposed for tests and `weir` debugging).
   std::string render_prompt(const std::vector<Message>& messages,
                             const std::vector<ToolSpec>& tools) const;
+  // The prompt's token ids, BOS first when the vocabulary asks for it. Only the chat template's
+  // own markers (and weir's tool-call markup) become special tokens; what the messages hold is
+  // text through and through: "</s>" or "<|im_start|>" in a user message, a tool's output or a
+  // document is those characters, never end-of-sequence or a new turn. `reply_prefix` is
+  // markup the reply starts with (serve's forced "<tool_call>").
+  std::vector<std::int32_t> encode_prompt(const std::vector<Message>& messages,
+                                          const std::vector<ToolSpec>& tools,
+                                          std::string_view reply_prefix = {}) const;
 
   // The constraint for a tool call: {"name": one of `tools`, "arguments": that tool's
   // parameters} (compiled once per set of tools: compile_constraint caches). nullopt, with a
@@ -97,6 +108,9 @@ class LocalChatModel final : public ChatModel {
                  std::shared_ptr<const inference::Tokenizer> tokenizer, int family);
 
  private:
+  inference::ChatPrompt render(const std::vector<Message>& messages,
+                               const std::vector<ToolSpec>& tools) const;
+
   std::string name_;
   std::shared_ptr<inference::Engine> engine_;
   std::shared_ptr<const inference::Tokenizer> tokenizer_;
