@@ -577,6 +577,10 @@ Service::~Service() {
 
 // --- weir serve -----------------------------------------------------------------------------
 
+namespace {
+constexpr std::chrono::milliseconds kTeardownLimit{30000};
+}  // namespace
+
 int run(ServeConfig config) {
   std::fputs(describe(config).c_str(), stderr);
   // Signals go to one waiting thread (blocked everywhere else, before any thread starts).
@@ -619,6 +623,14 @@ int run(ServeConfig config) {
   std::fprintf(stderr, "weir serve: ready\n");
   waiter.join();
   std::fprintf(stderr, "weir serve: stopped\n");
+  // Teardown stops each engine within one step. Should a step never end (a bug), a stopped
+  // server must still go: after kTeardownLimit the process exits anyway, saying so.
+  std::thread([] {
+    std::this_thread::sleep_for(kTeardownLimit);
+    std::fprintf(stderr, "weir serve: the engines did not stop within %s; exiting\n",
+                 ms_text(kTeardownLimit).c_str());
+    std::_Exit(1);
+  }).detach();
   svc->reset();
   return 0;
 }

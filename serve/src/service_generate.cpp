@@ -214,10 +214,15 @@ awaitable<void> run_generation(Service::Impl& s, http::Exchange& ex, ModelEntry&
     co_return;
   }
   auto b = std::get<std::shared_ptr<Batch>>(std::move(admitted));
+  // However the handler ends (an exception, an early return), its engine requests end with it:
+  // the engine never steps a sequence nobody will read.
   struct Leave {
     Service::Impl& s;
     Batch* b;
-    ~Leave() { s.active.erase(b); }
+    ~Leave() {
+      b->cancel();
+      s.active.erase(b);
+    }
   } leave{s, b.get()};
   m.prompt_tokens->inc(static_cast<double>(prompt_len));
   const auto deadline = arrival + s.cfg.request_timeout;
