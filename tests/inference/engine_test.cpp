@@ -20,6 +20,7 @@
 #include <new>
 #include <numeric>
 #include <random>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -300,6 +301,77 @@ TEST(Engine, KvPoolComesFromTheMemoryBudget) {
             "memory_budget_exceeded: the KV cache budget of 0 KiB holds 8 blocks of 4 tokens (64 "
             "bytes each), but one sequence of max_model_len=64 needs 16; raise limits.kv_cache or "
             "lower engine.max_model_len");
+}
+
+// Once on_done reports a request cancelled, no step computes it again: the engine's counters
+// move only by what a request submitted afterwards needs (one step for its prompt and first
+// token, one for its second).
+TEST(Engine, ACancelledSequenceIsNeverSteppedAgain) {
+  auto e = make_engine({.max_num_seqs = 4, .block_size = 4, .kv_cache_bytes = 64 * 1024});
+  // The engine thread waits in the first token's callback until the cancel is queued, so the
+  // request cannot finish its 400 tokens first.
+  std::promise<void> first_token, cancel_sent;
+  auto sent = cancel_sent.get_future();
+  bool once = false;
+  auto p = std::make_shared<std::promise<Result<GenerateResult>>>();
+  auto f = p->get_future();
+  const RequestId id = e->submit(req({1, 2, 3}, 400),
+                                 {[&](std::int32_t) {
+                                    if (!once) {
+                                      once = true;
+                                      first_token.set_value();
+                                      sent.wait();
+                                    }
+                                  },
+                                  [p](Result<GenerateResult> r) { p->set_value(std::move(r)); }});
+  first_token.get_future().wait();
+  e->cancel(id);
+  cancel_sent.set_value();
+  auto r = f.get();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->finish, FinishReason::cancelled);
+  EXPECT_EQ(r->usage.completion_tokens, static_cast<std::int64_t>(r->tokens.size()));
+  const EngineStats before = e->stats();
+  auto short_run = submit(*e, req({4, 5}, 2)).get();
+  ASSERT_TRUE(short_run);
+  const EngineStats after = e->stats();
+  EXPECT_EQ(after.steps - before.steps, 2u);
+  EXPECT_EQ(after.tokens_generated - before.tokens_generated, 2u);
+  EXPECT_EQ(after.kv.used_blocks, 0);
+}
+
+// A request still running when the engine is destroyed gets on_done once, cancelled, with the
+// tokens it generated so far. (Each step takes 5 ms: its 4,000 tokens would take 20 s.)
+class SlowRunner : public FakeRunner {
+ public:
+  using FakeRunner::FakeRunner;
+  Status forward(const StepBatch& b, const KvLayout& L, std::span<float> pool,
+                 std::span<float> logits) override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    return FakeRunner::forward(b, L, pool, logits);
+  }
+};
+
+TEST(Engine, DestroyingTheEngineCancelsWhatRunsWithItsTokens) {
+  std::future<Result<GenerateResult>> f;
+  {
+    auto e = Engine::create(std::make_unique<SlowRunner>(4096),
+                            {.max_num_seqs = 4, .block_size = 4, .kv_cache_bytes = 64 * 1024});
+    ASSERT_TRUE(e) << e.error().message;
+    std::promise<void> started;
+    std::atomic<int> seen{0};
+    f = submit(**e, req({1, 2, 3}, 4000), [&](std::int32_t) {
+      if (seen.fetch_add(1) == 2) started.set_value();
+    });
+    started.get_future().wait();
+  }
+  auto r = f.get();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->finish, FinishReason::cancelled);
+  EXPECT_GE(r->tokens.size(), 3u);
+  EXPECT_LT(r->tokens.size(), 4000u);
+  EXPECT_EQ(r->usage.completion_tokens, static_cast<std::int64_t>(r->tokens.size()));
+  EXPECT_EQ(r->usage.prompt_tokens, 3);
 }
 
 // Two engines on one budget without limits (weir serve with two models) each get the pool they

@@ -51,8 +51,9 @@ struct LocalModelOptions {
   std::int64_t max_model_len = 0;
   std::int64_t max_num_batched_tokens = 1024;
   std::int32_t block_size = 16;
-  std::int32_t threads = 0;                 // 0: the machine's cores
-  std::size_t kv_cache_bytes = 128u << 20;  // used when no budget is given
+  std::int32_t threads = 0;  // 0: the machine's cores
+  // The KV pool's bytes; with a budget, never more than its kv_cache category grants.
+  std::size_t kv_cache_bytes = 128u << 20;
   // "f32" or "f16": twice the tokens in the same bytes (the CPU runner; EngineConfig's
   // kv_cache_type). Another name: invalid_argument from open().
   std::string kv_cache_type = "f32";
