@@ -13,10 +13,10 @@
 #include <gtest/gtest.h>
 #include <boost/json.hpp>
 
+#include "runner/forward_ref.hpp"
+#include "runner/llama_runner.hpp"
 #include "weir/inference/engine.hpp"
 #include "weir/inference/engine_registry.hpp"
-#include "weir/inference/forward_ref.hpp"
-#include "weir/inference/llama_runner.hpp"
 #include "weir/inference/tokenizer.hpp"
 
 namespace weir::inference {

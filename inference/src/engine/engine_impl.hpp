@@ -15,11 +15,11 @@
 #include <utility>
 #include <vector>
 
+#include "engine/kv_cache.hpp"
+#include "engine/sampler.hpp"
+#include "engine/scheduler.hpp"
+#include "kernels/thread_pool.hpp"
 #include "weir/inference/engine.hpp"
-#include "weir/inference/kv_cache.hpp"
-#include "weir/inference/sampling.hpp"
-#include "weir/inference/scheduler.hpp"
-#include "weir/inference/thread_pool.hpp"
 
 namespace weir::inference {
 

@@ -1,4 +1,4 @@
-#include "weir/inference/thread_pool.hpp"
+#include "kernels/thread_pool.hpp"
 
 #include <algorithm>
 #include <cassert>

@@ -1,7 +1,7 @@
 #include <new>
 #include <thread>
 
-#include "weir/inference/llama_runner.hpp"
+#include "runner/llama_runner.hpp"
 #include "weir/inference/runner.hpp"
 #include "weir/runtime/log.hpp"
 

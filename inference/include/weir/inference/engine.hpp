@@ -24,10 +24,9 @@
 #include <vector>
 
 #include "weir/inference/constraint.hpp"
-#include "weir/inference/kv_cache.hpp"
+#include "weir/inference/engine_stats.hpp"
 #include "weir/inference/kv_layout.hpp"
 #include "weir/inference/sampling.hpp"
-#include "weir/inference/scheduler.hpp"
 #include "weir/runtime/error.hpp"
 #include "weir/runtime/memory_budget.hpp"
 
@@ -171,17 +170,6 @@ struct EngineConfig {
   // Threads computing the token masks of a step's constrained sequences (the engine thread
   // included); masks of one step are computed in parallel, then the rows are sampled.
   int constraint_threads = 2;
-};
-
-struct EngineStats {
-  KvCacheStats kv;
-  SchedulerStats sched;
-  std::uint64_t steps = 0;
-  std::uint64_t tokens_generated = 0;
-  std::uint64_t prompt_tokens_computed = 0;
-  std::uint64_t requests_completed = 0;
-  std::int64_t kv_pool_bytes = 0;
-  double busy_seconds = 0;  // time spent in steps
 };
 
 using RequestId = std::int64_t;
