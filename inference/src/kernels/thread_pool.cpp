@@ -65,6 +65,7 @@ void ThreadPool::run_chunk(int thread, std::int64_t chunk) {
   } catch (...) {
     std::lock_guard lock(error_mu_);
     if (!error_) error_ = std::current_exception();
+    failed_.store(true, std::memory_order_relaxed);  // read after done_ counts this chunk
   }
   done_.fetch_add(1, std::memory_order_acq_rel);
 }
@@ -141,12 +142,15 @@ void ThreadPool::parallel_for(std::int64_t n, const Fn& fn) {
       std::this_thread::yield();
   }
   assert(done_.load() == n_chunks);
-  std::exception_ptr error;
-  {
-    std::lock_guard lock(error_mu_);
-    error = std::exchange(error_, nullptr);
+  if (failed_.load(std::memory_order_relaxed)) {
+    failed_.store(false, std::memory_order_relaxed);
+    std::exception_ptr error;
+    {
+      std::lock_guard lock(error_mu_);
+      error = std::exchange(error_, nullptr);
+    }
+    std::rethrow_exception(error);
   }
-  if (error) std::rethrow_exception(error);
 }
 
 }  // namespace weir::inference

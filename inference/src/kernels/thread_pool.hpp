@@ -77,7 +77,8 @@ class ThreadPool {
   std::atomic<std::int64_t> done_{0};         // chunks of the current call run to the end
   std::atomic<bool> stop_{false};
   std::mutex error_mu_;
-  std::exception_ptr error_;  // GUARDED_BY(error_mu_): the current call's first exception
+  std::exception_ptr error_;         // GUARDED_BY(error_mu_): the current call's first exception
+  std::atomic<bool> failed_{false};  // error_ is set (so a call without one takes no lock)
 };
 
 }  // namespace weir::inference
