@@ -11,6 +11,7 @@
 #include "weir/agents/agent.hpp"
 #include "weir/agents/config.hpp"
 #include "weir/agents/openai_model.hpp"
+#include "weir/inference/engine_registry.hpp"
 #include "weir/runtime/artifact_store.hpp"
 #include "weir/runtime/json_fields.hpp"
 #include "weir/runtime/memory_budget.hpp"
@@ -67,6 +68,8 @@ struct Wiring {
   std::map<std::string, ModelConfig> model_configs;
   std::map<std::string, detail::WorkflowAgent> agent_specs;
   std::unique_ptr<graph::GraphRuntime> child;
+  // The engines' registry when the caller gave none (WorkflowServices::engines).
+  std::unique_ptr<inference::EngineRegistry> own_engines;
 
   std::mutex mu;
   std::map<std::string, std::shared_ptr<ChatModel>> models;    // GUARDED_BY(mu), opened on use
@@ -97,7 +100,8 @@ struct Wiring {
       if (c->chat_template) o.chat_template = *c->chat_template;
       c->engine.apply(o);  // --max-model-len wins over the file's
     }
-    auto m = LocalChatModel::open(services.model_override.value_or(c ? c->path : fs::path()), o);
+    auto m = LocalChatModel::open(*services.engines,
+                                  services.model_override.value_or(c ? c->path : fs::path()), o);
     if (!m) return std::move(m).error();
     models[name] = *m;
     return std::shared_ptr<ChatModel>(*m);
@@ -305,6 +309,10 @@ graph::WorkflowHooks hooks_of(const std::shared_ptr<Wiring>& w, const graph::Wor
 Result<std::shared_ptr<Wiring>> wire(const graph::WorkflowSpec& spec, WorkflowServices services) {
   auto w = std::make_shared<Wiring>();
   w->services = services;
+  if (!w->services.engines) {
+    w->own_engines = std::make_unique<inference::EngineRegistry>();
+    w->services.engines = w->own_engines.get();
+  }
   // The sections are read by the readers workflow_checks() gives the loader: a file loaded
   // with them has no problem left here; one loaded without gets them now, with pointers.
   JsonFields f(spec.file.string());

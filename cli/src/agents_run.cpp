@@ -127,9 +127,8 @@ std::string what(std::exception_ptr e) {
 }
 
 // What one `weir run` of a crew or group-chat file holds. Members are destroyed in reverse
-// order: the crew and the model before the engine's release, the engine (whose KV pool is
-// reserved from `budget`; the process-wide EngineRegistry would keep it past this run) before
-// the budget, the store before its folder is removed.
+// order: the crew and the model before their engines, the engines (whose KV pools are reserved
+// from `budget`) before the budget, the store before its folder is removed.
 struct CrewSession {
   struct RemoveDir {
     fs::path dir;
@@ -138,16 +137,12 @@ struct CrewSession {
       if (!dir.empty()) fs::remove_all(dir, ec);
     }
   };
-  struct ReleaseEngine {
-    fs::path path;
-    ~ReleaseEngine() {
-      if (!path.empty()) inference::EngineRegistry::global().release(path);
-    }
-  };
   std::unique_ptr<MemoryBudget> budget;
   std::unique_ptr<ArtifactStore> store;
   RemoveDir art_dir;
-  ReleaseEngine release_engine;
+  // This run's engines; their KV pools are reserved from `budget`, declared after it so that it
+  // outlives them.
+  inference::EngineRegistry engines;
   std::shared_ptr<agents::LocalChatModel> local;  // null for a remote model
   std::shared_ptr<agents::ChatModel> model;
   std::shared_ptr<tools::ToolRegistry> tools;
@@ -186,13 +181,12 @@ Status open_model(CrewSession& s, const agents::AgentsFile& file, const AgentsRu
     s.model = std::move(*m);
     return {};
   }
-  s.release_engine.path = choice.path;
   agents::LocalModelOptions mo;
   mo.budget = s.budget.get();
   mo.max_model_len = options.max_model_len;  // --max-model-len wins over the file's "engine"
   file.engine.apply(mo);
   mo.ignore_eog = choice.random;
-  auto m = agents::LocalChatModel::open(choice.path, mo);
+  auto m = agents::LocalChatModel::open(s.engines, choice.path, mo);
   if (!m) return std::move(m).error();
   s.local = *m;
   s.model = s.local;
