@@ -338,16 +338,20 @@ awaitable<void> run_generation(Service::Impl& s, http::Exchange& ex, ModelEntry&
   }
   if (sp.stream) {
     if (!stream_ok) co_return;
+    // Every temporary is a local before its co_await: GCC 12 destroys one built inside the
+    // co_await's full-expression twice (docs/architecture.md, "the co_await rule").
+    std::string last;
     if (error_status) {
-      (void)co_await ex.async_write(http::sse_event(
-          oa::ApiError{error_status, error_message, "", error_status == 504 ? "timeout" : ""}
-              .body()));
+      const oa::ApiError error{error_status, error_message, "",
+                               error_status == 504 ? "timeout" : ""};
+      last = http::sse_event(error.body());
     } else if (sp.include_usage) {
-      std::string body = spec.chat ? oa::chat_chunk(env, {}, false, &usage)
-                                   : oa::completion_chunk(env, {}, &usage);
-      (void)co_await ex.async_write(http::sse_event(body));
+      last = http::sse_event(spec.chat ? oa::chat_chunk(env, {}, false, &usage)
+                                       : oa::completion_chunk(env, {}, &usage));
     }
-    if (co_await ex.async_write(http::sse_event("[DONE]"))) (void)co_await ex.async_finish();
+    last += http::sse_event("[DONE]");
+    const Status written = co_await ex.async_write(std::move(last));
+    if (written) (void)co_await ex.async_finish();
     co_return;
   }
   if (error_status) {

@@ -26,17 +26,28 @@ using testing_http::Conn;
 using testing_http::Reply;
 using testing_http::sse_data;
 
-inline fs::path tiny_model(const std::string& name, std::int32_t context = 256) {
+// A random-weight model written once per test process.
+inline fs::path random_model(const std::string& name, inference::RandomModelShape shape) {
   auto dir = fs::temp_directory_path() / ("weir-serve-test-" + std::to_string(::getpid()));
   fs::create_directories(dir);
   auto path = dir / (name + ".gguf");
   if (!fs::exists(path)) {
-    auto shape = inference::RandomModelShape::tiny();
-    shape.context_length = context;
     auto st = inference::write_random_llama(path, shape, inference::GgmlType::f32, 7);
     EXPECT_TRUE(st) << st.error().message;
   }
   return path;
+}
+
+inline fs::path tiny_model(const std::string& name, std::int32_t context = 256) {
+  auto shape = inference::RandomModelShape::tiny();
+  shape.context_length = context;
+  return random_model(name, shape);
+}
+
+// Slow enough (6 layers of 256, a 4096-token context) that a long generation is still running
+// seconds after it started, on any machine.
+inline fs::path slow_model() {
+  return random_model("slow", {256, 1024, 6, 4, 4, 512, 4096});
 }
 
 struct Running {

@@ -140,6 +140,30 @@ TEST(ServeProcess, SigtermDrainsInFlightRequestsAndExitsZero) {
   EXPECT_EQ(call(port, "GET", "/health").status, 0);
 }
 
+// Issue 35.2 as a user met it: a stream past `--request-timeout 1` took the process down
+// ("munmap_chunk(): invalid pointer", SIGABRT). It must end with an error event and [DONE],
+// and the server must go on serving.
+TEST(ServeProcess, AStreamPastTheRequestTimeoutLeavesTheServerServing) {
+  auto model = slow_model();
+  auto c = spawn({"serve", "--model", model.string(), "--port", "0", "--ignore-eos",
+                  "--request-timeout", "1", "--kv-cache-mb", "64"});
+  auto m = c->wait_for(std::regex("listening on http://127\\.0\\.0\\.1:([0-9]+)"));
+  ASSERT_FALSE(m.empty()) << c->err;
+  const auto port = static_cast<std::uint16_t>(std::stoi(m[1]));
+  ASSERT_FALSE(c->wait_for(std::regex("weir serve: ready")).empty()) << c->err;
+  for (int i = 0; i < 2; ++i) {
+    auto r = call(port, "POST", "/v1/completions",
+                  R"({"prompt": "x", "max_tokens": 3500, "stream": true})");
+    ASSERT_EQ(r.status, 200) << c->err;
+    EXPECT_NE(r.body.find("the request ran past --request-timeout=1s after "), std::string::npos)
+        << r.body;
+    EXPECT_NE(r.body.find("data: [DONE]"), std::string::npos) << r.body;
+  }
+  EXPECT_EQ(call(port, "GET", "/health").status, 200) << c->err;
+  ASSERT_EQ(::kill(c->pid, SIGTERM), 0);
+  EXPECT_EQ(c->wait_exit(10000), 0) << c->err;
+}
+
 TEST(ServeProcess, RefusesAnOpenBindWithoutAKey) {
   auto c = spawn({"serve", "--model", "x.gguf", "--host", "0.0.0.0"});
   EXPECT_EQ(c->wait_exit(10000), 1);
