@@ -78,6 +78,7 @@ class ExchangeImpl final : public Exchange {
   ExchangeImpl(Server::Impl& s, Conn& c, Request req, bool keep_alive, unsigned version)
       : s_(s), c_(c), req_(std::move(req)), keep_alive_(keep_alive), version_(version) {}
 
+  using Exchange::async_start_stream;
   const Request& request() const override { return req_; }
   bool disconnected() const override { return gone_; }
   void on_disconnect(std::function<void()> fn) override {
@@ -240,21 +241,23 @@ asio::awaitable<void> Server::Impl::session(tcp::socket sock) {
     conn.stream.expires_never();
     if (ec) {
       const unsigned version = parser.is_header_done() ? parser.get().version() : 11;
+      // The message is a local: no temporary inside a co_await (GCC 12 destroys it twice).
+      int status = 0;
+      std::string message;
       if (ec == bhttp::error::body_limit) {
-        co_await reply_and_close(conn, 413,
-                                 "the request body is over the server's limit of " +
-                                     std::to_string(cfg.max_body_bytes) +
-                                     " bytes (--max-body-bytes); send less",
-                                 version);
+        status = 413;
+        message = "the request body is over the server's limit of " +
+                  std::to_string(cfg.max_body_bytes) + " bytes (--max-body-bytes); send less";
       } else if (ec == bhttp::error::header_limit) {
-        co_await reply_and_close(conn, 431,
-                                 "the request headers are over the server's limit of " +
-                                     std::to_string(cfg.max_header_bytes) + " bytes",
-                                 version);
+        status = 431;
+        message = "the request headers are over the server's limit of " +
+                  std::to_string(cfg.max_header_bytes) + " bytes";
       } else if (ec.category() == bhttp::make_error_code(bhttp::error::bad_target).category() &&
                  ec != bhttp::error::end_of_stream && ec != bhttp::error::partial_message) {
-        co_await reply_and_close(conn, 400, "malformed HTTP request: " + ec.message(), version);
+        status = 400;
+        message = "malformed HTTP request: " + ec.message();
       }
+      if (status) co_await reply_and_close(conn, status, std::move(message), version);
       break;  // end of stream, timeout, reset, shutdown
     }
     auto& breq = parser.get();
@@ -276,8 +279,8 @@ asio::awaitable<void> Server::Impl::session(tcp::socket sock) {
     --active;
     conn.in_request = false;
     if (!ex.started() && !ex.failed()) {
-      (void)co_await ex.async_respond(
-          {500, "application/json", {}, error_text(500, "the handler sent no response")});
+      Response none{500, "application/json", {}, error_text(500, "the handler sent no response")};
+      (void)co_await ex.async_respond(std::move(none));
     }
     if (ex.failed() || !ex.finished() || !ex.keep_alive()) break;
   }
@@ -337,9 +340,10 @@ asio::awaitable<void> run_handler_impl(Server::Impl& s, ExchangeImpl& ex) {
   }
   weir::log(LogLevel::error, "http: handler for " + ex.request().method + " " +
                                  ex.request().target + " failed: " + what);
-  if (!ex.started() && !ex.failed())
-    (void)co_await ex.async_respond(
-        {500, "application/json", {}, s.error_text(500, "internal error: " + what)});
+  if (!ex.started() && !ex.failed()) {
+    Response failed{500, "application/json", {}, s.error_text(500, "internal error: " + what)};
+    (void)co_await ex.async_respond(std::move(failed));
+  }
 }
 
 Server::Server(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}

@@ -65,7 +65,12 @@ class Exchange {
   virtual boost::asio::awaitable<Status> async_respond(Response response) = 0;
   // A chunked response (e.g. text/event-stream) whose body follows in async_write()s.
   virtual boost::asio::awaitable<Status> async_start_stream(int status, std::string content_type,
-                                                            Headers headers = {}) = 0;
+                                                            Headers headers) = 0;
+  // Without extra headers. (An overload, not a default argument: a coroutine's class-type
+  // default is built inside the caller's co_await; docs/architecture.md, "the co_await rule".)
+  boost::asio::awaitable<Status> async_start_stream(int status, std::string content_type) {
+    return async_start_stream(status, std::move(content_type), Headers());
+  }
   virtual boost::asio::awaitable<Status> async_write(std::string data) = 0;
   virtual boost::asio::awaitable<Status> async_finish() = 0;
   // True once the client closed its side (or reset) while the handler ran.
