@@ -318,6 +318,8 @@ asio::awaitable<void> Server::Impl::accept_loop() {
       sock.close(ig);
       continue;
     }
+    boost::system::error_code nodelay;
+    sock.set_option(tcp::no_delay(true), nodelay);  // a streamed token goes out as it is written
     asio::co_spawn(io, session(std::move(sock)), [](std::exception_ptr e) {
       if (!e) return;
       try {

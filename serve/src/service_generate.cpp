@@ -196,8 +196,8 @@ struct ChoiceOut {
 };
 
 // One generation request after parsing, from admission to its answer. run() reads top to bottom:
-// admit and submit, then (streamed) send what the choices produce as it comes, or (not
-// streamed) collect the text, and answer. Lives in the handler's frame; io thread only.
+// admit and submit, then (streamed) send each token as an event the moment the handler sees it,
+// or (not streamed) collect the text, and answer. Lives in the handler's frame; io thread only.
 class Generation {
  public:
   Generation(Service::Impl& s, http::Exchange& ex, ModelEntry& m, const oa::Sampling& sp,
@@ -233,8 +233,9 @@ class Generation {
   }
 
  private:
-  // Streamed: headers and the role, then what the choices produced since the last wake as one
-  // event, then the usage or the error, and [DONE].
+  // Streamed: headers and the role, then every token as its own event, written when the
+  // handler sees it (what queued meanwhile, on a slow reader, goes out in the same write), then
+  // the usage or the error, and [DONE].
   awaitable<void> stream() {
     auto st = co_await ex_.async_start_stream(200, "text/event-stream");
     bool ok = static_cast<bool>(st);
@@ -247,28 +248,16 @@ class Generation {
     if (!ok) b_->cancel();  // the reader is gone or stopped reading
     while (!b_->all_consumed()) {
       co_await s_.wait_events(*b_, deadline());
-      std::vector<oa::Choice> chunk;  // what each choice has produced since the last wake
-      for (int i = 0; i < n_; ++i) {
-        oa::Choice merged{i, "", {}, "", std::nullopt};
-        for (auto& ch : take(i)) {
-          merged.text += ch.text;
-          if (ch.logprobs) {
-            if (!merged.logprobs) merged.logprobs.emplace();
-            merged.logprobs->insert(merged.logprobs->end(), ch.logprobs->begin(),
-                                    ch.logprobs->end());
-          }
-          if (!ch.finish_reason.empty()) merged.finish_reason = ch.finish_reason;
-          for (auto& call : ch.tool_calls) merged.tool_calls.push_back(std::move(call));
-        }
-        if (merged.text.empty() && merged.tool_calls.empty() && merged.finish_reason.empty() &&
-            !merged.logprobs)
-          continue;
-        chunk.push_back(std::move(merged));
-      }
       std::string events;
-      if (!chunk.empty())
-        events = http::sse_event(spec_.chat ? oa::chat_chunk(env_, chunk, false)
-                                            : oa::completion_chunk(env_, chunk));
+      for (int i = 0; i < n_; ++i) {
+        for (auto& ch : take(i)) {
+          if (ch.text.empty() && ch.tool_calls.empty() && ch.finish_reason.empty() && !ch.logprobs)
+            continue;
+          const std::vector<oa::Choice> one{std::move(ch)};
+          events += http::sse_event(spec_.chat ? oa::chat_chunk(env_, one, false)
+                                               : oa::completion_chunk(env_, one));
+        }
+      }
       if (ok && !events.empty()) {
         ok = static_cast<bool>(co_await ex_.async_write(std::move(events)));
         if (!ok) b_->cancel();

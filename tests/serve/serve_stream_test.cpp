@@ -64,5 +64,42 @@ TEST(ServeStream, ARequestIntoTheRequestTimeoutIs504) {
   EXPECT_EQ(call(s.port, "GET", "/health").status, 200);
 }
 
+// Issue 35.4: tokens that queued while the I/O thread was busy went out as one event holding all
+// of them (under load, 28-53 events for 64 tokens). Each token is its own event, as OpenAI and
+// llama-server send them; only the write is shared by what already waited.
+TEST(ServeStream, EveryTokenIsItsOwnEvent) {
+  auto s = start(tiny_config("st1", 4096));
+  Conn conn(s.port);
+  ASSERT_TRUE(conn.request("POST", "/v1/completions",
+                           R"({"prompt": "x", "max_tokens": 3000, "stream": true, "logprobs": 0})"));
+  Reply head;
+  ASSERT_TRUE(conn.read_head(head));
+  ASSERT_EQ(head.status, 200);
+  std::string body = conn.next_chunk();
+  ASSERT_FALSE(body.empty());
+  // Hold the I/O thread (a long prompt to tokenize) while the engine goes on sampling.
+  std::string text;
+  while (text.size() < 600000) text += "hello world ";
+  std::thread busy([&] {
+    (void)call(s.port, "POST", "/tokenize", json::serialize(json::object{{"prompt", text}}));
+  });
+  for (std::string ch; !(ch = conn.next_chunk()).empty();) body += ch;
+  busy.join();
+  int tokens = 0;
+  for (const auto& e : sse_data(body)) {
+    if (e == "[DONE]") continue;
+    const json::value event = json::parse(e);
+    const auto& choice = event.at("choices").at(0);
+    if (!choice.at("logprobs").is_object()) {  // the finish event
+      EXPECT_EQ(choice.at("finish_reason"), "length");
+      continue;
+    }
+    const auto n = choice.at("logprobs").at("tokens").as_array().size();
+    EXPECT_EQ(n, 1u) << e;
+    tokens += static_cast<int>(n);
+  }
+  EXPECT_EQ(tokens, 3000);
+}
+
 }  // namespace
 }  // namespace weir::serve

@@ -11,6 +11,9 @@
 // shape), idle time between requests, and the time one write may take (a reader that stops
 // reading fails the write after `write_timeout`).
 //
+// Accepted sockets send without delay (TCP_NODELAY): a streamed token is one small write, which
+// Nagle's algorithm would hold until the client's delayed ACK (40 ms on Linux).
+//
 // Thread safety: a Server and its Exchanges are used from the io_context's thread(s); run the
 // io_context on one thread (handlers need no locks then). REQUIRES: the io_context outlives
 // the Server, and the Server is destroyed only after the io_context has stopped running.
