@@ -41,6 +41,8 @@ int cmd_serve(Args args) {
            "--max-queued-tokens",
            "--max-connections",
            "--max-body-bytes",
+           "--allowed-origins",
+           "--allowed-hosts",
            "--default-max-tokens",
            "--max-n",
            "--request-timeout",
@@ -99,6 +101,19 @@ int cmd_serve(Args args) {
   if (auto v = f.get("--workflows")) c.workflows = *v;
   if (auto v = f.get("--db")) c.runs_db = *v;
   c.kv_cache_bytes = static_cast<std::size_t>(kv_mb) << 20;
+  // Comma-separated lists: --allowed-origins http://localhost:3000,https://app.example
+  auto list = [](const std::string& v) {
+    std::vector<std::string> out;
+    std::size_t at = 0;
+    while (at <= v.size()) {
+      const auto comma = std::min(v.find(',', at), v.size());
+      if (comma > at) out.push_back(v.substr(at, comma - at));
+      at = comma + 1;
+    }
+    return out;
+  };
+  if (auto v = f.get("--allowed-origins")) c.allowed_origins = list(*v);
+  if (auto v = f.get("--allowed-hosts")) c.allowed_hosts = list(*v);
   c.port = port;
   if (auto v = f.get("--host")) c.host = *v;
   if (auto v = f.get("--chat-template")) c.chat_template = *v;

@@ -185,6 +185,7 @@ constexpr Command kCommands[] = {
      "                  [--ignore-eos]\n"
      "                  [--max-queued-requests N] [--max-queued-tokens N] [--max-connections N]\n"
      "                  [--max-body-bytes N] [--default-max-tokens N] [--max-n N]\n"
+     "                  [--allowed-origins LIST] [--allowed-hosts LIST]\n"
      "                  [--request-timeout S] [--grace S] [--write-timeout S] [--idle-timeout "
      "S]\n"
      "                  [--mcp-tools calculator,files,artifacts] [--mcp-workflows DIR]\n"
@@ -195,9 +196,13 @@ constexpr Command kCommands[] = {
      "request's \"model\" picks a model by name (the file's stem unless NAME=FILE). Beyond\n"
      "--max-num-seqs running and --max-queued-requests queued, requests get 429 at once.\n"
      "--api-key-env names an environment variable holding the key every request must send as\n"
-     "'Authorization: Bearer KEY'; a non-loopback --host needs it (or --insecure). SIGTERM or\n"
-     "SIGINT drains: no new connections, requests in flight finish within --grace (default 30 s),\n"
-     "the rest are cancelled, exit 0; a second signal exits at once. --mcp-tools and\n"
+     "'Authorization: Bearer KEY'; a non-loopback --host needs it (or --insecure). Without a key,\n"
+     "no web page of another site may drive the server: a Host that\n"
+     "is not this machine, an Origin of another site and a body that is not\n"
+     "'Content-Type: application/json' are refused, and CORS is answered only for the pages of\n"
+     "--allowed-origins. SIGTERM or SIGINT drains: no new connections, requests in flight finish\n"
+     "within --grace (default 30 s), the rest are cancelled, exit 0; a second signal exits at\n"
+     "once. --mcp-tools and\n"
      "--mcp-workflows also serve those tools (as 'weir mcp' does) over MCP's Streamable HTTP\n"
      "transport at POST /mcp; with them, --model is optional. --workflows DIR adds the runs\n"
      "API (POST /v1/runs, GET /v1/runs/{id} and its /events stream, POST /v1/runs/{id}/cancel,\n"
@@ -206,8 +211,8 @@ constexpr Command kCommands[] = {
      "beyond, 429); in memory, or with --db postgres://... queued in PostgreSQL, where 'weir\n"
      "worker' processes share them and nothing is lost across a crash. See docs/serve.md.\n\n"
      "example:\n  weir serve --model model.gguf\n"
-     "  curl -s localhost:8080/v1/chat/completions -d '{\"messages\": [{\"role\": \"user\", "
-     "\"content\": \"hi\"}]}'\n",
+     "  curl -s localhost:8080/v1/chat/completions -H 'Content-Type: application/json' \\\n"
+     "    -d '{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}'\n",
      cmd_serve},
     {"inspect", "show a GGUF file's metadata, tensors, tokenizer and model shape",
      "usage: weir inspect FILE\n\nexample:\n  weir inspect model.gguf\n", cmd_inspect},

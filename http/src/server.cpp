@@ -69,6 +69,7 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
 
   asio::awaitable<void> accept_loop();
   asio::awaitable<void> session(tcp::socket sock);
+  std::optional<Response> browser_gate(const Request& req) const;
   asio::awaitable<void> reply_and_close(Conn& c, int status, std::string message, unsigned version);
 };
 
@@ -94,8 +95,9 @@ class ExchangeImpl final : public Exchange {
     started_ = true;
     bhttp::response<bhttp::string_body> res{static_cast<bhttp::status>(r.status), version_};
     res.set(bhttp::field::server, "weir");
-    res.set(bhttp::field::content_type, r.content_type);
+    if (!r.content_type.empty()) res.set(bhttp::field::content_type, r.content_type);
     for (const auto& [k, v] : r.headers) res.set(k, v);
+    add_cors(res);
     res.keep_alive(keep_alive());
     res.body() = std::move(r.body);
     res.prepare_payload();
@@ -116,6 +118,7 @@ class ExchangeImpl final : public Exchange {
     res.set(bhttp::field::content_type, content_type);
     res.set(bhttp::field::cache_control, "no-cache");
     for (const auto& [k, v] : headers) res.set(k, v);
+    add_cors(res);
     res.keep_alive(keep_alive());
     res.chunked(true);
     bhttp::response_serializer<bhttp::empty_body> sr(res);
@@ -167,6 +170,16 @@ class ExchangeImpl final : public Exchange {
   bool failed() const { return failed_ || gone_; }
 
  private:
+  // An allowed page's origin may read the answer (CORS); any other gets no such header.
+  template <class Message>
+  void add_cors(Message& res) const {
+    const auto origin = req_.header("origin");
+    if (!origin || !s_.cfg.browser.allows_origin(*origin)) return;
+    res.set(bhttp::field::access_control_allow_origin, *origin);
+    res.set(bhttp::field::access_control_expose_headers, kCorsExposeHeaders);
+    if (res.find(bhttp::field::vary) == res.end()) res.set(bhttp::field::vary, "Origin");
+  }
+
   asio::awaitable<Status> write_raw(std::string data) {
     c_.stream.expires_after(s_.cfg.write_timeout);
     auto [ec, n] =
@@ -273,20 +286,53 @@ asio::awaitable<void> Server::Impl::session(tcp::socket sock) {
     }
     req.body = std::move(breq.body());
     ExchangeImpl ex(*this, conn, std::move(req), breq.keep_alive(), breq.version());
-    conn.in_request = true;
-    ++active;
-    co_await (run_handler_impl(*this, ex) || ex.watch());
-    --active;
-    conn.in_request = false;
-    if (!ex.started() && !ex.failed()) {
-      Response none{500, "application/json", {}, error_text(500, "the handler sent no response")};
-      (void)co_await ex.async_respond(std::move(none));
+    if (auto early = browser_gate(ex.request())) {
+      (void)co_await ex.async_respond(std::move(*early));
+    } else {
+      conn.in_request = true;
+      ++active;
+      co_await (run_handler_impl(*this, ex) || ex.watch());
+      --active;
+      conn.in_request = false;
+      if (!ex.started() && !ex.failed()) {
+        Response none{500, "application/json", {}, error_text(500, "the handler sent no response")};
+        (void)co_await ex.async_respond(std::move(none));
+      }
     }
     if (ex.failed() || !ex.finished() || !ex.keep_alive()) break;
   }
   boost::system::error_code ig;
   conn.stream.socket().shutdown(tcp::socket::shutdown_both, ig);
   conn.stream.socket().close(ig);
+}
+
+// The browser rules before any handler (browser.hpp): a CORS preflight is answered here (204 for
+// an allowed origin, else 403), and a request a page of another site could send is a 403.
+// nullopt: the handler answers.
+std::optional<Response> Server::Impl::browser_gate(const Request& req) const {
+  const auto origin = req.header("origin");
+  if (req.method == "OPTIONS" && origin && req.header("access-control-request-method")) {
+    if (!cfg.browser.allows_origin(*origin)) {
+      return Response{403,
+                      "application/json",
+                      {},
+                      error_text(403, "cross-origin requests from '" + std::string(*origin) +
+                                          "' are not allowed: the server answers pages of the "
+                                          "origins in --allowed-origins only (none of them is "
+                                          "this one)")};
+    }
+    return Response{
+        204,
+        "",
+        {{"Access-Control-Allow-Methods", std::string(kCorsAllowMethods)},
+         {"Access-Control-Allow-Headers", std::string(kCorsAllowHeaders)},
+         {"Access-Control-Max-Age", "600"},
+         {"Vary", "Origin, Access-Control-Request-Method, Access-Control-Request-Headers"}},
+        ""};
+  }
+  if (auto why = cross_site_refusal(cfg.browser, req.header("host"), origin))
+    return Response{403, "application/json", {}, error_text(403, *why)};
+  return std::nullopt;
 }
 
 asio::awaitable<void> Server::Impl::accept_loop() {

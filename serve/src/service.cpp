@@ -14,14 +14,6 @@ ModelSpec parse_model_spec(const std::string& arg) {
   return {std::filesystem::path(arg).stem().string(), arg};
 }
 
-namespace {
-
-bool is_loopback(const std::string& host) {
-  return host == "127.0.0.1" || host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
-}
-
-}  // namespace
-
 std::string describe(const ServeConfig& c) {
   std::string s = "weir serve configuration:\n";
   auto line = [&](const char* k, const std::string& v) {
@@ -32,6 +24,13 @@ std::string describe(const ServeConfig& c) {
   line("--port", std::to_string(c.port));
   line("--api-key-env", c.api_key ? "set (Bearer key required)" : "unset (no auth)");
   line("--insecure", c.insecure ? "yes" : "no");
+  auto joined = [](const std::vector<std::string>& v, const char* none) {
+    std::string s;
+    for (const auto& x : v) s += (s.empty() ? "" : ",") + x;
+    return s.empty() ? std::string(none) : s;
+  };
+  line("--allowed-origins", joined(c.allowed_origins, "none (no CORS)"));
+  line("--allowed-hosts", joined(c.allowed_hosts, "none"));
   line("--max-num-seqs", std::to_string(c.max_num_seqs));
   line("--max-model-len", c.max_model_len ? std::to_string(c.max_model_len) : "model's (<= 4096)");
   line("--kv-cache-mb", std::to_string(c.kv_cache_bytes >> 20));
@@ -73,7 +72,11 @@ Status validate(const ServeConfig& c) {
     if (!names.insert(m.name).second)
       return bad("two models are named '" + m.name + "': name them with --model NAME=PATH");
   }
-  if (!is_loopback(c.host) && !c.api_key && !c.insecure)
+  if (auto o = http::BrowserPolicy::normalize_origins(c.allowed_origins); !o)
+    return bad(o.error().message);
+  if (auto h = http::BrowserPolicy::normalize_hosts(c.allowed_hosts); !h)
+    return bad(h.error().message);
+  if (!http::is_loopback_host(c.host) && !c.api_key && !c.insecure)
     return bad("refusing to listen on " + c.host +
                " without an API key: anyone who can reach it could use the models. Set "
                "--api-key-env VAR (Bearer key), or pass --insecure to do it anyway");
@@ -198,6 +201,28 @@ ModelEntry* Service::Impl::find_model(const std::string& name, std::optional<oa:
 
 // --- routes ---------------------------------------------------------------------------------
 
+namespace {
+
+// Every request body is JSON and says so: a page of another site can make a browser send a form
+// or text/plain without asking (no CORS preflight), never application/json. A body-less request
+// may leave Content-Type out. The 415's message, or nullopt.
+std::optional<std::string> unsupported_body(const http::Request& rq) {
+  const auto type = rq.header("content-type");
+  if (!type) {
+    if (rq.body.empty()) return std::nullopt;
+    return std::string("a request body needs 'Content-Type: application/json'");
+  }
+  std::string media(type->substr(0, type->find(';')));
+  while (!media.empty() && (media.back() == ' ' || media.back() == '\t')) media.pop_back();
+  while (!media.empty() && (media.front() == ' ' || media.front() == '\t')) media.erase(0, 1);
+  for (char& c : media) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (media == "application/json") return std::nullopt;
+  return "Content-Type '" + std::string(*type) +
+         "' is not accepted: send the body as JSON with 'Content-Type: application/json'";
+}
+
+}  // namespace
+
 awaitable<void> Service::Impl::handle(http::Exchange& ex) {
   http::Response out;
   bool streamed = false;
@@ -216,6 +241,14 @@ awaitable<void> Service::Impl::handle(http::Exchange& ex) {
                             "", "invalid_api_key"});
       out.headers.emplace_back("WWW-Authenticate", "Bearer");
       http_requests[4]->inc();
+      (void)co_await ex.async_respond(std::move(out));
+      co_return;
+    }
+  }
+  if (rq.method != "GET" && rq.method != "HEAD") {
+    if (auto why = unsupported_body(rq)) {
+      out = error_response({415, std::move(*why), "", "unsupported_media_type"});
+      http_requests[1]->inc();
       (void)co_await ex.async_respond(std::move(out));
       co_return;
     }
@@ -280,18 +313,6 @@ awaitable<void> Service::Impl::route(http::Exchange& ex, http::Response& out, bo
 
 namespace {
 
-// The host of an Origin header ("http://localhost:3000" -> "localhost", "http://[::1]" -> "::1").
-std::string origin_host(std::string_view origin) {
-  auto scheme = origin.find("://");
-  if (scheme == std::string_view::npos) return {};
-  std::string_view rest = origin.substr(scheme + 3);
-  if (!rest.empty() && rest[0] == '[') {
-    auto close = rest.find(']');
-    return close == std::string_view::npos ? std::string() : std::string(rest.substr(1, close - 1));
-  }
-  return std::string(rest.substr(0, rest.find_first_of(":/")));
-}
-
 // 128 random bits: a session id is a capability, so it must not be guessable.
 std::string session_id() {
   static thread_local std::random_device rd;
@@ -309,16 +330,7 @@ http::Response mcp_error(int status, std::int64_t code, const std::string& messa
 awaitable<void> Service::Impl::mcp(http::Exchange& ex, http::Response& out) {
   namespace rpc = tools::jsonrpc;
   const auto& rq = ex.request();
-  // A web page the user visits must not drive a loopback server's tools (DNS rebinding): a
-  // browser's request carries its Origin, which must then be this machine too.
-  if (auto origin = rq.header("origin");
-      origin && is_loopback(cfg.host) && !is_loopback(origin_host(*origin))) {
-    out = mcp_error(403, rpc::kInvalidRequest,
-                    "Origin '" + std::string(*origin) +
-                        "' is not allowed: this server listens on a loopback address and takes "
-                        "MCP requests only from this machine");
-    co_return;
-  }
+  // (A web page of another site never gets here: the server's browser rules refuse it first.)
   if (rq.method == "GET") {
     out = mcp_error(405, rpc::kInvalidRequest,
                     "GET /mcp: weir sends no server-initiated messages; POST JSON-RPC messages");
@@ -506,10 +518,18 @@ Result<std::unique_ptr<Service>> Service::start(ServeConfig config) {
   hc.max_body_bytes = s->cfg.max_body_bytes;
   hc.write_timeout = s->cfg.write_timeout;
   hc.idle_timeout = s->cfg.idle_timeout;
+  // Without a key, no page of another site may drive the server; with one, the key decides.
+  hc.browser.refuse_cross_site = !s->cfg.api_key;
+  hc.browser.loopback = http::is_loopback_host(s->cfg.host);
+  hc.browser.allowed_origins = *http::BrowserPolicy::normalize_origins(s->cfg.allowed_origins);
+  hc.browser.allowed_hosts = *http::BrowserPolicy::normalize_hosts(s->cfg.allowed_hosts);
   auto server = http::Server::create(
       s->io, hc, [s](http::Exchange& ex) { return s->handle(ex); },
       [](int status, std::string_view msg) {
-        std::string code = status == 413 ? "request_too_large" : status == 503 ? "overloaded" : "";
+        std::string code = status == 413   ? "request_too_large"
+                           : status == 403 ? "cross_site_request"
+                           : status == 503 ? "overloaded"
+                                           : "";
         return oa::ApiError{status, std::string(msg), "", code}.body();
       });
   if (!server) return std::move(server).error();

@@ -2,7 +2,9 @@
 // later HTTP front door). Beast stays in server.cpp: this header shows only plain types.
 //
 // Each connection is one coroutine on the given io_context: it reads a request (header and body
-// limits enforced before the handler runs), calls the Handler with an Exchange, and keeps the
+// limits enforced before the handler runs), applies the browser rules (browser.hpp: a request a
+// page of another site could send is 403, a CORS preflight is answered here, an allowed page's
+// answers carry the CORS headers), calls the Handler with an Exchange, and keeps the
 // connection alive for the next request unless either side asked to close. While a handler
 // runs, the connection watches its socket: a client that disconnects flips
 // Exchange::disconnected() and runs the handler's on_disconnect callback, so work on its
@@ -33,6 +35,7 @@
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/io_context.hpp>
 
+#include "weir/http/browser.hpp"
 #include "weir/http/error_body.hpp"
 #include "weir/runtime/error.hpp"
 
@@ -93,6 +96,7 @@ struct ServerConfig {
   std::size_t max_header_bytes = 16u << 10;
   std::chrono::milliseconds idle_timeout{60'000};   // between requests, and reading one
   std::chrono::milliseconds write_timeout{30'000};  // one write (a stalled reader fails it)
+  BrowserPolicy browser;                            // Host/Origin rules and CORS (browser.hpp)
 };
 
 // How an error body looks, so that limits enforced before the handler (413, 431, 400 on a
