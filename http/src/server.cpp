@@ -62,6 +62,9 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
   std::size_t active = 0;
   std::uint64_t refused = 0;
 
+  void count(int status) const {
+    if (cfg.on_response) cfg.on_response(status);
+  }
   std::string error_text(int status, std::string_view message) const {
     return error_body ? error_body(status, message)
                       : error_json(message, error_type_for_status(status), {}, {});
@@ -101,6 +104,7 @@ class ExchangeImpl final : public Exchange {
     res.keep_alive(keep_alive());
     res.body() = std::move(r.body);
     res.prepare_payload();
+    s_.count(r.status);
     c_.stream.expires_after(s_.cfg.write_timeout);
     auto [ec, n] = co_await bhttp::async_write(c_.stream, res, asio::as_tuple(use_awaitable));
     c_.stream.expires_never();
@@ -121,6 +125,7 @@ class ExchangeImpl final : public Exchange {
     add_cors(res);
     res.keep_alive(keep_alive());
     res.chunked(true);
+    s_.count(status);
     bhttp::response_serializer<bhttp::empty_body> sr(res);
     c_.stream.expires_after(s_.cfg.write_timeout);
     auto [ec, n] = co_await bhttp::async_write_header(c_.stream, sr, asio::as_tuple(use_awaitable));
@@ -216,6 +221,7 @@ asio::awaitable<void> Server::Impl::reply_and_close(Conn& c, int status, std::st
   res.keep_alive(false);
   res.body() = error_text(status, message);
   res.prepare_payload();
+  count(status);
   c.stream.expires_after(cfg.write_timeout);
   auto [ec, n] = co_await bhttp::async_write(c.stream, res, asio::as_tuple(use_awaitable));
   if (ec) co_return;
@@ -349,6 +355,7 @@ asio::awaitable<void> Server::Impl::accept_loop() {
     }
     if (conns.size() >= cfg.max_connections) {
       ++refused;
+      count(503);
       // One small write to a fresh socket does not block; then the connection is closed.
       std::string body = error_text(503, "the server is at its connection limit of " +
                                              std::to_string(cfg.max_connections) +

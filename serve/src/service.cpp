@@ -41,6 +41,7 @@ std::string describe(const ServeConfig& c) {
   line("--max-queued-tokens", std::to_string(c.max_queued_tokens));
   line("--max-connections", std::to_string(c.max_connections));
   line("--max-body-bytes", std::to_string(c.max_body_bytes));
+  line("--request-memory-mb", std::to_string(c.request_memory_bytes >> 20));
   line("--default-max-tokens", std::to_string(c.default_max_tokens));
   line("--max-n", std::to_string(c.max_n));
   line("--request-timeout", ms_text(c.request_timeout));
@@ -84,6 +85,8 @@ Status validate(const ServeConfig& c) {
   if (c.max_num_seqs < 1) return bad("--max-num-seqs must be at least 1");
   if (c.max_connections < 1) return bad("--max-connections must be at least 1");
   if (c.max_body_bytes < 64) return bad("--max-body-bytes must be at least 64");
+  if (c.request_memory_bytes < (std::size_t{1} << 20))
+    return bad("--request-memory-mb must be at least 1");
   if (c.max_queued_tokens < 0) return bad("--max-queued-tokens must not be negative");
   if (c.default_max_tokens < 1) return bad("--default-max-tokens must be at least 1");
   if (c.max_n < 1) return bad("--max-n must be at least 1");
@@ -227,7 +230,10 @@ awaitable<void> Service::Impl::handle(http::Exchange& ex) {
   http::Response out;
   bool streamed = false;
   const auto& rq = ex.request();
-  if (cfg.api_key) {
+  // Probes carry no secrets: GET /health answers without the key (it says ok, loading or
+  // shutting_down, nothing else).
+  const bool probe = rq.path == "/health" && rq.method == "GET";
+  if (cfg.api_key && !probe) {
     auto auth = rq.header("authorization").value_or("");
     constexpr std::string_view kBearer = "Bearer ";
     bool ok = auth.size() > kBearer.size() && auth.substr(0, kBearer.size()) == kBearer &&
@@ -240,7 +246,6 @@ awaitable<void> Service::Impl::handle(http::Exchange& ex) {
                                            "with the key in the server's --api-key-env",
                             "", "invalid_api_key"});
       out.headers.emplace_back("WWW-Authenticate", "Bearer");
-      http_requests[4]->inc();
       (void)co_await ex.async_respond(std::move(out));
       co_return;
     }
@@ -248,19 +253,49 @@ awaitable<void> Service::Impl::handle(http::Exchange& ex) {
   if (rq.method != "GET" && rq.method != "HEAD") {
     if (auto why = unsupported_body(rq)) {
       out = error_response({415, std::move(*why), "", "unsupported_media_type"});
-      http_requests[1]->inc();
       (void)co_await ex.async_respond(std::move(out));
       co_return;
     }
   }
+  // The body's transient memory (its JSON value, the tokenizer's work, the answer) is charged to
+  // the budget while the handler runs: requests that would take more than --request-memory-mb
+  // at once wait for a retry instead of growing the process.
+  MemoryBudget::Reservation body_memory;
+  if (!rq.body.empty()) {
+    const std::size_t need = rq.body.size() * kRequestMemoryPerByte;
+    auto r = budget.try_reserve(BudgetCategory::run_state, need);
+    if (!r) {
+      const bool never = need > cfg.request_memory_bytes;
+      const std::string limit =
+          "--request-memory-mb=" + std::to_string(cfg.request_memory_bytes >> 20);
+      out = error_response(
+          never ? oa::ApiError{413,
+                               "the request needs up to " + format_bytes(need) +
+                                   " of memory to read (" + std::to_string(kRequestMemoryPerByte) +
+                                   " times its " + std::to_string(rq.body.size()) +
+                                   " bytes), more than " + limit + " allows; send less",
+                               "", "request_too_large"}
+                : oa::ApiError{503,
+                               "the server's memory for requests being read is in use (" +
+                                   format_bytes(budget.used(BudgetCategory::run_state)) + " of " +
+                                   format_bytes(cfg.request_memory_bytes) + ", " + limit +
+                                   "; this one needs " + format_bytes(need) + "); retry shortly",
+                               "", "overloaded"});
+      (void)co_await ex.async_respond(std::move(out));
+      co_return;
+    }
+    body_memory = std::move(*r);
+  }
   co_await route(ex, out, streamed);
-  int idx = out.status < 400    ? 0
-            : out.status == 429 ? 2
-            : out.status >= 500 ? 3
-            : out.status == 413 ? 5
-                                : 1;
-  http_requests[idx]->inc();
   if (!streamed) (void)co_await ex.async_respond(std::move(out));
+}
+
+void Service::Impl::count_response(int status) {
+  std::string label = std::to_string(status);
+  if (std::find(std::begin(kCountedStatuses), std::end(kCountedStatuses), status) ==
+      std::end(kCountedStatuses))
+    label = std::to_string(status / 100) + "xx";
+  if (auto it = http_responses.find(label); it != http_responses.end()) it->second->inc();
 }
 
 awaitable<void> Service::Impl::route(http::Exchange& ex, http::Response& out, bool& streamed) {
@@ -288,6 +323,8 @@ awaitable<void> Service::Impl::route(http::Exchange& ex, http::Response& out, bo
     out = error_response({503, "the server is shutting down", "", "shutting_down"});
   } else if (p == "/v1/models") {
     if (method_is("GET")) out = models_list();
+  } else if (p.starts_with("/v1/models/")) {
+    if (method_is("GET")) out = model_info(p.substr(std::string_view("/v1/models/").size()));
   } else if (p == "/v1/chat/completions") {
     if (method_is("POST")) co_await chat(ex, out, streamed);
   } else if (p == "/v1/completions") {
@@ -405,16 +442,33 @@ http::Response Service::Impl::health() {
   return json_response(200, R"({"status":"ok"})");
 }
 
+namespace {
+
+json::object model_object(const ModelEntry& m) {
+  return {{"id", m.spec.name},
+          {"object", "model"},
+          {"created", 0},
+          {"owned_by", "weir"},
+          {"max_model_len", m.max_model_len}};
+}
+
+}  // namespace
+
 http::Response Service::Impl::models_list() {
   json::array data;
-  for (const auto& m : models) {
-    data.push_back({{"id", m->spec.name},
-                    {"object", "model"},
-                    {"created", 0},
-                    {"owned_by", "weir"},
-                    {"max_model_len", m->max_model_len}});
-  }
+  for (const auto& m : models) data.push_back(model_object(*m));
   return json_response(200, json::serialize(json::object{{"object", "list"}, {"data", data}}));
+}
+
+// GET /v1/models/{id}: the model as /v1/models lists it, or 404 naming the models.
+http::Response Service::Impl::model_info(const std::string& id) {
+  std::optional<oa::ApiError> err;
+  if (id.empty())
+    return error_response(
+        {404, "GET /v1/models/{id} needs a model's name", "model", "model_not_found"});
+  ModelEntry* m = find_model(id, err);
+  if (!m) return error_response(*err);
+  return json_response(200, json::serialize(model_object(*m)));
 }
 
 http::Response Service::Impl::metrics_text() {
@@ -439,12 +493,17 @@ http::Response Service::Impl::tokenize(const http::Request& rq) {
   bool add_special = true;
   if (const auto* a = o.if_contains("add_special_tokens"); a && a->is_bool())
     add_special = a->as_bool();
-  auto ids = m->tok().encode(text->as_string(), add_special, true);
-  json::array toks;
-  for (auto t : ids) toks.push_back(t);
-  return json_response(
-      200, json::serialize(json::object{
-               {"tokens", toks}, {"count", ids.size()}, {"max_model_len", m->max_model_len}}));
+  const auto ids = m->tok().encode(text->as_string(), add_special, true);
+  // Written out directly: a JSON array of a million ids would be 16 bytes an id, then its text.
+  std::string body = "{\"tokens\":[";
+  body.reserve(body.size() + ids.size() * 7 + 64);
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    if (i) body += ',';
+    body += std::to_string(ids[i]);
+  }
+  body += "],\"count\":" + std::to_string(ids.size()) +
+          ",\"max_model_len\":" + std::to_string(m->max_model_len) + "}";
+  return json_response(200, std::move(body));
 }
 
 http::Response Service::Impl::detokenize(const http::Request& rq) {
@@ -500,11 +559,12 @@ Result<std::unique_ptr<Service>> Service::start(ServeConfig config) {
   if (auto st = validate(config); !st) return std::move(st).error();
   auto impl = std::make_unique<Impl>(std::move(config));
   Impl* s = impl.get();
-  const char* names[6] = {"2xx", "4xx", "429", "5xx", "401", "413"};
-  for (int i = 0; i < 6; ++i)
-    s->http_requests[i] =
-        &s->metrics.counter("weir_serve_http_responses_total", "HTTP responses by status class",
-                            {{"status", names[i]}});
+  std::vector<std::string> labels = {"2xx", "3xx", "4xx", "5xx"};
+  for (int status : Impl::kCountedStatuses) labels.push_back(std::to_string(status));
+  for (const auto& label : labels)
+    s->http_responses[label] = &s->metrics.counter(
+        "weir_serve_http_responses_total", "HTTP responses by status (the fences' own) or class",
+        {{"status", label}});
   for (int c = 0; c < kBudgetCategoryCount; ++c) {
     auto cat = static_cast<BudgetCategory>(c);
     s->metrics.gauge_callback("weir_memory_used_bytes", "bytes reserved in the memory budget",
@@ -523,6 +583,7 @@ Result<std::unique_ptr<Service>> Service::start(ServeConfig config) {
   hc.browser.loopback = http::is_loopback_host(s->cfg.host);
   hc.browser.allowed_origins = *http::BrowserPolicy::normalize_origins(s->cfg.allowed_origins);
   hc.browser.allowed_hosts = *http::BrowserPolicy::normalize_hosts(s->cfg.allowed_hosts);
+  hc.on_response = [s](int status) { s->count_response(status); };
   auto server = http::Server::create(
       s->io, hc, [s](http::Exchange& ex) { return s->handle(ex); },
       [](int status, std::string_view msg) {

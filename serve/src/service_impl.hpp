@@ -180,7 +180,7 @@ inline std::string random_id(const char* prefix) {
 }
 
 struct Service::Impl {
-  explicit Impl(ServeConfig c) : cfg(std::move(c)) {}
+  explicit Impl(ServeConfig c) : cfg(std::move(c)), budget(limits_of(cfg)) {}
   ~Impl();
 
   ServeConfig cfg;
@@ -188,9 +188,18 @@ struct Service::Impl {
   std::unique_ptr<http::Server> server;
   std::thread io_thread;
   std::thread loader;
-  MemoryBudget budget;
-  Registry metrics;                // serve's own series (engines report to Registry::global())
-  Counter* http_requests[6] = {};  // by status class: 2xx, 4xx (not 429), 429, 5xx, 401, 413
+  MemoryBudget budget;  // kv_cache: the engines' pools; run_state: request bodies being read
+  static BudgetLimits limits_of(const ServeConfig& c) {
+    BudgetLimits l;
+    l.category[static_cast<int>(BudgetCategory::run_state)] = c.request_memory_bytes;
+    return l;
+  }
+  Registry metrics;  // serve's own series (engines report to Registry::global())
+  // weir_serve_http_responses_total: the statuses of the fences by their own label, the rest by
+  // class (2xx, 3xx, 4xx, 5xx). Counted as the server writes each response (io thread).
+  static constexpr int kCountedStatuses[] = {401, 403, 413, 415, 429, 431, 503};
+  std::map<std::string, Counter*> http_responses;
+  void count_response(int status);
 
   // Set by the loader, then read-only.
   std::vector<std::unique_ptr<ModelEntry>> models;
@@ -220,6 +229,7 @@ struct Service::Impl {
   awaitable<void> completions(http::Exchange& ex, http::Response& out, bool& streamed);
   awaitable<void> mcp(http::Exchange& ex, http::Response& out);
   http::Response models_list();
+  http::Response model_info(const std::string& id);
   http::Response health();
   http::Response metrics_text();
   http::Response tokenize(const http::Request& rq);

@@ -103,6 +103,9 @@ TEST(ServeBrowser, EveryRouteRefusesAnotherSite) {
   auto charset = call(s.port, "POST", "/v1/chat/completions", kChat,
                       "Content-Type: Application/JSON; charset=utf-8\r\n");
   EXPECT_EQ(charset.status, 200) << charset.body;
+  // The refusals are counted.
+  EXPECT_EQ(metric(s.port, "weir_serve_http_responses_total{status=\"403\"}"), 2.0 * 9 + 4);
+  EXPECT_EQ(metric(s.port, "weir_serve_http_responses_total{status=\"415\"}"), 3);
 }
 
 // Issue 35.5: /mcp compared the Origin's host by prefix ("127." passed), so a page of

@@ -164,6 +164,39 @@ TEST(ServeProcess, AStreamPastTheRequestTimeoutLeavesTheServerServing) {
   EXPECT_EQ(c->wait_exit(10000), 0) << c->err;
 }
 
+// Issue 35.13: one 3.9 MB /tokenize took the server's RSS from 31 to 285 MB, unaccounted. Its
+// memory is charged to the budget first: with --request-memory-mb 64 it is refused, and the
+// process does not grow.
+TEST(ServeProcess, ATokenizeRequestCannotGrowTheProcessPastTheBudget) {
+  const auto dir = slow_model().parent_path();
+  const auto model = dir / "tiny-tok.gguf";
+  if (!fs::exists(model))
+    ASSERT_TRUE(inference::write_random_llama(model, inference::RandomModelShape::tiny(),
+                                              inference::GgmlType::f32, 7));
+  auto c = spawn({"serve", "--model", model.string(), "--port", "0", "--request-memory-mb", "64"});
+  auto m = c->wait_for(std::regex("listening on http://127\\.0\\.0\\.1:([0-9]+)"));
+  ASSERT_FALSE(m.empty()) << c->err;
+  const auto port = static_cast<std::uint16_t>(std::stoi(m[1]));
+  ASSERT_FALSE(c->wait_for(std::regex("weir serve: ready")).empty()) << c->err;
+  auto peak_kb = [&] {
+    std::ifstream in("/proc/" + std::to_string(c->pid) + "/status");
+    for (std::string line; std::getline(in, line);)
+      if (line.rfind("VmHWM:", 0) == 0) return std::stol(line.substr(6));
+    return -1L;
+  };
+  const long before = peak_kb();
+  const std::string big = R"({"prompt": ")" + std::string(3900000, 'a') + R"("})";
+  auto r = call(port, "POST", "/tokenize", big);
+  EXPECT_EQ(r.status, 413) << r.body.substr(0, 300);
+  EXPECT_NE(r.body.find("more than --request-memory-mb=64 allows"), std::string::npos)
+      << r.body.substr(0, 300);
+  const long after = peak_kb();
+  EXPECT_LT(after - before, 32 * 1024)
+      << "peak RSS grew from " << before << " to " << after << " KB";
+  ASSERT_EQ(::kill(c->pid, SIGTERM), 0);
+  EXPECT_EQ(c->wait_exit(10000), 0) << c->err;
+}
+
 TEST(ServeProcess, RefusesAnOpenBindWithoutAKey) {
   auto c = spawn({"serve", "--model", "x.gguf", "--host", "0.0.0.0"});
   EXPECT_EQ(c->wait_exit(10000), 1);

@@ -97,6 +97,10 @@ struct ServerConfig {
   std::chrono::milliseconds idle_timeout{60'000};   // between requests, and reading one
   std::chrono::milliseconds write_timeout{30'000};  // one write (a stalled reader fails it)
   BrowserPolicy browser;                            // Host/Origin rules and CORS (browser.hpp)
+  // Called on the io thread with the status of every response the server starts to write: the
+  // handlers' and its own (400 on a malformed request, 403 from the browser rules, 204 to a
+  // CORS preflight, 413, 431, 503 at the connection cap). Optional.
+  std::function<void(int status)> on_response;
 };
 
 // How an error body looks, so that limits enforced before the handler (413, 431, 400 on a

@@ -64,6 +64,10 @@ struct ServeConfig {
   std::int64_t max_queued_tokens = 1 << 18;  // prompt tokens of the queued requests, per model
   std::size_t max_connections = 512;
   std::size_t max_body_bytes = 4u << 20;
+  // What the requests being read hold at once: a request's body is charged kRequestMemoryPerByte
+  // times its size in the memory budget (run_state) while its handler runs (parsing and
+  // tokenizing take up to that much); beyond the limit, 503 (413 for one request over it).
+  std::size_t request_memory_bytes = std::size_t{512} << 20;
   std::int64_t default_max_tokens = 512;  // when a request sets no max_tokens
   int max_n = 8;
   std::chrono::milliseconds request_timeout{600'000};
@@ -82,6 +86,10 @@ struct ServeConfig {
   std::size_t max_queued_runs = 256;  // runs waiting; beyond it POST /v1/runs answers 429
   std::size_t keep_runs = 1000;       // in-process: finished runs remembered (newest)
 };
+
+// A request body's bytes in memory while it is parsed and tokenized, at most (measured: the JSON
+// value of an array of one-digit numbers is 25 times its text, a tokenizer's work 40-52 times).
+inline constexpr std::size_t kRequestMemoryPerByte = 64;
 
 // The configuration, one setting per line (printed at start-up).
 std::string describe(const ServeConfig& c);
