@@ -58,6 +58,7 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
   ErrorBody error_body;
   tcp::acceptor acceptor;
   bool stopping = false;
+  bool draining = false;  // drain(): answer, then close each connection
   std::set<Conn*> conns;
   std::size_t active = 0;
   std::uint64_t refused = 0;
@@ -169,7 +170,7 @@ class ExchangeImpl final : public Exchange {
     co_await forever.async_wait(asio::as_tuple(use_awaitable));  // until the handler is done
   }
 
-  bool keep_alive() const { return keep_alive_ && !s_.stopping; }
+  bool keep_alive() const { return keep_alive_ && !s_.stopping && !s_.draining; }
   bool started() const { return started_; }
   bool finished() const { return finished_; }
   bool failed() const { return failed_ || gone_; }
@@ -441,6 +442,10 @@ std::uint16_t Server::port() const {
   boost::system::error_code ec;
   auto ep = impl_->acceptor.local_endpoint(ec);
   return ec ? 0 : ep.port();
+}
+
+void Server::drain() {
+  impl_->draining = true;
 }
 
 void Server::stop() {

@@ -535,14 +535,18 @@ http::Response Service::Impl::detokenize(const http::Request& rq) {
 
 awaitable<void> Service::Impl::drain(std::chrono::milliseconds grace,
                                      std::shared_ptr<std::promise<void>> done) {
+  // New connections are still accepted while requests drain: /health says shutting_down and
+  // new work is a 503 with Retry-After (a load balancer sees an answer, not a refused
+  // connection); every response closes its connection. The listener closes at the end.
   draining = true;
-  if (server) server->stop();
+  if (server) server->drain();
   asio::steady_timer t(io);
   const auto until = Clock::now() + grace;
   while ((!active.empty() || (server && server->active_requests() > 0)) && Clock::now() < until) {
     t.expires_after(std::chrono::milliseconds(10));
     co_await t.async_wait(asio::as_tuple(use_awaitable));
   }
+  // Past the grace: each request ends with what it has (finish_reason "length"), never 499.
   for (Batch* b : std::set<Batch*>(active)) b->cancel();
   // Cancelled requests end within an engine step; give their handlers a bounded moment.
   const auto hard = Clock::now() + std::chrono::seconds(5);
@@ -550,6 +554,7 @@ awaitable<void> Service::Impl::drain(std::chrono::milliseconds grace,
     t.expires_after(std::chrono::milliseconds(5));
     co_await t.async_wait(asio::as_tuple(use_awaitable));
   }
+  if (server) server->stop();
   done->set_value();
 }
 

@@ -127,7 +127,10 @@ awaitable<std::variant<std::shared_ptr<Batch>, oa::ApiError>> Service::Impl::adm
   active.insert(b.get());
   std::weak_ptr<Batch> wb = b;
   ex.on_disconnect([wb] {
-    if (auto b = wb.lock()) b->cancel();
+    if (auto b = wb.lock()) {
+      b->client_gone = true;
+      b->cancel();
+    }
   });
   co_return b;
 }
@@ -294,13 +297,17 @@ class Generation {
       return error_response(
           {error_status_, error_message_, "", error_status_ == 504 ? "timeout" : ""});
     }
-    if (b_->cancelled)  // the client went away: nobody reads this
-      return error_response({499, "the client went away", "", "cancelled"});
+    // 499 only when the client went away: a request cancelled by its deadline or a shutdown,
+    // whose engine requests finished anyway, has its answer.
+    if (b_->client_gone) return error_response({499, "the client went away", "", "cancelled"});
     std::vector<oa::Choice> choices;
     for (int i = 0; i < n_; ++i) {
       auto& o = outs_[static_cast<std::size_t>(i)];
       const auto& r = **b_->choices[static_cast<std::size_t>(i)].done;
-      oa::Choice ch{i, spec_.prefix + o.text, {}, finish_name(r.finish), o.logprobs};
+      // A request cut short by a shutdown ends as a stream does: with what it has, "length".
+      const std::string finish = finish_name(r.finish);
+      oa::Choice ch{
+          i, spec_.prefix + o.text, {}, finish == "cancelled" ? "length" : finish, o.logprobs};
       if (spec_.tools_active) add_tool_calls(ch, o.text);
       choices.push_back(std::move(ch));
     }

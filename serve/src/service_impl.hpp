@@ -102,6 +102,7 @@ struct Batch {
   ModelEntry* model = nullptr;
   bool cancelled = false;
   bool timed_out = false;
+  bool client_gone = false;  // its client disconnected: nobody reads the answer
 
   bool all_done() const {
     for (const auto& c : choices)

@@ -164,6 +164,54 @@ TEST(ServeProcess, AStreamPastTheRequestTimeoutLeavesTheServerServing) {
   EXPECT_EQ(c->wait_exit(10000), 0) << c->err;
 }
 
+// Issue 35.9: a non-streamed request still running when --grace ends got HTTP 499 ("the client
+// went away", which SDKs do not retry) although its client was there; it gets what it has with
+// finish_reason "length". While draining, /health answers shutting_down: new connections were
+// refused at once, so a load balancer saw a connection error instead.
+TEST(ServeProcess, ShutdownAnswersWhatItHasAndHealthSaysShuttingDown) {
+  auto model = slow_model();
+  auto c = spawn({"serve", "--model", model.string(), "--port", "0", "--ignore-eos", "--grace", "2",
+                  "--kv-cache-mb", "64"});
+  auto m = c->wait_for(std::regex("listening on http://127\\.0\\.0\\.1:([0-9]+)"));
+  ASSERT_FALSE(m.empty()) << c->err;
+  const auto port = static_cast<std::uint16_t>(std::stoi(m[1]));
+  ASSERT_FALSE(c->wait_for(std::regex("weir serve: ready")).empty()) << c->err;
+  Conn long_req(port);
+  ASSERT_TRUE(
+      long_req.request("POST", "/v1/completions", R"({"prompt": "x", "max_tokens": 4000})"));
+  // Running: its first tokens are counted.
+  for (int i = 0; i < 500; ++i) {
+    auto met = call(port, "GET", "/metrics");
+    if (met.body.find("weir_serve_requests_running{model=\"slow\"} 1") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(::kill(c->pid, SIGTERM), 0);
+  // Draining: new connections are answered, /health says so, new work is a 503 to retry.
+  Reply health;
+  for (int i = 0; i < 200; ++i) {
+    health = call(port, "GET", "/health");
+    ASSERT_NE(health.status, 0) << "a connection was refused while draining";
+    if (health.status == 503) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(health.status, 503);
+  EXPECT_EQ(health.body, R"({"status":"shutting_down"})");
+  EXPECT_EQ(health.header("connection"), "close");
+  auto late = call(port, "POST", "/v1/completions", R"({"prompt": "x", "max_tokens": 4})");
+  EXPECT_EQ(late.status, 503) << late.body;
+  EXPECT_EQ(late.header("retry-after"), "1");
+  EXPECT_NE(late.body.find("the server is shutting down"), std::string::npos) << late.body;
+  // Past the grace, the long request ends with what it has.
+  auto r = long_req.read_reply();
+  ASSERT_EQ(r.status, 200) << r.body;
+  auto v = boost::json::parse(r.body);
+  EXPECT_EQ(v.at("choices").at(0).at("finish_reason"), "length") << r.body;
+  const auto tokens = v.at("usage").at("completion_tokens").as_int64();
+  EXPECT_GT(tokens, 0);
+  EXPECT_LT(tokens, 4000);
+  EXPECT_EQ(c->wait_exit(10000), 0) << c->err;
+}
+
 // Issue 35.13: one 3.9 MB /tokenize took the server's RSS from 31 to 285 MB, unaccounted. Its
 // memory is charged to the budget first: with --request-memory-mb 64 it is refused, and the
 // process does not grow.

@@ -118,6 +118,10 @@ class Server {
 
   void start();
   std::uint16_t port() const;  // the bound port (useful with port 0)
+  // The start of a shutdown: connections are still accepted and requests still reach the
+  // handler (which answers what it will while draining), but every response now closes its
+  // connection. Idempotent; stop() ends it.
+  void drain();
   // Stops accepting and closes connections that are between requests; connections in a
   // request close after their response. Idempotent.
   void stop();
