@@ -1,5 +1,6 @@
 // weir serve: configuration, the server's life, routing, and the model, health, metrics and MCP
 // endpoints. The generation endpoints: service_generate.cpp; Service::Impl: service_impl.hpp.
+#include "request_trace.hpp"
 #include "service_impl.hpp"
 
 namespace weir::serve {
@@ -286,7 +287,9 @@ awaitable<void> Service::Impl::handle(http::Exchange& ex) {
     }
     body_memory = std::move(*r);
   }
+  trace::Span span = start_request_span(cfg.tracer.get(), rq);
   co_await route(ex, out, streamed);
+  finish_request_span(span, rq, out, streamed);
   if (!streamed) (void)co_await ex.async_respond(std::move(out));
 }
 
