@@ -195,6 +195,7 @@ struct Service::Impl {
     l.category[static_cast<int>(BudgetCategory::run_state)] = c.request_memory_bytes;
     return l;
   }
+  inf::EngineRegistry engines;  // the models' engines; their KV pools are reserved from budget
   Registry metrics;  // serve's own series (engines report to Registry::global())
   // weir_serve_http_responses_total: the statuses of the fences by their own label, the rest by
   // class (2xx, 3xx, 4xx, 5xx). Counted as the server writes each response (io thread).
