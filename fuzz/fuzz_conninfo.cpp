@@ -1,4 +1,4 @@
-// The PostgreSQL connection-string wrapper (graph/src/postgres_conninfo.cpp) must never crash,
+// The PostgreSQL connection-string wrapper (pg/src/conninfo.cpp) must never crash,
 // and the description it builds for error messages must never hold the password libpq parsed.
 #include <libpq-fe.h>
 
@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-#include "postgres_conninfo.hpp"
+#include "weir/pg/conninfo.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);

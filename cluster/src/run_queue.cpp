@@ -3,7 +3,7 @@
 
 #include <mutex>
 
-#include "pg.hpp"
+#include "weir/pg/connection.hpp"
 #include "weir/graph/checkpointer.hpp"
 
 namespace weir::cluster {

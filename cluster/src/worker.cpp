@@ -20,7 +20,7 @@
 #include <boost/asio/thread_pool.hpp>
 #include <boost/json.hpp>
 
-#include "pg.hpp"
+#include "weir/pg/connection.hpp"
 #include "weir/agents/workflow.hpp"
 #include "weir/graph/checkpointer.hpp"
 #include "weir/graph/state_graph.hpp"

@@ -16,7 +16,7 @@
 #include <boost/json/serialize.hpp>
 
 #include "checkpointer_common.hpp"
-#include "postgres_conninfo.hpp"
+#include "weir/pg/conninfo.hpp"
 #include "weir/graph/checkpointer.hpp"
 
 namespace weir::graph {

@@ -1,8 +1,8 @@
-#include "pg.hpp"
+#include "weir/pg/connection.hpp"
 
 #include <cstdlib>
 
-#include "postgres_conninfo.hpp"
+#include "weir/pg/conninfo.hpp"
 
 namespace weir::cluster::pg {
 namespace {

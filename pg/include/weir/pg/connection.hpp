@@ -12,7 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "postgres_conninfo.hpp"  // graph/src: the handles and conninfo checks
+#include "weir/pg/conninfo.hpp"  // the handles and conninfo checks
 #include "weir/runtime/error.hpp"
 
 namespace weir::cluster::pg {

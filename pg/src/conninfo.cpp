@@ -1,4 +1,4 @@
-#include "postgres_conninfo.hpp"
+#include "weir/pg/conninfo.hpp"
 
 #include <libpq-fe.h>
 
