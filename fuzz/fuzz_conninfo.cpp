@@ -11,8 +11,8 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
-  auto r = weir::graph::detail::parse_pg_conninfo(text);
-  (void)weir::graph::detail::scrub_password(std::string(text), text);
+  auto r = weir::pg::parse_conninfo(text);
+  (void)weir::pg::scrub_password(std::string(text), text);
   if (!r) return 0;
   char* err = nullptr;
   PQconninfoOption* opts = PQconninfoParse(r->conninfo.c_str(), &err);

@@ -83,8 +83,8 @@ constexpr const char* kDbNowMs = "(extract(epoch FROM clock_timestamp()) * 1000)
 constexpr const char* kColumns =
     "thread_id, checkpoint_id, parent_id, step, writes, pending, metadata, created_at";
 
-using ConnPtr = detail::PgConnPtr;
-using ResultPtr = detail::PgResultPtr;
+using ConnPtr = pg::ConnPtr;
+using ResultPtr = pg::ResultPtr;
 
 // Parameters of one statement, all in binary format. Values are borrowed (string_view) or owned
 // here (numbers), so the caller keeps borrowed strings alive until the statement ran.
@@ -146,7 +146,7 @@ std::string trimmed(const char* s) {
 
 class PostgresCheckpointer final : public Checkpointer {
  public:
-  PostgresCheckpointer(detail::PgConninfo info, ConnPtr conn, Retention retention)
+  PostgresCheckpointer(pg::Conninfo info, ConnPtr conn, Retention retention)
       : info_(std::move(info)), conn_(std::move(conn)), retention_(retention) {}
 
   // Called once by open_postgres_checkpointer before the object is shared.
@@ -543,7 +543,7 @@ class PostgresCheckpointer final : public Checkpointer {
     if (PQstatus(conn_.get()) == CONNECTION_OK) return {};
     return Error(Errc::io_error,
                  info_.description + ": reconnecting: " +
-                     detail::scrub_password(trimmed(PQerrorMessage(conn_.get())), info_.conninfo));
+                     pg::scrub_password(trimmed(PQerrorMessage(conn_.get())), info_.conninfo));
   }
 
   // Runs one statement; an error names the server, `what`, the server's message and SQLSTATE.
@@ -592,7 +592,7 @@ class PostgresCheckpointer final : public Checkpointer {
       msg = trimmed(PQerrorMessage(conn_.get()));
     if (msg.empty()) msg = "no answer from the server";
     std::string text = info_.description + ": " + std::string(what) + ": " +
-                       detail::scrub_password(std::move(msg), info_.conninfo);
+                       pg::scrub_password(std::move(msg), info_.conninfo);
     if (!sqlstate_.empty()) text += " (SQLSTATE " + sqlstate_ + ")";
     // Class 22 (data exception) and 54 (program limit): the value cannot be stored; anything
     // else is the server or the connection refusing.
@@ -718,7 +718,7 @@ class PostgresCheckpointer final : public Checkpointer {
     return std::optional<Checkpoint>(std::move(*cp));
   }
 
-  const detail::PgConninfo info_;
+  const pg::Conninfo info_;
   mutable std::mutex mu_;         // guards conn_ and sqlstate_: one statement at a time
   ConnPtr conn_;                  // GUARDED_BY(mu_)
   mutable std::string sqlstate_;  // of the last failed statement; GUARDED_BY(mu_)
@@ -731,7 +731,7 @@ class PostgresCheckpointer final : public Checkpointer {
 
 Result<std::unique_ptr<Checkpointer>> open_postgres_checkpointer(std::string_view conninfo,
                                                                  Retention retention) {
-  auto info = detail::parse_pg_conninfo(conninfo);
+  auto info = pg::parse_conninfo(conninfo);
   if (!info) return std::move(info).error();
   ConnPtr conn(PQconnectdb(info->conninfo.c_str()));
   if (!conn)
@@ -739,7 +739,7 @@ Result<std::unique_ptr<Checkpointer>> open_postgres_checkpointer(std::string_vie
   if (PQstatus(conn.get()) != CONNECTION_OK)
     return Error(Errc::io_error,
                  info->description + ": connecting: " +
-                     detail::scrub_password(trimmed(PQerrorMessage(conn.get())), info->conninfo) +
+                     pg::scrub_password(trimmed(PQerrorMessage(conn.get())), info->conninfo) +
                      "; check that the server runs, the address and the credentials");
   // Notices (e.g. "relation already exists, skipping") are not for the user's terminal.
   PQsetNoticeProcessor(
@@ -750,11 +750,11 @@ Result<std::unique_ptr<Checkpointer>> open_postgres_checkpointer(std::string_vie
 }
 
 bool is_postgres_uri(std::string_view store) {
-  return detail::is_postgres_uri(store);
+  return pg::is_postgres_uri(store);
 }
 
 std::string redact_store(std::string_view store) {
-  return detail::scrub_password(std::string(store), store);
+  return pg::scrub_password(std::string(store), store);
 }
 
 Result<std::unique_ptr<Checkpointer>> open_checkpointer(std::string_view store,

@@ -4,7 +4,7 @@
 
 #include "weir/pg/conninfo.hpp"
 
-namespace weir::cluster::pg {
+namespace weir::pg {
 namespace {
 
 std::string trimmed(const char* s) {
@@ -16,14 +16,14 @@ std::string trimmed(const char* s) {
 }  // namespace
 
 Result<Connection> Connection::open(std::string_view conninfo) {
-  auto info = graph::detail::parse_pg_conninfo(conninfo);
+  auto info = parse_conninfo(conninfo);
   if (!info) return std::move(info).error();
   ConnPtr conn(PQconnectdb(info->conninfo.c_str()));
   if (!conn || PQstatus(conn.get()) != CONNECTION_OK) {
     return Error(
         Errc::io_error,
         "cannot connect to " + info->description + ": " +
-            graph::detail::scrub_password(
+            scrub_password(
                 trimmed(conn ? PQerrorMessage(conn.get()) : "out of memory"), info->conninfo));
   }
   // The server's NOTICEs ("relation ... already exists, skipping") are not for the user.
@@ -33,7 +33,7 @@ Result<Connection> Connection::open(std::string_view conninfo) {
 }
 
 std::string Connection::scrub(std::string text) const {
-  return graph::detail::scrub_password(std::move(text), conninfo_);
+  return scrub_password(std::move(text), conninfo_);
 }
 
 Result<ResultPtr> Connection::exec(const char* sql, const Params& params, std::string_view what) {
@@ -88,4 +88,4 @@ bool cell_bool(const PGresult* r, int row, int col) {
   return !PQgetisnull(r, row, col) && PQgetvalue(r, row, col)[0] == 't';
 }
 
-}  // namespace weir::cluster::pg
+}  // namespace weir::pg

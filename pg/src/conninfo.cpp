@@ -8,7 +8,7 @@
 
 #include "weir/runtime/text.hpp"
 
-namespace weir::graph::detail {
+namespace weir::pg {
 namespace {
 
 struct OptionsFree {
@@ -83,7 +83,7 @@ std::string scrub_password(std::string text, std::string_view conninfo) {
   return text;
 }
 
-Result<PgConninfo> parse_pg_conninfo(std::string_view conninfo) {
+Result<Conninfo> parse_conninfo(std::string_view conninfo) {
   if (conninfo.empty())
     return Error(Errc::invalid_argument,
                  "postgres checkpointer: the connection string is empty; give a URI such as "
@@ -139,7 +139,7 @@ Result<PgConninfo> parse_pg_conninfo(std::string_view conninfo) {
     for (std::size_t pos = where.find(password); pos != std::string::npos;
          pos = where.find(password, pos + 3))
       where.replace(pos, password.size(), "***");
-  return PgConninfo{text, scrub_password(std::move(where), conninfo)};
+  return Conninfo{text, scrub_password(std::move(where), conninfo)};
 }
 
-}  // namespace weir::graph::detail
+}  // namespace weir::pg

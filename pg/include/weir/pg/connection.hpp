@@ -15,10 +15,7 @@
 #include "weir/pg/conninfo.hpp"  // the handles and conninfo checks
 #include "weir/runtime/error.hpp"
 
-namespace weir::cluster::pg {
-
-using ConnPtr = graph::detail::PgConnPtr;
-using ResultPtr = graph::detail::PgResultPtr;
+namespace weir::pg {
 
 // One statement's parameters: text values, nullopt for SQL NULL.
 using Params = std::vector<std::optional<std::string>>;
@@ -53,4 +50,4 @@ std::string cell(const PGresult* r, int row, int col);    // "" for NULL
 long long cell_int(const PGresult* r, int row, int col);  // 0 for NULL
 bool cell_bool(const PGresult* r, int row, int col);      // 't'
 
-}  // namespace weir::cluster::pg
+}  // namespace weir::pg
