@@ -66,7 +66,8 @@ http::Response from_error(const Error& e) {
   if (e.is(Errc::thread_busy)) return api_error(409, e.message, "thread_busy");
   if (e.is(Errc::invalid_argument)) return api_error(409, e.message, "invalid_state");
   if (e.is(Errc::cancelled)) return api_error(503, e.message, "shutting_down");
-  if (e.is(Errc::io_error)) return api_error(503, e.message, "store_unavailable");
+  if (e.is(Errc::io_error) || e.is(Errc::unavailable))
+    return api_error(503, e.message, "store_unavailable");
   return api_error(500, e.message, errc_name(e.code));
 }
 

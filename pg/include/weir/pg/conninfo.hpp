@@ -1,5 +1,4 @@
-// Checking and naming a PostgreSQL connection string without ever repeating its password; and
-// the owning handles both libpq users share.
+// Checking and naming a PostgreSQL connection string without ever repeating its password.
 //
 // libpq parses the string (PQconninfoParse: key=value pairs or a postgres:// / postgresql:// URI);
 // this wrapper refuses what libpq would misread (an embedded NUL, an empty string) and builds a
@@ -9,25 +8,12 @@
 // Thread safety: pure functions, any thread.
 #pragma once
 
-#include <libpq-fe.h>
-
-#include <memory>
 #include <string>
 #include <string_view>
 
 #include "weir/runtime/error.hpp"
 
 namespace weir::pg {
-
-// Owning handles for libpq's objects (the checkpointer's connection and the run queue's).
-struct ConnFinish {
-  void operator()(PGconn* c) const { PQfinish(c); }
-};
-struct ResultClear {
-  void operator()(PGresult* r) const { PQclear(r); }
-};
-using ConnPtr = std::unique_ptr<PGconn, ConnFinish>;
-using ResultPtr = std::unique_ptr<PGresult, ResultClear>;
 
 struct Conninfo {
   std::string conninfo;     // what to hand to PQconnectdb (the input, validated)
