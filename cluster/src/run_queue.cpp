@@ -21,6 +21,11 @@ using pg::Rows;
   "max_attempts::int8, lease_owner, lease_expires, fence, cancel_requested, result, error_code, " \
   "error, created_at, started_at, finished_at, resume"
 constexpr const char* kColumns = WEIR_RUN_COLUMNS;
+
+// The thread claim the holder with a fence took (claim_token(fence)), as SQL. Every statement
+// that ends a run or hands it back deletes that claim in the same statement, so the holder, if
+// it is still running somewhere (paused, cut off), has its next put refused (issue 32.2).
+#define WEIR_HOLDER_TOKEN(fence) "'run-fence-' || " fence "::text"
 constexpr int kColumnCount = 20;
 
 RunRecord read_record(const Rows& r, int row) {
@@ -261,7 +266,8 @@ Result<RunState> RunQueue::cancel(std::string_view id) {
 
 // The claim statement (see the header). SET expressions read the row as locked (u.*), never an
 // older snapshot of it. A run the claim ends (cancel requested while its holder was gone, or
-// its attempts used up) keeps its fence.
+// its attempts used up) keeps its fence, and the thread claim that fence's holder took is
+// deleted in the same statement: that holder, if it was only paused, commits nothing more.
 #define WEIR_CANCEL_NOW "(u.state = 'running' AND u.cancel_requested)"
 #define WEIR_EXHAUSTED \
   "(u.state = 'running' AND NOT u.cancel_requested AND u.attempts >= u.max_attempts)"
@@ -293,7 +299,10 @@ constexpr const char* kClaimSql =
     "      ' (max_attempts=' || u.max_attempts || '): its worker lost the lease each time "
     "before the run finished (last holder: ' || coalesce(u.lease_owner, '?') || "
     "      '); the steps it committed are kept on thread ' || u.thread_id END "
-    "  FROM c WHERE u.id = c.claim_id RETURNING u.*) "
+    "  FROM c WHERE u.id = c.claim_id RETURNING u.*), "
+    "revoked AS (DELETE FROM weir_thread_holders h USING claimed "
+    "  WHERE claimed.state <> 'running' AND h.thread_id = claimed.thread_id "
+    "  AND h.token = " WEIR_HOLDER_TOKEN("claimed.fence") ") "
     "SELECT " WEIR_RUN_COLUMNS ", workflow FROM claimed";
 // clang-format on
 #undef WEIR_CANCEL_NOW
@@ -366,7 +375,9 @@ Status RunQueue::finish(std::string_view id, int64_t fence, RunState state, std:
   return impl_->fenced(
       "WITH up AS (UPDATE weir_runs SET state = $3, result = $4, error_code = $5, error = $6, "
       "finished_at = weir_now_ms(), lease_owner = NULL, lease_expires = NULL "
-      "WHERE id = $1 AND fence = $2 AND state = 'running' RETURNING id) SELECT id FROM up",
+      "WHERE id = $1 AND fence = $2 AND state = 'running' RETURNING id, thread_id), "
+      "revoked AS (DELETE FROM weir_thread_holders h USING up WHERE h.thread_id = up.thread_id "
+      "AND h.token = " WEIR_HOLDER_TOKEN("$2") ") SELECT id FROM up",
       Params()
           .text(id)
           .int8(fence)
@@ -383,7 +394,9 @@ Status RunQueue::give_back(std::string_view id, int64_t fence, std::chrono::mill
   return impl_->fenced(
       "WITH up AS (UPDATE weir_runs SET state = 'queued', attempts = greatest(attempts - 1, 0), "
       "lease_owner = NULL, lease_expires = NULL, error = $4, not_before = weir_now_ms() + $3 "
-      "WHERE id = $1 AND fence = $2 AND state = 'running' RETURNING id) "
+      "WHERE id = $1 AND fence = $2 AND state = 'running' RETURNING id, thread_id), "
+      "revoked AS (DELETE FROM weir_thread_holders h USING up WHERE h.thread_id = up.thread_id "
+      "AND h.token = " WEIR_HOLDER_TOKEN("$2") ") "
       "SELECT id, pg_notify('weir_runs', 'queued') FROM up",
       Params().text(id).int8(fence).int8(delay.count()).text(why), id, fence, RunState::queued,
       "handing a run back");

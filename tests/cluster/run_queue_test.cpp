@@ -478,6 +478,86 @@ TEST(RunQueue, LostAnswersAreSettledByTheFence) {
   EXPECT_EQ(all->front().attempts, 1);
 }
 
+// Ending a run in a claim (a cancel its gone holder never saw, or its attempts used up) revokes
+// the thread claim that holder took, in the same statement: if that holder was only paused, its
+// next put is refused and stores nothing.
+TEST(RunQueue, EndingARunInAClaimRevokesItsHoldersThreadClaim) {
+  for (const bool cancel : {true, false}) {
+    SCOPED_TRACE(cancel ? "cancelled" : "attempts exhausted");
+    const std::string db = fresh_db();
+    ASSERT_NE(db, "");
+    auto q = weir::cluster::RunQueue::open(db);
+    ASSERT_TRUE(q) << q.error().message;
+    auto cp = weir::graph::open_postgres_checkpointer(db);
+    ASSERT_TRUE(cp) << cp.error().message;
+    auto req = tiny_request();
+    req.max_attempts = 1;
+    auto id = (*q)->submit(req);
+    ASSERT_TRUE(id);
+    auto held = (*q)->claim("paused", 60s);
+    ASSERT_TRUE(held && *held);
+    const std::string token = weir::cluster::claim_token((**held).fence);
+    ASSERT_TRUE(
+        (*cp)->claim_thread((**held).thread_id, weir::graph::this_process_holder(token, 60000)));
+    weir::graph::Checkpoint step;
+    step.thread_id = (**held).thread_id;
+    step.checkpoint_id = weir::graph::new_checkpoint_id(0);
+    step.claim_token = token;
+    ASSERT_TRUE((*cp)->put(step));
+    if (cancel) {
+      auto c = (*q)->cancel(*id);
+      ASSERT_TRUE(c);
+      EXPECT_EQ(*c, weir::cluster::RunState::running);
+    }
+    lapse_leases(db);
+    auto next = (*q)->claim("rescuer", 60s);  // ends the run, claims nothing
+    ASSERT_TRUE(next) << next.error().message;
+    EXPECT_FALSE(*next);
+    EXPECT_EQ(state_of(db, *id), cancel ? "cancelled" : "failed");
+    weir::graph::Checkpoint late;
+    late.thread_id = (**held).thread_id;
+    late.checkpoint_id = weir::graph::new_checkpoint_id(1);
+    late.parent_id = step.checkpoint_id;
+    late.claim_token = token;
+    auto put = (*cp)->put(late);
+    ASSERT_FALSE(put) << "the ended run's holder committed a step";
+    EXPECT_TRUE(put.error().is(weir::Errc::thread_busy)) << put.error().message;
+    EXPECT_NE(put.error().message.find("its claim was released"), std::string::npos)
+        << put.error().message;
+    auto all = (*cp)->list((**held).thread_id);
+    ASSERT_TRUE(all);
+    EXPECT_EQ(all->size(), 1u);
+  }
+}
+
+// The holder's own end (finish) and hand-back (give_back) revoke its thread claim in the same
+// statement too: nothing that ended or left a run can commit to its thread afterwards.
+TEST(RunQueue, FinishAndGiveBackRevokeTheHoldersThreadClaim) {
+  const std::string db = fresh_db();
+  ASSERT_NE(db, "");
+  auto q = weir::cluster::RunQueue::open(db);
+  ASSERT_TRUE(q) << q.error().message;
+  auto cp = weir::graph::open_postgres_checkpointer(db);
+  ASSERT_TRUE(cp) << cp.error().message;
+  for (const bool finish : {true, false}) {
+    SCOPED_TRACE(finish ? "finish" : "give_back");
+    auto id = (*q)->submit(tiny_request());
+    ASSERT_TRUE(id);
+    auto held = (*q)->claim("w", 60s);
+    ASSERT_TRUE(held && *held);
+    const std::string thread = (**held).thread_id;
+    const std::string token = weir::cluster::claim_token((**held).fence);
+    ASSERT_TRUE((*cp)->claim_thread(thread, weir::graph::this_process_holder(token, 60000)));
+    auto s =
+        finish ? (*q)->finish(*id, (**held).fence, weir::cluster::RunState::succeeded, "{}", "", "")
+               : (*q)->give_back(*id, (**held).fence, 0ms, "stopping");
+    ASSERT_TRUE(s) << s.error().message;
+    auto holder = (*cp)->thread_holder(thread);
+    ASSERT_TRUE(holder);
+    EXPECT_FALSE(holder->has_value()) << "the claim of " << token << " is still there";
+  }
+}
+
 // --- Faults while workers run (real processes, a real server) ---------------------------------
 
 std::string dbname(const std::string& db) {
@@ -722,6 +802,45 @@ TEST(RunQueue, ARunWhoseDatabaseStaysAwayForALeaseIsHandedBackNotFailed) {
   const std::string log = w->stderr_text();
   EXPECT_EQ(log.find(": failed: "), std::string::npos) << log;
   EXPECT_NE(log.find("could not be re-established within 1000 ms"), std::string::npos) << log;
+}
+
+// A worker paused with SIGSTOP while its run is ended for it (cancelled by the user, or failed
+// with its attempts used up, by another worker's claim), then continued: it commits nothing more.
+void paused_worker_commits_nothing_after_the_end(bool cancel) {
+  const std::string db = fresh_db();
+  ASSERT_NE(db, "");
+  const auto wf = slow_workflow("zombie", 6, 300);  // 18 supersteps, ~1.8 s
+  const std::string id = submit(db, wf, cancel ? "" : " --max-attempts 1");
+  auto a = start_worker("--db '" + db + "' --lease 1s --name paused");
+  ASSERT_TRUE(eventually([&] { return committed(db, id).total >= 4; }, 30s)) << a->stderr_text();
+  ASSERT_EQ(::kill(a->pid, SIGSTOP), 0);
+  if (cancel) {
+    auto c = run_weir("cancel " + id + " --db '" + db + "'");
+    ASSERT_EQ(c.code, 0) << c.err;
+  }
+  const std::string ended = cancel ? "cancelled" : "failed";
+  ASSERT_TRUE(eventually(
+      [&] {
+        (void)run_weir("worker --db '" + db + "' --lease 1s --exit-when-idle --name rescuer");
+        return state_of(db, id) == ended;
+      },
+      20s));
+  const std::size_t at_end = committed(db, id).total;
+  ASSERT_EQ(::kill(a->pid, SIGCONT), 0);
+  // The paused worker finishes the nap it was in (300 ms) and tries to commit that step.
+  std::this_thread::sleep_for(1500ms);
+  EXPECT_EQ(committed(db, id).total, at_end)
+      << "the paused worker committed after its run was " << ended << ":\n"
+      << a->stderr_text();
+  EXPECT_EQ(state_of(db, id), ended);
+}
+
+TEST(RunQueue, APausedWorkerCommitsNothingAfterItsRunWasCancelled) {
+  paused_worker_commits_nothing_after_the_end(true);
+}
+
+TEST(RunQueue, APausedWorkerCommitsNothingAfterItsRunFailed) {
+  paused_worker_commits_nothing_after_the_end(false);
 }
 
 }  // namespace

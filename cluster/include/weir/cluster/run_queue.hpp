@@ -14,7 +14,9 @@
 // supersteps exactly-once is the checkpointer's thread claim, taken under the same token
 // (claim_token(fence)) right after the queue claim: every checkpoint is put with that token in
 // a transaction that checks it (Checkpointer::put), so a worker that lost its run commits
-// nothing more.
+// nothing more. Whatever ends a run or hands it back (finish, give_back, a claim that records it
+// cancelled or attempts_exhausted) deletes that thread claim in the same statement: a holder
+// that was only paused or cut off, and goes on, has its next put refused.
 //
 // States: queued -> running -> succeeded | failed | cancelled | interrupted; a running run whose
 // lease lapsed is claimed again (attempts + 1) and continues from its last checkpoint; a run
