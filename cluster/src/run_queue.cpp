@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "weir/graph/checkpointer.hpp"
+#include "weir/graph/ids.hpp"
 #include "weir/pg/connection.hpp"
 #include "weir/pg/schema.hpp"
 
@@ -161,6 +162,8 @@ Result<std::string> RunQueue::submit(const SubmitRequest& req) {
   if (req.max_attempts < 1)
     return Error(Errc::invalid_argument, "submit: max_attempts must be at least 1, got " +
                                              std::to_string(req.max_attempts));
+  if (!req.thread_id.empty())  // "" is the run's own id
+    if (auto s = graph::check_id("thread_id", req.thread_id); !s) return std::move(s).error();
   const std::string id = "r-" + graph::new_claim_token().substr(0, 16);
   const std::string& thread = req.thread_id.empty() ? id : req.thread_id;
   std::lock_guard lock(impl_->mu);

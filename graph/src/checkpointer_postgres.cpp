@@ -166,7 +166,7 @@ class PostgresCheckpointer final : public Checkpointer {
   // a lost COMMIT answer finds its own token holding the thread and keeps it (since unchanged).
   Result<ThreadHolder> claim_thread(std::string_view thread_id,
                                     const ThreadHolder& holder) override {
-    if (auto s = detail::check_claim(holder); !s) return std::move(s).error();
+    if (auto s = detail::check_claim(thread_id, holder); !s) return std::move(s).error();
     const std::string what = "claim_thread '" + std::string(thread_id) + "'";
     std::lock_guard lock(mu_);
     return conn_.run(what, [&](const Attempt&) -> Result<ThreadHolder> {

@@ -412,6 +412,32 @@ TEST(RunQueue, AReclaimedRunsOldHolderIsFencedOut) {
   EXPECT_EQ((*q)->get(*id)->state, weir::cluster::RunState::succeeded);
 }
 
+// Ids are refused, not truncated: PostgreSQL text stops at a NUL, so "a\0b" would have become
+// thread "a", one thread for two ids. Nothing is queued.
+TEST(RunQueue, SubmitRefusesAThreadIdThatIsNotText) {
+  const std::string db = fresh_db();
+  ASSERT_NE(db, "");
+  auto q = weir::cluster::RunQueue::open(db);
+  ASSERT_TRUE(q) << q.error().message;
+  auto req = tiny_request();
+  req.thread_id = std::string("a\0b", 3);
+  auto id = (*q)->submit(req);
+  ASSERT_FALSE(id) << "queued " << *id << " on thread '" << (*q)->get(*id)->thread_id << "'";
+  EXPECT_TRUE(id.error().is(weir::Errc::invalid_argument)) << id.error().message;
+  EXPECT_EQ(id.error().message,
+            "thread_id holds a control character (byte 0x00 at offset 1, after 'a'); an id is 1 "
+            "to 1024 bytes of UTF-8 text without control characters");
+  req.thread_id = "t\xff";
+  auto bad_utf8 = (*q)->submit(req);
+  ASSERT_FALSE(bad_utf8);
+  EXPECT_EQ(bad_utf8.error().message,
+            "thread_id is not valid UTF-8 (byte 0xff at offset 1, after 't'); an id is 1 to "
+            "1024 bytes of UTF-8 text without control characters");
+  auto listed = (*q)->list(10);
+  ASSERT_TRUE(listed);
+  EXPECT_TRUE(listed->empty());
+}
+
 // Every call rides out the server ending weir's sessions (an administrator, a failover).
 TEST(RunQueue, CallsRideOutTerminatedSessions) {
   const std::string db = fresh_db();
