@@ -5,6 +5,7 @@
 
 #include <mutex>
 
+#include "weir/agents/local_model.hpp"  // to_valid_utf8
 #include "weir/graph/checkpointer.hpp"
 #include "weir/graph/ids.hpp"
 #include "weir/pg/connection.hpp"
@@ -374,6 +375,9 @@ Result<bool> RunQueue::renew(std::string_view id, int64_t fence, std::chrono::mi
 
 Status RunQueue::finish(std::string_view id, int64_t fence, RunState state, std::string_view result,
                         std::string_view error_code, std::string_view error) {
+  // A message may quote bytes from anywhere (a tool's output): text must be valid UTF-8
+  // without NUL, or the end could never be recorded (the result is JSON in bytea, kept as is).
+  const std::string message = agents::to_valid_utf8(error);
   std::lock_guard lock(impl_->mu);
   return impl_->fenced(
       "WITH up AS (UPDATE weir_runs SET state = $3, result = $4, error_code = $5, error = $6, "
@@ -387,7 +391,7 @@ Status RunQueue::finish(std::string_view id, int64_t fence, RunState state, std:
           .text(run_state_name(state))
           .bytea_or_null(or_null(result))
           .text_or_null(or_null(error_code))
-          .text_or_null(or_null(error)),
+          .text_or_null(or_null(message)),
       id, fence, state, "recording a run's end");
 }
 

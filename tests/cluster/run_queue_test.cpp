@@ -612,6 +612,39 @@ TEST(RunQueue, SubmitRefusesAThreadIdThatIsNotText) {
   EXPECT_TRUE(listed->empty());
 }
 
+// A run's input and result are JSON text of any bytes, as a checkpoint's values are (bytea, not
+// text: invalid UTF-8 in a string is kept as it was), and its error message is recorded even
+// when it quotes bytes text cannot hold (they become U+FFFD): an end is never unrecordable.
+TEST(RunQueue, InputsResultsAndErrorsOfAnyBytesAreRecorded) {
+  const std::string db = fresh_db();
+  ASSERT_NE(db, "");
+  auto q = weir::cluster::RunQueue::open(db);
+  ASSERT_TRUE(q) << q.error().message;
+  auto req = tiny_request();
+  req.input = "{\"s\": \"caf\xe9\"}";  // Latin-1, as a file read as bytes would give it
+  auto id = (*q)->submit(req);
+  ASSERT_TRUE(id) << id.error().message;
+  auto held = (*q)->claim("w", 60s);
+  ASSERT_TRUE(held && *held);
+  EXPECT_EQ((**held).input, req.input);
+  const std::string result = "{\"out\": \"\xff\xfe\"}";
+  ASSERT_TRUE(
+      (*q)->finish(*id, (**held).fence, weir::cluster::RunState::succeeded, result, "", ""));
+  auto rec = (*q)->get(*id);
+  ASSERT_TRUE(rec);
+  EXPECT_EQ(rec->result, result);
+  auto other = (*q)->submit(tiny_request());
+  ASSERT_TRUE(other);
+  auto held2 = (*q)->claim("w", 60s);
+  ASSERT_TRUE(held2 && *held2);
+  auto fin = (*q)->finish(*other, (**held2).fence, weir::cluster::RunState::failed, "",
+                          "tool_failed", std::string("tool said \xff and \0 then stopped", 30));
+  ASSERT_TRUE(fin) << fin.error().message;
+  auto failed = (*q)->get(*other);
+  ASSERT_TRUE(failed);
+  EXPECT_EQ(failed->error, "tool said \xef\xbf\xbd and \xef\xbf\xbd then stopped");
+}
+
 // Every call rides out the server ending weir's sessions (an administrator, a failover).
 TEST(RunQueue, CallsRideOutTerminatedSessions) {
   const std::string db = fresh_db();
