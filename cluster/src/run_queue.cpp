@@ -21,14 +21,14 @@ using pg::Rows;
 #define WEIR_RUN_COLUMNS                                                                          \
   "id, workflow_name, workflow_file, workflow_sha256, input, thread_id, state, attempts::int8, "  \
   "max_attempts::int8, lease_owner, lease_expires, fence, cancel_requested, result, error_code, " \
-  "error, created_at, started_at, finished_at, resume"
+  "error, created_at, started_at, finished_at, resume, traceparent"
 constexpr const char* kColumns = WEIR_RUN_COLUMNS;
 
 // The thread claim the holder with a fence took (claim_token(fence)), as SQL. Every statement
 // that ends a run or hands it back deletes that claim in the same statement, so the holder, if
 // it is still running somewhere (paused, cut off), has its next put refused (issue 32.2).
 #define WEIR_HOLDER_TOKEN(fence) "'run-fence-' || " fence "::text"
-constexpr int kColumnCount = 20;
+constexpr int kColumnCount = 21;
 
 RunRecord read_record(const Rows& r, int row) {
   RunRecord rec;
@@ -53,6 +53,7 @@ RunRecord read_record(const Rows& r, int row) {
   rec.started_ms = r.int8(row, c++);
   rec.finished_ms = r.int8(row, c++);
   rec.resume = r.text(row, c++);
+  rec.traceparent = r.text(row, c++);
   return rec;
 }
 
@@ -179,8 +180,9 @@ Result<std::string> RunQueue::submit(const SubmitRequest& req) {
     // The INSERT and the NOTIFY in one statement: workers hear of the run once it is committed.
     auto r = conn.exec(
         "WITH ins AS (INSERT INTO weir_runs (id, workflow_name, workflow_file, workflow, "
-        "workflow_sha256, input, thread_id, state, max_attempts, resume) VALUES ($1, $2, $3, $4, "
-        "encode(sha256(convert_to($4, 'UTF8')), 'hex'), $5, $6, 'queued', $7::int4, $8) "
+        "workflow_sha256, input, thread_id, state, max_attempts, resume, traceparent) VALUES ($1, "
+        "$2, $3, $4, encode(sha256(convert_to($4, 'UTF8')), 'hex'), $5, $6, 'queued', $7::int4, "
+        "$8, $9) "
         "RETURNING id) SELECT pg_notify('weir_runs', 'queued') FROM ins",
         Params()
             .text(id)
@@ -190,7 +192,8 @@ Result<std::string> RunQueue::submit(const SubmitRequest& req) {
             .bytea(req.input)
             .text(thread)
             .int8(req.max_attempts)
-            .bytea_or_null(or_null(req.resume)),
+            .bytea_or_null(or_null(req.resume))
+            .text(req.traceparent),
         "queueing a run");
     if (!r) return std::move(r).error();
     return id;

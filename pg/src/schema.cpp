@@ -91,6 +91,13 @@ CREATE INDEX IF NOT EXISTS weir_runs_open ON weir_runs (created_at)
 CREATE INDEX IF NOT EXISTS weir_runs_recent ON weir_runs (created_at);
 )sql";
 
+// Version 3: a run's W3C traceparent (docs/tracing.md), which every attempt's spans continue.
+// IF NOT EXISTS: a weir_runs made outside the versions by a weir with traces (before the queue
+// joined the version) already has it, and version 2's conversion kept it.
+constexpr const char* kVersion3 = R"sql(
+ALTER TABLE weir_runs ADD COLUMN IF NOT EXISTS traceparent TEXT NOT NULL DEFAULT '';
+)sql";
+
 // A weir_runs made by the run queue before version 2 (TIMESTAMPTZ times, TEXT JSON), converted
 // in place: one rewrite of the table; its indexes are rebuilt with it.
 constexpr const char* kConvertRunsToVersion2 = R"sql(
@@ -179,6 +186,12 @@ Status migrate(Connection& c, const Attempt&) {
     if (auto s = c.exec_script(kVersion2, "creating the run queue's table (version 2)"); !s)
       return s;
     if (auto s = applied(2); !s) return s;
+  }
+  if (*version < 3) {
+    if (auto s = c.exec_script(kVersion3, "migrating to version 3: adding weir_runs.traceparent");
+        !s)
+      return s;
+    if (auto s = applied(3); !s) return s;
   }
   return txn.commit("opening: creating weir's tables");
 }

@@ -244,16 +244,16 @@ TEST(RunQueue, OneSchemaVersionCoversTheQueueAndANewerOneIsRefused) {
   }
   EXPECT_EQ(
       PgServer::get().exec_admin(
-          "DO $$ BEGIN IF (SELECT max(version) FROM weir_schema_version) <> 2 OR "
+          "DO $$ BEGIN IF (SELECT max(version) FROM weir_schema_version) <> 3 OR "
           "to_regclass('weir_checkpoints') IS NULL OR (SELECT data_type FROM "
           "information_schema.columns WHERE table_name = 'weir_runs' AND column_name = "
-          "'created_at') <> 'bigint' THEN RAISE 'not one schema at version 2'; END IF; END $$",
+          "'created_at') <> 'bigint' THEN RAISE 'not one schema at version 3'; END IF; END $$",
           dbname(db)),
       "");
-  ASSERT_EQ(PgServer::get().exec_admin("INSERT INTO weir_schema_version VALUES (3)", dbname(db)),
+  ASSERT_EQ(PgServer::get().exec_admin("INSERT INTO weir_schema_version VALUES (4)", dbname(db)),
             "");
   const std::string expected =
-      ": the database has weir schema version 3, newer than this weir build reads (2); use a "
+      ": the database has weir schema version 4, newer than this weir build reads (3); use a "
       "newer weir, or another database";
   auto q = weir::cluster::RunQueue::open(db);
   ASSERT_FALSE(q);
@@ -267,13 +267,11 @@ TEST(RunQueue, OneSchemaVersionCoversTheQueueAndANewerOneIsRefused) {
   EXPECT_NE(cli.err.find(expected), std::string::npos) << cli.err;
 }
 
-// A database a version-1 weir wrote (the checkpointer's tables at version 1, and the queue's
-// table as that weir made it outside any version: TIMESTAMPTZ times, TEXT JSON) is migrated
-// on open, keeping every run and its times; its queued run is then claimed as any other.
-TEST(RunQueue, AVersionOneDatabaseIsMigratedKeepingItsRuns) {
-  const std::string db = fresh_db();
-  ASSERT_NE(db, "");
-  const std::string old_schema = R"sql(
+// A database a version-1 weir wrote: the checkpointer's tables at version 1, and the queue's
+// table as that weir made it outside any version (TIMESTAMPTZ times, TEXT JSON), with a
+// finished run and a queued one.
+static std::string version_one_schema() {
+  return R"sql(
 CREATE TABLE weir_schema_version (version INTEGER NOT NULL);
 INSERT INTO weir_schema_version VALUES (1);
 CREATE SEQUENCE weir_checkpoint_seq;
@@ -311,7 +309,15 @@ VALUES ('r-old-done', 'x', '/x.json', '{}', 'aa', '{"n": 1}', 'r-old-done', 'suc
   ('r-old-queued', 'x', '/x.json', '{}', 'aa', '{"n": 5}', 'r-old-queued', 'queued', 0, 3, 0,
   NULL, '2026-01-02 03:05:00+00', NULL, NULL);
 )sql";
-  ASSERT_EQ(PgServer::get().exec_admin(old_schema, dbname(db)), "");
+}
+
+// A database a version-1 weir wrote (the checkpointer's tables at version 1, and the queue's
+// table as that weir made it outside any version: TIMESTAMPTZ times, TEXT JSON) is migrated
+// on open, keeping every run and its times; its queued run is then claimed as any other.
+TEST(RunQueue, AVersionOneDatabaseIsMigratedKeepingItsRuns) {
+  const std::string db = fresh_db();
+  ASSERT_NE(db, "");
+  ASSERT_EQ(PgServer::get().exec_admin(version_one_schema(), dbname(db)), "");
   auto q = weir::cluster::RunQueue::open(db);
   ASSERT_TRUE(q) << q.error().message;
   auto done = (*q)->get("r-old-done");
@@ -329,10 +335,82 @@ VALUES ('r-old-done', 'x', '/x.json', '{}', 'aa', '{"n": 1}', 'r-old-done', 'suc
   EXPECT_EQ((**claimed).input, R"({"n": 5})");
   EXPECT_GT((**claimed).lease_expires_ms, (**claimed).started_ms);
   EXPECT_EQ(PgServer::get().exec_admin(
-                "DO $$ BEGIN IF (SELECT max(version) FROM weir_schema_version) <> 2 THEN "
+                "DO $$ BEGIN IF (SELECT max(version) FROM weir_schema_version) <> 3 THEN "
                 "RAISE 'not migrated'; END IF; END $$",
                 dbname(db)),
             "");
+  EXPECT_EQ(done->traceparent, "");  // version 3's column, empty for a run from before traces
+}
+
+// A weir with traces but before the one schema version added weir_runs.traceparent to its
+// TIMESTAMPTZ table on its own: that database is migrated like any version-1 one, and the
+// trace contexts it recorded are kept.
+TEST(RunQueue, AVersionOneDatabaseWithTraceContextsKeepsThem) {
+  const std::string db = fresh_db();
+  ASSERT_NE(db, "");
+  const std::string tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+  ASSERT_EQ(PgServer::get().exec_admin(
+                version_one_schema() +
+                    "ALTER TABLE weir_runs ADD COLUMN traceparent TEXT NOT NULL DEFAULT '';"
+                    "UPDATE weir_runs SET traceparent = '" +
+                    tp + "' WHERE id = 'r-old-queued';",
+                dbname(db)),
+            "");
+  auto q = weir::cluster::RunQueue::open(db);
+  ASSERT_TRUE(q) << q.error().message;
+  auto claimed = (*q)->claim("w", 60s);
+  ASSERT_TRUE(claimed) << claimed.error().message;
+  ASSERT_TRUE(*claimed);
+  EXPECT_EQ((**claimed).id, "r-old-queued");
+  EXPECT_EQ((**claimed).traceparent, tp);
+  auto done = (*q)->get("r-old-done");
+  ASSERT_TRUE(done) << done.error().message;
+  EXPECT_EQ(done->traceparent, "");
+  EXPECT_EQ(done->created_ms, 1767323045678);
+}
+
+// Version 3 is a step of the one migration path, not something the queue's open patches: a
+// version-2 database (weir_runs without traceparent) is brought to version 3 by whichever opens
+// it first, the checkpointer too, keeping its runs; a run then records its trace context.
+TEST(RunQueue, AVersionTwoDatabaseIsMigratedToVersionThree) {
+  const std::string db = fresh_db();
+  ASSERT_NE(db, "");
+  {
+    auto q = weir::cluster::RunQueue::open(db);
+    ASSERT_TRUE(q) << q.error().message;
+  }
+  // Back to version 2 as a weir of that version left it, with a run in it.
+  ASSERT_EQ(PgServer::get().exec_admin(
+                "ALTER TABLE weir_runs DROP COLUMN traceparent;"
+                "DELETE FROM weir_schema_version WHERE version = 3;"
+                "INSERT INTO weir_runs (id, workflow_name, workflow_file, workflow, "
+                "workflow_sha256, input, thread_id, state, max_attempts) VALUES ('r-v2', 'x', "
+                "'/x.json', '{}', 'aa', convert_to('{}', 'UTF8'), 'r-v2', 'queued', 3);",
+                dbname(db)),
+            "");
+  {  // the checkpointer, which never reads weir_runs, migrates it as the queue would
+    auto cp = weir::graph::open_postgres_checkpointer(db);
+    ASSERT_TRUE(cp) << cp.error().message;
+  }
+  EXPECT_EQ(PgServer::get().exec_admin(
+                "DO $$ BEGIN IF (SELECT max(version) FROM weir_schema_version) <> 3 OR "
+                "(SELECT count(*) FROM information_schema.columns WHERE table_name = "
+                "'weir_runs' AND column_name = 'traceparent') <> 1 THEN "
+                "RAISE 'not at version 3'; END IF; END $$",
+                dbname(db)),
+            "");
+  auto q = weir::cluster::RunQueue::open(db);
+  ASSERT_TRUE(q) << q.error().message;
+  auto old = (*q)->get("r-v2");
+  ASSERT_TRUE(old) << old.error().message;
+  EXPECT_EQ(old->traceparent, "");
+  auto req = tiny_request();
+  req.traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+  auto id = (*q)->submit(req);
+  ASSERT_TRUE(id) << id.error().message;
+  auto rec = (*q)->get(*id);
+  ASSERT_TRUE(rec) << rec.error().message;
+  EXPECT_EQ(rec->traceparent, req.traceparent);
 }
 
 TEST(RunQueue, SubmitThenAWorkerRunsItToItsFinalState) {

@@ -11,6 +11,9 @@
 //      representation; the server's clock where the server stamps it), the JSON columns
 //      (input, resume, result) BYTEA holding JSON text as the checkpoints' are. A version-1
 //      database's weir_runs is converted in place.
+//   3  weir_runs.traceparent (TEXT, '' when none): the W3C trace context every attempt of the
+//      run continues. Added by a migration step, not by the queue's open (a weir_runs made by a
+//      weir with traces before version 2 has it already and keeps its values).
 // A database with a newer version than kSchemaVersion is refused (unsupported, naming both).
 // Thread safety: none (a Connection's).
 #pragma once
@@ -19,10 +22,10 @@
 
 namespace weir::pg {
 
-inline constexpr int kSchemaVersion = 2;
+inline constexpr int kSchemaVersion = 3;
 
 // Creates or migrates weir's objects. Errors: unsupported ("the database has weir schema
-// version 3, newer than this weir build reads (2); use a newer weir, or another database"),
+// version 4, newer than this weir build reads (3); use a newer weir, or another database"),
 // corrupt_data (a version below 1), those of the connection. On error nothing changed.
 Status ensure_schema(Connection& c);
 
