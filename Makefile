@@ -11,8 +11,10 @@
 #   make bench      build and run the benchmarks, each printing JSON
 #   make fuzz       build the libFuzzer targets with clang (build-fuzz/) and run each briefly
 #   make gauntlet   the OOM gauntlet, quick (< 3 min; CI runs it); gauntlet-full: the full run
-#   make chaos      the scale-out chaos bench, quick (< 2 min): workers killed with SIGKILL every
-#                   2 s while 600 runs go through a throwaway PostgreSQL (bench/scaleout/run)
+#   make chaos      the scale-out chaos bench, quick (~2-3 min): workers killed with SIGKILL every
+#                   2 s, weir's sessions ended, PostgreSQL restarted (-m fast, -m immediate) and a
+#                   worker paused while its run is cancelled, as 600 runs go through a throwaway
+#                   PostgreSQL (bench/scaleout/run)
 #   make format     clang-format every C++ file in place
 
 BUILD      ?= build

@@ -20,13 +20,13 @@
 #include <boost/asio/thread_pool.hpp>
 #include <boost/json.hpp>
 
-#include "pg.hpp"
 #include "weir/agents/workflow.hpp"
 #include "weir/graph/checkpointer.hpp"
 #include "weir/graph/state_graph.hpp"
 #include "weir/graph/workflow.hpp"
 #include "weir/graph/workflow_graph.hpp"
 #include "weir/inference/engine_registry.hpp"
+#include "weir/pg/connection.hpp"
 #include "weir/runtime/artifact_store.hpp"
 #include "weir/runtime/json_parse.hpp"
 #include "weir/runtime/json_write.hpp"
@@ -184,7 +184,9 @@ struct Worker::Impl {
       h->cp = std::move(idle_checkpointers.back());
       idle_checkpointers.pop_back();
     } else {
-      auto cp = graph::open_postgres_checkpointer(opt.db);
+      graph::PostgresOptions po;
+      po.reconnect_window = opt.lease;  // a lost connection is retried within the lease
+      auto cp = graph::open_postgres_checkpointer(opt.db, po);
       if (!cp) {
         hand_back(rec, opt.lease, "cannot open the checkpointer: " + cp.error().message);
         return false;
@@ -305,6 +307,12 @@ struct Worker::Impl {
              "cancelled by weir cancel (" + h.result.error().message + ")");
     } else if (h.result.error().is(Errc::cancelled) && h.draining) {
       hand_back(rec, std::chrono::milliseconds(0), "its worker " + owner + " stopped");
+    } else if (h.result.error().is(Errc::unavailable)) {
+      // The database stayed out of reach for a whole lease (the pg layer reconnected and
+      // retried until then): the run did not fail, its store did. It is handed back (attempt not
+      // counted) for whoever reaches the database next; if that fails too, its lease lapses and
+      // the next claim continues it. Never recorded as failed (issue 32.1).
+      hand_back(rec, std::chrono::milliseconds(0), h.result.error().message);
     } else {
       record(rec, RunState::failed, "", errc_name(h.result.error().code), h.result.error().message);
     }
@@ -360,6 +368,14 @@ struct Worker::Impl {
     say(id + ": cancel requested");
   }
 
+  // The ids of the runs held (running, or ended and not reaped yet).
+  std::vector<std::string> held_ids() {
+    std::lock_guard lock(mu);
+    std::vector<std::string> ids;
+    for (const auto& [id, h] : held) ids.push_back(id);
+    return ids;
+  }
+
   // Drops ended runs; returns how many are still held.
   std::size_t reap() {
     std::lock_guard lock(mu);
@@ -404,12 +420,12 @@ Result<WorkerStats> Worker::Impl::run() {
   const auto connect_until = Clock::now() + opt.connect_timeout;
   auto backoff = std::chrono::milliseconds(250);
   for (int tries = 1;; ++tries) {
-    auto q = RunQueue::open(opt.db);
+    auto q = RunQueue::open(opt.db, {opt.lease});
     if (q) {
       queue = std::move(*q);
       break;
     }
-    if (!q.error().is(Errc::io_error) || stopping || Clock::now() + backoff > connect_until) {
+    if (!q.error().is(Errc::unavailable) || stopping || Clock::now() + backoff > connect_until) {
       if (tries == 1) return std::move(q).error();
       return Error(q.error().code, q.error().message + " (gave up after " + std::to_string(tries) +
                                        " tries in " +
@@ -425,7 +441,7 @@ Result<WorkerStats> Worker::Impl::run() {
   auto listen = [&]() -> Status {
     auto c = pg::Connection::open(opt.db);
     if (!c) return std::move(c).error();
-    if (auto r = c->exec("LISTEN weir_runs", {}, "listening for runs"); !r)
+    if (auto r = c->exec("LISTEN weir_runs", pg::Params(), "listening for runs"); !r)
       return std::move(r).error();
     listener.emplace(std::move(*c));
     return {};
@@ -477,7 +493,9 @@ Result<WorkerStats> Worker::Impl::run() {
     std::size_t now_holding = holding;
     while (!draining && now_holding < opt.max_runs && !(opt.once && started >= 1) &&
            budget->used_total() < opt.memory_limit / 10 * 9) {
-      auto c = queue->claim(owner, opt.lease);
+      // Never a run this worker still runs: its lease may have lapsed while the database was
+      // out of reach, and that attempt is still here (issue 32.1).
+      auto c = queue->claim(owner, opt.lease, held_ids());
       if (!c) {
         say("claiming: " + c.error().message);
         break;
@@ -491,7 +509,7 @@ Result<WorkerStats> Worker::Impl::run() {
     }
     if (opt.exit_when_idle && idle && reap() == 0) break;
     // Wait for a notification, a run's end, stop(), or the next renewal / poll.
-    if (!listener || PQstatus(listener->get()) != CONNECTION_OK) {
+    if (!listener || PQstatus(listener->native()) != CONNECTION_OK) {
       if (auto s = listen(); !s) {
         listener.reset();
         say("listening: " + s.error().message + " (looking for work every " +
@@ -501,14 +519,15 @@ Result<WorkerStats> Worker::Impl::run() {
     const auto until = std::min(next_renew, Clock::now() + opt.poll);
     const auto wait_ms = std::max<long long>(
         0, std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count());
-    pollfd fds[2] = {{wake_fd, POLLIN, 0}, {listener ? PQsocket(listener->get()) : -1, POLLIN, 0}};
+    pollfd fds[2] = {{wake_fd, POLLIN, 0},
+                     {listener ? PQsocket(listener->native()) : -1, POLLIN, 0}};
     const int n = ::poll(fds, fds[1].fd >= 0 ? 2 : 1, static_cast<int>(wait_ms));
     if (n > 0 && (fds[0].revents & POLLIN)) {
       uint64_t v;
       [[maybe_unused]] auto r = ::read(wake_fd, &v, sizeof v);
     }
-    if (listener && PQconsumeInput(listener->get()) == 1) {
-      while (PGnotify* note = PQnotifies(listener->get())) {
+    if (listener && PQconsumeInput(listener->native()) == 1) {
+      while (PGnotify* note = PQnotifies(listener->native())) {
         on_notify(note->extra != nullptr ? note->extra : "");
         PQfreemem(note);
       }

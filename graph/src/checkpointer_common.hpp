@@ -21,6 +21,7 @@
 #include <boost/json/parse.hpp>
 
 #include "weir/graph/checkpointer.hpp"
+#include "weir/graph/ids.hpp"
 
 namespace weir::graph::detail {
 
@@ -42,6 +43,16 @@ inline Status check_put_ids(const Checkpoint& cp) {
     return Error(Errc::invalid_argument,
                  "checkpoint put to thread " + single_quoted(cp.thread_id) +
                      ": checkpoint_id is empty; use new_checkpoint_id(step)");
+  // The one id rule (ids.hpp), in every backend: what PostgreSQL text could not hold is refused
+  // by SQLite and memory too, so a thread moves between stores unchanged.
+  const std::pair<const char*, const std::string*> ids[] = {{"thread_id", &cp.thread_id},
+                                                            {"checkpoint_id", &cp.checkpoint_id},
+                                                            {"parent_id", &cp.parent_id}};
+  for (const auto& [what, id] : ids) {
+    if (id->empty()) continue;  // a root's parent_id
+    if (auto s = check_id(what, *id); !s)
+      return Error(Errc::invalid_argument, "checkpoint put: " + s.error().message);
+  }
   return {};
 }
 
@@ -189,7 +200,9 @@ inline Error claim_lost(std::string_view thread_id, const ThreadHolder* now_held
   return Error(Errc::thread_busy, msg + "; this run stops without writing");
 }
 
-inline Status check_claim(const ThreadHolder& h) {
+inline Status check_claim(std::string_view thread_id, const ThreadHolder& h) {
+  if (auto s = check_id("thread_id", thread_id); !s)
+    return Error(Errc::invalid_argument, "claim_thread: " + s.error().message);
   if (h.token.empty())
     return Error(Errc::invalid_argument, "claim_thread: the token is empty; use new_claim_token()");
   if (h.lease_ms <= 0)

@@ -195,7 +195,7 @@ class MemoryCheckpointer final : public Checkpointer {
 
   Result<ThreadHolder> claim_thread(std::string_view thread_id,
                                     const ThreadHolder& holder) override {
-    if (auto s = detail::check_claim(holder); !s) return std::move(s).error();
+    if (auto s = detail::check_claim(thread_id, holder); !s) return std::move(s).error();
     const int64_t now = detail::unix_ms_now();
     std::unique_lock lock(mu_);
     auto it = holders_.find(thread_id);

@@ -443,7 +443,7 @@ class SqliteCheckpointer final : public Checkpointer {
   // serialised by SQLite's write lock, and the second sees the first's claim.
   Result<ThreadHolder> claim_thread(std::string_view thread_id,
                                     const ThreadHolder& holder) override {
-    if (auto s = detail::check_claim(holder); !s) return std::move(s).error();
+    if (auto s = detail::check_claim(thread_id, holder); !s) return std::move(s).error();
     std::lock_guard lock(mu_);
     Transaction txn(*this);
     if (auto s = txn.begin(begin_write_, "claim_thread"); !s) return std::move(s).error();

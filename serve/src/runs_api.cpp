@@ -13,6 +13,7 @@
 
 #include "runs_path.hpp"
 #include "weir/graph/checkpointer.hpp"
+#include "weir/graph/ids.hpp"
 #include "weir/http/openai.hpp"
 #include "weir/http/sse.hpp"
 #include "weir/runtime/json_parse.hpp"
@@ -66,7 +67,8 @@ http::Response from_error(const Error& e) {
   if (e.is(Errc::thread_busy)) return api_error(409, e.message, "thread_busy");
   if (e.is(Errc::invalid_argument)) return api_error(409, e.message, "invalid_state");
   if (e.is(Errc::cancelled)) return api_error(503, e.message, "shutting_down");
-  if (e.is(Errc::io_error)) return api_error(503, e.message, "store_unavailable");
+  if (e.is(Errc::io_error) || e.is(Errc::unavailable))
+    return api_error(503, e.message, "store_unavailable");
   return api_error(500, e.message, errc_name(e.code));
 }
 
@@ -363,6 +365,11 @@ awaitable<void> route_runs(const RunsApi& api, http::Exchange& ex, http::Respons
         co_return;
       }
       thread = std::string(t->as_string());
+      // The one id rule (weir/graph/ids.hpp): refused here, never cut short by a store.
+      if (auto s = graph::check_id("thread_id", thread); !s) {
+        out = api_error(400, s.error().message, "invalid_request", "thread_id");
+        co_return;
+      }
     }
     const std::string name(wf->as_string());
     auto id = co_await off_thread(*api.blocking, [&] { return runs->submit(name, input, thread); });

@@ -285,6 +285,12 @@ TEST_P(RunsApi, BadRequestsSayWhatToChange) {
   r = post("/v1/runs", R"({"workflow": "slow", "inputs": {}})");
   EXPECT_EQ(r.status, 400);
   EXPECT_EQ(error_of(r), "unknown field 'inputs' (fields: workflow, input, thread_id)");
+  // Ids are refused, never cut short (a NUL ended the thread id in PostgreSQL text: "a").
+  r = post("/v1/runs", R"({"workflow": "slow", "thread_id": "a\u0000b"})");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(error_of(r),
+            "thread_id holds a control character (byte 0x00 at offset 1, after 'a'); an id is 1 "
+            "to 1024 bytes of UTF-8 text without control characters");
   r = post("/v1/runs", R"({"workflow": )");
   EXPECT_EQ(r.status, 400);
   EXPECT_EQ(error_of(r), "the request body:1:14: incomplete JSON (at /workflow)");

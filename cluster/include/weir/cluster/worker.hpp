@@ -79,8 +79,10 @@ class Worker {
 
   // Runs until stop(), or as `once` / `exit_when_idle` say. Errors (at start only: afterwards
   // database errors are logged and retried): invalid_argument (options, connection string),
-  // io_error (cannot connect within connect_timeout: the message names the tries and the last
-  // reason; cannot create the queue's tables). Returns what it did.
+  // unavailable (cannot connect within connect_timeout: the message names the tries and the
+  // last reason), io_error (cannot create the queue's tables), unsupported (a newer schema).
+  // Returns what it did. A run whose database stays unreachable for a whole lease is handed
+  // back (or left to lapse), never recorded as failed.
   Result<WorkerStats> run();
   // Asks run() to stop (see above). Async-signal-safe.
   void stop() noexcept;
