@@ -171,7 +171,7 @@ Result<Steps> run_steps(const graph::Checkpointer& cp, const RunRecord& run,
 
 // The run and its steps after `after`. The record first: once it says the run ended, every step
 // it committed is in the store.
-Result<std::pair<RunRecord, Steps>> look_up(Runs& runs, const std::string& id,
+Result<std::pair<RunRecord, Steps>> look_up(cluster::Runs& runs, const std::string& id,
                                             const std::string& after) {
   auto rec = runs.get(id);
   if (!rec) return std::move(rec).error();
@@ -207,7 +207,7 @@ awaitable<void> events(const RunsApi& api, http::Exchange& ex, const std::string
     out = {204, "text/plain", {}, ""};
     co_return;
   }
-  Runs* runs = api.runs;
+  cluster::Runs* runs = api.runs;
   // One look before the stream starts, so that an unknown run or event id is a plain error.
   auto first = co_await off_thread(*api.blocking, [&] { return look_up(*runs, id, after); });
   if (!first) {
@@ -256,7 +256,7 @@ awaitable<void> events(const RunsApi& api, http::Exchange& ex, const std::string
 }
 
 awaitable<void> thread_state(const RunsApi& api, const std::string& thread, http::Response& out) {
-  Runs* runs = api.runs;
+  cluster::Runs* runs = api.runs;
   auto r = co_await off_thread(*api.blocking, [&]() -> Result<json::object> {
     const auto& cp = runs->checkpointer();
     auto latest = cp.latest(thread);
@@ -291,7 +291,7 @@ awaitable<void> route_runs(const RunsApi& api, http::Exchange& ex, http::Respons
                            bool& streamed) {
   const auto& rq = ex.request();
   const RunsPath p = split_runs_path(rq.path);
-  Runs* runs = api.runs;
+  cluster::Runs* runs = api.runs;
   auto method_is = [&](const char* m) {
     if (rq.method == m) return true;
     out = api_error(405, rq.method + " is not allowed on " + rq.path + "; use " + m,

@@ -20,13 +20,13 @@
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/thread_pool.hpp>
 
-#include "runs.hpp"
+#include "weir/cluster/run_service.hpp"
 #include "weir/http/server.hpp"
 
 namespace weir::serve {
 
 struct RunsApi {
-  Runs* runs = nullptr;
+  cluster::Runs* runs = nullptr;
   boost::asio::thread_pool* blocking = nullptr;
   const bool* draining = nullptr;       // read on the I/O thread: event streams end when set
   std::chrono::milliseconds poll{100};  // how often an event stream looks for steps

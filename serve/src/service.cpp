@@ -515,14 +515,14 @@ Result<std::unique_ptr<Service>> Service::start(ServeConfig config) {
   if (!server) return std::move(server).error();
   s->server = std::move(*server);
   if (s->cfg.workflows) {
-    RunsConfig rc;
+    cluster::RunsConfig rc;
     rc.workflows = *s->cfg.workflows;
     rc.db = s->cfg.runs_db;
     rc.max_runs = s->cfg.max_runs;
     rc.max_queued_runs = s->cfg.max_queued_runs;
     rc.keep_finished = s->cfg.keep_runs;
     rc.log = [](const std::string& line) { weir::log(LogLevel::info, "serve: run " + line); };
-    auto runs = Runs::open(rc);
+    auto runs = cluster::Runs::open(rc);
     if (!runs) return std::move(runs).error();
     s->runs = std::move(*runs);
     s->runs_api.runs = s->runs.get();

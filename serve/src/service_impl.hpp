@@ -31,7 +31,6 @@
 #include <boost/json.hpp>
 
 #include "constraint.hpp"
-#include "runs.hpp"
 #include "runs_api.hpp"
 #include "stop_filter.hpp"
 #include "weir/agents/local_model.hpp"
@@ -207,7 +206,7 @@ struct Service::Impl {
   bool draining = false;
   bool shut = false;
   // The runs API (cfg.workflows); its backend's calls run on `blocking`.
-  std::unique_ptr<Runs> runs;
+  std::unique_ptr<cluster::Runs> runs;
   asio::thread_pool blocking{2};
   RunsApi runs_api;
   std::mutex shut_mu;

@@ -37,7 +37,7 @@ namespace weir::graph {
 class Checkpointer;
 }
 
-namespace weir::serve {
+namespace weir::cluster {
 
 struct RunsConfig {
   std::filesystem::path workflows;  // REQUIRES: a folder
@@ -89,4 +89,4 @@ class Runs {
   std::vector<std::string> names_;
 };
 
-}  // namespace weir::serve
+}  // namespace weir::cluster

@@ -1,6 +1,6 @@
 // The runs API's two backends (runs.hpp): LocalRuns executes on a GraphRuntime in this process,
 // PostgresRuns queues in weir_runs and runs an embedded cluster::Worker.
-#include "runs.hpp"
+#include "weir/cluster/run_service.hpp"
 
 #include <unistd.h>
 
@@ -30,13 +30,11 @@
 #include "weir/runtime/json_write.hpp"
 #include "weir/runtime/memory_budget.hpp"
 
-namespace weir::serve {
+namespace weir::cluster {
 
 namespace asio = boost::asio;
 namespace json = boost::json;
 namespace fs = std::filesystem;
-using cluster::RunRecord;
-using cluster::RunState;
 
 namespace {
 
@@ -510,4 +508,4 @@ Result<std::unique_ptr<Runs>> Runs::open(const RunsConfig& config) {
   return std::unique_ptr<Runs>(std::move(r));
 }
 
-}  // namespace weir::serve
+}  // namespace weir::cluster
