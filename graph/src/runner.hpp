@@ -82,6 +82,10 @@ class ThreadHold {
   std::thread worker_;
 };
 
+// Thread::origin of a run started with `input`, or resumed with `*resume`: "input:" or
+// "resume:" and the SHA-256 of the value's JSON text.
+std::string run_origin(const json::object& input, const json::value* resume);
+
 // Inside a catch block: the Error for the exception being handled (an Exception's own error,
 // any other std::exception as tool_failed "threw: <what>"); anything else is rethrown.
 Error thrown_error();
@@ -125,6 +129,13 @@ struct Runner {
     std::unordered_set<std::string> durable_artifacts;
     // async_resume: the value for resume_node in the first step.
     const json::value* resume_value = nullptr;
+    // What started the run the thread's checkpoints belong to (run_origin), carried in each
+    // checkpoint's pending as "origin". A run given the same input (or resume value) as an
+    // unfinished run's origin, or no input, continues that run: `continues` is then set and the
+    // input, already in the restored state, is not applied again. The one continuation rule of
+    // every caller (the CLI, the run service, a C++ caller).
+    std::string origin;
+    bool continues = false;
   };
   std::unique_ptr<Thread> thread;
   Checkpointer* checkpointer() const { return thread ? thread->checkpointer : nullptr; }
@@ -211,9 +222,11 @@ struct Runner {
 
   RunResult result(std::int32_t steps);
 
-  // Before the first superstep: channel defaults, the checkpoint to continue from, the input
-  // (through the reducers), START's targets. Not a coroutine: see run().
-  Status prepare(const json::object& input, std::vector<Task>& tasks);
+  // Before the first superstep: the input checked against the graph's input list, channel
+  // defaults, the checkpoint to continue from, the input (values over the inline limit moved
+  // to the artifact store, then through the reducers), START's targets. Not a coroutine: see
+  // run().
+  Status prepare(json::object& input, std::vector<Task>& tasks);
 
   Status start(const json::object& input, std::vector<Task>& tasks);
 
@@ -391,8 +404,10 @@ struct Runner {
   asio::awaitable<void> push_state(std::int32_t step);
 
   // Restores the thread's state from its latest checkpoint; an unfinished one also gives the
-  // tasks to run next. An interrupted one is continued only by async_resume.
-  Status restore(std::vector<Task>& tasks);
+  // tasks to run next. An interrupted one is continued only by async_resume. Decides whether
+  // this run continues the unfinished one (Thread::continues; `has_input`: the run was given
+  // one).
+  Status restore(std::vector<Task>& tasks, bool has_input);
 
   // Claims the thread (one runner per thread) and starts its heartbeat. thread_busy when
   // another runner holds it.

@@ -67,6 +67,13 @@ std::optional<std::size_t> CompiledGraph::channel_index(std::string_view name) c
   return std::nullopt;
 }
 
+StateGraph& StateGraph::set_input_channels(std::vector<std::string> channels,
+                                           std::string graph_name) {
+  input_channels_ = std::move(channels);
+  name_ = std::move(graph_name);
+  return *this;
+}
+
 void StateGraph::reserve(std::size_t nodes, std::size_t edges) {
   nodes_.reserve(nodes);
   edges_.reserve(edges);
@@ -82,6 +89,8 @@ Result<std::shared_ptr<const CompiledGraph>> StateGraph::compile(GraphLimits lim
   g->channels_ = std::move(channels_);
   g->nodes_ = std::move(nodes_);
   g->edges_ = std::move(edges_);
+  g->input_channels_ = std::move(input_channels_);
+  g->name_ = std::move(name_);
   const auto& nodes = g->nodes_;
   // A binary search for names (a graph may have hundreds of thousands of nodes); among equal
   // names (an error reported below) the first defined.
