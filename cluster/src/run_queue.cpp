@@ -210,15 +210,20 @@ Result<std::string> RunQueue::submit(const SubmitRequest& req) {
   return id;
 }
 
-Result<std::vector<RunRecord>> RunQueue::list(std::size_t limit, std::optional<RunState> only) {
+Result<std::vector<RunRecord>> RunQueue::list(std::size_t limit, std::optional<RunState> only,
+                                              std::string_view after) {
   std::lock_guard lock(impl_->mu);
-  const std::string sql = std::string("SELECT ") + kColumns +
-                          " FROM weir_runs WHERE ($1::text IS NULL OR state = $1) "
-                          "ORDER BY created_at DESC, id LIMIT $2::int8";
+  // Keyset paging: (created_at, id) descending, so a page starts right after the last one.
+  const std::string sql =
+      std::string("SELECT ") + kColumns +
+      " FROM weir_runs WHERE ($1::text IS NULL OR state = $1) AND ($3::text IS NULL OR "
+      "(created_at, id) < (SELECT created_at, id FROM weir_runs WHERE id = $3)) "
+      "ORDER BY created_at DESC, id DESC LIMIT $2::int8";
   auto r =
       impl_->conn.exec(sql.c_str(),
                        {only ? std::optional<std::string>(run_state_name(*only)) : std::nullopt,
-                        std::to_string(std::min<std::size_t>(limit, INT64_MAX))},
+                        std::to_string(std::min<std::size_t>(limit, INT64_MAX)),
+                        after.empty() ? std::nullopt : std::optional<std::string>(after)},
                        "listing runs");
   if (!r) return std::move(r).error();
   std::vector<RunRecord> out;

@@ -515,20 +515,19 @@ Result<std::unique_ptr<Service>> Service::start(ServeConfig config) {
   if (!server) return std::move(server).error();
   s->server = std::move(*server);
   if (s->cfg.workflows) {
-    cluster::RunsConfig rc;
+    cluster::RunServiceOptions rc;
     rc.workflows = *s->cfg.workflows;
     rc.db = s->cfg.runs_db;
     rc.max_runs = s->cfg.max_runs;
     rc.max_queued_runs = s->cfg.max_queued_runs;
     rc.keep_finished = s->cfg.keep_runs;
     rc.log = [](const std::string& line) { weir::log(LogLevel::info, "serve: run " + line); };
-    auto runs = cluster::Runs::open(rc);
+    auto runs = cluster::RunService::open(std::move(rc));
     if (!runs) return std::move(runs).error();
     s->runs = std::move(*runs);
     s->runs_api.runs = s->runs.get();
     s->runs_api.blocking = &s->blocking;
     s->runs_api.draining = &s->draining;
-    s->runs_api.poll = std::chrono::milliseconds(s->cfg.runs_db.empty() ? 100 : 250);
   }
   s->metrics.gauge_callback("weir_serve_connections", "open HTTP connections", {},
                             [s] { return static_cast<double>(s->server->connections()); });

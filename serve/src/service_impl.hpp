@@ -206,7 +206,7 @@ struct Service::Impl {
   bool draining = false;
   bool shut = false;
   // The runs API (cfg.workflows); its backend's calls run on `blocking`.
-  std::unique_ptr<cluster::Runs> runs;
+  std::unique_ptr<cluster::RunService> runs;
   asio::thread_pool blocking{2};
   RunsApi runs_api;
   std::mutex shut_mu;

@@ -1,7 +1,9 @@
 // Worker: drains a RunQueue. It claims runs (FOR UPDATE SKIP LOCKED), runs up to max_runs at
 // once on one GraphRuntime under one MemoryBudget, keeps their leases fresh, and records how
-// each ended. Between claims it waits on LISTEN weir_runs (a notification wakes it at once) for
-// at most `poll`, so it never spins and never misses work for longer than that.
+// each ended. Steps 2, 3 and the run itself are the one executor's (run_executor.hpp in
+// cluster/src), which the run service's in-process backend uses too. Between claims it waits
+// on LISTEN weir_runs (a notification wakes it at once) for at most `poll`, so it never spins
+// and never misses work for longer than that.
 //
 // A run, from claim to end:
 //   1. RunQueue::claim: state running, attempts + 1, a new fence, lease = now + lease (the
