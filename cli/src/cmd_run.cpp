@@ -12,7 +12,6 @@
 #include <sstream>
 
 #include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/redirect_error.hpp>
@@ -62,6 +61,19 @@ void remove_stale_artifact_dirs() {
 
 namespace {
 
+// The error an exception escaping a run's coroutine carries, for its completion handler.
+Error exception_error(std::exception_ptr e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const Exception& x) {
+    return x.error();
+  } catch (const std::exception& x) {
+    return Error(Errc::tool_failed, std::string("the run threw: ") + x.what());
+  } catch (...) {
+    return Error(Errc::tool_failed, "the run threw an unknown exception");
+  }
+}
+
 // --input: a JSON object, or @file holding one. The file's size is checked before it is read;
 // with `storage` (the run-state budget), the value is charged as it is built.
 Result<json::object> read_input_object(std::string text,
@@ -97,6 +109,9 @@ struct WorkflowEnv {
     std::error_code ec;
     if (!art_dir.empty()) fs::remove_all(art_dir, ec);
   }
+
+  // The workflow's name: its "name", else its file's stem.
+  std::string name() const { return spec.name.empty() ? spec.file.stem().string() : spec.name; }
 
   graph::RuntimeOptions runtime_options() const {
     graph::RuntimeOptions o = built.runtime;
@@ -184,6 +199,11 @@ Result<std::unique_ptr<graph::Checkpointer>> open_store(const fs::path& db) {
   return graph::open_sqlite_checkpointer(db);
 }
 
+int store_failed(const char* command, const Error& e) {
+  std::fprintf(stderr, "weir %s: %s\n", command, e.message.c_str());
+  return store_exit_code(e);
+}
+
 namespace {
 
 // Where a run keeps its checkpoints (--thread, --store) and whether it streams.
@@ -194,24 +214,22 @@ struct RunTarget {
   bool stream = false;
   json::object metadata;  // into every checkpoint: the workflow file, for weir resume
 
-  bool open(const Flags& f, const char* command) {
+  // kExitOk, or the exit code after printing the problem.
+  int open(const Flags& f, const char* command) {
     stream = f.has("--stream");
     if (auto t = f.get("--thread")) thread = *t;
     if (thread.empty()) {
       if (f.get("--store")) {
         std::fprintf(stderr, "weir %s: --store needs --thread ID\n", command);
-        return false;
+        return kExitInvalidInput;
       }
-      return true;
+      return kExitOk;
     }
     store = store_path(f);
     auto cp = open_store(store);
-    if (!cp) {
-      std::fprintf(stderr, "weir %s: %s\n", command, cp.error().message.c_str());
-      return false;
-    }
+    if (!cp) return store_failed(command, cp.error());
     checkpointer = std::move(*cp);
-    return true;
+    return kExitOk;
   }
 };
 
@@ -294,6 +312,7 @@ int run_workflow(WorkflowEnv& env, RunTarget& target, const std::string& file, c
   const bool progress = !target.stream && ::isatty(STDERR_FILENO);
   if (target.stream || progress) opt.events = std::make_shared<graph::EventStream>(64);
   auto events = opt.events;
+  std::optional<Error> printer_error;
   ProgressLine line;
   auto task = [&]() -> asio::awaitable<void> {
     auto op = start(runtime, opt);
@@ -307,10 +326,20 @@ int run_workflow(WorkflowEnv& env, RunTarget& target, const std::string& file, c
         line.update(*e, runtime, *env.budget);
     }
   };
-  asio::co_spawn(io, task(), asio::detached);
-  if (events) asio::co_spawn(io, printer(), asio::detached);
+  // Never detached (STYLE.md): an exception escaping the run or the printer is the run's error
+  // (a printer that stopped closes the stream, so the run is not held by its backpressure).
+  asio::co_spawn(io, task(), [&](std::exception_ptr e) {
+    if (e) result = exception_error(e);
+  });
+  if (events)
+    asio::co_spawn(io, printer(), [&](std::exception_ptr e) {
+      if (!e) return;
+      events->close();
+      printer_error = exception_error(e);
+    });
   io.run();
   line.clear();
+  if (result && printer_error) result = std::move(*printer_error);
   if (!result) {
     std::fprintf(stderr, "weir %s: %s\n", command, cli_text(result.error(), target, file).c_str());
     return run_exit_code(result.error());
@@ -403,25 +432,16 @@ int cmd_run(Args args) {
              kExitInvalidInput;
     input = std::move(*parsed);
   }
-  if (!env->spec.input.empty()) {  // the workflow's "input": the channels a run may set
-    for (const auto& [k, v] : input) {
-      const auto& allowed = env->spec.input;
-      if (std::find(allowed.begin(), allowed.end(), std::string_view(k)) != allowed.end()) continue;
-      std::string list;
-      for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
-      std::fprintf(stderr,
-                   "weir run: --input sets '%s', which %s does not take as input (its "
-                   "\"input\": %s)\n",
-                   std::string(k).c_str(), env->spec.name.c_str(), list.c_str());
-      return kExitInvalidInput;
-    }
-  }
+  // The workflow's "input": the channels a run may set (the executor checks it too; here the
+  // message names the flag).
+  if (auto s = graph::check_input_channels(env->spec.input, env->name(), input, "--input"); !s)
+    return std::fprintf(stderr, "weir run: %s\n", s.error().message.c_str()), kExitInvalidInput;
   RunTarget target;
-  if (!target.open(f, "run")) return kExitInvalidInput;
+  if (int c = target.open(f, "run"); c != kExitOk) return c;
   target.metadata["workflow"] = fs::absolute(f.positional()[0]).string();
   return run_workflow(*env, target, f.positional()[0], "run",
                       [&](graph::GraphRuntime& rt, graph::RunOptions opt) {
-                        return rt.async_invoke(env->graph, input, std::move(opt));
+                        return rt.async_invoke(env->graph, std::move(input), std::move(opt));
                       });
 }
 
@@ -451,12 +471,9 @@ int cmd_resume(Args args) {
   std::string file = f.get("--file").value_or("");
   if (file.empty()) {
     auto cp = open_store(db);
-    if (!cp)
-      return std::fprintf(stderr, "weir resume: %s\n", cp.error().message.c_str()), kExitRunFailed;
+    if (!cp) return store_failed("resume", cp.error());
     auto latest = (*cp)->latest(thread);
-    if (!latest)
-      return std::fprintf(stderr, "weir resume: %s\n", latest.error().message.c_str()),
-             kExitRunFailed;
+    if (!latest) return store_failed("resume", latest.error());
     if (!*latest)
       return std::fprintf(stderr, "weir resume: no thread '%s' in %s\n", thread.c_str(),
                           graph::redact_store(db.string()).c_str()),
@@ -479,8 +496,7 @@ int cmd_resume(Args args) {
   target.stream = f.has("--stream");
   target.metadata["workflow"] = fs::absolute(file).string();
   auto cp = open_store(db);
-  if (!cp)
-    return std::fprintf(stderr, "weir resume: %s\n", cp.error().message.c_str()), kExitRunFailed;
+  if (!cp) return store_failed("resume", cp.error());
   target.checkpointer = std::move(*cp);
   return run_workflow(*env, target, file, "resume",
                       [&](graph::GraphRuntime& rt, graph::RunOptions opt) {
@@ -543,26 +559,14 @@ int cmd_batch(Args args) {
       ++pr.emitted;
     }
   };
-  auto one = [&](std::size_t index, std::string line) -> asio::awaitable<void> {
-    json::object res{{"index", index}};
-    auto parsed = parse_json(line, inputs + " line " + std::to_string(index + 1));
-    if (!parsed || !parsed->value.is_object()) {
-      res["ok"] = false;
-      res["error"] = json::object{
-          {"code", parsed ? "invalid_argument" : errc_name(parsed.error().code)},
-          {"message", parsed ? "line " + std::to_string(index + 1) + " is not a JSON object"
-                             : parsed.error().message}};
-    } else {
-      auto r = co_await runtime.async_invoke(env->graph, parsed->value.as_object());
-      res["ok"] = static_cast<bool>(r);
-      if (r) {
-        res["state"] = std::move(r->state);
-        res["steps"] = r->steps;
-      } else {
-        res["error"] =
-            json::object{{"code", errc_name(r.error().code)}, {"message", r.error().message}};
-      }
-    }
+  auto failed_line = [](std::size_t index, const Error& e) {
+    return json::object{
+        {"index", index},
+        {"ok", false},
+        {"error", json::object{{"code", errc_name(e.code)}, {"message", e.message}}}};
+  };
+  // A line's result, in order; on the io_context's one thread.
+  auto line_done = [&](std::size_t index, json::object res) {
     if (!res.at("ok").as_bool()) ++pr.failed;
     ++pr.done;
     ready[index] = to_json_text(res);
@@ -573,6 +577,22 @@ int cmd_batch(Args args) {
                    format_bytes(env->budget->used_total()).c_str());
     wake.cancel();
   };
+  auto one = [&](std::size_t index, std::string line) -> asio::awaitable<void> {
+    auto parsed = parse_json(line, inputs + " line " + std::to_string(index + 1));
+    if (!parsed) co_return line_done(index, failed_line(index, parsed.error()));
+    if (!parsed->value.is_object())
+      co_return line_done(index, failed_line(index, Error(Errc::invalid_argument,
+                                                          "line " + std::to_string(index + 1) +
+                                                              " is not a JSON object")));
+    auto op = runtime.async_invoke(env->graph, std::move(parsed->value.as_object()));
+    auto r = co_await std::move(op);
+    if (!r) co_return line_done(index, failed_line(index, r.error()));
+    line_done(
+        index,
+        json::object{
+            {"index", index}, {"ok", true}, {"state", std::move(r->state)}, {"steps", r->steps}});
+  };
+  bool feeder_failed = false;
   auto feeder = [&]() -> asio::awaitable<void> {
     std::string line;
     std::size_t index = 0;
@@ -588,7 +608,12 @@ int cmd_batch(Args args) {
         wake.expires_at(asio::steady_timer::time_point::max());
       }
       ++pr.started;
-      asio::co_spawn(io, one(index++, std::move(line)), asio::detached);
+      // Never detached (STYLE.md): a line whose coroutine threw still gets its result line, so
+      // the window moves on and the process ends.
+      const std::size_t i = index++;
+      asio::co_spawn(io, one(i, std::move(line)), [&, i](std::exception_ptr e) {
+        if (e) line_done(i, failed_line(i, exception_error(e)));
+      });
       // Yield once a line. A run that never suspends completes inside co_spawn, and Asio frees
       // a finished coroutine's frames through a post to the executor: a feeder that never
       // yielded kept every finished run's frames until the end of the file (~1.3 KB a line).
@@ -596,14 +621,19 @@ int cmd_batch(Args args) {
     }
   };
   const auto t0 = std::chrono::steady_clock::now();
-  asio::co_spawn(io, feeder(), asio::detached);
+  asio::co_spawn(io, feeder(), [&](std::exception_ptr e) {
+    if (!e) return;
+    feeder_failed = true;
+    std::fprintf(stderr, "weir batch: reading %s: %s\n", inputs.c_str(),
+                 exception_error(e).to_string().c_str());
+  });
   io.run();
   flush();
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (tty) std::fprintf(stderr, "\r%70s\r", "");
   std::fprintf(stderr, "weir batch: %zu runs, %zu failed, in %.2f s (%.0f runs/s)\n", pr.done,
                pr.failed, secs, static_cast<double>(pr.done) / std::max(secs, 1e-9));
-  return pr.failed ? kExitRunFailed : kExitOk;
+  return pr.failed || feeder_failed ? kExitRunFailed : kExitOk;
 }
 
 }  // namespace weir::cli

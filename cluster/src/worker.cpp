@@ -226,6 +226,15 @@ struct Worker::Impl {
     say(id + ": cancel requested");
   }
 
+  // True when the queue holds no queued and no running run (a database error says false).
+  bool nothing_left() {
+    for (auto st : {RunState::queued, RunState::running}) {
+      auto n = queue->count(st);
+      if (!n || *n > 0) return false;
+    }
+    return true;
+  }
+
   // Drops ended runs; returns how many are still held.
   std::size_t reap() {
     std::lock_guard lock(mu);
@@ -340,7 +349,10 @@ Result<WorkerStats> Worker::Impl::run() {
       ++started;
       if (start(std::move(**c), pool)) ++now_holding;
     }
-    if (opt.exit_when_idle && idle && reap() == 0) break;
+    // --exit-when-idle: nothing held here, nothing claimable now, and no run anywhere that may
+    // still become claimable: a queued one (a hand-back waits out its delay first) or a running
+    // one (its holder may be gone, and its lease then lapses).
+    if (opt.exit_when_idle && idle && reap() == 0 && nothing_left()) break;
     // Wait for a notification, a run's end, stop(), or the next renewal / poll.
     if (!listener || PQstatus(listener->get()) != CONNECTION_OK) {
       if (auto s = listen(); !s) {

@@ -118,6 +118,13 @@ TEST(CliPostgres, OneRunnerPerThread) {
   fs::remove(wf);
 }
 
+// Retention never deletes a thread a run holds (age-based pruning skips it and says so).
+TEST(CliPostgres, StorePruneSkipsAThreadInUse) {
+  const std::string uri = fresh_store();
+  ASSERT_NE(uri, "");
+  weir::testing::expect_prune_skips_a_thread_in_use(uri);
+}
+
 // As on SQLite (cli_threads_test): killed twice and continued, the run applies its input once.
 TEST(CliPostgres, AContinuedRunAppliesItsInputOnce) {
   const std::string uri = fresh_store();

@@ -136,6 +136,13 @@ TEST(Cli, OneRunnerPerThread) {
   fs::remove(db);
 }
 
+// Retention never deletes a thread a run holds (age-based pruning skips it and says so).
+TEST(Cli, StorePruneSkipsAThreadInUse) {
+  const fs::path db = temp_db("prune_live");
+  weir::testing::expect_prune_skips_a_thread_in_use(db.string());
+  fs::remove(db);
+}
+
 // A run killed mid-way and continued with the same command (twice) ends as if never killed.
 TEST(Cli, AContinuedRunAppliesItsInputOnce) {
   const fs::path db = temp_db("continue");

@@ -50,8 +50,11 @@ struct WorkerOptions {
   // is claimed only while less than 90% of it is in use; a run that would go over fails with
   // memory_budget_exceeded (the graph's own fence).
   std::size_t memory_limit = std::size_t{1} << 30;
-  bool once = false;                     // claim one run, wait for it to end, return
-  bool exit_when_idle = false;           // return once nothing is held and nothing is claimable
+  bool once = false;  // claim one run, wait for it to end, return
+  // Return once nothing is held and the queue has no run left that could be claimed now or
+  // later: none queued (a hand-back waits out its delay), none running anywhere (a run held by
+  // a worker that died becomes claimable when its lease lapses; this worker waits for that).
+  bool exit_when_idle = false;
   std::string name;                      // the lease owner shown by `weir runs`; "" = "host:pid"
   std::chrono::milliseconds poll{2000};  // the longest wait for work without a notification
   // At start, how long to keep trying to reach a database that refuses or is not up yet
