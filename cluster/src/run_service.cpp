@@ -122,6 +122,17 @@ Result<std::map<std::string, std::shared_ptr<const WorkflowFile>>> load_workflow
   return out;
 }
 
+Status load_folder(const RunServiceOptions& options,
+                   std::map<std::string, std::shared_ptr<const WorkflowFile>>& folder,
+                   std::vector<std::string>& names) {
+  if (options.workflows.empty()) return {};
+  auto f = load_workflow_folder(options.workflows);
+  if (!f) return std::move(f).error();
+  folder = std::move(*f);
+  for (const auto& [n, w] : folder) names.push_back(n);
+  return {};
+}
+
 Result<std::shared_ptr<const WorkflowFile>> resolve_request(
     const RunRequest& rq, const std::map<std::string, std::shared_ptr<const WorkflowFile>>& folder,
     const std::vector<std::string>& names) {

@@ -36,12 +36,7 @@ class LocalRuns final : public RunService {
   ~LocalRuns() override { shutdown(); }
 
   Status open() {
-    if (!cfg_.workflows.empty()) {
-      auto f = load_workflow_folder(cfg_.workflows);
-      if (!f) return std::move(f).error();
-      folder_ = std::move(*f);
-      for (const auto& [n, w] : folder_) names_.push_back(n);
-    }
+    if (auto s = load_folder(cfg_, folder_, names_); !s) return s;
     auto ex = RunExecutor::open({cfg_.max_runs, cfg_.memory_limit, "runs"});
     if (!ex) return std::move(ex).error();
     executor_ = std::move(*ex);
@@ -310,6 +305,7 @@ class LocalRuns final : public RunService {
     r.rec.error = std::move(message);
     r.rec.finished_ms = now_ms();
     r.rec.lease_owner.clear();
+    r.built.reset();  // the graph goes with the last run of it (it holds the executor's store)
     if (auto b = busy_threads_.find(r.rec.thread_id);
         b != busy_threads_.end() && b->second == r.rec.id)
       busy_threads_.erase(b);

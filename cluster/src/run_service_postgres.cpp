@@ -29,12 +29,7 @@ class PostgresRuns final : public RunService {
   ~PostgresRuns() override { shutdown(); }
 
   Status open() {
-    if (!cfg_.workflows.empty()) {
-      auto f = load_workflow_folder(cfg_.workflows);
-      if (!f) return std::move(f).error();
-      folder_ = std::move(*f);
-      for (const auto& [n, w] : folder_) names_.push_back(n);
-    }
+    if (auto s = load_folder(cfg_, folder_, names_); !s) return s;
     auto q = RunQueue::open(cfg_.db);
     if (!q) return std::move(q).error();
     queue_ = std::move(*q);
