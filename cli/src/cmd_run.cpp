@@ -504,6 +504,41 @@ int cmd_resume(Args args) {
                       });
 }
 
+namespace {
+
+// weir batch's result lines in input order: a line's result waits until every earlier line's
+// was written (a blank line has none). On the io_context's one thread.
+struct OrderedOutput {
+  std::FILE* out = stdout;
+  std::map<std::size_t, std::string> ready;  // index -> its result line, not yet written
+  std::vector<std::size_t> skipped;          // blank lines: indexes with no run
+  std::size_t next = 0;                      // the next index to write
+  std::size_t emitted = 0;                   // result lines written
+
+  void flush() {
+    while (true) {
+      if (std::find(skipped.begin(), skipped.end(), next) != skipped.end()) {
+        ++next;
+        continue;
+      }
+      auto it = ready.find(next);
+      if (it == ready.end()) break;
+      std::fprintf(out, "%s\n", it->second.c_str());
+      ready.erase(it);
+      ++next;
+      ++emitted;
+    }
+  }
+};
+
+json::object failed_line(std::size_t index, const Error& e) {
+  return json::object{{"index", index},
+                      {"ok", false},
+                      {"error", json::object{{"code", errc_name(e.code)}, {"message", e.message}}}};
+}
+
+}  // namespace
+
 int cmd_batch(Args args) {
   Flags f("batch", {"--model", "--inputs", "--max-concurrency", "--concurrency", "--output"}, {});
   if (!f.parse(args)) return kExitInvalidInput;
@@ -518,12 +553,12 @@ int cmd_batch(Args args) {
     return kExitInvalidInput;
   std::ifstream lines(inputs);
   if (!lines) return f.fail("cannot read inputs file '" + inputs + "'"), kExitInvalidInput;
-  std::FILE* out = stdout;
+  OrderedOutput output;
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> out_file(nullptr, &std::fclose);
   if (auto o = f.get("--output")) {
     out_file.reset(std::fopen(o->c_str(), "w"));
     if (!out_file) return f.fail("cannot write output file '" + *o + "'"), kExitInvalidInput;
-    out = out_file.get();
+    output.out = out_file.get();
   }
   int code = kExitOk;
   auto env = WorkflowEnv::open(f.positional()[0], f.get("--model"), "batch", code);
@@ -536,41 +571,18 @@ int cmd_batch(Args args) {
   // `window` runs are in flight or finished-but-waiting for an earlier one: a million-line
   // file costs no more memory than a short one.
   struct Progress {
-    std::size_t started = 0, done = 0, failed = 0, emitted = 0;
+    std::size_t started = 0, done = 0, failed = 0;
   } pr;
-  std::map<std::size_t, std::string> ready;  // index -> its result line, not yet printed
-  std::size_t next_index = 0;                // the next index to print
-  std::vector<std::size_t> skipped;          // blank lines: indexes with no run
   const bool tty = ::isatty(STDERR_FILENO);
   const std::size_t window = 2 * concurrency;
   asio::steady_timer wake(io);
   wake.expires_at(asio::steady_timer::time_point::max());
-  auto flush = [&] {
-    while (true) {
-      if (std::find(skipped.begin(), skipped.end(), next_index) != skipped.end()) {
-        ++next_index;
-        continue;
-      }
-      auto it = ready.find(next_index);
-      if (it == ready.end()) break;
-      std::fprintf(out, "%s\n", it->second.c_str());
-      ready.erase(it);
-      ++next_index;
-      ++pr.emitted;
-    }
-  };
-  auto failed_line = [](std::size_t index, const Error& e) {
-    return json::object{
-        {"index", index},
-        {"ok", false},
-        {"error", json::object{{"code", errc_name(e.code)}, {"message", e.message}}}};
-  };
   // A line's result, in order; on the io_context's one thread.
   auto line_done = [&](std::size_t index, json::object res) {
     if (!res.at("ok").as_bool()) ++pr.failed;
     ++pr.done;
-    ready[index] = to_json_text(res);
-    flush();
+    output.ready[index] = to_json_text(res);
+    output.flush();
     if (tty)
       std::fprintf(stderr, "\r  %zu done (%zu failed), %zu running, %s in use   ", pr.done,
                    pr.failed, runtime.active_runs(),
@@ -598,11 +610,11 @@ int cmd_batch(Args args) {
     std::size_t index = 0;
     while (std::getline(lines, line)) {
       if (line.find_first_not_of(" \t\r") == std::string::npos) {
-        skipped.push_back(index++);
-        flush();
+        output.skipped.push_back(index++);
+        output.flush();
         continue;
       }
-      while (pr.started - pr.emitted >= window) {
+      while (pr.started - output.emitted >= window) {
         boost::system::error_code ec;
         co_await wake.async_wait(asio::redirect_error(asio::use_awaitable, ec));
         wake.expires_at(asio::steady_timer::time_point::max());
@@ -628,7 +640,7 @@ int cmd_batch(Args args) {
                  exception_error(e).to_string().c_str());
   });
   io.run();
-  flush();
+  output.flush();
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (tty) std::fprintf(stderr, "\r%70s\r", "");
   std::fprintf(stderr, "weir batch: %zu runs, %zu failed, in %.2f s (%.0f runs/s)\n", pr.done,

@@ -272,6 +272,90 @@ awaitable<void> thread_state(const RunsApi& api, const std::string& thread, http
   out = r ? json_answer(200, *r) : from_error(r.error());
 }
 
+// GET /v1/runs: a page of runs (limit, state, after).
+awaitable<void> list_runs(const RunsApi& api, const http::Request& rq, http::Response& out) {
+  cluster::RunService* runs = api.runs;
+  cluster::RunListQuery q;
+  if (auto v = query_value(rq.target, "limit")) {
+    char* end = nullptr;
+    const unsigned long n = std::strtoul(v->c_str(), &end, 10);
+    if (v->empty() || *end != '\0' || n < 1 || n > 1000) {
+      out = api_error(400, "limit must be a whole number from 1 to 1000, got '" + *v + "'",
+                      "invalid_request", "limit");
+      co_return;
+    }
+    q.limit = n;
+  }
+  if (auto v = query_value(rq.target, "state")) {
+    q.state = cluster::parse_run_state(*v);
+    if (!q.state) {
+      out = api_error(400,
+                      "state must be queued, running, succeeded, failed, cancelled or "
+                      "interrupted, got '" +
+                          *v + "'",
+                      "invalid_request", "state");
+      co_return;
+    }
+  }
+  if (auto v = query_value(rq.target, "after")) q.after = *v;
+  auto l = co_await off_thread(*api.blocking, [&] { return runs->list(q); });
+  if (!l) {
+    out = l.error().is(Errc::not_found)
+              ? api_error(400, "after: " + l.error().message + " (give the last_id of a page)",
+                          "invalid_request", "after")
+              : from_error(l.error());
+    co_return;
+  }
+  out = json_answer(200, cluster::run_list_json(*l));
+}
+
+// POST /v1/runs: {"workflow", "input"?, "thread_id"?} -> 202 and the run.
+awaitable<void> submit_run(const RunsApi& api, const http::Request& rq, http::Response& out) {
+  cluster::RunService* runs = api.runs;
+  auto body = body_object(rq, out, false);
+  if (!body || !only_fields(*body, {"workflow", "input", "thread_id"}, out)) co_return;
+  const auto* wf = body->if_contains("workflow");
+  if (!wf || !wf->is_string() || wf->as_string().empty()) {
+    std::string names;
+    for (const auto& n : runs->workflow_names()) names += (names.empty() ? "" : ", ") + n;
+    out = api_error(
+        400, "'workflow' is required: the name of one of this server's workflows (" + names + ")",
+        "invalid_request", "workflow");
+    co_return;
+  }
+  cluster::RunRequest run;
+  run.workflow = std::string(wf->as_string());
+  if (const auto* in = body->if_contains("input"); in && !in->is_null()) {
+    if (!in->is_object()) {
+      out = api_error(400, "'input' must be a JSON object (channel name -> value)",
+                      "invalid_request", "input");
+      co_return;
+    }
+    run.input = in->as_object();
+  }
+  if (const auto* t = body->if_contains("thread_id"); t && !t->is_null()) {
+    if (!t->is_string() || t->as_string().empty()) {
+      out =
+          api_error(400, "'thread_id' must be a non-empty string", "invalid_request", "thread_id");
+      co_return;
+    }
+    run.thread_id = std::string(t->as_string());
+  }
+  auto rec = co_await off_thread(*api.blocking, [&] { return runs->submit(std::move(run)); });
+  if (!rec) {
+    // Before anything was queued: an unknown workflow, or an input it does not take.
+    if (rec.error().is(Errc::not_found))
+      out = api_error(404, rec.error().message, "workflow_not_found", "workflow");
+    else if (rec.error().is(Errc::invalid_argument))
+      out = api_error(400, rec.error().message, "invalid_request", "input");
+    else
+      out = from_error(rec.error());
+    co_return;
+  }
+  out = json_answer(202, cluster::run_json(*rec));
+  out.headers.emplace_back("Location", "/v1/runs/" + rec->id);
+}
+
 }  // namespace
 
 bool is_runs_path(const std::string& path) {
@@ -304,83 +388,11 @@ awaitable<void> route_runs(const RunsApi& api, http::Exchange& ex, http::Respons
     out = json_answer(200, json::object{{"object", "list"}, {"data", std::move(names)}});
   } else if (p.collection == "runs" && p.id.empty()) {
     if (rq.method == "GET") {
-      cluster::RunListQuery q;
-      if (auto v = query_value(rq.target, "limit")) {
-        char* end = nullptr;
-        const unsigned long n = std::strtoul(v->c_str(), &end, 10);
-        if (v->empty() || *end != '\0' || n < 1 || n > 1000) {
-          out = api_error(400, "limit must be a whole number from 1 to 1000, got '" + *v + "'",
-                          "invalid_request", "limit");
-          co_return;
-        }
-        q.limit = n;
-      }
-      if (auto v = query_value(rq.target, "state")) {
-        q.state = cluster::parse_run_state(*v);
-        if (!q.state) {
-          out = api_error(400,
-                          "state must be queued, running, succeeded, failed, cancelled or "
-                          "interrupted, got '" +
-                              *v + "'",
-                          "invalid_request", "state");
-          co_return;
-        }
-      }
-      if (auto v = query_value(rq.target, "after")) q.after = *v;
-      auto l = co_await off_thread(*api.blocking, [&] { return runs->list(q); });
-      if (!l) {
-        out = l.error().is(Errc::not_found)
-                  ? api_error(400, "after: " + l.error().message + " (give the last_id of a page)",
-                              "invalid_request", "after")
-                  : from_error(l.error());
-        co_return;
-      }
-      out = json_answer(200, cluster::run_list_json(*l));
+      co_await list_runs(api, rq, out);
       co_return;
     }
     if (!method_is("POST")) co_return;
-    auto body = body_object(rq, out, false);
-    if (!body || !only_fields(*body, {"workflow", "input", "thread_id"}, out)) co_return;
-    const auto* wf = body->if_contains("workflow");
-    if (!wf || !wf->is_string() || wf->as_string().empty()) {
-      std::string names;
-      for (const auto& n : runs->workflow_names()) names += (names.empty() ? "" : ", ") + n;
-      out = api_error(
-          400, "'workflow' is required: the name of one of this server's workflows (" + names + ")",
-          "invalid_request", "workflow");
-      co_return;
-    }
-    cluster::RunRequest run;
-    run.workflow = std::string(wf->as_string());
-    if (const auto* in = body->if_contains("input"); in && !in->is_null()) {
-      if (!in->is_object()) {
-        out = api_error(400, "'input' must be a JSON object (channel name -> value)",
-                        "invalid_request", "input");
-        co_return;
-      }
-      run.input = in->as_object();
-    }
-    if (const auto* t = body->if_contains("thread_id"); t && !t->is_null()) {
-      if (!t->is_string() || t->as_string().empty()) {
-        out = api_error(400, "'thread_id' must be a non-empty string", "invalid_request",
-                        "thread_id");
-        co_return;
-      }
-      run.thread_id = std::string(t->as_string());
-    }
-    auto rec = co_await off_thread(*api.blocking, [&] { return runs->submit(std::move(run)); });
-    if (!rec) {
-      // Before anything was queued: an unknown workflow, or an input it does not take.
-      if (rec.error().is(Errc::not_found))
-        out = api_error(404, rec.error().message, "workflow_not_found", "workflow");
-      else if (rec.error().is(Errc::invalid_argument))
-        out = api_error(400, rec.error().message, "invalid_request", "input");
-      else
-        out = from_error(rec.error());
-      co_return;
-    }
-    out = json_answer(202, cluster::run_json(*rec));
-    out.headers.emplace_back("Location", "/v1/runs/" + rec->id);
+    co_await submit_run(api, rq, out);
   } else if (p.collection == "runs" && p.action.empty()) {
     if (!method_is("GET")) co_return;
     auto rec = co_await off_thread(*api.blocking, [&] { return runs->get(p.id); });
