@@ -149,8 +149,9 @@ Status Runner::interrupt_run(const std::vector<Task>& tasks, std::size_t k, std:
     if (g.nodes_[t.node].options.max_visits > 0 && st.visits[t.node] > 0) --st.visits[t.node];
   }
   json::object info{{"node", name}, {"payload", *tasks[k].ctx.extra_->interrupt}};
-  if (auto s = save(std::vector<bool>(g.channels_.size()), tasks, step - 1, "interrupted", &info);
-      !s)
+  // Numbered as the step it paused (a number of its own: the step before has its checkpoint);
+  // the re-run on resume comes after it.
+  if (auto s = save(std::vector<bool>(g.channels_.size()), tasks, step, "interrupted", &info); !s)
     return s;
   interrupted_task = static_cast<std::uint32_t>(k);
   return {};

@@ -179,6 +179,32 @@ TEST(RunInput, ARepeatedResumeContinuesTheRunItStarted) {
   expect_steps_increase(history(*cp, "t"));
 }
 
+// The checkpoint that records an interrupt is numbered as the step it paused (it repeated the
+// step before it), and the resumed step comes after it.
+TEST(RunInput, AnInterruptedThreadNeverRepeatsAStepNumber) {
+  StateGraph b;
+  b.add_channel("draft", {});
+  b.add_channel("verdict", {});
+  b.add_node("write", [](const StateView&, NodeContext&) -> Result<Update> {
+    return Update().set("draft", "d");
+  });
+  b.add_node("ask", [](const StateView&, NodeContext& c) -> Result<Update> {
+    if (const json::value* v = c.resume_value()) return Update().set("verdict", *v);
+    return c.interrupt("ok?");
+  });
+  b.add_edge("START", "write").add_edge("write", "ask").add_edge("ask", "END");
+  auto g = *b.compile();
+  auto cp = make_memory_checkpointer();
+  GraphRuntime rt;
+  auto paused =
+      run(rt, g, json::object{{"draft", "x"}}, {.checkpointer = cp.get(), .thread_id = "t"});
+  ASSERT_TRUE(paused && paused->interrupted);
+  auto done = resume(rt, g, "t", "yes", {.checkpointer = cp.get()});
+  ASSERT_TRUE(done) << done.error().message;
+  EXPECT_EQ(done->state.at("verdict"), "yes");
+  expect_steps_increase(history(*cp, "t"));
+}
+
 const char* kIoWorkflow = R"({"name": "io",
   "state": {"topic": {}, "n": {"default": 1}, "scratch": {}},
   "input": ["topic"], "output": ["n", "topic"],

@@ -102,7 +102,8 @@ class NodeContext {
   // (counted over the thread's whole history), else the step of this invocation (1, 2, ...).
   // With run_id() and node() it names this call for a tool that must not repeat a side effect
   // (a re-run of an uncommitted step after a crash has the same step and node; a queue worker
-  // gives each attempt its own run_id "<run>.<attempt>").
+  // gives each attempt its own run_id "<run>.<attempt>"). A step that interrupted has its own
+  // checkpoint with its number; on resume it runs again as the next step.
   std::int64_t step() const;
   // The Send input for a fanned-out invocation, null otherwise.
   const boost::json::value& input() const;
