@@ -14,6 +14,7 @@
 
 #include "args.hpp"
 #include "commands.hpp"
+#include "trace_flags.hpp"
 #include "weir/cluster/run_queue.hpp"
 #include "weir/cluster/run_service.hpp"
 #include "weir/cluster/worker.hpp"
@@ -90,7 +91,8 @@ extern "C" void on_stop_signal(int) {
 }  // namespace
 
 int cmd_submit(Args args) {
-  Flags f("submit", {"--input", "--db", "--thread", "--max-attempts"}, {});
+  Flags f("submit", {"--input", "--db", "--thread", "--max-attempts", "--otlp-endpoint", "--trace"},
+          {"--trace-content"});
   if (!f.parse(args)) return kExitInvalidInput;
   if (f.positional().size() != 1) return f.fail("give one workflow file"), kExitInvalidInput;
   const std::string file = f.positional()[0];
@@ -127,7 +129,23 @@ int cmd_submit(Args args) {
   req.thread_id = f.get("--thread").value_or("");
   auto queue = open_queue(*db);
   if (!queue) return store_failed("submit", queue.error());
+  // The run's trace: this submit's span when traced (else the service starts a trace of the
+  // run's own), so every worker that takes the run (after a crash, another) continues one trace.
+  std::shared_ptr<trace::Tracer> tracer;
+  if (!open_tracer(f, tracer)) return kExitInvalidInput;
+  trace::Span span;
+  if (tracer) {
+    span = tracer->start_span("submit " + req.workflow_file.stem().string(), nullptr,
+                              trace::SpanKind::client);
+    span.set("weir.workflow.file", req.workflow_file.string());
+  }
+  if (span.context().valid()) req.traceparent = trace::format_traceparent(span.context());
   auto run = (*queue)->submit(std::move(req));
+  if (run) span.set("weir.workflow.name", run->workflow_name);
+  if (run) span.set(trace::attr::kRunId, run->id);
+  if (!run) span.set_error(run.error());
+  span.end();
+  close_tracer(tracer);
   if (!run) {
     // A file that does not load prints its report as `weir validate` does.
     if (run.error().is(Errc::invalid_workflow)) {
@@ -145,8 +163,9 @@ int cmd_submit(Args args) {
 
 int cmd_worker(Args args) {
   Flags f("worker",
-          {"--db", "--max-runs", "--lease", "--memory", "--name", "--poll", "--connect-timeout"},
-          {"--once", "--exit-when-idle"});
+          {"--db", "--max-runs", "--lease", "--memory", "--name", "--poll", "--connect-timeout",
+           "--otlp-endpoint", "--trace"},
+          {"--once", "--exit-when-idle", "--trace-content"});
   if (!f.parse(args)) return kExitInvalidInput;
   if (!f.positional().empty())
     return f.fail("unexpected argument '" + f.positional()[0] + "'"), kExitInvalidInput;
@@ -187,6 +206,9 @@ int cmd_worker(Args args) {
   if (!db) return kExitInvalidInput;
   o.db = *db;
   o.log = [](const std::string& line) { std::fprintf(stderr, "weir worker: %s\n", line.c_str()); };
+  std::shared_ptr<trace::Tracer> tracer;
+  if (!open_tracer(f, tracer)) return kExitInvalidInput;
+  o.tracer = tracer.get();
   cluster::Worker worker(std::move(o));
   g_worker = &worker;
   struct sigaction sa = {};
@@ -196,6 +218,7 @@ int cmd_worker(Args args) {
   sigaction(SIGTERM, &sa, nullptr);
   auto stats = worker.run();
   g_worker = nullptr;
+  close_tracer(tracer);
   if (!stats) return store_failed("worker", stats.error());
   std::fprintf(stderr,
                "weir worker: %zu claimed: %zu succeeded, %zu failed, %zu cancelled, %zu "

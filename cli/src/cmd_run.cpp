@@ -23,6 +23,7 @@
 #include "args.hpp"
 #include "commands.hpp"
 #include "document.hpp"
+#include "trace_flags.hpp"
 #include "weir/agents/crew_file.hpp"
 #include "weir/agents/workflow.hpp"
 #include "weir/graph/checkpointer.hpp"
@@ -213,6 +214,7 @@ struct RunTarget {
   fs::path store;
   bool stream = false;
   json::object metadata;  // into every checkpoint: the workflow file, for weir resume
+  std::shared_ptr<trace::Tracer> tracer;  // --trace, --otlp-endpoint (null: off)
 
   // kExitOk, or the exit code after printing the problem.
   int open(const Flags& f, const char* command) {
@@ -311,6 +313,8 @@ int run_workflow(WorkflowEnv& env, RunTarget& target, const std::string& file, c
   opt.checkpoint_metadata = target.metadata;
   const bool progress = !target.stream && ::isatty(STDERR_FILENO);
   if (target.stream || progress) opt.events = std::make_shared<graph::EventStream>(64);
+  graph::RunTracing tracing{{target.tracer.get(), {}}, env.spec.name};
+  if (target.tracer) opt.trace = &tracing;
   auto events = opt.events;
   std::optional<Error> printer_error;
   ProgressLine line;
@@ -371,9 +375,11 @@ int run_workflow(WorkflowEnv& env, RunTarget& target, const std::string& file, c
 int cmd_run(Args args) {
   Flags f("run",
           {"--input", "--model", "--instances", "--concurrency", "--thread", "--store",
-           "--max-model-len"},
-          {"--table", "--stream"});
+           "--max-model-len", "--otlp-endpoint", "--trace"},
+          {"--table", "--stream", "--trace-content"});
   if (!f.parse(args)) return kExitInvalidInput;
+  std::shared_ptr<trace::Tracer> tracer;
+  if (!open_tracer(f, tracer)) return kExitInvalidInput;
   if (f.positional().size() != 1) return f.fail("give one workflow file"), kExitInvalidInput;
   auto doc = open_document(f.positional()[0]);
   if (!doc) return std::fprintf(stderr, "%s\n", doc.error().message.c_str()), kExitInvalidInput;
@@ -400,7 +406,10 @@ int cmd_run(Args args) {
                kExitInvalidInput;
       o.inputs = std::move(*parsed);
     }
-    return run_agents_file(f.positional()[0], o);
+    o.tracer = tracer;
+    const int rc = run_agents_file(f.positional()[0], o);
+    close_tracer(tracer);
+    return rc;
   }
   std::int64_t max_model_len = 0;
   if (!f.integer("--max-model-len", max_model_len, std::int64_t{16}, std::int64_t{1} << 20))
@@ -439,15 +448,23 @@ int cmd_run(Args args) {
   RunTarget target;
   if (int c = target.open(f, "run"); c != kExitOk) return c;
   target.metadata["workflow"] = fs::absolute(f.positional()[0]).string();
-  return run_workflow(*env, target, f.positional()[0], "run",
-                      [&](graph::GraphRuntime& rt, graph::RunOptions opt) {
-                        return rt.async_invoke(env->graph, std::move(input), std::move(opt));
-                      });
+  target.tracer = tracer;
+  const int rc = run_workflow(*env, target, f.positional()[0], "run",
+                              [&](graph::GraphRuntime& rt, graph::RunOptions opt) {
+                                return rt.async_invoke(env->graph, input, std::move(opt));
+                              });
+  target.tracer.reset();
+  close_tracer(tracer);
+  return rc;
 }
 
 int cmd_resume(Args args) {
-  Flags f("resume", {"--value", "--store", "--file", "--model", "--thread"}, {"--stream"});
+  Flags f("resume",
+          {"--value", "--store", "--file", "--model", "--thread", "--otlp-endpoint", "--trace"},
+          {"--stream", "--trace-content"});
   if (!f.parse(args)) return kExitInvalidInput;
+  std::shared_ptr<trace::Tracer> tracer;
+  if (!open_tracer(f, tracer)) return kExitInvalidInput;
   std::string thread = f.get("--thread").value_or("");
   if (f.positional().size() == 1 && thread.empty()) thread = f.positional()[0];
   if (thread.empty() || f.positional().size() > 1)
@@ -498,10 +515,14 @@ int cmd_resume(Args args) {
   auto cp = open_store(db);
   if (!cp) return store_failed("resume", cp.error());
   target.checkpointer = std::move(*cp);
-  return run_workflow(*env, target, file, "resume",
-                      [&](graph::GraphRuntime& rt, graph::RunOptions opt) {
-                        return rt.async_resume(env->graph, thread, value, std::move(opt));
-                      });
+  target.tracer = tracer;
+  const int rc = run_workflow(*env, target, file, "resume",
+                              [&](graph::GraphRuntime& rt, graph::RunOptions opt) {
+                                return rt.async_resume(env->graph, thread, value, std::move(opt));
+                              });
+  target.tracer.reset();
+  close_tracer(tracer);
+  return rc;
 }
 
 namespace {

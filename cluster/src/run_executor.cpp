@@ -239,6 +239,11 @@ asio::awaitable<RunEnding> RunExecutor::Impl::execute(RunRecord rec,
                                        {"attempt", rec.attempts},
                                        {"workflow", rec.workflow_file},
                                        {"workflow_sha256", rec.workflow_sha256}};
+  graph::RunTracing tracing{{env.tracer, {}}, rec.workflow_name};
+  if (env.tracer) {  // every attempt continues the trace the run record names
+    if (auto p = trace::parse_traceparent(rec.traceparent)) tracing.context.parent = std::move(*p);
+    o.trace = &tracing;
+  }
   Result<graph::RunResult> result = Error(Errc::cancelled, "not run");
   if (resume) {
     auto op =

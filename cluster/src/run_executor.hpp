@@ -18,6 +18,7 @@
 //      the checkpointer, the claim token and the metadata {"queue_run", "attempt", "workflow",
 //      "workflow_sha256"} on every checkpoint; nodes see run id "<run>.<attempt>". Continuing an
 //      unfinished run (the same input given again) is the graph's rule (RunOptions), not ours.
+//      With RunEnv::tracer the run's spans continue the record's traceparent.
 //   6. The thread's claim released, and the ending made from the result and RunControl.
 //
 // Thread safety: workflow() from one thread at a time (a backend's control thread or its
@@ -37,6 +38,7 @@
 #include "weir/graph/workflow.hpp"
 #include "weir/graph/workflow_graph.hpp"
 #include "weir/runtime/error.hpp"
+#include "weir/runtime/trace.hpp"
 
 namespace weir {
 class MemoryBudget;
@@ -94,6 +96,9 @@ struct RunEnv {
   RunControl* control = nullptr;                // REQUIRES: outlives the run
   std::shared_ptr<graph::EventStream> events;   // null: the run does not stream
   std::string drain_reason;                     // hand_back's why when control->draining
+  // Tracing (docs/tracing.md): the run's spans continue RunRecord::traceparent, so every
+  // attempt of a run, on any worker, and a run submitted over HTTP stay in one trace. Null: off.
+  trace::Tracer* tracer = nullptr;
 };
 
 class RunExecutor {

@@ -73,7 +73,13 @@ json::object run_json(const RunRecord& r) {
                     ? json::value(nullptr)
                     : json::value(json::object{{"code", r.error_code}, {"message", r.error}})}};
   if (!r.resume.empty()) o["resume"] = stored(r.resume);
+  o["traceparent"] = text_or_null(r.traceparent);
   return o;
+}
+
+std::string run_traceparent(std::string_view given) {
+  if (auto p = trace::parse_traceparent(given)) return trace::format_traceparent(*p);
+  return trace::format_traceparent({trace::random_trace_id(), trace::random_span_id(), 1, ""});
 }
 
 json::object run_list_json(const RunList& l) {

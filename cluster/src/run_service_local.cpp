@@ -60,10 +60,12 @@ class LocalRuns final : public RunService {
     RunRecord rec = record_of(**wf);
     rec.input = to_json_text(rq.input);
     rec.thread_id = rq.thread_id;
+    rec.traceparent = run_traceparent(rq.traceparent);
     return enqueue(std::move(rec), *wf);
   }
 
-  Result<RunRecord> resume(const std::string& thread_id, json::value value) override {
+  Result<RunRecord> resume(const std::string& thread_id, json::value value,
+                           std::string traceparent) override {
     auto cp = interrupted_checkpoint(*cp_, thread_id);
     if (!cp) return std::move(cp).error();
     // The workflow of the run that paused the thread (by its text's hash: the run may be
@@ -88,6 +90,7 @@ class LocalRuns final : public RunService {
     rec.input = "{}";
     rec.resume = to_json_text(value);
     rec.thread_id = thread_id;
+    rec.traceparent = run_traceparent(traceparent);
     return enqueue(std::move(rec), wf);
   }
 
@@ -251,6 +254,7 @@ class LocalRuns final : public RunService {
     env.control = &r->control;
     env.events = events;
     env.drain_reason = "the server shut down";
+    env.tracer = cfg_.tracer;
     asio::co_spawn(strand, executor_->async_execute(r->rec, r->built, std::move(env)),
                    [this, r, events](std::exception_ptr e, RunEnding ending) {
                      events->close();

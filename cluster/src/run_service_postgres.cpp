@@ -43,6 +43,7 @@ class PostgresRuns final : public RunService {
       wo.memory_limit = cfg_.memory_limit;
       wo.lease = cfg_.lease;
       wo.log = cfg_.log;
+      wo.tracer = cfg_.tracer;
       worker_ = std::make_unique<Worker>(std::move(wo));
       worker_thread_ = std::thread([this] {
         if (auto r = worker_->run(); !r) say("the embedded worker stopped: " + r.error().message);
@@ -63,10 +64,12 @@ class PostgresRuns final : public RunService {
     s.input = to_json_text(rq.input);
     s.thread_id = rq.thread_id;
     if (rq.max_attempts > 0) s.max_attempts = rq.max_attempts;
+    s.traceparent = run_traceparent(rq.traceparent);
     return queue(s);
   }
 
-  Result<RunRecord> resume(const std::string& thread_id, json::value value) override {
+  Result<RunRecord> resume(const std::string& thread_id, json::value value,
+                           std::string traceparent) override {
     auto cp = interrupted_checkpoint(*cp_, thread_id);
     if (!cp) return std::move(cp).error();
     const auto* by = cp->metadata.if_contains("queue_run");
@@ -82,6 +85,7 @@ class PostgresRuns final : public RunService {
     s.workflow_name = prev->workflow_name;
     s.thread_id = thread_id;
     s.resume = to_json_text(value);
+    s.traceparent = run_traceparent(traceparent);
     return queue(s);
   }
 

@@ -149,6 +149,7 @@ struct Worker::Impl {
     env.lease = opt.lease;
     env.control = &h->control;
     env.drain_reason = "its worker " + owner + " stopped";
+    env.tracer = opt.tracer;
     asio::co_spawn(asio::make_strand(pool), executor->async_execute(h->rec, *wf, std::move(env)),
                    [this, h](std::exception_ptr e, RunEnding ending) {
                      if (e) {  // async_execute catches everything; this is a last resort

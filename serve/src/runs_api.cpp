@@ -310,7 +310,15 @@ awaitable<void> list_runs(const RunsApi& api, const http::Request& rq, http::Res
 }
 
 // POST /v1/runs: {"workflow", "input"?, "thread_id"?} -> 202 and the run.
-awaitable<void> submit_run(const RunsApi& api, const http::Request& rq, http::Response& out) {
+// The trace a run queued by `rq` continues: the request's own span when this server traces,
+// else the caller's `traceparent` header ("" when none: the run starts a trace of its own).
+std::string run_traceparent_of(const http::Request& rq, const trace::SpanContext& request_span) {
+  if (request_span.valid()) return trace::format_traceparent(request_span);
+  return std::string(rq.header("traceparent").value_or(""));
+}
+
+awaitable<void> submit_run(const RunsApi& api, const http::Request& rq, http::Response& out,
+                           const trace::SpanContext& request_span) {
   cluster::RunService* runs = api.runs;
   auto body = body_object(rq, out, false);
   if (!body || !only_fields(*body, {"workflow", "input", "thread_id"}, out)) co_return;
@@ -341,6 +349,7 @@ awaitable<void> submit_run(const RunsApi& api, const http::Request& rq, http::Re
     }
     run.thread_id = std::string(t->as_string());
   }
+  run.traceparent = run_traceparent_of(rq, request_span);
   auto rec = co_await off_thread(*api.blocking, [&] { return runs->submit(std::move(run)); });
   if (!rec) {
     // Before anything was queued: an unknown workflow, or an input it does not take.
@@ -363,7 +372,7 @@ bool is_runs_path(const std::string& path) {
 }
 
 awaitable<void> route_runs(const RunsApi& api, http::Exchange& ex, http::Response& out,
-                           bool& streamed) {
+                           bool& streamed, const trace::SpanContext& request_span) {
   const auto& rq = ex.request();
   const RunsPath p = split_runs_path(rq.path);
   cluster::RunService* runs = api.runs;
@@ -392,7 +401,7 @@ awaitable<void> route_runs(const RunsApi& api, http::Exchange& ex, http::Respons
       co_return;
     }
     if (!method_is("POST")) co_return;
-    co_await submit_run(api, rq, out);
+    co_await submit_run(api, rq, out, request_span);
   } else if (p.collection == "runs" && p.action.empty()) {
     if (!method_is("GET")) co_return;
     auto rec = co_await off_thread(*api.blocking, [&] { return runs->get(p.id); });
@@ -409,7 +418,9 @@ awaitable<void> route_runs(const RunsApi& api, http::Exchange& ex, http::Respons
     auto body = body_object(rq, out, false);
     if (!body || !only_fields(*body, {"value"}, out)) co_return;
     const json::value value = body->contains("value") ? body->at("value") : json::value(nullptr);
-    auto rec = co_await off_thread(*api.blocking, [&] { return runs->resume(p.id, value); });
+    const std::string traceparent = run_traceparent_of(rq, request_span);
+    auto rec =
+        co_await off_thread(*api.blocking, [&] { return runs->resume(p.id, value, traceparent); });
     if (!rec) {
       out = from_error(rec.error());
       co_return;

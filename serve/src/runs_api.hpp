@@ -26,6 +26,7 @@
 
 #include "weir/cluster/run_service.hpp"
 #include "weir/http/server.hpp"
+#include "weir/runtime/trace.hpp"
 
 namespace weir::serve {
 
@@ -40,7 +41,9 @@ struct RunsApi {
 
 // True when `rq.path` is one of the routes above (then `out` or the stream holds the answer).
 bool is_runs_path(const std::string& path);
+// `request_span`: the request's span (invalid when the server does not trace); a run queued
+// here continues it, else the caller's `traceparent` header (RunRequest::traceparent).
 boost::asio::awaitable<void> route_runs(const RunsApi& api, http::Exchange& ex, http::Response& out,
-                                        bool& streamed);
+                                        bool& streamed, const trace::SpanContext& request_span);
 
 }  // namespace weir::serve

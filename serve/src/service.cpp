@@ -1,5 +1,6 @@
 // weir serve: configuration, the server's life, routing, and the model, health, metrics and MCP
 // endpoints. The generation endpoints: service_generate.cpp; Service::Impl: service_impl.hpp.
+#include "request_trace.hpp"
 #include "service_impl.hpp"
 
 namespace weir::serve {
@@ -220,7 +221,10 @@ awaitable<void> Service::Impl::handle(http::Exchange& ex) {
       co_return;
     }
   }
-  co_await route(ex, out, streamed);
+  trace::Span span = start_request_span(cfg.tracer.get(), rq);
+  const trace::SpanContext request_span = span.context();
+  co_await route(ex, out, streamed, request_span);
+  finish_request_span(span, rq, out, streamed);
   int idx = out.status < 400    ? 0
             : out.status == 429 ? 2
             : out.status >= 500 ? 3
@@ -230,7 +234,8 @@ awaitable<void> Service::Impl::handle(http::Exchange& ex) {
   if (!streamed) (void)co_await ex.async_respond(std::move(out));
 }
 
-awaitable<void> Service::Impl::route(http::Exchange& ex, http::Response& out, bool& streamed) {
+awaitable<void> Service::Impl::route(http::Exchange& ex, http::Response& out, bool& streamed,
+                                     const trace::SpanContext& request_span) {
   const auto& rq = ex.request();
   const std::string& p = rq.path;
   auto method_is = [&](const char* m) {
@@ -245,7 +250,7 @@ awaitable<void> Service::Impl::route(http::Exchange& ex, http::Response& out, bo
   } else if (p == "/mcp" && cfg.mcp && !draining) {
     co_await mcp(ex, out);
   } else if (runs && !draining && is_runs_path(p)) {
-    co_await route_runs(runs_api, ex, out, streamed);
+    co_await route_runs(runs_api, ex, out, streamed, request_span);
   } else if (!ready) {
     out = error_response({503,
                           "the models are still loading; retry shortly (GET /health says "
@@ -521,6 +526,7 @@ Result<std::unique_ptr<Service>> Service::start(ServeConfig config) {
     rc.max_runs = s->cfg.max_runs;
     rc.max_queued_runs = s->cfg.max_queued_runs;
     rc.keep_finished = s->cfg.keep_runs;
+    rc.tracer = s->cfg.tracer.get();
     rc.log = [](const std::string& line) { weir::log(LogLevel::info, "serve: run " + line); };
     auto runs = cluster::RunService::open(std::move(rc));
     if (!runs) return std::move(runs).error();

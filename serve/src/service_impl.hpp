@@ -214,7 +214,10 @@ struct Service::Impl {
   void load_models();
   ModelEntry* find_model(const std::string& name, std::optional<oa::ApiError>& err);
   awaitable<void> handle(http::Exchange& ex);
-  awaitable<void> route(http::Exchange& ex, http::Response& out, bool& streamed);
+  // `request_span`: the request's span context (invalid when not traced); runs it queues
+  // continue it.
+  awaitable<void> route(http::Exchange& ex, http::Response& out, bool& streamed,
+                        const trace::SpanContext& request_span);
   awaitable<void> chat(http::Exchange& ex, http::Response& out, bool& streamed);
   awaitable<void> completions(http::Exchange& ex, http::Response& out, bool& streamed);
   awaitable<void> mcp(http::Exchange& ex, http::Response& out);

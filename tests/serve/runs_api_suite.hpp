@@ -18,6 +18,7 @@
 #include <boost/json.hpp>
 
 #include "http_client.hpp"
+#include "weir/runtime/trace.hpp"
 #include "weir/serve/service.hpp"
 
 namespace weir::serve::runs_suite {
@@ -213,6 +214,35 @@ TEST_P(RunsApi, ARunsStepsStreamThenItsEndAndLastEventIdResumes) {
   EXPECT_EQ(st["status"], json::value("done"));
   EXPECT_EQ(st["values"].at("n"), json::value(3));
   EXPECT_EQ(st["checkpoint_id"], json::value(frames[frames.size() - 2].id));
+}
+
+// A run queued with a W3C traceparent keeps it in its record (every attempt's spans continue
+// it, on any worker); one queued without gets a trace of its own; a malformed one is ignored.
+TEST_P(RunsApi, ARunKeepsTheTraceItsRequestCarried) {
+  start();
+  const std::string caller = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+  auto r = call(port_, "POST", "/v1/runs", R"({"workflow": "slow", "input": {"left": 1}})",
+                "traceparent: " + caller + "\r\n");
+  ASSERT_EQ(r.status, 202) << r.body;
+  auto o = object_of(r.body);
+  EXPECT_EQ(o["traceparent"], json::value(caller)) << r.body;
+  auto done = wait_for(std::string(o["id"].as_string()), {"succeeded", "failed"});
+  EXPECT_EQ(done["state"], json::value("succeeded")) << json::serialize(done);
+  EXPECT_EQ(done["traceparent"], json::value(caller));
+
+  const std::string own = submit(R"({"workflow": "slow", "input": {"left": 1}})");
+  auto o2 = object_of(get("/v1/runs/" + own).body);
+  ASSERT_TRUE(o2["traceparent"].is_string()) << json::serialize(o2);
+  const std::string tp(o2["traceparent"].as_string());
+  EXPECT_TRUE(trace::parse_traceparent(tp).has_value()) << tp;
+  EXPECT_EQ(tp.find("4bf92f3577b34da6a3ce929d0e0e4736"), std::string::npos) << tp;
+
+  r = call(port_, "POST", "/v1/runs", R"({"workflow": "slow", "input": {"left": 1}})",
+           "traceparent: not-a-traceparent\r\n");
+  ASSERT_EQ(r.status, 202) << r.body;
+  auto o3 = object_of(r.body);
+  ASSERT_TRUE(o3["traceparent"].is_string()) << r.body;
+  EXPECT_TRUE(trace::parse_traceparent(o3["traceparent"].as_string()).has_value()) << r.body;
 }
 
 TEST_P(RunsApi, AnInterruptedThreadIsResumedWithAValue) {

@@ -55,6 +55,7 @@
 
 #include "weir/cluster/run_queue.hpp"
 #include "weir/runtime/error.hpp"
+#include "weir/runtime/trace.hpp"
 
 namespace weir::graph {
 class Checkpointer;
@@ -74,6 +75,10 @@ struct RunServiceOptions {
   std::chrono::milliseconds lease = kDefaultLease;  // PostgreSQL: the embedded worker's lease
   std::chrono::milliseconds watch_interval{250};    // PostgreSQL: see "Watching" above
   std::function<void(const std::string&)> log;      // one line per run event; may be null
+  // Tracing (docs/tracing.md): the runs executed here record their spans under their record's
+  // traceparent (every attempt, on any worker, continues one trace). Null: off. REQUIRES:
+  // outlives the service.
+  trace::Tracer* tracer = nullptr;
 };
 
 // A run to queue: a workflow by name (of the folder) or by file.
@@ -84,6 +89,9 @@ struct RunRequest {
   std::string thread_id;                 // "": a thread named like the run
   int max_attempts = 0;                  // 0: in-process 1, PostgreSQL kDefaultMaxAttempts
   std::string input_source = "'input'";  // how errors name the input ("--input" in the CLI)
+  // The W3C traceparent the run's spans continue (RunRecord::traceparent): the caller's span,
+  // e.g. the HTTP request that queued it. "" or not a valid one: a new trace of its own.
+  std::string traceparent;
 };
 
 // A page of runs, newest first.
@@ -131,8 +139,9 @@ class RunService {
   // Queues a run that continues the interrupted thread with `value` for the node that
   // interrupted, with the workflow of the run that interrupted it. Errors: not_found (no such
   // thread), invalid_argument (the thread is not interrupted: says how it stands), and
-  // submit's.
-  virtual Result<RunRecord> resume(const std::string& thread_id, boost::json::value value) = 0;
+  // submit's. `traceparent`: as RunRequest::traceparent.
+  virtual Result<RunRecord> resume(const std::string& thread_id, boost::json::value value,
+                                   std::string traceparent) = 0;
   // not_found for an unknown (or forgotten) run. `workflow` (the text) left empty.
   virtual Result<RunRecord> get(std::string_view id) = 0;
   // Errors: not_found (query.after names no run).
@@ -158,10 +167,15 @@ class RunService {
 //  "attempts", "max_attempts", "cancel_requested", "worker" (the lease owner or null),
 //  "lease_expires_at_ms", "fence", "created_at_ms", "started_at_ms", "finished_at_ms" (unix ms
 //  or null), "input", "resume" (only for a resume run), "result", "error" ({code, message} or
-//  null)}. Stored JSON text that does not parse is shown as a string.
+//  null), "traceparent" (the trace its spans continue, or null)}. Stored JSON text that does not
+//  parse is shown as a string.
 boost::json::object run_json(const RunRecord& r);
 // {"object": "list", "data": [run_json...], "has_more", "last_id" (null when empty)}.
 boost::json::object run_list_json(const RunList& l);
+
+// The traceparent a run is recorded with: `given` when it is a valid W3C traceparent, else a
+// new trace's (so every attempt of the run, on any worker, continues one trace).
+std::string run_traceparent(std::string_view given);
 
 // The threads of a PostgreSQL database that a queued or running run of its queue will run on,
 // each with what to tell a user ("run r-... is queued on it"): what age-based retention
