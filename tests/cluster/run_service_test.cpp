@@ -161,7 +161,8 @@ TEST(RunService, AnInterruptedThreadIsResumedAndTheRecordHasOneShape) {
                                          "input",
                                          "result",
                                          "error",
-                                         "resume"}));
+                                         "resume",
+                                         "traceparent"}));
   EXPECT_EQ(j.at("resume"), json::value("yes"));
   EXPECT_EQ(j.at("state"), json::value("succeeded"));
   EXPECT_EQ(j.at("thread_id"), json::value("t1"));
