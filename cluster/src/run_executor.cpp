@@ -15,6 +15,7 @@
 #include "weir/graph/checkpointer.hpp"
 #include "weir/graph/events.hpp"
 #include "weir/graph/state_graph.hpp"
+#include "weir/inference/engine_registry.hpp"
 #include "weir/runtime/artifact_store.hpp"
 #include "weir/runtime/json_parse.hpp"
 #include "weir/runtime/json_write.hpp"
@@ -115,6 +116,9 @@ struct RunExecutor::Impl {
   fs::path store_dir;
   std::unique_ptr<ArtifactStore> store;
   std::unique_ptr<graph::GraphRuntime> runtime;
+  // The workflows' local models: one engine per model file, for every run of this executor.
+  // Declared before `workflows`: the built graphs that use them die first.
+  inference::EngineRegistry engines;
   std::mutex mu;
   // By SHA-256; at most kCached (the runs in flight keep theirs alive).
   std::map<std::string, std::shared_ptr<const BuiltWorkflow>> workflows;  // GUARDED_BY(mu)
@@ -176,6 +180,7 @@ Result<std::shared_ptr<const BuiltWorkflow>> RunExecutor::workflow(const RunReco
   agents::WorkflowServices services;
   services.artifacts = impl_->store.get();
   services.budget = impl_->budget.get();
+  services.engines = &impl_->engines;
   auto built = agents::build_workflow(wf->spec, services);
   if (!built) return std::move(built).error();
   wf->built = std::move(*built);
