@@ -200,19 +200,23 @@ Result<std::string> RunQueue::submit(const SubmitRequest& req) {
   });
 }
 
-Result<std::vector<RunRecord>> RunQueue::list(std::size_t limit, std::optional<RunState> only) {
+Result<std::vector<RunRecord>> RunQueue::list(std::size_t limit, std::optional<RunState> only,
+                                              std::string_view after) {
   std::lock_guard lock(impl_->mu);
   auto& conn = impl_->conn;
   return conn.run("listing runs", [&](const Attempt&) -> Result<std::vector<RunRecord>> {
-    auto r =
-        conn.exec(std::string("SELECT ") + kColumns +
-                      " FROM weir_runs WHERE ($1::text IS NULL OR state = $1) "
-                      "ORDER BY created_at DESC, id LIMIT $2",
-                  Params()
-                      .text_or_null(only ? std::optional<std::string_view>(run_state_name(*only))
-                                         : std::nullopt)
-                      .int8(static_cast<int64_t>(std::min<std::size_t>(limit, INT64_MAX))),
-                  "listing runs");
+    // Keyset paging: (created_at, id) descending, so a page starts right after the last one.
+    auto r = conn.exec(
+        std::string("SELECT ") + kColumns +
+            " FROM weir_runs WHERE ($1::text IS NULL OR state = $1) AND ($3::text IS NULL OR "
+            "(created_at, id) < (SELECT created_at, id FROM weir_runs WHERE id = $3)) "
+            "ORDER BY created_at DESC, id DESC LIMIT $2",
+        Params()
+            .text_or_null(only ? std::optional<std::string_view>(run_state_name(*only))
+                               : std::nullopt)
+            .int8(static_cast<int64_t>(std::min<std::size_t>(limit, INT64_MAX)))
+            .text_or_null(after.empty() ? std::nullopt : std::optional<std::string_view>(after)),
+        "listing runs");
     if (!r) return std::move(r).error();
     std::vector<RunRecord> out;
     for (int i = 0; i < r->size(); ++i) out.push_back(read_record(*r, i));

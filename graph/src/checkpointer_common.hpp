@@ -174,6 +174,20 @@ inline bool claim_live(const ThreadHolder& held, const ThreadHolder& claimant, i
   return true;
 }
 
+inline Error thread_busy(std::string_view thread_id, const ThreadHolder& held, int64_t now_ms);
+
+// What prune() answers for a thread a live claim holds when the policy has a max_age:
+// thread_busy naming the holder (and nothing is removed). Age-based retention never deletes a
+// thread in use: its run's next checkpoint needs its parent. keep_last alone always keeps the
+// newest checkpoint, so it is not refused. `held`: the thread's claim, null when none.
+inline Status refuse_prune_in_use(std::string_view thread_id, const Retention& policy,
+                                  const ThreadHolder* held, int64_t now_ms) {
+  if (policy.max_age.count() <= 0 || !held) return {};
+  static const ThreadHolder me = this_process_holder("prune", 1);  // claim_live needs our host
+  if (!claim_live(*held, me, now_ms)) return {};
+  return thread_busy(thread_id, *held, now_ms);
+}
+
 inline std::string describe_holder(const ThreadHolder& h) {
   return "pid " + std::to_string(h.pid) + " on host " + h.host;
 }

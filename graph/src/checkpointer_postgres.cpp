@@ -254,6 +254,16 @@ class PostgresCheckpointer final : public Checkpointer {
                               Params().text(thread_id), what);
           !r)
         return std::move(r).error();
+      if (policy.max_age.count() > 0) {  // a thread a live claim holds is not pruned by age
+        auto held = read_holder(thread_id, true, what);
+        if (!held) return std::move(held).error();
+        auto now = db_now_ms(what);
+        if (!now) return std::move(now).error();
+        if (auto s =
+                detail::refuse_prune_in_use(thread_id, policy, *held ? &**held : nullptr, *now);
+            !s)
+          return std::move(s).error();
+      }
       auto n = prune_locked(thread_id, policy, detail::unix_ms_now());
       if (!n) return n;
       if (auto s = txn.commit(what); !s) return std::move(s).error();

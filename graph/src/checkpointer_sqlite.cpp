@@ -415,7 +415,12 @@ class SqliteCheckpointer final : public Checkpointer {
     std::lock_guard lock(mu_);
     Transaction txn(*this);
     if (auto s = txn.begin(begin_write_, "prune"); !s) return std::move(s).error();
-    auto n = prune_locked(thread_id, policy, detail::unix_ms_now());
+    const int64_t now = detail::unix_ms_now();
+    auto held = read_holder(thread_id);
+    if (!held) return std::move(held).error();
+    if (auto s = detail::refuse_prune_in_use(thread_id, policy, *held ? &**held : nullptr, now); !s)
+      return std::move(s).error();
+    auto n = prune_locked(thread_id, policy, now);
     if (!n) return n;
     if (auto s = txn.commit("prune"); !s) return std::move(s).error();
     return n;

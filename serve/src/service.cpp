@@ -274,7 +274,8 @@ awaitable<void> Service::Impl::handle(http::Exchange& ex) {
     body_memory = std::move(*r);
   }
   trace::Span span = start_request_span(cfg.tracer.get(), rq);
-  co_await route(ex, out, streamed);
+  const trace::SpanContext request_span = span.context();
+  co_await route(ex, out, streamed, request_span);
   finish_request_span(span, rq, out, streamed);
   if (!streamed) (void)co_await ex.async_respond(std::move(out));
 }
@@ -287,7 +288,8 @@ void Service::Impl::count_response(int status) {
   if (auto it = http_responses.find(label); it != http_responses.end()) it->second->inc();
 }
 
-awaitable<void> Service::Impl::route(http::Exchange& ex, http::Response& out, bool& streamed) {
+awaitable<void> Service::Impl::route(http::Exchange& ex, http::Response& out, bool& streamed,
+                                     const trace::SpanContext& request_span) {
   const auto& rq = ex.request();
   const std::string& p = rq.path;
   auto method_is = [&](const char* m) {
@@ -302,7 +304,7 @@ awaitable<void> Service::Impl::route(http::Exchange& ex, http::Response& out, bo
   } else if (p == "/mcp" && cfg.mcp && !draining) {
     co_await mcp(ex, out);
   } else if (runs && !draining && is_runs_path(p)) {
-    co_await route_runs(runs_api, ex, out, streamed);
+    co_await route_runs(runs_api, ex, out, streamed, request_span);
   } else if (!ready) {
     out = error_response({503,
                           "the models are still loading; retry shortly (GET /health says "
@@ -591,20 +593,20 @@ Result<std::unique_ptr<Service>> Service::start(ServeConfig config) {
   if (!server) return std::move(server).error();
   s->server = std::move(*server);
   if (s->cfg.workflows) {
-    RunsConfig rc;
+    cluster::RunServiceOptions rc;
     rc.workflows = *s->cfg.workflows;
     rc.db = s->cfg.runs_db;
     rc.max_runs = s->cfg.max_runs;
     rc.max_queued_runs = s->cfg.max_queued_runs;
     rc.keep_finished = s->cfg.keep_runs;
+    rc.tracer = s->cfg.tracer.get();
     rc.log = [](const std::string& line) { weir::log(LogLevel::info, "serve: run " + line); };
-    auto runs = Runs::open(rc);
+    auto runs = cluster::RunService::open(std::move(rc));
     if (!runs) return std::move(runs).error();
     s->runs = std::move(*runs);
     s->runs_api.runs = s->runs.get();
     s->runs_api.blocking = &s->blocking;
     s->runs_api.draining = &s->draining;
-    s->runs_api.poll = std::chrono::milliseconds(s->cfg.runs_db.empty() ? 100 : 250);
   }
   s->metrics.gauge_callback("weir_serve_connections", "open HTTP connections", {},
                             [s] { return static_cast<double>(s->server->connections()); });

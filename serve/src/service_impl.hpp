@@ -31,7 +31,6 @@
 #include <boost/json.hpp>
 
 #include "constraint.hpp"
-#include "runs.hpp"
 #include "runs_api.hpp"
 #include "stop_filter.hpp"
 #include "weir/agents/local_model.hpp"
@@ -218,7 +217,7 @@ struct Service::Impl {
   bool draining = false;
   bool shut = false;
   // The runs API (cfg.workflows); its backend's calls run on `blocking`.
-  std::unique_ptr<Runs> runs;
+  std::unique_ptr<cluster::RunService> runs;
   asio::thread_pool blocking{2};
   RunsApi runs_api;
   std::mutex shut_mu;
@@ -226,7 +225,10 @@ struct Service::Impl {
   void load_models();
   ModelEntry* find_model(const std::string& name, std::optional<oa::ApiError>& err);
   awaitable<void> handle(http::Exchange& ex);
-  awaitable<void> route(http::Exchange& ex, http::Response& out, bool& streamed);
+  // `request_span`: the request's span context (invalid when not traced); runs it queues
+  // continue it.
+  awaitable<void> route(http::Exchange& ex, http::Response& out, bool& streamed,
+                        const trace::SpanContext& request_span);
   awaitable<void> chat(http::Exchange& ex, http::Response& out, bool& streamed);
   awaitable<void> completions(http::Exchange& ex, http::Response& out, bool& streamed);
   awaitable<void> mcp(http::Exchange& ex, http::Response& out);

@@ -421,7 +421,7 @@ TEST(RunQueue, SubmitThenAWorkerRunsItToItsFinalState) {
   ASSERT_EQ(id.rfind("r-", 0), 0u) << id;
   auto queued = run_json(db, id);
   EXPECT_EQ(queued.at("state"), "queued");
-  EXPECT_EQ(queued.at("thread"), "t-one");
+  EXPECT_EQ(queued.at("thread_id"), "t-one");
   auto w = run_weir("worker --once --db '" + db + "'");
   ASSERT_EQ(w.code, 0) << w.err;
   EXPECT_EQ(w.err.find("Secr3tPw"), std::string::npos) << w.err;
@@ -590,9 +590,9 @@ TEST(RunQueue, ClearErrorsWithoutThePassword) {
   auto unknown_runs = run_weir("runs r-nope --db '" + db + "'");
   EXPECT_EQ(unknown_runs.code, 1);
   EXPECT_EQ(unknown_runs.err, "weir runs: no run 'r-nope' in " + shown + "\n");
-  // Nothing listens on port 1.
+  // Nothing listens on port 1: a store error (exit 4), not a failed run.
   auto down = run_weir("runs --db 'postgres://weir:Secr3tPw@127.0.0.1:1/x'");
-  EXPECT_EQ(down.code, 2);
+  EXPECT_EQ(down.code, 4);
   EXPECT_EQ(down.err.rfind("weir runs: postgres 'weir@127.0.0.1:1/x': connecting: ", 0), 0u)
       << down.err;
   EXPECT_EQ(down.err.find("Secr3tPw"), std::string::npos) << down.err;
@@ -616,7 +616,7 @@ TEST(RunQueue, AWorkerWaitsForItsDatabaseUpToTheConnectTimeout) {
   const auto t0 = std::chrono::steady_clock::now();
   auto down = run_weir("worker --db 'postgres://weir:Secr3tPw@127.0.0.1:1/x' --connect-timeout 3s");
   const auto waited = std::chrono::steady_clock::now() - t0;
-  EXPECT_EQ(down.code, 2) << down.err;
+  EXPECT_EQ(down.code, 4) << down.err;
   EXPECT_NE(down.err.find("weir worker: postgres 'weir@127.0.0.1:1/x': connecting: "),
             std::string::npos)
       << down.err;
@@ -626,7 +626,7 @@ TEST(RunQueue, AWorkerWaitsForItsDatabaseUpToTheConnectTimeout) {
   EXPECT_EQ(down.err.find("Secr3tPw"), std::string::npos) << down.err;
   EXPECT_GE(waited, std::chrono::milliseconds(700));
   auto once = run_weir("worker --db 'postgres://weir@127.0.0.1:1/x' --connect-timeout 0s");
-  EXPECT_EQ(once.code, 2);
+  EXPECT_EQ(once.code, 4);
   EXPECT_EQ(once.err.find("trying again"), std::string::npos) << once.err;
   EXPECT_EQ(once.err.find("gave up"), std::string::npos) << once.err;
 }

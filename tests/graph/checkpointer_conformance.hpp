@@ -867,11 +867,12 @@ TYPED_TEST_P(CheckpointerTest, AnInvalidClaimIsRefused) {
 // blobs but not its claim (a runner may hold it).
 TYPED_TEST_P(CheckpointerTest, DeleteThreadDropsTheClaimAndPruneKeepsIt) {
   auto& c = this->ckpt();
-  for (const char* t : {"deleted", "pruned"}) {
+  // "pruned" is claimed by a runner whose claim lapses at once; "busy" by a live one.
+  for (const char* t : {"deleted", "pruned", "busy"}) {
     Checkpoint cp = make_cp(t, "c1", "", 0);
     cp.artifacts = {artifact("blob", "bytes")};
     ASSERT_TRUE(c.put(cp));
-    ASSERT_TRUE(c.claim_thread(t, remote_holder("h1", 60000)));
+    ASSERT_TRUE(c.claim_thread(t, remote_holder("h1", std::string(t) == "pruned" ? 1 : 60000)));
   }
   ASSERT_TRUE(c.delete_thread("deleted"));
   auto gone = c.thread_holder("deleted");
@@ -881,6 +882,16 @@ TYPED_TEST_P(CheckpointerTest, DeleteThreadDropsTheClaimAndPruneKeepsIt) {
   std::this_thread::sleep_for(std::chrono::milliseconds(30));
   Retention ttl;
   ttl.max_age = std::chrono::milliseconds(10);
+  // Age-based retention never deletes a thread a live claim holds (its run's next checkpoint
+  // needs its parent): it names the holder and removes nothing.
+  auto busy = c.prune("busy", ttl);
+  ASSERT_FALSE(busy);
+  EXPECT_THAT(busy.error().to_string(),
+              ::testing::MatchesRegex("^thread_busy: thread 'busy' is being run by pid [0-9]+ "
+                                      "on host h1 since .*"));
+  auto still = c.latest("busy");
+  ASSERT_TRUE(still);
+  EXPECT_TRUE(still->has_value());
   auto n = c.prune("pruned", ttl);
   ASSERT_TRUE(n) << n.error().to_string();
   EXPECT_EQ(*n, 1u);

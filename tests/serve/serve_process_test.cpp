@@ -342,9 +342,25 @@ TEST(ServeProcess, WeirRunUsesAServedModelOverHttp) {
   EXPECT_EQ(c->wait_exit(10000), 0) << c->err;
 }
 
+// A number from a server's /metrics (the sum of every series of `name`), or -1.
+double metric(std::uint16_t port, const std::string& name) {
+  auto r = call(port, "GET", "/metrics");
+  if (r.status != 200) return -1;
+  double sum = 0;
+  bool found = false;
+  const std::regex line("(^|\n)" + name + "(\\{[^}]*\\})? ([0-9.e+]+)");
+  for (std::sregex_iterator it(r.body.begin(), r.body.end(), line), end; it != end; ++it) {
+    sum += std::stod((*it)[3]);
+    found = true;
+  }
+  return found ? sum : -1;
+}
+
 // One model on two `weir serve` processes (base_url as an array): batch runs spread over both,
 // prompts that start the same hit one server's prefix cache, and when one server is killed in
-// the middle its requests fail over to the other and every run completes.
+// the middle its requests fail over to the other and every run completes. Observed, not
+// assumed: B is killed while it has served requests and has at least three in flight; those
+// fail (the client's breaker names B), every run still succeeds, so A served them again.
 TEST(ServeProcess, TwoServersOneKilledMidRunAndTheRunsFailOver) {
   const auto model = slow_model();
   const auto dir = model.parent_path();
@@ -358,6 +374,8 @@ TEST(ServeProcess, TwoServersOneKilledMidRunAndTheRunsFailOver) {
   ASSERT_FALSE(ma.empty()) << a->err;
   ASSERT_FALSE(mb.empty()) << b->err;
   const std::string pa = ma[1], pb = mb[1];
+  const auto port_a = static_cast<std::uint16_t>(std::stoi(pa));
+  const auto port_b = static_cast<std::uint16_t>(std::stoi(pb));
   ASSERT_FALSE(a->wait_for(std::regex("weir serve: ready")).empty()) << a->err;
   ASSERT_FALSE(b->wait_for(std::regex("weir serve: ready")).empty()) << b->err;
   const auto wf = dir / "two_servers.json";
@@ -384,24 +402,50 @@ TEST(ServeProcess, TwoServersOneKilledMidRunAndTheRunsFailOver) {
         << "\n";
   }
   const std::string weir = std::string(WEIR_BIN_DIR) + "/weir";
-  std::string out;
-  int code = -1;
+  const std::string completed = "weir_serve_request_duration_seconds_count";
+  const std::string running = "weir_serve_requests_running";
+  double b_done = -1, b_running = -1;
   std::thread killer([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(600));
+    // B is killed once it has served a few requests and has at least three running.
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (std::chrono::steady_clock::now() < until) {
+      const double done = metric(port_b, completed), now_running = metric(port_b, running);
+      if (done >= 4 && now_running >= 3) {
+        b_done = done;
+        b_running = now_running;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
     ::kill(b->pid, SIGKILL);
   });
-  out = run_capture(
-      weir + " batch " + wf.string() + " --inputs " + inputs.string() + " --max-concurrency 8",
-      code, false);
+  const auto err_file = dir / "two_servers.err";
+  int code = -1;
+  const std::string out =
+      run_capture("{ " + weir + " batch " + wf.string() + " --inputs " + inputs.string() +
+                      " --max-concurrency 8 2>" + err_file.string() + "; }",
+                  code, false);
   killer.join();
-  ASSERT_EQ(code, 0) << out;
+  std::ifstream ef(err_file);
+  const std::string err((std::istreambuf_iterator<char>(ef)), std::istreambuf_iterator<char>());
+  ASSERT_EQ(code, 0) << out << err;
+  ASSERT_GE(b_done, 4) << "B never had served four requests with three running";
+  EXPECT_GE(b_running, 3);
   int ok = 0;
   std::istringstream lines(out);
   for (std::string line; std::getline(lines, line);)
     if (!line.empty() && boost::json::parse(line).at("ok") == true) ++ok;
   EXPECT_EQ(ok, 48) << out;
-  // The surviving server served requests, and its prefix cache hit (six shared prefixes).
-  auto metrics = call(static_cast<std::uint16_t>(std::stoi(pa)), "GET", "/metrics");
+  // The client saw B's requests fail and moved off it...
+  EXPECT_NE(err.find("openai http://127.0.0.1:" + pb + "/v1: 3 failures in a row; skipped for"),
+            std::string::npos)
+      << err;
+  // ...and A served what B did not finish: every request but those B completed.
+  const double a_done = metric(port_a, completed);
+  EXPECT_GE(a_done, 96 - b_done - b_running) << "A " << a_done << ", B " << b_done;
+  EXPECT_GT(a_done, 0);
+  // The surviving server's prefix cache hit (six shared prefixes).
+  auto metrics = call(port_a, "GET", "/metrics");
   ASSERT_EQ(metrics.status, 200);
   std::smatch m;
   const std::string body = metrics.body;

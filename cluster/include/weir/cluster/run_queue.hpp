@@ -127,9 +127,11 @@ class RunQueue {
 
   // Queues a run and notifies workers; returns its id ("r-" and 16 hex digits).
   Result<std::string> submit(const SubmitRequest& req);
-  // Newest first, at most `limit`; `workflow` left empty.
+  // Newest first, at most `limit`; `workflow` left empty. `after` non-empty: only the runs
+  // older than that run (the next page; an unknown id gives none).
   Result<std::vector<RunRecord>> list(std::size_t limit = 100,
-                                      std::optional<RunState> only = std::nullopt);
+                                      std::optional<RunState> only = std::nullopt,
+                                      std::string_view after = {});
   // How many runs are in `state` now.
   Result<std::size_t> count(RunState state);
   // not_found: "no run 'r-..' in postgres '...'".

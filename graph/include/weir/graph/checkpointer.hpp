@@ -211,7 +211,11 @@ class Checkpointer {
   // no kept checkpoint's state_at needs (see Retention above); a thread none of whose
   // checkpoints the policy keeps (all older than max_age) is deleted. Returns how many
   // checkpoints were removed. A disabled policy removes nothing; an unknown thread removes
-  // nothing. One transaction: on error nothing is removed. Errors: io_error, corrupt_data.
+  // nothing. A thread a live claim holds (a run in flight: see claim_thread) is not pruned by
+  // age: with a max_age, prune answers thread_busy naming the holder and removes nothing
+  // (keep_last alone always keeps the newest checkpoint, so it applies). A put's own pruning
+  // (Retention given at open) is the writer's and is not refused. One transaction: on error
+  // nothing is removed. Errors: thread_busy, io_error, corrupt_data.
   virtual Result<std::size_t> prune(std::string_view thread_id, const Retention& policy) = 0;
 };
 
