@@ -94,6 +94,8 @@ TEST_F(WorkflowRun, ExpressionsAreArithmeticOverChannels) {
   auto r = run(set_expr("(n + 4) * 2 - n / 3 + len(items) + 2^3"));
   ASSERT_TRUE(r) << r.error().to_string();
   EXPECT_EQ(r->state.at("out").as_int64(), 29);
+  EXPECT_EQ(error_of(run(set_expr("n + * 2"))),
+            "invalid_argument: node 'calc': expression \"n + * 2\": unexpected '*' at column 5");
 }
 
 TEST_F(WorkflowRun, ADeeplyNestedExpressionIsAnErrorNotACrash) {

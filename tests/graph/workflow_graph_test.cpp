@@ -59,7 +59,8 @@ TEST(WorkflowGraph, TemplatesRenderChannels) {
   boost::asio::io_context io;
   Result<RunResult> r = Error(Errc::cancelled, "");
   auto task = [&]() -> boost::asio::awaitable<void> {
-    r = co_await rt.async_invoke(built->graph, {});
+    boost::json::object input;  // a local: no temporary inside a co_await (GCC 12)
+    r = co_await rt.async_invoke(built->graph, std::move(input));
   };
   boost::asio::co_spawn(io, task(), boost::asio::detached);
   io.run();
