@@ -1,0 +1,217 @@
+// Masks: which tokens may come next in a parse state, by walking the vocabulary trie with the
+// parse stacks (Constraint::Impl, constraint_impl.hpp).
+//
+// How a mask is computed (Constraint::Impl::mask):
+//  1. Cache: masks are kept by exact parse state (the normalised stacks), up to
+//     kMaskCacheBytes; a repeated state costs a lookup and a copy.
+//  2. Miss: a preorder walk of the vocabulary trie. Each trie depth holds the parse state
+//     reached by the bytes above it; a subtree is skipped as soon as its first byte is refused.
+//     Parse states are interned into a lazily built DFA (state x byte -> state) that outlives
+//     the walk, and a transition computed for byte c is stored for every byte that no stack
+//     top's class tells apart from c (advancing depends on the byte only through those
+//     classes), so a UTF-8 lead or continuation byte costs one advance per class, not per byte.
+//  3. Plain runs (what keeps a miss inside a JSON string cheap): kPlain is printable ASCII but
+//     '"' and '\\'. For a DFA state, plain_run() counts how many plain bytes in a row it accepts
+//     while advancing the same way on every plain byte (each stack top's class holds all of
+//     kPlain or none of it); a string body is such a run (unbounded for a `*` string, up to
+//     the remaining maxLength for a bounded one, where the nested optionals make every
+//     position a distinct state). The trie marks each subtree made only of plain bytes with
+//     its height. A walk takes such a subtree whole when the run covers its height, and, at
+//     the top of a maximal plain subtree when the run ends in a state that refuses every plain
+//     byte (a maxLength reached), takes the tokens no longer than the run from the subtree's
+//     tokens sorted by length (VocabTrie::by_len). Otherwise it walks the subtree as in 2.
+//     The largest plain subtrees keep their tokens as a mask, ORed in word by word.
+//     In the spirit of XGrammar's split of tokens into those the current element decides
+//     alone and those that need the whole stack, kept to the element that dominates JSON
+//     masks: string characters. The trie's plain marks live in a byte Node had as padding;
+//     by_len is one token id per token; the subtree masks, at most kRootMaskBytes per
+//     vocabulary; per DFA state, 3 bytes (bounded by kMaxDfaStates).
+// Every shortcut is exact: the mask is the set of tokens the matcher accepts, token by token
+// (tests/inference/structured_test.cpp, MaskIsExactlyTheTokensTheMatcherAccepts).
+#include <algorithm>
+
+#include "constraint/constraint_impl.hpp"
+
+namespace weir::inference {
+
+void Constraint::Impl::walk(const std::vector<std::uint32_t>& state,
+                            std::span<std::uint64_t> words) const {
+  std::fill(words.begin(), words.end(), 0);
+  const Stacks st{grammar};
+  const VocabTrie& v = *vocab;
+  std::unique_ptr<Dfa> dfa_owner = take_dfa();
+  Dfa& dfa = *dfa_owner;
+  thread_local std::vector<std::int32_t> levels;
+  auto set_all = [&](const std::int32_t* first, const std::int32_t* last) {
+    for (; first != last; ++first) {
+      const auto id = static_cast<std::uint32_t>(*first);
+      words[id >> 6] |= std::uint64_t{1} << (id & 63);
+    }
+  };
+  if (levels.size() < v.max_depth + 1) levels.resize(v.max_depth + 1);
+  levels[0] = dfa.intern(st, state);
+  const auto n = static_cast<std::uint32_t>(v.nodes.size());
+  for (std::uint32_t i = 1; i < n;) {
+    const auto& node = v.nodes[i];
+    const std::int32_t pid = levels[node.depth - 1];
+    if (const unsigned height = node.plain & VocabTrie::kPlainHeight; height != 0) {
+      const unsigned run = plain_run(dfa, pid);
+      const std::uint32_t b = v.tok_begin[i], e = v.tok_begin[node.end];
+      if (run >= height) {  // every token below is allowed
+        const auto masked =
+            e - b >= VocabTrie::kMaskedRoot ? v.root_masks.find(i) : v.root_masks.end();
+        if (masked != v.root_masks.end()) {
+          const auto& m = masked->second;
+          for (std::size_t w = 0; w < m.size(); ++w) words[w] |= m[w];
+        } else {
+          set_all(v.toks.data() + b, v.toks.data() + e);
+        }
+        i = node.end;
+        continue;
+      }
+      if ((node.plain & VocabTrie::kPlainRoot) &&
+          dfa.run_then_reject[static_cast<std::size_t>(pid)]) {
+        // The tokens below that end within the run are allowed, the longer ones are not.
+        const std::size_t max_len = node.depth - 1u + run;
+        const auto* last =
+            std::partition_point(v.by_len.data() + b, v.by_len.data() + e, [&](std::int32_t id) {
+              return v.pieces[static_cast<std::size_t>(id)].size() <= max_len;
+            });
+        set_all(v.by_len.data() + b, last);
+        i = node.end;
+        continue;
+      }
+    }
+    if (!dfa.first[static_cast<std::size_t>(pid)].test(node.byte)) {
+      i = node.end;
+      continue;
+    }
+    std::int32_t nid = dfa.next[static_cast<std::size_t>(pid)][node.byte];
+    if (nid == -2) nid = step(dfa, pid, node.byte);
+    if (nid < 0) {
+      i = node.end;
+      continue;
+    }
+    levels[node.depth] = nid;
+    set_all(v.toks.data() + v.tok_begin[i], v.toks.data() + v.tok_begin[i + 1]);
+    ++i;
+  }
+  give_dfa(std::move(dfa_owner));
+}
+
+std::int32_t Constraint::Impl::plain_step(Dfa& dfa, std::int32_t pid) const {
+  const auto& ps = dfa.states[static_cast<std::size_t>(pid)];
+  bool any = false;
+  for (std::size_t i = 0; i < ps.size(); i += ps[i] + 1) {
+    if (ps[i] == 0) continue;
+    const std::bitset<256> in = grammar.classes[grammar.elems[ps[i + ps[i]]].value] & kPlain;
+    if (in.none()) continue;
+    if (in != kPlain) return kNotUniform;
+    any = true;
+  }
+  if (!any) return kRejectsPlain;
+  std::int32_t nid = dfa.next[static_cast<std::size_t>(pid)][' '];
+  if (nid == -2) nid = step(dfa, pid, ' ');
+  return nid < 0 ? kRejectsPlain : nid;
+}
+
+std::int32_t Constraint::Impl::step(Dfa& dfa, std::int32_t pid, unsigned char c) const {
+  const Stacks st{grammar};
+  std::bitset<256> same;
+  same.set();
+  {
+    const auto& ps = dfa.states[static_cast<std::size_t>(pid)];
+    for (std::size_t i = 0; i < ps.size(); i += ps[i] + 1) {
+      if (ps[i] == 0) continue;
+      const auto& cls = grammar.classes[grammar.elems[ps[i + ps[i]]].value];
+      same &= cls.test(c) ? cls : ~cls;
+    }
+    st.advance(ps.data(), ps.size(), c, dfa.out, dfa.tmp);
+  }
+  const std::int32_t nid = dfa.out.empty() ? -1 : dfa.intern(st, dfa.out);
+  auto& next = dfa.next[static_cast<std::size_t>(pid)];  // after intern: it may reallocate
+  for (std::size_t b = 0; b < 256; ++b)
+    if (same.test(b)) next[b] = nid;
+  return nid;
+}
+
+unsigned Constraint::Impl::plain_run(Dfa& dfa, std::int32_t pid) const {
+  constexpr std::int16_t kOnChain = -3;
+  if (dfa.run[static_cast<std::size_t>(pid)] >= 0)
+    return static_cast<unsigned>(dfa.run[static_cast<std::size_t>(pid)]);
+  // chain[k + 1] is the plain step of chain[k]; `after` is the run of the last one's step,
+  // or -1 when that step fails (the last one's run is then 0); every state of the chain ends
+  // its run in the same state, which rejects every plain byte or not (`reject`).
+  dfa.chain.clear();
+  int after = -1;
+  bool reject = false;
+  for (std::int32_t s = pid;;) {
+    dfa.run[static_cast<std::size_t>(s)] = kOnChain;
+    dfa.chain.push_back(s);
+    s = plain_step(dfa, s);
+    if (s < 0) {
+      reject = s == kRejectsPlain;
+      break;
+    }
+    const std::int16_t r = dfa.run[static_cast<std::size_t>(s)];
+    if (r >= 0) {
+      after = r;
+      reject = dfa.run_then_reject[static_cast<std::size_t>(s)] != 0;
+      break;
+    }
+    if (r == kOnChain) {  // a cycle of plain steps: unbounded
+      after = static_cast<int>(kMaxRun);
+      break;
+    }
+    if (dfa.chain.size() == kMaxRun) {  // counted no further: understated, never overstated
+      after = 0;
+      break;
+    }
+  }
+  for (std::size_t k = dfa.chain.size(); k-- > 0;) {
+    after = after < 0 ? 0 : std::min(after + 1, static_cast<int>(kMaxRun));
+    dfa.run[static_cast<std::size_t>(dfa.chain[k])] = static_cast<std::int16_t>(after);
+    dfa.run_then_reject[static_cast<std::size_t>(dfa.chain[k])] =
+        reject && after < static_cast<int>(kMaxRun);
+  }
+  return static_cast<unsigned>(dfa.run[static_cast<std::size_t>(pid)]);
+}
+
+std::unique_ptr<Constraint::Impl::Dfa> Constraint::Impl::take_dfa() const {
+  std::lock_guard lock(dfa_mu);
+  if (dfas.empty()) return std::make_unique<Dfa>();
+  auto d = std::move(dfas.back());
+  dfas.pop_back();
+  return d;
+}
+
+void Constraint::Impl::give_dfa(std::unique_ptr<Dfa> d) const {
+  if (d->states.size() > kMaxDfaStates) d = std::make_unique<Dfa>();
+  std::lock_guard lock(dfa_mu);
+  dfas.push_back(std::move(d));
+}
+
+void Constraint::Impl::mask(const std::vector<std::uint32_t>& state,
+                            std::span<std::uint64_t> words) const {
+  const std::string key(reinterpret_cast<const char*>(state.data()),
+                        state.size() * sizeof(std::uint32_t));
+  {
+    std::shared_lock lock(mu);
+    auto it = masks.find(key);
+    if (it != masks.end()) {
+      std::copy(it->second.begin(), it->second.end(), words.begin());
+      hits.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+  }
+  walk(state, words);
+  walks.fetch_add(1, std::memory_order_relaxed);
+  const std::size_t bytes = words.size() * 8 + key.size();
+  std::unique_lock lock(mu);
+  if (mask_bytes + bytes <= kMaskCacheBytes && !masks.count(key)) {
+    masks.emplace(key, std::vector<std::uint64_t>(words.begin(), words.end()));
+    mask_bytes += bytes;
+  }
+}
+
+}  // namespace weir::inference

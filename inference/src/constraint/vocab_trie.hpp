@@ -1,0 +1,56 @@
+// The vocabulary of a constraint as a trie of its tokens' bytes, in preorder, with the marks
+// and lists the mask walk's shortcuts read (constraint/mask.cpp). Built once per vocabulary
+// (compile_constraint keeps one per tokenizer while constraints use it); immutable after.
+#pragma once
+
+#include <bitset>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "weir/inference/constraint.hpp"
+#include "weir/inference/tokenizer.hpp"
+
+namespace weir::inference::constraint {
+
+// Printable ASCII but for '"' and '\\': the bytes that continue a JSON string (and most
+// free-text rules) all the same way: "plain runs" at the top of mask.cpp.
+extern const std::bitset<256> kPlain;
+constexpr unsigned kMaxRun = 255;  // plain runs are counted up to this many bytes
+
+// The vocabulary as a trie in preorder: node i's subtree is [i, end).
+struct VocabTrie {
+  static constexpr std::uint8_t kPlainHeight = 0x7F, kPlainRoot = 0x80;
+  struct Node {
+    std::uint32_t end;
+    std::uint16_t depth;
+    std::uint8_t byte;
+    // & kPlainHeight: the height of this node's subtree (1 for a leaf) when every byte in it,
+    // this node's included, is in kPlain and the height is at most 127; otherwise 0.
+    // & kPlainRoot: such a subtree whose parent's is not (its tokens are sorted in by_len).
+    std::uint8_t plain;
+  };
+  static_assert(sizeof(Node) == 8);
+  std::vector<Node> nodes;               // [0] is the root
+  std::vector<std::uint32_t> tok_begin;  // [nodes + 1] CSR into toks
+  std::vector<std::int32_t> toks;        // token ids ending at each node
+  // toks, but each kPlainRoot subtree's range sorted by token length (shortest first).
+  std::vector<std::int32_t> by_len;
+  // The tokens of the kPlainRoot subtrees holding at least kMaskedRoot of them, as masks
+  // ([mask_words(n_vocab)], keyed by node): one OR of words instead of a bit per token. The
+  // largest subtrees first, up to kRootMaskBytes in all (gpt-2: 21 masks, 130 KiB).
+  static constexpr std::uint32_t kMaskedRoot = 512;
+  static constexpr std::size_t kRootMaskBytes = 1u << 20;
+  std::unordered_map<std::uint32_t, std::vector<std::uint64_t>> root_masks;
+  std::vector<std::string> pieces;  // [n_vocab] bytes of each token ("" = never allowed)
+  std::vector<std::int32_t> eog;    // end-of-generation ids
+  std::int32_t n_vocab = 0;
+  std::size_t max_depth = 0;
+};
+
+// Builds the trie of `t`'s tokens (control and end-of-generation tokens left out).
+std::shared_ptr<const VocabTrie> build_trie(const Tokenizer& t);
+
+}  // namespace weir::inference::constraint
