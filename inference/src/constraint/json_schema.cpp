@@ -797,6 +797,10 @@ struct Compiler {
     return false;
   }
 
+  // A schema, top to bottom: a boolean; otherwise its keywords checked, then the first of
+  // these that it has decides its shape: $ref (a rule per reference), allOf (merged into one
+  // schema), anyOf / oneOf (one branch each), enum / const (their values' text), type (each
+  // type's grammar; without type, the types its keywords imply).
   Sym compile(const json::value& s, const std::string& ptr) {
     if (failed) return b.empty();
     if (!b.check_budget()) return fail("constraint too large");
@@ -804,137 +808,161 @@ struct Compiler {
     if (!s.is_object())
       return fail("JSON Schema at " + at(ptr) + " must be an object or a boolean");
     const auto& o = s.as_object();
-    bool constraining = false;
-    for (const auto& kv : o) {
-      if (annotation(kv.key())) continue;
-      if (!supported(kv.key()))
-        return fail("unsupported JSON Schema keyword '" + std::string(kv.key()) + "' at " +
-                    json_pointer_append(ptr, kv.key()));
-      constraining = true;
-    }
-    if (!constraining) return any_value();
-    if (const auto* r = o.if_contains("$ref")) {
-      if (!r->is_string())
-        return fail("JSON Schema keyword '$ref' at " + at(ptr) + " must be a string");
-      const std::string ref(r->as_string());
-      for (const auto& kv : o) {
-        if (kv.key() != "$ref" && !annotation(kv.key()))
-          return fail("JSON Schema keyword '" + std::string(kv.key()) + "' beside '$ref' at " +
-                      at(ptr) + " is not supported (wrap them in allOf)");
-      }
-      auto it = refs.find(ref);
-      if (it != refs.end()) return {true, it->second};
-      const json::value* target = resolve(ref, ptr);
-      if (!target) return b.empty();
-      const std::uint32_t rule = b.new_rule("ref " + ref);
-      refs.emplace(ref, rule);
-      Sym body = compile(*target, ref.substr(1));
-      b.add_alt(rule, {body});
-      return {true, rule};
-    }
+    if (auto bad = unsupported_keyword(o, ptr)) return fail(*bad);
+    if (!constraining(o)) return any_value();
+    if (o.contains("$ref")) return ref_schema(o, ptr);
     // Siblings of a combinator go into each branch (or the merge).
     json::object siblings;
     for (const auto& kv : o)
       if (kv.key() != "allOf" && kv.key() != "anyOf" && kv.key() != "oneOf" &&
           !annotation(kv.key()))
         siblings[kv.key()] = kv.value();
-    if (const auto* all = o.if_contains("allOf")) {
-      if (!all->is_array() || all->as_array().empty())
-        return fail("JSON Schema keyword 'allOf' at " + at(ptr) + " must be a non-empty array");
-      json::value m = json::object(siblings);
-      std::size_t i = 0;
-      for (const auto& x : all->as_array()) {
-        m = merge(m, x, json_pointer_append(json_pointer_append(ptr, "allOf"), i++));
-        if (failed) return b.empty();
-      }
-      json::object rest = o;
-      rest.erase("allOf");
-      for (const auto& kv : siblings) rest.erase(kv.key());
-      if (m.is_object())
-        for (const auto& kv : m.as_object()) rest[kv.key()] = kv.value();
-      else
-        return b.group({}, "never");
-      arena.emplace_back(std::move(rest));
-      return compile(arena.back(), ptr);
+    if (o.contains("allOf")) return all_of(o, siblings, ptr);
+    if (o.contains("anyOf") || o.contains("oneOf")) return any_of(o, siblings, ptr);
+    if (o.contains("const") || o.contains("enum")) return enum_values(o, ptr);
+    return typed(o, ptr);
+  }
+
+  // The first keyword weir cannot enforce, as the error to give; nullopt when all are known.
+  std::optional<std::string> unsupported_keyword(const json::object& o, const std::string& ptr) {
+    for (const auto& kv : o)
+      if (!annotation(kv.key()) && !supported(kv.key()))
+        return "unsupported JSON Schema keyword '" + std::string(kv.key()) + "' at " +
+               json_pointer_append(ptr, kv.key());
+    return std::nullopt;
+  }
+  // Has a keyword beyond annotations (a schema of annotations only allows any value).
+  static bool constraining(const json::object& o) {
+    return std::any_of(o.begin(), o.end(), [](const auto& kv) { return !annotation(kv.key()); });
+  }
+
+  // {"$ref": "#/..."}: one rule per reference, so recursive schemas refer back to it.
+  Sym ref_schema(const json::object& o, const std::string& ptr) {
+    const json::value& r = o.at("$ref");
+    if (!r.is_string())
+      return fail("JSON Schema keyword '$ref' at " + at(ptr) + " must be a string");
+    const std::string ref(r.as_string());
+    for (const auto& kv : o) {
+      if (kv.key() != "$ref" && !annotation(kv.key()))
+        return fail("JSON Schema keyword '" + std::string(kv.key()) + "' beside '$ref' at " +
+                    at(ptr) + " is not supported (wrap them in allOf)");
     }
-    for (const char* comb : {"anyOf", "oneOf"}) {
-      const auto* a = o.if_contains(comb);
-      if (!a) continue;
-      if (!a->is_array() || a->as_array().empty())
-        return fail("JSON Schema keyword '" + std::string(comb) + "' at " + at(ptr) +
-                    " must be a non-empty array");
-      if (o.contains("anyOf") && o.contains("oneOf"))
-        return fail("JSON Schema keywords 'anyOf' and 'oneOf' together at " + at(ptr) +
-                    " are not supported");
-      const auto& arr = a->as_array();
-      const std::string cptr = json_pointer_append(ptr, comb);
-      if (std::string_view(comb) == "oneOf") {
-        for (std::size_t i = 0; i < arr.size(); ++i)
-          for (std::size_t j = i + 1; j < arr.size(); ++j)
-            if (!disjoint(arr[i], arr[j], ptr))
-              return fail("JSON Schema keyword 'oneOf' at " + cptr + ": branches " +
-                          std::to_string(i) + " and " + std::to_string(j) +
-                          " may both match; weir enforces oneOf only when the branches differ in "
-                          "type or in a required const property (use anyOf)");
-      }
-      std::vector<Seq> alts;
-      for (std::size_t i = 0; i < arr.size(); ++i) {
-        const std::string bptr = json_pointer_append(cptr, i);
-        if (siblings.empty()) {
-          alts.push_back({compile(arr[i], bptr)});
-        } else {
-          arena.push_back(merge(json::value(siblings), arr[i], bptr));
-          alts.push_back({compile(arena.back(), bptr)});
-        }
-        if (failed) return b.empty();
-      }
-      return b.group(alts, comb);
+    auto it = refs.find(ref);
+    if (it != refs.end()) return {true, it->second};
+    const json::value* target = resolve(ref, ptr);
+    if (!target) return b.empty();
+    const std::uint32_t rule = b.new_rule("ref " + ref);
+    refs.emplace(ref, rule);
+    Sym body = compile(*target, ref.substr(1));
+    b.add_alt(rule, {body});
+    return {true, rule};
+  }
+
+  // allOf: the branches and the siblings merged into one schema, compiled in their place.
+  Sym all_of(const json::object& o, const json::object& siblings, const std::string& ptr) {
+    const json::value& all = o.at("allOf");
+    if (!all.is_array() || all.as_array().empty())
+      return fail("JSON Schema keyword 'allOf' at " + at(ptr) + " must be a non-empty array");
+    json::value m = json::object(siblings);
+    std::size_t i = 0;
+    for (const auto& x : all.as_array()) {
+      m = merge(m, x, json_pointer_append(json_pointer_append(ptr, "allOf"), i++));
+      if (failed) return b.empty();
     }
-    if (o.contains("const") || o.contains("enum")) {
-      for (const auto& kv : o) {
-        if (kv.key() != "const" && kv.key() != "enum" && kv.key() != "type" &&
-            !annotation(kv.key()))
-          return fail("JSON Schema keyword '" + std::string(kv.key()) + "' beside enum/const at " +
-                      at(ptr) + " is not supported");
-      }
-      std::vector<json::value> values;
-      if (const auto* c = o.if_contains("const")) values.push_back(*c);
-      if (const auto* e = o.if_contains("enum")) {
-        if (!e->is_array())
-          return fail("JSON Schema keyword 'enum' at " + at(ptr) + " must be an array");
-        if (o.contains("const")) {
-          if (std::find(e->as_array().begin(), e->as_array().end(), values[0]) ==
-              e->as_array().end())
-            values.clear();
-        } else {
-          values.assign(e->as_array().begin(), e->as_array().end());
-        }
-      }
-      std::set<std::string> types;
-      if (const auto* t = o.if_contains("type")) {
-        if (t->is_string())
-          types.insert(std::string(t->as_string()));
-        else if (t->is_array())
-          for (const auto& x : t->as_array())
-            if (x.is_string()) types.insert(std::string(x.as_string()));
-      }
-      std::vector<Seq> alts;
-      for (const auto& v : values) {
-        if (!types.empty()) {
-          bool ok =
-              (v.is_null() && types.count("null")) || (v.is_bool() && types.count("boolean")) ||
-              (v.is_string() && types.count("string")) || (v.is_array() && types.count("array")) ||
-              (v.is_object() && types.count("object")) || (v.is_number() && types.count("number"));
-          if (v.is_number() && types.count("integer")) {
-            const double d = v.to_number<double>();
-            ok = ok || std::floor(d) == d;
-          }
-          if (!ok) continue;
-        }
-        alts.push_back(b.literal(json::serialize(v)));
-      }
-      return b.group(alts, "enum");
+    json::object rest = o;
+    rest.erase("allOf");
+    for (const auto& kv : siblings) rest.erase(kv.key());
+    if (m.is_object())
+      for (const auto& kv : m.as_object()) rest[kv.key()] = kv.value();
+    else
+      return b.group({}, "never");
+    arena.emplace_back(std::move(rest));
+    return compile(arena.back(), ptr);
+  }
+
+  // anyOf / oneOf: one alternative per branch, the siblings merged into each; oneOf only
+  // when its branches are provably disjoint.
+  Sym any_of(const json::object& o, const json::object& siblings, const std::string& ptr) {
+    if (o.contains("anyOf") && o.contains("oneOf"))
+      return fail("JSON Schema keywords 'anyOf' and 'oneOf' together at " + at(ptr) +
+                  " are not supported");
+    const std::string comb = o.contains("anyOf") ? "anyOf" : "oneOf";
+    const json::value& a = o.at(comb);
+    if (!a.is_array() || a.as_array().empty())
+      return fail("JSON Schema keyword '" + comb + "' at " + at(ptr) +
+                  " must be a non-empty array");
+    const auto& arr = a.as_array();
+    const std::string cptr = json_pointer_append(ptr, comb);
+    if (comb == "oneOf") {
+      for (std::size_t i = 0; i < arr.size(); ++i)
+        for (std::size_t j = i + 1; j < arr.size(); ++j)
+          if (!disjoint(arr[i], arr[j], ptr))
+            return fail("JSON Schema keyword 'oneOf' at " + cptr + ": branches " +
+                        std::to_string(i) + " and " + std::to_string(j) +
+                        " may both match; weir enforces oneOf only when the branches differ in "
+                        "type or in a required const property (use anyOf)");
     }
+    std::vector<Seq> alts;
+    for (std::size_t i = 0; i < arr.size(); ++i) {
+      const std::string bptr = json_pointer_append(cptr, i);
+      if (siblings.empty()) {
+        alts.push_back({compile(arr[i], bptr)});
+      } else {
+        arena.push_back(merge(json::value(siblings), arr[i], bptr));
+        alts.push_back({compile(arena.back(), bptr)});
+      }
+      if (failed) return b.empty();
+    }
+    return b.group(alts, comb);
+  }
+
+  // enum / const: the values' compact JSON text (with `type` beside them, those of its types).
+  Sym enum_values(const json::object& o, const std::string& ptr) {
+    for (const auto& kv : o) {
+      if (kv.key() != "const" && kv.key() != "enum" && kv.key() != "type" && !annotation(kv.key()))
+        return fail("JSON Schema keyword '" + std::string(kv.key()) + "' beside enum/const at " +
+                    at(ptr) + " is not supported");
+    }
+    std::vector<json::value> values;
+    if (const auto* c = o.if_contains("const")) values.push_back(*c);
+    if (const auto* e = o.if_contains("enum")) {
+      if (!e->is_array())
+        return fail("JSON Schema keyword 'enum' at " + at(ptr) + " must be an array");
+      if (o.contains("const")) {
+        if (std::find(e->as_array().begin(), e->as_array().end(), values[0]) == e->as_array().end())
+          values.clear();
+      } else {
+        values.assign(e->as_array().begin(), e->as_array().end());
+      }
+    }
+    std::set<std::string> types;
+    if (const auto* t = o.if_contains("type")) {
+      if (t->is_string())
+        types.insert(std::string(t->as_string()));
+      else if (t->is_array())
+        for (const auto& x : t->as_array())
+          if (x.is_string()) types.insert(std::string(x.as_string()));
+    }
+    std::vector<Seq> alts;
+    for (const auto& v : values) {
+      if (!types.empty()) {
+        bool ok =
+            (v.is_null() && types.count("null")) || (v.is_bool() && types.count("boolean")) ||
+            (v.is_string() && types.count("string")) || (v.is_array() && types.count("array")) ||
+            (v.is_object() && types.count("object")) || (v.is_number() && types.count("number"));
+        if (v.is_number() && types.count("integer")) {
+          const double d = v.to_number<double>();
+          ok = ok || std::floor(d) == d;
+        }
+        if (!ok) continue;
+      }
+      alts.push_back(b.literal(json::serialize(v)));
+    }
+    return b.group(alts, "enum");
+  }
+
+  // The schema's types (from `type`, or implied by its keywords), each by its own grammar.
+  Sym typed(const json::object& o, const std::string& ptr) {
     std::vector<std::string> types;
     if (const auto* t = o.if_contains("type")) {
       if (t->is_string())
@@ -949,22 +977,10 @@ struct Compiler {
         return fail("JSON Schema keyword 'type' at " + at(ptr) + " must be a string or an array");
       }
     } else {
-      // No type: the keywords present say which (a subset of what the schema allows).
-      if (o.contains("properties") || o.contains("required") || o.contains("additionalProperties"))
-        types.push_back("object");
-      if (o.contains("items") || o.contains("prefixItems") || o.contains("minItems") ||
-          o.contains("maxItems"))
-        types.push_back("array");
-      if (o.contains("minLength") || o.contains("maxLength") || o.contains("pattern") ||
-          o.contains("format"))
-        types.push_back("string");
-      if (o.contains("minimum") || o.contains("maximum") || o.contains("exclusiveMinimum") ||
-          o.contains("exclusiveMaximum"))
-        types.push_back("number");
+      types = implied_types(o);
       if (types.empty()) return any_value();
     }
     std::vector<Seq> alts;
-    const bool has_int = std::find(types.begin(), types.end(), "integer") != types.end();
     for (const auto& t : types) {
       if (t == "null")
         alts.push_back(b.literal("null"));
@@ -972,12 +988,9 @@ struct Compiler {
         alts.push_back({b.group({b.literal("true"), b.literal("false")}, "bool")});
       else if (t == "integer")
         alts.push_back({integer(bounds(o, ptr))});
-      else if (t == "number") {
-        if (!has_int)
-          alts.push_back({number(bounds(o, ptr))});
-        else
-          alts.push_back({number(bounds(o, ptr))});
-      } else if (t == "string")
+      else if (t == "number")
+        alts.push_back({number(bounds(o, ptr))});
+      else if (t == "string")
         alts.push_back({string_schema(o, ptr)});
       else if (t == "object")
         alts.push_back({object_schema(o, ptr)});
@@ -989,6 +1002,23 @@ struct Compiler {
     }
     if (alts.size() == 1 && alts[0].size() == 1 && alts[0][0].is_rule) return alts[0][0];
     return b.group(alts, "type");
+  }
+
+  // No type: the keywords present say which (a subset of what the schema allows).
+  static std::vector<std::string> implied_types(const json::object& o) {
+    std::vector<std::string> types;
+    if (o.contains("properties") || o.contains("required") || o.contains("additionalProperties"))
+      types.push_back("object");
+    if (o.contains("items") || o.contains("prefixItems") || o.contains("minItems") ||
+        o.contains("maxItems"))
+      types.push_back("array");
+    if (o.contains("minLength") || o.contains("maxLength") || o.contains("pattern") ||
+        o.contains("format"))
+      types.push_back("string");
+    if (o.contains("minimum") || o.contains("maximum") || o.contains("exclusiveMinimum") ||
+        o.contains("exclusiveMaximum"))
+      types.push_back("number");
+    return types;
   }
 };
 
