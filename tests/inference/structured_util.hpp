@@ -5,6 +5,8 @@
 
 #include <unistd.h>
 
+#include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <future>
 #include <random>
@@ -50,7 +52,8 @@ inline TinyModel& tiny() {
   return *m;
 }
 
-inline Result<std::shared_ptr<const Constraint>> schema(const std::string& text, const Tokenizer& t) {
+inline Result<std::shared_ptr<const Constraint>> schema(const std::string& text,
+                                                        const Tokenizer& t) {
   return compile_constraint({ConstraintSpec::Kind::json_schema, text, {}}, t);
 }
 
@@ -67,7 +70,6 @@ inline std::string error_of(const ConstraintSpec& spec) {
 inline std::string schema_error(const std::string& s) {
   return error_of({ConstraintSpec::Kind::json_schema, s, {}});
 }
-
 
 // Schemas whose values are short (bounded strings, arrays and nesting), so that any token
 // sequence the mask allows ends within a few dozen tokens.
@@ -114,7 +116,7 @@ inline json::value random_schema(std::mt19937_64& rng, int depth) {
 // Walks the mask: picks random allowed tokens (closing ones more often as it gets long) until
 // the matcher is finished or complete; returns the bytes.
 inline std::string random_walk(const std::shared_ptr<const Constraint>& c, const Tokenizer& t,
-                        std::mt19937_64& rng, int max_steps = 400) {
+                               std::mt19937_64& rng, int max_steps = 400) {
   ConstraintMatcher m(c);
   std::vector<std::uint64_t> mask(mask_words(t.n_vocab()));
   std::string out;

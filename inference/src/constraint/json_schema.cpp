@@ -309,7 +309,9 @@ struct Compiler {
       if (has_len)
         return fail("JSON Schema keyword '" + kw + "' with minLength/maxLength at " + at(ptr) +
                     " is not supported (put the length into the pattern)");
+      const std::size_t mark = b.notes().size();
       auto r = compile_regex(b, re, true, false);
+      b.prefix_notes(mark, "JSON Schema keyword '" + kw + "' at " + at(ptr) + "/" + kw + ": ");
       if (!r)
         return fail("JSON Schema keyword '" + kw + "' at " + at(ptr) + "/" + kw + ": " +
                     r.error().message);
@@ -319,6 +321,9 @@ struct Compiler {
       return b.group({q}, "string");
     }
     if (!has_len) return string_any();
+    if (max >= 0 && max < min)
+      return b.never("'minLength' " + std::to_string(min) + " and 'maxLength' " +
+                     std::to_string(max) + " at " + at(ptr) + " contradict each other");
     Seq q = b.literal("\"");
     q.push_back(b.repeat({json_char()}, min, max));
     b.append_literal(q, "\"");
@@ -509,10 +514,13 @@ struct Compiler {
     {
       const std::int64_t lo = std::max<std::int64_t>(0, min - k);
       const std::int64_t hi = max < 0 ? -1 : max - k;
-      if (hi >= 0 && hi < lo)
-        rest = b.group({}, "never");
+      if (max >= 0 && max < min)
+        rest = b.never("'minItems' " + std::to_string(min) + " and 'maxItems' " +
+                       std::to_string(max) + " at " + at(ptr) + " contradict each other");
       else if (!item)
-        rest = lo > 0 ? b.group({}, "never") : b.empty();
+        rest = lo > 0 ? b.never("'minItems' " + std::to_string(min) + " at " + at(ptr) +
+                                " needs more items than 'prefixItems' holds ('items' is false)")
+                      : b.empty();
       else if (hi == 0)
         rest = b.empty();
       else if (k > 0) {
@@ -804,7 +812,9 @@ struct Compiler {
   Sym compile(const json::value& s, const std::string& ptr) {
     if (failed) return b.empty();
     if (!b.check_budget()) return fail("constraint too large");
-    if (s.is_bool()) return s.as_bool() ? any_value() : b.group({}, "never");
+    if (s.is_bool())
+      return s.as_bool() ? any_value()
+                         : b.never("the schema at " + at(ptr) + " is false (it allows nothing)");
     if (!s.is_object())
       return fail("JSON Schema at " + at(ptr) + " must be an object or a boolean");
     const auto& o = s.as_object();
@@ -851,7 +861,7 @@ struct Compiler {
     if (it != refs.end()) return {true, it->second};
     const json::value* target = resolve(ref, ptr);
     if (!target) return b.empty();
-    const std::uint32_t rule = b.new_rule("ref " + ref);
+    const std::uint32_t rule = b.new_rule("ref " + ref, {RuleOrigin::schema_ref, ref});
     refs.emplace(ref, rule);
     Sym body = compile(*target, ref.substr(1));
     b.add_alt(rule, {body});
@@ -875,7 +885,7 @@ struct Compiler {
     if (m.is_object())
       for (const auto& kv : m.as_object()) rest[kv.key()] = kv.value();
     else
-      return b.group({}, "never");
+      return b.never("'allOf' at " + at(ptr) + " has a branch that allows nothing");
     arena.emplace_back(std::move(rest));
     return compile(arena.back(), ptr);
   }
@@ -958,6 +968,16 @@ struct Compiler {
       }
       alts.push_back(b.literal(json::serialize(v)));
     }
+    if (alts.empty()) {
+      const std::string kw = o.contains("enum") ? "'enum'" : "'const'";
+      if (values.empty())
+        return b.never(kw + " at " + at(ptr) +
+                       (o.contains("const") && o.contains("enum") ? " does not hold the 'const'"
+                                                                  : " is empty"));
+      std::string names;
+      for (const auto& t : types) names += (names.empty() ? "" : " or ") + t;
+      return b.never(kw + " at " + at(ptr) + " has no value of type " + names);
+    }
     return b.group(alts, "enum");
   }
 
@@ -1000,6 +1020,7 @@ struct Compiler {
         return fail("JSON Schema keyword 'type' at " + at(ptr) + ": unknown type '" + t + "'");
       if (failed) return b.empty();
     }
+    if (alts.empty()) return b.never("'type' at " + at(ptr) + " allows no type");
     if (alts.size() == 1 && alts[0].size() == 1 && alts[0][0].is_rule) return alts[0][0];
     return b.group(alts, "type");
   }
