@@ -14,6 +14,7 @@
 #include <unordered_map>
 
 #include "constraint/grammar.hpp"
+#include "constraint/json_number.hpp"
 #include "weir/runtime/json_parse.hpp"
 
 namespace weir::inference::constraint {
@@ -21,36 +22,6 @@ namespace weir::inference::constraint {
 namespace json = boost::json;
 
 namespace {
-
-constexpr std::uint64_t kIntCap = 999999999999999999ull;  // 18 digits
-
-// Decimal strings for all integers in [lo, hi] (0 <= lo <= hi), no leading zeros.
-void uint_range(GrammarBuilder& b, std::uint64_t lo, std::uint64_t hi, std::vector<Seq>& out) {
-  std::bitset<256> digit;
-  for (char c = '0'; c <= '9'; ++c) digit.set(static_cast<unsigned char>(c));
-  const Sym any_digit = b.byte_class(digit);
-  if (lo == 0) {
-    out.push_back(b.literal("0"));
-    lo = 1;
-  }
-  while (lo <= hi && lo != 0) {
-    // The largest block [lo, lo + m*10^k - 1]: lo a multiple of 10^k, within hi.
-    std::uint64_t p = 1;
-    int k = 0;
-    while (p <= kIntCap / 10 && lo % (p * 10) == 0 && lo + p * 10 - 1 <= hi) p *= 10, ++k;
-    const std::uint64_t d = (lo / p) % 10;
-    std::uint64_t m = std::min<std::uint64_t>(10 - d, (hi - lo + 1) / p);
-    const std::uint64_t prefix = lo / p / 10;
-    Seq q;
-    if (prefix) b.append_literal(q, std::to_string(prefix));
-    std::bitset<256> cls;
-    for (std::uint64_t x = d; x < d + m; ++x) cls.set('0' + x);
-    q.push_back(b.byte_class(cls));
-    for (int j = 0; j < k; ++j) q.push_back(any_digit);
-    out.push_back(std::move(q));
-    lo += m * p;
-  }
-}
 
 struct Compiler {
   GrammarBuilder& b;
@@ -154,102 +125,20 @@ struct Compiler {
     return *any_value_;
   }
 
-  Sym int_range(std::int64_t lo, std::int64_t hi) {
-    lo = std::max<std::int64_t>(lo, -static_cast<std::int64_t>(kIntCap));
-    hi = std::min<std::int64_t>(hi, static_cast<std::int64_t>(kIntCap));
-    std::vector<Seq> alts;
-    if (lo > hi) return b.group({}, "never");
-    if (hi >= 0) {
-      const auto l = static_cast<std::uint64_t>(std::max<std::int64_t>(lo, 0));
-      const auto h = static_cast<std::uint64_t>(hi);
-      if (l == 0 && h == kIntCap)
-        alts.push_back({int_part()});
-      else
-        uint_range(b, l, h, alts);
-    }
-    if (lo < 0) {
-      std::vector<Seq> neg;
-      const auto l = static_cast<std::uint64_t>(hi < 0 ? -hi : 1);
-      const auto h = static_cast<std::uint64_t>(-lo);
-      if (l == 1 && h == kIntCap) {
-        std::bitset<256> nz;
-        for (char c = '1'; c <= '9'; ++c) nz.set(static_cast<unsigned char>(c));
-        neg.push_back({b.byte_class(nz), digits(0, 17)});
-      } else {
-        uint_range(b, l, h, neg);
-      }
-      Seq q = b.literal("-");
-      q.push_back(b.group(neg, "neg"));
-      alts.push_back(q);
-    }
-    return b.group(alts, "integer");
+  // Integers: "0", [1-9][0-9]{0,17} and their negatives (not "-0").
+  Sym int_any() {
+    std::bitset<256> nz;
+    for (char c = '1'; c <= '9'; ++c) nz.set(static_cast<unsigned char>(c));
+    Seq neg = b.literal("-");
+    neg.insert(neg.end(), {b.byte_class(nz), digits(0, 17)});
+    return b.group({{int_part()}, neg}, "integer");
   }
-
-  // Number bounds as doubles (nullopt: none).
-  struct Bounds {
-    std::optional<double> lo, hi;
-    bool lo_excl = false, hi_excl = false;
-  };
-  Bounds bounds(const json::object& o, const std::string& ptr) {
-    Bounds r;
-    auto num = [&](const char* k) -> std::optional<double> {
-      auto it = o.find(k);
-      if (it == o.end()) return std::nullopt;
-      if (!it->value().is_number()) {
-        fail("JSON Schema keyword '" + std::string(k) + "' at " + at(ptr) + " must be a number");
-        return std::nullopt;
-      }
-      return it->value().to_number<double>();
-    };
-    r.lo = num("minimum");
-    r.hi = num("maximum");
-    if (auto x = num("exclusiveMinimum"); x && (!r.lo || *x >= *r.lo)) r.lo = x, r.lo_excl = true;
-    if (auto x = num("exclusiveMaximum"); x && (!r.hi || *x <= *r.hi)) r.hi = x, r.hi_excl = true;
-    return r;
-  }
-  static std::int64_t clamp_i(double x) {
-    if (x > 9.0e18) return INT64_MAX / 2;
-    if (x < -9.0e18) return INT64_MIN / 2;
-    return static_cast<std::int64_t>(x);
-  }
-  Sym integer(const Bounds& bd) {
-    std::int64_t lo = INT64_MIN / 2, hi = INT64_MAX / 2;
-    if (bd.lo) {
-      double c = std::ceil(*bd.lo);
-      lo = clamp_i(c + ((bd.lo_excl && c == *bd.lo) ? 1 : 0));
-    }
-    if (bd.hi) {
-      double f = std::floor(*bd.hi);
-      hi = clamp_i(f - ((bd.hi_excl && f == *bd.hi) ? 1 : 0));
-    }
-    return int_range(lo, hi);
-  }
-  Sym number(const Bounds& bd) {
-    if (!bd.lo && !bd.hi) return number_any();
-    // Integers in range, plus n.f whose whole interval [n, n+1) (or (-(n+1), -n]) is in range.
-    std::vector<Seq> alts = {{integer(bd)}};
-    const double lo = bd.lo ? *bd.lo : -1e18, hi = bd.hi ? *bd.hi : 1e18;
-    Seq frac = b.literal(".");
-    frac.push_back(digits(1, 15));
-    const Sym fr = b.group({frac}, "frac");
-    {
-      double nmin = bd.lo_excl ? std::floor(lo) + 1 : std::ceil(lo);
-      nmin = std::max(nmin, 0.0);
-      double nmax = std::floor(hi) - 1;
-      if (nmin <= nmax) alts.push_back({int_range(clamp_i(nmin), clamp_i(nmax)), fr});
-    }
-    {
-      double nmin = bd.hi_excl ? std::floor(-hi) + 1 : std::ceil(-hi);
-      nmin = std::max(nmin, 0.0);
-      double nmax = std::floor(-lo) - 1;
-      if (nmin <= nmax) {
-        Seq q = b.literal("-");
-        q.push_back(int_range(clamp_i(nmin), clamp_i(nmax)));
-        q.push_back(fr);
-        alts.push_back(q);
-      }
-    }
-    return b.group(alts, "number");
+  // An integer or a number with the schema's bounds (json_number.hpp) or without any.
+  Sym bounded(const json::object& o, const std::string& ptr, bool integer) {
+    auto bd = number_bounds(o, at(ptr));
+    if (!bd) return fail(bd.error().message);
+    if (!bd->any()) return integer ? int_any() : number_any();
+    return integer ? integer_in(b, *bd, at(ptr)) : number_in(b, *bd, at(ptr));
   }
 
   Sym string_schema(const json::object& o, const std::string& ptr) {
@@ -1007,9 +896,9 @@ struct Compiler {
       else if (t == "boolean")
         alts.push_back({b.group({b.literal("true"), b.literal("false")}, "bool")});
       else if (t == "integer")
-        alts.push_back({integer(bounds(o, ptr))});
+        alts.push_back({bounded(o, ptr, true)});
       else if (t == "number")
-        alts.push_back({number(bounds(o, ptr))});
+        alts.push_back({bounded(o, ptr, false)});
       else if (t == "string")
         alts.push_back({string_schema(o, ptr)});
       else if (t == "object")
