@@ -96,9 +96,8 @@ TEST(StructuredNumbers, RandomBoundsAgreeWithTheValidator) {
     for (const char* side : {"minimum", "maximum"}) {
       if (pick(4) == 0) continue;
       const double v = (pick(2001) - 1000) / std::pow(10.0, pick(4));
-      const std::string key = pick(2) ? std::string("exclusive") + (side[1] == 'i' ? "Minimum"
-                                                                                      : "Maximum")
-                                      : side;
+      const std::string key =
+          pick(2) ? std::string("exclusive") + (side[1] == 'i' ? "Minimum" : "Maximum") : side;
       s[key] = json::parse(decimal(v, 3));
       near.push_back(s[key].to_number<double>());
     }
@@ -152,6 +151,29 @@ TEST(StructuredNumbers, EmptyRangesNameTheKeywordsAndTheLimit) {
   EXPECT_EQ(schema_error(R"({"anyOf":[{"type":"number","minimum":5,"maximum":3},
             {"type":"null"}]})"),
             "(compiled)");
+}
+
+// Counts (minLength, maxLength, minItems, maxItems) are whole numbers: a fraction is refused
+// rather than rounded (minLength 1.5 truncated to 1 let "a" through), and a huge one is
+// refused by name, never an overflow.
+TEST(StructuredNumbers, CountsAreWholeNumbers) {
+  for (const char* k : {"minLength", "maxLength"}) {
+    EXPECT_EQ(
+        schema_error(std::string(R"({"type":"string",")") + k + R"(":1.5})"),
+        std::string("JSON Schema keyword '") + k + "' at (root) must be a non-negative integer");
+  }
+  for (const char* k : {"minItems", "maxItems"}) {
+    EXPECT_EQ(
+        schema_error(std::string(R"({"type":"array",")") + k + R"(":2.5})"),
+        std::string("JSON Schema keyword '") + k + "' at (root) must be a non-negative integer");
+  }
+  EXPECT_EQ(schema_error(R"({"type":"string","minLength":2.0,"maxLength":3})"), "(compiled)");
+  EXPECT_EQ(schema_error(R"({"type":"array","minItems":1e300})"),
+            "JSON Schema keyword 'minItems' at (root) is 1E300, over the 400000 repetitions "
+            "weir's grammar can hold; lower it");
+  EXPECT_EQ(schema_error(R"({"type":"string","maxLength":1e300})"),
+            "JSON Schema keyword 'maxLength' at (root) is 1E300, over the 400000 repetitions "
+            "weir's grammar can hold; lower it");
 }
 
 // Quantified groups that can match the empty string are normalised, in regex and in GBNF:

@@ -141,17 +141,29 @@ struct Compiler {
     return integer ? integer_in(b, *bd, at(ptr)) : number_in(b, *bd, at(ptr));
   }
 
+  // A count keyword (minLength, maxItems, ...): a whole number (2.0 is 2), `def` when absent.
+  // One past the grammar's size limit is refused by name (a repetition that long cannot fit).
+  std::int64_t count_of(const json::object& o, const char* k, const std::string& ptr,
+                        std::int64_t def) {
+    const json::value* v = o.if_contains(k);
+    if (!v) return def;
+    const double d = v->is_number() ? v->to_number<double>() : -1;
+    if (!(d >= 0) || std::floor(d) != d) {
+      fail("JSON Schema keyword '" + std::string(k) + "' at " + at(ptr) +
+           " must be a non-negative integer");
+      return def;
+    }
+    if (d > static_cast<double>(kMaxGrammarElements)) {
+      fail("JSON Schema keyword '" + std::string(k) + "' at " + at(ptr) + " is " +
+           json::serialize(*v) + ", over the " + std::to_string(kMaxGrammarElements) +
+           " repetitions weir's grammar can hold; lower it");
+      return def;
+    }
+    return static_cast<std::int64_t>(d);
+  }
+
   Sym string_schema(const json::object& o, const std::string& ptr) {
-    auto count = [&](const char* k, std::int64_t def) -> std::int64_t {
-      auto it = o.find(k);
-      if (it == o.end()) return def;
-      if (!it->value().is_number() || it->value().to_number<double>() < 0) {
-        fail("JSON Schema keyword '" + std::string(k) + "' at " + at(ptr) +
-             " must be a non-negative integer");
-        return def;
-      }
-      return static_cast<std::int64_t>(it->value().to_number<double>());
-    };
+    auto count = [&](const char* k, std::int64_t def) { return count_of(o, k, ptr, def); };
     const std::int64_t min = count("minLength", 0), max = count("maxLength", -1);
     const bool has_len = o.contains("minLength") || o.contains("maxLength");
     const json::value* pattern = o.if_contains("pattern");
@@ -360,16 +372,7 @@ struct Compiler {
   }
 
   Sym array_schema(const json::object& o, const std::string& ptr) {
-    auto count = [&](const char* k, std::int64_t def) -> std::int64_t {
-      auto it = o.find(k);
-      if (it == o.end()) return def;
-      if (!it->value().is_number() || it->value().to_number<double>() < 0) {
-        fail("JSON Schema keyword '" + std::string(k) + "' at " + at(ptr) +
-             " must be a non-negative integer");
-        return def;
-      }
-      return static_cast<std::int64_t>(it->value().to_number<double>());
-    };
+    auto count = [&](const char* k, std::int64_t def) { return count_of(o, k, ptr, def); };
     const std::int64_t min = count("minItems", 0), max = count("maxItems", -1);
     if (const auto* u = o.if_contains("uniqueItems");
         u && !(u->is_bool() && !u->as_bool()) && (max < 0 || max > 1))
