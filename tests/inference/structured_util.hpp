@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <future>
 #include <random>
+#include <set>
 
 #include <gtest/gtest.h>
 #include <boost/json.hpp>

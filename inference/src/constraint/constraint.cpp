@@ -27,6 +27,14 @@ std::uint64_t Constraint::mask_walks() const {
 std::uint64_t Constraint::mask_cache_hits() const {
   return impl_->hits.load();
 }
+std::int32_t Constraint::min_tokens() const {
+  std::int32_t n = impl_->initial_min.load(std::memory_order_relaxed);
+  if (n < 0) {
+    n = impl_->min_tokens(impl_->initial);
+    impl_->initial_min.store(n, std::memory_order_relaxed);
+  }
+  return n;
+}
 
 // --- compile + caches -----------------------------------------------------------------------
 
@@ -127,43 +135,90 @@ Result<std::shared_ptr<const Constraint>> compile_constraint(const ConstraintSpe
 
 // --- matcher -------------------------------------------------------------------------------
 
-ConstraintMatcher::ConstraintMatcher(std::shared_ptr<const Constraint> constraint)
-    : c_(std::move(constraint)), state_(c_->impl().initial) {}
+ConstraintMatcher::ConstraintMatcher(std::shared_ptr<const Constraint> constraint,
+                                     std::string trigger)
+    : c_(std::move(constraint)), state_(c_->impl().initial) {
+  if (!trigger.empty()) {
+    trigger_ = c_->impl().trigger(trigger);
+    active_ = false;
+  }
+}
 
 bool ConstraintMatcher::complete() const {
+  if (!active_) return true;
   for (std::size_t i = 0; i < state_.size(); i += state_[i] + 1)
     if (state_[i] == 0) return true;
   return false;
 }
 
 bool ConstraintMatcher::finished() const {
-  if (state_.empty()) return false;
+  if (!active_ || state_.empty()) return false;
   for (std::size_t i = 0; i < state_.size(); i += state_[i] + 1)
     if (state_[i] != 0) return false;
   return true;
 }
 
 bool ConstraintMatcher::dead() const {
-  return state_.empty();
+  return active_ && state_.empty();
 }
 
-void ConstraintMatcher::fill_mask(std::span<std::uint64_t> words) const {
+std::int32_t ConstraintMatcher::min_tokens() const {
+  if (!active_) return 0;
+  if (dead()) return kNoCompletion;
+  return c_->impl().min_tokens(state_);
+}
+
+std::string ConstraintMatcher::state_key() const {
+  std::string k(reinterpret_cast<const char*>(state_.data()),
+                state_.size() * sizeof(std::uint32_t));
+  if (!active_) k += "free " + std::to_string(matched_);
+  return k;
+}
+
+bool ConstraintMatcher::fill_mask(std::span<std::uint64_t> words, std::int32_t budget) const {
   const auto& impl = c_->impl();
+  assert(budget >= 1);
   assert(words.size() >= mask_words(impl.vocab->n_vocab));
   words = words.first(mask_words(impl.vocab->n_vocab));
+  if (!active_) {
+    // Free text: every token but those that would take the trigger where its value cannot
+    // follow (Trigger::needs).
+    const std::int32_t limit = budget == kNoBudget ? kNoCompletion - 1 : budget - 1;
+    const auto m = static_cast<std::size_t>(matched_);
+    if (trigger_->max_need[m] <= limit) return false;
+    std::fill(words.begin(), words.end(), ~std::uint64_t{0});
+    for (const auto& [id, need] : trigger_->needs[m])
+      if (need > limit)
+        words[static_cast<std::size_t>(id) >> 6] &= ~(std::uint64_t{1} << (id & 63));
+    return true;
+  }
   if (finished() || dead()) {
     std::fill(words.begin(), words.end(), 0);
   } else {
-    impl.mask(state_, words);
+    impl.mask(state_, words, budget);
   }
   if (complete()) {
     for (std::int32_t id : impl.vocab->eog)
       if (id >= 0 && id < impl.vocab->n_vocab)
         words[static_cast<std::size_t>(id) >> 6] |= std::uint64_t{1} << (id & 63);
   }
+  return true;
 }
 
 bool ConstraintMatcher::accept_bytes(std::string_view bytes) {
+  if (!active_) {
+    const std::int32_t r = trigger_->advance(matched_, bytes);
+    if (r >= 0) {
+      matched_ = r;
+      return true;
+    }
+    // The trigger is complete: the bytes after it start the value, which must accept them.
+    ConstraintMatcher value(c_);
+    if (!value.accept_bytes(bytes.substr(static_cast<std::size_t>(-1 - r)))) return false;
+    state_ = std::move(value.state_);
+    active_ = true;
+    return true;
+  }
   const Stacks st{c_->impl().grammar};
   std::vector<std::uint32_t> cur = state_, next, tmp;
   for (char ch : bytes) {
@@ -180,6 +235,13 @@ bool ConstraintMatcher::accept(std::int32_t token) {
   if (token < 0 || token >= v.n_vocab) return false;
   if (std::find(v.eog.begin(), v.eog.end(), token) != v.eog.end()) return complete();
   const std::string& p = v.pieces[static_cast<std::size_t>(token)];
+  if (!active_) {  // free text: control tokens too
+    if (p.empty()) {
+      auto it = v.control_pieces.find(token);
+      return accept_bytes(it == v.control_pieces.end() ? std::string_view() : it->second);
+    }
+    return accept_bytes(p);
+  }
   if (p.empty()) return false;
   return accept_bytes(p);
 }

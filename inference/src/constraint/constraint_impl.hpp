@@ -1,12 +1,14 @@
 // Constraint::Impl: a compiled constraint (its grammar, the vocabulary trie, the initial parse
 // state) with its mask cache and the pool of lazily built DFAs the mask walks share.
-// How a mask is computed: the top of constraint/mask.cpp.
+// How a mask is computed: the top of constraint/mask.cpp; budgets (the fewest tokens that
+// complete a value): the top of constraint/budget.cpp; triggers: constraint/trigger.cpp.
 #pragma once
 
 #include <array>
 #include <atomic>
 #include <bitset>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
@@ -31,21 +33,53 @@ using constraint::VocabTrie;
 
 constexpr std::size_t kMaskCacheBytes = 64u << 20;
 
+// What a trigger costs, per position in it (ConstraintMatcher's free text before a value).
+namespace constraint {
+struct Trigger {
+  std::string text;
+  std::vector<std::int32_t> fail;  // KMP: the longest proper border of text[0, m)
+  // Per matched length m (0 <= m < text.size()): the tokens that, after m matched bytes,
+  // complete the trigger or leave part of it matched, each with the tokens that must follow
+  // it (kNoCompletion: never allowed: its bytes after the trigger start no value).
+  std::vector<std::vector<std::pair<std::int32_t, std::int32_t>>> needs;
+  std::vector<std::int32_t> max_need;  // [m] the largest need of needs[m] (0 if none)
+  // The matched length after `piece` from m, or -1 - (offset past the trigger's end) when the
+  // piece completes it.
+  std::int32_t advance(std::int32_t m, std::string_view piece) const;
+};
+}  // namespace constraint
+
 struct Constraint::Impl {
   Grammar grammar;
   std::shared_ptr<const VocabTrie> vocab;
   std::vector<std::uint32_t> initial;
   mutable std::shared_mutex mu;
-  mutable std::unordered_map<std::string, std::vector<std::uint64_t>> masks;  // GUARDED_BY(mu)
-  mutable std::size_t mask_bytes = 0;                                         // GUARDED_BY(mu)
+  // A parse state's mask without a budget, with what a completion needs after the tokens it
+  // allows at most (Impl::walk): a budget of more than that never binds.
+  struct PlainMask {
+    std::vector<std::uint64_t> words;
+    std::uint32_t need = 0;
+  };
+  mutable std::unordered_map<std::string, PlainMask> masks;  // GUARDED_BY(mu), by parse state
+  // Masks under a budget that binds, by parse state and the budget's limit (tokens after).
+  mutable std::unordered_map<std::string, std::vector<std::uint64_t>>
+      budget_masks;                    // GUARDED_BY(mu)
+  mutable std::size_t mask_bytes = 0;  // GUARDED_BY(mu): both maps
   mutable std::atomic<std::uint64_t> walks{0}, hits{0};
+  mutable std::atomic<std::int32_t> initial_min{-1};  // min_tokens() of `initial`, once known
+  mutable std::mutex trigger_mu;
+  mutable std::map<std::string, std::shared_ptr<const constraint::Trigger>>
+      triggers;  // GUARDED_BY(trigger_mu)
 
-  // The trie walk: every token some stack of `state` accepts whole. Parse states met during
-  // the walk are interned and their transitions memoised (a DFA built lazily for this walk):
+  // The trie walk: every token some stack of `state` accepts whole (and, with limit >= 0,
+  // after which a completion of at most `limit` tokens remains). Parse states met during the
+  // walk are interned and their transitions memoised (a DFA built lazily for this walk):
   // inside a string, say, almost every byte leads back to the same state, so most trie nodes
   // cost one table lookup instead of advancing and expanding stacks. Plain subtrees are taken
-  // or cut whole by the state's plain run (see the top of mask.cpp).
-  void walk(const std::vector<std::uint32_t>& state, std::span<std::uint64_t> words) const;
+  // or cut whole by the state's plain run (see the top of mask.cpp). Returns the most bytes a
+  // completion needs after an allowed token.
+  std::uint32_t walk(const std::vector<std::uint32_t>& state, std::span<std::uint64_t> words,
+                     std::int32_t limit = -1) const;
 
   // The lazily built DFAs (parse state x byte -> parse state) outlive a walk, so later walks
   // (other states of the same schema, other requests) reuse the transitions already computed.
@@ -61,6 +95,17 @@ struct Constraint::Impl {
     // 1 when the state the run ends in rejects every plain byte (a maxLength reached), so
     // longer plain tokens are refused without walking them.
     std::vector<std::uint8_t> run_then_reject;
+    // Budgets (budget.cpp): the fewest bytes that complete a value from the state; the bytes
+    // that start such a shortest completion ("tight" bytes); the fewest tokens with each
+    // slack 0..kSlack (-1 unknown); the most bytes / tokens a completion needs after any
+    // plain byte run from the state (over the states the run passes; run_max_tokens -1
+    // unknown).
+    static constexpr int kSlack = 4;
+    std::vector<std::uint32_t> min_bytes;
+    std::vector<std::bitset<256>> tight;
+    std::vector<std::array<std::int32_t, kSlack + 1>> min_tokens;
+    std::vector<std::uint32_t> run_max_bytes;
+    std::vector<std::int32_t> run_max_tokens;
     std::unordered_map<std::string, std::int32_t> ids;
     std::vector<std::uint32_t> out, tmp;
     std::vector<std::int32_t> chain;
@@ -77,6 +122,11 @@ struct Constraint::Impl {
         next.back().fill(-2);
         run.push_back(-1);
         run_then_reject.push_back(0);
+        tight.emplace_back();
+        min_bytes.push_back(st.min_bytes(s.data(), s.size(), tight.back()));
+        min_tokens.emplace_back().fill(-1);
+        run_max_bytes.push_back(0);
+        run_max_tokens.push_back(-1);
       }
       return it->second;
     }
@@ -101,7 +151,28 @@ struct Constraint::Impl {
   std::unique_ptr<Dfa> take_dfa() const;
   void give_dfa(std::unique_ptr<Dfa> d) const;
 
-  void mask(const std::vector<std::uint32_t>& state, std::span<std::uint64_t> words) const;
+  // The mask of `state` within `budget` (kNoBudget: none), from the cache or a walk.
+  void mask(const std::vector<std::uint32_t>& state, std::span<std::uint64_t> words,
+            std::int32_t budget = kNoBudget) const;
+
+  // Budgets (budget.cpp). The fewest tokens that complete a value from DFA state `sid`
+  // (kNoCompletion when none is found), memoised in the DFA.
+  std::int32_t min_tokens(Dfa& dfa, std::int32_t sid) const;
+  // The same for a parse state (a DFA from the pool).
+  std::int32_t min_tokens(const std::vector<std::uint32_t>& state) const;
+  // The most tokens a completion needs after each plain byte run from `pid` (plain_run()),
+  // over the states the run passes; memoised.
+  std::int32_t run_max_tokens(Dfa& dfa, std::int32_t pid) const;
+  // Whether, from `sid`, a completion of at most `limit` tokens remains.
+  bool fits(Dfa& dfa, std::int32_t sid, std::int32_t limit) const {
+    if (vocab->every_byte_a_token &&
+        dfa.min_bytes[static_cast<std::size_t>(sid)] <= static_cast<std::uint32_t>(limit))
+      return true;  // one byte a token: min_tokens <= min_bytes
+    return min_tokens(dfa, sid) <= limit;
+  }
+
+  // The trigger `text`'s table (trigger.cpp), built on first use and kept.
+  std::shared_ptr<const constraint::Trigger> trigger(const std::string& text) const;
 };
 
 }  // namespace weir::inference

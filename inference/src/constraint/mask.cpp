@@ -26,16 +26,24 @@
 //     masks: string characters. The trie's plain marks live in a byte Node had as padding;
 //     by_len is one token id per token; the subtree masks, at most kRootMaskBytes per
 //     vocabulary; per DFA state, 3 bytes (bounded by kMaxDfaStates).
+//  4. Budgets (budget.cpp): a plain mask is cached with the most a completion needs after any
+//     token it allows (bytes where every byte is a token, else tokens). A budget above that
+//     never binds and gets the plain mask; a smaller one gets a walk that keeps only the
+//     tokens after which a completion fits (a subtree is taken whole when every state of its
+//     plain run fits), cached by state and budget.
 // Every shortcut is exact: the mask is the set of tokens the matcher accepts, token by token
-// (tests/inference/structured_test.cpp, MaskIsExactlyTheTokensTheMatcherAccepts).
+// (tests/inference/structured_test.cpp, MaskIsExactlyTheTokensTheMatcherAccepts), and under a
+// budget the set of those after which a completion still fits
+// (structured_budget_test.cpp, BudgetMaskIsExactlyTheTokensThatStillFit).
 #include <algorithm>
+#include <optional>
 
 #include "constraint/constraint_impl.hpp"
 
 namespace weir::inference {
 
-void Constraint::Impl::walk(const std::vector<std::uint32_t>& state,
-                            std::span<std::uint64_t> words) const {
+std::uint32_t Constraint::Impl::walk(const std::vector<std::uint32_t>& state,
+                                     std::span<std::uint64_t> words, std::int32_t limit) const {
   std::fill(words.begin(), words.end(), 0);
   const Stacks st{grammar};
   const VocabTrie& v = *vocab;
@@ -48,6 +56,26 @@ void Constraint::Impl::walk(const std::vector<std::uint32_t>& state,
       words[id >> 6] |= std::uint64_t{1} << (id & 63);
     }
   };
+  // What a completion needs after the allowed tokens (bytes where every byte is a token,
+  // else tokens): with a limit, whether a state's tokens fit it; without, the most of it.
+  std::uint32_t need = 0;
+  const bool by_bytes = v.every_byte_a_token;
+  auto allowed = [&](std::int32_t sid) {
+    if (limit >= 0) return fits(dfa, sid, limit);
+    need = std::max(need, by_bytes ? dfa.min_bytes[static_cast<std::size_t>(sid)]
+                                   : static_cast<std::uint32_t>(min_tokens(dfa, sid)));
+    return true;
+  };
+  // The same for every state a plain run from `pid` passes (a subtree taken whole).
+  auto run_allowed = [&](std::int32_t pid) {
+    const auto pi = static_cast<std::size_t>(pid);
+    if (limit >= 0)
+      return (by_bytes && dfa.run_max_bytes[pi] <= static_cast<std::uint32_t>(limit)) ||
+             run_max_tokens(dfa, pid) <= limit;
+    need = std::max(need, by_bytes ? dfa.run_max_bytes[pi]
+                                   : static_cast<std::uint32_t>(run_max_tokens(dfa, pid)));
+    return true;
+  };
   if (levels.size() < v.max_depth + 1) levels.resize(v.max_depth + 1);
   levels[0] = dfa.intern(st, state);
   const auto n = static_cast<std::uint32_t>(v.nodes.size());
@@ -57,7 +85,7 @@ void Constraint::Impl::walk(const std::vector<std::uint32_t>& state,
     if (const unsigned height = node.plain & VocabTrie::kPlainHeight; height != 0) {
       const unsigned run = plain_run(dfa, pid);
       const std::uint32_t b = v.tok_begin[i], e = v.tok_begin[node.end];
-      if (run >= height) {  // every token below is allowed
+      if (run >= height && run_allowed(pid)) {  // every token below is allowed
         const auto masked =
             e - b >= VocabTrie::kMaskedRoot ? v.root_masks.find(i) : v.root_masks.end();
         if (masked != v.root_masks.end()) {
@@ -69,8 +97,8 @@ void Constraint::Impl::walk(const std::vector<std::uint32_t>& state,
         i = node.end;
         continue;
       }
-      if ((node.plain & VocabTrie::kPlainRoot) &&
-          dfa.run_then_reject[static_cast<std::size_t>(pid)]) {
+      if (run < height && (node.plain & VocabTrie::kPlainRoot) &&
+          dfa.run_then_reject[static_cast<std::size_t>(pid)] && run_allowed(pid)) {
         // The tokens below that end within the run are allowed, the longer ones are not.
         const std::size_t max_len = node.depth - 1u + run;
         const auto* last =
@@ -93,10 +121,12 @@ void Constraint::Impl::walk(const std::vector<std::uint32_t>& state,
       continue;
     }
     levels[node.depth] = nid;
-    set_all(v.toks.data() + v.tok_begin[i], v.toks.data() + v.tok_begin[i + 1]);
+    if (v.tok_begin[i] < v.tok_begin[i + 1] && allowed(nid))
+      set_all(v.toks.data() + v.tok_begin[i], v.toks.data() + v.tok_begin[i + 1]);
     ++i;
   }
   give_dfa(std::move(dfa_owner));
+  return need;
 }
 
 std::int32_t Constraint::Impl::plain_step(Dfa& dfa, std::int32_t pid) const {
@@ -141,10 +171,12 @@ unsigned Constraint::Impl::plain_run(Dfa& dfa, std::int32_t pid) const {
     return static_cast<unsigned>(dfa.run[static_cast<std::size_t>(pid)]);
   // chain[k + 1] is the plain step of chain[k]; `after` is the run of the last one's step,
   // or -1 when that step fails (the last one's run is then 0); every state of the chain ends
-  // its run in the same state, which rejects every plain byte or not (`reject`).
+  // its run in the same state, which rejects every plain byte or not (`reject`). `tail`: the
+  // most bytes a completion needs from a state the last one's run passes.
   dfa.chain.clear();
   int after = -1;
   bool reject = false;
+  std::uint32_t tail = 0;
   for (std::int32_t s = pid;;) {
     dfa.run[static_cast<std::size_t>(s)] = kOnChain;
     dfa.chain.push_back(s);
@@ -153,26 +185,33 @@ unsigned Constraint::Impl::plain_run(Dfa& dfa, std::int32_t pid) const {
       reject = s == kRejectsPlain;
       break;
     }
-    const std::int16_t r = dfa.run[static_cast<std::size_t>(s)];
+    const auto si = static_cast<std::size_t>(s);
+    const std::int16_t r = dfa.run[si];
     if (r >= 0) {
       after = r;
-      reject = dfa.run_then_reject[static_cast<std::size_t>(s)] != 0;
+      reject = dfa.run_then_reject[si] != 0;
+      tail = std::max(dfa.min_bytes[si], dfa.run_max_bytes[si]);
       break;
     }
     if (r == kOnChain) {  // a cycle of plain steps: unbounded
       after = static_cast<int>(kMaxRun);
+      for (auto k = std::find(dfa.chain.begin(), dfa.chain.end(), s); k != dfa.chain.end(); ++k)
+        tail = std::max(tail, dfa.min_bytes[static_cast<std::size_t>(*k)]);
       break;
     }
     if (dfa.chain.size() == kMaxRun) {  // counted no further: understated, never overstated
       after = 0;
+      tail = dfa.min_bytes[si];
       break;
     }
   }
   for (std::size_t k = dfa.chain.size(); k-- > 0;) {
+    const auto ck = static_cast<std::size_t>(dfa.chain[k]);
     after = after < 0 ? 0 : std::min(after + 1, static_cast<int>(kMaxRun));
-    dfa.run[static_cast<std::size_t>(dfa.chain[k])] = static_cast<std::int16_t>(after);
-    dfa.run_then_reject[static_cast<std::size_t>(dfa.chain[k])] =
-        reject && after < static_cast<int>(kMaxRun);
+    dfa.run[ck] = static_cast<std::int16_t>(after);
+    dfa.run_then_reject[ck] = reject && after < static_cast<int>(kMaxRun);
+    dfa.run_max_bytes[ck] = tail;
+    tail = std::max(tail, dfa.min_bytes[ck]);
   }
   return static_cast<unsigned>(dfa.run[static_cast<std::size_t>(pid)]);
 }
@@ -191,27 +230,49 @@ void Constraint::Impl::give_dfa(std::unique_ptr<Dfa> d) const {
   dfas.push_back(std::move(d));
 }
 
-void Constraint::Impl::mask(const std::vector<std::uint32_t>& state,
-                            std::span<std::uint64_t> words) const {
+void Constraint::Impl::mask(const std::vector<std::uint32_t>& state, std::span<std::uint64_t> words,
+                            std::int32_t budget) const {
   const std::string key(reinterpret_cast<const char*>(state.data()),
                         state.size() * sizeof(std::uint32_t));
+  // A budget binds when a token may leave more to write than it allows (limit: the tokens
+  // after this one); then the mask is the budget's own, cached by state and limit.
+  const std::int32_t limit = budget == kNoBudget ? -1 : budget - 1;
+  std::string budget_key = key;  // (only budget_masks holds keys of this length for a state)
+  budget_key.append(reinterpret_cast<const char*>(&limit), sizeof limit);
+  auto binds = [&](std::uint32_t need) {
+    return limit >= 0 && static_cast<std::uint32_t>(limit) < need;
+  };
+  auto copy_out = [&](const std::vector<std::uint64_t>& m) {
+    std::copy(m.begin(), m.end(), words.begin());
+    hits.fetch_add(1, std::memory_order_relaxed);
+  };
+  bool have_plain = false;
   {
     std::shared_lock lock(mu);
-    auto it = masks.find(key);
-    if (it != masks.end()) {
-      std::copy(it->second.begin(), it->second.end(), words.begin());
-      hits.fetch_add(1, std::memory_order_relaxed);
-      return;
+    if (auto it = masks.find(key); it != masks.end()) {
+      if (!binds(it->second.need)) return copy_out(it->second.words);
+      if (auto jt = budget_masks.find(budget_key); jt != budget_masks.end())
+        return copy_out(jt->second);
+      have_plain = true;
     }
   }
-  walk(state, words);
-  walks.fetch_add(1, std::memory_order_relaxed);
-  const std::size_t bytes = words.size() * 8 + key.size();
-  std::unique_lock lock(mu);
-  if (mask_bytes + bytes <= kMaskCacheBytes && !masks.count(key)) {
-    masks.emplace(key, std::vector<std::uint64_t>(words.begin(), words.end()));
-    mask_bytes += bytes;
+  auto store = [&](auto& map, const std::string& k, auto value) {
+    const std::size_t bytes = words.size() * 8 + k.size() + 16;
+    std::unique_lock lock(mu);
+    if (mask_bytes + bytes <= kMaskCacheBytes && !map.count(k)) {
+      map.emplace(k, std::move(value));
+      mask_bytes += bytes;
+    }
+  };
+  if (!have_plain) {
+    const std::uint32_t need = walk(state, words);
+    walks.fetch_add(1, std::memory_order_relaxed);
+    store(masks, key, PlainMask{std::vector<std::uint64_t>(words.begin(), words.end()), need});
+    if (!binds(need)) return;
   }
+  walk(state, words, limit);
+  walks.fetch_add(1, std::memory_order_relaxed);
+  store(budget_masks, budget_key, std::vector<std::uint64_t>(words.begin(), words.end()));
 }
 
 }  // namespace weir::inference

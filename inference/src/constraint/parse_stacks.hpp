@@ -106,6 +106,25 @@ struct Stacks {
     if (count > 1 || out.size() != (out.empty() ? 0 : out[0] + 1)) normalise(out);
   }
 
+  // The fewest bytes that complete the output from the stacks of `in` (0 when one is empty:
+  // complete), and in `tight` the bytes that start such a shortest completion (the tops of
+  // the stacks that need that many). A stack's completion is the rest of the alternative at
+  // each of its positions (Grammar::rest_bytes).
+  std::uint32_t min_bytes(const std::uint32_t* in, std::size_t n, std::bitset<256>& tight) const {
+    std::uint64_t best = ~std::uint64_t{0};
+    tight.reset();
+    for (std::size_t i = 0; i < n; i += in[i] + 1) {
+      std::uint64_t cost = 0;
+      for (std::uint32_t k = 1; k <= in[i]; ++k) cost += g.rest_bytes[in[i + k]];
+      if (cost > best) continue;
+      if (cost < best) best = cost, tight.reset();
+      if (in[i]) tight |= g.classes[g.elems[in[i + in[i]]].value];
+    }
+    return best == ~std::uint64_t{0}
+               ? 0
+               : static_cast<std::uint32_t>(std::min<std::uint64_t>(best, 1u << 30));
+  }
+
   // Union of the byte classes at the tops: the bytes that can come next.
   void first_bytes(const std::uint32_t* in, std::size_t n, std::bitset<256>& out) const {
     out.reset();

@@ -19,7 +19,11 @@ std::shared_ptr<const VocabTrie> build_trie(const Tokenizer& t) {
   v->pieces.resize(static_cast<std::size_t>(v->n_vocab));
   std::vector<std::int32_t> ids;
   for (std::int32_t id = 0; id < v->n_vocab; ++id) {
-    if (t.is_control(id) || t.is_eog(id)) continue;
+    if (t.is_eog(id)) continue;
+    if (t.is_control(id)) {
+      if (std::string p = t.token_to_piece(id); !p.empty()) v->control_pieces.emplace(id, p);
+      continue;
+    }
     std::string p = t.token_to_piece(id);
     if (p.empty() || p.size() > 0xFFFF) continue;
     v->pieces[static_cast<std::size_t>(id)] = std::move(p);
@@ -71,6 +75,12 @@ std::shared_ptr<const VocabTrie> build_trie(const Tokenizer& t) {
   v->toks.resize(at.size());
   std::vector<std::uint32_t> fill(v->tok_begin.begin(), v->tok_begin.end() - 1);
   for (auto [n, id] : at) v->toks[fill[n]++] = id;
+  std::bitset<256> single;  // bytes that are a token of their own
+  for (std::uint32_t c = 1; c < v->nodes.size(); c = v->nodes[c].end) {
+    v->root_child[v->nodes[c].byte] = c;
+    if (v->tok_begin[c] < v->tok_begin[c + 1]) single.set(v->nodes[c].byte);
+  }
+  v->every_byte_a_token = single.all();
   v->by_len = v->toks;
   std::vector<std::uint32_t> at_depth(v->max_depth + 1, 0);  // the last node seen per depth
   std::vector<std::pair<std::uint32_t, std::uint32_t>> big;  // (tokens, node) to mask

@@ -3,6 +3,7 @@
 // (compile_constraint keeps one per tokenizer while constraints use it); immutable after.
 #pragma once
 
+#include <array>
 #include <bitset>
 #include <cstdint>
 #include <memory>
@@ -45,12 +46,27 @@ struct VocabTrie {
   static constexpr std::size_t kRootMaskBytes = 1u << 20;
   std::unordered_map<std::uint32_t, std::vector<std::uint64_t>> root_masks;
   std::vector<std::string> pieces;  // [n_vocab] bytes of each token ("" = never allowed)
-  std::vector<std::int32_t> eog;    // end-of-generation ids
+  // Control tokens' text (not end-of-generation ones): free text may hold them, a value never.
+  std::unordered_map<std::int32_t, std::string> control_pieces;
+  std::vector<std::int32_t> eog;                // end-of-generation ids
+  std::array<std::uint32_t, 256> root_child{};  // the root's child for each byte (0: none)
+  // Every byte value is a token of its own: a completion of n bytes takes at most n tokens.
+  bool every_byte_a_token = false;
   std::int32_t n_vocab = 0;
   std::size_t max_depth = 0;
 };
 
 // Builds the trie of `t`'s tokens (control and end-of-generation tokens left out).
 std::shared_ptr<const VocabTrie> build_trie(const Tokenizer& t);
+
+// The child of trie node `node` for byte c (children are in byte order), or 0 when none.
+inline std::uint32_t trie_child(const VocabTrie& v, std::uint32_t node, unsigned char c) {
+  if (node == 0) return v.root_child[c];
+  for (std::uint32_t k = node + 1; k < v.nodes[node].end; k = v.nodes[k].end) {
+    if (v.nodes[k].byte == c) return k;
+    if (v.nodes[k].byte > c) break;
+  }
+  return 0;
+}
 
 }  // namespace weir::inference::constraint

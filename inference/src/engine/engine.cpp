@@ -41,10 +41,17 @@ struct Engine::Request {
   std::optional<Sampler> sampler;
   std::string tail;                       // the last generated text, for stop strings
   std::vector<SampledLogprobs> logprobs;  // [generated.size()] when req.logprobs >= 0
-  std::optional<ConstraintMatcher> matcher;
-  bool constraint_active = false;  // false until the trigger appears (when there is one)
-  std::string trigger_tail;        // recent text, to find the trigger
+  std::optional<ConstraintMatcher> matcher;  // with the trigger, when there is one
 };
+
+namespace {
+// Tokens a request may still generate, the next one included: max_new_tokens and the context.
+std::int32_t budget_left(std::int32_t max_new, std::int64_t max_model_len, std::int64_t prompt,
+                         std::size_t generated) {
+  return static_cast<std::int32_t>(std::min<std::int64_t>(max_new, max_model_len - prompt) -
+                                   static_cast<std::int64_t>(generated));
+}
+}  // namespace
 
 // --- creation -----------------------------------------------------------------------------
 
@@ -263,12 +270,20 @@ void Engine::admit_inbox() {
                                                std::to_string(req.constraint->n_vocab()) +
                                                " tokens, but the model has " +
                                                std::to_string(runner_->vocab_size()));
-      } else if (!req.constraint_trigger.empty() && !config_.token_text) {
-        st = Error(Errc::invalid_argument,
-                   "a constraint trigger needs the engine's token_text (EngineConfig::token_text)");
       } else {
-        r->matcher.emplace(req.constraint);
-        r->constraint_active = req.constraint_trigger.empty();
+        r->matcher.emplace(req.constraint, req.constraint_trigger);
+        // A value that must start at once and cannot end within the budget: refused, never cut.
+        const std::int32_t budget = budget_left(req.max_new_tokens, config_.max_model_len,
+                                                static_cast<std::int64_t>(req.prompt.size()), 0);
+        if (const std::int32_t need = r->matcher->min_tokens();
+            r->matcher->active() && need > budget && budget > 0) {
+          st = Error(Errc::invalid_argument,
+                     "the constraint's shortest valid output takes " + std::to_string(need) +
+                         " tokens of this vocabulary, but the request allows " +
+                         std::to_string(budget) +
+                         (budget < req.max_new_tokens ? " (what the context leaves after the prompt)"
+                                                      : " (max_new_tokens)"));
+        }
       }
     }
     if (st) st = scheduler_.add(id, req.prompt, req.priority);
@@ -356,26 +371,32 @@ void Engine::step() {
     return;
   }
 
-  // Token masks of the constrained sequences, computed in parallel (each matcher is its own
-  // sequence's; the Constraint's mask cache is shared and locked).
+  // Token masks of the constrained sequences, within each one's budget, computed in parallel
+  // (each matcher is its own sequence's; the Constraint's mask cache is shared and locked). A
+  // matcher in free text far from its budget masks nothing (masked[i] stays 0).
   std::vector<std::pair<std::size_t, Request*>> constrained;  // (logit row, request)
   {
     std::size_t row = 0;
     for (const auto& c : out.chunks) {
       if (!c.sample) continue;
       auto it = requests_.find(c.seq);
-      if (it != requests_.end() && it->second->matcher && it->second->constraint_active)
+      if (it != requests_.end() && it->second->matcher)
         constrained.emplace_back(row, it->second.get());
       ++row;
     }
   }
   const std::size_t words = mask_words(static_cast<std::int32_t>(vocab));
+  std::vector<char> masked(constrained.size(), 0);
   if (!constrained.empty()) {
     masks_.resize(constrained.size() * words);
     auto fill = [&](int, std::int64_t begin, std::int64_t end) {
       for (auto k = begin; k < end; ++k) {
         const auto i = static_cast<std::size_t>(k);
-        constrained[i].second->matcher->fill_mask(std::span(masks_.data() + i * words, words));
+        Request& q = *constrained[i].second;
+        const std::int32_t budget =
+            budget_left(q.req.max_new_tokens, config_.max_model_len,
+                        static_cast<std::int64_t>(q.req.prompt.size()), q.generated.size());
+        masked[i] = q.matcher->fill_mask(std::span(masks_.data() + i * words, words), budget);
       }
     };
     if (constrained.size() > 1 && config_.constraint_threads > 1) {
@@ -398,10 +419,11 @@ void Engine::step() {
     auto it = requests_.find(c.seq);
     if (it == requests_.end()) continue;
     Request& r = *it->second;
-    if (r.matcher && r.constraint_active) {
+    const bool is_masked = r.matcher && masked[next_constrained++];
+    if (is_masked) {
       // Mask the row in place: disallowed tokens get -inf; end-of-generation and stop tokens
       // only when the output is complete.
-      const std::uint64_t* m = masks_.data() + next_constrained++ * words;
+      const std::uint64_t* m = masks_.data() + (next_constrained - 1) * words;
       const bool value_complete = r.matcher->complete();
       std::vector<std::pair<std::int32_t, float>> ends;  // end tokens and their logits
       for (const auto* list : {&config_.eog_tokens, &r.req.stop_tokens})
@@ -431,7 +453,7 @@ void Engine::step() {
     // (A constrained request's masked logits are -inf by design: only NaN, or an infinity
     // the model computed, is a fault there.)
     if (const float l = lg[static_cast<std::size_t>(tok)];
-        std::isnan(l) || (std::isinf(l) && (!r.matcher || l > 0))) {
+        std::isnan(l) || (std::isinf(l) && (!is_masked || l > 0))) {
       complete(c.seq, Error(Errc::model_error,
                             "the model computed a non-finite logit (NaN or infinity) after " +
                                 std::to_string(r.generated.size()) +
@@ -440,32 +462,20 @@ void Engine::step() {
       continue;
     }
     bool constraint_done = false;
-    if (r.matcher && !r.constraint_active) {
-      // Free text until the trigger; what follows it in this token is constrained already.
-      const std::string& trig = r.req.constraint_trigger;
-      r.trigger_tail += config_.token_text(tok);
-      if (auto pos = r.trigger_tail.find(trig); pos != std::string::npos) {
-        r.constraint_active = true;
-        const std::string rest = r.trigger_tail.substr(pos + trig.size());
-        r.trigger_tail.clear();
-        // Bytes past the trigger that the constraint refuses: the output can no longer be
-        // valid, so it ends here (the caller's parser reports the malformed part).
-        if (!rest.empty() && !r.matcher->accept_bytes(rest)) constraint_done = true;
-      } else if (r.trigger_tail.size() > 2 * trig.size() + 64) {
-        r.trigger_tail.erase(0, r.trigger_tail.size() - trig.size());
-      }
-    } else if (r.matcher) {
+    if (r.matcher) {
       const bool is_end = std::find(config_.eog_tokens.begin(), config_.eog_tokens.end(), tok) !=
                               config_.eog_tokens.end() ||
                           std::find(r.req.stop_tokens.begin(), r.req.stop_tokens.end(), tok) !=
                               r.req.stop_tokens.end();
-      if (!is_end) {
+      const bool was_active = r.matcher->active();
+      if (!is_end) {  // free text follows the trigger; a value, its grammar
         if (!r.matcher->accept(tok)) {
           complete(c.seq, Error(Errc::model_error, "constraint: sampled token " +
                                                        std::to_string(tok) + " is not allowed"));
           continue;
         }
         constraint_done = r.matcher->finished();
+        if (!was_active && r.matcher->active()) r.tail.clear();  // stops look at free text only
       }
     }
     r.generated.push_back(tok);
@@ -478,7 +488,9 @@ void Engine::step() {
     if (r.cb.on_token) r.cb.on_token(tok);
 
     std::optional<FinishReason> finish;
-    if (!r.req.stop_strings.empty() && config_.token_text) {
+    // Stop strings apply to free text: never inside a constrained value (which ends where its
+    // grammar, an end-of-generation token or the budget ends it).
+    if (!r.req.stop_strings.empty() && config_.token_text && !(r.matcher && r.matcher->active())) {
       r.tail += config_.token_text(tok);
       std::size_t longest = 0;
       for (const auto& s : r.req.stop_strings) {
@@ -501,7 +513,9 @@ void Engine::step() {
     } else if (static_cast<std::int32_t>(r.generated.size()) >= r.req.max_new_tokens ||
                static_cast<std::int64_t>(scheduler_.tokens(c.seq).size()) + 1 >=
                    config_.max_model_len) {
-      finish = FinishReason::length;
+      // A constrained value complete when its budget ran out ended in time: "stop".
+      finish = r.matcher && r.matcher->active() && r.matcher->complete() ? FinishReason::stop
+                                                                          : FinishReason::length;
     }
     if (!finish) {
       scheduler_.append_token(c.seq, tok);
