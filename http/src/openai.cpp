@@ -459,7 +459,11 @@ json::array tool_calls_json(const std::vector<ToolCall>& calls, bool delta) {
     json::object o{{"id", c.id},
                    {"type", "function"},
                    {"function", {{"name", c.name}, {"arguments", c.arguments}}}};
-    if (delta) o["index"] = i;
+    if (delta) {
+      o["index"] = c.index >= 0 ? c.index : i;
+      if (c.id.empty()) o.erase("id"), o.erase("type");
+      if (c.name.empty()) o["function"].as_object().erase("name");
+    }
     ++i;
     a.push_back(std::move(o));
   }

@@ -1,5 +1,6 @@
 // Admission and the generation endpoints of weir serve: POST /v1/completions and
 // /v1/chat/completions, streamed (SSE) or not (Service::Impl: service_impl.hpp).
+#include "call_stream.hpp"
 #include "service_impl.hpp"
 
 namespace weir::serve {
@@ -157,7 +158,8 @@ struct ChoiceOut {
       : decoder(t), stop(std::move(stops)) {}
   inf::StreamDecoder decoder;
   StopFilter stop;
-  std::string text;  // sent or kept so far
+  std::string text;                // sent or kept so far (with tools: all of it, parsed at the end)
+  std::optional<CallStream> call;  // a forced tool call, streamed as it is generated
   std::vector<std::int32_t> ids;
   std::optional<std::vector<oa::TokenLogprobs>> logprobs;
   bool finished = false;
@@ -175,6 +177,9 @@ struct GenerationSpec {
   // tool_choice required / named: the prompt ends with "<tool_call>", which the output lacks.
   std::string forced_prefix;
   bool close_open_call = false;  // a constrained call stops before its closing tag
+  // The whole reply is a constrained value (response_format, a forced call): the client's
+  // stop sequences do not apply inside it (the engine does not stop there either).
+  bool value_only = false;
 };
 
 // The text tool calls are parsed from: the forced opening tag put back, an open call closed.
@@ -186,6 +191,28 @@ std::string call_text(const GenerationSpec& spec, const std::string& text) {
       t += "</tool_call>";
   }
   return t;
+}
+
+// A reply with tools: the content and the calls in it. The client's stop sequences apply to the
+// content before the first call, never inside one (the engine stops only in free text).
+struct ToolReply {
+  std::string content;
+  std::vector<oa::ToolCall> calls;
+};
+ToolReply tool_reply(const GenerationSpec& spec, const std::string& text,
+                     const std::vector<std::string>& stops) {
+  std::string t = call_text(spec, text);
+  const auto open = std::min(t.find("<tool_call>"), t.size());
+  StopFilter stop(stops);
+  std::string kept = stop.push(std::string_view(t).substr(0, open));
+  kept += stop.flush();
+  if (kept.size() == open) kept += t.substr(open);  // no stop in the content: the calls stay
+  auto parsed = agents::parse_tool_calls(kept, spec.tool_names, spec.first_tool_id);
+  ToolReply r;
+  r.content = parsed.calls.empty() ? kept : parsed.content;
+  for (auto& call : parsed.calls)
+    r.calls.push_back({call.id, call.name, json::serialize(call.arguments)});
+  return r;
 }
 
 namespace {
@@ -225,7 +252,12 @@ awaitable<void> run_generation(Service::Impl& s, http::Exchange& ex, ModelEntry&
 
   std::vector<ChoiceOut> outs;
   outs.reserve(static_cast<std::size_t>(n));
-  for (int i = 0; i < n; ++i) outs.emplace_back(m.tok(), sp.stop);
+  for (int i = 0; i < n; ++i) {
+    outs.emplace_back(m.tok(),
+                      spec.value_only || spec.tools_active ? std::vector<std::string>{} : sp.stop);
+    if (sp.stream && !spec.forced_prefix.empty())
+      outs.back().call.emplace("call_" + std::to_string(spec.first_tool_id), 0);
+  }
   oa::Envelope env{random_id(spec.chat ? "chatcmpl" : "cmpl"), now_unix(), m.spec.name};
   oa::Usage usage;
   usage.prompt_tokens = static_cast<std::int64_t>(prompt_len);
@@ -302,26 +334,24 @@ awaitable<void> run_generation(Service::Impl& s, http::Exchange& ex, ModelEntry&
       delta = agents::to_valid_utf8(delta);
       std::string visible = o.stop.push(delta);
       if (o.finished) visible += o.stop.flush();
-      if (spec.tools_active) {
-        o.text += visible;
-        visible.clear();
-      } else {
-        o.text += visible;
-      }
+      o.text += visible;
+      std::vector<oa::ToolCall> call_deltas;
+      if (o.call) call_deltas = o.call->push(visible);
+      if (spec.tools_active) visible.clear();  // the content and calls go out at the end
       if (lps) {
         if (!o.logprobs) o.logprobs.emplace();
         o.logprobs->insert(o.logprobs->end(), lps->begin(), lps->end());
       }
       if (!sp.stream) continue;
-      oa::Choice ch{i, visible, {}, "", lps};
+      oa::Choice ch{i, visible, std::move(call_deltas), "", lps};
       if (o.finished && !finish.empty()) {
-        if (spec.tools_active) {
-          auto parsed = agents::parse_tool_calls(call_text(spec, o.text), spec.tool_names,
-                                                 spec.first_tool_id);
-          ch.text = parsed.calls.empty() ? o.text : parsed.content;
-          for (auto& call : parsed.calls)
-            ch.tool_calls.push_back({call.id, call.name, json::serialize(call.arguments)});
-          if (!parsed.calls.empty()) finish = "tool_calls";
+        if (o.call) {  // a forced call, streamed already
+          if (o.call->complete()) finish = "tool_calls";
+        } else if (spec.tools_active) {
+          ToolReply reply = tool_reply(spec, o.text, sp.stop);
+          ch.text = std::move(reply.content);
+          ch.tool_calls = std::move(reply.calls);
+          if (!ch.tool_calls.empty()) finish = "tool_calls";
         }
         ch.finish_reason = finish == "cancelled" ? "length" : finish;
       }
@@ -364,14 +394,10 @@ awaitable<void> run_generation(Service::Impl& s, http::Exchange& ex, ModelEntry&
     const auto& r = **b->choices[static_cast<std::size_t>(i)].done;
     oa::Choice ch{i, spec.prefix + o.text, {}, finish_name(r.finish), o.logprobs};
     if (spec.tools_active) {
-      auto parsed =
-          agents::parse_tool_calls(call_text(spec, o.text), spec.tool_names, spec.first_tool_id);
-      if (!parsed.calls.empty()) {
-        ch.text = parsed.content;
-        for (auto& call : parsed.calls)
-          ch.tool_calls.push_back({call.id, call.name, json::serialize(call.arguments)});
-        ch.finish_reason = "tool_calls";
-      }
+      ToolReply reply = tool_reply(spec, o.text, sp.stop);
+      ch.text = std::move(reply.content);
+      ch.tool_calls = std::move(reply.calls);
+      if (!ch.tool_calls.empty()) ch.finish_reason = "tool_calls";
     }
     choices.push_back(std::move(ch));
   }
@@ -417,6 +443,7 @@ awaitable<void> Service::Impl::chat(http::Exchange& ex, http::Response& out, boo
   }
   GenerationSpec spec;
   spec.chat = true;
+  spec.value_only = rq.constraint != nullptr;  // response_format
   std::vector<agents::Message> msgs;
   for (const auto& cm : cr.messages) {
     agents::Message am;
@@ -480,6 +507,7 @@ awaitable<void> Service::Impl::chat(http::Exchange& ex, http::Response& out, boo
     if (forced) {
       prompt += "<tool_call>";
       spec.forced_prefix = "<tool_call>";
+      spec.value_only = rq.constraint != nullptr;
     }
   }
   rq.prompt = m->tok().encode(prompt, true, true);
@@ -489,6 +517,22 @@ awaitable<void> Service::Impl::chat(http::Exchange& ex, http::Response& out, boo
     co_return;
   }
   rq.max_new_tokens = max_new;
+  // A value that must start at once has to fit the reply (the engine would refuse it too).
+  const ReplyBudget budget{max_new, cr.sampling.max_tokens,
+                           static_cast<std::int64_t>(rq.prompt.size()), m->max_model_len};
+  const bool forced_call = !spec.forced_prefix.empty();
+  if (auto e = check_budget(
+          rq, budget,
+          forced_call ? "tool_choice '" +
+                            std::string(cr.tool_choice == oa::ToolChoice::required ? "required"
+                                                                                   : "function") +
+                            "'"
+          : cr.response_format == oa::ResponseFormat::json_object ? "the response_format's JSON"
+                                                                  : "the response_format's schema",
+          forced_call ? "call" : "value")) {
+    out = error_response(*e);
+    co_return;
+  }
   // The stop filter trims the user's stop sequences; a tool call keeps its closing tag.
   co_await run_generation(*this, ex, *m, std::move(rq), cr.sampling, spec, out, streamed);
 }

@@ -36,6 +36,9 @@ struct ToolCall {
   std::string id;
   std::string name;
   std::string arguments;  // JSON text, as OpenAI sends it
+  // In a stream's delta: the call's index (-1: its position in the chunk), and an empty id or
+  // name is left out (a call's later deltas carry only a fragment of its arguments).
+  int index = -1;
 };
 
 struct ChatMessage {
