@@ -61,28 +61,33 @@ void targets_of(const Constraint::Impl& impl, Dfa& dfa, std::int32_t sid, int sl
     const At at = stack.back();
     stack.pop_back();
     const auto si = static_cast<std::size_t>(at.s);
-    const std::uint32_t end =
-        at.node == 0 ? static_cast<std::uint32_t>(v.nodes.size()) : v.nodes[at.node].end;
     const std::uint32_t depth = at.node == 0 ? 0 : v.nodes[at.node].depth;
-    bool in_string = false, string_known = false;
-    for (std::uint32_t k = at.node + 1; k < end; k = v.nodes[k].end) {
+    // The bytes worth following: the tight ones, and within the slack any other but a string
+    // body's (extra characters, escapes or multi-byte ones, never save a token).
+    std::bitset<256> follow = dfa.tight[si];
+    if (at.used < slack && impl.plain_step(dfa, at.s) < 0) follow |= dfa.first[si];
+    auto visit = [&](std::uint32_t k) {
       const unsigned char c = v.nodes[k].byte;
-      if (!dfa.first[si].test(c)) continue;
       std::int32_t next = dfa.next[si][c];
       if (next == -2) next = impl.step(dfa, at.s, c);
-      if (next < 0) continue;
-      const auto ni = static_cast<std::size_t>(next);
-      const std::int64_t used = static_cast<std::int64_t>(depth) + 1 + dfa.min_bytes[ni] -
+      if (next < 0) return;
+      const std::int64_t used = static_cast<std::int64_t>(depth) + 1 +
+                                dfa.min_bytes[static_cast<std::size_t>(next)] -
                                 static_cast<std::int64_t>(base);
-      if (used > slack) continue;
-      if (used > at.used && constraint::kPlain.test(c)) {
-        // Extra characters of a string body (every plain byte alike) never save a token.
-        if (!string_known) in_string = impl.plain_step(dfa, at.s) >= 0, string_known = true;
-        if (in_string) continue;
-      }
+      if (used > slack) return;
       if (v.tok_begin[k] < v.tok_begin[k + 1])
         out.push_back({next, slack - static_cast<int>(used)});
       stack.push_back({k, next, static_cast<int>(used)});
+    };
+    const std::array<std::uint32_t, 256>* wide =
+        at.node != 0 && v.is_wide[at.node] ? &v.wide.find(at.node)->second : nullptr;
+    if (at.node == 0 || wide) {  // many children: look up the few bytes to follow
+      const auto& table = at.node == 0 ? v.root_child : *wide;
+      for (unsigned c = 0; c < 256; ++c)
+        if (follow.test(c) && table[c]) visit(table[c]);
+    } else {
+      for (std::uint32_t k = at.node + 1; k < v.nodes[at.node].end; k = v.nodes[k].end)
+        if (follow.test(v.nodes[k].byte)) visit(k);
     }
   }
   std::sort(out.begin(), out.end());
@@ -152,15 +157,18 @@ std::int32_t Constraint::Impl::run_max_tokens(Dfa& dfa, std::int32_t pid) const 
   const auto pi = static_cast<std::size_t>(pid);
   if (dfa.run_max_tokens[pi] >= 0) return dfa.run_max_tokens[pi];
   const unsigned run = plain_run(dfa, pid);
-  std::int32_t most = 0;
+  std::int32_t most = 0, fewest = kNoCompletion;
   std::vector<std::int32_t> seen;
   for (std::int32_t s = pid, j = 0; j < static_cast<std::int32_t>(run); ++j) {
     s = plain_step(dfa, s);
     if (s < 0 || std::find(seen.begin(), seen.end(), s) != seen.end()) break;  // a cycle: done
     seen.push_back(s);
-    most = std::max(most, min_tokens(dfa, s));
+    const std::int32_t u = min_tokens(dfa, s);
+    most = std::max(most, u);
+    fewest = std::min(fewest, u);
   }
   dfa.run_max_tokens[static_cast<std::size_t>(pid)] = most;
+  dfa.run_min_tokens[static_cast<std::size_t>(pid)] = fewest;
   return most;
 }
 

@@ -89,9 +89,13 @@ struct Constraint::Impl {
     std::vector<std::bitset<256>> first;
     // A deque: growing it never copies the tables (nor faults in a doubled copy mid-walk).
     std::deque<std::array<std::int32_t, 256>> next;  // -2 unknown, -1 dead
-    // Plain run: how many bytes of kPlain, any of them in any order, the state accepts
-    // while advancing the same way on each (kMaxRun: unbounded); -1 unknown.
+    // Plain run: how many plain bytes in a row the state accepts while advancing the same way
+    // on each (kMaxRun: unbounded); -1 unknown. The run holds bytes of the categories in
+    // run_cats (those every state it passes accepts; each refuses every other plain byte):
+    // all of kPlain in a string body, a pattern's class in a pattern string.
     std::vector<std::int16_t> run;
+    std::vector<std::uint64_t> run_cats;
+    std::vector<std::uint64_t> step_cats;  // the categories plain_step() advances on
     // 1 when the state the run ends in rejects every plain byte (a maxLength reached), so
     // longer plain tokens are refused without walking them.
     std::vector<std::uint8_t> run_then_reject;
@@ -105,7 +109,7 @@ struct Constraint::Impl {
     std::vector<std::bitset<256>> tight;
     std::vector<std::array<std::int32_t, kSlack + 1>> min_tokens;
     std::vector<std::uint32_t> run_max_bytes;
-    std::vector<std::int32_t> run_max_tokens;
+    std::vector<std::int32_t> run_max_tokens, run_min_tokens;
     std::unordered_map<std::string, std::int32_t> ids;
     std::vector<std::uint32_t> out, tmp;
     std::vector<std::int32_t> chain;
@@ -121,21 +125,25 @@ struct Constraint::Impl {
         next.emplace_back();
         next.back().fill(-2);
         run.push_back(-1);
+        run_cats.push_back(0);
+        step_cats.push_back(0);
         run_then_reject.push_back(0);
         tight.emplace_back();
         min_bytes.push_back(st.min_bytes(s.data(), s.size(), tight.back()));
         min_tokens.emplace_back().fill(-1);
         run_max_bytes.push_back(0);
         run_max_tokens.push_back(-1);
+        run_min_tokens.push_back(-1);
       }
       return it->second;
     }
   };
 
-  // The state that every byte of kPlain leads to from `pid`; kNotUniform when they do not all
-  // advance the same way, kRejectsPlain when none of them is accepted. Advancing by byte c
+  // The state that every plain byte `pid` accepts leads to, when they all advance the same
+  // way and every other plain byte is refused (dfa.step_cats: the categories they make up);
+  // kNotUniform when not, kRejectsPlain when no plain byte is accepted. Advancing by byte c
   // depends on c only through which stack tops' classes hold it, so when every top's class
-  // holds all of kPlain or none of it, one advance stands for all of them.
+  // holds the same plain bytes A or none of them, one advance stands for all of A.
   static constexpr std::int32_t kNotUniform = -1, kRejectsPlain = -2;
   std::int32_t plain_step(Dfa& dfa, std::int32_t pid) const;
 
@@ -160,9 +168,13 @@ struct Constraint::Impl {
   std::int32_t min_tokens(Dfa& dfa, std::int32_t sid) const;
   // The same for a parse state (a DFA from the pool).
   std::int32_t min_tokens(const std::vector<std::uint32_t>& state) const;
-  // The most tokens a completion needs after each plain byte run from `pid` (plain_run()),
-  // over the states the run passes; memoised.
+  // The most / fewest tokens a completion needs after each plain byte run from `pid`
+  // (plain_run()), over the states the run passes; memoised.
   std::int32_t run_max_tokens(Dfa& dfa, std::int32_t pid) const;
+  std::int32_t run_min_tokens(Dfa& dfa, std::int32_t pid) const {
+    run_max_tokens(dfa, pid);
+    return dfa.run_min_tokens[static_cast<std::size_t>(pid)];
+  }
   // Whether, from `sid`, a completion of at most `limit` tokens remains.
   bool fits(Dfa& dfa, std::int32_t sid, std::int32_t limit) const {
     if (vocab->every_byte_a_token &&

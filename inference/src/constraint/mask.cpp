@@ -12,20 +12,25 @@
 //     classes), so a UTF-8 lead or continuation byte costs one advance per class, not per byte.
 //  3. Plain runs (what keeps a miss inside a JSON string cheap): kPlain is printable ASCII but
 //     '"' and '\\'. For a DFA state, plain_run() counts how many plain bytes in a row it accepts
-//     while advancing the same way on every plain byte (each stack top's class holds all of
-//     kPlain or none of it); a string body is such a run (unbounded for a `*` string, up to
-//     the remaining maxLength for a bounded one, where the nested optionals make every
-//     position a distinct state). The trie marks each subtree made only of plain bytes with
-//     its height. A walk takes such a subtree whole when the run covers its height, and, at
-//     the top of a maximal plain subtree when the run ends in a state that refuses every plain
-//     byte (a maxLength reached), takes the tokens no longer than the run from the subtree's
-//     tokens sorted by length (VocabTrie::by_len). Otherwise it walks the subtree as in 2.
-//     The largest plain subtrees keep their tokens as a mask, ORed in word by word.
+//     while advancing the same way on each accepted plain byte and refusing every other one
+//     (every stack top's class holds the same plain bytes A or none of them); a string body is
+//     such a run over all of kPlain (unbounded for a `*` string, up to the remaining maxLength
+//     for a bounded one, where the nested optionals make every position a distinct state), a
+//     pattern or format string one over its class (`[a-z0-9_/.-]{1,40}`: up to 40 bytes of
+//     those). A run's bytes are kept as categories (lowercase, uppercase, digits, space, each
+//     punctuation mark: VocabTrie's plain_category), and the trie marks each subtree made
+//     only of plain bytes with its height and the categories in it. A walk takes such a
+//     subtree whole when the run covers its height and holds its categories, and, at the top
+//     of a maximal plain subtree when the run ends in a state that refuses every plain byte
+//     (a maxLength reached), takes the tokens no longer than the run from the subtree's tokens
+//     sorted by length (VocabTrie::by_len). Otherwise it walks the subtree as in 2 (a mixed
+//     subtree's children are tried whole in turn). The largest plain subtrees keep their
+//     tokens as a mask, ORed in word by word.
 //     In the spirit of XGrammar's split of tokens into those the current element decides
 //     alone and those that need the whole stack, kept to the element that dominates JSON
-//     masks: string characters. The trie's plain marks live in a byte Node had as padding;
-//     by_len is one token id per token; the subtree masks, at most kRootMaskBytes per
-//     vocabulary; per DFA state, 3 bytes (bounded by kMaxDfaStates).
+//     masks: string characters. The trie's plain marks live in a byte Node had as padding, its
+//     categories in 8 bytes a node; by_len is one token id per token; the subtree masks, at
+//     most kRootMaskBytes per vocabulary; per DFA state, 19 bytes (bounded by kMaxDfaStates).
 //  4. Budgets (budget.cpp): a plain mask is cached with the most a completion needs after any
 //     token it allows (bytes where every byte is a token, else tokens). A budget above that
 //     never binds and gets the plain mask; a smaller one gets a walk that keeps only the
@@ -78,14 +83,32 @@ std::uint32_t Constraint::Impl::walk(const std::vector<std::uint32_t>& state,
   };
   if (levels.size() < v.max_depth + 1) levels.resize(v.max_depth + 1);
   levels[0] = dfa.intern(st, state);
-  const auto n = static_cast<std::uint32_t>(v.nodes.size());
-  for (std::uint32_t i = 1; i < n;) {
+  // Preorder over ranges of sibling subtrees ([next, end)): the whole trie, and below a node
+  // with many children of which the state takes few, just those children's subtrees.
+  thread_local std::vector<std::pair<std::uint32_t, std::uint32_t>> ranges;
+  ranges.assign(1, {1u, static_cast<std::uint32_t>(v.nodes.size())});
+  while (!ranges.empty()) {
+    auto& [i, stop] = ranges.back();
+    if (i >= stop) {
+      ranges.pop_back();
+      continue;
+    }
     const auto& node = v.nodes[i];
     const std::int32_t pid = levels[node.depth - 1];
     if (const unsigned height = node.plain & VocabTrie::kPlainHeight; height != 0) {
       const unsigned run = plain_run(dfa, pid);
       const std::uint32_t b = v.tok_begin[i], e = v.tok_begin[node.end];
-      if (run >= height && run_allowed(pid)) {  // every token below is allowed
+      const bool ends_in_run =
+          run >= height || ((node.plain & VocabTrie::kPlainRoot) &&
+                            dfa.run_then_reject[static_cast<std::size_t>(pid)]);
+      if (limit >= 0 && ends_in_run && run_min_tokens(dfa, pid) > limit) {
+        i = node.end;  // no token below leaves a completion that fits
+        continue;
+      }
+      // Whether the run accepts every byte of the subtree (the run refuses the plain bytes
+      // outside its categories).
+      const bool held = (v.cats[i] & ~dfa.run_cats[static_cast<std::size_t>(pid)]) == 0;
+      if (run >= height && held && run_allowed(pid)) {  // every token below is allowed
         const auto masked =
             e - b >= VocabTrie::kMaskedRoot ? v.root_masks.find(i) : v.root_masks.end();
         if (masked != v.root_masks.end()) {
@@ -97,7 +120,7 @@ std::uint32_t Constraint::Impl::walk(const std::vector<std::uint32_t>& state,
         i = node.end;
         continue;
       }
-      if (run < height && (node.plain & VocabTrie::kPlainRoot) &&
+      if (run < height && held && (node.plain & VocabTrie::kPlainRoot) &&
           dfa.run_then_reject[static_cast<std::size_t>(pid)] && run_allowed(pid)) {
         // The tokens below that end within the run are allowed, the longer ones are not.
         const std::size_t max_len = node.depth - 1u + run;
@@ -123,6 +146,16 @@ std::uint32_t Constraint::Impl::walk(const std::vector<std::uint32_t>& state,
     levels[node.depth] = nid;
     if (v.tok_begin[i] < v.tok_begin[i + 1] && allowed(nid))
       set_all(v.toks.data() + v.tok_begin[i], v.toks.data() + v.tok_begin[i + 1]);
+    if (v.is_wide[i]) {
+      if (const auto& next = dfa.first[static_cast<std::size_t>(nid)]; next.count() <= 64) {
+        const auto& table = v.wide.find(i)->second;
+        i = node.end;  // (`i` is not used after the pushes below)
+        for (unsigned c = 256; c-- > 0;)
+          if (const std::uint32_t child = table[c]; child != 0 && next.test(c))
+            ranges.emplace_back(child, v.nodes[child].end);
+        continue;
+      }
+    }
     ++i;
   }
   give_dfa(std::move(dfa_owner));
@@ -131,17 +164,23 @@ std::uint32_t Constraint::Impl::walk(const std::vector<std::uint32_t>& state,
 
 std::int32_t Constraint::Impl::plain_step(Dfa& dfa, std::int32_t pid) const {
   const auto& ps = dfa.states[static_cast<std::size_t>(pid)];
+  std::bitset<256> accepted;
   bool any = false;
   for (std::size_t i = 0; i < ps.size(); i += ps[i] + 1) {
     if (ps[i] == 0) continue;
     const std::bitset<256> in = grammar.classes[grammar.elems[ps[i + ps[i]]].value] & kPlain;
     if (in.none()) continue;
-    if (in != kPlain) return kNotUniform;
+    if (any && in != accepted) return kNotUniform;
+    accepted = in;
     any = true;
   }
   if (!any) return kRejectsPlain;
-  std::int32_t nid = dfa.next[static_cast<std::size_t>(pid)][' '];
-  if (nid == -2) nid = step(dfa, pid, ' ');
+  const auto held = constraint::categories_held(accepted);
+  dfa.step_cats[static_cast<std::size_t>(pid)] = held;
+  std::size_t c = 0;
+  while (!accepted.test(c)) ++c;
+  std::int32_t nid = dfa.next[static_cast<std::size_t>(pid)][c];
+  if (nid == -2) nid = step(dfa, pid, static_cast<unsigned char>(c));
   return nid < 0 ? kRejectsPlain : nid;
 }
 
@@ -172,11 +211,13 @@ unsigned Constraint::Impl::plain_run(Dfa& dfa, std::int32_t pid) const {
   // chain[k + 1] is the plain step of chain[k]; `after` is the run of the last one's step,
   // or -1 when that step fails (the last one's run is then 0); every state of the chain ends
   // its run in the same state, which rejects every plain byte or not (`reject`). `tail`: the
-  // most bytes a completion needs from a state the last one's run passes.
+  // most bytes a completion needs from a state the last one's run passes; `cats`: the
+  // categories every position of the run after the last one's step accepts.
   dfa.chain.clear();
   int after = -1;
   bool reject = false;
   std::uint32_t tail = 0;
+  std::uint64_t cats = ~std::uint64_t{0};
   for (std::int32_t s = pid;;) {
     dfa.run[static_cast<std::size_t>(s)] = kOnChain;
     dfa.chain.push_back(s);
@@ -191,12 +232,15 @@ unsigned Constraint::Impl::plain_run(Dfa& dfa, std::int32_t pid) const {
       after = r;
       reject = dfa.run_then_reject[si] != 0;
       tail = std::max(dfa.min_bytes[si], dfa.run_max_bytes[si]);
+      if (r > 0) cats = dfa.run_cats[si];
       break;
     }
     if (r == kOnChain) {  // a cycle of plain steps: unbounded
       after = static_cast<int>(kMaxRun);
-      for (auto k = std::find(dfa.chain.begin(), dfa.chain.end(), s); k != dfa.chain.end(); ++k)
+      for (auto k = std::find(dfa.chain.begin(), dfa.chain.end(), s); k != dfa.chain.end(); ++k) {
         tail = std::max(tail, dfa.min_bytes[static_cast<std::size_t>(*k)]);
+        cats &= dfa.step_cats[static_cast<std::size_t>(*k)];
+      }
       break;
     }
     if (dfa.chain.size() == kMaxRun) {  // counted no further: understated, never overstated
@@ -212,6 +256,8 @@ unsigned Constraint::Impl::plain_run(Dfa& dfa, std::int32_t pid) const {
     dfa.run_then_reject[ck] = reject && after < static_cast<int>(kMaxRun);
     dfa.run_max_bytes[ck] = tail;
     tail = std::max(tail, dfa.min_bytes[ck]);
+    if (after > 0) cats &= dfa.step_cats[ck];
+    dfa.run_cats[ck] = cats;
   }
   return static_cast<unsigned>(dfa.run[static_cast<std::size_t>(pid)]);
 }

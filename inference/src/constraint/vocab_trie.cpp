@@ -1,6 +1,7 @@
 #include "constraint/vocab_trie.hpp"
 
 #include <algorithm>
+#include <cctype>
 
 namespace weir::inference::constraint {
 
@@ -11,6 +12,39 @@ const std::bitset<256> kPlain = [] {
   s.reset('\\');
   return s;
 }();
+
+int plain_category(unsigned char c) {
+  if (!kPlain.test(c)) return kNotPlainCategory;
+  if (c >= 'a' && c <= 'z') return 0;
+  if (c >= 'A' && c <= 'Z') return 1;
+  if (c >= '0' && c <= '9') return 2;
+  if (c == ' ') return 3;
+  static const auto punct = [] {  // the other plain bytes, one category each
+    std::array<int, 256> k{};
+    int next = 4;
+    for (int b = 0x21; b < 0x7F; ++b)
+      if (kPlain.test(static_cast<std::size_t>(b)) && !std::isalnum(b))
+        k[static_cast<std::size_t>(b)] = next++;
+    return k;
+  }();
+  return punct[c];
+}
+
+std::uint64_t categories_held(const std::bitset<256>& set) {
+  static const auto bytes = [] {
+    std::array<std::bitset<256>, 64> b{};
+    for (int c = 0; c < 256; ++c)
+      b[static_cast<std::size_t>(plain_category(static_cast<unsigned char>(c)))].set(
+          static_cast<std::size_t>(c));
+    return b;
+  }();
+  std::uint64_t held = 0;
+  for (int k = 0; k < kNotPlainCategory; ++k)
+    if (bytes[static_cast<std::size_t>(k)].any() &&
+        (bytes[static_cast<std::size_t>(k)] & ~set).none())
+      held |= std::uint64_t{1} << k;
+  return held;
+}
 
 std::shared_ptr<const VocabTrie> build_trie(const Tokenizer& t) {
   auto v = std::make_shared<VocabTrie>();
@@ -57,6 +91,15 @@ std::shared_ptr<const VocabTrie> build_trie(const Tokenizer& t) {
     v->nodes[path.back()].end = static_cast<std::uint32_t>(v->nodes.size());
     path.pop_back();
   }
+  // Categories of each subtree, children before parents (reverse preorder).
+  v->cats.assign(v->nodes.size(), 0);
+  for (std::size_t i = v->nodes.size(); i-- > 1;) {
+    std::uint64_t c = std::uint64_t{1} << plain_category(v->nodes[i].byte);
+    for (std::uint32_t k = static_cast<std::uint32_t>(i) + 1; k < v->nodes[i].end;
+         k = v->nodes[k].end)
+      c |= v->cats[k];
+    v->cats[i] = c;
+  }
   // Plain heights, children before parents (reverse preorder).
   for (std::size_t i = v->nodes.size(); i-- > 1;) {
     auto& node = v->nodes[i];
@@ -81,6 +124,17 @@ std::shared_ptr<const VocabTrie> build_trie(const Tokenizer& t) {
     if (v->tok_begin[c] < v->tok_begin[c + 1]) single.set(v->nodes[c].byte);
   }
   v->every_byte_a_token = single.all();
+  v->is_wide.assign(v->nodes.size(), false);
+  for (std::uint32_t i = 1; i < v->nodes.size(); ++i) {
+    std::uint32_t n = 0;
+    for (std::uint32_t c = i + 1; c < v->nodes[i].end; c = v->nodes[c].end) ++n;
+    if (n < VocabTrie::kWide) continue;
+    v->is_wide[i] = true;
+    auto& table = v->wide[i];
+    table.fill(0);
+    for (std::uint32_t c = i + 1; c < v->nodes[i].end; c = v->nodes[c].end)
+      table[v->nodes[c].byte] = c;
+  }
   v->by_len = v->toks;
   std::vector<std::uint32_t> at_depth(v->max_depth + 1, 0);  // the last node seen per depth
   std::vector<std::pair<std::uint32_t, std::uint32_t>> big;  // (tokens, node) to mask

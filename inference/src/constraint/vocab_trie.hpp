@@ -19,6 +19,15 @@ namespace weir::inference::constraint {
 // Printable ASCII but for '"' and '\\': the bytes that continue a JSON string (and most
 // free-text rules) all the same way: "plain runs" at the top of mask.cpp.
 extern const std::bitset<256> kPlain;
+
+// Plain bytes by category (lowercase, uppercase, digits, space, and each punctuation mark
+// alone; every other byte is kNotPlainCategory): a byte class "holds" a category when it holds
+// every byte of it. A trie subtree's categories tell whether a class (a pattern's
+// [a-z0-9_/.-], say) holds all its bytes without looking at them (mask.cpp, class runs).
+inline constexpr int kNotPlainCategory = 63;
+int plain_category(unsigned char c);
+// The categories whose every byte `set` holds.
+std::uint64_t categories_held(const std::bitset<256>& set);
 constexpr unsigned kMaxRun = 255;  // plain runs are counted up to this many bytes
 
 // The vocabulary as a trie in preorder: node i's subtree is [i, end).
@@ -35,6 +44,7 @@ struct VocabTrie {
   };
   static_assert(sizeof(Node) == 8);
   std::vector<Node> nodes;               // [0] is the root
+  std::vector<std::uint64_t> cats;       // [nodes] the categories of the bytes in each subtree
   std::vector<std::uint32_t> tok_begin;  // [nodes + 1] CSR into toks
   std::vector<std::int32_t> toks;        // token ids ending at each node
   // toks, but each kPlainRoot subtree's range sorted by token length (shortest first).
@@ -50,6 +60,11 @@ struct VocabTrie {
   std::unordered_map<std::int32_t, std::string> control_pieces;
   std::vector<std::int32_t> eog;                // end-of-generation ids
   std::array<std::uint32_t, 256> root_child{};  // the root's child for each byte (0: none)
+  // The same for every other node with at least kWide children (" " in a byte-level BPE
+  // vocabulary has tens of thousands): a lookup instead of a scan.
+  static constexpr std::uint32_t kWide = 24;
+  std::unordered_map<std::uint32_t, std::array<std::uint32_t, 256>> wide;
+  std::vector<bool> is_wide;  // [nodes] the node has a table in `wide`
   // Every byte value is a token of its own: a completion of n bytes takes at most n tokens.
   bool every_byte_a_token = false;
   std::int32_t n_vocab = 0;
@@ -62,6 +77,7 @@ std::shared_ptr<const VocabTrie> build_trie(const Tokenizer& t);
 // The child of trie node `node` for byte c (children are in byte order), or 0 when none.
 inline std::uint32_t trie_child(const VocabTrie& v, std::uint32_t node, unsigned char c) {
   if (node == 0) return v.root_child[c];
+  if (v.is_wide[node]) return v.wide.find(node)->second[c];
   for (std::uint32_t k = node + 1; k < v.nodes[node].end; k = v.nodes[k].end) {
     if (v.nodes[k].byte == c) return k;
     if (v.nodes[k].byte > c) break;
