@@ -325,6 +325,12 @@ asio::awaitable<Result<ChatResponse>> OpenAIChatModel::async_chat(std::vector<Me
   req.headers.push_back({"Content-Type", "application/json"});
   req.headers.push_back({"Accept", o.stream ? "text/event-stream" : "application/json"});
   if (!impl.api_key.empty()) req.headers.push_back({"Authorization", "Bearer " + impl.api_key});
+  if (params.span && params.span->recording()) {  // the chat span's W3C context goes along
+    params.span->set(trace::attr::kProvider, "openai");
+    const trace::SpanContext sc = params.span->context();
+    req.headers.push_back({"traceparent", trace::format_traceparent(sc)});
+    if (!sc.trace_state.empty()) req.headers.push_back({"tracestate", sc.trace_state});
+  }
   req.body = request_body(messages, tools, params);
   // The prompt's start (FNV-1a of its first 512 bytes) picks the endpoint whose prefix cache
   // likely holds it.
@@ -404,6 +410,14 @@ asio::awaitable<Result<ChatResponse>> OpenAIChatModel::async_chat(std::vector<Me
 
     const std::string detail =
         r && !r->body.empty() ? ": " + server_message(r->body) : std::string();
+    if (params.span && params.span->recording()) {  // a 429 is a fence that acted
+      std::vector<trace::Attribute> a{{"weir.endpoint", endpoint.where},
+                                      {"weir.attempt", std::int64_t{attempt}},
+                                      {"weir.error", failure}};
+      if (r) a.push_back({"http.response.status_code", std::int64_t{r->status}});
+      params.span->add_event(r && r->status == 429 ? "weir.fence.rate_limited" : "weir.retry",
+                             std::move(a));
+    }
     if (retry && attempt < attempts_max) {
       // Another endpoint not tried yet: fail over at once.
       if (std::find(tried.begin(), tried.end(), false) != tried.end()) continue;
