@@ -14,6 +14,7 @@
 
 #include "weir/agents/local_model.hpp"
 #include "weir/inference/constraint.hpp"
+#include "weir/inference/engine_registry.hpp"
 #include "weir/inference/gguf_writer.hpp"
 #include "weir/tools/schema.hpp"
 
@@ -25,6 +26,7 @@ namespace json = boost::json;
 namespace fs = std::filesystem;
 
 std::shared_ptr<LocalChatModel> random_model() {
+  static inference::EngineRegistry engines;  // this test program's composition root
   static std::shared_ptr<LocalChatModel> m = [] {
     const fs::path path =
         fs::temp_directory_path() / ("weir_agents_budget_" + std::to_string(::getpid()) + ".gguf");
@@ -34,7 +36,7 @@ std::shared_ptr<LocalChatModel> random_model() {
     LocalModelOptions o;
     o.kv_cache_bytes = 8u << 20;
     o.ignore_eog = true;
-    auto r = LocalChatModel::open(path, o);
+    auto r = LocalChatModel::open(engines, path, o);
     EXPECT_TRUE(r) << r.error().message;
     return *r;
   }();
