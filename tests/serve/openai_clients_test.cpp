@@ -16,8 +16,6 @@
 namespace weir::serve {
 namespace {
 
-using namespace serve_testing;
-
 const char* kWeather =
     R"({"type":"object","properties":{"city":{"type":"string"},"days":{"type":"integer","minimum":1}},"required":["city"],"additionalProperties":false})";
 const char* kSearch =

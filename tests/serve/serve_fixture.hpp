@@ -1,39 +1,53 @@
-// The in-process server the serve tests start: a random-weight tiny model written once per
-// process, a Service on a free loopback port, and readers for the JSON and error bodies.
+// What the in-process serve tests share: a random-weight model written once per test process, a
+// Service started on a free port, and readers for error messages and /metrics series.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
+#include <memory>
 #include <sstream>
 #include <string>
 
-#include <gtest/gtest.h>
 #include <boost/json.hpp>
 
 #include "http_client.hpp"
 #include "weir/inference/gguf_writer.hpp"
 #include "weir/serve/service.hpp"
 
-namespace weir::serve::serve_testing {
+namespace weir::serve {
 
 namespace fs = std::filesystem;
 namespace json = boost::json;
 using testing_http::call;
+using testing_http::Conn;
 using testing_http::Reply;
+using testing_http::sse_data;
 
-inline fs::path tiny_model(const std::string& name, std::int32_t context = 256) {
+// A random-weight model written once per test process.
+inline fs::path random_model(const std::string& name, inference::RandomModelShape shape) {
   auto dir = fs::temp_directory_path() / ("weir-serve-test-" + std::to_string(::getpid()));
   fs::create_directories(dir);
   auto path = dir / (name + ".gguf");
   if (!fs::exists(path)) {
-    auto shape = inference::RandomModelShape::tiny();
-    shape.context_length = context;
     auto st = inference::write_random_llama(path, shape, inference::GgmlType::f32, 7);
     EXPECT_TRUE(st) << st.error().message;
   }
   return path;
+}
+
+inline fs::path tiny_model(const std::string& name, std::int32_t context = 256) {
+  auto shape = inference::RandomModelShape::tiny();
+  shape.context_length = context;
+  return random_model(name, shape);
+}
+
+// Slow enough (6 layers of 256, a 4096-token context) that a long generation is still running
+// seconds after it started, on any machine.
+inline fs::path slow_model() {
+  return random_model("slow", {256, 1024, 6, 4, 4, 512, 4096});
 }
 
 struct Running {
@@ -83,4 +97,4 @@ inline double metric(std::uint16_t port, const std::string& series) {
   return NAN;
 }
 
-}  // namespace weir::serve::serve_testing
+}  // namespace weir::serve

@@ -16,7 +16,6 @@
 namespace weir::serve {
 namespace {
 
-using namespace serve_testing;
 using testing_http::sse_data;
 
 const char* kPerson = R"({"type":"object","properties":{"name":{"type":"string"},
