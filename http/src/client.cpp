@@ -395,7 +395,11 @@ asio::awaitable<Result<ClientResponse>> Client::async_request(const Url& url, Cl
 
   bhttp::request<bhttp::string_body> req;
   req.method_string(request.method);
-  req.target(url.path + request.target);
+  // A URL without a path and a request without a target ask for the root: an empty
+  // request-target is not HTTP ("POST  HTTP/1.1").
+  std::string target = url.path + request.target;
+  if (target.empty()) target = "/";
+  req.target(target);
   req.version(11);
   req.set(bhttp::field::host, url.host + ":" + url.port);
   req.set(bhttp::field::user_agent, "weir");

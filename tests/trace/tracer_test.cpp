@@ -263,6 +263,22 @@ TEST(Otlp, EndpointsAndHeadersFollowTheOtelVariables) {
   EXPECT_EQ(crlf.error().message, "OTLP header 'a' holds a line break or NUL");
 }
 
+// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is used as given: a URL without a path must still make a
+// valid request line ("POST / HTTP/1.1", not "POST  HTTP/1.1").
+TEST(Otlp, AUrlWithoutAPathPostsToTheRoot) {
+  OtlpReceiver rx;
+  for (const std::string url : {rx.base_url(), rx.base_url() + "/"}) {
+    auto tracer = otlp_tracer(url, {}, [] {
+      http::OtlpOptions h;
+      h.max_attempts = 1;
+      return h;
+    }());
+    { trace::Span s = tracer->start_span("root"); }
+    tracer->flush(10s);
+  }
+  EXPECT_EQ(rx.paths(), (std::vector<std::string>{"/", "/"}));
+}
+
 TEST(Otlp, NoExporterMeansNoTracer) {
   ::unsetenv("OTEL_EXPORTER_OTLP_ENDPOINT");
   ::unsetenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT");
