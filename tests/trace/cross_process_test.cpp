@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <regex>
 
 #include <boost/asio/co_spawn.hpp>
@@ -221,6 +222,45 @@ TEST(CrossProcess, WeirRunTraceFileReadsBackAsATreeWithTheRunsTokens) {
   EXPECT_EQ(refused.err, "weir trace: " + bad.string() + ":1: /resourceSpans: expected an array\n");
   fs::remove(bad);
   fs::remove(file);
+}
+
+// A workflow's tool nodes are tool calls like an agent's: each records an `execute_tool` span
+// under its node, whether the graph layer runs the tool itself (calculator, lorem) or the tools
+// layer does (files).
+TEST(CrossProcess, WorkflowToolNodesRecordExecuteToolSpans) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("weir-trace-tools-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::ofstream(dir / "note.txt") << "hello";
+  const auto flow = testing::temp_file("tools.json",
+                                       R"({"name": "tools", "state": {"x": {}, "y": {}, "z": {}},
+          "tools": {"calc": {"builtin": "calculator"}, "text": {"builtin": "lorem"},
+                    "fs": {"builtin": "files", "root": ")" +
+                                           dir.string() + R"("}},
+          "nodes": {"sq": {"kind": "tool", "tool": "calc", "args": {"expression": "3*3"}, "output": "x"},
+                    "lo": {"kind": "tool", "tool": "text", "args": {"bytes": 10}, "output": "y"},
+                    "rd": {"kind": "tool", "tool": "fs", "args": {"op": "read", "path": "note.txt"}, "output": "z"}},
+          "edges": [{"from": "START", "to": "sq"}, {"from": "sq", "to": "lo"}, {"from": "lo", "to": "rd"},
+                    {"from": "rd", "to": "END"}]})");
+  const fs::path file = dir / "t.jsonl";
+  auto run = testing::run_weir("run " + flow.string() + " --trace " + file.string());
+  ASSERT_EQ(run.code, 0) << run.err;
+  auto spans = trace::parse_otlp_json_lines(testing::read_text(file), file.string());
+  ASSERT_TRUE(spans) << spans.error().message;
+  for (const auto& [tool, node] : std::vector<std::pair<std::string, std::string>>{
+           {"calculator", "node sq"}, {"lorem", "node lo"}, {"files", "node rd"}}) {
+    const auto* s = testing::find_span(*spans, "execute_tool " + tool);
+    ASSERT_TRUE(s) << tool;
+    EXPECT_EQ(testing::str_attr(s->span, "gen_ai.operation.name"), "execute_tool");
+    EXPECT_EQ(testing::str_attr(s->span, "gen_ai.tool.name"), tool);
+    EXPECT_GT(testing::int_attr(s->span, "weir.tool.arguments_bytes"), 0);
+    EXPECT_GT(testing::int_attr(s->span, "weir.tool.output_bytes"), 0);
+    const auto* parent = testing::parent_of(*spans, *s);
+    ASSERT_TRUE(parent) << tool;
+    EXPECT_EQ(parent->span.name, node);
+  }
+  fs::remove(flow);
+  fs::remove_all(dir);
 }
 
 // A receiver that accepts and never answers: the run finishes as it would untraced, the spans
