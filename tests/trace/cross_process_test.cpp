@@ -283,5 +283,40 @@ TEST(CrossProcess, AHangingReceiverLeavesTheRunUnaffected) {
   EXPECT_LT(spent, 30s);  // the flush at exit gives up after 3 s
 }
 
+// weir serve stopped while its collector hangs: the flush at exit keeps the documented bound
+// (3 s, as weir run's) and says what it dropped; it used to be the tracer's own 5 s, silently.
+TEST(CrossProcess, WeirServeFlushesAtExitLikeWeirRun) {
+  OtlpReceiver rx(OtlpReceiver::Mode::hang);
+  const fs::path dir =
+      fs::temp_directory_path() / ("weir-trace-serve-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  fs::copy_file(testing::sample("map_reduce.json"), dir / "map_reduce.json",
+                fs::copy_options::overwrite_existing);
+  const fs::path err = dir / "serve.err";
+  // Start, wait for "ready", one request (one span), SIGTERM, wait.
+  const std::string script =
+      "OTEL_BSP_SCHEDULE_DELAY=10 " + std::string(WEIR_BIN_DIR) + "/weir serve --workflows " +
+      dir.string() + " --port 0 --otlp-endpoint " + rx.base_url() + " 2>" + err.string() +
+      " & S=$!; for i in $(seq 300); do grep -q 'ready' " + err.string() +
+      " && break; sleep 0.1; done; P=$(sed -n 's/.*listening on "
+      "http:\\/\\/[^:]*:\\([0-9]*\\).*/\\1/p' " +
+      err.string() +
+      "); curl -s -o /dev/null http://127.0.0.1:$P/v1/models; sleep 0.5; kill -TERM $S; "
+      "wait $S; echo $?";
+  std::ofstream(dir / "stop.sh") << script << "\n";
+  FILE* p = ::popen(("bash " + (dir / "stop.sh").string()).c_str(), "r");
+  ASSERT_TRUE(p);
+  std::string out;
+  char buf[256];
+  while (std::fgets(buf, sizeof buf, p)) out += buf;
+  ::pclose(p);
+  const std::string text = testing::read_text(err);
+  EXPECT_EQ(out, "0\n") << text;
+  EXPECT_GE(rx.requests(), 1) << text;
+  EXPECT_NE(text.find("trace spans were dropped (otlp " + rx.traces_url() + ")"), std::string::npos)
+      << text;
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace weir
