@@ -198,6 +198,25 @@ Result<Url> parse_url(std::string_view s) {
   return u;
 }
 
+Status check_header(std::string_view name, std::string_view value) {
+  static constexpr std::string_view kTokenPunct = "!#$%&'*+-.^_`|~";
+  const auto tchar = [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || kTokenPunct.find(c) != kTokenPunct.npos;
+  };
+  if (name.empty() || !std::all_of(name.begin(), name.end(), tchar))
+    return Error(Errc::invalid_argument, "header name '" + std::string(name) +
+                                             "' is not an HTTP token (letters, digits and " +
+                                             std::string(kTokenPunct) + ")");
+  for (std::string_view own : {"Host", "Content-Length", "Transfer-Encoding", "Content-Type"})
+    if (iequals(name, own))
+      return Error(Errc::invalid_argument, "header '" + std::string(name) +
+                                               "' is set by weir from the request; leave it out");
+  if (value.find_first_of(std::string_view("\r\n\0", 3)) != std::string_view::npos)
+    return Error(Errc::invalid_argument,
+                 "header '" + std::string(name) + "' holds a line break or NUL");
+  return {};
+}
+
 std::string_view ClientResponse::header(std::string_view name) const {
   for (const auto& h : headers)
     if (iequals(h.name, name)) return h.value;

@@ -177,9 +177,8 @@ Result<std::vector<Header>> parse_otlp_headers(std::string_view text) {
                    "OTLP header '" + std::string(pair) + "' is not key=value");
     std::string key = percent_decode(trim(pair.substr(0, eq)));
     std::string value = percent_decode(trim(pair.substr(eq + 1)));
-    const auto bad = [](char c) { return c == '\r' || c == '\n' || c == '\0'; };
-    if (std::any_of(key.begin(), key.end(), bad) || std::any_of(value.begin(), value.end(), bad))
-      return Error(Errc::invalid_argument, "OTLP header '" + key + "' holds a line break or NUL");
+    if (auto ok = check_header(key, value); !ok)
+      return Error(ok.error().code, "OTLP " + ok.error().message);
     out.push_back({std::move(key), std::move(value)});
   }
   return out;

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <thread>
 
+#include "../cli/run_weir.hpp"
 #include "otlp_receiver.hpp"
 #include "weir/http/otlp.hpp"
 #include "weir/runtime/metrics.hpp"
@@ -277,6 +278,43 @@ TEST(Otlp, AUrlWithoutAPathPostsToTheRoot) {
     tracer->flush(10s);
   }
   EXPECT_EQ(rx.paths(), (std::vector<std::string>{"/", "/"}));
+}
+
+// A header the exporter cannot send as given is refused at start, naming it: a name that is
+// not an HTTP token, and the headers weir itself sets from the body and the URL.
+TEST(Otlp, HeadersThatCannotBeSentAreRefused) {
+  for (const auto& [text, why] : std::vector<std::pair<std::string, std::string>>{
+           {"x:y=1",
+            "OTLP header name 'x:y' is not an HTTP token (letters, digits and "
+            "!#$%&'*+-.^_`|~)"},
+           {"x a=2",
+            "OTLP header name 'x a' is not an HTTP token (letters, digits and "
+            "!#$%&'*+-.^_`|~)"},
+           {"Content-Length=5",
+            "OTLP header 'Content-Length' is set by weir from the request; "
+            "leave it out"},
+           {"transfer-encoding=chunked",
+            "OTLP header 'transfer-encoding' is set by weir from "
+            "the request; leave it out"},
+           {"Host=evil", "OTLP header 'Host' is set by weir from the request; leave it out"},
+           {"Content-Type=text/plain",
+            "OTLP header 'Content-Type' is set by weir from the "
+            "request; leave it out"}}) {
+    auto h = http::parse_otlp_headers(text);
+    ASSERT_FALSE(h) << text;
+    EXPECT_EQ(h.error().message, why);
+  }
+  auto ok = http::parse_otlp_headers("x-honeycomb-team=abc,Authorization=Bearer%20k");
+  ASSERT_TRUE(ok) << ok.error().message;
+  // The command refuses to start (exit 1) and says which variable.
+  auto run = testing::run_weir_env(
+      "OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:9 "
+      "OTEL_EXPORTER_OTLP_HEADERS='x a=2'",
+      "run " + testing::sample("map_reduce.json").string());
+  EXPECT_EQ(run.code, 1);
+  EXPECT_NE(run.err.find("OTEL_EXPORTER_OTLP_HEADERS: OTLP header name 'x a' is not an HTTP token"),
+            std::string::npos)
+      << run.err;
 }
 
 TEST(Otlp, NoExporterMeansNoTracer) {
