@@ -3,6 +3,7 @@
 #include "weir/http/otlp.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <random>
 #include <thread>
@@ -193,7 +194,13 @@ Result<std::unique_ptr<trace::SpanExporter>> make_otlp_exporter(OtlpOptions opti
 }
 
 Result<std::shared_ptr<trace::Tracer>> make_tracer(const TraceSettings& settings) {
-  if (env("OTEL_SDK_DISABLED") == "true") return std::shared_ptr<trace::Tracer>();
+  {
+    // A boolean, case-insensitive (the OpenTelemetry spec): "true", "TRUE", "True".
+    std::string off = env("OTEL_SDK_DISABLED");
+    std::transform(off.begin(), off.end(), off.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    if (off == "true") return std::shared_ptr<trace::Tracer>();
+  }
   std::vector<std::unique_ptr<trace::SpanExporter>> exporters;
   std::string endpoint;
   if (!settings.otlp_endpoint.empty()) {

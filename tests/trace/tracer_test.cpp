@@ -366,6 +366,52 @@ TEST(Otlp, TheStandardVariablesConfigureTheExporter) {
             std::string::npos);
 }
 
+// OTEL_SDK_DISABLED is a boolean, case-insensitive (the OpenTelemetry spec): TRUE disables.
+TEST(Otlp, SdkDisabledIsCaseInsensitive) {
+  http::TraceSettings s;
+  s.file =
+      (std::filesystem::temp_directory_path() / ("weir-disabled-" + std::to_string(::getpid())))
+          .string();
+  for (const char* v : {"true", "TRUE", "True"}) {
+    ::setenv("OTEL_SDK_DISABLED", v, 1);
+    auto t = http::make_tracer(s);
+    ASSERT_TRUE(t) << t.error().message;
+    EXPECT_EQ(*t, nullptr) << v;
+  }
+  ::setenv("OTEL_SDK_DISABLED", "false", 1);
+  auto on = http::make_tracer(s);
+  ::unsetenv("OTEL_SDK_DISABLED");
+  ASSERT_TRUE(on);
+  EXPECT_NE(*on, nullptr);
+  on->reset();
+  std::filesystem::remove(s.file);
+}
+
+// service.name in OTEL_RESOURCE_ATTRIBUTES names the service when OTEL_SERVICE_NAME does not
+// (which wins when both are set); the errors speak of resource attributes, not headers.
+TEST(Otlp, ResourceAttributesCanNameTheService) {
+  const auto service = [](const char* attrs, const char* name) -> std::string {
+    OtlpReceiver rx;
+    http::TraceSettings s;
+    s.otlp_endpoint = rx.base_url();
+    ::setenv("OTEL_RESOURCE_ATTRIBUTES", attrs, 1);
+    if (name) ::setenv("OTEL_SERVICE_NAME", name, 1);
+    auto t = http::make_tracer(s);
+    ::unsetenv("OTEL_RESOURCE_ATTRIBUTES");
+    ::unsetenv("OTEL_SERVICE_NAME");
+    if (!t) return t.error().message;
+    { trace::Span sp = (*t)->start_span("x"); }
+    (*t)->flush(10s);
+    auto spans = rx.wait_for_spans(1);
+    return spans.empty() ? "<none>" : spans[0].service;
+  };
+  EXPECT_EQ(service("service.name=fromattrs,team=a", nullptr), "fromattrs");
+  EXPECT_EQ(service("service.name=fromattrs", "fromname"), "fromname");
+  EXPECT_EQ(service("team=a", nullptr), "weir");
+  EXPECT_EQ(service("garbage", nullptr),
+            "OTEL_RESOURCE_ATTRIBUTES: resource attribute 'garbage' is not key=value");
+}
+
 TEST(TraceFile, WritesOtlpJsonLinesThatReadBackAsATree) {
   const auto path = std::filesystem::temp_directory_path() /
                     ("weir-trace-" + std::to_string(::getpid()) + ".jsonl");

@@ -63,7 +63,7 @@ struct TraceSettings {
 };
 
 // The tracer for `settings` and the environment, or null when no exporter is configured
-// (tracing off: nothing is recorded or sent anywhere) or OTEL_SDK_DISABLED=true. Reads
+// (tracing off: nothing is recorded or sent anywhere) or OTEL_SDK_DISABLED=true (any case). Reads
 // OTEL_EXPORTER_OTLP_[TRACES_]HEADERS, OTEL_EXPORTER_OTLP_[TRACES_]TIMEOUT (ms),
 // OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL (http/json; http/protobuf is sent as http/json with a
 // warning; grpc is refused), OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES,
