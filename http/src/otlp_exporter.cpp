@@ -157,6 +157,24 @@ Result<std::size_t> env_count(const char* name, std::size_t fallback) {
   return static_cast<std::size_t>(std::stoul(v));
 }
 
+// "key1=value1,key2=value2" (OTEL_EXPORTER_OTLP_HEADERS, OTEL_RESOURCE_ATTRIBUTES): values
+// percent-decoded, blanks around keys and values dropped. `what` names a pair in errors.
+Result<std::vector<Header>> parse_otel_pairs(std::string_view text, const std::string& what) {
+  std::vector<Header> out;
+  while (!text.empty()) {
+    const std::size_t comma = text.find(',');
+    std::string_view pair = trim(text.substr(0, comma));
+    text = comma == std::string_view::npos ? std::string_view() : text.substr(comma + 1);
+    if (pair.empty()) continue;
+    const std::size_t eq = pair.find('=');
+    if (eq == std::string_view::npos || trim(pair.substr(0, eq)).empty())
+      return Error(Errc::invalid_argument, what + " '" + std::string(pair) + "' is not key=value");
+    out.push_back(
+        {percent_decode(trim(pair.substr(0, eq))), percent_decode(trim(pair.substr(eq + 1)))});
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string otlp_traces_url(std::string_view base) {
@@ -166,23 +184,12 @@ std::string otlp_traces_url(std::string_view base) {
 }
 
 Result<std::vector<Header>> parse_otlp_headers(std::string_view text) {
-  std::vector<Header> out;
-  while (!text.empty()) {
-    const std::size_t comma = text.find(',');
-    std::string_view pair = trim(text.substr(0, comma));
-    text = comma == std::string_view::npos ? std::string_view() : text.substr(comma + 1);
-    if (pair.empty()) continue;
-    const std::size_t eq = pair.find('=');
-    if (eq == std::string_view::npos || trim(pair.substr(0, eq)).empty())
-      return Error(Errc::invalid_argument,
-                   "OTLP header '" + std::string(pair) + "' is not key=value");
-    std::string key = percent_decode(trim(pair.substr(0, eq)));
-    std::string value = percent_decode(trim(pair.substr(eq + 1)));
+  auto pairs = parse_otel_pairs(text, "OTLP header");
+  if (!pairs) return std::move(pairs).error();
+  for (const auto& [key, value] : *pairs)
     if (auto ok = check_header(key, value); !ok)
       return Error(ok.error().code, "OTLP " + ok.error().message);
-    out.push_back({std::move(key), std::move(value)});
-  }
-  return out;
+  return pairs;
 }
 
 Result<std::unique_ptr<trace::SpanExporter>> make_otlp_exporter(OtlpOptions options) {
@@ -252,20 +259,25 @@ Result<std::shared_ptr<trace::Tracer>> make_tracer(const TraceSettings& settings
   if (exporters.empty()) return std::shared_ptr<trace::Tracer>();
 
   trace::TracerOptions t;
-  t.service_name = settings.service_name;
-  if (t.service_name.empty()) t.service_name = env("OTEL_SERVICE_NAME");
-  if (t.service_name.empty()) t.service_name = "weir";
-  t.capture_content = settings.capture_content;
-  t.max_content_bytes = settings.max_content_bytes;
+  // service.name: the flag's, else OTEL_SERVICE_NAME, else OTEL_RESOURCE_ATTRIBUTES', else weir.
+  std::string attrs_service;
   if (auto ra = env("OTEL_RESOURCE_ATTRIBUTES"); !ra.empty()) {
-    auto kv = parse_otlp_headers(ra);
+    auto kv = parse_otel_pairs(ra, "resource attribute");
     if (!kv)
       return Error(Errc::invalid_argument, "OTEL_RESOURCE_ATTRIBUTES: " + kv.error().message);
     for (auto& h : *kv) {
-      if (h.name == "service.name") continue;  // OTEL_SERVICE_NAME and the flag decide it
-      t.resource.push_back({std::move(h.name), std::move(h.value)});
+      if (h.name == "service.name")
+        attrs_service = std::move(h.value);
+      else
+        t.resource.push_back({std::move(h.name), std::move(h.value)});
     }
   }
+  t.service_name = settings.service_name;
+  if (t.service_name.empty()) t.service_name = env("OTEL_SERVICE_NAME");
+  if (t.service_name.empty()) t.service_name = attrs_service;
+  if (t.service_name.empty()) t.service_name = "weir";
+  t.capture_content = settings.capture_content;
+  t.max_content_bytes = settings.max_content_bytes;
   auto q = env_count("OTEL_BSP_MAX_QUEUE_SIZE", t.max_queue_spans);
   if (!q) return std::move(q).error();
   t.max_queue_spans = *q;
