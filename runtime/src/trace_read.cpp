@@ -302,14 +302,38 @@ std::string value_text(const AttributeValue& v) {
   return json::serialize(a);
 }
 
+// Text from the input as the tree shows it: control characters escaped (\n, \r, \t, else
+// \xNN), so a name cannot drive the terminal (ESC) or cut the line (NUL).
+std::string shown(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (const char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u >= 0x20 && u != 0x7f) {
+      out += c;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", u);
+      out += buf;
+    }
+  }
+  return out;
+}
+
 // One line of the tree: the span's name, its duration and, when it failed, why.
 std::string span_line(const SpanData& s) {
-  std::string line = s.name + "  " + duration_text(s.end_unix_ns - s.start_unix_ns);
+  std::string line = shown(s.name) + "  " + duration_text(s.end_unix_ns - s.start_unix_ns);
   if (s.status == StatusCode::error) {
     line += "  !";
     if (const auto* t = s.attribute(attr::kErrorType))
-      if (const auto* ts = std::get_if<std::string>(t)) line += " " + *ts + ":";
-    line += " " + s.status_message;
+      if (const auto* ts = std::get_if<std::string>(t)) line += " " + shown(*ts) + ":";
+    line += " " + shown(s.status_message);
   }
   return line;
 }
@@ -379,11 +403,12 @@ std::string render_tree(const std::vector<ReadSpan>& spans, const TreeOptions& o
           const auto kids = children.find(it.span);
           const std::string bar = kids != children.end() && !kids->second.empty() ? "│ " : "  ";
           for (const auto& a : s.attributes)
-            out += child_prefix + bar + "  " + a.key + " = " + value_text(a.value) + "\n";
+            out += child_prefix + bar + "  " + shown(a.key) + " = " + value_text(a.value) + "\n";
           for (const auto& e : s.events) {
-            out += child_prefix + bar + "  event " + e.name + " at +" +
+            out += child_prefix + bar + "  event " + shown(e.name) + " at +" +
                    duration_text(e.time_unix_ns - s.start_unix_ns);
-            for (const auto& a : e.attributes) out += " " + a.key + "=" + value_text(a.value);
+            for (const auto& a : e.attributes)
+              out += " " + shown(a.key) + "=" + value_text(a.value);
             out += "\n";
           }
         }

@@ -481,5 +481,21 @@ TEST(TraceFile, ReaderErrorsNameTheLineAndThePointer) {
   EXPECT_EQ(wrong.error().message, "t.jsonl:1: /: expected an object with \"resourceSpans\"");
 }
 
+// Names come from files anyone can write: control characters are shown escaped, never sent
+// to the terminal (ESC) or cutting the name (NUL).
+TEST(TraceFile, TheTreeEscapesControlCharacters) {
+  const std::string line =
+      R"({"resourceSpans":[{"scopeSpans":[{"spans":[{"traceId":"4bf92f3577b34da6a3ce929d0e0e4736","spanId":"00f067aa0ba902b7","name":"red\u001b[31mX\u0000cut\nline","startTimeUnixNano":"1","endTimeUnixNano":"2","attributes":[{"key":"k\u0007","value":{"stringValue":"v"}}],"events":[{"name":"ev\r","timeUnixNano":"1"}]}]}]}]})";
+  auto spans = trace::parse_otlp_json_lines(line, "t.jsonl");
+  ASSERT_TRUE(spans) << spans.error().message;
+  trace::TreeOptions o;
+  o.attributes = true;
+  const std::string tree = trace::render_tree(*spans, o);
+  EXPECT_NE(tree.find("red\\x1b[31mX\\x00cut\\nline  "), std::string::npos) << tree;
+  EXPECT_NE(tree.find("k\\x07 = \"v\""), std::string::npos) << tree;
+  EXPECT_NE(tree.find("event ev\\r at"), std::string::npos) << tree;
+  for (char c : tree) EXPECT_FALSE((c >= 0 && c < 0x20 && c != '\n') || c == 0x7f) << int(c);
+}
+
 }  // namespace
 }  // namespace weir
