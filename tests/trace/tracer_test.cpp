@@ -497,5 +497,27 @@ TEST(TraceFile, TheTreeEscapesControlCharacters) {
   for (char c : tree) EXPECT_FALSE((c >= 0 && c < 0x20 && c != '\n') || c == 0x7f) << int(c);
 }
 
+// OTLP's times are fixed64 (unsigned): values from 2^63 up are read (kept at 2^63 - 1, past
+// the year 2262), a negative one is refused.
+TEST(TraceFile, TimesAreUnsigned64Bit) {
+  const auto line = [](const std::string& start, const std::string& end) {
+    return R"({"resourceSpans":[{"scopeSpans":[{"spans":[{"traceId":"4bf92f3577b34da6a3ce929d0e0e4736","spanId":"00f067aa0ba902b7","name":"a","startTimeUnixNano":)" +
+           start + R"(,"endTimeUnixNano":)" + end + "}]}]}]}";
+  };
+  for (const auto& end :
+       {std::string("\"18446744073709551615\""), std::string("9223372036854775808"),
+        std::string("\"9223372036854775808\"")}) {
+    auto r = trace::parse_otlp_json_lines(line("\"9223372036854775000\"", end), "t.jsonl");
+    ASSERT_TRUE(r) << end << ": " << r.error().message;
+    EXPECT_EQ((*r)[0].span.end_unix_ns, INT64_MAX);
+    EXPECT_NE(trace::render_tree(*r).find("a  1 µs"), std::string::npos) << trace::render_tree(*r);
+  }
+  auto neg = trace::parse_otlp_json_lines(line("\"-1\"", "\"2\""), "t.jsonl");
+  ASSERT_FALSE(neg);
+  EXPECT_EQ(neg.error().message,
+            "t.jsonl:1: /resourceSpans/0/scopeSpans/0/spans/0/startTimeUnixNano: expected an "
+            "unsigned 64-bit integer");
+}
+
 }  // namespace
 }  // namespace weir
