@@ -151,8 +151,8 @@ std::string Url::origin() const {
 Result<Url> parse_url(std::string_view s) {
   Url u;
   u.text = std::string(s);
-  auto bad = [&](std::string why) {
-    return Error(Errc::invalid_argument, "invalid URL '" + std::string(s) + "': " + why);
+  auto bad = [&](std::string why) {  // the URL as given (`s` loses its scheme below)
+    return Error(Errc::invalid_argument, "invalid URL '" + u.text + "': " + why);
   };
   if (s.starts_with("http://")) {
     s.remove_prefix(7);

@@ -209,15 +209,21 @@ Result<std::shared_ptr<trace::Tracer>> make_tracer(const TraceSettings& settings
     if (off == "true") return std::shared_ptr<trace::Tracer>();
   }
   std::vector<std::unique_ptr<trace::SpanExporter>> exporters;
-  std::string endpoint;
+  std::string endpoint, from, given;  // the traces URL; where it came from, as written there
   if (!settings.otlp_endpoint.empty()) {
-    endpoint = otlp_traces_url(settings.otlp_endpoint);
+    from = "--otlp-endpoint", given = settings.otlp_endpoint;
+    endpoint = otlp_traces_url(given);
   } else if (auto v = env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"); !v.empty()) {
+    from = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", given = v;
     endpoint = v;
   } else if (auto b = env("OTEL_EXPORTER_OTLP_ENDPOINT"); !b.empty()) {
+    from = "OTEL_EXPORTER_OTLP_ENDPOINT", given = b;
     endpoint = otlp_traces_url(b);
   }
   if (!endpoint.empty()) {
+    // Errors show the URL as the user wrote it, not the traces URL made from it.
+    if (auto u = parse_url(given); !u)
+      return Error(Errc::invalid_argument, from + ": " + u.error().message);
     OtlpOptions o;
     o.endpoint = endpoint;
     auto [pname, protocol] =
@@ -244,11 +250,7 @@ Result<std::shared_ptr<trace::Tracer>> make_tracer(const TraceSettings& settings
       o.timeout = std::chrono::milliseconds(*t);
     }
     auto e = make_otlp_exporter(std::move(o));
-    if (!e) {
-      const std::string from =
-          settings.otlp_endpoint.empty() ? "OTEL_EXPORTER_OTLP_ENDPOINT" : "--otlp-endpoint";
-      return Error(Errc::invalid_argument, from + ": " + e.error().message);
-    }
+    if (!e) return Error(Errc::invalid_argument, from + ": " + e.error().message);
     exporters.push_back(std::move(*e));
   }
   if (!settings.file.empty()) {

@@ -328,7 +328,27 @@ TEST(Otlp, NoExporterMeansNoTracer) {
   auto bad = http::make_tracer(s);
   ASSERT_FALSE(bad);
   EXPECT_EQ(bad.error().message,
-            "--otlp-endpoint: invalid URL 'ftp://nowhere/v1/traces': expected http:// or https://");
+            "--otlp-endpoint: invalid URL 'ftp://nowhere': expected http:// or https://");
+  // The URL as the user gave it (scheme kept, no /v1/traces added), under its own name.
+  s.otlp_endpoint = "http://127.0.0.1:99999";
+  auto port = http::make_tracer(s);
+  ASSERT_FALSE(port);
+  EXPECT_EQ(port.error().message,
+            "--otlp-endpoint: invalid URL 'http://127.0.0.1:99999': port must be 1..65535");
+  s.otlp_endpoint.clear();
+  ::setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "https://[::1", 1);
+  auto traces = http::make_tracer(s);
+  ::unsetenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT");
+  ASSERT_FALSE(traces);
+  EXPECT_EQ(traces.error().message,
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: invalid URL 'https://[::1': unclosed '[' in "
+            "the host");
+  ::setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://:4318", 1);
+  auto base = http::make_tracer(s);
+  ::unsetenv("OTEL_EXPORTER_OTLP_ENDPOINT");
+  ASSERT_FALSE(base);
+  EXPECT_EQ(base.error().message,
+            "OTEL_EXPORTER_OTLP_ENDPOINT: invalid URL 'http://:4318': no host");
 }
 
 TEST(Otlp, TheStandardVariablesConfigureTheExporter) {
