@@ -135,6 +135,29 @@ std::string to_text(const json::value& v) {
   return v.is_string() ? std::string(v.as_string()) : json::serialize(v);
 }
 
+// The graph layer's own tools (lorem, sleep, calculator) are tool calls like those through the
+// tool registry: each runs inside an `execute_tool <builtin>` span (trace::start_tool_span)
+// under its node's span. A no-op when the run is not traced.
+trace::Span start_builtin_span(const NodeContext& c, const std::string& tool,
+                               const json::value& args) {
+  const trace::Context ctx = c.trace();
+  if (!ctx) return {};
+  return trace::start_tool_span(ctx, tool, json::serialize(args));
+}
+
+// Ends a built-in tool's span with its output (or its error) and passes the result on.
+Result<json::value> end_builtin_span(trace::Span& span, Result<json::value> r) {
+  if (!span) return r;
+  if (r) {
+    const std::string text = r->is_string() ? std::string(r->as_string()) : json::serialize(*r);
+    trace::set_tool_output(span, text.size(), text);
+  } else {
+    span.set_error(r.error());
+  }
+  span.end();
+  return r;
+}
+
 }  // namespace
 
 Result<double> eval_expression(std::string_view expr, const StateView& state) {
@@ -372,12 +395,16 @@ Result<WorkflowGraph> build_workflow_graph(const WorkflowSpec& spec, WorkflowHoo
               [args, output](const StateView& s, NodeContext& c) -> Result<Update> {
                 auto a = render_template(args, s, c.input(), {});
                 if (!a) return a.error();
+                trace::Span span = start_builtin_span(c, "lorem", *a);
                 const auto* bytes = a->is_object() ? a->as_object().if_contains("bytes") : nullptr;
-                if (!bytes || !bytes->is_number())
-                  return Error(Errc::tool_failed, "lorem: argument 'bytes' must be a number");
+                auto r = end_builtin_span(
+                    span,
+                    bytes && bytes->is_number()
+                        ? Result<json::value>(json::string(lorem(bytes->to_number<std::int64_t>())))
+                        : Error(Errc::tool_failed, "lorem: argument 'bytes' must be a number"));
+                if (!r) return std::move(r).error();
                 Update u;
-                if (!output.empty())
-                  u.set(output, json::string(lorem(bytes->to_number<std::int64_t>())));
+                if (!output.empty()) u.set(output, std::move(*r));
                 return u;
               },
               opts);
@@ -390,10 +417,13 @@ Result<WorkflowGraph> build_workflow_graph(const WorkflowSpec& spec, WorkflowHoo
               [args, output](StateView s, NodeContext& c) -> asio::awaitable<Result<Update>> {
                 auto a = render_template(args, s, c.input(), {});
                 if (!a) co_return a.error();
+                trace::Span span = start_builtin_span(c, "sleep", *a);
                 const auto* ms = a->is_object() ? a->as_object().if_contains("ms") : nullptr;
                 if (!ms || !ms->is_number() || ms->to_number<double>() < 0)
-                  co_return Error(Errc::tool_failed,
-                                  "sleep: argument 'ms' must be a number of milliseconds >= 0");
+                  co_return end_builtin_span(
+                      span, Error(Errc::tool_failed,
+                                  "sleep: argument 'ms' must be a number of milliseconds >= 0"))
+                      .error();
                 const auto total = std::chrono::milliseconds(ms->to_number<std::int64_t>());
                 const auto until = std::chrono::steady_clock::now() + total;
                 asio::steady_timer timer(co_await asio::this_coro::executor);
@@ -402,8 +432,9 @@ Result<WorkflowGraph> build_workflow_graph(const WorkflowSpec& spec, WorkflowHoo
                       until, std::chrono::steady_clock::now() + std::chrono::milliseconds(50)));
                   co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
                 }
+                auto r = end_builtin_span(span, json::value(total.count()));
                 Update u;
-                if (!output.empty()) u.set(output, total.count());
+                if (!output.empty()) u.set(output, std::move(*r));
                 co_return u;
               },
               opts);
@@ -413,15 +444,21 @@ Result<WorkflowGraph> build_workflow_graph(const WorkflowSpec& spec, WorkflowHoo
               [args, output](const StateView& s, NodeContext& c) -> Result<Update> {
                 auto a = render_template(args, s, c.input(), {});
                 if (!a) return a.error();
+                trace::Span span = start_builtin_span(c, "calculator", *a);
                 const auto* e = a->is_object() ? a->as_object().if_contains("expression") : nullptr;
-                if (!e)
-                  return Error(Errc::tool_failed, "calculator: argument 'expression' is required");
-                const std::string expr =
-                    e->is_string() ? std::string(e->as_string()) : json::serialize(*e);
-                auto r = eval_expression(expr, s);
-                if (!r) return Error(Errc::tool_failed, "calculator: " + r.error().message);
+                auto r = end_builtin_span(span, [&]() -> Result<json::value> {
+                  if (!e)
+                    return Error(Errc::tool_failed,
+                                 "calculator: argument 'expression' is required");
+                  const std::string expr =
+                      e->is_string() ? std::string(e->as_string()) : json::serialize(*e);
+                  auto v = eval_expression(expr, s);
+                  if (!v) return Error(Errc::tool_failed, "calculator: " + v.error().message);
+                  return number_value(*v);
+                }());
+                if (!r) return std::move(r).error();
                 Update u;
-                if (!output.empty()) u.set(output, number_value(*r));
+                if (!output.empty()) u.set(output, std::move(*r));
                 return u;
               },
               opts);
