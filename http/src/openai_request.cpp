@@ -364,33 +364,32 @@ std::optional<ApiError> parse_completion_request(std::string_view body, Completi
   const auto* p = o.if_contains("prompt");
   const char* shape = "'prompt' must be a string or an array of token ids";
   if (!p || p->is_null()) return bad("prompt", "'prompt' is required (a string or token ids)");
+  // The forms OpenAI takes: "text", ["text"], [ids...], [[ids...]] (the last two: a batch of
+  // one); one reader for the ids of both, so they refuse the same ids.
+  const json::array* ids = nullptr;
   if (p->is_string()) {
     out.prompt = p->as_string();
   } else if (p->is_array()) {
     const auto& a = p->as_array();
-    if (a.size() == 1 && (a[0].is_string() || a[0].is_array())) {  // a batch of one
-      if (a[0].is_string()) {
-        out.prompt = a[0].as_string();
-      } else {
-        for (const auto& t : a[0].as_array()) {
-          if (!t.is_int64()) return bad("prompt", shape);
-          out.prompt_tokens.push_back(static_cast<std::int32_t>(t.as_int64()));
-        }
-        out.prompt_is_tokens = true;
-      }
-    } else {
-      for (const auto& t : a) {
-        if (t.is_string() || t.is_array())
-          return bad("prompt", "one prompt per request: send several requests (or use n)");
-        if (!t.is_int64() || t.as_int64() < 0 || t.as_int64() > INT32_MAX)
-          return bad("prompt", shape);
-        out.prompt_tokens.push_back(static_cast<std::int32_t>(t.as_int64()));
-      }
-      out.prompt_is_tokens = true;
-      if (out.prompt_tokens.empty()) return bad("prompt", "'prompt' is empty");
-    }
+    if (a.size() == 1 && a[0].is_string())
+      out.prompt = a[0].as_string();
+    else if (a.size() == 1 && a[0].is_array())
+      ids = &a[0].as_array();
+    else
+      ids = &a;
   } else {
     return bad("prompt", shape);
+  }
+  if (ids) {
+    for (const auto& t : *ids) {
+      if (t.is_string() || t.is_array())
+        return bad("prompt", "one prompt per request: send several requests (or use n)");
+      if (!t.is_int64() || t.as_int64() < 0 || t.as_int64() > INT32_MAX)
+        return bad("prompt", "'prompt' token ids must be integers from 0 to 2147483647");
+      out.prompt_tokens.push_back(static_cast<std::int32_t>(t.as_int64()));
+    }
+    if (out.prompt_tokens.empty()) return bad("prompt", "'prompt' is empty");
+    out.prompt_is_tokens = true;
   }
   if (auto e = boolean(o, "echo", out.echo)) return e;
   if (const auto* b = o.if_contains("best_of"); b && b->is_number() && b->to_number<double>() > 1)
