@@ -1,6 +1,7 @@
 // OpenAI requests: bodies parsed into the codec's structs, with errors that name the field.
 #include "weir/http/openai.hpp"
 
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 
@@ -207,6 +208,66 @@ std::optional<ApiError> parse_object(std::string_view body, json::object& out) {
   return std::nullopt;
 }
 
+std::optional<ApiError> parse_message(const json::value& m, std::string_view at, ChatMessage& cm) {
+  const std::string where(at);
+  const auto* mo = m.if_object();
+  if (!mo) return bad(where, where + " must be an object");
+  if (auto e = string_field(*mo, "role", cm.role, true)) {
+    e->param = where + ".role";
+    e->message = where + ": " + e->message;
+    return e;
+  }
+  if (cm.role == "developer") cm.role = "system";
+  if (cm.role != "system" && cm.role != "user" && cm.role != "assistant" && cm.role != "tool")
+    return bad(where + ".role", where + ".role '" + cm.role +
+                                    "' is not one of system, developer, user, assistant, tool");
+  std::optional<ApiError> err;
+  if (const auto* c = mo->if_contains("content"))
+    cm.content = text_content(*c, where + ".content", err);
+  if (err) return err;
+  if (const auto* n = mo->if_contains("name"); n && n->is_string()) cm.name = n->as_string();
+  if (cm.role == "tool") {
+    if (auto e = string_field(*mo, "tool_call_id", cm.tool_call_id, false)) return e;
+  }
+  const auto* calls = mo->if_contains("tool_calls");
+  if (!calls || calls->is_null()) return std::nullopt;
+  if (!calls->is_array()) return bad(where + ".tool_calls", "'tool_calls' must be an array");
+  std::size_t k = 0;
+  for (const auto& c : calls->as_array()) {
+    const std::string cw = where + ".tool_calls[" + std::to_string(k++) + "]";
+    const auto* co = c.if_object();
+    const auto* fn = co ? co->if_contains("function") : nullptr;
+    if (!fn || !fn->is_object())
+      return bad(cw, cw + " needs a 'function' object with 'name' and 'arguments'");
+    ToolCall tc;
+    if (const auto* id = co->if_contains("id"); id && id->is_string()) tc.id = id->as_string();
+    if (auto e = string_field(fn->as_object(), "name", tc.name, true)) {
+      e->param = cw + ".function.name";
+      return e;
+    }
+    // The arguments are a JSON object, as text (OpenAI's form) or as an object: whoever reads
+    // the call (a chat template, an agent) needs the object, so anything else is refused here
+    // rather than dropped later.
+    const std::string aw = cw + ".function.arguments";
+    if (const auto* a = fn->as_object().if_contains("arguments")) {
+      if (a->is_string())
+        tc.arguments = a->as_string();
+      else if (a->is_object())
+        tc.arguments = json::serialize(*a);
+      else if (!a->is_null())
+        return bad(aw, aw + " must be a JSON object as a string, not " + kind(*a));
+    }
+    if (tc.arguments.empty()) tc.arguments = "{}";
+    auto parsed = weir::parse_json(tc.arguments, "arguments");
+    if (!parsed)
+      return bad(aw, aw + " must be a JSON object as a string: " + parsed.error().message);
+    if (!parsed->value.is_object())
+      return bad(aw, aw + " must be a JSON object as a string, not " + kind(parsed->value));
+    cm.tool_calls.push_back(std::move(tc));
+  }
+  return std::nullopt;
+}
+
 std::optional<ApiError> parse_chat_request(std::string_view body, ChatRequest& out,
                                            const Limits& lim) {
   json::object o;
@@ -220,54 +281,8 @@ std::optional<ApiError> parse_chat_request(std::string_view body, ChatRequest& o
                "'messages' has more than " + std::to_string(lim.max_messages) + " entries");
   std::size_t idx = 0;
   for (const auto& m : msgs->as_array()) {
-    const std::string where = "messages[" + std::to_string(idx++) + "]";
-    const auto* mo = m.if_object();
-    if (!mo) return bad(where, where + " must be an object");
     ChatMessage cm;
-    if (auto e = string_field(*mo, "role", cm.role, true)) {
-      e->param = where + ".role";
-      e->message = where + ": " + e->message;
-      return e;
-    }
-    if (cm.role == "developer") cm.role = "system";
-    if (cm.role != "system" && cm.role != "user" && cm.role != "assistant" && cm.role != "tool")
-      return bad(where + ".role", where + ".role '" + cm.role +
-                                      "' is not one of system, developer, user, assistant, tool");
-    std::optional<ApiError> err;
-    if (const auto* c = mo->if_contains("content"))
-      cm.content = text_content(*c, where + ".content", err);
-    if (err) return err;
-    if (const auto* n = mo->if_contains("name"); n && n->is_string()) cm.name = n->as_string();
-    if (cm.role == "tool") {
-      if (auto e = string_field(*mo, "tool_call_id", cm.tool_call_id, false)) return e;
-    }
-    if (const auto* calls = mo->if_contains("tool_calls"); calls && !calls->is_null()) {
-      if (!calls->is_array()) return bad(where + ".tool_calls", "'tool_calls' must be an array");
-      std::size_t k = 0;
-      for (const auto& c : calls->as_array()) {
-        const std::string cw = where + ".tool_calls[" + std::to_string(k++) + "]";
-        const auto* co = c.if_object();
-        const auto* fn = co ? co->if_contains("function") : nullptr;
-        if (!fn || !fn->is_object())
-          return bad(cw, cw + " needs a 'function' object with 'name' and 'arguments'");
-        ToolCall tc;
-        if (const auto* id = co->if_contains("id"); id && id->is_string()) tc.id = id->as_string();
-        if (auto e = string_field(fn->as_object(), "name", tc.name, true)) {
-          e->param = cw + ".function.name";
-          return e;
-        }
-        if (const auto* a = fn->as_object().if_contains("arguments")) {
-          if (a->is_string())
-            tc.arguments = a->as_string();
-          else if (a->is_object())
-            tc.arguments = json::serialize(*a);
-          else if (!a->is_null())
-            return bad(cw + ".function.arguments", "'arguments' must be a JSON string");
-        }
-        if (tc.arguments.empty()) tc.arguments = "{}";
-        cm.tool_calls.push_back(std::move(tc));
-      }
-    }
+    if (auto e = parse_message(m, "messages[" + std::to_string(idx++) + "]", cm)) return e;
     out.messages.push_back(std::move(cm));
   }
   if (const auto* tools = o.if_contains("tools"); tools && !tools->is_null()) {
@@ -286,8 +301,10 @@ std::optional<ApiError> parse_chat_request(std::string_view body, ChatRequest& o
         return e;
       }
       (void)string_field(fo, "description", tool.description, false);
+      // No parameters: a function of no arguments, which still takes an object.
       if (const auto* p = fo.if_contains("parameters"); p && p->is_object())
         tool.parameters = p->as_object();
+      if (tool.parameters.empty()) tool.parameters = {{"type", "object"}};
       out.tools.push_back(std::move(tool));
     }
   }
@@ -399,6 +416,137 @@ std::optional<ApiError> parse_completion_request(std::string_view body, Completi
   if (auto e = integer(o, "logprobs", 0, 5, lp)) return e;
   out.sampling.logprobs = lp ? static_cast<int>(*lp) : -1;
   return std::nullopt;
+}
+
+// --- requests built (a client's side) ------------------------------------------------------
+
+namespace {
+
+// A float as the double its shortest decimal form reads as: 0.3f goes out as 0.3, not as
+// 0.30000001192092896, and reads back as the same float.
+json::value wire_number(float f) {
+  char buf[32];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, f);
+  if (ec != std::errc()) return static_cast<double>(f);
+  double d = 0;
+  std::from_chars(buf, end, d);
+  return d;
+}
+
+void put_sampling(json::object& body, const Sampling& s, bool chat) {
+  if (s.max_tokens) body["max_tokens"] = *s.max_tokens;
+  body["temperature"] = wire_number(s.temperature);
+  if (s.top_p != 1.0f) body["top_p"] = wire_number(s.top_p);
+  if (s.seed) body["seed"] = *s.seed;
+  if (s.presence_penalty != 0.0f) body["presence_penalty"] = wire_number(s.presence_penalty);
+  if (s.frequency_penalty != 0.0f) body["frequency_penalty"] = wire_number(s.frequency_penalty);
+  if (!s.stop.empty()) {
+    json::array stop;
+    for (const auto& x : s.stop) stop.emplace_back(x);
+    body["stop"] = std::move(stop);
+  }
+  if (s.n != 1) body["n"] = s.n;
+  if (s.stream) {
+    body["stream"] = true;
+    if (s.include_usage) body["stream_options"] = json::object{{"include_usage", true}};
+  }
+  if (s.logprobs >= 0) {
+    if (chat) {
+      body["logprobs"] = true;
+      if (s.logprobs > 0) body["top_logprobs"] = s.logprobs;
+    } else {
+      body["logprobs"] = s.logprobs;
+    }
+  }
+}
+
+}  // namespace
+
+json::object message_json(const ChatMessage& m) {
+  json::object o;
+  o["role"] = m.role;
+  if (m.content.empty() && !m.tool_calls.empty())
+    o["content"] = nullptr;
+  else
+    o["content"] = m.content;
+  if (!m.name.empty()) o["name"] = m.name;
+  if (!m.tool_call_id.empty()) o["tool_call_id"] = m.tool_call_id;
+  if (!m.tool_calls.empty()) {
+    json::array calls;
+    for (const auto& c : m.tool_calls)
+      calls.push_back(
+          json::object{{"id", c.id},
+                       {"type", "function"},
+                       {"function", json::object{{"name", c.name}, {"arguments", c.arguments}}}});
+    o["tool_calls"] = std::move(calls);
+  }
+  return o;
+}
+
+std::string chat_request_body(const ChatRequest& r) {
+  json::object body;
+  if (!r.model.empty()) body["model"] = r.model;
+  json::array msgs;
+  for (const auto& m : r.messages) msgs.push_back(message_json(m));
+  body["messages"] = std::move(msgs);
+  if (!r.tools.empty()) {
+    json::array ts;
+    for (const auto& t : r.tools)
+      ts.push_back(json::object{
+          {"type", "function"},
+          {"function",
+           json::object{
+               {"name", t.name},
+               {"description", t.description},
+               {"parameters", t.parameters.empty() ? json::value(json::object{{"type", "object"}})
+                                                   : json::value(t.parameters)}}}});
+    body["tools"] = std::move(ts);
+  }
+  if (!r.tools.empty() || r.tool_choice != ToolChoice::automatic) {
+    switch (r.tool_choice) {
+      case ToolChoice::automatic:
+        body["tool_choice"] = "auto";
+        break;
+      case ToolChoice::none:
+        body["tool_choice"] = "none";
+        break;
+      case ToolChoice::required:
+        body["tool_choice"] = "required";
+        break;
+      case ToolChoice::named:
+        body["tool_choice"] = json::object{
+            {"type", "function"}, {"function", json::object{{"name", r.tool_choice_name}}}};
+        break;
+    }
+  }
+  switch (r.response_format) {
+    case ResponseFormat::text:
+      break;
+    case ResponseFormat::json_object:
+      body["response_format"] = json::object{{"type", "json_object"}};
+      break;
+    case ResponseFormat::json_schema:
+      body["response_format"] =
+          json::object{{"type", "json_schema"}, {"json_schema", r.json_schema}};
+      break;
+  }
+  put_sampling(body, r.sampling, true);
+  return json::serialize(body);
+}
+
+std::string completion_request_body(const CompletionRequest& r) {
+  json::object body;
+  if (!r.model.empty()) body["model"] = r.model;
+  if (r.prompt_is_tokens) {
+    json::array ids;
+    for (auto t : r.prompt_tokens) ids.push_back(t);
+    body["prompt"] = std::move(ids);
+  } else {
+    body["prompt"] = r.prompt;
+  }
+  if (r.echo) body["echo"] = true;
+  put_sampling(body, r.sampling, false);
+  return json::serialize(body);
 }
 
 }  // namespace weir::http::openai
