@@ -11,7 +11,6 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/json.hpp>
 
-#include "openai_wire.hpp"
 #include "weir/http/client.hpp"
 #include "weir/http/sse.hpp"
 #include "weir/runtime/json_parse.hpp"
@@ -22,6 +21,7 @@ namespace weir::agents {
 
 namespace json = boost::json;
 namespace asio = boost::asio;
+namespace oa = http::openai;
 using Clock = std::chrono::steady_clock;
 
 namespace {
@@ -76,8 +76,9 @@ struct OpenAIChatModel::Impl {
   };
 
   OpenAIModelOptions options;
-  std::vector<Endpoint> endpoints;  // [0] is base_url
-  std::string api_key;              // never logged
+  oa::ToolChoice tool_choice = oa::ToolChoice::automatic;  // options.tool_choice
+  std::vector<Endpoint> endpoints;                         // [0] is base_url
+  std::string api_key;                                     // never logged
   http::Client client;
   Limiter limiter;
   std::string where;  // "openai <base_url>"
@@ -227,6 +228,15 @@ Result<std::shared_ptr<OpenAIChatModel>> OpenAIChatModel::open(OpenAIModelOption
     return Error(Errc::invalid_argument, "openai model: max_concurrency must be at least 1");
   if (options.max_retries < 0)
     return Error(Errc::invalid_argument, "openai model: max_retries must be 0 or more");
+  oa::ToolChoice choice = oa::ToolChoice::automatic;
+  if (options.tool_choice == "none")
+    choice = oa::ToolChoice::none;
+  else if (options.tool_choice == "required")
+    choice = oa::ToolChoice::required;
+  else if (options.tool_choice != "auto")
+    return Error(Errc::invalid_argument,
+                 "openai model: tool_choice must be \"auto\", \"none\" or \"required\", not '" +
+                     options.tool_choice + "'");
   std::string key;
   if (!options.api_key_env.empty()) {
     const char* v = std::getenv(options.api_key_env.c_str());
@@ -236,8 +246,9 @@ Result<std::shared_ptr<OpenAIChatModel>> OpenAIChatModel::open(OpenAIModelOption
                                                " (api_key_env) is not set");
     key = v;
   }
-  return std::make_shared<OpenAIChatModel>(
-      std::make_unique<Impl>(std::move(options), std::move(urls), std::move(key)));
+  auto impl = std::make_unique<Impl>(std::move(options), std::move(urls), std::move(key));
+  impl->tool_choice = choice;
+  return std::make_shared<OpenAIChatModel>(std::move(impl));
 }
 
 OpenAIChatModel::OpenAIChatModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -254,64 +265,31 @@ std::string OpenAIChatModel::request_body(const std::vector<Message>& messages,
                                           const std::vector<ToolSpec>& tools,
                                           const ChatParams& params) const {
   const auto& o = impl_->options;
-  json::object body;
-  body["model"] = o.model;
-  json::array msgs;
+  oa::ChatRequest r;
+  r.model = o.model;
   for (const auto& m : messages) {
-    json::object j;
-    j["role"] = role_name(m.role);
-    j["content"] = m.content;
-    if (m.role == Role::assistant && !m.tool_calls.empty()) {
-      json::array calls;
-      for (const auto& c : m.tool_calls)
-        calls.push_back(json::object{
-            {"id", c.id},
-            {"type", "function"},
-            {"function",
-             json::object{{"name", c.name}, {"arguments", json::serialize(c.arguments)}}}});
-      j["tool_calls"] = std::move(calls);
-      if (m.content.empty()) j["content"] = nullptr;
-    }
-    if (m.role == Role::tool) j["tool_call_id"] = m.tool_call_id;
-    if (m.role == Role::user && !m.name.empty()) j["name"] = m.name;
-    msgs.push_back(std::move(j));
+    r.messages.push_back(to_openai(m));
+    // A name goes with user turns only: OpenAI refuses it on tool results, and an agent's
+    // speaker name is no part of what it is asked.
+    if (m.role != Role::user) r.messages.back().name.clear();
   }
-  body["messages"] = std::move(msgs);
-  if (!tools.empty()) {
-    json::array ts;
-    for (const auto& t : tools)
-      ts.push_back(json::object{
-          {"type", "function"},
-          {"function",
-           json::object{
-               {"name", t.name},
-               {"description", t.description},
-               {"parameters", t.parameters.empty() ? json::value(json::object{{"type", "object"}})
-                                                   : json::value(t.parameters)}}}});
-    body["tools"] = std::move(ts);
-    body["tool_choice"] = o.tool_choice;
-  }
-  body["max_tokens"] = params.max_tokens;
-  body["temperature"] = params.temperature;
-  if (params.seed != 0) body["seed"] = params.seed;
-  if (!params.stop.empty()) {
-    json::array stop;
-    for (const auto& s : params.stop) stop.push_back(json::string(s));
-    body["stop"] = std::move(stop);
-  }
+  for (const auto& t : tools) r.tools.push_back({t.name, t.description, t.parameters});
+  if (!tools.empty()) r.tool_choice = impl_->tool_choice;
   // An output_schema becomes OpenAI's structured output (weir serve, OpenAI, vLLM and llama.cpp's
   // server constrain decoding to it); with tools the turn may still call them, so only a
   // tool-free turn carries it (as LocalChatModel does).
-  if (params.response_schema && tools.empty())
-    body["response_format"] = json::object{
-        {"type", "json_schema"},
-        {"json_schema",
-         json::object{{"name", "output"}, {"schema", *params.response_schema}, {"strict", true}}}};
-  if (o.stream) {
-    body["stream"] = true;
-    body["stream_options"] = json::object{{"include_usage", true}};
+  if (params.response_schema && tools.empty()) {
+    r.response_format = oa::ResponseFormat::json_schema;
+    r.json_schema =
+        json::object{{"name", "output"}, {"schema", *params.response_schema}, {"strict", true}};
   }
-  return json::serialize(body);
+  r.sampling.max_tokens = params.max_tokens;
+  r.sampling.temperature = params.temperature;
+  if (params.seed != 0) r.sampling.seed = params.seed;
+  r.sampling.stop = params.stop;
+  r.sampling.stream = o.stream;
+  r.sampling.include_usage = o.stream;
+  return oa::chat_request_body(r);
 }
 
 asio::awaitable<Result<ChatResponse>> OpenAIChatModel::async_chat(std::vector<Message> messages,
@@ -351,7 +329,7 @@ asio::awaitable<Result<ChatResponse>> OpenAIChatModel::async_chat(std::vector<Me
       co_await t.async_wait(asio::use_awaitable);
     }
 
-    ChatStreamAssembler assembler;
+    oa::StreamAssembler assembler;
     http::SseReader sse;
     http::BodySink sink;
     if (o.stream) {
@@ -390,20 +368,24 @@ asio::awaitable<Result<ChatResponse>> OpenAIChatModel::async_chat(std::vector<Me
         code = Errc::io_error;
       } else {
         impl.finished(ei, false);
-        co_return assembler.finish();
+        auto answer = from_openai(assembler.finish());
+        if (answer) co_return answer;
+        co_return Error(Errc::model_error, endpoint.where + ": " + answer.error().message);
       }
     } else {
       impl.finished(ei, false);
-      auto parsed = parse_chat_completion(r->body);
-      if (parsed) co_return parsed;
-      co_return Error(Errc::model_error, endpoint.where + ": " + parsed.error().message);
+      auto parsed = oa::parse_chat_completion(r->body);
+      auto answer = parsed ? from_openai(*parsed) : Result<ChatResponse>(std::move(parsed).error());
+      if (answer) co_return answer;
+      co_return Error(Errc::model_error, endpoint.where + ": " + answer.error().message);
     }
     // Health: the endpoint failed (connection, 5xx, 429, a cut stream, a timeout), or it
     // answered a client error (the request's fault, not the endpoint's).
     impl.finished(ei, retry || code == Errc::deadline_exceeded);
 
-    const std::string detail =
-        r && !r->body.empty() ? ": " + server_message(r->body) : std::string();
+    const std::string detail = r && !r->body.empty()
+                                   ? ": " + oa::parse_error_body(r->status, r->body).message
+                                   : std::string();
     if (retry && attempt < attempts_max) {
       // Another endpoint not tried yet: fail over at once.
       if (std::find(tried.begin(), tried.end(), false) != tried.end()) continue;

@@ -319,8 +319,7 @@ awaitable<void> run_generation(Service::Impl& s, http::Exchange& ex, ModelEntry&
           auto parsed = agents::parse_tool_calls(call_text(spec, o.text), spec.tool_names,
                                                  spec.first_tool_id);
           ch.text = parsed.calls.empty() ? o.text : parsed.content;
-          for (auto& call : parsed.calls)
-            ch.tool_calls.push_back({call.id, call.name, json::serialize(call.arguments)});
+          for (auto& call : parsed.calls) ch.tool_calls.push_back(agents::to_openai(call));
           if (!parsed.calls.empty()) finish = "tool_calls";
         }
         ch.finish_reason = finish == "cancelled" ? "length" : finish;
@@ -368,8 +367,7 @@ awaitable<void> run_generation(Service::Impl& s, http::Exchange& ex, ModelEntry&
           agents::parse_tool_calls(call_text(spec, o.text), spec.tool_names, spec.first_tool_id);
       if (!parsed.calls.empty()) {
         ch.text = parsed.content;
-        for (auto& call : parsed.calls)
-          ch.tool_calls.push_back({call.id, call.name, json::serialize(call.arguments)});
+        for (auto& call : parsed.calls) ch.tool_calls.push_back(agents::to_openai(call));
         ch.finish_reason = "tool_calls";
       }
     }
@@ -419,21 +417,9 @@ awaitable<void> Service::Impl::chat(http::Exchange& ex, http::Response& out, boo
   spec.chat = true;
   std::vector<agents::Message> msgs;
   for (const auto& cm : cr.messages) {
-    agents::Message am;
-    am.role = *agents::parse_role(cm.role);
-    am.content = cm.content;
-    am.name = cm.name;
-    am.tool_call_id = cm.tool_call_id;
-    for (const auto& tc : cm.tool_calls) {
-      agents::ToolCall c;
-      c.id = tc.id;
-      c.name = tc.name;
-      boost::system::error_code ec;
-      auto v = json::parse(tc.arguments, ec);
-      if (!ec && v.is_object()) c.arguments = std::move(v.as_object());
-      am.tool_calls.push_back(std::move(c));
-      ++spec.first_tool_id;
-    }
+    // (The codec refused calls whose arguments are not a JSON object: none is left out here.)
+    agents::Message am = agents::from_openai(cm);
+    spec.first_tool_id += static_cast<int>(am.tool_calls.size());
     if (am.role == agents::Role::tool && am.name.empty()) {  // name the tool from its call
       for (const auto& prev : msgs)
         for (const auto& c : prev.tool_calls)

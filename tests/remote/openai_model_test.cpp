@@ -377,22 +377,31 @@ TEST(OpenAIModel, ModelRefsFromTheCommandLine) {
 
 TEST(OpenAIModel, ToolCallsWithoutANameOrPastTheCapAreReported) {
   // (Found by fuzz_openai_response: a call without "function" reached the loop with no name.)
-  auto r = parse_chat_completion(
-      R"({"choices": [{"message": {"role": "assistant", "content": "",
+  TestServer server([](int n, const std::string&) {
+    if (n == 1)
+      return reply(200,
+                   R"({"choices": [{"message": {"role": "assistant", "content": "",
           "tool_calls": [{"id": "c1", "type": "function", "functiln": {"name": "calculator"}},
                          {"id": "c2", "function": {"name": "add", "arguments": "{}"}}]}}]})");
+    json::array many;
+    for (int i = 0; i < 130; ++i)
+      many.push_back(json::object{{"id", "c" + std::to_string(i)},
+                                  {"function", json::object{{"name", "f"}, {"arguments", "{}"}}}});
+    return reply(
+        200, json::serialize(json::object{
+                 {"choices",
+                  json::array{json::object{
+                      {"message", json::object{{"role", "assistant"}, {"tool_calls", many}}}}}}}));
+  });
+  auto m = OpenAIChatModel::open(options(server));
+  ASSERT_TRUE(m);
+  auto r = chat(**m);
   ASSERT_TRUE(r) << r.error().message;
   ASSERT_EQ(r->message.tool_calls.size(), 1u);
   EXPECT_EQ(r->message.tool_calls[0].name, "add");
   EXPECT_EQ(r->tool_call_error, "a tool call without a function name");
-  json::array many;
-  for (int i = 0; i < 130; ++i)
-    many.push_back(json::object{{"id", "c" + std::to_string(i)},
-                                {"function", json::object{{"name", "f"}, {"arguments", "{}"}}}});
-  auto big = parse_chat_completion(json::serialize(json::object{
-      {"choices", json::array{json::object{
-                      {"message", json::object{{"role", "assistant"}, {"tool_calls", many}}}}}}}));
-  ASSERT_TRUE(big);
+  auto big = chat(**m);
+  ASSERT_TRUE(big) << big.error().message;
   EXPECT_EQ(big->message.tool_calls.size(), 128u);
   EXPECT_EQ(big->tool_call_error, "more than 128 tool calls in one reply; the rest dropped");
 }

@@ -4,8 +4,10 @@
 // POST {base_url}/chat/completions with the conversation (system, user, assistant with
 // tool_calls, tool results as role "tool" with tool_call_id), `tools` in OpenAI's function
 // format, `tool_choice`, temperature, seed, max_tokens, stop; optionally streamed (SSE deltas
-// assembled into one message). Tool calls come back as weir ToolCalls; arguments that are not a
-// JSON object become ChatResponse::tool_call_error for the agent loop to feed back.
+// assembled into one message). Bodies are written and read by the OpenAI codec
+// (weir/http/openai.hpp) and mapped to weir's messages by agents::to_openai / from_openai
+// (chat.hpp). Tool calls come back as weir ToolCalls; arguments that are not a JSON object
+// become ChatResponse::tool_call_error for the agent loop to feed back.
 //
 // Several endpoints for one model (more_base_urls): least-outstanding balancing with prefix
 // affinity, failover and a circuit breaker per endpoint (see OpenAIModelOptions).
@@ -98,28 +100,5 @@ class OpenAIChatModel final : public ChatModel {
 // key from $OPENAI_API_KEY when that is set (the --model form of the command line).
 // Errors: invalid_argument naming the expected form.
 Result<OpenAIModelOptions> parse_openai_model_ref(std::string_view ref);
-
-// Parses a non-streamed chat completion body. Errors: model_error naming what is missing.
-Result<ChatResponse> parse_chat_completion(std::string_view body);
-
-// Assembles a streamed completion from its SSE events' data ("{...}" chunks, then "[DONE]").
-class ChatStreamAssembler {
- public:
-  // Errors: model_error for a chunk that is not JSON or carries an "error".
-  Status add(std::string_view data);
-  bool done() const noexcept { return done_; }
-  // REQUIRES: the stream ended. Tool-call arguments are parsed here.
-  ChatResponse finish();
-
- private:
-  struct PartialCall {
-    std::string id, name, arguments;
-  };
-  std::string content_;
-  std::vector<PartialCall> calls_;
-  ChatUsage usage_;
-  std::string finish_reason_;
-  bool done_ = false;
-};
 
 }  // namespace weir::agents
