@@ -1,6 +1,8 @@
 // OpenAI requests: bodies parsed into the codec's structs, with errors that name the field.
 #include "weir/http/openai.hpp"
 
+#include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -136,11 +138,29 @@ std::optional<ApiError> parse_sampling(const json::object& o, Sampling& s, const
   if (auto e = integer(o, "n", 1, lim.max_n, i)) return e;
   if (i) s.n = static_cast<int>(*i);
   if (auto e = boolean(o, "stream", s.stream)) return e;
-  if (const auto* so = o.if_contains("stream_options"); so && so->is_object()) {
+  if (const auto* so = o.if_contains("stream_options"); so && !so->is_null()) {
+    if (!so->is_object())
+      return bad("stream_options",
+                 "'stream_options' must be an object, not " + std::string(kind(*so)));
     if (auto e = boolean(so->as_object(), "include_usage", s.include_usage)) {
       e->param = "stream_options.include_usage";
       return e;
     }
+  }
+  // vLLM's and llama.cpp's sampling extensions.
+  i.reset();
+  if (auto e = integer(o, "top_k", -1, INT32_MAX, i)) return e;
+  if (i) s.top_k = static_cast<std::int32_t>(std::max<std::int64_t>(0, *i));
+  d.reset();
+  if (auto e = number(o, "min_p", 0, 1, d)) return e;
+  if (d) s.min_p = static_cast<float>(*d);
+  d.reset();
+  if (auto e = number(o, "repetition_penalty", 0, 1e9, d)) return e;
+  if (d) {
+    if (*d <= 0)
+      return bad("repetition_penalty",
+                 "'repetition_penalty' must be above 0 (1 turns it off), got " + num_text(*d));
+    s.repetition_penalty = static_cast<float>(*d);
   }
   if (const auto* v = o.if_contains("stop"); v && !v->is_null()) {
     if (v->is_string()) {
@@ -193,7 +213,58 @@ std::string text_content(const json::value& c, std::string_view where,
   return {};
 }
 
+// A known OpenAI field this codec's server does not implement and that would change the result:
+// refused by name unless absent or null. `instead`: what to send in its place, if anything.
+std::optional<ApiError> refuse_if_set(const json::object& o, const char* key,
+                                      std::string_view instead = {}) {
+  const auto* v = o.if_contains(key);
+  if (!v || v->is_null()) return std::nullopt;
+  std::string msg =
+      std::string("'") + key + "' is not supported; remove it (it would change the result)";
+  if (!instead.empty()) msg += ": send '" + std::string(instead) + "' instead";
+  return bad(key, std::move(msg));
+}
+
+// logit_bias: an object of token id -> bias; an empty one asks for nothing.
+std::optional<ApiError> refuse_logit_bias(const json::object& o) {
+  const auto* lb = o.if_contains("logit_bias");
+  if (!lb || lb->is_null()) return std::nullopt;
+  if (!lb->is_object())
+    return bad("logit_bias", "'logit_bias' must be an object, not " + std::string(kind(*lb)));
+  if (lb->as_object().empty()) return std::nullopt;
+  return refuse_if_set(o, "logit_bias");
+}
+
+// The fields OpenAI's chat completions take that change the answer and that weir does not
+// implement. (Those that change nothing in the answer, as user, metadata, store, service_tier,
+// prompt_cache_key, safety_identifier and prediction, are ignored; parallel_tool_calls is read
+// and needs nothing: weir answers with at most one tool call a turn.)
+std::optional<ApiError> refuse_unsupported_chat_fields(const json::object& o) {
+  if (auto e = refuse_logit_bias(o)) return e;
+  for (const char* key : {"audio", "reasoning_effort", "verbosity", "web_search_options"})
+    if (auto e = refuse_if_set(o, key)) return e;
+  if (auto e = refuse_if_set(o, "functions", "tools")) return e;
+  if (auto e = refuse_if_set(o, "function_call", "tool_choice")) return e;
+  if (const auto* m = o.if_contains("modalities"); m && !m->is_null()) {
+    bool text_only = m->is_array();
+    if (text_only)
+      for (const auto& x : m->as_array()) text_only &= x.is_string() && x.as_string() == "text";
+    if (!text_only)
+      return bad("modalities", "'modalities' may only be [\"text\"]: this server answers text");
+  }
+  bool parallel = true;
+  if (auto e = boolean(o, "parallel_tool_calls", parallel)) return e;
+  return std::nullopt;
+}
+
 }  // namespace
+
+bool valid_tool_name(std::string_view name) {
+  if (name.empty() || name.size() > 64) return false;
+  for (char c : name)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-')) return false;
+  return true;
+}
 
 std::optional<ApiError> parse_object(std::string_view body, json::object& out) {
   if (body.empty())
@@ -225,10 +296,19 @@ std::optional<ApiError> parse_message(const json::value& m, std::string_view at,
   if (const auto* c = mo->if_contains("content"))
     cm.content = text_content(*c, where + ".content", err);
   if (err) return err;
-  if (const auto* n = mo->if_contains("name"); n && n->is_string()) cm.name = n->as_string();
-  if (cm.role == "tool") {
-    if (auto e = string_field(*mo, "tool_call_id", cm.tool_call_id, false)) return e;
+  for (auto [key, out] : {std::pair{"name", &cm.name}, {"tool_call_id", &cm.tool_call_id}}) {
+    if (auto e = string_field(*mo, key, *out, false)) {
+      e->param = where + "." + key;
+      e->message = where + "." + key + e->message.substr(e->message.find("' ") + 1);
+      return e;
+    }
   }
+  if (cm.role != "tool") cm.tool_call_id.clear();
+  if (const auto* fc = mo->if_contains("function_call"); fc && !fc->is_null())
+    return bad(where + ".function_call",
+               where + ".function_call is not supported: send 'tool_calls' instead");
+  if (const auto* au = mo->if_contains("audio"); au && !au->is_null())
+    return bad(where + ".audio", where + ".audio is not supported (audio output)");
   const auto* calls = mo->if_contains("tool_calls");
   if (!calls || calls->is_null()) return std::nullopt;
   if (!calls->is_array()) return bad(where + ".tool_calls", "'tool_calls' must be an array");
@@ -291,20 +371,45 @@ std::optional<ApiError> parse_chat_request(std::string_view body, ChatRequest& o
     for (const auto& t : tools->as_array()) {
       const std::string tw = "tools[" + std::to_string(k++) + "]";
       const auto* to = t.if_object();
+      if (const auto* type = to ? to->if_contains("type") : nullptr;
+          type && type->is_string() && type->as_string() != "function")
+        return bad(tw + ".type", tw + ".type '" + std::string(type->as_string()) +
+                                     "' is not supported; only \"function\" tools are");
       const auto* fn = to ? to->if_contains("function") : nullptr;
       if (!fn || !fn->is_object())
         return bad(tw, tw + " must be {\"type\": \"function\", \"function\": {\"name\", ...}}");
       Tool tool;
       const auto& fo = fn->as_object();
+      const std::string fw = tw + ".function.";
       if (auto e = string_field(fo, "name", tool.name, true)) {
-        e->param = tw + ".function.name";
+        e->param = fw + "name";
         return e;
       }
-      (void)string_field(fo, "description", tool.description, false);
+      if (!valid_tool_name(tool.name))
+        return bad(fw + "name", fw + "name '" + tool.name +
+                                    "' must be 1 to 64 letters, digits, '_' or '-' (as OpenAI "
+                                    "requires: ^[a-zA-Z0-9_-]{1,64}$)");
+      for (const auto& other : out.tools)
+        if (other.name == tool.name)
+          return bad(fw + "name",
+                     fw + "name '" + tool.name + "' is given twice; tool names must be unique");
+      if (auto e = string_field(fo, "description", tool.description, false)) {
+        e->param = fw + "description";
+        return e;
+      }
       // No parameters: a function of no arguments, which still takes an object.
-      if (const auto* p = fo.if_contains("parameters"); p && p->is_object())
+      if (const auto* p = fo.if_contains("parameters"); p && !p->is_null()) {
+        if (!p->is_object())
+          return bad(fw + "parameters",
+                     fw + "parameters must be a JSON Schema object, not " + kind(*p));
         tool.parameters = p->as_object();
+      }
       if (tool.parameters.empty()) tool.parameters = {{"type", "object"}};
+      bool strict = false;  // weir constrains a call to its schema whenever it can
+      if (auto e = boolean(fo, "strict", strict)) {
+        e->param = fw + "strict";
+        return e;
+      }
       out.tools.push_back(std::move(tool));
     }
   }
@@ -363,6 +468,7 @@ std::optional<ApiError> parse_chat_request(std::string_view body, ChatRequest& o
                                              "' is not one of text, json_object, json_schema");
     }
   }
+  if (auto e = refuse_unsupported_chat_fields(o)) return e;
   if (auto e = parse_sampling(o, out.sampling, lim)) return e;
   bool want = false;
   if (auto e = boolean(o, "logprobs", want)) return e;
@@ -409,8 +515,13 @@ std::optional<ApiError> parse_completion_request(std::string_view body, Completi
     out.prompt_is_tokens = true;
   }
   if (auto e = boolean(o, "echo", out.echo)) return e;
-  if (const auto* b = o.if_contains("best_of"); b && b->is_number() && b->to_number<double>() > 1)
-    return bad("best_of", "'best_of' above 1 is not supported; use n");
+  std::optional<std::int64_t> best_of;
+  if (auto e = integer(o, "best_of", 1, INT32_MAX, best_of)) return e;
+  if (best_of && *best_of > 1) return bad("best_of", "'best_of' above 1 is not supported; use n");
+  if (auto e = refuse_logit_bias(o)) return e;
+  if (const auto* sx = o.if_contains("suffix");
+      sx && !sx->is_null() && !(sx->is_string() && sx->as_string().empty()))
+    return bad("suffix", "'suffix' is not supported; remove it (it would change the result)");
   if (auto e = parse_sampling(o, out.sampling, lim)) return e;
   std::optional<std::int64_t> lp;
   if (auto e = integer(o, "logprobs", 0, 5, lp)) return e;
@@ -446,6 +557,9 @@ void put_sampling(json::object& body, const Sampling& s, bool chat) {
     body["stop"] = std::move(stop);
   }
   if (s.n != 1) body["n"] = s.n;
+  if (s.top_k) body["top_k"] = *s.top_k;
+  if (s.min_p) body["min_p"] = wire_number(*s.min_p);
+  if (s.repetition_penalty) body["repetition_penalty"] = wire_number(*s.repetition_penalty);
   if (s.stream) {
     body["stream"] = true;
     if (s.include_usage) body["stream_options"] = json::object{{"include_usage", true}};

@@ -387,6 +387,10 @@ inf::GenerateRequest base_request(const oa::Sampling& sp) {
       sp.seed.value_or(static_cast<std::uint64_t>(Clock::now().time_since_epoch().count()));
   rq.sampling.presence_penalty = sp.presence_penalty;
   rq.sampling.frequency_penalty = sp.frequency_penalty;
+  // vLLM's and llama.cpp's extensions, which weir's sampler has too.
+  if (sp.top_k) rq.sampling.top_k = *sp.top_k;
+  if (sp.min_p) rq.sampling.min_p = *sp.min_p;
+  if (sp.repetition_penalty) rq.sampling.repetition_penalty = *sp.repetition_penalty;
   rq.stop_strings = sp.stop;
   rq.logprobs = sp.logprobs;
   return rq;

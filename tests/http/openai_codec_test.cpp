@@ -517,5 +517,208 @@ TEST(OpenAiCodec, TokenPromptsOutsideInt32AreRefusedInEveryForm) {
   }
 }
 
+// --- known fields: implemented, ignored because they change nothing, or refused by name -----
+
+struct FieldCase {
+  const char* fields;   // spliced into a valid request
+  const char* param;    // "" = accepted
+  const char* message;  // the 400's message starts with this
+};
+
+TEST(OpenAiCodec, KnownChatFieldsThatWouldChangeTheResultAreRefusedByName) {
+  const FieldCase cases[] = {
+      // OpenAI's fields weir does not implement.
+      {R"("logit_bias": {"50256": -100})", "logit_bias",
+       "'logit_bias' is not supported; remove it (it would change the result)"},
+      {R"("audio": {"voice": "alloy", "format": "wav"})", "audio",
+       "'audio' is not supported; remove it (it would change the result)"},
+      {R"("modalities": ["text", "audio"])", "modalities", "'modalities' may only be [\"text\"]"},
+      {R"("functions": [{"name": "f"}])", "functions",
+       "'functions' is not supported; remove it (it would change the result): send 'tools' "
+       "instead"},
+      {R"("function_call": "auto")", "function_call",
+       "'function_call' is not supported; remove it (it would change the result): send "
+       "'tool_choice' instead"},
+      {R"("reasoning_effort": "low")", "reasoning_effort",
+       "'reasoning_effort' is not supported; remove it (it would change the result)"},
+      {R"("verbosity": "low")", "verbosity",
+       "'verbosity' is not supported; remove it (it would change the result)"},
+      {R"("web_search_options": {})", "web_search_options",
+       "'web_search_options' is not supported; remove it (it would change the result)"},
+      // Known fields of the wrong type were ignored.
+      {R"("stream_options": true)", "stream_options", "'stream_options' must be an object"},
+      {R"("parallel_tool_calls": "no")", "parallel_tool_calls",
+       "'parallel_tool_calls' must be true or false"},
+      {R"("logit_bias": [1])", "logit_bias", "'logit_bias' must be an object"},
+      // The sampling extensions of vLLM and llama.cpp's server, out of range.
+      {R"("top_k": -2)", "top_k", "'top_k' must be between -1 and 2147483647, got -2"},
+      {R"("min_p": 1.5)", "min_p", "'min_p' must be between 0 and 1, got 1.5"},
+      {R"("repetition_penalty": 0)", "repetition_penalty",
+       "'repetition_penalty' must be above 0 (1 turns it off), got 0"},
+      // Fields that change nothing in the answer, and empty forms of refused ones: accepted.
+      {R"("user": "u1", "metadata": {"k": "v"}, "store": false, "service_tier": "auto",
+          "prompt_cache_key": "k", "safety_identifier": "s", "prediction": {"type": "content",
+          "content": "x"}, "parallel_tool_calls": false, "logit_bias": {}, "audio": null,
+          "modalities": ["text"], "functions": null, "stream_options": {"include_obfuscation": false})",
+       "", ""},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.fields);
+    ChatRequest r;
+    auto e = parse_chat_request(
+        std::string(R"({"messages": [{"role": "user", "content": "hi"}], )") + c.fields + "}", r);
+    if (!*c.param) {
+      EXPECT_FALSE(e) << e->message;
+      continue;
+    }
+    if (!e) {
+      ADD_FAILURE() << "accepted";
+      continue;
+    }
+    EXPECT_EQ(e->status, 400);
+    EXPECT_EQ(e->param, c.param);
+    EXPECT_TRUE(e->message.starts_with(c.message)) << e->message;
+  }
+}
+
+TEST(OpenAiCodec, KnownCompletionFieldsThatWouldChangeTheResultAreRefusedByName) {
+  const FieldCase cases[] = {
+      {R"("logit_bias": {"1": 5})", "logit_bias",
+       "'logit_bias' is not supported; remove it (it would change the result)"},
+      {R"("suffix": "end")", "suffix",
+       "'suffix' is not supported; remove it (it would change the result)"},
+      {R"("best_of": 3)", "best_of", "'best_of' above 1 is not supported; use n"},
+      {R"("best_of": "3")", "best_of", "'best_of' must be an integer, not a string"},
+      {R"("user": "u", "best_of": 1, "suffix": "", "logit_bias": null)", "", ""},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.fields);
+    CompletionRequest r;
+    auto e = parse_completion_request(std::string(R"({"prompt": "x", )") + c.fields + "}", r);
+    if (!*c.param) {
+      EXPECT_FALSE(e) << e->message;
+      continue;
+    }
+    if (!e) {
+      ADD_FAILURE() << "accepted";
+      continue;
+    }
+    EXPECT_EQ(e->param, c.param);
+    EXPECT_TRUE(e->message.starts_with(c.message)) << e->message;
+  }
+}
+
+TEST(OpenAiCodec, ToolsAreCheckedAsOpenAIChecksThem) {
+  const std::string n64(64, 'a');
+  const std::string n65(65, 'a');
+  const FieldCase cases[] = {
+      {"{\"name\": \"fs/read_file\"}", "tools[0].function.name",
+       "tools[0].function.name 'fs/read_file' must be 1 to 64 letters, digits, '_' or '-'"},
+      {"{\"name\": \"has space\"}", "tools[0].function.name",
+       "tools[0].function.name 'has space' must be 1 to 64"},
+      {"{\"name\": \"\"}", "tools[0].function.name", "tools[0].function.name '' must be 1 to 64"},
+      {"{\"name\": \"caf\xc3\xa9\"}", "tools[0].function.name",
+       "tools[0].function.name 'caf\xc3\xa9' must be"},
+      {"{\"name\": \"f\", \"description\": 5}", "tools[0].function.description",
+       "'description' must be a string, not a number"},
+      {"{\"name\": \"f\", \"parameters\": \"{}\"}", "tools[0].function.parameters",
+       "tools[0].function.parameters must be a JSON Schema object, not a string"},
+      {"{\"name\": \"f\", \"strict\": 1}", "tools[0].function.strict",
+       "'strict' must be true or false"},
+      {"{\"name\": \"Get_Weather-2\", \"strict\": true}", "", ""},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.fields);
+    ChatRequest r;
+    auto e = parse_chat_request(
+        std::string(
+            R"({"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function", "function": )") +
+            c.fields + "}]}",
+        r);
+    if (!*c.param) {
+      EXPECT_FALSE(e) << e->message;
+      continue;
+    }
+    if (!e) {
+      ADD_FAILURE() << "accepted";
+      continue;
+    }
+    EXPECT_EQ(e->param, c.param);
+    EXPECT_TRUE(e->message.starts_with(c.message)) << e->message;
+  }
+  ChatRequest r;
+  auto ok = parse_chat_request(R"({"messages": [{"role": "user", "content": "hi"}], "tools": [
+      {"type": "function", "function": {"name": ")" +
+                                   n64 + R"("}}]})",
+                               r);
+  EXPECT_FALSE(ok) << ok->message;
+  auto e = parse_chat_request(R"({"messages": [{"role": "user", "content": "hi"}], "tools": [
+      {"type": "function", "function": {"name": ")" +
+                                  n65 + R"("}}]})",
+                              r);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->param, "tools[0].function.name");
+  e = parse_chat_request(R"({"messages": [{"role": "user", "content": "hi"}], "tools": [
+      {"type": "function", "function": {"name": "f"}}, {"type": "function", "function": {"name": "f"}}]})",
+                         r);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->param, "tools[1].function.name");
+  EXPECT_EQ(e->message, "tools[1].function.name 'f' is given twice; tool names must be unique");
+  e = parse_chat_request(R"({"messages": [{"role": "user", "content": "hi"}], "tools": [
+      {"type": "custom", "custom": {"name": "f"}}]})",
+                         r);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->param, "tools[0].type");
+  EXPECT_EQ(e->message, "tools[0].type 'custom' is not supported; only \"function\" tools are");
+}
+
+TEST(OpenAiCodec, MessageFieldsThatWouldChangeTheResultAreRefusedByName) {
+  const FieldCase cases[] = {
+      {R"({"role": "assistant", "content": "", "function_call": {"name": "f", "arguments": "{}"}})",
+       "messages[0].function_call",
+       "messages[0].function_call is not supported: send 'tool_calls' instead"},
+      {R"({"role": "assistant", "audio": {"id": "a1"}})", "messages[0].audio",
+       "messages[0].audio is not supported (audio output)"},
+      {R"({"role": "user", "content": "x", "name": 7})", "messages[0].name",
+       "messages[0].name must be a string, not a number"},
+      {R"({"role": "tool", "content": "x", "tool_call_id": 7})", "messages[0].tool_call_id",
+       "messages[0].tool_call_id must be a string, not a number"},
+      {R"({"role": "assistant", "content": "x", "refusal": null, "audio": null})", "", ""},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.fields);
+    ChatRequest r;
+    auto e = parse_chat_request(std::string(R"({"messages": [)") + c.fields + "]}", r);
+    if (!*c.param) {
+      EXPECT_FALSE(e) << e->message;
+      continue;
+    }
+    if (!e) {
+      ADD_FAILURE() << "accepted";
+      continue;
+    }
+    EXPECT_EQ(e->param, c.param);
+    EXPECT_TRUE(e->message.starts_with(c.message)) << e->message;
+  }
+}
+
+TEST(OpenAiCodec, SamplingExtensionsOfOtherServersRoundTrip) {
+  ChatRequest r;
+  auto e = parse_chat_request(R"({"messages": [{"role": "user", "content": "hi"}],
+      "top_k": 40, "min_p": 0.05, "repetition_penalty": 1.1})",
+                              r);
+  ASSERT_FALSE(e) << e->message;
+  EXPECT_EQ(r.sampling.top_k, 40);
+  EXPECT_FLOAT_EQ(*r.sampling.min_p, 0.05f);
+  EXPECT_FLOAT_EQ(*r.sampling.repetition_penalty, 1.1f);
+  ChatRequest back;
+  ASSERT_FALSE(parse_chat_request(chat_request_body(r), back));
+  EXPECT_EQ(back, r) << chat_request_body(r);
+  ChatRequest off;
+  ASSERT_FALSE(
+      parse_chat_request(R"({"messages": [{"role": "user", "content": "hi"}], "top_k": -1})", off));
+  EXPECT_EQ(off.sampling.top_k, 0);  // vLLM's "off"
+}
+
 }  // namespace
 }  // namespace weir::http::openai

@@ -15,6 +15,7 @@
 #include <boost/json.hpp>
 
 #include "weir/agents/openai_model.hpp"
+#include "weir/http/client.hpp"
 #include "weir/inference/gguf_writer.hpp"
 #include "weir/serve/service.hpp"
 
@@ -65,6 +66,30 @@ struct Served {
     return o;
   }
 };
+
+// One raw POST to the served model: the status and body.
+std::pair<int, std::string> post(const Served& s, const std::string& target, std::string body) {
+  asio::io_context io;
+  http::Client client;
+  auto url = http::parse_url("http://127.0.0.1:" + std::to_string(s.port) + "/v1");
+  std::pair<int, std::string> out{0, ""};
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        http::ClientRequest rq;
+        rq.target = target;
+        rq.headers.push_back({"Content-Type", "application/json"});
+        rq.body = std::move(body);
+        auto r = co_await client.async_request(*url, std::move(rq));
+        if (r)
+          out = {r->status, r->body};
+        else
+          out = {-1, r.error().message};
+      },
+      asio::detached);
+  io.run();
+  return out;
+}
 
 std::vector<Result<ChatResponse>> chat_all(ChatModel& m, int n, ChatParams params) {
   asio::io_context io;
@@ -141,6 +166,43 @@ TEST(AgainstServe, ManyCallersShareTheClientFenceAndAllFinish) {
     ASSERT_TRUE(x) << x.error().message;
     EXPECT_EQ(x->usage.completion_tokens, 6);
   }
+}
+
+TEST(AgainstServe, KnownOpenAIFieldsAreHonouredOrRefusedByName) {
+  Served s;
+  ASSERT_TRUE(s.svc);
+  const std::string msgs =
+      R"("model": "tiny", "messages": [{"role": "user", "content": "Tell me a story."}])";
+  // A field that would change the answer and is not implemented: 400 naming it.
+  auto [status, body] = post(s, "/chat/completions", "{" + msgs + R"(, "logit_bias": {"5": 100}})");
+  EXPECT_EQ(status, 400) << body;
+  auto err = json::parse(body).at("error");
+  EXPECT_EQ(err.at("param"), "logit_bias") << body;
+  EXPECT_EQ(err.at("message"),
+            "'logit_bias' is not supported; remove it (it would change the result)");
+  std::tie(status, body) =
+      post(s, "/chat/completions", "{" + msgs + R"(, "tools": [{"type": "function",
+      "function": {"name": "fs/read_file"}}]})");
+  EXPECT_EQ(status, 400) << body;
+  EXPECT_EQ(json::parse(body).at("error").at("param"), "tools[0].function.name") << body;
+  std::tie(status, body) =
+      post(s, "/completions", R"({"model": "tiny", "prompt": "x", "suffix": "y"})");
+  EXPECT_EQ(status, 400) << body;
+  EXPECT_EQ(json::parse(body).at("error").at("param"), "suffix") << body;
+  // vLLM's top_k is honoured: top_k 1 at a high temperature is greedy decoding.
+  auto text = [&](const std::string& extra) {
+    auto [st, b] = post(s, "/chat/completions",
+                        "{" + msgs + R"(, "max_tokens": 16, "seed": 11)" + extra + "}");
+    EXPECT_EQ(st, 200) << b;
+    return st == 200
+               ? std::string(
+                     json::parse(b).at("choices").at(0).at("message").at("content").as_string())
+               : b;
+  };
+  const std::string greedy = text(R"(, "temperature": 0)");
+  EXPECT_EQ(text(R"(, "temperature": 1.8, "top_k": 1)"), greedy);
+  EXPECT_NE(text(R"(, "temperature": 1.8)"), greedy)
+      << "a random-weight model at 1.8 is not greedy";
 }
 
 }  // namespace

@@ -11,8 +11,15 @@
 // (message_json / parse_message) is also the shape weir keeps chat messages in run state.
 //
 // Request parsing is strict about what a field means: a known field with a wrong type or an
-// out-of-range value is a 400 naming the field (`param`); unknown fields are ignored.
-// Malformed JSON is a 400 with line and column. Response parsing is lenient where servers differ
+// out-of-range value is a 400 naming the field (`param`), and so is a known OpenAI field that
+// would change the result but is not implemented (chat: logit_bias, audio, modalities other
+// than ["text"], functions, function_call, reasoning_effort, verbosity, web_search_options, and
+// a message's function_call or audio; completions: logit_bias, suffix, best_of above 1), unless
+// it is null or empty. OpenAI's fields that change nothing in the answer (user, metadata, store,
+// service_tier, prompt_cache_key, safety_identifier, prediction, parallel_tool_calls: weir
+// answers with at most one tool call a turn) and unknown fields are ignored. Tool names are
+// checked as OpenAI checks them (^[a-zA-Z0-9_-]{1,64}$, unique). Malformed JSON is a 400 with
+// line and column. Response parsing is lenient where servers differ
 // (arguments sent as an object, a missing tool-call index) and strict where memory is at stake
 // (indexes are capped).
 //
@@ -79,8 +86,11 @@ std::optional<ApiError> parse_message(const boost::json::value& v, std::string_v
 
 // --- requests -------------------------------------------------------------------------------
 
+// Whether OpenAI accepts `name` as a tool's name: 1 to 64 of a-z, A-Z, 0-9, '_' and '-'.
+bool valid_tool_name(std::string_view name);
+
 struct Tool {
-  std::string name;
+  std::string name;  // valid_tool_name
   std::string description;
   boost::json::object
       parameters;  // JSON Schema; none (or {}) reads and is sent as {"type": "object"}
@@ -105,6 +115,11 @@ struct Sampling {
   // Chat: logprobs (bool) + top_logprobs (0..20) -> -1 off, else top count.
   // Completions: logprobs (int 0..5) -> the same.
   int logprobs = -1;
+  // Not OpenAI's: the sampling extensions vLLM and llama.cpp's server take, read so that a
+  // client written for them is not silently ignored. Unset: the server's default (off).
+  std::optional<std::int32_t> top_k;        // top_k; 0 (or -1 on the wire, vLLM's form): off
+  std::optional<float> min_p;               // min_p in [0, 1]; 0: off
+  std::optional<float> repetition_penalty;  // above 0; 1: off
   bool operator==(const Sampling&) const = default;
 };
 
@@ -148,7 +163,7 @@ std::optional<ApiError> parse_object(std::string_view body, boost::json::object&
 // The bodies a client sends. A field at OpenAI's default is left out, except `temperature`,
 // which is always sent (a server's own default may differ: vLLM's is the model's); `max_tokens`
 // is sent under that name (every server knows it). tool_choice is sent with tools, or when not
-// automatic.
+// automatic. The extensions (top_k, min_p, repetition_penalty) are sent only when set.
 std::string chat_request_body(const ChatRequest& r);
 std::string completion_request_body(const CompletionRequest& r);
 
