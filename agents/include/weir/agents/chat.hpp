@@ -123,6 +123,11 @@ class ChatModel {
   // The most tokens a prompt and its reply may hold together (the engine's max_model_len);
   // 0 when unknown. Agents size their history windows to it.
   virtual std::int64_t context_length() const { return 0; }
+  // context_length(), learning it first where that takes a request (a remote model asks its
+  // server once). Agents await this before sizing a turn's window.
+  virtual boost::asio::awaitable<std::int64_t> async_context_length() {
+    co_return context_length();
+  }
 };
 
 }  // namespace weir::agents
