@@ -171,12 +171,45 @@ TEST(AgainstServe, ManyCallersShareTheClientFenceAndAllFinish) {
   auto m = OpenAIChatModel::open(o);
   ASSERT_TRUE(m);
   ChatParams p;
-  p.max_tokens = 6;
+  p.max_tokens = 96;
+  // The server's running requests, sampled from its /metrics (one kept-alive connection) while
+  // the callers run: the client fence holds them at 2 (the server itself would run 4:
+  // max_num_seqs).
+  std::atomic<bool> done{false};
+  std::atomic<int> most{0}, samples{0};
+  std::thread sampler([&] {
+    asio::io_context io;
+    http::Client client;
+    auto url = http::parse_url("http://127.0.0.1:" + std::to_string(s.port));
+    asio::co_spawn(
+        io,
+        [&]() -> asio::awaitable<void> {
+          const std::string key = "weir_serve_requests_running{model=\"tiny\"} ";
+          while (!done) {
+            http::ClientRequest rq;
+            rq.method = "GET";
+            rq.target = "/metrics";
+            auto r = co_await client.async_request(*url, std::move(rq));
+            if (!r || r->status != 200) continue;
+            if (auto at = r->body.find(key); at != std::string::npos) {
+              most = std::max(most.load(), std::atoi(r->body.c_str() + at + key.size()));
+              ++samples;
+            }
+          }
+        },
+        asio::detached);
+    io.run();
+  });
   auto r = chat_all(**m, 12, p);
+  done = true;
+  sampler.join();
   for (const auto& x : r) {
     ASSERT_TRUE(x) << x.error().message;
-    EXPECT_EQ(x->usage.completion_tokens, 6);
+    EXPECT_EQ(x->usage.completion_tokens, 96);
   }
+  ASSERT_GT(samples.load(), 0) << "no sample of weir_serve_requests_running";
+  EXPECT_LE(most.load(), 2);
+  EXPECT_EQ(most.load(), 2) << "the two slots were never busy at once in " << samples << " samples";
 }
 
 TEST(AgainstServe, KnownOpenAIFieldsAreHonouredOrRefusedByName) {

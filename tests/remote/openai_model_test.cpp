@@ -353,6 +353,40 @@ TEST(OpenAIModel, RequestsPerMinuteSpacesRequests) {
   EXPECT_TRUE(timer_won);
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
   EXPECT_EQ(server.requests(), 2);  // the third never went out
+
+  // And requests over the bucket do go out, spaced: at 60 a minute (a burst of 60, then one a
+  // second) 63 requests cannot all be sent in under 3 s, and must all be sent. (A limiter that
+  // blocked for good passed this test before: it only looked at a request still waiting.)
+  o.requests_per_minute = 60;
+  auto paced = OpenAIChatModel::open(o);
+  const int before = server.requests();
+  const auto t1 = std::chrono::steady_clock::now();
+  int sent = 0;
+  bool guard_won = false;
+  io.restart();
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        using namespace asio::experimental::awaitable_operators;
+        auto all = [&]() -> asio::awaitable<void> {
+          for (int i = 0; i < 63; ++i) {
+            std::vector<Message> msgs{Message::user("hi")};
+            std::vector<ToolSpec> tools;
+            auto r = co_await (*paced)->async_chat(std::move(msgs), std::move(tools), ChatParams{});
+            if (r) ++sent;
+          }
+        };
+        asio::steady_timer guard(co_await asio::this_coro::executor, 60s);
+        auto race = all() || guard.async_wait(asio::use_awaitable);
+        auto v = co_await std::move(race);
+        guard_won = v.index() == 1;
+      },
+      asio::detached);
+  io.run();
+  EXPECT_FALSE(guard_won) << "the limiter held requests for a minute";
+  EXPECT_EQ(sent, 63);
+  EXPECT_EQ(server.requests(), before + 63);
+  EXPECT_GE(std::chrono::steady_clock::now() - t1, 2500ms);
 }
 
 TEST(OpenAIModel, ToolNamesOpenAIRefusesGoOutInItsAlphabetAndComeBackMapped) {
