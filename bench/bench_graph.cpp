@@ -20,6 +20,7 @@
 
 #include "weir/graph/state_graph.hpp"
 #include "weir/runtime/json_write.hpp"
+#include "weir/runtime/trace.hpp"
 
 namespace asio = boost::asio;
 namespace json = boost::json;
@@ -87,7 +88,7 @@ struct PerRun {
 };
 
 PerRun us_per_run(GraphRuntime& rt, std::shared_ptr<const CompiledGraph> g, int batches,
-                  int per_batch, long& steps) {
+                  int per_batch, long& steps, const RunOptions* options = nullptr) {
   asio::io_context io;
   std::vector<double> samples, cpu_samples;
   auto loop = [&]() -> asio::awaitable<void> {
@@ -95,8 +96,16 @@ PerRun us_per_run(GraphRuntime& rt, std::shared_ptr<const CompiledGraph> g, int 
       auto t0 = Clock::now();
       const double c0 = thread_cpu_us();
       for (int i = 0; i < per_batch; ++i) {
-        auto r = co_await rt.async_invoke(g, {});
-        steps += r ? r->steps : 0;
+        if (options) {
+          // (Locals, not temporaries in the co_await: GCC 12 can destroy those twice.)
+          RunOptions o = *options;
+          auto op = rt.async_invoke(g, json::object(), std::move(o));
+          auto r = co_await std::move(op);
+          steps += r ? r->steps : 0;
+        } else {
+          auto r = co_await rt.async_invoke(g, {});
+          steps += r ? r->steps : 0;
+        }
       }
       cpu_samples.push_back((thread_cpu_us() - c0) / per_batch);
       samples.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count() /
@@ -109,6 +118,20 @@ PerRun us_per_run(GraphRuntime& rt, std::shared_ptr<const CompiledGraph> g, int 
   std::sort(cpu_samples.begin(), cpu_samples.end());
   return {samples[samples.size() / 2], cpu_samples[cpu_samples.size() / 2]};
 }
+
+// A trace exporter that takes every batch and keeps nothing: what tracing costs a run when the
+// receiver is free (the spans are built, queued and encoded as OTLP/JSON, then dropped here).
+class DiscardExporter final : public trace::SpanExporter {
+ public:
+  std::string describe() const override { return "discard"; }
+  Status export_json(std::string_view body, std::size_t spans,
+                     const trace::ExportDeadline&) override {
+    bytes += body.size();
+    this->spans += spans;
+    return {};
+  }
+  std::size_t bytes = 0, spans = 0;
+};
 
 // The node body of the concurrency test without a graph: await a 1 ms timer, return n + 1.
 asio::awaitable<std::int64_t> bare_node(std::int64_t n) {
@@ -167,7 +190,6 @@ int main() {
   const PerRun par = us_per_run(rt, fan_out(), 21, 5000, s2);
   std::fprintf(stderr, "seq %.3f us (%.3f CPU), par %.3f us (%.3f CPU), %.0f supersteps/s\n",
                seq.us, seq.cpu_us, par.us, par.cpu_us, steps_per_s);
-
   // 100,000 runs of the 3-node chain in flight at once, each node awaiting a 1 ms timer; then,
   // side by side, the floor: the same 100,000 caller coroutines awaiting the same three 1 ms
   // timers in nested coroutines without a graph (what Asio itself needs per run in flight).
@@ -190,9 +212,37 @@ int main() {
                "the executor)\n",
                runs, ok, secs, graph_run.peak_mb, graph_run.base_mb, floor_run.peak_mb,
                (graph_run.peak_mb - floor_run.peak_mb) * 1048576.0 / runs);
+  // The same chain traced (a run, 3 supersteps and 3 nodes: 7 spans a run) into an exporter
+  // that discards; the queue is large enough that no span is dropped. (After the concurrency
+  // test: the spans it queues would leave the heap as the 100,000 runs find it.)
+  PerRun traced{};
+  std::uint64_t traced_dropped = 0, traced_exported = 0;
+  {
+    auto discard = std::make_unique<DiscardExporter>();
+    std::vector<std::unique_ptr<trace::SpanExporter>> ex;
+    ex.push_back(std::move(discard));
+    trace::TracerOptions to;
+    to.max_queue_spans = 1 << 20;
+    trace::Tracer tracer(to, std::move(ex));
+    RunOptions ro;
+    const RunTracing tracing{{&tracer, {}}, "chain"};
+    ro.trace = &tracing;
+    long s3 = 0;
+    traced = us_per_run(rt, chain(false), 21, 5000, s3, &ro);
+    tracer.shutdown(std::chrono::seconds(60));
+    traced_dropped = tracer.spans_dropped();
+    traced_exported = tracer.spans_exported();
+  }
+  std::fprintf(stderr, "seq traced %.3f us (%.3f CPU), %llu spans exported, %llu dropped\n",
+               traced.us, traced.cpu_us, static_cast<unsigned long long>(traced_exported),
+               static_cast<unsigned long long>(traced_dropped));
+
   json::object out{{"seq_us", seq.us},
                    {"par_us", par.us},
                    {"seq_cpu_us", seq.cpu_us},
+                   {"seq_traced_us", traced.us},
+                   {"seq_traced_cpu_us", traced.cpu_us},
+                   {"seq_traced_spans_dropped", traced_dropped},
                    {"par_cpu_us", par.cpu_us},
                    {"steps_per_s", steps_per_s},
                    {"concurrent_runs", runs},

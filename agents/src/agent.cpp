@@ -4,6 +4,7 @@
 
 #include <boost/json.hpp>
 
+#include "chat_trace.hpp"
 #include "weir/agents/local_model.hpp"
 #include "weir/runtime/artifact_store.hpp"
 #include "weir/runtime/log.hpp"
@@ -185,7 +186,9 @@ struct Agent::Loop {
         static_cast<std::int32_t>(std::max<std::size_t>(16, spec.history.max_summary_bytes / 4));
     p.temperature = 0;
     std::vector<ToolSpec> no_tools;
-    auto r = co_await model->async_chat(std::move(req), std::move(no_tools), p);
+    auto op =
+        async_traced_chat(*model, std::move(req), std::move(no_tools), p, ctx.trace(), "summary");
+    auto r = co_await std::move(op);
     if (!r) co_return std::move(r).error();
     if (auto s = ctx.charge_tokens(r->usage.prompt_tokens + r->usage.completion_tokens); !s)
       co_return std::move(s).error();
@@ -229,6 +232,8 @@ struct Agent::Loop {
     if (pinned < msgs->size() && (*msgs)[pinned].role == Role::user) ++pinned;
     auto dropped = fit_window(*msgs, window, *model, pinned);
     if (!dropped.empty()) {
+      ctx.trace_event("weir.fence.window_eviction", {{"weir.window.evicted_messages",
+                                                      static_cast<std::int64_t>(dropped.size())}});
       auto s = co_await summarize(summary, dropped, ctx, u);
       if (s) {
         summary = std::move(*s);
@@ -265,7 +270,9 @@ struct Agent::Loop {
     if (tools.empty()) params.response_schema = schema;
     std::vector<Message> asked;  // kept for a second, constrained answer
     if (schema && !tools.empty()) asked = conversation;
-    auto r = co_await model->async_chat(std::move(conversation), std::move(tools), params);
+    auto op =
+        async_traced_chat(*model, std::move(conversation), std::move(tools), params, ctx.trace());
+    auto r = co_await std::move(op);
     if (!r) co_return std::move(r).error();
     prompt_tokens += r->usage.prompt_tokens;
     completion_tokens += r->usage.completion_tokens;
@@ -284,7 +291,9 @@ struct Agent::Loop {
           json::serialize(*schema)));
       params.response_schema = schema;
       std::vector<ToolSpec> none;
-      r = co_await model->async_chat(std::move(asked), std::move(none), params);
+      auto again =
+          async_traced_chat(*model, std::move(asked), std::move(none), params, ctx.trace());
+      r = co_await std::move(again);
       if (!r) co_return std::move(r).error();
       prompt_tokens += r->usage.prompt_tokens;
       completion_tokens += r->usage.completion_tokens;
@@ -343,6 +352,8 @@ struct Agent::Loop {
         tools::ToolContext tctx;
         tctx.artifacts = ctx.artifacts();
         tctx.owner = std::string(ctx.run_id());
+        tctx.trace = ctx.trace();
+        tctx.call_id = call.id;
         auto out = co_await tools->async_call(call.name, call.arguments, tctx);
         if (out) {
           content = std::move(out->content);
@@ -410,6 +421,7 @@ Result<std::shared_ptr<const Agent>> Agent::create(AgentSpec spec, std::shared_p
   g.add_async_node(
       "act", [loop](graph::StateView s, graph::NodeContext& ctx) { return loop->act(s, ctx); });
   g.add_edge(std::string(graph::kStart), "think");
+  g.set_trace_span("invoke_agent", a->spec_.name);
   // think picks its successor with go_to; the declared targets are for validation and drawing.
   g.add_conditional_edges("think",
                           [](const graph::StateView&) { return std::vector<std::string>{}; },

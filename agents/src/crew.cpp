@@ -90,10 +90,12 @@ struct Crew::Impl {
   // Runs `agent` on `prompt` as a child run; stores the output; returns the task's record.
   asio::awaitable<Result<json::object>> run_loop(const Agent& agent, std::string prompt,
                                                  std::vector<Message> preamble, std::string run_id,
-                                                 ArtifactStore* artifacts,
-                                                 std::string owner) const {
+                                                 ArtifactStore* artifacts, std::string owner,
+                                                 trace::Context trace) const {
     graph::RunOptions opt;
     opt.run_id = run_id;
+    const graph::RunTracing tracing{std::move(trace), {}};
+    if (tracing.context) opt.trace = &tracing;
     auto r = co_await agent.async_run(*child, std::move(prompt), std::move(preamble), opt);
     if (artifacts) artifacts->release_owner(run_id);  // the loop's own tool outputs, archives
     if (!r) co_return std::move(r).error();
@@ -158,6 +160,8 @@ struct Crew::Impl {
         tools::ToolContext tctx;
         tctx.artifacts = ctx.artifacts();
         tctx.owner = std::string(ctx.run_id());
+        tctx.trace = ctx.trace();
+        tctx.call_id = tc.id;
         auto out = co_await tools->async_call(tc.name, tc.arguments, tctx);
         Message m;
         m.role = Role::tool;
@@ -252,8 +256,9 @@ struct Crew::Impl {
     if (const auto& in = state.get("inputs"); in.is_object()) inputs = in.as_object();
     const std::string run_id = std::string(ctx.run_id()) + "/manager";
     std::vector<Message> no_preamble;
+    trace::Context trace = ctx.trace();
     auto rec = co_await run_loop(*manager, manager_prompt(inputs), std::move(no_preamble), run_id,
-                                 ctx.artifacts(), std::string(ctx.run_id()));
+                                 ctx.artifacts(), std::string(ctx.run_id()), trace);
     std::vector<json::object> made;
     {
       std::lock_guard lock(mu);
@@ -300,7 +305,7 @@ struct Crew::Impl {
     std::vector<Message> no_preamble;
     auto rec = co_await run_loop(*it->second, std::move(prompt), std::move(no_preamble),
                                  tctx.owner + "/delegation-" + std::to_string(n + 1),
-                                 tctx.artifacts, crew_run);
+                                 tctx.artifacts, crew_run, tctx.trace);
     if (!rec) co_return std::move(rec).error();
     std::string reply = describe_result("delegated to " + who, *rec);
     rec->emplace("task", json::string(std::string(args.at("task").as_string()).substr(0, 200)));

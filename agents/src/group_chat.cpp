@@ -4,6 +4,8 @@
 
 #include <boost/json.hpp>
 
+#include "chat_trace.hpp"
+
 namespace weir::agents {
 
 namespace json = boost::json;
@@ -218,7 +220,8 @@ struct GroupChat::Impl {
       ChatParams p;
       p.max_tokens = 8;
       std::vector<ToolSpec> no_tools;
-      auto r = co_await model->async_chat(std::move(ask), std::move(no_tools), p);
+      auto op = async_traced_chat(*model, std::move(ask), std::move(no_tools), p, ctx.trace());
+      auto r = co_await std::move(op);
       if (!r) co_return std::move(r).error();
       if (auto c = ctx.charge_tokens(r->usage.prompt_tokens + r->usage.completion_tokens); !c)
         co_return std::move(c).error();
@@ -261,13 +264,28 @@ struct GroupChat::Impl {
     // What is sent never exceeds the model's context: the system turn and the task stay, the
     // oldest turns go first.
     const std::int64_t context_tokens = co_await model->async_context_length();
-    fit_window(conv, window_for(agent.max_tokens_per_turn, context_tokens), *model, 2);
+    if (auto dropped =
+            fit_window(conv, window_for(agent.max_tokens_per_turn, context_tokens), *model, 2);
+        !dropped.empty())
+      ctx.trace_event("weir.fence.window_eviction", {{"weir.window.evicted_messages",
+                                                      static_cast<std::int64_t>(dropped.size())}});
     ChatParams p;
     p.max_tokens = agent.max_tokens_per_turn;
     p.temperature = agent.temperature;
     p.seed = agent.seed + static_cast<std::uint64_t>(num(st, "messages"));
     std::vector<ToolSpec> no_tools;
-    auto r = co_await model->async_chat(std::move(conv), std::move(no_tools), p);
+    // The speaker's turn is an agent invocation of its own (GenAI: invoke_agent).
+    trace::Span turn = ctx.trace().start("invoke_agent " + who);
+    turn.set(trace::attr::kOperation, "invoke_agent");
+    turn.set(trace::attr::kAgentName, who);
+    auto op =
+        async_traced_chat(*model, std::move(conv), std::move(no_tools), p, ctx.trace().child(turn));
+    auto r = co_await std::move(op);
+    if (r)
+      turn.set_ok();
+    else
+      turn.set_error(r.error());
+    turn.end();
     if (!r) co_return Error(r.error().code, who + ": " + r.error().message);
     const std::int64_t used = r->usage.prompt_tokens + r->usage.completion_tokens;
     if (auto c = ctx.charge_tokens(used); !c) co_return std::move(c).error();

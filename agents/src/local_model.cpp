@@ -250,6 +250,22 @@ asio::awaitable<Result<ChatResponse>> LocalChatModel::async_chat(std::vector<Mes
   }
   auto r = co_await inf::async_generate(*engine_, std::move(rq), asio::use_awaitable);
   if (!r) co_return Error(r.error().code, name_ + ": " + r.error().message);
+  if (params.span && params.span->recording()) {  // what only the engine knows
+    trace::Span& s = *params.span;
+    const auto& t = r->timings;
+    const std::int64_t block = std::max(1, engine_->config().block_size);
+    s.set(trace::attr::kProvider, "weir");
+    s.set("weir.engine.queue_ms", t.queue_ms);
+    s.set("weir.engine.prefill_ms", std::max(0.0, t.first_token_ms - t.queue_ms));
+    s.set("weir.engine.decode_ms", std::max(0.0, t.total_ms - t.first_token_ms));
+    s.set("weir.time_to_first_token_ms", t.first_token_ms);
+    s.set("weir.kv.blocks",
+          (r->usage.prompt_tokens + r->usage.completion_tokens + block - 1) / block);
+    s.set("weir.kv.cached_blocks", r->usage.cached_prompt_tokens / block);
+    if (t.preemptions > 0)
+      s.add_event("weir.fence.preemption",
+                  {{"weir.preemptions", static_cast<std::int64_t>(t.preemptions)}});
+  }
   ChatResponse out;
   out.usage.prompt_tokens = r->usage.prompt_tokens;
   out.usage.completion_tokens = r->usage.completion_tokens;

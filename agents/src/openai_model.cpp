@@ -287,6 +287,7 @@ struct OpenAIChatModel::Impl {
     std::string failure;                                        // what went wrong
     std::string detail;                                         // ": <the server's message>", or ""
     std::string retry_after;                                    // the server's Retry-After
+    int status = 0;                                             // the HTTP status, when one came
     enum class Retry { no, yes, elsewhere } retry = Retry::no;  // elsewhere: an untried endpoint
     bool unhealthy = false;                                     // counts against the breaker
   };
@@ -340,6 +341,7 @@ struct OpenAIChatModel::Impl {
       }
       co_return a;
     }
+    a.status = r->status;
     if (r->status < 200 || r->status >= 300) {
       a.failure = std::to_string(r->status) + " " + r->reason;
       a.code = status_errc(r->status);
@@ -669,6 +671,12 @@ asio::awaitable<Result<ChatResponse>> OpenAIChatModel::async_chat(std::vector<Me
   req.headers.push_back({"Content-Type", "application/json"});
   req.headers.push_back({"Accept", o.stream ? "text/event-stream" : "application/json"});
   if (!impl.api_key.empty()) req.headers.push_back({"Authorization", "Bearer " + impl.api_key});
+  if (params.span && params.span->recording()) {  // the chat span's W3C context goes along
+    params.span->set(trace::attr::kProvider, "openai");
+    const trace::SpanContext sc = params.span->context();
+    req.headers.push_back({"traceparent", trace::format_traceparent(sc)});
+    if (!sc.trace_state.empty()) req.headers.push_back({"tracestate", sc.trace_state});
+  }
   req.body = request_body(messages, tools, params);
   // The prompt's start (FNV-1a of its first 512 bytes) picks the endpoint whose prefix cache
   // likely holds it.
@@ -731,6 +739,14 @@ asio::awaitable<Result<ChatResponse>> OpenAIChatModel::async_chat(std::vector<Me
       co_return named(std::move(*a.answer));
     }
 
+    if (params.span && params.span->recording()) {  // a 429 is a fence that acted
+      std::vector<trace::Attribute> ev{{"weir.endpoint", endpoint.where},
+                                       {"weir.attempt", std::int64_t{attempt}},
+                                       {"weir.error", a.failure}};
+      if (a.status) ev.push_back({"http.response.status_code", std::int64_t{a.status}});
+      params.span->add_event(a.status == 429 ? "weir.fence.rate_limited" : "weir.retry",
+                             std::move(ev));
+    }
     auto fail = [&](std::string why) {
       return Error(a.code, endpoint.where + ": " + a.failure + " after " + std::to_string(attempt) +
                                (attempt == 1 ? " attempt" : " attempts") + why + a.detail);

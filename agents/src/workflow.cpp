@@ -5,6 +5,7 @@
 
 #include <boost/json.hpp>
 
+#include "chat_trace.hpp"
 #include "mcp_config.hpp"
 #include "weir/agents/agent.hpp"
 #include "weir/agents/openai_model.hpp"
@@ -141,7 +142,8 @@ struct Wiring {
   // An llm node: one chat turn (system + prompt) on the node's model.
   asio::awaitable<Result<std::string>> call_model(std::string name, std::string system,
                                                   std::string prompt, std::int32_t max_tokens,
-                                                  std::optional<json::object> output_schema) {
+                                                  std::optional<json::object> output_schema,
+                                                  trace::Context trace) {
     Result<std::shared_ptr<ChatModel>> m = Error(Errc::cancelled, "");
     {
       std::lock_guard lock(mu);
@@ -154,7 +156,8 @@ struct Wiring {
     ChatParams params;
     params.max_tokens = max_tokens;
     params.response_schema = std::move(output_schema);
-    auto op = (*m)->async_chat(std::move(msgs), std::vector<ToolSpec>{}, params);
+    auto op =
+        async_traced_chat(**m, std::move(msgs), std::vector<ToolSpec>{}, params, std::move(trace));
     auto r = co_await std::move(op);
     if (!r) co_return std::move(r).error();
     co_return std::move(r->message.content);
@@ -165,6 +168,7 @@ struct Wiring {
     tools::ToolContext tctx;
     tctx.artifacts = ctx.artifacts() ? ctx.artifacts() : services.artifacts;
     tctx.owner = std::string(ctx.run_id());
+    tctx.trace = ctx.trace();
     auto op = tools->async_call(tool_names.at(tool), std::move(args), tctx);
     auto r = co_await std::move(op);
     if (!r)
@@ -180,6 +184,8 @@ struct Wiring {
     std::string task = input.is_string() ? std::string(input.as_string()) : json::serialize(input);
     graph::RunOptions opt;
     opt.run_id = std::string(ctx.run_id()) + "/" + std::string(ctx.node());
+    const graph::RunTracing tracing{ctx.trace(), {}};
+    if (tracing.context) opt.trace = &tracing;
     std::vector<Message> none;
     auto op = (*a)->async_run(*child, std::move(task), std::move(none), opt);
     auto r = co_await std::move(op);
@@ -335,9 +341,10 @@ Result<graph::WorkflowGraph> build_workflow(const graph::WorkflowSpec& spec,
 
   graph::WorkflowHooks hooks;
   hooks.model_call = [w](std::string model, std::string system, std::string prompt,
-                         std::int32_t max_tokens, std::optional<json::object> output_schema) {
+                         std::int32_t max_tokens, std::optional<json::object> output_schema,
+                         graph::NodeContext& ctx) {
     return w->call_model(std::move(model), std::move(system), std::move(prompt), max_tokens,
-                         std::move(output_schema));
+                         std::move(output_schema), ctx.trace());
   };
   hooks.tool_call = [w](std::string tool, json::object args, graph::NodeContext& ctx) {
     return w->call_tool(std::move(tool), std::move(args), ctx);

@@ -237,6 +237,8 @@ int run_agents_file(const fs::path& path, const AgentsRunOptions& options) {
   auto one = [&](int id) -> asio::awaitable<void> {
     graph::RunOptions ro;
     ro.run_id = file->name + "-" + std::to_string(id);
+    const graph::RunTracing tracing{{options.tracer.get(), {}}, file->name};
+    if (options.tracer) ro.trace = &tracing;
     json::object in = inputs;
     // Many instances: "topics" in the inputs gives each instance its own "topic", in turn.
     if (const auto* topics = inputs.if_contains("topics");

@@ -2,12 +2,14 @@
 #pragma once
 
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
 
 #include <boost/json/object.hpp>
 
 #include "weir/runtime/error.hpp"
+#include "weir/runtime/trace.hpp"
 
 namespace weir::cli {
 
@@ -27,8 +29,9 @@ struct AgentsRunOptions {
   // context length capped at 4096.
   std::int64_t max_model_len = 0;
   std::optional<std::string> model;
-  boost::json::object inputs;  // over the file's defaults
-  bool table = false;          // the summary table (always with instances > 1)
+  boost::json::object inputs;             // over the file's defaults
+  bool table = false;                     // the summary table (always with instances > 1)
+  std::shared_ptr<trace::Tracer> tracer;  // --trace / --otlp-endpoint; null: off
 };
 
 // True when `path` holds a crew or group-chat file ("kind": "crew" | "group_chat").

@@ -14,6 +14,7 @@
 
 #include "args.hpp"
 #include "commands.hpp"
+#include "trace_flags.hpp"
 #include "weir/cluster/run_queue.hpp"
 #include "weir/cluster/worker.hpp"
 #include "weir/graph/checkpointer.hpp"
@@ -92,7 +93,8 @@ extern "C" void on_stop_signal(int) {
 }  // namespace
 
 int cmd_submit(Args args) {
-  Flags f("submit", {"--input", "--db", "--thread", "--max-attempts"}, {});
+  Flags f("submit", {"--input", "--db", "--thread", "--max-attempts", "--otlp-endpoint", "--trace"},
+          {"--trace-content"});
   if (!f.parse(args)) return kExitInvalidInput;
   if (f.positional().size() != 1) return f.fail("give one workflow file"), kExitInvalidInput;
   const std::string file = f.positional()[0];
@@ -151,7 +153,23 @@ int cmd_submit(Args args) {
   req.input = to_json_text(input);
   req.thread_id = f.get("--thread").value_or("");
   req.max_attempts = max_attempts;
+  // The run's trace: the span of this submit when traced, else a fresh trace context, so that
+  // every worker that takes the run (after a crash, another) continues one trace.
+  std::shared_ptr<trace::Tracer> tracer;
+  if (!open_tracer(f, tracer)) return kExitInvalidInput;
+  trace::Span span;
+  if (tracer) {
+    span = tracer->start_span("submit " + req.workflow_name, nullptr, trace::SpanKind::client);
+    span.set("weir.workflow.name", req.workflow_name);
+  }
+  trace::SpanContext tc = span.context();
+  if (!tc.valid()) tc = {trace::random_trace_id(), trace::random_span_id(), 1, ""};
+  req.traceparent = trace::format_traceparent(tc);
   auto id = (*queue)->submit(req);
+  if (id) span.set(trace::attr::kRunId, *id);
+  if (!id) span.set_error(id.error());
+  span.end();
+  close_tracer(tracer);
   if (!id) return fail("submit", id.error());
   std::printf("%s\n", id->c_str());
   std::fprintf(stderr, "weir submit: queued %s (%s, thread '%s') in %s\n", id->c_str(),
@@ -163,8 +181,9 @@ int cmd_submit(Args args) {
 
 int cmd_worker(Args args) {
   Flags f("worker",
-          {"--db", "--max-runs", "--lease", "--memory", "--name", "--poll", "--connect-timeout"},
-          {"--once", "--exit-when-idle"});
+          {"--db", "--max-runs", "--lease", "--memory", "--name", "--poll", "--connect-timeout",
+           "--otlp-endpoint", "--trace"},
+          {"--once", "--exit-when-idle", "--trace-content"});
   if (!f.parse(args)) return kExitInvalidInput;
   if (!f.positional().empty())
     return f.fail("unexpected argument '" + f.positional()[0] + "'"), kExitInvalidInput;
@@ -205,6 +224,9 @@ int cmd_worker(Args args) {
   if (!db) return kExitInvalidInput;
   o.db = *db;
   o.log = [](const std::string& line) { std::fprintf(stderr, "weir worker: %s\n", line.c_str()); };
+  std::shared_ptr<trace::Tracer> tracer;
+  if (!open_tracer(f, tracer)) return kExitInvalidInput;
+  o.tracer = tracer.get();
   cluster::Worker worker(std::move(o));
   g_worker = &worker;
   struct sigaction sa = {};
@@ -214,6 +236,7 @@ int cmd_worker(Args args) {
   sigaction(SIGTERM, &sa, nullptr);
   auto stats = worker.run();
   g_worker = nullptr;
+  close_tracer(tracer);
   if (!stats) return fail("worker", stats.error());
   std::fprintf(stderr,
                "weir worker: %zu claimed: %zu succeeded, %zu failed, %zu cancelled, %zu "

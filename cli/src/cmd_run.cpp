@@ -24,6 +24,7 @@
 #include "args.hpp"
 #include "commands.hpp"
 #include "document.hpp"
+#include "trace_flags.hpp"
 #include "weir/agents/crew_file.hpp"
 #include "weir/agents/workflow.hpp"
 #include "weir/graph/checkpointer.hpp"
@@ -193,6 +194,7 @@ struct RunTarget {
   fs::path store;
   bool stream = false;
   json::object metadata;  // into every checkpoint: the workflow file, for weir resume
+  std::shared_ptr<trace::Tracer> tracer;  // --trace, --otlp-endpoint (null: off)
 
   bool open(const Flags& f, const char* command) {
     stream = f.has("--stream");
@@ -293,6 +295,8 @@ int run_workflow(WorkflowEnv& env, RunTarget& target, const std::string& file, c
   opt.checkpoint_metadata = target.metadata;
   const bool progress = !target.stream && ::isatty(STDERR_FILENO);
   if (target.stream || progress) opt.events = std::make_shared<graph::EventStream>(64);
+  graph::RunTracing tracing{{target.tracer.get(), {}}, env.spec.name};
+  if (target.tracer) opt.trace = &tracing;
   auto events = opt.events;
   ProgressLine line;
   auto task = [&]() -> asio::awaitable<void> {
@@ -342,9 +346,11 @@ int run_workflow(WorkflowEnv& env, RunTarget& target, const std::string& file, c
 int cmd_run(Args args) {
   Flags f("run",
           {"--input", "--model", "--instances", "--concurrency", "--thread", "--store",
-           "--max-model-len"},
-          {"--table", "--stream"});
+           "--max-model-len", "--otlp-endpoint", "--trace"},
+          {"--table", "--stream", "--trace-content"});
   if (!f.parse(args)) return kExitInvalidInput;
+  std::shared_ptr<trace::Tracer> tracer;
+  if (!open_tracer(f, tracer)) return kExitInvalidInput;
   if (f.positional().size() != 1) return f.fail("give one workflow file"), kExitInvalidInput;
   auto doc = open_document(f.positional()[0]);
   if (!doc) return std::fprintf(stderr, "%s\n", doc.error().message.c_str()), kExitInvalidInput;
@@ -371,7 +377,10 @@ int cmd_run(Args args) {
                kExitInvalidInput;
       o.inputs = std::move(*parsed);
     }
-    return run_agents_file(f.positional()[0], o);
+    o.tracer = tracer;
+    const int rc = run_agents_file(f.positional()[0], o);
+    close_tracer(tracer);
+    return rc;
   }
   std::int64_t max_model_len = 0;
   if (!f.integer("--max-model-len", max_model_len, std::int64_t{16}, std::int64_t{1} << 20))
@@ -419,15 +428,23 @@ int cmd_run(Args args) {
   RunTarget target;
   if (!target.open(f, "run")) return kExitInvalidInput;
   target.metadata["workflow"] = fs::absolute(f.positional()[0]).string();
-  return run_workflow(*env, target, f.positional()[0], "run",
-                      [&](graph::GraphRuntime& rt, graph::RunOptions opt) {
-                        return rt.async_invoke(env->graph, input, std::move(opt));
-                      });
+  target.tracer = tracer;
+  const int rc = run_workflow(*env, target, f.positional()[0], "run",
+                              [&](graph::GraphRuntime& rt, graph::RunOptions opt) {
+                                return rt.async_invoke(env->graph, input, std::move(opt));
+                              });
+  target.tracer.reset();
+  close_tracer(tracer);
+  return rc;
 }
 
 int cmd_resume(Args args) {
-  Flags f("resume", {"--value", "--store", "--file", "--model", "--thread"}, {"--stream"});
+  Flags f("resume",
+          {"--value", "--store", "--file", "--model", "--thread", "--otlp-endpoint", "--trace"},
+          {"--stream", "--trace-content"});
   if (!f.parse(args)) return kExitInvalidInput;
+  std::shared_ptr<trace::Tracer> tracer;
+  if (!open_tracer(f, tracer)) return kExitInvalidInput;
   std::string thread = f.get("--thread").value_or("");
   if (f.positional().size() == 1 && thread.empty()) thread = f.positional()[0];
   if (thread.empty() || f.positional().size() > 1)
@@ -482,10 +499,14 @@ int cmd_resume(Args args) {
   if (!cp)
     return std::fprintf(stderr, "weir resume: %s\n", cp.error().message.c_str()), kExitRunFailed;
   target.checkpointer = std::move(*cp);
-  return run_workflow(*env, target, file, "resume",
-                      [&](graph::GraphRuntime& rt, graph::RunOptions opt) {
-                        return rt.async_resume(env->graph, thread, value, std::move(opt));
-                      });
+  target.tracer = tracer;
+  const int rc = run_workflow(*env, target, file, "resume",
+                              [&](graph::GraphRuntime& rt, graph::RunOptions opt) {
+                                return rt.async_resume(env->graph, thread, value, std::move(opt));
+                              });
+  target.tracer.reset();
+  close_tracer(tracer);
+  return rc;
 }
 
 int cmd_batch(Args args) {

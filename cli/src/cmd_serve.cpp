@@ -11,6 +11,7 @@
 #include "args.hpp"
 #include "commands.hpp"
 #include "mcp_tools.hpp"
+#include "trace_flags.hpp"
 #include "weir/inference/engine.hpp"
 #include "weir/serve/service.hpp"
 
@@ -54,8 +55,10 @@ int cmd_serve(Args args) {
            "--db",
            "--max-runs",
            "--max-queued-runs",
-           "--keep-runs"},
-          {"--insecure", "--ignore-eos"});
+           "--keep-runs",
+           "--otlp-endpoint",
+           "--trace"},
+          {"--insecure", "--ignore-eos", "--trace-content"});
   if (!f.parse(rest)) return kExitInvalidInput;
   if (!f.positional().empty())
     return f.fail("unexpected argument '" + f.positional()[0] + "'"), kExitInvalidInput;
@@ -135,6 +138,21 @@ int cmd_serve(Args args) {
     c.mcp = mcp->server();
   } else if (f.has("--mcp-root")) {
     return f.fail("--mcp-root needs --mcp-tools files"), kExitInvalidInput;
+  }
+  if (f.has("--otlp-endpoint") || f.has("--trace") || std::getenv("OTEL_EXPORTER_OTLP_ENDPOINT") ||
+      std::getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")) {
+    // The tracer's export thread must inherit the signal mask serve::run sets (see above).
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &set, nullptr);
+    if (!open_tracer(f, c.tracer)) return kExitInvalidInput;
+  } else if (f.has("--trace-content")) {
+    return f.fail(
+               "--trace-content needs --trace FILE, --otlp-endpoint URL or "
+               "OTEL_EXPORTER_OTLP_ENDPOINT"),
+           kExitInvalidInput;
   }
   if (auto st = serve::validate(c); !st) {
     std::fprintf(stderr, "weir serve: %s (see 'weir serve --help')\n", st.error().message.c_str());

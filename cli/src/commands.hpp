@@ -68,6 +68,7 @@ int cmd_worker(Args args);
 int cmd_runs(Args args);
 int cmd_cancel(Args args);
 int cmd_store(Args args);
+int cmd_trace(Args args);
 
 class Flags;
 // The checkpoint store a command names: --store, else $WEIR_STORE, else

@@ -27,7 +27,8 @@ constexpr Command kCommands[] = {
     {"run", "run a workflow file and print its final state as JSON",
      "usage: weir run FILE [--input JSON | --input @file.json] [--model PATH]\n"
      "                [--thread ID [--store DB|postgres://...]] [--stream] [--max-model-len N]\n"
-     "                [--instances N] [--concurrency N] [--table]\n\n"
+     "                [--instances N] [--concurrency N] [--table]\n"
+     "                [--trace FILE] [--otlp-endpoint URL] [--trace-content]\n\n"
      "Runs a workflow, crew or group-chat file under its limits and prints the result as JSON\n"
      "on stdout; a summary goes to stderr. --model overrides every model's path (crews and\n"
      "group chats: --model, else WEIR_MODEL, else weir's random-weight model); --model\n"
@@ -37,7 +38,11 @@ constexpr Command kCommands[] = {
      "summary table instead. --thread keeps a checkpoint per superstep in the store (see\n"
      "weir resume) so an interrupted run continues with weir resume and a crashed one with\n"
      "the same command; a terminal shows live progress; --stream prints the run's events as\n"
-     "JSON lines before the result. Exit codes: 0 success (or paused at an interrupt), 1\n"
+     "JSON lines before the result. --trace FILE writes the run's OpenTelemetry spans as OTLP\n"
+     "JSON lines (read them with weir trace FILE); --otlp-endpoint URL (or\n"
+     "OTEL_EXPORTER_OTLP_ENDPOINT) sends them to an OTLP/HTTP collector; --trace-content adds\n"
+     "prompts, completions and tool arguments (docs/tracing.md). Exit codes: 0 success (or\n"
+     "paused at an interrupt), 1\n"
      "invalid input, 2 run failed (typed\n"
      "error on stderr), 3 overloaded.\n\n"
      "examples:\n  weir run samples/workflows/map_reduce.json\n"
@@ -58,7 +63,8 @@ constexpr Command kCommands[] = {
      "--max-concurrency 64\n",
      cmd_batch},
     {"resume", "continue a workflow thread paused at an interrupt node",
-     "usage: weir resume THREAD_ID [--value JSON] [--store DB] [--file FILE] [--stream]\n\n"
+     "usage: weir resume THREAD_ID [--value JSON] [--store DB] [--file FILE] [--stream]\n"
+     "                   [--trace FILE] [--otlp-endpoint URL] [--trace-content]\n\n"
      "Continues the thread from its last checkpoint: the interrupt node that paused it receives\n"
      "--value (JSON; null when absent) in its output channel, and the run goes on to END or\n"
      "the next interrupt. The workflow file is the one the thread's checkpoints recorded\n"
@@ -81,7 +87,7 @@ constexpr Command kCommands[] = {
      cmd_store},
     {"submit", "queue a workflow run in PostgreSQL for weir worker; prints the run id",
      "usage: weir submit FILE --db URL [--input JSON | --input @file.json] [--thread ID]\n"
-     "                   [--max-attempts N]\n\n"
+     "                   [--max-attempts N] [--trace FILE] [--otlp-endpoint URL]\n\n"
      "Validates the workflow file and its input, then queues one run of it in the database's\n"
      "run queue (table weir_runs) and prints the run's id on stdout. The run carries the\n"
      "file's text and SHA-256, so any worker can run it (paths inside the file, such as\n"
@@ -91,13 +97,15 @@ constexpr Command kCommands[] = {
      "last checkpoint; after --max-attempts claims (default 3) it fails with\n"
      "attempts_exhausted. --db is a postgres:// or postgresql:// URI (or libpq key=value\n"
      "pairs), else $WEIR_DB; passwords may come from PGPASSWORD or ~/.pgpass. See\n"
-     "docs/scale-out.md.\n\n"
+     "docs/scale-out.md. The run record keeps a W3C traceparent (this submit's span when\n"
+     "traced, else a fresh trace): every worker attempt's spans continue that one trace.\n\n"
      "example:\n  weir submit samples/workflows/map_reduce.json --db postgres://weir@db/weir\n",
      cmd_submit},
     {"worker", "run queued workflow runs from PostgreSQL, up to N at once",
      "usage: weir worker --db URL [--max-runs N] [--once | --exit-when-idle] [--lease DURATION]\n"
      "                   [--memory SIZE] [--name NAME] [--poll DURATION]\n"
-     "                   [--connect-timeout DURATION]\n\n"
+     "                   [--connect-timeout DURATION] [--trace FILE] [--otlp-endpoint URL]\n"
+     "                   [--trace-content]\n\n"
      "Claims queued runs (FOR UPDATE SKIP LOCKED; any number of workers on any number of\n"
      "machines may share one database) and runs up to --max-runs at once (default 4) under one\n"
      "memory budget (--memory, default 1GiB; no run is claimed while 90% of it is in use).\n"
@@ -129,6 +137,16 @@ constexpr Command kCommands[] = {
      "stays on its thread. A finished run is left as it is.\n\n"
      "example:\n  weir cancel r-0123456789abcdef --db postgres://weir@db/weir\n",
      cmd_cancel},
+    {"trace", "print the spans of a trace file as a tree with durations",
+     "usage: weir trace FILE [--attributes] [--trace-id ID]\n\n"
+     "Reads OTLP JSON lines (what 'weir run --trace FILE' writes, one batch of spans a line;\n"
+     "an OTLP/HTTP receiver's request bodies have the same shape) and prints each trace as a\n"
+     "tree: every span under its parent in start order, with its duration; a failed span ends\n"
+     "with '! <error type>: <message>'. --attributes lists each span's attributes and events\n"
+     "under it; --trace-id keeps one trace. See docs/tracing.md.\n\n"
+     "example:\n  weir run samples/crews/research_crew.json --trace run.jsonl && weir trace "
+     "run.jsonl\n",
+     cmd_trace},
     {"validate", "check workflow files and report every problem",
      "usage: weir validate FILE...\n\n"
      "Parses and validates each workflow file (docs/workflow-format.md) and reports every\n"
@@ -189,7 +207,8 @@ constexpr Command kCommands[] = {
      "S]\n"
      "                  [--mcp-tools calculator,files,artifacts] [--mcp-workflows DIR]\n"
      "                  [--mcp-root DIR] [--workflows DIR [--db URL] [--max-runs N]\n"
-     "                  [--max-queued-runs N] [--keep-runs N]]\n\n"
+     "                  [--max-queued-runs N] [--keep-runs N]]\n"
+     "                  [--trace FILE] [--otlp-endpoint URL] [--trace-content]\n\n"
      "Serves POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health,\n"
      "GET /metrics, POST /tokenize and POST /detokenize on 127.0.0.1:8080 by default. A\n"
      "request's \"model\" picks a model by name (the file's stem unless NAME=FILE). Beyond\n"

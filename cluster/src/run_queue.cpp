@@ -37,7 +37,8 @@ CREATE TABLE IF NOT EXISTS weir_runs (
   error            TEXT,
   created_at       TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp(),
   started_at       TIMESTAMPTZ,
-  finished_at      TIMESTAMPTZ
+  finished_at      TIMESTAMPTZ,
+  traceparent      TEXT        NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS weir_runs_open ON weir_runs (created_at)
   WHERE state IN ('queued', 'running');
@@ -50,8 +51,13 @@ constexpr const char* kColumns =
     "max_attempts, coalesce(lease_owner, ''), " WEIR_MS("lease_expires") ", fence, "
     "cancel_requested, coalesce(result, ''), coalesce(error_code, ''), coalesce(error, ''), "
     WEIR_MS("created_at") ", " WEIR_MS("started_at") ", " WEIR_MS("finished_at") ", "
-    "coalesce(resume, '')";
-constexpr int kColumnCount = 20;
+    "coalesce(resume, ''), traceparent";
+constexpr int kColumnCount = 21;
+
+// A table made by a weir before traces lacks the column: added once, under the schema lock.
+// (To be folded into the one schema version of the PostgreSQL layer.)
+constexpr const char* kTraceColumn =
+    "ALTER TABLE weir_runs ADD COLUMN IF NOT EXISTS traceparent TEXT NOT NULL DEFAULT ''";
 
 RunRecord read_record(const PGresult* r, int row) {
   RunRecord rec;
@@ -76,6 +82,7 @@ RunRecord read_record(const PGresult* r, int row) {
   rec.started_ms = pg::cell_int(r, row, c++);
   rec.finished_ms = pg::cell_int(r, row, c++);
   rec.resume = pg::cell(r, row, c++);
+  rec.traceparent = pg::cell(r, row, c++);
   return rec;
 }
 
@@ -159,9 +166,13 @@ Result<std::unique_ptr<RunQueue>> RunQueue::open(std::string_view conninfo) {
   if (!conn) return std::move(conn).error();
   auto impl = std::make_unique<Impl>(std::move(*conn));
   auto& c = impl->conn;
-  auto exists = c.exec("SELECT to_regclass('weir_runs') IS NOT NULL", {}, "opening the run queue");
+  auto exists = c.exec(
+      "SELECT to_regclass('weir_runs') IS NOT NULL, EXISTS (SELECT 1 FROM "
+      "information_schema.columns WHERE table_name = 'weir_runs' AND column_name = "
+      "'traceparent' AND table_schema = current_schema())",
+      {}, "opening the run queue");
   if (!exists) return std::move(exists).error();
-  if (pg::cell_bool(exists->get(), 0, 0))
+  if (pg::cell_bool(exists->get(), 0, 0) && pg::cell_bool(exists->get(), 0, 1))
     return std::unique_ptr<RunQueue>(new RunQueue(std::move(impl)));
   if (auto r = c.exec("BEGIN", {}, "opening the run queue"); !r) return std::move(r).error();
   auto setup = [&]() -> Status {
@@ -179,6 +190,8 @@ Result<std::unique_ptr<RunQueue>> RunQueue::open(std::string_view conninfo) {
       if (auto r = c.exec(stmt.c_str(), {}, "creating the run queue (weir_runs)"); !r)
         return std::move(r).error();
     }
+    if (auto r = c.exec(kTraceColumn, {}, "adding weir_runs.traceparent"); !r)
+      return std::move(r).error();
     return {};
   };
   if (auto s = setup(); !s) {
@@ -199,12 +212,12 @@ Result<std::string> RunQueue::submit(const SubmitRequest& req) {
   // The INSERT and the NOTIFY in one statement: workers hear of the run once it is committed.
   auto r = impl_->conn.exec(
       "WITH ins AS (INSERT INTO weir_runs (id, workflow_name, workflow_file, workflow, "
-      "workflow_sha256, input, thread_id, state, max_attempts, resume) VALUES ($1, $2, $3, $4, "
-      "encode(sha256(convert_to($4, 'UTF8')), 'hex'), $5, $6, 'queued', $7::int, $8) RETURNING "
-      "id) SELECT pg_notify('weir_runs', 'queued') FROM ins",
+      "workflow_sha256, input, thread_id, state, max_attempts, resume, traceparent) VALUES ($1, "
+      "$2, $3, $4, encode(sha256(convert_to($4, 'UTF8')), 'hex'), $5, $6, 'queued', $7::int, $8, "
+      "$9) RETURNING id) SELECT pg_notify('weir_runs', 'queued') FROM ins",
       {id, req.workflow_name, req.workflow_file, req.workflow, req.input,
        req.thread_id.empty() ? id : req.thread_id, std::to_string(req.max_attempts),
-       req.resume.empty() ? std::nullopt : std::optional<std::string>(req.resume)},
+       req.resume.empty() ? std::nullopt : std::optional<std::string>(req.resume), req.traceparent},
       "queueing a run");
   if (!r) return std::move(r).error();
   return id;
@@ -307,7 +320,7 @@ Result<std::optional<RunRecord>> RunQueue::claim(std::string_view owner,
       "u.attempts, u.max_attempts, coalesce(u.lease_owner, ''), " WEIR_MS("u.lease_expires") ", "
       "u.fence, u.cancel_requested, coalesce(u.result, ''), coalesce(u.error_code, ''), "
       "coalesce(u.error, ''), " WEIR_MS("u.created_at") ", " WEIR_MS("u.started_at") ", "
-      WEIR_MS("u.finished_at") ", coalesce(u.resume, ''), u.workflow";
+      WEIR_MS("u.finished_at") ", coalesce(u.resume, ''), u.traceparent, u.workflow";
 #undef WEIR_CANCEL_NOW
 #undef WEIR_EXHAUSTED
 #undef WEIR_ENDS

@@ -267,6 +267,12 @@ struct Worker::Impl {
                                          {"attempt", h->rec.attempts},
                                          {"workflow", h->rec.workflow_file},
                                          {"workflow_sha256", h->rec.workflow_sha256}};
+    graph::RunTracing tracing{{opt.tracer, {}}, h->rec.workflow_name};
+    if (opt.tracer) {  // every attempt continues the trace the run record names
+      if (auto p = trace::parse_traceparent(h->rec.traceparent))
+        tracing.context.parent = std::move(*p);
+      o.trace = &tracing;
+    }
     if (h->resume) {
       auto op = runtime->async_resume(h->wf->built.graph, h->rec.thread_id, std::move(*h->resume),
                                       std::move(o));

@@ -231,7 +231,8 @@ void Runner::give_barrier_scratch() {
   barrier.reset();
 }
 
-asio::awaitable<Result<Update>> Runner::run_subgraph(const StateGraph::NodeDef& n) {
+asio::awaitable<Result<Update>> Runner::run_subgraph(const StateGraph::NodeDef& n,
+                                                     const NodeContext& ctx) {
   const auto& def = *n.sub;
   const CompiledGraph& child_graph = *def.graph;
   json::object in;
@@ -249,6 +250,7 @@ asio::awaitable<Result<Update>> Runner::run_subgraph(const StateGraph::NodeDef& 
     child->extras->event_prefix = event_prefix() + n.name + "/";
   }
   child->set_input(std::move(in));
+  if (traced) child->trace_begin(ctx.trace(), {});
   auto op = run(std::move(child));
   auto res = co_await std::move(op);
   if (!res) co_return std::move(res).error();
@@ -279,7 +281,7 @@ asio::awaitable<void> Runner::call(const Task& t, NodeContext& ctx, Result<Updat
   for (std::int32_t attempt = 1;; ++attempt) {
     try {
       if (n.sub)
-        r = co_await run_subgraph(n);
+        r = co_await run_subgraph(n, ctx);
       else if (n.sync)
         r = n.sync(StateView(g, st), ctx);
       else
@@ -290,7 +292,13 @@ asio::awaitable<void> Runner::call(const Task& t, NodeContext& ctx, Result<Updat
     const bool retryable =
         !r && (r.error().is(Errc::tool_failed) || r.error().is(Errc::tool_timeout) ||
                r.error().is(Errc::model_error));
-    if (r || !retryable || attempt >= n.options.max_attempts) co_return;
+    if (r || !retryable || attempt >= n.options.max_attempts) {
+      if (traced) trace_node_end(ctx.task_, r);
+      co_return;
+    }
+    if (traced)
+      ctx.trace_event("weir.node.retry", {{"weir.node.attempt", std::int64_t{attempt}},
+                                          {"error.type", std::string(errc_name(r.error().code))}});
     if (ctx.extra_) ctx.extra_->emitted.clear();
     asio::steady_timer timer(co_await asio::this_coro::executor,
                              n.options.backoff * (1 << std::min(attempt - 1, 10)));
@@ -524,12 +532,16 @@ Runner::Await Runner::advance_phase() {
       // A free permit is taken without a coroutine of its own; else the run queues.
       if (Limiter* admission = barrier ? barrier->admission : nullptr) {
         auto free_permit = admission->try_acquire();
-        if (!free_permit) return await_slow(Slow::queue);
+        if (!free_permit) {
+          if (traced) extras->trace->queued_at = Clock::now();
+          return await_slow(Slow::queue);
+        }
         permit = std::move(*free_permit);
       }
       return Await::more;
     case Phase::admitted:
       if (!ok) {
+        if (traced) trace_run_end();
         phase = Phase::done;
         return streaming() ? await_slow(Slow::failed) : Await::done;
       }
@@ -551,6 +563,7 @@ Runner::Await Runner::advance_phase() {
         phase = Phase::end;
         return Await::more;
       }
+      if (traced) trace_step_begin();
       phase = Phase::nodes;
       return streaming() ? await_slow(Slow::started) : Await::more;
     case Phase::nodes:
@@ -562,6 +575,8 @@ Runner::Await Runner::advance_phase() {
       barrier->results.emplace_back(Error(Errc::cancelled, "not run"));
       return Await::call;
     case Phase::barrier:
+      if (traced)  // nodes whose calls did not end their spans (direct, inline)
+        for (std::size_t i = 0; i < tasks.size(); ++i) trace_node_end(i, barrier->results[i]);
       // Interrupts first: the step's writes are discarded and the step is re-run on resume.
       if (auto k = interrupting_task(tasks, barrier->results); k < tasks.size()) {
         check(interrupt_run(tasks, k, superstep));
@@ -581,11 +596,13 @@ Runner::Await Runner::advance_phase() {
       phase = ok ? Phase::swap : Phase::end;
       return ok && streaming() && stream_state ? await_slow(Slow::state) : Await::more;
     case Phase::swap:
+      if (traced) trace_step_end();
       std::swap(tasks, barrier->next);
       give_barrier_scratch();
       phase = Phase::step;
       return Await::more;
     case Phase::end:
+      if (traced) trace_run_end();
       if (thread) thread->hold.reset();  // released before the caller hears the result
       phase = Phase::done;
       if (!ok) {
@@ -646,6 +663,12 @@ Result<RunResult> Runner::result_of_run() {
 
 asio::awaitable<void> Runner::queue_for_permit() {
   Result<Limiter::Permit> queued = co_await barrier->admission->async_acquire();
+  if (traced) {
+    const auto waited =
+        std::chrono::duration<double, std::milli>(Clock::now() - extras->trace->queued_at);
+    trace_fence("weir.fence.admission_wait", {{"weir.fence.wait_ms", waited.count()},
+                                              {"weir.fence.admitted", queued.has_value()}});
+  }
   if (queued)
     permit = std::move(*queued);
   else
@@ -831,6 +854,8 @@ asio::awaitable<Result<RunResult>> GraphRuntime::async_run(
   // The run keeps no owning reference to the stream: a consumer that drops it closes it.
   if (options.events) r->extra().events = options.events->impl_;
   r->stream_state = options.stream_state;
+  if (options.trace && options.trace->context)
+    r->trace_begin(options.trace->context, options.trace->name);
   return Runner::run(std::move(r));
 }
 

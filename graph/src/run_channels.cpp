@@ -81,6 +81,10 @@ void Runner::trim_window(std::size_t ch, json::array& arr) {
     ++drop;
   }
   if (drop == 0) return;
+  if (traced)
+    trace_fence("weir.fence.window_eviction",
+                {{"weir.channel", g.channels_[ch].first},
+                 {"weir.window.evicted_messages", static_cast<std::int64_t>(drop)}});
   if (opt.artifacts || o.summarize) {
     auto& evicted = extra().evicted;
     if (evicted.empty()) evicted.resize(g.channels_.size());

@@ -22,6 +22,7 @@
 #include "weir/graph/state_graph.hpp"
 #include "weir/runtime/limiter.hpp"
 #include "weir/runtime/memory_budget.hpp"
+#include "weir/runtime/trace.hpp"
 
 namespace weir::graph {
 
@@ -82,6 +83,18 @@ class ThreadHold {
   std::thread worker_;
 };
 
+// A traced run's spans (run_trace.cpp): the run's own, the current superstep's and one per
+// task of the step. Made only for a run with RunOptions::trace (or a subgraph of one).
+struct RunTrace {
+  trace::Context ctx;  // the tracer and the parent of the run span
+  trace::Span run;     // not recording for a subgraph's run without a span of its own
+  trace::Span step;
+  std::vector<trace::Span> nodes;  // [tasks] of the current step
+  std::chrono::steady_clock::time_point queued_at{};
+  // The parent of the step spans: the run span, or the context's parent when it has none.
+  trace::Context for_steps() const { return ctx.child(run); }
+};
+
 // Inside a catch block: the Error for the exception being handled (an Exception's own error,
 // any other std::exception as tool_failed "threw: <what>"); anything else is rethrown.
 Error thrown_error();
@@ -137,6 +150,7 @@ struct Runner {
     // Turns evicted by a messages window in this step, folded into its marker at the barrier.
     std::vector<json::array> evicted;  // [channels]
     Error error;                       // why the run failed, once !ok
+    std::unique_ptr<RunTrace> trace;   // set with `traced`
   };
   std::unique_ptr<Extra> extras;
   Extra& extra() {
@@ -203,7 +217,8 @@ struct Runner {
   Status offload(json::value& v);
 
   // A subgraph node: the child graph runs to END as a nested run of this one.
-  asio::awaitable<Result<Update>> run_subgraph(const StateGraph::NodeDef& n);
+  asio::awaitable<Result<Update>> run_subgraph(const StateGraph::NodeDef& n,
+                                               const NodeContext& ctx);
 
   // A node with retries, a subgraph or a sync node among async ones: the result goes to `r`
   // (not returned, so that the awaiting frame keeps no temporary for it).
@@ -330,7 +345,8 @@ struct Runner {
   bool stream_state : 1 = false;
   bool nested : 1 = false;  // a subgraph's run: no checkpoints, no interrupts, no run_* events
   bool interrupted : 1 = false;
-  bool ok : 1 = true;  // the run's outcome so far: false once it failed, with extras->error
+  bool ok : 1 = true;       // the run's outcome so far: false once it failed, with extras->error
+  bool traced : 1 = false;  // extras->trace is set: the trace_* hooks below record spans
   std::int32_t superstep = 0;
   std::uint32_t interrupted_task = 0;  // interrupt_run()
   std::uint32_t offloaded = 0;         // values moved to the artifact store
@@ -389,6 +405,17 @@ struct Runner {
   asio::awaitable<void> push_run_started(const json::object& input, const json::value* resume);
 
   asio::awaitable<void> push_state(std::int32_t step);
+
+  // Tracing hooks (run_trace.cpp); each is called only when `traced`.
+  // The run's span under `ctx` (named by the graph's set_trace_span, else `invoke_workflow
+  // <name>` for a top-level run; none for a subgraph's run without a span of its own).
+  void trace_begin(const trace::Context& ctx, std::string_view name);
+  void trace_step_begin();  // after begin_step: the superstep's span and its tasks'
+  void trace_node_end(std::size_t task, const Result<Update>& r);
+  void trace_step_end();
+  void trace_run_end();  // the outcome, the counters, a loop cap as an event
+  // An event on the current superstep's span (the run's between steps).
+  void trace_fence(std::string_view name, std::vector<trace::Attribute> attributes);
 
   // Restores the thread's state from its latest checkpoint; an unfinished one also gives the
   // tasks to run next. An interrupted one is continued only by async_resume.

@@ -47,6 +47,12 @@ StateGraph& StateGraph::add_subgraph(std::string name, std::shared_ptr<const Com
   return *this;
 }
 
+StateGraph& StateGraph::set_trace_span(std::string operation, std::string name) {
+  trace_operation_ = std::move(operation);
+  trace_name_ = std::move(name);
+  return *this;
+}
+
 StateGraph& StateGraph::add_sends(std::string from, std::vector<std::string> targets) {
   edges_.push_back({std::move(from), std::move(targets), {}, true});
   return *this;
@@ -82,6 +88,8 @@ Result<std::shared_ptr<const CompiledGraph>> StateGraph::compile(GraphLimits lim
   g->channels_ = std::move(channels_);
   g->nodes_ = std::move(nodes_);
   g->edges_ = std::move(edges_);
+  g->trace_operation_ = std::move(trace_operation_);
+  g->trace_name_ = std::move(trace_name_);
   const auto& nodes = g->nodes_;
   // A binary search for names (a graph may have hundreds of thousands of nodes); among equal
   // names (an error reported below) the first defined.

@@ -562,7 +562,7 @@ Result<WorkflowGraph> build_workflow_graph(const WorkflowSpec& spec, WorkflowHoo
                     text += "\n" + to_text(m.at("content"));
                 }
               }
-              auto r = co_await model_call(model, system, text, max_tokens, schema);
+              auto r = co_await model_call(model, system, text, max_tokens, schema, c);
               if (!r) co_return r.error();
               if (auto st = c.charge_tokens(static_cast<std::int64_t>(r->size() / 4 + 1)); !st)
                 co_return st.error();

@@ -1,5 +1,6 @@
 // weir serve: configuration, the server's life, routing, and the model, health, metrics and MCP
 // endpoints. The generation endpoints: service_generate.cpp; Service::Impl: service_impl.hpp.
+#include "request_trace.hpp"
 #include "service_impl.hpp"
 
 namespace weir::serve {
@@ -220,7 +221,9 @@ awaitable<void> Service::Impl::handle(http::Exchange& ex) {
       co_return;
     }
   }
+  trace::Span span = start_request_span(cfg.tracer.get(), rq);
   co_await route(ex, out, streamed);
+  finish_request_span(span, rq, out, streamed);
   int idx = out.status < 400    ? 0
             : out.status == 429 ? 2
             : out.status >= 500 ? 3

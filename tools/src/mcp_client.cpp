@@ -480,6 +480,13 @@ std::int64_t McpClient::restarts() const {
 
 asio::awaitable<Result<json::object>> McpClient::async_call_tool(
     std::string tool, json::object arguments, std::chrono::milliseconds timeout) {
+  return async_call_tool(std::move(tool), std::move(arguments), timeout, trace::Context{});
+}
+
+asio::awaitable<Result<json::object>> McpClient::async_call_tool(std::string tool,
+                                                                 json::object arguments,
+                                                                 std::chrono::milliseconds timeout,
+                                                                 trace::Context trace) {
   using namespace asio::experimental::awaitable_operators;
   Impl* p = impl_.get();
   auto ex = co_await asio::this_coro::executor;
@@ -488,6 +495,16 @@ asio::awaitable<Result<json::object>> McpClient::async_call_tool(
   auto chan = std::make_shared<Chan>(p->ioc.get_executor(), 1);
   const std::string what = "tool '" + tool + "'";
   json::object params{{"name", tool}, {"arguments", std::move(arguments)}};
+  trace::Span span = trace.start("tools/call " + tool, trace::SpanKind::client);
+  if (span) {
+    span.set("mcp.method.name", "tools/call");
+    span.set(trace::attr::kToolName, tool);
+    span.set("weir.mcp.server", p->cfg.name);
+    const trace::SpanContext sc = span.context();
+    json::object meta{{"traceparent", trace::format_traceparent(sc)}};
+    if (!sc.trace_state.empty()) meta["tracestate"] = sc.trace_state;
+    params["_meta"] = std::move(meta);
+  }
   asio::post(p->ioc, [p, chan, what, params = std::move(params)]() mutable {
     if (auto s = p->start_request("tools/call", std::move(params), what, chan, false); !s)
       chan->try_send(boost::system::error_code{}, Reply(std::move(s).error()));
@@ -498,19 +515,41 @@ asio::awaitable<Result<json::object>> McpClient::async_call_tool(
   const std::string prefix = "mcp server '" + p->cfg.name + "': " + what;
   if (won.index() == 1) {
     asio::post(p->ioc, [p, chan] { p->cancel_request(chan, "timeout"); });
-    co_return Error(Errc::tool_timeout, prefix + " did not answer within " +
-                                            std::to_string(timeout.count()) +
-                                            " ms (the request was cancelled)");
+    Error e(Errc::tool_timeout, prefix + " did not answer within " +
+                                    std::to_string(timeout.count()) +
+                                    " ms (the request was cancelled)");
+    span.set_error(e);
+    span.end();
+    co_return e;
   }
   Reply r = std::move(std::get<1>(std::get<0>(won)));
-  if (std::get<0>(std::get<0>(won)))
-    co_return Error(Errc::cancelled, prefix + ": the call was cancelled");
+  if (std::get<0>(std::get<0>(won))) {
+    Error e(Errc::cancelled, prefix + ": the call was cancelled");
+    span.set_error(e);
+    span.end();
+    co_return e;
+  }
   if (!r) {
     Error e = std::move(r).error();
     if (!e.message.starts_with("mcp server '")) e.message = prefix + ": " + e.message;
+    span.set_error(e);
+    span.end();
     co_return e;
   }
-  if (!r->is_object()) co_return Error(Errc::tool_failed, prefix + ": the result is not an object");
+  if (!r->is_object()) {
+    Error e(Errc::tool_failed, prefix + ": the result is not an object");
+    span.set_error(e);
+    span.end();
+    co_return e;
+  }
+  if (span) {
+    const auto* is_error = r->get_object().if_contains("isError");
+    if (is_error && is_error->is_bool() && is_error->get_bool())
+      span.set_error("tool_error", "the tool answered isError: true");
+    else
+      span.set_ok();
+  }
+  span.end();  // not with the frame, which the caller's awaitable may keep alive
   co_return std::move(r->get_object());
 }
 

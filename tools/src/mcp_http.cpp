@@ -90,7 +90,7 @@ struct HttpTransport::State : std::enable_shared_from_this<State> {
     for (auto* s : signals) s->emit(asio::cancellation_type::terminal);
   }
 
-  http::ClientRequest request_for(std::string body) const {
+  http::ClientRequest request_for(std::string body, std::string traceparent) const {
     http::ClientRequest r;
     r.method = "POST";
     r.target = url.path.empty() ? "/" : "";  // the URL's path is the endpoint
@@ -99,12 +99,14 @@ struct HttpTransport::State : std::enable_shared_from_this<State> {
     if (!session_id.empty()) r.headers.push_back({"Mcp-Session-Id", session_id});
     if (!protocol_version.empty()) r.headers.push_back({"MCP-Protocol-Version", protocol_version});
     for (const auto& [k, v] : headers) r.headers.push_back({k, v});
+    // The W3C trace context the client put in the request's params._meta goes in the header too.
+    if (!traceparent.empty()) r.headers.push_back({"traceparent", std::move(traceparent)});
     r.body = std::move(body);
     return r;
   }
 
   // One message's POST. `id` is the request's id (null for notifications and responses).
-  asio::awaitable<void> post(std::string body, json::value id) {
+  asio::awaitable<void> post(std::string body, json::value id, std::string traceparent) {
     auto self = shared_from_this();  // the client and this state outlive the request
     const bool is_request = !id.is_null();
     enum class Mode { unknown, json, sse } mode = Mode::unknown;
@@ -148,7 +150,8 @@ struct HttpTransport::State : std::enable_shared_from_this<State> {
         return {};
       });
     };
-    auto r = co_await client->async_request(url, request_for(std::move(body)), sink);
+    http::ClientRequest request = request_for(std::move(body), std::move(traceparent));
+    auto r = co_await client->async_request(url, std::move(request), sink);
     if (ended) co_return;  // closed, or the connection already ended for another reason
     if (!r) {
       end(who + ": " + r.error().message);
@@ -230,14 +233,23 @@ asio::awaitable<Status> HttpTransport::async_write_message(std::string message) 
   auto s = s_;
   if (s->ended) co_return Error(Errc::io_error, *s->ended);
   json::value id;
-  if (auto m = rpc::parse(message); m && m->kind == rpc::Kind::request) id = m->id;
+  std::string traceparent;
+  if (auto m = rpc::parse(message); m && m->kind == rpc::Kind::request) {
+    id = m->id;
+    if (const auto* p = m->params.if_object())
+      if (const auto* meta = p->if_contains("_meta"); meta && meta->is_object())
+        if (const auto* tp = meta->get_object().if_contains("traceparent");
+            tp && tp->is_string() && tp->get_string().size() <= 64)
+          traceparent = std::string(tp->get_string());
+  }
   auto& signal = s->posts.emplace_back();
   auto it = std::prev(s->posts.end());
   asio::co_spawn(
       s->ex,
-      [s, it, body = std::move(message), id = std::move(id)]() mutable -> asio::awaitable<void> {
+      [s, it, body = std::move(message), id = std::move(id),
+       traceparent = std::move(traceparent)]() mutable -> asio::awaitable<void> {
         try {
-          co_await s->post(std::move(body), std::move(id));
+          co_await s->post(std::move(body), std::move(id), std::move(traceparent));
         } catch (const std::exception& e) {
           weir::log(LogLevel::error, s->who + ": POST failed: " + e.what());
         }

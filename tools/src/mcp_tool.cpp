@@ -69,7 +69,7 @@ class McpTool final : public BasicTool {
         remote_(info.name) {}
 
   asio::awaitable<Result<std::string>> invoke(json::object args, const ToolContext& ctx) override {
-    auto op = client_->async_call_tool(remote_, std::move(args), options().timeout);
+    auto op = client_->async_call_tool(remote_, std::move(args), options().timeout, ctx.trace);
     auto r = co_await std::move(op);
     if (!r) co_return std::move(r).error();
     const std::string source = name();

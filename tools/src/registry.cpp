@@ -14,6 +14,7 @@
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/json/serialize.hpp>
 
 #include "utf8.hpp"
 #include "weir/runtime/artifact_store.hpp"
@@ -185,8 +186,44 @@ std::size_t ToolRegistry::in_flight(std::string_view name) const {
   return it == tools_.end() ? 0 : it->second->limiter.in_use();
 }
 
-asio::awaitable<Result<ToolOutput>> ToolRegistry::async_call(std::string_view name_in,
+asio::awaitable<Result<ToolOutput>> ToolRegistry::async_call(std::string_view name,
                                                              json::object args, ToolContext ctx) {
+  if (!ctx.trace) return call(name, std::move(args), std::move(ctx));
+  return traced_call(std::string(name), std::move(args), std::move(ctx));
+}
+
+// The call inside an `execute_tool <name>` span (GenAI semantic conventions) with what weir's
+// fences did to it: argument and output sizes, a spill to the artifact store, the error type.
+asio::awaitable<Result<ToolOutput>> ToolRegistry::traced_call(std::string name, json::object args,
+                                                              ToolContext ctx) {
+  trace::Span span = ctx.trace.start("execute_tool " + name);
+  span.set(trace::attr::kOperation, "execute_tool");
+  span.set(trace::attr::kToolName, name);
+  span.set("gen_ai.tool.type", "function");
+  if (!ctx.call_id.empty()) span.set(trace::attr::kToolCallId, ctx.call_id);
+  {
+    const std::string text = json::serialize(args);
+    span.set("weir.tool.arguments_bytes", text.size());
+    span.set_content("gen_ai.tool.call.arguments", text);
+  }
+  ctx.trace = ctx.trace.child(span);
+  auto op = call(name, std::move(args), std::move(ctx));
+  Result<ToolOutput> r = co_await std::move(op);
+  if (r) {
+    span.set("weir.tool.output_bytes", r->output_bytes);
+    span.set("weir.tool.spilled", r->artifact_id.has_value());
+    if (r->artifact_id) span.set("weir.tool.artifact_id", *r->artifact_id);
+    span.set_content("gen_ai.tool.call.result", r->content);
+    span.set_ok();
+  } else {
+    span.set_error(r.error());
+  }
+  span.end();  // not with the frame, which the caller's awaitable may keep alive
+  co_return r;
+}
+
+asio::awaitable<Result<ToolOutput>> ToolRegistry::call(std::string_view name_in, json::object args,
+                                                       ToolContext ctx) {
   using namespace asio::experimental::awaitable_operators;
   const std::string name(name_in);
   const auto start = Clock::now();

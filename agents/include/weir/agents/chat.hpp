@@ -19,6 +19,7 @@
 
 #include "weir/http/openai.hpp"
 #include "weir/runtime/error.hpp"
+#include "weir/runtime/trace.hpp"
 
 namespace weir::agents {
 
@@ -85,6 +86,10 @@ struct ChatParams {
   // output_schema). Models that can constrain decoding (LocalChatModel) do so when the turn
   // has no tools; a keyword they cannot enforce is an invalid_argument naming it.
   std::optional<boost::json::object> response_schema;
+  // The call's `chat <model>` span (async_traced_chat, chat_trace.hpp), or null: a model adds
+  // what only it knows (the engine's timings, a remote endpoint's retries) and a remote model
+  // sends the span's W3C context (traceparent). REQUIRES: outlives the call.
+  trace::Span* span = nullptr;
 };
 
 struct ChatUsage {

@@ -78,6 +78,9 @@ struct RunRecord {
   std::string error_code;  // errc_name of the failure ("" unless failed or cancelled)
   std::string error;
   int64_t created_ms = 0, started_ms = 0, finished_ms = 0;  // unix ms, server clock; 0: not yet
+  // The W3C traceparent every attempt's spans continue (docs/tracing.md): the run keeps one
+  // trace however many workers it takes. "" when none was recorded.
+  std::string traceparent;
 };
 
 struct SubmitRequest {
@@ -88,6 +91,7 @@ struct SubmitRequest {
   std::string thread_id;                   // "" = the run's id
   std::string resume;                      // "" or JSON text: see RunRecord::resume
   int max_attempts = kDefaultMaxAttempts;  // REQUIRES >= 1
+  std::string traceparent;                 // see RunRecord::traceparent; "" = none
 };
 
 // The checkpointer claim token of the holder with this fence ("run-fence-<fence>").

@@ -37,6 +37,7 @@
 
 #include "weir/cluster/run_queue.hpp"
 #include "weir/runtime/error.hpp"
+#include "weir/runtime/trace.hpp"
 
 namespace weir::cluster {
 
@@ -57,6 +58,10 @@ struct WorkerOptions {
   std::chrono::milliseconds connect_timeout{30000};
   std::function<void(const std::string&)>
       log;  // one line per event (claim, end, loss); may be null
+  // Tracing (docs/tracing.md): each attempt's run records its spans under the run record's
+  // traceparent, so a run continued by another worker after a crash stays one trace. Null:
+  // off. REQUIRES: outlives run().
+  trace::Tracer* tracer = nullptr;
 };
 
 struct WorkerStats {

@@ -40,6 +40,7 @@
 #include "weir/graph/events.hpp"
 #include "weir/graph/workflow.hpp"
 #include "weir/runtime/error.hpp"
+#include "weir/runtime/trace.hpp"
 
 namespace weir {
 class ArtifactStore;
@@ -135,6 +136,13 @@ class NodeContext {
   // 50 ms); what it returns after that is discarded: the run ends with `cancelled` after the
   // step. Thread safety: any thread.
   bool cancelled() const;
+
+  // Tracing (weir/runtime/trace.hpp): the context whose parent is this call's node span, for
+  // the spans of what the node calls (a model, a tool); empty when the run is not traced.
+  trace::Context trace() const;
+  // An event on this call's node span (a fence that acted inside the node: a history window
+  // that evicted turns, say). A no-op when the run is not traced.
+  void trace_event(std::string_view name, std::vector<trace::Attribute> attributes = {});
 
  private:
   friend class GraphRuntime;
@@ -257,6 +265,11 @@ class StateGraph {
   // Errors (compile): a mapped channel missing in the parent or the child.
   StateGraph& add_subgraph(std::string name, std::shared_ptr<const CompiledGraph> sub,
                            SubgraphOptions opts = {});
+  // What a traced run of this graph calls its span: "<operation> <name>" with
+  // gen_ai.operation.name = operation (an agent's loop: "invoke_agent", its name). A graph
+  // without one records `invoke_workflow <RunOptions::trace_name>` when it is the top-level run
+  // and no span of its own as a subgraph (its supersteps go under the subgraph's node span).
+  StateGraph& set_trace_span(std::string operation, std::string name);
 
   // Errors: invalid_workflow listing every problem (unknown nodes, nodes unreachable from
   // START or unable to reach END, duplicate names).
@@ -286,6 +299,7 @@ class StateGraph {
   std::vector<std::pair<std::string, ChannelOptions>> channels_;
   std::vector<NodeDef> nodes_;
   std::vector<EdgeDef> edges_;
+  std::string trace_operation_, trace_name_;
 };
 
 class CompiledGraph {
@@ -310,8 +324,9 @@ class CompiledGraph {
   std::vector<std::vector<std::size_t>> static_next_;  // [node + 1]: index 0 = START
   std::vector<std::vector<const Router*>> routers_;    // [node + 1]
   std::vector<std::vector<std::string>> cycles_;
-  std::vector<std::uint32_t> by_name_;  // node indexes sorted by name, for node_index()
-  bool visit_caps_ = false;             // some node has NodeOptions::max_visits
+  std::vector<std::uint32_t> by_name_;        // node indexes sorted by name, for node_index()
+  bool visit_caps_ = false;                   // some node has NodeOptions::max_visits
+  std::string trace_operation_, trace_name_;  // StateGraph::set_trace_span
   std::optional<std::size_t> node_index(std::string_view name) const;
 };
 
@@ -340,6 +355,12 @@ struct RunResult {
 };
 
 class Checkpointer;
+
+// What a traced run records its spans under (RunOptions::trace).
+struct RunTracing {
+  trace::Context context;  // the tracer, and the parent of the run's span (none: a new trace)
+  std::string name;        // `invoke_workflow <name>` (the workflow file's name); "graph" if empty
+};
 
 struct RunOptions {
   std::string run_id;  // artifacts are owned by it; generated when empty
@@ -377,6 +398,15 @@ struct RunOptions {
   // NodeContext::cancelled(). What the run committed before stays committed; a stopped run on
   // a thread can be continued like any unfinished one. Null: not cancellable.
   std::shared_ptr<const std::atomic<bool>> cancel;
+  // Tracing (weir/runtime/trace.hpp, docs/tracing.md): with a tracer in trace->context, the run
+  // records a span `invoke_workflow <trace->name>` (or the graph's set_trace_span) under the
+  // context's parent (a new trace when it has none), a span per superstep and per node under
+  // it, and the fences that acted as events (admission wait, loop caps, window eviction); nodes
+  // get the context of their span from NodeContext::trace(). Null (the default): nothing is
+  // recorded, and the run pays one branch per phase. A pointer, not a value: every caller
+  // holds its RunOptions while its run is in flight (8 bytes, not 104, a run).
+  // REQUIRES: *trace outlives the start of the run; its tracer outlives the run.
+  const RunTracing* trace = nullptr;
 };
 
 struct RuntimeOptions {

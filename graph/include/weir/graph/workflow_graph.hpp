@@ -22,10 +22,11 @@
 namespace weir::graph {
 
 // A model call for llm nodes: (model name, system, prompt, max_tokens, the node's
-// output_schema or nullopt) -> text (with a schema: one JSON value valid against it).
+// output_schema or nullopt, node context) -> text (with a schema: one JSON value valid against
+// it).
 using ModelCall = std::function<boost::asio::awaitable<Result<std::string>>(
     std::string model, std::string system, std::string prompt, std::int32_t max_tokens,
-    std::optional<boost::json::object> output_schema)>;
+    std::optional<boost::json::object> output_schema, NodeContext& ctx)>;
 
 // A tool call for tool nodes whose built-in weir::graph does not run itself (everything but
 // `lorem`, `sleep` and `calculator`): (tool name, rendered args, node context) -> the value written

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "weir/runtime/error.hpp"
+#include "weir/runtime/trace.hpp"
 
 namespace weir::tools {
 class McpServer;
@@ -75,6 +76,9 @@ struct ServeConfig {
   std::size_t max_runs = 8;           // runs executing at once in this process
   std::size_t max_queued_runs = 256;  // runs waiting; beyond it POST /v1/runs answers 429
   std::size_t keep_runs = 1000;       // in-process: finished runs remembered (newest)
+  // Tracing (docs/tracing.md): a server span per request, continuing the caller's trace from
+  // its W3C traceparent header. Null: off.
+  std::shared_ptr<trace::Tracer> tracer;
 };
 
 // The configuration, one setting per line (printed at start-up).

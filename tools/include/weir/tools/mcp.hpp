@@ -51,6 +51,7 @@
 #include <boost/json/value.hpp>
 
 #include "weir/runtime/error.hpp"
+#include "weir/runtime/trace.hpp"
 #include "weir/tools/tool.hpp"
 
 namespace weir::tools {
@@ -128,6 +129,13 @@ class McpClient {
   // or write-queue cap), tool_timeout, cancelled (the client shut down).
   boost::asio::awaitable<Result<boost::json::object>> async_call_tool(
       std::string tool, boost::json::object arguments, std::chrono::milliseconds timeout);
+  // The same, traced: a client span `tools/call <tool>` under `trace` (MCP semantic
+  // conventions: mcp.method.name, gen_ai.tool.name, jsonrpc.request.id is not known here), whose
+  // W3C context goes to the server in params._meta.traceparent (and, over Streamable HTTP, in
+  // the traceparent header).
+  boost::asio::awaitable<Result<boost::json::object>> async_call_tool(
+      std::string tool, boost::json::object arguments, std::chrono::milliseconds timeout,
+      trace::Context trace);
 
   // Times the server was restarted after it died or was reset.
   std::int64_t restarts() const;

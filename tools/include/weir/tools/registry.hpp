@@ -78,6 +78,11 @@ class ToolRegistry {
   struct Entry;  // internal: a tool with its limits, shared with background invocations
 
  private:
+  // async_call without tracing, and inside its span (ToolContext::trace).
+  boost::asio::awaitable<Result<ToolOutput>> call(std::string_view name, boost::json::object args,
+                                                  ToolContext ctx);
+  boost::asio::awaitable<Result<ToolOutput>> traced_call(std::string name, boost::json::object args,
+                                                         ToolContext ctx);
   struct Shared;
   RegistryOptions options_;
   std::shared_ptr<Shared> shared_;  // the blocking pool, shared with background invocations

@@ -27,6 +27,7 @@
 #include <boost/json/object.hpp>
 
 #include "weir/runtime/error.hpp"
+#include "weir/runtime/trace.hpp"
 
 namespace weir {
 class ArtifactStore;
@@ -48,6 +49,10 @@ struct ToolContext {
   std::string owner;                   // artifact owner (the run id)
   // Where synchronous tool bodies run; set by ToolRegistry. Empty: they run inline.
   boost::asio::any_io_executor blocking_executor;
+  // Tracing: ToolRegistry::async_call records an `execute_tool <name>` span under it and hands
+  // the tool the context of that span (an MCP tool's call goes under it). Empty: not traced.
+  trace::Context trace;
+  std::string call_id;  // the model's id for this call (gen_ai.tool.call.id), when known
 };
 
 class Tool {

@@ -1,0 +1,247 @@
+// A trace that crosses processes and the command line: a remote-model agent calling weir serve
+// (the server continues the agent's trace from its traceparent), `weir run --trace FILE` read
+// back by `weir trace`, `weir run --otlp-endpoint` against a receiver that hangs.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <regex>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/json.hpp>
+
+#include "../cli/run_weir.hpp"
+#include "otlp_receiver.hpp"
+#include "weir/agents/agent.hpp"
+#include "weir/agents/openai_model.hpp"
+#include "weir/http/otlp.hpp"
+#include "weir/inference/gguf_writer.hpp"
+#include "weir/serve/service.hpp"
+#include "weir/tools/registry.hpp"
+
+namespace weir {
+namespace {
+
+namespace asio = boost::asio;
+namespace json = boost::json;
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+using testing::OtlpReceiver;
+
+std::shared_ptr<trace::Tracer> tracer_to(const OtlpReceiver& rx, std::string service) {
+  http::OtlpOptions h;
+  h.endpoint = rx.traces_url();
+  auto e = http::make_otlp_exporter(h);
+  EXPECT_TRUE(e);
+  std::vector<std::unique_ptr<trace::SpanExporter>> ex;
+  ex.push_back(std::move(*e));
+  trace::TracerOptions o;
+  o.service_name = std::move(service);
+  o.schedule_delay = 20ms;
+  return std::make_shared<trace::Tracer>(o, std::move(ex));
+}
+
+// A random-weight model (its text is noise; its tokens are real) with `context` tokens.
+fs::path tiny_model(std::int64_t context = 512) {
+  auto dir = fs::temp_directory_path() / ("weir-trace-test-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const auto path = dir / ("tiny" + std::to_string(context) + ".gguf");
+  if (!fs::exists(path)) {
+    auto shape = inference::RandomModelShape::tiny();
+    shape.context_length = static_cast<std::int32_t>(context);
+    auto st = inference::write_random_llama(path, shape, inference::GgmlType::f32, 7);
+    EXPECT_TRUE(st) << st.error().message;
+  }
+  return path;
+}
+
+// One trace across two weirs: an agent whose model is `openai:` at a weir serve. The server's
+// request span is the child of the agent's chat span, and both count the same tokens.
+TEST(CrossProcess, ARemoteModelAgentsTraceContinuesInWeirServe) {
+  OtlpReceiver rx;
+  auto server_tracer = tracer_to(rx, "weir-serve");
+  serve::ServeConfig c;
+  c.models.push_back({"tiny", tiny_model()});
+  c.port = 0;
+  c.kv_cache_bytes = 16u << 20;
+  c.ignore_eos = true;
+  c.max_num_seqs = 2;
+  c.tracer = server_tracer;
+  auto svc = serve::Service::start(std::move(c));
+  ASSERT_TRUE(svc) << svc.error().message;
+  ASSERT_TRUE((*svc)->wait_ready());
+
+  auto agent_tracer = tracer_to(rx, "weir-agent");
+  agents::OpenAIModelOptions mo;
+  mo.base_url = "http://127.0.0.1:" + std::to_string((*svc)->port()) + "/v1";
+  mo.model = "tiny";
+  mo.max_retries = 0;
+  auto model = agents::OpenAIChatModel::open(mo);
+  ASSERT_TRUE(model) << model.error().message;
+  auto a = agents::Agent::create({.name = "remote", .role = "a writer", .max_tokens_per_turn = 8},
+                                 *model, std::make_shared<tools::ToolRegistry>());
+  ASSERT_TRUE(a) << a.error().message;
+  graph::GraphRuntime runtime;
+  graph::RunOptions opt;
+  const graph::RunTracing tracing{{agent_tracer.get(), {}}, {}};
+  opt.trace = &tracing;
+  asio::io_context io;
+  Result<agents::AgentResult> r = Error(Errc::cancelled, "not run");
+  auto task = [&]() -> asio::awaitable<void> {
+    std::vector<agents::Message> none;
+    auto op = (*a)->async_run(runtime, "Say something.", std::move(none), opt);
+    r = co_await std::move(op);
+  };
+  asio::co_spawn(io, task(), asio::detached);
+  io.run();
+  ASSERT_TRUE(r) << r.error().message;
+  ASSERT_TRUE(agent_tracer->flush(20s));
+  ASSERT_TRUE(server_tracer->flush(20s));
+  (*svc)->shutdown(1s);
+
+  auto spans = rx.spans();
+  const auto* chat = testing::find_span(spans, "chat openai:tiny");
+  const auto* server = testing::find_span(spans, "POST /v1/chat/completions");
+  ASSERT_TRUE(chat && server);
+  EXPECT_EQ(chat->service, "weir-agent");
+  EXPECT_EQ(server->service, "weir-serve");
+  EXPECT_EQ(server->span.kind, trace::SpanKind::server);
+  EXPECT_EQ(server->span.trace_id, chat->span.trace_id);
+  EXPECT_EQ(server->span.parent_span_id, chat->span.span_id);
+  EXPECT_EQ(testing::str_attr(chat->span, "gen_ai.provider.name"), "openai");
+  EXPECT_EQ(testing::int_attr(server->span, "http.response.status_code"), 200);
+  EXPECT_EQ(testing::str_attr(server->span, "gen_ai.response.model"), "tiny");
+  EXPECT_EQ(testing::int_attr(server->span, "gen_ai.usage.input_tokens"),
+            testing::int_attr(chat->span, "gen_ai.usage.input_tokens"));
+  EXPECT_EQ(testing::int_attr(server->span, "gen_ai.usage.output_tokens"), 8);
+  EXPECT_EQ(testing::int_attr(chat->span, "gen_ai.usage.output_tokens"), 8);
+  // The whole agent run is that one trace.
+  const auto* agent = testing::find_span(spans, "invoke_agent remote");
+  ASSERT_TRUE(agent);
+  EXPECT_EQ(agent->span.trace_id, chat->span.trace_id);
+}
+
+// A request with no traceparent starts a trace; one with an unsampled parent records nothing.
+TEST(CrossProcess, WeirServeStartsATraceOrHonoursAnUnsampledParent) {
+  OtlpReceiver rx;
+  auto tracer = tracer_to(rx, "weir-serve");
+  serve::ServeConfig c;
+  c.models.push_back({"tiny", tiny_model()});
+  c.port = 0;
+  c.kv_cache_bytes = 16u << 20;
+  c.tracer = tracer;
+  auto svc = serve::Service::start(std::move(c));
+  ASSERT_TRUE(svc) << svc.error().message;
+  ASSERT_TRUE((*svc)->wait_ready());
+  http::Client client;
+  auto url = http::parse_url("http://127.0.0.1:" + std::to_string((*svc)->port()));
+  ASSERT_TRUE(url);
+  auto get = [&](std::vector<http::Header> headers) {
+    asio::io_context io;
+    Result<http::ClientResponse> out = Error(Errc::cancelled, "");
+    auto t = [&]() -> asio::awaitable<void> {
+      http::ClientRequest rq;
+      rq.method = "GET";
+      rq.target = "/v1/models";
+      rq.headers = headers;
+      auto op = client.async_request(*url, std::move(rq));
+      out = co_await std::move(op);
+    };
+    asio::co_spawn(io, t(), asio::detached);
+    io.run();
+    return out;
+  };
+  ASSERT_TRUE(get({}));
+  ASSERT_TRUE(get({{"traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00"}}));
+  ASSERT_TRUE(get({{"traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
+                   {"tracestate", "vendor=x"}}));
+  ASSERT_TRUE(tracer->flush(20s));
+  (*svc)->shutdown(1s);
+  auto spans = rx.spans();
+  ASSERT_EQ(spans.size(), 2u);  // the unsampled request recorded nothing
+  EXPECT_FALSE(spans[0].span.parent_span_id.valid());
+  EXPECT_EQ(spans[1].span.trace_id.hex(), "4bf92f3577b34da6a3ce929d0e0e4736");
+  EXPECT_EQ(spans[1].span.parent_span_id.hex(), "00f067aa0ba902b7");
+  EXPECT_EQ(spans[1].span.trace_state, "vendor=x");
+  EXPECT_EQ(spans[1].span.name, "GET /v1/models");
+}
+
+// weir run --trace FILE, then weir trace FILE: the research crew sample on weir's random-weight
+// model (its text is noise; the spans and the tokens are real).
+TEST(CrossProcess, WeirRunTraceFileReadsBackAsATreeWithTheRunsTokens) {
+  const fs::path file =
+      fs::temp_directory_path() / ("weir-trace-cli-" + std::to_string(::getpid()) + ".jsonl");
+  fs::remove(file);
+  const std::string crew =
+      (fs::path(WEIR_SOURCE_DIR) / "samples/crews/research_crew.json").string();
+  auto run = testing::run_weir_env(
+      "WEIR_MODEL=" + tiny_model(4096).string(),
+      "run " + crew + " --trace " + file.string() + " --input '{\"topic\": \"BM25\"}'");
+  ASSERT_EQ(run.code, 0) << run.err;
+  auto tree = testing::run_weir("trace " + file.string());
+  ASSERT_EQ(tree.code, 0) << tree.err;
+  EXPECT_TRUE(std::regex_search(tree.out, std::regex("^trace [0-9a-f]{32} \\(\\d+ spans, ")))
+      << tree.out;
+  EXPECT_TRUE(std::regex_search(tree.out,
+                                std::regex("\ninvoke_workflow research_crew  [0-9.]+ (µs|ms|s)\n")))
+      << tree.out;
+  EXPECT_TRUE(std::regex_search(tree.out, std::regex("─ chat \\S+  [0-9.]+ (µs|ms|s)\n")))
+      << tree.out;
+  EXPECT_NE(tree.out.find("invoke_agent researcher"), std::string::npos);
+  EXPECT_NE(tree.out.find("invoke_agent reviewer"), std::string::npos);
+  // Tokens: the agents' own turns add up to what the run reports (calls that folded evicted
+  // turns into a summary are marked, and counted only in the run's budget, as the run does).
+  auto spans = trace::parse_otlp_json_lines(testing::read_text(file), file.string());
+  ASSERT_TRUE(spans) << spans.error().message;
+  std::int64_t in = 0, out = 0, all = 0, turns = 0;
+  for (const auto* s : testing::spans_named(*spans, "chat ")) {
+    const std::int64_t i = testing::int_attr(s->span, "gen_ai.usage.input_tokens");
+    const std::int64_t o = testing::int_attr(s->span, "gen_ai.usage.output_tokens");
+    all += i + o;
+    EXPECT_GE(testing::int_attr(s->span, "weir.kv.blocks"), 1);
+    EXPECT_NE(s->span.attribute("weir.engine.prefill_ms"), nullptr);
+    if (s->span.attribute("weir.chat.purpose")) continue;
+    in += i;
+    out += o;
+    ++turns;
+  }
+  auto result = json::parse(run.out.substr(run.out.find('{')));
+  EXPECT_EQ(in, result.at("prompt_tokens").to_number<std::int64_t>());
+  EXPECT_EQ(out, result.at("completion_tokens").to_number<std::int64_t>());
+  EXPECT_EQ(turns, result.at("iterations").to_number<std::int64_t>());
+  const auto* root = testing::find_span(*spans, "invoke_workflow research_crew");
+  ASSERT_TRUE(root);
+  EXPECT_EQ(testing::int_attr(root->span, "weir.run.tokens"), all);
+  // Bad input is refused with the line.
+  const auto bad = testing::temp_file("bad.jsonl", "{\"resourceSpans\": 3}\n");
+  auto refused = testing::run_weir("trace " + bad.string());
+  EXPECT_EQ(refused.code, 1);
+  EXPECT_EQ(refused.err, "weir trace: " + bad.string() + ":1: /resourceSpans: expected an array\n");
+  fs::remove(bad);
+  fs::remove(file);
+}
+
+// A receiver that accepts and never answers: the run finishes as it would untraced, the spans
+// are dropped and counted, and the command still exits promptly.
+TEST(CrossProcess, AHangingReceiverLeavesTheRunUnaffected) {
+  OtlpReceiver rx(OtlpReceiver::Mode::hang);
+  const auto flow = testing::sample("map_reduce.json");
+  auto plain = testing::run_weir("run " + flow.string());
+  ASSERT_EQ(plain.code, 0) << plain.err;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto traced = testing::run_weir_env("OTEL_BSP_SCHEDULE_DELAY=10",
+                                      "run " + flow.string() + " --otlp-endpoint " + rx.base_url());
+  const auto spent = std::chrono::steady_clock::now() - t0;
+  ASSERT_EQ(traced.code, 0) << traced.err;
+  EXPECT_EQ(traced.out, plain.out);  // the same result
+  EXPECT_GE(rx.requests(), 1);
+  EXPECT_NE(traced.err.find("trace spans were dropped (otlp " + rx.traces_url() + ")"),
+            std::string::npos)
+      << traced.err;
+  EXPECT_LT(spent, 30s);  // the flush at exit gives up after 3 s
+}
+
+}  // namespace
+}  // namespace weir
