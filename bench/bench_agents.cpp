@@ -116,17 +116,17 @@ int main(int argc, char** argv) {
   // In process.
   Measured local;
   {
+    inference::EngineRegistry engines;  // gone (and its engine with it) before the server starts
     agents::LocalModelOptions mo;
     mo.max_num_seqs = kSeqs;
     mo.max_model_len = kContext;
     mo.kv_cache_bytes = kKvBytes;
     mo.ignore_eog = true;
-    auto m = agents::LocalChatModel::open(model_path, mo);
+    auto m = agents::LocalChatModel::open(engines, model_path, mo);
     if (!m) return std::fprintf(stderr, "bench_agents: %s\n", m.error().message.c_str()), 1;
     std::fprintf(stderr, "bench_agents: %d research crews in process ...\n", instances);
     local = run_crews(*file, *m, instances, concurrency);
   }
-  inference::EngineRegistry::global().release(model_path);
 
   // Over HTTP to weir serve (same model, same engine settings).
   Measured remote;

@@ -18,9 +18,9 @@
 #include <immintrin.h>
 #endif
 
+#include "runner/llama_runner.hpp"
 #include "weir/inference/engine.hpp"
 #include "weir/inference/gguf_writer.hpp"
-#include "weir/inference/llama_runner.hpp"
 #include "weir/inference/model.hpp"
 
 namespace weir::bench {

@@ -74,7 +74,8 @@ LocalChatModel::LocalChatModel(std::string name, std::shared_ptr<inf::Engine> en
 
 LocalChatModel::~LocalChatModel() = default;
 
-Result<std::shared_ptr<LocalChatModel>> LocalChatModel::open(const std::filesystem::path& path,
+Result<std::shared_ptr<LocalChatModel>> LocalChatModel::open(inf::EngineRegistry& engines,
+                                                             const std::filesystem::path& path,
                                                              LocalModelOptions options) {
   auto file = inf::GgufFile::open(path);
   if (!file) return std::move(file).error();
@@ -94,7 +95,7 @@ Result<std::shared_ptr<LocalChatModel>> LocalChatModel::open(const std::filesyst
   }
   std::shared_ptr<const inf::Tokenizer> tokenizer = std::move(*tok);
   const inf::Tokenizer* tp = tokenizer.get();
-  auto engine = inf::EngineRegistry::global().get(
+  auto engine = engines.get(
       path, [&](std::shared_ptr<const inf::Model> m) -> Result<std::unique_ptr<inf::Engine>> {
         auto r = inf::make_runner(m, inf::Device::automatic, options.threads);
         if (!r) return std::move(r).error();
@@ -120,37 +121,75 @@ Result<std::shared_ptr<LocalChatModel>> LocalChatModel::open(const std::filesyst
                                           std::move(tokenizer), static_cast<int>(family));
 }
 
-std::string LocalChatModel::render_prompt(const std::vector<Message>& messages,
-                                          const std::vector<ToolSpec>& tools) const {
+namespace {
+
+// A turn's content: weir's markup (tool-call and tool-response tags) and text (what a model, a
+// user, a tool or a document wrote).
+struct TurnText {
+  inf::ChatTurn turn;
+  void markup(std::string_view s) {
+    turn.markup.push_back({turn.content.size(), turn.content.size() + s.size()});
+    turn.content += s;
+  }
+  void text(std::string_view s) { turn.content += s; }
+};
+
+}  // namespace
+
+inf::ChatPrompt LocalChatModel::render(const std::vector<Message>& messages,
+                                       const std::vector<ToolSpec>& tools) const {
   std::vector<inf::ChatTurn> turns;
   std::string system;
   for (const auto& m : messages) {
+    TurnText t;
     switch (m.role) {
       case Role::system:
         system += (system.empty() ? "" : "\n\n") + m.content;
-        break;
+        continue;
       case Role::user:
-        turns.push_back({"user", m.content});
+        t.turn.role = "user";
+        t.text(m.content);
         break;
-      case Role::assistant: {
-        std::string text = m.content;
+      case Role::assistant:
+        t.turn.role = "assistant";
+        t.text(m.content);
         for (const auto& c : m.tool_calls) {
-          text += (text.empty() ? "" : "\n") + std::string("<tool_call>") +
-                  json::serialize(json::object{{"name", c.name}, {"arguments", c.arguments}}) +
-                  "</tool_call>";
+          if (!t.turn.content.empty()) t.text("\n");
+          t.markup("<tool_call>");
+          t.text(json::serialize(json::object{{"name", c.name}, {"arguments", c.arguments}}));
+          t.markup("</tool_call>");
         }
-        turns.push_back({"assistant", text});
         break;
-      }
       case Role::tool:
-        turns.push_back({"user", "<tool_response name=\"" + m.name + "\">\n" + m.content +
-                                     "\n</tool_response>"});
+        t.turn.role = "user";
+        t.markup("<tool_response name=\"");
+        t.text(m.name);
+        t.markup("\">\n");
+        t.text(m.content);
+        t.markup("\n</tool_response>");
         break;
     }
+    turns.push_back(std::move(t.turn));
   }
   system += describe_tools(tools);
-  if (!system.empty()) turns.insert(turns.begin(), {"system", system});
-  return inf::apply_chat_template(static_cast<inf::ChatFamily>(family_), turns, true);
+  if (!system.empty()) turns.insert(turns.begin(), inf::ChatTurn{"system", system});
+  return inf::render_chat(static_cast<inf::ChatFamily>(family_), turns, true);
+}
+
+std::string LocalChatModel::render_prompt(const std::vector<Message>& messages,
+                                          const std::vector<ToolSpec>& tools) const {
+  return render(messages, tools).text;
+}
+
+std::vector<std::int32_t> LocalChatModel::encode_prompt(const std::vector<Message>& messages,
+                                                        const std::vector<ToolSpec>& tools,
+                                                        std::string_view reply_prefix) const {
+  inf::ChatPrompt p = render(messages, tools);
+  if (!reply_prefix.empty()) {
+    p.markup.push_back({p.text.size(), p.text.size() + reply_prefix.size()});
+    p.text += reply_prefix;
+  }
+  return tokenizer_->encode_marked(p.text, p.markup, true);
 }
 
 std::optional<std::shared_ptr<const inf::Constraint>> LocalChatModel::tool_call_constraint(
@@ -191,7 +230,7 @@ asio::awaitable<Result<ChatResponse>> LocalChatModel::async_chat(std::vector<Mes
                                                                  std::vector<ToolSpec> tools,
                                                                  ChatParams params) {
   inf::GenerateRequest rq;
-  rq.prompt = tokenizer_->encode(render_prompt(messages, tools), true, true);
+  rq.prompt = encode_prompt(messages, tools);
   // The prompt never exceeds the context. History windows count tokens by estimate (a chat
   // template's markers can cost many tokens in a small vocabulary); here the count is exact, so
   // the oldest turns after the system prompt and the first turn (the task) go until it fits.
@@ -201,7 +240,7 @@ asio::awaitable<Result<ChatResponse>> LocalChatModel::async_chat(std::vector<Mes
   if (pinned < messages.size()) ++pinned;
   while (static_cast<std::int64_t>(rq.prompt.size()) >= ctx && messages.size() > pinned) {
     messages.erase(messages.begin() + static_cast<std::ptrdiff_t>(pinned));
-    rq.prompt = tokenizer_->encode(render_prompt(messages, tools), true, true);
+    rq.prompt = encode_prompt(messages, tools);
   }
   // A prompt that leaves no room for one token of reply can never run: say what is in it and
   // which knobs make it fit, instead of the engine's bare count.

@@ -9,6 +9,7 @@
 #include "mcp_config.hpp"
 #include "weir/agents/agent.hpp"
 #include "weir/agents/openai_model.hpp"
+#include "weir/inference/engine_registry.hpp"
 #include "weir/runtime/artifact_store.hpp"
 #include "weir/runtime/memory_budget.hpp"
 #include "weir/tools/builtin.hpp"
@@ -75,6 +76,8 @@ struct Wiring {
   std::map<std::string, AgentSpec> agent_specs;
   std::map<std::string, std::string> agent_models;
   std::unique_ptr<graph::GraphRuntime> child;
+  // The engines' registry when the caller gave none (WorkflowServices::engines).
+  std::unique_ptr<inference::EngineRegistry> own_engines;
 
   std::mutex mu;
   std::map<std::string, std::shared_ptr<ChatModel>> models;    // GUARDED_BY(mu), opened on use
@@ -118,7 +121,8 @@ struct Wiring {
         if (k == "threads") o.threads = static_cast<std::int32_t>(n);
       }
     }
-    auto m = LocalChatModel::open(services.model_override.value_or(
+    auto m = LocalChatModel::open(*services.engines,
+                                  services.model_override.value_or(
                                       spec != model_specs.end() ? spec->second->path : fs::path()),
                                   o);
     if (!m) return std::move(m).error();
@@ -214,6 +218,10 @@ Result<graph::WorkflowGraph> build_workflow(const graph::WorkflowSpec& spec,
                                             WorkflowServices services) {
   auto w = std::make_shared<Wiring>();
   w->services = services;
+  if (!w->services.engines) {
+    w->own_engines = std::make_unique<inference::EngineRegistry>();
+    w->services.engines = w->own_engines.get();
+  }
   std::vector<std::string> problems;
   for (const auto& t : spec.tools) {
     std::shared_ptr<tools::Tool> tool;

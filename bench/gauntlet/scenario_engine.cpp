@@ -131,7 +131,7 @@ json::object model_per_request(Ctx& ctx) {
   const int n = ctx.quick ? 200 : 1000;
   auto path = model_file(ctx);
   if (!path) return {{"pass", false}, {"error", path.error().message}};
-  auto& reg = EngineRegistry::global();
+  EngineRegistry reg;  // the scenario's engines (ctx.budget outlives it)
   const auto loads_before = reg.loads();
   EngineRegistry::Factory factory = [&](std::shared_ptr<const Model> m) {
     return make_engine(std::move(m),
@@ -184,7 +184,6 @@ json::object model_per_request(Ctx& ctx) {
   for (std::size_t i = 0; i < k && i < rss.size(); ++i)
     first += rss[i] / k, last += rss[rss.size() - 1 - i] / k;
   const double drift = first > 0 ? 100.0 * (last - first) / first : 0.0;
-  reg.release(*path);
   json::object out{{"pass", ok == n && loads == 1 && std::abs(drift) <= 5.0},
                    {"completed", ok},
                    {"failed", failed},

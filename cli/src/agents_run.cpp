@@ -151,15 +151,9 @@ int run_agents_file(const fs::path& path, const AgentsRunOptions& options) {
     }
   } cleanup{art_dir};
 
-  // The engine's KV pool is reserved from `budget`, and the process-wide EngineRegistry would
-  // keep the engine (and its reservation) past this function: drop the registry's reference
-  // before the budget goes (this guard is destroyed after `model` and everything using it).
-  struct ReleaseEngine {
-    fs::path path;
-    ~ReleaseEngine() {
-      if (!path.empty()) inference::EngineRegistry::global().release(path);
-    }
-  } release_engine{remote ? fs::path() : choice->path};
+  // This command's engines; their KV pools are reserved from `budget`, declared first so that it
+  // outlives them.
+  inference::EngineRegistry engines;
   std::shared_ptr<agents::LocalChatModel> local;  // null for a remote model
   std::shared_ptr<agents::ChatModel> model;
   if (remote) {
@@ -176,7 +170,7 @@ int run_agents_file(const fs::path& path, const AgentsRunOptions& options) {
     mo.max_model_len = options.max_model_len > 0 ? options.max_model_len : file->max_model_len;
     mo.ignore_eog = choice->random;
     mo.kv_cache_type = file->kv_cache_type;
-    auto m = agents::LocalChatModel::open(choice->path, mo);
+    auto m = agents::LocalChatModel::open(engines, choice->path, mo);
     if (!m) return std::fprintf(stderr, "weir: %s\n", m.error().message.c_str()), kExitRunFailed;
     local = *m;
     model = local;

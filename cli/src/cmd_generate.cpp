@@ -16,12 +16,81 @@
 
 namespace weir::cli {
 
+namespace {
+
+// The structured-output flags: at most one of --json-schema FILE, --grammar FILE.gbnf,
+// --regex RE, --choice a,b,c. False (the message printed) for a bad use; `spec` stays empty
+// without one.
+bool constraint_flags(Flags& f, std::optional<inference::ConstraintSpec>& spec) {
+  int n_constraints = 0;
+  auto read_file = [&](const std::string& p) -> std::optional<std::string> {
+    std::ifstream in(p, std::ios::binary);
+    if (!in) return std::nullopt;
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  };
+  for (const char* flag : {"--json-schema", "--grammar"}) {
+    if (auto p = f.get(flag)) {
+      ++n_constraints;
+      auto text = read_file(*p);
+      if (!text) return f.fail(std::string(flag) + ": cannot read " + *p), false;
+      spec = inference::ConstraintSpec{std::string_view(flag) == "--grammar"
+                                           ? inference::ConstraintSpec::Kind::gbnf
+                                           : inference::ConstraintSpec::Kind::json_schema,
+                                       *text,
+                                       {}};
+    }
+  }
+  if (auto re = f.get("--regex")) {
+    ++n_constraints;
+    spec = inference::ConstraintSpec{inference::ConstraintSpec::Kind::regex, *re, {}};
+  }
+  if (auto ch = f.get("--choice")) {
+    ++n_constraints;
+    spec = inference::ConstraintSpec{inference::ConstraintSpec::Kind::choice, "", {}};
+    std::string cur;
+    for (char c : *ch + ",") {
+      if (c != ',') {
+        cur += c;
+      } else if (!cur.empty()) {
+        spec->choices.push_back(cur);
+        cur.clear();
+      }
+    }
+  }
+  if (n_constraints > 1)
+    return f.fail("use at most one of --json-schema, --grammar, --regex and --choice"), false;
+  return true;
+}
+
+// --json's one object: the tokens, text, finish reason, device and timings.
+boost::json::object result_json(const inference::GenerateResult& r, const inference::Tokenizer& tok,
+                                const std::string& device) {
+  boost::json::array toks;
+  for (auto t : r.tokens) toks.push_back(t);
+  return {
+      {"prompt_tokens", r.usage.prompt_tokens},
+      {"tokens", toks},
+      {"text", tok.decode(r.tokens)},
+      {"finish_reason", inference::finish_reason_name(r.finish)},
+      {"device", device},
+      {"timings",
+       {{"first_token_ms", r.timings.first_token_ms},
+        {"total_ms", r.timings.total_ms},
+        {"decode_tok_s", r.tokens.size() > 1 ? (r.tokens.size() - 1) * 1000.0 /
+                                                   (r.timings.total_ms - r.timings.first_token_ms)
+                                             : 0.0}}}};
+}
+
+}  // namespace
+
 int cmd_generate(Args args) {
   Flags f("generate",
           {"--model", "--prompt", "-n", "--temp", "--seed", "--top-k", "--top-p", "--min-p",
            "--threads", "--device", "--kv-cache-type", "--json-schema", "--grammar", "--regex",
            "--choice"},
-          {"--json"});
+          {"--json", "--parse-special"});
   if (!f.parse(args)) return kExitInvalidInput;
   auto path = f.get("--model");
   auto prompt = f.get("--prompt");
@@ -67,49 +136,8 @@ int cmd_generate(Args args) {
     return std::fprintf(stderr, "weir generate: %s\n", engine.error().message.c_str()),
            kExitRunFailed;
 
-  // Structured output: at most one of --json-schema FILE, --grammar FILE.gbnf, --regex RE,
-  // --choice a,b,c.
   std::optional<inference::ConstraintSpec> spec;
-  int n_constraints = 0;
-  auto read_file = [&](const std::string& p) -> std::optional<std::string> {
-    std::ifstream in(p, std::ios::binary);
-    if (!in) return std::nullopt;
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-  };
-  for (const char* flag : {"--json-schema", "--grammar"}) {
-    if (auto p = f.get(flag)) {
-      ++n_constraints;
-      auto text = read_file(*p);
-      if (!text) return f.fail(std::string(flag) + ": cannot read " + *p), kExitInvalidInput;
-      spec = inference::ConstraintSpec{std::string_view(flag) == "--grammar"
-                                           ? inference::ConstraintSpec::Kind::gbnf
-                                           : inference::ConstraintSpec::Kind::json_schema,
-                                       *text,
-                                       {}};
-    }
-  }
-  if (auto re = f.get("--regex")) {
-    ++n_constraints;
-    spec = inference::ConstraintSpec{inference::ConstraintSpec::Kind::regex, *re, {}};
-  }
-  if (auto ch = f.get("--choice")) {
-    ++n_constraints;
-    spec = inference::ConstraintSpec{inference::ConstraintSpec::Kind::choice, "", {}};
-    std::string cur;
-    for (char c : *ch + ",") {
-      if (c != ',') {
-        cur += c;
-      } else if (!cur.empty()) {
-        spec->choices.push_back(cur);
-        cur.clear();
-      }
-    }
-  }
-  if (n_constraints > 1)
-    return f.fail("use at most one of --json-schema, --grammar, --regex and --choice"),
-           kExitInvalidInput;
+  if (!constraint_flags(f, spec)) return kExitInvalidInput;
 
   inference::GenerateRequest rq;
   if (spec) {
@@ -119,7 +147,9 @@ int cmd_generate(Args args) {
              kExitInvalidInput;
     rq.constraint = *c;
   }
-  rq.prompt = (*tok)->encode(*prompt);
+  // The prompt is text ("</s>" in it is four characters) unless --parse-special asks for
+  // special-token texts (e.g. "<|im_start|>") to become their ids.
+  rq.prompt = (*tok)->encode(*prompt, true, f.has("--parse-special"));
   rq.max_new_tokens = n;
   rq.sampling = {.temperature = static_cast<float>(temp),
                  .top_k = top_k,
@@ -146,22 +176,7 @@ int cmd_generate(Args args) {
     std::printf("%s\n", tail.c_str());
     return kExitOk;
   }
-  boost::json::array toks;
-  for (auto t : r->tokens) toks.push_back(t);
-  boost::json::object out{
-      {"prompt_tokens", r->usage.prompt_tokens},
-      {"tokens", toks},
-      {"text", (*tok)->decode(r->tokens)},
-      {"finish_reason", inference::finish_reason_name(r->finish)},
-      {"device", runner->description},
-      {"timings",
-       {{"first_token_ms", r->timings.first_token_ms},
-        {"total_ms", r->timings.total_ms},
-        {"decode_tok_s",
-         r->tokens.size() > 1
-             ? (r->tokens.size() - 1) * 1000.0 / (r->timings.total_ms - r->timings.first_token_ms)
-             : 0.0}}}};
-  std::printf("%s\n", to_json_text(out).c_str());
+  std::printf("%s\n", to_json_text(result_json(*r, **tok, runner->description)).c_str());
   return kExitOk;
 }
 

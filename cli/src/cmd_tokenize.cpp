@@ -9,7 +9,7 @@
 namespace weir::cli {
 
 int cmd_tokenize(Args args) {
-  Flags f("tokenize", {"--model", "--text", "--text-file"}, {"--no-bos", "--special"});
+  Flags f("tokenize", {"--model", "--text", "--text-file"}, {"--no-bos", "--parse-special"});
   if (!f.parse(args)) return kExitInvalidInput;
   auto model = f.get("--model");
   if (!model) return f.fail("--model FILE is required"), kExitInvalidInput;
@@ -33,7 +33,8 @@ int cmd_tokenize(Args args) {
   if (!tok)
     return std::fprintf(stderr, "weir tokenize: %s\n", tok.error().message.c_str()),
            kExitInvalidInput;
-  auto ids = (*tok)->encode(text, !f.has("--no-bos"), f.has("--special"));
+  // As weir generate reads its prompt: text, unless --parse-special.
+  auto ids = (*tok)->encode(text, !f.has("--no-bos"), f.has("--parse-special"));
   std::string line;
   for (std::size_t i = 0; i < ids.size(); ++i) line += (i ? " " : "") + std::to_string(ids[i]);
   std::printf("%s\n", line.c_str());

@@ -161,17 +161,19 @@ constexpr Command kCommands[] = {
      "example:\n  weir graph samples/workflows/map_reduce.json | dot -Tsvg > map_reduce.svg\n",
      cmd_graph},
     {"tokenize", "print the token ids of a text for a GGUF model or vocabulary",
-     "usage: weir tokenize --model FILE (--text TEXT | --text-file FILE) [--no-bos] [--special]\n\n"
+     "usage: weir tokenize --model FILE (--text TEXT | --text-file FILE) [--no-bos]\n"
+     "                     [--parse-special]\n\n"
      "Prints the ids, space-separated, on one line. Works on any GGUF file with a tokenizer,\n"
-     "vocab-only files and architectures weir cannot run included. --special matches control\n"
-     "tokens written in the text (e.g. <|im_start|>).\n\n"
+     "vocab-only files and architectures weir cannot run included. The text is read as weir\n"
+     "generate reads a prompt: as text (\"</s>\" is four characters, not end-of-sequence).\n"
+     "--parse-special makes special-token texts written in it (e.g. <|im_start|>) their ids.\n\n"
      "example:\n  weir tokenize --model model.gguf --text \"I dream of\"\n",
      cmd_tokenize},
     {"generate", "generate text from a prompt with a GGUF model",
      "usage: weir generate --model FILE --prompt TEXT [-n N] [--temp T] [--seed S] [--top-k K]\n"
      "                     [--top-p P] [--min-p P] [--threads N] [--device auto|cpu|cuda] "
      "[--json]\n"
-     "                     [--kv-cache-type f32|f16]\n"
+     "                     [--kv-cache-type f32|f16] [--parse-special]\n"
      "                     [--json-schema FILE | --grammar FILE.gbnf | --regex RE | --choice "
      "a,b]\n\n"
      "Streams the generated text (greedy unless --temp > 0). --json prints one object with the\n"
@@ -179,7 +181,9 @@ constexpr Command kCommands[] = {
      "the output a JSON value valid for the schema, --grammar follows a GBNF grammar, --regex\n"
      "matches the whole output, --choice is one of the comma-separated strings; generation\n"
      "ends when the value is complete (docs/structured-output.md). --kv-cache-type f16 keeps\n"
-     "K and V as halves: twice the tokens in the same memory (CPU).\n\n"
+     "K and V as halves: twice the tokens in the same memory (CPU). The prompt is text: a\n"
+     "special token's text in it (\"</s>\", \"<|im_start|>\") stays text unless\n"
+     "--parse-special makes such texts their token ids.\n\n"
      "example:\n  weir generate --model model.gguf --prompt \"Once upon a time\" -n 64\n"
      "  weir generate --model model.gguf --prompt \"A user:\" --json-schema user.schema.json\n",
      cmd_generate},

@@ -12,6 +12,7 @@
 #include "weir/graph/state_graph.hpp"
 #include "weir/graph/workflow.hpp"
 #include "weir/graph/workflow_graph.hpp"
+#include "weir/inference/engine_registry.hpp"
 #include "weir/runtime/json_write.hpp"
 #include "weir/runtime/log.hpp"
 #include "weir/tools/builtin.hpp"
@@ -66,6 +67,7 @@ Result<std::unique_ptr<McpTools>> McpTools::build(const std::string& prog,
                                                   const McpToolsConfig& config) {
   std::unique_ptr<McpTools> t(new McpTools);
   t->budget_ = std::make_unique<MemoryBudget>(BudgetLimits{});
+  t->engines_ = std::make_unique<inference::EngineRegistry>();
   remove_stale_artifact_dirs();
   t->art_dir_ = fs::temp_directory_path() / ("weir-" + prog + "-" + std::to_string(::getpid()));
   auto store = ArtifactStore::open(
@@ -107,6 +109,7 @@ Result<std::unique_ptr<McpTools>> McpTools::build(const std::string& prog,
       agents::WorkflowServices services;
       services.artifacts = t->store_.get();
       services.budget = t->budget_.get();
+      services.engines = t->engines_.get();
       auto built = agents::build_workflow(w->spec, services);
       if (!built) {
         weir::log(LogLevel::warn,

@@ -14,6 +14,10 @@
 #include "weir/tools/mcp_server.hpp"
 #include "weir/tools/registry.hpp"
 
+namespace weir::inference {
+class EngineRegistry;
+}
+
 namespace weir::cli {
 
 struct ServedWorkflow;
@@ -25,8 +29,8 @@ struct McpToolsConfig {
 };
 
 // Owns what the served tools need: a memory budget, an artifact store in a temporary folder
-// (removed again by the destructor), the registry, the workflows' graphs and runtimes, and the
-// McpServer over them.
+// (removed again by the destructor), the registry, the workflows' graphs, runtimes and engines,
+// and the McpServer over them.
 class McpTools {
  public:
   ~McpTools();
@@ -46,6 +50,8 @@ class McpTools {
   std::filesystem::path art_dir_;
   std::unique_ptr<ArtifactStore> store_;
   tools::ToolRegistry registry_;
+  // The workflows' local models, one engine per model file (declared before the workflows).
+  std::unique_ptr<inference::EngineRegistry> engines_;
   std::vector<std::unique_ptr<ServedWorkflow>> workflows_;
   std::shared_ptr<tools::McpServer> server_;
 };

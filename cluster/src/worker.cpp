@@ -26,6 +26,7 @@
 #include "weir/graph/state_graph.hpp"
 #include "weir/graph/workflow.hpp"
 #include "weir/graph/workflow_graph.hpp"
+#include "weir/inference/engine_registry.hpp"
 #include "weir/runtime/artifact_store.hpp"
 #include "weir/runtime/json_parse.hpp"
 #include "weir/runtime/json_write.hpp"
@@ -81,6 +82,7 @@ struct Worker::Impl {
   std::unique_ptr<ArtifactStore> store;
   fs::path store_dir;
   std::unique_ptr<graph::GraphRuntime> runtime;
+  inference::EngineRegistry engines;  // the workflows' local models: one engine per model file
   std::map<std::string, std::shared_ptr<BuiltWorkflow>> workflows;  // by sha256; control thread
   // Checkpointers of ended runs, each with its open connection, for the next runs (at most
   // max_runs): a new connection costs PostgreSQL a backend start and cold catalog caches, about
@@ -112,6 +114,7 @@ struct Worker::Impl {
     agents::WorkflowServices services;
     services.artifacts = store.get();
     services.budget = budget.get();
+    services.engines = &engines;
     auto built = agents::build_workflow(wf->spec, services);
     if (!built) return std::move(built).error();
     wf->built = std::move(*built);

@@ -225,7 +225,11 @@ std::size_t MemoryBudget::peak_total() const noexcept {
 }
 std::size_t MemoryBudget::headroom(BudgetCategory c) const noexcept {
   std::lock_guard lock(mu_);
-  return std::min(limits_.category[idx(c)] - used_[idx(c)], limits_.total - used_total_);
+  // An unlimited limit stays unlimited (kUnlimited - used would read as a finite number).
+  auto left = [](std::size_t limit, std::size_t used) {
+    return limit == kUnlimited ? kUnlimited : limit - used;
+  };
+  return std::min(left(limits_.category[idx(c)], used_[idx(c)]), left(limits_.total, used_total_));
 }
 std::size_t MemoryBudget::waiting() const noexcept {
   std::lock_guard lock(mu_);

@@ -48,15 +48,12 @@ int main(int argc, char** argv) {
   auto store = ArtifactStore::open({{}, std::size_t{16} << 20, 0, 100, &budget});
   if (!store) return std::fprintf(stderr, "%s\n", store.error().message.c_str()), 2;
 
-  // The process-wide engine registry keeps the engine, whose KV pool is reserved from `budget`:
-  // release it before the budget goes out of scope.
-  struct ReleaseEngine {
-    fs::path path;
-    ~ReleaseEngine() { inference::EngineRegistry::global().release(path); }
-  } release_engine{model_path};
+  // The program's engines, one per model file; their KV pools are reserved from `budget`,
+  // declared first so that it outlives them.
+  inference::EngineRegistry engines;
   agents::LocalModelOptions mo;
   mo.budget = &budget;
-  auto model = agents::LocalChatModel::open(model_path, mo);
+  auto model = agents::LocalChatModel::open(engines, model_path, mo);
   if (!model) return std::fprintf(stderr, "%s\n", model.error().message.c_str()), 2;
 
   // Tools: BM25 search over the sample notes, and slices of artifacts.

@@ -25,6 +25,7 @@
 #include "weir/graph/state_graph.hpp"
 #include "weir/graph/workflow.hpp"
 #include "weir/graph/workflow_graph.hpp"
+#include "weir/inference/engine_registry.hpp"
 #include "weir/runtime/artifact_store.hpp"
 #include "weir/runtime/json_parse.hpp"
 #include "weir/runtime/json_write.hpp"
@@ -145,6 +146,7 @@ class LocalRuns final : public Runs {
     agents::WorkflowServices services;
     services.artifacts = store_.get();
     services.budget = budget_.get();
+    services.engines = &engines_;
     auto wfs = load_workflows(cfg_.workflows, &services);
     if (!wfs) return std::move(wfs).error();
     workflows_ = std::move(*wfs);
@@ -379,6 +381,7 @@ class LocalRuns final : public Runs {
   std::unique_ptr<MemoryBudget> budget_;
   fs::path store_dir_;
   std::unique_ptr<ArtifactStore> store_;
+  inference::EngineRegistry engines_;  // the workflows' local models: one engine per model file
   std::map<std::string, std::shared_ptr<Workflow>> workflows_;
   std::unique_ptr<graph::Checkpointer> cp_;
   std::unique_ptr<graph::GraphRuntime> runtime_;

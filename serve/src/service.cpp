@@ -93,14 +93,7 @@ Status validate(const ServeConfig& c) {
 
 Service::Impl::~Impl() {
   if (loader.joinable()) loader.join();
-  for (auto& m : models) {
-    if (m && m->chat) {
-      auto path = m->spec.path;
-      m->chat.reset();
-      inf::EngineRegistry::global().release(path);
-    }
-  }
-  models.clear();
+  models.clear();  // the engines stop with their last holders: these models, then `engines`
 }
 
 void Service::Impl::load_models() {
@@ -116,7 +109,7 @@ void Service::Impl::load_models() {
     opt.budget = &budget;
     opt.ignore_eog = cfg.ignore_eos;
     opt.metrics_name = spec.name;
-    auto chat = agents::LocalChatModel::open(spec.path, opt);
+    auto chat = agents::LocalChatModel::open(engines, spec.path, opt);
     if (!chat) {
       st = Error(chat.error().code,
                  "model '" + spec.name + "' (" + spec.path.string() + "): " + chat.error().message);
@@ -170,13 +163,6 @@ void Service::Impl::load_models() {
     published.set_value();
   });
   published.get_future().wait();
-  if (!st) {
-    for (auto& m : loaded) {
-      auto path = m->spec.path;
-      m->chat.reset();
-      inf::EngineRegistry::global().release(path);
-    }
-  }
   std::lock_guard lock(load_mu);
   load_finished = true;
   load_status = st;
@@ -430,7 +416,8 @@ http::Response Service::Impl::tokenize(const http::Request& rq) {
   bool add_special = true;
   if (const auto* a = o.if_contains("add_special_tokens"); a && a->is_bool())
     add_special = a->as_bool();
-  auto ids = m->tok().encode(text->as_string(), add_special, true);
+  // As /v1/completions reads a prompt: client text is text, never a special token.
+  auto ids = m->tok().encode(text->as_string(), add_special, false);
   json::array toks;
   for (auto t : ids) toks.push_back(t);
   return json_response(
@@ -593,6 +580,10 @@ Service::~Service() {
 
 // --- weir serve -----------------------------------------------------------------------------
 
+namespace {
+constexpr std::chrono::milliseconds kTeardownLimit{30000};
+}  // namespace
+
 int run(ServeConfig config) {
   std::fputs(describe(config).c_str(), stderr);
   // Signals go to one waiting thread (blocked everywhere else, before any thread starts).
@@ -635,6 +626,14 @@ int run(ServeConfig config) {
   std::fprintf(stderr, "weir serve: ready\n");
   waiter.join();
   std::fprintf(stderr, "weir serve: stopped\n");
+  // Teardown stops each engine within one step. Should a step never end (a bug), a stopped
+  // server must still go: after kTeardownLimit the process exits anyway, saying so.
+  std::thread([] {
+    std::this_thread::sleep_for(kTeardownLimit);
+    std::fprintf(stderr, "weir serve: the engines did not stop within %s; exiting\n",
+                 ms_text(kTeardownLimit).c_str());
+    std::_Exit(1);
+  }).detach();
   svc->reset();
   return 0;
 }

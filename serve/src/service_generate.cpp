@@ -214,10 +214,15 @@ awaitable<void> run_generation(Service::Impl& s, http::Exchange& ex, ModelEntry&
     co_return;
   }
   auto b = std::get<std::shared_ptr<Batch>>(std::move(admitted));
+  // However the handler ends (an exception, an early return), its engine requests end with it:
+  // the engine never steps a sequence nobody will read.
   struct Leave {
     Service::Impl& s;
     Batch* b;
-    ~Leave() { s.active.erase(b); }
+    ~Leave() {
+      b->cancel();
+      s.active.erase(b);
+    }
   } leave{s, b.get()};
   m.prompt_tokens->inc(static_cast<double>(prompt_len));
   const auto deadline = arrival + s.cfg.request_timeout;
@@ -439,7 +444,7 @@ awaitable<void> Service::Impl::chat(http::Exchange& ex, http::Response& out, boo
     }
   }
   spec.tools_active = !tools.empty();
-  std::string prompt = m->chat->render_prompt(msgs, tools);
+  std::string_view reply_prefix;  // weir's markup the reply starts with (a forced call)
   if (spec.tools_active) {
     rq.stop_strings.push_back("</tool_call>");
     // A tool call is valid by construction: {"name": one of the tools, "arguments": its
@@ -468,11 +473,13 @@ awaitable<void> Service::Impl::chat(http::Exchange& ex, http::Response& out, boo
       }
     }
     if (forced) {
-      prompt += "<tool_call>";
+      reply_prefix = "<tool_call>";
       spec.forced_prefix = "<tool_call>";
     }
   }
-  rq.prompt = m->tok().encode(prompt, true, true);
+  // The template's markers are special tokens; what the messages hold is text (never EOS or a
+  // turn marker), as /v1/completions reads its prompt.
+  rq.prompt = m->chat->encode_prompt(msgs, tools, reply_prefix);
   std::int32_t max_new = 0;
   if (auto e = check_context(*m, rq.prompt.size(), cr.sampling.max_tokens, max_new)) {
     out = error_response(*e);
@@ -515,7 +522,7 @@ awaitable<void> Service::Impl::completions(http::Exchange& ex, http::Response& o
     rq.prompt = cr.prompt_tokens;
     if (cr.echo) spec.prefix = agents::to_valid_utf8(m->tok().decode(rq.prompt));
   } else {
-    rq.prompt = m->tok().encode(cr.prompt, true, false);
+    rq.prompt = m->tok().encode(cr.prompt, true, false);  // client text is text
     if (cr.echo) spec.prefix = cr.prompt;
   }
   std::int32_t max_new = 0;

@@ -189,6 +189,7 @@ struct Service::Impl {
   std::thread io_thread;
   std::thread loader;
   MemoryBudget budget;
+  inf::EngineRegistry engines;     // the models' engines; their KV pools are reserved from budget
   Registry metrics;                // serve's own series (engines report to Registry::global())
   Counter* http_requests[6] = {};  // by status class: 2xx, 4xx (not 429), 429, 5xx, 401, 413
 

@@ -12,11 +12,11 @@
 
 #include <gtest/gtest.h>
 
+#include "kernels/paged_attention.hpp"
 #include "weir/inference/cuda/cuda_ops.hpp"
 #include "weir/inference/cuda/cuda_plan.hpp"
 #include "weir/inference/gguf_writer.hpp"
 #include "weir/inference/model.hpp"
-#include "weir/inference/paged_attention.hpp"
 
 // clang-format off
 #include "cuda_emu.hpp"

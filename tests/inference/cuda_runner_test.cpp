@@ -12,10 +12,10 @@
 #include <gtest/gtest.h>
 #include <boost/json.hpp>
 
+#include "runner/llama_runner.hpp"
 #include "weir/inference/cuda/cuda_ops.hpp"
 #include "weir/inference/cuda/cuda_runner.hpp"
 #include "weir/inference/gguf_writer.hpp"
-#include "weir/inference/llama_runner.hpp"
 #include "weir/inference/runner.hpp"
 
 namespace weir::inference {

@@ -17,8 +17,10 @@
 #include <atomic>
 #include <future>
 #include <limits>
+#include <new>
 #include <numeric>
 #include <random>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -299,6 +301,155 @@ TEST(Engine, KvPoolComesFromTheMemoryBudget) {
             "memory_budget_exceeded: the KV cache budget of 0 KiB holds 8 blocks of 4 tokens (64 "
             "bytes each), but one sequence of max_model_len=64 needs 16; raise limits.kv_cache or "
             "lower engine.max_model_len");
+}
+
+// Once on_done reports a request cancelled, no step computes it again: the engine's counters
+// move only by what a request submitted afterwards needs (one step for its prompt and first
+// token, one for its second).
+TEST(Engine, ACancelledSequenceIsNeverSteppedAgain) {
+  auto e = make_engine({.max_num_seqs = 4, .block_size = 4, .kv_cache_bytes = 64 * 1024});
+  // The engine thread waits in the first token's callback until the cancel is queued, so the
+  // request cannot finish its 400 tokens first.
+  std::promise<void> first_token, cancel_sent;
+  auto sent = cancel_sent.get_future();
+  bool once = false;
+  auto p = std::make_shared<std::promise<Result<GenerateResult>>>();
+  auto f = p->get_future();
+  const RequestId id = e->submit(req({1, 2, 3}, 400),
+                                 {[&](std::int32_t) {
+                                    if (!once) {
+                                      once = true;
+                                      first_token.set_value();
+                                      sent.wait();
+                                    }
+                                  },
+                                  [p](Result<GenerateResult> r) { p->set_value(std::move(r)); }});
+  first_token.get_future().wait();
+  e->cancel(id);
+  cancel_sent.set_value();
+  auto r = f.get();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->finish, FinishReason::cancelled);
+  EXPECT_EQ(r->usage.completion_tokens, static_cast<std::int64_t>(r->tokens.size()));
+  const EngineStats before = e->stats();
+  auto short_run = submit(*e, req({4, 5}, 2)).get();
+  ASSERT_TRUE(short_run);
+  const EngineStats after = e->stats();
+  EXPECT_EQ(after.steps - before.steps, 2u);
+  EXPECT_EQ(after.tokens_generated - before.tokens_generated, 2u);
+  EXPECT_EQ(after.kv.used_blocks, 0);
+}
+
+// A request still running when the engine is destroyed gets on_done once, cancelled, with the
+// tokens it generated so far. (Each step takes 5 ms: its 4,000 tokens would take 20 s.)
+class SlowRunner : public FakeRunner {
+ public:
+  using FakeRunner::FakeRunner;
+  Status forward(const StepBatch& b, const KvLayout& L, std::span<float> pool,
+                 std::span<float> logits) override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    return FakeRunner::forward(b, L, pool, logits);
+  }
+};
+
+TEST(Engine, DestroyingTheEngineCancelsWhatRunsWithItsTokens) {
+  std::future<Result<GenerateResult>> f;
+  {
+    auto e = Engine::create(std::make_unique<SlowRunner>(4096),
+                            {.max_num_seqs = 4, .block_size = 4, .kv_cache_bytes = 64 * 1024});
+    ASSERT_TRUE(e) << e.error().message;
+    std::promise<void> started;
+    std::atomic<int> seen{0};
+    f = submit(**e, req({1, 2, 3}, 4000), [&](std::int32_t) {
+      if (seen.fetch_add(1) == 2) started.set_value();
+    });
+    started.get_future().wait();
+  }
+  auto r = f.get();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->finish, FinishReason::cancelled);
+  EXPECT_GE(r->tokens.size(), 3u);
+  EXPECT_LT(r->tokens.size(), 4000u);
+  EXPECT_EQ(r->usage.completion_tokens, static_cast<std::int64_t>(r->tokens.size()));
+  EXPECT_EQ(r->usage.prompt_tokens, 3);
+}
+
+// Two engines on one budget without limits (weir serve with two models) each get the pool they
+// were configured with; on a budget with a kv_cache limit, a pool never exceeds what the budget
+// still grants, and an engine that cannot get one sequence's worth is refused by name.
+TEST(Engine, EachEngineOnOneBudgetGetsItsConfiguredPoolAndNoMore) {
+  constexpr std::size_t kBlock = 4 * 2 * 2 * 4;  // 4 tokens x (K, V) x 2 floats
+  MemoryBudget unlimited;
+  {
+    auto a = make_engine(
+        {.max_model_len = 64, .block_size = 4, .kv_cache_bytes = 64 << 10, .budget = &unlimited});
+    auto b = make_engine(
+        {.max_model_len = 64, .block_size = 4, .kv_cache_bytes = 64 << 10, .budget = &unlimited});
+    ASSERT_TRUE(a && b);
+    EXPECT_EQ(a->kv_layout().num_blocks, (64 << 10) / kBlock);
+    EXPECT_EQ(b->kv_layout().num_blocks, (64 << 10) / kBlock);
+    EXPECT_EQ(unlimited.used(BudgetCategory::kv_cache), std::size_t{128} << 10);
+  }
+  EXPECT_EQ(unlimited.used(BudgetCategory::kv_cache), 0u);
+  BudgetLimits lim;
+  lim.category[static_cast<int>(BudgetCategory::kv_cache)] = 96 << 10;
+  MemoryBudget finite(lim);
+  auto a = make_engine(
+      {.max_model_len = 64, .block_size = 4, .kv_cache_bytes = 64 << 10, .budget = &finite});
+  auto b = make_engine(
+      {.max_model_len = 64, .block_size = 4, .kv_cache_bytes = 64 << 10, .budget = &finite});
+  ASSERT_TRUE(a && b);
+  EXPECT_EQ(a->kv_layout().num_blocks, (64 << 10) / kBlock);
+  EXPECT_EQ(b->kv_layout().num_blocks, (32 << 10) / kBlock);  // what the first one left
+  EXPECT_EQ(finite.used(BudgetCategory::kv_cache), std::size_t{96} << 10);
+  auto c = Engine::create(
+      std::make_unique<FakeRunner>(),
+      {.max_model_len = 64, .block_size = 4, .kv_cache_bytes = 64 << 10, .budget = &finite});
+  ASSERT_FALSE(c);
+  EXPECT_EQ(c.error().to_string(),
+            "memory_budget_exceeded: the KV cache budget of 0 KiB holds 0 blocks of 4 tokens (64 "
+            "bytes each), but one sequence of max_model_len=64 needs 16; raise limits.kv_cache or "
+            "lower engine.max_model_len");
+}
+
+// A KV pool the machine cannot hold is an error that names the setting, never a crash: a host
+// pool larger than the RAM is refused before it is touched, and a failed allocation
+// (std::bad_alloc, here from a runner that keeps its own pool) becomes an error too.
+class WideRunner : public FakeRunner {  // 64 layers x 4096: 32 MiB a block of 16 tokens
+ public:
+  std::int32_t n_layers() const override { return 64; }
+  std::int32_t head_dim() const override { return 4096; }
+};
+class PoolOwningRunner : public FakeRunner {
+ public:
+  bool owns_kv_pool() const override { return true; }
+  Status allocate_kv_pool(const KvLayout&) override { throw std::bad_alloc(); }
+};
+
+TEST(Engine, AKvPoolTheMachineCannotHoldIsAnErrorNamingTheSetting) {
+  auto huge = Engine::create(std::make_unique<WideRunner>(),
+                             {.max_model_len = 64, .kv_cache_bytes = std::size_t{1} << 50});
+  ASSERT_FALSE(huge);
+  EXPECT_EQ(huge.error().code, Errc::memory_budget_exceeded);
+  EXPECT_EQ(huge.error().message.rfind("the KV cache of 1048576.0 GiB is more than this "
+                                       "machine's memory (",
+                                       0),
+            0u)
+      << huge.error().message;
+  EXPECT_NE(huge.error().message.find("); lower the KV cache size (kv_cache_bytes: weir serve "
+                                      "--kv-cache-mb, or the memory budget's limits.kv_cache)"),
+            std::string::npos)
+      << huge.error().message;
+  MemoryBudget budget;
+  auto owned = Engine::create(
+      std::make_unique<PoolOwningRunner>(),
+      {.max_model_len = 64, .block_size = 4, .kv_cache_bytes = 64 << 10, .budget = &budget});
+  ASSERT_FALSE(owned);
+  EXPECT_EQ(owned.error().to_string(),
+            "memory_budget_exceeded: the KV cache of 64.0 KiB could not be allocated: the machine "
+            "does not have that much free memory; lower the KV cache size (kv_cache_bytes: weir "
+            "serve --kv-cache-mb, or the memory budget's limits.kv_cache)");
+  EXPECT_EQ(budget.used(BudgetCategory::kv_cache), 0u);  // the reservation went back
 }
 
 // A runner that keeps its KV cache in F32 only (the CUDA runner; FakeRunner here) refuses an F16

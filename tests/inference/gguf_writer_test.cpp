@@ -6,9 +6,9 @@
 
 #include <gtest/gtest.h>
 
-#include "weir/inference/forward_ref.hpp"
+#include "runner/forward_ref.hpp"
+#include "runner/llama_runner.hpp"
 #include "weir/inference/gguf.hpp"
-#include "weir/inference/llama_runner.hpp"
 #include "weir/inference/model.hpp"
 
 namespace weir::inference {

@@ -1,4 +1,4 @@
-#include "weir/inference/kv_cache.hpp"
+#include "engine/kv_cache.hpp"
 
 #include <numeric>
 #include <random>

@@ -13,10 +13,10 @@
 #include <gtest/gtest.h>
 #include <boost/json.hpp>
 
+#include "runner/forward_ref.hpp"
+#include "runner/llama_runner.hpp"
 #include "weir/inference/engine.hpp"
 #include "weir/inference/engine_registry.hpp"
-#include "weir/inference/forward_ref.hpp"
-#include "weir/inference/llama_runner.hpp"
 #include "weir/inference/tokenizer.hpp"
 
 namespace weir::inference {
@@ -351,6 +351,40 @@ TEST(EngineRegistryTest, OneEnginePerModelFile) {
   auto missing = reg.get("/nonexistent/m.gguf", make);
   ASSERT_FALSE(missing);
   EXPECT_EQ(reg.size(), 1u);
+}
+
+// A registry belongs to whoever made it: destroying it drops its references, and an engine
+// stops (its KV pool back in the budget) when its last holder lets go; a second registry loads
+// the file again for its own engine.
+TEST(EngineRegistryTest, AnEngineLivesAsLongAsItsRegistryOrAHolder) {
+  REQUIRE_MODELS();
+  MemoryBudget budget;
+  auto path = fs::path(WEIR_SHARED_DIR) / "models/aidreams260K.gguf";
+  auto make = [&](std::shared_ptr<const Model> m) {
+    return Engine::create(
+        make_llama_runner(std::move(m), 1),
+        {.max_num_seqs = 4, .block_size = 16, .kv_cache_bytes = 1 << 20, .budget = &budget});
+  };
+  std::shared_ptr<Engine> held;
+  {
+    EngineRegistry a, b;
+    auto ea = a.get(path, make), eb = b.get(path, make);
+    ASSERT_TRUE(ea && eb);
+    EXPECT_NE(ea->get(), eb->get());
+    EXPECT_EQ(budget.used(BudgetCategory::kv_cache), std::size_t{2} << 20);
+    held = *ea;
+  }
+  EXPECT_EQ(budget.used(BudgetCategory::kv_cache), std::size_t{1} << 20);  // b's engine is gone
+  GenerateRequest rq;
+  rq.prompt = {1, 2, 3};
+  rq.max_new_tokens = 2;
+  std::promise<Result<GenerateResult>> done;
+  held->submit(rq, {{}, [&](Result<GenerateResult> r) { done.set_value(std::move(r)); }});
+  auto r = done.get_future().get();
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->tokens.size(), 2u);
+  held.reset();
+  EXPECT_EQ(budget.used(BudgetCategory::kv_cache), 0u);
 }
 
 }  // namespace

@@ -7,7 +7,7 @@
 #include <gtest/gtest.h>
 #include <boost/json.hpp>
 
-#include "weir/inference/forward_ref.hpp"
+#include "runner/forward_ref.hpp"
 #include "weir/inference/model.hpp"
 
 namespace weir::inference {

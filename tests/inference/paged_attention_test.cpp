@@ -1,4 +1,4 @@
-#include "weir/inference/paged_attention.hpp"
+#include "kernels/paged_attention.hpp"
 
 #include <cmath>
 #include <random>

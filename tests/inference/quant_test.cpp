@@ -13,12 +13,12 @@
 
 #include "kernels/kernels.hpp"  // private: inference/src
 #include "model/quant.hpp"
-#include "random_util.hpp"
 #include "model/repack.hpp"
+#include "random_util.hpp"
+#include "runner/forward_ref.hpp"
+#include "runner/llama_runner.hpp"
 #include "weir/inference/engine.hpp"
-#include "weir/inference/forward_ref.hpp"
 #include "weir/inference/gguf_writer.hpp"
-#include "weir/inference/llama_runner.hpp"
 #include "weir/inference/model.hpp"
 
 namespace weir::inference {

@@ -1,4 +1,4 @@
-#include "weir/inference/scheduler.hpp"
+#include "engine/scheduler.hpp"
 
 #include <numeric>
 

@@ -11,10 +11,10 @@
 #include <gtest/gtest.h>
 #include <boost/json.hpp>
 
+#include "runner/llama_runner.hpp"
 #include "weir/inference/constraint.hpp"
 #include "weir/inference/engine.hpp"
 #include "weir/inference/gguf_writer.hpp"
-#include "weir/inference/llama_runner.hpp"
 #include "weir/inference/model.hpp"
 #include "weir/inference/tokenizer.hpp"
 #include "weir/tools/schema.hpp"

@@ -8,7 +8,7 @@
 
 #include <gtest/gtest.h>
 
-#include "weir/inference/thread_pool.hpp"
+#include "kernels/thread_pool.hpp"
 
 namespace weir::inference {
 namespace {

@@ -51,6 +51,13 @@ TEST_P(Conformance, EveryVectorMatchesAndRoundTrips) {
       if (++failures > 5) return;
       continue;
     }
+    // encode_marked reads the same text the same way: all of it markup is encode() with
+    // special-token parsing; none of it markup is encode() with no special token matched.
+    const std::vector<TextRange> whole = {{0, inputs[i].size()}};
+    EXPECT_EQ((*tok)->encode_marked(inputs[i], whole, false),
+              (*tok)->encode(inputs[i], false, true))
+        << "vector " << i;
+    EXPECT_EQ((*tok)->encode_marked(inputs[i], {}, false), ids) << "vector " << i;
     std::string decoded = (*tok)->decode(ids);
     std::string want =
         (*tok)->model() == "llama" && !inputs[i].empty() ? " " + inputs[i] : inputs[i];

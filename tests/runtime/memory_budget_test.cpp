@@ -55,6 +55,22 @@ TEST(MemoryBudget, TryReserveTracksUseAndPeakAndRefusesOverLimit) {
   EXPECT_EQ(b.peak_total(), 3u << 20);
 }
 
+// A budget without limits has unlimited headroom however much is in use: a caller that sizes
+// something from headroom() (the engine's KV pool) reads "no limit", not "unlimited minus what
+// is used" (which made a second engine ask for 2^31 blocks).
+TEST(MemoryBudget, HeadroomOfAnUnlimitedBudgetStaysUnlimited) {
+  MemoryBudget b;
+  auto r = b.try_reserve(BC::kv_cache, 64 << 20);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(b.headroom(BC::kv_cache), kUnlimited);
+  BudgetLimits only_total;
+  only_total.total = 100 << 20;
+  MemoryBudget t(only_total);
+  auto r2 = t.try_reserve(BC::kv_cache, 64 << 20);
+  ASSERT_TRUE(r2);
+  EXPECT_EQ(t.headroom(BC::kv_cache), std::size_t{36} << 20);
+}
+
 TEST(MemoryBudget, ResizeGrowsWithinLimitAndFailsWithoutChange) {
   MemoryBudget b(limits(100));
   auto r = b.try_reserve(BC::history, 40);

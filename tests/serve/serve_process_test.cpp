@@ -19,6 +19,7 @@
 #include <boost/json.hpp>
 
 #include "http_client.hpp"
+#include "serve_child.hpp"
 #include "weir/inference/gguf_writer.hpp"
 
 namespace weir::serve {
@@ -28,6 +29,8 @@ namespace fs = std::filesystem;
 using testing_http::call;
 using testing_http::Conn;
 using testing_http::Reply;
+using testing_serve::Child;
+using testing_serve::spawn;
 
 // A model slow enough that a long generation is still running when the signal comes.
 fs::path slow_model() {
@@ -40,70 +43,6 @@ fs::path slow_model() {
     EXPECT_TRUE(st) << st.error().message;
   }
   return path;
-}
-
-struct Child {
-  pid_t pid = -1;
-  int err_fd = -1;
-  std::string err;
-  int port = 0;
-
-  // Reads stderr until `pattern` matches (or timeout).
-  std::smatch wait_for(const std::regex& pattern, int timeout_ms = 30000) {
-    std::smatch m;
-    auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-    while (!std::regex_search(err, m, pattern) && std::chrono::steady_clock::now() < until) {
-      pollfd p{err_fd, POLLIN, 0};
-      if (::poll(&p, 1, 100) <= 0) continue;
-      char buf[4096];
-      ssize_t n = ::read(err_fd, buf, sizeof buf);
-      if (n <= 0) break;
-      err.append(buf, static_cast<std::size_t>(n));
-    }
-    std::regex_search(err, m, pattern);
-    return m;
-  }
-  int wait_exit(int timeout_ms) {
-    auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-    while (std::chrono::steady_clock::now() < until) {
-      int status = 0;
-      if (::waitpid(pid, &status, WNOHANG) == pid) {
-        pid = -1;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return -1;
-  }
-  ~Child() {
-    if (pid > 0) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, nullptr, 0);
-    }
-    if (err_fd >= 0) ::close(err_fd);
-  }
-};
-
-std::unique_ptr<Child> spawn(std::vector<std::string> args) {
-  auto c = std::make_unique<Child>();
-  int fds[2];
-  if (::pipe(fds) != 0) return c;
-  c->pid = ::fork();
-  if (c->pid == 0) {
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // no orphan server if the test process aborts
-    ::dup2(fds[1], 2);
-    ::close(fds[0]);
-    std::vector<char*> argv;
-    std::string bin = std::string(WEIR_BIN_DIR) + "/weir";
-    argv.push_back(bin.data());
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    ::execv(bin.c_str(), argv.data());
-    ::_exit(127);
-  }
-  ::close(fds[1]);
-  c->err_fd = fds[0];
-  return c;
 }
 
 TEST(ServeProcess, SigtermDrainsInFlightRequestsAndExitsZero) {

@@ -1,4 +1,4 @@
-#include "weir/inference/sampling.hpp"
+#include "engine/sampler.hpp"
 
 #include <algorithm>
 #include <cmath>

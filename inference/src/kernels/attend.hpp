@@ -13,10 +13,10 @@
 #include <span>
 #include <vector>
 
+#include "engine/kv_cache.hpp"
+#include "kernels/paged_attention.hpp"
 #include "kernels/simd.hpp"
-#include "weir/inference/kv_cache.hpp"
 #include "weir/inference/kv_layout.hpp"
-#include "weir/inference/paged_attention.hpp"
 
 namespace weir::inference {
 namespace {

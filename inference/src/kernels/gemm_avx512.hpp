@@ -9,8 +9,8 @@
 
 #include "kernels/kernels.hpp"
 
+#include "kernels/thread_pool.hpp"
 #include "weir/inference/model.hpp"
-#include "weir/inference/thread_pool.hpp"
 
 #include "kernels/x86.hpp"
 

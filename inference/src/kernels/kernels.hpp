@@ -13,8 +13,8 @@
 #include <span>
 #include <vector>
 
+#include "kernels/thread_pool.hpp"
 #include "weir/inference/model.hpp"
-#include "weir/inference/thread_pool.hpp"
 
 namespace weir::inference::kernels {
 

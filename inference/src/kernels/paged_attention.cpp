@@ -1,4 +1,4 @@
-#include "weir/inference/paged_attention.hpp"
+#include "kernels/paged_attention.hpp"
 
 #include <algorithm>
 #include <cassert>
@@ -6,8 +6,8 @@
 #include <cstring>
 
 #include "kernels/paged_attention_f16.hpp"
-#include "model/quant.hpp"
 #include "kernels/simd.hpp"
+#include "model/quant.hpp"
 
 namespace weir::inference {
 

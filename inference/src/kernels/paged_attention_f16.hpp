@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/paged_attention.hpp"
 #include "weir/inference/kv_layout.hpp"
-#include "weir/inference/paged_attention.hpp"
 
 namespace weir::inference {
 

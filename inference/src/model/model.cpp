@@ -1,6 +1,7 @@
 #include "weir/inference/model.hpp"
 
 #include <cmath>
+#include <new>
 
 #include "model/quant.hpp"
 #include "model/repack.hpp"
@@ -171,9 +172,16 @@ class Loader {
 
 Result<std::shared_ptr<const Model>> Model::load(const std::filesystem::path& path,
                                                  const ModelOptions& options) {
-  auto f = GgufFile::open(path);
-  if (!f) return std::move(f).error();
-  return from_gguf(std::move(*f), options);
+  // Weights the machine has no room for are an error, not a terminate (a process that loads
+  // models on demand keeps serving the others).
+  try {
+    auto f = GgufFile::open(path);
+    if (!f) return std::move(f).error();
+    return from_gguf(std::move(*f), options);
+  } catch (const std::bad_alloc&) {
+    return Error(Errc::memory_budget_exceeded,
+                 path.string() + ": the machine does not have the free memory to load this model");
+  }
 }
 
 void Model::rearrange_for_cpu() {

@@ -1,4 +1,4 @@
-#include "weir/inference/forward_ref.hpp"
+#include "runner/forward_ref.hpp"
 
 #include <cmath>
 

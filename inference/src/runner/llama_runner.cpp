@@ -1,12 +1,12 @@
-#include "weir/inference/llama_runner.hpp"
+#include "runner/llama_runner.hpp"
 
 #include <chrono>
 #include <cmath>
 #include <cstring>
 
 #include "kernels/kernels.hpp"
-#include "weir/inference/paged_attention.hpp"
-#include "weir/inference/thread_pool.hpp"
+#include "kernels/paged_attention.hpp"
+#include "kernels/thread_pool.hpp"
 
 namespace weir::inference {
 

@@ -1,6 +1,7 @@
+#include <new>
 #include <thread>
 
-#include "weir/inference/llama_runner.hpp"
+#include "runner/llama_runner.hpp"
 #include "weir/inference/runner.hpp"
 #include "weir/runtime/log.hpp"
 
@@ -23,8 +24,9 @@ bool cuda_built() {
   return WEIR_HAVE_CUDA != 0;
 }
 
-Result<RunnerChoice> make_runner(std::shared_ptr<const Model> model, Device device,
-                                 int cpu_threads) {
+namespace {
+Result<RunnerChoice> choose_runner(std::shared_ptr<const Model> model, Device device,
+                                   int cpu_threads) {
   if (cpu_threads <= 0)
     cpu_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 #if WEIR_HAVE_CUDA
@@ -59,6 +61,19 @@ Result<RunnerChoice> make_runner(std::shared_ptr<const Model> model, Device devi
       "cpu (" + std::to_string(cpu_threads) + " thread" + (cpu_threads == 1 ? "" : "s") + ")"};
   log(LogLevel::info, "inference device: " + c.description);
   return c;
+}
+}  // namespace
+
+Result<RunnerChoice> make_runner(std::shared_ptr<const Model> model, Device device,
+                                 int cpu_threads) {
+  // A runner's working buffers the machine has no room for: an error, not a terminate.
+  try {
+    return choose_runner(std::move(model), device, cpu_threads);
+  } catch (const std::bad_alloc&) {
+    return Error(Errc::memory_budget_exceeded,
+                 "the model runner's working buffers could not be allocated: the machine does "
+                 "not have the free memory for this model");
+  }
 }
 
 }  // namespace weir::inference

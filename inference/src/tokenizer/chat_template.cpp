@@ -1,5 +1,7 @@
 #include "weir/inference/chat_template.hpp"
 
+#include <algorithm>
+
 namespace weir::inference {
 
 const char* chat_family_name(ChatFamily f) {
@@ -43,53 +45,117 @@ Result<ChatFamily> detect_chat_family(std::string_view t) {
                "or --chat-template chatml");
 }
 
-std::string apply_chat_template(ChatFamily family, const std::vector<ChatTurn>& turns, bool gen) {
-  std::string out, system;
+namespace {
+
+// Appends text to a prompt, remembering which bytes are markup.
+class PromptBuilder {
+ public:
+  void markup(std::string_view s) { append(s, true); }
+  void content(std::string_view s) { append(s, false); }
+  // A turn's content with its own markup ranges.
+  void turn(const ChatTurn& t) {
+    const std::size_t base = p_.text.size();
+    p_.text += t.content;
+    for (const TextRange& r : t.markup)
+      mark(base + std::min(r.begin, t.content.size()), base + std::min(r.end, t.content.size()));
+  }
+  bool empty() const { return p_.text.empty(); }
+  ChatPrompt take() { return std::move(p_); }
+
+ private:
+  void append(std::string_view s, bool is_markup) {
+    if (is_markup) mark(p_.text.size(), p_.text.size() + s.size());
+    p_.text += s;
+  }
+  void mark(std::size_t begin, std::size_t end) {
+    if (begin >= end) return;
+    if (!p_.markup.empty() && begin <= p_.markup.back().end) {  // adjacent: one range
+      p_.markup.back().end = std::max(p_.markup.back().end, end);
+      return;
+    }
+    p_.markup.push_back({begin, end});
+  }
+  ChatPrompt p_;
+};
+
+}  // namespace
+
+ChatPrompt render_chat(ChatFamily family, const std::vector<ChatTurn>& turns, bool gen) {
+  PromptBuilder b;
+  std::vector<const ChatTurn*> system;  // gemma, llama2, mistral: folded into the next user turn
+  auto flush_system = [&](std::string_view open, std::string_view close) {
+    for (const ChatTurn* t : system) {
+      b.markup(open);
+      b.turn(*t);
+      b.markup(close);
+    }
+    system.clear();
+  };
   switch (family) {
     case ChatFamily::chatml:
-      for (const auto& m : turns)
-        out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
-      if (gen) out += "<|im_start|>assistant\n";
-      return out;
+      for (const auto& m : turns) {
+        b.markup("<|im_start|>" + m.role + "\n");
+        b.turn(m);
+        b.markup("<|im_end|>\n");
+      }
+      if (gen) b.markup("<|im_start|>assistant\n");
+      break;
     case ChatFamily::llama3:
-      for (const auto& m : turns)
-        out += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n" + m.content + "<|eot_id|>";
-      if (gen) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
-      return out;
+      for (const auto& m : turns) {
+        b.markup("<|start_header_id|>" + m.role + "<|end_header_id|>\n\n");
+        b.turn(m);
+        b.markup("<|eot_id|>");
+      }
+      if (gen) b.markup("<|start_header_id|>assistant<|end_header_id|>\n\n");
+      break;
     case ChatFamily::phi3:
-      for (const auto& m : turns) out += "<|" + m.role + "|>\n" + m.content + "<|end|>\n";
-      if (gen) out += "<|assistant|>\n";
-      return out;
+      for (const auto& m : turns) {
+        b.markup("<|" + m.role + "|>\n");
+        b.turn(m);
+        b.markup("<|end|>\n");
+      }
+      if (gen) b.markup("<|assistant|>\n");
+      break;
     case ChatFamily::gemma:  // no system role: the system text opens the first user turn
       for (const auto& m : turns) {
         if (m.role == "system") {
-          system += m.content + "\n\n";
+          system.push_back(&m);
           continue;
         }
-        const std::string role = m.role == "assistant" ? "model" : "user";
-        out += "<start_of_turn>" + role + "\n" + (role == "user" ? system : "") + m.content +
-               "<end_of_turn>\n";
-        if (role == "user") system.clear();
+        const bool user = m.role != "assistant";
+        b.markup(user ? "<start_of_turn>user\n" : "<start_of_turn>model\n");
+        if (user) flush_system("", "\n\n");
+        b.turn(m);
+        b.markup("<end_of_turn>\n");
       }
-      if (gen) out += "<start_of_turn>model\n";
-      return out;
+      if (gen) b.markup("<start_of_turn>model\n");
+      break;
     case ChatFamily::llama2:
     case ChatFamily::mistral:
       for (const auto& m : turns) {
         if (m.role == "system") {
-          system = family == ChatFamily::llama2 ? "<<SYS>>\n" + m.content + "\n<</SYS>>\n\n"
-                                                : m.content + "\n\n";
+          system.assign(1, &m);  // the last system turn counts
         } else if (m.role == "assistant") {
-          out += " " + m.content + "</s>";
+          b.markup(" ");
+          b.turn(m);
+          b.markup("</s>");
         } else {
-          out +=
-              (out.empty() ? "" : "<s>") + std::string("[INST] ") + system + m.content + " [/INST]";
-          system.clear();
+          b.markup(b.empty() ? "[INST] " : "<s>[INST] ");
+          if (family == ChatFamily::llama2)
+            flush_system("<<SYS>>\n", "\n<</SYS>>\n\n");
+          else
+            flush_system("", "\n\n");
+          b.turn(m);
+          b.markup(" [/INST]");
         }
       }
-      return out;  // the assistant's turn follows [/INST]
+      break;  // the assistant's turn follows [/INST]
   }
-  return out;
+  return b.take();
+}
+
+std::string apply_chat_template(ChatFamily family, const std::vector<ChatTurn>& turns, bool gen) {
+  return render_chat(family, turns, gen).text;
 }
 
 }  // namespace weir::inference

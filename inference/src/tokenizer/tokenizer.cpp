@@ -71,6 +71,69 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::from_gguf(const GgufFile& f) {
                                       "' is not supported (weir reads: llama, gpt2)");
 }
 
+Tokenizer::SpecialMatch Tokenizer::find_special(std::string_view text, std::size_t from,
+                                                std::size_t to, bool control) const {
+  SpecialMatch m;
+  const std::string_view window = text.substr(from, to - from);
+  // Longest first: of two matches at one position the longer wins.
+  for (const auto& [s, id] : specials_) {
+    // Outside markup, control tokens and end-of-generation tokens are text; user-defined
+    // tokens (vocabulary pieces such as deepseek-coder's "ü") match, as in llama.cpp.
+    if (!control && (types_[static_cast<std::size_t>(id)] == 3 || is_eog(id))) continue;
+    const std::size_t p = window.find(s);
+    if (p != std::string_view::npos && (m.at == std::string_view::npos || from + p < m.at))
+      m = {from + p, s.size(), id};
+  }
+  return m;
+}
+
+template <class Next>
+std::vector<std::int32_t> Tokenizer::encode_split(std::string_view text, bool add_special,
+                                                  Next&& next) const {
+  std::vector<std::int32_t> out;
+  if (add_special && add_bos_ && bos_ >= 0) out.push_back(bos_);
+  std::size_t pos = 0;
+  while (pos < text.size()) {
+    const SpecialMatch m = next(pos);
+    const std::size_t end = m.at == std::string_view::npos ? text.size() : m.at;
+    if (end > pos) encode_fragment(text.substr(pos, end - pos), out);
+    if (m.at == std::string_view::npos) break;
+    out.push_back(m.id);
+    pos = m.at + m.len;
+  }
+  if (add_special && add_eos_ && eos_ >= 0) out.push_back(eos_);
+  return out;
+}
+
+std::vector<std::int32_t> Tokenizer::encode(std::string_view text, bool add_special,
+                                            bool parse_special) const {
+  return encode_split(text, add_special, [&](std::size_t from) {
+    return find_special(text, from, text.size(), parse_special);
+  });
+}
+
+std::vector<std::int32_t> Tokenizer::encode_marked(std::string_view text,
+                                                   std::span<const TextRange> markup,
+                                                   bool add_special) const {
+  std::size_t r = 0;  // markup ranges before `r` end at or before the position searched from
+  return encode_split(text, add_special, [&](std::size_t from) {
+    // What any text may hold (user-defined tokens), or the first special token in markup.
+    SpecialMatch m = find_special(text, from, text.size(), false);
+    for (; r < markup.size(); ++r) {
+      const std::size_t end = std::min(markup[r].end, text.size());
+      if (end <= from) continue;
+      const std::size_t begin = std::max(markup[r].begin, from);
+      if (begin >= end) continue;
+      if (begin > m.at) break;  // the text's match comes first
+      if (SpecialMatch k = find_special(text, begin, end, true);
+          k.id >= 0 && (k.at < m.at || (k.at == m.at && k.len > m.len)))
+        return k;
+      if (m.at < end) break;  // the text's match is in or before this range
+    }
+    return m;
+  });
+}
+
 bool Tokenizer::is_eog(std::int32_t id) const {
   return std::find(eog_.begin(), eog_.end(), id) != eog_.end();
 }

@@ -156,12 +156,8 @@ class BpeTokenizer final : public Tokenizer {
     return {};
   }
 
-  std::vector<std::int32_t> encode(std::string_view text, bool add_special,
-                                   bool parse_special) const override {
-    return encode_with_specials(text, add_special, parse_special,
-                                [&](std::string_view frag, bool, std::vector<std::int32_t>& out) {
-                                  for (const auto& piece : pre_split(frag)) bpe(piece, out);
-                                });
+  void encode_fragment(std::string_view frag, std::vector<std::int32_t>& out) const override {
+    for (const auto& piece : pre_split(frag)) bpe(piece, out);
   }
 
  private:

@@ -25,13 +25,8 @@ class SpmTokenizer final : public Tokenizer {
     return {};
   }
 
-  std::vector<std::int32_t> encode(std::string_view text, bool add_special,
-                                   bool parse_special) const override {
-    return encode_with_specials(
-        text, add_special, parse_special,
-        [&](std::string_view frag, bool first, std::vector<std::int32_t>& out) {
-          encode_fragment(frag, first && add_space_prefix_, out);
-        });
+  void encode_fragment(std::string_view frag, std::vector<std::int32_t>& out) const override {
+    encode_spm(frag, add_space_prefix_, out);
   }
 
  private:
@@ -48,7 +43,7 @@ class SpmTokenizer final : public Tokenizer {
     }
   };
 
-  void encode_fragment(std::string_view frag, bool prefix, std::vector<std::int32_t>& out) const {
+  void encode_spm(std::string_view frag, bool prefix, std::vector<std::int32_t>& out) const {
     std::string text;
     if (prefix) text += "\xe2\x96\x81";
     for (char c : frag) {

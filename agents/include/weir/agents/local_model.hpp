@@ -11,8 +11,10 @@
 // ChatResponse::tool_call_error for the agent loop to feed back. Tool results go to the model as
 // user turns wrapped in <tool_response name="..."> ... </tool_response>.
 //
-// One engine per model file: open() goes through inference::EngineRegistry, so every agent of a
-// process that names the same file shares its weights, its KV cache and its batches.
+// One engine per model file: open() goes through the inference::EngineRegistry it is given (the
+// program's, owned by its composition root), so every agent that names the same file shares
+// its weights, its KV cache and its batches. The engine lives as long as the registry or a
+// LocalChatModel on it holds it.
 //
 // Thread safety: async_chat may be called concurrently from any number of coroutines.
 #pragma once
@@ -22,6 +24,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "weir/agents/chat.hpp"
 
@@ -30,8 +34,10 @@ class MemoryBudget;
 }
 namespace weir::inference {
 class Engine;
+class EngineRegistry;
 class Tokenizer;
 class Constraint;
+struct ChatPrompt;
 enum class ChatFamily;
 }  // namespace weir::inference
 
@@ -45,13 +51,14 @@ struct LocalModelOptions {
   std::int64_t max_model_len = 0;
   std::int64_t max_num_batched_tokens = 1024;
   std::int32_t block_size = 16;
-  std::int32_t threads = 0;                 // 0: the machine's cores
-  std::size_t kv_cache_bytes = 128u << 20;  // used when no budget is given
+  std::int32_t threads = 0;  // 0: the machine's cores
+  // The KV pool's bytes; with a budget, never more than its kv_cache category grants.
+  std::size_t kv_cache_bytes = 128u << 20;
   // "f32" or "f16": twice the tokens in the same bytes (the CPU runner; EngineConfig's
   // kv_cache_type). Another name: invalid_argument from open().
   std::string kv_cache_type = "f32";
-  // The KV pool is reserved from kv_cache when set. REQUIRES: the budget outlives the engine,
-  // which inference::EngineRegistry::global() keeps until release(path) is called for it.
+  // The KV pool is reserved from kv_cache when set. REQUIRES: the budget outlives the engine:
+  // the registry it came from and every LocalChatModel on it.
   MemoryBudget* budget = nullptr;
   // Random-weight models never emit end-of-generation; run every turn to max_tokens.
   bool ignore_eog = false;
@@ -61,10 +68,12 @@ struct LocalModelOptions {
 
 class LocalChatModel final : public ChatModel {
  public:
-  // Loads (or reuses) the engine for `path`; the engine's settings come from the options of the
-  // first open() of that file in the process. Errors: model_error, not_found, unsupported (an
-  // unknown chat template, with the families to choose from), memory_budget_exceeded.
-  static Result<std::shared_ptr<LocalChatModel>> open(const std::filesystem::path& path,
+  // Loads (or reuses) `engines`' engine for `path`; the engine's settings come from the options
+  // of the first open() of that file in that registry. Errors: model_error, not_found,
+  // unsupported (an unknown chat template, with the families to choose from),
+  // memory_budget_exceeded.
+  static Result<std::shared_ptr<LocalChatModel>> open(inference::EngineRegistry& engines,
+                                                      const std::filesystem::path& path,
                                                       LocalModelOptions options = {});
   ~LocalChatModel() override;
 
@@ -81,6 +90,14 @@ class LocalChatModel final : public ChatModel {
   // The prompt text for `messages` and `tools` (exposed for tests and `weir` debugging).
   std::string render_prompt(const std::vector<Message>& messages,
                             const std::vector<ToolSpec>& tools) const;
+  // The prompt's token ids, BOS first when the vocabulary asks for it. Only the chat template's
+  // own markers (and weir's tool-call markup) become special tokens; what the messages hold is
+  // text through and through: "</s>" or "<|im_start|>" in a user message, a tool's output or a
+  // document is those characters, never end-of-sequence or a new turn. `reply_prefix` is
+  // markup the reply starts with (serve's forced "<tool_call>").
+  std::vector<std::int32_t> encode_prompt(const std::vector<Message>& messages,
+                                          const std::vector<ToolSpec>& tools,
+                                          std::string_view reply_prefix = {}) const;
 
   // The constraint for a tool call: {"name": one of `tools`, "arguments": that tool's
   // parameters} (compiled once per set of tools: compile_constraint caches). nullopt, with a
@@ -92,6 +109,9 @@ class LocalChatModel final : public ChatModel {
                  std::shared_ptr<const inference::Tokenizer> tokenizer, int family);
 
  private:
+  inference::ChatPrompt render(const std::vector<Message>& messages,
+                               const std::vector<ToolSpec>& tools) const;
+
   std::string name_;
   std::shared_ptr<inference::Engine> engine_;
   std::shared_ptr<const inference::Tokenizer> tokenizer_;

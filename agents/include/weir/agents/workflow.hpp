@@ -27,7 +27,11 @@ namespace weir::agents {
 
 struct WorkflowServices {
   ArtifactStore* artifacts = nullptr;  // the artifacts tool, and the agents' loop runs
-  MemoryBudget* budget = nullptr;      // the agents' loop runs and the engines' KV pools
+  MemoryBudget* budget = nullptr;      // the agents' loop runs
+  // Where the workflow's local models come from: the program's registry, so that workflows
+  // naming the same file share one engine. REQUIRES: it outlives the returned graph. Null: the
+  // workflow keeps a registry of its own (its engines go with its graph).
+  inference::EngineRegistry* engines = nullptr;
   std::optional<std::filesystem::path> model_override;  // every model's path (--model)
   LocalModelOptions model_options;
 };

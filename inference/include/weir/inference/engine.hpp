@@ -5,37 +5,28 @@
 // Scheduler picks a batch (decodes plus prefill chunks) whose KV blocks exist, the StepRunner
 // computes one forward pass over it (logits only for the rows that are sampled), each sampled
 // sequence gets its next token, and finished requests complete through their callbacks. The
-// KV pool is a fixed number of blocks computed from `kv_cache_bytes` (or the kv_cache category
-// of a MemoryBudget); no request reserves its worst case. When blocks run out the newest
-// sequence is preempted and recomputed later: requests never fail for lack of KV space.
+// KV pool is a fixed number of blocks computed from `kv_cache_bytes`, reserved in the kv_cache
+// category of a MemoryBudget when one is given; no request reserves its worst case. When blocks run
+// out the newest sequence is preempted and recomputed later: requests never fail for lack of KV
+// space.
 //
-// Thread safety: submit(), cancel(), stats() and the destructor may be called from any thread.
 // Callbacks run on the engine thread: they must be short and must not block (post elsewhere).
 //
 // This header keeps Asio out (see engine_async.hpp for `co_await async_generate(...)`).
 #pragma once
 
-#include <atomic>
-#include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
-#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
-#include <thread>
-#include <unordered_map>
 #include <vector>
 
 #include "weir/inference/constraint.hpp"
-#include "weir/inference/kv_cache.hpp"
+#include "weir/inference/engine_stats.hpp"
 #include "weir/inference/kv_layout.hpp"
 #include "weir/inference/sampling.hpp"
-#include "weir/inference/scheduler.hpp"
-#include "weir/inference/thread_pool.hpp"
 #include "weir/runtime/error.hpp"
 #include "weir/runtime/memory_budget.hpp"
 
@@ -158,11 +149,15 @@ struct EngineConfig {
   std::int64_t max_num_batched_tokens = 1024;
   std::int64_t max_model_len = 0;  // 0: the model's context length
   std::int32_t block_size = 16;
-  std::size_t kv_cache_bytes = 64u << 20;  // used when no budget is given (0: the runner's hint)
+  // The KV pool's bytes (0: the runner's hint), never more than `budget`'s kv_cache category
+  // grants at create(); with neither a size nor a hint, all that it grants.
+  std::size_t kv_cache_bytes = 64u << 20;
   // F16: twice the tokens in the same bytes, half the memory attention reads (the CPU runner;
   // StepRunner::supports_kv_type says which a runner takes).
   KvType kv_cache_type = KvType::f32;
-  MemoryBudget* budget = nullptr;  // when set: the KV pool is reserved from kv_cache
+  // When set, the KV pool is reserved from its kv_cache category. REQUIRES: it outlives the
+  // engine.
+  MemoryBudget* budget = nullptr;
   std::size_t max_waiting = 4096;
   bool enable_prefix_caching = true;
   // When not empty, the engine reports its KV cache and scheduler as gauges in
@@ -177,17 +172,6 @@ struct EngineConfig {
   int constraint_threads = 2;
 };
 
-struct EngineStats {
-  KvCacheStats kv;
-  SchedulerStats sched;
-  std::uint64_t steps = 0;
-  std::uint64_t tokens_generated = 0;
-  std::uint64_t prompt_tokens_computed = 0;
-  std::uint64_t requests_completed = 0;
-  std::int64_t kv_pool_bytes = 0;
-  double busy_seconds = 0;  // time spent in steps
-};
-
 using RequestId = std::int64_t;
 
 // Callbacks of one request. on_token (optional) sees each generated id as it is sampled;
@@ -199,61 +183,45 @@ struct RequestCallbacks {
   std::function<void(const SampledLogprobs&)> on_logprobs;
 };
 
+// Thread safety: submit(), cancel(), stats(), config(), kv_layout(), vocab_size() and the
+// destructor may be called from any thread.
+//
+// Invariants:
+//   1. Every request gets on_done exactly once: with its result, its error, or cancelled (on
+//      cancel(), and for everything still known when the engine is destroyed).
+//   2. Every sequence a step computes belongs to a request that has not had on_done yet: once
+//      on_done reports a request (cancelled or finished), no later step touches it.
+//   3. The KV pool is sized once, at create(), and never grows.
 class Engine {
  public:
-  // Sizes the KV pool and starts the engine thread. Errors: memory_budget_exceeded (the
-  // budget cannot hold one sequence of max_model_len), invalid_argument (bad settings).
+  // Sizes the KV pool and starts the engine thread. The pool is EngineConfig::kv_cache_bytes
+  // (else the runner's hint), never more than the budget's kv_cache category grants.
+  // Errors: memory_budget_exceeded (the pool cannot hold one sequence of max_model_len, or the
+  // machine cannot hold the pool), invalid_argument (bad settings; no KV size given),
+  // unsupported (a KV type the runner cannot use). On error nothing is reserved or started.
   static Result<std::unique_ptr<Engine>> create(std::unique_ptr<StepRunner> runner,
                                                 EngineConfig config);
-  // Cancels what is in flight (on_done with cancelled), stops and joins the thread.
+  // Cancels what is in flight (on_done with cancelled), stops and joins the thread; waits for
+  // at most the step in progress.
   ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
 
   // Queues a request. Errors arrive through on_done (invalid prompt, overloaded, ...).
   RequestId submit(GenerateRequest request, RequestCallbacks callbacks);
-  // Ends a request early: its blocks are freed and on_done gets finish reason cancelled.
+  // Ends a request early: its blocks are freed and on_done gets finish reason cancelled, with
+  // what it generated so far. An id that is unknown or already done is ignored.
   void cancel(RequestId id);
 
   EngineStats stats() const;
-  const EngineConfig& config() const { return config_; }
-  const KvLayout& kv_layout() const { return layout_; }
-  std::int32_t vocab_size() const { return runner_->vocab_size(); }
+  const EngineConfig& config() const;
+  const KvLayout& kv_layout() const;
+  std::int32_t vocab_size() const;
 
  private:
-  struct Request;
-  Engine(std::unique_ptr<StepRunner> runner, EngineConfig config, KvLayout layout,
-         MemoryBudget::Reservation reservation);
-  void run();
-  void admit_inbox();
-  void step();
-  void complete(RequestId id, Result<GenerateResult> result);
-  void publish(std::uint64_t steps, std::uint64_t generated, std::uint64_t prompt_tokens,
-               double busy_seconds);
-
-  std::unique_ptr<StepRunner> runner_;
-  EngineConfig config_;
-  KvLayout layout_;
-  MemoryBudget::Reservation kv_reservation_;
-  std::vector<float> kv_pool_;  // layout_.total_elems() elements of layout_.type
-  KvCacheManager kv_;
-  Scheduler scheduler_;
-
-  // Engine-thread state.
-  std::unordered_map<RequestId, std::unique_ptr<Request>> requests_;
-  std::vector<float> logits_;
-  StepBatch batch_;
-  std::unique_ptr<ThreadPool> mask_pool_;  // created on the first step with constraints
-  std::vector<std::uint64_t> masks_;       // [constrained rows, mask_words(vocab)]
-  std::vector<std::pair<std::function<void(Result<GenerateResult>)>, Result<GenerateResult>>> done_;
-
-  // Shared with submitters.
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<std::unique_ptr<Request>> inbox_;  // GUARDED_BY(mu_)
-  std::vector<RequestId> cancels_;               // GUARDED_BY(mu_)
-  bool stop_ = false;                            // GUARDED_BY(mu_)
-  EngineStats stats_;                            // GUARDED_BY(mu_) (copied out by stats())
-  std::atomic<RequestId> next_id_{1};
-  std::thread thread_;
+  struct Impl;
+  explicit Engine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;  // the engine thread, scheduler, KV manager and step state
 };
 
 }  // namespace weir::inference

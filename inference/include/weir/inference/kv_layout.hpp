@@ -19,6 +19,15 @@
 
 namespace weir::inference {
 
+// A physical block of the pool, as a sequence's block table names it.
+using BlockId = std::int32_t;
+
+// A block copy the engine must perform before the next forward pass (copy-on-write).
+struct BlockCopy {
+  BlockId src;
+  BlockId dst;
+};
+
 // The element type of the KV pool. F16 (IEEE half) halves the pool's bytes: twice the tokens in
 // the same budget, half the memory attention reads; values are rounded to 11 significant bits.
 enum class KvType : std::int32_t { f32 = 0, f16 = 1 };

@@ -1,12 +1,10 @@
-// Choosing the next token from logits: greedy (ties: lowest id), or temperature sampling
+// How a request's next token is chosen (SamplingParams) and what its log-probabilities are
+// (SampledLogprobs): the engine samples greedily (ties: lowest id), or with a temperature
 // filtered by top-k, top-p (nucleus) and min-p, after a repetition penalty over recent tokens.
 // A seeded generator makes runs repeatable: the same seed and logits give the same tokens.
-//
-// Thread safety: a Sampler is used by one thread (the engine's, per request).
 #pragma once
 
 #include <cstdint>
-#include <random>
 #include <span>
 #include <vector>
 
@@ -36,22 +34,4 @@ struct SampledLogprobs {
   TokenLogprob chosen;
   std::vector<TokenLogprob> top;  // the most likely tokens, descending (ties: lowest id first)
 };
-// REQUIRES: 0 <= chosen < logits.size(), top_n >= 0. Returns min(top_n, vocab) alternatives.
-SampledLogprobs compute_logprobs(std::span<const float> logits, std::int32_t chosen,
-                                 std::int32_t top_n);
-
-class Sampler {
- public:
-  explicit Sampler(SamplingParams p) : p_(p), rng_(p.seed) {}
-  // `history`: the tokens so far (prompt and generated), for the repetition penalty.
-  std::int32_t sample(std::span<const float> logits, std::span<const std::int32_t> history);
-
- private:
-  SamplingParams p_;
-  std::mt19937_64 rng_;
-  std::size_t prompt_len_ = 0;  // history's length at the first call (penalties skip it)
-  bool first_ = true;
-  std::vector<std::pair<float, std::int32_t>> cand_;  // reused
-};
-
 }  // namespace weir::inference

@@ -23,6 +23,11 @@
 
 namespace weir::inference {
 
+// A byte range [begin, end) of a text.
+struct TextRange {
+  std::size_t begin = 0, end = 0;
+};
+
 class Tokenizer {
  public:
   // Errors: model_error when the file has no tokenizer or it is inconsistent; unsupported for
@@ -30,10 +35,22 @@ class Tokenizer {
   static Result<std::unique_ptr<Tokenizer>> from_gguf(const GgufFile& f);
   virtual ~Tokenizer() = default;
 
-  // add_special: BOS (and EOS) as the vocabulary asks. parse_special: control and
-  // user-defined token texts in `text` (e.g. "<|im_start|>") become their ids.
-  virtual std::vector<std::int32_t> encode(std::string_view text, bool add_special = true,
-                                           bool parse_special = false) const = 0;
+  // add_special: BOS (and EOS) as the vocabulary asks. parse_special: control token texts in
+  // `text` (e.g. "<|im_start|>") become their ids. Without it the text is text: control and
+  // end-of-generation token texts stay characters ("</s>" is four of them); user-defined
+  // tokens, which are ordinary pieces of some vocabularies (deepseek-coder's "ü"), still match,
+  // as in llama.cpp (its conformance vectors expect them).
+  std::vector<std::int32_t> encode(std::string_view text, bool add_special = true,
+                                   bool parse_special = false) const;
+  // For text that mixes markup with content a user, a tool or a document supplied (a chat
+  // prompt): inside the `markup` ranges (ascending, not overlapping: the chat template's
+  // markers) special-token texts become their ids, as with parse_special; everywhere else the
+  // text is text, as without it, so a message cannot end the sequence or open a turn. A special
+  // token counts only when it lies wholly inside one range. Between special tokens the text is
+  // tokenised in one piece, so content next to markup tokenises as encode() would. With no
+  // ranges this is encode(text, add_special, false).
+  std::vector<std::int32_t> encode_marked(std::string_view text, std::span<const TextRange> markup,
+                                          bool add_special = true) const;
   // The bytes of the ids' pieces; control tokens are skipped when skip_special.
   std::string decode(std::span<const std::int32_t> ids, bool skip_special = true) const;
   std::string token_to_piece(std::int32_t id) const;  // raw bytes of one token
@@ -54,11 +71,22 @@ class Tokenizer {
 
  protected:
   Tokenizer() = default;
-  // Splits `text` around special-token texts (when parse_special), tokenising the fragments
-  // with `plain` and adding BOS/EOS per `add_special`.
-  template <class Plain>
-  std::vector<std::int32_t> encode_with_specials(std::string_view text, bool add_special,
-                                                 bool parse_special, Plain&& plain) const;
+  // Appends the ids of `fragment`, a run of text with no special token in it (a new fragment
+  // starts the text and follows each special token: SentencePiece adds its space prefix there).
+  virtual void encode_fragment(std::string_view fragment, std::vector<std::int32_t>& out) const = 0;
+
+  // The earliest (then longest) special token whose text lies wholly inside text[from, to):
+  // control tokens only when `control`; {npos, 0, -1} when none.
+  struct SpecialMatch {
+    std::size_t at = std::string_view::npos, len = 0;
+    std::int32_t id = -1;
+  };
+  SpecialMatch find_special(std::string_view text, std::size_t from, std::size_t to,
+                            bool control) const;
+  // BOS, the fragments between the special tokens `next(from)` finds, EOS (per add_special).
+  template <class Next>
+  std::vector<std::int32_t> encode_split(std::string_view text, bool add_special,
+                                         Next&& next) const;
 
   std::string model_, pre_;
   std::vector<std::string> tokens_;

@@ -113,7 +113,8 @@ class MemoryBudget {
   std::size_t used_total() const noexcept;
   std::size_t peak_total() const noexcept;
   std::size_t total_limit() const noexcept { return limits_.total; }
-  // Bytes that could be reserved in `c` right now.
+  // Bytes that could be reserved in `c` right now; kUnlimited when neither `c` nor the total
+  // has a limit.
   std::size_t headroom(BudgetCategory c) const noexcept;
   // Coroutines waiting in async_reserve.
   std::size_t waiting() const noexcept;

@@ -28,7 +28,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "weir/inference/kv_cache.hpp"
+#include "engine/kv_cache.hpp"
 #include "weir/runtime/error.hpp"
 
 namespace weir::inference {
@@ -54,12 +54,6 @@ struct SchedulerOutput {
   std::vector<SeqId> preempted;
   std::int64_t num_tokens = 0;
   bool empty() const { return chunks.empty(); }
-};
-
-struct SchedulerStats {
-  std::size_t waiting = 0, running = 0;
-  std::uint64_t preemptions = 0;
-  std::uint64_t admitted = 0;
 };
 
 class Scheduler {

@@ -31,42 +31,18 @@
 #include <unordered_map>
 #include <vector>
 
+#include "weir/inference/engine_stats.hpp"
+#include "weir/inference/kv_layout.hpp"
 #include "weir/runtime/error.hpp"
 
 namespace weir::inference {
 
 using SeqId = std::int64_t;
-using BlockId = std::int32_t;
 
 struct KvCacheConfig {
   std::int32_t num_blocks = 0;
   std::int32_t block_size = 16;  // token slots per block
   bool enable_prefix_caching = true;
-};
-
-// A block copy the engine must perform before the next forward pass (copy-on-write).
-struct BlockCopy {
-  BlockId src;
-  BlockId dst;
-};
-
-struct KvCacheStats {
-  std::int32_t num_blocks = 0;
-  std::int32_t used_blocks = 0;      // ref_count > 0
-  std::int32_t free_blocks = 0;      // on the free list (cached or not)
-  std::int32_t cached_blocks = 0;    // free blocks still holding a reusable prefix
-  std::int64_t allocated_slots = 0;  // used_blocks * block_size
-  std::int64_t filled_slots = 0;     // token slots holding computed or scheduled KV
-  std::uint64_t prefix_queries = 0;  // full prompt blocks looked up
-  std::uint64_t prefix_hits = 0;     // ... of which were found
-  std::uint64_t copies = 0;          // copy-on-write block copies
-  // Allocated but unfilled slots over allocated slots (0 when nothing is allocated).
-  double waste() const {
-    return allocated_slots ? double(allocated_slots - filled_slots) / double(allocated_slots) : 0.0;
-  }
-  double prefix_hit_rate() const {
-    return prefix_queries ? double(prefix_hits) / double(prefix_queries) : 0.0;
-  }
 };
 
 class KvCacheManager {

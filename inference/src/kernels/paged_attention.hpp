@@ -15,7 +15,7 @@
 #include <span>
 #include <vector>
 
-#include "weir/inference/kv_cache.hpp"
+#include "engine/kv_cache.hpp"
 #include "weir/inference/kv_layout.hpp"
 
 namespace weir::inference {
