@@ -103,7 +103,8 @@ PerRun us_per_run(GraphRuntime& rt, std::shared_ptr<const CompiledGraph> g, int 
           auto r = co_await std::move(op);
           steps += r ? r->steps : 0;
         } else {
-          auto r = co_await rt.async_invoke(g, {});
+          json::object input;  // a local: no temporary inside a co_await (GCC 12)
+          auto r = co_await rt.async_invoke(g, std::move(input));
           steps += r ? r->steps : 0;
         }
       }
@@ -196,7 +197,8 @@ int main() {
   const int runs = 100000;
   auto g = chain(true);
   const Concurrent graph_run = concurrent(runs, [&]() -> asio::awaitable<bool> {
-    auto r = co_await rt.async_invoke(g, {});
+    json::object input;  // a local: no temporary inside a co_await (GCC 12)
+    auto r = co_await rt.async_invoke(g, std::move(input));
     co_return r && r->state.at("counter").as_int64() == 3;
   });
   const Concurrent floor_run = concurrent(runs, []() -> asio::awaitable<bool> {

@@ -1,11 +1,14 @@
 // bench_serve: weir serve over loopback. Closed loops of streaming clients (64-token prompts,
 // 64 new tokens, random 15M model) at concurrency 1, 8, 32, 64: tokens/s, time to first token,
-// inter-token latency; the same engine driven in-process at 32 for the HTTP overhead; and an
+// inter-token latency, SSE events per request (one per token when tokens stream); the same
+// engine driven in-process at 32 for the HTTP overhead, and at one client for the time to first
+// token side by side with the server's (target: at most 1.2 times the in-process one); and an
 // overload burst of 10x the admission queue at once. Prints one JSON object (--json).
 //
 //   build/bin/bench_serve --json [--quick]
 #include <atomic>
 #include <cstring>
+#include <future>
 #include <thread>
 
 #include <boost/json.hpp>
@@ -39,10 +42,11 @@ std::string prompt_body(int seed, int max_tokens) {
 struct Level {
   double tok_s = 0;
   std::vector<double> ttft_ms, itl_ms;
+  long requests = 0, events = 0;  // SSE events with tokens, over all requests
 };
 
 Level closed_loop(std::uint16_t port, int clients, double seconds) {
-  std::atomic<long> tokens{0};
+  std::atomic<long> tokens{0}, requests{0}, events{0};
   std::vector<std::vector<double>> ttft(clients), itl(clients);
   const auto t0 = Clock::now();
   std::vector<std::thread> ts;
@@ -60,8 +64,9 @@ Level closed_loop(std::uint16_t port, int clients, double seconds) {
         for (std::string ch; !(ch = conn.next_chunk()).empty();) {
           if (ch.find("\"text\"") == std::string::npos) continue;
           auto now = Clock::now();
-          int n = 0;  // tokens in this chunk: one per event here (a chunk per token)
+          int n = 0;  // events in this chunk: one per token when tokens stream
           for (std::size_t at = 0; (at = ch.find("data: {", at)) != std::string::npos; ++at) ++n;
+          events += n;
           if (first) {
             ttft[c].push_back(std::chrono::duration<double, std::milli>(now - start).count());
             first = false;
@@ -71,12 +76,15 @@ Level closed_loop(std::uint16_t port, int clients, double seconds) {
           last = now;
         }
         tokens += 64;
+        ++requests;
       }
     });
   }
   for (auto& t : ts) t.join();
   Level l;
   l.tok_s = static_cast<double>(tokens) / bench::seconds_since(t0);
+  l.requests = requests;
+  l.events = events;
   for (int c = 0; c < clients; ++c) {
     l.ttft_ms.insert(l.ttft_ms.end(), ttft[c].begin(), ttft[c].end());
     l.itl_ms.insert(l.itl_ms.end(), itl[c].begin(), itl[c].end());
@@ -84,31 +92,64 @@ Level closed_loop(std::uint16_t port, int clients, double seconds) {
   return l;
 }
 
-// The same work in-process: `clients` requests always in flight on an engine of the same
-// settings.
-double in_process(const fs::path& path, int clients, double seconds) {
+std::unique_ptr<inference::Engine> engine_like_the_server(const fs::path& path) {
   auto model = inference::Model::load(path);
   auto runner = inference::make_runner(*model, inference::Device::cpu, 0);
   inference::EngineConfig cfg;
   cfg.max_num_seqs = 64;
   cfg.kv_cache_bytes = 256u << 20;
   cfg.max_model_len = 1024;
-  auto engine = inference::Engine::create(std::move(runner->runner), cfg);
+  return std::move(*inference::Engine::create(std::move(runner->runner), cfg));
+}
+
+inference::GenerateRequest request_of(int seed) {
+  auto body = json::parse(prompt_body(seed, 64));
+  inference::GenerateRequest rq;
+  for (const auto& t : body.at("prompt").as_array())
+    rq.prompt.push_back(static_cast<int>(t.as_int64()));
+  rq.max_new_tokens = 64;
+  return rq;
+}
+
+// One client in-process, one request after the other: the time from submit to the first
+// sampled token, for the server's to be compared with (its prefill, nothing else).
+std::vector<double> in_process_ttft(const fs::path& path, double seconds) {
+  auto engine = engine_like_the_server(path);
+  std::vector<double> ttft;
+  const auto t0 = Clock::now();
+  for (int k = 0; bench::seconds_since(t0) < seconds; ++k) {
+    std::promise<void> done;
+    std::atomic<bool> first{true};
+    const auto start = Clock::now();
+    double ms = 0;
+    inference::RequestCallbacks cb;
+    cb.on_token = [&](std::int32_t) {
+      if (first.exchange(false))
+        ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+    };
+    cb.on_done = [&](Result<inference::GenerateResult>) { done.set_value(); };
+    engine->submit(request_of(k), std::move(cb));
+    done.get_future().wait();
+    ttft.push_back(ms);
+  }
+  return ttft;
+}
+
+// The same work in-process: `clients` requests always in flight on an engine of the same
+// settings.
+double in_process(const fs::path& path, int clients, double seconds) {
+  auto engine = engine_like_the_server(path);
   std::atomic<long> tokens{0};
   std::atomic<int> live{0};
   const auto t0 = Clock::now();
   std::function<void(int)> submit = [&](int k) {
-    auto body = json::parse(prompt_body(k, 64));
-    inference::GenerateRequest rq;
-    for (const auto& t : body.at("prompt").as_array())
-      rq.prompt.push_back(static_cast<int>(t.as_int64()));
-    rq.max_new_tokens = 64;
+    inference::GenerateRequest rq = request_of(k);
     ++live;
-    (*engine)->submit(rq, {{}, [&, k](Result<inference::GenerateResult> r) {
-                             if (r) tokens += static_cast<long>(r->tokens.size());
-                             if (bench::seconds_since(t0) < seconds) submit(k + 1000);
-                             --live;
-                           }});
+    engine->submit(rq, {{}, [&, k](Result<inference::GenerateResult> r) {
+                          if (r) tokens += static_cast<long>(r->tokens.size());
+                          if (bench::seconds_since(t0) < seconds) submit(k + 1000);
+                          --live;
+                        }});
   };
   for (int c = 0; c < clients; ++c) submit(c);
   while (live > 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -132,7 +173,7 @@ int main(int argc, char** argv) {
   c.max_num_seqs = 64;
   c.max_model_len = 1024;
   c.kv_cache_bytes = 256u << 20;
-  json::object tok_s, ttft50, ttft99, itl50, itl99;
+  json::object tok_s, ttft50, ttft99, itl50, itl99, events_per_request;
   double http32 = 0;
   {
     auto svc = serve::Service::start(c);
@@ -148,12 +189,17 @@ int main(int argc, char** argv) {
       ttft99[k] = pct(l.ttft_ms, 0.99);
       itl50[k] = pct(l.itl_ms, 0.5);
       itl99[k] = pct(l.itl_ms, 0.99);
+      events_per_request[k] =
+          l.requests ? static_cast<double>(l.events) / static_cast<double>(l.requests) : 0.0;
       if (conc == 32) http32 = l.tok_s;
       std::fprintf(stderr, "concurrency %d: %.0f tok/s\n", conc, l.tok_s);
     }
     (*svc)->shutdown(std::chrono::milliseconds(0));
   }
   const double inproc32 = in_process(path, 32, secs);
+  const auto inproc_ttft = in_process_ttft(path, secs);
+  const double http_ttft1 = ttft50["1"].as_double();
+  const double inproc_ttft1 = pct(inproc_ttft, 0.5);
   // Overload: 10x the queue at once against a small admission window.
   serve::ServeConfig o = c;
   o.max_num_seqs = 8;
@@ -189,6 +235,9 @@ int main(int argc, char** argv) {
                    {"ttft_ms_p99", ttft99},
                    {"itl_ms_p50", itl50},
                    {"itl_ms_p99", itl99},
+                   {"events_per_request", events_per_request},
+                   {"inprocess_ttft_ms_p50_1", inproc_ttft1},
+                   {"http_vs_inprocess_ttft_1", inproc_ttft1 > 0 ? http_ttft1 / inproc_ttft1 : 0.0},
                    {"inprocess_tok_s_32", inproc32},
                    {"http_vs_inprocess_tok_s_32", inproc32 > 0 ? http32 / inproc32 : 0.0},
                    {"overload",

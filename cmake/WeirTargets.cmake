@@ -62,18 +62,22 @@ function(weir_off_hot_path target module)
   endif()
 endfunction()
 
-# weir_add_library(<module> SOURCES ... [PUBLIC_DEPS ...] [PRIVATE_DEPS ...])
+# weir_add_library(<module> [INTERNAL] SOURCES ... [PUBLIC_DEPS ...] [PRIVATE_DEPS ...])
 # Creates weir_<module> with alias weir::<module>; public headers in <module>/include, installed
 # (with the library, exported as weir::<module>) by `cmake --install`.
+# INTERNAL: a library only weir's own modules use (pg/): its include/ is their interface inside
+# the build and is not installed; the archive is (installed static libraries that use it link it).
 function(weir_add_library module)
-  cmake_parse_arguments(ARG "" "" "SOURCES;PUBLIC_DEPS;PRIVATE_DEPS" ${ARGN})
+  cmake_parse_arguments(ARG "INTERNAL" "" "SOURCES;PUBLIC_DEPS;PRIVATE_DEPS" ${ARGN})
   add_library(weir_${module} STATIC ${ARG_SOURCES})
   add_library(weir::${module} ALIAS weir_${module})
   target_include_directories(weir_${module}
     PUBLIC $<BUILD_INTERFACE:${CMAKE_CURRENT_SOURCE_DIR}/include>
            $<BUILD_INTERFACE:${PROJECT_BINARY_DIR}/include>  # weir/version.hpp (generated)
-           $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>
     PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src)
+  if(NOT ARG_INTERNAL)
+    target_include_directories(weir_${module} PUBLIC $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
+  endif()
   # weir_build_flags (warnings, sanitizers) is for weir's own build: BUILD_INTERFACE keeps it
   # out of the installed link interface, where a static library would otherwise carry it.
   target_link_libraries(weir_${module}
@@ -82,7 +86,7 @@ function(weir_add_library module)
   target_compile_features(weir_${module} PUBLIC cxx_std_20)
   weir_off_hot_path(weir_${module} ${module})
   set(headers)
-  if(IS_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}/include)
+  if(NOT ARG_INTERNAL AND IS_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}/include)
     set(headers HEADERS ${CMAKE_CURRENT_SOURCE_DIR}/include)
   endif()
   weir_install_library(weir_${module} ${module} ${headers})

@@ -1,4 +1,4 @@
-// The PostgreSQL connection-string wrapper (graph/src/postgres_conninfo.cpp) must never crash,
+// The PostgreSQL connection-string wrapper (pg/src/conninfo.cpp) must never crash,
 // and the description it builds for error messages must never hold the password libpq parsed.
 #include <libpq-fe.h>
 
@@ -7,12 +7,12 @@
 #include <string>
 #include <string_view>
 
-#include "postgres_conninfo.hpp"
+#include "weir/pg/conninfo.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
-  auto r = weir::graph::detail::parse_pg_conninfo(text);
-  (void)weir::graph::detail::scrub_password(std::string(text), text);
+  auto r = weir::pg::parse_conninfo(text);
+  (void)weir::pg::scrub_password(std::string(text), text);
   if (!r) return 0;
   char* err = nullptr;
   PQconninfoOption* opts = PQconninfoParse(r->conninfo.c_str(), &err);

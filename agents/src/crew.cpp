@@ -256,9 +256,10 @@ struct Crew::Impl {
     if (const auto& in = state.get("inputs"); in.is_object()) inputs = in.as_object();
     const std::string run_id = std::string(ctx.run_id()) + "/manager";
     std::vector<Message> no_preamble;
+    std::string crew_run(ctx.run_id());  // locals: no temporary inside a co_await (GCC 12)
     trace::Context trace = ctx.trace();
     auto rec = co_await run_loop(*manager, manager_prompt(inputs), std::move(no_preamble), run_id,
-                                 ctx.artifacts(), std::string(ctx.run_id()), trace);
+                                 ctx.artifacts(), std::move(crew_run), trace);
     std::vector<json::object> made;
     {
       std::lock_guard lock(mu);
@@ -303,9 +304,9 @@ struct Crew::Impl {
     // The manager loop's run id is "<crew run>/manager": delegations are owned by the crew run.
     std::string crew_run = tctx.owner.substr(0, tctx.owner.rfind('/'));
     std::vector<Message> no_preamble;
+    std::string loop_id = tctx.owner + "/delegation-" + std::to_string(n + 1);
     auto rec = co_await run_loop(*it->second, std::move(prompt), std::move(no_preamble),
-                                 tctx.owner + "/delegation-" + std::to_string(n + 1),
-                                 tctx.artifacts, crew_run, tctx.trace);
+                                 std::move(loop_id), tctx.artifacts, crew_run, tctx.trace);
     if (!rec) co_return std::move(rec).error();
     std::string reply = describe_result("delegated to " + who, *rec);
     rec->emplace("task", json::string(std::string(args.at("task").as_string()).substr(0, 200)));

@@ -309,7 +309,8 @@ json::object runaway_loops(Ctx& ctx) {
   auto round = [&](bool count) {
     asio::io_context io;
     auto one = [&]() -> asio::awaitable<void> {
-      auto r = co_await rt.async_invoke(*g, json::object{});
+      json::object input;  // a local: no temporary inside a co_await (GCC 12)
+      auto r = co_await rt.async_invoke(*g, std::move(input));
       if (!count) co_return;
       if (!r && r.error().is(Errc::step_limit_exceeded)) {
         ++typed;

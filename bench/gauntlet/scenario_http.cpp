@@ -114,17 +114,20 @@ json::object fanout_http(Ctx& ctx) {
     p.max_tokens = 4;
     std::vector<agents::Message> msgs;
     msgs.push_back(agents::Message::user(std::move(prompt)));
-    auto r = co_await m->async_chat(std::move(msgs), std::vector<agents::ToolSpec>{}, p);
+    std::vector<agents::ToolSpec> no_tools;  // a local: no temporary inside a co_await (GCC 12)
+    auto r = co_await m->async_chat(std::move(msgs), std::move(no_tools), p);
     if (!r) co_return std::move(r).error();
     co_return std::move(r->message.content);
   };
   b.add_async_node("planner", [=](StateView s, NodeContext&) -> asio::awaitable<Result<Update>> {
-    auto r = co_await call("plan: " + std::string(s.get("input").as_string()));
+    std::string prompt = "plan: " + std::string(s.get("input").as_string());
+    auto r = co_await call(std::move(prompt));
     if (!r) co_return std::move(r).error();
     co_return Update().set("plan", json::string(*r));
   });
   b.add_async_node("actor", [=](StateView s, NodeContext&) -> asio::awaitable<Result<Update>> {
-    auto r = co_await call("act on: " + std::string(s.get("plan").as_string()));
+    std::string prompt = "act on: " + std::string(s.get("plan").as_string());
+    auto r = co_await call(std::move(prompt));
     if (!r) co_return std::move(r).error();
     co_return Update().set("answer", json::string(*r));
   });

@@ -1,5 +1,5 @@
-// weir submit, weir worker, weir runs, weir cancel: the run queue in PostgreSQL (weir::cluster,
-// docs/scale-out.md).
+// weir submit, weir worker, weir runs, weir cancel: the run queue in PostgreSQL, through the run
+// service (weir::cluster; docs/scale-out.md): the runs API's doors, record and JSON shape.
 #include <signal.h>
 
 #include <algorithm>
@@ -16,6 +16,7 @@
 #include "commands.hpp"
 #include "trace_flags.hpp"
 #include "weir/cluster/run_queue.hpp"
+#include "weir/cluster/run_service.hpp"
 #include "weir/cluster/worker.hpp"
 #include "weir/graph/checkpointer.hpp"
 #include "weir/graph/workflow.hpp"
@@ -37,41 +38,12 @@ std::optional<std::string> db_of(Flags& f) {
   return std::nullopt;
 }
 
-// Exit code for a queue error: 1 for what the user gave (a bad URL, an unknown run), 2 else.
-int fail(const char* command, const Error& e) {
-  std::fprintf(stderr, "weir %s: %s\n", command, e.message.c_str());
-  return e.is(Errc::invalid_argument) || e.is(Errc::not_found) ? kExitInvalidInput : kExitRunFailed;
-}
-
-Result<std::unique_ptr<cluster::RunQueue>> open_queue(const std::string& db) {
-  return cluster::RunQueue::open(db);
-}
-
-json::value record_json(const cluster::RunRecord& r) {
-  json::object o{{"id", r.id},
-                 {"state", cluster::run_state_name(r.state)},
-                 {"attempts", r.attempts},
-                 {"max_attempts", r.max_attempts},
-                 {"workflow", r.workflow_name},
-                 {"workflow_file", r.workflow_file},
-                 {"workflow_sha256", r.workflow_sha256},
-                 {"thread", r.thread_id},
-                 {"fence", r.fence},
-                 {"cancel_requested", r.cancel_requested},
-                 {"created_ms", r.created_ms}};
-  if (!r.lease_owner.empty()) {
-    o["lease_owner"] = r.lease_owner;
-    o["lease_expires_ms"] = r.lease_expires_ms;
-  }
-  if (r.started_ms) o["started_ms"] = r.started_ms;
-  if (r.finished_ms) o["finished_ms"] = r.finished_ms;
-  if (!r.result.empty()) {
-    auto parsed = parse_json(r.result, "result");
-    o["result"] = parsed ? parsed->value : json::value(r.result);
-  }
-  if (!r.error_code.empty() || !r.error.empty())
-    o["error"] = json::object{{"code", r.error_code}, {"message", r.error}};
-  return o;
+// The queue's service as a client: no worker of its own (max_runs 0).
+Result<std::unique_ptr<cluster::RunService>> open_queue(const std::string& db) {
+  cluster::RunServiceOptions o;
+  o.db = db;
+  o.max_runs = 0;
+  return cluster::RunService::open(std::move(o));
 }
 
 std::string ago(std::int64_t then_ms) {
@@ -83,6 +55,32 @@ std::string ago(std::int64_t then_ms) {
   if (s < 120) return std::to_string(s) + " s ago";
   if (s < 7200) return std::to_string(s / 60) + " min ago";
   return std::to_string(s / 3600) + " h ago";
+}
+
+// What `weir cancel` did, in words. A queued run that had run before (its worker stopped or it
+// was handed back) is told apart from one that never started, with the steps it had committed.
+std::string cancel_text(const cluster::RunService& runs, const cluster::CancelOutcome& c) {
+  using cluster::RunState;
+  const auto& before = c.before;
+  if (c.after.state == RunState::running)
+    return "cancel requested; its worker stops it before its next superstep";
+  if (before.state != RunState::queued || c.after.state != RunState::cancelled)
+    return std::string("already ") + cluster::run_state_name(before.state) + "; nothing to cancel";
+  if (before.started_ms == 0) return "cancelled (it had not started)";
+  // Its checkpoints on its thread (newest first, until another run's).
+  std::size_t steps = 0;
+  auto list = runs.checkpointer().list(before.thread_id, 100000);
+  if (list) {
+    for (const auto& cp : *list) {
+      const auto* q = cp.metadata.if_contains("queue_run");
+      if (!q || !q->is_string() || q->as_string() != before.id) break;
+      ++steps;
+    }
+  }
+  return "cancelled while it waited to continue (it had started: " +
+         (list ? std::to_string(steps) + " checkpoint" + (steps == 1 ? "" : "s")
+               : std::string("its checkpoints could not be read: ") + list.error().message) +
+         " on thread '" + before.thread_id + "', kept)";
 }
 
 std::atomic<cluster::Worker*> g_worker{nullptr};
@@ -103,16 +101,13 @@ int cmd_submit(Args args) {
                "a queued run carries its workflow file's text and path: give a file, not "
                "standard input"),
            kExitInvalidInput;
-  int max_attempts = cluster::kDefaultMaxAttempts;
-  if (!f.integer("--max-attempts", max_attempts, 1, 1000)) return kExitInvalidInput;
+  cluster::RunRequest req;
+  req.workflow_file = file;
+  req.input_source = "--input";
+  req.max_attempts = cluster::kDefaultMaxAttempts;
+  if (!f.integer("--max-attempts", req.max_attempts, 1, 1000)) return kExitInvalidInput;
   auto db = db_of(f);
   if (!db) return kExitInvalidInput;
-  auto text = read_json_file(file);
-  if (!text) return std::fprintf(stderr, "%s\n", text.error().message.c_str()), kExitInvalidInput;
-  const fs::path abs = fs::absolute(file);
-  auto load = graph::load_workflow_text(*text, abs);
-  if (!load.ok()) return std::fputs(load.report().c_str(), stderr), kExitInvalidInput;
-  json::object input;
   if (auto in = f.get("--input")) {
     std::string source = "--input", raw = *in;
     if (!raw.empty() && raw[0] == '@') {
@@ -129,53 +124,40 @@ int cmd_submit(Args args) {
              kExitInvalidInput;
     if (!parsed->value.is_object())
       return f.fail("--input must be a JSON object of channel values"), kExitInvalidInput;
-    input = std::move(parsed->value.as_object());
+    req.input = std::move(parsed->value.as_object());
   }
-  if (const auto& allowed = load.spec->input; !allowed.empty()) {
-    for (const auto& kv : input) {
-      if (std::find(allowed.begin(), allowed.end(), std::string_view(kv.key())) != allowed.end())
-        continue;
-      std::string list;
-      for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
-      std::fprintf(stderr,
-                   "weir submit: --input sets '%s', which %s does not take as input (its "
-                   "\"input\": %s)\n",
-                   std::string(kv.key()).c_str(), load.spec->name.c_str(), list.c_str());
-      return kExitInvalidInput;
-    }
-  }
-  auto queue = open_queue(*db);
-  if (!queue) return fail("submit", queue.error());
-  cluster::SubmitRequest req;
-  req.workflow = std::string(text->data(), text->size());
-  req.workflow_file = abs.string();
-  req.workflow_name = load.spec->name;
-  req.input = to_json_text(input);
   req.thread_id = f.get("--thread").value_or("");
-  req.max_attempts = max_attempts;
-  // The run's trace: the span of this submit when traced, else a fresh trace context, so that
-  // every worker that takes the run (after a crash, another) continues one trace.
+  auto queue = open_queue(*db);
+  if (!queue) return store_failed("submit", queue.error());
+  // The run's trace: this submit's span when traced (else the service starts a trace of the
+  // run's own), so every worker that takes the run (after a crash, another) continues one trace.
   std::shared_ptr<trace::Tracer> tracer;
   if (!open_tracer(f, tracer)) return kExitInvalidInput;
   trace::Span span;
   if (tracer) {
-    span = tracer->start_span("submit " + req.workflow_name, nullptr, trace::SpanKind::client);
-    span.set("weir.workflow.name", req.workflow_name);
+    span = tracer->start_span("submit " + req.workflow_file.stem().string(), nullptr,
+                              trace::SpanKind::client);
+    span.set("weir.workflow.file", req.workflow_file.string());
   }
-  trace::SpanContext tc = span.context();
-  if (!tc.valid()) tc = {trace::random_trace_id(), trace::random_span_id(), 1, ""};
-  req.traceparent = trace::format_traceparent(tc);
-  auto id = (*queue)->submit(req);
-  if (id) span.set(trace::attr::kRunId, *id);
-  if (!id) span.set_error(id.error());
+  if (span.context().valid()) req.traceparent = trace::format_traceparent(span.context());
+  auto run = (*queue)->submit(std::move(req));
+  if (run) span.set("weir.workflow.name", run->workflow_name);
+  if (run) span.set(trace::attr::kRunId, run->id);
+  if (!run) span.set_error(run.error());
   span.end();
   close_tracer(tracer);
-  if (!id) return fail("submit", id.error());
-  std::printf("%s\n", id->c_str());
-  std::fprintf(stderr, "weir submit: queued %s (%s, thread '%s') in %s\n", id->c_str(),
-               req.workflow_name.c_str(),
-               req.thread_id.empty() ? id->c_str() : req.thread_id.c_str(),
-               (*queue)->description().c_str());
+  if (!run) {
+    // A file that does not load prints its report as `weir validate` does.
+    if (run.error().is(Errc::invalid_workflow)) {
+      const std::string& m = run.error().message;
+      std::fputs((m.empty() || m.back() == '\n' ? m : m + "\n").c_str(), stderr);
+      return kExitInvalidInput;
+    }
+    return store_failed("submit", run.error());
+  }
+  std::printf("%s\n", run->id.c_str());
+  std::fprintf(stderr, "weir submit: queued %s (%s, thread '%s') in %s\n", run->id.c_str(),
+               run->workflow_name.c_str(), run->thread_id.c_str(), (*queue)->description().c_str());
   return kExitOk;
 }
 
@@ -237,7 +219,7 @@ int cmd_worker(Args args) {
   auto stats = worker.run();
   g_worker = nullptr;
   close_tracer(tracer);
-  if (!stats) return fail("worker", stats.error());
+  if (!stats) return store_failed("worker", stats.error());
   std::fprintf(stderr,
                "weir worker: %zu claimed: %zu succeeded, %zu failed, %zu cancelled, %zu "
                "interrupted, %zu lost to another worker, %zu handed back\n",
@@ -247,43 +229,42 @@ int cmd_worker(Args args) {
 }
 
 int cmd_runs(Args args) {
-  Flags f("runs", {"--db", "--state", "--limit"}, {"--json"});
+  Flags f("runs", {"--db", "--state", "--limit", "--after"}, {"--json"});
   if (!f.parse(args)) return kExitInvalidInput;
   if (f.positional().size() > 1) return f.fail("give at most one run id"), kExitInvalidInput;
-  std::size_t limit = 50;
-  if (!f.integer("--limit", limit, std::size_t{1}, std::size_t{1'000'000}))
+  cluster::RunListQuery q;
+  q.limit = 50;
+  if (!f.integer("--limit", q.limit, std::size_t{1}, std::size_t{1'000'000}))
     return kExitInvalidInput;
-  std::optional<cluster::RunState> only;
   if (auto s = f.get("--state")) {
-    only = cluster::parse_run_state(*s);
-    if (!only)
+    q.state = cluster::parse_run_state(*s);
+    if (!q.state)
       return f.fail(
                  "--state expects queued, running, succeeded, failed, cancelled or "
                  "interrupted, got '" +
                  *s + "'"),
              kExitInvalidInput;
   }
+  q.after = f.get("--after").value_or("");
   auto db = db_of(f);
   if (!db) return kExitInvalidInput;
   auto queue = open_queue(*db);
-  if (!queue) return fail("runs", queue.error());
+  if (!queue) return store_failed("runs", queue.error());
   if (f.positional().size() == 1) {  // one run, in full
     auto r = (*queue)->get(f.positional()[0]);
-    if (!r) return fail("runs", r.error());
-    std::printf("%s\n", to_json_text(record_json(*r)).c_str());
+    if (!r) return store_failed("runs", r.error());
+    std::printf("%s\n", to_json_text(cluster::run_json(*r)).c_str());
     return kExitOk;
   }
-  auto runs = (*queue)->list(limit, only);
-  if (!runs) return fail("runs", runs.error());
-  if (f.has("--json")) {
-    json::array a;
-    for (const auto& r : *runs) a.push_back(record_json(r));
-    std::printf("%s\n", to_json_text(a).c_str());
+  auto page = (*queue)->list(q);
+  if (!page) return store_failed("runs", page.error());
+  if (f.has("--json")) {  // the page as GET /v1/runs answers it
+    std::printf("%s\n", to_json_text(cluster::run_list_json(*page)).c_str());
     return kExitOk;
   }
   std::printf("%-18s  %-11s  %-8s  %-20s  %-18s  %-12s  %s\n", "ID", "STATE", "ATTEMPTS",
               "WORKFLOW", "THREAD", "CREATED", "DETAIL");
-  for (const auto& r : *runs) {
+  for (const auto& r : page->runs) {
     std::string detail = r.error;
     if (r.state == cluster::RunState::running)
       detail = "held by " + r.lease_owner + (r.cancel_requested ? ", cancelling" : "");
@@ -294,8 +275,11 @@ int cmd_runs(Args args) {
                 r.workflow_name.c_str(), r.thread_id.c_str(), ago(r.created_ms).c_str(),
                 detail.c_str());
   }
-  if (runs->empty())
+  if (page->runs.empty())
     std::fprintf(stderr, "weir runs: no runs in %s\n", (*queue)->description().c_str());
+  if (page->has_more)
+    std::fprintf(stderr, "weir runs: more runs follow: weir runs --after %s%s\n",
+                 page->runs.back().id.c_str(), f.get("--limit") ? " --limit N" : "");
   return kExitOk;
 }
 
@@ -306,20 +290,11 @@ int cmd_cancel(Args args) {
   auto db = db_of(f);
   if (!db) return kExitInvalidInput;
   auto queue = open_queue(*db);
-  if (!queue) return fail("cancel", queue.error());
+  if (!queue) return store_failed("cancel", queue.error());
   const std::string& id = f.positional()[0];
-  auto before = (*queue)->get(id);
-  if (!before) return fail("cancel", before.error());
-  auto after = (*queue)->cancel(id);
-  if (!after) return fail("cancel", after.error());
-  using cluster::RunState;
-  if (*after == RunState::cancelled && before->state == RunState::queued)
-    std::printf("%s: cancelled (it had not started)\n", id.c_str());
-  else if (*after == RunState::running)
-    std::printf("%s: cancel requested; its worker stops it before its next superstep\n",
-                id.c_str());
-  else
-    std::printf("%s: already %s; nothing to cancel\n", id.c_str(), cluster::run_state_name(*after));
+  auto done = (*queue)->cancel(id);
+  if (!done) return store_failed("cancel", done.error());
+  std::printf("%s: %s\n", id.c_str(), cancel_text(**queue, *done).c_str());
   return kExitOk;
 }
 

@@ -12,7 +12,6 @@
 #include <sstream>
 
 #include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/redirect_error.hpp>
@@ -63,6 +62,19 @@ void remove_stale_artifact_dirs() {
 
 namespace {
 
+// The error an exception escaping a run's coroutine carries, for its completion handler.
+Error exception_error(std::exception_ptr e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const Exception& x) {
+    return x.error();
+  } catch (const std::exception& x) {
+    return Error(Errc::tool_failed, std::string("the run threw: ") + x.what());
+  } catch (...) {
+    return Error(Errc::tool_failed, "the run threw an unknown exception");
+  }
+}
+
 // --input: a JSON object, or @file holding one. The file's size is checked before it is read;
 // with `storage` (the run-state budget), the value is charged as it is built.
 Result<json::object> read_input_object(std::string text,
@@ -98,6 +110,9 @@ struct WorkflowEnv {
     std::error_code ec;
     if (!art_dir.empty()) fs::remove_all(art_dir, ec);
   }
+
+  // The workflow's name: its "name", else its file's stem.
+  std::string name() const { return spec.name.empty() ? spec.file.stem().string() : spec.name; }
 
   graph::RuntimeOptions runtime_options() const {
     graph::RuntimeOptions o = built.runtime;
@@ -185,6 +200,11 @@ Result<std::unique_ptr<graph::Checkpointer>> open_store(const fs::path& db) {
   return graph::open_sqlite_checkpointer(db);
 }
 
+int store_failed(const char* command, const Error& e) {
+  std::fprintf(stderr, "weir %s: %s\n", command, e.message.c_str());
+  return store_exit_code(e);
+}
+
 namespace {
 
 // Where a run keeps its checkpoints (--thread, --store) and whether it streams.
@@ -196,24 +216,22 @@ struct RunTarget {
   json::object metadata;  // into every checkpoint: the workflow file, for weir resume
   std::shared_ptr<trace::Tracer> tracer;  // --trace, --otlp-endpoint (null: off)
 
-  bool open(const Flags& f, const char* command) {
+  // kExitOk, or the exit code after printing the problem.
+  int open(const Flags& f, const char* command) {
     stream = f.has("--stream");
     if (auto t = f.get("--thread")) thread = *t;
     if (thread.empty()) {
       if (f.get("--store")) {
         std::fprintf(stderr, "weir %s: --store needs --thread ID\n", command);
-        return false;
+        return kExitInvalidInput;
       }
-      return true;
+      return kExitOk;
     }
     store = store_path(f);
     auto cp = open_store(store);
-    if (!cp) {
-      std::fprintf(stderr, "weir %s: %s\n", command, cp.error().message.c_str());
-      return false;
-    }
+    if (!cp) return store_failed(command, cp.error());
     checkpointer = std::move(*cp);
-    return true;
+    return kExitOk;
   }
 };
 
@@ -298,6 +316,7 @@ int run_workflow(WorkflowEnv& env, RunTarget& target, const std::string& file, c
   graph::RunTracing tracing{{target.tracer.get(), {}}, env.spec.name};
   if (target.tracer) opt.trace = &tracing;
   auto events = opt.events;
+  std::optional<Error> printer_error;
   ProgressLine line;
   auto task = [&]() -> asio::awaitable<void> {
     auto op = start(runtime, opt);
@@ -311,10 +330,20 @@ int run_workflow(WorkflowEnv& env, RunTarget& target, const std::string& file, c
         line.update(*e, runtime, *env.budget);
     }
   };
-  asio::co_spawn(io, task(), asio::detached);
-  if (events) asio::co_spawn(io, printer(), asio::detached);
+  // Never detached (STYLE.md): an exception escaping the run or the printer is the run's error
+  // (a printer that stopped closes the stream, so the run is not held by its backpressure).
+  asio::co_spawn(io, task(), [&](std::exception_ptr e) {
+    if (e) result = exception_error(e);
+  });
+  if (events)
+    asio::co_spawn(io, printer(), [&](std::exception_ptr e) {
+      if (!e) return;
+      events->close();
+      printer_error = exception_error(e);
+    });
   io.run();
   line.clear();
+  if (result && printer_error) result = std::move(*printer_error);
   if (!result) {
     std::fprintf(stderr, "weir %s: %s\n", command, cli_text(result.error(), target, file).c_str());
     return run_exit_code(result.error());
@@ -412,21 +441,12 @@ int cmd_run(Args args) {
              kExitInvalidInput;
     input = std::move(*parsed);
   }
-  if (!env->spec.input.empty()) {  // the workflow's "input": the channels a run may set
-    for (const auto& [k, v] : input) {
-      const auto& allowed = env->spec.input;
-      if (std::find(allowed.begin(), allowed.end(), std::string_view(k)) != allowed.end()) continue;
-      std::string list;
-      for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
-      std::fprintf(stderr,
-                   "weir run: --input sets '%s', which %s does not take as input (its "
-                   "\"input\": %s)\n",
-                   std::string(k).c_str(), env->spec.name.c_str(), list.c_str());
-      return kExitInvalidInput;
-    }
-  }
+  // The workflow's "input": the channels a run may set (the executor checks it too; here the
+  // message names the flag).
+  if (auto s = graph::check_input_channels(env->spec.input, env->name(), input, "--input"); !s)
+    return std::fprintf(stderr, "weir run: %s\n", s.error().message.c_str()), kExitInvalidInput;
   RunTarget target;
-  if (!target.open(f, "run")) return kExitInvalidInput;
+  if (int c = target.open(f, "run"); c != kExitOk) return c;
   target.metadata["workflow"] = fs::absolute(f.positional()[0]).string();
   target.tracer = tracer;
   const int rc = run_workflow(*env, target, f.positional()[0], "run",
@@ -468,12 +488,9 @@ int cmd_resume(Args args) {
   std::string file = f.get("--file").value_or("");
   if (file.empty()) {
     auto cp = open_store(db);
-    if (!cp)
-      return std::fprintf(stderr, "weir resume: %s\n", cp.error().message.c_str()), kExitRunFailed;
+    if (!cp) return store_failed("resume", cp.error());
     auto latest = (*cp)->latest(thread);
-    if (!latest)
-      return std::fprintf(stderr, "weir resume: %s\n", latest.error().message.c_str()),
-             kExitRunFailed;
+    if (!latest) return store_failed("resume", latest.error());
     if (!*latest)
       return std::fprintf(stderr, "weir resume: no thread '%s' in %s\n", thread.c_str(),
                           graph::redact_store(db.string()).c_str()),
@@ -496,8 +513,7 @@ int cmd_resume(Args args) {
   target.stream = f.has("--stream");
   target.metadata["workflow"] = fs::absolute(file).string();
   auto cp = open_store(db);
-  if (!cp)
-    return std::fprintf(stderr, "weir resume: %s\n", cp.error().message.c_str()), kExitRunFailed;
+  if (!cp) return store_failed("resume", cp.error());
   target.checkpointer = std::move(*cp);
   target.tracer = tracer;
   const int rc = run_workflow(*env, target, file, "resume",
@@ -508,6 +524,41 @@ int cmd_resume(Args args) {
   close_tracer(tracer);
   return rc;
 }
+
+namespace {
+
+// weir batch's result lines in input order: a line's result waits until every earlier line's
+// was written (a blank line has none). On the io_context's one thread.
+struct OrderedOutput {
+  std::FILE* out = stdout;
+  std::map<std::size_t, std::string> ready;  // index -> its result line, not yet written
+  std::vector<std::size_t> skipped;          // blank lines: indexes with no run
+  std::size_t next = 0;                      // the next index to write
+  std::size_t emitted = 0;                   // result lines written
+
+  void flush() {
+    while (true) {
+      if (std::find(skipped.begin(), skipped.end(), next) != skipped.end()) {
+        ++next;
+        continue;
+      }
+      auto it = ready.find(next);
+      if (it == ready.end()) break;
+      std::fprintf(out, "%s\n", it->second.c_str());
+      ready.erase(it);
+      ++next;
+      ++emitted;
+    }
+  }
+};
+
+json::object failed_line(std::size_t index, const Error& e) {
+  return json::object{{"index", index},
+                      {"ok", false},
+                      {"error", json::object{{"code", errc_name(e.code)}, {"message", e.message}}}};
+}
+
+}  // namespace
 
 int cmd_batch(Args args) {
   Flags f("batch", {"--model", "--inputs", "--max-concurrency", "--concurrency", "--output"}, {});
@@ -523,12 +574,12 @@ int cmd_batch(Args args) {
     return kExitInvalidInput;
   std::ifstream lines(inputs);
   if (!lines) return f.fail("cannot read inputs file '" + inputs + "'"), kExitInvalidInput;
-  std::FILE* out = stdout;
+  OrderedOutput output;
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> out_file(nullptr, &std::fclose);
   if (auto o = f.get("--output")) {
     out_file.reset(std::fopen(o->c_str(), "w"));
     if (!out_file) return f.fail("cannot write output file '" + *o + "'"), kExitInvalidInput;
-    out = out_file.get();
+    output.out = out_file.get();
   }
   int code = kExitOk;
   auto env = WorkflowEnv::open(f.positional()[0], f.get("--model"), "batch", code);
@@ -541,75 +592,61 @@ int cmd_batch(Args args) {
   // `window` runs are in flight or finished-but-waiting for an earlier one: a million-line
   // file costs no more memory than a short one.
   struct Progress {
-    std::size_t started = 0, done = 0, failed = 0, emitted = 0;
+    std::size_t started = 0, done = 0, failed = 0;
   } pr;
-  std::map<std::size_t, std::string> ready;  // index -> its result line, not yet printed
-  std::size_t next_index = 0;                // the next index to print
-  std::vector<std::size_t> skipped;          // blank lines: indexes with no run
   const bool tty = ::isatty(STDERR_FILENO);
   const std::size_t window = 2 * concurrency;
   asio::steady_timer wake(io);
   wake.expires_at(asio::steady_timer::time_point::max());
-  auto flush = [&] {
-    while (true) {
-      if (std::find(skipped.begin(), skipped.end(), next_index) != skipped.end()) {
-        ++next_index;
-        continue;
-      }
-      auto it = ready.find(next_index);
-      if (it == ready.end()) break;
-      std::fprintf(out, "%s\n", it->second.c_str());
-      ready.erase(it);
-      ++next_index;
-      ++pr.emitted;
-    }
-  };
-  auto one = [&](std::size_t index, std::string line) -> asio::awaitable<void> {
-    json::object res{{"index", index}};
-    auto parsed = parse_json(line, inputs + " line " + std::to_string(index + 1));
-    if (!parsed || !parsed->value.is_object()) {
-      res["ok"] = false;
-      res["error"] = json::object{
-          {"code", parsed ? "invalid_argument" : errc_name(parsed.error().code)},
-          {"message", parsed ? "line " + std::to_string(index + 1) + " is not a JSON object"
-                             : parsed.error().message}};
-    } else {
-      auto r = co_await runtime.async_invoke(env->graph, parsed->value.as_object());
-      res["ok"] = static_cast<bool>(r);
-      if (r) {
-        res["state"] = std::move(r->state);
-        res["steps"] = r->steps;
-      } else {
-        res["error"] =
-            json::object{{"code", errc_name(r.error().code)}, {"message", r.error().message}};
-      }
-    }
+  // A line's result, in order; on the io_context's one thread.
+  auto line_done = [&](std::size_t index, json::object res) {
     if (!res.at("ok").as_bool()) ++pr.failed;
     ++pr.done;
-    ready[index] = to_json_text(res);
-    flush();
+    output.ready[index] = to_json_text(res);
+    output.flush();
     if (tty)
       std::fprintf(stderr, "\r  %zu done (%zu failed), %zu running, %s in use   ", pr.done,
                    pr.failed, runtime.active_runs(),
                    format_bytes(env->budget->used_total()).c_str());
     wake.cancel();
   };
+  auto one = [&](std::size_t index, std::string line) -> asio::awaitable<void> {
+    auto parsed = parse_json(line, inputs + " line " + std::to_string(index + 1));
+    if (!parsed) co_return line_done(index, failed_line(index, parsed.error()));
+    if (!parsed->value.is_object())
+      co_return line_done(index, failed_line(index, Error(Errc::invalid_argument,
+                                                          "line " + std::to_string(index + 1) +
+                                                              " is not a JSON object")));
+    auto op = runtime.async_invoke(env->graph, std::move(parsed->value.as_object()));
+    auto r = co_await std::move(op);
+    if (!r) co_return line_done(index, failed_line(index, r.error()));
+    line_done(
+        index,
+        json::object{
+            {"index", index}, {"ok", true}, {"state", std::move(r->state)}, {"steps", r->steps}});
+  };
+  bool feeder_failed = false;
   auto feeder = [&]() -> asio::awaitable<void> {
     std::string line;
     std::size_t index = 0;
     while (std::getline(lines, line)) {
       if (line.find_first_not_of(" \t\r") == std::string::npos) {
-        skipped.push_back(index++);
-        flush();
+        output.skipped.push_back(index++);
+        output.flush();
         continue;
       }
-      while (pr.started - pr.emitted >= window) {
+      while (pr.started - output.emitted >= window) {
         boost::system::error_code ec;
         co_await wake.async_wait(asio::redirect_error(asio::use_awaitable, ec));
         wake.expires_at(asio::steady_timer::time_point::max());
       }
       ++pr.started;
-      asio::co_spawn(io, one(index++, std::move(line)), asio::detached);
+      // Never detached (STYLE.md): a line whose coroutine threw still gets its result line, so
+      // the window moves on and the process ends.
+      const std::size_t i = index++;
+      asio::co_spawn(io, one(i, std::move(line)), [&, i](std::exception_ptr e) {
+        if (e) line_done(i, failed_line(i, exception_error(e)));
+      });
       // Yield once a line. A run that never suspends completes inside co_spawn, and Asio frees
       // a finished coroutine's frames through a post to the executor: a feeder that never
       // yielded kept every finished run's frames until the end of the file (~1.3 KB a line).
@@ -617,14 +654,19 @@ int cmd_batch(Args args) {
     }
   };
   const auto t0 = std::chrono::steady_clock::now();
-  asio::co_spawn(io, feeder(), asio::detached);
+  asio::co_spawn(io, feeder(), [&](std::exception_ptr e) {
+    if (!e) return;
+    feeder_failed = true;
+    std::fprintf(stderr, "weir batch: reading %s: %s\n", inputs.c_str(),
+                 exception_error(e).to_string().c_str());
+  });
   io.run();
-  flush();
+  output.flush();
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (tty) std::fprintf(stderr, "\r%70s\r", "");
   std::fprintf(stderr, "weir batch: %zu runs, %zu failed, in %.2f s (%.0f runs/s)\n", pr.done,
                pr.failed, secs, static_cast<double>(pr.done) / std::max(secs, 1e-9));
-  return pr.failed ? kExitRunFailed : kExitOk;
+  return pr.failed || feeder_failed ? kExitRunFailed : kExitOk;
 }
 
 }  // namespace weir::cli

@@ -42,6 +42,9 @@ int cmd_serve(Args args) {
            "--max-queued-tokens",
            "--max-connections",
            "--max-body-bytes",
+           "--request-memory-mb",
+           "--allowed-origins",
+           "--allowed-hosts",
            "--default-max-tokens",
            "--max-n",
            "--request-timeout",
@@ -72,6 +75,7 @@ int cmd_serve(Args args) {
     return true;
   };
   std::int64_t kv_mb = static_cast<std::int64_t>(c.kv_cache_bytes >> 20);
+  std::int64_t request_mb = static_cast<std::int64_t>(c.request_memory_bytes >> 20);
   std::uint16_t port = c.port;
   if (!f.integer("--port", port, std::uint16_t{0}, std::uint16_t{65535}) ||
       !f.integer("--max-num-seqs", c.max_num_seqs, 1, 4096) ||
@@ -84,6 +88,7 @@ int cmd_serve(Args args) {
       !f.integer("--max-connections", c.max_connections, std::size_t{1}, std::size_t{1'000'000}) ||
       !f.integer("--max-body-bytes", c.max_body_bytes, std::size_t{64},
                  std::size_t{10'000'000'000}) ||
+      !f.integer("--request-memory-mb", request_mb, std::int64_t{1}, std::int64_t{1} << 20) ||
       !f.integer("--default-max-tokens", c.default_max_tokens, std::int64_t{1},
                  std::int64_t{10'000'000}) ||
       !f.integer("--max-n", c.max_n, 1, 128) ||
@@ -102,6 +107,20 @@ int cmd_serve(Args args) {
   if (auto v = f.get("--workflows")) c.workflows = *v;
   if (auto v = f.get("--db")) c.runs_db = *v;
   c.kv_cache_bytes = static_cast<std::size_t>(kv_mb) << 20;
+  c.request_memory_bytes = static_cast<std::size_t>(request_mb) << 20;
+  // Comma-separated lists: --allowed-origins http://localhost:3000,https://app.example
+  auto list = [](const std::string& v) {
+    std::vector<std::string> out;
+    std::size_t at = 0;
+    while (at <= v.size()) {
+      const auto comma = std::min(v.find(',', at), v.size());
+      if (comma > at) out.push_back(v.substr(at, comma - at));
+      at = comma + 1;
+    }
+    return out;
+  };
+  if (auto v = f.get("--allowed-origins")) c.allowed_origins = list(*v);
+  if (auto v = f.get("--allowed-hosts")) c.allowed_hosts = list(*v);
   c.port = port;
   if (auto v = f.get("--host")) c.host = *v;
   if (auto v = f.get("--chat-template")) c.chat_template = *v;

@@ -1,12 +1,15 @@
-// weir store prune: applies a retention policy to every thread of a checkpoint store.
+// weir store prune: applies a retention policy to every thread of a checkpoint store (age-based
+// retention skips the threads in use, and says so).
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <map>
 #include <optional>
 #include <string>
 
 #include "args.hpp"
 #include "commands.hpp"
+#include "weir/cluster/run_service.hpp"
 #include "weir/graph/checkpointer.hpp"
 
 namespace weir::cli {
@@ -58,29 +61,50 @@ int cmd_store(Args args) {
   if (!policy.enabled()) return f.fail("give --keep N or --older-than DURATION"), kExitInvalidInput;
   const auto db = store_path(f);
   auto store = open_store(db);
-  if (!store)
-    return std::fprintf(stderr, "weir store prune: %s\n", store.error().message.c_str()),
-           kExitRunFailed;
+  if (!store) return store_failed("store prune", store.error());
   std::vector<std::string> threads;
   if (auto t = f.get("--thread")) {
     threads.push_back(*t);
   } else {
     auto all = (*store)->threads(SIZE_MAX);
-    if (!all)
-      return std::fprintf(stderr, "weir store prune: %s\n", all.error().message.c_str()),
-             kExitRunFailed;
+    if (!all) return store_failed("store prune", all.error());
     threads = std::move(*all);
   }
-  std::size_t removed = 0;
-  for (const auto& t : threads) {
-    auto n = (*store)->prune(t, policy);
-    if (!n)
-      return std::fprintf(stderr, "weir store prune: %s\n", n.error().message.c_str()),
-             kExitRunFailed;
-    removed += *n;
+  // Age-based retention never deletes a thread in use: one a live claim holds (the
+  // checkpointer refuses it, thread_busy) or, in a PostgreSQL store, one a queued or running
+  // run of the queue will continue. Such a thread gets --keep only, and a line saying so.
+  std::map<std::string, std::string> unfinished;
+  if (policy.max_age.count() > 0 && graph::is_postgres_uri(db.string())) {
+    auto u = cluster::threads_with_unfinished_runs(db.string());
+    if (!u) return store_failed("store prune", u.error());
+    unfinished = std::move(*u);
   }
-  std::printf("pruned %zu checkpoints from %zu threads in %s\n", removed, threads.size(),
-              graph::redact_store(db.string()).c_str());
+  std::size_t removed = 0, pruned_threads = 0;
+  std::string skipped;
+  for (const auto& t : threads) {
+    Result<std::size_t> n = std::size_t{0};
+    if (auto u = unfinished.find(t); u != unfinished.end()) {
+      skipped += "skipped thread '" + t + "' for --older-than: " + u->second + "\n";
+    } else {
+      n = (*store)->prune(t, policy);
+      if (!n && n.error().is(Errc::thread_busy)) {
+        skipped += "skipped thread '" + t + "' for --older-than: " + n.error().message + "\n";
+        n = std::size_t{0};
+      } else {
+        ++pruned_threads;
+        if (!n) return store_failed("store prune", n.error());
+        removed += *n;
+        continue;
+      }
+    }
+    if (policy.keep_last > 0) {  // the newest --keep checkpoints are all a run in flight needs
+      n = (*store)->prune(t, graph::Retention{policy.keep_last, {}});
+      if (!n) return store_failed("store prune", n.error());
+      removed += *n;
+    }
+  }
+  std::printf("pruned %zu checkpoints from %zu threads in %s\n%s", removed, pruned_threads,
+              graph::redact_store(db.string()).c_str(), skipped.c_str());
   return kExitOk;
 }
 

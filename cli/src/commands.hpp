@@ -1,6 +1,6 @@
 // The subcommands of the `weir` binary. Each lives in its own cmd_<name>.cpp and is listed in
 // main.cpp's table. A command returns the process exit code (see README: 0 success, 1 invalid
-// input, 2 run failed, 3 overloaded).
+// input, 2 run failed, 3 overloaded, 4 the store or queue failed).
 #pragma once
 
 #include <chrono>
@@ -19,17 +19,35 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitInvalidInput = 1;
 inline constexpr int kExitRunFailed = 2;
 inline constexpr int kExitOverloaded = 3;
+inline constexpr int kExitStoreFailed = 4;
 
-// The exit code for a run's error: 3 overloaded; 1 when the run was refused before it started
-// (its input names an unknown channel, the thread does not exist or is not paused); 2 when it
-// started and failed. An error from inside the run names its node ("node 'x': ..."), so an
-// invalid_argument a node returns (a tool's arguments, say) is a run failure, not bad input.
+// The exit code for an error of the checkpoint store or the run queue, whichever command met
+// it: 1 when it is about what the user gave (a connection string libpq cannot parse, an unknown
+// run or thread), 3 overloaded (a full queue), 4 for the store itself (a database that cannot
+// be reached or refused a statement, a file that cannot be opened or is not a store).
+inline int store_exit_code(const Error& e) {
+  if (e.is(Errc::invalid_argument) || e.is(Errc::not_found)) return kExitInvalidInput;
+  if (e.is(Errc::overloaded)) return kExitOverloaded;
+  return kExitStoreFailed;
+}
+
+// The exit code for a run's error: 3 overloaded; 4 when the store failed under it (io_error,
+// corrupt_data: as store_exit_code); 1 when the run was refused before it started (its input
+// names a channel it does not take, the thread does not exist or is not paused); 2 when it
+// started and failed. An error from inside the run names its node ("node 'x': ..."), and a
+// checkpoint the store refused names its put, so an invalid_argument a node returns (a tool's
+// arguments, say) is a run failure, not bad input.
 inline int run_exit_code(const Error& e) {
   if (e.is(Errc::overloaded)) return kExitOverloaded;
-  const bool before_start =
-      (e.is(Errc::invalid_argument) || e.is(Errc::not_found)) && e.message.rfind("node '", 0) != 0;
+  const bool inside =
+      e.message.rfind("node '", 0) == 0 || e.message.rfind("checkpoint put", 0) == 0;
+  if ((e.is(Errc::io_error) || e.is(Errc::corrupt_data)) && !inside) return kExitStoreFailed;
+  const bool before_start = (e.is(Errc::invalid_argument) || e.is(Errc::not_found)) && !inside;
   return before_start ? kExitInvalidInput : kExitRunFailed;
 }
+
+// Prints "weir <command>: <message>" on stderr; returns store_exit_code(e).
+int store_failed(const char* command, const Error& e);
 
 using Args = std::span<const std::string_view>;  // the arguments after the command name
 

@@ -37,14 +37,14 @@ constexpr Command kCommands[] = {
      "chat files can run many instances at once (--instances, --concurrency), which prints a\n"
      "summary table instead. --thread keeps a checkpoint per superstep in the store (see\n"
      "weir resume) so an interrupted run continues with weir resume and a crashed one with\n"
-     "the same command; a terminal shows live progress; --stream prints the run's events as\n"
-     "JSON lines before the result. --trace FILE writes the run's OpenTelemetry spans as OTLP\n"
-     "JSON lines (read them with weir trace FILE); --otlp-endpoint URL (or\n"
-     "OTEL_EXPORTER_OTLP_ENDPOINT) sends them to an OTLP/HTTP collector; --trace-content adds\n"
-     "prompts, completions and tool arguments (docs/tracing.md). Exit codes: 0 success (or\n"
-     "paused at an interrupt), 1\n"
-     "invalid input, 2 run failed (typed\n"
-     "error on stderr), 3 overloaded.\n\n"
+     "the same command (the input is not applied again); a terminal shows live progress;\n"
+     "--stream prints the run's events as JSON lines before the result. --trace FILE writes\n"
+     "the run's OpenTelemetry spans as OTLP JSON lines (read them with weir trace FILE);\n"
+     "--otlp-endpoint URL (or OTEL_EXPORTER_OTLP_ENDPOINT) sends them to an OTLP/HTTP\n"
+     "collector; --trace-content adds prompts, completions and tool arguments\n"
+     "(docs/tracing.md). Exit codes: 0 success (or paused at an interrupt), 1 invalid input,\n"
+     "2 run failed (typed error on stderr), 3 overloaded, 4 the store failed (cannot be\n"
+     "reached or refused a statement).\n\n"
      "examples:\n  weir run samples/workflows/map_reduce.json\n"
      "  weir run samples/crews/research_crew.json --input '{\"topic\": \"paged attention\"}'\n"
      "  weir run samples/crews/research_crew.json --model openai:http://127.0.0.1:8080/v1/tiny\n",
@@ -114,19 +114,24 @@ constexpr Command kCommands[] = {
      "renewed every third of it on the database's clock; a run whose worker stopped renewing\n"
      "is taken over when its lease lapses. Every superstep's checkpoint is committed only\n"
      "while the worker still holds the run, so no step is committed twice. --once runs one run\n"
-     "and exits; --exit-when-idle exits when nothing is left to claim. SIGTERM or SIGINT stops\n"
-     "claiming, stops the runs held before their next superstep and hands them back to the\n"
-     "queue. A database that cannot be reached at start is tried again with backoff for\n"
-     "--connect-timeout (default 30s; 0 tries once). Progress goes to stderr.\n\n"
+     "and exits; --exit-when-idle exits when no run is left in the queue, queued or running\n"
+     "(it waits for a run whose worker died until its lease lapses, and runs it). SIGTERM or\n"
+     "SIGINT stops claiming, stops the runs held before their next superstep and hands them\n"
+     "back to the queue. A database that cannot be reached at start is tried again with\n"
+     "backoff for --connect-timeout (default 30s; 0 tries once), then exit code 4. Progress\n"
+     "goes to stderr.\n\n"
      "example:\n  weir worker --db postgres://weir@db/weir --max-runs 16\n",
      cmd_worker},
     {"runs", "list the runs of a PostgreSQL run queue and their state",
-     "usage: weir runs --db URL [RUN_ID] [--state STATE] [--limit N] [--json]\n\n"
+     "usage: weir runs --db URL [RUN_ID] [--state STATE] [--limit N] [--after RUN_ID] [--json]\n\n"
      "Lists the newest runs (default 50): id, state (queued, running, succeeded, failed,\n"
      "cancelled, interrupted), attempts, workflow, thread, age, and the error or the worker\n"
-     "holding it. --json prints them as a JSON array. With a RUN_ID, prints that run as one\n"
-     "JSON object, its result (the workflow's output channels) or error included.\n\n"
+     "holding it; when older runs follow, stderr says how to list them (--after the last id\n"
+     "shown). --json prints the page as GET /v1/runs of weir serve answers it ({\"data\":\n"
+     "[runs], \"has_more\", \"last_id\"}). With a RUN_ID, prints that run as one JSON object\n"
+     "(the runs API's shape), its result (the workflow's output channels) or error included.\n\n"
      "examples:\n  weir runs --db postgres://weir@db/weir --state failed\n"
+     "  weir runs --db postgres://weir@db/weir --after r-0123456789abcdef\n"
      "  weir runs --db postgres://weir@db/weir r-0123456789abcdef\n",
      cmd_runs},
     {"cancel", "cancel a queued or running run of a PostgreSQL run queue",
@@ -134,7 +139,9 @@ constexpr Command kCommands[] = {
      "A queued run is cancelled at once. A running one is marked and its worker is notified:\n"
      "the run stops before its next superstep (a sleeping node within 50 ms; a node in the\n"
      "middle of a call finishes it first), and its state becomes cancelled. What it committed\n"
-     "stays on its thread. A finished run is left as it is.\n\n"
+     "stays on its thread. A finished run is left as it is. It says which of these it did; a\n"
+     "queued run that had run before (its worker stopped) is named as such, with the\n"
+     "checkpoints it had committed.\n\n"
      "example:\n  weir cancel r-0123456789abcdef --db postgres://weir@db/weir\n",
      cmd_cancel},
     {"trace", "print the spans of a trace file as a tree with durations",
@@ -206,7 +213,8 @@ constexpr Command kCommands[] = {
      "                  [--kv-cache-mb MB] [--kv-cache-type f32|f16] [--chat-template NAME]\n"
      "                  [--ignore-eos]\n"
      "                  [--max-queued-requests N] [--max-queued-tokens N] [--max-connections N]\n"
-     "                  [--max-body-bytes N] [--default-max-tokens N] [--max-n N]\n"
+     "                  [--max-body-bytes N] [--request-memory-mb MB] [--default-max-tokens N]\n"
+     "                  [--max-n N] [--allowed-origins LIST] [--allowed-hosts LIST]\n"
      "                  [--request-timeout S] [--grace S] [--write-timeout S] [--idle-timeout "
      "S]\n"
      "                  [--mcp-tools calculator,files,artifacts] [--mcp-workflows DIR]\n"
@@ -218,9 +226,13 @@ constexpr Command kCommands[] = {
      "request's \"model\" picks a model by name (the file's stem unless NAME=FILE). Beyond\n"
      "--max-num-seqs running and --max-queued-requests queued, requests get 429 at once.\n"
      "--api-key-env names an environment variable holding the key every request must send as\n"
-     "'Authorization: Bearer KEY'; a non-loopback --host needs it (or --insecure). SIGTERM or\n"
-     "SIGINT drains: no new connections, requests in flight finish within --grace (default 30 s),\n"
-     "the rest are cancelled, exit 0; a second signal exits at once. --mcp-tools and\n"
+     "'Authorization: Bearer KEY' (GET /health needs none); a non-loopback --host needs it (or\n"
+     "--insecure). Without a key, no web page of another site may drive the server: a Host that\n"
+     "is not this machine, an Origin of another site and a body that is not\n"
+     "'Content-Type: application/json' are refused, and CORS is answered only for the pages of\n"
+     "--allowed-origins. SIGTERM or SIGINT drains: /health says shutting_down and new work is\n"
+     "503, requests in flight finish within --grace (default 30 s), the rest end with what they\n"
+     "have, exit 0; a second signal exits at once. --mcp-tools and\n"
      "--mcp-workflows also serve those tools (as 'weir mcp' does) over MCP's Streamable HTTP\n"
      "transport at POST /mcp; with them, --model is optional. --workflows DIR adds the runs\n"
      "API (POST /v1/runs, GET /v1/runs/{id} and its /events stream, POST /v1/runs/{id}/cancel,\n"
@@ -229,8 +241,8 @@ constexpr Command kCommands[] = {
      "beyond, 429); in memory, or with --db postgres://... queued in PostgreSQL, where 'weir\n"
      "worker' processes share them and nothing is lost across a crash. See docs/serve.md.\n\n"
      "example:\n  weir serve --model model.gguf\n"
-     "  curl -s localhost:8080/v1/chat/completions -d '{\"messages\": [{\"role\": \"user\", "
-     "\"content\": \"hi\"}]}'\n",
+     "  curl -s localhost:8080/v1/chat/completions -H 'Content-Type: application/json' \\\n"
+     "    -d '{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}'\n",
      cmd_serve},
     {"inspect", "show a GGUF file's metadata, tensors, tokenizer and model shape",
      "usage: weir inspect FILE\n\nexample:\n  weir inspect model.gguf\n", cmd_inspect},
@@ -247,7 +259,8 @@ void print_help() {
   }
   std::printf(
       "\nexit codes: 0 success, 1 invalid input, 2 run failed (typed error on stderr),\n"
-      "            3 overloaded\nenvironment: WEIR_LOG=trace|debug|info|warn|error|off\n");
+      "            3 overloaded, 4 the store or queue failed (cannot be reached, refused)\n"
+      "environment: WEIR_LOG=trace|debug|info|warn|error|off\n");
 }
 
 // The usage of a command by name, or nullptr.

@@ -1,5 +1,5 @@
 // The worker's loop: one control thread (claims, lease renewals, notifications, reaping) and a
-// thread pool on which the runs' coroutines execute.
+// thread pool on which the runs execute, each on the one executor (run_executor.hpp).
 #include "weir/cluster/worker.hpp"
 
 #include <poll.h>
@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <filesystem>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -18,49 +17,28 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/thread_pool.hpp>
-#include <boost/json.hpp>
 
-#include "pg.hpp"
-#include "weir/agents/workflow.hpp"
+#include "run_executor.hpp"
 #include "weir/graph/checkpointer.hpp"
-#include "weir/graph/state_graph.hpp"
-#include "weir/graph/workflow.hpp"
-#include "weir/graph/workflow_graph.hpp"
-#include "weir/inference/engine_registry.hpp"
-#include "weir/runtime/artifact_store.hpp"
-#include "weir/runtime/json_parse.hpp"
-#include "weir/runtime/json_write.hpp"
+#include "weir/pg/connection.hpp"
 #include "weir/runtime/memory_budget.hpp"
 
 namespace weir::cluster {
 
 namespace asio = boost::asio;
-namespace json = boost::json;
-namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 namespace {
 
-// A workflow built once per worker and text hash; shared by every run of it.
-struct BuiltWorkflow {
-  graph::WorkflowSpec spec;  // the graph's nodes point into it: declared first, dies last
-  graph::WorkflowGraph built;
-};
-
 // A run this worker holds, from claim until the control thread reaps it.
 struct Held {
-  RunRecord rec;  // workflow text dropped once built
-  std::string token;
-  std::shared_ptr<BuiltWorkflow> wf;
+  RunRecord rec;                            // workflow text dropped once built
   std::unique_ptr<graph::Checkpointer> cp;  // its own connection while it runs; thread-safe
-  json::object input;
-  std::optional<json::value> resume;  // set: the run resumes its interrupted thread with it
-  std::shared_ptr<std::atomic<bool>> cancel = std::make_shared<std::atomic<bool>>(false);
-  std::atomic<bool> user_cancel{false}, lost{false}, draining{false}, done{false};
+  RunControl control;  // cancel requested, lost, draining: read by the executor at the end
+  std::atomic<bool> done{false};
   // Set first thing in end(): the run's coroutine returned and its end is being recorded, so a
   // renewal that finds the run no longer held may be seeing that very record.
   std::atomic<bool> ending{false};
-  Result<graph::RunResult> result = Error(Errc::cancelled, "not run");
 };
 
 std::string host_name() {
@@ -78,12 +56,7 @@ struct Worker::Impl {
 
   std::string owner;
   std::unique_ptr<RunQueue> queue;
-  std::unique_ptr<MemoryBudget> budget;
-  std::unique_ptr<ArtifactStore> store;
-  fs::path store_dir;
-  std::unique_ptr<graph::GraphRuntime> runtime;
-  inference::EngineRegistry engines;  // the workflows' local models: one engine per model file
-  std::map<std::string, std::shared_ptr<BuiltWorkflow>> workflows;  // by sha256; control thread
+  std::unique_ptr<RunExecutor> executor;
   // Checkpointers of ended runs, each with its open connection, for the next runs (at most
   // max_runs): a new connection costs PostgreSQL a backend start and cold catalog caches, about
   // half its CPU per five-step run (bench/scaleout). Control thread only (start(), reap()).
@@ -103,24 +76,6 @@ struct Worker::Impl {
   void count(std::size_t WorkerStats::*field) {
     std::lock_guard lock(mu);
     ++(stats.*field);
-  }
-
-  Result<std::shared_ptr<BuiltWorkflow>> workflow(const RunRecord& rec) {
-    if (auto it = workflows.find(rec.workflow_sha256); it != workflows.end()) return it->second;
-    auto load = graph::load_workflow_text(rec.workflow, rec.workflow_file);
-    if (!load.ok()) return Error(Errc::invalid_workflow, load.report());
-    auto wf = std::make_shared<BuiltWorkflow>();
-    wf->spec = std::move(*load.spec);
-    agents::WorkflowServices services;
-    services.artifacts = store.get();
-    services.budget = budget.get();
-    services.engines = &engines;
-    auto built = agents::build_workflow(wf->spec, services);
-    if (!built) return std::move(built).error();
-    wf->built = std::move(*built);
-    if (workflows.size() >= 32) workflows.erase(workflows.begin());  // runs keep theirs alive
-    workflows.emplace(rec.workflow_sha256, wf);
-    return wf;
   }
 
   void record(const RunRecord& rec, RunState state, const std::string& result,
@@ -153,8 +108,9 @@ struct Worker::Impl {
     say(rec.id + ": handed back (" + why + ")");
   }
 
-  // Steps 2-3 of the header's list, then the run's coroutine. False when nothing was started
-  // (the run was recorded or handed back here).
+  // Steps 2-6 of the header's list: the run's workflow and checkpointer, then the executor's
+  // coroutine; its ending is written by end(). False when nothing was started (the run was
+  // recorded or handed back here).
   bool start(RunRecord rec, asio::thread_pool& pool) {
     {
       std::lock_guard lock(mu);
@@ -163,153 +119,68 @@ struct Worker::Impl {
     say("claimed " + rec.id + " (attempt " + std::to_string(rec.attempts) + "/" +
         std::to_string(rec.max_attempts) + ", thread " + rec.thread_id + ", fence " +
         std::to_string(rec.fence) + ")");
-    auto h = std::make_shared<Held>();
-    h->token = claim_token(rec.fence);
-    auto wf = workflow(rec);
+    auto wf = executor->workflow(rec);
     if (!wf) {
       record(rec, RunState::failed, "", errc_name(wf.error().code), wf.error().message);
       return false;
     }
-    h->wf = std::move(*wf);
     rec.workflow.clear();
     rec.workflow.shrink_to_fit();
-    auto input = parse_json(rec.input, "the run's input");
-    if (!input || !input->value.is_object()) {
-      record(rec, RunState::failed, "", "invalid_argument",
-             input ? "the run's input is not a JSON object" : input.error().message);
-      return false;
-    }
-    h->input = std::move(input->value.as_object());
+    auto h = std::make_shared<Held>();
     if (!idle_checkpointers.empty()) {
       h->cp = std::move(idle_checkpointers.back());
       idle_checkpointers.pop_back();
     } else {
-      auto cp = graph::open_postgres_checkpointer(opt.db);
+      graph::PostgresOptions po;
+      po.reconnect_window = opt.lease;  // a lost connection is retried within the lease
+      auto cp = graph::open_postgres_checkpointer(opt.db, po);
       if (!cp) {
         hand_back(rec, opt.lease, "cannot open the checkpointer: " + cp.error().message);
         return false;
       }
       h->cp = std::move(*cp);
     }
-    auto claimed =
-        h->cp->claim_thread(rec.thread_id, graph::this_process_holder(h->token, opt.lease.count()));
-    if (!claimed) {
-      hand_back(rec, opt.lease, claimed.error().message);
-      return false;
-    }
-    // A previous attempt may have committed the run's last checkpoint and died before
-    // recording the end: then the end is read from the thread, not run again.
-    auto latest = h->cp->latest(rec.thread_id);
-    if (!latest) {
-      (void)h->cp->release_thread(rec.thread_id, h->token);
-      hand_back(rec, opt.lease, latest.error().message);
-      return false;
-    }
-    if (*latest) {
-      const auto& last = **latest;
-      const auto* run = last.metadata.if_contains("queue_run");
-      const auto* status = last.pending.if_contains("status");
-      if (run && run->is_string() && run->get_string() == rec.id && status &&
-          (*status == "done" || *status == "interrupted")) {
-        Status s;
-        if (*status == "done") {
-          auto state = h->cp->state_at(rec.thread_id, last.checkpoint_id);
-          if (state)
-            record(rec, RunState::succeeded, to_json_text(h->wf->spec.output_of(std::move(*state))),
-                   "", "");
-          else
-            s = std::move(state).error();
-        } else {
-          json::object out{
-              {"interrupted",
-               last.pending.contains("interrupt") ? last.pending.at("interrupt") : json::value()},
-              {"thread", rec.thread_id}};
-          record(rec, RunState::interrupted, to_json_text(out), "", "");
-        }
-        (void)h->cp->release_thread(rec.thread_id, h->token);
-        if (!s) hand_back(rec, opt.lease, s.error().message);
-        return false;
-      }
-      // An earlier attempt's unfinished checkpoint: the run continues from it, and its input,
-      // already in the thread's state, is not applied a second time.
-      if (run && run->is_string() && run->get_string() == rec.id) h->input.clear();
-    }
-    // A resume run hands its value to the interrupted node, unless an earlier attempt of it
-    // already did (the thread's latest checkpoint is then its own, and it continues from it).
-    const auto* last_run = *latest ? (**latest).metadata.if_contains("queue_run") : nullptr;
-    if (!rec.resume.empty() &&
-        !(last_run && last_run->is_string() && last_run->get_string() == rec.id)) {
-      auto v = parse_json(rec.resume, "the run's resume value");
-      if (!v) {
-        (void)h->cp->release_thread(rec.thread_id, h->token);
-        record(rec, RunState::failed, "", "invalid_argument", v.error().message);
-        return false;
-      }
-      h->resume = std::move(v->value);
-    }
     h->rec = std::move(rec);
     {
       std::lock_guard lock(mu);
       held[h->rec.id] = h;
     }
-    asio::co_spawn(asio::make_strand(pool), execute(h), [this, h](std::exception_ptr e) {
-      if (e) h->result = Error(Errc::tool_failed, "the run threw an unknown exception");
-      end(*h);
-    });
+    RunEnv env;
+    env.checkpointer = h->cp.get();
+    env.token = claim_token(h->rec.fence);
+    env.lease = opt.lease;
+    env.control = &h->control;
+    env.drain_reason = "its worker " + owner + " stopped";
+    env.tracer = opt.tracer;
+    asio::co_spawn(asio::make_strand(pool), executor->async_execute(h->rec, *wf, std::move(env)),
+                   [this, h](std::exception_ptr e, RunEnding ending) {
+                     if (e) {  // async_execute catches everything; this is a last resort
+                       ending = RunEnding{};
+                       ending.error_code = "tool_failed";
+                       ending.error = "the run threw an unknown exception";
+                     }
+                     end(*h, std::move(ending));
+                   });
     return true;
   }
 
-  asio::awaitable<void> execute(std::shared_ptr<Held> h) {
-    graph::RunOptions o;
-    o.checkpointer = h->cp.get();
-    o.thread_id = h->rec.thread_id;
-    o.claim_token = h->token;
-    o.cancel = h->cancel;
-    o.run_id = h->rec.id + "." + std::to_string(h->rec.attempts);
-    o.checkpoint_metadata = json::object{{"queue_run", h->rec.id},
-                                         {"attempt", h->rec.attempts},
-                                         {"workflow", h->rec.workflow_file},
-                                         {"workflow_sha256", h->rec.workflow_sha256}};
-    graph::RunTracing tracing{{opt.tracer, {}}, h->rec.workflow_name};
-    if (opt.tracer) {  // every attempt continues the trace the run record names
-      if (auto p = trace::parse_traceparent(h->rec.traceparent))
-        tracing.context.parent = std::move(*p);
-      o.trace = &tracing;
-    }
-    if (h->resume) {
-      auto op = runtime->async_resume(h->wf->built.graph, h->rec.thread_id, std::move(*h->resume),
-                                      std::move(o));
-      h->result = co_await std::move(op);
-    } else {
-      auto op = runtime->async_invoke(h->wf->built.graph, std::move(h->input), std::move(o));
-      h->result = co_await std::move(op);
-    }
-  }
-
-  // On a pool thread, once the run's coroutine returned.
-  void end(Held& h) {
+  // On a pool thread, once the run's coroutine returned: step 6's ending written down.
+  void end(Held& h, RunEnding ending) {
     h.ending = true;
     const RunRecord& rec = h.rec;
-    if (h.lost) {
-      count(&WorkerStats::lost);
-      say(rec.id + ": stopped; another worker holds it now");
-    } else if (h.result && h.result->interrupted) {
-      json::object out{{"interrupted", h.result->interrupted_node},
-                       {"payload", h.result->interrupt_payload},
-                       {"thread", rec.thread_id}};
-      record(rec, RunState::interrupted, to_json_text(out), "", "");
-    } else if (h.result) {
-      record(rec, RunState::succeeded, to_json_text(h.wf->spec.output_of(h.result->state)), "", "");
-    } else if (h.result.error().is(Errc::cancelled) && h.user_cancel) {
-      record(rec, RunState::cancelled, "", "cancelled",
-             "cancelled by weir cancel (" + h.result.error().message + ")");
-    } else if (h.result.error().is(Errc::cancelled) && h.draining) {
-      hand_back(rec, std::chrono::milliseconds(0), "its worker " + owner + " stopped");
-    } else {
-      record(rec, RunState::failed, "", errc_name(h.result.error().code), h.result.error().message);
+    switch (ending.kind) {
+      case RunEnding::Kind::lost:
+        count(&WorkerStats::lost);
+        say(rec.id + ": stopped; another worker holds it now");
+        break;
+      case RunEnding::Kind::hand_back:
+        hand_back(rec, ending.delay, ending.why);
+        break;
+      case RunEnding::Kind::record:
+        record(rec, ending.state, ending.result, ending.error_code, ending.error);
+        if (!ending.why.empty()) say(rec.id + ": " + ending.why);
+        break;
     }
-    if (auto s = h.cp->release_thread(rec.thread_id, h.token); !s)
-      say(rec.id + ": releasing thread '" + rec.thread_id + "': " + s.error().message);
     h.done = true;
     wake();
   }
@@ -322,7 +193,7 @@ struct Worker::Impl {
       for (auto& [id, h] : held) runs.push_back(h);
     }
     for (auto& h : runs) {
-      if (h->ending || h->lost) continue;
+      if (h->ending || h->control.lost) continue;
       auto c = queue->renew(h->rec.id, h->rec.fence, opt.lease);
       Status lost_why;
       if (!c) {
@@ -331,19 +202,18 @@ struct Worker::Impl {
         else
           say(h->rec.id + ": renewing its lease failed (retried in " +
               std::to_string((opt.lease / 3).count()) + " ms): " + c.error().message);
-      } else if (*c && !h->user_cancel) {
-        h->user_cancel = true;
-        h->cancel->store(true);
+      } else if (*c && !h->control.user_cancel) {
+        h->control.stop(h->control.user_cancel);
         say(h->rec.id + ": cancel requested");
       }
-      if (lost_why) {
-        if (auto t = h->cp->renew_thread(h->rec.thread_id, h->token);
+      // (The thread's claim is the executor's once it took it.)
+      if (lost_why && h->control.thread_claimed) {
+        if (auto t = h->cp->renew_thread(h->rec.thread_id, claim_token(h->rec.fence));
             !t && t.error().is(Errc::thread_busy))
           lost_why = std::move(t).error();
       }
       if (!lost_why && !h->ending) {
-        h->lost = true;
-        h->cancel->store(true);
+        h->control.stop(h->control.lost);
         say(h->rec.id + ": lost its lease: " + lost_why.error().message);
       }
     }
@@ -354,10 +224,26 @@ struct Worker::Impl {
     const std::string id(payload.substr(7));
     std::lock_guard lock(mu);
     auto it = held.find(id);
-    if (it == held.end() || it->second->user_cancel) return;
-    it->second->user_cancel = true;
-    it->second->cancel->store(true);
+    if (it == held.end() || it->second->control.user_cancel) return;
+    it->second->control.stop(it->second->control.user_cancel);
     say(id + ": cancel requested");
+  }
+
+  // True when the queue holds no queued and no running run (a database error says false).
+  bool nothing_left() {
+    for (auto st : {RunState::queued, RunState::running}) {
+      auto n = queue->count(st);
+      if (!n || *n > 0) return false;
+    }
+    return true;
+  }
+
+  // The ids of the runs held (running, or ended and not reaped yet).
+  std::vector<std::string> held_ids() {
+    std::lock_guard lock(mu);
+    std::vector<std::string> ids;
+    for (const auto& [id, h] : held) ids.push_back(id);
+    return ids;
   }
 
   // Drops ended runs; returns how many are still held.
@@ -404,12 +290,12 @@ Result<WorkerStats> Worker::Impl::run() {
   const auto connect_until = Clock::now() + opt.connect_timeout;
   auto backoff = std::chrono::milliseconds(250);
   for (int tries = 1;; ++tries) {
-    auto q = RunQueue::open(opt.db);
+    auto q = RunQueue::open(opt.db, {opt.lease});
     if (q) {
       queue = std::move(*q);
       break;
     }
-    if (!q.error().is(Errc::io_error) || stopping || Clock::now() + backoff > connect_until) {
+    if (!q.error().is(Errc::unavailable) || stopping || Clock::now() + backoff > connect_until) {
       if (tries == 1) return std::move(q).error();
       return Error(q.error().code, q.error().message + " (gave up after " + std::to_string(tries) +
                                        " tries in " +
@@ -425,7 +311,7 @@ Result<WorkerStats> Worker::Impl::run() {
   auto listen = [&]() -> Status {
     auto c = pg::Connection::open(opt.db);
     if (!c) return std::move(c).error();
-    if (auto r = c->exec("LISTEN weir_runs", {}, "listening for runs"); !r)
+    if (auto r = c->exec("LISTEN weir_runs", pg::Params(), "listening for runs"); !r)
       return std::move(r).error();
     listener.emplace(std::move(*c));
     return {};
@@ -433,21 +319,9 @@ Result<WorkerStats> Worker::Impl::run() {
   if (auto s = listen(); !s) return std::move(s).error();
 
   owner = opt.name.empty() ? host_name() + ":" + std::to_string(::getpid()) : opt.name;
-  BudgetLimits limits;
-  limits.total = opt.memory_limit;
-  budget = std::make_unique<MemoryBudget>(limits);
-  std::error_code ec;
-  store_dir = fs::temp_directory_path(ec) / ("weir-worker-" + std::to_string(::getpid()));
-  auto st = ArtifactStore::open({store_dir, std::min<std::size_t>(opt.memory_limit / 4, 64u << 20),
-                                 std::size_t{4} << 30, 200, budget.get()});
-  if (!st) return std::move(st).error();
-  store = std::move(*st);
-  graph::RuntimeOptions ro;
-  ro.budget = budget.get();
-  ro.artifacts = store.get();
-  ro.max_concurrent_runs = opt.max_runs;
-  ro.max_queued_runs = opt.max_runs;
-  runtime = std::make_unique<graph::GraphRuntime>(ro);
+  auto ex = RunExecutor::open({opt.max_runs, opt.memory_limit, "worker"});
+  if (!ex) return std::move(ex).error();
+  executor = std::move(*ex);
   asio::thread_pool pool(std::clamp<std::size_t>(opt.max_runs, 1, 4));
   say("worker " + owner + " on " + queue->description() + ": up to " +
       std::to_string(opt.max_runs) + " runs at once, lease " + std::to_string(opt.lease.count()) +
@@ -462,10 +336,7 @@ Result<WorkerStats> Worker::Impl::run() {
     if (stopping && !draining) {
       draining = true;
       std::lock_guard lock(mu);
-      for (auto& [id, h] : held) {
-        h->draining = true;
-        h->cancel->store(true);
-      }
+      for (auto& [id, h] : held) h->control.stop(h->control.draining);
     }
     if (draining && holding == 0) break;
     if (opt.once && started >= 1 && holding == 0) break;
@@ -476,8 +347,10 @@ Result<WorkerStats> Worker::Impl::run() {
     bool idle = false;
     std::size_t now_holding = holding;
     while (!draining && now_holding < opt.max_runs && !(opt.once && started >= 1) &&
-           budget->used_total() < opt.memory_limit / 10 * 9) {
-      auto c = queue->claim(owner, opt.lease);
+           executor->budget().used_total() < opt.memory_limit / 10 * 9) {
+      // Never a run this worker still runs: its lease may have lapsed while the database was
+      // out of reach, and that attempt is still here (issue 32.1).
+      auto c = queue->claim(owner, opt.lease, held_ids());
       if (!c) {
         say("claiming: " + c.error().message);
         break;
@@ -489,9 +362,12 @@ Result<WorkerStats> Worker::Impl::run() {
       ++started;
       if (start(std::move(**c), pool)) ++now_holding;
     }
-    if (opt.exit_when_idle && idle && reap() == 0) break;
+    // --exit-when-idle: nothing held here, nothing claimable now, and no run anywhere that may
+    // still become claimable: a queued one (a hand-back waits out its delay first) or a running
+    // one (its holder may be gone, and its lease then lapses).
+    if (opt.exit_when_idle && idle && reap() == 0 && nothing_left()) break;
     // Wait for a notification, a run's end, stop(), or the next renewal / poll.
-    if (!listener || PQstatus(listener->get()) != CONNECTION_OK) {
+    if (!listener || PQstatus(listener->native()) != CONNECTION_OK) {
       if (auto s = listen(); !s) {
         listener.reset();
         say("listening: " + s.error().message + " (looking for work every " +
@@ -501,23 +377,22 @@ Result<WorkerStats> Worker::Impl::run() {
     const auto until = std::min(next_renew, Clock::now() + opt.poll);
     const auto wait_ms = std::max<long long>(
         0, std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count());
-    pollfd fds[2] = {{wake_fd, POLLIN, 0}, {listener ? PQsocket(listener->get()) : -1, POLLIN, 0}};
+    pollfd fds[2] = {{wake_fd, POLLIN, 0}, {listener ? PQsocket(listener->native()) : -1, POLLIN, 0}};
     const int n = ::poll(fds, fds[1].fd >= 0 ? 2 : 1, static_cast<int>(wait_ms));
     if (n > 0 && (fds[0].revents & POLLIN)) {
       uint64_t v;
       [[maybe_unused]] auto r = ::read(wake_fd, &v, sizeof v);
     }
-    if (listener && PQconsumeInput(listener->get()) == 1) {
-      while (PGnotify* note = PQnotifies(listener->get())) {
+    if (listener && PQconsumeInput(listener->native()) == 1) {
+      while (PGnotify* note = PQnotifies(listener->native())) {
         on_notify(note->extra != nullptr ? note->extra : "");
         PQfreemem(note);
       }
     }
   }
   pool.join();
-  runtime.reset();
-  store.reset();
-  fs::remove_all(store_dir, ec);
+  idle_checkpointers.clear();
+  executor.reset();
   std::lock_guard lock(mu);
   return stats;
 }

@@ -21,6 +21,7 @@
 #include <boost/json/parse.hpp>
 
 #include "weir/graph/checkpointer.hpp"
+#include "weir/graph/ids.hpp"
 
 namespace weir::graph::detail {
 
@@ -42,6 +43,16 @@ inline Status check_put_ids(const Checkpoint& cp) {
     return Error(Errc::invalid_argument,
                  "checkpoint put to thread " + single_quoted(cp.thread_id) +
                      ": checkpoint_id is empty; use new_checkpoint_id(step)");
+  // The one id rule (ids.hpp), in every backend: what PostgreSQL text could not hold is refused
+  // by SQLite and memory too, so a thread moves between stores unchanged.
+  const std::pair<const char*, const std::string*> ids[] = {{"thread_id", &cp.thread_id},
+                                                            {"checkpoint_id", &cp.checkpoint_id},
+                                                            {"parent_id", &cp.parent_id}};
+  for (const auto& [what, id] : ids) {
+    if (id->empty()) continue;  // a root's parent_id
+    if (auto s = check_id(what, *id); !s)
+      return Error(Errc::invalid_argument, "checkpoint put: " + s.error().message);
+  }
   return {};
 }
 
@@ -163,6 +174,20 @@ inline bool claim_live(const ThreadHolder& held, const ThreadHolder& claimant, i
   return true;
 }
 
+inline Error thread_busy(std::string_view thread_id, const ThreadHolder& held, int64_t now_ms);
+
+// What prune() answers for a thread a live claim holds when the policy has a max_age:
+// thread_busy naming the holder (and nothing is removed). Age-based retention never deletes a
+// thread in use: its run's next checkpoint needs its parent. keep_last alone always keeps the
+// newest checkpoint, so it is not refused. `held`: the thread's claim, null when none.
+inline Status refuse_prune_in_use(std::string_view thread_id, const Retention& policy,
+                                  const ThreadHolder* held, int64_t now_ms) {
+  if (policy.max_age.count() <= 0 || !held) return {};
+  static const ThreadHolder me = this_process_holder("prune", 1);  // claim_live needs our host
+  if (!claim_live(*held, me, now_ms)) return {};
+  return thread_busy(thread_id, *held, now_ms);
+}
+
 inline std::string describe_holder(const ThreadHolder& h) {
   return "pid " + std::to_string(h.pid) + " on host " + h.host;
 }
@@ -189,7 +214,9 @@ inline Error claim_lost(std::string_view thread_id, const ThreadHolder* now_held
   return Error(Errc::thread_busy, msg + "; this run stops without writing");
 }
 
-inline Status check_claim(const ThreadHolder& h) {
+inline Status check_claim(std::string_view thread_id, const ThreadHolder& h) {
+  if (auto s = check_id("thread_id", thread_id); !s)
+    return Error(Errc::invalid_argument, "claim_thread: " + s.error().message);
   if (h.token.empty())
     return Error(Errc::invalid_argument, "claim_thread: the token is empty; use new_claim_token()");
   if (h.lease_ms <= 0)

@@ -122,7 +122,13 @@ class MemoryCheckpointer final : public Checkpointer {
     std::unique_lock lock(mu_);
     auto it = threads_.find(thread_id);
     if (it == threads_.end()) return std::size_t{0};
-    return prune_locked(it, policy, detail::unix_ms_now());
+    const int64_t now = detail::unix_ms_now();
+    auto h = holders_.find(thread_id);
+    if (auto s = detail::refuse_prune_in_use(thread_id, policy,
+                                             h == holders_.end() ? nullptr : &h->second, now);
+        !s)
+      return std::move(s).error();
+    return prune_locked(it, policy, now);
   }
 
   Result<std::optional<Checkpoint>> latest(std::string_view thread_id) const override {
@@ -195,7 +201,7 @@ class MemoryCheckpointer final : public Checkpointer {
 
   Result<ThreadHolder> claim_thread(std::string_view thread_id,
                                     const ThreadHolder& holder) override {
-    if (auto s = detail::check_claim(holder); !s) return std::move(s).error();
+    if (auto s = detail::check_claim(thread_id, holder); !s) return std::move(s).error();
     const int64_t now = detail::unix_ms_now();
     std::unique_lock lock(mu_);
     auto it = holders_.find(thread_id);

@@ -415,7 +415,12 @@ class SqliteCheckpointer final : public Checkpointer {
     std::lock_guard lock(mu_);
     Transaction txn(*this);
     if (auto s = txn.begin(begin_write_, "prune"); !s) return std::move(s).error();
-    auto n = prune_locked(thread_id, policy, detail::unix_ms_now());
+    const int64_t now = detail::unix_ms_now();
+    auto held = read_holder(thread_id);
+    if (!held) return std::move(held).error();
+    if (auto s = detail::refuse_prune_in_use(thread_id, policy, *held ? &**held : nullptr, now); !s)
+      return std::move(s).error();
+    auto n = prune_locked(thread_id, policy, now);
     if (!n) return n;
     if (auto s = txn.commit("prune"); !s) return std::move(s).error();
     return n;
@@ -443,7 +448,7 @@ class SqliteCheckpointer final : public Checkpointer {
   // serialised by SQLite's write lock, and the second sees the first's claim.
   Result<ThreadHolder> claim_thread(std::string_view thread_id,
                                     const ThreadHolder& holder) override {
-    if (auto s = detail::check_claim(holder); !s) return std::move(s).error();
+    if (auto s = detail::check_claim(thread_id, holder); !s) return std::move(s).error();
     std::lock_guard lock(mu_);
     Transaction txn(*this);
     if (auto s = txn.begin(begin_write_, "claim_thread"); !s) return std::move(s).error();

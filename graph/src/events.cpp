@@ -86,18 +86,19 @@ struct EventStream::Impl {
 
   // Suspends until ready(producer) may have become true (a spurious wake-up is possible).
   asio::awaitable<void> wait(bool producer) {
-    co_await asio::async_initiate<decltype(asio::use_awaitable), void()>(
-        [this, producer](auto handler) {
-          std::unique_lock lock(mu);
-          auto w = std::make_unique<WaiterFor<decltype(handler)>>(std::move(handler));
-          if (ready(producer)) {
-            lock.unlock();
-            w->complete();
-            return;
-          }
-          (producer ? producers : consumers).push_back(std::move(w));
-        },
-        asio::use_awaitable);
+    // A local: no lambda that captures by value inside a co_await (GCC 12, docs/architecture.md).
+    auto initiate = [this, producer](auto handler) {
+      std::unique_lock lock(mu);
+      auto w = std::make_unique<WaiterFor<decltype(handler)>>(std::move(handler));
+      if (ready(producer)) {
+        lock.unlock();
+        w->complete();
+        return;
+      }
+      (producer ? producers : consumers).push_back(std::move(w));
+    };
+    co_await asio::async_initiate<decltype(asio::use_awaitable), void()>(initiate,
+                                                                         asio::use_awaitable);
   }
 
   void close() noexcept {

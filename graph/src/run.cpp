@@ -318,7 +318,10 @@ RunResult Runner::result(std::int32_t steps) {
   return out;
 }
 
-Status Runner::prepare(const json::object& input, std::vector<Task>& tasks) {
+Status Runner::prepare(json::object& input, std::vector<Task>& tasks) {
+  if (!nested) {
+    if (auto s = check_input_channels(g.input_channels_, g.name_, input, "the input"); !s) return s;
+  }
   const std::size_t C = g.channels_.size();
   st.values.reserve(C);
   for (const auto& [name, o] : g.channels_)
@@ -327,15 +330,20 @@ Status Runner::prepare(const json::object& input, std::vector<Task>& tasks) {
   if (g.visit_caps_ || checkpointer())
     st.visits = std::make_unique<std::int64_t[]>(g.nodes_.size());  // zeros
   if (checkpointer()) {
-    if (auto s = restore(tasks); !s) return s;
+    thread->origin = run_origin(input, resume_value());
+    if (auto s = restore(tasks, !input.empty()); !s) return s;
   }
-  if (input.empty()) return {};
+  if (input.empty() || (thread && thread->continues)) return {};
   std::vector<std::pair<std::size_t, const json::value*>> w(1);
-  for (const auto& [k, v] : input) {
+  for (auto& [k, v] : input) {
     auto ch = g.channel_index(k);
     if (!ch) {
       return Error(Errc::invalid_argument,
                    "input key '" + std::string(k) + "' is not a channel of this graph");
+    }
+    // A large input value is stored like a node's large write: state holds its reference.
+    if (!nested) {
+      if (auto s = offload(v); !s) return s;
     }
     w[0] = {0, &v};
     if (auto s = reduce(*ch, w, 0); !s) return s;
@@ -350,7 +358,10 @@ Status Runner::start(const json::object& input, std::vector<Task>& tasks) {
       if (auto s = route(*r, tasks); !s) return s;
     }
   }
-  if (checkpointer() && !input.empty()) {  // the input is a step of its own: resume replays it
+  // The input is a step of its own, numbered after the thread's last one (a continued run's
+  // input is in the thread already).
+  if (checkpointer() && !input.empty() && !thread->continues) {
+    if (!thread->parent_checkpoint.empty()) ++thread->step_base;
     std::vector<bool> written(g.channels_.size());
     for (const auto& kv : input) written[*g.channel_index(kv.key())] = true;
     return save(written, tasks, 0);
@@ -549,7 +560,7 @@ Runner::Await Runner::advance_phase() {
       return streaming() && !nested ? await_slow(Slow::run_started) : Await::more;
     case Phase::prepare:
       if (thread) check(claim());
-      if (ok) check(prepare(input(), tasks));
+      if (ok) check(prepare(barrier->input, tasks));
       phase = Phase::start;
       return ok && has_evicted() ? await_slow(Slow::fold) : Await::more;
     case Phase::start:

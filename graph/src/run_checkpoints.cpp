@@ -33,6 +33,7 @@ void for_each_artifact(const json::value& root, F&& f) {
 // The counters that bound a run across its invocations, as a checkpoint's pending carries them.
 constexpr std::string_view kVisitsKey = "visits";
 constexpr std::string_view kTokensKey = "tokens_used";
+constexpr std::string_view kOriginKey = "origin";  // Thread::origin
 
 }  // namespace
 
@@ -148,14 +149,15 @@ Status Runner::interrupt_run(const std::vector<Task>& tasks, std::size_t k, std:
     if (g.nodes_[t.node].options.max_visits > 0 && st.visits[t.node] > 0) --st.visits[t.node];
   }
   json::object info{{"node", name}, {"payload", *tasks[k].ctx.extra_->interrupt}};
-  if (auto s = save(std::vector<bool>(g.channels_.size()), tasks, step - 1, "interrupted", &info);
-      !s)
+  // Numbered as the step it paused (a number of its own: the step before has its checkpoint);
+  // the re-run on resume comes after it.
+  if (auto s = save(std::vector<bool>(g.channels_.size()), tasks, step, "interrupted", &info); !s)
     return s;
   interrupted_task = static_cast<std::uint32_t>(k);
   return {};
 }
 
-Status Runner::restore(std::vector<Task>& tasks) {
+Status Runner::restore(std::vector<Task>& tasks, bool has_input) {
   auto latest = checkpointer()->latest(thread->id);
   if (!latest) return std::move(latest).error();
   if (!*latest) {
@@ -166,6 +168,18 @@ Status Runner::restore(std::vector<Task>& tasks) {
   const Checkpoint& cp = **latest;
   const auto* status = cp.pending.if_contains("status");
   const bool interrupted = status && *status == "interrupted";
+  const bool done = status && *status == "done";
+  // The continuation rule (Thread::origin): an unfinished run given again what started it, or
+  // no input, goes on where it stopped; its input is in the restored state already.
+  if (!done && !interrupted) {
+    const auto* o = cp.pending.if_contains(kOriginKey);
+    const bool same = o && o->is_string() && o->as_string() == thread->origin;
+    if (same || (!has_input && !resume_value())) {
+      thread->continues = true;
+      if (o && o->is_string()) thread->origin = std::string(o->as_string());
+      thread->resume_value = nullptr;  // a repeated resume: its step ran already
+    }
+  }
   if (resume_value() && !interrupted) {
     return Error(Errc::invalid_argument,
                  "thread '" + thread->id + "' is not interrupted (" +
@@ -259,6 +273,7 @@ Status Runner::save(const std::vector<bool>& written, const std::vector<Task>& n
                             {"next", std::move(nodes)},
                             {"sends", std::move(sends)}};
   if (interrupt) cp.pending["interrupt"] = *interrupt;
+  if (!thread->origin.empty()) cp.pending[kOriginKey] = thread->origin;
   json::object visits;
   for (std::size_t n = 0; st.visits && n < g.nodes_.size(); ++n) {
     if (st.visits[n] > 0) visits[g.nodes_[n].name] = st.visits[n];

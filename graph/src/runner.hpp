@@ -83,6 +83,9 @@ class ThreadHold {
   std::thread worker_;
 };
 
+// Thread::origin of a run started with `input`, or resumed with `*resume`: "input:" or
+// "resume:" and the SHA-256 of the value's JSON text.
+std::string run_origin(const json::object& input, const json::value* resume);
 // A traced run's spans (run_trace.cpp): the run's own, the current superstep's and one per
 // task of the step. Made only for a run with RunOptions::trace (or a subgraph of one).
 struct RunTrace {
@@ -138,6 +141,13 @@ struct Runner {
     std::unordered_set<std::string> durable_artifacts;
     // async_resume: the value for resume_node in the first step.
     const json::value* resume_value = nullptr;
+    // What started the run the thread's checkpoints belong to (run_origin), carried in each
+    // checkpoint's pending as "origin". A run given the same input (or resume value) as an
+    // unfinished run's origin, or no input, continues that run: `continues` is then set and the
+    // input, already in the restored state, is not applied again. The one continuation rule of
+    // every caller (the CLI, the run service, a C++ caller).
+    std::string origin;
+    bool continues = false;
   };
   std::unique_ptr<Thread> thread;
   Checkpointer* checkpointer() const { return thread ? thread->checkpointer : nullptr; }
@@ -226,9 +236,11 @@ struct Runner {
 
   RunResult result(std::int32_t steps);
 
-  // Before the first superstep: channel defaults, the checkpoint to continue from, the input
-  // (through the reducers), START's targets. Not a coroutine: see run().
-  Status prepare(const json::object& input, std::vector<Task>& tasks);
+  // Before the first superstep: the input checked against the graph's input list, channel
+  // defaults, the checkpoint to continue from, the input (values over the inline limit moved
+  // to the artifact store, then through the reducers), START's targets. Not a coroutine: see
+  // run().
+  Status prepare(json::object& input, std::vector<Task>& tasks);
 
   Status start(const json::object& input, std::vector<Task>& tasks);
 
@@ -418,8 +430,10 @@ struct Runner {
   void trace_fence(std::string_view name, std::vector<trace::Attribute> attributes);
 
   // Restores the thread's state from its latest checkpoint; an unfinished one also gives the
-  // tasks to run next. An interrupted one is continued only by async_resume.
-  Status restore(std::vector<Task>& tasks);
+  // tasks to run next. An interrupted one is continued only by async_resume. Decides whether
+  // this run continues the unfinished one (Thread::continues; `has_input`: the run was given
+  // one).
+  Status restore(std::vector<Task>& tasks, bool has_input);
 
   // Claims the thread (one runner per thread) and starts its heartbeat. thread_busy when
   // another runner holds it.

@@ -73,6 +73,13 @@ std::optional<std::size_t> CompiledGraph::channel_index(std::string_view name) c
   return std::nullopt;
 }
 
+StateGraph& StateGraph::set_input_channels(std::vector<std::string> channels,
+                                           std::string graph_name) {
+  input_channels_ = std::move(channels);
+  name_ = std::move(graph_name);
+  return *this;
+}
+
 void StateGraph::reserve(std::size_t nodes, std::size_t edges) {
   nodes_.reserve(nodes);
   edges_.reserve(edges);
@@ -88,6 +95,8 @@ Result<std::shared_ptr<const CompiledGraph>> StateGraph::compile(GraphLimits lim
   g->channels_ = std::move(channels_);
   g->nodes_ = std::move(nodes_);
   g->edges_ = std::move(edges_);
+  g->input_channels_ = std::move(input_channels_);
+  g->name_ = std::move(name_);
   g->trace_operation_ = std::move(trace_operation_);
   g->trace_name_ = std::move(trace_name_);
   const auto& nodes = g->nodes_;

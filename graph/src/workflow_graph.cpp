@@ -637,6 +637,7 @@ Result<WorkflowGraph> build_workflow_graph(const WorkflowSpec& spec, WorkflowHoo
     return Error(Errc::invalid_workflow, msg);
   }
   const auto& l = spec.limits;
+  b.set_input_channels(spec.input, spec.name.empty() ? spec.file.stem().string() : spec.name);
   auto g = std::move(b).compile(graph_limits(l));
   if (!g) return Error(Errc::invalid_workflow, spec.file.string() + ": " + g.error().message);
   WorkflowGraph out;

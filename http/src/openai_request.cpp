@@ -270,8 +270,17 @@ std::optional<ApiError> parse_object(std::string_view body, json::object& out) {
   if (body.empty())
     return bad("",
                "the request body is empty; send a JSON object (Content-Type: application/json)");
-  auto parsed = weir::parse_json(body, "request body");
-  if (!parsed) return bad("", "malformed JSON: " + parsed.error().message);
+  // The parsed value may take what the most wasteful valid document takes (an array of one-digit
+  // numbers: 25 times its text), so no valid body is refused here; the server fences a
+  // request's memory itself (weir serve: --request-memory-mb).
+  JsonParseOptions options;
+  options.max_value_bytes = 32 * body.size() + (std::size_t{1} << 20);
+  auto parsed = weir::parse_json(body, "request body", options);
+  if (!parsed) {  // only text that is not JSON is "malformed"; a limit says which it is
+    const bool malformed = parsed.error().is(Errc::corrupt_data);
+    return bad("",
+               malformed ? "malformed JSON: " + parsed.error().message : parsed.error().message);
+  }
   if (!parsed->value.is_object())
     return bad("",
                std::string("the request body must be a JSON object, not ") + kind(parsed->value));

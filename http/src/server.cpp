@@ -58,10 +58,14 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
   ErrorBody error_body;
   tcp::acceptor acceptor;
   bool stopping = false;
+  bool draining = false;  // drain(): answer, then close each connection
   std::set<Conn*> conns;
   std::size_t active = 0;
   std::uint64_t refused = 0;
 
+  void count(int status) const {
+    if (cfg.on_response) cfg.on_response(status);
+  }
   std::string error_text(int status, std::string_view message) const {
     return error_body ? error_body(status, message)
                       : error_json(message, error_type_for_status(status), {}, {});
@@ -69,6 +73,7 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
 
   asio::awaitable<void> accept_loop();
   asio::awaitable<void> session(tcp::socket sock);
+  std::optional<Response> browser_gate(const Request& req) const;
   asio::awaitable<void> reply_and_close(Conn& c, int status, std::string message, unsigned version);
 };
 
@@ -78,6 +83,7 @@ class ExchangeImpl final : public Exchange {
   ExchangeImpl(Server::Impl& s, Conn& c, Request req, bool keep_alive, unsigned version)
       : s_(s), c_(c), req_(std::move(req)), keep_alive_(keep_alive), version_(version) {}
 
+  using Exchange::async_start_stream;
   const Request& request() const override { return req_; }
   bool disconnected() const override { return gone_; }
   void on_disconnect(std::function<void()> fn) override {
@@ -93,11 +99,13 @@ class ExchangeImpl final : public Exchange {
     started_ = true;
     bhttp::response<bhttp::string_body> res{static_cast<bhttp::status>(r.status), version_};
     res.set(bhttp::field::server, "weir");
-    res.set(bhttp::field::content_type, r.content_type);
+    if (!r.content_type.empty()) res.set(bhttp::field::content_type, r.content_type);
     for (const auto& [k, v] : r.headers) res.set(k, v);
+    add_cors(res);
     res.keep_alive(keep_alive());
     res.body() = std::move(r.body);
     res.prepare_payload();
+    s_.count(r.status);
     c_.stream.expires_after(s_.cfg.write_timeout);
     auto [ec, n] = co_await bhttp::async_write(c_.stream, res, asio::as_tuple(use_awaitable));
     c_.stream.expires_never();
@@ -115,8 +123,10 @@ class ExchangeImpl final : public Exchange {
     res.set(bhttp::field::content_type, content_type);
     res.set(bhttp::field::cache_control, "no-cache");
     for (const auto& [k, v] : headers) res.set(k, v);
+    add_cors(res);
     res.keep_alive(keep_alive());
     res.chunked(true);
+    s_.count(status);
     bhttp::response_serializer<bhttp::empty_body> sr(res);
     c_.stream.expires_after(s_.cfg.write_timeout);
     auto [ec, n] = co_await bhttp::async_write_header(c_.stream, sr, asio::as_tuple(use_awaitable));
@@ -160,12 +170,22 @@ class ExchangeImpl final : public Exchange {
     co_await forever.async_wait(asio::as_tuple(use_awaitable));  // until the handler is done
   }
 
-  bool keep_alive() const { return keep_alive_ && !s_.stopping; }
+  bool keep_alive() const { return keep_alive_ && !s_.stopping && !s_.draining; }
   bool started() const { return started_; }
   bool finished() const { return finished_; }
   bool failed() const { return failed_ || gone_; }
 
  private:
+  // An allowed page's origin may read the answer (CORS); any other gets no such header.
+  template <class Message>
+  void add_cors(Message& res) const {
+    const auto origin = req_.header("origin");
+    if (!origin || !s_.cfg.browser.allows_origin(*origin)) return;
+    res.set(bhttp::field::access_control_allow_origin, *origin);
+    res.set(bhttp::field::access_control_expose_headers, kCorsExposeHeaders);
+    if (res.find(bhttp::field::vary) == res.end()) res.set(bhttp::field::vary, "Origin");
+  }
+
   asio::awaitable<Status> write_raw(std::string data) {
     c_.stream.expires_after(s_.cfg.write_timeout);
     auto [ec, n] =
@@ -202,6 +222,7 @@ asio::awaitable<void> Server::Impl::reply_and_close(Conn& c, int status, std::st
   res.keep_alive(false);
   res.body() = error_text(status, message);
   res.prepare_payload();
+  count(status);
   c.stream.expires_after(cfg.write_timeout);
   auto [ec, n] = co_await bhttp::async_write(c.stream, res, asio::as_tuple(use_awaitable));
   if (ec) co_return;
@@ -240,21 +261,23 @@ asio::awaitable<void> Server::Impl::session(tcp::socket sock) {
     conn.stream.expires_never();
     if (ec) {
       const unsigned version = parser.is_header_done() ? parser.get().version() : 11;
+      // The message is a local: no temporary inside a co_await (GCC 12 destroys it twice).
+      int status = 0;
+      std::string message;
       if (ec == bhttp::error::body_limit) {
-        co_await reply_and_close(conn, 413,
-                                 "the request body is over the server's limit of " +
-                                     std::to_string(cfg.max_body_bytes) +
-                                     " bytes (--max-body-bytes); send less",
-                                 version);
+        status = 413;
+        message = "the request body is over the server's limit of " +
+                  std::to_string(cfg.max_body_bytes) + " bytes (--max-body-bytes); send less";
       } else if (ec == bhttp::error::header_limit) {
-        co_await reply_and_close(conn, 431,
-                                 "the request headers are over the server's limit of " +
-                                     std::to_string(cfg.max_header_bytes) + " bytes",
-                                 version);
+        status = 431;
+        message = "the request headers are over the server's limit of " +
+                  std::to_string(cfg.max_header_bytes) + " bytes";
       } else if (ec.category() == bhttp::make_error_code(bhttp::error::bad_target).category() &&
                  ec != bhttp::error::end_of_stream && ec != bhttp::error::partial_message) {
-        co_await reply_and_close(conn, 400, "malformed HTTP request: " + ec.message(), version);
+        status = 400;
+        message = "malformed HTTP request: " + ec.message();
       }
+      if (status) co_await reply_and_close(conn, status, std::move(message), version);
       break;  // end of stream, timeout, reset, shutdown
     }
     auto& breq = parser.get();
@@ -270,20 +293,53 @@ asio::awaitable<void> Server::Impl::session(tcp::socket sock) {
     }
     req.body = std::move(breq.body());
     ExchangeImpl ex(*this, conn, std::move(req), breq.keep_alive(), breq.version());
-    conn.in_request = true;
-    ++active;
-    co_await (run_handler_impl(*this, ex) || ex.watch());
-    --active;
-    conn.in_request = false;
-    if (!ex.started() && !ex.failed()) {
-      (void)co_await ex.async_respond(
-          {500, "application/json", {}, error_text(500, "the handler sent no response")});
+    if (auto early = browser_gate(ex.request())) {
+      (void)co_await ex.async_respond(std::move(*early));
+    } else {
+      conn.in_request = true;
+      ++active;
+      co_await (run_handler_impl(*this, ex) || ex.watch());
+      --active;
+      conn.in_request = false;
+      if (!ex.started() && !ex.failed()) {
+        Response none{500, "application/json", {}, error_text(500, "the handler sent no response")};
+        (void)co_await ex.async_respond(std::move(none));
+      }
     }
     if (ex.failed() || !ex.finished() || !ex.keep_alive()) break;
   }
   boost::system::error_code ig;
   conn.stream.socket().shutdown(tcp::socket::shutdown_both, ig);
   conn.stream.socket().close(ig);
+}
+
+// The browser rules before any handler (browser.hpp): a CORS preflight is answered here (204 for
+// an allowed origin, else 403), and a request a page of another site could send is a 403.
+// nullopt: the handler answers.
+std::optional<Response> Server::Impl::browser_gate(const Request& req) const {
+  const auto origin = req.header("origin");
+  if (req.method == "OPTIONS" && origin && req.header("access-control-request-method")) {
+    if (!cfg.browser.allows_origin(*origin)) {
+      return Response{403,
+                      "application/json",
+                      {},
+                      error_text(403, "cross-origin requests from '" + std::string(*origin) +
+                                          "' are not allowed: the server answers pages of the "
+                                          "origins in --allowed-origins only (none of them is "
+                                          "this one)")};
+    }
+    return Response{
+        204,
+        "",
+        {{"Access-Control-Allow-Methods", std::string(kCorsAllowMethods)},
+         {"Access-Control-Allow-Headers", std::string(kCorsAllowHeaders)},
+         {"Access-Control-Max-Age", "600"},
+         {"Vary", "Origin, Access-Control-Request-Method, Access-Control-Request-Headers"}},
+        ""};
+  }
+  if (auto why = cross_site_refusal(cfg.browser, req.header("host"), origin))
+    return Response{403, "application/json", {}, error_text(403, *why)};
+  return std::nullopt;
 }
 
 asio::awaitable<void> Server::Impl::accept_loop() {
@@ -300,6 +356,7 @@ asio::awaitable<void> Server::Impl::accept_loop() {
     }
     if (conns.size() >= cfg.max_connections) {
       ++refused;
+      count(503);
       // One small write to a fresh socket does not block; then the connection is closed.
       std::string body = error_text(503, "the server is at its connection limit of " +
                                              std::to_string(cfg.max_connections) +
@@ -315,6 +372,8 @@ asio::awaitable<void> Server::Impl::accept_loop() {
       sock.close(ig);
       continue;
     }
+    boost::system::error_code nodelay;
+    sock.set_option(tcp::no_delay(true), nodelay);  // a streamed token goes out as it is written
     asio::co_spawn(io, session(std::move(sock)), [](std::exception_ptr e) {
       if (!e) return;
       try {
@@ -337,9 +396,10 @@ asio::awaitable<void> run_handler_impl(Server::Impl& s, ExchangeImpl& ex) {
   }
   weir::log(LogLevel::error, "http: handler for " + ex.request().method + " " +
                                  ex.request().target + " failed: " + what);
-  if (!ex.started() && !ex.failed())
-    (void)co_await ex.async_respond(
-        {500, "application/json", {}, s.error_text(500, "internal error: " + what)});
+  if (!ex.started() && !ex.failed()) {
+    Response failed{500, "application/json", {}, s.error_text(500, "internal error: " + what)};
+    (void)co_await ex.async_respond(std::move(failed));
+  }
 }
 
 Server::Server(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -382,6 +442,10 @@ std::uint16_t Server::port() const {
   boost::system::error_code ec;
   auto ep = impl_->acceptor.local_endpoint(ec);
   return ec ? 0 : ep.port();
+}
+
+void Server::drain() {
+  impl_->draining = true;
 }
 
 void Server::stop() {

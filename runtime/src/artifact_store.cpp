@@ -15,6 +15,7 @@
 
 #include "hash.hpp"
 #include "weir/runtime/memory_budget.hpp"
+#include "weir/runtime/sha256.hpp"
 
 namespace weir {
 
@@ -408,7 +409,7 @@ const ArtifactStoreConfig& ArtifactStore::config() const noexcept {
 
 Result<ArtifactRef> ArtifactStore::put(std::string_view bytes, std::string_view media_type,
                                        std::string_view summary, std::string_view owner) {
-  std::string id = detail::sha256_hex(bytes);  // outside the lock: the expensive part
+  std::string id = sha256_hex(bytes);  // outside the lock: the expensive part
   auto& s = *impl_;
   std::lock_guard lock(s.mu);
   ++s.stats.puts;

@@ -26,6 +26,7 @@ constexpr const char* kNames[] = {
     "unsupported",
     "thread_busy",
     "attempts_exhausted",
+    "unavailable",
 };
 constexpr int kNameCount = static_cast<int>(sizeof(kNames) / sizeof(kNames[0]));
 

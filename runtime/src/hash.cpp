@@ -1,8 +1,11 @@
 #include "hash.hpp"
 
+#include "weir/runtime/sha256.hpp"
+
 #include <cstring>
 
-namespace weir::detail {
+namespace weir {
+namespace detail {
 
 namespace {
 constexpr std::uint32_t K[64] = {
@@ -74,8 +77,10 @@ std::array<std::uint8_t, 32> Sha256::finish() {
   return out;
 }
 
+}  // namespace detail
+
 std::string sha256_hex(std::string_view data) {
-  Sha256 s;
+  detail::Sha256 s;
   s.update(data.data(), data.size());
   auto d = s.finish();
   static const char* hex = "0123456789abcdef";
@@ -83,6 +88,8 @@ std::string sha256_hex(std::string_view data) {
   for (int i = 0; i < 32; ++i) out[2 * i] = hex[d[i] >> 4], out[2 * i + 1] = hex[d[i] & 15];
   return out;
 }
+
+namespace detail {
 
 std::uint32_t crc32(const void* data, std::size_t n, std::uint32_t crc) {
   static const auto table = [] {
@@ -100,4 +107,5 @@ std::uint32_t crc32(const void* data, std::size_t n, std::uint32_t crc) {
   return ~crc;
 }
 
-}  // namespace weir::detail
+}  // namespace detail
+}  // namespace weir

@@ -1,5 +1,5 @@
 // SHA-256 (content addresses of artifacts) and CRC-32 (chunk checksums of artifact files).
-// Private to runtime/.
+// Private to runtime/ (sha256_hex is public: weir/runtime/sha256.hpp).
 #pragma once
 
 #include <array>
@@ -23,7 +23,6 @@ class Sha256 {
   std::uint64_t total_ = 0;
 };
 
-std::string sha256_hex(std::string_view data);
 std::uint32_t crc32(const void* data, std::size_t n, std::uint32_t crc = 0);
 
 }  // namespace weir::detail

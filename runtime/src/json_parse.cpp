@@ -466,7 +466,8 @@ std::pair<json::storage_ptr, std::shared_ptr<std::size_t>> value_storage(
       limit,
       std::string(source) + ": the parsed document needs more than " + std::to_string(cap) +
           " bytes of memory (" +
-          (options.max_value_bytes ? "its limit" : "3 times the size of its text") + ")",
+          (options.max_value_bytes ? "its limit" : "3 times the size of its text, plus 1 MiB") +
+          ")",
       options.slabs);
   return {std::move(storage), std::move(limit)};
 }

@@ -71,7 +71,9 @@ asio::awaitable<Result<Limiter::Permit>> Limiter::async_acquire() {
     }
     w = waiters_->push_locked(co_await asio::this_coro::executor, 1, 0);
   }
-  switch (co_await waiters_->wait(mu_, w, std::nullopt)) {
+  // Awaited into a local: GCC 12 corrupts the frame of a co_await inside a switch condition.
+  const auto outcome = co_await waiters_->wait(mu_, w, std::nullopt);
+  switch (outcome) {
     case WaitQueue::Outcome::granted:
       co_return Permit(this);
     case WaitQueue::Outcome::granted_cancelled:

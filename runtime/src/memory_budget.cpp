@@ -186,7 +186,9 @@ asio::awaitable<Result<MemoryBudget::Reservation>> MemoryBudget::async_reserve(
     }
     w = waiters_->push_locked(co_await asio::this_coro::executor, bytes, idx(c));
   }
-  switch (co_await waiters_->wait(mu_, w, timeout)) {
+  // Awaited into a local: GCC 12 corrupts the frame of a co_await inside a switch condition.
+  const auto outcome = co_await waiters_->wait(mu_, w, timeout);
+  switch (outcome) {
     case WaitQueue::Outcome::granted:
       co_return Reservation(this, c, bytes);
     case WaitQueue::Outcome::granted_cancelled:

@@ -1,11 +1,14 @@
 #include "runs_api.hpp"
 
+#include <atomic>
 #include <cstdlib>
+#include <memory>
 #include <optional>
 #include <string_view>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -13,6 +16,7 @@
 
 #include "runs_path.hpp"
 #include "weir/graph/checkpointer.hpp"
+#include "weir/graph/ids.hpp"
 #include "weir/http/openai.hpp"
 #include "weir/http/sse.hpp"
 #include "weir/runtime/json_parse.hpp"
@@ -66,43 +70,9 @@ http::Response from_error(const Error& e) {
   if (e.is(Errc::thread_busy)) return api_error(409, e.message, "thread_busy");
   if (e.is(Errc::invalid_argument)) return api_error(409, e.message, "invalid_state");
   if (e.is(Errc::cancelled)) return api_error(503, e.message, "shutting_down");
-  if (e.is(Errc::io_error)) return api_error(503, e.message, "store_unavailable");
+  if (e.is(Errc::io_error) || e.is(Errc::unavailable))
+    return api_error(503, e.message, "store_unavailable");
   return api_error(500, e.message, errc_name(e.code));
-}
-
-// Stored JSON text back as a value (text that does not parse is shown as a string).
-json::value stored(const std::string& text) {
-  if (text.empty()) return nullptr;
-  auto p = parse_json(text, "stored");
-  if (!p) return json::value(text);
-  return std::move(p->value);
-}
-
-json::value ms_or_null(int64_t ms) {
-  return ms > 0 ? json::value(ms) : json::value(nullptr);
-}
-
-json::object run_json(const RunRecord& r) {
-  json::object o{
-      {"id", r.id},
-      {"object", "run"},
-      {"workflow", r.workflow_name},
-      {"thread_id", r.thread_id},
-      {"state", cluster::run_state_name(r.state)},
-      {"attempts", r.attempts},
-      {"max_attempts", r.max_attempts},
-      {"cancel_requested", r.cancel_requested},
-      {"worker", r.lease_owner.empty() ? json::value(nullptr) : json::value(r.lease_owner)},
-      {"created_at_ms", ms_or_null(r.created_ms)},
-      {"started_at_ms", ms_or_null(r.started_ms)},
-      {"finished_at_ms", ms_or_null(r.finished_ms)},
-      {"input", stored(r.input)},
-      {"result", stored(r.result)},
-      {"error", r.error_code.empty() && r.error.empty()
-                    ? json::value(nullptr)
-                    : json::value(json::object{{"code", r.error_code}, {"message", r.error}})}};
-  if (!r.resume.empty()) o["resume"] = stored(r.resume);
-  return o;
 }
 
 // The request body as a JSON object; an error response otherwise.
@@ -171,7 +141,7 @@ Result<Steps> run_steps(const graph::Checkpointer& cp, const RunRecord& run,
 
 // The run and its steps after `after`. The record first: once it says the run ended, every step
 // it committed is in the store.
-Result<std::pair<RunRecord, Steps>> look_up(Runs& runs, const std::string& id,
+Result<std::pair<RunRecord, Steps>> look_up(cluster::RunService& runs, const std::string& id,
                                             const std::string& after) {
   auto rec = runs.get(id);
   if (!rec) return std::move(rec).error();
@@ -195,10 +165,13 @@ std::string step_frame(const RunRecord& run, const graph::Checkpoint& c) {
   return "id: " + c.checkpoint_id + "\n" + http::sse_event(json::serialize(data), "step");
 }
 
-awaitable<void> sleep_for(std::chrono::milliseconds d) {
-  asio::steady_timer t(co_await asio::this_coro::executor, d);
-  co_await t.async_wait(asio::as_tuple(use_awaitable));
-}
+// What a stream's watch (RunService::watch) shares with it: the watch bumps `version` and
+// cancels the timer the stream waits on (on the stream's executor: a timer is not thread-safe).
+struct Wake {
+  explicit Wake(const asio::any_io_executor& ex) : timer(ex) {}
+  asio::steady_timer timer;
+  std::atomic<std::uint64_t> version{0};
+};
 
 awaitable<void> events(const RunsApi& api, http::Exchange& ex, const std::string& id,
                        http::Response& out, bool& streamed) {
@@ -207,7 +180,15 @@ awaitable<void> events(const RunsApi& api, http::Exchange& ex, const std::string
     out = {204, "text/plain", {}, ""};
     co_return;
   }
-  Runs* runs = api.runs;
+  cluster::RunService* runs = api.runs;
+  // Watched before the first look, so no change between the two is missed.
+  auto executor = co_await asio::this_coro::executor;
+  auto wake = std::make_shared<Wake>(executor);
+  auto watch = runs->watch(id, [wake, executor] {
+    ++wake->version;
+    asio::post(executor, [wake] { wake->timer.cancel(); });
+  });
+  std::uint64_t seen = wake->version.load();
   // One look before the stream starts, so that an unknown run or event id is a plain error.
   auto first = co_await off_thread(*api.blocking, [&] { return look_up(*runs, id, after); });
   if (!first) {
@@ -229,34 +210,46 @@ awaitable<void> events(const RunsApi& api, http::Exchange& ex, const std::string
   auto last_write = std::chrono::steady_clock::now();
   std::optional<std::pair<RunRecord, Steps>> look = std::move(*first);
   for (;;) {
-    if (!look) {
-      auto next = co_await off_thread(*api.blocking, [&] { return look_up(*runs, id, after); });
-      if (!next) break;  // forgotten meanwhile, or the store went away: the client reconnects
-      look = std::move(*next);
+    if (look) {
+      const RunRecord& rec = look->first;
+      std::string frames;
+      for (const auto& c : look->second.list) {
+        frames += step_frame(rec, c);
+        after = c.checkpoint_id;
+      }
+      const bool ended = cluster::is_terminal(rec.state);
+      if (ended)
+        frames += "id: end\n" + http::sse_event(json::serialize(cluster::run_json(rec)), "end");
+      look.reset();
+      if (!frames.empty()) {
+        if (auto s = co_await ex.async_write(std::move(frames)); !s) co_return;
+        last_write = std::chrono::steady_clock::now();
+      }
+      if (ended) break;
     }
-    const RunRecord& rec = look->first;
-    std::string frames;
-    for (const auto& c : look->second.list) {
-      frames += step_frame(rec, c);
-      after = c.checkpoint_id;
-    }
-    const bool ended = cluster::is_terminal(rec.state);
-    if (ended) frames += "id: end\n" + http::sse_event(json::serialize(run_json(rec)), "end");
-    look.reset();
+    if (ex.disconnected() || *api.draining) break;
     const auto now = std::chrono::steady_clock::now();
-    if (frames.empty() && now - last_write >= api.keep_alive) frames = ": keep-alive\n\n";
-    if (!frames.empty()) {
-      if (auto s = co_await ex.async_write(std::move(frames)); !s) co_return;
+    if (now - last_write >= api.keep_alive) {
+      std::string ping = ": keep-alive\n\n";
+      if (auto s = co_await ex.async_write(std::move(ping)); !s) co_return;
       last_write = now;
     }
-    if (ended || ex.disconnected() || *api.draining) break;
-    co_await sleep_for(api.poll);
+    if (wake->version.load() == seen) {
+      wake->timer.expires_after(std::min<std::chrono::steady_clock::duration>(
+          api.check, api.keep_alive - (now - last_write)));
+      co_await wake->timer.async_wait(asio::as_tuple(use_awaitable));
+      continue;
+    }
+    seen = wake->version.load();
+    auto next = co_await off_thread(*api.blocking, [&] { return look_up(*runs, id, after); });
+    if (!next) break;  // forgotten meanwhile, or the store went away: the client reconnects
+    look = std::move(*next);
   }
   (void)co_await ex.async_finish();
 }
 
 awaitable<void> thread_state(const RunsApi& api, const std::string& thread, http::Response& out) {
-  Runs* runs = api.runs;
+  cluster::RunService* runs = api.runs;
   auto r = co_await off_thread(*api.blocking, [&]() -> Result<json::object> {
     const auto& cp = runs->checkpointer();
     auto latest = cp.latest(thread);
@@ -281,6 +274,104 @@ awaitable<void> thread_state(const RunsApi& api, const std::string& thread, http
   out = r ? json_answer(200, *r) : from_error(r.error());
 }
 
+// GET /v1/runs: a page of runs (limit, state, after).
+awaitable<void> list_runs(const RunsApi& api, const http::Request& rq, http::Response& out) {
+  cluster::RunService* runs = api.runs;
+  cluster::RunListQuery q;
+  if (auto v = query_value(rq.target, "limit")) {
+    char* end = nullptr;
+    const unsigned long n = std::strtoul(v->c_str(), &end, 10);
+    if (v->empty() || *end != '\0' || n < 1 || n > 1000) {
+      out = api_error(400, "limit must be a whole number from 1 to 1000, got '" + *v + "'",
+                      "invalid_request", "limit");
+      co_return;
+    }
+    q.limit = n;
+  }
+  if (auto v = query_value(rq.target, "state")) {
+    q.state = cluster::parse_run_state(*v);
+    if (!q.state) {
+      out = api_error(400,
+                      "state must be queued, running, succeeded, failed, cancelled or "
+                      "interrupted, got '" +
+                          *v + "'",
+                      "invalid_request", "state");
+      co_return;
+    }
+  }
+  if (auto v = query_value(rq.target, "after")) q.after = *v;
+  auto l = co_await off_thread(*api.blocking, [&] { return runs->list(q); });
+  if (!l) {
+    out = l.error().is(Errc::not_found)
+              ? api_error(400, "after: " + l.error().message + " (give the last_id of a page)",
+                          "invalid_request", "after")
+              : from_error(l.error());
+    co_return;
+  }
+  out = json_answer(200, cluster::run_list_json(*l));
+}
+
+// POST /v1/runs: {"workflow", "input"?, "thread_id"?} -> 202 and the run.
+// The trace a run queued by `rq` continues: the request's own span when this server traces,
+// else the caller's `traceparent` header ("" when none: the run starts a trace of its own).
+std::string run_traceparent_of(const http::Request& rq, const trace::SpanContext& request_span) {
+  if (request_span.valid()) return trace::format_traceparent(request_span);
+  return std::string(rq.header("traceparent").value_or(""));
+}
+
+awaitable<void> submit_run(const RunsApi& api, const http::Request& rq, http::Response& out,
+                           const trace::SpanContext& request_span) {
+  cluster::RunService* runs = api.runs;
+  auto body = body_object(rq, out, false);
+  if (!body || !only_fields(*body, {"workflow", "input", "thread_id"}, out)) co_return;
+  const auto* wf = body->if_contains("workflow");
+  if (!wf || !wf->is_string() || wf->as_string().empty()) {
+    std::string names;
+    for (const auto& n : runs->workflow_names()) names += (names.empty() ? "" : ", ") + n;
+    out = api_error(
+        400, "'workflow' is required: the name of one of this server's workflows (" + names + ")",
+        "invalid_request", "workflow");
+    co_return;
+  }
+  cluster::RunRequest run;
+  run.workflow = std::string(wf->as_string());
+  if (const auto* in = body->if_contains("input"); in && !in->is_null()) {
+    if (!in->is_object()) {
+      out = api_error(400, "'input' must be a JSON object (channel name -> value)",
+                      "invalid_request", "input");
+      co_return;
+    }
+    run.input = in->as_object();
+  }
+  if (const auto* t = body->if_contains("thread_id"); t && !t->is_null()) {
+    if (!t->is_string() || t->as_string().empty()) {
+      out =
+          api_error(400, "'thread_id' must be a non-empty string", "invalid_request", "thread_id");
+      co_return;
+    }
+    run.thread_id = std::string(t->as_string());
+    // The one id rule (weir/graph/ids.hpp): refused here, never cut short by a store.
+    if (auto s = graph::check_id("thread_id", run.thread_id); !s) {
+      out = api_error(400, s.error().message, "invalid_request", "thread_id");
+      co_return;
+    }
+  }
+  run.traceparent = run_traceparent_of(rq, request_span);
+  auto rec = co_await off_thread(*api.blocking, [&] { return runs->submit(std::move(run)); });
+  if (!rec) {
+    // Before anything was queued: an unknown workflow, or an input it does not take.
+    if (rec.error().is(Errc::not_found))
+      out = api_error(404, rec.error().message, "workflow_not_found", "workflow");
+    else if (rec.error().is(Errc::invalid_argument))
+      out = api_error(400, rec.error().message, "invalid_request", "input");
+    else
+      out = from_error(rec.error());
+    co_return;
+  }
+  out = json_answer(202, cluster::run_json(*rec));
+  out.headers.emplace_back("Location", "/v1/runs/" + rec->id);
+}
+
 }  // namespace
 
 bool is_runs_path(const std::string& path) {
@@ -288,10 +379,10 @@ bool is_runs_path(const std::string& path) {
 }
 
 awaitable<void> route_runs(const RunsApi& api, http::Exchange& ex, http::Response& out,
-                           bool& streamed) {
+                           bool& streamed, const trace::SpanContext& request_span) {
   const auto& rq = ex.request();
   const RunsPath p = split_runs_path(rq.path);
-  Runs* runs = api.runs;
+  cluster::RunService* runs = api.runs;
   auto method_is = [&](const char* m) {
     if (rq.method == m) return true;
     out = api_error(405, rq.method + " is not allowed on " + rq.path + "; use " + m,
@@ -313,98 +404,35 @@ awaitable<void> route_runs(const RunsApi& api, http::Exchange& ex, http::Respons
     out = json_answer(200, json::object{{"object", "list"}, {"data", std::move(names)}});
   } else if (p.collection == "runs" && p.id.empty()) {
     if (rq.method == "GET") {
-      std::size_t limit = 100;
-      if (auto v = query_value(rq.target, "limit")) {
-        char* end = nullptr;
-        const unsigned long n = std::strtoul(v->c_str(), &end, 10);
-        if (v->empty() || *end != '\0' || n < 1 || n > 1000) {
-          out = api_error(400, "limit must be a whole number from 1 to 1000, got '" + *v + "'",
-                          "invalid_request", "limit");
-          co_return;
-        }
-        limit = n;
-      }
-      auto l = co_await off_thread(*api.blocking, [&] { return runs->list(limit); });
-      if (!l) {
-        out = from_error(l.error());
-        co_return;
-      }
-      json::array data;
-      for (const auto& r : *l) data.emplace_back(run_json(r));
-      out = json_answer(200, json::object{{"object", "list"}, {"data", std::move(data)}});
+      co_await list_runs(api, rq, out);
       co_return;
     }
     if (!method_is("POST")) co_return;
-    auto body = body_object(rq, out, false);
-    if (!body || !only_fields(*body, {"workflow", "input", "thread_id"}, out)) co_return;
-    const auto* wf = body->if_contains("workflow");
-    if (!wf || !wf->is_string() || wf->as_string().empty()) {
-      std::string names;
-      for (const auto& n : runs->workflow_names()) names += (names.empty() ? "" : ", ") + n;
-      out = api_error(
-          400, "'workflow' is required: the name of one of this server's workflows (" + names + ")",
-          "invalid_request", "workflow");
-      co_return;
-    }
-    json::object input;
-    if (const auto* in = body->if_contains("input"); in && !in->is_null()) {
-      if (!in->is_object()) {
-        out = api_error(400, "'input' must be a JSON object (channel name -> value)",
-                        "invalid_request", "input");
-        co_return;
-      }
-      input = in->as_object();
-    }
-    std::string thread;
-    if (const auto* t = body->if_contains("thread_id"); t && !t->is_null()) {
-      if (!t->is_string() || t->as_string().empty()) {
-        out = api_error(400, "'thread_id' must be a non-empty string", "invalid_request",
-                        "thread_id");
-        co_return;
-      }
-      thread = std::string(t->as_string());
-    }
-    const std::string name(wf->as_string());
-    auto id = co_await off_thread(*api.blocking, [&] { return runs->submit(name, input, thread); });
-    if (!id) {
-      out = id.error().is(Errc::not_found)
-                ? api_error(404, id.error().message, "workflow_not_found", "workflow")
-                : from_error(id.error());
-      co_return;
-    }
-    auto rec = co_await off_thread(*api.blocking, [&] { return runs->get(*id); });
-    out = rec ? json_answer(202, run_json(*rec)) : from_error(rec.error());
-    out.headers.emplace_back("Location", "/v1/runs/" + *id);
+    co_await submit_run(api, rq, out, request_span);
   } else if (p.collection == "runs" && p.action.empty()) {
     if (!method_is("GET")) co_return;
     auto rec = co_await off_thread(*api.blocking, [&] { return runs->get(p.id); });
-    out = rec ? json_answer(200, run_json(*rec)) : from_error(rec.error());
+    out = rec ? json_answer(200, cluster::run_json(*rec)) : from_error(rec.error());
   } else if (p.collection == "runs" && p.action == "events") {
     if (!method_is("GET")) co_return;
     co_await events(api, ex, p.id, out, streamed);
   } else if (p.collection == "runs" && p.action == "cancel") {
     if (!method_is("POST")) co_return;
-    auto rec = co_await off_thread(*api.blocking, [&]() -> Result<RunRecord> {
-      auto st = runs->cancel(p.id);
-      if (!st) return std::move(st).error();
-      return runs->get(p.id);
-    });
-    out = rec ? json_answer(200, run_json(*rec)) : from_error(rec.error());
+    auto done = co_await off_thread(*api.blocking, [&] { return runs->cancel(p.id); });
+    out = done ? json_answer(200, cluster::run_json(done->after)) : from_error(done.error());
   } else if (p.collection == "threads" && !p.id.empty() && p.action == "resume") {
     if (!method_is("POST")) co_return;
     auto body = body_object(rq, out, false);
     if (!body || !only_fields(*body, {"value"}, out)) co_return;
     const json::value value = body->contains("value") ? body->at("value") : json::value(nullptr);
-    auto rec = co_await off_thread(*api.blocking, [&]() -> Result<RunRecord> {
-      auto id = runs->resume(p.id, value);
-      if (!id) return std::move(id).error();
-      return runs->get(*id);
-    });
+    const std::string traceparent = run_traceparent_of(rq, request_span);
+    auto rec =
+        co_await off_thread(*api.blocking, [&] { return runs->resume(p.id, value, traceparent); });
     if (!rec) {
       out = from_error(rec.error());
       co_return;
     }
-    out = json_answer(202, run_json(*rec));
+    out = json_answer(202, cluster::run_json(*rec));
     out.headers.emplace_back("Location", "/v1/runs/" + rec->id);
   } else if (p.collection == "threads" && !p.id.empty() && p.action == "state") {
     if (!method_is("GET")) co_return;

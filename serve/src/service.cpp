@@ -15,14 +15,6 @@ ModelSpec parse_model_spec(const std::string& arg) {
   return {std::filesystem::path(arg).stem().string(), arg};
 }
 
-namespace {
-
-bool is_loopback(const std::string& host) {
-  return host == "127.0.0.1" || host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
-}
-
-}  // namespace
-
 std::string describe(const ServeConfig& c) {
   std::string s = "weir serve configuration:\n";
   auto line = [&](const char* k, const std::string& v) {
@@ -33,6 +25,13 @@ std::string describe(const ServeConfig& c) {
   line("--port", std::to_string(c.port));
   line("--api-key-env", c.api_key ? "set (Bearer key required)" : "unset (no auth)");
   line("--insecure", c.insecure ? "yes" : "no");
+  auto joined = [](const std::vector<std::string>& v, const char* none) {
+    std::string s;
+    for (const auto& x : v) s += (s.empty() ? "" : ",") + x;
+    return s.empty() ? std::string(none) : s;
+  };
+  line("--allowed-origins", joined(c.allowed_origins, "none (no CORS)"));
+  line("--allowed-hosts", joined(c.allowed_hosts, "none"));
   line("--max-num-seqs", std::to_string(c.max_num_seqs));
   line("--max-model-len", c.max_model_len ? std::to_string(c.max_model_len) : "model's (<= 4096)");
   line("--kv-cache-mb", std::to_string(c.kv_cache_bytes >> 20));
@@ -43,6 +42,7 @@ std::string describe(const ServeConfig& c) {
   line("--max-queued-tokens", std::to_string(c.max_queued_tokens));
   line("--max-connections", std::to_string(c.max_connections));
   line("--max-body-bytes", std::to_string(c.max_body_bytes));
+  line("--request-memory-mb", std::to_string(c.request_memory_bytes >> 20));
   line("--default-max-tokens", std::to_string(c.default_max_tokens));
   line("--max-n", std::to_string(c.max_n));
   line("--request-timeout", ms_text(c.request_timeout));
@@ -74,7 +74,11 @@ Status validate(const ServeConfig& c) {
     if (!names.insert(m.name).second)
       return bad("two models are named '" + m.name + "': name them with --model NAME=PATH");
   }
-  if (!is_loopback(c.host) && !c.api_key && !c.insecure)
+  if (auto o = http::BrowserPolicy::normalize_origins(c.allowed_origins); !o)
+    return bad(o.error().message);
+  if (auto h = http::BrowserPolicy::normalize_hosts(c.allowed_hosts); !h)
+    return bad(h.error().message);
+  if (!http::is_loopback_host(c.host) && !c.api_key && !c.insecure)
     return bad("refusing to listen on " + c.host +
                " without an API key: anyone who can reach it could use the models. Set "
                "--api-key-env VAR (Bearer key), or pass --insecure to do it anyway");
@@ -82,6 +86,8 @@ Status validate(const ServeConfig& c) {
   if (c.max_num_seqs < 1) return bad("--max-num-seqs must be at least 1");
   if (c.max_connections < 1) return bad("--max-connections must be at least 1");
   if (c.max_body_bytes < 64) return bad("--max-body-bytes must be at least 64");
+  if (c.request_memory_bytes < (std::size_t{1} << 20))
+    return bad("--request-memory-mb must be at least 1");
   if (c.max_queued_tokens < 0) return bad("--max-queued-tokens must not be negative");
   if (c.default_max_tokens < 1) return bad("--default-max-tokens must be at least 1");
   if (c.max_n < 1) return bad("--max-n must be at least 1");
@@ -185,11 +191,36 @@ ModelEntry* Service::Impl::find_model(const std::string& name, std::optional<oa:
 
 // --- routes ---------------------------------------------------------------------------------
 
+namespace {
+
+// Every request body is JSON and says so: a page of another site can make a browser send a form
+// or text/plain without asking (no CORS preflight), never application/json. A body-less request
+// may leave Content-Type out. The 415's message, or nullopt.
+std::optional<std::string> unsupported_body(const http::Request& rq) {
+  const auto type = rq.header("content-type");
+  if (!type) {
+    if (rq.body.empty()) return std::nullopt;
+    return std::string("a request body needs 'Content-Type: application/json'");
+  }
+  std::string media(type->substr(0, type->find(';')));
+  while (!media.empty() && (media.back() == ' ' || media.back() == '\t')) media.pop_back();
+  while (!media.empty() && (media.front() == ' ' || media.front() == '\t')) media.erase(0, 1);
+  for (char& c : media) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (media == "application/json") return std::nullopt;
+  return "Content-Type '" + std::string(*type) +
+         "' is not accepted: send the body as JSON with 'Content-Type: application/json'";
+}
+
+}  // namespace
+
 awaitable<void> Service::Impl::handle(http::Exchange& ex) {
   http::Response out;
   bool streamed = false;
   const auto& rq = ex.request();
-  if (cfg.api_key) {
+  // Probes carry no secrets: GET /health answers without the key (it says ok, loading or
+  // shutting_down, nothing else).
+  const bool probe = rq.path == "/health" && rq.method == "GET";
+  if (cfg.api_key && !probe) {
     auto auth = rq.header("authorization").value_or("");
     constexpr std::string_view kBearer = "Bearer ";
     bool ok = auth.size() > kBearer.size() && auth.substr(0, kBearer.size()) == kBearer &&
@@ -202,24 +233,63 @@ awaitable<void> Service::Impl::handle(http::Exchange& ex) {
                                            "with the key in the server's --api-key-env",
                             "", "invalid_api_key"});
       out.headers.emplace_back("WWW-Authenticate", "Bearer");
-      http_requests[4]->inc();
       (void)co_await ex.async_respond(std::move(out));
       co_return;
     }
   }
+  if (rq.method != "GET" && rq.method != "HEAD") {
+    if (auto why = unsupported_body(rq)) {
+      out = error_response({415, std::move(*why), "", "unsupported_media_type"});
+      (void)co_await ex.async_respond(std::move(out));
+      co_return;
+    }
+  }
+  // The body's transient memory (its JSON value, the tokenizer's work, the answer) is charged to
+  // the budget while the handler runs: requests that would take more than --request-memory-mb
+  // at once wait for a retry instead of growing the process.
+  MemoryBudget::Reservation body_memory;
+  if (!rq.body.empty()) {
+    const std::size_t need = rq.body.size() * kRequestMemoryPerByte;
+    auto r = budget.try_reserve(BudgetCategory::run_state, need);
+    if (!r) {
+      const bool never = need > cfg.request_memory_bytes;
+      const std::string limit =
+          "--request-memory-mb=" + std::to_string(cfg.request_memory_bytes >> 20);
+      out = error_response(
+          never ? oa::ApiError{413,
+                               "the request needs up to " + format_bytes(need) +
+                                   " of memory to read (" + std::to_string(kRequestMemoryPerByte) +
+                                   " times its " + std::to_string(rq.body.size()) +
+                                   " bytes), more than " + limit + " allows; send less",
+                               "", "request_too_large"}
+                : oa::ApiError{503,
+                               "the server's memory for requests being read is in use (" +
+                                   format_bytes(budget.used(BudgetCategory::run_state)) + " of " +
+                                   format_bytes(cfg.request_memory_bytes) + ", " + limit +
+                                   "; this one needs " + format_bytes(need) + "); retry shortly",
+                               "", "overloaded"});
+      (void)co_await ex.async_respond(std::move(out));
+      co_return;
+    }
+    body_memory = std::move(*r);
+  }
   trace::Span span = start_request_span(cfg.tracer.get(), rq);
-  co_await route(ex, out, streamed);
+  const trace::SpanContext request_span = span.context();
+  co_await route(ex, out, streamed, request_span);
   finish_request_span(span, rq, out, streamed);
-  int idx = out.status < 400    ? 0
-            : out.status == 429 ? 2
-            : out.status >= 500 ? 3
-            : out.status == 413 ? 5
-                                : 1;
-  http_requests[idx]->inc();
   if (!streamed) (void)co_await ex.async_respond(std::move(out));
 }
 
-awaitable<void> Service::Impl::route(http::Exchange& ex, http::Response& out, bool& streamed) {
+void Service::Impl::count_response(int status) {
+  std::string label = std::to_string(status);
+  if (std::find(std::begin(kCountedStatuses), std::end(kCountedStatuses), status) ==
+      std::end(kCountedStatuses))
+    label = std::to_string(status / 100) + "xx";
+  if (auto it = http_responses.find(label); it != http_responses.end()) it->second->inc();
+}
+
+awaitable<void> Service::Impl::route(http::Exchange& ex, http::Response& out, bool& streamed,
+                                     const trace::SpanContext& request_span) {
   const auto& rq = ex.request();
   const std::string& p = rq.path;
   auto method_is = [&](const char* m) {
@@ -234,7 +304,7 @@ awaitable<void> Service::Impl::route(http::Exchange& ex, http::Response& out, bo
   } else if (p == "/mcp" && cfg.mcp && !draining) {
     co_await mcp(ex, out);
   } else if (runs && !draining && is_runs_path(p)) {
-    co_await route_runs(runs_api, ex, out, streamed);
+    co_await route_runs(runs_api, ex, out, streamed, request_span);
   } else if (!ready) {
     out = error_response({503,
                           "the models are still loading; retry shortly (GET /health says "
@@ -244,6 +314,8 @@ awaitable<void> Service::Impl::route(http::Exchange& ex, http::Response& out, bo
     out = error_response({503, "the server is shutting down", "", "shutting_down"});
   } else if (p == "/v1/models") {
     if (method_is("GET")) out = models_list();
+  } else if (p.starts_with("/v1/models/")) {
+    if (method_is("GET")) out = model_info(p.substr(std::string_view("/v1/models/").size()));
   } else if (p == "/v1/chat/completions") {
     if (method_is("POST")) co_await chat(ex, out, streamed);
   } else if (p == "/v1/completions") {
@@ -269,18 +341,6 @@ awaitable<void> Service::Impl::route(http::Exchange& ex, http::Response& out, bo
 
 namespace {
 
-// The host of an Origin header ("http://localhost:3000" -> "localhost", "http://[::1]" -> "::1").
-std::string origin_host(std::string_view origin) {
-  auto scheme = origin.find("://");
-  if (scheme == std::string_view::npos) return {};
-  std::string_view rest = origin.substr(scheme + 3);
-  if (!rest.empty() && rest[0] == '[') {
-    auto close = rest.find(']');
-    return close == std::string_view::npos ? std::string() : std::string(rest.substr(1, close - 1));
-  }
-  return std::string(rest.substr(0, rest.find_first_of(":/")));
-}
-
 // 128 random bits: a session id is a capability, so it must not be guessable.
 std::string session_id() {
   static thread_local std::random_device rd;
@@ -298,16 +358,7 @@ http::Response mcp_error(int status, std::int64_t code, const std::string& messa
 awaitable<void> Service::Impl::mcp(http::Exchange& ex, http::Response& out) {
   namespace rpc = tools::jsonrpc;
   const auto& rq = ex.request();
-  // A web page the user visits must not drive a loopback server's tools (DNS rebinding): a
-  // browser's request carries its Origin, which must then be this machine too.
-  if (auto origin = rq.header("origin");
-      origin && is_loopback(cfg.host) && !is_loopback(origin_host(*origin))) {
-    out = mcp_error(403, rpc::kInvalidRequest,
-                    "Origin '" + std::string(*origin) +
-                        "' is not allowed: this server listens on a loopback address and takes "
-                        "MCP requests only from this machine");
-    co_return;
-  }
+  // (A web page of another site never gets here: the server's browser rules refuse it first.)
   if (rq.method == "GET") {
     out = mcp_error(405, rpc::kInvalidRequest,
                     "GET /mcp: weir sends no server-initiated messages; POST JSON-RPC messages");
@@ -382,16 +433,33 @@ http::Response Service::Impl::health() {
   return json_response(200, R"({"status":"ok"})");
 }
 
+namespace {
+
+json::object model_object(const ModelEntry& m) {
+  return {{"id", m.spec.name},
+          {"object", "model"},
+          {"created", 0},
+          {"owned_by", "weir"},
+          {"max_model_len", m.max_model_len}};
+}
+
+}  // namespace
+
 http::Response Service::Impl::models_list() {
   json::array data;
-  for (const auto& m : models) {
-    data.push_back({{"id", m->spec.name},
-                    {"object", "model"},
-                    {"created", 0},
-                    {"owned_by", "weir"},
-                    {"max_model_len", m->max_model_len}});
-  }
+  for (const auto& m : models) data.push_back(model_object(*m));
   return json_response(200, json::serialize(json::object{{"object", "list"}, {"data", data}}));
+}
+
+// GET /v1/models/{id}: the model as /v1/models lists it, or 404 naming the models.
+http::Response Service::Impl::model_info(const std::string& id) {
+  std::optional<oa::ApiError> err;
+  if (id.empty())
+    return error_response(
+        {404, "GET /v1/models/{id} needs a model's name", "model", "model_not_found"});
+  ModelEntry* m = find_model(id, err);
+  if (!m) return error_response(*err);
+  return json_response(200, json::serialize(model_object(*m)));
 }
 
 http::Response Service::Impl::metrics_text() {
@@ -417,12 +485,17 @@ http::Response Service::Impl::tokenize(const http::Request& rq) {
   if (const auto* a = o.if_contains("add_special_tokens"); a && a->is_bool())
     add_special = a->as_bool();
   // As /v1/completions reads a prompt: client text is text, never a special token.
-  auto ids = m->tok().encode(text->as_string(), add_special, false);
-  json::array toks;
-  for (auto t : ids) toks.push_back(t);
-  return json_response(
-      200, json::serialize(json::object{
-               {"tokens", toks}, {"count", ids.size()}, {"max_model_len", m->max_model_len}}));
+  const auto ids = m->tok().encode(text->as_string(), add_special, false);
+  // Written out directly: a JSON array of a million ids would be 16 bytes an id, then its text.
+  std::string body = "{\"tokens\":[";
+  body.reserve(body.size() + ids.size() * 7 + 64);
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    if (i) body += ',';
+    body += std::to_string(ids[i]);
+  }
+  body += "],\"count\":" + std::to_string(ids.size()) +
+          ",\"max_model_len\":" + std::to_string(m->max_model_len) + "}";
+  return json_response(200, std::move(body));
 }
 
 http::Response Service::Impl::detokenize(const http::Request& rq) {
@@ -454,14 +527,18 @@ http::Response Service::Impl::detokenize(const http::Request& rq) {
 
 awaitable<void> Service::Impl::drain(std::chrono::milliseconds grace,
                                      std::shared_ptr<std::promise<void>> done) {
+  // New connections are still accepted while requests drain: /health says shutting_down and
+  // new work is a 503 with Retry-After (a load balancer sees an answer, not a refused
+  // connection); every response closes its connection. The listener closes at the end.
   draining = true;
-  if (server) server->stop();
+  if (server) server->drain();
   asio::steady_timer t(io);
   const auto until = Clock::now() + grace;
   while ((!active.empty() || (server && server->active_requests() > 0)) && Clock::now() < until) {
     t.expires_after(std::chrono::milliseconds(10));
     co_await t.async_wait(asio::as_tuple(use_awaitable));
   }
+  // Past the grace: each request ends with what it has (finish_reason "length"), never 499.
   for (Batch* b : std::set<Batch*>(active)) b->cancel();
   // Cancelled requests end within an engine step; give their handlers a bounded moment.
   const auto hard = Clock::now() + std::chrono::seconds(5);
@@ -469,6 +546,7 @@ awaitable<void> Service::Impl::drain(std::chrono::milliseconds grace,
     t.expires_after(std::chrono::milliseconds(5));
     co_await t.async_wait(asio::as_tuple(use_awaitable));
   }
+  if (server) server->stop();
   done->set_value();
 }
 
@@ -478,11 +556,12 @@ Result<std::unique_ptr<Service>> Service::start(ServeConfig config) {
   if (auto st = validate(config); !st) return std::move(st).error();
   auto impl = std::make_unique<Impl>(std::move(config));
   Impl* s = impl.get();
-  const char* names[6] = {"2xx", "4xx", "429", "5xx", "401", "413"};
-  for (int i = 0; i < 6; ++i)
-    s->http_requests[i] =
-        &s->metrics.counter("weir_serve_http_responses_total", "HTTP responses by status class",
-                            {{"status", names[i]}});
+  std::vector<std::string> labels = {"2xx", "3xx", "4xx", "5xx"};
+  for (int status : Impl::kCountedStatuses) labels.push_back(std::to_string(status));
+  for (const auto& label : labels)
+    s->http_responses[label] = &s->metrics.counter(
+        "weir_serve_http_responses_total", "HTTP responses by status (the fences' own) or class",
+        {{"status", label}});
   for (int c = 0; c < kBudgetCategoryCount; ++c) {
     auto cat = static_cast<BudgetCategory>(c);
     s->metrics.gauge_callback("weir_memory_used_bytes", "bytes reserved in the memory budget",
@@ -496,29 +575,38 @@ Result<std::unique_ptr<Service>> Service::start(ServeConfig config) {
   hc.max_body_bytes = s->cfg.max_body_bytes;
   hc.write_timeout = s->cfg.write_timeout;
   hc.idle_timeout = s->cfg.idle_timeout;
+  // Without a key, no page of another site may drive the server; with one, the key decides.
+  hc.browser.refuse_cross_site = !s->cfg.api_key;
+  hc.browser.loopback = http::is_loopback_host(s->cfg.host);
+  hc.browser.allowed_origins = *http::BrowserPolicy::normalize_origins(s->cfg.allowed_origins);
+  hc.browser.allowed_hosts = *http::BrowserPolicy::normalize_hosts(s->cfg.allowed_hosts);
+  hc.on_response = [s](int status) { s->count_response(status); };
   auto server = http::Server::create(
       s->io, hc, [s](http::Exchange& ex) { return s->handle(ex); },
       [](int status, std::string_view msg) {
-        std::string code = status == 413 ? "request_too_large" : status == 503 ? "overloaded" : "";
+        std::string code = status == 413   ? "request_too_large"
+                           : status == 403 ? "cross_site_request"
+                           : status == 503 ? "overloaded"
+                                           : "";
         return oa::ApiError{status, std::string(msg), "", code}.body();
       });
   if (!server) return std::move(server).error();
   s->server = std::move(*server);
   if (s->cfg.workflows) {
-    RunsConfig rc;
+    cluster::RunServiceOptions rc;
     rc.workflows = *s->cfg.workflows;
     rc.db = s->cfg.runs_db;
     rc.max_runs = s->cfg.max_runs;
     rc.max_queued_runs = s->cfg.max_queued_runs;
     rc.keep_finished = s->cfg.keep_runs;
+    rc.tracer = s->cfg.tracer.get();
     rc.log = [](const std::string& line) { weir::log(LogLevel::info, "serve: run " + line); };
-    auto runs = Runs::open(rc);
+    auto runs = cluster::RunService::open(std::move(rc));
     if (!runs) return std::move(runs).error();
     s->runs = std::move(*runs);
     s->runs_api.runs = s->runs.get();
     s->runs_api.blocking = &s->blocking;
     s->runs_api.draining = &s->draining;
-    s->runs_api.poll = std::chrono::milliseconds(s->cfg.runs_db.empty() ? 100 : 250);
   }
   s->metrics.gauge_callback("weir_serve_connections", "open HTTP connections", {},
                             [s] { return static_cast<double>(s->server->connections()); });

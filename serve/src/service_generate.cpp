@@ -127,7 +127,10 @@ awaitable<std::variant<std::shared_ptr<Batch>, oa::ApiError>> Service::Impl::adm
   active.insert(b.get());
   std::weak_ptr<Batch> wb = b;
   ex.on_disconnect([wb] {
-    if (auto b = wb.lock()) b->cancel();
+    if (auto b = wb.lock()) {
+      b->client_gone = true;
+      b->cancel();
+    }
   });
   co_return b;
 }
@@ -148,22 +151,6 @@ void Service::Impl::record(const Batch& b, const ChoiceState& c, const inf::Gene
   b.model->generation_tokens->inc(static_cast<double>(r.tokens.size()));
   b.model->duration->observe(std::chrono::duration<double>(Clock::now() - b.start).count());
 }
-
-namespace {
-
-// Per-choice output state of a request.
-struct ChoiceOut {
-  explicit ChoiceOut(const inf::Tokenizer& t, std::vector<std::string> stops)
-      : decoder(t), stop(std::move(stops)) {}
-  inf::StreamDecoder decoder;
-  StopFilter stop;
-  std::string text;  // sent or kept so far
-  std::vector<std::int32_t> ids;
-  std::optional<std::vector<oa::TokenLogprobs>> logprobs;
-  bool finished = false;
-};
-
-}  // namespace
 
 // The shared body of both endpoints.
 struct GenerationSpec {
@@ -199,188 +186,252 @@ oa::TokenLogprobs to_wire(const inf::SampledLogprobs& lp,
   return t;
 }
 
-}  // namespace
+// Per-choice output state of a request.
+struct ChoiceOut {
+  explicit ChoiceOut(const inf::Tokenizer& t, std::vector<std::string> stops)
+      : decoder(t), stop(std::move(stops)) {}
+  inf::StreamDecoder decoder;
+  StopFilter stop;
+  std::string text;  // sent or kept so far
+  std::vector<std::int32_t> ids;
+  std::optional<std::vector<oa::TokenLogprobs>> logprobs;
+  bool finished = false;
+};
 
-awaitable<void> run_generation(Service::Impl& s, http::Exchange& ex, ModelEntry& m,
-                               inf::GenerateRequest rq, const oa::Sampling& sp,
-                               const GenerationSpec& spec, http::Response& out, bool& streamed) {
-  const auto arrival = Clock::now();
-  const int n = sp.n;
-  const std::size_t prompt_len = rq.prompt.size();
-  std::vector<Limiter::Permit> permits;
-  auto admitted = co_await s.admit_and_submit(ex, m, std::move(rq), n, permits);
-  if (auto* e = std::get_if<oa::ApiError>(&admitted)) {
-    out = error_response(*e);
-    co_return;
-  }
-  auto b = std::get<std::shared_ptr<Batch>>(std::move(admitted));
-  // However the handler ends (an exception, an early return), its engine requests end with it:
-  // the engine never steps a sequence nobody will read.
-  struct Leave {
-    Service::Impl& s;
-    Batch* b;
-    ~Leave() {
-      b->cancel();
-      s.active.erase(b);
+// One generation request after parsing, from admission to its answer. run() reads top to bottom:
+// admit and submit, then (streamed) send each token as an event the moment the handler sees it,
+// or (not streamed) collect the text, and answer. Lives in the handler's frame; io thread only.
+class Generation {
+ public:
+  Generation(Service::Impl& s, http::Exchange& ex, ModelEntry& m, const oa::Sampling& sp,
+             const GenerationSpec& spec)
+      : s_(s), ex_(ex), m_(m), sp_(sp), spec_(spec), n_(sp.n) {}
+
+  awaitable<void> run(inf::GenerateRequest rq, http::Response& out, bool& streamed) {
+    const std::size_t prompt_len = rq.prompt.size();
+    std::vector<Limiter::Permit> permits;
+    auto admitted = co_await s_.admit_and_submit(ex_, m_, std::move(rq), n_, permits);
+    if (auto* e = std::get_if<oa::ApiError>(&admitted)) {
+      out = error_response(*e);
+      co_return;
     }
-  } leave{s, b.get()};
-  m.prompt_tokens->inc(static_cast<double>(prompt_len));
-  const auto deadline = arrival + s.cfg.request_timeout;
-  auto text_of = [&](std::int32_t id) { return s.token_text(m, id); };
+    b_ = std::get<std::shared_ptr<Batch>>(std::move(admitted));
+    // However the handler ends (an exception, an early return), its engine requests end with it:
+    // the engine never steps a sequence nobody will read.
+    struct Leave {
+      Service::Impl& s;
+      Batch* b;
+      ~Leave() {
+        b->cancel();
+        s.active.erase(b);
+      }
+    } leave{s_, b_.get()};
+    m_.prompt_tokens->inc(static_cast<double>(prompt_len));
+    outs_.reserve(static_cast<std::size_t>(n_));
+    for (int i = 0; i < n_; ++i) outs_.emplace_back(m_.tok(), sp_.stop);
+    env_ = oa::Envelope{random_id(spec_.chat ? "chatcmpl" : "cmpl"), now_unix(), m_.spec.name};
+    usage_.prompt_tokens = static_cast<std::int64_t>(prompt_len);
+    if (sp_.stream) {
+      streamed = true;
+      co_await stream();
+    } else {
+      co_await collect();
+      out = answer();
+    }
+  }
 
-  std::vector<ChoiceOut> outs;
-  outs.reserve(static_cast<std::size_t>(n));
-  for (int i = 0; i < n; ++i) outs.emplace_back(m.tok(), sp.stop);
-  oa::Envelope env{random_id(spec.chat ? "chatcmpl" : "cmpl"), now_unix(), m.spec.name};
-  oa::Usage usage;
-  usage.prompt_tokens = static_cast<std::int64_t>(prompt_len);
-  bool stream_ok = true;
-  if (sp.stream) {
-    streamed = true;
-    auto st = co_await ex.async_start_stream(200, "text/event-stream");
-    stream_ok = static_cast<bool>(st);
-    if (!stream_ok) b->cancel();
-    if (stream_ok && spec.chat) {  // the role first, as OpenAI does
+ private:
+  // Streamed: headers and the role, then every token as its own event, written when the
+  // handler sees it (what queued meanwhile, on a slow reader, goes out in the same write), then
+  // the usage or the error, and [DONE].
+  awaitable<void> stream() {
+    auto st = co_await ex_.async_start_stream(200, "text/event-stream");
+    bool ok = static_cast<bool>(st);
+    if (ok && spec_.chat) {  // the role first, as OpenAI does
       std::vector<oa::Choice> first;
-      for (int i = 0; i < n; ++i) first.push_back({i, "", {}, "", std::nullopt});
-      stream_ok = static_cast<bool>(
-          co_await ex.async_write(http::sse_event(oa::chat_chunk(env, first, true))));
+      for (int i = 0; i < n_; ++i) first.push_back({i, "", {}, "", std::nullopt});
+      std::string role = http::sse_event(oa::chat_chunk(env_, first, true));
+      ok = static_cast<bool>(co_await ex_.async_write(std::move(role)));
+    }
+    if (!ok) b_->cancel();  // the reader is gone or stopped reading
+    while (!b_->all_consumed()) {
+      co_await s_.wait_events(*b_, deadline());
+      std::string events;
+      for (int i = 0; i < n_; ++i) {
+        for (auto& ch : take(i)) {
+          if (ch.text.empty() && ch.tool_calls.empty() && ch.finish_reason.empty() && !ch.logprobs)
+            continue;
+          const std::vector<oa::Choice> one{std::move(ch)};
+          events += http::sse_event(spec_.chat ? oa::chat_chunk(env_, one, false)
+                                               : oa::completion_chunk(env_, one));
+        }
+      }
+      if (ok && !events.empty()) {
+        ok = static_cast<bool>(co_await ex_.async_write(std::move(events)));
+        if (!ok) b_->cancel();
+      }
+    }
+    if (!ok) co_return;
+    // Every temporary is a local before its co_await: GCC 12 destroys one built inside the
+    // co_await's full-expression twice (docs/architecture.md, "the co_await rule").
+    std::string last;
+    if (error_status_) {
+      const oa::ApiError error{error_status_, error_message_, "",
+                               error_status_ == 504 ? "timeout" : ""};
+      last = http::sse_event(error.body());
+    } else if (sp_.include_usage) {
+      last = http::sse_event(spec_.chat ? oa::chat_chunk(env_, {}, false, &usage_)
+                                        : oa::completion_chunk(env_, {}, &usage_));
+    }
+    last += http::sse_event("[DONE]");
+    const Status written = co_await ex_.async_write(std::move(last));
+    if (written) (void)co_await ex_.async_finish();
+  }
+
+  // Not streamed: everything the choices say, until each is done.
+  awaitable<void> collect() {
+    while (!b_->all_consumed()) {
+      co_await s_.wait_events(*b_, deadline());
+      for (int i = 0; i < n_; ++i) (void)take(i);
     }
   }
-  std::string error_message;
-  int error_status = 0;
-  while (!b->all_consumed()) {
-    co_await s.wait_events(*b, deadline);
-    std::vector<oa::Choice> chunk;
-    for (int i = 0; i < n; ++i) {
-      auto& c = b->choices[static_cast<std::size_t>(i)];
-      auto& o = outs[static_cast<std::size_t>(i)];
-      std::string delta;
+
+  // The answer of a request that was not streamed.
+  http::Response answer() {
+    if (error_status_) {
+      return error_response(
+          {error_status_, error_message_, "", error_status_ == 504 ? "timeout" : ""});
+    }
+    // 499 only when the client went away: a request cancelled by its deadline or a shutdown,
+    // whose engine requests finished anyway, has its answer.
+    if (b_->client_gone) return error_response({499, "the client went away", "", "cancelled"});
+    std::vector<oa::Choice> choices;
+    for (int i = 0; i < n_; ++i) {
+      auto& o = outs_[static_cast<std::size_t>(i)];
+      const auto& r = **b_->choices[static_cast<std::size_t>(i)].done;
+      // A request cut short by a shutdown ends as a stream does: with what it has, "length".
+      const std::string finish = finish_name(r.finish);
+      oa::Choice ch{
+          i, spec_.prefix + o.text, {}, finish == "cancelled" ? "length" : finish, o.logprobs};
+      if (spec_.tools_active) add_tool_calls(ch, o.text);
+      choices.push_back(std::move(ch));
+    }
+    return json_response(200, spec_.chat ? oa::chat_completion(env_, choices, usage_)
+                                         : oa::completion(env_, choices, usage_));
+  }
+
+  // What choice i has produced since the last call, one Choice (a chunk's worth) per token that
+  // carries text or logprobs, then its finish when it is done; the text is added to the
+  // choice's (for the answer that is not streamed, and for tool calls).
+  std::vector<oa::Choice> take(int i) {
+    auto& c = b_->choices[static_cast<std::size_t>(i)];
+    auto& o = outs_[static_cast<std::size_t>(i)];
+    std::vector<oa::Choice> pieces;
+    while (!c.tokens.empty()) {
+      const auto t = c.tokens.front();
+      c.tokens.pop_front();
+      observe_latency(c);
+      o.ids.push_back(t);
       std::optional<std::vector<oa::TokenLogprobs>> lps;
-      while (!c.tokens.empty()) {
-        const auto t = c.tokens.front();
-        c.tokens.pop_front();
-        const auto now = Clock::now();
-        if (!c.last_token)
-          m.ttft->observe(std::chrono::duration<double>(now - arrival).count());
-        else
-          m.itl->observe(std::chrono::duration<double>(now - *c.last_token).count());
-        c.last_token = now;
-        o.ids.push_back(t);
-        if (!c.logprobs.empty()) {
-          if (!lps) lps.emplace();
-          lps->push_back(to_wire(c.logprobs.front(), text_of));
-          c.logprobs.pop_front();
-        }
-        if (std::find(m.engine().config().eog_tokens.begin(), m.engine().config().eog_tokens.end(),
-                      t) != m.engine().config().eog_tokens.end())
-          continue;  // the end-of-generation token is not text
-        delta += o.decoder.push(t);
-      }
-      std::string finish;
-      if (c.done && !o.finished) {
-        o.finished = true;
-        c.consumed = true;
-        delta += o.decoder.flush();
-        if (!*c.done) {
-          error_status = 500;
-          error_message = c.done->error().message;
-        } else {
-          const auto& r = **c.done;
-          s.record(*b, c, r);
-          usage.completion_tokens += static_cast<std::int64_t>(r.tokens.size());
-          usage.cached_tokens = std::max(usage.cached_tokens, r.usage.cached_prompt_tokens);
-          if (r.usage.cached_prompt_tokens > 0 && i == 0)
-            m.cached_tokens->inc(static_cast<double>(r.usage.cached_prompt_tokens));
-          finish = finish_name(r.finish);
-          if (r.finish == inf::FinishReason::cancelled && b->timed_out) {
-            error_status = 504;
-            error_message =
-                "the request ran past --request-timeout=" + ms_text(s.cfg.request_timeout) +
-                " after " + std::to_string(r.tokens.size()) +
-                " tokens; ask for fewer "
-                "tokens (max_tokens) or raise the server's limit";
-          }
-        }
-      }
-      // A model can emit any bytes: clients get valid UTF-8 (U+FFFD for what is not).
-      delta = agents::to_valid_utf8(delta);
-      std::string visible = o.stop.push(delta);
-      if (o.finished) visible += o.stop.flush();
-      if (spec.tools_active) {
-        o.text += visible;
-        visible.clear();
-      } else {
-        o.text += visible;
-      }
-      if (lps) {
+      if (!c.logprobs.empty()) {
+        auto text_of = [&](std::int32_t id) { return s_.token_text(m_, id); };
+        lps.emplace(1, to_wire(c.logprobs.front(), text_of));
+        c.logprobs.pop_front();
         if (!o.logprobs) o.logprobs.emplace();
-        o.logprobs->insert(o.logprobs->end(), lps->begin(), lps->end());
+        o.logprobs->push_back(lps->front());
       }
-      if (!sp.stream) continue;
-      oa::Choice ch{i, visible, {}, "", lps};
-      if (o.finished && !finish.empty()) {
-        if (spec.tools_active) {
-          auto parsed = agents::parse_tool_calls(call_text(spec, o.text), spec.tool_names,
-                                                 spec.first_tool_id);
-          ch.text = parsed.calls.empty() ? o.text : parsed.content;
-          for (auto& call : parsed.calls) ch.tool_calls.push_back(agents::to_openai(call));
-          if (!parsed.calls.empty()) finish = "tool_calls";
-        }
-        ch.finish_reason = finish == "cancelled" ? "length" : finish;
-      }
-      if (ch.text.empty() && ch.tool_calls.empty() && ch.finish_reason.empty() && !ch.logprobs)
-        continue;
-      chunk.push_back(std::move(ch));
+      const auto& eog = m_.engine().config().eog_tokens;
+      std::string text;  // the end-of-generation token is not text
+      if (std::find(eog.begin(), eog.end(), t) == eog.end()) text = o.decoder.push(t);
+      pieces.push_back({i, visible(o, std::move(text)), {}, "", std::move(lps)});
     }
-    if (sp.stream && stream_ok && !chunk.empty()) {
-      std::string body =
-          spec.chat ? oa::chat_chunk(env, chunk, false) : oa::completion_chunk(env, chunk);
-      stream_ok = static_cast<bool>(co_await ex.async_write(http::sse_event(body)));
-      if (!stream_ok) b->cancel();  // the reader is gone or stopped reading
+    if (c.done && !o.finished) pieces.push_back(finish(i, c, o));
+    return pieces;
+  }
+
+  // The end of choice i: the decoder's and the stop filter's rest, its usage, its finish reason
+  // (and tool calls), or the request's error.
+  oa::Choice finish(int i, ChoiceState& c, ChoiceOut& o) {
+    o.finished = true;
+    c.consumed = true;
+    std::string rest = visible(o, o.decoder.flush());
+    std::string held = o.stop.flush();  // no stop sequence came: the text it held is text
+    o.text += held;
+    if (!spec_.tools_active) rest += held;
+    oa::Choice ch{i, std::move(rest), {}, "", std::nullopt};
+    if (!*c.done) {
+      error_status_ = 500;
+      error_message_ = c.done->error().message;
+      return ch;
     }
-  }
-  if (sp.stream) {
-    if (!stream_ok) co_return;
-    if (error_status) {
-      (void)co_await ex.async_write(http::sse_event(
-          oa::ApiError{error_status, error_message, "", error_status == 504 ? "timeout" : ""}
-              .body()));
-    } else if (sp.include_usage) {
-      std::string body = spec.chat ? oa::chat_chunk(env, {}, false, &usage)
-                                   : oa::completion_chunk(env, {}, &usage);
-      (void)co_await ex.async_write(http::sse_event(body));
+    const auto& r = **c.done;
+    s_.record(*b_, c, r);
+    usage_.completion_tokens += static_cast<std::int64_t>(r.tokens.size());
+    usage_.cached_tokens = std::max(usage_.cached_tokens, r.usage.cached_prompt_tokens);
+    if (r.usage.cached_prompt_tokens > 0 && i == 0)
+      m_.cached_tokens->inc(static_cast<double>(r.usage.cached_prompt_tokens));
+    if (r.finish == inf::FinishReason::cancelled && b_->timed_out) {
+      error_status_ = 504;
+      error_message_ = "the request ran past --request-timeout=" + ms_text(s_.cfg.request_timeout) +
+                       " after " + std::to_string(r.tokens.size()) +
+                       " tokens; ask for fewer tokens (max_tokens) or raise the server's limit";
     }
-    if (co_await ex.async_write(http::sse_event("[DONE]"))) (void)co_await ex.async_finish();
-    co_return;
+    const std::string name = finish_name(r.finish);
+    ch.finish_reason = name == "cancelled" ? "length" : name;
+    if (spec_.tools_active) add_tool_calls(ch, o.text);
+    return ch;
   }
-  if (error_status) {
-    out = error_response({error_status, error_message, "", error_status == 504 ? "timeout" : ""});
-    co_return;
+
+  // A piece of decoded text as the client may see it now: valid UTF-8 (a model can emit any
+  // bytes), without what could still be a stop sequence. Kept in the choice's text; a choice
+  // whose tool calls are parsed at its end shows nothing before.
+  std::string visible(ChoiceOut& o, std::string decoded) {
+    std::string shown = o.stop.push(agents::to_valid_utf8(decoded));
+    o.text += shown;
+    if (spec_.tools_active) shown.clear();
+    return shown;
   }
-  if (b->cancelled) {  // the client went away: nobody reads this
-    out = error_response({499, "the client went away", "", "cancelled"});
-    co_return;
-  }
-  std::vector<oa::Choice> choices;
-  for (int i = 0; i < n; ++i) {
-    auto& o = outs[static_cast<std::size_t>(i)];
-    const auto& r = **b->choices[static_cast<std::size_t>(i)].done;
-    oa::Choice ch{i, spec.prefix + o.text, {}, finish_name(r.finish), o.logprobs};
-    if (spec.tools_active) {
-      auto parsed =
-          agents::parse_tool_calls(call_text(spec, o.text), spec.tool_names, spec.first_tool_id);
-      if (!parsed.calls.empty()) {
-        ch.text = parsed.content;
-        for (auto& call : parsed.calls) ch.tool_calls.push_back(agents::to_openai(call));
-        ch.finish_reason = "tool_calls";
-      }
+
+  // The tool calls in a finished choice's text (the text before them becomes its content).
+  void add_tool_calls(oa::Choice& ch, const std::string& text) const {
+    auto parsed =
+        agents::parse_tool_calls(call_text(spec_, text), spec_.tool_names, spec_.first_tool_id);
+    if (parsed.calls.empty()) {
+      ch.text = spec_.prefix + text;
+      return;
     }
-    choices.push_back(std::move(ch));
+    ch.text = parsed.content;
+    for (auto& call : parsed.calls) ch.tool_calls.push_back(agents::to_openai(call));
+    ch.finish_reason = "tool_calls";
   }
-  out = json_response(200, spec.chat ? oa::chat_completion(env, choices, usage)
-                                     : oa::completion(env, choices, usage));
-}
+
+  void observe_latency(ChoiceState& c) {
+    const auto now = Clock::now();
+    if (!c.last_token)
+      m_.ttft->observe(std::chrono::duration<double>(now - arrival_).count());
+    else
+      m_.itl->observe(std::chrono::duration<double>(now - *c.last_token).count());
+    c.last_token = now;
+  }
+
+  Clock::time_point deadline() const { return arrival_ + s_.cfg.request_timeout; }
+
+  Service::Impl& s_;
+  http::Exchange& ex_;
+  ModelEntry& m_;
+  const oa::Sampling& sp_;
+  const GenerationSpec& spec_;
+  const int n_;
+  const Clock::time_point arrival_ = Clock::now();
+  std::shared_ptr<Batch> b_;
+  std::vector<ChoiceOut> outs_;
+  oa::Envelope env_;
+  oa::Usage usage_;
+  int error_status_ = 0;  // the request's error, once a choice ends in one
+  std::string error_message_;
+};
+
+}  // namespace
 
 namespace {
 
@@ -487,7 +538,8 @@ awaitable<void> Service::Impl::chat(http::Exchange& ex, http::Response& out, boo
   }
   rq.max_new_tokens = max_new;
   // The stop filter trims the user's stop sequences; a tool call keeps its closing tag.
-  co_await run_generation(*this, ex, *m, std::move(rq), cr.sampling, spec, out, streamed);
+  Generation generation(*this, ex, *m, cr.sampling, spec);
+  co_await generation.run(std::move(rq), out, streamed);
 }
 
 awaitable<void> Service::Impl::completions(http::Exchange& ex, http::Response& out,
@@ -532,7 +584,8 @@ awaitable<void> Service::Impl::completions(http::Exchange& ex, http::Response& o
     co_return;
   }
   rq.max_new_tokens = max_new;
-  co_await run_generation(*this, ex, *m, std::move(rq), cr.sampling, spec, out, streamed);
+  Generation generation(*this, ex, *m, cr.sampling, spec);
+  co_await generation.run(std::move(rq), out, streamed);
 }
 
 // --- lifecycle ------------------------------------------------------------------------------

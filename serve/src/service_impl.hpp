@@ -31,7 +31,6 @@
 #include <boost/json.hpp>
 
 #include "constraint.hpp"
-#include "runs.hpp"
 #include "runs_api.hpp"
 #include "stop_filter.hpp"
 #include "weir/agents/local_model.hpp"
@@ -102,6 +101,7 @@ struct Batch {
   ModelEntry* model = nullptr;
   bool cancelled = false;
   bool timed_out = false;
+  bool client_gone = false;  // its client disconnected: nobody reads the answer
 
   bool all_done() const {
     for (const auto& c : choices)
@@ -180,7 +180,7 @@ inline std::string random_id(const char* prefix) {
 }
 
 struct Service::Impl {
-  explicit Impl(ServeConfig c) : cfg(std::move(c)) {}
+  explicit Impl(ServeConfig c) : cfg(std::move(c)), budget(limits_of(cfg)) {}
   ~Impl();
 
   ServeConfig cfg;
@@ -188,10 +188,19 @@ struct Service::Impl {
   std::unique_ptr<http::Server> server;
   std::thread io_thread;
   std::thread loader;
-  MemoryBudget budget;
-  inf::EngineRegistry engines;     // the models' engines; their KV pools are reserved from budget
-  Registry metrics;                // serve's own series (engines report to Registry::global())
-  Counter* http_requests[6] = {};  // by status class: 2xx, 4xx (not 429), 429, 5xx, 401, 413
+  MemoryBudget budget;  // kv_cache: the engines' pools; run_state: request bodies being read
+  static BudgetLimits limits_of(const ServeConfig& c) {
+    BudgetLimits l;
+    l.category[static_cast<int>(BudgetCategory::run_state)] = c.request_memory_bytes;
+    return l;
+  }
+  inf::EngineRegistry engines;  // the models' engines; their KV pools are reserved from budget
+  Registry metrics;  // serve's own series (engines report to Registry::global())
+  // weir_serve_http_responses_total: the statuses of the fences by their own label, the rest by
+  // class (2xx, 3xx, 4xx, 5xx). Counted as the server writes each response (io thread).
+  static constexpr int kCountedStatuses[] = {401, 403, 413, 415, 429, 431, 503};
+  std::map<std::string, Counter*> http_responses;
+  void count_response(int status);
 
   // Set by the loader, then read-only.
   std::vector<std::unique_ptr<ModelEntry>> models;
@@ -208,7 +217,7 @@ struct Service::Impl {
   bool draining = false;
   bool shut = false;
   // The runs API (cfg.workflows); its backend's calls run on `blocking`.
-  std::unique_ptr<Runs> runs;
+  std::unique_ptr<cluster::RunService> runs;
   asio::thread_pool blocking{2};
   RunsApi runs_api;
   std::mutex shut_mu;
@@ -216,11 +225,15 @@ struct Service::Impl {
   void load_models();
   ModelEntry* find_model(const std::string& name, std::optional<oa::ApiError>& err);
   awaitable<void> handle(http::Exchange& ex);
-  awaitable<void> route(http::Exchange& ex, http::Response& out, bool& streamed);
+  // `request_span`: the request's span context (invalid when not traced); runs it queues
+  // continue it.
+  awaitable<void> route(http::Exchange& ex, http::Response& out, bool& streamed,
+                        const trace::SpanContext& request_span);
   awaitable<void> chat(http::Exchange& ex, http::Response& out, bool& streamed);
   awaitable<void> completions(http::Exchange& ex, http::Response& out, bool& streamed);
   awaitable<void> mcp(http::Exchange& ex, http::Response& out);
   http::Response models_list();
+  http::Response model_info(const std::string& id);
   http::Response health();
   http::Response metrics_text();
   http::Response tokenize(const http::Request& rq);

@@ -17,6 +17,7 @@
 #include "pg_server.hpp"
 #include "run_weir.hpp"
 #include "test_workflows.hpp"
+#include "thread_checks.hpp"
 #include "weir/graph/checkpointer.hpp"
 
 namespace {
@@ -115,6 +116,20 @@ TEST(CliPostgres, OneRunnerPerThread) {
   ASSERT_TRUE(holder);
   EXPECT_FALSE(*holder);
   fs::remove(wf);
+}
+
+// Retention never deletes a thread a run holds (age-based pruning skips it and says so).
+TEST(CliPostgres, StorePruneSkipsAThreadInUse) {
+  const std::string uri = fresh_store();
+  ASSERT_NE(uri, "");
+  weir::testing::expect_prune_skips_a_thread_in_use(uri);
+}
+
+// As on SQLite (cli_threads_test): killed twice and continued, the run applies its input once.
+TEST(CliPostgres, AContinuedRunAppliesItsInputOnce) {
+  const std::string uri = fresh_store();
+  ASSERT_NE(uri, "");
+  weir::testing::expect_continued_run_equals_uninterrupted(uri);
 }
 
 // weir store prune on a PostgreSQL store: as on SQLite (cli_test), the newest N checkpoints and

@@ -1,7 +1,9 @@
 // The `weir` binary as a user runs it: exit codes, stdout, and the text of errors. Durable
 // threads and the input fences: cli_threads_test.cpp.
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -410,7 +412,7 @@ TEST(Cli, StorePruneKeepsTheNewestCheckpointsAndTheirSnapshot) {
   EXPECT_NE(bad.err.find("--older-than expects a duration such as 30d"), std::string::npos)
       << bad.err;
   auto unreachable = run_weir("store prune --store postgres://u:Secr3tPw@127.0.0.1:1/x --keep 1");
-  EXPECT_EQ(unreachable.code, 2);
+  EXPECT_EQ(unreachable.code, 4);  // the store failed: not a run, not the user's input
   EXPECT_NE(unreachable.err.find("postgres 'u@127.0.0.1:1/x': connecting"), std::string::npos)
       << unreachable.err;
   EXPECT_EQ(unreachable.err.find("Secr3tPw"), std::string::npos);
@@ -482,6 +484,66 @@ TEST(Cli, WorkflowToolAndAgentNodesUseTheToolsAndAgentsLayers) {
   EXPECT_TRUE(state.at("story").is_string());
   EXPECT_TRUE(state.at("title").is_string());  // the llm node, on the same engine as the agent
   fs::remove(wf);
+}
+
+// `weir mcp --workflows`: a workflow served as a tool checks its arguments against the
+// workflow's "input" list with the same code as every other door (they were applied unchecked).
+// The messages go in through a pipe kept open until both answers came back.
+TEST(Cli, McpWorkflowToolsRefuseAChannelTheirInputListLacks) {
+  int in[2], out[2];
+  ASSERT_EQ(::pipe(in), 0);
+  ASSERT_EQ(::pipe(out), 0);
+  const std::string bin = std::string(WEIR_BIN_DIR) + "/weir";
+  const std::string dir = std::string(WEIR_SOURCE_DIR) + "/tests/mcp/workflows";
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(in[0], 0);
+    ::dup2(out[1], 1);
+    ::close(in[1]);
+    ::close(out[0]);
+    ::execl(bin.c_str(), "weir", "mcp", "--workflows", dir.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  ::close(in[0]);
+  ::close(out[1]);
+  const std::string messages =
+      R"({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-03-26","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}
+{"jsonrpc":"2.0","method":"notifications/initialized"}
+{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"greet","arguments":{"who":"Ada","greeting":"x"}}}
+{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"greet","arguments":{"who":"Ada"}}}
+)";
+  ASSERT_EQ(::write(in[1], messages.data(), messages.size()),
+            static_cast<ssize_t>(messages.size()));
+  std::map<std::int64_t, boost::json::value> answers;
+  std::string got, line;
+  char buf[4096];
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while ((answers.count(2) == 0 || answers.count(3) == 0) &&
+         std::chrono::steady_clock::now() < until) {
+    const ssize_t n = ::read(out[0], buf, sizeof buf);
+    if (n <= 0) break;
+    got.append(buf, static_cast<std::size_t>(n));
+    for (std::size_t nl; (nl = got.find('\n')) != std::string::npos; got.erase(0, nl + 1)) {
+      auto v = boost::json::parse(got.substr(0, nl));
+      if (v.as_object().contains("id")) answers[v.at("id").as_int64()] = v;
+    }
+  }
+  ::close(in[1]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ::close(out[0]);
+  ASSERT_EQ(answers.count(2), 1u);
+  const auto& refused = answers[2];
+  ASSERT_TRUE(refused.as_object().contains("result")) << boost::json::serialize(refused);
+  EXPECT_EQ(refused.at("result").at("isError"), true) << boost::json::serialize(refused);
+  EXPECT_NE(boost::json::serialize(refused).find(
+                "the input sets 'greeting', which greet does not take as input (its \\\"input\\\": "
+                "who)"),
+            std::string::npos)
+      << boost::json::serialize(refused);
+  ASSERT_EQ(answers.count(3), 1u);
+  EXPECT_NE(boost::json::serialize(answers[3]).find("Hello, Ada!"), std::string::npos)
+      << boost::json::serialize(answers[3]);
 }
 
 // "mcp_servers" in a workflow file: weir starts the server (here `weir mcp` itself, over

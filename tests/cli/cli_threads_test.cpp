@@ -18,6 +18,7 @@
 
 #include "run_weir.hpp"
 #include "test_workflows.hpp"
+#include "thread_checks.hpp"
 #include "weir/graph/checkpointer.hpp"
 
 namespace fs = std::filesystem;
@@ -132,6 +133,20 @@ TEST(Cli, OneRunnerPerThread) {
   ASSERT_TRUE(holder);
   EXPECT_FALSE(*holder);  // released when the run ended
   fs::remove(loop);
+  fs::remove(db);
+}
+
+// Retention never deletes a thread a run holds (age-based pruning skips it and says so).
+TEST(Cli, StorePruneSkipsAThreadInUse) {
+  const fs::path db = temp_db("prune_live");
+  weir::testing::expect_prune_skips_a_thread_in_use(db.string());
+  fs::remove(db);
+}
+
+// A run killed mid-way and continued with the same command (twice) ends as if never killed.
+TEST(Cli, AContinuedRunAppliesItsInputOnce) {
+  const fs::path db = temp_db("continue");
+  weir::testing::expect_continued_run_equals_uninterrupted(db.string());
   fs::remove(db);
 }
 
@@ -306,6 +321,18 @@ TEST(Cli, TopLevelInputAndOutputApply) {
   EXPECT_EQ(bad.err,
             "weir run: --input sets 'scratch', which io does not take as input (its \"input\": "
             "topic)\n");
+  // weir batch checks each line the same way (its lines were applied unchecked).
+  auto lines = temp_file("io_lines.jsonl", "{\"topic\": \"a\"}\n{\"scratch\": 1}\n");
+  auto batch = run_weir("batch " + wf.string() + " --inputs " + lines.string());
+  EXPECT_EQ(batch.code, 2) << batch.err;
+  EXPECT_NE(
+      batch.out.find("{\"index\":1,\"ok\":false,\"error\":{\"code\":\"invalid_argument\","
+                     "\"message\":\"the input sets 'scratch', which io does not take as input "
+                     "(its \\\"input\\\": topic)\"}}"),
+      std::string::npos)
+      << batch.out;
+  EXPECT_NE(batch.out.find("{\"index\":0,\"ok\":true,"), std::string::npos) << batch.out;
+  fs::remove(lines);
   // map_reduce divides by the number of items it was given.
   auto mr = run_weir("run " + std::string(WEIR_SOURCE_DIR) +
                      "/samples/workflows/map_reduce.json --input '{\"numbers\": [2, 4]}'");

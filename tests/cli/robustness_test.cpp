@@ -270,4 +270,36 @@ TEST(CliRobustness, ExitCodesSeparateBadInputFromRunFailures) {
   fs::remove(wf);
 }
 
+// A store or queue that cannot be reached is one error with one exit code, 4, whichever command
+// met it (it was 1 for weir run, 2 for weir resume, store prune, submit, runs, cancel and
+// worker: "a run started and failed"). Nothing listens on port 1.
+TEST(CliRobustness, AnUnreachableStoreIsExitCodeFourForEveryCommand) {
+  auto wf = temp_file("unreachable.json", R"({"name": "u", "state": {"n": {}},
+    "nodes": {"a": {"kind": "set", "values": {"n": 1}}},
+    "edges": [{"from": "START", "to": "a"}, {"from": "a", "to": "END"}]})");
+  const std::string down = "postgres://weir:Secr3tPw@127.0.0.1:1/x";
+  // (The checkpointer and the queue word it differently until they share one PostgreSQL layer.)
+  const std::string shown = "postgres 'weir@127.0.0.1:1/x'";
+  const std::vector<std::pair<std::string, std::vector<std::string>>> commands = {
+      {"run", {"run", wf.string(), "--thread", "t", "--store", down}},
+      {"resume", {"resume", "t", "--store", down}},
+      {"store prune", {"store", "prune", "--keep", "1", "--store", down}},
+      {"submit", {"submit", wf.string(), "--db", down}},
+      {"runs", {"runs", "--db", down}},
+      {"cancel", {"cancel", "r-0123456789abcdef", "--db", down}},
+      {"worker", {"worker", "--db", down, "--connect-timeout", "0"}}};
+  for (const auto& [name, args] : commands) {
+    auto r = weir(args);
+    EXPECT_EQ(r.code, 4) << name << ": " << r.err;
+    EXPECT_EQ(r.err.rfind("weir " + name + ": ", 0), 0u) << name << ": " << r.err;
+    EXPECT_NE(r.err.find(shown), std::string::npos) << name << ": " << r.err;
+    EXPECT_NE(r.err.find("Connection refused"), std::string::npos) << name << ": " << r.err;
+    EXPECT_EQ(r.err.find("Secr3tPw"), std::string::npos) << r.err;
+  }
+  // An SQLite store that cannot be opened is the same kind of failure.
+  auto file = weir({"run", wf.string(), "--thread", "t", "--store", "/dev/null/x.db"});
+  EXPECT_EQ(file.code, 4) << file.err;
+  fs::remove(wf);
+}
+
 }  // namespace

@@ -21,4 +21,22 @@ inline constexpr const char* kBigDoc = R"({"name": "big_doc",
  "edges": [{"from": "START", "to": "fetch"}, {"from": "fetch", "to": "review"},
            {"from": "review", "to": "peek"}, {"from": "peek", "to": "END"}]})";
 
+// Six rounds of (nap 150 ms, tick) over channels under three reducers; the input sets all three,
+// so a continued run that applied it again would show it twice (total 10000, "start" twice).
+inline constexpr const char* kTally = R"({"name": "tally",
+ "state": {"total": {"reducer": "sum", "default": 0}, "left": {"reducer": "sum", "default": 0},
+           "log": {"reducer": "append"}, "slept": {}},
+ "input": ["total", "left", "log"], "output": ["total", "left", "log"],
+ "tools": {"wait": {"builtin": "sleep"}},
+ "limits": {"recursion_limit": 1000},
+ "nodes": {"nap": {"kind": "tool", "tool": "wait", "args": {"ms": 150}, "output": "slept"},
+           "tick": {"kind": "set", "values": {"left": -1, "log": "tick"}}},
+ "edges": [{"from": "START", "to": "nap"}, {"from": "nap", "to": "tick"},
+           {"from": "tick", "route": {"when": {"channel": "left", "op": "<=", "value": 0},
+                                      "then": "END", "else": "nap"}}]})";
+inline constexpr const char* kTallyInput = R"('{"total": 5000, "left": 6, "log": ["start"]}')";
+inline constexpr const char* kTallyOutput =
+    R"({"total":5000,"left":0,"log":["start","tick","tick","tick","tick","tick","tick"]})"
+    "\n";
+
 }  // namespace weir::testing

@@ -867,11 +867,12 @@ TYPED_TEST_P(CheckpointerTest, AnInvalidClaimIsRefused) {
 // blobs but not its claim (a runner may hold it).
 TYPED_TEST_P(CheckpointerTest, DeleteThreadDropsTheClaimAndPruneKeepsIt) {
   auto& c = this->ckpt();
-  for (const char* t : {"deleted", "pruned"}) {
+  // "pruned" is claimed by a runner whose claim lapses at once; "busy" by a live one.
+  for (const char* t : {"deleted", "pruned", "busy"}) {
     Checkpoint cp = make_cp(t, "c1", "", 0);
     cp.artifacts = {artifact("blob", "bytes")};
     ASSERT_TRUE(c.put(cp));
-    ASSERT_TRUE(c.claim_thread(t, remote_holder("h1", 60000)));
+    ASSERT_TRUE(c.claim_thread(t, remote_holder("h1", std::string(t) == "pruned" ? 1 : 60000)));
   }
   ASSERT_TRUE(c.delete_thread("deleted"));
   auto gone = c.thread_holder("deleted");
@@ -881,6 +882,16 @@ TYPED_TEST_P(CheckpointerTest, DeleteThreadDropsTheClaimAndPruneKeepsIt) {
   std::this_thread::sleep_for(std::chrono::milliseconds(30));
   Retention ttl;
   ttl.max_age = std::chrono::milliseconds(10);
+  // Age-based retention never deletes a thread a live claim holds (its run's next checkpoint
+  // needs its parent): it names the holder and removes nothing.
+  auto busy = c.prune("busy", ttl);
+  ASSERT_FALSE(busy);
+  EXPECT_THAT(busy.error().to_string(),
+              ::testing::MatchesRegex("^thread_busy: thread 'busy' is being run by pid [0-9]+ "
+                                      "on host h1 since .*"));
+  auto still = c.latest("busy");
+  ASSERT_TRUE(still);
+  EXPECT_TRUE(still->has_value());
   auto n = c.prune("pruned", ttl);
   ASSERT_TRUE(n) << n.error().to_string();
   EXPECT_EQ(*n, 1u);
@@ -923,6 +934,58 @@ TYPED_TEST_P(CheckpointerTest, ConcurrentClaimsHaveOneWinner) {
   EXPECT_EQ(busy.load(), 7);
 }
 
+// Ids follow one rule in every backend (weir/graph/ids.hpp): 1 to 1024 bytes of UTF-8 text
+// without control characters. What PostgreSQL text could not hold (a NUL) or would show garbled
+// is refused as invalid_argument naming the byte, and nothing is stored; any other text is kept
+// exactly.
+TYPED_TEST_P(CheckpointerTest, IdsThatAreNotTextAreRefusedEverywhere) {
+  auto& c = this->ckpt();
+  const std::string rule = "; an id is 1 to 1024 bytes of UTF-8 text without control characters";
+  struct Bad {
+    std::string thread, id, message;
+  };
+  const Bad bad[] = {
+      {std::string("a\0b", 3), "c1",
+       "checkpoint put: thread_id holds a control character (byte 0x00 at offset 1, after 'a')"},
+      {"t", "line\nbreak",
+       "checkpoint put: checkpoint_id holds a control character (byte 0x0a at offset 4, after "
+       "'line')"},
+      {"\x7f", "c1", "checkpoint put: thread_id holds a control character (byte 0x7f at offset 0)"},
+      {"caf\xc3", "c1",
+       "checkpoint put: thread_id is not valid UTF-8 (byte 0xc3 at offset 3, after 'caf')"},
+      {"\xc0\xaf", "c1",
+       "checkpoint put: thread_id is not valid UTF-8 (byte 0xc0 at offset 0)"},  // overlong '/'
+      {"\xed\xa0\x80", "c1",
+       "checkpoint put: thread_id is not valid UTF-8 (byte 0xed at offset 0)"},  // a surrogate
+      {std::string(1025, 'x'), "c1",
+       "checkpoint put: thread_id is 1025 bytes long ('" + std::string(40, 'x') + "...')"},
+  };
+  for (const auto& b : bad) {
+    auto s = c.put(make_cp(b.thread, b.id, "", 0));
+    ASSERT_FALSE(s) << b.message;
+    EXPECT_TRUE(s.error().is(Errc::invalid_argument)) << s.error().to_string();
+    EXPECT_EQ(s.error().message, b.message + rule);
+  }
+  auto claim = c.claim_thread(std::string("a\0b", 3), remote_holder("h", 1000));
+  ASSERT_FALSE(claim);
+  EXPECT_EQ(claim.error().message,
+            "claim_thread: thread_id holds a control character (byte 0x00 at offset 1, after "
+            "'a')" +
+                rule);
+  auto threads = c.threads();
+  ASSERT_TRUE(threads);
+  EXPECT_TRUE(threads->empty()) << "a refused id stored something";
+  // Text of any script, up to the limit, is an id.
+  const std::string longest(1024, 'y');
+  for (const std::string& id :
+       {std::string("thread-\xe2\x9c\x93 \xf0\x9f\x98\x80 / 'x'"), longest}) {
+    ASSERT_TRUE(c.put(make_cp(id, "c1", "", 0))) << id;
+    auto back = c.latest(id);
+    ASSERT_TRUE(back && back->has_value());
+    EXPECT_EQ((*back)->thread_id, id);
+  }
+}
+
 REGISTER_TYPED_TEST_SUITE_P(
     CheckpointerTest, StateAtStopsAtASnapshot, PutThenLatestGetAndListNewestFirst,
     StateAtFoldsDeltasAlongTheParentChain, ResumeFromAnEarlierCheckpointBranches,
@@ -935,6 +998,7 @@ REGISTER_TYPED_TEST_SUITE_P(
     PruneByAgeDeletesAnIdleThread, ArtifactsAreStoredWithTheirCheckpoint,
     AClaimIsExclusiveUntilReleased, ALapsedOrDeadClaimIsTakenOver,
     APutWithAClaimTokenChecksTheClaim, AnInvalidClaimIsRefused,
-    DeleteThreadDropsTheClaimAndPruneKeepsIt, ConcurrentClaimsHaveOneWinner);
+    DeleteThreadDropsTheClaimAndPruneKeepsIt, ConcurrentClaimsHaveOneWinner,
+    IdsThatAreNotTextAreRefusedEverywhere);
 
 }  // namespace weir::graph::conformance

@@ -78,6 +78,44 @@ class PgServer {
     return err;
   }
 
+  // Stops the server with `pg_ctl stop -m MODE` (fast: sessions are ended and the server shuts
+  // down cleanly; immediate: it quits at once and recovers from its log on the next start).
+  // "" on success, else why not. Connections fail until start_again().
+  std::string stop(const std::string& mode) {
+    if (run({bin_ + "/pg_ctl", "-D", data_, "-m", mode, "-w", "-t", "60", "stop"}) != 0)
+      return "pg_ctl stop -m " + mode + " failed:\n" + log_tail();
+    return "";
+  }
+  // Starts the stopped server again on the same port. "" on success, else why not.
+  std::string start_again() {
+    if (run({bin_ + "/pg_ctl", "-D", data_, "-l", dir_ + "/postgres.log", "-o", opts_, "-w", "-t",
+             "60", "start"}) != 0)
+      return "pg_ctl start failed:\n" + log_tail();
+    return "";
+  }
+  // Ends every session of `dbname` but the caller's (pg_terminate_backend), as an administrator
+  // or a failover would. Returns how many it ended, or -1 (and the error in *why).
+  int terminate_sessions(const std::string& dbname, std::string* why = nullptr) const {
+    PGconn* c = PQconnectdb(conninfo("postgres").c_str());
+    int n = -1;
+    if (PQstatus(c) != CONNECTION_OK) {
+      if (why) *why = PQerrorMessage(c);
+    } else {
+      const std::string sql =
+          "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity "
+          "WHERE datname = '" +
+          dbname + "' AND pid <> pg_backend_pid()";
+      PGresult* r = PQexec(c, sql.c_str());
+      if (PQresultStatus(r) == PGRES_TUPLES_OK)
+        n = std::atoi(PQgetvalue(r, 0, 0));
+      else if (why)
+        *why = PQresultErrorMessage(r);
+      PQclear(r);
+    }
+    PQfinish(c);
+    return n;
+  }
+
   ~PgServer() {
     if (started_) run({bin_ + "/pg_ctl", "-D", data_, "-m", "immediate", "-w", "stop"});
     if (!dir_.empty()) {
@@ -196,10 +234,10 @@ class PgServer {
     // A port picked free may be taken before the server binds it: try a few.
     for (int attempt = 0; attempt < 3; ++attempt) {
       port_ = free_port();
-      const std::string opts = "-p " + std::to_string(port_) + " -k " + dir_ +
-                               " -c listen_addresses=127.0.0.1 -c fsync=off"
-                               " -c synchronous_commit=off -c full_page_writes=off";
-      if (run({bin_ + "/pg_ctl", "-D", data_, "-l", dir_ + "/postgres.log", "-o", opts, "-w", "-t",
+      opts_ = "-p " + std::to_string(port_) + " -k " + dir_ +
+              " -c listen_addresses=127.0.0.1 -c fsync=off"
+              " -c synchronous_commit=off -c full_page_writes=off";
+      if (run({bin_ + "/pg_ctl", "-D", data_, "-l", dir_ + "/postgres.log", "-o", opts_, "-w", "-t",
                "60", "start"}) == 0) {
         started_ = true;
         return "";
@@ -212,6 +250,7 @@ class PgServer {
   }
 
   std::string bin_, dir_, data_, log_, error_;
+  std::string opts_;  // the server's options (port, socket folder, settings), for start_again
   uid_t uid_ = 0;
   gid_t gid_ = 0;
   int port_ = -1;

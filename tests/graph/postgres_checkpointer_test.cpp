@@ -15,6 +15,7 @@
 
 #include "checkpointer_conformance.hpp"
 #include "pg_server.hpp"
+#include "postgres_proxy.hpp"
 #include "weir/graph/checkpointer.hpp"
 
 namespace weir::graph {
@@ -115,31 +116,100 @@ TEST(PostgresCheckpointer, TwoConnectionsWritingOneThreadLoseNothing) {
   EXPECT_EQ((*latest)->checkpoint_id, all->front().checkpoint_id);
 }
 
-// The server dropped the connection (restart, idle timeout, an admin): the call that finds out
-// fails with io_error saying so, and the next call reconnects.
-TEST(PostgresCheckpointer, ReconnectsAfterTheServerDroppedTheConnection) {
+// The server ended the session (an administrator, a failover, a restart): the call that finds
+// out re-establishes the connection and runs again, so the caller never sees the loss.
+TEST(PostgresCheckpointer, CallsRideOutTerminatedSessions) {
   const std::string conninfo = fresh_conninfo();
   ASSERT_NE(conninfo, "");
   auto c = open_ok(conninfo);
   ASSERT_TRUE(c);
   ASSERT_TRUE((*c)->put(make_cp("t", "c1", "", 0, R"({"a":1})")));
-  ASSERT_EQ(PgServer::get().exec_admin("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                                       "WHERE datname = '" +
-                                       dbname_of(conninfo) + "' AND pid <> pg_backend_pid()"),
-            "");
+  std::string why;
+  ASSERT_EQ(PgServer::get().terminate_sessions(dbname_of(conninfo), &why), 1) << why;
   auto first = (*c)->latest("t");
-  if (!first) {
-    EXPECT_TRUE(first.error().is(Errc::io_error)) << first.error().to_string();
-    EXPECT_THAT(first.error().message, HasSubstr("postgres 'weir@127.0.0.1:"));
-  }
-  auto second = (*c)->latest("t");
-  ASSERT_TRUE(second) << second.error().to_string();
-  ASSERT_TRUE(second->has_value());
-  EXPECT_EQ((*second)->checkpoint_id, "c1");
-  EXPECT_TRUE((*c)->put(make_cp("t", "c2", "c1", 1)));
+  ASSERT_TRUE(first) << first.error().to_string();
+  ASSERT_TRUE(first->has_value());
+  EXPECT_EQ((*first)->checkpoint_id, "c1");
+  // A put (a transaction) and a claim find the session gone too, and go through.
+  ASSERT_EQ(PgServer::get().terminate_sessions(dbname_of(conninfo), &why), 1) << why;
+  auto put = (*c)->put(make_cp("t", "c2", "c1", 1));
+  EXPECT_TRUE(put) << put.error().to_string();
+  ASSERT_EQ(PgServer::get().terminate_sessions(dbname_of(conninfo), &why), 1) << why;
+  auto claimed = (*c)->claim_thread("t", remote_holder("h", 10000));
+  EXPECT_TRUE(claimed) << claimed.error().to_string();
+  auto all = (*c)->list("t");
+  ASSERT_TRUE(all) << all.error().to_string();
+  EXPECT_THAT(ids(*all), ::testing::ElementsAre("c2", "c1"));
 }
 
-TEST(PostgresCheckpointer, UnreachableServerIsIoErrorNamingItWithoutThePassword) {
+// Through a proxy that loses connections on purpose (postgres_proxy.hpp): a fresh database and
+// its conninfo through the proxy.
+struct Proxied {
+  std::unique_ptr<weir::testing::PgProxy> proxy;
+  std::string db, conninfo;
+};
+Proxied proxied() {
+  Proxied p;
+  p.db = weir::testing::fresh_database();
+  if (p.db.empty()) return p;
+  p.proxy = std::make_unique<weir::testing::PgProxy>(PgServer::get().port());
+  EXPECT_GT(p.proxy->port(), 0);
+  p.conninfo = p.proxy->conninfo(p.db);
+  return p;
+}
+
+// The server committed a put but its answer never arrived: the put re-establishes the
+// connection, finds its checkpoint stored (its id is unique) and succeeds; it is stored once.
+TEST(PostgresCheckpointer, APutWhoseCommitAnswerWasLostIsStoredOnce) {
+  auto p = proxied();
+  ASSERT_NE(p.conninfo, "");
+  auto c = open_ok(p.conninfo);
+  ASSERT_TRUE(c);
+  const ThreadHolder me = remote_holder("h", 10000);
+  ASSERT_TRUE((*c)->claim_thread("t", me));
+  Checkpoint first = make_cp("t", "c1", "", 0, R"({"a":1})");
+  first.claim_token = me.token;
+  ASSERT_TRUE((*c)->put(first));
+  Checkpoint second = make_cp("t", "c2", "c1", 1, R"({"b":2})");
+  second.claim_token = me.token;
+  second.artifacts = {artifact("blob", "bytes of c2")};
+  p.proxy->cut_on_reply("COMMIT");
+  auto put = (*c)->put(second);
+  EXPECT_EQ(p.proxy->fired(), 1) << "the COMMIT's answer was not dropped";
+  ASSERT_TRUE(put) << put.error().to_string();
+  auto all = (*c)->list("t");
+  ASSERT_TRUE(all) << all.error().to_string();
+  EXPECT_THAT(ids(*all), ::testing::ElementsAre("c2", "c1"));
+  auto blob = (*c)->get_artifact("t", "blob");
+  ASSERT_TRUE(blob && blob->has_value());
+  EXPECT_EQ((*blob)->bytes, "bytes of c2");
+  // The claim still holds: the next put goes through.
+  Checkpoint third = make_cp("t", "c3", "c2", 2);
+  third.claim_token = me.token;
+  EXPECT_TRUE((*c)->put(third));
+}
+
+// A connection lost in the middle of a put's transaction (before its COMMIT): the server rolled
+// it back, and the put runs again once, storing the checkpoint once.
+TEST(PostgresCheckpointer, APutCutBeforeItsCommitIsStoredOnce) {
+  auto p = proxied();
+  ASSERT_NE(p.conninfo, "");
+  auto c = open_ok(p.conninfo);
+  ASSERT_TRUE(c);
+  ASSERT_TRUE((*c)->put(make_cp("t", "c1", "", 0, R"({"a":1})")));
+  p.proxy->cut_on_reply("INSERT");  // the thread row's upsert, the first statement of a put
+  auto put = (*c)->put(make_cp("t", "c2", "c1", 1, R"({"b":2})"));
+  EXPECT_EQ(p.proxy->fired(), 1);
+  ASSERT_TRUE(put) << put.error().to_string();
+  auto all = (*c)->list("t");
+  ASSERT_TRUE(all);
+  EXPECT_THAT(ids(*all), ::testing::ElementsAre("c2", "c1"));
+  auto state = (*c)->state_at("t", "c2");
+  ASSERT_TRUE(state);
+  EXPECT_EQ(*state, obj(R"({"a":1,"b":2})"));
+}
+
+TEST(PostgresCheckpointer, UnreachableServerIsUnavailableNamingItWithoutThePassword) {
   const int port = [] {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in a{};
@@ -155,7 +225,7 @@ TEST(PostgresCheckpointer, UnreachableServerIsIoErrorNamingItWithoutThePassword)
       "postgres://alice:Sup3rSecret@127.0.0.1:" + std::to_string(port) + "/runs?connect_timeout=5";
   auto c = open_postgres_checkpointer(uri);
   ASSERT_FALSE(c);
-  EXPECT_TRUE(c.error().is(Errc::io_error)) << c.error().to_string();
+  EXPECT_TRUE(c.error().is(Errc::unavailable)) << c.error().to_string();
   EXPECT_THAT(c.error().message, HasSubstr("postgres 'alice@127.0.0.1:" + std::to_string(port) +
                                            "/runs': connecting"));
   EXPECT_THAT(c.error().message, HasSubstr("check that the server runs"));

@@ -243,7 +243,8 @@ TEST(StateGraph, AsyncNodesRetriesAndThousandsOfRuns) {
   GraphRuntime rt({.max_concurrent_runs = 256});
   std::atomic<int> ok{0};
   auto run = [&]() -> asio::awaitable<void> {
-    auto r = co_await rt.async_invoke(g, {});
+    json::object input;  // a local: no temporary inside a co_await (GCC 12)
+    auto r = co_await rt.async_invoke(g, std::move(input));
     if (r && json::serialize(r->state.at("log")) == "[0,1,2]") ++ok;
   };
   auto t0 = std::chrono::steady_clock::now();
@@ -338,7 +339,8 @@ TEST(StateGraph, RunsBeyondTheLimitQueueAndBeyondTheQueueAreRefused) {
   auto one = [&](int i) -> asio::awaitable<void> {  // outlives the coroutines
     RunOptions o;
     o.run_id = "r" + std::to_string(i);
-    out[i] = co_await rt.async_invoke(g, {}, std::move(o));
+    json::object input;  // a local: no temporary inside a co_await (GCC 12)
+    out[i] = co_await rt.async_invoke(g, std::move(input), std::move(o));
     finished.push_back("r" + std::to_string(i));
   };
   for (int i = 0; i < 3; ++i) asio::co_spawn(io, one(i), asio::detached);
@@ -364,7 +366,8 @@ GraphRuntime& long_lived_runtime() {
   return rt;
 }
 asio::awaitable<void> invoke_and_forget(std::shared_ptr<const CompiledGraph> g) {
-  (void)co_await long_lived_runtime().async_invoke(g, {});
+  json::object input;  // a local: no temporary inside a co_await (GCC 12)
+  (void)co_await long_lived_runtime().async_invoke(g, std::move(input));
 }
 
 TEST(StateGraph, ARunOutlivingItsThreadsPoolsIsFreedPlainly) {

@@ -34,7 +34,8 @@ TEST(WorkflowGraph, ExpressionsAreArithmeticOverChannels) {
   boost::asio::io_context io;
   Result<RunResult> r = Error(Errc::cancelled, "");
   auto task = [&]() -> boost::asio::awaitable<void> {
-    r = co_await rt.async_invoke(built->graph, {});
+    boost::json::object input;  // a local: no temporary inside a co_await (GCC 12)
+    r = co_await rt.async_invoke(built->graph, std::move(input));
   };
   boost::asio::co_spawn(io, task(), boost::asio::detached);
   io.run();
@@ -50,7 +51,8 @@ TEST(WorkflowGraph, ExpressionsAreArithmeticOverChannels) {
   GraphRuntime rt2;
   boost::asio::io_context io2;
   auto task2 = [&]() -> boost::asio::awaitable<void> {
-    r = co_await rt2.async_invoke(bad->graph, {});
+    boost::json::object input;
+    r = co_await rt2.async_invoke(bad->graph, std::move(input));
   };
   boost::asio::co_spawn(io2, task2(), boost::asio::detached);
   io2.run();

@@ -110,7 +110,9 @@ std::vector<Result<ChatResponse>> chat_all(ChatModel& m, int n, ChatParams param
         io,
         [&, i]() -> asio::awaitable<void> {
           std::vector<Message> msgs = {Message::user("Tell me a story about a cat.")};
-          out[static_cast<std::size_t>(i)] = co_await m.async_chat(std::move(msgs), {}, params);
+          std::vector<ToolSpec> no_tools;  // a local: no temporary inside a co_await (GCC 12)
+          out[static_cast<std::size_t>(i)] =
+              co_await m.async_chat(std::move(msgs), std::move(no_tools), params);
         },
         asio::detached);
   io.run();

@@ -59,7 +59,9 @@ std::vector<Result<ChatResponse>> run(OpenAIChatModel& m, const std::vector<std:
     std::vector<Message> msgs;
     msgs.push_back(Message::system(prompts[i]));
     msgs.push_back(Message::user("go"));
-    out[i] = co_await m.async_chat(std::move(msgs), std::vector<ToolSpec>{}, ChatParams{});
+    std::vector<ToolSpec> no_tools;  // locals: no temporary inside a co_await (GCC 12)
+    ChatParams params;
+    out[i] = co_await m.async_chat(std::move(msgs), std::move(no_tools), params);
   };
   if (at_once) {
     for (std::size_t i = 0; i < prompts.size(); ++i) asio::co_spawn(io, one(i), asio::detached);

@@ -372,7 +372,8 @@ TEST(OpenAIModel, RequestsPerMinuteSpacesRequests) {
           for (int i = 0; i < 63; ++i) {
             std::vector<Message> msgs{Message::user("hi")};
             std::vector<ToolSpec> tools;
-            auto r = co_await (*paced)->async_chat(std::move(msgs), std::move(tools), ChatParams{});
+            ChatParams params;
+            auto r = co_await (*paced)->async_chat(std::move(msgs), std::move(tools), params);
             if (r) ++sent;
           }
         };

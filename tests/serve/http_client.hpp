@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -67,13 +68,21 @@ class Conn {
     }
     return true;
   }
-  // Sends a request. `extra`: more header lines ("Name: value\r\n").
+  // Sends a request. `extra`: more header lines ("Name: value\r\n"); a Host or Content-Type
+  // line there replaces the default one (Host: 127.0.0.1; Content-Type: application/json on a
+  // POST or a body).
   bool request(const std::string& method, const std::string& path, const std::string& body = {},
                const std::string& extra = {}) {
-    std::string r = method + " " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\n" + extra;
-    if (!body.empty() || method == "POST")
-      r += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
-           "\r\n";
+    std::string lower_extra = "\n" + extra;
+    for (char& c : lower_extra) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    std::string r = method + " " + path + " HTTP/1.1\r\n";
+    if (lower_extra.find("\nhost:") == std::string::npos) r += "Host: 127.0.0.1\r\n";
+    r += extra;
+    if (!body.empty() || method == "POST") {
+      if (lower_extra.find("\ncontent-type:") == std::string::npos)
+        r += "Content-Type: application/json\r\n";
+      r += "Content-Length: " + std::to_string(body.size()) + "\r\n";
+    }
     r += "\r\n" + body;
     return send_all(r);
   }

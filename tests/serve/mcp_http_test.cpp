@@ -157,8 +157,9 @@ TEST_F(McpFixture, RefusesWhatTheTransportForbids) {
   Reply evil = call(port, "POST", "/mcp", rpc(1, "ping"), "Origin: http://evil.example\r\n");
   EXPECT_EQ(evil.status, 403);
   EXPECT_EQ(json::parse(evil.body).at("error").at("message"),
-            "Origin 'http://evil.example' is not allowed: this server listens on a loopback "
-            "address and takes MCP requests only from this machine");
+            "Origin 'http://evil.example' is not allowed: a web page of another site must not "
+            "drive this server; allow a page's origin with --allowed-origins, or require a key "
+            "with --api-key-env");
   Reply local = call(port, "POST", "/mcp", rpc(1, "ping"), "Origin: http://localhost:5173\r\n");
   EXPECT_EQ(local.status, 200) << local.body;
 
@@ -173,6 +174,33 @@ TEST_F(McpFixture, RefusesWhatTheTransportForbids) {
   Reply nf = call(port, "GET", "/nope");
   EXPECT_EQ(nf.status, 404);
   EXPECT_NE(nf.body.find("POST /mcp"), std::string::npos) << nf.body;
+}
+
+// Issue 35.5: the Origin's host was compared by prefix ("127." passed), so a page served from
+// http://127.0.0.1.evil.example (DNS rebinding) ran tools/call. Origin and Host are parsed and
+// compared exactly: an IP literal in 127.0.0.0/8, ::1, or localhost.
+TEST_F(McpFixture, OriginAndHostAreComparedExactly) {
+  start();
+  const std::string call_calc =
+      rpc(7, "tools/call", R"({"name": "calculator", "arguments": {"expression": "6*7"}})");
+  for (const char* origin :
+       {"http://127.0.0.1.evil.example", "http://127.evil.example", "http://localhost.evil.example",
+        "http://localhost@evil.example", "http://[::1].evil.example", "null", "file://",
+        "http://127.0.0.1.evil.example:8080"}) {
+    Reply r = call(port, "POST", "/mcp", call_calc, "Origin: " + std::string(origin) + "\r\n");
+    EXPECT_EQ(r.status, 403) << origin << " " << r.body;
+    EXPECT_EQ(r.body.find("42"), std::string::npos) << origin;
+  }
+  for (const char* host : {"127.0.0.1.evil.example:8080", "evil.example", "localhost.evil"}) {
+    Reply r = call(port, "POST", "/mcp", call_calc, "Host: " + std::string(host) + "\r\n");
+    EXPECT_EQ(r.status, 403) << host << " " << r.body;
+  }
+  for (const char* origin : {"http://127.0.0.1:5173", "http://127.9.9.9", "http://[::1]:3000",
+                             "https://LOCALHOST", "http://localhost"}) {
+    Reply r = call(port, "POST", "/mcp", call_calc, "Origin: " + std::string(origin) + "\r\n");
+    EXPECT_EQ(r.status, 200) << origin << " " << r.body;
+    EXPECT_EQ(result_of(r).at("content").at(0).at("text"), "42") << origin;
+  }
 }
 
 TEST_F(McpFixture, CallsBeyondTheCapAreRefusedAtOnceAndCancelledCallsGetNoAnswer) {

@@ -18,6 +18,7 @@
 #include <boost/json.hpp>
 
 #include "http_client.hpp"
+#include "weir/runtime/trace.hpp"
 #include "weir/serve/service.hpp"
 
 namespace weir::serve::runs_suite {
@@ -107,7 +108,7 @@ class RunsApi : public ::testing::TestWithParam<std::string> {
     ServeConfig c;
     c.port = 0;
     c.workflows = dir_;
-    c.runs_db = runs_db(GetParam());
+    c.runs_db = db_ = runs_db(GetParam());
     c.max_runs = max_runs;
     c.max_queued_runs = max_queued;
     auto s = Service::start(std::move(c));
@@ -132,6 +133,17 @@ class RunsApi : public ::testing::TestWithParam<std::string> {
     return o.contains("id") ? std::string(o["id"].as_string()) : "";
   }
 
+  // Polls `done` every 20 ms for at most 30 s; whether it became true.
+  template <class F>
+  bool eventually(F done) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (std::chrono::steady_clock::now() < until) {
+      if (done()) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return done();
+  }
+
   // Polls GET /v1/runs/{id} until its state is one of `states` (at most 30 s).
   json::object wait_for(const std::string& id, std::set<std::string> states) {
     const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
@@ -148,6 +160,7 @@ class RunsApi : public ::testing::TestWithParam<std::string> {
   }
 
   fs::path dir_;
+  std::string db_;  // the server's --db ("" in-process)
   std::unique_ptr<Service> svc_;
   std::uint16_t port_ = 0;
 };
@@ -201,6 +214,35 @@ TEST_P(RunsApi, ARunsStepsStreamThenItsEndAndLastEventIdResumes) {
   EXPECT_EQ(st["status"], json::value("done"));
   EXPECT_EQ(st["values"].at("n"), json::value(3));
   EXPECT_EQ(st["checkpoint_id"], json::value(frames[frames.size() - 2].id));
+}
+
+// A run queued with a W3C traceparent keeps it in its record (every attempt's spans continue
+// it, on any worker); one queued without gets a trace of its own; a malformed one is ignored.
+TEST_P(RunsApi, ARunKeepsTheTraceItsRequestCarried) {
+  start();
+  const std::string caller = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+  auto r = call(port_, "POST", "/v1/runs", R"({"workflow": "slow", "input": {"left": 1}})",
+                "traceparent: " + caller + "\r\n");
+  ASSERT_EQ(r.status, 202) << r.body;
+  auto o = object_of(r.body);
+  EXPECT_EQ(o["traceparent"], json::value(caller)) << r.body;
+  auto done = wait_for(std::string(o["id"].as_string()), {"succeeded", "failed"});
+  EXPECT_EQ(done["state"], json::value("succeeded")) << json::serialize(done);
+  EXPECT_EQ(done["traceparent"], json::value(caller));
+
+  const std::string own = submit(R"({"workflow": "slow", "input": {"left": 1}})");
+  auto o2 = object_of(get("/v1/runs/" + own).body);
+  ASSERT_TRUE(o2["traceparent"].is_string()) << json::serialize(o2);
+  const std::string tp(o2["traceparent"].as_string());
+  EXPECT_TRUE(trace::parse_traceparent(tp).has_value()) << tp;
+  EXPECT_EQ(tp.find("4bf92f3577b34da6a3ce929d0e0e4736"), std::string::npos) << tp;
+
+  r = call(port_, "POST", "/v1/runs", R"({"workflow": "slow", "input": {"left": 1}})",
+           "traceparent: not-a-traceparent\r\n");
+  ASSERT_EQ(r.status, 202) << r.body;
+  auto o3 = object_of(r.body);
+  ASSERT_TRUE(o3["traceparent"].is_string()) << r.body;
+  EXPECT_TRUE(trace::parse_traceparent(o3["traceparent"].as_string()).has_value()) << r.body;
 }
 
 TEST_P(RunsApi, AnInterruptedThreadIsResumedWithAValue) {
@@ -270,6 +312,63 @@ TEST_P(RunsApi, AFullQueueAnswers429AndTheQueuedRunsStillRun) {
   EXPECT_EQ(wait_for(b, {"succeeded", "failed"})["state"], json::value("succeeded"));
 }
 
+// The network door checks what `weir run` checks: an input channel the workflow's "input" list
+// does not name is refused before anything is queued (it was accepted with 202 and applied).
+TEST_P(RunsApi, AnInputTheWorkflowDoesNotTakeIsRefused) {
+  start();
+  auto r = post("/v1/runs", R"({"workflow": "slow", "input": {"left": 1, "n": 5}})");
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(error_of(r),
+            "'input' sets 'n', which slow does not take as input (its \"input\": left, ms)");
+  EXPECT_EQ(object_of(r.body)["error"].at("param"), json::value("input"));
+  auto runs = object_of(get("/v1/runs").body);
+  EXPECT_EQ(runs["data"].as_array().size(), 0u) << json::serialize(runs);
+}
+
+// A run stopped part-way (here: cancelled) and given again on its thread with the same input
+// continues without applying the input a second time: the result is an uninterrupted run's.
+TEST_P(RunsApi, TheSameRunGivenAgainOnItsThreadContinuesIt) {
+  start();
+  const std::string thread = "again-" + std::to_string(::getpid()) + "-" + GetParam();
+  const std::string body =
+      R"({"workflow": "slow", "input": {"left": 4, "ms": 150}, "thread_id": ")" + thread + R"("})";
+  const std::string first = submit(body);
+  // Cancelled once it committed a step past its input.
+  ASSERT_TRUE(eventually([&] {
+    auto st = get("/v1/threads/" + thread + "/state");
+    return st.status == 200 && object_of(st.body)["step"].as_int64() >= 2;
+  }));
+  ASSERT_EQ(post("/v1/runs/" + first + "/cancel", "").status, 200);
+  auto c = wait_for(first, {"cancelled", "succeeded", "failed"});
+  ASSERT_EQ(c["state"], json::value("cancelled")) << json::serialize(c);
+  const std::string second = submit(body);
+  auto r = wait_for(second, {"succeeded", "failed"});
+  ASSERT_EQ(r["state"], json::value("succeeded")) << json::serialize(r);
+  EXPECT_EQ(json::serialize(r["result"]), R"({"n":4})");
+}
+
+// GET /v1/runs pages: has_more and last_id, then ?after=<last_id> for the next page.
+TEST_P(RunsApi, RunsArePagedWithACursor) {
+  start();
+  std::vector<std::string> ids;
+  for (int i = 0; i < 5; ++i) ids.push_back(submit(R"({"workflow": "slow", "input": {"ms": 1}})"));
+  std::vector<std::string> seen;
+  std::string after;
+  for (int page = 0; page < 3; ++page) {
+    auto r = get("/v1/runs?limit=2" + (after.empty() ? std::string() : "&after=" + after));
+    ASSERT_EQ(r.status, 200) << r.body;
+    auto o = object_of(r.body);
+    for (const auto& d : o["data"].as_array()) seen.emplace_back(d.at("id").as_string());
+    EXPECT_EQ(o["has_more"], json::value(page < 2)) << r.body;
+    after = std::string(o["last_id"].as_string());
+    EXPECT_EQ(after, seen.back());
+  }
+  EXPECT_EQ(seen, std::vector<std::string>(ids.rbegin(), ids.rend()));  // newest first, once each
+  auto bad = get("/v1/runs?after=r-0000000000000000");
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_EQ(error_of(bad).rfind("after: no run 'r-0000000000000000'", 0), 0u) << error_of(bad);
+}
+
 TEST_P(RunsApi, BadRequestsSayWhatToChange) {
   start();
   auto r = post("/v1/runs", R"({"workflow": "nope"})");
@@ -285,6 +384,12 @@ TEST_P(RunsApi, BadRequestsSayWhatToChange) {
   r = post("/v1/runs", R"({"workflow": "slow", "inputs": {}})");
   EXPECT_EQ(r.status, 400);
   EXPECT_EQ(error_of(r), "unknown field 'inputs' (fields: workflow, input, thread_id)");
+  // Ids are refused, never cut short (a NUL ended the thread id in PostgreSQL text: "a").
+  r = post("/v1/runs", R"({"workflow": "slow", "thread_id": "a\u0000b"})");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(error_of(r),
+            "thread_id holds a control character (byte 0x00 at offset 1, after 'a'); an id is 1 "
+            "to 1024 bytes of UTF-8 text without control characters");
   r = post("/v1/runs", R"({"workflow": )");
   EXPECT_EQ(r.status, 400);
   EXPECT_EQ(error_of(r), "the request body:1:14: incomplete JSON (at /workflow)");

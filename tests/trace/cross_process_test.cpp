@@ -5,7 +5,9 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <regex>
+#include <thread>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -13,6 +15,7 @@
 #include <boost/json.hpp>
 
 #include "../cli/run_weir.hpp"
+#include "../serve/http_client.hpp"
 #include "otlp_receiver.hpp"
 #include "weir/agents/agent.hpp"
 #include "weir/agents/openai_model.hpp"
@@ -166,6 +169,65 @@ TEST(CrossProcess, WeirServeStartsATraceOrHonoursAnUnsampledParent) {
   EXPECT_EQ(spans[1].span.parent_span_id.hex(), "00f067aa0ba902b7");
   EXPECT_EQ(spans[1].span.trace_state, "vendor=x");
   EXPECT_EQ(spans[1].span.name, "GET /v1/models");
+}
+
+// A run queued over the runs API continues the trace of the request that queued it: its
+// invoke_workflow span is the child of the server's POST /v1/runs span, itself the child of
+// the caller's traceparent; the run record names that trace.
+TEST(CrossProcess, ARunQueuedOverHttpContinuesTheCallersTrace) {
+  OtlpReceiver rx;
+  auto tracer = tracer_to(rx, "weir-serve");
+  const fs::path dir =
+      fs::temp_directory_path() / ("weir-trace-runs-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::ofstream(dir / "count.json") << R"({"name": "count",
+ "state": {"n": {"reducer": "sum", "default": 0}}, "input": ["n"], "output": ["n"],
+ "nodes": {"one": {"kind": "set", "values": {"n": 1}}, "two": {"kind": "set", "values": {"n": 2}}},
+ "edges": [{"from": "START", "to": "one"}, {"from": "one", "to": "two"}, {"from": "two", "to": "END"}]})";
+  serve::ServeConfig c;
+  c.port = 0;
+  c.workflows = dir;
+  c.tracer = tracer;
+  auto svc = serve::Service::start(std::move(c));
+  ASSERT_TRUE(svc) << svc.error().message;
+  const std::uint16_t port = (*svc)->port();
+  const std::string caller = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+  auto posted =
+      testing_http::call(port, "POST", "/v1/runs", R"({"workflow": "count", "input": {"n": 10}})",
+                         "traceparent: " + caller + "\r\n");
+  ASSERT_EQ(posted.status, 202) << posted.body;
+  const json::object queued = json::parse(posted.body).as_object();
+  const std::string id(queued.at("id").as_string());
+  json::object run;
+  const auto until = std::chrono::steady_clock::now() + 30s;
+  while (std::chrono::steady_clock::now() < until) {
+    run = json::parse(testing_http::call(port, "GET", "/v1/runs/" + id).body).as_object();
+    if (run.at("state") == "succeeded" || run.at("state") == "failed") break;
+    std::this_thread::sleep_for(20ms);
+  }
+  ASSERT_EQ(run.at("state"), json::value("succeeded")) << json::serialize(run);
+  EXPECT_EQ(json::serialize(run.at("result")), R"({"n":13})");
+  ASSERT_TRUE(tracer->flush(20s));
+  (*svc)->shutdown(1s);
+  fs::remove_all(dir);
+
+  auto spans = rx.spans();
+  const auto* server = testing::find_span(spans, "POST /v1/runs");
+  const auto* workflow = testing::find_span(spans, "invoke_workflow count");
+  ASSERT_TRUE(server && workflow) << spans.size() << " spans";
+  EXPECT_EQ(server->span.trace_id.hex(), "4bf92f3577b34da6a3ce929d0e0e4736");
+  EXPECT_EQ(server->span.parent_span_id.hex(), "00f067aa0ba902b7");
+  EXPECT_EQ(workflow->span.trace_id, server->span.trace_id);
+  EXPECT_EQ(workflow->span.parent_span_id, server->span.span_id);
+  EXPECT_EQ(testing::spans_named(spans, "node ").size(), 2u);
+  for (const auto* s : testing::spans_named(spans, "")) {
+    if (s->span.name.starts_with("GET /v1/runs")) continue;  // the polls: traces of their own
+    EXPECT_EQ(s->span.trace_id, server->span.trace_id) << s->span.name;
+  }
+  // The record names the request's span: a worker elsewhere would continue the same trace.
+  const std::string tp(run.at("traceparent").as_string());
+  EXPECT_EQ(tp, "00-4bf92f3577b34da6a3ce929d0e0e4736-" + server->span.span_id.hex() + "-01");
 }
 
 // weir run --trace FILE, then weir trace FILE: the research crew sample on weir's random-weight

@@ -6,15 +6,17 @@
 // and its input, so any worker can run it; its checkpoints go to the thread `thread_id`
 // (default: the run's id) of the PostgreSQL checkpointer on the same database.
 //
-// Leases. A worker holds a run through a lease: `lease_owner`, `lease_expires` (the server's
-// clock, clock_timestamp()) and `fence`, a number taken from a sequence at every claim, so a
-// later claim always has a larger fence. Every call a worker makes about a run it holds
+// Leases. A worker holds a run through a lease: `lease_owner`, `lease_expires` (unix ms by the
+// server's clock) and `fence`, a number taken from a sequence at every claim, so a later claim
+// always has a larger fence. Every call a worker makes about a run it holds
 // (renew, finish, give_back) names the fence and changes nothing once the fence moved on
 // (another worker reclaimed the run): such a call fails with thread_busy. What makes committed
 // supersteps exactly-once is the checkpointer's thread claim, taken under the same token
 // (claim_token(fence)) right after the queue claim: every checkpoint is put with that token in
 // a transaction that checks it (Checkpointer::put), so a worker that lost its run commits
-// nothing more.
+// nothing more. Whatever ends a run or hands it back (finish, give_back, a claim that records it
+// cancelled or attempts_exhausted) deletes that thread claim in the same statement: a holder
+// that was only paused or cut off, and goes on, has its next put refused.
 //
 // States: queued -> running -> succeeded | failed | cancelled | interrupted; a running run whose
 // lease lapsed is claimed again (attempts + 1) and continues from its last checkpoint; a run
@@ -26,11 +28,20 @@
 // "cancel <id>" after a cancel. Workers LISTEN on it (Worker); nothing depends on a notification
 // arriving: a worker also looks for work at least every few seconds.
 //
+// Storage: weir_runs is one of weir's tables under one schema version and migration path
+// (weir/pg, docs/scale-out.md): the first open creates or migrates all of them, and a database
+// of a newer weir is refused (unsupported, naming both versions).
+//
 // Thread safety: every method may be called from any thread; calls share one connection and
 // queue on its mutex. Failure behaviour: each call is one statement or one transaction; on error
-// nothing changed. Errors name the server as postgres 'user@host:port/dbname', never its
-// password: invalid_argument (bad connection string, bad argument), io_error (cannot connect,
-// statement refused), not_found (unknown run id), thread_busy (the fence moved on).
+// nothing changed. A lost connection (a server restart, an administrator ending the session) is
+// re-established and the call run again, for up to QueueOptions::reconnect_window; a call whose
+// answer was lost after the server carried it out is settled by the run's id or fence (a
+// submit is not queued twice, a claim finds the run it claimed, an end or a hand-back is not
+// reported as lost). Errors name the server as postgres 'user@host:port/dbname', never its
+// password: invalid_argument (bad connection string, bad argument), unavailable (cannot connect,
+// or the connection stayed lost for the whole window), io_error (a statement refused),
+// not_found (unknown run id), thread_busy (the fence moved on), unsupported (newer schema).
 #pragma once
 
 #include <chrono>
@@ -97,10 +108,18 @@ struct SubmitRequest {
 // The checkpointer claim token of the holder with this fence ("run-fence-<fence>").
 std::string claim_token(int64_t fence);
 
+struct QueueOptions {
+  // How long a call keeps re-establishing a lost connection before it fails with unavailable
+  // (a worker passes its lease).
+  std::chrono::milliseconds reconnect_window = kDefaultLease;
+};
+
 class RunQueue {
  public:
-  // Connects and creates weir_runs (and its fence sequence) when missing, under an advisory lock.
-  static Result<std::unique_ptr<RunQueue>> open(std::string_view conninfo);
+  // Connects, and creates or migrates weir's tables (weir_runs, its fence sequence and the
+  // checkpointer's) under an advisory lock.
+  static Result<std::unique_ptr<RunQueue>> open(std::string_view conninfo,
+                                                const QueueOptions& options = {});
   ~RunQueue();
 
   // "postgres 'user@host:port/dbname'"
@@ -108,9 +127,11 @@ class RunQueue {
 
   // Queues a run and notifies workers; returns its id ("r-" and 16 hex digits).
   Result<std::string> submit(const SubmitRequest& req);
-  // Newest first, at most `limit`; `workflow` left empty.
+  // Newest first, at most `limit`; `workflow` left empty. `after` non-empty: only the runs
+  // older than that run (the next page; an unknown id gives none).
   Result<std::vector<RunRecord>> list(std::size_t limit = 100,
-                                      std::optional<RunState> only = std::nullopt);
+                                      std::optional<RunState> only = std::nullopt,
+                                      std::string_view after = {});
   // How many runs are in `state` now.
   Result<std::size_t> count(RunState state);
   // not_found: "no run 'r-..' in postgres '...'".
@@ -124,8 +145,12 @@ class RunQueue {
   // running one whose lease lapsed (the database's clock). Such a lapsed run that used all its
   // attempts is failed (attempts_exhausted) and one with cancel_requested is cancelled instead,
   // and the next is tried. FOR UPDATE SKIP LOCKED: workers never wait on each other's claims.
-  // nullopt when nothing is claimable.
-  Result<std::optional<RunRecord>> claim(std::string_view owner, std::chrono::milliseconds lease);
+  // A run whose id is in `running_here` is never taken (the caller still runs it: its lease can
+  // have lapsed while the database was out of reach). nullopt when nothing is claimable. The
+  // claim's fence is taken before its statement, so a claim whose answer was lost finds its run
+  // again.
+  Result<std::optional<RunRecord>> claim(std::string_view owner, std::chrono::milliseconds lease,
+                                         const std::vector<std::string>& running_here = {});
   // Extends the lease to now + lease. Returns cancel_requested. thread_busy when the fence
   // moved on (the message names the new holder) or the run is no longer running.
   Result<bool> renew(std::string_view id, int64_t fence, std::chrono::milliseconds lease);

@@ -1,7 +1,9 @@
 // Worker: drains a RunQueue. It claims runs (FOR UPDATE SKIP LOCKED), runs up to max_runs at
 // once on one GraphRuntime under one MemoryBudget, keeps their leases fresh, and records how
-// each ended. Between claims it waits on LISTEN weir_runs (a notification wakes it at once) for
-// at most `poll`, so it never spins and never misses work for longer than that.
+// each ended. Steps 2, 3 and the run itself are the one executor's (run_executor.hpp in
+// cluster/src), which the run service's in-process backend uses too. Between claims it waits
+// on LISTEN weir_runs (a notification wakes it at once) for at most `poll`, so it never spins
+// and never misses work for longer than that.
 //
 // A run, from claim to end:
 //   1. RunQueue::claim: state running, attempts + 1, a new fence, lease = now + lease (the
@@ -49,8 +51,11 @@ struct WorkerOptions {
   // is claimed only while less than 90% of it is in use; a run that would go over fails with
   // memory_budget_exceeded (the graph's own fence).
   std::size_t memory_limit = std::size_t{1} << 30;
-  bool once = false;                     // claim one run, wait for it to end, return
-  bool exit_when_idle = false;           // return once nothing is held and nothing is claimable
+  bool once = false;  // claim one run, wait for it to end, return
+  // Return once nothing is held and the queue has no run left that could be claimed now or
+  // later: none queued (a hand-back waits out its delay), none running anywhere (a run held by
+  // a worker that died becomes claimable when its lease lapses; this worker waits for that).
+  bool exit_when_idle = false;
   std::string name;                      // the lease owner shown by `weir runs`; "" = "host:pid"
   std::chrono::milliseconds poll{2000};  // the longest wait for work without a notification
   // At start, how long to keep trying to reach a database that refuses or is not up yet
@@ -79,8 +84,10 @@ class Worker {
 
   // Runs until stop(), or as `once` / `exit_when_idle` say. Errors (at start only: afterwards
   // database errors are logged and retried): invalid_argument (options, connection string),
-  // io_error (cannot connect within connect_timeout: the message names the tries and the last
-  // reason; cannot create the queue's tables). Returns what it did.
+  // unavailable (cannot connect within connect_timeout: the message names the tries and the
+  // last reason), io_error (cannot create the queue's tables), unsupported (a newer schema).
+  // Returns what it did. A run whose database stays unreachable for a whole lease is handed
+  // back (or left to lapse), never recorded as failed.
   Result<WorkerStats> run();
   // Asks run() to stop (see above). Async-signal-safe.
   void stop() noexcept;

@@ -44,6 +44,8 @@
 //                     kSqliteSchemaVersion)
 //   thread_busy       claim_thread / put with a claim token while another runner holds the
 //                     thread (the message names the holder and when its claim lapses)
+//   unavailable       PostgreSQL: the server could not be reached, or the connection stayed
+//                     lost for the whole reconnect window (see open_postgres_checkpointer)
 //
 // Artifacts. A checkpoint's values may reference blobs of the run's ArtifactStore
 // ({"$artifact": id, ...}); that store is per process. So that a thread can be continued by
@@ -209,7 +211,11 @@ class Checkpointer {
   // no kept checkpoint's state_at needs (see Retention above); a thread none of whose
   // checkpoints the policy keeps (all older than max_age) is deleted. Returns how many
   // checkpoints were removed. A disabled policy removes nothing; an unknown thread removes
-  // nothing. One transaction: on error nothing is removed. Errors: io_error, corrupt_data.
+  // nothing. A thread a live claim holds (a run in flight: see claim_thread) is not pruned by
+  // age: with a max_age, prune answers thread_busy naming the holder and removes nothing
+  // (keep_last alone always keeps the newest checkpoint, so it applies). A put's own pruning
+  // (Retention given at open) is the writer's and is not refused. One transaction: on error
+  // nothing is removed. Errors: thread_busy, io_error, corrupt_data.
   virtual Result<std::size_t> prune(std::string_view thread_id, const Retention& policy) = 0;
 };
 
@@ -238,20 +244,39 @@ inline constexpr int kSqliteSchemaVersion = 3;
 Result<std::unique_ptr<Checkpointer>> open_sqlite_checkpointer(const std::filesystem::path& db,
                                                                Retention retention = {});
 
-// The PostgreSQL schema version this build writes and reads (table `weir_schema_version`).
-inline constexpr int kPostgresSchemaVersion = 1;
+// The PostgreSQL schema version this build writes and reads (table `weir_schema_version`). One
+// version covers every weir table in the database, the run queue's (cluster::RunQueue) too:
+// version 2 brought weir_runs under it, with its times in unix ms like every other table's;
+// version 3 added weir_runs.traceparent (pg/include/weir/pg/schema.hpp lists them all).
+inline constexpr int kPostgresSchemaVersion = 3;
 
-// Connects to PostgreSQL with libpq and creates weir's tables (weir_checkpoints, weir_threads,
-// weir_artifacts, weir_thread_holders, weir_schema_version, sequence weir_checkpoint_seq) when
-// missing, under an advisory lock so several processes may open one database at once.
-// `conninfo` is anything libpq accepts: a postgres:// or postgresql:// URI or key=value pairs
-// (passwords may come from the string, PGPASSWORD or ~/.pgpass). One connection, guarded by a
-// mutex, re-established on the next call after the server dropped it. Every put is one
-// transaction (the checkpoint, its artifacts and the claim check). JSON is stored as bytea, so
-// values round-trip byte for byte as in SQLite. Errors name the server as user@host:port/dbname,
-// never the password: invalid_argument (a connection string libpq cannot parse), io_error (cannot
-// connect, or the server refused a statement: the message gives the server's text and
-// SQLSTATE), unsupported (a newer schema version), corrupt_data (as for SQLite).
+struct PostgresOptions {
+  Retention retention;  // see Retention (default: keep everything)
+  // How long a call keeps re-establishing a lost connection (a server restart, an administrator
+  // ending the session), with backoff, before it fails with unavailable. A queue worker passes
+  // its lease.
+  std::chrono::milliseconds reconnect_window{10000};
+};
+
+// Connects to PostgreSQL with libpq and creates or migrates weir's tables (weir_checkpoints,
+// weir_threads, weir_artifacts, weir_thread_holders, weir_runs, weir_schema_version, sequences
+// weir_checkpoint_seq and weir_run_fence_seq) under an advisory lock, so several processes may
+// open one database at once. `conninfo` is anything libpq accepts: a postgres:// or
+// postgresql:// URI or key=value pairs (passwords may come from the string, PGPASSWORD or
+// ~/.pgpass). One connection, guarded by a mutex. Every put is one transaction (the checkpoint,
+// its artifacts and the claim check). JSON is stored as bytea, so values round-trip byte for
+// byte as in SQLite.
+// A lost connection is re-established and the call run again, for up to
+// options.reconnect_window: the caller does not see a session the server ended. A put whose
+// COMMIT's answer was lost finds its checkpoint (its id is unique) and succeeds without storing
+// it twice. Errors name the server as user@host:port/dbname, never the password:
+// invalid_argument (a connection string libpq cannot parse, a value PostgreSQL cannot hold),
+// unavailable (cannot connect; the connection stayed lost for the whole window), io_error (the
+// server refused a statement: the message gives its text and SQLSTATE), unsupported (a newer
+// schema version: both versions named), corrupt_data (as for SQLite).
+Result<std::unique_ptr<Checkpointer>> open_postgres_checkpointer(std::string_view conninfo,
+                                                                 const PostgresOptions& options);
+// The same with the default options and `retention`.
 Result<std::unique_ptr<Checkpointer>> open_postgres_checkpointer(std::string_view conninfo,
                                                                  Retention retention = {});
 

@@ -103,7 +103,8 @@ class NodeContext {
   // (counted over the thread's whole history), else the step of this invocation (1, 2, ...).
   // With run_id() and node() it names this call for a tool that must not repeat a side effect
   // (a re-run of an uncommitted step after a crash has the same step and node; a queue worker
-  // gives each attempt its own run_id "<run>.<attempt>").
+  // gives each attempt its own run_id "<run>.<attempt>"). A step that interrupted has its own
+  // checkpoint with its number; on resume it runs again as the next step.
   std::int64_t step() const;
   // The Send input for a fanned-out invocation, null otherwise.
   const boost::json::value& input() const;
@@ -278,6 +279,10 @@ class StateGraph {
   Result<std::shared_ptr<const CompiledGraph>> compile(GraphLimits limits = {}) &&;
   // Room for this many nodes and edges (a builder that knows its sizes saves the regrowth).
   void reserve(std::size_t nodes, std::size_t edges);
+  // The channels a run's input may set (a workflow file's "input" list); empty: any channel.
+  // A top-level run whose input sets another is refused before it starts, naming `graph_name`
+  // (check_input_channels). Subgraph runs are not checked: their input is the parent's mapping.
+  StateGraph& set_input_channels(std::vector<std::string> channels, std::string graph_name);
 
  private:
   friend class CompiledGraph;
@@ -299,6 +304,8 @@ class StateGraph {
   std::vector<std::pair<std::string, ChannelOptions>> channels_;
   std::vector<NodeDef> nodes_;
   std::vector<EdgeDef> edges_;
+  std::vector<std::string> input_channels_;
+  std::string name_;
   std::string trace_operation_, trace_name_;
 };
 
@@ -310,6 +317,8 @@ class CompiledGraph {
   const std::string& channel_name(std::size_t i) const { return channels_[i].first; }
   // Cycles found at compile time (they run under the loop caps), as node name lists.
   const std::vector<std::vector<std::string>>& cycles() const { return cycles_; }
+  // StateGraph::set_input_channels: empty when any channel may be set.
+  const std::vector<std::string>& input_channels() const { return input_channels_; }
   std::string to_dot() const;
 
  private:
@@ -324,8 +333,10 @@ class CompiledGraph {
   std::vector<std::vector<std::size_t>> static_next_;  // [node + 1]: index 0 = START
   std::vector<std::vector<const Router*>> routers_;    // [node + 1]
   std::vector<std::vector<std::string>> cycles_;
-  std::vector<std::uint32_t> by_name_;        // node indexes sorted by name, for node_index()
-  bool visit_caps_ = false;                   // some node has NodeOptions::max_visits
+  std::vector<std::uint32_t> by_name_;  // node indexes sorted by name, for node_index()
+  bool visit_caps_ = false;             // some node has NodeOptions::max_visits
+  std::vector<std::string> input_channels_;
+  std::string name_;
   std::string trace_operation_, trace_name_;  // StateGraph::set_trace_span
   std::optional<std::size_t> node_index(std::string_view name) const;
 };
@@ -335,6 +346,13 @@ struct StateGraph::SubgraphDef {
   SubgraphOptions options;
   std::vector<std::pair<std::size_t, std::size_t>> in, out;  // resolved by compile()
 };
+
+// The one check of a run's input against a graph's input list, at every door (the CLI, the run
+// service, MCP, the executor itself): invalid_argument "<source> sets 'x', which <graph_name>
+// does not take as input (its \"input\": a, b)" for the first key outside `allowed`; OK when
+// `allowed` is empty (any channel).
+Status check_input_channels(const std::vector<std::string>& allowed, std::string_view graph_name,
+                            const boost::json::object& input, std::string_view source);
 
 // (The flags sit beside `steps`: a caller awaiting a run holds one of these in its coroutine
 // frame for as long as the run is in flight, and so does the run.)
@@ -365,10 +383,17 @@ struct RunTracing {
 struct RunOptions {
   std::string run_id;  // artifacts are owned by it; generated when empty
   // With both set, a checkpoint holding only the channels written in that step is put after
-  // every superstep, and an invocation on a thread whose latest checkpoint is unfinished
-  // (a crash, a failed node) resumes it: state restored, the pending nodes run next. A thread
-  // whose last run finished starts a new run from START on top of its state (a chat's next
-  // turn). REQUIRES: the checkpointer outlives the run.
+  // every superstep (the input first, as a step of its own numbered after the thread's last),
+  // and an invocation on a thread whose latest checkpoint is unfinished (a crash, a failed
+  // node, a cancel) continues it: state restored, the pending nodes run next. Whether the
+  // input is applied then is the continuation rule: given no input, or the same input that
+  // started the unfinished run (the same JSON text; its SHA-256 is in every checkpoint's
+  // pending "origin"), the run goes on without applying it again, so a run continued after any
+  // number of crashes ends as an uninterrupted one, whatever the reducers; a different input is
+  // a new request, applied once on top. async_resume repeated with the value that started an
+  // unfinished run continues it the same way. A thread whose last run finished starts a new run
+  // from START on top of its state (a chat's next turn). REQUIRES: the checkpointer outlives
+  // the run.
   // A thread whose latest checkpoint is "interrupted" is refused (invalid_argument): use
   // async_resume. Values the run moved to the ArtifactStore are stored with the thread's
   // checkpoints (Checkpointer::artifacts) and put back into the store when another process
@@ -424,8 +449,11 @@ class GraphRuntime {
   GraphRuntime(const GraphRuntime&) = delete;
   GraphRuntime& operator=(const GraphRuntime&) = delete;
 
-  // Runs `graph` from `input` (channel -> value). Errors: overloaded, the caps, memory_budget_
-  // exceeded, conflicting_writes, node errors (tool_failed, ...), cancelled.
+  // Runs `graph` from `input` (channel -> value). A value over the graph's inline_limit goes to
+  // the artifact store (RuntimeOptions::artifacts) and the state holds its reference, as for a
+  // node's write. Errors: invalid_argument (the input sets a channel outside the graph's input
+  // list: check_input_channels; or one the graph does not have), overloaded, the caps,
+  // memory_budget_exceeded, conflicting_writes, node errors (tool_failed, ...), cancelled.
   boost::asio::awaitable<Result<RunResult>> async_invoke(std::shared_ptr<const CompiledGraph> graph,
                                                          boost::json::object input,
                                                          RunOptions options);
@@ -439,7 +467,8 @@ class GraphRuntime {
   // on to END (or the next interrupt). options.thread_id is set to `thread_id`. Errors:
   // unsupported (no options.checkpointer), not_found (the thread has no checkpoint),
   // invalid_argument ("thread 't1' is not interrupted (its last run finished)" / "... (its
-  // last run stopped unfinished; async_invoke continues it)"), then those of async_invoke.
+  // last run stopped unfinished; async_invoke continues it)", unless that run was started by
+  // this very value: then it is continued, see RunOptions), then those of async_invoke.
   boost::asio::awaitable<Result<RunResult>> async_resume(std::shared_ptr<const CompiledGraph> graph,
                                                          std::string thread_id,
                                                          boost::json::value resume_value,

@@ -2,7 +2,9 @@
 // later HTTP front door). Beast stays in server.cpp: this header shows only plain types.
 //
 // Each connection is one coroutine on the given io_context: it reads a request (header and body
-// limits enforced before the handler runs), calls the Handler with an Exchange, and keeps the
+// limits enforced before the handler runs), applies the browser rules (browser.hpp: a request a
+// page of another site could send is 403, a CORS preflight is answered here, an allowed page's
+// answers carry the CORS headers), calls the Handler with an Exchange, and keeps the
 // connection alive for the next request unless either side asked to close. While a handler
 // runs, the connection watches its socket: a client that disconnects flips
 // Exchange::disconnected() and runs the handler's on_disconnect callback, so work on its
@@ -10,6 +12,9 @@
 // one more is answered 503 and closed), header and body bytes (431 / 413 in OpenAI's error
 // shape), idle time between requests, and the time one write may take (a reader that stops
 // reading fails the write after `write_timeout`).
+//
+// Accepted sockets send without delay (TCP_NODELAY): a streamed token is one small write, which
+// Nagle's algorithm would hold until the client's delayed ACK (40 ms on Linux).
 //
 // Thread safety: a Server and its Exchanges are used from the io_context's thread(s); run the
 // io_context on one thread (handlers need no locks then). REQUIRES: the io_context outlives
@@ -30,6 +35,7 @@
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/io_context.hpp>
 
+#include "weir/http/browser.hpp"
 #include "weir/http/error_body.hpp"
 #include "weir/runtime/error.hpp"
 
@@ -65,7 +71,12 @@ class Exchange {
   virtual boost::asio::awaitable<Status> async_respond(Response response) = 0;
   // A chunked response (e.g. text/event-stream) whose body follows in async_write()s.
   virtual boost::asio::awaitable<Status> async_start_stream(int status, std::string content_type,
-                                                            Headers headers = {}) = 0;
+                                                            Headers headers) = 0;
+  // Without extra headers. (An overload, not a default argument: a coroutine's class-type
+  // default is built inside the caller's co_await; docs/architecture.md, "the co_await rule".)
+  boost::asio::awaitable<Status> async_start_stream(int status, std::string content_type) {
+    return async_start_stream(status, std::move(content_type), Headers());
+  }
   virtual boost::asio::awaitable<Status> async_write(std::string data) = 0;
   virtual boost::asio::awaitable<Status> async_finish() = 0;
   // True once the client closed its side (or reset) while the handler ran.
@@ -85,6 +96,11 @@ struct ServerConfig {
   std::size_t max_header_bytes = 16u << 10;
   std::chrono::milliseconds idle_timeout{60'000};   // between requests, and reading one
   std::chrono::milliseconds write_timeout{30'000};  // one write (a stalled reader fails it)
+  BrowserPolicy browser;                            // Host/Origin rules and CORS (browser.hpp)
+  // Called on the io thread with the status of every response the server starts to write: the
+  // handlers' and its own (400 on a malformed request, 403 from the browser rules, 204 to a
+  // CORS preflight, 413, 431, 503 at the connection cap). Optional.
+  std::function<void(int status)> on_response;
 };
 
 // How an error body looks, so that limits enforced before the handler (413, 431, 400 on a
@@ -102,6 +118,10 @@ class Server {
 
   void start();
   std::uint16_t port() const;  // the bound port (useful with port 0)
+  // The start of a shutdown: connections are still accepted and requests still reach the
+  // handler (which answers what it will while draining), but every response now closes its
+  // connection. Idempotent; stop() ends it.
+  void drain();
   // Stops accepting and closes connections that are between requests; connections in a
   // request close after their response. Idempotent.
   void stop();

@@ -44,6 +44,9 @@ enum class Errc : int {
   unsupported = 19,            // a feature or format weir does not handle
   thread_busy = 20,            // another runner holds the thread (one runner per thread)
   attempts_exhausted = 21,     // a queued run lost its worker's lease max_attempts times
+  unavailable = 22,            // a server (the database) cannot be reached or dropped the
+                               // connection, and retrying did not bring it back in time; the
+                               // request itself was fine: try again later or hand the work on
 };
 
 }  // namespace weir

@@ -9,7 +9,9 @@
 // Each model file gets one engine (inference::EngineRegistry); a request's `model` picks it by
 // name. Fences: a bounded admission queue per model (429 with Retry-After beyond it, at once),
 // connection and body caps, context checks, per-request deadlines, cancellation when the client
-// disconnects or stops reading, bearer-key auth, graceful drain on shutdown.
+// disconnects or stops reading, bearer-key auth, graceful drain on shutdown. Without a key, no
+// page of another site may drive a route (Host/Origin rules, JSON bodies only, CORS refused
+// unless allowed_origins names the page).
 //
 // Thread safety: a Service runs its own I/O thread (all HTTP work and routing) and its engines'
 // threads; its public methods may be called from any thread. Asio and Beast stay in the .cpp.
@@ -47,6 +49,10 @@ struct ServeConfig {
   std::uint16_t port = 8080;           // 0: any free port
   std::optional<std::string> api_key;  // required as "Authorization: Bearer <key>" when set
   bool insecure = false;               // allow a non-loopback bind without a key
+  // Browsers (docs/serve.md, "Browsers and other sites"): pages of these origins may call the
+  // server (CORS), "scheme://host[:port]" or "*"; more Host names to accept (a reverse proxy's).
+  std::vector<std::string> allowed_origins;
+  std::vector<std::string> allowed_hosts;
   // Engine, per model.
   std::int32_t max_num_seqs = 32;  // requests running at once (admission permits)
   std::int64_t max_model_len = 0;  // 0: the model's context (capped at 4096)
@@ -59,6 +65,10 @@ struct ServeConfig {
   std::int64_t max_queued_tokens = 1 << 18;  // prompt tokens of the queued requests, per model
   std::size_t max_connections = 512;
   std::size_t max_body_bytes = 4u << 20;
+  // What the requests being read hold at once: a request's body is charged kRequestMemoryPerByte
+  // times its size in the memory budget (run_state) while its handler runs (parsing and
+  // tokenizing take up to that much); beyond the limit, 503 (413 for one request over it).
+  std::size_t request_memory_bytes = std::size_t{512} << 20;
   std::int64_t default_max_tokens = 512;  // when a request sets no max_tokens
   int max_n = 8;
   std::chrono::milliseconds request_timeout{600'000};
@@ -81,11 +91,15 @@ struct ServeConfig {
   std::shared_ptr<trace::Tracer> tracer;
 };
 
+// A request body's bytes in memory while it is parsed and tokenized, at most (measured: the JSON
+// value of an array of one-digit numbers is 25 times its text, a tokenizer's work 40-52 times).
+inline constexpr std::size_t kRequestMemoryPerByte = 64;
+
 // The configuration, one setting per line (printed at start-up).
 std::string describe(const ServeConfig& c);
 // Errors (invalid_argument) for settings that cannot work: no model (nor MCP, nor workflows), a
-// database without workflows, a non-loopback
-// host without an API key (unless insecure), zero limits, duplicate model names.
+// database without workflows, a non-loopback host without an API key (unless insecure), zero
+// limits, duplicate model names, an allowed origin or host that is not one.
 Status validate(const ServeConfig& c);
 
 class Service {

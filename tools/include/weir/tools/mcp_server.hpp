@@ -53,7 +53,12 @@ class McpServer {
   McpServer& operator=(const McpServer&) = delete;
 
   boost::asio::awaitable<std::optional<std::string>> handle(std::string message,
-                                                            std::string session = {});
+                                                            std::string session);
+  // Without a session. (An overload, not a default argument: a coroutine's class-type default is
+  // built inside the caller's co_await; docs/architecture.md, "the co_await rule".)
+  boost::asio::awaitable<std::optional<std::string>> handle(std::string message) {
+    return handle(std::move(message), std::string());
+  }
   // Blocks until no call is in flight (each tool's timeout bounds the wait) and the server's
   // threads have stopped; calls that arrive meanwhile or later are refused (error -32000,
   // "shutting down"). Once it returns, the server touches no caller's executor again: the

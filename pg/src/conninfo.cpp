@@ -1,4 +1,4 @@
-#include "postgres_conninfo.hpp"
+#include "weir/pg/conninfo.hpp"
 
 #include <libpq-fe.h>
 
@@ -8,7 +8,7 @@
 
 #include "weir/runtime/text.hpp"
 
-namespace weir::graph::detail {
+namespace weir::pg {
 namespace {
 
 struct OptionsFree {
@@ -83,14 +83,13 @@ std::string scrub_password(std::string text, std::string_view conninfo) {
   return text;
 }
 
-Result<PgConninfo> parse_pg_conninfo(std::string_view conninfo) {
+Result<Conninfo> parse_conninfo(std::string_view conninfo) {
   if (conninfo.empty())
     return Error(Errc::invalid_argument,
-                 "postgres checkpointer: the connection string is empty; give a URI such as "
+                 "postgres: the connection string is empty; give a URI such as "
                  "postgres://user@host:5432/dbname or key=value pairs");
   if (conninfo.find('\0') != std::string_view::npos)
-    return Error(Errc::invalid_argument,
-                 "postgres checkpointer: the connection string holds a NUL byte");
+    return Error(Errc::invalid_argument, "postgres: the connection string holds a NUL byte");
   const std::string text(conninfo);
   char* err = nullptr;
   std::unique_ptr<PQconninfoOption, OptionsFree> opts(PQconninfoParse(text.c_str(), &err));
@@ -98,10 +97,9 @@ Result<PgConninfo> parse_pg_conninfo(std::string_view conninfo) {
     std::string why = err != nullptr ? err : "out of memory";
     PQfreemem(err);
     while (!why.empty() && (why.back() == '\n' || why.back() == ' ')) why.pop_back();
-    return Error(Errc::invalid_argument,
-                 "postgres checkpointer: cannot parse the connection string " +
-                     scrub_password("'" + text + "'", conninfo) + ": " +
-                     scrub_password(std::move(why), conninfo));
+    return Error(Errc::invalid_argument, "postgres: cannot parse the connection string " +
+                                             scrub_password("'" + text + "'", conninfo) + ": " +
+                                             scrub_password(std::move(why), conninfo));
   }
   // libpq checks a port only when it connects, and then reports it as a connection failure.
   const std::string ports = option(opts.get(), "port");
@@ -118,10 +116,9 @@ Result<PgConninfo> parse_pg_conninfo(std::string_view conninfo) {
     // An empty entry in a list means the default port.
     if (!(one.empty() && ports.find(',') != std::string::npos) &&
         (!ok || value < 1 || value > 65535))
-      return Error(Errc::invalid_argument,
-                   "postgres checkpointer: cannot parse the connection string: port " +
-                       scrub_password("'" + one + "'", conninfo) +
-                       " is not a number from 1 to 65535");
+      return Error(Errc::invalid_argument, "postgres: cannot parse the connection string: port " +
+                                               scrub_password("'" + one + "'", conninfo) +
+                                               " is not a number from 1 to 65535");
     begin = end + 1;
   }
   const std::string password = option(opts.get(), "password");
@@ -139,7 +136,7 @@ Result<PgConninfo> parse_pg_conninfo(std::string_view conninfo) {
     for (std::size_t pos = where.find(password); pos != std::string::npos;
          pos = where.find(password, pos + 3))
       where.replace(pos, password.size(), "***");
-  return PgConninfo{text, scrub_password(std::move(where), conninfo)};
+  return Conninfo{text, scrub_password(std::move(where), conninfo)};
 }
 
-}  // namespace weir::graph::detail
+}  // namespace weir::pg

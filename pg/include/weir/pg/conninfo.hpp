@@ -1,5 +1,4 @@
-// Checking and naming a PostgreSQL connection string without ever repeating its password; and
-// the owning handles both libpq users share.
+// Checking and naming a PostgreSQL connection string without ever repeating its password.
 //
 // libpq parses the string (PQconninfoParse: key=value pairs or a postgres:// / postgresql:// URI);
 // this wrapper refuses what libpq would misread (an embedded NUL, an empty string) and builds a
@@ -9,27 +8,14 @@
 // Thread safety: pure functions, any thread.
 #pragma once
 
-#include <libpq-fe.h>
-
-#include <memory>
 #include <string>
 #include <string_view>
 
 #include "weir/runtime/error.hpp"
 
-namespace weir::graph::detail {
+namespace weir::pg {
 
-// Owning handles for libpq's objects (the checkpointer's connection and the run queue's).
-struct PgConnFinish {
-  void operator()(PGconn* c) const { PQfinish(c); }
-};
-struct PgResultClear {
-  void operator()(PGresult* r) const { PQclear(r); }
-};
-using PgConnPtr = std::unique_ptr<PGconn, PgConnFinish>;
-using PgResultPtr = std::unique_ptr<PGresult, PgResultClear>;
-
-struct PgConninfo {
+struct Conninfo {
   std::string conninfo;     // what to hand to PQconnectdb (the input, validated)
   std::string description;  // "postgres 'user@host:port/dbname'"; holds no password
 };
@@ -38,10 +24,10 @@ struct PgConninfo {
 bool is_postgres_uri(std::string_view s);
 
 // invalid_argument when libpq cannot parse `conninfo` (the message is scrubbed of passwords).
-Result<PgConninfo> parse_pg_conninfo(std::string_view conninfo);
+Result<Conninfo> parse_conninfo(std::string_view conninfo);
 
 // `text` with every occurrence of a password found in `conninfo` replaced by "***" (a password
 // given as URI user info, a password= query parameter, or a password=value pair).
 std::string scrub_password(std::string text, std::string_view conninfo);
 
-}  // namespace weir::graph::detail
+}  // namespace weir::pg

@@ -1,0 +1,186 @@
+// RunService: runs of workflow files, queued, executed, watched and recorded in one place, on
+// one of two backends with one contract. `weir serve`'s runs API (/v1/runs, /v1/threads: serve/
+// keeps only the routes), `weir submit`, `weir runs` and `weir cancel` are its clients, and a
+// C++ program may open one too.
+//
+//   in-process  (options.db empty): runs execute on this process's executor, at most max_runs at
+//               once; the others wait in a bounded queue (max_queued_runs; beyond it submit
+//               fails with overloaded). Checkpoints live in memory: the process's end forgets
+//               every run and thread. The newest keep_finished finished runs are remembered; an
+//               older one is forgotten with its thread (when the thread is the run's own).
+//   PostgreSQL  (options.db a connection string): submit queues the run in weir_runs (RunQueue)
+//               and, with max_runs > 0, an embedded Worker runs up to max_runs of them here;
+//               `weir worker` processes elsewhere drain the same queue. Runs and checkpoints
+//               survive any process; overloaded when max_queued_runs runs are queued already.
+//               max_runs == 0 opens a client only (submit, read, cancel: the CLI's commands).
+// Both execute a run with the one RunExecutor (cluster/src/run_executor.hpp): the same thread
+// claim, checkpoint metadata {"queue_run": <run id>, "attempt", "workflow", "workflow_sha256"}
+// (how a run's steps are told from another's on a shared thread), continuation rule (the
+// graph's) and record of the end. A run's record is RunRecord on both; run_json is its one JSON
+// shape.
+//
+// Workflows: a run names one of the folder's workflows (options.workflows: every *.json, loaded
+// and checked at open; a bad file refuses the open, naming it), by its "name" (the file's stem
+// when it has none), or gives a file (RunRequest::workflow_file) whose text travels with it.
+// Every door checks the input the same way: an object whose keys the workflow's "input" list
+// allows (graph::check_input_channels; the executor checks again).
+// A thread runs one run at a time: in-process, a submit or resume onto a thread with a run
+// queued or running fails with thread_busy; on PostgreSQL the worker's thread claim orders them.
+//
+// Watching. watch(run, f) calls f (on some other thread, soon after) whenever the run's record
+// or its thread's checkpoints may have changed, so an event stream reads the store only when
+// something moved: in-process the run's graph::EventStream drives it (each superstep's first
+// node_started comes after the previous step's checkpoint, the run's last event after its last
+// one) plus every change of the record; on PostgreSQL one thread per service compares, every
+// watch_interval while anything is watched, each watched run's state and attempts and its
+// thread's version (weir_threads.updated_seq) in one query for all of them.
+//
+// Thread safety: every method may be called from any thread. Calls may block (PostgreSQL):
+// call them off an I/O thread.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <boost/json/object.hpp>
+#include <boost/json/value.hpp>
+
+#include "weir/cluster/run_queue.hpp"
+#include "weir/runtime/error.hpp"
+#include "weir/runtime/trace.hpp"
+
+namespace weir::graph {
+class Checkpointer;
+}
+
+namespace weir::cluster {
+
+struct RunServiceOptions {
+  std::filesystem::path workflows;  // a folder of workflow files; empty: requests give files
+  std::string db;                   // "": in-process; else a PostgreSQL connection string
+  // Runs executing at once in this process. In-process REQUIRES >= 1; PostgreSQL: 0 runs none
+  // here (a client of the queue only).
+  std::size_t max_runs = 8;
+  std::size_t max_queued_runs = 256;
+  std::size_t keep_finished = 1000;                 // in-process: finished runs remembered
+  std::size_t memory_limit = std::size_t{1} << 30;  // the runs' state and artifacts in memory
+  std::chrono::milliseconds lease = kDefaultLease;  // PostgreSQL: the embedded worker's lease
+  std::chrono::milliseconds watch_interval{250};    // PostgreSQL: see "Watching" above
+  std::function<void(const std::string&)> log;      // one line per run event; may be null
+  // Tracing (docs/tracing.md): the runs executed here record their spans under their record's
+  // traceparent (every attempt, on any worker, continues one trace). Null: off. REQUIRES:
+  // outlives the service.
+  trace::Tracer* tracer = nullptr;
+};
+
+// A run to queue: a workflow by name (of the folder) or by file.
+struct RunRequest {
+  std::string workflow;                  // a name of options.workflows' files; or
+  std::filesystem::path workflow_file;   // a file, read now (its text travels with the run)
+  boost::json::object input;             // channel -> value; checked against its "input" list
+  std::string thread_id;                 // "": a thread named like the run
+  int max_attempts = 0;                  // 0: in-process 1, PostgreSQL kDefaultMaxAttempts
+  std::string input_source = "'input'";  // how errors name the input ("--input" in the CLI)
+  // The W3C traceparent the run's spans continue (RunRecord::traceparent): the caller's span,
+  // e.g. the HTTP request that queued it. "" or not a valid one: a new trace of its own.
+  std::string traceparent;
+};
+
+// A page of runs, newest first.
+struct RunListQuery {
+  std::size_t limit = 100;        // REQUIRES >= 1
+  std::optional<RunState> state;  // only runs in this state
+  std::string after;              // "": from the newest; else the runs older than this run
+};
+struct RunList {
+  std::vector<RunRecord> runs;
+  bool has_more = false;  // older runs follow: ask again with after = runs.back().id
+};
+
+// What a cancel did: the run as it stood before and after it.
+struct CancelOutcome {
+  RunRecord before, after;
+};
+
+// Ends its watch when destroyed: no call of the watch's function starts after that.
+class RunWatch {
+ public:
+  virtual ~RunWatch() = default;
+};
+
+class RunService {
+ public:
+  // Errors: invalid_argument (max_runs, not a folder, no workflow in it, two with one name),
+  // invalid_workflow (a file that does not load or build: its report), io_error (the database,
+  // the artifact folder).
+  static Result<std::unique_ptr<RunService>> open(RunServiceOptions options);
+  virtual ~RunService() = default;
+
+  // "in-process" or "postgres 'user@host:port/db'".
+  virtual std::string description() const = 0;
+  // The folder's workflows by name, sorted.
+  const std::vector<std::string>& workflow_names() const { return names_; }
+
+  // Queues a run and returns its record. Errors: not_found (no such workflow: the message lists
+  // them; a file that does not exist), invalid_workflow (a file that does not load: its
+  // report), invalid_argument (the input sets a channel the workflow does not take: "'input'
+  // sets 'x', which w does not take as input (its \"input\": a, b)"), overloaded (the queue is
+  // full), thread_busy (in-process: the thread has a run in progress), cancelled (shutting
+  // down), io_error (the database).
+  virtual Result<RunRecord> submit(RunRequest request) = 0;
+  // Queues a run that continues the interrupted thread with `value` for the node that
+  // interrupted, with the workflow of the run that interrupted it. Errors: not_found (no such
+  // thread), invalid_argument (the thread is not interrupted: says how it stands), and
+  // submit's. `traceparent`: as RunRequest::traceparent.
+  virtual Result<RunRecord> resume(const std::string& thread_id, boost::json::value value,
+                                   std::string traceparent) = 0;
+  // not_found for an unknown (or forgotten) run. `workflow` (the text) left empty.
+  virtual Result<RunRecord> get(std::string_view id) = 0;
+  // Errors: not_found (query.after names no run).
+  virtual Result<RunList> list(const RunListQuery& query) = 0;
+  // A queued run ends cancelled at once; a running one stops before its next superstep. A
+  // finished run is left as it is. not_found for an unknown run.
+  virtual Result<CancelOutcome> cancel(std::string_view id) = 0;
+  virtual const graph::Checkpointer& checkpointer() const = 0;
+  // See "Watching" above. `on_change` must be quick (post to an executor); it may be called
+  // for changes that turn out to be none.
+  virtual std::unique_ptr<RunWatch> watch(std::string run_id, std::function<void()> on_change) = 0;
+  // Stops taking runs. In-process: cancels the runs in progress and ends the queued ones as
+  // cancelled; PostgreSQL: the embedded worker hands its runs back (another worker, or this
+  // service's next start, continues them). Blocks until they stopped. Idempotent.
+  virtual void shutdown() = 0;
+
+ protected:
+  std::vector<std::string> names_;
+};
+
+// The one JSON shape of a run: GET /v1/runs/{id}, the events stream's end, `weir runs ID`:
+// {"id", "object": "run", "workflow", "workflow_file", "workflow_sha256", "thread_id", "state",
+//  "attempts", "max_attempts", "cancel_requested", "worker" (the lease owner or null),
+//  "lease_expires_at_ms", "fence", "created_at_ms", "started_at_ms", "finished_at_ms" (unix ms
+//  or null), "input", "resume" (only for a resume run), "result", "error" ({code, message} or
+//  null), "traceparent" (the trace its spans continue, or null)}. Stored JSON text that does not
+//  parse is shown as a string.
+boost::json::object run_json(const RunRecord& r);
+// {"object": "list", "data": [run_json...], "has_more", "last_id" (null when empty)}.
+boost::json::object run_list_json(const RunList& l);
+
+// The traceparent a run is recorded with: `given` when it is a valid W3C traceparent, else a
+// new trace's (so every attempt of the run, on any worker, continues one trace).
+std::string run_traceparent(std::string_view given);
+
+// The threads of a PostgreSQL database that a queued or running run of its queue will run on,
+// each with what to tell a user ("run r-... is queued on it"): what age-based retention
+// (`weir store prune --older-than`) must not delete. Empty when the database has no queue
+// (weir_runs is not created here). Errors: invalid_argument (the connection string), io_error.
+Result<std::map<std::string, std::string>> threads_with_unfinished_runs(std::string_view db);
+
+}  // namespace weir::cluster
