@@ -55,6 +55,7 @@ Result<OpenAIModelOptions> openai_options(const graph::ModelSpec& m) {
   o.requests_per_minute = static_cast<double>(num("requests_per_minute", 0));
   o.max_retries = static_cast<std::int32_t>(std::min<std::int64_t>(num("max_retries", 3), 100));
   o.timeout = ms("timeout_ms", o.timeout);
+  o.attempt_timeout = ms("attempt_timeout_ms", o.attempt_timeout);
   o.connect_timeout = ms("connect_timeout_ms", o.connect_timeout);
   o.max_response_bytes = static_cast<std::size_t>(num("max_response_bytes", 16 << 20));
   o.context_length = num("context_length", 0);
@@ -96,6 +97,8 @@ struct Wiring {
       auto o = remote_override ? parse_openai_model_ref(services.model_override->native())
                                : openai_options(*spec->second);
       if (!o) return Error(o.error().code, "model '" + name + "': " + o.error().message);
+      if (services.model_options.max_model_len > 0)  // --max-model-len wins, as for local models
+        o->context_length = services.model_options.max_model_len;
       auto m = OpenAIChatModel::open(std::move(*o));
       if (!m) return Error(m.error().code, "model '" + name + "': " + m.error().message);
       models[name] = *m;

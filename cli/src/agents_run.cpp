@@ -158,6 +158,7 @@ int run_agents_file(const fs::path& path, const AgentsRunOptions& options) {
   std::shared_ptr<agents::ChatModel> model;
   if (remote) {
     auto o = agents::parse_openai_model_ref(*options.model);
+    if (o && options.max_model_len > 0) o->context_length = options.max_model_len;
     auto m = o ? agents::OpenAIChatModel::open(std::move(*o))
                : Result<std::shared_ptr<agents::OpenAIChatModel>>(std::move(o).error());
     if (!m) return std::fprintf(stderr, "weir: %s\n", m.error().message.c_str()), kExitRunFailed;

@@ -458,7 +458,7 @@ class Loader {
                {"provider", "base_url", "model", "api_key_env", "max_concurrency", "max_queued",
                 "requests_per_minute", "max_retries", "timeout_ms", "connect_timeout_ms",
                 "max_response_bytes", "stream", "context_length", "breaker_failures",
-                "breaker_cooldown_ms", "affinity_slack"});
+                "breaker_cooldown_ms", "affinity_slack", "attempt_timeout_ms"});
     m.provider = "openai";
     // One URL, or several serving the same model (balanced, with failover).
     const auto* bu = mo.if_contains("base_url");
@@ -481,8 +481,8 @@ class Loader {
     for (const char* key : {"max_concurrency", "max_queued", "timeout_ms", "connect_timeout_ms",
                             "max_response_bytes", "breaker_failures", "breaker_cooldown_ms"})
       (void)int_at(mo, key, ptr, 1);
-    for (const char* key :
-         {"requests_per_minute", "max_retries", "context_length", "affinity_slack"})
+    for (const char* key : {"requests_per_minute", "max_retries", "context_length",
+                            "affinity_slack", "attempt_timeout_ms"})
       (void)int_at(mo, key, ptr, 0);
     if (const auto* st = mo.if_contains("stream"); st && !st->is_bool())
       error(ptr + "/stream", "expected true or false, got " + type_name(*st));

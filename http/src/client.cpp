@@ -350,7 +350,9 @@ asio::awaitable<Result<ClientResponse>> Client::Impl::exchange(
   while (!p.is_done()) {
     p.get().body().data = chunk;
     p.get().body().size = sizeof chunk;
-    auto [rec, rn] = co_await bhttp::async_read(s, c.buffer, p, kTok);
+    // read_some: bytes reach the sink as they arrive (async_read held a stream's events back
+    // until the chunk buffer was full or the body ended).
+    auto [rec, rn] = co_await bhttp::async_read_some(s, c.buffer, p, kTok);
     if (rec == bhttp::error::need_buffer) rec = {};
     const std::size_t got = sizeof chunk - p.get().body().size;
     total += got;

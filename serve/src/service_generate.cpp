@@ -196,8 +196,7 @@ ToolReply tool_reply(const GenerationSpec& spec, const std::string& text,
   auto parsed = agents::parse_tool_calls(kept, spec.tool_names, spec.first_tool_id);
   ToolReply r;
   r.content = parsed.calls.empty() ? kept : parsed.content;
-  for (auto& call : parsed.calls)
-    r.calls.push_back({call.id, call.name, json::serialize(call.arguments)});
+  for (auto& call : parsed.calls) r.calls.push_back(agents::to_openai(call));
   return r;
 }
 
@@ -484,6 +483,10 @@ inf::GenerateRequest base_request(const oa::Sampling& sp) {
       sp.seed.value_or(static_cast<std::uint64_t>(Clock::now().time_since_epoch().count()));
   rq.sampling.presence_penalty = sp.presence_penalty;
   rq.sampling.frequency_penalty = sp.frequency_penalty;
+  // vLLM's and llama.cpp's extensions, which weir's sampler has too.
+  if (sp.top_k) rq.sampling.top_k = *sp.top_k;
+  if (sp.min_p) rq.sampling.min_p = *sp.min_p;
+  if (sp.repetition_penalty) rq.sampling.repetition_penalty = *sp.repetition_penalty;
   rq.stop_strings = sp.stop;
   rq.logprobs = sp.logprobs;
   return rq;
@@ -515,21 +518,9 @@ awaitable<void> Service::Impl::chat(http::Exchange& ex, http::Response& out, boo
   spec.value_only = rq.constraint != nullptr;  // response_format
   std::vector<agents::Message> msgs;
   for (const auto& cm : cr.messages) {
-    agents::Message am;
-    am.role = *agents::parse_role(cm.role);
-    am.content = cm.content;
-    am.name = cm.name;
-    am.tool_call_id = cm.tool_call_id;
-    for (const auto& tc : cm.tool_calls) {
-      agents::ToolCall c;
-      c.id = tc.id;
-      c.name = tc.name;
-      boost::system::error_code ec;
-      auto v = json::parse(tc.arguments, ec);
-      if (!ec && v.is_object()) c.arguments = std::move(v.as_object());
-      am.tool_calls.push_back(std::move(c));
-      ++spec.first_tool_id;
-    }
+    // (The codec refused calls whose arguments are not a JSON object: none is left out here.)
+    agents::Message am = agents::from_openai(cm);
+    spec.first_tool_id += static_cast<int>(am.tool_calls.size());
     if (am.role == agents::Role::tool && am.name.empty()) {  // name the tool from its call
       for (const auto& prev : msgs)
         for (const auto& c : prev.tool_calls)
