@@ -133,11 +133,11 @@ struct Agent::Loop {
   }
 
   // The history window less the tools' descriptions, which ride in the system turn; never more
-  // than the model's context leaves after the reply (and a margin for the chat template's
-  // markers, which the window's count estimates).
-  HistoryWindow effective_window() const {
+  // than the model's context (`ctx`, 0: unknown) leaves after the reply (and a margin for the chat
+  // template's markers, which the window's count estimates).
+  HistoryWindow effective_window(std::int64_t ctx) const {
     HistoryWindow window = spec.history;
-    if (const std::int64_t ctx = model->context_length(); ctx > 0) {
+    if (ctx > 0) {
       const std::int64_t reply = std::min<std::int64_t>(spec.max_tokens_per_turn, ctx / 2);
       const std::int64_t room = std::max<std::int64_t>(1, ctx - reply - ctx / 16 - 8);
       if (window.max_tokens <= 0 || window.max_tokens > room) window.max_tokens = room;
@@ -209,7 +209,8 @@ struct Agent::Loop {
     std::int64_t iter = int_of(st, "iterations");
     std::int64_t prompt_tokens = int_of(st, "prompt_tokens");
     std::int64_t completion_tokens = int_of(st, "completion_tokens");
-    const HistoryWindow window = effective_window();
+    const std::int64_t context_tokens = co_await model->async_context_length();
+    const HistoryWindow window = effective_window(context_tokens);
     if (msgs->empty()) {
       msgs->push_back(Message::system(agent_system_prompt(spec)));
       const auto& task = state.get("task");
@@ -334,6 +335,7 @@ struct Agent::Loop {
     if (msgs->empty() || msgs->back().tool_calls.empty())
       co_return Error(Errc::invalid_argument, "agent '" + spec.name + "': act without tool calls");
     const std::vector<ToolCall> calls = msgs->back().tool_calls;
+    const std::int64_t context_tokens = co_await model->async_context_length();
     std::int64_t n = int_of(state.to_object(), "tool_calls");
     std::int64_t refused = int_of(state.to_object(), "refused_tool_calls");
     for (const auto& call : calls) {
@@ -365,7 +367,7 @@ struct Agent::Loop {
       m.role = Role::tool;
       m.name = call.name;
       m.tool_call_id = call.id;
-      m.content = clip_to_window(std::move(content), effective_window(), *model);
+      m.content = clip_to_window(std::move(content), effective_window(context_tokens), *model);
       msgs->push_back(std::move(m));
     }
     graph::Update u;

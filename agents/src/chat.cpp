@@ -2,6 +2,8 @@
 
 #include <boost/json.hpp>
 
+#include "weir/runtime/json_parse.hpp"
+
 namespace weir::agents {
 
 namespace json = boost::json;
@@ -28,59 +30,111 @@ std::optional<Role> parse_role(std::string_view s) {
   return std::nullopt;
 }
 
-json::value Message::to_json() const {
-  json::object o;
-  o["role"] = role_name(role);
-  o["content"] = content;
-  if (!name.empty()) o["name"] = name;
-  if (!tool_call_id.empty()) o["tool_call_id"] = tool_call_id;
-  if (!tool_calls.empty()) {
-    json::array calls;
-    for (const auto& c : tool_calls) {
-      calls.push_back(json::object{{"id", c.id}, {"name", c.name}, {"arguments", c.arguments}});
+namespace oa = http::openai;
+
+oa::ToolCall to_openai(const ToolCall& c) {
+  return {c.id, c.name, json::serialize(c.arguments)};
+}
+
+oa::ChatMessage to_openai(const Message& m) {
+  oa::ChatMessage w;
+  w.role = role_name(m.role);
+  w.content = m.content;
+  w.tool_call_id = m.tool_call_id;
+  w.name = m.name;
+  for (const auto& c : m.tool_calls) w.tool_calls.push_back(to_openai(c));
+  return w;
+}
+
+Message from_openai(const oa::ChatMessage& w, std::string* unusable) {
+  Message m;
+  m.role = parse_role(w.role).value_or(Role::user);
+  m.content = w.content;
+  m.tool_call_id = w.tool_call_id;
+  m.name = w.name;
+  auto refuse = [&](std::string why) {
+    if (unusable && unusable->empty()) *unusable = std::move(why);
+  };
+  for (const auto& c : w.tool_calls) {
+    if (c.name.empty()) {
+      refuse("a tool call without a function name");
+      continue;
     }
-    o["tool_calls"] = std::move(calls);
+    ToolCall t;
+    t.id = c.id;
+    t.name = c.name;
+    if (!c.arguments.empty()) {
+      auto parsed = parse_json(c.arguments, "tool call arguments");
+      if (!parsed || !parsed->value.is_object()) {
+        refuse("the arguments of tool call '" + c.name + "' are not a JSON object: " +
+               (parsed ? "got " + c.arguments.substr(0, 200) : parsed.error().message));
+        continue;
+      }
+      t.arguments = std::move(parsed->value.get_object());
+    }
+    m.tool_calls.push_back(std::move(t));
   }
-  return o;
+  return m;
+}
+
+Result<ChatResponse> from_openai(const oa::Completion& c) {
+  if (c.choices.empty()) return Error(Errc::model_error, "an answer without choices");
+  const oa::Choice& choice = c.choices.front();
+  ChatResponse r;
+  std::string unusable;
+  r.message = from_openai(oa::assistant_message(choice), &unusable);
+  r.message.role = Role::assistant;
+  if (!unusable.empty()) r.tool_call_error = std::move(unusable);
+  if (r.message.tool_calls.size() > kMaxToolCalls) {
+    r.message.tool_calls.resize(kMaxToolCalls);
+    r.tool_call_error =
+        "more than " + std::to_string(kMaxToolCalls) + " tool calls in one reply; the rest dropped";
+  }
+  for (std::size_t i = 0; i < r.message.tool_calls.size(); ++i)
+    if (r.message.tool_calls[i].id.empty())
+      r.message.tool_calls[i].id = "call_" + std::to_string(i);
+  r.finish_reason = choice.finish_reason;
+  if (c.usage) {
+    r.usage.prompt_tokens = c.usage->prompt_tokens;
+    r.usage.completion_tokens = c.usage->completion_tokens;
+    r.usage.cached_prompt_tokens = c.usage->cached_tokens;
+  }
+  return r;
+}
+
+json::value Message::to_json() const {
+  return oa::message_json(to_openai(*this));
 }
 
 Result<Message> Message::from_json(const json::value& v) {
-  const auto* o = v.if_object();
-  if (!o)
-    return Error(Errc::invalid_argument, "a message must be an object with 'role' and 'content'");
-  Message m;
-  const auto* role = o->if_contains("role");
-  if (!role || !role->is_string())
-    return Error(Errc::invalid_argument, "a message needs a string 'role'");
-  auto r = parse_role(role->as_string());
-  if (!r) {
-    return Error(Errc::invalid_argument, "unknown message role '" + std::string(role->as_string()) +
-                                             "' (system, user, assistant, tool)");
-  }
-  m.role = *r;
-  if (const auto* c = o->if_contains("content")) {
-    if (c->is_string())
-      m.content = c->as_string();
-    else if (!c->is_null())
-      return Error(Errc::invalid_argument, "message 'content' must be a string");
-  }
-  if (const auto* n = o->if_contains("name"); n && n->is_string()) m.name = n->as_string();
-  if (const auto* id = o->if_contains("tool_call_id"); id && id->is_string())
-    m.tool_call_id = id->as_string();
-  if (const auto* calls = o->if_contains("tool_calls"); calls && calls->is_array()) {
-    for (const auto& c : calls->as_array()) {
-      const auto* co = c.if_object();
-      if (!co || !co->contains("name"))
-        return Error(Errc::invalid_argument, "a tool call needs a 'name'");
-      ToolCall tc;
-      tc.name = json::value_to<std::string>(co->at("name"));
-      if (const auto* id = co->if_contains("id"); id && id->is_string()) tc.id = id->as_string();
-      if (const auto* a = co->if_contains("arguments"); a && a->is_object())
-        tc.arguments = a->as_object();
-      m.tool_calls.push_back(std::move(tc));
+  const json::value* in = &v;
+  // weir 0.2 wrote tool calls as {"id", "name", "arguments": {...}}: read them as OpenAI's.
+  json::value upgraded;
+  if (const auto* calls = v.is_object() ? v.as_object().if_contains("tool_calls") : nullptr;
+      calls && calls->is_array()) {
+    bool old = false;
+    for (const auto& c : calls->as_array())
+      old |= c.is_object() && c.as_object().contains("name") && !c.as_object().contains("function");
+    if (old) {
+      upgraded = v;
+      for (auto& c : upgraded.as_object()["tool_calls"].as_array()) {
+        auto* co = c.if_object();
+        if (!co || co->contains("function")) continue;
+        json::object fn{{"name", (*co)["name"]}};
+        if (const auto* a = co->if_contains("arguments"))
+          fn["arguments"] = a->is_object() ? json::value(json::serialize(*a)) : *a;
+        co->erase("name");
+        co->erase("arguments");
+        (*co)["type"] = "function";
+        (*co)["function"] = std::move(fn);
+      }
+      in = &upgraded;
     }
   }
-  return m;
+  oa::ChatMessage w;
+  if (auto e = oa::parse_message(*in, "message", w))
+    return Error(Errc::invalid_argument, e->message);
+  return from_openai(w);
 }
 
 }  // namespace weir::agents

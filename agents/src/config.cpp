@@ -24,7 +24,7 @@ void parse_openai(JsonFields& f, const json::object& o, const std::string& ptr,
                {"provider", "base_url", "model", "api_key_env", "max_concurrency", "max_queued",
                 "requests_per_minute", "max_retries", "timeout_ms", "connect_timeout_ms",
                 "max_response_bytes", "stream", "context_length", "breaker_failures",
-                "breaker_cooldown_ms", "affinity_slack"});
+                "breaker_cooldown_ms", "affinity_slack", "attempt_timeout_ms"});
   // One URL, or several serving the same model (balanced, with failover).
   const auto* bu = o.if_contains("base_url");
   if (!bu) {
@@ -61,6 +61,7 @@ void parse_openai(JsonFields& f, const json::object& o, const std::string& ptr,
     m.max_retries = static_cast<std::int32_t>(*n);
   if (auto n = f.int_at(o, "timeout_ms", ptr, 1)) m.timeout = ms(*n);
   if (auto n = f.int_at(o, "connect_timeout_ms", ptr, 1)) m.connect_timeout = ms(*n);
+  if (auto n = f.int_at(o, "attempt_timeout_ms", ptr, 0)) m.attempt_timeout = ms(*n);
   if (auto n = f.int_at(o, "max_response_bytes", ptr, 1)) m.max_response_bytes = *n;
   if (auto v = f.bool_at(o, "stream", ptr)) m.stream = *v;
   if (auto n = f.int_at(o, "context_length", ptr, 0)) m.context_length = *n;

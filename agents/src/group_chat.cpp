@@ -181,11 +181,11 @@ struct GroupChat::Impl {
   std::shared_ptr<ChatModel> model;
   std::vector<std::string> names;
 
-  // The transcript window, its tokens capped by what the model's context leaves after a reply
-  // of `reply` tokens (and a margin for the chat template's markers).
-  HistoryWindow window_for(std::int64_t reply) const {
+  // The transcript window, its tokens capped by what the model's context (`ctx`, 0: unknown)
+  // leaves after a reply of `reply` tokens (and a margin for the chat template's markers).
+  HistoryWindow window_for(std::int64_t reply, std::int64_t ctx) const {
     HistoryWindow w = spec.window;
-    if (const std::int64_t ctx = model->context_length(); ctx > 0) {
+    if (ctx > 0) {
       const std::int64_t room =
           std::max<std::int64_t>(1, ctx - std::min(reply, ctx / 2) - ctx / 16 - 8);
       if (w.max_tokens <= 0 || w.max_tokens > room) w.max_tokens = room;
@@ -263,7 +263,9 @@ struct GroupChat::Impl {
     }
     // What is sent never exceeds the model's context: the system turn and the task stay, the
     // oldest turns go first.
-    if (auto dropped = fit_window(conv, window_for(agent.max_tokens_per_turn), *model, 2);
+    const std::int64_t context_tokens = co_await model->async_context_length();
+    if (auto dropped =
+            fit_window(conv, window_for(agent.max_tokens_per_turn, context_tokens), *model, 2);
         !dropped.empty())
       ctx.trace_event("weir.fence.window_eviction", {{"weir.window.evicted_messages",
                                                       static_cast<std::int64_t>(dropped.size())}});
@@ -292,7 +294,8 @@ struct GroupChat::Impl {
     transcript.push_back(reply);
     // The transcript window keeps the task (first) and the latest turns.
     std::vector<Message> windowed = transcript;
-    fit_window(windowed, window_for(agent.max_tokens_per_turn), *model, 1);  // the task stays
+    fit_window(windowed, window_for(agent.max_tokens_per_turn, context_tokens), *model,
+               1);  // the task stays
     const std::int64_t messages = num(st, "messages") + 1;
     const std::int64_t tokens = num(st, "tokens") + used;
     ChatProgress progress;

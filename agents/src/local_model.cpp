@@ -273,14 +273,29 @@ asio::awaitable<Result<ChatResponse>> LocalChatModel::async_chat(std::vector<Mes
         *tokenizer_);
     if (!c)
       co_return Error(Errc::invalid_argument, name_ + ": output_schema: " + c.error().message);
+    // The answer ends valid within the turn's tokens (the engine's budget rule), so a turn too
+    // short for any valid value is refused here, saying which knob to turn.
+    const std::int64_t budget = std::min<std::int64_t>(
+        params.max_tokens, ctx - static_cast<std::int64_t>(rq.prompt.size()));
+    if (const std::int32_t need = (*c)->min_tokens(); need > budget)
+      co_return Error(Errc::invalid_argument,
+                      name_ + ": output_schema: its shortest valid value takes " +
+                          std::to_string(need) + " tokens of this model's vocabulary, but the " +
+                          "turn may have " + std::to_string(budget) +
+                          (budget < params.max_tokens
+                               ? " (what the context leaves after the prompt); shorten the prompt"
+                               : " (max_tokens; an agent's max_tokens_per_turn); raise it to at "
+                                 "least " +
+                                     std::to_string(need)));
     rq.constraint = *c;
   }
   if (!tools.empty()) {
     rq.stop_strings.push_back("</tool_call>");
     // After "<tool_call>" the output is constrained to {"name": one of the tools, "arguments":
-    // that tool's parameters}: a call is valid by construction. A tool whose schema uses a
-    // keyword the constraint cannot enforce leaves calls unconstrained (the parser and the
-    // registry still check them), with a warning.
+    // that tool's parameters}: a call is valid by construction, and one that starts ends
+    // within the turn's max_tokens (the engine refuses "<tool_call>" where it could not). A
+    // tool whose schema uses a keyword the constraint cannot enforce leaves calls
+    // unconstrained (the parser and the registry still check them), with a warning.
     if (auto c = tool_call_constraint(tools)) {
       rq.constraint = *c;
       rq.constraint_trigger = "<tool_call>";

@@ -90,6 +90,8 @@ struct Wiring {
       auto o = remote_override ? parse_openai_model_ref(services.model_override->native())
                                : Result<OpenAIModelOptions>(c->openai);
       if (!o) return Error(o.error().code, "model '" + name + "': " + o.error().message);
+      if (services.model_options.max_model_len > 0)  // --max-model-len wins, as for local models
+        o->context_length = services.model_options.max_model_len;
       auto m = OpenAIChatModel::open(std::move(*o));
       if (!m) return Error(m.error().code, "model '" + name + "': " + m.error().message);
       models[name] = *m;

@@ -176,6 +176,7 @@ Status open_model(CrewSession& s, const agents::AgentsFile& file, const AgentsRu
   if (remote) {
     auto o = agents::parse_openai_model_ref(*options.model);
     if (!o) return std::move(o).error();
+    if (options.max_model_len > 0) o->context_length = options.max_model_len;
     auto m = agents::OpenAIChatModel::open(std::move(*o));
     if (!m) return std::move(m).error();
     s.model = std::move(*m);

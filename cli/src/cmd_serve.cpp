@@ -177,7 +177,12 @@ int cmd_serve(Args args) {
     std::fprintf(stderr, "weir serve: %s (see 'weir serve --help')\n", st.error().message.c_str());
     return kExitInvalidInput;
   }
-  return serve::run(std::move(c));
+  // The server holds the tracer while it serves; the flush at exit is this command's, with the
+  // bound every command keeps (close_tracer: 3 s, and what was dropped is said).
+  std::shared_ptr<trace::Tracer> tracer = c.tracer;
+  const int code = serve::run(std::move(c));
+  close_tracer(tracer);
+  return code;
 }
 
 }  // namespace weir::cli

@@ -11,10 +11,10 @@
 
 #include <boost/json.hpp>
 
-#include "weir/pg/connection.hpp"
 #include "run_service_impl.hpp"
 #include "weir/cluster/worker.hpp"
 #include "weir/graph/checkpointer.hpp"
+#include "weir/pg/connection.hpp"
 #include "weir/runtime/json_write.hpp"
 
 namespace weir::cluster {

@@ -377,7 +377,8 @@ Result<WorkerStats> Worker::Impl::run() {
     const auto until = std::min(next_renew, Clock::now() + opt.poll);
     const auto wait_ms = std::max<long long>(
         0, std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count());
-    pollfd fds[2] = {{wake_fd, POLLIN, 0}, {listener ? PQsocket(listener->native()) : -1, POLLIN, 0}};
+    pollfd fds[2] = {{wake_fd, POLLIN, 0},
+                     {listener ? PQsocket(listener->native()) : -1, POLLIN, 0}};
     const int n = ::poll(fds, fds[1].fd >= 0 ? 2 : 1, static_cast<int>(wait_ms));
     if (n > 0 && (fds[0].revents & POLLIN)) {
       uint64_t v;

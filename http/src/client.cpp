@@ -151,8 +151,8 @@ std::string Url::origin() const {
 Result<Url> parse_url(std::string_view s) {
   Url u;
   u.text = std::string(s);
-  auto bad = [&](std::string why) {
-    return Error(Errc::invalid_argument, "invalid URL '" + std::string(s) + "': " + why);
+  auto bad = [&](std::string why) {  // the URL as given (`s` loses its scheme below)
+    return Error(Errc::invalid_argument, "invalid URL '" + u.text + "': " + why);
   };
   if (s.starts_with("http://")) {
     s.remove_prefix(7);
@@ -196,6 +196,25 @@ Result<Url> parse_url(std::string_view s) {
   while (path.ends_with('/')) path.remove_suffix(1);
   u.path = std::string(path);
   return u;
+}
+
+Status check_header(std::string_view name, std::string_view value) {
+  static constexpr std::string_view kTokenPunct = "!#$%&'*+-.^_`|~";
+  const auto tchar = [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || kTokenPunct.find(c) != kTokenPunct.npos;
+  };
+  if (name.empty() || !std::all_of(name.begin(), name.end(), tchar))
+    return Error(Errc::invalid_argument, "header name '" + std::string(name) +
+                                             "' is not an HTTP token (letters, digits and " +
+                                             std::string(kTokenPunct) + ")");
+  for (std::string_view own : {"Host", "Content-Length", "Transfer-Encoding", "Content-Type"})
+    if (iequals(name, own))
+      return Error(Errc::invalid_argument, "header '" + std::string(name) +
+                                               "' is set by weir from the request; leave it out");
+  if (value.find_first_of(std::string_view("\r\n\0", 3)) != std::string_view::npos)
+    return Error(Errc::invalid_argument,
+                 "header '" + std::string(name) + "' holds a line break or NUL");
+  return {};
 }
 
 std::string_view ClientResponse::header(std::string_view name) const {
@@ -331,7 +350,9 @@ asio::awaitable<Result<ClientResponse>> Client::Impl::exchange(
   while (!p.is_done()) {
     p.get().body().data = chunk;
     p.get().body().size = sizeof chunk;
-    auto [rec, rn] = co_await bhttp::async_read(s, c.buffer, p, kTok);
+    // read_some: bytes reach the sink as they arrive (async_read held a stream's events back
+    // until the chunk buffer was full or the body ended).
+    auto [rec, rn] = co_await bhttp::async_read_some(s, c.buffer, p, kTok);
     if (rec == bhttp::error::need_buffer) rec = {};
     const std::size_t got = sizeof chunk - p.get().body().size;
     total += got;
@@ -395,7 +416,11 @@ asio::awaitable<Result<ClientResponse>> Client::async_request(const Url& url, Cl
 
   bhttp::request<bhttp::string_body> req;
   req.method_string(request.method);
-  req.target(url.path + request.target);
+  // A URL without a path and a request without a target ask for the root: an empty
+  // request-target is not HTTP ("POST  HTTP/1.1").
+  std::string target = url.path + request.target;
+  if (target.empty()) target = "/";
+  req.target(target);
   req.version(11);
   req.set(bhttp::field::host, url.host + ":" + url.port);
   req.set(bhttp::field::user_agent, "weir");

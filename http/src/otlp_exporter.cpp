@@ -3,6 +3,7 @@
 #include "weir/http/otlp.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <random>
 #include <thread>
@@ -156,6 +157,24 @@ Result<std::size_t> env_count(const char* name, std::size_t fallback) {
   return static_cast<std::size_t>(std::stoul(v));
 }
 
+// "key1=value1,key2=value2" (OTEL_EXPORTER_OTLP_HEADERS, OTEL_RESOURCE_ATTRIBUTES): values
+// percent-decoded, blanks around keys and values dropped. `what` names a pair in errors.
+Result<std::vector<Header>> parse_otel_pairs(std::string_view text, const std::string& what) {
+  std::vector<Header> out;
+  while (!text.empty()) {
+    const std::size_t comma = text.find(',');
+    std::string_view pair = trim(text.substr(0, comma));
+    text = comma == std::string_view::npos ? std::string_view() : text.substr(comma + 1);
+    if (pair.empty()) continue;
+    const std::size_t eq = pair.find('=');
+    if (eq == std::string_view::npos || trim(pair.substr(0, eq)).empty())
+      return Error(Errc::invalid_argument, what + " '" + std::string(pair) + "' is not key=value");
+    out.push_back(
+        {percent_decode(trim(pair.substr(0, eq))), percent_decode(trim(pair.substr(eq + 1)))});
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string otlp_traces_url(std::string_view base) {
@@ -165,24 +184,12 @@ std::string otlp_traces_url(std::string_view base) {
 }
 
 Result<std::vector<Header>> parse_otlp_headers(std::string_view text) {
-  std::vector<Header> out;
-  while (!text.empty()) {
-    const std::size_t comma = text.find(',');
-    std::string_view pair = trim(text.substr(0, comma));
-    text = comma == std::string_view::npos ? std::string_view() : text.substr(comma + 1);
-    if (pair.empty()) continue;
-    const std::size_t eq = pair.find('=');
-    if (eq == std::string_view::npos || trim(pair.substr(0, eq)).empty())
-      return Error(Errc::invalid_argument,
-                   "OTLP header '" + std::string(pair) + "' is not key=value");
-    std::string key = percent_decode(trim(pair.substr(0, eq)));
-    std::string value = percent_decode(trim(pair.substr(eq + 1)));
-    const auto bad = [](char c) { return c == '\r' || c == '\n' || c == '\0'; };
-    if (std::any_of(key.begin(), key.end(), bad) || std::any_of(value.begin(), value.end(), bad))
-      return Error(Errc::invalid_argument, "OTLP header '" + key + "' holds a line break or NUL");
-    out.push_back({std::move(key), std::move(value)});
-  }
-  return out;
+  auto pairs = parse_otel_pairs(text, "OTLP header");
+  if (!pairs) return std::move(pairs).error();
+  for (const auto& [key, value] : *pairs)
+    if (auto ok = check_header(key, value); !ok)
+      return Error(ok.error().code, "OTLP " + ok.error().message);
+  return pairs;
 }
 
 Result<std::unique_ptr<trace::SpanExporter>> make_otlp_exporter(OtlpOptions options) {
@@ -194,17 +201,29 @@ Result<std::unique_ptr<trace::SpanExporter>> make_otlp_exporter(OtlpOptions opti
 }
 
 Result<std::shared_ptr<trace::Tracer>> make_tracer(const TraceSettings& settings) {
-  if (env("OTEL_SDK_DISABLED") == "true") return std::shared_ptr<trace::Tracer>();
+  {
+    // A boolean, case-insensitive (the OpenTelemetry spec): "true", "TRUE", "True".
+    std::string off = env("OTEL_SDK_DISABLED");
+    std::transform(off.begin(), off.end(), off.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    if (off == "true") return std::shared_ptr<trace::Tracer>();
+  }
   std::vector<std::unique_ptr<trace::SpanExporter>> exporters;
-  std::string endpoint;
+  std::string endpoint, from, given;  // the traces URL; where it came from, as written there
   if (!settings.otlp_endpoint.empty()) {
-    endpoint = otlp_traces_url(settings.otlp_endpoint);
+    from = "--otlp-endpoint", given = settings.otlp_endpoint;
+    endpoint = otlp_traces_url(given);
   } else if (auto v = env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"); !v.empty()) {
+    from = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", given = v;
     endpoint = v;
   } else if (auto b = env("OTEL_EXPORTER_OTLP_ENDPOINT"); !b.empty()) {
+    from = "OTEL_EXPORTER_OTLP_ENDPOINT", given = b;
     endpoint = otlp_traces_url(b);
   }
   if (!endpoint.empty()) {
+    // Errors show the URL as the user wrote it, not the traces URL made from it.
+    if (auto u = parse_url(given); !u)
+      return Error(Errc::invalid_argument, from + ": " + u.error().message);
     OtlpOptions o;
     o.endpoint = endpoint;
     auto [pname, protocol] =
@@ -231,11 +250,7 @@ Result<std::shared_ptr<trace::Tracer>> make_tracer(const TraceSettings& settings
       o.timeout = std::chrono::milliseconds(*t);
     }
     auto e = make_otlp_exporter(std::move(o));
-    if (!e) {
-      const std::string from =
-          settings.otlp_endpoint.empty() ? "OTEL_EXPORTER_OTLP_ENDPOINT" : "--otlp-endpoint";
-      return Error(Errc::invalid_argument, from + ": " + e.error().message);
-    }
+    if (!e) return Error(Errc::invalid_argument, from + ": " + e.error().message);
     exporters.push_back(std::move(*e));
   }
   if (!settings.file.empty()) {
@@ -246,20 +261,25 @@ Result<std::shared_ptr<trace::Tracer>> make_tracer(const TraceSettings& settings
   if (exporters.empty()) return std::shared_ptr<trace::Tracer>();
 
   trace::TracerOptions t;
-  t.service_name = settings.service_name;
-  if (t.service_name.empty()) t.service_name = env("OTEL_SERVICE_NAME");
-  if (t.service_name.empty()) t.service_name = "weir";
-  t.capture_content = settings.capture_content;
-  t.max_content_bytes = settings.max_content_bytes;
+  // service.name: the flag's, else OTEL_SERVICE_NAME, else OTEL_RESOURCE_ATTRIBUTES', else weir.
+  std::string attrs_service;
   if (auto ra = env("OTEL_RESOURCE_ATTRIBUTES"); !ra.empty()) {
-    auto kv = parse_otlp_headers(ra);
+    auto kv = parse_otel_pairs(ra, "resource attribute");
     if (!kv)
       return Error(Errc::invalid_argument, "OTEL_RESOURCE_ATTRIBUTES: " + kv.error().message);
     for (auto& h : *kv) {
-      if (h.name == "service.name") continue;  // OTEL_SERVICE_NAME and the flag decide it
-      t.resource.push_back({std::move(h.name), std::move(h.value)});
+      if (h.name == "service.name")
+        attrs_service = std::move(h.value);
+      else
+        t.resource.push_back({std::move(h.name), std::move(h.value)});
     }
   }
+  t.service_name = settings.service_name;
+  if (t.service_name.empty()) t.service_name = env("OTEL_SERVICE_NAME");
+  if (t.service_name.empty()) t.service_name = attrs_service;
+  if (t.service_name.empty()) t.service_name = "weir";
+  t.capture_content = settings.capture_content;
+  t.max_content_bytes = settings.max_content_bytes;
   auto q = env_count("OTEL_BSP_MAX_QUEUE_SIZE", t.max_queue_spans);
   if (!q) return std::move(q).error();
   t.max_queue_spans = *q;

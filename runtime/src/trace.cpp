@@ -350,4 +350,27 @@ void Tracer::shutdown(std::chrono::milliseconds timeout) {
   i.queued_gauge->set(0);
 }
 
+Span start_tool_span(const Context& ctx, const std::string& name, std::string_view arguments,
+                     std::string_view call_id) {
+  Span span = ctx.start("execute_tool " + name);
+  if (!span) return span;
+  span.set(attr::kOperation, "execute_tool");
+  span.set(attr::kToolName, name);
+  span.set("gen_ai.tool.type", "function");
+  if (!call_id.empty()) span.set(attr::kToolCallId, call_id);
+  span.set("weir.tool.arguments_bytes", arguments.size());
+  span.set_content("gen_ai.tool.call.arguments", arguments);
+  return span;
+}
+
+void set_tool_output(Span& span, std::size_t output_bytes, std::string_view output,
+                     const std::optional<std::string>& artifact_id) {
+  if (!span) return;
+  span.set("weir.tool.output_bytes", output_bytes);
+  span.set("weir.tool.spilled", artifact_id.has_value());
+  if (artifact_id) span.set("weir.tool.artifact_id", *artifact_id);
+  span.set_content("gen_ai.tool.call.result", output);
+  span.set_ok();
+}
+
 }  // namespace weir::trace

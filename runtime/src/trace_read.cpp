@@ -67,6 +67,27 @@ struct Reader {
     return bad(json_pointer_append(at, key), "expected a 64-bit integer");
   }
 
+  // A time (OTLP fixed64, unsigned): a JSON number or a decimal string. Kept as an int64: one
+  // from 2^63 up (past the year 2262) is held at INT64_MAX, so durations cannot overflow.
+  Result<std::int64_t> time_at(const json::object& o, std::string_view key,
+                               const std::string& at) const {
+    const json::value* v = o.if_contains(key);
+    if (!v || v->is_null()) return std::int64_t{0};
+    std::uint64_t x = 0;
+    bool ok = false;
+    if (v->is_uint64()) {
+      x = v->as_uint64(), ok = true;
+    } else if (v->is_int64() && v->as_int64() >= 0) {
+      x = static_cast<std::uint64_t>(v->as_int64()), ok = true;
+    } else if (v->is_string()) {
+      const auto& s = v->as_string();
+      auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), x);
+      ok = ec == std::errc() && p == s.data() + s.size() && !s.empty();
+    }
+    if (!ok) return bad(json_pointer_append(at, key), "expected an unsigned 64-bit integer");
+    return static_cast<std::int64_t>(std::min<std::uint64_t>(x, INT64_MAX));
+  }
+
   Result<AttributeValue> any_value(const json::value& v, const std::string& at) const {
     auto o = object_of(v, at);
     if (!o) return std::move(o).error();
@@ -166,9 +187,9 @@ struct Reader {
     auto kind = int_at(x, "kind", at);
     if (!kind) return std::move(kind).error();
     s.kind = *kind >= 1 && *kind <= 3 ? static_cast<SpanKind>(*kind) : SpanKind::internal;
-    auto start = int_at(x, "startTimeUnixNano", at);
+    auto start = time_at(x, "startTimeUnixNano", at);
     if (!start) return std::move(start).error();
-    auto end = int_at(x, "endTimeUnixNano", at);
+    auto end = time_at(x, "endTimeUnixNano", at);
     if (!end) return std::move(end).error();
     s.start_unix_ns = *start;
     s.end_unix_ns = *end;
@@ -185,7 +206,7 @@ struct Reader {
       auto en = string_at(**eo, "name", eat);
       if (!en) return std::move(en).error();
       e.name = std::move(*en);
-      auto t = int_at(**eo, "timeUnixNano", eat);
+      auto t = time_at(**eo, "timeUnixNano", eat);
       if (!t) return std::move(t).error();
       e.time_unix_ns = *t;
       auto ea = attributes(**eo, eat);
@@ -302,14 +323,38 @@ std::string value_text(const AttributeValue& v) {
   return json::serialize(a);
 }
 
+// Text from the input as the tree shows it: control characters escaped (\n, \r, \t, else
+// \xNN), so a name cannot drive the terminal (ESC) or cut the line (NUL).
+std::string shown(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (const char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u >= 0x20 && u != 0x7f) {
+      out += c;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", u);
+      out += buf;
+    }
+  }
+  return out;
+}
+
 // One line of the tree: the span's name, its duration and, when it failed, why.
 std::string span_line(const SpanData& s) {
-  std::string line = s.name + "  " + duration_text(s.end_unix_ns - s.start_unix_ns);
+  std::string line = shown(s.name) + "  " + duration_text(s.end_unix_ns - s.start_unix_ns);
   if (s.status == StatusCode::error) {
     line += "  !";
     if (const auto* t = s.attribute(attr::kErrorType))
-      if (const auto* ts = std::get_if<std::string>(t)) line += " " + *ts + ":";
-    line += " " + s.status_message;
+      if (const auto* ts = std::get_if<std::string>(t)) line += " " + shown(*ts) + ":";
+    line += " " + shown(s.status_message);
   }
   return line;
 }
@@ -379,11 +424,12 @@ std::string render_tree(const std::vector<ReadSpan>& spans, const TreeOptions& o
           const auto kids = children.find(it.span);
           const std::string bar = kids != children.end() && !kids->second.empty() ? "│ " : "  ";
           for (const auto& a : s.attributes)
-            out += child_prefix + bar + "  " + a.key + " = " + value_text(a.value) + "\n";
+            out += child_prefix + bar + "  " + shown(a.key) + " = " + value_text(a.value) + "\n";
           for (const auto& e : s.events) {
-            out += child_prefix + bar + "  event " + e.name + " at +" +
+            out += child_prefix + bar + "  event " + shown(e.name) + " at +" +
                    duration_text(e.time_unix_ns - s.start_unix_ns);
-            for (const auto& a : e.attributes) out += " " + a.key + "=" + value_text(a.value);
+            for (const auto& a : e.attributes)
+              out += " " + shown(a.key) + "=" + value_text(a.value);
             out += "\n";
           }
         }

@@ -16,14 +16,13 @@ std::optional<oa::ApiError> make_constraint(const oa::ChatRequest& request,
   if ((request.tool_choice == oa::ToolChoice::required ||
        request.tool_choice == oa::ToolChoice::named) &&
       request.response_format != oa::ResponseFormat::text) {
-    return oa::ApiError{400,
-                        "tool_choice '" +
-                            std::string(request.tool_choice == oa::ToolChoice::required
-                                            ? "required"
-                                            : "function") +
-                            "' cannot be combined with a JSON response_format: the reply is a "
-                            "tool call, whose arguments follow the tool's parameters",
-                        "tool_choice", "invalid_request"};
+    return oa::ApiError{
+        400,
+        "tool_choice '" +
+            std::string(request.tool_choice == oa::ToolChoice::required ? "required" : "function") +
+            "' cannot be combined with a JSON response_format: the reply is a "
+            "tool call, whose arguments follow the tool's parameters",
+        "tool_choice", "invalid_request"};
   }
   inference::ConstraintSpec spec;
   switch (request.response_format) {
@@ -51,6 +50,36 @@ std::optional<oa::ApiError> make_constraint(const oa::ChatRequest& request,
   if (!c) return oa::ApiError{400, c.error().message, "response_format", "invalid_schema"};
   out.constraint = std::move(*c);
   return std::nullopt;
+}
+
+std::optional<oa::ApiError> check_budget(const inference::GenerateRequest& rq,
+                                         const ReplyBudget& budget, const std::string& what,
+                                         const std::string& value) {
+  if (!rq.constraint || !rq.constraint_trigger.empty()) return std::nullopt;
+  const std::int32_t need = rq.constraint->min_tokens();
+  if (need <= budget.tokens) return std::nullopt;
+  const std::string n = std::to_string(need);
+  if (budget.max_tokens && *budget.max_tokens <= budget.tokens)
+    return oa::ApiError{400,
+                        "max_tokens=" + std::to_string(*budget.max_tokens) + " is too few for " +
+                            what + ": its shortest valid " + value + " takes " + n +
+                            " tokens of this model's vocabulary; raise max_tokens to at least " + n,
+                        "max_tokens", "invalid_request"};
+  const std::int64_t room = budget.context - budget.prompt_tokens;
+  if (room <= budget.tokens)
+    return oa::ApiError{400,
+                        "the prompt's " + std::to_string(budget.prompt_tokens) + " tokens leave " +
+                            std::to_string(room) + " of the model's context of " +
+                            std::to_string(budget.context) + " tokens, too few for " + what +
+                            ": its shortest valid " + value + " takes " + n +
+                            " tokens of this model's vocabulary; shorten the prompt",
+                        "messages", "context_length_exceeded"};
+  return oa::ApiError{400,
+                      "the reply may have " + std::to_string(budget.tokens) +
+                          " tokens (the server's --default-max-tokens), too few for " + what +
+                          ": its shortest valid " + value + " takes " + n +
+                          " tokens of this model's vocabulary; set max_tokens to at least " + n,
+                      "max_tokens", "invalid_request"};
 }
 
 }  // namespace weir::serve

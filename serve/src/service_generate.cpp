@@ -1,5 +1,6 @@
 // Admission and the generation endpoints of weir serve: POST /v1/completions and
 // /v1/chat/completions, streamed (SSE) or not (Service::Impl: service_impl.hpp).
+#include "call_stream.hpp"
 #include "service_impl.hpp"
 
 namespace weir::serve {
@@ -162,6 +163,9 @@ struct GenerationSpec {
   // tool_choice required / named: the prompt ends with "<tool_call>", which the output lacks.
   std::string forced_prefix;
   bool close_open_call = false;  // a constrained call stops before its closing tag
+  // The whole reply is a constrained value (response_format, a forced call): the client's
+  // stop sequences do not apply inside it (the engine does not stop there either).
+  bool value_only = false;
 };
 
 // The text tool calls are parsed from: the forced opening tag put back, an open call closed.
@@ -173,6 +177,27 @@ std::string call_text(const GenerationSpec& spec, const std::string& text) {
       t += "</tool_call>";
   }
   return t;
+}
+
+// A reply with tools: the content and the calls in it. The client's stop sequences apply to the
+// content before the first call, never inside one (the engine stops only in free text).
+struct ToolReply {
+  std::string content;
+  std::vector<oa::ToolCall> calls;
+};
+ToolReply tool_reply(const GenerationSpec& spec, const std::string& text,
+                     const std::vector<std::string>& stops) {
+  std::string t = call_text(spec, text);
+  const auto open = std::min(t.find("<tool_call>"), t.size());
+  StopFilter stop(stops);
+  std::string kept = stop.push(std::string_view(t).substr(0, open));
+  kept += stop.flush();
+  if (kept.size() == open) kept += t.substr(open);  // no stop in the content: the calls stay
+  auto parsed = agents::parse_tool_calls(kept, spec.tool_names, spec.first_tool_id);
+  ToolReply r;
+  r.content = parsed.calls.empty() ? kept : parsed.content;
+  for (auto& call : parsed.calls) r.calls.push_back(agents::to_openai(call));
+  return r;
 }
 
 namespace {
@@ -192,7 +217,8 @@ struct ChoiceOut {
       : decoder(t), stop(std::move(stops)) {}
   inf::StreamDecoder decoder;
   StopFilter stop;
-  std::string text;  // sent or kept so far
+  std::string text;                // sent or kept so far (with tools: all of it, parsed at the end)
+  std::optional<CallStream> call;  // a forced tool call, streamed as it is generated
   std::vector<std::int32_t> ids;
   std::optional<std::vector<oa::TokenLogprobs>> logprobs;
   bool finished = false;
@@ -228,7 +254,14 @@ class Generation {
     } leave{s_, b_.get()};
     m_.prompt_tokens->inc(static_cast<double>(prompt_len));
     outs_.reserve(static_cast<std::size_t>(n_));
-    for (int i = 0; i < n_; ++i) outs_.emplace_back(m_.tok(), sp_.stop);
+    // A constrained value, or a reply with tools, is not cut by the client's stop sequences as
+    // it streams (tool_reply applies them to the content before the first call).
+    const bool own_stops = !spec_.value_only && !spec_.tools_active;
+    for (int i = 0; i < n_; ++i) {
+      outs_.emplace_back(m_.tok(), own_stops ? sp_.stop : std::vector<std::string>{});
+      if (sp_.stream && !spec_.forced_prefix.empty())
+        outs_.back().call.emplace("call_" + std::to_string(spec_.first_tool_id), 0);
+    }
     env_ = oa::Envelope{random_id(spec_.chat ? "chatcmpl" : "cmpl"), now_unix(), m_.spec.name};
     usage_.prompt_tokens = static_cast<std::int64_t>(prompt_len);
     if (sp_.stream) {
@@ -343,7 +376,9 @@ class Generation {
       const auto& eog = m_.engine().config().eog_tokens;
       std::string text;  // the end-of-generation token is not text
       if (std::find(eog.begin(), eog.end(), t) == eog.end()) text = o.decoder.push(t);
-      pieces.push_back({i, visible(o, std::move(text)), {}, "", std::move(lps)});
+      oa::Choice piece{i, "", {}, "", std::move(lps)};
+      piece.text = visible(o, std::move(text), piece.tool_calls);
+      pieces.push_back(std::move(piece));
     }
     if (c.done && !o.finished) pieces.push_back(finish(i, c, o));
     return pieces;
@@ -354,11 +389,9 @@ class Generation {
   oa::Choice finish(int i, ChoiceState& c, ChoiceOut& o) {
     o.finished = true;
     c.consumed = true;
-    std::string rest = visible(o, o.decoder.flush());
-    std::string held = o.stop.flush();  // no stop sequence came: the text it held is text
-    o.text += held;
-    if (!spec_.tools_active) rest += held;
-    oa::Choice ch{i, std::move(rest), {}, "", std::nullopt};
+    oa::Choice ch{i, "", {}, "", std::nullopt};
+    ch.text = visible(o, o.decoder.flush(), ch.tool_calls);
+    ch.text += shown(o, o.stop.flush(), ch.tool_calls);  // no stop sequence came: it is text
     if (!*c.done) {
       error_status_ = 500;
       error_message_ = c.done->error().message;
@@ -378,32 +411,38 @@ class Generation {
     }
     const std::string name = finish_name(r.finish);
     ch.finish_reason = name == "cancelled" ? "length" : name;
-    if (spec_.tools_active) add_tool_calls(ch, o.text);
+    if (o.call) {  // a forced call, streamed already
+      if (o.call->complete()) ch.finish_reason = "tool_calls";
+    } else if (spec_.tools_active) {
+      add_tool_calls(ch, o.text);
+    }
     return ch;
   }
 
   // A piece of decoded text as the client may see it now: valid UTF-8 (a model can emit any
-  // bytes), without what could still be a stop sequence. Kept in the choice's text; a choice
-  // whose tool calls are parsed at its end shows nothing before.
-  std::string visible(ChoiceOut& o, std::string decoded) {
-    std::string shown = o.stop.push(agents::to_valid_utf8(decoded));
-    o.text += shown;
-    if (spec_.tools_active) shown.clear();
-    return shown;
+  // bytes), without what could still be a stop sequence (shown()).
+  std::string visible(ChoiceOut& o, std::string decoded, std::vector<oa::ToolCall>& calls) {
+    return shown(o, o.stop.push(agents::to_valid_utf8(decoded)), calls);
   }
 
-  // The tool calls in a finished choice's text (the text before them becomes its content).
+  // Text past the stop filter: kept in the choice's text, and a forced call's deltas it
+  // completes added to `calls`; a choice whose tool calls are parsed at its end shows nothing
+  // before.
+  std::string shown(ChoiceOut& o, std::string text, std::vector<oa::ToolCall>& calls) {
+    o.text += text;
+    if (o.call)
+      for (auto& delta : o.call->push(text)) calls.push_back(std::move(delta));
+    if (spec_.tools_active) text.clear();
+    return text;
+  }
+
+  // The tool calls in a finished choice's text (the text before them becomes its content; the
+  // client's stop sequences apply to that content only).
   void add_tool_calls(oa::Choice& ch, const std::string& text) const {
-    auto parsed =
-        agents::parse_tool_calls(call_text(spec_, text), spec_.tool_names, spec_.first_tool_id);
-    if (parsed.calls.empty()) {
-      ch.text = spec_.prefix + text;
-      return;
-    }
-    ch.text = parsed.content;
-    for (auto& call : parsed.calls)
-      ch.tool_calls.push_back({call.id, call.name, json::serialize(call.arguments)});
-    ch.finish_reason = "tool_calls";
+    ToolReply reply = tool_reply(spec_, text, sp_.stop);
+    ch.text = std::move(reply.content);
+    ch.tool_calls = std::move(reply.calls);
+    if (!ch.tool_calls.empty()) ch.finish_reason = "tool_calls";
   }
 
   void observe_latency(ChoiceState& c) {
@@ -444,6 +483,10 @@ inf::GenerateRequest base_request(const oa::Sampling& sp) {
       sp.seed.value_or(static_cast<std::uint64_t>(Clock::now().time_since_epoch().count()));
   rq.sampling.presence_penalty = sp.presence_penalty;
   rq.sampling.frequency_penalty = sp.frequency_penalty;
+  // vLLM's and llama.cpp's extensions, which weir's sampler has too.
+  if (sp.top_k) rq.sampling.top_k = *sp.top_k;
+  if (sp.min_p) rq.sampling.min_p = *sp.min_p;
+  if (sp.repetition_penalty) rq.sampling.repetition_penalty = *sp.repetition_penalty;
   rq.stop_strings = sp.stop;
   rq.logprobs = sp.logprobs;
   return rq;
@@ -472,23 +515,12 @@ awaitable<void> Service::Impl::chat(http::Exchange& ex, http::Response& out, boo
   }
   GenerationSpec spec;
   spec.chat = true;
+  spec.value_only = rq.constraint != nullptr;  // response_format
   std::vector<agents::Message> msgs;
   for (const auto& cm : cr.messages) {
-    agents::Message am;
-    am.role = *agents::parse_role(cm.role);
-    am.content = cm.content;
-    am.name = cm.name;
-    am.tool_call_id = cm.tool_call_id;
-    for (const auto& tc : cm.tool_calls) {
-      agents::ToolCall c;
-      c.id = tc.id;
-      c.name = tc.name;
-      boost::system::error_code ec;
-      auto v = json::parse(tc.arguments, ec);
-      if (!ec && v.is_object()) c.arguments = std::move(v.as_object());
-      am.tool_calls.push_back(std::move(c));
-      ++spec.first_tool_id;
-    }
+    // (The codec refused calls whose arguments are not a JSON object: none is left out here.)
+    agents::Message am = agents::from_openai(cm);
+    spec.first_tool_id += static_cast<int>(am.tool_calls.size());
     if (am.role == agents::Role::tool && am.name.empty()) {  // name the tool from its call
       for (const auto& prev : msgs)
         for (const auto& c : prev.tool_calls)
@@ -535,6 +567,7 @@ awaitable<void> Service::Impl::chat(http::Exchange& ex, http::Response& out, boo
     if (forced) {
       reply_prefix = "<tool_call>";
       spec.forced_prefix = "<tool_call>";
+      spec.value_only = rq.constraint != nullptr;
     }
   }
   // The template's markers are special tokens; what the messages hold is text (never EOS or a
@@ -546,6 +579,22 @@ awaitable<void> Service::Impl::chat(http::Exchange& ex, http::Response& out, boo
     co_return;
   }
   rq.max_new_tokens = max_new;
+  // A value that must start at once has to fit the reply (the engine would refuse it too).
+  const ReplyBudget budget{max_new, cr.sampling.max_tokens,
+                           static_cast<std::int64_t>(rq.prompt.size()), m->max_model_len};
+  const bool forced_call = !spec.forced_prefix.empty();
+  if (auto e = check_budget(
+          rq, budget,
+          forced_call ? "tool_choice '" +
+                            std::string(cr.tool_choice == oa::ToolChoice::required ? "required"
+                                                                                   : "function") +
+                            "'"
+          : cr.response_format == oa::ResponseFormat::json_object ? "the response_format's JSON"
+                                                                  : "the response_format's schema",
+          forced_call ? "call" : "value")) {
+    out = error_response(*e);
+    co_return;
+  }
   // The stop filter trims the user's stop sequences; a tool call keeps its closing tag.
   Generation generation(*this, ex, *m, cr.sampling, spec);
   co_await generation.run(std::move(rq), out, streamed);

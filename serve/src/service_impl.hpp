@@ -195,7 +195,7 @@ struct Service::Impl {
     return l;
   }
   inf::EngineRegistry engines;  // the models' engines; their KV pools are reserved from budget
-  Registry metrics;  // serve's own series (engines report to Registry::global())
+  Registry metrics;             // serve's own series (engines report to Registry::global())
   // weir_serve_http_responses_total: the statuses of the fences by their own label, the rest by
   // class (2xx, 3xx, 4xx, 5xx). Counted as the server writes each response (io thread).
   static constexpr int kCountedStatuses[] = {401, 403, 413, 415, 429, 431, 503};

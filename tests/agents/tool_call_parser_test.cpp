@@ -82,7 +82,8 @@ TEST(Message, JsonRoundTrip) {
   EXPECT_EQ(back->tool_calls.at(0).name, "search");
   auto bad = Message::from_json(boost::json::object{{"role", "robot"}});
   ASSERT_FALSE(bad);
-  EXPECT_EQ(bad.error().message, "unknown message role 'robot' (system, user, assistant, tool)");
+  EXPECT_EQ(bad.error().message,
+            "message.role 'robot' is not one of system, developer, user, assistant, tool");
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <set>
+#include <thread>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -166,6 +167,69 @@ TEST(Endpoints, ABusyEndpointLosesItsAffinityToTheLeastOutstanding) {
   EXPECT_GT(a.requests(), 0);
   EXPECT_GT(b.requests(), 0);
   EXPECT_EQ(a.requests() + b.requests(), 12);
+}
+
+// A server that accepts and never answers (before the fix each of its half-open probes failed a
+// run with deadline_exceeded): a request that has no answer by attempt_timeout goes to an
+// endpoint not tried yet, within the call's timeout.
+TEST(Endpoints, AHungEndpointIsFailedOverWithinTheCallsTime) {
+  for (bool stream : {false, true}) {
+    SCOPED_TRACE(stream ? "streamed" : "whole");
+    // Streamed, the hung server sends its headers and the role chunk, then no token.
+    TestServer hung([stream](int, const std::string&) {
+      if (!stream) return Action{.hang = true};
+      return weir::testing::sse_reply(
+          {R"({"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]})"}, false,
+          /*hold_open=*/true);
+    });
+    TestServer good([stream](int, const std::string&) {
+      if (stream)
+        return weir::testing::sse_reply(
+            {R"({"choices":[{"index":0,"delta":{"content":"good"},"finish_reason":"stop"}]})",
+             "[DONE]"});
+      return reply(200, answer("good"));
+    });
+    auto o = two(hung, good);
+    o.stream = stream;
+    o.breaker_failures = 1;
+    o.breaker_cooldown = 200ms;
+    o.timeout = 60s;
+    o.attempt_timeout = 2s;  // a loopback answer begins in far less
+    auto m = OpenAIChatModel::open(o);
+    ASSERT_TRUE(m) << m.error().message;
+    for (int i = 0; i < 6; ++i) {
+      std::this_thread::sleep_for(250ms);  // past the cool-down: the hung endpoint is probed
+      auto r = run(**m, {"prompt " + std::to_string(i)});
+      ASSERT_TRUE(r[0]) << i << ": " << r[0].error().message;
+      EXPECT_EQ(r[0]->message.content, "good");
+    }
+    EXPECT_GE(hung.requests(), 2) << "the hung endpoint was probed and failed over";
+    EXPECT_EQ(good.requests(), 6);
+  }
+}
+
+TEST(Endpoints, AStreamThatHasBegunIsNotSentElsewhereAndTheCallsTimeoutBoundsIt) {
+  // Both endpoints send a token, then hang: the one picked keeps the call until its timeout.
+  auto partial = [](int, const std::string&) {
+    return weir::testing::sse_reply({R"({"choices":[{"index":0,"delta":{"content":"Hel"}}]})"},
+                                    false, /*hold_open=*/true);
+  };
+  TestServer a(partial), b(partial);
+  auto o = two(a, b);
+  o.stream = true;
+  o.timeout = 1500ms;
+  o.attempt_timeout = 200ms;
+  auto m = OpenAIChatModel::open(o);
+  ASSERT_TRUE(m);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = run(**m, {"x"});
+  ASSERT_FALSE(r[0]);
+  EXPECT_TRUE(r[0].error().is(Errc::deadline_exceeded)) << r[0].error().message;
+  EXPECT_TRUE(r[0].error().message.ends_with(
+      ": the answer did not end within timeout_ms=1500 after 1 attempt"))
+      << r[0].error().message;
+  EXPECT_EQ(a.requests() + b.requests(), 1);
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, 1500ms);
 }
 
 }  // namespace

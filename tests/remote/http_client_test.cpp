@@ -204,5 +204,39 @@ TEST(HttpClient, CancellationClosesTheRequest) {
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
 }
 
+TEST(HttpClient, AStreamedBodyReachesTheSinkAsItArrives) {
+  // One event, then nothing more for as long as the stream stays open: the sink has the event
+  // while the server still holds the stream.
+  TestServer server([](int, const std::string&) {
+    return weir::testing::sse_reply({"hello"}, false, /*hold_open=*/true);
+  });
+  Client c;
+  auto url = *parse_url(server.url());
+  std::string got;
+  const bool seen = run<bool>([&]() -> asio::awaitable<bool> {
+    using namespace asio::experimental::awaitable_operators;
+    ClientRequest req{.method = "GET", .target = "/stream"};
+    BodySink sink = [&got](std::string_view bytes) -> Status {
+      got.append(bytes);
+      return {};
+    };
+    // Looks for the event every 50 ms for 5 s (the request itself never ends).
+    auto watch = [&got]() -> asio::awaitable<bool> {
+      asio::steady_timer t(co_await asio::this_coro::executor);
+      for (int i = 0; i < 100 && got.empty(); ++i) {
+        t.expires_after(50ms);
+        co_await t.async_wait(asio::use_awaitable);
+      }
+      co_return !got.empty();
+    };
+    auto request = c.async_request(url, std::move(req), std::move(sink));
+    auto race = std::move(request) || watch();
+    auto v = co_await std::move(race);
+    co_return v.index() == 1 && std::get<1>(v);
+  });
+  EXPECT_TRUE(seen) << "the event came only with the end of the stream";
+  EXPECT_EQ(got, "data: hello\n\n");
+}
+
 }  // namespace
 }  // namespace weir::http

@@ -1,7 +1,10 @@
 #include "weir/agents/openai_model.hpp"
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <mutex>
 
 #include <gtest/gtest.h>
 #include <boost/asio/experimental/awaitable_operators.hpp>
@@ -10,6 +13,7 @@
 #include "test_server.hpp"
 #include "weir/agents/agent.hpp"
 #include "weir/graph/state_graph.hpp"
+#include "weir/http/openai.hpp"
 #include "weir/tools/builtin.hpp"
 #include "weir/tools/registry.hpp"
 
@@ -281,9 +285,8 @@ TEST(OpenAIModel, HeadersThatNeverComeTimeOut) {
   auto r = chat(**m);
   ASSERT_FALSE(r);
   EXPECT_TRUE(r.error().is(Errc::deadline_exceeded)) << r.error().message;
-  EXPECT_EQ(r.error().message, "openai " + server.url() +
-                                   ": waiting for the response timed out (http.timeout_ms=200) "
-                                   "after 1 attempt");
+  EXPECT_EQ(r.error().message,
+            "openai " + server.url() + ": no answer within timeout_ms=200 after 1 attempt");
 }
 
 TEST(OpenAIModel, ConcurrencyLimitQueuesThenRefuses) {
@@ -350,6 +353,173 @@ TEST(OpenAIModel, RequestsPerMinuteSpacesRequests) {
   EXPECT_TRUE(timer_won);
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
   EXPECT_EQ(server.requests(), 2);  // the third never went out
+
+  // And requests over the bucket do go out, spaced: at 60 a minute (a burst of 60, then one a
+  // second) 63 requests cannot all be sent in under 3 s, and must all be sent. (A limiter that
+  // blocked for good passed this test before: it only looked at a request still waiting.)
+  o.requests_per_minute = 60;
+  auto paced = OpenAIChatModel::open(o);
+  const int before = server.requests();
+  const auto t1 = std::chrono::steady_clock::now();
+  int sent = 0;
+  bool guard_won = false;
+  io.restart();
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        using namespace asio::experimental::awaitable_operators;
+        auto all = [&]() -> asio::awaitable<void> {
+          for (int i = 0; i < 63; ++i) {
+            std::vector<Message> msgs{Message::user("hi")};
+            std::vector<ToolSpec> tools;
+            ChatParams params;
+            auto r = co_await (*paced)->async_chat(std::move(msgs), std::move(tools), params);
+            if (r) ++sent;
+          }
+        };
+        asio::steady_timer guard(co_await asio::this_coro::executor, 60s);
+        auto race = all() || guard.async_wait(asio::use_awaitable);
+        auto v = co_await std::move(race);
+        guard_won = v.index() == 1;
+      },
+      asio::detached);
+  io.run();
+  EXPECT_FALSE(guard_won) << "the limiter held requests for a minute";
+  EXPECT_EQ(sent, 63);
+  EXPECT_EQ(server.requests(), before + 63);
+  EXPECT_GE(std::chrono::steady_clock::now() - t1, 2500ms);
+}
+
+TEST(OpenAIModel, ToolNamesOpenAIRefusesGoOutInItsAlphabetAndComeBackMapped) {
+  // weir's MCP tools are "server/tool"; OpenAI, weir serve and vLLM take ^[a-zA-Z0-9_-]{1,64}$.
+  // The server here parses each request as weir serve does and calls the first tool it was offered.
+  std::mutex mu;
+  std::vector<std::string> offered;
+  TestServer server([&](int, const std::string& req) {
+    http::openai::ChatRequest r;
+    if (auto e = http::openai::parse_chat_request(body_of(req), r)) return reply(400, e->body());
+    std::lock_guard lock(mu);
+    offered.clear();
+    for (const auto& t : r.tools) offered.push_back(t.name);
+    // A call in the history must name a tool as it was offered.
+    for (const auto& m : r.messages)
+      for (const auto& c : m.tool_calls)
+        if (std::find(offered.begin(), offered.end(), c.name) == offered.end())
+          return reply(400, http::openai::ApiError{400, "unknown tool " + c.name, "", ""}.body());
+    json::array calls{json::object{{"id", "call_1"},
+                                   {"type", "function"},
+                                   {"function", json::object{{"name", r.tools.at(0).name},
+                                                             {"arguments", "{\"path\":\"a\"}"}}}}};
+    return reply(200, completion("", json::serialize(calls)));
+  });
+  auto m = OpenAIChatModel::open(options(server));
+  ASSERT_TRUE(m);
+  const std::string long_name = "server/" + std::string(70, 'x');
+  std::vector<ToolSpec> tools = {{"fs/read_file", "reads a file", json::object{{"type", "object"}}},
+                                 {"calculator", "arithmetic", json::object{{"type", "object"}}},
+                                 {long_name, "long", json::object{{"type", "object"}}}};
+  auto r = chat(**m, {Message::user("read a")}, tools);
+  ASSERT_TRUE(r) << r.error().message;
+  ASSERT_EQ(r->message.tool_calls.size(), 1u);
+  EXPECT_EQ(r->message.tool_calls[0].name, "fs/read_file");
+  {
+    std::lock_guard lock(mu);
+    ASSERT_EQ(offered.size(), 3u);
+    EXPECT_EQ(offered[0], "fs_read_file_7e15c02e");  // docs/agents.md's example
+    EXPECT_EQ(offered[1], "calculator");             // a name OpenAI takes goes as it is
+    EXPECT_EQ(offered[2].size(), 64u) << offered[2];
+    for (const auto& n : offered) EXPECT_TRUE(http::openai::valid_tool_name(n)) << n;
+  }
+  // The next turn carries the call in its history, under the name it was offered as.
+  Message tool{Role::tool, "contents of a", {}, "call_1", "fs/read_file"};
+  auto again = chat(**m, {Message::user("read a"), r->message, tool}, tools);
+  ASSERT_TRUE(again) << again.error().message;
+  EXPECT_EQ(again->message.tool_calls.at(0).name, "fs/read_file");
+}
+
+TEST(OpenAIModel, AStreamAnsweredWithOneJsonBodyIsReadAsTheWholeAnswer) {
+  // A server that ignores "stream": true answers the whole completion at once.
+  TestServer server([](int, const std::string&) {
+    return reply(
+        200,
+        completion(
+            "all at once",
+            R"([{"id":"call_1","type":"function","function":{"name":"calculator","arguments":"{}"}}])"));
+  });
+  auto o = options(server);
+  o.stream = true;
+  auto m = OpenAIChatModel::open(o);
+  ASSERT_TRUE(m);
+  auto r = chat(**m);
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->message.content, "all at once");
+  ASSERT_EQ(r->message.tool_calls.size(), 1u);
+  EXPECT_EQ(r->finish_reason, "tool_calls");
+  EXPECT_EQ(r->usage.completion_tokens, 3);
+  EXPECT_EQ(server.requests(), 1);
+}
+
+TEST(OpenAIModel, AStreamAnsweredWithNeitherIsAClearErrorThatIsNotRetried) {
+  TestServer html([](int, const std::string&) {
+    return reply(200, "<html>\n<body>proxy login</body>\n</html>", {}, "text/html");
+  });
+  auto o = options(html);
+  o.stream = true;
+  auto m = OpenAIChatModel::open(o);
+  auto r = chat(**m);
+  ASSERT_FALSE(r);
+  EXPECT_TRUE(r.error().is(Errc::model_error)) << r.error().message;
+  EXPECT_EQ(r.error().message,
+            "openai " + html.url() +
+                ": asked for an event stream (stream: true), but the server answered "
+                "Content-Type text/html: <html> <body>proxy login</body> </html> after 1 attempt");
+  EXPECT_EQ(html.requests(), 1);
+
+  // An event stream that ends cleanly but before [DONE] and any finish_reason was cut: retried.
+  TestServer cut([](int, const std::string&) {
+    return sse_reply({R"({"choices":[{"index":0,"delta":{"content":"Hel"}}]})"});
+  });
+  o = options(cut);
+  o.stream = true;
+  o.max_retries = 1;
+  auto c = OpenAIChatModel::open(o);
+  r = chat(**c);
+  ASSERT_FALSE(r);
+  EXPECT_TRUE(r.error().is(Errc::io_error)) << r.error().message;
+  EXPECT_EQ(r.error().message,
+            "openai " + cut.url() + ": the event stream ended before [DONE] after 2 attempts");
+  EXPECT_EQ(cut.requests(), 2);
+}
+
+TEST(OpenAIModel, TheContextIsAskedOnceAndAGivenOneIsNotAsked) {
+  TestServer server([](int, const std::string& req) {
+    if (req.starts_with("GET /v1/models"))
+      return reply(200, R"({"object": "list", "data": [{"id": "other", "max_model_len": 9},
+          {"id": "tiny", "object": "model"}]})");
+    return reply(200, completion("ok"));
+  });
+  auto context_of = [](OpenAIChatModel& m) {
+    auto& io = test_io();
+    io.restart();
+    std::int64_t ctx = -1;
+    asio::co_spawn(
+        io, [&]() -> asio::awaitable<void> { ctx = co_await m.async_context_length(); },
+        asio::detached);
+    io.run();
+    return ctx;
+  };
+  auto m = OpenAIChatModel::open(options(server));
+  ASSERT_TRUE(m);
+  EXPECT_EQ(context_of(**m), 0);  // "tiny" is listed without a context
+  EXPECT_EQ(context_of(**m), 0);
+  EXPECT_EQ(server.requests(), 1);               // asked once
+  EXPECT_EQ((*m)->count_tokens("12345678"), 2);  // no /tokenize asked: 4 bytes a token
+  auto o = options(server);
+  o.context_length = 300;  // --max-model-len, "context_length"
+  auto given = OpenAIChatModel::open(o);
+  EXPECT_EQ(context_of(**given), 300);
+  EXPECT_EQ((*given)->context_length(), 300);
+  EXPECT_EQ(server.requests(), 1);
 }
 
 TEST(OpenAIModel, ModelRefsFromTheCommandLine) {
@@ -377,22 +547,31 @@ TEST(OpenAIModel, ModelRefsFromTheCommandLine) {
 
 TEST(OpenAIModel, ToolCallsWithoutANameOrPastTheCapAreReported) {
   // (Found by fuzz_openai_response: a call without "function" reached the loop with no name.)
-  auto r = parse_chat_completion(
-      R"({"choices": [{"message": {"role": "assistant", "content": "",
+  TestServer server([](int n, const std::string&) {
+    if (n == 1)
+      return reply(200,
+                   R"({"choices": [{"message": {"role": "assistant", "content": "",
           "tool_calls": [{"id": "c1", "type": "function", "functiln": {"name": "calculator"}},
                          {"id": "c2", "function": {"name": "add", "arguments": "{}"}}]}}]})");
+    json::array many;
+    for (int i = 0; i < 130; ++i)
+      many.push_back(json::object{{"id", "c" + std::to_string(i)},
+                                  {"function", json::object{{"name", "f"}, {"arguments", "{}"}}}});
+    return reply(
+        200, json::serialize(json::object{
+                 {"choices",
+                  json::array{json::object{
+                      {"message", json::object{{"role", "assistant"}, {"tool_calls", many}}}}}}}));
+  });
+  auto m = OpenAIChatModel::open(options(server));
+  ASSERT_TRUE(m);
+  auto r = chat(**m);
   ASSERT_TRUE(r) << r.error().message;
   ASSERT_EQ(r->message.tool_calls.size(), 1u);
   EXPECT_EQ(r->message.tool_calls[0].name, "add");
   EXPECT_EQ(r->tool_call_error, "a tool call without a function name");
-  json::array many;
-  for (int i = 0; i < 130; ++i)
-    many.push_back(json::object{{"id", "c" + std::to_string(i)},
-                                {"function", json::object{{"name", "f"}, {"arguments", "{}"}}}});
-  auto big = parse_chat_completion(json::serialize(json::object{
-      {"choices", json::array{json::object{
-                      {"message", json::object{{"role", "assistant"}, {"tool_calls", many}}}}}}}));
-  ASSERT_TRUE(big);
+  auto big = chat(**m);
+  ASSERT_TRUE(big) << big.error().message;
   EXPECT_EQ(big->message.tool_calls.size(), 128u);
   EXPECT_EQ(big->tool_call_error, "more than 128 tool calls in one reply; the rest dropped");
 }
@@ -415,9 +594,15 @@ TEST(OpenAIModel, MissingKeyVariableAndBadUrlAreRefused) {
 }
 
 TEST(OpenAIModel, AnAgentWithAToolRunsEndToEndOverHttp) {
-  // A well-behaved server: first asks for the calculator, then answers with the tool's result.
-  TestServer server([](int n, const std::string& req) {
-    if (n == 1)
+  // A well-behaved server: lists the model with its context, first asks for the calculator,
+  // then answers with the tool's result.
+  std::atomic<int> chats{0};
+  TestServer server([&chats](int, const std::string& req) {
+    if (req.starts_with("GET /v1/models"))
+      return reply(200, R"({"data": [{"id": "tiny", "max_model_len": 2048}]})");
+    if (!req.starts_with("POST /v1/chat/completions"))  // e.g. POST /tokenize: not served
+      return reply(404, R"({"error": "not found"})");
+    if (++chats == 1)
       return reply(
           200,
           completion(
@@ -461,7 +646,14 @@ TEST(OpenAIModel, AnAgentWithAToolRunsEndToEndOverHttp) {
   EXPECT_EQ(r->tool_calls, 1);
   EXPECT_EQ(r->iterations, 2);
   EXPECT_EQ(r->prompt_tokens, 24);
-  auto second = json::parse(body_of(server.received().at(1))).as_object();
+  // The agent asked for the context once, before its first turn (and the size of a token,
+  // which this server does not answer).
+  ASSERT_EQ(server.received().size(), 4u);
+  EXPECT_TRUE(server.received()[0].starts_with("GET /v1/models HTTP/1.1")) << server.received()[0];
+  EXPECT_TRUE(server.received()[1].starts_with("POST /tokenize HTTP/1.1")) << server.received()[1];
+  EXPECT_EQ((*m)->context_length(), 2048);
+  EXPECT_EQ((*m)->count_tokens("12345678"), 2);
+  auto second = json::parse(body_of(server.received().at(3))).as_object();
   const auto& msgs = second["messages"].as_array();
   EXPECT_EQ(msgs.back().at("role"), "tool");
   EXPECT_EQ(msgs.back().at("tool_call_id"), "call_1");

@@ -14,10 +14,11 @@
 namespace weir::testing {
 
 struct Action {
-  std::string raw;     // bytes written as the reply
-  bool hang = false;   // write nothing, keep the connection open
-  bool reset = false;  // abort the connection (RST) instead of replying
-  bool close = false;  // close after writing `raw`
+  std::string raw;         // bytes written as the reply
+  bool hang = false;       // write nothing, keep the connection open
+  bool reset = false;      // abort the connection (RST) instead of replying
+  bool close = false;      // close after writing `raw`
+  bool then_hang = false;  // write `raw`, then keep the connection open and send nothing more
 };
 
 inline std::string reason_of(int status) {
@@ -51,8 +52,10 @@ inline Action reply(int status, std::string body, std::string extra_headers = {}
 }
 
 // A chunked text/event-stream reply with one "data:" event per element; `cut` closes the
-// connection in the middle of the last event instead of finishing the stream.
-inline Action sse_reply(const std::vector<std::string>& data, bool cut = false) {
+// connection in the middle of the last event instead of finishing the stream; `hold_open` sends
+// the events and then nothing more, the stream left open (a server that stalls mid-stream).
+inline Action sse_reply(const std::vector<std::string>& data, bool cut = false,
+                        bool hold_open = false) {
   Action a;
   a.raw =
       "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n";
@@ -69,6 +72,10 @@ inline Action sse_reply(const std::vector<std::string>& data, bool cut = false) 
       return a;
     }
     chunk(ev);
+  }
+  if (hold_open) {
+    a.then_hang = true;
+    return a;
   }
   chunk(": done\n\n");
   a.raw += "0\r\n\r\n";
@@ -147,6 +154,11 @@ class TestServer {
         co_return;
       }
       auto [wec, wn] = co_await asio::async_write(s, asio::buffer(a.raw), tok);
+      if (!wec && a.then_hang) {
+        asio::steady_timer t(s.get_executor(), std::chrono::hours(1));
+        co_await t.async_wait(tok);
+        co_return;
+      }
       if (wec || a.close) {
         boost::system::error_code ignored;
         s.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);

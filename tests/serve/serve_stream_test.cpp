@@ -70,8 +70,9 @@ TEST(ServeStream, ARequestIntoTheRequestTimeoutIs504) {
 TEST(ServeStream, EveryTokenIsItsOwnEvent) {
   auto s = start(tiny_config("st1", 4096));
   Conn conn(s.port);
-  ASSERT_TRUE(conn.request("POST", "/v1/completions",
-                           R"({"prompt": "x", "max_tokens": 3000, "stream": true, "logprobs": 0})"));
+  ASSERT_TRUE(
+      conn.request("POST", "/v1/completions",
+                   R"({"prompt": "x", "max_tokens": 3000, "stream": true, "logprobs": 0})"));
   Reply head;
   ASSERT_TRUE(conn.read_head(head));
   ASSERT_EQ(head.status, 200);

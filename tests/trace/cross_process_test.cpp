@@ -285,6 +285,45 @@ TEST(CrossProcess, WeirRunTraceFileReadsBackAsATreeWithTheRunsTokens) {
   fs::remove(file);
 }
 
+// A workflow's tool nodes are tool calls like an agent's: each records an `execute_tool` span
+// under its node, whether the graph layer runs the tool itself (calculator, lorem) or the tools
+// layer does (files).
+TEST(CrossProcess, WorkflowToolNodesRecordExecuteToolSpans) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("weir-trace-tools-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::ofstream(dir / "note.txt") << "hello";
+  const auto flow = testing::temp_file("tools.json",
+                                       R"({"name": "tools", "state": {"x": {}, "y": {}, "z": {}},
+          "tools": {"calc": {"builtin": "calculator"}, "text": {"builtin": "lorem"},
+                    "fs": {"builtin": "files", "root": ")" +
+                                           dir.string() + R"("}},
+          "nodes": {"sq": {"kind": "tool", "tool": "calc", "args": {"expression": "3*3"}, "output": "x"},
+                    "lo": {"kind": "tool", "tool": "text", "args": {"bytes": 10}, "output": "y"},
+                    "rd": {"kind": "tool", "tool": "fs", "args": {"op": "read", "path": "note.txt"}, "output": "z"}},
+          "edges": [{"from": "START", "to": "sq"}, {"from": "sq", "to": "lo"}, {"from": "lo", "to": "rd"},
+                    {"from": "rd", "to": "END"}]})");
+  const fs::path file = dir / "t.jsonl";
+  auto run = testing::run_weir("run " + flow.string() + " --trace " + file.string());
+  ASSERT_EQ(run.code, 0) << run.err;
+  auto spans = trace::parse_otlp_json_lines(testing::read_text(file), file.string());
+  ASSERT_TRUE(spans) << spans.error().message;
+  for (const auto& [tool, node] : std::vector<std::pair<std::string, std::string>>{
+           {"calculator", "node sq"}, {"lorem", "node lo"}, {"files", "node rd"}}) {
+    const auto* s = testing::find_span(*spans, "execute_tool " + tool);
+    ASSERT_TRUE(s) << tool;
+    EXPECT_EQ(testing::str_attr(s->span, "gen_ai.operation.name"), "execute_tool");
+    EXPECT_EQ(testing::str_attr(s->span, "gen_ai.tool.name"), tool);
+    EXPECT_GT(testing::int_attr(s->span, "weir.tool.arguments_bytes"), 0);
+    EXPECT_GT(testing::int_attr(s->span, "weir.tool.output_bytes"), 0);
+    const auto* parent = testing::parent_of(*spans, *s);
+    ASSERT_TRUE(parent) << tool;
+    EXPECT_EQ(parent->span.name, node);
+  }
+  fs::remove(flow);
+  fs::remove_all(dir);
+}
+
 // A receiver that accepts and never answers: the run finishes as it would untraced, the spans
 // are dropped and counted, and the command still exits promptly.
 TEST(CrossProcess, AHangingReceiverLeavesTheRunUnaffected) {
@@ -303,6 +342,41 @@ TEST(CrossProcess, AHangingReceiverLeavesTheRunUnaffected) {
             std::string::npos)
       << traced.err;
   EXPECT_LT(spent, 30s);  // the flush at exit gives up after 3 s
+}
+
+// weir serve stopped while its collector hangs: the flush at exit keeps the documented bound
+// (3 s, as weir run's) and says what it dropped; it used to be the tracer's own 5 s, silently.
+TEST(CrossProcess, WeirServeFlushesAtExitLikeWeirRun) {
+  OtlpReceiver rx(OtlpReceiver::Mode::hang);
+  const fs::path dir =
+      fs::temp_directory_path() / ("weir-trace-serve-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  fs::copy_file(testing::sample("map_reduce.json"), dir / "map_reduce.json",
+                fs::copy_options::overwrite_existing);
+  const fs::path err = dir / "serve.err";
+  // Start, wait for "ready", one request (one span), SIGTERM, wait.
+  const std::string script =
+      "OTEL_BSP_SCHEDULE_DELAY=10 " + std::string(WEIR_BIN_DIR) + "/weir serve --workflows " +
+      dir.string() + " --port 0 --otlp-endpoint " + rx.base_url() + " 2>" + err.string() +
+      " & S=$!; for i in $(seq 300); do grep -q 'ready' " + err.string() +
+      " && break; sleep 0.1; done; P=$(sed -n 's/.*listening on "
+      "http:\\/\\/[^:]*:\\([0-9]*\\).*/\\1/p' " +
+      err.string() +
+      "); curl -s -o /dev/null http://127.0.0.1:$P/v1/models; sleep 0.5; kill -TERM $S; "
+      "wait $S; echo $?";
+  std::ofstream(dir / "stop.sh") << script << "\n";
+  FILE* p = ::popen(("bash " + (dir / "stop.sh").string()).c_str(), "r");
+  ASSERT_TRUE(p);
+  std::string out;
+  char buf[256];
+  while (std::fgets(buf, sizeof buf, p)) out += buf;
+  ::pclose(p);
+  const std::string text = testing::read_text(err);
+  EXPECT_EQ(out, "0\n") << text;
+  EXPECT_GE(rx.requests(), 1) << text;
+  EXPECT_NE(text.find("trace spans were dropped (otlp " + rx.traces_url() + ")"), std::string::npos)
+      << text;
+  fs::remove_all(dir);
 }
 
 }  // namespace

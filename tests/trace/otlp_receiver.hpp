@@ -64,6 +64,11 @@ class OtlpReceiver {
     std::lock_guard lock(mu_);
     return errors_;
   }
+  // The request target of every request, in order (what the request line carried).
+  std::vector<std::string> paths() const {
+    std::lock_guard lock(mu_);
+    return paths_;
+  }
 
   // Waits until `pred(spans)` holds or `timeout` passes; returns the last spans seen.
   std::vector<trace::ReadSpan> wait_for(
@@ -82,6 +87,10 @@ class OtlpReceiver {
   boost::asio::awaitable<void> handle(http::Exchange& ex) {
     ++requests_;
     const auto& rq = ex.request();
+    {
+      std::lock_guard lock(mu_);
+      paths_.push_back(rq.path);
+    }
     if (rq.method != "POST" || rq.path != "/v1/traces") {
       http::Response r;
       r.status = 404;
@@ -130,6 +139,7 @@ class OtlpReceiver {
   std::vector<trace::ReadSpan> spans_;  // GUARDED_BY(mu_)
   std::vector<http::Headers> headers_;  // GUARDED_BY(mu_)
   std::vector<std::string> errors_;     // GUARDED_BY(mu_)
+  std::vector<std::string> paths_;      // GUARDED_BY(mu_)
 };
 
 // Helpers over spans read back.

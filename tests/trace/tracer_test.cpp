@@ -9,6 +9,7 @@
 #include <sstream>
 #include <thread>
 
+#include "../cli/run_weir.hpp"
 #include "otlp_receiver.hpp"
 #include "weir/http/otlp.hpp"
 #include "weir/runtime/metrics.hpp"
@@ -263,6 +264,59 @@ TEST(Otlp, EndpointsAndHeadersFollowTheOtelVariables) {
   EXPECT_EQ(crlf.error().message, "OTLP header 'a' holds a line break or NUL");
 }
 
+// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is used as given: a URL without a path must still make a
+// valid request line ("POST / HTTP/1.1", not "POST  HTTP/1.1").
+TEST(Otlp, AUrlWithoutAPathPostsToTheRoot) {
+  OtlpReceiver rx;
+  for (const std::string url : {rx.base_url(), rx.base_url() + "/"}) {
+    auto tracer = otlp_tracer(url, {}, [] {
+      http::OtlpOptions h;
+      h.max_attempts = 1;
+      return h;
+    }());
+    { trace::Span s = tracer->start_span("root"); }
+    tracer->flush(10s);
+  }
+  EXPECT_EQ(rx.paths(), (std::vector<std::string>{"/", "/"}));
+}
+
+// A header the exporter cannot send as given is refused at start, naming it: a name that is
+// not an HTTP token, and the headers weir itself sets from the body and the URL.
+TEST(Otlp, HeadersThatCannotBeSentAreRefused) {
+  for (const auto& [text, why] : std::vector<std::pair<std::string, std::string>>{
+           {"x:y=1",
+            "OTLP header name 'x:y' is not an HTTP token (letters, digits and "
+            "!#$%&'*+-.^_`|~)"},
+           {"x a=2",
+            "OTLP header name 'x a' is not an HTTP token (letters, digits and "
+            "!#$%&'*+-.^_`|~)"},
+           {"Content-Length=5",
+            "OTLP header 'Content-Length' is set by weir from the request; "
+            "leave it out"},
+           {"transfer-encoding=chunked",
+            "OTLP header 'transfer-encoding' is set by weir from "
+            "the request; leave it out"},
+           {"Host=evil", "OTLP header 'Host' is set by weir from the request; leave it out"},
+           {"Content-Type=text/plain",
+            "OTLP header 'Content-Type' is set by weir from the "
+            "request; leave it out"}}) {
+    auto h = http::parse_otlp_headers(text);
+    ASSERT_FALSE(h) << text;
+    EXPECT_EQ(h.error().message, why);
+  }
+  auto ok = http::parse_otlp_headers("x-honeycomb-team=abc,Authorization=Bearer%20k");
+  ASSERT_TRUE(ok) << ok.error().message;
+  // The command refuses to start (exit 1) and says which variable.
+  auto run = testing::run_weir_env(
+      "OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:9 "
+      "OTEL_EXPORTER_OTLP_HEADERS='x a=2'",
+      "run " + testing::sample("map_reduce.json").string());
+  EXPECT_EQ(run.code, 1);
+  EXPECT_NE(run.err.find("OTEL_EXPORTER_OTLP_HEADERS: OTLP header name 'x a' is not an HTTP token"),
+            std::string::npos)
+      << run.err;
+}
+
 TEST(Otlp, NoExporterMeansNoTracer) {
   ::unsetenv("OTEL_EXPORTER_OTLP_ENDPOINT");
   ::unsetenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT");
@@ -274,7 +328,27 @@ TEST(Otlp, NoExporterMeansNoTracer) {
   auto bad = http::make_tracer(s);
   ASSERT_FALSE(bad);
   EXPECT_EQ(bad.error().message,
-            "--otlp-endpoint: invalid URL 'ftp://nowhere/v1/traces': expected http:// or https://");
+            "--otlp-endpoint: invalid URL 'ftp://nowhere': expected http:// or https://");
+  // The URL as the user gave it (scheme kept, no /v1/traces added), under its own name.
+  s.otlp_endpoint = "http://127.0.0.1:99999";
+  auto port = http::make_tracer(s);
+  ASSERT_FALSE(port);
+  EXPECT_EQ(port.error().message,
+            "--otlp-endpoint: invalid URL 'http://127.0.0.1:99999': port must be 1..65535");
+  s.otlp_endpoint.clear();
+  ::setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "https://[::1", 1);
+  auto traces = http::make_tracer(s);
+  ::unsetenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT");
+  ASSERT_FALSE(traces);
+  EXPECT_EQ(traces.error().message,
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: invalid URL 'https://[::1': unclosed '[' in "
+            "the host");
+  ::setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://:4318", 1);
+  auto base = http::make_tracer(s);
+  ::unsetenv("OTEL_EXPORTER_OTLP_ENDPOINT");
+  ASSERT_FALSE(base);
+  EXPECT_EQ(base.error().message,
+            "OTEL_EXPORTER_OTLP_ENDPOINT: invalid URL 'http://:4318': no host");
 }
 
 TEST(Otlp, TheStandardVariablesConfigureTheExporter) {
@@ -310,6 +384,52 @@ TEST(Otlp, TheStandardVariablesConfigureTheExporter) {
   EXPECT_NE(grpc.error().message.find("OTEL_EXPORTER_OTLP_PROTOCOL=grpc: weir exports traces over "
                                       "OTLP/HTTP with JSON bodies"),
             std::string::npos);
+}
+
+// OTEL_SDK_DISABLED is a boolean, case-insensitive (the OpenTelemetry spec): TRUE disables.
+TEST(Otlp, SdkDisabledIsCaseInsensitive) {
+  http::TraceSettings s;
+  s.file =
+      (std::filesystem::temp_directory_path() / ("weir-disabled-" + std::to_string(::getpid())))
+          .string();
+  for (const char* v : {"true", "TRUE", "True"}) {
+    ::setenv("OTEL_SDK_DISABLED", v, 1);
+    auto t = http::make_tracer(s);
+    ASSERT_TRUE(t) << t.error().message;
+    EXPECT_EQ(*t, nullptr) << v;
+  }
+  ::setenv("OTEL_SDK_DISABLED", "false", 1);
+  auto on = http::make_tracer(s);
+  ::unsetenv("OTEL_SDK_DISABLED");
+  ASSERT_TRUE(on);
+  EXPECT_NE(*on, nullptr);
+  on->reset();
+  std::filesystem::remove(s.file);
+}
+
+// service.name in OTEL_RESOURCE_ATTRIBUTES names the service when OTEL_SERVICE_NAME does not
+// (which wins when both are set); the errors speak of resource attributes, not headers.
+TEST(Otlp, ResourceAttributesCanNameTheService) {
+  const auto service = [](const char* attrs, const char* name) -> std::string {
+    OtlpReceiver rx;
+    http::TraceSettings s;
+    s.otlp_endpoint = rx.base_url();
+    ::setenv("OTEL_RESOURCE_ATTRIBUTES", attrs, 1);
+    if (name) ::setenv("OTEL_SERVICE_NAME", name, 1);
+    auto t = http::make_tracer(s);
+    ::unsetenv("OTEL_RESOURCE_ATTRIBUTES");
+    ::unsetenv("OTEL_SERVICE_NAME");
+    if (!t) return t.error().message;
+    { trace::Span sp = (*t)->start_span("x"); }
+    (*t)->flush(10s);
+    auto spans = rx.wait_for_spans(1);
+    return spans.empty() ? "<none>" : spans[0].service;
+  };
+  EXPECT_EQ(service("service.name=fromattrs,team=a", nullptr), "fromattrs");
+  EXPECT_EQ(service("service.name=fromattrs", "fromname"), "fromname");
+  EXPECT_EQ(service("team=a", nullptr), "weir");
+  EXPECT_EQ(service("garbage", nullptr),
+            "OTEL_RESOURCE_ATTRIBUTES: resource attribute 'garbage' is not key=value");
 }
 
 TEST(TraceFile, WritesOtlpJsonLinesThatReadBackAsATree) {
@@ -379,6 +499,44 @@ TEST(TraceFile, ReaderErrorsNameTheLineAndThePointer) {
   auto wrong = trace::parse_otlp_json_lines("[1]", "t.jsonl");
   ASSERT_FALSE(wrong);
   EXPECT_EQ(wrong.error().message, "t.jsonl:1: /: expected an object with \"resourceSpans\"");
+}
+
+// Names come from files anyone can write: control characters are shown escaped, never sent
+// to the terminal (ESC) or cutting the name (NUL).
+TEST(TraceFile, TheTreeEscapesControlCharacters) {
+  const std::string line =
+      R"({"resourceSpans":[{"scopeSpans":[{"spans":[{"traceId":"4bf92f3577b34da6a3ce929d0e0e4736","spanId":"00f067aa0ba902b7","name":"red\u001b[31mX\u0000cut\nline","startTimeUnixNano":"1","endTimeUnixNano":"2","attributes":[{"key":"k\u0007","value":{"stringValue":"v"}}],"events":[{"name":"ev\r","timeUnixNano":"1"}]}]}]}]})";
+  auto spans = trace::parse_otlp_json_lines(line, "t.jsonl");
+  ASSERT_TRUE(spans) << spans.error().message;
+  trace::TreeOptions o;
+  o.attributes = true;
+  const std::string tree = trace::render_tree(*spans, o);
+  EXPECT_NE(tree.find("red\\x1b[31mX\\x00cut\\nline  "), std::string::npos) << tree;
+  EXPECT_NE(tree.find("k\\x07 = \"v\""), std::string::npos) << tree;
+  EXPECT_NE(tree.find("event ev\\r at"), std::string::npos) << tree;
+  for (char c : tree) EXPECT_FALSE((c >= 0 && c < 0x20 && c != '\n') || c == 0x7f) << int(c);
+}
+
+// OTLP's times are fixed64 (unsigned): values from 2^63 up are read (kept at 2^63 - 1, past
+// the year 2262), a negative one is refused.
+TEST(TraceFile, TimesAreUnsigned64Bit) {
+  const auto line = [](const std::string& start, const std::string& end) {
+    return R"({"resourceSpans":[{"scopeSpans":[{"spans":[{"traceId":"4bf92f3577b34da6a3ce929d0e0e4736","spanId":"00f067aa0ba902b7","name":"a","startTimeUnixNano":)" +
+           start + R"(,"endTimeUnixNano":)" + end + "}]}]}]}";
+  };
+  for (const auto& end :
+       {std::string("\"18446744073709551615\""), std::string("9223372036854775808"),
+        std::string("\"9223372036854775808\"")}) {
+    auto r = trace::parse_otlp_json_lines(line("\"9223372036854775000\"", end), "t.jsonl");
+    ASSERT_TRUE(r) << end << ": " << r.error().message;
+    EXPECT_EQ((*r)[0].span.end_unix_ns, INT64_MAX);
+    EXPECT_NE(trace::render_tree(*r).find("a  1 µs"), std::string::npos) << trace::render_tree(*r);
+  }
+  auto neg = trace::parse_otlp_json_lines(line("\"-1\"", "\"2\""), "t.jsonl");
+  ASSERT_FALSE(neg);
+  EXPECT_EQ(neg.error().message,
+            "t.jsonl:1: /resourceSpans/0/scopeSpans/0/spans/0/startTimeUnixNano: expected an "
+            "unsigned 64-bit integer");
 }
 
 }  // namespace

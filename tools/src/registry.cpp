@@ -234,28 +234,14 @@ asio::awaitable<Result<ToolOutput>> ToolRegistry::async_call(std::string_view na
 // fences did to it: argument and output sizes, a spill to the artifact store, the error type.
 asio::awaitable<Result<ToolOutput>> ToolRegistry::traced_call(std::string name, json::object args,
                                                               ToolContext ctx) {
-  trace::Span span = ctx.trace.start("execute_tool " + name);
-  span.set(trace::attr::kOperation, "execute_tool");
-  span.set(trace::attr::kToolName, name);
-  span.set("gen_ai.tool.type", "function");
-  if (!ctx.call_id.empty()) span.set(trace::attr::kToolCallId, ctx.call_id);
-  {
-    const std::string text = json::serialize(args);
-    span.set("weir.tool.arguments_bytes", text.size());
-    span.set_content("gen_ai.tool.call.arguments", text);
-  }
+  trace::Span span = trace::start_tool_span(ctx.trace, name, json::serialize(args), ctx.call_id);
   ctx.trace = ctx.trace.child(span);
   auto op = call(name, std::move(args), std::move(ctx));
   Result<ToolOutput> r = co_await std::move(op);
-  if (r) {
-    span.set("weir.tool.output_bytes", r->output_bytes);
-    span.set("weir.tool.spilled", r->artifact_id.has_value());
-    if (r->artifact_id) span.set("weir.tool.artifact_id", *r->artifact_id);
-    span.set_content("gen_ai.tool.call.result", r->content);
-    span.set_ok();
-  } else {
+  if (r)
+    trace::set_tool_output(span, r->output_bytes, r->content, r->artifact_id);
+  else
     span.set_error(r.error());
-  }
   span.end();  // not with the frame, which the caller's awaitable may keep alive
   co_return r;
 }

@@ -3,6 +3,7 @@
 // quantifiers * + ? {m} {m,} {m,n}; '#' comments. The start rule is `root`. A rule may span
 // lines: it ends where the next `name ::=` begins.
 #include <algorithm>
+#include <unordered_map>
 
 #include "constraint/grammar.hpp"
 
@@ -24,10 +25,16 @@ struct GbnfParser {
   bool failed = false;
   Error err;
   std::vector<std::pair<std::uint32_t, std::size_t>> refs;  // rule, offset of first use
+  // The user's rules by name (weir's own helper rules have names too: never looked up).
+  std::unordered_map<std::string, std::uint32_t> rules;
 
-  bool fail(const std::string& what, std::size_t at) {
-    if (failed) return false;
-    failed = true;
+  std::uint32_t rule(const std::string& n) {
+    auto [it, inserted] = rules.try_emplace(n, 0);
+    if (inserted) it->second = b.new_rule(n, {RuleOrigin::gbnf_rule, n});
+    return it->second;
+  }
+
+  std::string where(std::size_t at) const {
     int line = 1, col = 1;
     for (std::size_t k = 0; k < at && k < s.size(); ++k) {
       if (s[k] == '\n')
@@ -35,8 +42,13 @@ struct GbnfParser {
       else if ((static_cast<unsigned char>(s[k]) & 0xC0) != 0x80)
         ++col;
     }
-    err = Error(Errc::invalid_argument, "gbnf line " + std::to_string(line) + " column " +
-                                            std::to_string(col) + ": " + what);
+    return "gbnf line " + std::to_string(line) + " column " + std::to_string(col);
+  }
+
+  bool fail(const std::string& what, std::size_t at) {
+    if (failed) return false;
+    failed = true;
+    err = Error(Errc::invalid_argument, where(at) + ": " + what);
     return false;
   }
   bool fail(const std::string& what) { return fail(what, i); }
@@ -223,7 +235,10 @@ struct GbnfParser {
           if (next <= 0x10FFFF) comp.push_back({next, 0x10FFFF});
           set = comp;
         }
-        atom = {b.cp_class(set)};
+        if (std::none_of(set.begin(), set.end(), [](CpRange r) { return r.lo <= r.hi; }))
+          atom = {b.never(where(at) + ": the character class matches no character")};
+        else
+          atom = {b.cp_class(set)};
       } else if (c == '.') {
         ++i;
         atom = {b.cp_class({{0, 0x10FFFF}})};
@@ -236,7 +251,7 @@ struct GbnfParser {
         ++i;
       } else if (is_name_char(c)) {
         std::string n = name();
-        std::uint32_t r = b.find_or_new_rule(n);
+        std::uint32_t r = rule(n);
         refs.emplace_back(r, at);
         atom = {Sym{true, r}};
       } else {
@@ -309,7 +324,7 @@ Result<std::uint32_t> compile_gbnf(GrammarBuilder& b, std::string_view text) {
     }
     p.i += 3;
     p.space(true);
-    const std::uint32_t r = b.find_or_new_rule(n);
+    const std::uint32_t r = p.rule(n);
     if (defined.size() <= r) defined.resize(r + 1, 0);
     if (defined[r]) {
       p.fail("rule '" + n + "' is defined twice", at);
@@ -333,8 +348,9 @@ Result<std::uint32_t> compile_gbnf(GrammarBuilder& b, std::string_view text) {
       return p.err;
     }
   }
-  std::uint32_t root = b.find_or_new_rule("root");
-  if (root >= defined.size() || !defined[root])
+  const auto root_it = p.rules.find("root");
+  const std::uint32_t root = root_it == p.rules.end() ? 0 : root_it->second;
+  if (root_it == p.rules.end() || root >= defined.size() || !defined[root])
     return Error(Errc::invalid_argument,
                  "gbnf: no 'root' rule (the start rule must be named root)");
   return root;

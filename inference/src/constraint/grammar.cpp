@@ -1,22 +1,30 @@
 #include "constraint/grammar.hpp"
 
 #include <algorithm>
+#include <functional>
+#include <optional>
+#include <unordered_map>
 
 namespace weir::inference::constraint {
 
 GrammarBuilder::GrammarBuilder(std::chrono::milliseconds time_limit)
     : deadline_(std::chrono::steady_clock::now() + time_limit), limit_(time_limit) {}
 
-std::uint32_t GrammarBuilder::new_rule(std::string name) {
+std::uint32_t GrammarBuilder::new_rule(std::string name, RuleOrigin origin) {
   rules_.emplace_back();
   g_.names.push_back(std::move(name));
+  origins_.push_back(std::move(origin));
   return static_cast<std::uint32_t>(rules_.size() - 1);
 }
 
-std::uint32_t GrammarBuilder::find_or_new_rule(const std::string& name) {
-  for (std::size_t i = 0; i < g_.names.size(); ++i)
-    if (g_.names[i] == name) return static_cast<std::uint32_t>(i);
-  return new_rule(name);
+Sym GrammarBuilder::never(std::string why) {
+  const std::uint32_t r = new_rule("never");
+  notes_.emplace_back(r, std::move(why));
+  return {true, r};
+}
+
+void GrammarBuilder::prefix_notes(std::size_t mark, const std::string& prefix) {
+  for (std::size_t i = mark; i < notes_.size(); ++i) notes_[i].second = prefix + notes_[i].second;
 }
 
 bool GrammarBuilder::has_alts(std::uint32_t rule) const {
@@ -115,12 +123,14 @@ Sym GrammarBuilder::optional(const Seq& body) {
 }
 
 Sym GrammarBuilder::star(const Seq& body) {
-  // r ::= body r | ""   (right recursion: the matcher never loops)
+  // r ::= body r | ""   (right recursion: the matcher never loops; a body that can match the
+  // empty string is made non-empty by finish())
   const std::uint32_t r = new_rule("star");
   Seq a = body;
   a.push_back({true, r});
   add_alt(r, a);
   add_alt(r, Seq{});
+  stars_.emplace_back(r, body);
   return {true, r};
 }
 
@@ -158,20 +168,140 @@ Sym GrammarBuilder::repeat(const Seq& body, std::int64_t min, std::int64_t max) 
   return group({out}, "repeat");
 }
 
+void GrammarBuilder::normalise_nullable_stars(std::vector<char>& nullable) {
+  auto is_nullable = [&](const Sym& x) { return x.is_rule && nullable[x.value]; };
+  std::unordered_map<std::uint32_t, std::uint32_t> non_empty;  // rule -> its non-empty forms
+  // The non-empty forms of a sequence: for each symbol whose prefix can be empty, that
+  // symbol's non-empty forms followed by the rest.
+  std::function<std::vector<Seq>(const Seq&)> forms;
+  std::function<std::uint32_t(std::uint32_t)> rule_forms = [&](std::uint32_t r) {
+    if (auto it = non_empty.find(r); it != non_empty.end()) return it->second;
+    const std::uint32_t nr = new_rule(g_.names[r] + "+");
+    non_empty.emplace(r, nr);
+    const std::vector<Seq> alts = rules_[r];  // a copy: new rules grow rules_
+    for (const Seq& a : alts)
+      for (const Seq& f : forms(a)) add_alt(nr, f);
+    return nr;
+  };
+  forms = [&](const Seq& seq) {
+    std::vector<Seq> out;
+    for (std::size_t i = 0; i < seq.size(); ++i) {
+      Seq f;
+      f.push_back(seq[i].is_rule ? Sym{true, rule_forms(seq[i].value)} : seq[i]);
+      f.insert(f.end(), seq.begin() + static_cast<std::ptrdiff_t>(i) + 1, seq.end());
+      out.push_back(std::move(f));
+      if (!is_nullable(seq[i])) break;
+    }
+    return out;
+  };
+  const auto stars = stars_;
+  for (const auto& [r, body] : stars) {
+    if (failed_ || !std::all_of(body.begin(), body.end(), is_nullable)) continue;
+    const std::uint32_t nb = new_rule("star body");
+    for (const Seq& f : forms(body)) add_alt(nb, f);
+    rules_[r][0] = Seq{{true, nb}, {true, r}};
+  }
+  nullable.resize(rules_.size(), 0);  // every rule added derives non-empty strings only
+}
+
+Error GrammarBuilder::left_recursion_error(const std::vector<std::uint32_t>& cycle) const {
+  for (std::uint32_t r : cycle) {
+    const RuleOrigin& o = origins_[r];
+    if (o.kind == RuleOrigin::gbnf_rule)
+      return Error(Errc::invalid_argument,
+                   "rule '" + o.name +
+                       "' is left-recursive (it can start with itself); rewrite it with "
+                       "repetition, e.g. x ::= y (\",\" y)*");
+    if (o.kind == RuleOrigin::schema_ref)
+      return Error(Errc::invalid_argument,
+                   "JSON Schema '$ref' to '" + o.name +
+                       "' is left-recursive: the schema can start with itself before any text "
+                       "is written; put the reference inside an object or an array");
+  }
+  return Error(Errc::invalid_argument,
+               "the constraint can start with itself before any text is written (a left "
+               "recursion)");
+}
+
+Error GrammarBuilder::empty_language_error(std::uint32_t root,
+                                           const std::vector<char>& productive) const {
+  // What the user wrote that leaves no value, searched from the root through the rules that
+  // have none: the notes of never(), else the first named rule that never ends.
+  std::unordered_map<std::uint32_t, const std::string*> note_of;
+  for (const auto& [r, why] : notes_) note_of.emplace(r, &why);
+  std::vector<char> seen(rules_.size(), 0);
+  std::vector<std::uint32_t> order = {root};
+  seen[root] = 1;
+  std::string notes;
+  int n_notes = 0;
+  std::optional<std::uint32_t> named;
+  for (std::size_t k = 0; k < order.size(); ++k) {
+    const std::uint32_t r = order[k];
+    if (auto it = note_of.find(r); it != note_of.end() && n_notes < 3)
+      notes += (n_notes++ ? "; " : "") + *it->second;
+    if (!named && origins_[r].kind != RuleOrigin::internal) named = r;
+    for (const Seq& a : rules_[r])
+      for (const Sym& x : a)
+        if (x.is_rule && !productive[x.value] && !seen[x.value]) {
+          seen[x.value] = 1;
+          order.push_back(x.value);
+        }
+  }
+  std::string why;
+  if (!notes.empty()) {
+    why = notes;
+  } else if (named && origins_[*named].kind == RuleOrigin::gbnf_rule) {
+    why = "rule '" + origins_[*named].name +
+          "' never ends (each of its alternatives refers to a rule that never ends)";
+  } else if (named) {
+    why = "the '$ref' to '" + origins_[*named].name +
+          "' never ends (every value it allows contains another one)";
+  } else {
+    why = "it allows nothing";
+  }
+  return Error(Errc::invalid_argument, "the constraint matches no finite output: " + why);
+}
+
+void GrammarBuilder::compute_rest_bytes() {
+  constexpr std::uint64_t kCap = 1u << 30;
+  const std::size_t n = g_.alts.size();
+  std::vector<std::uint64_t> min_len(n, kCap);
+  auto alt_len = [&](std::uint32_t at) {
+    std::uint64_t len = 0;
+    for (std::uint32_t e = at; g_.elems[e].kind != Element::end; ++e)
+      len += g_.elems[e].kind == Element::bytes ? 1 : min_len[g_.elems[e].value];
+    return std::min(len, kCap);
+  };
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (std::size_t r = 0; r < n; ++r)
+      for (std::uint32_t at : g_.alts[r])
+        if (const std::uint64_t len = alt_len(at); len < min_len[r])
+          min_len[r] = len, changed = true;
+  }
+  g_.rest_bytes.assign(g_.elems.size(), 0);
+  for (std::size_t e = g_.elems.size(); e-- > 0;) {
+    const Element x = g_.elems[e];
+    if (x.kind == Element::end) continue;
+    const std::uint64_t own = x.kind == Element::bytes ? 1 : min_len[x.value];
+    g_.rest_bytes[e] = static_cast<std::uint32_t>(std::min(own + g_.rest_bytes[e + 1], kCap));
+  }
+}
+
 Result<Grammar> GrammarBuilder::finish(std::uint32_t root) {
   if (failed_) return error_;
   if (!check_budget()) return error_;
-  const std::size_t n = rules_.size();
-  for (std::size_t r = 0; r < n; ++r) {
+  for (std::size_t r = 0; r < rules_.size(); ++r) {
     for (const auto& a : rules_[r])
       for (const auto& s : a)
-        if (s.is_rule && s.value >= n) return Error(Errc::invalid_argument, "bad rule reference");
+        if (s.is_rule && s.value >= rules_.size())
+          return Error(Errc::invalid_argument, "bad rule reference");
   }
   // Nullable rules (fixpoint).
-  std::vector<char> nullable(n, 0);
+  std::vector<char> nullable(rules_.size(), 0);
   for (bool changed = true; changed;) {
     changed = false;
-    for (std::size_t r = 0; r < n; ++r) {
+    for (std::size_t r = 0; r < rules_.size(); ++r) {
       if (nullable[r]) continue;
       for (const auto& a : rules_[r]) {
         bool all = std::all_of(a.begin(), a.end(),
@@ -184,6 +314,9 @@ Result<Grammar> GrammarBuilder::finish(std::uint32_t root) {
       }
     }
   }
+  normalise_nullable_stars(nullable);
+  if (failed_ || !check_budget()) return error_;
+  const std::size_t n = rules_.size();
   // Left recursion: a rule reachable from itself through leftmost (nullable-prefix) symbols.
   std::vector<std::vector<std::uint32_t>> left(n);
   for (std::size_t r = 0; r < n; ++r) {
@@ -205,10 +338,10 @@ Result<Grammar> GrammarBuilder::finish(std::uint32_t root) {
       if (i < left[r].size()) {
         std::uint32_t c = left[r][i++];
         if (color[c] == 1) {
-          return Error(Errc::invalid_argument,
-                       "rule '" + g_.names[c] +
-                           "' is left-recursive (it can start with itself); rewrite it with "
-                           "repetition, e.g. x ::= y (\",\" y)*");
+          std::vector<std::uint32_t> cycle;
+          auto at = std::find_if(st.begin(), st.end(), [&](const auto& f) { return f.first == c; });
+          for (; at != st.end(); ++at) cycle.push_back(at->first);
+          return left_recursion_error(cycle);
         }
         if (color[c] == 0) {
           color[c] = 1;
@@ -238,11 +371,7 @@ Result<Grammar> GrammarBuilder::finish(std::uint32_t root) {
       }
     }
   }
-  if (!productive[root]) {
-    return Error(Errc::invalid_argument,
-                 "the constraint matches no finite output (an empty enum, contradictory "
-                 "bounds, or a recursion that never ends)");
-  }
+  if (!productive[root]) return empty_language_error(root, productive);
   // Lay out: unproductive alternatives are dropped (they could only lead to dead ends).
   g_.alts.assign(n, {});
   for (std::size_t r = 0; r < n; ++r) {
@@ -258,6 +387,7 @@ Result<Grammar> GrammarBuilder::finish(std::uint32_t root) {
     }
   }
   g_.root = root;
+  compute_rest_bytes();
   rules_.clear();
   return std::move(g_);
 }

@@ -9,7 +9,14 @@
 //
 // Invariants after GrammarBuilder::finish(): every rule has at least one alternative, every
 // rule reference is defined, no rule is left-recursive (the matcher's expansion would not
-// terminate), and the root derives at least one finite string.
+// terminate), and the root derives at least one finite string. A repetition whose body can
+// match the empty string (regex `(a*)*`, GBNF `("a"?)*`) repeats the body's non-empty forms
+// instead, which matches the same strings without the left recursion.
+//
+// Refusals speak the user's syntax: rules the front ends create for their own use have no
+// origin and are never named; a GBNF rule is named as the user wrote it, a JSON Schema $ref by
+// its target, and a construct with no value (an empty enum, an empty character class) by the
+// note its front end left with GrammarBuilder::never().
 #pragma once
 
 #include <bitset>
@@ -33,8 +40,18 @@ struct Grammar {
   std::vector<Element> elems;                    // alternatives, each ended by `end`
   std::vector<std::vector<std::uint32_t>> alts;  // rule id -> start index of each alternative
   std::vector<std::bitset<256>> classes;         // byte classes
-  std::vector<std::string> names;                // rule id -> name (for messages)
+  std::vector<std::string> names;                // rule id -> name (for logs)
   std::uint32_t root = 0;
+  // Minimum length in bytes of what the rest of an alternative derives, from each element
+  // to its alternative's end ([elems.size()]; an `end` element's is 0): a parse stack's
+  // shortest completion is the sum over its positions (the budget rule, constraint.hpp).
+  std::vector<std::uint32_t> rest_bytes;
+};
+
+// Where a rule comes from, for messages: front ends name the rules a user wrote.
+struct RuleOrigin {
+  enum Kind : std::uint8_t { internal, gbnf_rule, schema_ref } kind = internal;
+  std::string name;  // gbnf_rule: the rule's name; schema_ref: the reference ("#/$defs/x")
 };
 
 // Limits on what a constraint may compile to (a bound on compile time and on memory).
@@ -57,11 +74,17 @@ class GrammarBuilder {
  public:
   explicit GrammarBuilder(std::chrono::milliseconds time_limit = std::chrono::milliseconds(2000));
 
-  std::uint32_t new_rule(std::string name);
+  // `name` is for logs; `origin` says whether messages may name the rule (RuleOrigin).
+  std::uint32_t new_rule(std::string name, RuleOrigin origin = {});
   // Adds an alternative to `rule`. Fails (sets error()) past the size limits.
   void add_alt(std::uint32_t rule, const Seq& seq);
-  std::uint32_t find_or_new_rule(const std::string& name);  // GBNF: names refer to one rule
   bool has_alts(std::uint32_t rule) const;
+  // A rule with no alternative (it matches nothing), and why, in the user's terms ("'enum' at
+  // /x is empty"): finish() says so when the whole constraint is left with no value.
+  Sym never(std::string why);
+  // The notes left by never() since `mark` (notes().size() earlier) get `prefix` in front.
+  const std::vector<std::pair<std::uint32_t, std::string>>& notes() const { return notes_; }
+  void prefix_notes(std::size_t mark, const std::string& prefix);
 
   Sym byte_class(const std::bitset<256>& set);
   Sym byte(unsigned char c);
@@ -91,12 +114,23 @@ class GrammarBuilder {
   bool check_budget();
 
   // Validates the invariants above and returns the grammar. Errors: what fail() recorded;
-  // invalid_argument for an undefined or left-recursive rule or an empty language.
+  // invalid_argument for an undefined or left-recursive rule or an empty language, naming
+  // what the user wrote (a GBNF rule, a $ref, the note of a never()).
   Result<Grammar> finish(std::uint32_t root);
 
  private:
+  // Rewrites each star whose body can match the empty string to repeat the body's non-empty
+  // forms. `nullable`: per rule, grown for the rules this adds.
+  void normalise_nullable_stars(std::vector<char>& nullable);
+  Error left_recursion_error(const std::vector<std::uint32_t>& cycle) const;
+  Error empty_language_error(std::uint32_t root, const std::vector<char>& productive) const;
+  void compute_rest_bytes();
+
   Grammar g_;
   std::vector<std::vector<Seq>> rules_;
+  std::vector<RuleOrigin> origins_;
+  std::vector<std::pair<std::uint32_t, Seq>> stars_;          // star rule, its body
+  std::vector<std::pair<std::uint32_t, std::string>> notes_;  // never() rule, why
   bool failed_ = false;
   Error error_;
   std::size_t n_elems_ = 0;

@@ -14,6 +14,7 @@
 #include <unordered_map>
 
 #include "constraint/grammar.hpp"
+#include "constraint/json_number.hpp"
 #include "weir/runtime/json_parse.hpp"
 
 namespace weir::inference::constraint {
@@ -21,36 +22,6 @@ namespace weir::inference::constraint {
 namespace json = boost::json;
 
 namespace {
-
-constexpr std::uint64_t kIntCap = 999999999999999999ull;  // 18 digits
-
-// Decimal strings for all integers in [lo, hi] (0 <= lo <= hi), no leading zeros.
-void uint_range(GrammarBuilder& b, std::uint64_t lo, std::uint64_t hi, std::vector<Seq>& out) {
-  std::bitset<256> digit;
-  for (char c = '0'; c <= '9'; ++c) digit.set(static_cast<unsigned char>(c));
-  const Sym any_digit = b.byte_class(digit);
-  if (lo == 0) {
-    out.push_back(b.literal("0"));
-    lo = 1;
-  }
-  while (lo <= hi && lo != 0) {
-    // The largest block [lo, lo + m*10^k - 1]: lo a multiple of 10^k, within hi.
-    std::uint64_t p = 1;
-    int k = 0;
-    while (p <= kIntCap / 10 && lo % (p * 10) == 0 && lo + p * 10 - 1 <= hi) p *= 10, ++k;
-    const std::uint64_t d = (lo / p) % 10;
-    std::uint64_t m = std::min<std::uint64_t>(10 - d, (hi - lo + 1) / p);
-    const std::uint64_t prefix = lo / p / 10;
-    Seq q;
-    if (prefix) b.append_literal(q, std::to_string(prefix));
-    std::bitset<256> cls;
-    for (std::uint64_t x = d; x < d + m; ++x) cls.set('0' + x);
-    q.push_back(b.byte_class(cls));
-    for (int j = 0; j < k; ++j) q.push_back(any_digit);
-    out.push_back(std::move(q));
-    lo += m * p;
-  }
-}
 
 struct Compiler {
   GrammarBuilder& b;
@@ -154,115 +125,45 @@ struct Compiler {
     return *any_value_;
   }
 
-  Sym int_range(std::int64_t lo, std::int64_t hi) {
-    lo = std::max<std::int64_t>(lo, -static_cast<std::int64_t>(kIntCap));
-    hi = std::min<std::int64_t>(hi, static_cast<std::int64_t>(kIntCap));
-    std::vector<Seq> alts;
-    if (lo > hi) return b.group({}, "never");
-    if (hi >= 0) {
-      const auto l = static_cast<std::uint64_t>(std::max<std::int64_t>(lo, 0));
-      const auto h = static_cast<std::uint64_t>(hi);
-      if (l == 0 && h == kIntCap)
-        alts.push_back({int_part()});
-      else
-        uint_range(b, l, h, alts);
-    }
-    if (lo < 0) {
-      std::vector<Seq> neg;
-      const auto l = static_cast<std::uint64_t>(hi < 0 ? -hi : 1);
-      const auto h = static_cast<std::uint64_t>(-lo);
-      if (l == 1 && h == kIntCap) {
-        std::bitset<256> nz;
-        for (char c = '1'; c <= '9'; ++c) nz.set(static_cast<unsigned char>(c));
-        neg.push_back({b.byte_class(nz), digits(0, 17)});
-      } else {
-        uint_range(b, l, h, neg);
-      }
-      Seq q = b.literal("-");
-      q.push_back(b.group(neg, "neg"));
-      alts.push_back(q);
-    }
-    return b.group(alts, "integer");
+  // Integers: "0", [1-9][0-9]{0,17} and their negatives (not "-0").
+  Sym int_any() {
+    std::bitset<256> nz;
+    for (char c = '1'; c <= '9'; ++c) nz.set(static_cast<unsigned char>(c));
+    Seq neg = b.literal("-");
+    neg.insert(neg.end(), {b.byte_class(nz), digits(0, 17)});
+    return b.group({{int_part()}, neg}, "integer");
+  }
+  // An integer or a number with the schema's bounds (json_number.hpp) or without any.
+  Sym bounded(const json::object& o, const std::string& ptr, bool integer) {
+    auto bd = number_bounds(o, at(ptr));
+    if (!bd) return fail(bd.error().message);
+    if (!bd->any()) return integer ? int_any() : number_any();
+    return integer ? integer_in(b, *bd, at(ptr)) : number_in(b, *bd, at(ptr));
   }
 
-  // Number bounds as doubles (nullopt: none).
-  struct Bounds {
-    std::optional<double> lo, hi;
-    bool lo_excl = false, hi_excl = false;
-  };
-  Bounds bounds(const json::object& o, const std::string& ptr) {
-    Bounds r;
-    auto num = [&](const char* k) -> std::optional<double> {
-      auto it = o.find(k);
-      if (it == o.end()) return std::nullopt;
-      if (!it->value().is_number()) {
-        fail("JSON Schema keyword '" + std::string(k) + "' at " + at(ptr) + " must be a number");
-        return std::nullopt;
-      }
-      return it->value().to_number<double>();
-    };
-    r.lo = num("minimum");
-    r.hi = num("maximum");
-    if (auto x = num("exclusiveMinimum"); x && (!r.lo || *x >= *r.lo)) r.lo = x, r.lo_excl = true;
-    if (auto x = num("exclusiveMaximum"); x && (!r.hi || *x <= *r.hi)) r.hi = x, r.hi_excl = true;
-    return r;
-  }
-  static std::int64_t clamp_i(double x) {
-    if (x > 9.0e18) return INT64_MAX / 2;
-    if (x < -9.0e18) return INT64_MIN / 2;
-    return static_cast<std::int64_t>(x);
-  }
-  Sym integer(const Bounds& bd) {
-    std::int64_t lo = INT64_MIN / 2, hi = INT64_MAX / 2;
-    if (bd.lo) {
-      double c = std::ceil(*bd.lo);
-      lo = clamp_i(c + ((bd.lo_excl && c == *bd.lo) ? 1 : 0));
+  // A count keyword (minLength, maxItems, ...): a whole number (2.0 is 2), `def` when absent.
+  // One past the grammar's size limit is refused by name (a repetition that long cannot fit).
+  std::int64_t count_of(const json::object& o, const char* k, const std::string& ptr,
+                        std::int64_t def) {
+    const json::value* v = o.if_contains(k);
+    if (!v) return def;
+    const double d = v->is_number() ? v->to_number<double>() : -1;
+    if (!(d >= 0) || std::floor(d) != d) {
+      fail("JSON Schema keyword '" + std::string(k) + "' at " + at(ptr) +
+           " must be a non-negative integer");
+      return def;
     }
-    if (bd.hi) {
-      double f = std::floor(*bd.hi);
-      hi = clamp_i(f - ((bd.hi_excl && f == *bd.hi) ? 1 : 0));
+    if (d > static_cast<double>(kMaxGrammarElements)) {
+      fail("JSON Schema keyword '" + std::string(k) + "' at " + at(ptr) + " is " +
+           json::serialize(*v) + ", over the " + std::to_string(kMaxGrammarElements) +
+           " repetitions weir's grammar can hold; lower it");
+      return def;
     }
-    return int_range(lo, hi);
-  }
-  Sym number(const Bounds& bd) {
-    if (!bd.lo && !bd.hi) return number_any();
-    // Integers in range, plus n.f whose whole interval [n, n+1) (or (-(n+1), -n]) is in range.
-    std::vector<Seq> alts = {{integer(bd)}};
-    const double lo = bd.lo ? *bd.lo : -1e18, hi = bd.hi ? *bd.hi : 1e18;
-    Seq frac = b.literal(".");
-    frac.push_back(digits(1, 15));
-    const Sym fr = b.group({frac}, "frac");
-    {
-      double nmin = bd.lo_excl ? std::floor(lo) + 1 : std::ceil(lo);
-      nmin = std::max(nmin, 0.0);
-      double nmax = std::floor(hi) - 1;
-      if (nmin <= nmax) alts.push_back({int_range(clamp_i(nmin), clamp_i(nmax)), fr});
-    }
-    {
-      double nmin = bd.hi_excl ? std::floor(-hi) + 1 : std::ceil(-hi);
-      nmin = std::max(nmin, 0.0);
-      double nmax = std::floor(-lo) - 1;
-      if (nmin <= nmax) {
-        Seq q = b.literal("-");
-        q.push_back(int_range(clamp_i(nmin), clamp_i(nmax)));
-        q.push_back(fr);
-        alts.push_back(q);
-      }
-    }
-    return b.group(alts, "number");
+    return static_cast<std::int64_t>(d);
   }
 
   Sym string_schema(const json::object& o, const std::string& ptr) {
-    auto count = [&](const char* k, std::int64_t def) -> std::int64_t {
-      auto it = o.find(k);
-      if (it == o.end()) return def;
-      if (!it->value().is_number() || it->value().to_number<double>() < 0) {
-        fail("JSON Schema keyword '" + std::string(k) + "' at " + at(ptr) +
-             " must be a non-negative integer");
-        return def;
-      }
-      return static_cast<std::int64_t>(it->value().to_number<double>());
-    };
+    auto count = [&](const char* k, std::int64_t def) { return count_of(o, k, ptr, def); };
     const std::int64_t min = count("minLength", 0), max = count("maxLength", -1);
     const bool has_len = o.contains("minLength") || o.contains("maxLength");
     const json::value* pattern = o.if_contains("pattern");
@@ -309,7 +210,9 @@ struct Compiler {
       if (has_len)
         return fail("JSON Schema keyword '" + kw + "' with minLength/maxLength at " + at(ptr) +
                     " is not supported (put the length into the pattern)");
+      const std::size_t mark = b.notes().size();
       auto r = compile_regex(b, re, true, false);
+      b.prefix_notes(mark, "JSON Schema keyword '" + kw + "' at " + at(ptr) + "/" + kw + ": ");
       if (!r)
         return fail("JSON Schema keyword '" + kw + "' at " + at(ptr) + "/" + kw + ": " +
                     r.error().message);
@@ -319,6 +222,9 @@ struct Compiler {
       return b.group({q}, "string");
     }
     if (!has_len) return string_any();
+    if (max >= 0 && max < min)
+      return b.never("'minLength' " + std::to_string(min) + " and 'maxLength' " +
+                     std::to_string(max) + " at " + at(ptr) + " contradict each other");
     Seq q = b.literal("\"");
     q.push_back(b.repeat({json_char()}, min, max));
     b.append_literal(q, "\"");
@@ -466,16 +372,7 @@ struct Compiler {
   }
 
   Sym array_schema(const json::object& o, const std::string& ptr) {
-    auto count = [&](const char* k, std::int64_t def) -> std::int64_t {
-      auto it = o.find(k);
-      if (it == o.end()) return def;
-      if (!it->value().is_number() || it->value().to_number<double>() < 0) {
-        fail("JSON Schema keyword '" + std::string(k) + "' at " + at(ptr) +
-             " must be a non-negative integer");
-        return def;
-      }
-      return static_cast<std::int64_t>(it->value().to_number<double>());
-    };
+    auto count = [&](const char* k, std::int64_t def) { return count_of(o, k, ptr, def); };
     const std::int64_t min = count("minItems", 0), max = count("maxItems", -1);
     if (const auto* u = o.if_contains("uniqueItems");
         u && !(u->is_bool() && !u->as_bool()) && (max < 0 || max > 1))
@@ -509,10 +406,13 @@ struct Compiler {
     {
       const std::int64_t lo = std::max<std::int64_t>(0, min - k);
       const std::int64_t hi = max < 0 ? -1 : max - k;
-      if (hi >= 0 && hi < lo)
-        rest = b.group({}, "never");
+      if (max >= 0 && max < min)
+        rest = b.never("'minItems' " + std::to_string(min) + " and 'maxItems' " +
+                       std::to_string(max) + " at " + at(ptr) + " contradict each other");
       else if (!item)
-        rest = lo > 0 ? b.group({}, "never") : b.empty();
+        rest = lo > 0 ? b.never("'minItems' " + std::to_string(min) + " at " + at(ptr) +
+                                " needs more items than 'prefixItems' holds ('items' is false)")
+                      : b.empty();
       else if (hi == 0)
         rest = b.empty();
       else if (k > 0) {
@@ -797,144 +697,184 @@ struct Compiler {
     return false;
   }
 
+  // A schema, top to bottom: a boolean; otherwise its keywords checked, then the first of
+  // these that it has decides its shape: $ref (a rule per reference), allOf (merged into one
+  // schema), anyOf / oneOf (one branch each), enum / const (their values' text), type (each
+  // type's grammar; without type, the types its keywords imply).
   Sym compile(const json::value& s, const std::string& ptr) {
     if (failed) return b.empty();
     if (!b.check_budget()) return fail("constraint too large");
-    if (s.is_bool()) return s.as_bool() ? any_value() : b.group({}, "never");
+    if (s.is_bool())
+      return s.as_bool() ? any_value()
+                         : b.never("the schema at " + at(ptr) + " is false (it allows nothing)");
     if (!s.is_object())
       return fail("JSON Schema at " + at(ptr) + " must be an object or a boolean");
     const auto& o = s.as_object();
-    bool constraining = false;
-    for (const auto& kv : o) {
-      if (annotation(kv.key())) continue;
-      if (!supported(kv.key()))
-        return fail("unsupported JSON Schema keyword '" + std::string(kv.key()) + "' at " +
-                    json_pointer_append(ptr, kv.key()));
-      constraining = true;
-    }
-    if (!constraining) return any_value();
-    if (const auto* r = o.if_contains("$ref")) {
-      if (!r->is_string())
-        return fail("JSON Schema keyword '$ref' at " + at(ptr) + " must be a string");
-      const std::string ref(r->as_string());
-      for (const auto& kv : o) {
-        if (kv.key() != "$ref" && !annotation(kv.key()))
-          return fail("JSON Schema keyword '" + std::string(kv.key()) + "' beside '$ref' at " +
-                      at(ptr) + " is not supported (wrap them in allOf)");
-      }
-      auto it = refs.find(ref);
-      if (it != refs.end()) return {true, it->second};
-      const json::value* target = resolve(ref, ptr);
-      if (!target) return b.empty();
-      const std::uint32_t rule = b.new_rule("ref " + ref);
-      refs.emplace(ref, rule);
-      Sym body = compile(*target, ref.substr(1));
-      b.add_alt(rule, {body});
-      return {true, rule};
-    }
+    if (auto bad = unsupported_keyword(o, ptr)) return fail(*bad);
+    if (!constraining(o)) return any_value();
+    if (o.contains("$ref")) return ref_schema(o, ptr);
     // Siblings of a combinator go into each branch (or the merge).
     json::object siblings;
     for (const auto& kv : o)
       if (kv.key() != "allOf" && kv.key() != "anyOf" && kv.key() != "oneOf" &&
           !annotation(kv.key()))
         siblings[kv.key()] = kv.value();
-    if (const auto* all = o.if_contains("allOf")) {
-      if (!all->is_array() || all->as_array().empty())
-        return fail("JSON Schema keyword 'allOf' at " + at(ptr) + " must be a non-empty array");
-      json::value m = json::object(siblings);
-      std::size_t i = 0;
-      for (const auto& x : all->as_array()) {
-        m = merge(m, x, json_pointer_append(json_pointer_append(ptr, "allOf"), i++));
-        if (failed) return b.empty();
-      }
-      json::object rest = o;
-      rest.erase("allOf");
-      for (const auto& kv : siblings) rest.erase(kv.key());
-      if (m.is_object())
-        for (const auto& kv : m.as_object()) rest[kv.key()] = kv.value();
-      else
-        return b.group({}, "never");
-      arena.emplace_back(std::move(rest));
-      return compile(arena.back(), ptr);
+    if (o.contains("allOf")) return all_of(o, siblings, ptr);
+    if (o.contains("anyOf") || o.contains("oneOf")) return any_of(o, siblings, ptr);
+    if (o.contains("const") || o.contains("enum")) return enum_values(o, ptr);
+    return typed(o, ptr);
+  }
+
+  // The first keyword weir cannot enforce, as the error to give; nullopt when all are known.
+  std::optional<std::string> unsupported_keyword(const json::object& o, const std::string& ptr) {
+    for (const auto& kv : o)
+      if (!annotation(kv.key()) && !supported(kv.key()))
+        return "unsupported JSON Schema keyword '" + std::string(kv.key()) + "' at " +
+               json_pointer_append(ptr, kv.key());
+    return std::nullopt;
+  }
+  // Has a keyword beyond annotations (a schema of annotations only allows any value).
+  static bool constraining(const json::object& o) {
+    return std::any_of(o.begin(), o.end(), [](const auto& kv) { return !annotation(kv.key()); });
+  }
+
+  // {"$ref": "#/..."}: one rule per reference, so recursive schemas refer back to it.
+  Sym ref_schema(const json::object& o, const std::string& ptr) {
+    const json::value& r = o.at("$ref");
+    if (!r.is_string())
+      return fail("JSON Schema keyword '$ref' at " + at(ptr) + " must be a string");
+    const std::string ref(r.as_string());
+    for (const auto& kv : o) {
+      if (kv.key() != "$ref" && !annotation(kv.key()))
+        return fail("JSON Schema keyword '" + std::string(kv.key()) + "' beside '$ref' at " +
+                    at(ptr) + " is not supported (wrap them in allOf)");
     }
-    for (const char* comb : {"anyOf", "oneOf"}) {
-      const auto* a = o.if_contains(comb);
-      if (!a) continue;
-      if (!a->is_array() || a->as_array().empty())
-        return fail("JSON Schema keyword '" + std::string(comb) + "' at " + at(ptr) +
-                    " must be a non-empty array");
-      if (o.contains("anyOf") && o.contains("oneOf"))
-        return fail("JSON Schema keywords 'anyOf' and 'oneOf' together at " + at(ptr) +
-                    " are not supported");
-      const auto& arr = a->as_array();
-      const std::string cptr = json_pointer_append(ptr, comb);
-      if (std::string_view(comb) == "oneOf") {
-        for (std::size_t i = 0; i < arr.size(); ++i)
-          for (std::size_t j = i + 1; j < arr.size(); ++j)
-            if (!disjoint(arr[i], arr[j], ptr))
-              return fail("JSON Schema keyword 'oneOf' at " + cptr + ": branches " +
-                          std::to_string(i) + " and " + std::to_string(j) +
-                          " may both match; weir enforces oneOf only when the branches differ in "
-                          "type or in a required const property (use anyOf)");
-      }
-      std::vector<Seq> alts;
-      for (std::size_t i = 0; i < arr.size(); ++i) {
-        const std::string bptr = json_pointer_append(cptr, i);
-        if (siblings.empty()) {
-          alts.push_back({compile(arr[i], bptr)});
-        } else {
-          arena.push_back(merge(json::value(siblings), arr[i], bptr));
-          alts.push_back({compile(arena.back(), bptr)});
-        }
-        if (failed) return b.empty();
-      }
-      return b.group(alts, comb);
+    auto it = refs.find(ref);
+    if (it != refs.end()) return {true, it->second};
+    const json::value* target = resolve(ref, ptr);
+    if (!target) return b.empty();
+    const std::uint32_t rule = b.new_rule("ref " + ref, {RuleOrigin::schema_ref, ref});
+    refs.emplace(ref, rule);
+    Sym body = compile(*target, ref.substr(1));
+    b.add_alt(rule, {body});
+    return {true, rule};
+  }
+
+  // allOf: the branches and the siblings merged into one schema, compiled in their place.
+  Sym all_of(const json::object& o, const json::object& siblings, const std::string& ptr) {
+    const json::value& all = o.at("allOf");
+    if (!all.is_array() || all.as_array().empty())
+      return fail("JSON Schema keyword 'allOf' at " + at(ptr) + " must be a non-empty array");
+    json::value m = json::object(siblings);
+    std::size_t i = 0;
+    for (const auto& x : all.as_array()) {
+      m = merge(m, x, json_pointer_append(json_pointer_append(ptr, "allOf"), i++));
+      if (failed) return b.empty();
     }
-    if (o.contains("const") || o.contains("enum")) {
-      for (const auto& kv : o) {
-        if (kv.key() != "const" && kv.key() != "enum" && kv.key() != "type" &&
-            !annotation(kv.key()))
-          return fail("JSON Schema keyword '" + std::string(kv.key()) + "' beside enum/const at " +
-                      at(ptr) + " is not supported");
-      }
-      std::vector<json::value> values;
-      if (const auto* c = o.if_contains("const")) values.push_back(*c);
-      if (const auto* e = o.if_contains("enum")) {
-        if (!e->is_array())
-          return fail("JSON Schema keyword 'enum' at " + at(ptr) + " must be an array");
-        if (o.contains("const")) {
-          if (std::find(e->as_array().begin(), e->as_array().end(), values[0]) ==
-              e->as_array().end())
-            values.clear();
-        } else {
-          values.assign(e->as_array().begin(), e->as_array().end());
-        }
-      }
-      std::set<std::string> types;
-      if (const auto* t = o.if_contains("type")) {
-        if (t->is_string())
-          types.insert(std::string(t->as_string()));
-        else if (t->is_array())
-          for (const auto& x : t->as_array())
-            if (x.is_string()) types.insert(std::string(x.as_string()));
-      }
-      std::vector<Seq> alts;
-      for (const auto& v : values) {
-        if (!types.empty()) {
-          bool ok =
-              (v.is_null() && types.count("null")) || (v.is_bool() && types.count("boolean")) ||
-              (v.is_string() && types.count("string")) || (v.is_array() && types.count("array")) ||
-              (v.is_object() && types.count("object")) || (v.is_number() && types.count("number"));
-          if (v.is_number() && types.count("integer")) {
-            const double d = v.to_number<double>();
-            ok = ok || std::floor(d) == d;
-          }
-          if (!ok) continue;
-        }
-        alts.push_back(b.literal(json::serialize(v)));
-      }
-      return b.group(alts, "enum");
+    json::object rest = o;
+    rest.erase("allOf");
+    for (const auto& kv : siblings) rest.erase(kv.key());
+    if (m.is_object())
+      for (const auto& kv : m.as_object()) rest[kv.key()] = kv.value();
+    else
+      return b.never("'allOf' at " + at(ptr) + " has a branch that allows nothing");
+    arena.emplace_back(std::move(rest));
+    return compile(arena.back(), ptr);
+  }
+
+  // anyOf / oneOf: one alternative per branch, the siblings merged into each; oneOf only
+  // when its branches are provably disjoint.
+  Sym any_of(const json::object& o, const json::object& siblings, const std::string& ptr) {
+    if (o.contains("anyOf") && o.contains("oneOf"))
+      return fail("JSON Schema keywords 'anyOf' and 'oneOf' together at " + at(ptr) +
+                  " are not supported");
+    const std::string comb = o.contains("anyOf") ? "anyOf" : "oneOf";
+    const json::value& a = o.at(comb);
+    if (!a.is_array() || a.as_array().empty())
+      return fail("JSON Schema keyword '" + comb + "' at " + at(ptr) +
+                  " must be a non-empty array");
+    const auto& arr = a.as_array();
+    const std::string cptr = json_pointer_append(ptr, comb);
+    if (comb == "oneOf") {
+      for (std::size_t i = 0; i < arr.size(); ++i)
+        for (std::size_t j = i + 1; j < arr.size(); ++j)
+          if (!disjoint(arr[i], arr[j], ptr))
+            return fail("JSON Schema keyword 'oneOf' at " + cptr + ": branches " +
+                        std::to_string(i) + " and " + std::to_string(j) +
+                        " may both match; weir enforces oneOf only when the branches differ in "
+                        "type or in a required const property (use anyOf)");
     }
+    std::vector<Seq> alts;
+    for (std::size_t i = 0; i < arr.size(); ++i) {
+      const std::string bptr = json_pointer_append(cptr, i);
+      if (siblings.empty()) {
+        alts.push_back({compile(arr[i], bptr)});
+      } else {
+        arena.push_back(merge(json::value(siblings), arr[i], bptr));
+        alts.push_back({compile(arena.back(), bptr)});
+      }
+      if (failed) return b.empty();
+    }
+    return b.group(alts, comb);
+  }
+
+  // enum / const: the values' compact JSON text (with `type` beside them, those of its types).
+  Sym enum_values(const json::object& o, const std::string& ptr) {
+    for (const auto& kv : o) {
+      if (kv.key() != "const" && kv.key() != "enum" && kv.key() != "type" && !annotation(kv.key()))
+        return fail("JSON Schema keyword '" + std::string(kv.key()) + "' beside enum/const at " +
+                    at(ptr) + " is not supported");
+    }
+    std::vector<json::value> values;
+    if (const auto* c = o.if_contains("const")) values.push_back(*c);
+    if (const auto* e = o.if_contains("enum")) {
+      if (!e->is_array())
+        return fail("JSON Schema keyword 'enum' at " + at(ptr) + " must be an array");
+      if (o.contains("const")) {
+        if (std::find(e->as_array().begin(), e->as_array().end(), values[0]) == e->as_array().end())
+          values.clear();
+      } else {
+        values.assign(e->as_array().begin(), e->as_array().end());
+      }
+    }
+    std::set<std::string> types;
+    if (const auto* t = o.if_contains("type")) {
+      if (t->is_string())
+        types.insert(std::string(t->as_string()));
+      else if (t->is_array())
+        for (const auto& x : t->as_array())
+          if (x.is_string()) types.insert(std::string(x.as_string()));
+    }
+    std::vector<Seq> alts;
+    for (const auto& v : values) {
+      if (!types.empty()) {
+        bool ok =
+            (v.is_null() && types.count("null")) || (v.is_bool() && types.count("boolean")) ||
+            (v.is_string() && types.count("string")) || (v.is_array() && types.count("array")) ||
+            (v.is_object() && types.count("object")) || (v.is_number() && types.count("number"));
+        if (v.is_number() && types.count("integer")) {
+          const double d = v.to_number<double>();
+          ok = ok || std::floor(d) == d;
+        }
+        if (!ok) continue;
+      }
+      alts.push_back(b.literal(json::serialize(v)));
+    }
+    if (alts.empty()) {
+      const std::string kw = o.contains("enum") ? "'enum'" : "'const'";
+      if (values.empty())
+        return b.never(kw + " at " + at(ptr) +
+                       (o.contains("const") && o.contains("enum") ? " does not hold the 'const'"
+                                                                  : " is empty"));
+      std::string names;
+      for (const auto& t : types) names += (names.empty() ? "" : " or ") + t;
+      return b.never(kw + " at " + at(ptr) + " has no value of type " + names);
+    }
+    return b.group(alts, "enum");
+  }
+
+  // The schema's types (from `type`, or implied by its keywords), each by its own grammar.
+  Sym typed(const json::object& o, const std::string& ptr) {
     std::vector<std::string> types;
     if (const auto* t = o.if_contains("type")) {
       if (t->is_string())
@@ -949,35 +889,20 @@ struct Compiler {
         return fail("JSON Schema keyword 'type' at " + at(ptr) + " must be a string or an array");
       }
     } else {
-      // No type: the keywords present say which (a subset of what the schema allows).
-      if (o.contains("properties") || o.contains("required") || o.contains("additionalProperties"))
-        types.push_back("object");
-      if (o.contains("items") || o.contains("prefixItems") || o.contains("minItems") ||
-          o.contains("maxItems"))
-        types.push_back("array");
-      if (o.contains("minLength") || o.contains("maxLength") || o.contains("pattern") ||
-          o.contains("format"))
-        types.push_back("string");
-      if (o.contains("minimum") || o.contains("maximum") || o.contains("exclusiveMinimum") ||
-          o.contains("exclusiveMaximum"))
-        types.push_back("number");
+      types = implied_types(o);
       if (types.empty()) return any_value();
     }
     std::vector<Seq> alts;
-    const bool has_int = std::find(types.begin(), types.end(), "integer") != types.end();
     for (const auto& t : types) {
       if (t == "null")
         alts.push_back(b.literal("null"));
       else if (t == "boolean")
         alts.push_back({b.group({b.literal("true"), b.literal("false")}, "bool")});
       else if (t == "integer")
-        alts.push_back({integer(bounds(o, ptr))});
-      else if (t == "number") {
-        if (!has_int)
-          alts.push_back({number(bounds(o, ptr))});
-        else
-          alts.push_back({number(bounds(o, ptr))});
-      } else if (t == "string")
+        alts.push_back({bounded(o, ptr, true)});
+      else if (t == "number")
+        alts.push_back({bounded(o, ptr, false)});
+      else if (t == "string")
         alts.push_back({string_schema(o, ptr)});
       else if (t == "object")
         alts.push_back({object_schema(o, ptr)});
@@ -987,8 +912,26 @@ struct Compiler {
         return fail("JSON Schema keyword 'type' at " + at(ptr) + ": unknown type '" + t + "'");
       if (failed) return b.empty();
     }
+    if (alts.empty()) return b.never("'type' at " + at(ptr) + " allows no type");
     if (alts.size() == 1 && alts[0].size() == 1 && alts[0][0].is_rule) return alts[0][0];
     return b.group(alts, "type");
+  }
+
+  // No type: the keywords present say which (a subset of what the schema allows).
+  static std::vector<std::string> implied_types(const json::object& o) {
+    std::vector<std::string> types;
+    if (o.contains("properties") || o.contains("required") || o.contains("additionalProperties"))
+      types.push_back("object");
+    if (o.contains("items") || o.contains("prefixItems") || o.contains("minItems") ||
+        o.contains("maxItems"))
+      types.push_back("array");
+    if (o.contains("minLength") || o.contains("maxLength") || o.contains("pattern") ||
+        o.contains("format"))
+      types.push_back("string");
+    if (o.contains("minimum") || o.contains("maximum") || o.contains("exclusiveMinimum") ||
+        o.contains("exclusiveMaximum"))
+      types.push_back("number");
+    return types;
   }
 };
 

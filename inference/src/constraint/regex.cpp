@@ -42,14 +42,16 @@ struct Parser {
   GrammarBuilder& b;
   std::string_view s;
   bool json;
+  std::size_t base = 0;  // offsets are into the whole pattern (a leading '^' was taken off)
   std::size_t i = 0;
   bool failed = false;
   Error err;
 
+  std::string where(std::size_t at) const { return "regex at offset " + std::to_string(at + base); }
   bool fail(const std::string& what) {
     if (!failed) {
       failed = true;
-      err = Error(Errc::invalid_argument, "regex at offset " + std::to_string(i) + ": " + what);
+      err = Error(Errc::invalid_argument, where(i) + ": " + what);
     }
     return false;
   }
@@ -163,9 +165,11 @@ struct Parser {
     }
   }
 
-  // One code point from `set` as symbols (JSON-escaped when in a JSON string).
-  Seq emit_set(std::vector<CpRange> set) {
+  // One code point from `set` as symbols (JSON-escaped when in a JSON string). An empty set
+  // (the class written at offset `at`) matches nothing, and says so if nothing else matches.
+  Seq emit_set(std::vector<CpRange> set, std::size_t at = 0) {
     set = normalise(std::move(set));
+    if (set.empty()) return {b.never(where(at) + ": the character class matches no character")};
     if (!json) return {b.cp_class(set)};
     std::vector<Seq> alts;
     std::vector<CpRange> plain;
@@ -225,6 +229,7 @@ struct Parser {
   Seq any_char() { return emit_set({{0, '\n' - 1}, {'\n' + 1, kMaxCp}}); }
 
   Seq parse_class() {  // after '['
+    const std::size_t at = i - 1;
     bool neg = false;
     if (!eof() && s[i] == '^') neg = true, ++i;
     std::vector<CpRange> set;
@@ -265,7 +270,7 @@ struct Parser {
       }
       set.push_back({lo, hi});
     }
-    return emit_set(neg ? complement(set) : set);
+    return emit_set(neg ? complement(set) : set, at);
   }
 
   bool parse_count(std::int64_t& v) {
@@ -398,19 +403,10 @@ Result<std::uint32_t> compile_regex(GrammarBuilder& b, std::string_view re, bool
   if (!body.empty() && body.front() == '^') start = true, body.remove_prefix(1);
   if (!body.empty() && body.back() == '$' && (body.size() < 2 || body[body.size() - 2] != '\\'))
     end = true, body.remove_suffix(1);
-  Parser p{b, body, json_string};
+  Parser p{b, body, json_string, static_cast<std::size_t>(body.data() - re.data())};
   Sym main = p.parse_alternation();
   if (!p.failed && !p.eof()) p.fail("unmatched ')'");
-  if (p.failed) {
-    // Offsets are into the original pattern (a leading '^' was taken off).
-    Error e = p.err;
-    const auto shift = static_cast<std::size_t>(body.data() - re.data());
-    if (shift) {
-      e.message =
-          "regex at offset " + std::to_string(p.i + shift) + e.message.substr(e.message.find(':'));
-    }
-    return e;
-  }
+  if (p.failed) return p.err;
   Seq seq;
   if (!start) seq.push_back(b.star(p.any_char()));
   seq.push_back(main);

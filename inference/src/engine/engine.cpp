@@ -292,12 +292,19 @@ Status Engine::Impl::check(EngineRequest& r) const {
                                                " tokens, but the model has " +
                                                std::to_string(runner_->vocab_size()));
     }
-    if (!req.constraint_trigger.empty() && !config_.token_text) {
+    r.matcher.emplace(req.constraint, req.constraint_trigger);
+    // A value that must start at once and cannot end within the budget: refused, never cut.
+    const std::int32_t budget = budget_left(req.max_new_tokens, config_.max_model_len,
+                                            static_cast<std::int64_t>(req.prompt.size()), 0);
+    if (const std::int32_t need = r.matcher->min_tokens();
+        r.matcher->active() && need > budget && budget > 0) {
       return Error(Errc::invalid_argument,
-                   "a constraint trigger needs the engine's token_text (EngineConfig::token_text)");
+                   "the constraint's shortest valid output takes " + std::to_string(need) +
+                       " tokens of this vocabulary, but the request allows " +
+                       std::to_string(budget) +
+                       (budget < req.max_new_tokens ? " (what the context leaves after the prompt)"
+                                                    : " (max_new_tokens)"));
     }
-    r.matcher.emplace(req.constraint);
-    r.constraint_active = req.constraint_trigger.empty();
   }
   return {};
 }

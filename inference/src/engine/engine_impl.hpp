@@ -38,12 +38,17 @@ struct EngineRequest {
   std::optional<Clock::time_point> first_token;
   std::vector<std::int32_t> generated;
   std::optional<Sampler> sampler;
-  std::string tail;                       // the last generated text, for stop strings
-  std::vector<SampledLogprobs> logprobs;  // [generated.size()] when req.logprobs >= 0
-  std::optional<ConstraintMatcher> matcher;
-  bool constraint_active = false;  // false until the trigger appears (when there is one)
-  std::string trigger_tail;        // recent text, to find the trigger
+  std::string tail;                          // the last generated text, for stop strings
+  std::vector<SampledLogprobs> logprobs;     // [generated.size()] when req.logprobs >= 0
+  std::optional<ConstraintMatcher> matcher;  // with the trigger, when there is one
 };
+
+// Tokens a request may still generate, the next one included: max_new_tokens and the context.
+inline std::int32_t budget_left(std::int32_t max_new, std::int64_t max_model_len,
+                                std::int64_t prompt, std::size_t generated) {
+  return static_cast<std::int32_t>(std::min<std::int64_t>(max_new, max_model_len - prompt) -
+                                   static_cast<std::int64_t>(generated));
+}
 
 // Invariant (Engine's 2): a sequence is in the scheduler only while its request is in
 // `requests`; complete() removes both at once, and is the only place that removes either.
@@ -80,8 +85,8 @@ struct Engine::Impl {
   // Masks one logits row in place; false when no token can continue the output.
   bool mask_row(const EngineRequest& r, std::span<float> logits, const std::uint64_t* mask) const;
   // Samples the request's next token from its logits row and advances or finishes it; returns
-  // whether a token was generated.
-  bool sample_row(const ScheduledChunk& c, EngineRequest& r, std::span<float> logits,
+  // whether a token was generated. `masked`: whether its row was masked (mask_row).
+  bool sample_row(const ScheduledChunk& c, EngineRequest& r, std::span<float> logits, bool masked,
                   Clock::time_point now);
   // The constraint's view of a sampled token: nullopt when it is allowed (`done` says whether
   // the constrained value is now complete), else the error that ends the request.
@@ -104,6 +109,7 @@ struct Engine::Impl {
   StepBatch batch_;
   std::unique_ptr<ThreadPool> mask_pool_;  // created on the first step with constraints
   std::vector<std::uint64_t> masks_;       // [constrained rows, mask_words(vocab)]
+  std::vector<char> masked_;  // [constrained rows] 0: the matcher masked nothing (free text)
   std::vector<std::pair<std::function<void(Result<GenerateResult>)>, Result<GenerateResult>>> done_;
 
   // Shared with submitters.

@@ -36,14 +36,14 @@ void Engine::Impl::step() {
       scheduler_.finish(c.seq);
       continue;
     }
-    if (r->matcher && r->constraint_active &&
-        !mask_row(*r, logits, masks_.data() + next_mask++ * words)) {
+    const bool is_masked = r->matcher && masked_[next_mask++];
+    if (is_masked && !mask_row(*r, logits, masks_.data() + (next_mask - 1) * words)) {
       complete(c.seq, Error(Errc::invalid_argument,
                             "constraint: no token of the vocabulary can continue the output "
                             "(a recursive schema nested past the depth bound?)"));
       continue;
     }
-    generated += sample_row(c, *r, logits, now) ? 1 : 0;
+    generated += sample_row(c, *r, logits, is_masked, now) ? 1 : 0;
   }
   publish(1, generated, prompt_tokens, std::chrono::duration<double>(Clock::now() - t0).count());
 }
@@ -75,22 +75,27 @@ std::uint64_t Engine::Impl::build_batch(const SchedulerOutput& out) {
   return prompt_tokens;
 }
 
-// Token masks of the constrained sequences, computed in parallel (each matcher is its own
-// sequence's; the Constraint's mask cache is shared and locked).
+// Token masks of the constrained sequences, within each one's budget, computed in parallel
+// (each matcher is its own sequence's; the Constraint's mask cache is shared and locked). A
+// matcher in free text far from its budget masks nothing (masked_[i] stays 0).
 void Engine::Impl::compute_masks(const SchedulerOutput& out) {
   std::vector<EngineRequest*> constrained;  // in the order of their logit rows
   for (const auto& c : out.chunks) {
     if (!c.sample) continue;
-    if (EngineRequest* r = request_of(c.seq); r && r->matcher && r->constraint_active)
-      constrained.push_back(r);
+    if (EngineRequest* r = request_of(c.seq); r && r->matcher) constrained.push_back(r);
   }
   if (constrained.empty()) return;
   const std::size_t words = mask_words(runner_->vocab_size());
   masks_.resize(constrained.size() * words);
+  masked_.assign(constrained.size(), 0);
   auto fill = [&](int, std::int64_t begin, std::int64_t end) {
     for (auto k = begin; k < end; ++k) {
       const auto i = static_cast<std::size_t>(k);
-      constrained[i]->matcher->fill_mask(std::span(masks_.data() + i * words, words));
+      const EngineRequest& q = *constrained[i];
+      const std::int32_t budget =
+          budget_left(q.req.max_new_tokens, config_.max_model_len,
+                      static_cast<std::int64_t>(q.req.prompt.size()), q.generated.size());
+      masked_[i] = q.matcher->fill_mask(std::span(masks_.data() + i * words, words), budget);
     }
   };
   if (constrained.size() > 1 && config_.constraint_threads > 1) {
@@ -126,14 +131,14 @@ bool Engine::Impl::mask_row(const EngineRequest& r, std::span<float> lg,
 }
 
 bool Engine::Impl::sample_row(const ScheduledChunk& c, EngineRequest& r, std::span<float> lg,
-                              Clock::time_point now) {
+                              bool is_masked, Clock::time_point now) {
   const std::int32_t tok = r.sampler->sample(lg, scheduler_.tokens(c.seq));
   // NaN or infinite logits (weights holding NaN, activations overflowing) would otherwise
   // "sample" an arbitrary token and return noise as a success.
   // (A constrained request's masked logits are -inf by design: only NaN, or an infinity
   // the model computed, is a fault there.)
   if (const float l = lg[static_cast<std::size_t>(tok)];
-      std::isnan(l) || (std::isinf(l) && (!r.matcher || l > 0))) {
+      std::isnan(l) || (std::isinf(l) && (!is_masked || l > 0))) {
     complete(c.seq, Error(Errc::model_error,
                           "the model computed a non-finite logit (NaN or infinity) after " +
                               std::to_string(r.generated.size()) +
@@ -163,38 +168,27 @@ bool Engine::Impl::sample_row(const ScheduledChunk& c, EngineRequest& r, std::sp
 std::optional<Error> Engine::Impl::advance_constraint(EngineRequest& r, std::int32_t tok,
                                                       bool& done) {
   if (!r.matcher) return std::nullopt;
-  if (!r.constraint_active) {
-    // Free text until the trigger; what follows it in this token is constrained already.
-    const std::string& trig = r.req.constraint_trigger;
-    r.trigger_tail += config_.token_text(tok);
-    if (auto pos = r.trigger_tail.find(trig); pos != std::string::npos) {
-      r.constraint_active = true;
-      const std::string rest = r.trigger_tail.substr(pos + trig.size());
-      r.trigger_tail.clear();
-      // Bytes past the trigger that the constraint refuses: the output can no longer be
-      // valid, so it ends here (the caller's parser reports the malformed part).
-      if (!rest.empty() && !r.matcher->accept_bytes(rest)) done = true;
-    } else if (r.trigger_tail.size() > 2 * trig.size() + 64) {
-      r.trigger_tail.erase(0, r.trigger_tail.size() - trig.size());
-    }
-    return std::nullopt;
-  }
   const bool is_end =
       std::find(config_.eog_tokens.begin(), config_.eog_tokens.end(), tok) !=
           config_.eog_tokens.end() ||
       std::find(r.req.stop_tokens.begin(), r.req.stop_tokens.end(), tok) != r.req.stop_tokens.end();
   if (is_end) return std::nullopt;
+  // Free text follows the trigger; a value, its grammar.
+  const bool was_active = r.matcher->active();
   if (!r.matcher->accept(tok))
     return Error(Errc::model_error,
                  "constraint: sampled token " + std::to_string(tok) + " is not allowed");
   done = r.matcher->finished();
+  if (!was_active && r.matcher->active()) r.tail.clear();  // stops look at free text only
   return std::nullopt;
 }
 
 std::optional<FinishReason> Engine::Impl::finish_reason(const ScheduledChunk& c, EngineRequest& r,
                                                         std::int32_t tok, bool constraint_done) {
   std::optional<FinishReason> finish;
-  if (!r.req.stop_strings.empty() && config_.token_text) {
+  // Stop strings apply to free text: never inside a constrained value (which ends where its
+  // grammar, an end-of-generation token or the budget ends it).
+  if (!r.req.stop_strings.empty() && config_.token_text && !(r.matcher && r.matcher->active())) {
     r.tail += config_.token_text(tok);
     std::size_t longest = 0;
     for (const auto& s : r.req.stop_strings) {
@@ -212,7 +206,9 @@ std::optional<FinishReason> Engine::Impl::finish_reason(const ScheduledChunk& c,
   if (contains(r.req.stop_tokens)) return FinishReason::stop;
   if (static_cast<std::int32_t>(r.generated.size()) >= r.req.max_new_tokens ||
       static_cast<std::int64_t>(scheduler_.tokens(c.seq).size()) + 1 >= config_.max_model_len)
-    return FinishReason::length;
+    // A constrained value complete when its budget ran out ended in time: "stop".
+    return r.matcher && r.matcher->active() && r.matcher->complete() ? FinishReason::stop
+                                                                     : FinishReason::length;
   return std::nullopt;
 }
 

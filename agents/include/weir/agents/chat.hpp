@@ -7,6 +7,7 @@
 // Thread safety: ChatModel implementations must allow concurrent async_chat calls.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -16,6 +17,7 @@
 #include <boost/json/object.hpp>
 #include <boost/json/value.hpp>
 
+#include "weir/http/openai.hpp"
 #include "weir/runtime/error.hpp"
 #include "weir/runtime/trace.hpp"
 
@@ -44,10 +46,29 @@ struct Message {
     return {Role::assistant, std::move(text), {}, {}, {}};
   }
 
-  // {"role": "...", "content": "...", "tool_calls": [...], ...} (OpenAI-like).
+  // OpenAI's chat message: the shape of messages in run state (an agent's window, a group
+  // chat's transcript, a crew's preamble), written by http::openai::message_json:
+  //   {"role", "content", "name"?, "tool_call_id"?,
+  //    "tool_calls"?: [{"id", "type": "function", "function": {"name", "arguments": "<JSON>"}}]}
+  // (content null when an assistant message only calls tools).
   boost::json::value to_json() const;
+  // Reads that shape (errors: invalid_argument naming the field, as weir serve answers a
+  // request). Tool calls in the shape weir 0.2 wrote ({"id", "name", "arguments": {...}}) are
+  // read too, so its checkpoints resume.
   static Result<Message> from_json(const boost::json::value& v);
 };
+
+// The one mapping between weir's messages and OpenAI's wire types (weir/http/openai.hpp):
+// requests a remote model is sent, what it answers, what weir serve is sent and answers, and
+// messages in run state all go through these. A ToolCall's arguments object becomes its JSON
+// text and back.
+http::openai::ChatMessage to_openai(const Message& m);
+http::openai::ToolCall to_openai(const ToolCall& c);
+// Roles read as parse_role does (an unknown one reads as user: the codec has refused it
+// already). A tool call weir cannot use (no function name, arguments that are not a JSON
+// object) is left out and, when `unusable` is given, the first is described there (an agent
+// feeds that back to the model).
+Message from_openai(const http::openai::ChatMessage& m, std::string* unusable = nullptr);
 
 // What a tool looks like to a model.
 struct ToolSpec {
@@ -86,6 +107,13 @@ struct ChatResponse {
   std::optional<std::string> tool_call_error;
 };
 
+// A remote model's answer (its first choice) as a ChatResponse, through from_openai: a call
+// without an id gets "call_<n>"; calls past kMaxToolCalls are dropped and reported in
+// tool_call_error, as are calls from_openai leaves out. Errors: model_error for an answer
+// without choices.
+inline constexpr std::size_t kMaxToolCalls = 128;
+Result<ChatResponse> from_openai(const http::openai::Completion& c);
+
 class ChatModel {
  public:
   virtual ~ChatModel() = default;
@@ -100,6 +128,11 @@ class ChatModel {
   // The most tokens a prompt and its reply may hold together (the engine's max_model_len);
   // 0 when unknown. Agents size their history windows to it.
   virtual std::int64_t context_length() const { return 0; }
+  // context_length(), learning it first where that takes a request (a remote model asks its
+  // server once). Agents await this before sizing a turn's window.
+  virtual boost::asio::awaitable<std::int64_t> async_context_length() {
+    co_return context_length();
+  }
 };
 
 }  // namespace weir::agents

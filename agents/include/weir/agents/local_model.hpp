@@ -6,10 +6,13 @@
 // and the model's output is parsed for calls in that form (and the other forms
 // parse_tool_calls accepts). After "<tool_call>" the engine constrains the output to
 // {"name": one of the tools, "arguments": that tool's parameters} (structured output,
-// inference/constraint.hpp), so calls are valid JSON for their schema by construction; a tool
-// schema the constraint cannot enforce leaves calls unconstrained. A malformed call comes back as
-// ChatResponse::tool_call_error for the agent loop to feed back. Tool results go to the model as
-// user turns wrapped in <tool_response name="..."> ... </tool_response>.
+// inference/constraint.hpp), so calls are valid JSON for their schema by construction, and a
+// call that starts ends within the turn's max_tokens (the budget rule: the model cannot open
+// "<tool_call>" where the call could not end); a tool schema the constraint cannot enforce
+// leaves calls unconstrained. An output_schema answer likewise always ends valid; a turn too
+// short for any valid value is refused (invalid_argument naming both numbers). A malformed call
+// comes back as ChatResponse::tool_call_error for the agent loop to feed back. Tool results go to
+// the model as user turns wrapped in <tool_response name="..."> ... </tool_response>.
 //
 // One engine per model file: open() goes through the inference::EngineRegistry it is given (the
 // program's, owned by its composition root), so every agent that names the same file shares

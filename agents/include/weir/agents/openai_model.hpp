@@ -4,8 +4,10 @@
 // POST {base_url}/chat/completions with the conversation (system, user, assistant with
 // tool_calls, tool results as role "tool" with tool_call_id), `tools` in OpenAI's function
 // format, `tool_choice`, temperature, seed, max_tokens, stop; optionally streamed (SSE deltas
-// assembled into one message). Tool calls come back as weir ToolCalls; arguments that are not a
-// JSON object become ChatResponse::tool_call_error for the agent loop to feed back.
+// assembled into one message). Bodies are written and read by the OpenAI codec
+// (weir/http/openai.hpp) and mapped to weir's messages by agents::to_openai / from_openai
+// (chat.hpp). Tool calls come back as weir ToolCalls; arguments that are not a JSON object
+// become ChatResponse::tool_call_error for the agent loop to feed back.
 //
 // Several endpoints for one model (more_base_urls): least-outstanding balancing with prefix
 // affinity, failover and a circuit breaker per endpoint (see OpenAIModelOptions).
@@ -15,7 +17,15 @@
 //   requests_per_minute            token bucket (burst = one minute's worth); 0 = off
 //   max_retries, backoff, Retry-After, retry_budget  on 429, 500, 502, 503, 504 and connection
 //                                  errors; exponential backoff with jitter, Retry-After honoured
-//   timeout / connect_timeout / max_response_bytes   as in weir::http::Client
+//   timeout                        the whole call: every attempt and wait, from its first
+//                                  attempt's start; deadline_exceeded past it
+//   attempt_timeout                with an endpoint not tried yet, an attempt that has not begun
+//                                  to answer by then (no byte of a JSON answer, no token of a
+//                                  stream) is sent to that endpoint at once
+//   connect_timeout / max_response_bytes   as in weir::http::Client
+// A stream request answered with one JSON body (a server that ignores `stream: true`) is read
+// as the whole answer; a 2xx answer that is neither is a model_error, not retried.
+//
 // Every failure is an Error whose message starts "openai <base_url>: " (the endpoint of the
 // last attempt), e.g.
 //   "openai http://127.0.0.1:8080/v1: 503 Service Unavailable after 3 attempts: <server's message>"
@@ -62,12 +72,17 @@ struct OpenAIModelOptions {
   std::chrono::milliseconds initial_backoff{500};
   std::chrono::milliseconds max_backoff{20'000};   // one wait, Retry-After included
   std::chrono::milliseconds retry_budget{60'000};  // all waits of one request together
-  std::chrono::milliseconds timeout{60'000};       // one attempt, first byte to last
+  std::chrono::milliseconds timeout{60'000};       // the whole call, every attempt and wait
+  // An attempt that has not begun to answer by then moves to an endpoint not tried yet (when
+  // there is one); 0: timeout shared evenly among the endpoints one call may try.
+  std::chrono::milliseconds attempt_timeout{0};
   std::chrono::milliseconds connect_timeout{10'000};
   std::size_t max_response_bytes = 16u << 20;
   bool stream = false;               // ask for SSE and assemble the deltas
   std::string tool_choice = "auto";  // "auto", "none", "required" (sent only with tools)
-  std::int64_t context_length = 0;   // reported to agents; 0 = unknown
+  // The model's context in tokens, reported to agents (they size their windows to it); 0: ask
+  // the server (GET /models), once.
+  std::int64_t context_length = 0;
 };
 
 class OpenAIChatModel final : public ChatModel {
@@ -81,7 +96,16 @@ class OpenAIChatModel final : public ChatModel {
   boost::asio::awaitable<Result<ChatResponse>> async_chat(std::vector<Message> messages,
                                                           std::vector<ToolSpec> tools,
                                                           ChatParams params) override;
+  // The context: options.context_length when set, else what the server published at
+  // GET {base_url}/models for this model (max_model_len, as vLLM and weir serve publish it, or
+  // context_length), asked once by async_context_length; 0 until known or when not published.
   std::int64_t context_length() const override;
+  boost::asio::awaitable<std::int64_t> async_context_length() override;
+  // Bytes / the bytes one of the server's tokens holds: 4 until learned, from the server's
+  // POST /tokenize (weir serve, vLLM) of a sample text when async_context_length asks, and from
+  // every answer's usage.prompt_tokens against the prompt's bytes (never counting fewer tokens
+  // than the server did, its chat template included).
+  std::int64_t count_tokens(std::string_view text) const override;
 
   // The JSON body sent for a conversation (exposed for tests).
   std::string request_body(const std::vector<Message>& messages, const std::vector<ToolSpec>& tools,
@@ -98,28 +122,5 @@ class OpenAIChatModel final : public ChatModel {
 // key from $OPENAI_API_KEY when that is set (the --model form of the command line).
 // Errors: invalid_argument naming the expected form.
 Result<OpenAIModelOptions> parse_openai_model_ref(std::string_view ref);
-
-// Parses a non-streamed chat completion body. Errors: model_error naming what is missing.
-Result<ChatResponse> parse_chat_completion(std::string_view body);
-
-// Assembles a streamed completion from its SSE events' data ("{...}" chunks, then "[DONE]").
-class ChatStreamAssembler {
- public:
-  // Errors: model_error for a chunk that is not JSON or carries an "error".
-  Status add(std::string_view data);
-  bool done() const noexcept { return done_; }
-  // REQUIRES: the stream ended. Tool-call arguments are parsed here.
-  ChatResponse finish();
-
- private:
-  struct PartialCall {
-    std::string id, name, arguments;
-  };
-  std::string content_;
-  std::vector<PartialCall> calls_;
-  ChatUsage usage_;
-  std::string finish_reason_;
-  bool done_ = false;
-};
 
 }  // namespace weir::agents

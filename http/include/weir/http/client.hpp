@@ -68,6 +68,12 @@ struct Header {
   std::string value;
 };
 
+// Whether a header given from outside (a variable, a file) can be sent as it is: the name an
+// HTTP token (RFC 9110: letters, digits and !#$%&'*+-.^_`|~), the value free of CR, LF and NUL,
+// and none of the headers the client sets itself (Host, Content-Length, Transfer-Encoding,
+// Content-Type). Errors: invalid_argument, "header name 'x a' is not an HTTP token (...)".
+Status check_header(std::string_view name, std::string_view value);
+
 struct ClientRequest {
   std::string method = "POST";
   std::string target;  // "/v1/chat/completions"

@@ -43,7 +43,8 @@ struct OtlpOptions {
 std::string otlp_traces_url(std::string_view base);
 
 // OTEL_EXPORTER_OTLP_HEADERS: "key1=value1,key2=value2", values percent-decoded, blanks around
-// keys and values dropped. Errors: invalid_argument naming the pair without '=' or key.
+// keys and values dropped. Errors: invalid_argument naming the pair without '=' or key, or the
+// header http::check_header refuses.
 Result<std::vector<Header>> parse_otlp_headers(std::string_view text);
 
 // Errors: invalid_argument for a URL parse_url refuses.
@@ -58,12 +59,13 @@ struct TraceSettings {
   std::string file;              // --trace FILE: OTLP JSON lines
   bool capture_content = false;  // --trace-content
   std::size_t max_content_bytes = 4096;
-  // Empty: OTEL_SERVICE_NAME, else "weir". OTEL_RESOURCE_ATTRIBUTES adds resource attributes.
+  // Empty: OTEL_SERVICE_NAME, else service.name in OTEL_RESOURCE_ATTRIBUTES, else "weir".
+  // OTEL_RESOURCE_ATTRIBUTES adds its other pairs as resource attributes.
   std::string service_name;
 };
 
 // The tracer for `settings` and the environment, or null when no exporter is configured
-// (tracing off: nothing is recorded or sent anywhere) or OTEL_SDK_DISABLED=true. Reads
+// (tracing off: nothing is recorded or sent anywhere) or OTEL_SDK_DISABLED=true (any case). Reads
 // OTEL_EXPORTER_OTLP_[TRACES_]HEADERS, OTEL_EXPORTER_OTLP_[TRACES_]TIMEOUT (ms),
 // OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL (http/json; http/protobuf is sent as http/json with a
 // warning; grpc is refused), OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES,

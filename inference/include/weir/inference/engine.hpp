@@ -105,14 +105,19 @@ struct GenerateRequest {
   int priority = 0;  // lower runs first
   // Structured output (constraint.hpp): when set, every sampled token keeps the output a
   // prefix of what the constraint allows (the logits of other tokens are masked before
-  // sampling), end-of-generation and stop tokens are allowed only once the output is complete,
-  // and generation ends (finish reason stop) when nothing more can follow. It must be compiled
+  // sampling) and lets the value be completed within the tokens left (max_new_tokens and the
+  // context: the budget rule), end-of-generation and stop tokens are allowed only once the
+  // output is complete, stop strings do not apply inside the value, and generation ends
+  // (finish reason stop) when nothing more can follow, or when the budget runs out on a
+  // complete value. A value whose shortest form takes more tokens than the request allows is
+  // refused before generation (invalid_argument naming both numbers). It must be compiled
   // for this model's vocabulary (invalid_argument otherwise). Unset: decoding is unchanged.
   std::shared_ptr<const Constraint> constraint;
   // When not empty, the constraint applies only once this text has appeared in the output
   // (a lazy constraint, e.g. "<tool_call>": free text, then a call that must be valid); the
   // bytes of the triggering token after the trigger are the constrained output's first bytes.
-  // Needs EngineConfig::token_text (invalid_argument otherwise).
+  // The trigger is refused where the value after it could not be completed within the
+  // budget (the output then stays free text), so a value that starts also ends in time.
   std::string constraint_trigger;
   // -1: off. k >= 0: every generated token's log-probability (raw logits' log-softmax) plus the
   // k most likely alternatives (k is capped at 20), in GenerateResult::logprobs and on_logprobs.

@@ -279,6 +279,18 @@ struct Context {
   }
 };
 
+// The `execute_tool <name>` span of one tool call (GenAI semantic conventions), a child of
+// `ctx`'s parent: the tool registry records it for each call it runs (weir/tools/registry.hpp),
+// the graph layer for the built-in tools it runs itself (lorem, sleep, calculator), so that
+// every tool call has one. `arguments` is the call's JSON text: its size always, the text with
+// TracerOptions::capture_content. `call_id`: the model's id for the call ("" for none).
+Span start_tool_span(const Context& ctx, const std::string& name, std::string_view arguments,
+                     std::string_view call_id = {});
+// A tool span's success: the output's size and text (with capture_content), and the artifact
+// that took the output when it was spilled (weir.tool.spilled). Status ok; the caller ends it.
+void set_tool_output(Span& span, std::size_t output_bytes, std::string_view output,
+                     const std::optional<std::string>& artifact_id = std::nullopt);
+
 // OTLP/JSON of a batch (an ExportTraceServiceRequest), as the Tracer sends it.
 std::string encode_otlp_json(std::span<const SpanData> spans, const TracerOptions& options);
 

@@ -1,0 +1,190 @@
+// Constraint::Impl: a compiled constraint (its grammar, the vocabulary trie, the initial parse
+// state) with its mask cache and the pool of lazily built DFAs the mask walks share.
+// How a mask is computed: the top of constraint/mask.cpp; budgets (the fewest tokens that
+// complete a value): the top of constraint/budget.cpp; triggers: constraint/trigger.cpp.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <bitset>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "constraint/grammar.hpp"
+#include "constraint/parse_stacks.hpp"
+#include "constraint/vocab_trie.hpp"
+#include "weir/inference/constraint.hpp"
+
+namespace weir::inference {
+
+using constraint::Element;
+using constraint::Grammar;
+using constraint::kMaxRun;
+using constraint::kPlain;
+using constraint::Stacks;
+using constraint::VocabTrie;
+
+constexpr std::size_t kMaskCacheBytes = 64u << 20;
+
+// What a trigger costs, per position in it (ConstraintMatcher's free text before a value).
+namespace constraint {
+struct Trigger {
+  std::string text;
+  std::vector<std::int32_t> fail;  // KMP: the longest proper border of text[0, m)
+  // Per matched length m (0 <= m < text.size()): the tokens that, after m matched bytes,
+  // complete the trigger or leave part of it matched, each with the tokens that must follow
+  // it (kNoCompletion: never allowed: its bytes after the trigger start no value).
+  std::vector<std::vector<std::pair<std::int32_t, std::int32_t>>> needs;
+  std::vector<std::int32_t> max_need;  // [m] the largest need of needs[m] (0 if none)
+  // The matched length after `piece` from m, or -1 - (offset past the trigger's end) when the
+  // piece completes it.
+  std::int32_t advance(std::int32_t m, std::string_view piece) const;
+};
+}  // namespace constraint
+
+struct Constraint::Impl {
+  Grammar grammar;
+  std::shared_ptr<const VocabTrie> vocab;
+  std::vector<std::uint32_t> initial;
+  mutable std::shared_mutex mu;
+  // A parse state's mask without a budget, with what a completion needs after the tokens it
+  // allows at most (Impl::walk): a budget of more than that never binds.
+  struct PlainMask {
+    std::vector<std::uint64_t> words;
+    std::uint32_t need = 0;
+  };
+  mutable std::unordered_map<std::string, PlainMask> masks;  // GUARDED_BY(mu), by parse state
+  // Masks under a budget that binds, by parse state and the budget's limit (tokens after).
+  mutable std::unordered_map<std::string, std::vector<std::uint64_t>>
+      budget_masks;                    // GUARDED_BY(mu)
+  mutable std::size_t mask_bytes = 0;  // GUARDED_BY(mu): both maps
+  mutable std::atomic<std::uint64_t> walks{0}, hits{0};
+  mutable std::atomic<std::int32_t> initial_min{-1};  // min_tokens() of `initial`, once known
+  mutable std::mutex trigger_mu;
+  mutable std::map<std::string, std::shared_ptr<const constraint::Trigger>>
+      triggers;  // GUARDED_BY(trigger_mu)
+
+  // The trie walk: every token some stack of `state` accepts whole (and, with limit >= 0,
+  // after which a completion of at most `limit` tokens remains). Parse states met during the
+  // walk are interned and their transitions memoised (a DFA built lazily for this walk):
+  // inside a string, say, almost every byte leads back to the same state, so most trie nodes
+  // cost one table lookup instead of advancing and expanding stacks. Plain subtrees are taken
+  // or cut whole by the state's plain run (see the top of mask.cpp). Returns the most bytes a
+  // completion needs after an allowed token.
+  std::uint32_t walk(const std::vector<std::uint32_t>& state, std::span<std::uint64_t> words,
+                     std::int32_t limit = -1) const;
+
+  // The lazily built DFAs (parse state x byte -> parse state) outlive a walk, so later walks
+  // (other states of the same schema, other requests) reuse the transitions already computed.
+  // A walk takes one from the pool and gives it back: concurrent walks never share one.
+  struct Dfa {
+    std::vector<std::vector<std::uint32_t>> states;
+    std::vector<std::bitset<256>> first;
+    // A deque: growing it never copies the tables (nor faults in a doubled copy mid-walk).
+    std::deque<std::array<std::int32_t, 256>> next;  // -2 unknown, -1 dead
+    // Plain run: how many plain bytes in a row the state accepts while advancing the same way
+    // on each (kMaxRun: unbounded); -1 unknown. The run holds bytes of the categories in
+    // run_cats (those every state it passes accepts; each refuses every other plain byte):
+    // all of kPlain in a string body, a pattern's class in a pattern string.
+    std::vector<std::int16_t> run;
+    std::vector<std::uint64_t> run_cats;
+    std::vector<std::uint64_t> step_cats;  // the categories plain_step() advances on
+    // 1 when the state the run ends in rejects every plain byte (a maxLength reached), so
+    // longer plain tokens are refused without walking them.
+    std::vector<std::uint8_t> run_then_reject;
+    // Budgets (budget.cpp): the fewest bytes that complete a value from the state; the bytes
+    // that start such a shortest completion ("tight" bytes); the fewest tokens with each
+    // slack 0..kSlack (-1 unknown); the most bytes / tokens a completion needs after any
+    // plain byte run from the state (over the states the run passes; run_max_tokens -1
+    // unknown).
+    static constexpr int kSlack = 4;
+    std::vector<std::uint32_t> min_bytes;
+    std::vector<std::bitset<256>> tight;
+    std::vector<std::array<std::int32_t, kSlack + 1>> min_tokens;
+    std::vector<std::uint32_t> run_max_bytes;
+    std::vector<std::int32_t> run_max_tokens, run_min_tokens;
+    std::unordered_map<std::string, std::int32_t> ids;
+    std::vector<std::uint32_t> out, tmp;
+    std::vector<std::int32_t> chain;
+
+    std::int32_t intern(const Stacks& st, const std::vector<std::uint32_t>& s) {
+      std::string key(reinterpret_cast<const char*>(s.data()), s.size() * sizeof(std::uint32_t));
+      auto [it, inserted] =
+          ids.try_emplace(std::move(key), static_cast<std::int32_t>(states.size()));
+      if (inserted) {
+        states.push_back(s);
+        first.emplace_back();
+        st.first_bytes(s.data(), s.size(), first.back());
+        next.emplace_back();
+        next.back().fill(-2);
+        run.push_back(-1);
+        run_cats.push_back(0);
+        step_cats.push_back(0);
+        run_then_reject.push_back(0);
+        tight.emplace_back();
+        min_bytes.push_back(st.min_bytes(s.data(), s.size(), tight.back()));
+        min_tokens.emplace_back().fill(-1);
+        run_max_bytes.push_back(0);
+        run_max_tokens.push_back(-1);
+        run_min_tokens.push_back(-1);
+      }
+      return it->second;
+    }
+  };
+
+  // The state that every plain byte `pid` accepts leads to, when they all advance the same
+  // way and every other plain byte is refused (dfa.step_cats: the categories they make up);
+  // kNotUniform when not, kRejectsPlain when no plain byte is accepted. Advancing by byte c
+  // depends on c only through which stack tops' classes hold it, so when every top's class
+  // holds the same plain bytes A or none of them, one advance stands for all of A.
+  static constexpr std::int32_t kNotUniform = -1, kRejectsPlain = -2;
+  std::int32_t plain_step(Dfa& dfa, std::int32_t pid) const;
+
+  // The transition of `pid` on byte c, computed (and memoised in dfa.next) for c and every
+  // byte that no stack top's class tells apart from it: those advance the same way.
+  std::int32_t step(Dfa& dfa, std::int32_t pid, unsigned char c) const;
+
+  // The plain run of `pid` (Dfa::run), computed along the chain of plain steps and memoised.
+  unsigned plain_run(Dfa& dfa, std::int32_t pid) const;
+  static constexpr std::size_t kMaxDfaStates = 16384;  // ~4 KiB each; then start afresh
+  mutable std::mutex dfa_mu;
+  mutable std::vector<std::unique_ptr<Dfa>> dfas;  // GUARDED_BY(dfa_mu)
+  std::unique_ptr<Dfa> take_dfa() const;
+  void give_dfa(std::unique_ptr<Dfa> d) const;
+
+  // The mask of `state` within `budget` (kNoBudget: none), from the cache or a walk.
+  void mask(const std::vector<std::uint32_t>& state, std::span<std::uint64_t> words,
+            std::int32_t budget = kNoBudget) const;
+
+  // Budgets (budget.cpp). The fewest tokens that complete a value from DFA state `sid`
+  // (kNoCompletion when none is found), memoised in the DFA.
+  std::int32_t min_tokens(Dfa& dfa, std::int32_t sid) const;
+  // The same for a parse state (a DFA from the pool).
+  std::int32_t min_tokens(const std::vector<std::uint32_t>& state) const;
+  // The most / fewest tokens a completion needs after each plain byte run from `pid`
+  // (plain_run()), over the states the run passes; memoised.
+  std::int32_t run_max_tokens(Dfa& dfa, std::int32_t pid) const;
+  std::int32_t run_min_tokens(Dfa& dfa, std::int32_t pid) const {
+    run_max_tokens(dfa, pid);
+    return dfa.run_min_tokens[static_cast<std::size_t>(pid)];
+  }
+  // Whether, from `sid`, a completion of at most `limit` tokens remains.
+  bool fits(Dfa& dfa, std::int32_t sid, std::int32_t limit) const {
+    if (vocab->every_byte_a_token &&
+        dfa.min_bytes[static_cast<std::size_t>(sid)] <= static_cast<std::uint32_t>(limit))
+      return true;  // one byte a token: min_tokens <= min_bytes
+    return min_tokens(dfa, sid) <= limit;
+  }
+
+  // The trigger `text`'s table (trigger.cpp), built on first use and kept.
+  std::shared_ptr<const constraint::Trigger> trigger(const std::string& text) const;
+};
+
+}  // namespace weir::inference

@@ -1,0 +1,170 @@
+#include "constraint/vocab_trie.hpp"
+
+#include <algorithm>
+#include <cctype>
+
+namespace weir::inference::constraint {
+
+const std::bitset<256> kPlain = [] {
+  std::bitset<256> s;
+  for (int c = 0x20; c < 0x7F; ++c) s.set(static_cast<std::size_t>(c));
+  s.reset('"');
+  s.reset('\\');
+  return s;
+}();
+
+int plain_category(unsigned char c) {
+  if (!kPlain.test(c)) return kNotPlainCategory;
+  if (c >= 'a' && c <= 'z') return 0;
+  if (c >= 'A' && c <= 'Z') return 1;
+  if (c >= '0' && c <= '9') return 2;
+  if (c == ' ') return 3;
+  static const auto punct = [] {  // the other plain bytes, one category each
+    std::array<int, 256> k{};
+    int next = 4;
+    for (int b = 0x21; b < 0x7F; ++b)
+      if (kPlain.test(static_cast<std::size_t>(b)) && !std::isalnum(b))
+        k[static_cast<std::size_t>(b)] = next++;
+    return k;
+  }();
+  return punct[c];
+}
+
+std::uint64_t categories_held(const std::bitset<256>& set) {
+  static const auto bytes = [] {
+    std::array<std::bitset<256>, 64> b{};
+    for (int c = 0; c < 256; ++c)
+      b[static_cast<std::size_t>(plain_category(static_cast<unsigned char>(c)))].set(
+          static_cast<std::size_t>(c));
+    return b;
+  }();
+  std::uint64_t held = 0;
+  for (int k = 0; k < kNotPlainCategory; ++k)
+    if (bytes[static_cast<std::size_t>(k)].any() &&
+        (bytes[static_cast<std::size_t>(k)] & ~set).none())
+      held |= std::uint64_t{1} << k;
+  return held;
+}
+
+std::shared_ptr<const VocabTrie> build_trie(const Tokenizer& t) {
+  auto v = std::make_shared<VocabTrie>();
+  v->n_vocab = t.n_vocab();
+  v->eog = t.eog_tokens();
+  v->pieces.resize(static_cast<std::size_t>(v->n_vocab));
+  std::vector<std::int32_t> ids;
+  for (std::int32_t id = 0; id < v->n_vocab; ++id) {
+    if (t.is_eog(id)) continue;
+    if (t.is_control(id)) {
+      if (std::string p = t.token_to_piece(id); !p.empty()) v->control_pieces.emplace(id, p);
+      continue;
+    }
+    std::string p = t.token_to_piece(id);
+    if (p.empty() || p.size() > 0xFFFF) continue;
+    v->pieces[static_cast<std::size_t>(id)] = std::move(p);
+    ids.push_back(id);
+  }
+  std::sort(ids.begin(), ids.end(), [&](std::int32_t a, std::int32_t b) {
+    return v->pieces[static_cast<std::size_t>(a)] < v->pieces[static_cast<std::size_t>(b)];
+  });
+  v->nodes.push_back({0, 0, 0, 0});
+  std::vector<std::uint32_t> path = {0};                   // node index at each depth
+  std::vector<std::pair<std::uint32_t, std::int32_t>> at;  // (node, token)
+  std::string_view prev;
+  for (std::int32_t id : ids) {
+    std::string_view p = v->pieces[static_cast<std::size_t>(id)];
+    std::size_t common = 0;
+    while (common < prev.size() && common < p.size() && prev[common] == p[common]) ++common;
+    while (path.size() > common + 1) {
+      v->nodes[path.back()].end = static_cast<std::uint32_t>(v->nodes.size());
+      path.pop_back();
+    }
+    for (std::size_t k = common; k < p.size(); ++k) {
+      path.push_back(static_cast<std::uint32_t>(v->nodes.size()));
+      v->nodes.push_back(
+          {0, static_cast<std::uint16_t>(k + 1), static_cast<std::uint8_t>(p[k]), 0});
+    }
+    v->max_depth = std::max(v->max_depth, p.size());
+    at.emplace_back(path.back(), id);
+    prev = p;
+  }
+  while (!path.empty()) {
+    v->nodes[path.back()].end = static_cast<std::uint32_t>(v->nodes.size());
+    path.pop_back();
+  }
+  // Categories of each subtree, children before parents (reverse preorder).
+  v->cats.assign(v->nodes.size(), 0);
+  for (std::size_t i = v->nodes.size(); i-- > 1;) {
+    std::uint64_t c = std::uint64_t{1} << plain_category(v->nodes[i].byte);
+    for (std::uint32_t k = static_cast<std::uint32_t>(i) + 1; k < v->nodes[i].end;
+         k = v->nodes[k].end)
+      c |= v->cats[k];
+    v->cats[i] = c;
+  }
+  // Plain heights, children before parents (reverse preorder).
+  for (std::size_t i = v->nodes.size(); i-- > 1;) {
+    auto& node = v->nodes[i];
+    if (!kPlain.test(node.byte)) continue;
+    unsigned h = 1;
+    for (std::uint32_t c = static_cast<std::uint32_t>(i) + 1; c < node.end && h != 0;
+         c = v->nodes[c].end) {
+      const unsigned ch = v->nodes[c].plain;
+      h = ch == 0 || ch + 1 > VocabTrie::kPlainHeight ? 0 : std::max(h, ch + 1);
+    }
+    node.plain = static_cast<std::uint8_t>(h);
+  }
+  v->tok_begin.assign(v->nodes.size() + 1, 0);
+  for (auto [n, id] : at) ++v->tok_begin[n + 1];
+  for (std::size_t i = 1; i < v->tok_begin.size(); ++i) v->tok_begin[i] += v->tok_begin[i - 1];
+  v->toks.resize(at.size());
+  std::vector<std::uint32_t> fill(v->tok_begin.begin(), v->tok_begin.end() - 1);
+  for (auto [n, id] : at) v->toks[fill[n]++] = id;
+  std::bitset<256> single;  // bytes that are a token of their own
+  for (std::uint32_t c = 1; c < v->nodes.size(); c = v->nodes[c].end) {
+    v->root_child[v->nodes[c].byte] = c;
+    if (v->tok_begin[c] < v->tok_begin[c + 1]) single.set(v->nodes[c].byte);
+  }
+  v->every_byte_a_token = single.all();
+  v->is_wide.assign(v->nodes.size(), false);
+  for (std::uint32_t i = 1; i < v->nodes.size(); ++i) {
+    std::uint32_t n = 0;
+    for (std::uint32_t c = i + 1; c < v->nodes[i].end; c = v->nodes[c].end) ++n;
+    if (n < VocabTrie::kWide) continue;
+    v->is_wide[i] = true;
+    auto& table = v->wide[i];
+    table.fill(0);
+    for (std::uint32_t c = i + 1; c < v->nodes[i].end; c = v->nodes[c].end)
+      table[v->nodes[c].byte] = c;
+  }
+  v->by_len = v->toks;
+  std::vector<std::uint32_t> at_depth(v->max_depth + 1, 0);  // the last node seen per depth
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> big;  // (tokens, node) to mask
+  for (std::uint32_t i = 1; i < v->nodes.size(); ++i) {
+    auto& node = v->nodes[i];
+    at_depth[node.depth] = i;
+    if (node.plain == 0 || (node.depth > 1 && v->nodes[at_depth[node.depth - 1]].plain != 0))
+      continue;
+    node.plain |= VocabTrie::kPlainRoot;
+    std::stable_sort(v->by_len.begin() + v->tok_begin[i],
+                     v->by_len.begin() + v->tok_begin[node.end],
+                     [&](std::int32_t a, std::int32_t b) {
+                       return v->pieces[static_cast<std::size_t>(a)].size() <
+                              v->pieces[static_cast<std::size_t>(b)].size();
+                     });
+    const std::uint32_t count = v->tok_begin[node.end] - v->tok_begin[i];
+    if (count >= VocabTrie::kMaskedRoot) big.emplace_back(count, i);
+  }
+  std::sort(big.rbegin(), big.rend());
+  const std::size_t words = mask_words(v->n_vocab);
+  for (std::size_t k = 0; k < big.size() && (k + 1) * words * 8 <= VocabTrie::kRootMaskBytes; ++k) {
+    const std::uint32_t i = big[k].second;
+    auto& m = v->root_masks[i];
+    m.assign(words, 0);
+    for (std::uint32_t t = v->tok_begin[i]; t < v->tok_begin[v->nodes[i].end]; ++t) {
+      const auto id = static_cast<std::uint32_t>(v->toks[t]);
+      m[id >> 6] |= std::uint64_t{1} << (id & 63);
+    }
+  }
+  return v;
+}
+
+}  // namespace weir::inference::constraint
