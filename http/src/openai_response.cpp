@@ -312,66 +312,60 @@ ChatMessage assistant_message(const Choice& c) {
   return {"assistant", c.text, c.tool_calls, {}, {}};
 }
 
-Result<Completion> parse_chat_completion(std::string_view body) {
-  auto parsed = parse_body(body, "chat completion");
+// A response's envelope, usage and choices; `read_choice(choice object, Choice&)` reads what
+// differs between chat and text completions. `what` names the response in errors.
+template <class ReadChoice>
+Result<Completion> parse_choices(std::string_view body, const char* what, ReadChoice read_choice) {
+  auto parsed = parse_body(body, what);
   if (!parsed) return std::move(parsed).error();
   const auto* root = parsed->if_object();
   const auto* choices = field(root, "choices");
   if (!choices || !choices->is_array() || choices->get_array().empty())
     return Error(Errc::model_error,
-                 "chat completion without choices: " + parse_error_body(200, body).message);
+                 std::string(what) + " without choices: " + parse_error_body(200, body).message);
   Completion out;
   read_envelope(root, out.envelope);
   out.usage = read_usage(field(root, "usage"));
   std::size_t position = 0;
   for (const auto& c : choices->get_array()) {
     const auto* choice = c.if_object();
-    const auto* msg = obj(field(choice, "message"));
-    if (!msg) return Error(Errc::model_error, "chat completion choice without a message");
     Choice ch;
     ch.index = choice_index(choice, position++);
-    ch.text = content_text(field(msg, "content"));
-    if (ch.text.empty()) ch.text = str(field(msg, "refusal"));
     ch.finish_reason = str(field(choice, "finish_reason"));
-    read_chat_logprobs(field(choice, "logprobs"), ch.logprobs);
-    if (const auto* tc = field(msg, "tool_calls"); tc && tc->is_array()) {
-      for (const auto& call : tc->get_array()) {
-        const auto* co = call.if_object();
-        ToolCall t;
-        t.id = str(field(co, "id"));
-        read_function(obj(field(co, "function")), t);
-        ch.tool_calls.push_back(std::move(t));
-      }
-    }
+    if (auto s = read_choice(choice, ch); !s) return std::move(s).error();
     out.choices.push_back(std::move(ch));
   }
   sort_choices(out.choices);
   return out;
 }
 
+Result<Completion> parse_chat_completion(std::string_view body) {
+  return parse_choices(
+      body, "chat completion", [](const json::object* choice, Choice& ch) -> Status {
+        const auto* msg = obj(field(choice, "message"));
+        if (!msg) return Error(Errc::model_error, "chat completion choice without a message");
+        ch.text = content_text(field(msg, "content"));
+        if (ch.text.empty()) ch.text = str(field(msg, "refusal"));
+        read_chat_logprobs(field(choice, "logprobs"), ch.logprobs);
+        if (const auto* tc = field(msg, "tool_calls"); tc && tc->is_array()) {
+          for (const auto& call : tc->get_array()) {
+            const auto* co = call.if_object();
+            ToolCall t;
+            t.id = str(field(co, "id"));
+            read_function(obj(field(co, "function")), t);
+            ch.tool_calls.push_back(std::move(t));
+          }
+        }
+        return {};
+      });
+}
+
 Result<Completion> parse_completion(std::string_view body) {
-  auto parsed = parse_body(body, "completion");
-  if (!parsed) return std::move(parsed).error();
-  const auto* root = parsed->if_object();
-  const auto* choices = field(root, "choices");
-  if (!choices || !choices->is_array() || choices->get_array().empty())
-    return Error(Errc::model_error,
-                 "completion without choices: " + parse_error_body(200, body).message);
-  Completion out;
-  read_envelope(root, out.envelope);
-  out.usage = read_usage(field(root, "usage"));
-  std::size_t position = 0;
-  for (const auto& c : choices->get_array()) {
-    const auto* choice = c.if_object();
-    Choice ch;
-    ch.index = choice_index(choice, position++);
+  return parse_choices(body, "completion", [](const json::object* choice, Choice& ch) -> Status {
     ch.text = str(field(choice, "text"));
-    ch.finish_reason = str(field(choice, "finish_reason"));
     read_completion_logprobs(field(choice, "logprobs"), ch.logprobs);
-    out.choices.push_back(std::move(ch));
-  }
-  sort_choices(out.choices);
-  return out;
+    return {};
+  });
 }
 
 Status StreamAssembler::add(std::string_view data) {
