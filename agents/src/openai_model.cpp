@@ -673,6 +673,7 @@ asio::awaitable<Result<ChatResponse>> OpenAIChatModel::async_chat(std::vector<Me
   if (!impl.api_key.empty()) req.headers.push_back({"Authorization", "Bearer " + impl.api_key});
   if (params.span && params.span->recording()) {  // the chat span's W3C context goes along
     params.span->set(trace::attr::kProvider, "openai");
+    params.span->set(trace::attr::kRequestModel, o.model);  // as the provider names it
     const trace::SpanContext sc = params.span->context();
     req.headers.push_back({"traceparent", trace::format_traceparent(sc)});
     if (!sc.trace_state.empty()) req.headers.push_back({"tracestate", sc.trace_state});

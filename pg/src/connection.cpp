@@ -15,17 +15,26 @@ std::string trimmed(const char* s) {
 }
 
 // SQLSTATEs that mean the session is gone (class 08: connection exception; 57P01 admin
-// shutdown, 57P02 crash shutdown, 57P03 cannot connect now, 57P05 idle session timeout).
+// shutdown, 57P02 crash shutdown, 57P03 cannot connect now, 57P05 idle session timeout,
+// 25P03 idle-in-transaction session timeout).
 bool connection_state(std::string_view sqlstate) {
   return sqlstate.starts_with("08") || sqlstate == "57P01" || sqlstate == "57P02" ||
-         sqlstate == "57P03" || sqlstate == "57P05";
+         sqlstate == "57P03" || sqlstate == "57P05" || sqlstate == "25P03";
 }
 
 // Connects with libpq's own connect_timeout defaulting to 10 s (libpq waits forever without
-// one); a connect_timeout in the string wins (expand_dbname: later keywords override earlier).
+// one), and with idle_in_transaction_session_timeout set (kIdleInTransactionTimeout): a
+// process paused (SIGSTOP) or hung inside a transaction would otherwise hold its row locks
+// forever, and every worker that ends or claims that run would wait on them. PostgreSQL ends
+// such a session; the process, when it goes on, finds its connection lost and its transaction
+// rolled back. A connect_timeout or options in the string win (expand_dbname: later keywords
+// override earlier). PQreset keeps these settings.
 ConnPtr connect(const std::string& conninfo) {
-  const char* keys[] = {"connect_timeout", "dbname", nullptr};
-  const char* values[] = {"10", conninfo.c_str(), nullptr};
+  static const std::string options =
+      "-c idle_in_transaction_session_timeout=" +
+      std::to_string(kIdleInTransactionTimeout.count());
+  const char* keys[] = {"connect_timeout", "options", "dbname", nullptr};
+  const char* values[] = {"10", options.c_str(), conninfo.c_str(), nullptr};
   ConnPtr c(PQconnectdbParams(keys, values, 1));
   if (c)
     PQsetNoticeProcessor(

@@ -2,6 +2,7 @@
 // the protobuf JSON mapping: ids as hex, 64-bit integers as decimal strings, enums as numbers),
 // and the file exporter that writes one batch a line.
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 
 #include <boost/json.hpp>
@@ -77,12 +78,23 @@ json::object span_json(const SpanData& s) {
 class FileExporter final : public SpanExporter {
  public:
   explicit FileExporter(std::string path) : path_(std::move(path)) {}
+  // A file this exporter created and never wrote (a command refused before its run started)
+  // is removed again: no empty trace file is left behind.
+  ~FileExporter() override {
+    if (!created_ || written_) return;
+    out_.close();
+    std::error_code ec;
+    std::filesystem::remove(path_, ec);
+  }
   bool open() {
+    std::error_code ec;
+    created_ = !std::filesystem::exists(path_, ec) && !ec;
     out_.open(path_, std::ios::app | std::ios::binary);
     return out_.is_open();
   }
   std::string describe() const override { return "file " + path_; }
   Status export_json(std::string_view body, std::size_t, const ExportDeadline&) override {
+    written_ = true;
     out_ << body << '\n';
     out_.flush();
     if (!out_) {
@@ -95,6 +107,8 @@ class FileExporter final : public SpanExporter {
  private:
   std::string path_;
   std::ofstream out_;
+  bool created_ = false;
+  bool written_ = false;
 };
 
 }  // namespace

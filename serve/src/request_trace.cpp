@@ -51,9 +51,20 @@ void genai_attributes(trace::Span& span, const http::Request& rq, const std::str
 
 trace::Span start_request_span(trace::Tracer* tracer, const http::Request& rq) {
   if (!tracer) return {};
+  // W3C Trace Context: two traceparent headers make the parent unknown (a new trace starts);
+  // several tracestate headers are one list, joined with commas in their order.
   std::optional<trace::SpanContext> parent;
-  if (auto tp = rq.header("traceparent"))
-    parent = trace::parse_traceparent(*tp, rq.header("tracestate").value_or(""));
+  std::size_t parents = 0;
+  std::string state;
+  for (const auto& [name, value] : rq.headers) {
+    if (name == "traceparent") {
+      ++parents;
+    } else if (name == "tracestate" && !value.empty()) {
+      if (!state.empty()) state += ',';
+      state += value;
+    }
+  }
+  if (parents == 1) parent = trace::parse_traceparent(*rq.header("traceparent"), state);
   trace::Span s = tracer->start_span(rq.method + " " + route_of(rq.path),
                                      parent ? &*parent : nullptr, trace::SpanKind::server);
   s.set("http.request.method", rq.method);

@@ -10,7 +10,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <map>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -24,6 +26,7 @@
 #include "run_weir.hpp"
 #include "weir/cluster/run_queue.hpp"
 #include "weir/graph/checkpointer.hpp"
+#include "weir/pg/connection.hpp"
 
 namespace {
 
@@ -752,6 +755,47 @@ TEST(RunQueue, CallsRideOutTerminatedSessions) {
   ASSERT_TRUE(rec) << rec.error().message;
   EXPECT_EQ(rec->state, weir::cluster::RunState::succeeded);
   EXPECT_EQ(rec->attempts, 1);
+}
+
+// A process paused (SIGSTOP) or hung inside a transaction holds its row locks: here a
+// session that locked the run's row (as a step's commit does) and then says nothing more. The
+// cancel that needs that row is not held forever: PostgreSQL ends the idle session after
+// pg::kIdleInTransactionTimeout (weir's sessions set it), and the paused session, when it goes
+// on, finds its connection lost and its transaction rolled back.
+TEST(RunQueue, ASessionPausedInATransactionDoesNotHoldTheRunForever) {
+  const std::string db = fresh_db();
+  ASSERT_NE(db, "");
+  auto opened = weir::cluster::RunQueue::open(db);
+  ASSERT_TRUE(opened) << opened.error().message;
+  std::shared_ptr<weir::cluster::RunQueue> q = std::move(*opened);
+  auto id = q->submit(tiny_request());
+  ASSERT_TRUE(id) << id.error().message;
+  auto paused = weir::pg::Connection::open(db, {std::chrono::milliseconds(0)});
+  ASSERT_TRUE(paused) << paused.error().message;
+  auto shown = paused->exec("SHOW idle_in_transaction_session_timeout", {}, "showing");
+  ASSERT_TRUE(shown) << shown.error().message;
+  EXPECT_EQ(shown->text(0, 0), "10s");
+  ASSERT_TRUE(paused->exec("BEGIN", {}, "beginning"));
+  weir::pg::Params p;
+  p.text(*id);
+  auto locked = paused->exec("SELECT id FROM weir_runs WHERE id = $1 FOR UPDATE", p, "locking");
+  ASSERT_TRUE(locked) << locked.error().message;
+  ASSERT_EQ(locked->size(), 1);
+  // The cancel waits on the lock; a thread of its own, so that a hang fails the test.
+  auto done = std::make_shared<std::promise<Result<weir::cluster::RunState>>>();
+  auto answer = done->get_future();
+  std::thread([q, id = *id, done] { done->set_value(q->cancel(id)); }).detach();
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(answer.wait_for(weir::pg::kIdleInTransactionTimeout + 20s), std::future_status::ready)
+      << "the cancel still waits on the paused session's lock";
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, weir::pg::kIdleInTransactionTimeout - 1s);
+  auto cancelled = answer.get();
+  ASSERT_TRUE(cancelled) << cancelled.error().message;
+  EXPECT_EQ(*cancelled, weir::cluster::RunState::cancelled);
+  auto after = paused->exec("SELECT 1", {}, "going on");
+  ASSERT_FALSE(after);
+  EXPECT_NE(after.error().message.find("the connection was lost"), std::string::npos)
+      << after.error().message;
 }
 
 // A statement the server carried out but whose answer was lost (the connection dropped right

@@ -114,6 +114,8 @@ TEST(CrossProcess, ARemoteModelAgentsTraceContinuesInWeirServe) {
   EXPECT_EQ(server->span.trace_id, chat->span.trace_id);
   EXPECT_EQ(server->span.parent_span_id, chat->span.span_id);
   EXPECT_EQ(testing::str_attr(chat->span, "gen_ai.provider.name"), "openai");
+  // The model as the provider knows it, without weir's "openai:" prefix (as the server reads it).
+  EXPECT_EQ(testing::str_attr(chat->span, "gen_ai.request.model"), "tiny");
   EXPECT_EQ(testing::int_attr(server->span, "http.response.status_code"), 200);
   EXPECT_EQ(testing::str_attr(server->span, "gen_ai.response.model"), "tiny");
   EXPECT_EQ(testing::int_attr(server->span, "gen_ai.usage.input_tokens"),
@@ -160,10 +162,22 @@ TEST(CrossProcess, WeirServeStartsATraceOrHonoursAnUnsampledParent) {
   ASSERT_TRUE(get({{"traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00"}}));
   ASSERT_TRUE(get({{"traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
                    {"tracestate", "vendor=x"}}));
+  // Two tracestate headers are one list (W3C: joined in their order, with a comma).
+  ASSERT_TRUE(get({{"traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
+                   {"tracestate", "a=1"},
+                   {"tracestate", "b=2"}}));
+  // Two traceparent headers: which parent is meant is unknown, so a new trace starts.
+  ASSERT_TRUE(get({{"traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
+                   {"traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}}));
   ASSERT_TRUE(tracer->flush(20s));
   (*svc)->shutdown(1s);
   auto spans = rx.spans();
-  ASSERT_EQ(spans.size(), 2u);  // the unsampled request recorded nothing
+  ASSERT_EQ(spans.size(), 4u);  // the unsampled request recorded nothing
+  EXPECT_EQ(spans[2].span.trace_id.hex(), "4bf92f3577b34da6a3ce929d0e0e4736");
+  EXPECT_EQ(spans[2].span.trace_state, "a=1,b=2");
+  EXPECT_FALSE(spans[3].span.parent_span_id.valid());
+  EXPECT_NE(spans[3].span.trace_id.hex(), "4bf92f3577b34da6a3ce929d0e0e4736");
+  EXPECT_NE(spans[3].span.trace_id.hex(), "0af7651916cd43dd8448eb211c80319c");
   EXPECT_FALSE(spans[0].span.parent_span_id.valid());
   EXPECT_EQ(spans[1].span.trace_id.hex(), "4bf92f3577b34da6a3ce929d0e0e4736");
   EXPECT_EQ(spans[1].span.parent_span_id.hex(), "00f067aa0ba902b7");
@@ -322,6 +336,31 @@ TEST(CrossProcess, WorkflowToolNodesRecordExecuteToolSpans) {
   }
   fs::remove(flow);
   fs::remove_all(dir);
+}
+
+// A run refused before it starts (an input the workflow does not take) records nothing, so it
+// leaves no empty --trace file behind; a file that was there already is kept as it was.
+TEST(CrossProcess, ARefusedStartLeavesNoTraceFile) {
+  const auto flow = testing::temp_file("refused.json", R"({"name": "refused", "state": {"n": {}},
+          "input": ["n"], "nodes": {"a": {"kind": "set", "values": {"n": 1}}},
+          "edges": [{"from": "START", "to": "a"}, {"from": "a", "to": "END"}]})");
+  const fs::path file =
+      fs::temp_directory_path() / ("weir-trace-refused-" + std::to_string(::getpid()) + ".jsonl");
+  fs::remove(file);
+  auto run = testing::run_weir("run " + flow.string() + " --input '{\"zz\": 1}' --trace " +
+                               file.string());
+  EXPECT_EQ(run.code, 1) << run.err;
+  EXPECT_NE(run.err.find("--input sets 'zz', which refused does not take as input"),
+            std::string::npos)
+      << run.err;
+  EXPECT_FALSE(fs::exists(file)) << "an empty trace file was left behind";
+  std::ofstream(file) << "earlier\n";
+  run = testing::run_weir("run " + flow.string() + " --input '{\"zz\": 1}' --trace " +
+                          file.string());
+  EXPECT_EQ(run.code, 1) << run.err;
+  EXPECT_EQ(testing::read_text(file), "earlier\n");
+  fs::remove(file);
+  fs::remove(flow);
 }
 
 // A receiver that accepts and never answers: the run finishes as it would untraced, the spans

@@ -169,7 +169,10 @@ Sym GrammarBuilder::repeat(const Seq& body, std::int64_t min, std::int64_t max) 
 }
 
 void GrammarBuilder::normalise_nullable_stars(std::vector<char>& nullable) {
-  auto is_nullable = [&](const Sym& x) { return x.is_rule && nullable[x.value]; };
+  // Rules added below are not in `nullable` yet; each derives non-empty strings only.
+  auto is_nullable = [&](const Sym& x) {
+    return x.is_rule && x.value < nullable.size() && nullable[x.value];
+  };
   std::unordered_map<std::uint32_t, std::uint32_t> non_empty;  // rule -> its non-empty forms
   // The non-empty forms of a sequence: for each symbol whose prefix can be empty, that
   // symbol's non-empty forms followed by the rest.

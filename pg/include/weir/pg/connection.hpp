@@ -61,6 +61,12 @@ using ResultPtr = std::unique_ptr<PGresult, ResultClear>;
 // default lease (a worker passes its own lease).
 inline constexpr std::chrono::milliseconds kDefaultReconnectWindow{10000};
 
+// How long PostgreSQL lets one of weir's sessions sit idle inside a transaction before it ends
+// that session (idle_in_transaction_session_timeout), so that a paused or hung process cannot
+// hold row locks that other workers wait on. weir's transactions run their statements back to
+// back: only a stopped process comes near this.
+inline constexpr std::chrono::milliseconds kIdleInTransactionTimeout{10'000};
+
 struct Options {
   // How long run() keeps re-establishing a lost connection (from the first loss) before the
   // call fails with unavailable. 0: one immediate try.
