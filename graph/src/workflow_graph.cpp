@@ -26,29 +26,6 @@ std::string to_text(const json::value& v) {
   return v.is_string() ? std::string(v.as_string()) : json::serialize(v);
 }
 
-// The graph layer's own tools (lorem, sleep, calculator) are tool calls like those through the
-// tool registry: each runs inside an `execute_tool <builtin>` span (trace::start_tool_span)
-// under its node's span. A no-op when the run is not traced.
-trace::Span start_builtin_span(const NodeContext& c, const std::string& tool,
-                               const json::value& args) {
-  const trace::Context ctx = c.trace();
-  if (!ctx) return {};
-  return trace::start_tool_span(ctx, tool, json::serialize(args));
-}
-
-// Ends a built-in tool's span with its output (or its error) and passes the result on.
-Result<json::value> end_builtin_span(trace::Span& span, Result<json::value> r) {
-  if (!span) return r;
-  if (r) {
-    const std::string text = r->is_string() ? std::string(r->as_string()) : json::serialize(*r);
-    trace::set_tool_output(span, text.size(), text);
-  } else {
-    span.set_error(r.error());
-  }
-  span.end();
-  return r;
-}
-
 }  // namespace
 
 Result<json::value> render_template(const json::value& v, const StateView& state,
