@@ -563,8 +563,13 @@ json::object failed_line(std::size_t index, const Error& e) {
 }  // namespace
 
 int cmd_batch(Args args) {
-  Flags f("batch", {"--model", "--inputs", "--max-concurrency", "--concurrency", "--output"}, {});
+  Flags f("batch",
+          {"--model", "--inputs", "--max-concurrency", "--concurrency", "--output",
+           "--otlp-endpoint", "--trace"},
+          {"--trace-content"});
   if (!f.parse(args)) return kExitInvalidInput;
+  std::shared_ptr<trace::Tracer> tracer;  // a trace a line (docs/tracing.md)
+  if (!open_tracer(f, tracer)) return kExitInvalidInput;
   std::string inputs = f.get("--inputs").value_or("");
   if (inputs.empty() && f.positional().size() == 2) inputs = f.positional()[1];
   if (f.positional().empty() || inputs.empty() || f.positional().size() > 2)
@@ -589,6 +594,7 @@ int cmd_batch(Args args) {
   graph::RuntimeOptions ropt = env->runtime_options();
   ropt.max_concurrent_runs = concurrency;
   graph::GraphRuntime runtime(ropt);
+  const graph::RunTracing tracing{{tracer.get(), {}}, env->spec.name};
   asio::io_context io;
   // Lines are read as they are needed and results are printed in input order, so at most
   // `window` runs are in flight or finished-but-waiting for an earlier one: a million-line
@@ -619,7 +625,9 @@ int cmd_batch(Args args) {
       co_return line_done(index, failed_line(index, Error(Errc::invalid_argument,
                                                           "line " + std::to_string(index + 1) +
                                                               " is not a JSON object")));
-    auto op = runtime.async_invoke(env->graph, std::move(parsed->value.as_object()));
+    graph::RunOptions opt;
+    if (tracer) opt.trace = &tracing;
+    auto op = runtime.async_invoke(env->graph, std::move(parsed->value.as_object()), std::move(opt));
     auto r = co_await std::move(op);
     if (!r) co_return line_done(index, failed_line(index, r.error()));
     line_done(
@@ -668,6 +676,7 @@ int cmd_batch(Args args) {
   if (tty) std::fprintf(stderr, "\r%70s\r", "");
   std::fprintf(stderr, "weir batch: %zu runs, %zu failed, in %.2f s (%.0f runs/s)\n", pr.done,
                pr.failed, secs, static_cast<double>(pr.done) / std::max(secs, 1e-9));
+  close_tracer(tracer);
   return pr.failed || feeder_failed ? kExitRunFailed : kExitOk;
 }
 

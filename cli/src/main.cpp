@@ -51,14 +51,14 @@ constexpr Command kCommands[] = {
      cmd_run},
     {"batch", "run a workflow once per line of a JSONL file of inputs",
      "usage: weir batch FILE --inputs INPUTS.jsonl [--max-concurrency N] [--output OUT.jsonl]\n"
-     "                  [--model PATH]\n\n"
+     "                  [--model PATH] [--trace FILE] [--otlp-endpoint URL] [--trace-content]\n\n"
      "Runs the workflow once per line of INPUTS.jsonl (each line a JSON object of channel\n"
      "values), N at once (default 16), and writes one JSON line per run, in input order:\n"
      "{\"index\": i, \"ok\": true, \"state\": {...}} or {\"index\": i, \"ok\": false, \"error\":\n"
      "{\"code\": ..., \"message\": ...}} (blank lines are skipped). Lines are read as runs\n"
      "finish, so memory stays bounded whatever the file's length; a bad line is reported and\n"
      "the rest run; a terminal shows progress. Exit code 0 when every run succeeded, 2\n"
-     "otherwise.\n\n"
+     "otherwise. The tracing flags are those of 'weir run': each line's run is a trace.\n\n"
      "example:\n  weir batch samples/workflows/map_reduce.json --inputs inputs.jsonl "
      "--max-concurrency 64\n",
      cmd_batch},

@@ -7,12 +7,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <array>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <regex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
@@ -179,6 +181,21 @@ TEST(McpHttp, ConfigurationErrors) {
   EXPECT_EQ(b.error().to_string(),
             "invalid_argument: mcp server 'peer': give either \"command\" (a server weir starts, "
             "stdio) or \"url\" (Streamable HTTP)");
+
+  // Headers follow the rule of every header weir sends (http::check_header).
+  for (const auto& [name, value, says] : std::vector<std::array<std::string, 3>>{
+           {"x a", "1", "header name 'x a' is not an HTTP token"},
+           {"X-Key", std::string("a\0b", 3), "header 'X-Key' holds a line break or NUL"},
+           {"X-Key", "a\r\nInjected: 1", "header 'X-Key' holds a line break or NUL"},
+           {"Content-Length", "5", "header 'Content-Length' is set by weir from the request"}}) {
+    auto h = peer("http://127.0.0.1:1/mcp");
+    h.headers.push_back({name, value});
+    auto r = McpClient::connect(h);
+    ASSERT_FALSE(r) << name;
+    EXPECT_EQ(r.error().code, make_error_code(Errc::invalid_argument)) << name;
+    EXPECT_NE(r.error().message.find("mcp server 'peer': " + says), std::string::npos)
+        << r.error().message;
+  }
 
   auto bad = McpClient::connect(peer("ftp://127.0.0.1/mcp"));
   ASSERT_FALSE(bad);

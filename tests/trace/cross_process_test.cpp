@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <set>
 #include <thread>
 
 #include <boost/asio/co_spawn.hpp>
@@ -336,6 +337,33 @@ TEST(CrossProcess, WorkflowToolNodesRecordExecuteToolSpans) {
   }
   fs::remove(flow);
   fs::remove_all(dir);
+}
+
+// weir batch --trace FILE: each line's run is a trace of its own (invoke_workflow at its root).
+TEST(CrossProcess, WeirBatchTracesEachLinesRun) {
+  const auto flow = testing::temp_file("batched.json", R"({"name": "batched",
+          "state": {"n": {"reducer": "sum", "default": 0}}, "input": ["n"],
+          "nodes": {"a": {"kind": "set", "values": {"n": 1}}},
+          "edges": [{"from": "START", "to": "a"}, {"from": "a", "to": "END"}]})");
+  const auto inputs = testing::temp_file("batched.jsonl", "{\"n\": 1}\n{\"n\": 2}\n{\"n\": 3}\n");
+  const fs::path file =
+      fs::temp_directory_path() / ("weir-trace-batch-" + std::to_string(::getpid()) + ".jsonl");
+  fs::remove(file);
+  auto run = testing::run_weir("batch " + flow.string() + " --inputs " + inputs.string() +
+                               " --trace " + file.string());
+  ASSERT_EQ(run.code, 0) << run.err;
+  auto spans = trace::parse_otlp_json_lines(testing::read_text(file), file.string());
+  ASSERT_TRUE(spans) << spans.error().message;
+  std::set<std::string> traces;
+  for (const auto& s : *spans) {
+    if (s.span.name != "invoke_workflow batched") continue;
+    EXPECT_FALSE(s.span.parent_span_id.valid());
+    traces.insert(s.span.trace_id.hex());
+  }
+  EXPECT_EQ(traces.size(), 3u);
+  fs::remove(file);
+  fs::remove(inputs);
+  fs::remove(flow);
 }
 
 // A run refused before it starts (an input the workflow does not take) records nothing, so it

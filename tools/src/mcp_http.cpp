@@ -207,11 +207,11 @@ Result<std::unique_ptr<HttpTransport>> HttpTransport::open(asio::any_io_executor
   if (!url)
     return Error(Errc::invalid_argument,
                  "mcp server '" + cfg.name + "': url: " + url.error().message);
+  // The same rule as every other header weir sends (remote models, OTLP): an HTTP token for a
+  // name, no line break or NUL in a value, none of the headers the client sets itself.
   for (const auto& [k, v] : cfg.headers)
-    if (!visible_ascii(k) || v.find_first_of("\r\n") != std::string::npos)
-      return Error(Errc::invalid_argument, "mcp server '" + cfg.name + "': header '" + k +
-                                               "': a name of visible characters and a value "
-                                               "without line breaks are required");
+    if (auto s = http::check_header(k, v); !s)
+      return Error(Errc::invalid_argument, "mcp server '" + cfg.name + "': " + s.error().message);
   return std::unique_ptr<HttpTransport>(
       new HttpTransport(std::make_shared<State>(std::move(ex), cfg, std::move(*url))));
 }

@@ -351,6 +351,14 @@ void Engine::Impl::complete(RequestId id, Result<GenerateResult> result) {
   if (r->cb.on_done) done_.emplace_back(std::move(r->cb.on_done), std::move(result));
 }
 
+void Engine::Impl::publish_occupancy() {
+  auto kvs = kv_.stats();
+  auto ss = scheduler_.stats();
+  std::lock_guard lock(mu_);
+  stats_.kv = kvs;
+  stats_.sched = ss;
+}
+
 // Publishes the stats, then runs the completions: whoever sees a result also sees stats that
 // include it (and its freed blocks).
 void Engine::Impl::publish(std::uint64_t steps, std::uint64_t generated,

@@ -66,6 +66,10 @@ struct Engine::Impl {
   void complete(RequestId id, Result<GenerateResult> result);
   // What a request ended early (cancelled) returns: what it generated so far.
   static GenerateResult cancelled_result(const EngineRequest& r);
+  // Publishes the KV cache's and the scheduler's occupancy as the step's forward pass left them,
+  // before any of its tokens is handed out: whoever sees a token also sees the blocks that
+  // hold it (Serve.DisconnectMidStreamFreesTheBlocks read 0 blocks after its first token).
+  void publish_occupancy();
   // Publishes the stats, then runs the queued on_done callbacks.
   void publish(std::uint64_t steps, std::uint64_t generated, std::uint64_t prompt_tokens,
                double busy_seconds);

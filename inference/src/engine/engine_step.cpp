@@ -21,6 +21,7 @@ void Engine::Impl::step() {
     publish(1, 0, 0, 0);
     return;
   }
+  publish_occupancy();
   compute_masks(out);
   const std::size_t words = mask_words(static_cast<std::int32_t>(vocab));
   std::size_t row = 0, next_mask = 0;
