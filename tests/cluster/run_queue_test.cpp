@@ -782,7 +782,7 @@ TEST(RunQueue, ASessionPausedInATransactionDoesNotHoldTheRunForever) {
   ASSERT_TRUE(locked) << locked.error().message;
   ASSERT_EQ(locked->size(), 1);
   // The cancel waits on the lock; a thread of its own, so that a hang fails the test.
-  auto done = std::make_shared<std::promise<Result<weir::cluster::RunState>>>();
+  auto done = std::make_shared<std::promise<weir::Result<weir::cluster::RunState>>>();
   auto answer = done->get_future();
   std::thread([q, id = *id, done] { done->set_value(q->cancel(id)); }).detach();
   const auto t0 = std::chrono::steady_clock::now();
