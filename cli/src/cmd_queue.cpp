@@ -64,6 +64,13 @@ std::string cancel_text(const cluster::RunService& runs, const cluster::CancelOu
   const auto& before = c.before;
   if (c.after.state == RunState::running)
     return "cancel requested; its worker stops it before its next superstep";
+  // Running when read, ended when read again: its worker took the cancel that quickly, or the
+  // run ended on its own in between.
+  if (before.state == RunState::running)
+    return c.after.state == RunState::cancelled
+               ? std::string("cancelled; its worker stopped it before its next superstep")
+               : std::string("it ended ") + cluster::run_state_name(c.after.state) +
+                     " before the cancel reached it";
   if (before.state != RunState::queued || c.after.state != RunState::cancelled)
     return std::string("already ") + cluster::run_state_name(before.state) + "; nothing to cancel";
   if (before.started_ms == 0) return "cancelled (it had not started)";
@@ -127,6 +134,9 @@ int cmd_submit(Args args) {
     req.input = std::move(parsed->value.as_object());
   }
   req.thread_id = f.get("--thread").value_or("");
+  if (f.has("--thread") && req.thread_id.empty())
+    return f.fail("--thread is empty (leave it out and the run's id names its thread)"),
+           kExitInvalidInput;
   auto queue = open_queue(*db);
   if (!queue) return store_failed("submit", queue.error());
   // The run's trace: this submit's span when traced (else the service starts a trace of the

@@ -27,7 +27,8 @@ inline constexpr int kExitStoreFailed = 4;
 // be reached or refused a statement, a file that cannot be opened or is not a store).
 inline int store_exit_code(const Error& e) {
   if (e.is(Errc::invalid_argument) || e.is(Errc::not_found)) return kExitInvalidInput;
-  if (e.is(Errc::overloaded)) return kExitOverloaded;
+  // A thread with a run in progress refuses another for now, as admission does.
+  if (e.is(Errc::overloaded) || e.is(Errc::thread_busy)) return kExitOverloaded;
   return kExitStoreFailed;
 }
 

@@ -30,6 +30,10 @@ constexpr const char* kColumns = WEIR_RUN_COLUMNS;
 #define WEIR_HOLDER_TOKEN(fence) "'run-fence-' || " fence "::text"
 constexpr int kColumnCount = 21;
 
+// The first key of the advisory lock a submit takes on its thread (the second is the thread's
+// hashtext); 'weir' in ASCII. Two-key advisory locks never meet the schema lock's one-key space.
+constexpr int64_t kThreadLockClass = 0x77656972;
+
 RunRecord read_record(const Rows& r, int row) {
   RunRecord rec;
   int c = 0;
@@ -177,6 +181,24 @@ Result<std::string> RunQueue::submit(const SubmitRequest& req) {
       if (!found) return std::move(found).error();
       if (found->size() > 0) return id;
     }
+    // One submit at a time for a thread (a transaction-scoped advisory lock on its name), and
+    // none while the thread has a run queued or running: that is thread_busy, as in the
+    // in-process service. Two runs at once on one thread would apply the same input twice, or
+    // answer one interrupt twice (issue 32).
+    pg::Transaction txn(conn);
+    if (auto s = txn.begin("queueing a run"); !s) return std::move(s).error();
+    if (auto l = conn.exec("SELECT pg_advisory_xact_lock($1::int8::int4, hashtext($2))",
+                           Params().int8(kThreadLockClass).text(thread), "queueing a run");
+        !l)
+      return std::move(l).error();
+    auto busy = conn.exec(
+        "SELECT id FROM weir_runs WHERE thread_id = $1 AND state IN ('queued', 'running') LIMIT 1",
+        Params().text(thread), "queueing a run");
+    if (!busy) return std::move(busy).error();
+    if (busy->size() > 0)
+      return Error(Errc::thread_busy, "thread '" + thread + "' has a run in progress (" +
+                                          std::string(busy->text(0, 0)) +
+                                          "); wait for it to end");
     // The INSERT and the NOTIFY in one statement: workers hear of the run once it is committed.
     auto r = conn.exec(
         "WITH ins AS (INSERT INTO weir_runs (id, workflow_name, workflow_file, workflow, "
@@ -196,12 +218,15 @@ Result<std::string> RunQueue::submit(const SubmitRequest& req) {
             .text(req.traceparent),
         "queueing a run");
     if (!r) return std::move(r).error();
+    if (auto c = txn.commit("queueing a run"); !c) return std::move(c).error();
     return id;
   });
 }
 
 Result<std::vector<RunRecord>> RunQueue::list(std::size_t limit, std::optional<RunState> only,
                                               std::string_view after) {
+  if (!after.empty())
+    if (auto s = graph::check_id("after", after); !s) return std::move(s).error();
   std::lock_guard lock(impl_->mu);
   auto& conn = impl_->conn;
   return conn.run("listing runs", [&](const Attempt&) -> Result<std::vector<RunRecord>> {
@@ -236,6 +261,7 @@ Result<std::size_t> RunQueue::count(RunState state) {
 }
 
 Result<RunRecord> RunQueue::get(std::string_view id) {
+  if (auto s = graph::check_id("run id", id); !s) return std::move(s).error();
   std::lock_guard lock(impl_->mu);
   auto& conn = impl_->conn;
   return conn.run("reading a run", [&](const Attempt&) -> Result<RunRecord> {
@@ -252,6 +278,7 @@ Result<RunRecord> RunQueue::get(std::string_view id) {
 }
 
 Result<RunState> RunQueue::cancel(std::string_view id) {
+  if (auto s = graph::check_id("run id", id); !s) return std::move(s).error();
   std::lock_guard lock(impl_->mu);
   auto& conn = impl_->conn;
   // A queued run is cancelled here; a running one is asked to stop (its worker records the

@@ -180,6 +180,11 @@ awaitable<void> events(const RunsApi& api, http::Exchange& ex, const std::string
     out = {204, "text/plain", {}, ""};
     co_return;
   }
+  if (!after.empty())  // a checkpoint id: the id rule, before it reaches a store or a message
+    if (auto s = graph::check_id("Last-Event-ID", after); !s) {
+      out = api_error(400, s.error().message, "invalid_request", "Last-Event-ID");
+      co_return;
+    }
   cluster::RunService* runs = api.runs;
   // Watched before the first look, so no change between the two is missed.
   auto executor = co_await asio::this_coro::executor;
@@ -299,7 +304,13 @@ awaitable<void> list_runs(const RunsApi& api, const http::Request& rq, http::Res
       co_return;
     }
   }
-  if (auto v = query_value(rq.target, "after")) q.after = *v;
+  if (auto v = query_value(rq.target, "after")) {
+    if (auto s = graph::check_id("after", *v); !s) {
+      out = api_error(400, s.error().message, "invalid_request", "after");
+      co_return;
+    }
+    q.after = *v;
+  }
   auto l = co_await off_thread(*api.blocking, [&] { return runs->list(q); });
   if (!l) {
     out = l.error().is(Errc::not_found)
@@ -397,6 +408,14 @@ awaitable<void> route_runs(const RunsApi& api, http::Exchange& ex, http::Respons
                         "/v1/threads/{id}/resume, GET /v1/threads/{id}/state)",
                     "not_found");
   };
+  // A run or thread id in the path follows the id rule (graph/ids.hpp) on every backend: a
+  // 400 naming the byte, before it reaches a store (PostgreSQL refuses invalid UTF-8 with an
+  // error of its own) or an error message.
+  if (!p.id.empty() && (p.collection == "runs" || p.collection == "threads"))
+    if (auto s = graph::check_id(p.collection == "runs" ? "run id" : "thread id", p.id); !s) {
+      out = api_error(400, s.error().message, "invalid_request", "id");
+      co_return;
+    }
   if (p.collection == "workflows" && p.id.empty()) {
     if (!method_is("GET")) co_return;
     json::array names;

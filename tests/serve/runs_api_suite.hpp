@@ -7,6 +7,7 @@
 
 #include <unistd.h>
 
+#include <array>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -345,6 +346,66 @@ TEST_P(RunsApi, TheSameRunGivenAgainOnItsThreadContinuesIt) {
   auto r = wait_for(second, {"succeeded", "failed"});
   ASSERT_EQ(r["state"], json::value("succeeded")) << json::serialize(r);
   EXPECT_EQ(json::serialize(r["result"]), R"({"n":4})");
+}
+
+// One run at a time on a thread, on both backends: a second run given while the first is
+// queued or running, and a second answer to one interrupt, are 409 thread_busy (on PostgreSQL
+// both were accepted: the same input applied twice, the second answer given to the next pause).
+TEST_P(RunsApi, AThreadWithARunInProgressTakesNoOther) {
+  start(/*max_runs=*/1);
+  const std::string thread = "busy-" + std::to_string(::getpid()) + "-" + GetParam();
+  const std::string body =
+      R"({"workflow": "slow", "input": {"left": 10, "ms": 100}, "thread_id": ")" + thread + R"("})";
+  const std::string first = submit(body);
+  auto again = post("/v1/runs", body);
+  EXPECT_EQ(again.status, 409) << again.body;
+  EXPECT_EQ(error_of(again),
+            "thread '" + thread + "' has a run in progress (" + first + "); wait for it to end");
+  EXPECT_EQ(object_of(again.body)["error"].at("code"), json::value("thread_busy"));
+  auto r = wait_for(first, {"succeeded", "failed"});
+  ASSERT_EQ(r["state"], json::value("succeeded")) << json::serialize(r);
+  EXPECT_EQ(json::serialize(r["result"]), R"({"n":10})");  // applied once
+
+  // One interrupt, two answers while the slot is taken: the first is queued, the second refused.
+  const std::string review = "review-" + std::to_string(::getpid()) + "-" + GetParam();
+  const std::string asked =
+      submit(R"({"workflow": "review", "thread_id": ")" + review + R"("})");
+  ASSERT_EQ(wait_for(asked, {"interrupted", "failed"})["state"], json::value("interrupted"));
+  const std::string blocker = submit(R"({"workflow": "slow", "input": {"left": 10, "ms": 100}})");
+  wait_for(blocker, {"running"});
+  auto shorten = post("/v1/threads/" + review + "/resume", R"({"value": "please shorten it"})");
+  ASSERT_EQ(shorten.status, 202) << shorten.body;
+  const std::string answer(object_of(shorten.body)["id"].as_string());
+  auto approve = post("/v1/threads/" + review + "/resume", R"({"value": "approve"})");
+  EXPECT_EQ(approve.status, 409) << approve.body;
+  EXPECT_EQ(error_of(approve),
+            "thread '" + review + "' has a run in progress (" + answer + "); wait for it to end");
+  auto done = wait_for(answer, {"succeeded", "failed"});
+  EXPECT_EQ(done["result"].at("verdict"), json::value("please shorten it"));
+}
+
+// A run or thread id in the path that breaks the id rule is a 400 naming the byte, on both
+// backends (PostgreSQL answered 409 with its own encoding error; in-process said 404).
+TEST_P(RunsApi, MalformedIdsInThePathAre400) {
+  start();
+  const std::string rule = "; an id is 1 to 1024 bytes of UTF-8 text without control characters";
+  for (const auto& [method, path, says] : std::vector<std::array<std::string, 3>>{
+           {"GET", "/v1/runs/a%FFb", "run id is not valid UTF-8 (byte 0xff at offset 1, after 'a')"},
+           {"GET", "/v1/runs/a%00b/events",
+            "run id holds a control character (byte 0x00 at offset 1, after 'a')"},
+           {"POST", "/v1/runs/a%FFb/cancel", "run id is not valid UTF-8 (byte 0xff at offset 1, after 'a')"},
+           {"GET", "/v1/threads/%FF/state", "thread id is not valid UTF-8 (byte 0xff at offset 0)"},
+           {"POST", "/v1/threads/a%01/resume",
+            "thread id holds a control character (byte 0x01 at offset 1, after 'a')"}}) {
+    auto r = call(port_, method, path, method == "POST" ? "{}" : "");
+    EXPECT_EQ(r.status, 400) << path << ": " << r.body;
+    EXPECT_EQ(error_of(r), says + rule) << path;
+  }
+  auto r = get("/v1/runs?after=a%FFb");
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_NE(error_of(r).find("after is not valid UTF-8 (byte 0xff at offset 1, after 'a')"),
+            std::string::npos)
+      << error_of(r);
 }
 
 // GET /v1/runs pages: has_more and last_id, then ?after=<last_id> for the next page.
