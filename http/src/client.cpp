@@ -424,7 +424,14 @@ asio::awaitable<Result<ClientResponse>> Client::async_request(const Url& url, Cl
   req.version(11);
   req.set(bhttp::field::host, url.host + ":" + url.port);
   req.set(bhttp::field::user_agent, "weir");
-  for (auto& h : request.headers) req.set(h.name, h.value);
+  // Each header as given, a repeated name sent repeated (W3C tracestate, for one, may come in
+  // several lines); a User-Agent given replaces weir's.
+  for (auto& h : request.headers) {
+    if (iequals(h.name, "User-Agent"))
+      req.set(bhttp::field::user_agent, h.value);
+    else
+      req.insert(h.name, h.value);
+  }
   req.body() = std::move(request.body);
   req.keep_alive(true);
   req.prepare_payload();
