@@ -300,9 +300,9 @@ TEST(CrossProcess, WeirRunTraceFileReadsBackAsATreeWithTheRunsTokens) {
   fs::remove(file);
 }
 
-// A workflow's tool nodes are tool calls like an agent's: each records an `execute_tool` span
-// under its node, whether the graph layer runs the tool itself (calculator, lorem) or the tools
-// layer does (files).
+// A workflow's tool nodes are tool calls like an agent's: each records an `execute_tool <name>`
+// span under its node, named as the workflow's "tools" name it (the tools layer runs them all,
+// the built-ins calculator, lorem and files included).
 TEST(CrossProcess, WorkflowToolNodesRecordExecuteToolSpans) {
   const fs::path dir =
       fs::temp_directory_path() / ("weir-trace-tools-" + std::to_string(::getpid()));
@@ -324,7 +324,7 @@ TEST(CrossProcess, WorkflowToolNodesRecordExecuteToolSpans) {
   auto spans = trace::parse_otlp_json_lines(testing::read_text(file), file.string());
   ASSERT_TRUE(spans) << spans.error().message;
   for (const auto& [tool, node] : std::vector<std::pair<std::string, std::string>>{
-           {"calculator", "node sq"}, {"lorem", "node lo"}, {"files", "node rd"}}) {
+           {"calc", "node sq"}, {"text", "node lo"}, {"fs", "node rd"}}) {
     const auto* s = testing::find_span(*spans, "execute_tool " + tool);
     ASSERT_TRUE(s) << tool;
     EXPECT_EQ(testing::str_attr(s->span, "gen_ai.operation.name"), "execute_tool");
