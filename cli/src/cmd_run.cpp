@@ -627,7 +627,8 @@ int cmd_batch(Args args) {
                                                               " is not a JSON object")));
     graph::RunOptions opt;
     if (tracer) opt.trace = &tracing;
-    auto op = runtime.async_invoke(env->graph, std::move(parsed->value.as_object()), std::move(opt));
+    auto op =
+        runtime.async_invoke(env->graph, std::move(parsed->value.as_object()), std::move(opt));
     auto r = co_await std::move(op);
     if (!r) co_return line_done(index, failed_line(index, r.error()));
     line_done(

@@ -197,8 +197,7 @@ Result<std::string> RunQueue::submit(const SubmitRequest& req) {
     if (!busy) return std::move(busy).error();
     if (busy->size() > 0)
       return Error(Errc::thread_busy, "thread '" + thread + "' has a run in progress (" +
-                                          std::string(busy->text(0, 0)) +
-                                          "); wait for it to end");
+                                          std::string(busy->text(0, 0)) + "); wait for it to end");
     // The INSERT and the NOTIFY in one statement: workers hear of the run once it is committed.
     auto r = conn.exec(
         "WITH ins AS (INSERT INTO weir_runs (id, workflow_name, workflow_file, workflow, "

@@ -31,8 +31,7 @@ bool connection_state(std::string_view sqlstate) {
 // override earlier). PQreset keeps these settings.
 ConnPtr connect(const std::string& conninfo) {
   static const std::string options =
-      "-c idle_in_transaction_session_timeout=" +
-      std::to_string(kIdleInTransactionTimeout.count());
+      "-c idle_in_transaction_session_timeout=" + std::to_string(kIdleInTransactionTimeout.count());
   const char* keys[] = {"connect_timeout", "options", "dbname", nullptr};
   const char* values[] = {"10", options.c_str(), conninfo.c_str(), nullptr};
   ConnPtr c(PQconnectdbParams(keys, values, 1));

@@ -368,8 +368,7 @@ TEST_P(RunsApi, AThreadWithARunInProgressTakesNoOther) {
 
   // One interrupt, two answers while the slot is taken: the first is queued, the second refused.
   const std::string review = "review-" + std::to_string(::getpid()) + "-" + GetParam();
-  const std::string asked =
-      submit(R"({"workflow": "review", "thread_id": ")" + review + R"("})");
+  const std::string asked = submit(R"({"workflow": "review", "thread_id": ")" + review + R"("})");
   ASSERT_EQ(wait_for(asked, {"interrupted", "failed"})["state"], json::value("interrupted"));
   const std::string blocker = submit(R"({"workflow": "slow", "input": {"left": 10, "ms": 100}})");
   wait_for(blocker, {"running"});
@@ -390,10 +389,12 @@ TEST_P(RunsApi, MalformedIdsInThePathAre400) {
   start();
   const std::string rule = "; an id is 1 to 1024 bytes of UTF-8 text without control characters";
   for (const auto& [method, path, says] : std::vector<std::array<std::string, 3>>{
-           {"GET", "/v1/runs/a%FFb", "run id is not valid UTF-8 (byte 0xff at offset 1, after 'a')"},
+           {"GET", "/v1/runs/a%FFb",
+            "run id is not valid UTF-8 (byte 0xff at offset 1, after 'a')"},
            {"GET", "/v1/runs/a%00b/events",
             "run id holds a control character (byte 0x00 at offset 1, after 'a')"},
-           {"POST", "/v1/runs/a%FFb/cancel", "run id is not valid UTF-8 (byte 0xff at offset 1, after 'a')"},
+           {"POST", "/v1/runs/a%FFb/cancel",
+            "run id is not valid UTF-8 (byte 0xff at offset 1, after 'a')"},
            {"GET", "/v1/threads/%FF/state", "thread id is not valid UTF-8 (byte 0xff at offset 0)"},
            {"POST", "/v1/threads/a%01/resume",
             "thread id holds a control character (byte 0x01 at offset 1, after 'a')"}}) {

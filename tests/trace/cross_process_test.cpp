@@ -375,16 +375,16 @@ TEST(CrossProcess, ARefusedStartLeavesNoTraceFile) {
   const fs::path file =
       fs::temp_directory_path() / ("weir-trace-refused-" + std::to_string(::getpid()) + ".jsonl");
   fs::remove(file);
-  auto run = testing::run_weir("run " + flow.string() + " --input '{\"zz\": 1}' --trace " +
-                               file.string());
+  auto run =
+      testing::run_weir("run " + flow.string() + " --input '{\"zz\": 1}' --trace " + file.string());
   EXPECT_EQ(run.code, 1) << run.err;
   EXPECT_NE(run.err.find("--input sets 'zz', which refused does not take as input"),
             std::string::npos)
       << run.err;
   EXPECT_FALSE(fs::exists(file)) << "an empty trace file was left behind";
   std::ofstream(file) << "earlier\n";
-  run = testing::run_weir("run " + flow.string() + " --input '{\"zz\": 1}' --trace " +
-                          file.string());
+  run =
+      testing::run_weir("run " + flow.string() + " --input '{\"zz\": 1}' --trace " + file.string());
   EXPECT_EQ(run.code, 1) << run.err;
   EXPECT_EQ(testing::read_text(file), "earlier\n");
   fs::remove(file);
