@@ -27,6 +27,8 @@ tools = [
 ]
 if os.environ.get("FAKE_ENV_TOOL") == "1":
     tools.append({"name": "env", "inputSchema": S})
+if os.environ.get("FAKE_META_TOOL") == "1":  # answers with the request's params._meta
+    tools.append({"name": "meta", "inputSchema": S})
 if os.environ.get("FAKE_BAD_SCHEMA") == "1":
     tools.append({"name": "backref", "inputSchema": {"type": "object", "properties": {"s": {"type": "string", "pattern": "(a)\\1"}}}})
 
@@ -104,6 +106,8 @@ for raw in sys.stdin:
             answers.clear()
             send({"jsonrpc": "2.0", "id": "p1", "method": "ping"})
             send({"jsonrpc": "2.0", "id": "u1", "method": "sampling/createMessage", "params": {}})
+        elif name == "meta":
+            text(mid, json.dumps(msg["params"].get("_meta")))
         elif name == "env":
             text(mid, json.dumps(dict(os.environ)))
         elif name == "add_tool":

@@ -23,6 +23,7 @@
 #include "weir/http/otlp.hpp"
 #include "weir/inference/gguf_writer.hpp"
 #include "weir/serve/service.hpp"
+#include "weir/tools/mcp.hpp"
 #include "weir/tools/registry.hpp"
 
 namespace weir {
@@ -127,6 +128,41 @@ TEST(CrossProcess, ARemoteModelAgentsTraceContinuesInWeirServe) {
   const auto* agent = testing::find_span(spans, "invoke_agent remote");
   ASSERT_TRUE(agent);
   EXPECT_EQ(agent->span.trace_id, chat->span.trace_id);
+}
+
+// An MCP tool call carries its `tools/call` span's W3C context to the server in params._meta
+// (the MCP semantic conventions); the server here answers with the _meta it received.
+TEST(CrossProcess, AnMcpToolCallCarriesItsSpanInMeta) {
+  OtlpReceiver rx;
+  auto tracer = tracer_to(rx, "weir-agent");
+  tools::McpServerConfig cfg;
+  cfg.name = "fake";
+  cfg.command = {"python3", std::string(WEIR_SOURCE_DIR) + "/tests/mcp/fake_server.py"};
+  cfg.env = {{"FAKE_META_TOOL", "1"}};
+  auto client = tools::McpClient::connect(cfg);
+  ASSERT_TRUE(client) << client.error().message;
+  asio::io_context io;
+  Result<json::object> answer = Error(Errc::cancelled, "not run");
+  trace::Span root = tracer->start_span("caller");
+  const trace::Context ctx{tracer.get(), root.context()};
+  auto task = [&]() -> asio::awaitable<void> {
+    auto op = (*client)->async_call_tool("meta", json::object{}, 10s, ctx);
+    answer = co_await std::move(op);
+  };
+  asio::co_spawn(io, task(), asio::detached);
+  io.run();
+  root.end();
+  ASSERT_TRUE(answer) << answer.error().message;
+  ASSERT_TRUE(tracer->flush(20s));
+  const auto spans = rx.spans();
+  const auto* call = testing::find_span(spans, "tools/call meta");
+  ASSERT_TRUE(call);
+  EXPECT_EQ(call->span.kind, trace::SpanKind::client);
+  EXPECT_EQ(testing::str_attr(call->span, "mcp.method.name"), "tools/call");
+  const std::string sent(answer->at("content").at(0).at("text").as_string());
+  EXPECT_EQ(json::parse(sent).at("traceparent").as_string(),
+            "00-" + call->span.trace_id.hex() + "-" + call->span.span_id.hex() + "-01")
+      << sent;
 }
 
 // A request with no traceparent starts a trace; one with an unsampled parent records nothing.
