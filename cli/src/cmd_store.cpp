@@ -11,6 +11,7 @@
 #include "commands.hpp"
 #include "weir/cluster/run_service.hpp"
 #include "weir/graph/checkpointer.hpp"
+#include "weir/graph/ids.hpp"
 
 namespace weir::cli {
 
@@ -64,6 +65,16 @@ int cmd_store(Args args) {
   if (!store) return store_failed("store prune", store.error());
   std::vector<std::string> threads;
   if (auto t = f.get("--thread")) {
+    // The id rule first, then the thread must exist: an unknown thread is bad input (exit 1),
+    // not "pruned 0 checkpoints from 1 threads".
+    if (auto s = graph::check_id("--thread", *t); !s)
+      return std::fprintf(stderr, "weir store prune: %s\n", s.error().message.c_str()),
+             kExitInvalidInput;
+    auto last = (*store)->latest(*t);
+    if (!last) return store_failed("store prune", last.error());
+    if (!*last)
+      return std::fprintf(stderr, "weir store prune: no thread '%s'\n", t->c_str()),
+             kExitInvalidInput;
     threads.push_back(*t);
   } else {
     auto all = (*store)->threads(SIZE_MAX);

@@ -404,6 +404,16 @@ TEST(Cli, StorePruneKeepsTheNewestCheckpointsAndTheirSnapshot) {
   ASSERT_EQ(pruned.code, 0) << pruned.err;
   // 100 checkpoints; the newest 5 (steps 96..100) reach back only to the snapshot at step 96.
   EXPECT_EQ(pruned.out, "pruned 95 checkpoints from 1 threads in " + db.string() + "\n");
+  // An unknown thread, or one the id rule refuses, is bad input: exit 1 and nothing pruned.
+  auto unknown = run_weir("store prune --store " + db.string() + " --keep 1 --thread nope");
+  EXPECT_EQ(unknown.code, 1);
+  EXPECT_EQ(unknown.err, "weir store prune: no thread 'nope'\n");
+  auto control =
+      run_weir("store prune --store " + db.string() + " --keep 1 --thread \"$(printf 'a\\001b')\"");
+  EXPECT_EQ(control.code, 1);
+  EXPECT_NE(control.err.find("--thread holds a control character (byte 0x01 at offset 1"),
+            std::string::npos)
+      << control.err;
   auto none = run_weir("store prune --store " + db.string());
   EXPECT_EQ(none.code, 1);
   EXPECT_NE(none.err.find("give --keep N or --older-than DURATION"), std::string::npos) << none.err;
