@@ -10,6 +10,7 @@
 #include <boost/json.hpp>
 
 #include "weir/http/error_body.hpp"
+#include "weir/runtime/json_fields.hpp"
 #include "weir/runtime/json_parse.hpp"
 
 namespace weir::http::openai {
@@ -26,21 +27,10 @@ ApiError bad(std::string param, std::string message) {
   return ApiError{400, std::move(message), std::move(param), {}};
 }
 
+// What a value was, for a 400: runtime's phrase, except that OpenAI's API has no integers apart
+// from numbers ("must be a string, not a number").
 const char* kind(const json::value& v) {
-  switch (v.kind()) {
-    case json::kind::null:
-      return "null";
-    case json::kind::bool_:
-      return "a boolean";
-    case json::kind::string:
-      return "a string";
-    case json::kind::array:
-      return "an array";
-    case json::kind::object:
-      return "an object";
-    default:
-      return "a number";
-  }
+  return v.is_number() ? "a number" : json_kind_phrase(v);
 }
 
 std::string num_text(double d) {
