@@ -14,6 +14,8 @@
 #include "weir/agents/agent.hpp"
 #include "weir/graph/state_graph.hpp"
 #include "weir/http/openai.hpp"
+#include "weir/runtime/trace.hpp"
+#include "weir/runtime/trace_read.hpp"
 #include "weir/tools/builtin.hpp"
 #include "weir/tools/registry.hpp"
 
@@ -165,6 +167,72 @@ TEST(OpenAIModel, RetriesA429HonouringRetryAfter) {
   EXPECT_EQ(r->message.content, "done");
   EXPECT_EQ(server.requests(), 2);
   EXPECT_GE(std::chrono::steady_clock::now() - t0, 290ms);  // Retry-After: 0.3 honoured
+}
+
+// Keeps what the tracer exports, for the test to read back (OTLP JSON lines).
+class CapturedSpans final : public trace::SpanExporter {
+ public:
+  explicit CapturedSpans(std::shared_ptr<std::string> into) : into_(std::move(into)) {}
+  std::string describe() const override { return "captured"; }
+  Status export_json(std::string_view body, std::size_t, const trace::ExportDeadline&) override {
+    into_->append(body).push_back('\n');
+    return {};
+  }
+
+ private:
+  std::shared_ptr<std::string> into_;
+};
+
+// A 429 is a fence that acted: the chat span carries a weir.fence.rate_limited event naming the
+// endpoint, the attempt and the status; the answer after it is the call's.
+TEST(OpenAIModel, A429IsAnEventOnTheChatSpan) {
+  TestServer server([](int n, const std::string&) {
+    if (n == 1) return reply(429, R"({"error":{"message":"slow down"}})", "Retry-After: 0.05\r\n");
+    return reply(200, completion("done"));
+  });
+  auto m = OpenAIChatModel::open(options(server));
+  ASSERT_TRUE(m) << m.error().message;
+  auto text = std::make_shared<std::string>();
+  std::vector<std::unique_ptr<trace::SpanExporter>> ex;
+  ex.push_back(std::make_unique<CapturedSpans>(text));
+  trace::Tracer tracer({}, std::move(ex));
+  trace::Span span = tracer.start_span("chat openai:tiny", nullptr, trace::SpanKind::client);
+  auto& io = test_io();
+  io.restart();
+  Result<ChatResponse> out;
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        ChatParams params;
+        params.span = &span;
+        std::vector<Message> msgs = {Message::user("hi")};
+        auto op = (*m)->async_chat(std::move(msgs), {}, params);
+        out = co_await std::move(op);
+      },
+      asio::detached);
+  io.run();
+  span.end();
+  ASSERT_TRUE(out) << out.error().message;
+  EXPECT_EQ(out->message.content, "done");
+  ASSERT_TRUE(tracer.flush(10s));
+  auto spans = trace::parse_otlp_json_lines(*text, "captured");
+  ASSERT_TRUE(spans) << spans.error().message;
+  ASSERT_EQ(spans->size(), 1u);
+  const auto& events = spans->at(0).span.events;
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].name, "weir.fence.rate_limited");
+  auto attr = [&](const std::string& key) -> const trace::AttributeValue* {
+    for (const auto& a : events[0].attributes)
+      if (a.key == key) return &a.value;
+    return nullptr;
+  };
+  ASSERT_TRUE(attr("http.response.status_code"));
+  EXPECT_EQ(std::get<std::int64_t>(*attr("http.response.status_code")), 429);
+  ASSERT_TRUE(attr("weir.attempt"));
+  EXPECT_EQ(std::get<std::int64_t>(*attr("weir.attempt")), 1);
+  // The model as the provider names it (no "openai:" prefix).
+  for (const auto& a : spans->at(0).span.attributes)
+    if (a.key == "gen_ai.request.model") EXPECT_EQ(std::get<std::string>(a.value), "tiny");
 }
 
 TEST(OpenAIModel, Retries500ThenSucceeds) {
