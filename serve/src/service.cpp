@@ -129,6 +129,10 @@ void Service::Impl::load_models() {
         "model '" + spec.name + "' admission (--max-num-seqs=" + std::to_string(cfg.max_num_seqs) +
             ", --max-queued-requests=" + std::to_string(cfg.max_queued_requests) + ")",
         static_cast<std::size_t>(cfg.max_num_seqs), cfg.max_queued_requests);
+    m->gather = std::make_unique<Limiter>(
+        "model '" + spec.name + "' admission of several choices (--max-queued-requests=" +
+            std::to_string(cfg.max_queued_requests) + ")",
+        1, cfg.max_queued_requests);
     Labels l{{"model", spec.name}};
     Limiter* lim = m->limiter.get();
     metrics.gauge_callback("weir_serve_requests_running", "requests generating", l,
@@ -532,6 +536,8 @@ awaitable<void> Service::Impl::drain(std::chrono::milliseconds grace,
   // connection); every response closes its connection. The listener closes at the end.
   draining = true;
   if (server) server->drain();
+  for (auto* w : std::set<asio::cancellation_signal*>(admission_waits))
+    w->emit(asio::cancellation_type::terminal);
   asio::steady_timer t(io);
   const auto until = Clock::now() + grace;
   while ((!active.empty() || (server && server->active_requests() > 0)) && Clock::now() < until) {

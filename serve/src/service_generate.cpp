@@ -33,7 +33,7 @@ std::optional<oa::ApiError> Service::Impl::check_context(const ModelEntry& m,
 
 awaitable<std::variant<std::shared_ptr<Batch>, oa::ApiError>> Service::Impl::admit_and_submit(
     http::Exchange& ex, ModelEntry& m, inf::GenerateRequest rq, int n,
-    std::vector<Limiter::Permit>& permits) {
+    std::vector<Limiter::Permit>& permits, Clock::time_point deadline) {
   const auto tokens = static_cast<std::int64_t>(rq.prompt.size()) * n;
   auto overloaded = [&](std::string why, Counter* c) {
     c->inc();
@@ -41,55 +41,106 @@ awaitable<std::variant<std::shared_ptr<Batch>, oa::ApiError>> Service::Impl::adm
         429, "model '" + m.spec.name + "' is overloaded: " + why + "; retry after 1 second", "",
         "overloaded"};
   };
+  // The n choices run at once: more than the model's running slots could never be admitted.
+  if (static_cast<std::size_t>(n) > m.limiter->capacity())
+    co_return oa::ApiError{400,
+                           "n=" + std::to_string(n) + " choices run at once, but model '" +
+                               m.spec.name + "' runs at most " +
+                               std::to_string(m.limiter->capacity()) +
+                               " sequences (--max-num-seqs); ask for fewer choices",
+                           "n", ""};
   // Fast path: every permit free now.
   for (int i = 0; i < n; ++i) {
     auto p = m.limiter->try_acquire();
     if (!p) break;
     permits.push_back(std::move(*p));
   }
-  if (static_cast<int>(permits.size()) < n) {
-    if (m.queued_tokens + tokens > cfg.max_queued_tokens) {
-      permits.clear();
-      co_return overloaded(std::to_string(m.queued_tokens) + " prompt tokens are queued and " +
-                               std::to_string(tokens) + " more would pass --max-queued-tokens=" +
-                               std::to_string(cfg.max_queued_tokens),
-                           m.rejected_tokens);
-    }
-    if (m.limiter->waiting() + 1 > m.limiter->max_waiters()) {
-      permits.clear();
-      co_return overloaded(
-          std::to_string(m.limiter->in_use()) + " requests running and " +
-              std::to_string(m.limiter->waiting()) +
-              " queued (--max-queued-requests=" + std::to_string(cfg.max_queued_requests) + ")",
-          m.rejected_queue);
-    }
-    m.queued_tokens += tokens;
+  if (static_cast<int>(permits.size()) == n) co_return submit_batch(ex, m, std::move(rq), n);
+  permits.clear();  // never hold part of them while waiting (see ModelEntry::gather)
+  if (m.queued_tokens + tokens > cfg.max_queued_tokens)
+    co_return overloaded(std::to_string(m.queued_tokens) + " prompt tokens are queued and " +
+                             std::to_string(tokens) + " more would pass --max-queued-tokens=" +
+                             std::to_string(cfg.max_queued_tokens),
+                         m.rejected_tokens);
+  if (m.limiter->waiting() + 1 > m.limiter->max_waiters())
+    co_return overloaded(
+        std::to_string(m.limiter->in_use()) + " requests running and " +
+            std::to_string(m.limiter->waiting()) +
+            " queued (--max-queued-requests=" + std::to_string(cfg.max_queued_requests) + ")",
+        m.rejected_queue);
+
+  // The wait ends with the permits, or when the client leaves, the request's deadline passes or
+  // the server drains: each of the last three emits `gone`. Shared with the timer's handler,
+  // which may run after this frame has moved on.
+  struct Wait {
     asio::cancellation_signal gone;
-    ex.on_disconnect([&gone] { gone.emit(asio::cancellation_type::terminal); });
-    while (static_cast<int>(permits.size()) < n) {
-      auto r = co_await asio::co_spawn(io, m.limiter->async_acquire(),
-                                       asio::bind_cancellation_slot(gone.slot(), use_awaitable));
-      if (!r) {
-        m.queued_tokens -= tokens;
-        ex.on_disconnect({});
-        permits.clear();
-        if (r.error().is(Errc::overloaded))
-          co_return overloaded(r.error().message, m.rejected_queue);
-        co_return oa::ApiError{499, "the client went away", "", "cancelled"};
-      }
-      permits.push_back(std::move(*r));
+    bool timed_out = false;
+  };
+  auto w = std::make_shared<Wait>();
+  asio::steady_timer timer(io, deadline);
+  timer.async_wait([w](boost::system::error_code ec) {
+    if (ec) return;
+    w->timed_out = true;
+    w->gone.emit(asio::cancellation_type::terminal);
+  });
+  ex.on_disconnect([w] { w->gone.emit(asio::cancellation_type::terminal); });
+  admission_waits.insert(&w->gone);
+  m.queued_tokens += tokens;
+  struct Done {
+    Service::Impl& s;
+    ModelEntry& m;
+    http::Exchange& ex;
+    asio::steady_timer& timer;
+    Wait& w;
+    std::int64_t tokens;
+    ~Done() {
+      m.queued_tokens -= tokens;
+      ex.on_disconnect({});
+      timer.cancel();
+      s.admission_waits.erase(&w.gone);
     }
-    m.queued_tokens -= tokens;
-    ex.on_disconnect({});
-    if (ex.disconnected()) {
-      permits.clear();
-      co_return oa::ApiError{499, "the client went away", "", "cancelled"};
-    }
-    if (draining) {
-      permits.clear();
-      co_return oa::ApiError{503, "the server is shutting down", "", "shutting_down"};
-    }
+  } done{*this, m, ex, timer, *w, tokens};
+  auto acquire = [&](Limiter& l) -> awaitable<Result<Limiter::Permit>> {
+    auto op = asio::co_spawn(io, l.async_acquire(),
+                             asio::bind_cancellation_slot(w->gone.slot(), use_awaitable));
+    co_return co_await std::move(op);
+  };
+  // Why the wait ended without its permits: the drain, the deadline or the client.
+  auto ended = [&](const Error& e) -> oa::ApiError {
+    permits.clear();
+    if (e.is(Errc::overloaded)) return overloaded(e.message, m.rejected_queue);
+    if (draining) return oa::ApiError{503, "the server is shutting down", "", "shutting_down"};
+    if (w->timed_out)
+      return oa::ApiError{504,
+                          "the request waited past --request-timeout=" +
+                              ms_text(cfg.request_timeout) +
+                              " for a running slot; retry later or raise the server's limit",
+                          "", "timeout"};
+    return oa::ApiError{499, "the client went away", "", "cancelled"};
+  };
+  Limiter::Permit gathering;
+  if (n > 1) {
+    auto g = co_await acquire(*m.gather);
+    if (!g) co_return ended(g.error());
+    gathering = std::move(*g);
   }
+  while (static_cast<int>(permits.size()) < n) {
+    auto r = co_await acquire(*m.limiter);
+    if (!r) co_return ended(r.error());
+    permits.push_back(std::move(*r));
+  }
+  gathering.release();
+  if (ex.disconnected()) co_return ended(Error(Errc::cancelled, ""));
+  if (draining) {
+    permits.clear();
+    co_return oa::ApiError{503, "the server is shutting down", "", "shutting_down"};
+  }
+  co_return submit_batch(ex, m, std::move(rq), n);
+}
+
+// Submits the n choices to the engine (their permits taken) and follows them as one batch.
+std::shared_ptr<Batch> Service::Impl::submit_batch(http::Exchange& ex, ModelEntry& m,
+                                                  inf::GenerateRequest rq, int n) {
   auto b = std::make_shared<Batch>(io);
   b->engine = &m.engine();
   b->model = &m;
@@ -133,7 +184,7 @@ awaitable<std::variant<std::shared_ptr<Batch>, oa::ApiError>> Service::Impl::adm
       b->cancel();
     }
   });
-  co_return b;
+  return b;
 }
 
 awaitable<void> Service::Impl::wait_events(Batch& b, Clock::time_point deadline) {
@@ -236,7 +287,7 @@ class Generation {
   awaitable<void> run(inf::GenerateRequest rq, http::Response& out, bool& streamed) {
     const std::size_t prompt_len = rq.prompt.size();
     std::vector<Limiter::Permit> permits;
-    auto admitted = co_await s_.admit_and_submit(ex_, m_, std::move(rq), n_, permits);
+    auto admitted = co_await s_.admit_and_submit(ex_, m_, std::move(rq), n_, permits, deadline());
     if (auto* e = std::get_if<oa::ApiError>(&admitted)) {
       out = error_response(*e);
       co_return;

@@ -64,6 +64,9 @@ struct ModelEntry {
   ModelSpec spec;
   std::shared_ptr<agents::LocalChatModel> chat;  // engine + tokenizer + chat template
   std::unique_ptr<Limiter> limiter;              // running permits + bounded queue
+  // One request of several choices (n > 1) at a time gathers its permits while it waits: two
+  // holding part of theirs each could wait on the other forever.
+  std::unique_ptr<Limiter> gather;
   std::int64_t queued_tokens = 0;                // io thread
   std::int64_t max_model_len = 0;
   Counter* rejected_queue = nullptr;
@@ -212,6 +215,9 @@ struct Service::Impl {
 
   // io thread only.
   std::set<Batch*> active;
+  // Requests waiting for admission; drain() wakes them (503) so none is left suspended when the
+  // models go.
+  std::set<asio::cancellation_signal*> admission_waits;
   std::list<std::string> mcp_sessions;  // most recently used first
   std::map<std::string, std::list<std::string>::iterator> mcp_session_index;
   bool draining = false;
@@ -240,9 +246,13 @@ struct Service::Impl {
   http::Response detokenize(const http::Request& rq);
 
   // Admission + submission. Returns the batch, or the error to send.
+  // Waits for admission until `deadline` (--request-timeout: 504), the client leaving (499) or
+  // the drain (503).
   awaitable<std::variant<std::shared_ptr<Batch>, oa::ApiError>> admit_and_submit(
       http::Exchange& ex, ModelEntry& m, inf::GenerateRequest rq, int n,
-      std::vector<Limiter::Permit>& permits);
+      std::vector<Limiter::Permit>& permits, Clock::time_point deadline);
+  std::shared_ptr<Batch> submit_batch(http::Exchange& ex, ModelEntry& m, inf::GenerateRequest rq,
+                                      int n);
   awaitable<void> wait_events(Batch& b, Clock::time_point deadline);
   std::optional<oa::ApiError> check_context(const ModelEntry& m, std::size_t prompt_len,
                                             std::optional<std::int64_t> max_tokens,
