@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include <boost/json.hpp>
 
@@ -309,6 +310,62 @@ TEST(Serve, DisconnectMidStreamFreesTheBlocks) {
   EXPECT_LT(generated, 4000);
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   EXPECT_EQ(metric(s.port, gen), generated);
+}
+
+// Requests of several choices (n) take n running slots at once. Many of them together all finish
+// (each used to hold part of its slots while it waited for the rest: two such requests waited
+// on each other forever), and an n no slot count can hold is refused at once.
+TEST(Serve, ManyRequestsOfSeveralChoicesAllFinish) {
+  auto c = tiny_config("m20");
+  c.max_num_seqs = 4;
+  auto s = start(c);
+  const std::string body = R"({"prompt": "x", "max_tokens": 8, "n": 3})";
+  std::vector<std::thread> clients;
+  std::atomic<int> ok{0};
+  std::vector<std::string> failures(6);
+  for (int i = 0; i < 6; ++i)
+    clients.emplace_back([&, i] {
+      auto r = call(s.port, "POST", "/v1/completions", body);
+      if (r.status == 200 && body_json(r).at("choices").as_array().size() == 3)
+        ++ok;
+      else
+        failures[static_cast<std::size_t>(i)] = std::to_string(r.status) + " " + r.body;
+    });
+  for (auto& t : clients) t.join();
+  EXPECT_EQ(ok.load(), 6) << failures[0] << failures[1] << failures[2] << failures[3]
+                          << failures[4] << failures[5];
+  auto big = call(s.port, "POST", "/v1/completions", R"({"prompt": "x", "max_tokens": 4, "n": 5})");
+  EXPECT_EQ(big.status, 400) << big.body;
+  EXPECT_EQ(error_message(big),
+            "n=5 choices run at once, but model 'm20' runs at most 4 sequences (--max-num-seqs); "
+            "ask for fewer choices");
+}
+
+// A request still waiting for admission when the server drains is answered 503, and the server
+// shuts down cleanly (a SIGTERM with one waiting crashed: its frame outlived the model's
+// limiter).
+TEST(Serve, ARequestWaitingForAdmissionIsAnsweredAtTheDrain) {
+  auto c = tiny_config("m21", 4096);
+  c.max_num_seqs = 1;
+  auto s = start(c);
+  Conn hold(s.port);  // the one slot, generating for longer than the test
+  ASSERT_TRUE(hold.request("POST", "/v1/completions",
+                           R"({"prompt": "a", "max_tokens": 4000, "stream": true})"));
+  Reply head;
+  ASSERT_TRUE(hold.read_head(head));
+  ASSERT_EQ(head.status, 200);
+  Reply waiting_reply;
+  std::thread waiter([&] {
+    waiting_reply = call(s.port, "POST", "/v1/completions", R"({"prompt": "c", "max_tokens": 4})");
+  });
+  for (int i = 0; i < 200 && metric(s.port, "weir_serve_requests_waiting{model=\"m21\"}") < 1; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_EQ(metric(s.port, "weir_serve_requests_waiting{model=\"m21\"}"), 1);
+  s.svc->shutdown(std::chrono::milliseconds(200));
+  waiter.join();
+  EXPECT_EQ(waiting_reply.status, 503) << waiting_reply.body;
+  EXPECT_EQ(error_message(waiting_reply), "the server is shutting down");
+  s.svc.reset();
 }
 
 // Past max_num_seqs running and max_queued_requests waiting: 429 at once, with Retry-After, and
