@@ -2,6 +2,7 @@
 
 #include <boost/json.hpp>
 
+#include "weir/http/client.hpp"
 #include "weir/runtime/json_fields.hpp"
 
 namespace weir::agents {
@@ -44,10 +45,19 @@ void parse_openai(JsonFields& f, const json::object& o, const std::string& ptr,
         f.error(up, "expected an http:// or https:// URL such as \"http://127.0.0.1:8080/v1\"");
         continue;
       }
+      // What the model's client will refuse (a bad host or port, credentials) is refused here,
+      // positioned, by the same parser.
+      if (auto parsed = http::parse_url(*u); !parsed) {
+        f.error(up, parsed.error().message);
+        continue;
+      }
       (m.base_url.empty() ? m.base_url : m.more_base_urls.emplace_back()) = std::string(*u);
     }
   }
-  if (auto v = f.string_at(o, "model", ptr, true)) m.model = *v;
+  if (auto v = f.string_at(o, "model", ptr, true)) {
+    if (v->empty()) f.error(at(ptr, "model"), "expected the model's name as its server knows it");
+    m.model = *v;
+  }
   if (auto v = f.string_at(o, "api_key_env", ptr)) {
     if (v->empty()) f.error(at(ptr, "api_key_env"), "expected the name of an environment variable");
     m.api_key_env = *v;

@@ -284,6 +284,23 @@ TEST_F(WorkflowRun, ASpecLoadedWithoutTheChecksIsCheckedWhenItIsBuilt) {
                 "\"http://127.0.0.1:8080/v1\"");
 }
 
+// A remote model's base_url is read by the parser its client uses, and its model must be named:
+// what the client would refuse at the first call (breaking pass: `weir validate` said ok) is a
+// positioned error when the file is read.
+TEST_F(WorkflowRun, ARemoteModelsUrlAndNameAreCheckedWhenTheFileIsRead) {
+  const std::string err = error_of(run(R"({"name": "u", "state": {"out": {}},
+    "models": {"far": {"provider": "openai", "base_url": ["http://[::1/v1", "http://127.0.0.1:99999/v1"], "model": ""}},
+    "nodes": {"a": {"kind": "set", "values": {"out": 1}}},
+    "edges": [{"from": "START", "to": "a"}, {"from": "a", "to": "END"}]})"));
+  EXPECT_NE(err.find(": /models/far/base_url/0: "), std::string::npos) << err;
+  EXPECT_NE(err.find("unclosed '['"), std::string::npos) << err;
+  EXPECT_NE(err.find(": /models/far/base_url/1: "), std::string::npos) << err;
+  EXPECT_NE(err.find("port must be 1..65535"), std::string::npos) << err;
+  EXPECT_NE(err.find(": /models/far/model: expected the model's name as its server knows it"),
+            std::string::npos)
+      << err;
+}
+
 // A workflow's tool is registered under its own name: two `files` tools on two folders are two
 // tools (the second once silently became the first).
 TEST_F(WorkflowRun, TwoToolsOfOneBuiltInAreTwoTools) {
