@@ -111,11 +111,11 @@ awaitable<std::variant<std::shared_ptr<Batch>, oa::ApiError>> Service::Impl::adm
     if (e.is(Errc::overloaded)) return overloaded(e.message, m.rejected_queue);
     if (draining) return oa::ApiError{503, "the server is shutting down", "", "shutting_down"};
     if (w->timed_out)
-      return oa::ApiError{504,
-                          "the request waited past --request-timeout=" +
-                              ms_text(cfg.request_timeout) +
-                              " for a running slot; retry later or raise the server's limit",
-                          "", "timeout"};
+      return oa::ApiError{
+          504,
+          "the request waited past --request-timeout=" + ms_text(cfg.request_timeout) +
+              " for a running slot; retry later or raise the server's limit",
+          "", "timeout"};
     return oa::ApiError{499, "the client went away", "", "cancelled"};
   };
   Limiter::Permit gathering;
@@ -140,7 +140,7 @@ awaitable<std::variant<std::shared_ptr<Batch>, oa::ApiError>> Service::Impl::adm
 
 // Submits the n choices to the engine (their permits taken) and follows them as one batch.
 std::shared_ptr<Batch> Service::Impl::submit_batch(http::Exchange& ex, ModelEntry& m,
-                                                  inf::GenerateRequest rq, int n) {
+                                                   inf::GenerateRequest rq, int n) {
   auto b = std::make_shared<Batch>(io);
   b->engine = &m.engine();
   b->model = &m;

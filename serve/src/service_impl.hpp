@@ -67,7 +67,7 @@ struct ModelEntry {
   // One request of several choices (n > 1) at a time gathers its permits while it waits: two
   // holding part of theirs each could wait on the other forever.
   std::unique_ptr<Limiter> gather;
-  std::int64_t queued_tokens = 0;                // io thread
+  std::int64_t queued_tokens = 0;  // io thread
   std::int64_t max_model_len = 0;
   Counter* rejected_queue = nullptr;
   Counter* rejected_tokens = nullptr;

@@ -319,12 +319,16 @@ TEST_F(WorkflowRun, TwoToolsOfOneBuiltInAreTwoTools) {
 }
 
 // A tool entry's settings are applied, not only checked (they once were accepted and ignored).
+// The tool's timeout_ms applies, and the sleep stops with it: the run ends with its
+// tool_timeout, not after the sleep it gave up on (it waited the whole minute out).
 TEST_F(WorkflowRun, AToolEntrysSettingsApply) {
+  const auto t0 = std::chrono::steady_clock::now();
   EXPECT_EQ(error_of(run(R"({"name": "t", "state": {"slept": {}},
     "tools": {"wait": {"builtin": "sleep", "timeout_ms": 100}},
     "nodes": {"nap": {"kind": "tool", "tool": "wait", "args": {"ms": 60000}, "output": "slept"}},
     "edges": [{"from": "START", "to": "nap"}, {"from": "nap", "to": "END"}]})")),
             "tool_timeout: node 'nap': tool 'wait' did not answer within 100 ms");
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
 }
 
 }  // namespace

@@ -332,8 +332,8 @@ TEST(Serve, ManyRequestsOfSeveralChoicesAllFinish) {
         failures[static_cast<std::size_t>(i)] = std::to_string(r.status) + " " + r.body;
     });
   for (auto& t : clients) t.join();
-  EXPECT_EQ(ok.load(), 6) << failures[0] << failures[1] << failures[2] << failures[3]
-                          << failures[4] << failures[5];
+  EXPECT_EQ(ok.load(), 6) << failures[0] << failures[1] << failures[2] << failures[3] << failures[4]
+                          << failures[5];
   auto big = call(s.port, "POST", "/v1/completions", R"({"prompt": "x", "max_tokens": 4, "n": 5})");
   EXPECT_EQ(big.status, 400) << big.body;
   EXPECT_EQ(error_message(big),

@@ -81,14 +81,18 @@ class SleepTool final : public BasicTool {
     o.json_output = true;
     return o;
   }
-  // Looks at ctx.cancel every 50 ms, so a cancelled run does not wait the sleep out.
+  // Looks at ctx.cancel and ctx.abandoned every 50 ms, so neither a cancelled run nor a call
+  // past its timeout waits the sleep out.
   asio::awaitable<Result<std::string>> invoke(json::object args, const ToolContext& ctx) override {
     using Clock = std::chrono::steady_clock;
     const auto total =
         std::chrono::milliseconds(static_cast<std::int64_t>(args.at("ms").to_number<double>()));
     const auto until = Clock::now() + total;
     asio::steady_timer timer(co_await asio::this_coro::executor);
-    auto cancelled = [&] { return ctx.cancel && ctx.cancel->load(std::memory_order_relaxed); };
+    auto cancelled = [&] {
+      return (ctx.cancel && ctx.cancel->load(std::memory_order_relaxed)) ||
+             (ctx.abandoned && ctx.abandoned->load(std::memory_order_relaxed));
+    };
     while (!cancelled() && Clock::now() < until) {
       timer.expires_at(std::min(until, Clock::now() + std::chrono::milliseconds(50)));
       co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));

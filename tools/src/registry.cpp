@@ -303,12 +303,16 @@ asio::awaitable<Result<ToolOutput>> ToolRegistry::call(std::string_view name_in,
   // The invocation races a timer; both report through one channel, the first message wins.
   if (!ctx.blocking_executor) ctx.blocking_executor = shared_->pool.get_executor();
   auto chan = std::make_shared<Channel>(ex, 2);
+  auto abandoned = std::make_shared<std::atomic<bool>>(false);
+  ctx.abandoned = abandoned;
   asio::steady_timer timer(ex, deadline);
-  timer.async_wait([chan, msg = timeout_message(name, opt.timeout)](boost::system::error_code ec) {
-    if (!ec)
-      chan->try_send(boost::system::error_code{},
-                     Result<std::string>(Error(Errc::tool_timeout, msg)));
-  });
+  timer.async_wait(
+      [chan, abandoned, msg = timeout_message(name, opt.timeout)](boost::system::error_code ec) {
+        if (ec) return;
+        abandoned->store(true, std::memory_order_relaxed);
+        chan->try_send(boost::system::error_code{},
+                       Result<std::string>(Error(Errc::tool_timeout, msg)));
+      });
   auto slot = std::make_shared<Limiter::Permit>(std::move(permit));
   asio::co_spawn(ex, run_invocation(entry, shared_, slot, std::move(args), ctx, chan),
                  [name](std::exception_ptr e) {

@@ -57,6 +57,10 @@ struct ToolContext {
   // True once the caller's run was asked to stop (a workflow run's RunOptions::cancel); a tool
   // that waits a long time looks at it now and then (the `sleep` tool every 50 ms). May be null.
   std::shared_ptr<const std::atomic<bool>> cancel;
+  // True once ToolRegistry stopped waiting for this call (its timeout passed, the caller has its
+  // tool_timeout): a tool that waits a long time stops then too, so nothing outlives the call's
+  // answer. Set by ToolRegistry.
+  std::shared_ptr<const std::atomic<bool>> abandoned;
   // The caller takes the whole output and bounds it itself (a workflow's tool node: the graph's
   // payload fence moves a large value to the artifact store): max_output_bytes does not cut it.
   bool whole_output = false;
