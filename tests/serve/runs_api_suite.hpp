@@ -115,6 +115,10 @@ class RunsApi : public ::testing::TestWithParam<std::string> {
     auto s = Service::start(std::move(c));
     ASSERT_TRUE(s) << s.error().message;
     svc_ = std::move(*s);
+    // Ready before the first request: a path no runs route takes goes to the model routes,
+    // which say "still loading" (503) until the loader has finished, even with no model.
+    auto ready = svc_->wait_ready();
+    ASSERT_TRUE(ready) << ready.error().message;
     port_ = svc_->port();
   }
 
