@@ -1,5 +1,8 @@
 // weir serve: configuration, the server's life, routing, and the model, health, metrics and MCP
 // endpoints. The generation endpoints: service_generate.cpp; Service::Impl: service_impl.hpp.
+#include <algorithm>
+#include <cctype>
+
 #include "request_trace.hpp"
 #include "service_impl.hpp"
 
@@ -226,9 +229,13 @@ awaitable<void> Service::Impl::handle(http::Exchange& ex) {
   const bool probe = rq.path == "/health" && rq.method == "GET";
   if (cfg.api_key && !probe) {
     auto auth = rq.header("authorization").value_or("");
-    constexpr std::string_view kBearer = "Bearer ";
-    bool ok = auth.size() > kBearer.size() && auth.substr(0, kBearer.size()) == kBearer &&
-              constant_time_equal(auth.substr(kBearer.size()), *cfg.api_key);
+    // The scheme's name is case-insensitive (RFC 9110 11.1): "bearer KEY" is the same.
+    constexpr std::string_view kBearer = "bearer ";
+    const bool bearer =
+        auth.size() > kBearer.size() &&
+        std::equal(kBearer.begin(), kBearer.end(), auth.begin(),
+                   [](char a, char b) { return a == std::tolower(static_cast<unsigned char>(b)); });
+    bool ok = bearer && constant_time_equal(auth.substr(kBearer.size()), *cfg.api_key);
     if (!ok) {
       out = error_response({401,
                             auth.empty() ? "missing API key: send the header 'Authorization: "

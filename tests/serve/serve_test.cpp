@@ -269,6 +269,11 @@ TEST(Serve, ApiKeyIsRequiredWhenSet) {
             "--api-key-env");
   auto right = call(s.port, "GET", "/v1/models", {}, "Authorization: Bearer s3cret\r\n");
   EXPECT_EQ(right.status, 200);
+  // The scheme is case-insensitive (RFC 9110); the key is not.
+  EXPECT_EQ(call(s.port, "GET", "/v1/models", {}, "authorization: bearer s3cret\r\n").status, 200);
+  EXPECT_EQ(call(s.port, "GET", "/v1/models", {}, "Authorization: BEARER s3cret\r\n").status, 200);
+  EXPECT_EQ(call(s.port, "GET", "/v1/models", {}, "Authorization: Bearer S3CRET\r\n").status, 401);
+  EXPECT_EQ(call(s.port, "GET", "/v1/models", {}, "Authorization: Bearers3cret\r\n").status, 401);
 }
 
 TEST(Serve, NonLoopbackWithoutKeyIsRefused) {
