@@ -63,16 +63,12 @@ asio::io_context& test_io() {
 }
 
 Result<ChatResponse> chat(OpenAIChatModel& m, std::vector<Message> msgs = {Message::user("hi")},
-                          std::vector<ToolSpec> tools = {}) {
+                          std::vector<ToolSpec> tools = {}, ChatParams params = {}) {
   auto& io = test_io();
   io.restart();
   Result<ChatResponse> out;
   asio::co_spawn(
-      io,
-      [&]() -> asio::awaitable<void> {
-        ChatParams params;
-        out = co_await m.async_chat(msgs, tools, params);
-      },
+      io, [&]() -> asio::awaitable<void> { out = co_await m.async_chat(msgs, tools, params); },
       asio::detached);
   io.run();
   return out;
@@ -197,20 +193,9 @@ TEST(OpenAIModel, A429IsAnEventOnTheChatSpan) {
   ex.push_back(std::make_unique<CapturedSpans>(text));
   trace::Tracer tracer({}, std::move(ex));
   trace::Span span = tracer.start_span("chat openai:tiny", nullptr, trace::SpanKind::client);
-  auto& io = test_io();
-  io.restart();
-  Result<ChatResponse> out;
-  asio::co_spawn(
-      io,
-      [&]() -> asio::awaitable<void> {
-        ChatParams params;
-        params.span = &span;
-        std::vector<Message> msgs = {Message::user("hi")};
-        auto op = (*m)->async_chat(std::move(msgs), {}, params);
-        out = co_await std::move(op);
-      },
-      asio::detached);
-  io.run();
+  ChatParams params;
+  params.span = &span;
+  auto out = chat(**m, {Message::user("hi")}, {}, params);
   span.end();
   ASSERT_TRUE(out) << out.error().message;
   EXPECT_EQ(out->message.content, "done");

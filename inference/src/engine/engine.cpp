@@ -363,12 +363,9 @@ void Engine::Impl::publish_occupancy() {
 // include it (and its freed blocks).
 void Engine::Impl::publish(std::uint64_t steps, std::uint64_t generated,
                            std::uint64_t prompt_tokens, double busy) {
-  auto kvs = kv_.stats();
-  auto ss = scheduler_.stats();
+  publish_occupancy();
   {
     std::lock_guard lock(mu_);
-    stats_.kv = kvs;
-    stats_.sched = ss;
     stats_.steps += steps;
     stats_.tokens_generated += generated;
     stats_.prompt_tokens_computed += prompt_tokens;
