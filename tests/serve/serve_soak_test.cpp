@@ -32,10 +32,13 @@ struct Tally {
   }
 };
 
-// A streamed answer ends with [DONE]; its error event, if any, says timeout.
+// A streamed answer ends with [DONE]; its error event, if any, says timeout. A stream that
+// waited for a running slot past --request-timeout never started: it is a plain 504.
 void streamed(Tally& t, const std::string& what, const Reply& r) {
   if (r.status == 429) {
     ++t.overloaded;
+  } else if (r.status == 504 && r.body.find(R"("code":"timeout")") != std::string::npos) {
+    ++t.timeouts;
   } else if (r.status != 200 || r.body.find("data: [DONE]") == std::string::npos) {
     t.odd(what, r);
   } else if (r.body.find(R"("code":"timeout")") != std::string::npos) {
