@@ -241,6 +241,24 @@ asio::awaitable<void> Server::Impl::reply_and_close(Conn& c, int status, std::st
   }
 }
 
+// The header rules Beast leaves to us (RFC 9112 3.2): an HTTP/1.1 request names one Host; the
+// fields the server decides on (who is calling, from which page, in what format) come once, so
+// that no two readers of one request can see two different values. nullopt: none broken.
+static std::optional<std::string> header_refusal(const Request& req, unsigned version) {
+  static constexpr std::string_view kSingle[] = {"host", "origin", "content-type",
+                                                 "authorization"};
+  for (std::string_view name : kSingle) {
+    const auto n = std::count_if(req.headers.begin(), req.headers.end(),
+                                 [&](const auto& h) { return h.first == name; });
+    if (n > 1)
+      return "malformed HTTP request: " + std::to_string(n) + " '" + std::string(name) +
+             "' headers; send it once";
+    if (n == 0 && name == "host" && version >= 11)
+      return std::string("malformed HTTP request: an HTTP/1.1 request needs a 'Host' header");
+  }
+  return std::nullopt;
+}
+
 asio::awaitable<void> Server::Impl::session(tcp::socket sock) {
   auto self = shared_from_this();
   Conn conn(std::move(sock));
@@ -292,6 +310,10 @@ asio::awaitable<void> Server::Impl::session(tcp::socket sock) {
       req.headers.emplace_back(std::move(name), std::string(f.value()));
     }
     req.body = std::move(breq.body());
+    if (auto why = header_refusal(req, breq.version())) {
+      co_await reply_and_close(conn, 400, std::move(*why), breq.version());
+      break;
+    }
     ExchangeImpl ex(*this, conn, std::move(req), breq.keep_alive(), breq.version());
     if (auto early = browser_gate(ex.request())) {
       (void)co_await ex.async_respond(std::move(*early));

@@ -51,6 +51,38 @@ TEST(ServeBrowser, AnotherSitesPageCannotStartARun) {
   EXPECT_EQ(ok.status, 202) << ok.body;
 }
 
+// Breaking pass (break-doors 6): with two Host or Origin headers the first one won, so the check
+// and whatever reads the second could disagree. RFC 9112 wants a 400 for two Hosts, and for none
+// in HTTP/1.1.
+TEST(ServeBrowser, HeadersThatDecideWhoIsCallingComeOnce) {
+  auto s = start(tiny_config("b7"));
+  auto two_hosts = call(s.port, "POST", "/v1/chat/completions", kChat,
+                        "Host: 127.0.0.1\r\nHost: evil.example\r\n");
+  EXPECT_EQ(two_hosts.status, 400) << two_hosts.body;
+  EXPECT_EQ(error_message(two_hosts), "malformed HTTP request: 2 'host' headers; send it once");
+  auto two_origins = call(s.port, "POST", "/v1/chat/completions", kChat,
+                          "Origin: http://localhost:5173\r\nOrigin: http://evil.com\r\n");
+  EXPECT_EQ(two_origins.status, 400) << two_origins.body;
+  EXPECT_EQ(error_message(two_origins), "malformed HTTP request: 2 'origin' headers; send it once");
+  auto two_types = call(s.port, "POST", "/v1/chat/completions", kChat,
+                        "Content-Type: application/json\r\nContent-Type: text/plain\r\n");
+  EXPECT_EQ(two_types.status, 400) << two_types.body;
+  EXPECT_EQ(error_message(two_types),
+            "malformed HTTP request: 2 'content-type' headers; send it once");
+  Conn no_host(s.port);
+  ASSERT_TRUE(no_host.send_all("GET /health HTTP/1.1\r\n\r\n"));
+  Reply r;
+  ASSERT_TRUE(no_host.read_head(r));
+  EXPECT_EQ(r.status, 400);
+  // HTTP/1.0 has no Host; one Host of each is served.
+  Conn old(s.port);
+  ASSERT_TRUE(old.send_all("GET /health HTTP/1.0\r\n\r\n"));
+  Reply r10;
+  ASSERT_TRUE(old.read_head(r10));
+  EXPECT_EQ(r10.status, 200);
+  EXPECT_EQ(call(s.port, "POST", "/v1/chat/completions", kChat).status, 200);
+}
+
 TEST(ServeBrowser, EveryRouteRefusesAnotherSite) {
   auto s = start(with_runs("b2"));
   struct Route {
