@@ -20,6 +20,7 @@
 #include <boost/beast/ssl.hpp>
 
 #include "weir/runtime/limiter.hpp"
+#include "weir/runtime/text.hpp"
 
 namespace weir::http {
 
@@ -32,13 +33,6 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 constexpr auto kTok = asio::as_tuple(asio::use_awaitable);
-
-bool iequals(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           return std::tolower(static_cast<unsigned char>(x)) ==
-                  std::tolower(static_cast<unsigned char>(y));
-         });
-}
 
 // One pooled connection: plain TCP or TLS over TCP, with its read buffer.
 struct Conn {
@@ -142,80 +136,6 @@ Error net_error(const Url& url, std::string_view what, const beast::error_code& 
 }
 
 }  // namespace
-
-std::string Url::origin() const {
-  const bool v6 = host.find(':') != std::string::npos;
-  return std::string(tls ? "https://" : "http://") + (v6 ? "[" + host + "]" : host) + ":" + port;
-}
-
-Result<Url> parse_url(std::string_view s) {
-  Url u;
-  u.text = std::string(s);
-  auto bad = [&](std::string why) {  // the URL as given (`s` loses its scheme below)
-    return Error(Errc::invalid_argument, "invalid URL '" + u.text + "': " + why);
-  };
-  if (s.starts_with("http://")) {
-    s.remove_prefix(7);
-  } else if (s.starts_with("https://")) {
-    u.tls = true;
-    s.remove_prefix(8);
-  } else {
-    return bad("expected http:// or https://");
-  }
-  const auto slash = s.find('/');
-  std::string_view authority = s.substr(0, slash);
-  std::string_view path = slash == std::string_view::npos ? "" : s.substr(slash);
-  if (authority.find('@') != std::string_view::npos) return bad("credentials in URLs are refused");
-  std::string_view port;
-  if (authority.starts_with("[")) {
-    const auto close = authority.find(']');
-    if (close == std::string_view::npos) return bad("unclosed '[' in the host");
-    u.host = std::string(authority.substr(1, close - 1));
-    std::string_view rest = authority.substr(close + 1);
-    if (!rest.empty()) {
-      if (rest.front() != ':') return bad("expected ':' after ']'");
-      port = rest.substr(1);
-    }
-  } else {
-    const auto colon = authority.rfind(':');
-    u.host = std::string(authority.substr(0, colon));
-    if (colon != std::string_view::npos) port = authority.substr(colon + 1);
-  }
-  if (u.host.empty()) return bad("no host");
-  if (!port.empty()) {
-    if (port.size() > 5 ||
-        !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; }) ||
-        std::stoi(std::string(port)) == 0 || std::stoi(std::string(port)) > 65535)
-      return bad("port must be 1..65535");
-    u.port = std::string(port);
-  } else {
-    u.port = u.tls ? "443" : "80";
-  }
-  if (path.find_first_of("?# \t\r\n") != std::string_view::npos)
-    return bad("the path may not hold a query, a fragment or spaces");
-  while (path.ends_with('/')) path.remove_suffix(1);
-  u.path = std::string(path);
-  return u;
-}
-
-Status check_header(std::string_view name, std::string_view value) {
-  static constexpr std::string_view kTokenPunct = "!#$%&'*+-.^_`|~";
-  const auto tchar = [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || kTokenPunct.find(c) != kTokenPunct.npos;
-  };
-  if (name.empty() || !std::all_of(name.begin(), name.end(), tchar))
-    return Error(Errc::invalid_argument, "header name '" + std::string(name) +
-                                             "' is not an HTTP token (letters, digits and " +
-                                             std::string(kTokenPunct) + ")");
-  for (std::string_view own : {"Host", "Content-Length", "Transfer-Encoding", "Content-Type"})
-    if (iequals(name, own))
-      return Error(Errc::invalid_argument, "header '" + std::string(name) +
-                                               "' is set by weir from the request; leave it out");
-  if (value.find_first_of(std::string_view("\r\n\0", 3)) != std::string_view::npos)
-    return Error(Errc::invalid_argument,
-                 "header '" + std::string(name) + "' holds a line break or NUL");
-  return {};
-}
 
 std::string_view ClientResponse::header(std::string_view name) const {
   for (const auto& h : headers)

@@ -114,6 +114,13 @@ std::string utf8_abbreviate(std::string_view s, std::size_t max) {
   return out;
 }
 
+bool iequals(std::string_view a, std::string_view b) noexcept {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) ==
+                  std::tolower(static_cast<unsigned char>(y));
+         });
+}
+
 std::size_t edit_distance(std::string_view a, std::string_view b) {
   auto same = [](char x, char y) {
     return std::tolower(static_cast<unsigned char>(x)) ==

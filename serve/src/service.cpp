@@ -5,6 +5,7 @@
 
 #include "request_trace.hpp"
 #include "service_impl.hpp"
+#include "weir/runtime/text.hpp"
 
 namespace weir::serve {
 
@@ -231,10 +232,7 @@ awaitable<void> Service::Impl::handle(http::Exchange& ex) {
     auto auth = rq.header("authorization").value_or("");
     // The scheme's name is case-insensitive (RFC 9110 11.1): "bearer KEY" is the same.
     constexpr std::string_view kBearer = "bearer ";
-    const bool bearer =
-        auth.size() > kBearer.size() &&
-        std::equal(kBearer.begin(), kBearer.end(), auth.begin(),
-                   [](char a, char b) { return a == std::tolower(static_cast<unsigned char>(b)); });
+    const bool bearer = auth.size() > kBearer.size() && iequals(auth.substr(0, kBearer.size()), kBearer);
     bool ok = bearer && constant_time_equal(auth.substr(kBearer.size()), *cfg.api_key);
     if (!ok) {
       out = error_response({401,

@@ -49,6 +49,9 @@ class Utf8Stream {
   unsigned min_ = 0;
 };
 
+// Whether a and b are equal with ASCII letters compared without case (header names, schemes).
+bool iequals(std::string_view a, std::string_view b) noexcept;
+
 // --- suggestions -----------------------------------------------------------------------------
 
 // Levenshtein distance, ASCII letters compared without case ("Calculator" is 0 from
