@@ -69,15 +69,15 @@ void parse_openai(JsonFields& f, const json::object& o, const std::string& ptr,
     m.requests_per_minute = static_cast<double>(*n);
   if (auto n = f.int_at(o, "max_retries", ptr, 0, 100))
     m.max_retries = static_cast<std::int32_t>(*n);
-  if (auto n = f.int_at(o, "timeout_ms", ptr, 1)) m.timeout = ms(*n);
-  if (auto n = f.int_at(o, "connect_timeout_ms", ptr, 1)) m.connect_timeout = ms(*n);
-  if (auto n = f.int_at(o, "attempt_timeout_ms", ptr, 0)) m.attempt_timeout = ms(*n);
+  if (auto n = f.ms_at(o, "timeout_ms", ptr, 1)) m.timeout = ms(*n);
+  if (auto n = f.ms_at(o, "connect_timeout_ms", ptr, 1)) m.connect_timeout = ms(*n);
+  if (auto n = f.ms_at(o, "attempt_timeout_ms", ptr, 0)) m.attempt_timeout = ms(*n);
   if (auto n = f.int_at(o, "max_response_bytes", ptr, 1)) m.max_response_bytes = *n;
   if (auto v = f.bool_at(o, "stream", ptr)) m.stream = *v;
   if (auto n = f.int_at(o, "context_length", ptr, 0)) m.context_length = *n;
   if (auto n = f.int_at(o, "breaker_failures", ptr, 1, 1000))
     m.breaker_failures = static_cast<std::int32_t>(*n);
-  if (auto n = f.int_at(o, "breaker_cooldown_ms", ptr, 1)) m.breaker_cooldown = ms(*n);
+  if (auto n = f.ms_at(o, "breaker_cooldown_ms", ptr, 1)) m.breaker_cooldown = ms(*n);
   if (auto n = f.int_at(o, "affinity_slack", ptr, 0)) m.affinity_slack = *n;
 }
 

@@ -135,7 +135,7 @@ void crew_part(JsonFields& f, const json::object& root, AgentsFile& file) {
       crew.summary_bytes = static_cast<std::size_t>(*n);
     if (auto n = f.int_at(*l, "recursion_limit", "/limits", 1, INT32_MAX))
       crew.limits.recursion_limit = static_cast<std::int32_t>(*n);
-    if (auto n = f.int_at(*l, "deadline_ms", "/limits", 1))
+    if (auto n = f.ms_at(*l, "deadline_ms", "/limits", 1))
       crew.limits.deadline = std::chrono::milliseconds(*n);
   }
   crew.limits.token_budget = file.token_budget;

@@ -126,6 +126,10 @@ class Loader {
                                      std::string_view ptr, std::int64_t min) {
     return fields_.int_at(o, key, ptr, min);
   }
+  std::optional<std::int64_t> ms_at(const json::object& o, std::string_view key,
+                                    std::string_view ptr, std::int64_t min) {
+    return fields_.ms_at(o, key, ptr, min);
+  }
   std::optional<std::int64_t> bytes_at(const json::object& o, std::string_view key,
                                        std::string_view ptr) {
     return fields_.bytes_at(o, key, ptr);
@@ -282,7 +286,7 @@ class Loader {
          "token_budget", "max_concurrent_runs", "max_queued_runs", "max_thread_steps", "memory"});
     l.recursion_limit = int_at(o, "recursion_limit", ptr, 1);
     l.max_concurrency = int_at(o, "max_concurrency", ptr, 1);
-    l.deadline_ms = int_at(o, "deadline_ms", ptr, 1);
+    l.deadline_ms = ms_at(o, "deadline_ms", ptr, 1);
     l.inline_limit = int_at(o, "inline_limit", ptr, 64);
     l.max_state_bytes = bytes_at(o, "max_state_bytes", ptr);
     l.token_budget = int_at(o, "token_budget", ptr, 1);
@@ -526,13 +530,13 @@ class Loader {
       n.kind = static_cast<NodeKind>(it - kinds.begin());
       if (auto d = string_at(no, "description", ptr, false)) n.description = *d;
       n.max_visits = int_at(no, "max_visits", ptr, 1);
-      n.timeout_ms = int_at(no, "timeout_ms", ptr, 1);
+      n.timeout_ms = ms_at(no, "timeout_ms", ptr, 1);
       if (const auto* r = object_at(no, "retry", ptr, false)) {
         check_keys(*r, ptr + "/retry", {"max_attempts", "backoff_ms", "max_backoff_ms"});
         RetrySpec rs;
         if (auto a = int_at(*r, "max_attempts", ptr + "/retry", 1)) rs.max_attempts = *a;
-        if (auto b = int_at(*r, "backoff_ms", ptr + "/retry", 0)) rs.backoff_ms = *b;
-        if (auto m = int_at(*r, "max_backoff_ms", ptr + "/retry", 0)) rs.max_backoff_ms = *m;
+        if (auto b = ms_at(*r, "backoff_ms", ptr + "/retry", 0)) rs.backoff_ms = *b;
+        if (auto m = ms_at(*r, "max_backoff_ms", ptr + "/retry", 0)) rs.max_backoff_ms = *m;
         n.retry = rs;
       }
       std::vector<std::string_view> allowed = common;

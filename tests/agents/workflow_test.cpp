@@ -301,6 +301,40 @@ TEST_F(WorkflowRun, ARemoteModelsUrlAndNameAreCheckedWhenTheFileIsRead) {
       << err;
 }
 
+// An MCP server's url, headers and environment are checked where the file is read, by the rules
+// the client applies when it connects (breaking pass break-doors 3 and 4: `weir validate` said
+// ok; "A=B" became a variable A, a NUL cut a value short). A timeout past 30 days is refused
+// (a deadline computed from 2^63 ms overflowed the clock).
+TEST_F(WorkflowRun, AnMcpServersUrlHeadersAndEnvironmentAreCheckedWhenTheFileIsRead) {
+  const std::string err = error_of(run(R"({"name": "m", "state": {"out": {}},
+    "models": {"far": {"provider": "openai", "base_url": "http://127.0.0.1:1/v1", "model": "m",
+                       "connect_timeout_ms": 9223372036854775807}},
+    "mcp_servers": {
+      "web": {"url": "http://127.0.0.1:99999/mcp", "headers": {"X": "a\r\nInjected: 1", "Host": "h"},
+              "headers_env": {"x y": "KEY"}},
+      "local": {"command": ["python3", "a\u0000b"], "env": {"A=B": "x", "C": "x\u0000y", "": "e"},
+                "timeout_ms": 9999999999999}},
+    "nodes": {"a": {"kind": "set", "values": {"out": 1}}},
+    "edges": [{"from": "START", "to": "a"}, {"from": "a", "to": "END"}]})"));
+  for (const char* says : {
+           ": /models/far/connect_timeout_ms: must be at most 2592000000 (30 days), got "
+           "9223372036854775807",
+           ": /mcp_servers/web/url: invalid URL 'http://127.0.0.1:99999/mcp': port must be "
+           "1..65535 (the server's MCP endpoint)",
+           ": /mcp_servers/web/headers/X: header 'X' holds a line break or NUL",
+           ": /mcp_servers/web/headers/Host: header 'Host' is set by weir from the request",
+           ": /mcp_servers/web/headers_env/x y: header name 'x y' is not an HTTP token",
+           ": /mcp_servers/local/command/1: holds a NUL byte, which would cut the argument short",
+           ": /mcp_servers/local/env/A=B: environment variable name 'A=B' holds '=', which ends a "
+           "name",
+           ": /mcp_servers/local/env/C: environment variable 'C' holds a NUL byte, which would "
+           "cut its value short",
+           ": /mcp_servers/local/env/: an environment variable needs a name",
+           ": /mcp_servers/local/timeout_ms: must be at most 2592000000 (30 days), got "
+           "9999999999999"})
+    EXPECT_NE(err.find(says), std::string::npos) << says << "\nin:\n" << err;
+}
+
 // A workflow's tool is registered under its own name: two `files` tools on two folders are two
 // tools (the second once silently became the first).
 TEST_F(WorkflowRun, TwoToolsOfOneBuiltInAreTwoTools) {

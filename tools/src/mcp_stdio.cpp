@@ -79,6 +79,9 @@ Result<std::unique_ptr<StdioTransport>> StdioTransport::spawn(asio::any_io_execu
                                                               const McpServerConfig& cfg) {
   const std::string who = "mcp server '" + cfg.name + "'";
   if (cfg.command.empty()) return Error(Errc::invalid_argument, who + ": \"command\" is empty");
+  for (const auto& [k, v] : cfg.env)
+    if (auto st = check_environment_variable(k, v); !st)
+      return Error(Errc::invalid_argument, who + ": env: " + st.error().message);
   // A write to a server that died must be an error, not a signal that ends weir.
   static const bool sigpipe_ignored = [] {
     ::signal(SIGPIPE, SIG_IGN);

@@ -7,6 +7,7 @@
 
 #include <boost/json.hpp>
 
+#include "weir/http/client.hpp"
 #include "weir/runtime/json_fields.hpp"
 #include "weir/runtime/text.hpp"
 #include "weir/tools/builtin.hpp"
@@ -69,7 +70,7 @@ std::optional<BuiltinToolConfig> parse_builtin_tool(JsonFields& f, std::string_v
     f.error(ptr, "the " + c.builtin + " tool needs a \"root\" folder (relative to this file)");
     return std::nullopt;
   }
-  if (auto n = f.int_at(o, "timeout_ms", ptr, 1)) c.timeout = std::chrono::milliseconds(*n);
+  if (auto n = f.ms_at(o, "timeout_ms", ptr, 1)) c.timeout = std::chrono::milliseconds(*n);
   if (auto n = f.bytes_at(o, "max_output_bytes", ptr)) {
     if (*n < 1)
       f.error(std::string(ptr) + "/max_output_bytes", "must be at least 1 byte");
@@ -81,6 +82,20 @@ std::optional<BuiltinToolConfig> parse_builtin_tool(JsonFields& f, std::string_v
   if (auto n = f.int_at(o, "rate_per_minute", ptr, 0, kMaxRatePerMinute))
     c.rate_per_minute = static_cast<std::int32_t>(*n);
   return c;
+}
+
+Status check_environment_variable(std::string_view name, std::string_view value) {
+  if (name.empty()) return Error(Errc::invalid_argument, "an environment variable needs a name");
+  if (name.find('\0') != std::string_view::npos)
+    return Error(Errc::invalid_argument, "an environment variable's name holds a NUL byte");
+  if (name.find('=') != std::string_view::npos)
+    return Error(Errc::invalid_argument, "environment variable name '" + utf8_abbreviate(name, 64) +
+                                             "' holds '=', which ends a name");
+  if (value.find('\0') != std::string_view::npos)
+    return Error(Errc::invalid_argument,
+                 "environment variable '" + std::string(name) +
+                     "' holds a NUL byte, which would cut its value short");
+  return {};
 }
 
 std::optional<McpServerConfig> parse_mcp_server(JsonFields& f, std::string_view name,
@@ -114,23 +129,43 @@ std::optional<McpServerConfig> parse_mcp_server(JsonFields& f, std::string_view 
     if (argv && argv->empty())
       f.error(p + "/command",
               "expected a non-empty array of strings (the program and its arguments)");
+    for (std::size_t i = 0; argv && i < argv->size(); ++i)
+      if ((*argv)[i].find('\0') != std::string::npos)
+        f.error(p + "/command/" + std::to_string(i),
+                "holds a NUL byte, which would cut the argument short");
     if (argv) s.command = std::move(*argv);
   } else if (auto u = f.string_at(*o, "url", p)) {
-    if (!u->starts_with("http://") && !u->starts_with("https://"))
-      f.error(p + "/url", "expected an http:// or https:// URL (the server's MCP endpoint)");
+    if (auto parsed = http::parse_url(*u); !parsed)
+      f.error(p + "/url", parsed.error().message + " (the server's MCP endpoint)");
     s.url = *u;
   }
-  if (auto env = f.string_map_at(*o, "env", p)) s.env = std::move(*env);
+  if (auto env = f.string_map_at(*o, "env", p)) {
+    for (const auto& [k, val] : *env)
+      if (auto st = check_environment_variable(k, val); !st)
+        f.error(json_pointer_append(p + "/env", k), st.error().message);
+    s.env = std::move(*env);
+  }
   for (const char* key : {"headers", "headers_env"}) {
     if (o->contains(key) && cmd)
       f.error(p + "/" + key, std::string("\"") + key +
                                  "\" go with a \"url\" server (a server weir starts gets \"env\")");
   }
+  // The rule every header weir sends follows (http::check_header); a headers_env value is a
+  // variable's name, its header is checked when the client connects.
   if (auto h = f.string_map_at(*o, "headers", p))
-    for (auto& [k, val] : *h) s.headers.emplace_back(k, std::move(val));
-  if (auto h = f.string_map_at(*o, "headers_env", p)) s.headers_env = std::move(*h);
+    for (auto& [k, val] : *h) {
+      if (auto st = http::check_header(k, val); !st)
+        f.error(json_pointer_append(p + "/headers", k), st.error().message);
+      s.headers.emplace_back(k, std::move(val));
+    }
+  if (auto h = f.string_map_at(*o, "headers_env", p)) {
+    for (const auto& [k, var] : *h)
+      if (auto st = http::check_header(k, ""); !st)
+        f.error(json_pointer_append(p + "/headers_env", k), st.error().message);
+    s.headers_env = std::move(*h);
+  }
   if (auto cwd = f.string_at(*o, "cwd", p)) s.cwd = resolve(*cwd, base_dir);
-  if (auto n = f.int_at(*o, "timeout_ms", p, 1)) s.options.timeout = std::chrono::milliseconds(*n);
+  if (auto n = f.ms_at(*o, "timeout_ms", p, 1)) s.options.timeout = std::chrono::milliseconds(*n);
   if (auto n = f.int_at(*o, "max_concurrency", p, 1, kMaxConcurrency))
     s.options.max_concurrency = static_cast<std::int32_t>(*n);
   if (auto n = f.int_at(*o, "rate_per_minute", p, 0, kMaxRatePerMinute))

@@ -90,6 +90,11 @@ class JsonFields {
   std::optional<std::int64_t> int_at(const boost::json::object& o, std::string_view key,
                                      std::string_view ptr, std::int64_t min,
                                      std::int64_t max = INT64_MAX);
+  // A duration in milliseconds (a "*_ms" key): at least `min`, at most kMaxMilliseconds, so
+  // that a deadline computed from it cannot overflow the clock.
+  static constexpr std::int64_t kMaxMilliseconds = std::int64_t{30} * 24 * 3600 * 1000;  // 30 days
+  std::optional<std::int64_t> ms_at(const boost::json::object& o, std::string_view key,
+                                    std::string_view ptr, std::int64_t min);
   std::optional<double> number_at(const boost::json::object& o, std::string_view key,
                                   std::string_view ptr);
   std::optional<bool> bool_at(const boost::json::object& o, std::string_view key,

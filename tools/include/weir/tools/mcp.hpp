@@ -91,6 +91,10 @@ struct McpServerConfig {
   std::chrono::milliseconds shutdown_grace{2000};    // SIGTERM -> SIGKILL
 };
 
+// Whether `name=value` can be put in a server's environment: a name that is not empty and holds
+// no '=' or NUL, a value with no NUL. Errors: invalid_argument saying which.
+Status check_environment_variable(std::string_view name, std::string_view value);
+
 // One "mcp_servers" entry of a configuration file (workflow, crew or group-chat file) at `ptr`:
 // {"command": [...]} (stdio) or {"url": "http://..."} (Streamable HTTP), with "env", "cwd"
 // (resolved against `base_dir`), "headers", "headers_env" (url only), "timeout_ms",
