@@ -1,6 +1,7 @@
 #include "weir/runtime/text.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <cctype>
 #include <vector>
 
@@ -111,6 +112,47 @@ std::string utf8_abbreviate(std::string_view s, std::size_t max) {
   if (s.size() <= max) return std::string(s);
   std::string out(s.substr(0, utf8_cut(s, max)));
   out += "...";
+  return out;
+}
+
+std::string escape_control(std::string_view s, std::size_t max) {
+  const bool cut = s.size() > max;
+  if (cut) s = s.substr(0, utf8_cut(s, max));
+  std::string out;
+  out.reserve(s.size());
+  auto hex = [&](unsigned char u) {
+    char buf[8];
+    std::snprintf(buf, sizeof buf, "\\x%02x", u);
+    out += buf;
+  };
+  for (std::size_t i = 0; i < s.size();) {
+    const auto u = static_cast<unsigned char>(s[i]);
+    if (u < 0x80) {
+      if (u >= 0x20 && u != 0x7f)
+        out += s[i];
+      else if (u == '\n')
+        out += "\\n";
+      else if (u == '\r')
+        out += "\\r";
+      else if (u == '\t')
+        out += "\\t";
+      else
+        hex(u);
+      ++i;
+      continue;
+    }
+    const std::size_t len = u >= 0xf0 ? 4 : u >= 0xe0 ? 3 : u >= 0xc0 ? 2 : 1;
+    const auto seq = s.substr(i, len);
+    const bool c1 = u == 0xc2 && seq.size() == 2 && static_cast<unsigned char>(seq[1]) < 0xa0;
+    if (len == 1 || seq.size() < len || c1 || find_invalid_utf8(seq)) {
+      hex(u);  // a stray byte, a cut or invalid sequence, a C1 control: byte by byte
+      ++i;
+    } else {
+      out += seq;
+      i += len;
+    }
+  }
+  if (cut) out += "...";
   return out;
 }
 

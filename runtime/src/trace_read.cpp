@@ -12,6 +12,7 @@
 #include <boost/json.hpp>
 
 #include "weir/runtime/json_parse.hpp"
+#include "weir/runtime/text.hpp"
 
 namespace weir::trace {
 
@@ -323,29 +324,8 @@ std::string value_text(const AttributeValue& v) {
   return json::serialize(a);
 }
 
-// Text from the input as the tree shows it: control characters escaped (\n, \r, \t, else
-// \xNN), so a name cannot drive the terminal (ESC) or cut the line (NUL).
-std::string shown(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (const char c : text) {
-    const auto u = static_cast<unsigned char>(c);
-    if (u >= 0x20 && u != 0x7f) {
-      out += c;
-    } else if (c == '\n') {
-      out += "\\n";
-    } else if (c == '\r') {
-      out += "\\r";
-    } else if (c == '\t') {
-      out += "\\t";
-    } else {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", u);
-      out += buf;
-    }
-  }
-  return out;
-}
+// Text from the input as the tree shows it (escape_control): a name cannot drive the terminal.
+std::string shown(std::string_view text) { return escape_control(text); }
 
 // One line of the tree: the span's name, its duration and, when it failed, why.
 std::string span_line(const SpanData& s) {

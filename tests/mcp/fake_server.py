@@ -84,7 +84,7 @@ for raw in sys.stdin:
         elif name == "hang":
             pass
         elif name == "garbage":
-            out.write("this is not JSON\n")
+            out.write("this is \x1b[2J not JSON\x00\n")  # ESC and NUL: escaped where shown
             out.flush()
         elif name == "die":
             sys.exit(3)

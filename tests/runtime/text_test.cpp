@@ -74,6 +74,19 @@ TEST(DidYouMean, UnknownNameMessages) {
   EXPECT_EQ(unknown_name_message("node", "zzz", many), "unknown node 'zzz' (30 are defined)");
 }
 
+// A peer's garbage shown in a log line or an error (breaking pass break-doors 9: an MCP server's
+// malformed line was copied raw, ESC and NUL included).
+TEST(EscapeControl, ControlsAndInvalidUtf8AreEscapedTextIsKept) {
+  EXPECT_EQ(escape_control("plain text, caf\xc3\xa9 \xe2\x9c\x93"), "plain text, caf\xc3\xa9 \xe2\x9c\x93");
+  EXPECT_EQ(escape_control(std::string("a\x1b[2Jb\0c\x7f", 9)), "a\\x1b[2Jb\\x00c\\x7f");
+  EXPECT_EQ(escape_control("line\nforged: 1\r\t"), "line\\nforged: 1\\r\\t");
+  // A stray byte, a cut sequence, an overlong form and a C1 control (U+009B, CSI).
+  EXPECT_EQ(escape_control("\xff\xe2\x9c \xc0\xaf \xc2\x9b"),
+            "\\xff\\xe2\\x9c \\xc0\\xaf \\xc2\\x9b");
+  EXPECT_EQ(escape_control("abcdef", 3), "abc...");
+  EXPECT_EQ(escape_control("ab\xc3\xa9", 3), "ab...");  // not cut inside a character
+}
+
 TEST(PlainName, LettersDigitsUnderscoresAndDashes) {
   EXPECT_TRUE(is_plain_name("fs"));
   EXPECT_TRUE(is_plain_name("_a-b_9"));

@@ -244,7 +244,7 @@ TEST(McpClient, GarbageIsAClearErrorAndTheServerKeepsServing) {
   ASSERT_TRUE(add_mcp_tools(reg, *c));
   EXPECT_EQ(show(call(reg, "fake/garbage", "{}")),
             "tool_failed: mcp server 'fake' sent a malformed message (not JSON: syntax error): "
-            "this is not JSON");
+            "this is \\x1b[2J not JSON\\x00");
   EXPECT_EQ(show(call(reg, "fake/echo", R"({"message": "ok"})")), "ok: ok");
   EXPECT_EQ((*c)->restarts(), 0);
 }

@@ -20,6 +20,7 @@
 #include "mcp_http.hpp"
 #include "mcp_stdio.hpp"
 #include "weir/runtime/log.hpp"
+#include "weir/runtime/text.hpp"
 #include "weir/tools/jsonrpc.hpp"
 #include "weir/tools/mcp.hpp"
 
@@ -168,9 +169,8 @@ struct McpClient::Impl {
   void dispatch(const std::string& line) {
     auto m = rpc::parse(line);
     if (!m) {
-      const std::string excerpt = line.substr(0, 200);
       const std::string msg = who() + " sent a malformed message (" + m.error().message +
-                              "): " + excerpt + (line.size() > 200 ? "..." : "");
+                              "): " + escape_control(line, 200);
       weir::log(LogLevel::warn, msg);
       // The answer it broke cannot be told apart: every request in flight gets the reason.
       for (auto it = pending.begin(); it != pending.end();) {

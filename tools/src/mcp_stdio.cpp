@@ -20,6 +20,7 @@
 #include <boost/asio/write.hpp>
 
 #include "weir/runtime/log.hpp"
+#include "weir/runtime/text.hpp"
 
 extern char** environ;
 
@@ -40,8 +41,8 @@ asio::awaitable<void> log_stderr(std::shared_ptr<asio::posix::stream_descriptor>
         co_await err->async_read_some(asio::buffer(buf), asio::as_tuple(asio::use_awaitable));
     for (std::size_t i = 0; i < n; ++i) {
       if (buf[i] == '\n') {
-        weir::log(LogLevel::info,
-                  "mcp server '" + server + "' stderr: " + line + (cut ? " [cut]" : ""));
+        weir::log(LogLevel::info, "mcp server '" + server + "' stderr: " + escape_control(line) +
+                                      (cut ? " [cut]" : ""));
         line.clear();
         cut = false;
       } else if (line.size() < max_line) {
@@ -52,7 +53,8 @@ asio::awaitable<void> log_stderr(std::shared_ptr<asio::posix::stream_descriptor>
     }
     if (ec) break;
   }
-  if (!line.empty()) weir::log(LogLevel::info, "mcp server '" + server + "' stderr: " + line);
+  if (!line.empty())
+    weir::log(LogLevel::info, "mcp server '" + server + "' stderr: " + escape_control(line));
 }
 
 }  // namespace

@@ -34,6 +34,12 @@ std::size_t utf8_length(std::string_view s) noexcept;
 // how a message shows a long value ("expression \"((((...\": ...").
 std::string utf8_abbreviate(std::string_view s, std::size_t max);
 
+// Text from outside as a log line or a terminal shows it: control characters escaped (\n, \r,
+// \t, else \xNN, C1 controls too), and so is each byte of an invalid UTF-8 sequence; at most
+// `max` bytes of the input are shown, with "..." after when it was cut. A peer's garbage can
+// neither drive the terminal (ESC) nor forge a line.
+std::string escape_control(std::string_view s, std::size_t max = std::string_view::npos);
+
 // Validates a stream given in chunks of any size.
 class Utf8Stream {
  public:
