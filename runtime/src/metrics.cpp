@@ -199,8 +199,18 @@ Histogram& Registry::histogram(std::string_view name, std::string_view help,
 
 void Registry::gauge_callback(std::string_view name, std::string_view help, const Labels& labels,
                               std::function<double()> fn) {
+  add_callback(name, help, labels, std::move(fn), false);
+}
+
+void Registry::counter_callback(std::string_view name, std::string_view help,
+                                const Labels& labels, std::function<double()> fn) {
+  add_callback(name, help, labels, std::move(fn), true);
+}
+
+void Registry::add_callback(std::string_view name, std::string_view help, const Labels& labels,
+                            std::function<double()> fn, bool counter) {
   std::lock_guard lock(impl_->mu);
-  auto& f = impl_->family(name, help, Impl::Type::gauge);
+  auto& f = impl_->family(name, help, counter ? Impl::Type::counter : Impl::Type::gauge);
   auto& s = f.series[label_key(labels)];
   s.labels = labels;
   s.m = std::move(fn);

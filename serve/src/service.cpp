@@ -621,8 +621,9 @@ Result<std::unique_ptr<Service>> Service::start(ServeConfig config) {
   }
   s->metrics.gauge_callback("weir_serve_connections", "open HTTP connections", {},
                             [s] { return static_cast<double>(s->server->connections()); });
-  s->metrics.gauge_callback("weir_serve_connections_refused", "connections refused at the cap", {},
-                            [s] { return static_cast<double>(s->server->connections_refused()); });
+  s->metrics.counter_callback(
+      "weir_serve_connections_refused_total", "connections refused at --max-connections", {},
+      [s] { return static_cast<double>(s->server->connections_refused()); });
   s->server->start();
   s->io_thread = std::thread([s] {
     auto guard = asio::make_work_guard(s->io);

@@ -81,6 +81,12 @@ TEST(ServeHttp, EveryStatusTheServerAnswersItselfIsCounted) {
   EXPECT_EQ(series("431"), 1);
   EXPECT_EQ(series("4xx"), 1);  // the malformed request
   EXPECT_EQ(series("2xx"), 3);  // the held connections' /health
+  // The refusals are a counter (break-doors 8: it was typed a gauge).
+  EXPECT_NE(metrics.body.find("# TYPE weir_serve_connections_refused_total counter\n"
+                              "weir_serve_connections_refused_total " +
+                              std::to_string(refused) + "\n"),
+            std::string::npos)
+      << metrics.body;
 }
 
 // A valid body is never "malformed": 50,000 ids in 150 KB were refused as malformed JSON by the

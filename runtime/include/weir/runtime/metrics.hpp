@@ -81,6 +81,9 @@ class Registry {
   // name and labels. REQUIRES: fn stays callable for the registry's lifetime or until removed.
   void gauge_callback(std::string_view name, std::string_view help, const Labels& labels,
                       std::function<double()> fn);
+  // The same for a count kept elsewhere that only grows (exposed as a counter).
+  void counter_callback(std::string_view name, std::string_view help, const Labels& labels,
+                        std::function<double()> fn);
   void remove_callbacks(const Labels& labels_subset);
 
   // {"name": {"type": "counter", "help": "...", "series": [{"labels": {...}, "value": n}]}}
@@ -92,6 +95,8 @@ class Registry {
   static Registry& global();
 
  private:
+  void add_callback(std::string_view name, std::string_view help, const Labels& labels,
+                    std::function<double()> fn, bool counter);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
