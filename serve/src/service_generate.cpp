@@ -337,6 +337,14 @@ class Generation {
       std::string role = http::sse_event(oa::chat_chunk(env_, first, true));
       ok = static_cast<bool>(co_await ex_.async_write(std::move(role)));
     }
+    if (ok && !spec_.prefix.empty()) {  // echo: the prompt first, as OpenAI does
+      std::string echoed;
+      for (int i = 0; i < n_; ++i) {
+        const std::vector<oa::Choice> one{{i, spec_.prefix, {}, "", std::nullopt}};
+        echoed += http::sse_event(oa::completion_chunk(env_, one));
+      }
+      ok = static_cast<bool>(co_await ex_.async_write(std::move(echoed)));
+    }
     if (!ok) b_->cancel();  // the reader is gone or stopped reading
     while (!b_->all_consumed()) {
       co_await s_.wait_events(*b_, deadline());

@@ -102,5 +102,33 @@ TEST(ServeStream, EveryTokenIsItsOwnEvent) {
   EXPECT_EQ(tokens, 3000);
 }
 
+// echo puts the prompt before the completion, streamed or not (breaking pass break-doors 8: the
+// streamed answer left it out).
+TEST(ServeStream, EchoGivesThePromptFirstStreamedOrNot) {
+  auto s = start(tiny_config("st2"));
+  auto plain = call(s.port, "POST", "/v1/completions",
+                    R"({"prompt": "Once upon", "echo": true, "max_tokens": 4, "seed": 1})");
+  ASSERT_EQ(plain.status, 200) << plain.body;
+  const std::string whole =
+      std::string(body_json(plain).at("choices").at(0).at("text").as_string());
+  ASSERT_TRUE(whole.starts_with("Once upon")) << whole;
+  EXPECT_GT(whole.size(), std::string("Once upon").size());
+  auto streamed = call(
+      s.port, "POST", "/v1/completions",
+      R"({"prompt": "Once upon", "echo": true, "max_tokens": 4, "seed": 1, "stream": true})");
+  ASSERT_EQ(streamed.status, 200) << streamed.body;
+  std::string text;
+  std::vector<std::string> texts;
+  for (const auto& e : sse_data(streamed.body)) {
+    if (e == "[DONE]") continue;
+    const auto t = std::string(json::parse(e).at("choices").at(0).at("text").as_string());
+    texts.push_back(t);
+    text += t;
+  }
+  ASSERT_FALSE(texts.empty());
+  EXPECT_EQ(texts.front(), "Once upon");  // its own first event
+  EXPECT_EQ(text, whole);                 // greedy by default: the same text both ways
+}
+
 }  // namespace
 }  // namespace weir::serve
