@@ -19,6 +19,7 @@
 #include "args.hpp"
 #include "commands.hpp"
 #include "mcp_tools.hpp"
+#include "trace_flags.hpp"
 #include "weir/runtime/log.hpp"
 #include "weir/tools/jsonrpc.hpp"
 
@@ -28,8 +29,13 @@ namespace asio = boost::asio;
 namespace rpc = tools::jsonrpc;
 
 int cmd_mcp(Args args) {
-  Flags f("mcp", {"--tools", "--root", "--workflows", "--max-message-bytes"}, {});
+  Flags f("mcp",
+          {"--tools", "--root", "--workflows", "--max-message-bytes", "--otlp-endpoint",
+           "--trace"},
+          {"--trace-content"});
   if (!f.parse(args)) return kExitInvalidInput;
+  std::shared_ptr<trace::Tracer> tracer;  // each tools/call a span (docs/tracing.md)
+  if (!open_tracer(f, tracer)) return kExitInvalidInput;
   std::size_t max_line = 4u << 20;
   if (f.has("--max-message-bytes") &&
       !f.integer("--max-message-bytes", max_line, std::size_t{1024}, std::size_t{1} << 30))
@@ -38,6 +44,7 @@ int cmd_mcp(Args args) {
   if (auto v = f.get("--tools")) tc.tools = *v;
   if (auto v = f.get("--root")) tc.root = *v;
   if (auto v = f.get("--workflows")) tc.workflows = *v;
+  tc.tracer = tracer.get();
   auto built = McpTools::build("mcp", tc);
   if (!built) {
     std::fprintf(stderr, "%s\n", built.error().message.c_str());
@@ -93,8 +100,13 @@ int cmd_mcp(Args args) {
     }
   }
   if (!skipping && !line.empty()) handle(std::move(line));
-  server->drain();
+  // Every line read is answered first: joining the callers waits for their handle()s (a call
+  // not yet started when stdin ended was refused as "shutting down" when drain() came first).
   callers.join();
+  server->drain();
+  server.reset();
+  built->reset();  // the tools' spans are over before the tracer flushes
+  close_tracer(tracer);
   return kExitOk;
 }
 

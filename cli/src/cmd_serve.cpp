@@ -134,30 +134,6 @@ int cmd_serve(Args args) {
     }
     c.api_key = key;
   }
-  // MCP at /mcp: built-in tools and workflows, as `weir mcp` serves them over stdio.
-  std::unique_ptr<McpTools> mcp;
-  if (f.has("--mcp-tools") || f.has("--mcp-workflows")) {
-    // serve::run takes SIGTERM and SIGINT on one thread; the MCP server's threads start here,
-    // so they must inherit the mask run() sets (or a signal could kill the process).
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGINT);
-    pthread_sigmask(SIG_BLOCK, &set, nullptr);
-    McpToolsConfig tc;
-    tc.tools = f.get("--mcp-tools").value_or(f.has("--mcp-workflows") ? "" : "calculator");
-    if (auto v = f.get("--mcp-root")) tc.root = *v;
-    if (auto v = f.get("--mcp-workflows")) tc.workflows = *v;
-    auto built = McpTools::build("serve", tc);
-    if (!built) {
-      std::fprintf(stderr, "%s\n", built.error().message.c_str());
-      return built.error().is(Errc::invalid_argument) ? kExitInvalidInput : kExitRunFailed;
-    }
-    mcp = std::move(*built);
-    c.mcp = mcp->server();
-  } else if (f.has("--mcp-root")) {
-    return f.fail("--mcp-root needs --mcp-tools files"), kExitInvalidInput;
-  }
   if (f.has("--otlp-endpoint") || f.has("--trace") || std::getenv("OTEL_EXPORTER_OTLP_ENDPOINT") ||
       std::getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")) {
     // The tracer's export thread must inherit the signal mask serve::run sets (see above).
@@ -173,6 +149,31 @@ int cmd_serve(Args args) {
                "OTEL_EXPORTER_OTLP_ENDPOINT"),
            kExitInvalidInput;
   }
+  // MCP at /mcp: built-in tools and workflows, as `weir mcp` serves them over stdio.
+  std::unique_ptr<McpTools> mcp;
+  if (f.has("--mcp-tools") || f.has("--mcp-workflows")) {
+    // serve::run takes SIGTERM and SIGINT on one thread; the MCP server's threads start here,
+    // so they must inherit the mask run() sets (or a signal could kill the process).
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &set, nullptr);
+    McpToolsConfig tc;
+    tc.tools = f.get("--mcp-tools").value_or(f.has("--mcp-workflows") ? "" : "calculator");
+    if (auto v = f.get("--mcp-root")) tc.root = *v;
+    if (auto v = f.get("--mcp-workflows")) tc.workflows = *v;
+    tc.tracer = c.tracer.get();
+    auto built = McpTools::build("serve", tc);
+    if (!built) {
+      std::fprintf(stderr, "%s\n", built.error().message.c_str());
+      return built.error().is(Errc::invalid_argument) ? kExitInvalidInput : kExitRunFailed;
+    }
+    mcp = std::move(*built);
+    c.mcp = mcp->server();
+  } else if (f.has("--mcp-root")) {
+    return f.fail("--mcp-root needs --mcp-tools files"), kExitInvalidInput;
+  }
   if (auto st = serve::validate(c); !st) {
     std::fprintf(stderr, "weir serve: %s (see 'weir serve --help')\n", st.error().message.c_str());
     return kExitInvalidInput;
@@ -181,6 +182,7 @@ int cmd_serve(Args args) {
   // bound every command keeps (close_tracer: 3 s, and what was dropped is said).
   std::shared_ptr<trace::Tracer> tracer = c.tracer;
   const int code = serve::run(std::move(c));
+  mcp.reset();  // its calls are over and its spans ended before the tracer flushes
   close_tracer(tracer);
   return code;
 }

@@ -196,7 +196,8 @@ constexpr Command kCommands[] = {
      cmd_generate},
     {"mcp", "serve weir's tools and workflows over MCP (stdio)",
      "usage: weir mcp [--tools calculator,files,artifacts] [--root DIR] [--workflows DIR]\n"
-     "                [--max-message-bytes N]\n\n"
+     "                [--max-message-bytes N] [--trace FILE] [--otlp-endpoint URL]\n"
+     "                [--trace-content]\n\n"
      "Serves Model Context Protocol over stdin/stdout (JSON-RPC 2.0, one message per line):\n"
      "initialize, ping, tools/list, tools/call and notifications/cancelled. The tools are the\n"
      "built-ins named by --tools (default: calculator; also files, artifacts, doc_search,\n"
@@ -204,7 +205,9 @@ constexpr Command kCommands[] = {
      "and every workflow file in --workflows, as a tool whose arguments are the workflow's\n"
      "input channels; a call runs the workflow under its limits and answers its output as\n"
      "JSON text. Every call runs under weir's tool fences (timeout, concurrency, output cap:\n"
-     "larger outputs are stored as artifacts). Logs go to stderr.\n\n"
+     "larger outputs are stored as artifacts). Logs go to stderr. With --trace or\n"
+     "--otlp-endpoint, each tools/call is a span under the client's params._meta.traceparent,\n"
+     "with a workflow's run under it (docs/tracing.md).\n\n"
      "example (an MCP client's server entry):\n"
      "  {\"command\": \"weir\", \"args\": [\"mcp\", \"--workflows\", \"samples/workflows\"]}\n",
      cmd_mcp},

@@ -128,9 +128,14 @@ Result<std::unique_ptr<McpTools>> McpTools::build(const std::string& prog,
           w->spec.description.empty() ? "runs the workflow " + p.filename().string()
                                       : w->spec.description,
           workflow_schema(w->spec),
-          [sw](json::object input,
-               const tools::ToolContext&) -> asio::awaitable<Result<std::string>> {
-            auto r = co_await sw->runtime->async_invoke(sw->built.graph, std::move(input));
+          [sw, name](json::object input,
+                     const tools::ToolContext& ctx) -> asio::awaitable<Result<std::string>> {
+            // Traced: the run's spans go under the tool call's (McpServerOptions::tracer).
+            const graph::RunTracing tracing{ctx.trace, name};
+            graph::RunOptions ro;
+            if (ctx.trace) ro.trace = &tracing;
+            auto op = sw->runtime->async_invoke(sw->built.graph, std::move(input), std::move(ro));
+            auto r = co_await std::move(op);
             if (!r) co_return std::move(r).error();
             co_return to_json_text(sw->spec.output_of(std::move(r->state)));
           },
@@ -141,6 +146,7 @@ Result<std::unique_ptr<McpTools>> McpTools::build(const std::string& prog,
   }
   tools::McpServerOptions so;
   so.artifacts = t->store_.get();
+  so.tracer = config.tracer;
   t->server_ = std::make_shared<tools::McpServer>(t->registry_, so);
   return t;
 }

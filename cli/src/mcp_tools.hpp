@@ -26,6 +26,9 @@ struct McpToolsConfig {
   std::string tools = "calculator";  // comma-separated built-ins (tools::builtin_tool_names())
   std::filesystem::path root = ".";  // the files tool's root
   std::optional<std::filesystem::path> workflows;
+  // Each tools/call a span, a workflow's run under it (McpServerOptions::tracer); null: off.
+  // REQUIRES: outlives the McpTools.
+  trace::Tracer* tracer = nullptr;
 };
 
 // Owns what the served tools need: a memory budget, an artifact store in a temporary folder

@@ -311,7 +311,7 @@ awaitable<void> Service::Impl::route(http::Exchange& ex, http::Response& out, bo
   } else if (p == "/metrics") {
     if (method_is("GET")) out = metrics_text();
   } else if (p == "/mcp" && cfg.mcp && !draining) {
-    co_await mcp(ex, out);
+    co_await mcp(ex, out, request_span);
   } else if (runs && !draining && is_runs_path(p)) {
     co_await route_runs(runs_api, ex, out, streamed, request_span);
   } else if (!ready) {
@@ -364,7 +364,8 @@ http::Response mcp_error(int status, std::int64_t code, const std::string& messa
 
 }  // namespace
 
-awaitable<void> Service::Impl::mcp(http::Exchange& ex, http::Response& out) {
+awaitable<void> Service::Impl::mcp(http::Exchange& ex, http::Response& out,
+                                   const trace::SpanContext& request_span) {
   namespace rpc = tools::jsonrpc;
   const auto& rq = ex.request();
   // (A web page of another site never gets here: the server's browser rules refuse it first.)
@@ -427,7 +428,9 @@ awaitable<void> Service::Impl::mcp(http::Exchange& ex, http::Response& out) {
   } else if (!sid.empty()) {
     mcp_sessions.splice(mcp_sessions.begin(), mcp_sessions, mcp_session_index.at(sid));
   }
-  auto answer = co_await cfg.mcp->handle(rq.body, sid);
+  std::string body = rq.body;
+  auto op = cfg.mcp->handle(std::move(body), sid, &request_span);
+  auto answer = co_await std::move(op);
   if (!answer) {
     out = {202, "application/json", {}, ""};  // a notification or a response: accepted
   } else {

@@ -237,7 +237,9 @@ struct Service::Impl {
                         const trace::SpanContext& request_span);
   awaitable<void> chat(http::Exchange& ex, http::Response& out, bool& streamed);
   awaitable<void> completions(http::Exchange& ex, http::Response& out, bool& streamed);
-  awaitable<void> mcp(http::Exchange& ex, http::Response& out);
+  // /mcp; a tools/call's span goes under the request's span.
+  awaitable<void> mcp(http::Exchange& ex, http::Response& out,
+                      const trace::SpanContext& request_span);
   http::Response models_list();
   http::Response model_info(const std::string& id);
   http::Response health();

@@ -22,6 +22,7 @@
 #include "weir/agents/openai_model.hpp"
 #include "weir/http/otlp.hpp"
 #include "weir/inference/gguf_writer.hpp"
+#include "weir/runtime/trace_read.hpp"
 #include "weir/serve/service.hpp"
 #include "weir/tools/mcp.hpp"
 #include "weir/tools/registry.hpp"
@@ -479,6 +480,54 @@ TEST(CrossProcess, WeirServeFlushesAtExitLikeWeirRun) {
   EXPECT_GE(rx.requests(), 1) << text;
   EXPECT_NE(text.find("trace spans were dropped (otlp " + rx.traces_url() + ")"), std::string::npos)
       << text;
+  fs::remove_all(dir);
+}
+
+// weir mcp --trace: each tools/call is a server span under the client's params._meta
+// traceparent, with the tool's span and a workflow tool's run under it; a call without one
+// starts a trace, and a failed tool marks its span (issue 31: weir mcp took no tracing flags).
+TEST(CrossProcess, WeirMcpTracesEachCallUnderTheClientsSpan) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("weir-mcp-trace-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const fs::path in = dir / "in.jsonl", file = dir / "trace.jsonl";
+  fs::remove(file);
+  std::ofstream(in)
+      << R"({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})"
+      << "\n"
+      << R"({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "greet", "arguments": {"who": "w"}, "_meta": {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}}})"
+      << "\n"
+      << R"({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "calculator", "arguments": {"expression": "1/"}}})"
+      << "\n";
+  const std::string workflows = std::string(WEIR_SOURCE_DIR) + "/tests/mcp/workflows";
+  auto r = testing::run_weir("mcp --tools calculator --workflows " + workflows + " --trace " +
+                             file.string() + " < " + in.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("Hello, w!"), std::string::npos) << r.out;
+  std::ifstream f(file);
+  const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  auto spans = trace::parse_otlp_json_lines(text, file.string());
+  ASSERT_TRUE(spans) << spans.error().message;
+  const auto* call = testing::find_span(*spans, "tools/call greet");
+  ASSERT_TRUE(call) << text;
+  EXPECT_EQ(call->span.kind, trace::SpanKind::server);
+  EXPECT_EQ(call->span.trace_id.hex(), "4bf92f3577b34da6a3ce929d0e0e4736");
+  EXPECT_EQ(call->span.parent_span_id.hex(), "00f067aa0ba902b7");
+  EXPECT_EQ(testing::str_attr(call->span, "mcp.method.name"), "tools/call");
+  EXPECT_EQ(testing::str_attr(call->span, "gen_ai.tool.name"), "greet");
+  EXPECT_EQ(testing::str_attr(call->span, "jsonrpc.request.id"), "2");
+  const auto* tool = testing::find_span(*spans, "execute_tool greet");
+  ASSERT_TRUE(tool);
+  EXPECT_EQ(tool->span.parent_span_id.hex(), call->span.span_id.hex());
+  const auto* run = testing::find_span(*spans, "invoke_workflow greet");
+  ASSERT_TRUE(run);
+  EXPECT_EQ(run->span.parent_span_id.hex(), tool->span.span_id.hex());
+  EXPECT_EQ(run->span.trace_id.hex(), "4bf92f3577b34da6a3ce929d0e0e4736");
+  const auto* failed = testing::find_span(*spans, "tools/call calculator");
+  ASSERT_TRUE(failed);
+  EXPECT_FALSE(failed->span.parent_span_id.valid());  // no traceparent: a trace of its own
+  EXPECT_NE(failed->span.trace_id.hex(), "4bf92f3577b34da6a3ce929d0e0e4736");
+  EXPECT_EQ(failed->span.status, trace::StatusCode::error);
   fs::remove_all(dir);
 }
 

@@ -12,6 +12,7 @@
 #include <boost/json.hpp>
 
 #include "weir/runtime/artifact_store.hpp"
+#include "weir/runtime/trace.hpp"
 #include "weir/tools/jsonrpc.hpp"
 #include "weir/tools/mcp.hpp"
 #include "weir/tools/registry.hpp"
@@ -89,11 +90,13 @@ struct McpServer::Impl {
 
   // Runs on the pool, and leaves `running` there too: drain() then never depends on the
   // caller's executor still running.
-  asio::awaitable<Outcome> run(std::string name, json::object args, std::string k) {
+  asio::awaitable<Outcome> run(std::string name, json::object args, std::string k,
+                               trace::Context trace) {
     Outcome out;
     try {
       ToolContext ctx;
       ctx.artifacts = opt.artifacts;
+      ctx.trace = trace;
       auto op = reg.async_call(name, std::move(args), ctx);
       out.result = co_await std::move(op);
     } catch (const std::exception& e) {
@@ -106,8 +109,34 @@ struct McpServer::Impl {
     co_return out;
   }
 
+  // The span of one tools/call (see McpServerOptions::tracer); not recording without a tracer.
+  trace::Span call_span(const std::string& tool, const rpc::Message& m,
+                        const json::object& params, const std::string& session,
+                        const trace::SpanContext* parent) const {
+    if (!opt.tracer) return trace::Span();
+    std::optional<trace::SpanContext> from_meta;
+    if (!(parent && parent->valid()))
+      if (const auto* meta = params.if_contains("_meta"); meta && meta->is_object()) {
+        const auto* tp = meta->as_object().if_contains("traceparent");
+        const auto* ts = meta->as_object().if_contains("tracestate");
+        if (tp && tp->is_string())
+          from_meta = trace::parse_traceparent(
+              tp->get_string(), ts && ts->is_string() ? std::string_view(ts->get_string()) : "");
+      }
+    const trace::SpanContext* p = parent && parent->valid() ? parent
+                                  : from_meta               ? &*from_meta
+                                                            : nullptr;
+    trace::Span span = opt.tracer->start_span("tools/call " + tool, p, trace::SpanKind::server);
+    span.set("mcp.method.name", "tools/call");
+    span.set(trace::attr::kToolName, tool);
+    span.set("jsonrpc.request.id", rpc::id_text(m.id));
+    if (!session.empty()) span.set("mcp.session.id", session);
+    return span;
+  }
+
   asio::awaitable<std::optional<std::string>> call(rpc::Message m, json::object params,
-                                                   std::string session) {
+                                                   std::string session,
+                                                   const trace::SpanContext* parent) {
     const auto* name = params.if_contains("name");
     if (!name || !name->is_string())
       co_return rpc::error_response(m.id, rpc::kInvalidParams, "tools/call needs a \"name\"");
@@ -133,10 +162,16 @@ struct McpServer::Impl {
         co_return rpc::error_response(m.id, rpc::kInvalidRequest,
                                       "request id " + rpc::id_text(m.id) + " is already in use");
     }
-    auto op = asio::co_spawn(pool, run(tool, std::move(args), k), asio::use_awaitable);
+    trace::Span span = call_span(tool, m, params, session, parent);
+    const trace::Context ctx{opt.tracer, span.context()};
+    auto op = asio::co_spawn(pool, run(tool, std::move(args), k, ctx), asio::use_awaitable);
     Outcome o = co_await std::move(op);
-    if (o.cancelled) co_return std::nullopt;
+    if (o.cancelled) {
+      span.set_error("cancelled", "the client cancelled the call");
+      co_return std::nullopt;
+    }
     const Result<ToolOutput>& r = o.result;
+    if (!r) span.set_error(r.error());
     const std::string text = r ? r->content : r.error().to_string();
     json::array content{json::object{{"type", "text"}, {"text", text}}};
     // An output over the tool's cap was stored whole as an artifact: the client gets the capped
@@ -186,7 +221,8 @@ McpServer::~McpServer() {
 }
 
 asio::awaitable<std::optional<std::string>> McpServer::handle(std::string message,
-                                                              std::string session) {
+                                                              std::string session,
+                                                              const trace::SpanContext* parent) {
   auto m = rpc::parse(message);
   if (!m) co_return rpc::error_response(nullptr, rpc::kParseError, m.error().message);
   if (m->kind == rpc::Kind::notification) {
@@ -203,7 +239,7 @@ asio::awaitable<std::optional<std::string>> McpServer::handle(std::string messag
   if (m->method == "resources/list" && impl_->opt.artifacts)  // links come with results only
     co_return rpc::response(m->id, json::object{{"resources", json::array{}}});
   if (m->method == "tools/call") {
-    auto op = impl_->call(std::move(*m), std::move(params), std::move(session));
+    auto op = impl_->call(std::move(*m), std::move(params), std::move(session), parent);
     co_return co_await std::move(op);
   }
   co_return rpc::error_response(m->id, rpc::kMethodNotFound, "Method not found: " + m->method);

@@ -29,7 +29,11 @@
 
 namespace weir {
 class ArtifactStore;
-}
+namespace trace {
+class Tracer;
+struct SpanContext;
+}  // namespace trace
+}  // namespace weir
 
 namespace weir::tools {
 
@@ -41,6 +45,12 @@ struct McpServerOptions {
   std::size_t max_calls_in_flight = 64;
   int threads = 2;
   ArtifactStore* artifacts = nullptr;  // where oversized tool outputs spill (optional)
+  // Tracing (optional; must outlive the server): each tools/call is a server span
+  // "tools/call <tool>" (MCP semantic conventions: mcp.method.name, gen_ai.tool.name,
+  // jsonrpc.request.id, mcp.session.id), with the registry's execute_tool span under it. Its
+  // parent: the transport's span when handle() is given one (weir serve's HTTP request span),
+  // else the client's params._meta.traceparent, else none (a new trace).
+  trace::Tracer* tracer = nullptr;
 };
 
 class McpServer {
@@ -53,11 +63,16 @@ class McpServer {
   McpServer& operator=(const McpServer&) = delete;
 
   boost::asio::awaitable<std::optional<std::string>> handle(std::string message,
-                                                            std::string session);
+                                                            std::string session,
+                                                            const trace::SpanContext* parent);
+  boost::asio::awaitable<std::optional<std::string>> handle(std::string message,
+                                                            std::string session) {
+    return handle(std::move(message), std::move(session), nullptr);
+  }
   // Without a session. (An overload, not a default argument: a coroutine's class-type default is
   // built inside the caller's co_await; docs/architecture.md, "the co_await rule".)
   boost::asio::awaitable<std::optional<std::string>> handle(std::string message) {
-    return handle(std::move(message), std::string());
+    return handle(std::move(message), std::string(), nullptr);
   }
   // Blocks until no call is in flight (each tool's timeout bounds the wait) and the server's
   // threads have stopped; calls that arrive meanwhile or later are refused (error -32000,
