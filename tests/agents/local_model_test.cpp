@@ -18,6 +18,8 @@
 #include "weir/inference/engine_registry.hpp"
 #include "weir/runtime/artifact_store.hpp"
 #include "weir/runtime/memory_budget.hpp"
+#include "weir/runtime/trace.hpp"
+#include "weir/runtime/trace_read.hpp"
 #include "weir/tools/builtin.hpp"
 #include "weir/tools/registry.hpp"
 
@@ -160,6 +162,76 @@ TEST(LocalModelLifetime, TheEngineGoesWithItsRegistryAndItsModels) {
   EXPECT_GT(kept->count_tokens("Once upon a time"), 2);
   kept.reset();
   EXPECT_EQ(budget.used(BudgetCategory::kv_cache), 0u);
+}
+
+// Keeps what the tracer exports (OTLP JSON lines), for the test to read back.
+class CapturedSpans final : public trace::SpanExporter {
+ public:
+  explicit CapturedSpans(std::shared_ptr<std::string> into) : into_(std::move(into)) {}
+  std::string describe() const override { return "captured"; }
+  Status export_json(std::string_view body, std::size_t, const trace::ExportDeadline&) override {
+    into_->append(body).push_back('\n');
+    return {};
+  }
+
+ private:
+  std::shared_ptr<std::string> into_;
+};
+
+// Chats that do not fit the KV pool together are preempted and recomputed; each chat span says
+// how often its sequence was (a weir.fence.preemption event), and the spans add up to the
+// engine's count (issue 31: the event was tested at the tracer only).
+TEST(LocalModelTrace, APreemptedChatSaysSoOnItsSpan) {
+  if (!fs::exists(kModel)) GTEST_SKIP() << "fixture model absent: " << kModel;
+  inference::EngineRegistry engines;
+  LocalModelOptions o;
+  o.max_model_len = 128;
+  o.block_size = 16;
+  o.max_num_seqs = 8;
+  o.kv_cache_bytes = 320u << 10;  // about 256 tokens of this model: two chats' worth
+  o.ignore_eog = true;
+  auto m = LocalChatModel::open(engines, kModel, o);
+  ASSERT_TRUE(m) << m.error().message;
+  auto text = std::make_shared<std::string>();
+  std::vector<std::unique_ptr<trace::SpanExporter>> ex;
+  ex.push_back(std::make_unique<CapturedSpans>(text));
+  trace::Tracer tracer({}, std::move(ex));
+  constexpr int kChats = 8;
+  std::vector<trace::Span> spans;
+  for (int i = 0; i < kChats; ++i)
+    spans.push_back(tracer.start_span("chat local", nullptr, trace::SpanKind::client));
+  asio::io_context io;
+  int ok = 0;
+  for (int i = 0; i < kChats; ++i) {
+    auto one = [&, i]() -> asio::awaitable<void> {
+      ChatParams params;
+      params.max_tokens = 96;
+      params.span = &spans[static_cast<std::size_t>(i)];
+      std::vector<Message> msgs{Message::user("Tell story " + std::to_string(i))};
+      auto op = (*m)->async_chat(std::move(msgs), {}, params);
+      auto r = co_await std::move(op);
+      if (r) ++ok;
+    };
+    asio::co_spawn(io, one(), asio::detached);
+  }
+  io.run();
+  EXPECT_EQ(ok, kChats);
+  for (auto& s : spans) s.end();
+  const auto preempted = (*m)->engine().stats().sched.preemptions;
+  ASSERT_GT(preempted, 0u) << "the pool was meant to be too small for the chats together";
+  ASSERT_TRUE(tracer.flush(std::chrono::seconds(10)));
+  auto read = trace::parse_otlp_json_lines(*text, "captured");
+  ASSERT_TRUE(read) << read.error().message;
+  ASSERT_EQ(read->size(), static_cast<std::size_t>(kChats));
+  std::uint64_t told = 0;
+  for (const auto& rs : *read)
+    for (const auto& e : rs.span.events) {
+      ASSERT_EQ(e.name, "weir.fence.preemption");
+      ASSERT_EQ(e.attributes.size(), 1u);
+      EXPECT_EQ(e.attributes[0].key, "weir.preemptions");
+      told += static_cast<std::uint64_t>(std::get<std::int64_t>(e.attributes[0].value));
+    }
+  EXPECT_EQ(told, preempted);
 }
 
 TEST_F(LocalModelTest, ACrewRunsEndToEndOnTheEngine) {
