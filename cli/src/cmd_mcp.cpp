@@ -30,8 +30,7 @@ namespace rpc = tools::jsonrpc;
 
 int cmd_mcp(Args args) {
   Flags f("mcp",
-          {"--tools", "--root", "--workflows", "--max-message-bytes", "--otlp-endpoint",
-           "--trace"},
+          {"--tools", "--root", "--workflows", "--max-message-bytes", "--otlp-endpoint", "--trace"},
           {"--trace-content"});
   if (!f.parse(args)) return kExitInvalidInput;
   std::shared_ptr<trace::Tracer> tracer;  // each tools/call a span (docs/tracing.md)

@@ -245,8 +245,7 @@ asio::awaitable<void> Server::Impl::reply_and_close(Conn& c, int status, std::st
 // fields the server decides on (who is calling, from which page, in what format) come once, so
 // that no two readers of one request can see two different values. nullopt: none broken.
 static std::optional<std::string> header_refusal(const Request& req, unsigned version) {
-  static constexpr std::string_view kSingle[] = {"host", "origin", "content-type",
-                                                 "authorization"};
+  static constexpr std::string_view kSingle[] = {"host", "origin", "content-type", "authorization"};
   for (std::string_view name : kSingle) {
     const auto n = std::count_if(req.headers.begin(), req.headers.end(),
                                  [&](const auto& h) { return h.first == name; });

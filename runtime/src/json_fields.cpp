@@ -204,9 +204,8 @@ std::optional<std::int64_t> JsonFields::ms_at(const json::object& o, std::string
   if (v && v->is_number() && !(v->is_double()) &&
       (v->is_uint64() ? v->as_uint64() > static_cast<std::uint64_t>(kMaxMilliseconds)
                       : v->as_int64() > kMaxMilliseconds)) {
-    error(json_pointer_append(ptr, key),
-          "must be at most " + std::to_string(kMaxMilliseconds) + " (30 days), got " +
-              json::serialize(*v));
+    error(json_pointer_append(ptr, key), "must be at most " + std::to_string(kMaxMilliseconds) +
+                                             " (30 days), got " + json::serialize(*v));
     return std::nullopt;
   }
   return int_at(o, key, ptr, min);

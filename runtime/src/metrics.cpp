@@ -202,8 +202,8 @@ void Registry::gauge_callback(std::string_view name, std::string_view help, cons
   add_callback(name, help, labels, std::move(fn), false);
 }
 
-void Registry::counter_callback(std::string_view name, std::string_view help,
-                                const Labels& labels, std::function<double()> fn) {
+void Registry::counter_callback(std::string_view name, std::string_view help, const Labels& labels,
+                                std::function<double()> fn) {
   add_callback(name, help, labels, std::move(fn), true);
 }
 

@@ -1,8 +1,8 @@
 #include "weir/runtime/text.hpp"
 
 #include <algorithm>
-#include <cstdio>
 #include <cctype>
+#include <cstdio>
 #include <vector>
 
 namespace weir {

@@ -325,7 +325,9 @@ std::string value_text(const AttributeValue& v) {
 }
 
 // Text from the input as the tree shows it (escape_control): a name cannot drive the terminal.
-std::string shown(std::string_view text) { return escape_control(text); }
+std::string shown(std::string_view text) {
+  return escape_control(text);
+}
 
 // One line of the tree: the span's name, its duration and, when it failed, why.
 std::string span_line(const SpanData& s) {

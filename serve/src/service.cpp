@@ -232,7 +232,8 @@ awaitable<void> Service::Impl::handle(http::Exchange& ex) {
     auto auth = rq.header("authorization").value_or("");
     // The scheme's name is case-insensitive (RFC 9110 11.1): "bearer KEY" is the same.
     constexpr std::string_view kBearer = "bearer ";
-    const bool bearer = auth.size() > kBearer.size() && iequals(auth.substr(0, kBearer.size()), kBearer);
+    const bool bearer =
+        auth.size() > kBearer.size() && iequals(auth.substr(0, kBearer.size()), kBearer);
     bool ok = bearer && constant_time_equal(auth.substr(kBearer.size()), *cfg.api_key);
     if (!ok) {
       out = error_response({401,

@@ -316,22 +316,22 @@ TEST_F(WorkflowRun, AnMcpServersUrlHeadersAndEnvironmentAreCheckedWhenTheFileIsR
                 "timeout_ms": 9999999999999}},
     "nodes": {"a": {"kind": "set", "values": {"out": 1}}},
     "edges": [{"from": "START", "to": "a"}, {"from": "a", "to": "END"}]})"));
-  for (const char* says : {
-           ": /models/far/connect_timeout_ms: must be at most 2592000000 (30 days), got "
-           "9223372036854775807",
-           ": /mcp_servers/web/url: invalid URL 'http://127.0.0.1:99999/mcp': port must be "
-           "1..65535 (the server's MCP endpoint)",
-           ": /mcp_servers/web/headers/X: header 'X' holds a line break or NUL",
-           ": /mcp_servers/web/headers/Host: header 'Host' is set by weir from the request",
-           ": /mcp_servers/web/headers_env/x y: header name 'x y' is not an HTTP token",
-           ": /mcp_servers/local/command/1: holds a NUL byte, which would cut the argument short",
-           ": /mcp_servers/local/env/A=B: environment variable name 'A=B' holds '=', which ends a "
-           "name",
-           ": /mcp_servers/local/env/C: environment variable 'C' holds a NUL byte, which would "
-           "cut its value short",
-           ": /mcp_servers/local/env/: an environment variable needs a name",
-           ": /mcp_servers/local/timeout_ms: must be at most 2592000000 (30 days), got "
-           "9999999999999"})
+  for (const char* says :
+       {": /models/far/connect_timeout_ms: must be at most 2592000000 (30 days), got "
+        "9223372036854775807",
+        ": /mcp_servers/web/url: invalid URL 'http://127.0.0.1:99999/mcp': port must be "
+        "1..65535 (the server's MCP endpoint)",
+        ": /mcp_servers/web/headers/X: header 'X' holds a line break or NUL",
+        ": /mcp_servers/web/headers/Host: header 'Host' is set by weir from the request",
+        ": /mcp_servers/web/headers_env/x y: header name 'x y' is not an HTTP token",
+        ": /mcp_servers/local/command/1: holds a NUL byte, which would cut the argument short",
+        ": /mcp_servers/local/env/A=B: environment variable name 'A=B' holds '=', which ends a "
+        "name",
+        ": /mcp_servers/local/env/C: environment variable 'C' holds a NUL byte, which would "
+        "cut its value short",
+        ": /mcp_servers/local/env/: an environment variable needs a name",
+        ": /mcp_servers/local/timeout_ms: must be at most 2592000000 (30 days), got "
+        "9999999999999"})
     EXPECT_NE(err.find(says), std::string::npos) << says << "\nin:\n" << err;
 }
 

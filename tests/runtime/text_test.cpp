@@ -77,7 +77,8 @@ TEST(DidYouMean, UnknownNameMessages) {
 // A peer's garbage shown in a log line or an error (breaking pass break-doors 9: an MCP server's
 // malformed line was copied raw, ESC and NUL included).
 TEST(EscapeControl, ControlsAndInvalidUtf8AreEscapedTextIsKept) {
-  EXPECT_EQ(escape_control("plain text, caf\xc3\xa9 \xe2\x9c\x93"), "plain text, caf\xc3\xa9 \xe2\x9c\x93");
+  EXPECT_EQ(escape_control("plain text, caf\xc3\xa9 \xe2\x9c\x93"),
+            "plain text, caf\xc3\xa9 \xe2\x9c\x93");
   EXPECT_EQ(escape_control(std::string("a\x1b[2Jb\0c\x7f", 9)), "a\\x1b[2Jb\\x00c\\x7f");
   EXPECT_EQ(escape_control("line\nforged: 1\r\t"), "line\\nforged: 1\\r\\t");
   // A stray byte, a cut sequence, an overlong form and a C1 control (U+009B, CSI).

@@ -113,9 +113,9 @@ TEST(ServeStream, EchoGivesThePromptFirstStreamedOrNot) {
       std::string(body_json(plain).at("choices").at(0).at("text").as_string());
   ASSERT_TRUE(whole.starts_with("Once upon")) << whole;
   EXPECT_GT(whole.size(), std::string("Once upon").size());
-  auto streamed = call(
-      s.port, "POST", "/v1/completions",
-      R"({"prompt": "Once upon", "echo": true, "max_tokens": 4, "seed": 1, "stream": true})");
+  auto streamed =
+      call(s.port, "POST", "/v1/completions",
+           R"({"prompt": "Once upon", "echo": true, "max_tokens": 4, "seed": 1, "stream": true})");
   ASSERT_EQ(streamed.status, 200) << streamed.body;
   std::string text;
   std::vector<std::string> texts;

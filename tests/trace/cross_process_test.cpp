@@ -487,8 +487,7 @@ TEST(CrossProcess, WeirServeFlushesAtExitLikeWeirRun) {
 // traceparent, with the tool's span and a workflow tool's run under it; a call without one
 // starts a trace, and a failed tool marks its span (issue 31: weir mcp took no tracing flags).
 TEST(CrossProcess, WeirMcpTracesEachCallUnderTheClientsSpan) {
-  const fs::path dir =
-      fs::temp_directory_path() / ("weir-mcp-trace-" + std::to_string(::getpid()));
+  const fs::path dir = fs::temp_directory_path() / ("weir-mcp-trace-" + std::to_string(::getpid()));
   fs::create_directories(dir);
   const fs::path in = dir / "in.jsonl", file = dir / "trace.jsonl";
   fs::remove(file);

@@ -110,9 +110,8 @@ struct McpServer::Impl {
   }
 
   // The span of one tools/call (see McpServerOptions::tracer); not recording without a tracer.
-  trace::Span call_span(const std::string& tool, const rpc::Message& m,
-                        const json::object& params, const std::string& session,
-                        const trace::SpanContext* parent) const {
+  trace::Span call_span(const std::string& tool, const rpc::Message& m, const json::object& params,
+                        const std::string& session, const trace::SpanContext* parent) const {
     if (!opt.tracer) return trace::Span();
     std::optional<trace::SpanContext> from_meta;
     if (!(parent && parent->valid()))

@@ -92,9 +92,8 @@ Status check_environment_variable(std::string_view name, std::string_view value)
     return Error(Errc::invalid_argument, "environment variable name '" + utf8_abbreviate(name, 64) +
                                              "' holds '=', which ends a name");
   if (value.find('\0') != std::string_view::npos)
-    return Error(Errc::invalid_argument,
-                 "environment variable '" + std::string(name) +
-                     "' holds a NUL byte, which would cut its value short");
+    return Error(Errc::invalid_argument, "environment variable '" + std::string(name) +
+                                             "' holds a NUL byte, which would cut its value short");
   return {};
 }
 
