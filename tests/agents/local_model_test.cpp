@@ -12,14 +12,13 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/json.hpp>
 
+#include "../trace/captured_spans.hpp"
 #include "weir/agents/crew.hpp"
 #include "weir/inference/constraint.hpp"
 #include "weir/inference/engine.hpp"
 #include "weir/inference/engine_registry.hpp"
 #include "weir/runtime/artifact_store.hpp"
 #include "weir/runtime/memory_budget.hpp"
-#include "weir/runtime/trace.hpp"
-#include "weir/runtime/trace_read.hpp"
 #include "weir/tools/builtin.hpp"
 #include "weir/tools/registry.hpp"
 
@@ -164,20 +163,6 @@ TEST(LocalModelLifetime, TheEngineGoesWithItsRegistryAndItsModels) {
   EXPECT_EQ(budget.used(BudgetCategory::kv_cache), 0u);
 }
 
-// Keeps what the tracer exports (OTLP JSON lines), for the test to read back.
-class CapturedSpans final : public trace::SpanExporter {
- public:
-  explicit CapturedSpans(std::shared_ptr<std::string> into) : into_(std::move(into)) {}
-  std::string describe() const override { return "captured"; }
-  Status export_json(std::string_view body, std::size_t, const trace::ExportDeadline&) override {
-    into_->append(body).push_back('\n');
-    return {};
-  }
-
- private:
-  std::shared_ptr<std::string> into_;
-};
-
 // Chats that do not fit the KV pool together are preempted and recomputed; each chat span says
 // how often its sequence was (a weir.fence.preemption event), and the spans add up to the
 // engine's count (issue 31: the event was tested at the tracer only).
@@ -193,9 +178,8 @@ TEST(LocalModelTrace, APreemptedChatSaysSoOnItsSpan) {
   auto m = LocalChatModel::open(engines, kModel, o);
   ASSERT_TRUE(m) << m.error().message;
   auto text = std::make_shared<std::string>();
-  std::vector<std::unique_ptr<trace::SpanExporter>> ex;
-  ex.push_back(std::make_unique<CapturedSpans>(text));
-  trace::Tracer tracer({}, std::move(ex));
+  auto tracer_owned = testing::captured_tracer(text);
+  trace::Tracer& tracer = *tracer_owned;
   constexpr int kChats = 8;
   std::vector<trace::Span> spans;
   for (int i = 0; i < kChats; ++i)

@@ -10,6 +10,7 @@
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/json.hpp>
 
+#include "../trace/captured_spans.hpp"
 #include "test_server.hpp"
 #include "weir/agents/agent.hpp"
 #include "weir/graph/state_graph.hpp"
@@ -165,20 +166,6 @@ TEST(OpenAIModel, RetriesA429HonouringRetryAfter) {
   EXPECT_GE(std::chrono::steady_clock::now() - t0, 290ms);  // Retry-After: 0.3 honoured
 }
 
-// Keeps what the tracer exports, for the test to read back (OTLP JSON lines).
-class CapturedSpans final : public trace::SpanExporter {
- public:
-  explicit CapturedSpans(std::shared_ptr<std::string> into) : into_(std::move(into)) {}
-  std::string describe() const override { return "captured"; }
-  Status export_json(std::string_view body, std::size_t, const trace::ExportDeadline&) override {
-    into_->append(body).push_back('\n');
-    return {};
-  }
-
- private:
-  std::shared_ptr<std::string> into_;
-};
-
 // A 429 is a fence that acted: the chat span carries a weir.fence.rate_limited event naming the
 // endpoint, the attempt and the status; the answer after it is the call's.
 TEST(OpenAIModel, A429IsAnEventOnTheChatSpan) {
@@ -189,9 +176,8 @@ TEST(OpenAIModel, A429IsAnEventOnTheChatSpan) {
   auto m = OpenAIChatModel::open(options(server));
   ASSERT_TRUE(m) << m.error().message;
   auto text = std::make_shared<std::string>();
-  std::vector<std::unique_ptr<trace::SpanExporter>> ex;
-  ex.push_back(std::make_unique<CapturedSpans>(text));
-  trace::Tracer tracer({}, std::move(ex));
+  auto tracer_owned = testing::captured_tracer(text);
+  trace::Tracer& tracer = *tracer_owned;
   trace::Span span = tracer.start_span("chat openai:tiny", nullptr, trace::SpanKind::client);
   ChatParams params;
   params.span = &span;

@@ -15,6 +15,8 @@
 #include <boost/asio/use_future.hpp>
 #include <boost/json.hpp>
 
+#include "../trace/captured_spans.hpp"
+#include "../trace/otlp_receiver.hpp"
 #include "http_client.hpp"
 #include "weir/runtime/artifact_store.hpp"
 #include "weir/serve/service.hpp"
@@ -39,6 +41,7 @@ std::string rpc(int id, const std::string& method, const std::string& params = "
 
 struct McpFixture : ::testing::Test {
   std::atomic<bool> release{false};
+  std::shared_ptr<trace::Tracer> tracer;  // set before start() to trace the server
   tools::ToolRegistry reg;
   std::shared_ptr<tools::McpServer> mcp;
   std::unique_ptr<Service> svc;
@@ -58,10 +61,12 @@ struct McpFixture : ::testing::Test {
         })));
     tools::McpServerOptions o;
     o.max_calls_in_flight = max_calls;
+    o.tracer = tracer.get();
     mcp = std::make_shared<tools::McpServer>(reg, o);
     ServeConfig c;
     c.port = 0;
     c.mcp = mcp;
+    c.tracer = tracer;
     if (configure) configure(c);
     auto s = Service::start(std::move(c));
     ASSERT_TRUE(s) << s.error().message;
@@ -90,6 +95,38 @@ json::value result_of(const Reply& r) {
   auto v = json::parse(r.body).as_object();
   EXPECT_FALSE(v.contains("error")) << r.body;
   return v.contains("result") ? v.at("result") : json::value();
+}
+
+// Traced, a tools/call at /mcp is a server span under the HTTP request's span (which continues
+// the caller's traceparent), with the tool's execute_tool span under it (issue 31).
+TEST_F(McpFixture, AToolCallsSpanSitsUnderTheRequestsSpan) {
+  auto text = std::make_shared<std::string>();
+  tracer = testing::captured_tracer(text);
+  start();
+  const std::string sid = initialize();
+  Reply r = post(
+      sid, rpc(2, "tools/call", R"({"name": "calculator", "arguments": {"expression": "6*7"}})"),
+      "traceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\r\n");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_NE(r.body.find("42"), std::string::npos) << r.body;
+  ASSERT_TRUE(tracer->flush(std::chrono::seconds(10)));
+  auto spans = trace::parse_otlp_json_lines(*text, "captured");
+  ASSERT_TRUE(spans) << spans.error().message;
+  const trace::SpanData* request = nullptr;
+  for (const auto& s : *spans)
+    if (s.span.name == "POST /mcp" && s.span.trace_id.hex() == "4bf92f3577b34da6a3ce929d0e0e4736")
+      request = &s.span;
+  ASSERT_TRUE(request) << *text;
+  EXPECT_EQ(request->parent_span_id.hex(), "00f067aa0ba902b7");
+  const auto* call = testing::find_span(*spans, "tools/call calculator");
+  ASSERT_TRUE(call) << *text;
+  EXPECT_EQ(call->span.kind, trace::SpanKind::server);
+  EXPECT_EQ(call->span.parent_span_id.hex(), request->span_id.hex());
+  EXPECT_EQ(testing::str_attr(call->span, "mcp.session.id"), sid);
+  EXPECT_EQ(testing::str_attr(call->span, "jsonrpc.request.id"), "2");
+  const auto* tool = testing::find_span(*spans, "execute_tool calculator");
+  ASSERT_TRUE(tool);
+  EXPECT_EQ(tool->span.parent_span_id.hex(), call->span.span_id.hex());
 }
 
 TEST_F(McpFixture, InitializeListCallAndEndASession) {
