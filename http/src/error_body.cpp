@@ -4,6 +4,8 @@
 #include <boost/json/serialize.hpp>
 #include <boost/json/value.hpp>
 
+#include "weir/runtime/text.hpp"
+
 namespace weir::http {
 
 const char* error_type_for_status(int status) {
@@ -27,6 +29,13 @@ const char* error_type_for_status(int status) {
 
 std::string error_json(std::string_view message, std::string_view type, std::string_view param,
                        std::string_view code) {
+  // A message that quotes a request's bytes (a Host, an Origin) stays valid UTF-8, so that the
+  // body is JSON a strict client can parse: such a message shows its bytes escaped (\xff).
+  std::string shown;
+  if (find_invalid_utf8(message)) {
+    shown = escape_control(message);
+    message = shown;
+  }
   boost::json::object e{{"message", message},
                         {"type", type},
                         {"param", param.empty() ? boost::json::value() : boost::json::value(param)},

@@ -273,8 +273,23 @@ asio::awaitable<void> Server::Impl::session(tcp::socket sock) {
     parser.header_limit(static_cast<std::uint32_t>(cfg.max_header_bytes));
     parser.body_limit(cfg.max_body_bytes);
     conn.stream.expires_after(cfg.idle_timeout);
-    auto [ec, n] =
-        co_await bhttp::async_read(conn.stream, conn.buf, parser, asio::as_tuple(use_awaitable));
+    // The header section first, then the body: a chunked body's trailer fields land in the same
+    // field list, and must not count as headers (RFC 9110 6.5.1: a trailer 'Host' or
+    // 'Authorization' was taken as the request's).
+    auto [ec, n] = co_await bhttp::async_read_header(conn.stream, conn.buf, parser,
+                                                     asio::as_tuple(use_awaitable));
+    Headers headers;
+    if (!ec) {
+      for (const auto& f : parser.get()) {
+        std::string name(f.name_string());
+        std::transform(name.begin(), name.end(), name.begin(),
+                       [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+        headers.emplace_back(std::move(name), std::string(f.value()));
+      }
+      auto [body_ec, body_n] =
+          co_await bhttp::async_read(conn.stream, conn.buf, parser, asio::as_tuple(use_awaitable));
+      ec = body_ec;
+    }
     conn.stream.expires_never();
     if (ec) {
       const unsigned version = parser.is_header_done() ? parser.get().version() : 11;
@@ -302,12 +317,7 @@ asio::awaitable<void> Server::Impl::session(tcp::socket sock) {
     req.method = std::string(breq.method_string());
     req.target = std::string(breq.target());
     req.path = req.target.substr(0, req.target.find('?'));
-    for (const auto& f : breq) {
-      std::string name(f.name_string());
-      std::transform(name.begin(), name.end(), name.begin(),
-                     [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
-      req.headers.emplace_back(std::move(name), std::string(f.value()));
-    }
+    req.headers = std::move(headers);
     req.body = std::move(breq.body());
     if (auto why = header_refusal(req, breq.version())) {
       co_await reply_and_close(conn, 400, std::move(*why), breq.version());

@@ -74,6 +74,24 @@ TEST(ServeBrowser, HeadersThatDecideWhoIsCallingComeOnce) {
   Reply r;
   ASSERT_TRUE(no_host.read_head(r));
   EXPECT_EQ(r.status, 400);
+  // A chunked body's trailer is not the header section: a Host there is no Host (break39 A1).
+  Conn trailer(s.port);
+  ASSERT_TRUE(
+      trailer.send_all("POST /v1/chat/completions HTTP/1.1\r\nContent-Type: application/json\r\n"
+                       "Transfer-Encoding: chunked\r\n\r\n" +
+                       [] {
+                         char len[16];
+                         std::snprintf(len, sizeof len, "%zx", kChat.size());
+                         return std::string(len);
+                       }() +
+                       "\r\n" + kChat + "\r\n0\r\nHost: 127.0.0.1\r\n\r\n"));
+  Reply rt = trailer.read_reply();
+  EXPECT_EQ(rt.status, 400) << rt.body;
+  EXPECT_EQ(error_message(rt), "malformed HTTP request: an HTTP/1.1 request needs a 'Host' header");
+  // A refusal that quotes the request's bytes is still JSON (break39 A2: a raw 0xFF in it).
+  auto bad_host = call(s.port, "GET", "/v1/models", {}, "Host: l\xffhost\r\n");
+  EXPECT_EQ(bad_host.status, 403) << bad_host.body;
+  EXPECT_EQ(error_message(bad_host), "the Host header 'l\\xffhost' is not a host name");
   // HTTP/1.0 has no Host; one Host of each is served.
   Conn old(s.port);
   ASSERT_TRUE(old.send_all("GET /health HTTP/1.0\r\n\r\n"));
