@@ -17,8 +17,15 @@ Result<Url> parse_url(std::string_view s) {
   Url u;
   u.text = std::string(s);
   auto bad = [&](std::string why) {  // the URL as given (`s` loses its scheme below)
-    return Error(Errc::invalid_argument, "invalid URL '" + u.text + "': " + why);
+    return Error(Errc::invalid_argument, "invalid URL '" + escape_control(u.text) + "': " + why);
   };
+  // No control character anywhere (ESC, DEL, BEL...): a URL from a file or a flag is shown in
+  // messages and sent in a request line.
+  for (const char c : s)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
+      return bad("it holds a control character (byte 0x" +
+                 std::string(1, "0123456789abcdef"[static_cast<unsigned char>(c) >> 4]) +
+                 std::string(1, "0123456789abcdef"[c & 0xf]) + ")");
   if (s.starts_with("http://")) {
     s.remove_prefix(7);
   } else if (s.starts_with("https://")) {
@@ -69,7 +76,7 @@ Status check_header(std::string_view name, std::string_view value) {
     return std::isalnum(static_cast<unsigned char>(c)) || kTokenPunct.find(c) != kTokenPunct.npos;
   };
   if (name.empty() || !std::all_of(name.begin(), name.end(), tchar))
-    return Error(Errc::invalid_argument, "header name '" + std::string(name) +
+    return Error(Errc::invalid_argument, "header name '" + escape_control(name) +
                                              "' is not an HTTP token (letters, digits and " +
                                              std::string(kTokenPunct) + ")");
   for (std::string_view own : {"Host", "Content-Length", "Transfer-Encoding", "Content-Type"})
@@ -79,6 +86,11 @@ Status check_header(std::string_view name, std::string_view value) {
   if (value.find_first_of(std::string_view("\r\n\0", 3)) != std::string_view::npos)
     return Error(Errc::invalid_argument,
                  "header '" + std::string(name) + "' holds a line break or NUL");
+  // RFC 9110 5.5: a field value is visible characters, spaces and tabs (and obs-text).
+  for (const char c : value)
+    if ((static_cast<unsigned char>(c) < 0x20 && c != '\t') || c == 0x7f)
+      return Error(Errc::invalid_argument,
+                   "header '" + std::string(name) + "' holds a control character");
   return {};
 }
 

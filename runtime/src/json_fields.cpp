@@ -11,11 +11,14 @@ namespace weir {
 
 namespace json = boost::json;
 
+// The pointer and the message quote the file's own keys and values: escaped (escape_control),
+// so that a key holding ESC or a newline can neither drive the terminal nor split the line.
 std::string Diagnostic::to_string() const {
-  if (line == 0) return pointer.empty() ? message : file + ": " + pointer + ": " + message;
+  const std::string p = escape_control(pointer), m = escape_control(message);
+  if (line == 0) return pointer.empty() ? m : file + ": " + p + ": " + m;
   std::string s = file + ":" + std::to_string(line) + ":" + std::to_string(column) + ": ";
-  if (!pointer.empty()) s += pointer + ": ";
-  return s + message;
+  if (!pointer.empty()) s += p + ": ";
+  return s + m;
 }
 
 const char* json_kind_phrase(const json::value& v) noexcept {

@@ -335,6 +335,38 @@ TEST_F(WorkflowRun, AnMcpServersUrlHeadersAndEnvironmentAreCheckedWhenTheFileIsR
     EXPECT_NE(err.find(says), std::string::npos) << says << "\nin:\n" << err;
 }
 
+// The second breaking pass (break39 B1-B7): headers given twice across headers and headers_env,
+// headers MCP's client sets itself, control characters in a header or a URL, env on a url
+// server, an empty program, a NUL in cwd, a bad variable name in headers_env; and a key that
+// holds ESC is shown escaped, so that a message cannot drive the terminal.
+TEST_F(WorkflowRun, AnMcpServersHeadersAreEachGivenOnceAndNotTheClients) {
+  const std::string err = error_of(run(R"({"name": "m", "state": {"out": {}},
+    "mcp_servers": {
+      "web": {"url": "http://127.0.0.1:1/mcp\u001b[31m", "env": {"A": "1"}},
+      "two": {"url": "http://127.0.0.1:1/mcp", "headers": {"Authorization": "Bearer a", "X-Note": "a\u001bb",
+              "Mcp-Session-Id": "deadbeef", "X\u001b]0;pwned\u0007": "1"},
+              "headers_env": {"authorization": "TOKEN", "X-Other": "A=B"}},
+      "local": {"command": [""], "cwd": "/tmp\u0000/x"}},
+    "nodes": {"a": {"kind": "set", "values": {"out": 1}}},
+    "edges": [{"from": "START", "to": "a"}, {"from": "a", "to": "END"}]})"));
+  for (const char* says :
+       {": /mcp_servers/web/url: invalid URL 'http://127.0.0.1:1/mcp\\x1b[31m': it holds a "
+        "control character (byte 0x1b)",
+        ": /mcp_servers/web/env: \"env\" goes with a \"command\" server",
+        ": /mcp_servers/two/headers/X-Note: header 'X-Note' holds a control character",
+        ": /mcp_servers/two/headers/Mcp-Session-Id: header 'Mcp-Session-Id' is set by weir's "
+        "MCP client; leave it out",
+        ": /mcp_servers/two/headers/X\\x1b]0;pwned\\x07: header name 'X\\x1b]0;pwned\\x07' is "
+        "not an HTTP token",
+        ": /mcp_servers/two/headers_env/authorization: header 'authorization' is given twice "
+        "(names are case-insensitive)",
+        ": /mcp_servers/two/headers_env/X-Other: environment variable name 'A=B' holds '='",
+        ": /mcp_servers/local/command/0: the program's name is empty",
+        ": /mcp_servers/local/cwd: holds a NUL byte"})
+    EXPECT_NE(err.find(says), std::string::npos) << says << "\nin:\n" << err;
+  EXPECT_EQ(err.find('\x1b'), std::string::npos) << "a raw ESC reached the message";
+}
+
 // A workflow's tool is registered under its own name: two `files` tools on two folders are two
 // tools (the second once silently became the first).
 TEST_F(WorkflowRun, TwoToolsOfOneBuiltInAreTwoTools) {

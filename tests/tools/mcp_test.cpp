@@ -349,6 +349,23 @@ TEST(McpClient, ACommandThatDoesNotExist) {
             "found (not in PATH)");
 }
 
+// A cwd that is not a folder is said as such (break39 B6: the spawn's ENOENT read "command 'sh'
+// not found").
+TEST(McpClient, ACwdThatIsNotAFolder) {
+  McpServerConfig cfg;
+  cfg.name = "lost";
+  cfg.command = {"sh", "-c", "true"};
+  cfg.cwd = "/nonexistent/weir-mcp-cwd";
+  cfg.max_restarts = 0;
+  auto c = McpClient::connect(cfg);
+  ASSERT_FALSE(c);
+  EXPECT_NE(
+      c.error().message.find(
+          "mcp server 'lost': cwd '/nonexistent/weir-mcp-cwd' is not a folder weir can enter"),
+      std::string::npos)
+      << c.error().message;
+}
+
 TEST(McpClient, AServerThatExitsAtOnce) {
   McpServerConfig cfg;
   cfg.name = "quitter";

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <thread>
 #include <vector>
 
@@ -84,6 +85,10 @@ Result<std::unique_ptr<StdioTransport>> StdioTransport::spawn(asio::any_io_execu
   for (const auto& [k, v] : cfg.env)
     if (auto st = check_environment_variable(k, v); !st)
       return Error(Errc::invalid_argument, who + ": env: " + st.error().message);
+  // A missing folder would fail the spawn as if the program were missing (ENOENT either way).
+  if (std::error_code ec; !cfg.cwd.empty() && !std::filesystem::is_directory(cfg.cwd, ec))
+    return Error(Errc::invalid_argument,
+                 who + ": cwd '" + cfg.cwd.string() + "' is not a folder weir can enter");
   // A write to a server that died must be an error, not a signal that ends weir.
   static const bool sigpipe_ignored = [] {
     ::signal(SIGPIPE, SIG_IGN);

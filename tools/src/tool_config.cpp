@@ -132,12 +132,17 @@ std::optional<McpServerConfig> parse_mcp_server(JsonFields& f, std::string_view 
       if ((*argv)[i].find('\0') != std::string::npos)
         f.error(p + "/command/" + std::to_string(i),
                 "holds a NUL byte, which would cut the argument short");
+    if (argv && !argv->empty() && argv->front().empty())
+      f.error(p + "/command/0", "the program's name is empty");
     if (argv) s.command = std::move(*argv);
   } else if (auto u = f.string_at(*o, "url", p)) {
     if (auto parsed = http::parse_url(*u); !parsed)
       f.error(p + "/url", parsed.error().message + " (the server's MCP endpoint)");
     s.url = *u;
   }
+  if (o->contains("env") && url)
+    f.error(p + "/env",
+            "\"env\" goes with a \"command\" server (a \"url\" server gets \"headers\")");
   if (auto env = f.string_map_at(*o, "env", p)) {
     for (const auto& [k, val] : *env)
       if (auto st = check_environment_variable(k, val); !st)
@@ -149,21 +154,41 @@ std::optional<McpServerConfig> parse_mcp_server(JsonFields& f, std::string_view 
       f.error(p + "/" + key, std::string("\"") + key +
                                  "\" go with a \"url\" server (a server weir starts gets \"env\")");
   }
-  // The rule every header weir sends follows (http::check_header); a headers_env value is a
-  // variable's name, its header is checked when the client connects.
+  // The rule every header weir sends follows (http::check_header), none of the headers MCP's
+  // client sets itself, and each header once across both maps (names are case-insensitive: two
+  // Authorization headers are a 400 at weir serve). A headers_env value is a variable's name;
+  // its header's value is checked when the client connects.
+  std::vector<std::string> seen;
+  auto check_name = [&](const std::string& key, const std::string& name, std::string_view value) {
+    const std::string at = json_pointer_append(p + "/" + key, name);
+    if (auto st = http::check_header(name, value); !st) return f.error(at, st.error().message);
+    for (std::string_view own : {"Mcp-Session-Id", "MCP-Protocol-Version", "Accept", "Connection",
+                                 "traceparent", "tracestate"})
+      if (iequals(name, own))
+        return f.error(at, "header '" + name + "' is set by weir's MCP client; leave it out");
+    for (const auto& other : seen)
+      if (iequals(name, other))
+        return f.error(at, "header '" + name + "' is given twice (names are case-insensitive)");
+    seen.push_back(name);
+  };
   if (auto h = f.string_map_at(*o, "headers", p))
     for (auto& [k, val] : *h) {
-      if (auto st = http::check_header(k, val); !st)
-        f.error(json_pointer_append(p + "/headers", k), st.error().message);
+      check_name("headers", k, val);
       s.headers.emplace_back(k, std::move(val));
     }
   if (auto h = f.string_map_at(*o, "headers_env", p)) {
-    for (const auto& [k, var] : *h)
-      if (auto st = http::check_header(k, ""); !st)
+    for (const auto& [k, var] : *h) {
+      check_name("headers_env", k, "");
+      if (auto st = check_environment_variable(var, ""); !st)
         f.error(json_pointer_append(p + "/headers_env", k), st.error().message);
+    }
     s.headers_env = std::move(*h);
   }
-  if (auto cwd = f.string_at(*o, "cwd", p)) s.cwd = resolve(*cwd, base_dir);
+  if (auto cwd = f.string_at(*o, "cwd", p)) {
+    if (cwd->find('\0') != std::string::npos)
+      f.error(p + "/cwd", "holds a NUL byte, which would cut the folder's name short");
+    s.cwd = resolve(*cwd, base_dir);
+  }
   if (auto n = f.ms_at(*o, "timeout_ms", p, 1)) s.options.timeout = std::chrono::milliseconds(*n);
   if (auto n = f.int_at(*o, "max_concurrency", p, 1, kMaxConcurrency))
     s.options.max_concurrency = static_cast<std::int32_t>(*n);
