@@ -92,12 +92,17 @@ void Span::set(std::string_view key, std::vector<std::string> v) {
 
 void Span::set_content(std::string_view key, std::string_view text) {
   if (!capture_content()) return;
-  const std::size_t cap = tracer_->options().max_content_bytes;
-  if (text.size() <= cap) {
+  const auto& o = tracer_->options();
+  if (text.size() <= std::min(o.max_content_bytes, o.max_attribute_bytes)) {
     put(key, std::string(text));
     return;
   }
-  const std::string_view head = cut_utf8(text, cap);
+  // max_content_bytes of the text, fewer where the text and its marker would not fit in an
+  // attribute (put() would cut the marker off: a 4 KiB cap on both lost it).
+  const std::size_t marker =
+      std::string_view("... [ bytes cut]").size() + std::to_string(text.size()).size();
+  const std::size_t room = o.max_attribute_bytes > marker ? o.max_attribute_bytes - marker : 0;
+  const std::string_view head = cut_utf8(text, std::min(o.max_content_bytes, room));
   put(key, std::string(head) + "... [" + std::to_string(text.size() - head.size()) + " bytes cut]");
 }
 

@@ -176,6 +176,29 @@ TEST(Tracer, ContentIsRecordedOnlyWhenAskedAndCapped) {
   EXPECT_EQ(testing::str_attr(b->span, "gen_ai.prompt"), "héllo w... [11 bytes cut]");
 }
 
+// With the defaults (4 KiB of content, 4 KiB an attribute) a long text keeps its marker: the
+// breaking pass found gen_ai.tool.call.result cut at 4096 bytes with none.
+TEST(Tracer, ALongContentKeepsItsMarkerUnderTheDefaultCaps) {
+  OtlpReceiver rx;
+  trace::TracerOptions o;
+  o.capture_content = true;
+  auto tracer = otlp_tracer(rx.traces_url(), o);
+  {
+    trace::Span s = tracer->start_span("long");
+    s.set_content("gen_ai.tool.call.result", std::string(100000, 'x'));
+  }
+  ASSERT_TRUE(tracer->flush(10s));
+  auto spans = rx.wait_for_spans(1);
+  const auto* s = testing::find_span(spans, "long");
+  ASSERT_TRUE(s);
+  const std::string v = testing::str_attr(s->span, "gen_ai.tool.call.result");
+  EXPECT_LE(v.size(), 4096u);
+  const auto kept = v.find("... [");
+  ASSERT_NE(kept, std::string::npos) << v.substr(v.size() - 40);
+  EXPECT_EQ(v.substr(kept), "... [" + std::to_string(100000 - kept) + " bytes cut]");
+  EXPECT_GT(kept, 4000u);
+}
+
 // A receiver that accepts and never answers: spans are dropped and counted, ending a span never
 // waits, memory stays bounded by the queue, and shutdown keeps its deadline.
 TEST(Tracer, AHangingReceiverDropsAndCountsSpansWithoutBlocking) {
@@ -275,7 +298,7 @@ TEST(Otlp, AUrlWithoutAPathPostsToTheRoot) {
       return h;
     }());
     { trace::Span s = tracer->start_span("root"); }
-    tracer->flush(10s);
+    (void)tracer->flush(10s);
   }
   EXPECT_EQ(rx.paths(), (std::vector<std::string>{"/", "/"}));
 }
@@ -421,7 +444,7 @@ TEST(Otlp, ResourceAttributesCanNameTheService) {
     ::unsetenv("OTEL_SERVICE_NAME");
     if (!t) return t.error().message;
     { trace::Span sp = (*t)->start_span("x"); }
-    (*t)->flush(10s);
+    (void)(*t)->flush(10s);
     auto spans = rx.wait_for_spans(1);
     return spans.empty() ? "<none>" : spans[0].service;
   };
