@@ -133,7 +133,7 @@ std::string completion(const Envelope& e, const std::vector<Choice>& choices, co
   for (const auto& c : choices) {
     cs.push_back({{"index", c.index},
                   {"text", c.text},
-                  {"logprobs", completion_logprobs(c.logprobs, 0)},
+                  {"logprobs", completion_logprobs(c.logprobs, c.text_offset)},
                   {"finish_reason", finish(c.finish_reason)}});
   }
   o["choices"] = std::move(cs);
@@ -148,7 +148,7 @@ std::string completion_chunk(const Envelope& e, const std::vector<Choice>& choic
   for (const auto& c : choices) {
     cs.push_back({{"index", c.index},
                   {"text", c.text},
-                  {"logprobs", completion_logprobs(c.logprobs, 0)},
+                  {"logprobs", completion_logprobs(c.logprobs, c.text_offset)},
                   {"finish_reason", finish(c.finish_reason)}});
   }
   o["choices"] = std::move(cs);

@@ -272,6 +272,7 @@ struct ChoiceOut {
   std::optional<CallStream> call;  // a forced tool call, streamed as it is generated
   std::vector<std::int32_t> ids;
   std::optional<std::vector<oa::TokenLogprobs>> logprobs;
+  std::size_t streamed_bytes = 0;  // of the text sent so far (the echoed prompt included)
   bool finished = false;
 };
 
@@ -405,6 +406,7 @@ class Generation {
       const std::string finish = finish_name(r.finish);
       oa::Choice ch{
           i, spec_.prefix + o.text, {}, finish == "cancelled" ? "length" : finish, o.logprobs};
+      ch.text_offset = spec_.prefix.size();  // the generated tokens start after the echo
       if (spec_.tools_active) add_tool_calls(ch, o.text);
       choices.push_back(std::move(ch));
     }
@@ -437,6 +439,8 @@ class Generation {
       if (std::find(eog.begin(), eog.end(), t) == eog.end()) text = o.decoder.push(t);
       oa::Choice piece{i, "", {}, "", std::move(lps)};
       piece.text = visible(o, std::move(text), piece.tool_calls);
+      piece.text_offset = spec_.prefix.size() + o.streamed_bytes;
+      o.streamed_bytes += piece.text.size();
       pieces.push_back(std::move(piece));
     }
     if (c.done && !o.finished) pieces.push_back(finish(i, c, o));

@@ -2,6 +2,7 @@
 // stream whose client goes away, and tokens that reach the client as they are sampled.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <regex>
 #include <thread>
@@ -128,6 +129,29 @@ TEST(ServeStream, EchoGivesThePromptFirstStreamedOrNot) {
   ASSERT_FALSE(texts.empty());
   EXPECT_EQ(texts.front(), "Once upon");  // its own first event
   EXPECT_EQ(text, whole);                 // greedy by default: the same text both ways
+  // logprobs' text_offset indexes the whole text, after the prompt (break39 D1: it started at 0,
+  // and each streamed chunk said [0]).
+  auto lp = call(s.port, "POST", "/v1/completions",
+                 R"({"prompt": "Once upon", "echo": true, "max_tokens": 4, "logprobs": 0})");
+  ASSERT_EQ(lp.status, 200) << lp.body;
+  const json::value answer = body_json(lp);
+  const auto& offsets = answer.at("choices").at(0).at("logprobs").at("text_offset").as_array();
+  ASSERT_EQ(offsets.size(), 4u);
+  EXPECT_EQ(offsets.at(0).as_int64(), 9);
+  auto lps = call(
+      s.port, "POST", "/v1/completions",
+      R"({"prompt": "Once upon", "echo": true, "max_tokens": 4, "logprobs": 0, "stream": true})");
+  std::vector<std::int64_t> starts;
+  for (const auto& e : sse_data(lps.body)) {
+    if (e == "[DONE]") continue;
+    const json::value event = json::parse(e);
+    const auto& l = event.at("choices").at(0).at("logprobs");
+    if (l.is_object()) starts.push_back(l.at("text_offset").at(0).as_int64());
+  }
+  ASSERT_EQ(starts.size(), 4u) << lps.body;
+  EXPECT_EQ(starts.front(), 9);
+  EXPECT_TRUE(std::is_sorted(starts.begin(), starts.end())) << lps.body;
+  EXPECT_LT(starts.front(), starts.back());
 }
 
 }  // namespace

@@ -190,6 +190,9 @@ struct Choice {
   std::vector<ToolCall> tool_calls;  // chat only
   std::string finish_reason;         // stop | length | tool_calls | ... ; "" in a mid-stream chunk
   std::optional<std::vector<TokenLogprobs>> logprobs;
+  // Completions: where `text` starts in the choice's whole text (an echoed prompt before it, a
+  // stream's earlier chunks), the base of logprobs.text_offset. Written, not read.
+  std::size_t text_offset = 0;
   bool operator==(const Choice&) const = default;
 };
 
