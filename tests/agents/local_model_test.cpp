@@ -186,18 +186,18 @@ TEST(LocalModelTrace, APreemptedChatSaysSoOnItsSpan) {
     spans.push_back(tracer.start_span("chat local", nullptr, trace::SpanKind::client));
   asio::io_context io;
   int ok = 0;
-  for (int i = 0; i < kChats; ++i) {
-    auto one = [&, i]() -> asio::awaitable<void> {
-      ChatParams params;
-      params.max_tokens = 96;
-      params.span = &spans[static_cast<std::size_t>(i)];
-      std::vector<Message> msgs{Message::user("Tell story " + std::to_string(i))};
-      auto op = (*m)->async_chat(std::move(msgs), {}, params);
-      auto r = co_await std::move(op);
-      if (r) ++ok;
-    };
-    asio::co_spawn(io, one(), asio::detached);
-  }
+  // One lambda for all the chats, alive until io.run() returns (a coroutine lambda's captures
+  // live in the lambda, not in the frame); the chat's number is a parameter, copied.
+  auto one = [&](int i) -> asio::awaitable<void> {
+    ChatParams params;
+    params.max_tokens = 96;
+    params.span = &spans[static_cast<std::size_t>(i)];
+    std::vector<Message> msgs{Message::user("Tell story " + std::to_string(i))};
+    auto op = (*m)->async_chat(std::move(msgs), {}, params);
+    auto r = co_await std::move(op);
+    if (r) ++ok;
+  };
+  for (int i = 0; i < kChats; ++i) asio::co_spawn(io, one(i), asio::detached);
   io.run();
   EXPECT_EQ(ok, kChats);
   for (auto& s : spans) s.end();
