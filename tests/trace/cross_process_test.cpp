@@ -497,6 +497,8 @@ TEST(CrossProcess, WeirMcpTracesEachCallUnderTheClientsSpan) {
       << R"({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "greet", "arguments": {"who": "w"}, "_meta": {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}}})"
       << "\n"
       << R"({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "calculator", "arguments": {"expression": "1/"}}})"
+      << "\n"
+      << R"({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "calculator", "arguments": {"expression": "2+2"}, "_meta": {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"}}})"
       << "\n";
   const std::string workflows = std::string(WEIR_SOURCE_DIR) + "/tests/mcp/workflows";
   auto r = testing::run_weir("mcp --tools calculator --workflows " + workflows + " --trace " +
@@ -527,6 +529,13 @@ TEST(CrossProcess, WeirMcpTracesEachCallUnderTheClientsSpan) {
   EXPECT_FALSE(failed->span.parent_span_id.valid());  // no traceparent: a trace of its own
   EXPECT_NE(failed->span.trace_id.hex(), "4bf92f3577b34da6a3ce929d0e0e4736");
   EXPECT_EQ(failed->span.status, trace::StatusCode::error);
+  // An unsampled caller (-00): nothing of that call is recorded, the tool's span included.
+  int calculator_tools = 0;
+  for (const auto& rs : *spans) {
+    EXPECT_NE(rs.span.trace_id.hex(), "0af7651916cd43dd8448eb211c80319c") << rs.span.name;
+    if (rs.span.name == "execute_tool calculator") ++calculator_tools;
+  }
+  EXPECT_EQ(calculator_tools, 1) << text;
   fs::remove_all(dir);
 }
 

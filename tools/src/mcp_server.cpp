@@ -162,7 +162,9 @@ struct McpServer::Impl {
                                       "request id " + rpc::id_text(m.id) + " is already in use");
     }
     trace::Span span = call_span(tool, m, params, session, parent);
-    const trace::Context ctx{opt.tracer, span.context()};
+    // Not recording (no tracer, or a caller's unsampled traceparent): nothing under it either.
+    const trace::Context ctx =
+        span.recording() ? trace::Context{opt.tracer, span.context()} : trace::Context{};
     auto op = asio::co_spawn(pool, run(tool, std::move(args), k, ctx), asio::use_awaitable);
     Outcome o = co_await std::move(op);
     if (o.cancelled) {
