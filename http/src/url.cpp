@@ -2,6 +2,7 @@
 // Asio, so that the configuration readers and their fuzzers can check them where they are read.
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 
 #include "weir/http/client.hpp"
 #include "weir/runtime/text.hpp"
@@ -22,10 +23,11 @@ Result<Url> parse_url(std::string_view s) {
   // No control character anywhere (ESC, DEL, BEL...): a URL from a file or a flag is shown in
   // messages and sent in a request line.
   for (const char c : s)
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
-      return bad("it holds a control character (byte 0x" +
-                 std::string(1, "0123456789abcdef"[static_cast<unsigned char>(c) >> 4]) +
-                 std::string(1, "0123456789abcdef"[c & 0xf]) + ")");
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+      char byte[8];
+      std::snprintf(byte, sizeof byte, "0x%02x", static_cast<unsigned char>(c));
+      return bad("it holds a control character (byte " + std::string(byte) + ")");
+    }
   if (s.starts_with("http://")) {
     s.remove_prefix(7);
   } else if (s.starts_with("https://")) {

@@ -204,7 +204,7 @@ std::optional<std::int64_t> JsonFields::int_at(const json::object& o, std::strin
 std::optional<std::int64_t> JsonFields::ms_at(const json::object& o, std::string_view key,
                                               std::string_view ptr, std::int64_t min) {
   const json::value* v = o.if_contains(key);
-  if (v && v->is_number() && !(v->is_double()) &&
+  if (v && (v->is_int64() || v->is_uint64()) &&
       (v->is_uint64() ? v->as_uint64() > static_cast<std::uint64_t>(kMaxMilliseconds)
                       : v->as_int64() > kMaxMilliseconds)) {
     error(json_pointer_append(ptr, key), "must be at most " + std::to_string(kMaxMilliseconds) +
