@@ -39,10 +39,16 @@ std::optional<std::string> db_of(Flags& f) {
 }
 
 // The queue's service as a client: no worker of its own (max_runs 0).
-Result<std::unique_ptr<cluster::RunService>> open_queue(const std::string& db) {
+// `weir submit`'s default bound on queued runs: a queue in PostgreSQL holds runs on disk, and an
+// operator queues batches (serve's HTTP clients keep its smaller --max-queued-runs default).
+constexpr std::size_t kSubmitMaxQueuedRuns = 100'000;
+
+Result<std::unique_ptr<cluster::RunService>> open_queue(
+    const std::string& db, std::size_t max_queued_runs = kSubmitMaxQueuedRuns) {
   cluster::RunServiceOptions o;
   o.db = db;
   o.max_runs = 0;
+  o.max_queued_runs = max_queued_runs;
   return cluster::RunService::open(std::move(o));
 }
 
@@ -98,7 +104,9 @@ extern "C" void on_stop_signal(int) {
 }  // namespace
 
 int cmd_submit(Args args) {
-  Flags f("submit", {"--input", "--db", "--thread", "--max-attempts", "--otlp-endpoint", "--trace"},
+  Flags f("submit",
+          {"--input", "--db", "--thread", "--max-attempts", "--max-queued-runs", "--otlp-endpoint",
+           "--trace"},
           {"--trace-content"});
   if (!f.parse(args)) return kExitInvalidInput;
   if (f.positional().size() != 1) return f.fail("give one workflow file"), kExitInvalidInput;
@@ -113,6 +121,9 @@ int cmd_submit(Args args) {
   req.input_source = "--input";
   req.max_attempts = cluster::kDefaultMaxAttempts;
   if (!f.integer("--max-attempts", req.max_attempts, 1, 1000)) return kExitInvalidInput;
+  std::size_t max_queued = kSubmitMaxQueuedRuns;
+  if (!f.integer("--max-queued-runs", max_queued, std::size_t{1}, std::size_t{10'000'000}))
+    return kExitInvalidInput;
   auto db = db_of(f);
   if (!db) return kExitInvalidInput;
   if (auto in = f.get("--input")) {
@@ -137,7 +148,7 @@ int cmd_submit(Args args) {
   if (f.has("--thread") && req.thread_id.empty())
     return f.fail("--thread is empty (leave it out and the run's id names its thread)"),
            kExitInvalidInput;
-  auto queue = open_queue(*db);
+  auto queue = open_queue(*db, max_queued);
   if (!queue) return store_failed("submit", queue.error());
   // The run's trace: this submit's span when traced (else the service starts a trace of the
   // run's own), so every worker that takes the run (after a crash, another) continues one trace.

@@ -87,7 +87,8 @@ constexpr Command kCommands[] = {
      cmd_store},
     {"submit", "queue a workflow run in PostgreSQL for weir worker; prints the run id",
      "usage: weir submit FILE --db URL [--input JSON | --input @file.json] [--thread ID]\n"
-     "                   [--max-attempts N] [--trace FILE] [--otlp-endpoint URL]\n\n"
+     "                   [--max-attempts N] [--max-queued-runs N] [--trace FILE]\n"
+     "                   [--otlp-endpoint URL]\n\n"
      "Validates the workflow file and its input, then queues one run of it in the database's\n"
      "run queue (table weir_runs) and prints the run's id on stdout. The run carries the\n"
      "file's text and SHA-256, so any worker can run it (paths inside the file, such as\n"
@@ -95,8 +96,10 @@ constexpr Command kCommands[] = {
      "Its checkpoints go to thread --thread (default: the run id) in the same database. A run\n"
      "whose worker dies is taken over by another once its lease lapses and continues from its\n"
      "last checkpoint; after --max-attempts claims (default 3) it fails with\n"
-     "attempts_exhausted. --db is a postgres:// or postgresql:// URI (or libpq key=value\n"
-     "pairs), else $WEIR_DB; passwords may come from PGPASSWORD or ~/.pgpass. See\n"
+     "attempts_exhausted. When --max-queued-runs runs (default 100000) wait in the queue\n"
+     "already, the submit is refused (exit 3) and nothing is queued. --db is a postgres:// or\n"
+     "postgresql:// URI (or libpq key=value pairs), else $WEIR_DB; passwords may come from\n"
+     "PGPASSWORD or ~/.pgpass. See\n"
      "docs/scale-out.md. The run record keeps a W3C traceparent (this submit's span when\n"
      "traced, else a fresh trace): every worker attempt's spans continue that one trace.\n\n"
      "example:\n  weir submit samples/workflows/map_reduce.json --db postgres://weir@db/weir\n",

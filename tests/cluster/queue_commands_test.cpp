@@ -164,6 +164,37 @@ TEST(QueueCommands, RunsPagesPastAThousandWithACursor) {
   EXPECT_EQ(o.at("data").as_array()[0].at("object"), "run");
 }
 
+// `weir submit` queues past serve's 256 (CI's scale-out benchmark queues 300 before its workers
+// start; the bound serve's HTTP clients meet refused it), and --max-queued-runs bounds it: the
+// submit past it exits 3, says why and queues nothing.
+TEST(QueueCommands, SubmitQueuesPastServesBoundAndMaxQueuedRunsRefuses) {
+  const std::string db = weir::testing::fresh_database_uri();
+  ASSERT_NE(db, "");
+  auto q = weir::cluster::RunQueue::open(db);
+  ASSERT_TRUE(q) << q.error().message;
+  weir::cluster::SubmitRequest req;
+  req.workflow = "{}";
+  req.workflow_file = "/x.json";
+  req.workflow_name = "x";
+  for (int i = 0; i < 300; ++i) ASSERT_TRUE((*q)->submit(req));
+  const auto wf = loop_workflow("bounded", 1, 1);
+  submit(db, wf);
+  auto full = run_weir("submit " + wf.string() + " --db '" + db + "' --max-queued-runs 301");
+  EXPECT_EQ(full.code, 3) << full.err;
+  EXPECT_EQ(full.out, "");
+  EXPECT_NE(full.err.find("the run queue is full (301 runs queued in postgres '"),
+            std::string::npos)
+      << full.err;
+  EXPECT_NE(full.err.find("; --max-queued-runs=301)"), std::string::npos) << full.err;
+  auto n = (*q)->count(weir::cluster::RunState::queued);
+  ASSERT_TRUE(n);
+  EXPECT_EQ(*n, 301u);
+  auto zero = run_weir("submit " + wf.string() + " --db '" + db + "' --max-queued-runs 0");
+  EXPECT_EQ(zero.code, 1);
+  EXPECT_NE(zero.err.find("--max-queued-runs"), std::string::npos) << zero.err;
+  fs::remove(wf);
+}
+
 // Age-based retention skips a thread that a queued run of the queue will continue (it deleted
 // its history: the run then started over on an empty thread).
 TEST(QueueCommands, StorePruneSkipsAThreadAQueuedRunWillUse) {
