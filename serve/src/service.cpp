@@ -414,7 +414,7 @@ awaitable<void> Service::Impl::mcp(http::Exchange& ex, http::Response& out,
   }
   auto msg = rpc::parse(rq.body);
   if (!msg) {
-    out = mcp_error(400, rpc::kParseError, msg.error().message);
+    out = json_response(400, rpc::refusal(rq.body, msg.error()));
     co_return;
   }
   std::string sid = session;

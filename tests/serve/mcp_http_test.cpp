@@ -189,6 +189,21 @@ TEST_F(McpFixture, RefusesWhatTheTransportForbids) {
   Reply junk = call(port, "POST", "/mcp", "{not json");
   EXPECT_EQ(junk.status, 400);
   EXPECT_EQ(json::parse(junk.body).at("error").at("code"), -32700);
+  EXPECT_EQ(json::parse(junk.body).at("id"), nullptr);
+
+  // JSON that is no valid request: -32600 with the request's own id, so that the client can
+  // match the answer (it was -32700, a parse error, with a null id).
+  Reply invalid =
+      call(port, "POST", "/mcp", R"({"jsonrpc":"2.0","id":8,"method":"tools/call","params":"x"})");
+  EXPECT_EQ(invalid.status, 400);
+  auto iv = json::parse(invalid.body);
+  EXPECT_EQ(iv.at("id"), 8);
+  EXPECT_EQ(iv.at("error").at("code"), -32600);
+  EXPECT_EQ(iv.at("error").at("message"),
+            "not a JSON-RPC 2.0 message: \"params\" must be an object or an array");
+  Reply old = call(port, "POST", "/mcp", R"({"jsonrpc":"1.0","id":"a","method":"ping"})");
+  EXPECT_EQ(json::parse(old.body).at("id"), "a");
+  EXPECT_EQ(json::parse(old.body).at("error").at("code"), -32600);
 
   // A web page elsewhere must not reach a loopback server's tools; this machine's may.
   Reply evil = call(port, "POST", "/mcp", rpc(1, "ping"), "Origin: http://evil.example\r\n");

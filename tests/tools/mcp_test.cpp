@@ -110,6 +110,36 @@ TEST(JsonRpc, RefusesWhatTheSpecForbids) {
   EXPECT_EQ(show_err(std::string(100, '[') + std::string(100, ']')), "not JSON: too deep");
 }
 
+// What a server answers a line parse() refused: a parse error with a null id for what is not
+// JSON; an invalid request with the line's own id when it has a usable one (JSON-RPC 2.0 5.1).
+TEST(JsonRpc, RefusalKeepsTheIdOfAnInvalidRequest) {
+  namespace rpc = jsonrpc;
+  auto answer = [](std::string_view line) {
+    auto m = rpc::parse(line);
+    EXPECT_FALSE(m) << line;
+    return m ? std::string() : rpc::refusal(line, m.error());
+  };
+  EXPECT_EQ(
+      answer("{oops"),
+      R"({"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"not JSON: syntax error"}})");
+  EXPECT_EQ(answer(R"({"jsonrpc":"2.0","id":7,"method":"tools/call","params":null})"),
+            R"({"jsonrpc":"2.0","id":7,"error":{"code":-32600,"message":"not a JSON-RPC 2.0 )"
+            R"(message: \"params\" must be an object or an array"}})");
+  EXPECT_EQ(answer(R"({"jsonrpc":"2.0","id":"x","method":5})"),
+            R"({"jsonrpc":"2.0","id":"x","error":{"code":-32600,"message":"not a JSON-RPC 2.0 )"
+            R"(message: \"method\" must be a string"}})");
+  EXPECT_EQ(answer(R"({"id":11,"method":"ping"})"),
+            R"({"jsonrpc":"2.0","id":11,"error":{"code":-32600,"message":"not a JSON-RPC 2.0 )"
+            R"(message: \"jsonrpc\": \"2.0\" is missing"}})");
+  // An id that is no id (a float, an object) is not echoed: null.
+  EXPECT_EQ(answer(R"({"jsonrpc":"2.0","id":1.5,"method":"ping"})"),
+            R"({"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"not a JSON-RPC 2.0 )"
+            R"(message: a request's \"id\" must be a string or an integer"}})");
+  EXPECT_EQ(answer(R"([{"jsonrpc":"2.0","id":1,"method":"ping"}])"),
+            R"({"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"not a JSON-RPC 2.0 )"
+            R"(message: a batch (array) is not supported by MCP"}})");
+}
+
 // --- the fake server ----------------------------------------------------------------------
 
 TEST(McpClient, ConnectsListsEveryPageAndCallsTools) {

@@ -105,6 +105,18 @@ std::string error_response(const json::value& id, std::int64_t code, std::string
                    {"error", json::object{{"code", code}, {"message", message}}}});
 }
 
+std::string refusal(std::string_view line, const Error& why, std::size_t max_depth) {
+  json::parse_options opt;
+  opt.max_depth = max_depth;
+  boost::system::error_code ec;
+  json::value v = json::parse(line, ec, {}, opt);
+  if (ec) return error_response(nullptr, kParseError, why.message);
+  json::value id;
+  if (const auto* o = v.if_object())
+    if (const auto* i = o->if_contains("id"); i && valid_id(*i)) id = *i;
+  return error_response(id, kInvalidRequest, why.message);
+}
+
 std::string id_text(const json::value& id) {
   return json::serialize(id);
 }

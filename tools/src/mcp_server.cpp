@@ -225,7 +225,7 @@ asio::awaitable<std::optional<std::string>> McpServer::handle(std::string messag
                                                               std::string session,
                                                               const trace::SpanContext* parent) {
   auto m = rpc::parse(message);
-  if (!m) co_return rpc::error_response(nullptr, rpc::kParseError, m.error().message);
+  if (!m) co_return rpc::refusal(message, m.error());
   if (m->kind == rpc::Kind::notification) {
     if (m->method == "notifications/cancelled") impl_->cancel(session, m->params);
     co_return std::nullopt;  // initialized and unknown notifications need nothing

@@ -52,6 +52,11 @@ std::string response(const boost::json::value& id, const boost::json::value& res
 std::string error_response(const boost::json::value& id, std::int64_t code,
                            std::string_view message);
 
+// The error response to a line that parse() refused with `why`: -32700 (parse error) with a null
+// id when the line is not JSON; else -32600 (invalid request) with the line's own "id" when that
+// is a string or an integer, so that the client can match the answer, and null otherwise.
+std::string refusal(std::string_view line, const Error& why, std::size_t max_depth = 64);
+
 // The id as people read it: 7, "abc".
 std::string id_text(const boost::json::value& id);
 
