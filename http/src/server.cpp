@@ -17,6 +17,7 @@
 #include <boost/json/value.hpp>
 
 #include "weir/runtime/log.hpp"
+#include "weir/runtime/text.hpp"
 
 namespace weir::http {
 
@@ -258,6 +259,26 @@ static std::optional<std::string> header_refusal(const Request& req, unsigned ve
   return std::nullopt;
 }
 
+// RFC 9112 3.2.2: a server accepts a request target in absolute form ("GET http://host:port/path",
+// as clients send to a proxy) and takes its authority as the request's Host, ignoring the Host
+// header. Turns req.target into origin form and sets the host header; false when the target is
+// not in absolute form (an origin-form target, or an unknown scheme: served as a path, 404).
+static bool take_absolute_form(Request& req) {
+  const auto sep = req.target.find("://");
+  if (req.target.empty() || req.target[0] == '/' || sep == std::string::npos) return false;
+  const std::string_view scheme(req.target.data(), sep);
+  if (!iequals(scheme, "http") && !iequals(scheme, "https")) return false;
+  const auto start = sep + 3;
+  const auto end = req.target.find_first_of("/?#", start);
+  std::string authority = req.target.substr(start, end - start);
+  std::string rest = end == std::string::npos ? "/" : req.target.substr(end);
+  if (rest[0] != '/') rest.insert(rest.begin(), '/');
+  req.target = std::move(rest);
+  std::erase_if(req.headers, [](const auto& h) { return h.first == "host"; });
+  req.headers.emplace_back("host", std::move(authority));
+  return true;
+}
+
 asio::awaitable<void> Server::Impl::session(tcp::socket sock) {
   auto self = shared_from_this();
   Conn conn(std::move(sock));
@@ -316,13 +337,14 @@ asio::awaitable<void> Server::Impl::session(tcp::socket sock) {
     Request req;
     req.method = std::string(breq.method_string());
     req.target = std::string(breq.target());
-    req.path = req.target.substr(0, req.target.find('?'));
     req.headers = std::move(headers);
     req.body = std::move(breq.body());
     if (auto why = header_refusal(req, breq.version())) {
       co_await reply_and_close(conn, 400, std::move(*why), breq.version());
       break;
     }
+    take_absolute_form(req);
+    req.path = req.target.substr(0, req.target.find_first_of("?#"));
     ExchangeImpl ex(*this, conn, std::move(req), breq.keep_alive(), breq.version());
     if (auto early = browser_gate(ex.request())) {
       (void)co_await ex.async_respond(std::move(*early));

@@ -101,6 +101,31 @@ TEST(ServeBrowser, HeadersThatDecideWhoIsCallingComeOnce) {
   EXPECT_EQ(call(s.port, "POST", "/v1/chat/completions", kChat).status, 200);
 }
 
+// RFC 9112 3.2.2: a request target in absolute form (as sent to a proxy) is served, and its
+// authority is the request's Host (it was a 404; break39 A5). So a Host header that names this
+// machine does not let a target naming another site through.
+TEST(ServeBrowser, AnAbsoluteFormTargetIsServedWithItsAuthorityAsHost) {
+  auto s = start(tiny_config("b8"));
+  const std::string here = "127.0.0.1:" + std::to_string(s.port);
+  Conn c(s.port);
+  ASSERT_TRUE(
+      c.send_all("GET http://" + here + "/v1/models HTTP/1.1\r\nHost: " + here + "\r\n\r\n"));
+  Reply models = c.read_reply();
+  EXPECT_EQ(models.status, 200) << models.body;
+  EXPECT_EQ(body_json(models).at("object"), "list");
+  Conn q(s.port);
+  ASSERT_TRUE(q.send_all("GET HTTP://localhost?x=1 HTTP/1.1\r\nHost: " + here + "\r\n\r\n"));
+  Reply root = q.read_reply();
+  EXPECT_EQ(root.status, 404) << root.body;  // "/?x=1": served as the root, which has no route
+  EXPECT_EQ(error_message(root).substr(0, 18), "no route GET / (ro");
+  Conn evil(s.port);
+  ASSERT_TRUE(
+      evil.send_all("GET http://evil.example/v1/models HTTP/1.1\r\nHost: " + here + "\r\n\r\n"));
+  Reply e = evil.read_reply();
+  EXPECT_EQ(e.status, 403) << e.body;
+  EXPECT_EQ(error_message(e).substr(0, 42), "Host 'evil.example' is not this machine: t");
+}
+
 TEST(ServeBrowser, EveryRouteRefusesAnotherSite) {
   auto s = start(with_runs("b2"));
   struct Route {
