@@ -76,6 +76,7 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
   asio::awaitable<void> session(tcp::socket sock);
   std::optional<Response> browser_gate(const Request& req) const;
   asio::awaitable<void> reply_and_close(Conn& c, int status, std::string message, unsigned version);
+  asio::awaitable<void> drain(Conn& c);
 };
 
 // One request on a connection.
@@ -227,8 +228,13 @@ asio::awaitable<void> Server::Impl::reply_and_close(Conn& c, int status, std::st
   c.stream.expires_after(cfg.write_timeout);
   auto [ec, n] = co_await bhttp::async_write(c.stream, res, asio::as_tuple(use_awaitable));
   if (ec) co_return;
-  // Let the client finish sending what it was sending (a body over the limit), so that closing
-  // does not reset the connection before it has read the answer: bounded in time and bytes.
+  co_await drain(c);
+}
+
+// Lets the client finish sending what it was sending (a body over the limit, or one the server
+// did not read), so that closing does not reset the connection before it has read the answer:
+// bounded in time and bytes.
+asio::awaitable<void> Server::Impl::drain(Conn& c) {
   boost::system::error_code ig;
   c.stream.socket().shutdown(tcp::socket::shutdown_send, ig);
   c.stream.expires_after(std::chrono::seconds(2));
@@ -299,17 +305,41 @@ asio::awaitable<void> Server::Impl::session(tcp::socket sock) {
     // 'Authorization' was taken as the request's).
     auto [ec, n] = co_await bhttp::async_read_header(conn.stream, conn.buf, parser,
                                                      asio::as_tuple(use_awaitable));
-    Headers headers;
+    Request req;
+    std::optional<Response> early;
     if (!ec) {
       for (const auto& f : parser.get()) {
         std::string name(f.name_string());
         std::transform(name.begin(), name.end(), name.begin(),
                        [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
-        headers.emplace_back(std::move(name), std::string(f.value()));
+        req.headers.emplace_back(std::move(name), std::string(f.value()));
       }
-      auto [body_ec, body_n] =
-          co_await bhttp::async_read(conn.stream, conn.buf, parser, asio::as_tuple(use_awaitable));
-      ec = body_ec;
+      const auto& head = parser.get();
+      req.method = std::string(head.method_string());
+      req.target = std::string(head.target());
+      if (auto why = header_refusal(req, head.version())) {
+        co_await reply_and_close(conn, 400, std::move(*why), head.version());
+        break;
+      }
+      take_absolute_form(req);
+      req.path = req.target.substr(0, req.target.find_first_of("?#"));
+      // Refused on its head (the browser rules, a missing API key): a request with a body is
+      // answered without reading it, and the connection closes, so that a caller the server
+      // refuses cannot make it read one; a bodiless one (a CORS preflight) keeps the connection.
+      early = browser_gate(req);
+      if (!early && cfg.before_body) early = cfg.before_body(req);
+      if (early && !parser.is_done()) {
+        conn.stream.expires_never();
+        ExchangeImpl ex(*this, conn, std::move(req), false, head.version());
+        (void)co_await ex.async_respond(std::move(*early));
+        co_await drain(conn);
+        break;
+      }
+      if (!parser.is_done()) {
+        auto [body_ec, body_n] = co_await bhttp::async_read(conn.stream, conn.buf, parser,
+                                                            asio::as_tuple(use_awaitable));
+        ec = body_ec;
+      }
     }
     conn.stream.expires_never();
     if (ec) {
@@ -334,19 +364,9 @@ asio::awaitable<void> Server::Impl::session(tcp::socket sock) {
       break;  // end of stream, timeout, reset, shutdown
     }
     auto& breq = parser.get();
-    Request req;
-    req.method = std::string(breq.method_string());
-    req.target = std::string(breq.target());
-    req.headers = std::move(headers);
     req.body = std::move(breq.body());
-    if (auto why = header_refusal(req, breq.version())) {
-      co_await reply_and_close(conn, 400, std::move(*why), breq.version());
-      break;
-    }
-    take_absolute_form(req);
-    req.path = req.target.substr(0, req.target.find_first_of("?#"));
     ExchangeImpl ex(*this, conn, std::move(req), breq.keep_alive(), breq.version());
-    if (auto early = browser_gate(ex.request())) {
+    if (early) {
       (void)co_await ex.async_respond(std::move(*early));
     } else {
       conn.in_request = true;

@@ -219,34 +219,34 @@ std::optional<std::string> unsupported_body(const http::Request& rq) {
          "' is not accepted: send the body as JSON with 'Content-Type: application/json'";
 }
 
+// The API key, checked on the request's head before its body is read (http::ServerConfig::
+// before_body): a caller without the key cannot make the server read a body. Probes carry no
+// secrets: GET /health answers without the key (it says ok, loading or shutting_down).
+std::optional<http::Response> api_key_refusal(const std::optional<std::string>& key,
+                                              const http::Request& rq) {
+  if (!key || (rq.path == "/health" && rq.method == "GET")) return std::nullopt;
+  auto auth = rq.header("authorization").value_or("");
+  // The scheme's name is case-insensitive (RFC 9110 11.1): "bearer KEY" is the same.
+  constexpr std::string_view kBearer = "bearer ";
+  const bool bearer =
+      auth.size() > kBearer.size() && iequals(auth.substr(0, kBearer.size()), kBearer);
+  if (bearer && constant_time_equal(auth.substr(kBearer.size()), *key)) return std::nullopt;
+  auto out = error_response({401,
+                             auth.empty() ? "missing API key: send the header 'Authorization: "
+                                            "Bearer <key>' (the key in the server's --api-key-env)"
+                                          : "invalid API key: send 'Authorization: Bearer <key>' "
+                                            "with the key in the server's --api-key-env",
+                             "", "invalid_api_key"});
+  out.headers.emplace_back("WWW-Authenticate", "Bearer");
+  return out;
+}
+
 }  // namespace
 
 awaitable<void> Service::Impl::handle(http::Exchange& ex) {
   http::Response out;
   bool streamed = false;
   const auto& rq = ex.request();
-  // Probes carry no secrets: GET /health answers without the key (it says ok, loading or
-  // shutting_down, nothing else).
-  const bool probe = rq.path == "/health" && rq.method == "GET";
-  if (cfg.api_key && !probe) {
-    auto auth = rq.header("authorization").value_or("");
-    // The scheme's name is case-insensitive (RFC 9110 11.1): "bearer KEY" is the same.
-    constexpr std::string_view kBearer = "bearer ";
-    const bool bearer =
-        auth.size() > kBearer.size() && iequals(auth.substr(0, kBearer.size()), kBearer);
-    bool ok = bearer && constant_time_equal(auth.substr(kBearer.size()), *cfg.api_key);
-    if (!ok) {
-      out = error_response({401,
-                            auth.empty() ? "missing API key: send the header 'Authorization: "
-                                           "Bearer <key>' (the key in the server's --api-key-env)"
-                                         : "invalid API key: send 'Authorization: Bearer <key>' "
-                                           "with the key in the server's --api-key-env",
-                            "", "invalid_api_key"});
-      out.headers.emplace_back("WWW-Authenticate", "Bearer");
-      (void)co_await ex.async_respond(std::move(out));
-      co_return;
-    }
-  }
   if (rq.method != "GET" && rq.method != "HEAD") {
     if (auto why = unsupported_body(rq)) {
       out = error_response({415, std::move(*why), "", "unsupported_media_type"});
@@ -596,6 +596,7 @@ Result<std::unique_ptr<Service>> Service::start(ServeConfig config) {
   hc.browser.allowed_origins = *http::BrowserPolicy::normalize_origins(s->cfg.allowed_origins);
   hc.browser.allowed_hosts = *http::BrowserPolicy::normalize_hosts(s->cfg.allowed_hosts);
   hc.on_response = [s](int status) { s->count_response(status); };
+  hc.before_body = [s](const http::Request& head) { return api_key_refusal(s->cfg.api_key, head); };
   auto server = http::Server::create(
       s->io, hc, [s](http::Exchange& ex) { return s->handle(ex); },
       [](int status, std::string_view msg) {

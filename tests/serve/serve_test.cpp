@@ -274,6 +274,24 @@ TEST(Serve, ApiKeyIsRequiredWhenSet) {
   EXPECT_EQ(call(s.port, "GET", "/v1/models", {}, "Authorization: BEARER s3cret\r\n").status, 200);
   EXPECT_EQ(call(s.port, "GET", "/v1/models", {}, "Authorization: Bearer S3CRET\r\n").status, 401);
   EXPECT_EQ(call(s.port, "GET", "/v1/models", {}, "Authorization: Bearers3cret\r\n").status, 401);
+  // The key is checked on the request's head: a caller without it is answered before its body
+  // arrives and the connection closes (the server read the whole body first; break39 A3).
+  for (const std::string framing : {"Content-Length: 1000000", "Transfer-Encoding: chunked"}) {
+    Conn early(s.port);
+    ASSERT_TRUE(
+        early.send_all("POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                       "Content-Type: application/json\r\n" +
+                       framing + "\r\n\r\n"));
+    Reply r = early.read_reply();  // nothing of the body sent
+    EXPECT_EQ(r.status, 401) << framing;
+    EXPECT_EQ(r.header("www-authenticate"), "Bearer");
+    EXPECT_EQ(r.header("connection"), "close");
+    EXPECT_EQ(body_json(r).at("error").at("code"), "invalid_api_key");
+  }
+  // A body after the key is read and served as before.
+  auto with_body = call(s.port, "POST", "/v1/completions", R"({"prompt": "x", "max_tokens": 1})",
+                        "Authorization: Bearer s3cret\r\n");
+  EXPECT_EQ(with_body.status, 200) << with_body.body;
 }
 
 TEST(Serve, NonLoopbackWithoutKeyIsRefused) {

@@ -97,6 +97,11 @@ struct ServerConfig {
   std::chrono::milliseconds idle_timeout{60'000};   // between requests, and reading one
   std::chrono::milliseconds write_timeout{30'000};  // one write (a stalled reader fails it)
   BrowserPolicy browser;                            // Host/Origin rules and CORS (browser.hpp)
+  // Called on the io thread with each request's head (method, target, path, headers; the body
+  // not read yet). A response refuses the request: it is sent without the body being read, and
+  // the connection closes. For checks that need no body, such as an API key, so that a caller
+  // without the key cannot make the server read one. Optional.
+  std::function<std::optional<Response>(const Request& head)> before_body;
   // Called on the io thread with the status of every response the server starts to write: the
   // handlers' and its own (400 on a malformed request, 403 from the browser rules, 204 to a
   // CORS preflight, 413, 431, 503 at the connection cap). Optional.
