@@ -34,6 +34,15 @@ struct Names {
 // time in proportion to its errors times its size.
 constexpr std::size_t kMaxDiagnostics = 100;
 
+// Upper bounds of the counts a file sets: the runtime holds several in 32 bits, and a bound met
+// here is a diagnostic instead of a value cut to something else.
+constexpr std::int64_t kMaxRecursionLimit = 1'000'000;
+constexpr std::int64_t kMaxConcurrency = 10'000;
+constexpr std::int64_t kMaxConcurrentRuns = 100'000;
+constexpr std::int64_t kMaxQueuedRuns = 10'000'000;
+constexpr std::int64_t kMaxAttempts = 1'000;
+constexpr std::int64_t kMaxTokens = 1'000'000;
+
 class Loader {
  public:
   Loader(std::string_view text, fs::path file, const WorkflowChecks& checks, int depth,
@@ -123,8 +132,9 @@ class Loader {
     return fields_.string_at(o, key, ptr, required);
   }
   std::optional<std::int64_t> int_at(const json::object& o, std::string_view key,
-                                     std::string_view ptr, std::int64_t min) {
-    return fields_.int_at(o, key, ptr, min);
+                                     std::string_view ptr, std::int64_t min,
+                                     std::int64_t max = INT64_MAX) {
+    return fields_.int_at(o, key, ptr, min, max);
   }
   std::optional<std::int64_t> ms_at(const json::object& o, std::string_view key,
                                     std::string_view ptr, std::int64_t min) {
@@ -284,14 +294,14 @@ class Loader {
         o, ptr,
         {"recursion_limit", "max_concurrency", "deadline_ms", "inline_limit", "max_state_bytes",
          "token_budget", "max_concurrent_runs", "max_queued_runs", "max_thread_steps", "memory"});
-    l.recursion_limit = int_at(o, "recursion_limit", ptr, 1);
-    l.max_concurrency = int_at(o, "max_concurrency", ptr, 1);
+    l.recursion_limit = int_at(o, "recursion_limit", ptr, 1, kMaxRecursionLimit);
+    l.max_concurrency = int_at(o, "max_concurrency", ptr, 1, kMaxConcurrency);
     l.deadline_ms = ms_at(o, "deadline_ms", ptr, 1);
     l.inline_limit = int_at(o, "inline_limit", ptr, 64);
     l.max_state_bytes = bytes_at(o, "max_state_bytes", ptr);
     l.token_budget = int_at(o, "token_budget", ptr, 1);
-    l.max_concurrent_runs = int_at(o, "max_concurrent_runs", ptr, 1);
-    l.max_queued_runs = int_at(o, "max_queued_runs", ptr, 0);
+    l.max_concurrent_runs = int_at(o, "max_concurrent_runs", ptr, 1, kMaxConcurrentRuns);
+    l.max_queued_runs = int_at(o, "max_queued_runs", ptr, 0, kMaxQueuedRuns);
     l.max_thread_steps = int_at(o, "max_thread_steps", ptr, 0);
     if (const auto* m = object_at(o, "memory", ptr, false)) {
       std::string mp = ptr + "/memory";
@@ -425,7 +435,7 @@ class Loader {
       if (string_at(no, key, ptr, false)) check_templates(no.at(key), ptr + "/" + key);
     channel_ref(no, "messages", ptr, false);
     channel_ref(no, "output", ptr, false);
-    (void)int_at(no, "max_tokens", ptr, 1);
+    (void)int_at(no, "max_tokens", ptr, 1, kMaxTokens);
     if (!no.contains("prompt") && !no.contains("messages")) {
       error(ptr, "an llm node needs a \"prompt\" or a \"messages\" channel");
     }
@@ -534,7 +544,8 @@ class Loader {
       if (const auto* r = object_at(no, "retry", ptr, false)) {
         check_keys(*r, ptr + "/retry", {"max_attempts", "backoff_ms", "max_backoff_ms"});
         RetrySpec rs;
-        if (auto a = int_at(*r, "max_attempts", ptr + "/retry", 1)) rs.max_attempts = *a;
+        if (auto a = int_at(*r, "max_attempts", ptr + "/retry", 1, kMaxAttempts))
+          rs.max_attempts = *a;
         if (auto b = ms_at(*r, "backoff_ms", ptr + "/retry", 0)) rs.backoff_ms = *b;
         if (auto m = ms_at(*r, "max_backoff_ms", ptr + "/retry", 0)) rs.max_backoff_ms = *m;
         n.retry = rs;

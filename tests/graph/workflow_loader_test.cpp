@@ -110,6 +110,28 @@ TEST_F(WorkflowLoader, StructureErrors) {
   EXPECT_EQ(m[1], "flow.json:1:80: /nodes/c: node 'c' is not reachable from START");
 }
 
+// Counts that the runtime holds in 32 bits are bounded where the file is read: 4294967297 was
+// cut to 1 (a recursion_limit of one superstep, a single attempt) and 3000000000 went negative.
+TEST_F(WorkflowLoader, CountsAreBoundedWhereTheFileIsRead) {
+  auto r = load(R"({"name": "big",
+  "limits": {"recursion_limit": 4294967297, "max_concurrency": 3000000000,
+             "max_concurrent_runs": 1000000000, "max_queued_runs": 100000000000},
+  "nodes": {"a": {"kind": "set", "values": {}, "retry": {"max_attempts": 4294967297}}},
+  "edges": [{"from": "START", "to": "a"}, {"from": "a", "to": "END"}]})");
+  ASSERT_FALSE(r.ok());
+  auto m = messages(r);
+  ASSERT_EQ(m.size(), 5u) << r.report();
+  EXPECT_EQ(m[0],
+            "flow.json:2:33: /limits/recursion_limit: must be at most 1000000, got 4294967297");
+  EXPECT_EQ(m[1], "flow.json:2:64: /limits/max_concurrency: must be at most 10000, got 3000000000");
+  EXPECT_EQ(m[2],
+            "flow.json:3:37: /limits/max_concurrent_runs: must be at most 100000, got 1000000000");
+  EXPECT_EQ(m[3],
+            "flow.json:3:68: /limits/max_queued_runs: must be at most 10000000, got 100000000000");
+  EXPECT_EQ(m[4],
+            "flow.json:4:74: /nodes/a/retry/max_attempts: must be at most 1000, got 4294967297");
+}
+
 TEST_F(WorkflowLoader, SyntaxErrorPointsAtTheByte) {
   auto r = load(
       "{\n  \"name\": \"x\",\n  \"nodes\": {\"a\": {\"kind\": \"router\"}\n  \"edges\": []\n}");
