@@ -249,10 +249,14 @@ asio::awaitable<void> Server::Impl::drain(Conn& c) {
 }
 
 // The header rules Beast leaves to us (RFC 9112 3.2): an HTTP/1.1 request names one Host; the
-// fields the server decides on (who is calling, from which page, in what format) come once, so
-// that no two readers of one request can see two different values. nullopt: none broken.
+// fields a door decides on (who is calling, from which page, in what format, in which MCP
+// session, from which event on) come once, so that no two readers of one request can see two
+// different values. nullopt: none broken.
 static std::optional<std::string> header_refusal(const Request& req, unsigned version) {
-  static constexpr std::string_view kSingle[] = {"host", "origin", "content-type", "authorization"};
+  static constexpr std::string_view kSingle[] = {"host",           "origin",
+                                                 "content-type",   "authorization",
+                                                 "mcp-session-id", "mcp-protocol-version",
+                                                 "last-event-id"};
   for (std::string_view name : kSingle) {
     const auto n = std::count_if(req.headers.begin(), req.headers.end(),
                                  [&](const auto& h) { return h.first == name; });

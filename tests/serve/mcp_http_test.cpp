@@ -170,6 +170,16 @@ TEST_F(McpFixture, InitializeListCallAndEndASession) {
   Reply method = post(sid, rpc(6, "resources/list"));
   EXPECT_EQ(json::parse(method.body).at("error").at("code"), -32601);
 
+  // Two session ids (or protocol versions) in one request: 400, not the first one silently
+  // (break39: a proxy and weir could each pick another).
+  Reply two = post(sid, rpc(8, "ping"), "Mcp-Session-Id: other\r\n");
+  EXPECT_EQ(two.status, 400);
+  EXPECT_EQ(json::parse(two.body).at("error").at("message"),
+            "malformed HTTP request: 2 'mcp-session-id' headers; send it once");
+  Reply versions = post(sid, rpc(9, "ping"),
+                        "MCP-Protocol-Version: 2025-06-18\r\nMCP-Protocol-Version: 2025-03-26\r\n");
+  EXPECT_EQ(versions.status, 400);
+
   // DELETE ends the session; its id is then unknown (404, so the client initializes again).
   Reply del = call(port, "DELETE", "/mcp", "", "Mcp-Session-Id: " + sid + "\r\n");
   EXPECT_EQ(del.status, 200);
