@@ -129,15 +129,25 @@ Result<std::map<std::string, std::shared_ptr<const WorkflowFile>>> load_workflow
   return out;
 }
 
-Status load_folder(const RunServiceOptions& options,
-                   std::map<std::string, std::shared_ptr<const WorkflowFile>>& folder,
-                   std::vector<std::string>& names) {
+Status load_folder(
+    const RunServiceOptions& options,
+    std::map<std::string, std::shared_ptr<const WorkflowFile>>& folder,
+    std::vector<std::string>& names,
+    std::map<std::string, std::shared_ptr<const graph::WorkflowSpec>, std::less<>>& specs) {
   if (options.workflows.empty()) return {};
   auto f = load_workflow_folder(options.workflows);
   if (!f) return std::move(f).error();
   folder = std::move(*f);
-  for (const auto& [n, w] : folder) names.push_back(n);
+  for (const auto& [n, w] : folder) {
+    names.push_back(n);
+    specs[n] = w->spec;
+  }
   return {};
+}
+
+std::shared_ptr<const graph::WorkflowSpec> RunService::workflow(std::string_view name) const {
+  auto it = specs_.find(name);
+  return it == specs_.end() ? nullptr : it->second;
 }
 
 Result<std::shared_ptr<const WorkflowFile>> resolve_request(

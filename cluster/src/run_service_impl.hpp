@@ -29,10 +29,13 @@ struct WorkflowFile {
 Result<std::map<std::string, std::shared_ptr<const WorkflowFile>>> load_workflow_folder(
     const std::filesystem::path& dir);
 
-// options.workflows (when given) loaded into `folder`, its names into `names` (sorted).
-Status load_folder(const RunServiceOptions& options,
-                   std::map<std::string, std::shared_ptr<const WorkflowFile>>& folder,
-                   std::vector<std::string>& names);
+// options.workflows (when given) loaded into `folder`, its names into `names` (sorted), their
+// specs into `specs`.
+Status load_folder(
+    const RunServiceOptions& options,
+    std::map<std::string, std::shared_ptr<const WorkflowFile>>& folder,
+    std::vector<std::string>& names,
+    std::map<std::string, std::shared_ptr<const graph::WorkflowSpec>, std::less<>>& specs);
 
 // The workflow a request names (a name of `folder`, or a file read now), with its input checked
 // against the workflow's "input" list. Errors: see RunService::submit.

@@ -36,7 +36,7 @@ class LocalRuns final : public RunService {
   ~LocalRuns() override { shutdown(); }
 
   Status open() {
-    if (auto s = load_folder(cfg_, folder_, names_); !s) return s;
+    if (auto s = load_folder(cfg_, folder_, names_, specs_); !s) return s;
     auto ex = RunExecutor::open({cfg_.max_runs, cfg_.memory_limit, "runs"});
     if (!ex) return std::move(ex).error();
     executor_ = std::move(*ex);

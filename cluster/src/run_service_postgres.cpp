@@ -29,7 +29,7 @@ class PostgresRuns final : public RunService {
   ~PostgresRuns() override { shutdown(); }
 
   Status open() {
-    if (auto s = load_folder(cfg_, folder_, names_); !s) return s;
+    if (auto s = load_folder(cfg_, folder_, names_, specs_); !s) return s;
     auto q = RunQueue::open(cfg_.db);
     if (!q) return std::move(q).error();
     queue_ = std::move(*q);

@@ -14,6 +14,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/json.hpp>
 
+#include "run_follow.hpp"
 #include "runs_path.hpp"
 #include "weir/graph/checkpointer.hpp"
 #include "weir/graph/ids.hpp"
@@ -34,20 +35,6 @@ using cluster::RunRecord;
 using cluster::RunState;
 
 namespace {
-
-// Runs `f` on the blocking pool and resumes on the caller's executor with its result.
-template <class F>
-awaitable<std::invoke_result_t<F&>> off_thread(asio::thread_pool& pool, F f) {
-  std::optional<std::invoke_result_t<F&>> out;
-  co_await asio::co_spawn(
-      pool,
-      [&]() -> awaitable<void> {
-        out.emplace(f());
-        co_return;
-      },
-      use_awaitable);
-  co_return std::move(*out);
-}
 
 http::Response json_answer(int status, const json::value& v) {
   return {status, "application/json", {}, json::serialize(v)};
@@ -107,49 +94,6 @@ bool only_fields(const json::object& o, std::initializer_list<std::string_view> 
   return true;
 }
 
-// This run's checkpoints on its thread put after the one with id `after` ("": all of them),
-// oldest first. Reads the thread newest first in growing pages until it reaches `after`, another
-// run's checkpoint or the thread's first; `found` says whether `after` was met.
-struct Steps {
-  std::vector<graph::Checkpoint> list;
-  bool found = false;
-};
-Result<Steps> run_steps(const graph::Checkpointer& cp, const RunRecord& run,
-                        const std::string& after) {
-  constexpr std::size_t kMaxSteps = 65536;  // a longer run streams its newest steps only
-  for (std::size_t limit = 16;; limit *= 4) {
-    auto page = cp.list(run.thread_id, limit);
-    if (!page) return std::move(page).error();
-    Steps out;
-    bool reached = page->size() < limit || limit >= kMaxSteps;
-    for (auto& c : *page) {
-      const auto* q = c.metadata.if_contains("queue_run");
-      const bool ours = q && q->is_string() && q->as_string() == run.id;
-      if (!ours || (!after.empty() && c.checkpoint_id == after)) {
-        out.found = ours;
-        reached = true;
-        break;
-      }
-      out.list.push_back(std::move(c));
-    }
-    if (reached) {
-      std::reverse(out.list.begin(), out.list.end());
-      return out;
-    }
-  }
-}
-
-// The run and its steps after `after`. The record first: once it says the run ended, every step
-// it committed is in the store.
-Result<std::pair<RunRecord, Steps>> look_up(cluster::RunService& runs, const std::string& id,
-                                            const std::string& after) {
-  auto rec = runs.get(id);
-  if (!rec) return std::move(rec).error();
-  auto steps = run_steps(runs.checkpointer(), *rec, after);
-  if (!steps) return std::move(steps).error();
-  return std::pair{std::move(*rec), std::move(*steps)};
-}
-
 std::string step_frame(const RunRecord& run, const graph::Checkpoint& c) {
   json::object writes = c.writes;
   writes.erase("$snapshot");
@@ -164,14 +108,6 @@ std::string step_frame(const RunRecord& run, const graph::Checkpoint& c) {
   if (const auto* i = c.pending.if_contains("interrupt")) data["interrupt"] = *i;
   return "id: " + c.checkpoint_id + "\n" + http::sse_event(json::serialize(data), "step");
 }
-
-// What a stream's watch (RunService::watch) shares with it: the watch bumps `version` and
-// cancels the timer the stream waits on (on the stream's executor: a timer is not thread-safe).
-struct Wake {
-  explicit Wake(const asio::any_io_executor& ex) : timer(ex) {}
-  asio::steady_timer timer;
-  std::atomic<std::uint64_t> version{0};
-};
 
 awaitable<void> events(const RunsApi& api, http::Exchange& ex, const std::string& id,
                        http::Response& out, bool& streamed) {
@@ -325,11 +261,6 @@ awaitable<void> list_runs(const RunsApi& api, const http::Request& rq, http::Res
 // POST /v1/runs: {"workflow", "input"?, "thread_id"?} -> 202 and the run.
 // The trace a run queued by `rq` continues: the request's own span when this server traces,
 // else the caller's `traceparent` header ("" when none: the run starts a trace of its own).
-std::string run_traceparent_of(const http::Request& rq, const trace::SpanContext& request_span) {
-  if (request_span.valid()) return trace::format_traceparent(request_span);
-  return std::string(rq.header("traceparent").value_or(""));
-}
-
 awaitable<void> submit_run(const RunsApi& api, const http::Request& rq, http::Response& out,
                            const trace::SpanContext& request_span) {
   cluster::RunService* runs = api.runs;

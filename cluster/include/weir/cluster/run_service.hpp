@@ -59,7 +59,8 @@
 
 namespace weir::graph {
 class Checkpointer;
-}
+struct WorkflowSpec;
+}  // namespace weir::graph
 
 namespace weir::cluster {
 
@@ -128,6 +129,9 @@ class RunService {
   virtual std::string description() const = 0;
   // The folder's workflows by name, sorted.
   const std::vector<std::string>& workflow_names() const { return names_; }
+  // The checked spec of the folder's workflow `name` (its nodes, edges and channels); null when
+  // the folder has none of that name.
+  std::shared_ptr<const graph::WorkflowSpec> workflow(std::string_view name) const;
 
   // Queues a run and returns its record. Errors: not_found (no such workflow: the message lists
   // them; a file that does not exist), invalid_workflow (a file that does not load: its
@@ -160,6 +164,7 @@ class RunService {
 
  protected:
   std::vector<std::string> names_;
+  std::map<std::string, std::shared_ptr<const graph::WorkflowSpec>, std::less<>> specs_;
 };
 
 // The one JSON shape of a run: GET /v1/runs/{id}, the events stream's end, `weir runs ID`:

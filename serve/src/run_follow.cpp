@@ -1,0 +1,47 @@
+#include "run_follow.hpp"
+
+#include <algorithm>
+
+namespace weir::serve {
+
+Result<Steps> run_steps(const graph::Checkpointer& cp, const cluster::RunRecord& run,
+                        const std::string& after) {
+  constexpr std::size_t kMaxSteps = 65536;  // a longer run streams its newest steps only
+  for (std::size_t limit = 16;; limit *= 4) {
+    auto page = cp.list(run.thread_id, limit);
+    if (!page) return std::move(page).error();
+    Steps out;
+    bool reached = page->size() < limit || limit >= kMaxSteps;
+    for (auto& c : *page) {
+      const auto* q = c.metadata.if_contains("queue_run");
+      const bool ours = q && q->is_string() && q->as_string() == run.id;
+      if (!ours || (!after.empty() && c.checkpoint_id == after)) {
+        out.found = ours;
+        reached = true;
+        break;
+      }
+      out.list.push_back(std::move(c));
+    }
+    if (reached) {
+      std::reverse(out.list.begin(), out.list.end());
+      return out;
+    }
+  }
+}
+
+Result<std::pair<cluster::RunRecord, Steps>> look_up(cluster::RunService& runs,
+                                                     const std::string& id,
+                                                     const std::string& after) {
+  auto rec = runs.get(id);
+  if (!rec) return std::move(rec).error();
+  auto steps = run_steps(runs.checkpointer(), *rec, after);
+  if (!steps) return std::move(steps).error();
+  return std::pair{std::move(*rec), std::move(*steps)};
+}
+
+std::string run_traceparent_of(const http::Request& rq, const trace::SpanContext& request_span) {
+  if (request_span.valid()) return trace::format_traceparent(request_span);
+  return std::string(rq.header("traceparent").value_or(""));
+}
+
+}  // namespace weir::serve

@@ -1,0 +1,73 @@
+// What the two run doors of `weir serve` (the runs API, runs_api.hpp, and the LangGraph Server
+// API, langgraph_api.hpp) share to follow a run of a cluster::RunService: blocking store calls
+// off the I/O thread, the wake-up a RunService::watch sends, and the run's own checkpoints.
+// Private to serve/.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/thread_pool.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include "weir/cluster/run_service.hpp"
+#include "weir/graph/checkpointer.hpp"
+#include "weir/http/server.hpp"
+#include "weir/runtime/trace.hpp"
+
+namespace weir::serve {
+
+// Runs `f` on the blocking pool and resumes on the caller's executor with its result.
+template <class F>
+boost::asio::awaitable<std::invoke_result_t<F&>> off_thread(boost::asio::thread_pool& pool, F f) {
+  std::optional<std::invoke_result_t<F&>> out;
+  co_await boost::asio::co_spawn(
+      pool,
+      [&]() -> boost::asio::awaitable<void> {
+        out.emplace(f());
+        co_return;
+      },
+      boost::asio::use_awaitable);
+  co_return std::move(*out);
+}
+
+// What a follower's watch (RunService::watch) shares with it: the watch bumps `version` and
+// cancels the timer the follower waits on (on the follower's executor: a timer is not
+// thread-safe).
+struct Wake {
+  explicit Wake(const boost::asio::any_io_executor& ex) : timer(ex) {}
+  boost::asio::steady_timer timer;
+  std::atomic<std::uint64_t> version{0};
+};
+
+// A run's checkpoints on its thread put after the one with id `after` ("": all of them), oldest
+// first; `found` says whether `after` was met.
+struct Steps {
+  std::vector<graph::Checkpoint> list;
+  bool found = false;
+};
+// Reads the thread newest first in growing pages until it reaches `after`, another run's
+// checkpoint or the thread's first (a run longer than 65536 steps yields its newest only).
+Result<Steps> run_steps(const graph::Checkpointer& cp, const cluster::RunRecord& run,
+                        const std::string& after);
+
+// The run and its steps after `after`. The record first: once it says the run ended, every step
+// it committed is in the store.
+Result<std::pair<cluster::RunRecord, Steps>> look_up(cluster::RunService& runs,
+                                                     const std::string& id,
+                                                     const std::string& after);
+
+// The traceparent a run queued by request `rq` continues: the request's span when the server
+// traces, else the caller's own traceparent header (RunRequest::traceparent).
+std::string run_traceparent_of(const http::Request& rq, const trace::SpanContext& request_span);
+
+}  // namespace weir::serve
