@@ -53,6 +53,7 @@ demo: configure
 test: build
 	@tests/mcp/setup
 	@tests/serve/clients/setup
+	@tests/langgraph/clients/setup
 	ctest --test-dir $(BUILD) --output-on-failure -j$(CTEST_JOBS)
 
 install: build
@@ -84,6 +85,7 @@ test-asan: setup $(ASAN_BUILD)/CMakeCache.txt
 	cmake --build $(ASAN_BUILD)
 	@tests/mcp/setup
 	@tests/serve/clients/setup
+	@tests/langgraph/clients/setup
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  ctest --test-dir $(ASAN_BUILD) --output-on-failure -j$(CTEST_JOBS)
 

@@ -256,7 +256,7 @@ static std::optional<std::string> header_refusal(const Request& req, unsigned ve
   static constexpr std::string_view kSingle[] = {"host",           "origin",
                                                  "content-type",   "authorization",
                                                  "mcp-session-id", "mcp-protocol-version",
-                                                 "last-event-id"};
+                                                 "last-event-id",  "x-api-key"};
   for (std::string_view name : kSingle) {
     const auto n = std::count_if(req.headers.begin(), req.headers.end(),
                                  [&](const auto& h) { return h.first == name; });

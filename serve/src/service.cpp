@@ -225,6 +225,8 @@ std::optional<std::string> unsupported_body(const http::Request& rq) {
 std::optional<http::Response> api_key_refusal(const std::optional<std::string>& key,
                                               const http::Request& rq) {
   if (!key || (rq.path == "/health" && rq.method == "GET")) return std::nullopt;
+  // The LangGraph SDKs send the key as X-Api-Key: the same key, another header.
+  if (auto x = rq.header("x-api-key"); x && constant_time_equal(*x, *key)) return std::nullopt;
   auto auth = rq.header("authorization").value_or("");
   // The scheme's name is case-insensitive (RFC 9110 11.1): "bearer KEY" is the same.
   constexpr std::string_view kBearer = "bearer ";
@@ -315,6 +317,8 @@ awaitable<void> Service::Impl::route(http::Exchange& ex, http::Response& out, bo
     co_await mcp(ex, out, request_span);
   } else if (runs && !draining && is_runs_path(p)) {
     co_await route_runs(runs_api, ex, out, streamed, request_span);
+  } else if (runs && !draining && is_langgraph_path(p)) {
+    co_await route_langgraph(langgraph_api, ex, out, streamed, request_span);
   } else if (!ready) {
     out = error_response({503,
                           "the models are still loading; retry shortly (GET /health says "
@@ -623,6 +627,13 @@ Result<std::unique_ptr<Service>> Service::start(ServeConfig config) {
     s->runs_api.runs = s->runs.get();
     s->runs_api.blocking = &s->blocking;
     s->runs_api.draining = &s->draining;
+    s->langgraph_api.runs = s->runs.get();
+    s->langgraph_api.blocking = &s->blocking;
+    s->langgraph_api.draining = &s->draining;
+    s->langgraph_api.threads = make_langgraph_threads();
+    s->langgraph_api.started_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                      std::chrono::system_clock::now().time_since_epoch())
+                                      .count();
   }
   s->metrics.gauge_callback("weir_serve_connections", "open HTTP connections", {},
                             [s] { return static_cast<double>(s->server->connections()); });

@@ -31,6 +31,7 @@
 #include <boost/json.hpp>
 
 #include "constraint.hpp"
+#include "langgraph_api.hpp"
 #include "runs_api.hpp"
 #include "stop_filter.hpp"
 #include "weir/agents/local_model.hpp"
@@ -226,6 +227,7 @@ struct Service::Impl {
   std::unique_ptr<cluster::RunService> runs;
   asio::thread_pool blocking{2};
   RunsApi runs_api;
+  LangGraphApi langgraph_api;  // the LangGraph Server API over the same run service
   std::mutex shut_mu;
 
   void load_models();

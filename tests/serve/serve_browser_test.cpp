@@ -210,7 +210,8 @@ TEST(ServeBrowser, CorsPreflightIsRefusedUnlessTheOriginIsAllowed) {
   EXPECT_EQ(app.header("access-control-allow-origin"), "https://app.example");
   EXPECT_EQ(app.header("access-control-allow-methods"), "GET, POST, DELETE, OPTIONS");
   EXPECT_EQ(app.header("access-control-allow-headers"),
-            "Authorization, Content-Type, Mcp-Session-Id, MCP-Protocol-Version, Last-Event-ID");
+            "Authorization, Content-Type, Mcp-Session-Id, MCP-Protocol-Version, Last-Event-ID, "
+            "X-Api-Key");
   EXPECT_EQ(app.header("access-control-max-age"), "600");
   EXPECT_NE(app.header("vary").find("Origin"), std::string::npos);
   // Its requests are answered with the CORS headers, streamed or not.
@@ -218,7 +219,9 @@ TEST(ServeBrowser, CorsPreflightIsRefusedUnlessTheOriginIsAllowed) {
       call(s.port, "POST", "/v1/chat/completions", kChat, "Origin: https://app.example\r\n");
   EXPECT_EQ(chat.status, 200) << chat.body;
   EXPECT_EQ(chat.header("access-control-allow-origin"), "https://app.example");
-  EXPECT_EQ(chat.header("access-control-expose-headers"), "Mcp-Session-Id, Location, Retry-After");
+  EXPECT_EQ(chat.header("access-control-expose-headers"),
+            "Mcp-Session-Id, Location, Retry-After, Content-Location, X-Pagination-Total, "
+            "X-Pagination-Next");
   auto stream =
       call(s.port, "POST", "/v1/completions", R"({"prompt": "x", "max_tokens": 2, "stream": true})",
            "Origin: http://localhost:3000\r\n");

@@ -1,0 +1,46 @@
+// Request bodies and paths of the LangGraph Server API (serve/src/langgraph_request.cpp): no
+// crash, and every refusal is one of the three codes its callers map to a status (400, 422,
+// 501) with a message to show; what is accepted holds together.
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <string_view>
+
+#include "langgraph_request.hpp"
+
+namespace {
+
+void check(const weir::Error& e) {
+  if (!e.is(weir::Errc::corrupt_data) && !e.is(weir::Errc::invalid_argument) &&
+      !e.is(weir::Errc::unsupported) && !e.is(weir::Errc::memory_budget_exceeded))
+    std::abort();
+  if (e.message.empty()) std::abort();
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  using namespace weir::serve;
+  const std::string_view text(reinterpret_cast<const char*>(data), size);
+  for (const auto& seg : langgraph_segments(text))
+    if (seg.size() > text.size()) std::abort();  // decoding never grows a segment
+  auto body = langgraph_body(text);
+  if (!body) {
+    check(body.error());
+    return 0;
+  }
+  if (auto r = read_langgraph_run(*body, "POST /runs/wait"); !r) {
+    check(r.error());
+  } else if (r->assistant_id.empty() || (r->resume && !r->input.empty())) {
+    std::abort();
+  }
+  if (auto t = read_langgraph_thread_create(*body); !t) check(t.error());
+  if (auto p = read_langgraph_page(*body); !p) {
+    check(p.error());
+  } else if (p->limit < 1 || p->limit > 1000) {
+    std::abort();
+  }
+  if (auto b = read_langgraph_before(*body); !b) check(b.error());
+  (void)json_contains(boost::json::value(*body), boost::json::value(*body));
+  return 0;
+}

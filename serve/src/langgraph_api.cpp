@@ -1,0 +1,1055 @@
+#include "langgraph_api.hpp"
+
+#include <openssl/evp.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <ctime>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/json.hpp>
+
+#include "langgraph_request.hpp"
+#include "run_follow.hpp"
+#include "runs_path.hpp"
+#include "weir/graph/ids.hpp"
+#include "weir/graph/workflow.hpp"
+#include "weir/http/sse.hpp"
+#include "weir/runtime/json_fields.hpp"
+#include "weir/runtime/json_parse.hpp"
+#include "weir/runtime/sha256.hpp"
+#include "weir/runtime/text.hpp"
+#include "weir/version.hpp"
+
+namespace weir::serve {
+
+namespace asio = boost::asio;
+namespace json = boost::json;
+using asio::awaitable;
+using asio::use_awaitable;
+using cluster::RunRecord;
+using cluster::RunState;
+
+// The threads' metadata: what LangGraph keeps with a thread that weir's checkpoints do not
+// (created_at, metadata, the runs on it). Bounded; any thread.
+class LangGraphThreads {
+ public:
+  struct Thread {
+    std::string id;
+    std::int64_t created_ms = 0, updated_ms = 0;
+    json::object metadata;
+    std::deque<std::string> runs;  // newest first, at most kRunsKept
+  };
+  static constexpr std::size_t kRunsKept = 100;
+
+  std::optional<Thread> get(const std::string& id) const {
+    std::lock_guard lock(mu_);
+    auto it = threads_.find(id);
+    if (it == threads_.end()) return std::nullopt;
+    return it->second;
+  }
+  // false when the id is taken already (`existing` then holds it) or the book is full.
+  enum class Put { created, exists, full };
+  Put create(Thread t, std::size_t max, Thread& existing) {
+    std::lock_guard lock(mu_);
+    if (auto it = threads_.find(t.id); it != threads_.end()) {
+      existing = it->second;
+      return Put::exists;
+    }
+    if (threads_.size() >= max) return Put::full;
+    existing = t;
+    threads_.emplace(t.id, std::move(t));
+    return Put::created;
+  }
+  // Merges `metadata` into the thread's and records a run on it; the thread is made when the
+  // store knew it (a thread of /v1/runs) but this book did not.
+  void touch(const std::string& id, const json::object& metadata, const std::string& run,
+             std::int64_t now_ms) {
+    std::lock_guard lock(mu_);
+    auto& t = threads_[id];
+    if (t.id.empty()) {
+      t.id = id;
+      t.created_ms = now_ms;
+    }
+    for (const auto& kv : metadata) t.metadata[kv.key()] = kv.value();
+    t.updated_ms = now_ms;
+    if (!run.empty()) {
+      t.runs.push_front(run);
+      if (t.runs.size() > kRunsKept) t.runs.pop_back();
+    }
+  }
+  std::vector<Thread> all() const {
+    std::lock_guard lock(mu_);
+    std::vector<Thread> out;
+    out.reserve(threads_.size());
+    for (const auto& [k, t] : threads_) out.push_back(t);
+    return out;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::string, Thread> threads_;
+};
+
+std::shared_ptr<LangGraphThreads> make_langgraph_threads() {
+  return std::make_shared<LangGraphThreads>();
+}
+
+std::string assistant_id_of(std::string_view graph_id) {
+  // RFC 9562 5.5: SHA-1 of the namespace's 16 bytes and the name; version 5, variant 10. The
+  // namespace is LangGraph's (6ba7b821-..., one digit off RFC 9562's URL namespace).
+  static constexpr unsigned char kNamespace[16] = {0x6b, 0xa7, 0xb8, 0x21, 0x9d, 0xad, 0x11, 0xd1,
+                                                   0x80, 0xb4, 0x00, 0xc0, 0x4f, 0xd4, 0x30, 0xc8};
+  std::string in(reinterpret_cast<const char*>(kNamespace), 16);
+  in += graph_id;
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  EVP_Digest(in.data(), in.size(), md, &n, EVP_sha1(), nullptr);
+  md[6] = static_cast<unsigned char>((md[6] & 0x0f) | 0x50);
+  md[8] = static_cast<unsigned char>((md[8] & 0x3f) | 0x80);
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (int i = 0; i < 16; ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) out += '-';
+    out += kHex[md[i] >> 4];
+    out += kHex[md[i] & 15];
+  }
+  return out;
+}
+
+namespace {
+
+std::int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Unix ms as ISO 8601 in UTC: "2026-11-28T06:26:01.776Z"; null for 0 (not yet).
+json::value iso_time(std::int64_t ms) {
+  if (ms <= 0) return nullptr;
+  const std::time_t secs = static_cast<std::time_t>(ms / 1000);
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  char buf[80];
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
+                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                static_cast<int>(ms % 1000));
+  return json::string(buf);
+}
+
+// --- answers ------------------------------------------------------------------------------
+
+http::Response answer(int status, const json::value& v) {
+  return {status, "application/json", {}, json::serialize(v)};
+}
+
+http::Response detail(int status, std::string text) {
+  http::Response r = answer(status, json::object{{"detail", std::move(text)}});
+  if (status == 429 || status == 503) r.headers.emplace_back("Retry-After", "1");
+  return r;
+}
+
+http::Response from_error(const Error& e) {
+  if (e.is(Errc::not_found)) return detail(404, e.message);
+  if (e.is(Errc::overloaded)) return detail(429, e.message);
+  if (e.is(Errc::thread_busy)) return detail(409, e.message);
+  if (e.is(Errc::invalid_argument)) return detail(422, e.message);
+  if (e.is(Errc::corrupt_data)) return detail(400, e.message);
+  if (e.is(Errc::unsupported)) return detail(501, e.message);
+  if (e.is(Errc::memory_budget_exceeded)) return detail(413, e.message);
+  if (e.is(Errc::cancelled) || e.is(Errc::io_error) || e.is(Errc::unavailable))
+    return detail(503, e.message);
+  return detail(500, e.message);
+}
+
+http::Response not_implemented(const http::Request& rq, std::string_view route) {
+  return detail(501, rq.method + " " + std::string(route) +
+                         " is not implemented by weir yet (docs/langgraph-api.md lists the "
+                         "endpoints it serves)");
+}
+
+// A field's value when it is present and not null.
+const json::value* field(const json::object& o, std::string_view key) {
+  const auto* v = o.if_contains(key);
+  return v && !v->is_null() ? v : nullptr;
+}
+
+// --- assistants ---------------------------------------------------------------------------
+
+// The workflow an assistant id names: a graph id (the workflow's name) or its uuid5.
+std::shared_ptr<const graph::WorkflowSpec> assistant(const cluster::RunService& runs,
+                                                     std::string_view id, std::string* name) {
+  for (const auto& n : runs.workflow_names()) {
+    if (n == id || assistant_id_of(n) == id) {
+      if (name) *name = n;
+      return runs.workflow(n);
+    }
+  }
+  return nullptr;
+}
+
+std::string unknown_assistant(const cluster::RunService& runs, std::string_view id) {
+  std::string list;
+  for (const auto& n : runs.workflow_names()) list += (list.empty() ? "" : ", ") + n;
+  return "Assistant '" + std::string(id) + "' not found (this server's graphs: " + list + ")";
+}
+
+json::object assistant_json(const LangGraphApi& api, const std::string& name,
+                            const graph::WorkflowSpec& spec) {
+  return json::object{{"assistant_id", assistant_id_of(name)},
+                      {"graph_id", name},
+                      {"config", json::object{}},
+                      {"context", json::object{}},
+                      {"metadata", json::object{{"created_by", "system"}}},
+                      {"name", name},
+                      {"description", spec.description.empty() ? json::value(nullptr)
+                                                               : json::value(spec.description)},
+                      {"version", 1},
+                      {"created_at", iso_time(api.started_ms)},
+                      {"updated_at", iso_time(api.started_ms)}};
+}
+
+std::string lg_node(const std::string& n) {
+  return n == "START" ? "__start__" : n == "END" ? "__end__" : n;
+}
+
+// The graph as LangGraph draws it: __start__, the nodes, __end__, and the edges (a route's
+// targets are conditional edges).
+json::object graph_json(const graph::WorkflowSpec& spec) {
+  json::array nodes, edges;
+  nodes.push_back(json::object{{"id", "__start__"}, {"type", "schema"}, {"data", "__start__"}});
+  for (const auto& n : spec.nodes)
+    nodes.push_back(json::object{
+        {"id", n.name},
+        {"type", "runnable"},
+        {"data", json::object{{"id", json::array{"weir", graph::node_kind_name(n.kind)}},
+                              {"name", n.name}}},
+        {"metadata", json::object{}}});
+  nodes.push_back(json::object{{"id", "__end__"}, {"type", "schema"}, {"data", "__end__"}});
+  for (const auto& e : spec.edges) {
+    const bool conditional = static_cast<bool>(e.route);
+    for (const auto& t : conditional ? e.route->all_targets() : e.to)
+      edges.push_back(json::object{
+          {"source", lg_node(e.from)}, {"target", lg_node(t)}, {"conditional", conditional}});
+  }
+  return json::object{{"nodes", std::move(nodes)}, {"edges", std::move(edges)}};
+}
+
+// A JSON Schema object with one property per channel (weir channels take any JSON value).
+json::value channels_schema(const std::string& title, const std::vector<std::string>& names) {
+  json::object props;
+  for (const auto& n : names) props[n] = json::object{};
+  return json::object{{"title", title}, {"type", "object"}, {"properties", std::move(props)}};
+}
+
+json::object schemas_json(const std::string& name, const graph::WorkflowSpec& spec) {
+  std::vector<std::string> all;
+  for (const auto& c : spec.channels) all.push_back(c.name);
+  return json::object{
+      {"graph_id", name},
+      {"input_schema", channels_schema(name + " input", spec.input.empty() ? all : spec.input)},
+      {"output_schema", channels_schema(name + " output", spec.output.empty() ? all : spec.output)},
+      {"state_schema", channels_schema(name + " state", all)},
+      {"config_schema", nullptr},
+      {"context_schema", nullptr}};
+}
+
+// --- threads ------------------------------------------------------------------------------
+
+// An interrupt as LangGraph shows it: {"id", "value"}; the id is stable per checkpoint.
+json::array interrupts_of(const graph::Checkpoint& c) {
+  json::array out;
+  const auto* i = c.pending.if_contains("interrupt");
+  if (!i || !i->is_object()) return out;
+  const auto* payload = i->as_object().if_contains("payload");
+  out.push_back(json::object{{"id", sha256_hex(c.thread_id + "/" + c.checkpoint_id).substr(0, 32)},
+                             {"value", payload ? *payload : json::value(nullptr)}});
+  return out;
+}
+
+std::string pending_status(const graph::Checkpoint& c) {
+  const auto* s = c.pending.if_contains("status");
+  return s && s->is_string() ? std::string(s->as_string()) : std::string();
+}
+
+json::object checkpoint_ref(const std::string& thread, const std::string& id) {
+  return json::object{{"thread_id", thread},
+                      {"checkpoint_ns", ""},
+                      {"checkpoint_id", id},
+                      {"checkpoint_map", nullptr}};
+}
+
+// A checkpoint as LangGraph's ThreadState.
+Result<json::object> thread_state(const graph::Checkpointer& cp, const graph::Checkpoint& c) {
+  auto values = cp.state_at(c.thread_id, c.checkpoint_id);
+  if (!values) return std::move(values).error();
+  json::array next = json::array{};
+  if (const auto* n = c.pending.if_contains("next"); n && n->is_array()) next = n->as_array();
+  const json::array interrupts = interrupts_of(c);
+  std::string interrupted_at;
+  if (const auto* i = c.pending.if_contains("interrupt"); i && i->is_object())
+    if (const auto* n = i->as_object().if_contains("node"); n && n->is_string())
+      interrupted_at = n->as_string();
+  json::array tasks;
+  for (const auto& n : next) {
+    const std::string name = n.is_string() ? std::string(n.as_string()) : "";
+    tasks.push_back(json::object{
+        {"id", sha256_hex(c.checkpoint_id + "/" + name).substr(0, 32)},
+        {"name", name},
+        {"error", nullptr},
+        {"interrupts", name == interrupted_at ? json::value(interrupts) : json::array{}},
+        {"checkpoint", nullptr},
+        {"state", nullptr}});
+  }
+  if (!interrupted_at.empty() && next.empty())  // interrupted by a node of its own kind
+    tasks.push_back(json::object{{"id", sha256_hex(c.checkpoint_id).substr(0, 32)},
+                                 {"name", interrupted_at},
+                                 {"error", nullptr},
+                                 {"interrupts", interrupts},
+                                 {"checkpoint", nullptr},
+                                 {"state", nullptr}});
+  json::object metadata = c.metadata;
+  metadata["step"] = c.step;
+  metadata["source"] = c.step < 0 ? "input" : "loop";
+  return json::object{{"values", std::move(*values)},
+                      {"next", std::move(next)},
+                      {"tasks", std::move(tasks)},
+                      {"metadata", std::move(metadata)},
+                      {"created_at", iso_time(c.created_at_ms)},
+                      {"checkpoint", checkpoint_ref(c.thread_id, c.checkpoint_id)},
+                      {"parent_checkpoint",
+                       c.parent_id.empty() ? json::value(nullptr)
+                                           : json::value(checkpoint_ref(c.thread_id, c.parent_id))},
+                      {"interrupts", interrupts}};
+}
+
+// A thread as LangGraph's Thread: its status from its newest run and checkpoint.
+Result<json::object> thread_json(cluster::RunService& runs, const LangGraphThreads::Thread& t) {
+  const auto& cp = runs.checkpointer();
+  auto latest = cp.latest(t.id);
+  if (!latest) return std::move(latest).error();
+  std::string status = "idle";
+  json::value values = nullptr;
+  json::object interrupts;
+  if (*latest) {
+    const auto& c = **latest;
+    auto v = cp.state_at(t.id, c.checkpoint_id);
+    if (!v) return std::move(v).error();
+    values = std::move(*v);
+    const std::string s = pending_status(c);
+    if (s == "interrupted") {
+      status = "interrupted";
+      const auto* i = c.pending.if_contains("interrupt");
+      const auto* n = i && i->is_object() ? i->as_object().if_contains("node") : nullptr;
+      interrupts[n && n->is_string() ? std::string(n->as_string()) : "interrupt"] =
+          interrupts_of(c);
+    } else if (s == "failed") {
+      status = "error";
+    }
+  }
+  if (!t.runs.empty()) {
+    auto r = runs.get(t.runs.front());
+    if (r && !cluster::is_terminal(r->state)) status = "busy";
+    if (r && r->state == RunState::failed) status = "error";
+  }
+  return json::object{{"thread_id", t.id},
+                      {"created_at", iso_time(t.created_ms)},
+                      {"updated_at", iso_time(t.updated_ms)},
+                      {"state_updated_at", iso_time(*latest ? (**latest).created_at_ms : 0)},
+                      {"metadata", t.metadata},
+                      {"status", status},
+                      {"config", json::object{}},
+                      {"values", std::move(values)},
+                      {"interrupts", std::move(interrupts)}};
+}
+
+// The thread of the book, or one the store holds that the book does not know yet (a thread
+// of /v1/runs or `weir run --thread`): registered then.
+Result<LangGraphThreads::Thread> find_thread(const LangGraphApi& api, const std::string& id) {
+  if (auto t = api.threads->get(id)) return std::move(*t);
+  auto latest = api.runs->checkpointer().latest(id);
+  if (!latest) return std::move(latest).error();
+  if (!*latest) return Error(Errc::not_found, "Thread with ID " + id + " not found");
+  api.threads->touch(id, {}, "", (**latest).created_at_ms);
+  return *api.threads->get(id);
+}
+
+// --- runs ---------------------------------------------------------------------------------
+
+const char* run_status(RunState s) {
+  switch (s) {
+    case RunState::queued:
+      return "pending";
+    case RunState::running:
+      return "running";
+    case RunState::succeeded:
+    case RunState::interrupted:  // stopped at an interrupt: the thread is interrupted
+      return "success";
+    case RunState::failed:
+      return "error";
+    case RunState::cancelled:
+      return "interrupted";
+  }
+  return "error";
+}
+
+json::object run_object(const RunRecord& r, const json::object& metadata = {}) {
+  return json::object{{"run_id", r.id},
+                      {"thread_id", r.thread_id},
+                      {"assistant_id", assistant_id_of(r.workflow_name)},
+                      {"metadata", metadata},
+                      {"status", run_status(r.state)},
+                      {"multitask_strategy", "reject"},
+                      {"created_at", iso_time(r.created_ms)},
+                      {"updated_at", iso_time(r.finished_ms  ? r.finished_ms
+                                              : r.started_ms ? r.started_ms
+                                                             : r.created_ms)}};
+}
+
+// What /wait and /join answer once the run ended: the last `values` chunk the run would have
+// streamed: the thread's values, {"__interrupt__": [...]} when it stopped at an interrupt, or
+// {"__error__": {"error", "message"}} when it failed.
+Result<json::value> final_chunk(cluster::RunService& runs, const RunRecord& r) {
+  if (r.state == RunState::failed)
+    return json::value(json::object{
+        {"__error__", json::object{{"error", r.error_code.empty() ? "error" : r.error_code},
+                                   {"message", r.error}}}});
+  const auto& cp = runs.checkpointer();
+  auto latest = cp.latest(r.thread_id);
+  if (!latest) return std::move(latest).error();
+  if (!*latest) return json::value(nullptr);
+  if (pending_status(**latest) == "interrupted")
+    return json::value(json::object{{"__interrupt__", interrupts_of(**latest)}});
+  auto v = cp.state_at(r.thread_id, (**latest).checkpoint_id);
+  if (!v) return std::move(v).error();
+  return json::value(std::move(*v));
+}
+
+// The request's body, or an error answer in `out`.
+std::optional<json::object> body_of(const http::Request& rq, http::Response& out) {
+  auto b = langgraph_body(rq.body);
+  if (!b) {
+    out = from_error(b.error());
+    return std::nullopt;
+  }
+  return std::move(*b);
+}
+
+std::optional<LangGraphPage> page_of(const json::object& body, http::Response& out) {
+  auto p = read_langgraph_page(body);
+  if (!p) {
+    out = from_error(p.error());
+    return std::nullopt;
+  }
+  return *p;
+}
+
+// A run request and the workflow its assistant names; an error answer otherwise.
+struct RunAsk {
+  LangGraphRun run;
+  std::string graph;
+};
+std::optional<RunAsk> run_ask(const LangGraphApi& api, const http::Request& rq,
+                              http::Response& out) {
+  auto b = body_of(rq, out);
+  if (!b) return std::nullopt;
+  const std::string route = rq.method + " " + rq.path;
+  auto r = read_langgraph_run(*b, route);
+  if (!r) {
+    out = from_error(r.error());
+    return std::nullopt;
+  }
+  RunAsk a{std::move(*r), {}};
+  if (!assistant(*api.runs, a.run.assistant_id, &a.graph)) {
+    out = detail(404, unknown_assistant(*api.runs, a.run.assistant_id));
+    return std::nullopt;
+  }
+  return a;
+}
+
+// Starts the run a request asks for on `thread` (made first for a stateless run or with
+// if_not_exists "create"). The record, or an error answer.
+awaitable<std::optional<RunRecord>> start_run(const LangGraphApi& api, const http::Request& rq,
+                                              const RunAsk& a, std::string thread, bool stateless,
+                                              http::Response& out,
+                                              const trace::SpanContext& request_span) {
+  cluster::RunService* runs = api.runs;
+  const std::string traceparent = run_traceparent_of(rq, request_span);
+  json::object stamp = a.run.metadata;
+  stamp["graph_id"] = a.graph;
+  stamp["assistant_id"] = assistant_id_of(a.graph);
+  auto rec = co_await off_thread(*api.blocking, [&]() -> Result<RunRecord> {
+    if (!stateless) {
+      auto t = find_thread(api, thread);
+      if (!t && !(t.error().is(Errc::not_found) && a.run.create_thread))
+        return std::move(t).error();
+    }
+    if (a.run.resume) return runs->resume(thread, *a.run.resume, traceparent);
+    cluster::RunRequest r;
+    r.workflow = a.graph;
+    r.input = a.run.input;
+    r.thread_id = thread;
+    r.input_source = "'input'";
+    r.traceparent = traceparent;
+    return runs->submit(std::move(r));
+  });
+  if (!rec) {
+    out = from_error(rec.error());
+    co_return std::nullopt;
+  }
+  api.threads->touch(rec->thread_id, stamp, rec->id, now_ms());
+  co_return std::move(*rec);
+}
+
+std::string content_location(const RunRecord& r, bool stateless) {
+  return stateless ? "/runs/" + r.id : "/threads/" + r.thread_id + "/runs/" + r.id;
+}
+
+// Follows run `id` until it ends (the record), the server drains or the client leaves
+// (nullopt). `each` is called on the I/O thread with every look (the record and the steps new
+// since the last look); it returns false to stop following.
+template <class Each>
+awaitable<std::optional<RunRecord>> follow(const LangGraphApi& api, http::Exchange& ex,
+                                           const std::string& id, Each each) {
+  cluster::RunService* runs = api.runs;
+  auto executor = co_await asio::this_coro::executor;
+  auto wake = std::make_shared<Wake>(executor);
+  auto watch = runs->watch(id, [wake, executor] {
+    ++wake->version;
+    asio::post(executor, [wake] { wake->timer.cancel(); });
+  });
+  std::string after;
+  for (;;) {
+    const std::uint64_t seen = wake->version.load();
+    auto look = co_await off_thread(*api.blocking, [&] { return look_up(*runs, id, after); });
+    if (!look) co_return std::nullopt;
+    if (!look->second.list.empty()) after = look->second.list.back().checkpoint_id;
+    const bool go_on = co_await each(look->first, look->second);
+    if (!go_on) co_return std::nullopt;
+    if (cluster::is_terminal(look->first.state)) co_return std::move(look->first);
+    while (wake->version.load() == seen) {
+      if (ex.disconnected() || *api.draining) co_return std::nullopt;
+      wake->timer.expires_after(api.check);
+      co_await wake->timer.async_wait(asio::as_tuple(use_awaitable));
+    }
+  }
+}
+
+awaitable<void> cancel_if_asked(const LangGraphApi& api, http::Exchange& ex, const LangGraphRun& a,
+                                const std::string& run) {
+  if (!a.cancel_on_disconnect || !ex.disconnected()) co_return;
+  cluster::RunService* runs = api.runs;
+  (void)co_await off_thread(*api.blocking, [&] { return runs->cancel(run); });
+}
+
+// POST .../runs/wait and GET .../join: the final chunk once the run ended.
+awaitable<void> wait_for(const LangGraphApi& api, http::Exchange& ex, const RunRecord& started,
+                         const LangGraphRun* ask, http::Response& out) {
+  auto none = [](const RunRecord&, const Steps&) -> awaitable<bool> { co_return true; };
+  auto end = co_await follow(api, ex, started.id, none);
+  if (!end) {
+    if (ask) co_await cancel_if_asked(api, ex, *ask, started.id);
+    out = detail(503, "the server is shutting down; run " + started.id + " goes on");
+    co_return;
+  }
+  cluster::RunService* runs = api.runs;
+  auto chunk = co_await off_thread(*api.blocking, [&] { return final_chunk(*runs, *end); });
+  out = chunk ? answer(200, *chunk) : from_error(chunk.error());
+}
+
+bool wants(const LangGraphRun& a, std::string_view mode) {
+  return std::find(a.stream_modes.begin(), a.stream_modes.end(), mode) != a.stream_modes.end();
+}
+
+// The SSE frames of one look at a streamed run: per new step `values` (the state after it)
+// and `updates` ({node: the step's writes}); at the end an interrupt's chunk or the error.
+Result<std::string> stream_frames(cluster::RunService& runs, const LangGraphRun& a,
+                                  const RunRecord& r, const Steps& steps,
+                                  std::vector<std::string>& ran) {
+  const auto& cp = runs.checkpointer();
+  std::string frames;
+  for (const auto& c : steps.list) {
+    if (ran.empty() && !c.parent_id.empty()) {  // the run's first step: its parent says who ran
+      auto parent = cp.get(c.thread_id, c.parent_id);
+      if (!parent) return std::move(parent).error();
+      if (*parent)
+        if (const auto* n = (**parent).pending.if_contains("next"); n && n->is_array())
+          for (const auto& x : n->as_array())
+            if (x.is_string()) ran.emplace_back(x.as_string());
+    }
+    if (wants(a, "updates") && !ran.empty()) {
+      json::object writes = c.writes;
+      writes.erase("$snapshot");
+      json::object update;
+      for (const auto& n : ran) update[n] = writes;  // a step's writes, merged (one node: its own)
+      frames += http::sse_event(json::serialize(update), "updates");
+    }
+    if (wants(a, "values")) {
+      auto v = cp.state_at(c.thread_id, c.checkpoint_id);
+      if (!v) return std::move(v).error();
+      frames += http::sse_event(json::serialize(*v), "values");
+    }
+    ran.clear();
+    if (const auto* n = c.pending.if_contains("next"); n && n->is_array())
+      for (const auto& x : n->as_array())
+        if (x.is_string()) ran.emplace_back(x.as_string());
+    if (pending_status(c) == "interrupted") {
+      const json::object chunk{{"__interrupt__", interrupts_of(c)}};
+      if (wants(a, "values")) frames += http::sse_event(json::serialize(chunk), "values");
+      if (wants(a, "updates")) frames += http::sse_event(json::serialize(chunk), "updates");
+    }
+  }
+  if (r.state == RunState::failed)
+    frames += http::sse_event(
+        json::serialize(json::object{{"error", r.error_code.empty() ? "error" : r.error_code},
+                                     {"message", r.error}}),
+        "error");
+  return frames;
+}
+
+awaitable<void> stream_run(const LangGraphApi& api, http::Exchange& ex, const LangGraphRun& a,
+                           const RunRecord& started, bool stateless, http::Response& out,
+                           bool& streamed) {
+  http::Headers headers{{"Cache-Control", "no-cache"},
+                        {"Content-Location", content_location(started, stateless)}};
+  if (auto s = co_await ex.async_start_stream(200, "text/event-stream", std::move(headers)); !s)
+    co_return;
+  streamed = true;
+  std::string first = http::sse_event(
+      json::serialize(json::object{{"run_id", started.id}, {"attempt", 1}}), "metadata");
+  if (auto s = co_await ex.async_write(std::move(first)); !s) co_return;
+  cluster::RunService* runs = api.runs;
+  std::vector<std::string> ran;
+  bool write_failed = false;
+  auto each = [&](const RunRecord& r, const Steps& steps) -> awaitable<bool> {
+    auto frames =
+        co_await off_thread(*api.blocking, [&] { return stream_frames(*runs, a, r, steps, ran); });
+    if (!frames) co_return false;
+    if (!frames->empty())
+      if (auto s = co_await ex.async_write(std::move(*frames)); !s) {
+        write_failed = true;
+        co_return false;
+      }
+    co_return true;
+  };
+  auto end = co_await follow(api, ex, started.id, each);
+  if (!end) co_await cancel_if_asked(api, ex, a, started.id);
+  if (!write_failed) (void)co_await ex.async_finish();
+  (void)out;
+}
+
+// The thread id of a new thread: a UUID (version 4), as LangGraph makes them.
+std::string new_thread_id() {
+  const std::string h = sha256_hex(graph::new_checkpoint_id(0) + std::to_string(now_ms()));
+  std::string u = h.substr(0, 8) + "-" + h.substr(8, 4) + "-4" + h.substr(13, 3) + "-" +
+                  std::string(1, "89ab"[h[16] % 4]) + h.substr(17, 3) + "-" + h.substr(20, 12);
+  return u;
+}
+
+// --- routes -------------------------------------------------------------------------------
+
+awaitable<void> route_assistants(const LangGraphApi& api, const http::Request& rq,
+                                 const std::vector<std::string>& s, http::Response& out) {
+  cluster::RunService& runs = *api.runs;
+  if (s.size() == 2 && s[1] == "search" && rq.method == "POST") {
+    auto b = body_of(rq, out);
+    if (!b) co_return;
+    auto pg = page_of(*b, out);
+    if (!pg) co_return;
+    const std::size_t limit = pg->limit, offset = pg->offset;
+    json::array found;
+    for (const auto& n : runs.workflow_names()) {
+      auto spec = runs.workflow(n);
+      json::object a = assistant_json(api, n, *spec);
+      if (const auto* g = field(*b, "graph_id"); g && *g != json::value(n)) continue;
+      if (const auto* m = field(*b, "metadata"); m && !json_contains(a.at("metadata"), *m))
+        continue;
+      if (const auto* nm = field(*b, "name"); nm && nm->is_string()) {
+        std::string have = n, want(nm->as_string());
+        for (auto* str : {&have, &want})
+          std::transform(str->begin(), str->end(), str->begin(),
+                         [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+        if (have.find(want) == std::string::npos) continue;
+      }
+      found.push_back(std::move(a));
+    }
+    const std::size_t total = found.size();
+    json::array page;
+    for (std::size_t i = offset; i < total && page.size() < limit; ++i) page.push_back(found[i]);
+    out = answer(200, page);
+    out.headers.emplace_back("X-Pagination-Total", std::to_string(total));
+    if (offset + page.size() < total)
+      out.headers.emplace_back("X-Pagination-Next", std::to_string(offset + page.size()));
+    co_return;
+  }
+  if (s.size() == 2 && s[1] == "count" && rq.method == "POST") {
+    out = answer(200, static_cast<std::int64_t>(runs.workflow_names().size()));
+    co_return;
+  }
+  if (s.size() >= 2 && s.size() <= 3 && rq.method == "GET") {
+    std::string name;
+    auto spec = assistant(runs, s[1], &name);
+    if (!spec) {
+      out = detail(404, unknown_assistant(runs, s[1]));
+      co_return;
+    }
+    if (s.size() == 2)
+      out = answer(200, assistant_json(api, name, *spec));
+    else if (s[2] == "graph")
+      out = answer(200, graph_json(*spec));
+    else if (s[2] == "schemas")
+      out = answer(200, schemas_json(name, *spec));
+    else if (s[2] == "subgraphs") {
+      json::object subs;
+      for (const auto& [node, sub] : spec->subgraphs) subs[node] = schemas_json(sub->name, *sub);
+      out = answer(200, subs);
+    } else
+      out = not_implemented(rq, "/assistants/{assistant_id}/" + s[2]);
+    co_return;
+  }
+  out = not_implemented(rq, s.size() == 1 ? "/assistants" : "/assistants/{assistant_id}/...");
+}
+
+awaitable<void> route_threads(const LangGraphApi& api, http::Exchange& ex,
+                              const std::vector<std::string>& s, http::Response& out,
+                              bool& streamed, const trace::SpanContext& request_span) {
+  const auto& rq = ex.request();
+  cluster::RunService* runs = api.runs;
+  // POST /threads
+  if (s.size() == 1 && rq.method == "POST") {
+    auto b = body_of(rq, out);
+    if (!b) co_return;
+    auto want = read_langgraph_thread_create(*b);
+    if (!want) {
+      out = from_error(want.error());
+      co_return;
+    }
+    LangGraphThreads::Thread t;
+    t.id = want->thread_id.empty() ? new_thread_id() : want->thread_id;
+    t.metadata = std::move(want->metadata);
+    const bool do_nothing = want->do_nothing_if_exists;
+    t.created_ms = t.updated_ms = now_ms();
+    const std::string id = t.id;
+    auto made = co_await off_thread(*api.blocking, [&]() -> Result<LangGraphThreads::Thread> {
+      // A thread the store holds (another door's) exists too.
+      auto latest = runs->checkpointer().latest(id);
+      if (!latest) return std::move(latest).error();
+      if (*latest && !api.threads->get(id))
+        api.threads->touch(id, {}, "", (**latest).created_at_ms);
+      LangGraphThreads::Thread existing;
+      switch (api.threads->create(t, api.max_threads, existing)) {
+        case LangGraphThreads::Put::created:
+          return existing;
+        case LangGraphThreads::Put::exists:
+          if (do_nothing) return existing;
+          return Error(Errc::thread_busy, "Thread " + id + " already exists");
+        case LangGraphThreads::Put::full:
+          return Error(Errc::overloaded, "the server holds " + std::to_string(api.max_threads) +
+                                             " threads already; delete some or use another");
+      }
+      return existing;
+    });
+    if (!made) {
+      out = from_error(made.error());
+      co_return;
+    }
+    auto j = co_await off_thread(*api.blocking, [&] { return thread_json(*runs, *made); });
+    out = j ? answer(200, *j) : from_error(j.error());
+    co_return;
+  }
+  // POST /threads/search, /threads/count
+  if (s.size() == 2 && (s[1] == "search" || s[1] == "count") && rq.method == "POST") {
+    auto b = body_of(rq, out);
+    if (!b) co_return;
+    auto pg = page_of(*b, out);
+    if (!pg) co_return;
+    const std::size_t limit = pg->limit, offset = pg->offset;
+    auto all = api.threads->all();
+    auto found = co_await off_thread(*api.blocking, [&]() -> Result<std::vector<json::object>> {
+      std::vector<json::object> f;
+      for (const auto& t : all) {
+        if (const auto* m = field(*b, "metadata"); m && !json_contains(json::value(t.metadata), *m))
+          continue;
+        if (const auto* ids = field(*b, "ids"); ids && ids->is_array()) {
+          const auto& l = ids->as_array();
+          if (std::find(l.begin(), l.end(), json::value(t.id)) == l.end()) continue;
+        }
+        auto j = thread_json(*runs, t);
+        if (!j) return std::move(j).error();
+        if (const auto* st = field(*b, "status"); st && j->at("status") != *st) continue;
+        if (const auto* v = field(*b, "values"); v && !json_contains(j->at("values"), *v)) continue;
+        f.push_back(std::move(*j));
+      }
+      return f;
+    });
+    if (!found) {
+      out = from_error(found.error());
+      co_return;
+    }
+    auto& f = *found;
+    if (s[1] == "count") {
+      out = answer(200, static_cast<std::int64_t>(f.size()));
+      co_return;
+    }
+    std::string key = "created_at";
+    if (const auto* k = field(*b, "sort_by"); k && k->is_string()) key = k->as_string();
+    const bool asc = field(*b, "sort_order") && *field(*b, "sort_order") == "asc";
+    std::stable_sort(f.begin(), f.end(), [&](const json::object& x, const json::object& y) {
+      const auto* a = x.if_contains(key);
+      const auto* c = y.if_contains(key);
+      const std::string sa = a && a->is_string() ? std::string(a->as_string()) : "";
+      const std::string sc = c && c->is_string() ? std::string(c->as_string()) : "";
+      return asc ? sa < sc : sa > sc;
+    });
+    json::array page;
+    for (std::size_t i = offset; i < f.size() && page.size() < limit; ++i) page.push_back(f[i]);
+    out = answer(200, page);
+    out.headers.emplace_back("X-Pagination-Total", std::to_string(f.size()));
+    co_return;
+  }
+  if (s.size() == 2 && s[1] == "prune") {
+    out = not_implemented(rq, "/threads/prune");
+    co_return;
+  }
+  if (s.size() < 2) {
+    out = not_implemented(rq, "/threads");
+    co_return;
+  }
+  const std::string thread = s[1];
+  if (auto c = graph::check_id("thread_id", thread); !c) {
+    out = detail(422, c.error().message);
+    co_return;
+  }
+  // GET /threads/{id}
+  if (s.size() == 2 && rq.method == "GET") {
+    auto j = co_await off_thread(*api.blocking, [&]() -> Result<json::object> {
+      auto t = find_thread(api, thread);
+      if (!t) return std::move(t).error();
+      return thread_json(*runs, *t);
+    });
+    out = j ? answer(200, *j) : from_error(j.error());
+    co_return;
+  }
+  // GET /threads/{id}/state, POST /threads/{id}/history
+  if (s.size() == 3 &&
+      ((s[2] == "state" && rq.method == "GET") || (s[2] == "history" && rq.method == "POST"))) {
+    std::size_t limit = 10;
+    std::string before;
+    std::optional<json::object> b;
+    if (s[2] == "history") {
+      b = body_of(rq, out);
+      if (!b) co_return;
+      auto pg = page_of(*b, out);
+      if (!pg) co_return;
+      limit = pg->limit;
+      auto bf = read_langgraph_before(*b);
+      if (!bf) {
+        out = from_error(bf.error());
+        co_return;
+      }
+      before = std::move(*bf);
+    }
+    const bool history = s[2] == "history";
+    auto j = co_await off_thread(*api.blocking, [&]() -> Result<json::value> {
+      auto t = find_thread(api, thread);
+      if (!t) return std::move(t).error();
+      const auto& cp = runs->checkpointer();
+      if (!history) {
+        auto latest = cp.latest(thread);
+        if (!latest) return std::move(latest).error();
+        if (!*latest)
+          return json::value(json::object{{"values", json::object{}},
+                                          {"next", json::array{}},
+                                          {"tasks", json::array{}},
+                                          {"metadata", nullptr},
+                                          {"created_at", nullptr},
+                                          {"checkpoint", nullptr},
+                                          {"parent_checkpoint", nullptr},
+                                          {"interrupts", json::array{}}});
+        auto st = thread_state(cp, **latest);
+        if (!st) return std::move(st).error();
+        return json::value(std::move(*st));
+      }
+      // Newest first; `before` excludes it and everything newer.
+      auto list = cp.list(thread, 10'000);
+      if (!list) return std::move(list).error();
+      json::array states;
+      bool open = before.empty();
+      for (const auto& c : *list) {
+        if (!open) {
+          open = c.checkpoint_id == before;
+          continue;
+        }
+        if (const auto* m = field(*b, "metadata"); m && !json_contains(json::value(c.metadata), *m))
+          continue;
+        auto st = thread_state(cp, c);
+        if (!st) return std::move(st).error();
+        states.push_back(std::move(*st));
+        if (states.size() >= limit) break;
+      }
+      return json::value(std::move(states));
+    });
+    out = j ? answer(200, *j) : from_error(j.error());
+    co_return;
+  }
+  // Runs on the thread.
+  if (s.size() >= 3 && s[2] == "runs") {
+    // POST /threads/{id}/runs[/wait|/stream]
+    if (rq.method == "POST" &&
+        (s.size() == 3 || (s.size() == 4 && (s[3] == "wait" || s[3] == "stream")))) {
+      auto ask = run_ask(api, rq, out);
+      if (!ask) co_return;
+      auto rec = co_await start_run(api, rq, *ask, thread, false, out, request_span);
+      if (!rec) co_return;
+      if (s.size() == 3) {
+        out = answer(200, run_object(*rec, ask->run.metadata));
+        out.headers.emplace_back("Content-Location", content_location(*rec, false));
+      } else if (s[3] == "wait") {
+        co_await wait_for(api, ex, *rec, &ask->run, out);
+        out.headers.emplace_back("Content-Location", content_location(*rec, false));
+      } else {
+        co_await stream_run(api, ex, ask->run, *rec, false, out, streamed);
+      }
+      co_return;
+    }
+    // GET /threads/{id}/runs
+    if (s.size() == 3 && rq.method == "GET") {
+      auto t = co_await off_thread(*api.blocking, [&] { return find_thread(api, thread); });
+      if (!t) {
+        out = from_error(t.error());
+        co_return;
+      }
+      auto list = co_await off_thread(*api.blocking, [&]() -> Result<json::array> {
+        json::array a;
+        for (const auto& id : t->runs) {
+          auto r = runs->get(id);
+          if (r) a.push_back(run_object(*r));
+        }
+        return a;
+      });
+      out = list ? answer(200, *list) : from_error(list.error());
+      co_return;
+    }
+    if (s.size() >= 4) {
+      const std::string run = s[3];
+      auto rec = co_await off_thread(*api.blocking, [&] { return runs->get(run); });
+      if (!rec || rec->thread_id != thread) {
+        out = rec || rec.error().is(Errc::not_found)
+                  ? detail(404, "Run " + run + " not found on thread " + thread)
+                  : from_error(rec.error());
+        co_return;
+      }
+      if (s.size() == 4 && rq.method == "GET") {
+        out = answer(200, run_object(*rec));
+        co_return;
+      }
+      if (s.size() == 5 && s[4] == "join" && rq.method == "GET") {
+        co_await wait_for(api, ex, *rec, nullptr, out);
+        co_return;
+      }
+      if (s.size() == 5 && s[4] == "cancel" && rq.method == "POST") {
+        const auto action = query_value(rq.target, "action").value_or("interrupt");
+        if (action != "interrupt") {
+          out = detail(501, "cancel with action '" + action +
+                                "' is not supported by weir yet (action=interrupt is)");
+          co_return;
+        }
+        auto done = co_await off_thread(*api.blocking, [&] { return runs->cancel(run); });
+        if (!done) {
+          out = from_error(done.error());
+          co_return;
+        }
+        const auto wait = query_value(rq.target, "wait").value_or("0");
+        if (wait == "1" || wait == "true") {
+          auto none = [](const RunRecord&, const Steps&) -> awaitable<bool> { co_return true; };
+          (void)co_await follow(api, ex, run, none);
+          out = {204, "", {}, ""};
+        } else {
+          out = {202, "", {}, ""};
+        }
+        co_return;
+      }
+      out = not_implemented(
+          rq, "/threads/{thread_id}/runs/{run_id}" + std::string(s.size() > 4 ? "/" + s[4] : ""));
+      co_return;
+    }
+  }
+  out = not_implemented(rq, "/threads/{thread_id}" + std::string(s.size() > 2 ? "/" + s[2] : ""));
+}
+
+awaitable<void> route_stateless(const LangGraphApi& api, http::Exchange& ex,
+                                const std::vector<std::string>& s, http::Response& out,
+                                bool& streamed, const trace::SpanContext& request_span) {
+  const auto& rq = ex.request();
+  if (rq.method == "POST" &&
+      (s.size() == 1 || (s.size() == 2 && (s[1] == "wait" || s[1] == "stream")))) {
+    auto ask = run_ask(api, rq, out);
+    if (!ask) co_return;
+    if (ask->run.resume) {
+      out = detail(422,
+                   "a run without a thread has nothing to resume: 'command.resume' needs "
+                   "POST /threads/{thread_id}/runs");
+      co_return;
+    }
+    auto rec = co_await start_run(api, rq, *ask, new_thread_id(), true, out, request_span);
+    if (!rec) co_return;
+    if (s.size() == 1) {
+      out = answer(200, run_object(*rec, ask->run.metadata));
+      out.headers.emplace_back("Content-Location", content_location(*rec, true));
+    } else if (s[1] == "wait") {
+      co_await wait_for(api, ex, *rec, &ask->run, out);
+      out.headers.emplace_back("Content-Location", content_location(*rec, true));
+    } else {
+      co_await stream_run(api, ex, ask->run, *rec, true, out, streamed);
+    }
+    co_return;
+  }
+  out = not_implemented(rq, "/runs" + std::string(s.size() > 1 ? "/" + s[1] : ""));
+}
+
+}  // namespace
+
+bool is_langgraph_path(const std::string& path) {
+  for (std::string_view p : {"/ok", "/info", "/assistants", "/threads", "/runs", "/store"}) {
+    if (path == p ||
+        (path.size() > p.size() && path.compare(0, p.size(), p) == 0 && path[p.size()] == '/'))
+      return true;
+  }
+  return false;
+}
+
+awaitable<void> route_langgraph(const LangGraphApi& api, http::Exchange& ex, http::Response& out,
+                                bool& streamed, const trace::SpanContext& request_span) {
+  const auto& rq = ex.request();
+  const auto s = langgraph_segments(rq.path);
+  if (s.empty()) co_return;
+  if (s[0] == "ok" && s.size() == 1 && rq.method == "GET") {
+    out = answer(200, json::object{{"ok", true}});
+  } else if (s[0] == "info" && s.size() == 1 && rq.method == "GET") {
+    out = answer(
+        200,
+        json::object{
+            {"version", WEIR_VERSION_STRING},
+            {"context", "weir"},
+            {"flags", json::object{{"assistants", true}, {"crons", false}, {"langsmith", false}}}});
+  } else if (s[0] == "assistants") {
+    co_await route_assistants(api, rq, s, out);
+  } else if (s[0] == "threads") {
+    co_await route_threads(api, ex, s, out, streamed, request_span);
+  } else if (s[0] == "runs") {
+    co_await route_stateless(api, ex, s, out, streamed, request_span);
+  } else {
+    out = not_implemented(rq, "/" + s[0] + (s.size() > 1 ? "/..." : ""));
+  }
+}
+
+}  // namespace weir::serve

@@ -1,0 +1,192 @@
+#include "langgraph_request.hpp"
+
+#include <initializer_list>
+
+#include <boost/json/serialize.hpp>
+
+#include "weir/graph/ids.hpp"
+#include "weir/runtime/json_fields.hpp"
+#include "weir/runtime/json_parse.hpp"
+#include "weir/runtime/text.hpp"
+
+namespace weir::serve {
+
+namespace json = boost::json;
+
+namespace {
+
+Error bad(std::string why) {
+  return Error(Errc::invalid_argument, std::move(why));
+}
+
+Error not_yet(std::string_view route, std::string what) {
+  return Error(Errc::unsupported, std::string(route) + ": " + std::move(what) +
+                                      " is not supported by weir yet (docs/langgraph-api.md)");
+}
+
+// A field's value when it is present and not null.
+const json::value* field(const json::object& o, std::string_view key) {
+  const auto* v = o.if_contains(key);
+  return v && !v->is_null() ? v : nullptr;
+}
+
+// An empty list or object is the same as none (the SDKs send `[]` and `{}` for "not set").
+bool set(const json::value* v) {
+  return v && !(v->is_array() && v->as_array().empty()) &&
+         !(v->is_object() && v->as_object().empty());
+}
+
+}  // namespace
+
+std::vector<std::string> langgraph_segments(std::string_view path) {
+  std::vector<std::string> out;
+  std::size_t i = path.empty() || path[0] != '/' ? 0 : 1;
+  while (i <= path.size()) {
+    const auto j = path.find('/', i);
+    const auto end = j == std::string_view::npos ? path.size() : j;
+    out.push_back(percent_decode(path.substr(i, end - i)));
+    i = end + 1;
+  }
+  if (!out.empty() && out.back().empty()) out.pop_back();
+  return out;
+}
+
+Result<json::object> langgraph_body(std::string_view text) {
+  if (text.find_first_not_of(" \t\r\n") == std::string_view::npos) return json::object{};
+  auto p = parse_json(text, "the request body");
+  if (!p) return std::move(p).error();
+  if (!p->value.is_object()) return bad("the request body must be a JSON object");
+  return std::move(p->value.as_object());
+}
+
+Result<LangGraphRun> read_langgraph_run(const json::object& b, std::string_view route) {
+  LangGraphRun r;
+  const auto* aid = field(b, "assistant_id");
+  if (!aid || !aid->is_string() || aid->as_string().empty())
+    return bad("'assistant_id' is required: a graph id or an assistant id");
+  r.assistant_id = aid->as_string();
+  for (const char* key : {"interrupt_before", "interrupt_after", "checkpoint", "checkpoint_id",
+                          "webhook", "after_seconds", "context"})
+    if (set(field(b, key))) return not_yet(route, std::string("'") + key + "'");
+  if (const auto* m = field(b, "multitask_strategy"); m && *m != "reject")
+    return not_yet(route, "'multitask_strategy' " + json::serialize(*m) +
+                              " (weir rejects a second run on a busy thread)");
+  if (const auto* s = field(b, "stream_resumable"); s && *s == true)
+    return not_yet(route, "'stream_resumable': true");
+  if (const auto* c = field(b, "config")) {
+    if (!c->is_object()) return bad("'config' must be an object");
+    for (const auto& kv : c->as_object())
+      if (kv.key() != "configurable" && kv.key() != "tags" && kv.key() != "metadata" &&
+          !kv.value().is_null())
+        return not_yet(route, "'config." + std::string(kv.key()) + "'");
+  }
+  if (const auto* cmd = field(b, "command")) {
+    if (!cmd->is_object()) return bad("'command' must be an object: {\"resume\": value}");
+    for (const auto& kv : cmd->as_object()) {
+      if (kv.key() == "resume")
+        r.resume = kv.value();
+      else if (!kv.value().is_null())
+        return not_yet(route, "'command." + std::string(kv.key()) + "'");
+    }
+  }
+  if (const auto* in = field(b, "input")) {
+    if (!in->is_object())
+      return bad("'input' must be an object of channel values, got " +
+                 std::string(json_kind_phrase(*in)));
+    r.input = in->as_object();
+  }
+  if (r.resume && !r.input.empty()) return bad("give 'input' or 'command.resume', not both");
+  if (const auto* m = field(b, "metadata")) {
+    if (!m->is_object()) return bad("'metadata' must be an object");
+    r.metadata = m->as_object();
+  }
+  if (const auto* s = field(b, "stream_mode")) {
+    r.stream_modes.clear();
+    if (s->is_string()) {
+      r.stream_modes.emplace_back(s->as_string());
+    } else if (s->is_array()) {
+      for (const auto& m : s->as_array()) {
+        if (!m.is_string()) return bad("'stream_mode' must be a mode or a list of modes");
+        r.stream_modes.emplace_back(m.as_string());
+      }
+    } else {
+      return bad("'stream_mode' must be a mode or a list of modes");
+    }
+  }
+  if (const auto* d = field(b, "on_disconnect")) {
+    if (*d != "cancel" && *d != "continue")
+      return bad("'on_disconnect' must be \"cancel\" or \"continue\", got " + json::serialize(*d));
+    r.cancel_on_disconnect = *d == "cancel";
+  }
+  if (const auto* i = field(b, "if_not_exists")) {
+    if (*i != "create" && *i != "reject")
+      return bad("'if_not_exists' must be \"create\" or \"reject\", got " + json::serialize(*i));
+    r.create_thread = *i == "create";
+  }
+  return r;
+}
+
+Result<LangGraphThreadCreate> read_langgraph_thread_create(const json::object& b) {
+  LangGraphThreadCreate t;
+  if (const auto* id = field(b, "thread_id")) {
+    if (!id->is_string()) return bad("'thread_id' must be a string");
+    t.thread_id = id->as_string();
+    if (auto c = graph::check_id("thread_id", t.thread_id); !c) return std::move(c).error();
+  }
+  if (const auto* m = field(b, "metadata")) {
+    if (!m->is_object()) return bad("'metadata' must be an object");
+    t.metadata = m->as_object();
+  }
+  if (const auto* g = field(b, "graph_id"); g && g->is_string()) t.metadata["graph_id"] = *g;
+  for (const char* key : {"supersteps", "ttl"})
+    if (set(field(b, key))) return not_yet("POST /threads", std::string("'") + key + "'");
+  if (const auto* e = field(b, "if_exists")) {
+    if (*e != "raise" && *e != "do_nothing")
+      return bad("'if_exists' must be \"raise\" or \"do_nothing\", got " + json::serialize(*e));
+    t.do_nothing_if_exists = *e == "do_nothing";
+  }
+  return t;
+}
+
+Result<LangGraphPage> read_langgraph_page(const json::object& b) {
+  LangGraphPage p;
+  for (auto [key, dst, lo, hi] :
+       {std::tuple{"limit", &p.limit, 1, 1000}, std::tuple{"offset", &p.offset, 0, 100'000'000}}) {
+    const auto* v = field(b, key);
+    if (!v) continue;
+    if (!v->is_int64() || v->as_int64() < lo || v->as_int64() > hi)
+      return bad(std::string("'") + key + "' must be an integer from " + std::to_string(lo) +
+                 " to " + std::to_string(hi) + ", got " + json::serialize(*v));
+    *dst = static_cast<std::size_t>(v->as_int64());
+  }
+  return p;
+}
+
+Result<std::string> read_langgraph_before(const json::object& b) {
+  const auto* bf = field(b, "before");
+  if (!bf) return std::string();
+  const json::value* id = bf;
+  if (bf->is_object()) {
+    const auto& o = bf->as_object();
+    const auto* conf = o.if_contains("configurable");
+    id = conf && conf->is_object() ? conf->as_object().if_contains("checkpoint_id")
+                                   : o.if_contains("checkpoint_id");
+  }
+  if (!id || !id->is_string())
+    return bad("'before' must be a checkpoint id or {\"configurable\": {\"checkpoint_id\": ...}}");
+  return std::string(id->as_string());
+}
+
+bool json_contains(const json::value& have, const json::value& want) {
+  if (want.is_object()) {
+    if (!have.is_object()) return false;
+    for (const auto& kv : want.as_object()) {
+      const auto* h = have.as_object().if_contains(kv.key());
+      if (!h || !json_contains(*h, kv.value())) return false;
+    }
+    return true;
+  }
+  return have == want;
+}
+
+}  // namespace weir::serve

@@ -1,0 +1,70 @@
+// The LangGraph Server API's request bodies and paths, read (langgraph_api.hpp serves them).
+// No Asio: the fuzz build compiles this file alone (fuzz/fuzz_langgraph_request.cpp).
+//
+// Every reader returns a value or an Error whose code decides the HTTP status and whose
+// message is the answer's "detail": corrupt_data (400: the body is not JSON), invalid_argument
+// (422: a field of the wrong type or out of range, named), unsupported (501: a field weir cannot
+// honour yet, named, so a client never gets a 200 that did something else). Fields a LangGraph
+// client sends that change nothing weir does (durability, feedback_keys, checkpoint_during,
+// stream_subgraphs, ...) and unknown ones are ignored, as the LangGraph servers do.
+//
+// Thread safety: pure functions.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <boost/json/object.hpp>
+#include <boost/json/value.hpp>
+
+#include "weir/runtime/error.hpp"
+
+namespace weir::serve {
+
+// "/threads/t%201/runs" -> {"threads", "t 1", "runs"}: segments percent-decoded, a trailing '/'
+// dropped.
+std::vector<std::string> langgraph_segments(std::string_view path);
+
+// A request body: a JSON object, or {} for an empty body (a cancel has none).
+Result<boost::json::object> langgraph_body(std::string_view text);
+
+// A run request (POST /threads/{id}/runs[/wait|/stream], /runs[/wait|/stream]). `route` ("POST
+// /runs/wait") names the endpoint in 501 texts.
+struct LangGraphRun {
+  std::string assistant_id;  // a graph id or an assistant id (checked by the caller)
+  boost::json::object input;
+  std::optional<boost::json::value> resume;  // command.resume
+  boost::json::object metadata;
+  std::vector<std::string> stream_modes{"values"};
+  bool cancel_on_disconnect = false;  // on_disconnect: "cancel"
+  bool create_thread = false;         // if_not_exists: "create"
+};
+Result<LangGraphRun> read_langgraph_run(const boost::json::object& body, std::string_view route);
+
+// POST /threads: the thread id ("" when the server names it), metadata (graph_id folded in),
+// if_exists "do_nothing".
+struct LangGraphThreadCreate {
+  std::string thread_id;
+  boost::json::object metadata;
+  bool do_nothing_if_exists = false;
+};
+Result<LangGraphThreadCreate> read_langgraph_thread_create(const boost::json::object& body);
+
+// limit (1..1000, default 10) and offset (>= 0) of a search or history body.
+struct LangGraphPage {
+  std::size_t limit = 10, offset = 0;
+};
+Result<LangGraphPage> read_langgraph_page(const boost::json::object& body);
+
+// A history body's `before`: a checkpoint id, or a config {"configurable": {"checkpoint_id"}}
+// (what the JS SDK sends), or {"checkpoint_id"}. "" when absent.
+Result<std::string> read_langgraph_before(const boost::json::object& body);
+
+// JSONB-style containment, as the LangGraph server filters metadata and values: every key of
+// `want` is in `have` with an equal value (objects: contained, recursively).
+bool json_contains(const boost::json::value& have, const boost::json::value& want);
+
+}  // namespace weir::serve

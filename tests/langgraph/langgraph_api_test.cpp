@@ -1,0 +1,187 @@
+// The LangGraph Server API on `weir serve` (serve/src/langgraph_api.hpp) over real HTTP on
+// loopback: the shapes a LangGraph client reads, the errors it gets, and weir's fences at this
+// door (the key, another site's page, a full run queue, a client that leaves).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "serve_fixture.hpp"
+
+namespace weir::serve {
+namespace {
+
+using namespace std::chrono_literals;
+
+ServeConfig lg_config() {
+  ServeConfig c;
+  c.workflows = fs::path(WEIR_SOURCE_DIR) / "tests/langgraph/workflows";
+  return c;
+}
+
+std::string detail(const Reply& r) {
+  auto v = body_json(r);
+  if (!v.is_object() || !v.as_object().contains("detail")) return "(no detail) " + r.body;
+  return std::string(v.at("detail").as_string());
+}
+
+std::string new_thread(std::uint16_t port) {
+  auto r = call(port, "POST", "/threads", R"({"metadata": {}})");
+  EXPECT_EQ(r.status, 200) << r.body;
+  return std::string(body_json(r).at("thread_id").as_string());
+}
+
+// LangGraph names a graph's default assistant uuid5(graph_id) in its own namespace; clients
+// that stored such an id (or the graph id itself) reach the same workflow.
+TEST(LangGraphApi, AssistantIdsAreLangGraphsUuid5OfTheGraphId) {
+  auto s = start(lg_config());
+  // uuid5("steps") in LangGraph's namespace (6ba7b821-...; Python's uuid module agrees).
+  auto a = call(s.port, "GET", "/assistants/01d10e59-d4b4-51ec-8e94-9b2716b34de8");
+  ASSERT_EQ(a.status, 200) << a.body;
+  EXPECT_EQ(body_json(a).at("graph_id"), "steps");
+  auto g = call(s.port, "GET", "/assistants/steps/graph");
+  ASSERT_EQ(g.status, 200) << g.body;
+  const json::value graph = body_json(g);
+  const auto& edges = graph.at("edges").as_array();
+  ASSERT_EQ(edges.size(), 4u);
+  EXPECT_EQ(edges[0].at("source"), "__start__");
+  EXPECT_EQ(edges[3].at("target"), "__end__");
+  auto missing = call(s.port, "GET", "/assistants/nope");
+  EXPECT_EQ(missing.status, 404);
+  EXPECT_EQ(detail(missing),
+            "Assistant 'nope' not found (this server's graphs: ask, boom, slow, steps)");
+  auto info = call(s.port, "GET", "/info");
+  EXPECT_EQ(body_json(info).at("flags").at("assistants"), true);
+  EXPECT_EQ(body_json(call(s.port, "GET", "/ok")).at("ok"), true);
+}
+
+// What weir does not do yet is a 501 that names the endpoint or the field, never a 200 that
+// did something else.
+TEST(LangGraphApi, WhatWeirDoesNotDoYetIs501NamingIt) {
+  auto s = start(lg_config());
+  const std::string t = new_thread(s.port);
+  auto copy = call(s.port, "POST", "/threads/" + t + "/copy", "{}");
+  EXPECT_EQ(copy.status, 501);
+  EXPECT_EQ(detail(copy),
+            "POST /threads/{thread_id}/copy is not implemented by weir yet (docs/langgraph-api.md "
+            "lists the endpoints it serves)");
+  auto store = call(s.port, "PUT", "/store/items", R"({"namespace": ["a"], "key": "k"})");
+  EXPECT_EQ(store.status, 501);
+  auto fork = call(s.port, "POST", "/threads/" + t + "/runs/wait",
+                   R"({"assistant_id": "steps", "interrupt_before": ["second"]})");
+  EXPECT_EQ(fork.status, 501);
+  EXPECT_EQ(detail(fork), "POST /threads/" + t +
+                              "/runs/wait: 'interrupt_before' is not supported by weir yet "
+                              "(docs/langgraph-api.md)");
+  auto enqueue = call(s.port, "POST", "/threads/" + t + "/runs",
+                      R"({"assistant_id": "steps", "multitask_strategy": "enqueue"})");
+  EXPECT_EQ(enqueue.status, 501);
+  auto limit = call(s.port, "POST", "/runs/wait",
+                    R"({"assistant_id": "steps", "config": {"recursion_limit": 5}})");
+  EXPECT_EQ(limit.status, 501);
+  EXPECT_EQ(detail(limit),
+            "POST /runs/wait: 'config.recursion_limit' is not supported by weir yet "
+            "(docs/langgraph-api.md)");
+  // Nothing ran on the thread.
+  auto st = call(s.port, "GET", "/threads/" + t);
+  EXPECT_EQ(body_json(st).at("values"), nullptr);
+}
+
+// Bad input: a clear 4xx, and nothing queued.
+TEST(LangGraphApi, BadRequestsSayWhatIsWrong) {
+  auto s = start(lg_config());
+  auto junk = call(s.port, "POST", "/threads", "{not json");
+  EXPECT_EQ(junk.status, 400);
+  EXPECT_EQ(detail(junk), "the request body:1:2: syntax error");
+  auto no_assistant = call(s.port, "POST", "/runs/wait", R"({"input": {}})");
+  EXPECT_EQ(no_assistant.status, 422);
+  EXPECT_EQ(detail(no_assistant), "'assistant_id' is required: a graph id or an assistant id");
+  auto not_object = call(s.port, "POST", "/runs/wait", R"({"assistant_id": "steps", "input": 5})");
+  EXPECT_EQ(not_object.status, 422);
+  EXPECT_EQ(detail(not_object), "'input' must be an object of channel values, got an integer");
+  auto id =
+      call(s.port, "POST", "/threads", std::string(R"({"thread_id": "a)") + "\\u0001" + "\"}");
+  EXPECT_EQ(id.status, 422);
+  EXPECT_EQ(detail(id).substr(0, 39), "thread_id holds a control character (by");
+  auto unknown = call(s.port, "POST", "/threads/nope/runs/wait", R"({"assistant_id": "steps"})");
+  EXPECT_EQ(unknown.status, 404);
+  EXPECT_EQ(detail(unknown), "Thread with ID nope not found");
+  // if_not_exists "create" makes it.
+  auto made =
+      call(s.port, "POST", "/threads/fresh/runs/wait",
+           R"({"assistant_id": "steps", "input": {"topic": "x"}, "if_not_exists": "create"})");
+  EXPECT_EQ(made.status, 200) << made.body;
+  EXPECT_EQ(body_json(made).at("done"), true);
+  auto page = call(s.port, "POST", "/threads/search", R"({"limit": 0})");
+  EXPECT_EQ(page.status, 422);
+  EXPECT_EQ(detail(page), "'limit' must be an integer from 1 to 1000, got 0");
+  auto listed = call(s.port, "GET", "/v1/runs");
+  EXPECT_EQ(body_json(listed).at("data").as_array().size(), 1u);  // only the one that ran
+}
+
+// The fences of every door hold here too: the key (the SDK's X-Api-Key or a Bearer token),
+// another site's page, a full run queue.
+TEST(LangGraphApi, TheFencesOfEveryDoorHoldHere) {
+  {
+    auto c = lg_config();
+    c.api_key = "s3cret";
+    auto s = start(c);
+    auto none = call(s.port, "POST", "/threads", "{}");
+    EXPECT_EQ(none.status, 401);
+    EXPECT_EQ(call(s.port, "POST", "/threads", "{}", "X-Api-Key: s3cret\r\n").status, 200);
+    EXPECT_EQ(call(s.port, "POST", "/threads", "{}", "X-Api-Key: wrong\r\n").status, 401);
+    EXPECT_EQ(call(s.port, "POST", "/threads", "{}", "Authorization: Bearer s3cret\r\n").status,
+              200);
+  }
+  auto c = lg_config();
+  c.max_runs = 1;
+  c.max_queued_runs = 1;
+  auto s = start(c);
+  auto evil = call(s.port, "POST", "/runs", R"({"assistant_id": "steps"})",
+                   "Origin: https://evil.example\r\n");
+  EXPECT_EQ(evil.status, 403);
+  const std::string body = R"({"assistant_id": "slow"})";
+  auto a = call(s.port, "POST", "/runs", body);
+  auto b = call(s.port, "POST", "/runs", body);
+  auto full = call(s.port, "POST", "/runs", body);
+  EXPECT_EQ(a.status, 200) << a.body;
+  EXPECT_EQ(b.status, 200) << b.body;
+  EXPECT_EQ(full.status, 429) << full.body;
+  EXPECT_EQ(full.header("retry-after"), "1");
+  EXPECT_EQ(detail(full).substr(0, 22), "the run queue is full ");
+  EXPECT_EQ(a.header("content-location"),
+            "/runs/" + std::string(body_json(a).at("run_id").as_string()));
+}
+
+// A streaming client that leaves with on_disconnect "cancel" cancels its run within a step
+// (LangGraph's Agent Chat UI sends it).
+TEST(LangGraphApi, AClientThatLeavesWithOnDisconnectCancelCancelsItsRun) {
+  auto s = start(lg_config());
+  const std::string t = new_thread(s.port);
+  {
+    Conn c(s.port);
+    ASSERT_TRUE(c.request("POST", "/threads/" + t + "/runs/stream",
+                          R"({"assistant_id": "slow", "on_disconnect": "cancel"})"));
+    Reply head;
+    ASSERT_TRUE(c.read_head(head));
+    EXPECT_EQ(head.status, 200);
+    EXPECT_EQ(head.header("content-type"), "text/event-stream");
+    EXPECT_EQ(head.header("content-location").substr(0, 9 + t.size() + 6),
+              "/threads/" + t + "/runs/");
+  }  // the client is gone
+  std::string status;
+  for (int i = 0; i < 100 && status != "idle"; ++i) {
+    std::this_thread::sleep_for(50ms);
+    status = body_json(call(s.port, "GET", "/threads/" + t)).at("status").as_string();
+  }
+  EXPECT_EQ(status, "idle");
+  auto runs = body_json(call(s.port, "GET", "/threads/" + t + "/runs")).as_array();
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0].at("status"), "interrupted");
+  const auto state = body_json(call(s.port, "GET", "/threads/" + t + "/state"));
+  const auto* n = state.at("values").as_object().if_contains("n");
+  EXPECT_TRUE(!n || n->as_int64() < 20) << state;  // stopped long before its 60 steps
+}
+
+}  // namespace
+}  // namespace weir::serve

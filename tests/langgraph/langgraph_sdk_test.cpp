@@ -1,0 +1,127 @@
+// The official LangGraph JS client (@langchain/langgraph-sdk from npm, unchanged) drives
+// `weir serve`: tests/langgraph/clients/sdk_flows.mjs runs each flow a user's program would
+// (assistants, threads, wait, stream, interrupt then command.resume, background + join, cancel,
+// errors) and prints what it saw; this test checks it. Skipped, saying why, without node or the
+// package (tests/langgraph/clients/setup installs it).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "serve_fixture.hpp"
+
+namespace weir::serve {
+namespace {
+
+json::value run_flows(std::uint16_t port) {
+  const std::string dir = std::string(WEIR_SOURCE_DIR) + "/tests/langgraph/clients";
+  const std::string cmd =
+      "node " + dir + "/sdk_flows.mjs http://127.0.0.1:" + std::to_string(port) + " 2>&1";
+  std::FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return nullptr;
+  std::string out;
+  char buf[4096];
+  while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  const int rc = ::pclose(p);
+  EXPECT_EQ(rc, 0) << out;
+  boost::system::error_code ec;
+  json::value v = json::parse(out, ec);
+  EXPECT_FALSE(ec) << out;
+  return v;
+}
+
+TEST(LangGraphSdk, TheOfficialJsClientRunsEveryFlow) {
+  const std::string dir = std::string(WEIR_SOURCE_DIR) + "/tests/langgraph/clients";
+  if (std::system("command -v node >/dev/null 2>&1") != 0 ||
+      !fs::exists(dir + "/node_modules/@langchain/langgraph-sdk"))
+    GTEST_SKIP() << "node or tests/langgraph/clients/node_modules is missing (run "
+                    "tests/langgraph/clients/setup, which needs npm and its registry)";
+  ServeConfig c;
+  c.workflows = fs::path(WEIR_SOURCE_DIR) / "tests/langgraph/workflows";
+  auto s = start(c);
+  const json::value v = run_flows(s.port);
+  ASSERT_TRUE(v.is_object());
+  const std::string all = json::serialize(v);
+  for (const auto& kv : v.as_object())
+    EXPECT_FALSE(kv.value().is_object() && kv.value().as_object().contains("thrown") &&
+                 kv.value().at("thrown").is_string())
+        << kv.key() << ": " << json::serialize(kv.value());
+
+  const auto& a = v.at("assistants");
+  EXPECT_EQ(json::serialize(a.at("graph_ids")), R"(["ask","boom","slow","steps"])");
+  EXPECT_EQ(a.at("steps").at("assistant_id"), "01d10e59-d4b4-51ec-8e94-9b2716b34de8");
+  EXPECT_EQ(a.at("by_id"), "steps");
+  EXPECT_EQ(a.at("graph").at("nodes").as_array().size(), 5u);  // __start__, 3 nodes, __end__
+  EXPECT_EQ(json::serialize(a.at("schemas").at("input_schema").at("properties")),
+            R"({"topic":{}})");
+  EXPECT_EQ(json::serialize(a.at("one")), R"(["ask"])");
+
+  const auto& t = v.at("threads");
+  const auto id = t.at("created").at("thread_id");
+  EXPECT_EQ(t.at("created").at("status"), "idle");
+  EXPECT_EQ(t.at("created").at("values"), nullptr);
+  EXPECT_EQ(json::serialize(t.at("final")),
+            R"({"done":true,"seen":["first t","second"],"topic":"t"})");
+  EXPECT_EQ(t.at("after").at("status"), "idle");
+  // A run stamps the graph into the thread's metadata: Agent Chat UI finds its threads so.
+  EXPECT_EQ(t.at("after").at("metadata").at("graph_id"), "steps");
+  EXPECT_EQ(t.at("after").at("metadata").at("user"), "u1");
+  EXPECT_EQ(t.at("state").at("values"), t.at("final"));
+  EXPECT_TRUE(t.at("state").at("next").as_array().empty());
+  const auto& history = t.at("history").as_array();
+  ASSERT_EQ(history.size(), 4u) << all;  // newest first
+  EXPECT_EQ(history[0].at("checkpoint").at("checkpoint_id"),
+            t.at("state").at("checkpoint").at("checkpoint_id"));
+  EXPECT_EQ(history[0].at("parent_checkpoint").at("checkpoint_id"),
+            history[1].at("checkpoint").at("checkpoint_id"));
+  EXPECT_EQ(t.at("older_count"), 3);  // `before` the newest, as the SDK sends it
+  EXPECT_EQ(json::serialize(t.at("mine")), "[" + json::serialize(id) + "]");
+  EXPECT_EQ(json::serialize(t.at("by_graph")), "[" + json::serialize(id) + "]");
+  EXPECT_EQ(t.at("again").at("status"), 409);
+  EXPECT_EQ(t.at("same"), id);
+  EXPECT_EQ(t.at("missing").at("status"), 404);
+
+  const auto& i = v.at("interrupt");
+  const auto& first = i.at("first").at("__interrupt__").as_array();
+  ASSERT_EQ(first.size(), 1u) << all;
+  EXPECT_EQ(json::serialize(first[0].at("value")), R"({"question":"proceed?"})");
+  EXPECT_EQ(i.at("paused_status"), "interrupted");
+  EXPECT_EQ(i.at("interrupts").at("ask").at(0).at("id"), first[0].at("id"));
+  EXPECT_EQ(json::serialize(i.at("next")), R"(["ask"])");
+  EXPECT_EQ(i.at("tasks").at(0).at("interrupts").at(0).at("value"), first[0].at("value"));
+  const auto& events = i.at("events").as_array();
+  ASSERT_EQ(events.size(), 5u) << all;
+  EXPECT_EQ(events[0].at("event"), "metadata");
+  EXPECT_EQ(json::serialize(events[1]), R"({"event":"updates","data":{"ask":{"answer":"yes"}}})");
+  EXPECT_EQ(events[4].at("event"), "values");
+  EXPECT_EQ(events[4].at("data").at("after"), true);
+  // The run id the stream's Content-Location gave (onRunCreated) is the metadata event's.
+  EXPECT_EQ(i.at("created").at("run_id"), events[0].at("data").at("run_id"));
+  EXPECT_EQ(i.at("done_status"), "idle");
+
+  const auto& b = v.at("background");
+  EXPECT_EQ(b.at("created").at("run_id"), b.at("run").at("run_id"));
+  EXPECT_EQ(b.at("joined").at("done"), true);
+  EXPECT_EQ(b.at("status"), "success");
+  EXPECT_EQ(json::serialize(b.at("listed")), "[" + json::serialize(b.at("run").at("run_id")) + "]");
+
+  const auto& c2 = v.at("cancel");
+  EXPECT_EQ(c2.at("busy_status"), "busy");
+  EXPECT_EQ(c2.at("second").at("status"), 409);  // multitask_strategy reject
+  EXPECT_EQ(c2.at("status"), "interrupted");
+
+  const auto& e = v.at("errors");
+  EXPECT_EQ(e.at("waited").at("thrown"),
+            "invalid_argument: node 'broken': calculator: unexpected end of expression at "
+            "column 4");
+  const auto& ev = e.at("events").as_array();
+  ASSERT_EQ(ev.size(), 2u) << all;
+  EXPECT_EQ(ev[1].at("event"), "error");
+  EXPECT_EQ(e.at("unknown").at("status"), 404);
+  EXPECT_EQ(e.at("bad_input").at("status"), 422);
+  EXPECT_EQ(e.at("fork").at("status"), 501);
+  EXPECT_EQ(e.at("stateless").at("done"), true);
+}
+
+}  // namespace
+}  // namespace weir::serve
