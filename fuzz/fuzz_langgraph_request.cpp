@@ -1,11 +1,13 @@
-// Request bodies and paths of the LangGraph Server API (serve/src/langgraph_request.cpp): no
-// crash, and every refusal is one of the three codes its callers map to a status (400, 422,
-// 501) with a message to show; what is accepted holds together.
+// Request bodies and paths of the LangGraph Server API (serve/src/langgraph_request.cpp) and its
+// message mapping (langgraph_messages.cpp): no crash, and every refusal is one of the codes its
+// callers map to a status (400, 413, 422, 501) with a message to show; what is accepted holds
+// together.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <string_view>
 
+#include "langgraph_messages.hpp"
 #include "langgraph_request.hpp"
 
 namespace {
@@ -42,5 +44,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   if (auto b = read_langgraph_before(*body); !b) check(b.error());
   (void)json_contains(boost::json::value(*body), boost::json::value(*body));
+  // Messages both ways: what comes in as LangChain's shape and is kept goes back out as it.
+  if (auto in = input_from_langchain(*body); !in) {
+    check(in.error());
+  } else {
+    (void)values_to_langchain(*in);
+  }
+  (void)values_to_langchain(*body);
   return 0;
 }

@@ -17,6 +17,7 @@
 #include <boost/asio/this_coro.hpp>
 #include <boost/json.hpp>
 
+#include "langgraph_messages.hpp"
 #include "langgraph_request.hpp"
 #include "run_follow.hpp"
 #include "runs_path.hpp"
@@ -320,7 +321,7 @@ Result<json::object> thread_state(const graph::Checkpointer& cp, const graph::Ch
   json::object metadata = c.metadata;
   metadata["step"] = c.step;
   metadata["source"] = c.step < 0 ? "input" : "loop";
-  return json::object{{"values", std::move(*values)},
+  return json::object{{"values", values_to_langchain(*values)},
                       {"next", std::move(next)},
                       {"tasks", std::move(tasks)},
                       {"metadata", std::move(metadata)},
@@ -344,7 +345,7 @@ Result<json::object> thread_json(cluster::RunService& runs, const LangGraphThrea
     const auto& c = **latest;
     auto v = cp.state_at(t.id, c.checkpoint_id);
     if (!v) return std::move(v).error();
-    values = std::move(*v);
+    values = values_to_langchain(*v);
     const std::string s = pending_status(c);
     if (s == "interrupted") {
       status = "interrupted";
@@ -431,7 +432,7 @@ Result<json::value> final_chunk(cluster::RunService& runs, const RunRecord& r) {
     return json::value(json::object{{"__interrupt__", interrupts_of(**latest)}});
   auto v = cp.state_at(r.thread_id, (**latest).checkpoint_id);
   if (!v) return std::move(v).error();
-  return json::value(std::move(*v));
+  return json::value(values_to_langchain(*v));
 }
 
 // The request's body, or an error answer in `out`.
@@ -484,6 +485,11 @@ awaitable<std::optional<RunRecord>> start_run(const LangGraphApi& api, const htt
                                               const trace::SpanContext& request_span) {
   cluster::RunService* runs = api.runs;
   const std::string traceparent = run_traceparent_of(rq, request_span);
+  auto input = input_from_langchain(a.run.input);
+  if (!input) {
+    out = from_error(input.error());
+    co_return std::nullopt;
+  }
   json::object stamp = a.run.metadata;
   stamp["graph_id"] = a.graph;
   stamp["assistant_id"] = assistant_id_of(a.graph);
@@ -496,7 +502,7 @@ awaitable<std::optional<RunRecord>> start_run(const LangGraphApi& api, const htt
     if (a.run.resume) return runs->resume(thread, *a.run.resume, traceparent);
     cluster::RunRequest r;
     r.workflow = a.graph;
-    r.input = a.run.input;
+    r.input = std::move(*input);
     r.thread_id = thread;
     r.input_source = "'input'";
     r.traceparent = traceparent;
@@ -570,38 +576,72 @@ bool wants(const LangGraphRun& a, std::string_view mode) {
   return std::find(a.stream_modes.begin(), a.stream_modes.end(), mode) != a.stream_modes.end();
 }
 
-// The SSE frames of one look at a streamed run: per new step `values` (the state after it)
-// and `updates` ({node: the step's writes}); at the end an interrupt's chunk or the error.
+// What a stream carries from one look to the next.
+struct Streamed {
+  std::vector<std::string> ran;       // the nodes the next step runs
+  std::optional<json::object> state;  // the state before the next step
+};
+
+// What a step changed in a channel, as LangGraph's `updates` show a node's return: for a list
+// (an append or messages channel, maybe windowed), the items after the longest tail of the old
+// list that the new one starts with; else the new value.
+json::value delta(const json::value* before, const json::value& after) {
+  constexpr std::size_t kMaxCompared = 4096;  // longer lists are shown whole
+  if (!before || !before->is_array() || !after.is_array()) return after;
+  const auto& o = before->as_array();
+  const auto& n = after.as_array();
+  if (o.size() > kMaxCompared || n.size() > kMaxCompared) return after;
+  for (std::size_t j = 0; j < o.size(); ++j) {  // n starts with o[j..]?
+    const std::size_t k = o.size() - j;
+    if (k > n.size() || o[j] != n[0]) continue;
+    bool match = true;
+    for (std::size_t i = 1; i < k && match; ++i) match = n[i] == o[j + i];
+    if (match) return json::array(n.begin() + static_cast<std::ptrdiff_t>(k), n.end());
+  }
+  return after;
+}
+
+// The SSE frames of one look at a streamed run: per new step `updates` ({node: what the step
+// changed}) and `values` (the state after it); at the end an interrupt's chunk or the error.
 Result<std::string> stream_frames(cluster::RunService& runs, const LangGraphRun& a,
-                                  const RunRecord& r, const Steps& steps,
-                                  std::vector<std::string>& ran) {
+                                  const RunRecord& r, const Steps& steps, Streamed& st) {
   const auto& cp = runs.checkpointer();
   std::string frames;
   for (const auto& c : steps.list) {
-    if (ran.empty() && !c.parent_id.empty()) {  // the run's first step: its parent says who ran
+    if (!st.state && !c.parent_id.empty()) {  // the run's first step: its parent says who ran
       auto parent = cp.get(c.thread_id, c.parent_id);
       if (!parent) return std::move(parent).error();
-      if (*parent)
+      if (*parent) {
         if (const auto* n = (**parent).pending.if_contains("next"); n && n->is_array())
           for (const auto& x : n->as_array())
-            if (x.is_string()) ran.emplace_back(x.as_string());
+            if (x.is_string()) st.ran.emplace_back(x.as_string());
+        auto before = cp.state_at(c.thread_id, c.parent_id);
+        if (!before) return std::move(before).error();
+        st.state = std::move(*before);
+      }
     }
-    if (wants(a, "updates") && !ran.empty()) {
-      json::object writes = c.writes;
-      writes.erase("$snapshot");
+    auto after = cp.state_at(c.thread_id, c.checkpoint_id);
+    if (!after) return std::move(after).error();
+    if (wants(a, "updates") && !st.ran.empty()) {
+      json::object changed;
+      for (const auto& kv : c.writes) {
+        if (kv.key() == "$snapshot") continue;
+        const json::value* was = st.state ? st.state->if_contains(kv.key()) : nullptr;
+        if (c.writes.contains("$snapshot") && was && *was == kv.value()) continue;
+        changed[kv.key()] = delta(was, kv.value());
+      }
+      changed = values_to_langchain(changed);
       json::object update;
-      for (const auto& n : ran) update[n] = writes;  // a step's writes, merged (one node: its own)
+      for (const auto& n : st.ran) update[n] = changed;  // two nodes in a step: their merge
       frames += http::sse_event(json::serialize(update), "updates");
     }
-    if (wants(a, "values")) {
-      auto v = cp.state_at(c.thread_id, c.checkpoint_id);
-      if (!v) return std::move(v).error();
-      frames += http::sse_event(json::serialize(*v), "values");
-    }
-    ran.clear();
+    if (wants(a, "values"))
+      frames += http::sse_event(json::serialize(values_to_langchain(*after)), "values");
+    st.state = std::move(*after);
+    st.ran.clear();
     if (const auto* n = c.pending.if_contains("next"); n && n->is_array())
       for (const auto& x : n->as_array())
-        if (x.is_string()) ran.emplace_back(x.as_string());
+        if (x.is_string()) st.ran.emplace_back(x.as_string());
     if (pending_status(c) == "interrupted") {
       const json::object chunk{{"__interrupt__", interrupts_of(c)}};
       if (wants(a, "values")) frames += http::sse_event(json::serialize(chunk), "values");
@@ -628,11 +668,11 @@ awaitable<void> stream_run(const LangGraphApi& api, http::Exchange& ex, const La
       json::serialize(json::object{{"run_id", started.id}, {"attempt", 1}}), "metadata");
   if (auto s = co_await ex.async_write(std::move(first)); !s) co_return;
   cluster::RunService* runs = api.runs;
-  std::vector<std::string> ran;
+  Streamed st;
   bool write_failed = false;
   auto each = [&](const RunRecord& r, const Steps& steps) -> awaitable<bool> {
     auto frames =
-        co_await off_thread(*api.blocking, [&] { return stream_frames(*runs, a, r, steps, ran); });
+        co_await off_thread(*api.blocking, [&] { return stream_frames(*runs, a, r, steps, st); });
     if (!frames) co_return false;
     if (!frames->empty())
       if (auto s = co_await ex.async_write(std::move(*frames)); !s) {

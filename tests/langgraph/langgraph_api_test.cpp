@@ -49,10 +49,25 @@ TEST(LangGraphApi, AssistantIdsAreLangGraphsUuid5OfTheGraphId) {
   auto missing = call(s.port, "GET", "/assistants/nope");
   EXPECT_EQ(missing.status, 404);
   EXPECT_EQ(detail(missing),
-            "Assistant 'nope' not found (this server's graphs: ask, boom, slow, steps)");
+            "Assistant 'nope' not found (this server's graphs: ask, boom, chat, slow, steps)");
   auto info = call(s.port, "GET", "/info");
   EXPECT_EQ(body_json(info).at("flags").at("assistants"), true);
   EXPECT_EQ(body_json(call(s.port, "GET", "/ok")).at("ok"), true);
+}
+
+// A LangChain message sent to a run is kept in weir's one message shape (docs/agents.md), which
+// the runs API and the CLI read; its id stays with it.
+TEST(LangGraphApi, MessagesAreStoredInWeirsOneShape) {
+  auto s = start(lg_config());
+  const std::string t = new_thread(s.port);
+  auto r = call(s.port, "POST", "/threads/" + t + "/runs/wait",
+                R"({"assistant_id": "chat", "input": {"messages": [
+                      {"type": "human", "content": [{"type": "text", "text": "hi"}], "id": "m-1"}]}})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  auto st = call(s.port, "GET", "/v1/threads/" + t + "/state");
+  ASSERT_EQ(st.status, 200) << st.body;
+  EXPECT_EQ(json::serialize(body_json(st).at("values").at("messages").at(0)),
+            R"({"role":"user","content":"hi","id":"m-1"})");
 }
 
 // What weir does not do yet is a 501 that names the endpoint or the field, never a 200 that
@@ -112,6 +127,11 @@ TEST(LangGraphApi, BadRequestsSayWhatIsWrong) {
            R"({"assistant_id": "steps", "input": {"topic": "x"}, "if_not_exists": "create"})");
   EXPECT_EQ(made.status, 200) << made.body;
   EXPECT_EQ(body_json(made).at("done"), true);
+  auto robot = call(s.port, "POST", "/runs/wait",
+                    R"({"assistant_id": "chat", "input": {"messages": [{"type": "robot"}]}})");
+  EXPECT_EQ(robot.status, 422);
+  EXPECT_EQ(detail(robot),
+            "'input.messages[0].type' must be human, ai, system or tool, got 'robot'");
   auto page = call(s.port, "POST", "/threads/search", R"({"limit": 0})");
   EXPECT_EQ(page.status, 422);
   EXPECT_EQ(detail(page), "'limit' must be an integer from 1 to 1000, got 0");

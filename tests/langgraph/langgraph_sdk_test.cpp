@@ -48,7 +48,7 @@ TEST(LangGraphSdk, TheOfficialJsClientRunsEveryFlow) {
         << kv.key() << ": " << json::serialize(kv.value());
 
   const auto& a = v.at("assistants");
-  EXPECT_EQ(json::serialize(a.at("graph_ids")), R"(["ask","boom","slow","steps"])");
+  EXPECT_EQ(json::serialize(a.at("graph_ids")), R"(["ask","boom","chat","slow","steps"])");
   EXPECT_EQ(a.at("steps").at("assistant_id"), "01d10e59-d4b4-51ec-8e94-9b2716b34de8");
   EXPECT_EQ(a.at("by_id"), "steps");
   EXPECT_EQ(a.at("graph").at("nodes").as_array().size(), 5u);  // __start__, 3 nodes, __end__
@@ -121,6 +121,32 @@ TEST(LangGraphSdk, TheOfficialJsClientRunsEveryFlow) {
   EXPECT_EQ(e.at("bad_input").at("status"), 422);
   EXPECT_EQ(e.at("fork").at("status"), 501);
   EXPECT_EQ(e.at("stateless").at("done"), true);
+
+  // Messages in LangChain's shape both ways; weir keeps them in its own (OpenAI's).
+  const auto& m = v.at("messages");
+  const auto& final_messages = m.at("final").at("messages").as_array();
+  ASSERT_EQ(final_messages.size(), 4u) << all;
+  EXPECT_EQ(json::serialize(final_messages[0]),
+            R"({"type":"human","content":"what is 6*7?","id":"m-1","name":null,)"
+            R"("additional_kwargs":{},"response_metadata":{}})");
+  EXPECT_EQ(final_messages[1].at("type"), "ai");
+  EXPECT_EQ(
+      json::serialize(final_messages[1].at("tool_calls")),
+      R"([{"id":"call_1","name":"calculator","args":{"expression":"6*7"},"type":"tool_call"}])");
+  EXPECT_EQ(final_messages[2].at("type"), "tool");
+  EXPECT_EQ(final_messages[2].at("tool_call_id"), "call_1");
+  EXPECT_EQ(final_messages[3].at("content"), "It is 42.");
+  const auto& updates = m.at("updates").as_array();
+  ASSERT_EQ(updates.size(), 2u) << all;
+  // `updates` show what a node added, not the whole list.
+  EXPECT_EQ(updates[0].at("call").at("messages").as_array().size(), 2u) << all;
+  ASSERT_EQ(updates[1].at("reply").at("messages").as_array().size(), 1u) << all;
+  EXPECT_EQ(updates[1].at("reply").at("messages").at(0).at("content"), "It is 42.");
+  // Ids are stable: the four of the first run keep theirs in the state after the second.
+  const auto& ids = m.at("ids").as_array();
+  ASSERT_EQ(ids.size(), 8u) << all;
+  for (std::size_t k = 0; k < 4; ++k) EXPECT_EQ(ids[k], final_messages[k].at("id")) << k;
+  EXPECT_NE(ids[4], ids[0]);
 }
 
 }  // namespace

@@ -104,4 +104,16 @@ await flow("errors", async () => {
   return { waited, events, unknown, bad_input, fork, stateless };
 });
 
+await flow("messages", async () => {
+  const t = await client.threads.create();
+  const final = await client.runs.wait(t.thread_id, "chat", {
+    input: { messages: [{ type: "human", content: "what is 6*7?", id: "m-1" }] } });
+  const events = await collect(client.runs.stream(t.thread_id, "chat", {
+    input: { messages: [{ type: "human", content: [{ type: "text", text: "and 7*6?" }] }] },
+    streamMode: "updates" }));
+  const state = await client.threads.getState(t.thread_id);
+  return { final, updates: events.filter((e) => e.event === "updates").map((e) => e.data),
+           ids: state.values.messages.map((m) => m.id) };
+});
+
 process.stdout.write(JSON.stringify(out) + "\n");

@@ -1,0 +1,33 @@
+// Chat messages between LangChain's shape (what the LangGraph SDKs and Agent Chat UI send and
+// read: {"type": "human" | "ai" | "tool" | "system", "content", "id", "tool_calls": [{"id",
+// "name", "args": {...}}], "tool_call_id"}) and weir's one message shape in run state (OpenAI's
+// chat message, http/openai.hpp message_json: docs/agents.md "Messages"). Both directions go
+// through the OpenAI codec (parse_message, message_json), so a message that codec refuses is
+// refused here too. A message's LangChain "id" is kept in weir's state next to it and given back;
+// a message without one is given a stable id (its text and position among equal messages).
+// No Asio: fuzzed with the request bodies (fuzz_langgraph_request).
+//
+// Which values are messages: a list whose items are all messages of the other shape (in input,
+// objects with a LangChain "type"; in state, objects with an OpenAI "role"). Any other value
+// passes unchanged.
+//
+// Thread safety: pure functions.
+#pragma once
+
+#include <string_view>
+
+#include <boost/json/object.hpp>
+#include <boost/json/value.hpp>
+
+#include "weir/runtime/error.hpp"
+
+namespace weir::serve {
+
+// A run's input (channel -> value) with its LangChain message lists turned into weir's.
+// Errors: invalid_argument naming the message ("'input.messages[1]': ...").
+Result<boost::json::object> input_from_langchain(const boost::json::object& input);
+
+// State values (channel -> value) with weir's message lists shown in LangChain's shape.
+boost::json::object values_to_langchain(const boost::json::object& values);
+
+}  // namespace weir::serve
