@@ -59,6 +59,7 @@ int cmd_serve(Args args) {
            "--max-runs",
            "--max-queued-runs",
            "--keep-runs",
+           "--max-threads",
            "--otlp-endpoint",
            "--trace"},
           {"--insecure", "--ignore-eos", "--trace-content"});
@@ -97,7 +98,8 @@ int cmd_serve(Args args) {
       !seconds("--idle-timeout", 0.001, c.idle_timeout) ||
       !f.integer("--max-runs", c.max_runs, std::size_t{1}, std::size_t{100'000}) ||
       !f.integer("--max-queued-runs", c.max_queued_runs, std::size_t{0}, std::size_t{10'000'000}) ||
-      !f.integer("--keep-runs", c.keep_runs, std::size_t{1}, std::size_t{10'000'000}))
+      !f.integer("--keep-runs", c.keep_runs, std::size_t{1}, std::size_t{10'000'000}) ||
+      !f.integer("--max-threads", c.max_threads, std::size_t{1}, std::size_t{10'000'000}))
     return kExitInvalidInput;
   if (auto v = f.get("--kv-cache-type")) {
     auto t = inference::parse_kv_type(*v);

@@ -70,8 +70,8 @@ class LangGraphThreads {
     threads_.emplace(t.id, std::move(t));
     return Put::created;
   }
-  // Merges `metadata` into the thread's and records a run on it; the thread is made when the
-  // store knew it (a thread of /v1/runs) but this book did not.
+  // Merges `metadata` into the thread's and records a run on it; the thread is added when the
+  // book did not have it (the caller checked the book's bound).
   void touch(const std::string& id, const json::object& metadata, const std::string& run,
              std::int64_t now_ms) {
     std::lock_guard lock(mu_);
@@ -86,6 +86,10 @@ class LangGraphThreads {
       t.runs.push_front(run);
       if (t.runs.size() > kRunsKept) t.runs.pop_back();
     }
+  }
+  std::size_t size() const {
+    std::lock_guard lock(mu_);
+    return threads_.size();
   }
   std::vector<Thread> all() const {
     std::lock_guard lock(mu_);
@@ -373,15 +377,24 @@ Result<json::object> thread_json(cluster::RunService& runs, const LangGraphThrea
                       {"interrupts", std::move(interrupts)}};
 }
 
-// The thread of the book, or one the store holds that the book does not know yet (a thread
-// of /v1/runs or `weir run --thread`): registered then.
+// The thread of the book, or one the store holds that the book does not know (a thread of
+// /v1/runs, `weir run --thread`, or a stateless run): shown without metadata, and not added to
+// the book (only a run started here adds one, within max_threads).
 Result<LangGraphThreads::Thread> find_thread(const LangGraphApi& api, const std::string& id) {
   if (auto t = api.threads->get(id)) return std::move(*t);
   auto latest = api.runs->checkpointer().latest(id);
   if (!latest) return std::move(latest).error();
   if (!*latest) return Error(Errc::not_found, "Thread with ID " + id + " not found");
-  api.threads->touch(id, {}, "", (**latest).created_at_ms);
-  return *api.threads->get(id);
+  LangGraphThreads::Thread t;
+  t.id = id;
+  t.created_ms = t.updated_ms = (**latest).created_at_ms;
+  return t;
+}
+
+Error threads_full(const LangGraphApi& api) {
+  return Error(Errc::overloaded, "the server holds " + std::to_string(api.max_threads) +
+                                     " threads already (its limit): use an existing thread, or "
+                                     "a stateless run (POST /runs)");
 }
 
 // --- runs ---------------------------------------------------------------------------------
@@ -498,6 +511,8 @@ awaitable<std::optional<RunRecord>> start_run(const LangGraphApi& api, const htt
       auto t = find_thread(api, thread);
       if (!t && !(t.error().is(Errc::not_found) && a.run.create_thread))
         return std::move(t).error();
+      if (!api.threads->get(thread) && api.threads->size() >= api.max_threads)
+        return threads_full(api);
     }
     if (a.run.resume) return runs->resume(thread, *a.run.resume, traceparent);
     cluster::RunRequest r;
@@ -512,7 +527,8 @@ awaitable<std::optional<RunRecord>> start_run(const LangGraphApi& api, const htt
     out = from_error(rec.error());
     co_return std::nullopt;
   }
-  api.threads->touch(rec->thread_id, stamp, rec->id, now_ms());
+  // A stateless run's thread is its own (named like it), forgotten with it: not in the book.
+  if (!stateless) api.threads->touch(rec->thread_id, stamp, rec->id, now_ms());
   co_return std::move(*rec);
 }
 
@@ -783,9 +799,11 @@ awaitable<void> route_threads(const LangGraphApi& api, http::Exchange& ex,
       // A thread the store holds (another door's) exists too.
       auto latest = runs->checkpointer().latest(id);
       if (!latest) return std::move(latest).error();
-      if (*latest && !api.threads->get(id))
-        api.threads->touch(id, {}, "", (**latest).created_at_ms);
       LangGraphThreads::Thread existing;
+      if (*latest && !api.threads->get(id)) {
+        if (!do_nothing) return Error(Errc::thread_busy, "Thread " + id + " already exists");
+        return find_thread(api, id);
+      }
       switch (api.threads->create(t, api.max_threads, existing)) {
         case LangGraphThreads::Put::created:
           return existing;
@@ -793,8 +811,7 @@ awaitable<void> route_threads(const LangGraphApi& api, http::Exchange& ex,
           if (do_nothing) return existing;
           return Error(Errc::thread_busy, "Thread " + id + " already exists");
         case LangGraphThreads::Put::full:
-          return Error(Errc::overloaded, "the server holds " + std::to_string(api.max_threads) +
-                                             " threads already; delete some or use another");
+          return threads_full(api);
       }
       return existing;
     });
@@ -1040,7 +1057,7 @@ awaitable<void> route_stateless(const LangGraphApi& api, http::Exchange& ex,
                    "POST /threads/{thread_id}/runs");
       co_return;
     }
-    auto rec = co_await start_run(api, rq, *ask, new_thread_id(), true, out, request_span);
+    auto rec = co_await start_run(api, rq, *ask, "", true, out, request_span);
     if (!rec) co_return;
     if (s.size() == 1) {
       out = answer(200, run_object(*rec, ask->run.metadata));

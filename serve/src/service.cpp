@@ -631,6 +631,7 @@ Result<std::unique_ptr<Service>> Service::start(ServeConfig config) {
     s->langgraph_api.blocking = &s->blocking;
     s->langgraph_api.draining = &s->draining;
     s->langgraph_api.threads = make_langgraph_threads();
+    s->langgraph_api.max_threads = s->cfg.max_threads;
     s->langgraph_api.started_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                                       std::chrono::system_clock::now().time_since_epoch())
                                       .count();

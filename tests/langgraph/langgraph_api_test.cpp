@@ -173,6 +173,34 @@ TEST(LangGraphApi, TheFencesOfEveryDoorHoldHere) {
             "/runs/" + std::string(body_json(a).at("run_id").as_string()));
 }
 
+// The thread list is bounded (--max-threads): one more is a 429 that says why, and stateless
+// runs (threads of their own, forgotten with them) do not count.
+TEST(LangGraphApi, TheThreadListIsBounded) {
+  auto c = lg_config();
+  c.max_threads = 2;
+  auto s = start(c);
+  new_thread(s.port);
+  new_thread(s.port);
+  auto third = call(s.port, "POST", "/threads", "{}");
+  EXPECT_EQ(third.status, 429);
+  EXPECT_EQ(detail(third),
+            "the server holds 2 threads already (its limit): use an existing thread, or a "
+            "stateless run (POST /runs)");
+  auto run_on_new = call(s.port, "POST", "/threads/t3/runs/wait",
+                         R"({"assistant_id": "steps", "if_not_exists": "create"})");
+  EXPECT_EQ(run_on_new.status, 429);
+  for (int i = 0; i < 3; ++i) {
+    auto r =
+        call(s.port, "POST", "/runs/wait", R"({"assistant_id": "steps", "input": {"topic": "x"}})");
+    EXPECT_EQ(r.status, 200) << r.body;
+    // Its thread is its own, named like the run.
+    const auto where = r.header("content-location");
+    EXPECT_EQ(where.substr(0, 8), "/runs/r-") << where;
+  }
+  auto count = call(s.port, "POST", "/threads/count", "{}");
+  EXPECT_EQ(count.body, "2");
+}
+
 // A streaming client that leaves with on_disconnect "cancel" cancels its run within a step
 // (LangGraph's Agent Chat UI sends it).
 TEST(LangGraphApi, AClientThatLeavesWithOnDisconnectCancelCancelsItsRun) {

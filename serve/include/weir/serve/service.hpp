@@ -86,6 +86,7 @@ struct ServeConfig {
   std::size_t max_runs = 8;           // runs executing at once in this process
   std::size_t max_queued_runs = 256;  // runs waiting; beyond it POST /v1/runs answers 429
   std::size_t keep_runs = 1000;       // in-process: finished runs remembered (newest)
+  std::size_t max_threads = 100'000;  // LangGraph API: threads whose metadata is kept
   // Tracing (docs/tracing.md): a server span per request, continuing the caller's trace from
   // its W3C traceparent header. Null: off.
   std::shared_ptr<trace::Tracer> tracer;
