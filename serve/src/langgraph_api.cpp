@@ -896,6 +896,40 @@ awaitable<void> route_threads(const LangGraphApi& api, http::Exchange& ex,
     out = j ? answer(200, *j) : from_error(j.error());
     co_return;
   }
+  // PATCH /threads/{id}: metadata merged into the thread's
+  if (s.size() == 2 && rq.method == "PATCH") {
+    auto b = body_of(rq, out);
+    if (!b) co_return;
+    const auto* m = field(*b, "metadata");
+    if (!m || !m->is_object()) {
+      out = detail(422, "PATCH /threads/{thread_id} takes {\"metadata\": {...}}");
+      co_return;
+    }
+    auto j = co_await off_thread(*api.blocking, [&]() -> Result<json::object> {
+      auto t = find_thread(api, thread);
+      if (!t) return std::move(t).error();
+      if (!api.threads->get(thread) && api.threads->size() >= api.max_threads)
+        return threads_full(api);
+      api.threads->touch(thread, m->as_object(), "", now_ms());
+      return thread_json(*runs, *api.threads->get(thread));
+    });
+    out = j ? answer(200, *j) : from_error(j.error());
+    co_return;
+  }
+  // GET /threads/{id}/state/{checkpoint_id}
+  if (s.size() == 4 && s[2] == "state" && rq.method == "GET") {
+    const std::string id = s[3];
+    auto j = co_await off_thread(*api.blocking, [&]() -> Result<json::object> {
+      auto t = find_thread(api, thread);
+      if (!t) return std::move(t).error();
+      auto c = runs->checkpointer().get(thread, id);
+      if (!c) return std::move(c).error();
+      if (!*c) return Error(Errc::not_found, "Checkpoint " + id + " not found on thread " + thread);
+      return thread_state(runs->checkpointer(), **c);
+    });
+    out = j ? answer(200, *j) : from_error(j.error());
+    co_return;
+  }
   // GET /threads/{id}/state, POST /threads/{id}/history
   if (s.size() == 3 &&
       ((s[2] == "state" && rq.method == "GET") || (s[2] == "history" && rq.method == "POST"))) {

@@ -70,6 +70,31 @@ TEST(LangGraphApi, MessagesAreStoredInWeirsOneShape) {
             R"({"role":"user","content":"hi","id":"m-1"})");
 }
 
+// PATCH merges metadata; a checkpoint's state is read by its id (an unknown one is a 404).
+TEST(LangGraphApi, PatchAThreadAndReadAnOlderCheckpoint) {
+  auto s = start(lg_config());
+  const std::string t = new_thread(s.port);
+  auto patched = call(s.port, "PATCH", "/threads/" + t, R"({"metadata": {"owner": "ana"}})");
+  ASSERT_EQ(patched.status, 200) << patched.body;
+  EXPECT_EQ(body_json(patched).at("metadata").at("owner"), "ana");
+  auto found = call(s.port, "POST", "/threads/search", R"({"metadata": {"owner": "ana"}})");
+  EXPECT_EQ(body_json(found).as_array().size(), 1u);
+  EXPECT_EQ(call(s.port, "PATCH", "/threads/" + t, R"({"metadata": 5})").status, 422);
+  ASSERT_EQ(call(s.port, "POST", "/threads/" + t + "/runs/wait",
+                 R"({"assistant_id": "steps", "input": {"topic": "p"}})")
+                .status,
+            200);
+  auto history = body_json(call(s.port, "POST", "/threads/" + t + "/history", "{}"));
+  const json::value second = history.at(2);  // after the step of `first`
+  const std::string id(second.at("checkpoint").at("checkpoint_id").as_string());
+  auto at = call(s.port, "GET", "/threads/" + t + "/state/" + id);
+  ASSERT_EQ(at.status, 200) << at.body;
+  EXPECT_EQ(body_json(at), second);
+  auto none = call(s.port, "GET", "/threads/" + t + "/state/000000000009-nope");
+  EXPECT_EQ(none.status, 404);
+  EXPECT_EQ(detail(none), "Checkpoint 000000000009-nope not found on thread " + t);
+}
+
 // What weir does not do yet is a 501 that names the endpoint or the field, never a 200 that
 // did something else.
 TEST(LangGraphApi, WhatWeirDoesNotDoYetIs501NamingIt) {

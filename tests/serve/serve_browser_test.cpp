@@ -208,7 +208,7 @@ TEST(ServeBrowser, CorsPreflightIsRefusedUnlessTheOriginIsAllowed) {
                   "Origin: https://app.example\r\n" + preflight);
   EXPECT_EQ(app.status, 204) << app.body;
   EXPECT_EQ(app.header("access-control-allow-origin"), "https://app.example");
-  EXPECT_EQ(app.header("access-control-allow-methods"), "GET, POST, DELETE, OPTIONS");
+  EXPECT_EQ(app.header("access-control-allow-methods"), "GET, POST, PATCH, DELETE, OPTIONS");
   EXPECT_EQ(app.header("access-control-allow-headers"),
             "Authorization, Content-Type, Mcp-Session-Id, MCP-Protocol-Version, Last-Event-ID, "
             "X-Api-Key");

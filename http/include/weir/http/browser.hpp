@@ -74,7 +74,7 @@ std::optional<std::string> cross_site_refusal(const BrowserPolicy& policy,
 // The request headers a CORS preflight may name, and the methods, for the answer.
 inline constexpr std::string_view kCorsAllowHeaders =
     "Authorization, Content-Type, Mcp-Session-Id, MCP-Protocol-Version, Last-Event-ID, X-Api-Key";
-inline constexpr std::string_view kCorsAllowMethods = "GET, POST, DELETE, OPTIONS";
+inline constexpr std::string_view kCorsAllowMethods = "GET, POST, PATCH, DELETE, OPTIONS";
 // The response headers a page may read.
 inline constexpr std::string_view kCorsExposeHeaders =
     "Mcp-Session-Id, Location, Retry-After, Content-Location, X-Pagination-Total, "
