@@ -91,11 +91,34 @@ class LangGraphThreads {
     std::lock_guard lock(mu_);
     return threads_.size();
   }
-  std::vector<Thread> all() const {
-    std::lock_guard lock(mu_);
-    std::vector<Thread> out;
-    out.reserve(threads_.size());
-    for (const auto& [k, t] : threads_) out.push_back(t);
+  // The ids of the threads whose metadata contains `metadata` and (when given) that are among
+  // `ids`, ordered by `sort_by` (thread_id, created_at or updated_at).
+  std::vector<std::string> select(const json::object* metadata, const std::vector<std::string>* ids,
+                                  const std::string& sort_by, bool ascending) const {
+    std::vector<std::pair<std::int64_t, std::string>> keyed;
+    {
+      std::lock_guard lock(mu_);
+      auto take = [&](const Thread& t) {
+        if (metadata && !json_contains(json::value(t.metadata), json::value(*metadata))) return;
+        keyed.emplace_back(sort_by == "updated_at" ? t.updated_ms : t.created_ms, t.id);
+      };
+      if (ids) {
+        for (const auto& id : *ids)
+          if (auto it = threads_.find(id); it != threads_.end()) take(it->second);
+      } else {
+        for (const auto& [k, t] : threads_) take(t);
+      }
+    }
+    const bool by_id = sort_by == "thread_id";
+    std::sort(keyed.begin(), keyed.end(), [&](const auto& x, const auto& y) {
+      const bool less = by_id ? x.second < y.second : x < y;
+      const bool more = by_id ? y.second < x.second : y < x;
+      return ascending ? less : more;
+    });
+    keyed.erase(std::unique(keyed.begin(), keyed.end()), keyed.end());
+    std::vector<std::string> out;
+    out.reserve(keyed.size());
+    for (auto& [k, id] : keyed) out.push_back(std::move(id));
     return out;
   }
 
@@ -194,7 +217,7 @@ const json::value* field(const json::object& o, std::string_view key) {
 std::shared_ptr<const graph::WorkflowSpec> assistant(const cluster::RunService& runs,
                                                      std::string_view id, std::string* name) {
   for (const auto& n : runs.workflow_names()) {
-    if (n == id || assistant_id_of(n) == id) {
+    if (n == id || iequals(assistant_id_of(n), id)) {
       if (name) *name = n;
       return runs.workflow(n);
     }
@@ -716,21 +739,22 @@ std::string new_thread_id() {
 awaitable<void> route_assistants(const LangGraphApi& api, const http::Request& rq,
                                  const std::vector<std::string>& s, http::Response& out) {
   cluster::RunService& runs = *api.runs;
-  if (s.size() == 2 && s[1] == "search" && rq.method == "POST") {
+  if (s.size() == 2 && (s[1] == "search" || s[1] == "count") && rq.method == "POST") {
     auto b = body_of(rq, out);
     if (!b) co_return;
-    auto pg = page_of(*b, out);
-    if (!pg) co_return;
-    const std::size_t limit = pg->limit, offset = pg->offset;
+    auto q = read_langgraph_assistant_search(*b);
+    if (!q) {
+      out = from_error(q.error());
+      co_return;
+    }
     json::array found;
     for (const auto& n : runs.workflow_names()) {
       auto spec = runs.workflow(n);
       json::object a = assistant_json(api, n, *spec);
-      if (const auto* g = field(*b, "graph_id"); g && *g != json::value(n)) continue;
-      if (const auto* m = field(*b, "metadata"); m && !json_contains(a.at("metadata"), *m))
-        continue;
-      if (const auto* nm = field(*b, "name"); nm && nm->is_string()) {
-        std::string have = n, want(nm->as_string());
+      if (q->graph_id && *q->graph_id != n) continue;
+      if (q->metadata && !json_contains(a.at("metadata"), json::value(*q->metadata))) continue;
+      if (q->name) {
+        std::string have = n, want = *q->name;
         for (auto* str : {&have, &want})
           std::transform(str->begin(), str->end(), str->begin(),
                          [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
@@ -739,16 +763,17 @@ awaitable<void> route_assistants(const LangGraphApi& api, const http::Request& r
       found.push_back(std::move(a));
     }
     const std::size_t total = found.size();
+    if (s[1] == "count") {
+      out = answer(200, static_cast<std::int64_t>(total));
+      co_return;
+    }
+    const std::size_t limit = q->page.limit, offset = q->page.offset;
     json::array page;
     for (std::size_t i = offset; i < total && page.size() < limit; ++i) page.push_back(found[i]);
     out = answer(200, page);
     out.headers.emplace_back("X-Pagination-Total", std::to_string(total));
     if (offset + page.size() < total)
       out.headers.emplace_back("X-Pagination-Next", std::to_string(offset + page.size()));
-    co_return;
-  }
-  if (s.size() == 2 && s[1] == "count" && rq.method == "POST") {
-    out = answer(200, static_cast<std::int64_t>(runs.workflow_names().size()));
     co_return;
   }
   if (s.size() >= 2 && s.size() <= 3 && rq.method == "GET") {
@@ -823,28 +848,49 @@ awaitable<void> route_threads(const LangGraphApi& api, http::Exchange& ex,
     out = j ? answer(200, *j) : from_error(j.error());
     co_return;
   }
-  // POST /threads/search, /threads/count
+  // POST /threads/search, /threads/count: the book's own fields (metadata, ids, the order) are
+  // filtered and paged in memory; only the page's threads (or, with a status or values filter,
+  // the candidates until the page is full) are read from the store, off the I/O thread.
   if (s.size() == 2 && (s[1] == "search" || s[1] == "count") && rq.method == "POST") {
     auto b = body_of(rq, out);
     if (!b) co_return;
-    auto pg = page_of(*b, out);
-    if (!pg) co_return;
-    const std::size_t limit = pg->limit, offset = pg->offset;
-    auto all = api.threads->all();
-    auto found = co_await off_thread(*api.blocking, [&]() -> Result<std::vector<json::object>> {
-      std::vector<json::object> f;
-      for (const auto& t : all) {
-        if (const auto* m = field(*b, "metadata"); m && !json_contains(json::value(t.metadata), *m))
-          continue;
-        if (const auto* ids = field(*b, "ids"); ids && ids->is_array()) {
-          const auto& l = ids->as_array();
-          if (std::find(l.begin(), l.end(), json::value(t.id)) == l.end()) continue;
+    auto q = read_langgraph_thread_search(*b);
+    if (!q) {
+      out = from_error(q.error());
+      co_return;
+    }
+    const bool count = s[1] == "count";
+    struct Found {
+      json::array page;
+      std::size_t total = 0;
+    };
+    auto found = co_await off_thread(*api.blocking, [&]() -> Result<Found> {
+      const auto ids = api.threads->select(q->metadata ? &*q->metadata : nullptr,
+                                           q->ids ? &*q->ids : nullptr, q->sort_by, q->ascending);
+      Found f;
+      const bool by_state = !q->status.empty() || q->values;
+      if (!by_state) {
+        f.total = ids.size();
+        if (count) return f;
+        for (std::size_t i = q->page.offset; i < ids.size() && f.page.size() < q->page.limit; ++i) {
+          auto t = api.threads->get(ids[i]);
+          if (!t) continue;  // deleted meanwhile
+          auto j = thread_json(*runs, *t);
+          if (!j) return std::move(j).error();
+          f.page.push_back(std::move(*j));
         }
-        auto j = thread_json(*runs, t);
+        return f;
+      }
+      for (const auto& id : ids) {
+        auto t = api.threads->get(id);
+        if (!t) continue;
+        auto j = thread_json(*runs, *t);
         if (!j) return std::move(j).error();
-        if (const auto* st = field(*b, "status"); st && j->at("status") != *st) continue;
-        if (const auto* v = field(*b, "values"); v && !json_contains(j->at("values"), *v)) continue;
-        f.push_back(std::move(*j));
+        if (!q->status.empty() && j->at("status") != json::value(q->status)) continue;
+        if (q->values && !json_contains(j->at("values"), json::value(*q->values))) continue;
+        if (!count && f.total >= q->page.offset && f.page.size() < q->page.limit)
+          f.page.push_back(std::move(*j));
+        ++f.total;
       }
       return f;
     });
@@ -852,25 +898,15 @@ awaitable<void> route_threads(const LangGraphApi& api, http::Exchange& ex,
       out = from_error(found.error());
       co_return;
     }
-    auto& f = *found;
-    if (s[1] == "count") {
-      out = answer(200, static_cast<std::int64_t>(f.size()));
+    if (count) {
+      out = answer(200, static_cast<std::int64_t>(found->total));
       co_return;
     }
-    std::string key = "created_at";
-    if (const auto* k = field(*b, "sort_by"); k && k->is_string()) key = k->as_string();
-    const bool asc = field(*b, "sort_order") && *field(*b, "sort_order") == "asc";
-    std::stable_sort(f.begin(), f.end(), [&](const json::object& x, const json::object& y) {
-      const auto* a = x.if_contains(key);
-      const auto* c = y.if_contains(key);
-      const std::string sa = a && a->is_string() ? std::string(a->as_string()) : "";
-      const std::string sc = c && c->is_string() ? std::string(c->as_string()) : "";
-      return asc ? sa < sc : sa > sc;
-    });
-    json::array page;
-    for (std::size_t i = offset; i < f.size() && page.size() < limit; ++i) page.push_back(f[i]);
-    out = answer(200, page);
-    out.headers.emplace_back("X-Pagination-Total", std::to_string(f.size()));
+    const std::size_t shown = found->page.size();
+    out = answer(200, found->page);
+    out.headers.emplace_back("X-Pagination-Total", std::to_string(found->total));
+    if (q->page.offset + shown < found->total)
+      out.headers.emplace_back("X-Pagination-Next", std::to_string(q->page.offset + shown));
     co_return;
   }
   if (s.size() == 2 && s[1] == "prune") {
@@ -935,7 +971,7 @@ awaitable<void> route_threads(const LangGraphApi& api, http::Exchange& ex,
       ((s[2] == "state" && rq.method == "GET") || (s[2] == "history" && rq.method == "POST"))) {
     std::size_t limit = 10;
     std::string before;
-    std::optional<json::object> b;
+    std::optional<json::object> b, history_filter;
     if (s[2] == "history") {
       b = body_of(rq, out);
       if (!b) co_return;
@@ -948,6 +984,20 @@ awaitable<void> route_threads(const LangGraphApi& api, http::Exchange& ex,
         co_return;
       }
       before = std::move(*bf);
+      if (const auto* m = field(*b, "metadata")) {
+        if (!m->is_object()) {
+          out = detail(422, "'metadata' must be an object");
+          co_return;
+        }
+        history_filter = m->as_object();
+      }
+      if (const auto* c = field(*b, "checkpoint");
+          c && !(c->is_object() && c->as_object().empty())) {
+        out = detail(501,
+                     "POST /threads/{thread_id}/history: 'checkpoint' is not supported by weir "
+                     "yet (docs/langgraph-api.md)");
+        co_return;
+      }
     }
     const bool history = s[2] == "history";
     auto j = co_await off_thread(*api.blocking, [&]() -> Result<json::value> {
@@ -980,10 +1030,10 @@ awaitable<void> route_threads(const LangGraphApi& api, http::Exchange& ex,
           open = c.checkpoint_id == before;
           continue;
         }
-        if (const auto* m = field(*b, "metadata"); m && !json_contains(json::value(c.metadata), *m))
-          continue;
         auto st = thread_state(cp, c);
         if (!st) return std::move(st).error();
+        if (history_filter && !json_contains(st->at("metadata"), json::value(*history_filter)))
+          continue;
         states.push_back(std::move(*st));
         if (states.size() >= limit) break;
       }
@@ -1030,6 +1080,10 @@ awaitable<void> route_threads(const LangGraphApi& api, http::Exchange& ex,
       out = list ? answer(200, *list) : from_error(list.error());
       co_return;
     }
+    if (s.size() >= 4 && s[3] == "crons") {
+      out = not_implemented(rq, "/threads/{thread_id}/runs/crons");
+      co_return;
+    }
     if (s.size() >= 4) {
       const std::string run = s[3];
       auto rec = co_await off_thread(*api.blocking, [&] { return runs->get(run); });
@@ -1049,6 +1103,13 @@ awaitable<void> route_threads(const LangGraphApi& api, http::Exchange& ex,
       }
       if (s.size() == 5 && s[4] == "cancel" && rq.method == "POST") {
         const auto action = query_value(rq.target, "action").value_or("interrupt");
+        const auto wait = query_value(rq.target, "wait").value_or("0");
+        if ((action != "interrupt" && action != "rollback") ||
+            (wait != "0" && wait != "1" && wait != "true" && wait != "false")) {
+          out = detail(422, "cancel takes ?action=interrupt|rollback and ?wait=0|1, got action '" +
+                                action + "', wait '" + wait + "'");
+          co_return;
+        }
         if (action != "interrupt") {
           out = detail(501, "cancel with action '" + action +
                                 "' is not supported by weir yet (action=interrupt is)");
@@ -1059,7 +1120,6 @@ awaitable<void> route_threads(const LangGraphApi& api, http::Exchange& ex,
           out = from_error(done.error());
           co_return;
         }
-        const auto wait = query_value(rq.target, "wait").value_or("0");
         if (wait == "1" || wait == "true") {
           auto none = [](const RunRecord&, const Steps&) -> awaitable<bool> { co_return true; };
           (void)co_await follow(api, ex, run, none);

@@ -62,12 +62,18 @@ Result<json::object> langgraph_body(std::string_view text) {
 Result<LangGraphRun> read_langgraph_run(const json::object& b, std::string_view route) {
   LangGraphRun r;
   const auto* aid = field(b, "assistant_id");
-  if (!aid || !aid->is_string() || aid->as_string().empty())
-    return bad("'assistant_id' is required: a graph id or an assistant id");
+  if (!aid) return bad("'assistant_id' is required: a graph id or an assistant id");
+  if (!aid->is_string() || aid->as_string().empty())
+    return bad("'assistant_id' must be a graph id or an assistant id (a string), got " +
+               json::serialize(*aid));
   r.assistant_id = aid->as_string();
   for (const char* key : {"interrupt_before", "interrupt_after", "checkpoint", "checkpoint_id",
                           "webhook", "after_seconds", "context"})
     if (set(field(b, key))) return not_yet(route, std::string("'") + key + "'");
+  if (const auto* m = field(b, "multitask_strategy");
+      m && *m != "reject" && *m != "interrupt" && *m != "rollback" && *m != "enqueue")
+    return bad("'multitask_strategy' must be one of reject, interrupt, rollback, enqueue, got " +
+               json::serialize(*m));
   if (const auto* m = field(b, "multitask_strategy"); m && *m != "reject")
     return not_yet(route, "'multitask_strategy' " + json::serialize(*m) +
                               " (weir rejects a second run on a busy thread)");
@@ -113,6 +119,13 @@ Result<LangGraphRun> read_langgraph_run(const json::object& b, std::string_view 
       return bad("'stream_mode' must be a mode or a list of modes");
     }
   }
+  for (const auto& m : r.stream_modes)
+    if (m != "values" && m != "updates" && m != "messages" && m != "messages-tuple" &&
+        m != "custom" && m != "events" && m != "debug" && m != "tasks" && m != "checkpoints" &&
+        m != "tools" && m != "lifecycle")
+      return bad("'stream_mode' '" + m +
+                 "' is not a mode (values, updates, messages-tuple, messages, custom, events, "
+                 "debug, tasks, checkpoints, tools, lifecycle)");
   if (const auto* d = field(b, "on_disconnect")) {
     if (*d != "cancel" && *d != "continue")
       return bad("'on_disconnect' must be \"cancel\" or \"continue\", got " + json::serialize(*d));
@@ -160,6 +173,102 @@ Result<LangGraphPage> read_langgraph_page(const json::object& b) {
     *dst = static_cast<std::size_t>(v->as_int64());
   }
   return p;
+}
+
+namespace {
+
+Result<std::optional<json::object>> object_field(const json::object& b, std::string_view key) {
+  const auto* v = field(b, key);
+  if (!v) return std::optional<json::object>();
+  if (!v->is_object())
+    return bad("'" + std::string(key) + "' must be an object, got " +
+               std::string(json_kind_phrase(*v)));
+  return std::optional<json::object>(v->as_object());
+}
+
+Result<std::optional<std::string>> string_field(const json::object& b, std::string_view key) {
+  const auto* v = field(b, key);
+  if (!v) return std::optional<std::string>();
+  if (!v->is_string())
+    return bad("'" + std::string(key) + "' must be a string, got " +
+               std::string(json_kind_phrase(*v)));
+  return std::optional<std::string>(std::string(v->as_string()));
+}
+
+// `key`'s value when it is one of `allowed` (else a 422 listing them); `fallback` when absent.
+Result<std::string> one_of(const json::object& b, std::string_view key,
+                           std::initializer_list<std::string_view> allowed,
+                           std::string_view fallback) {
+  auto v = string_field(b, key);
+  if (!v) return std::move(v).error();
+  if (!*v) return std::string(fallback);
+  std::string list;
+  for (auto a : allowed) {
+    if (**v == a) return **v;
+    list += (list.empty() ? "" : ", ") + std::string(a);
+  }
+  return bad("'" + std::string(key) + "' must be one of " + list + ", got '" + **v + "'");
+}
+
+}  // namespace
+
+Result<LangGraphThreadSearch> read_langgraph_thread_search(const json::object& b) {
+  LangGraphThreadSearch q;
+  auto page = read_langgraph_page(b);
+  if (!page) return std::move(page).error();
+  q.page = *page;
+  for (auto [key, dst] : {std::pair{"metadata", &q.metadata}, {"values", &q.values}}) {
+    auto o = object_field(b, key);
+    if (!o) return std::move(o).error();
+    *dst = std::move(*o);
+  }
+  if (const auto* ids = field(b, "ids")) {
+    if (!ids->is_array() || ids->as_array().size() > 1000)
+      return bad("'ids' must be a list of at most 1000 thread ids");
+    q.ids.emplace();
+    for (const auto& id : ids->as_array()) {
+      if (!id.is_string()) return bad("'ids' must be a list of thread ids (strings)");
+      q.ids->emplace_back(id.as_string());
+    }
+  }
+  auto status = one_of(b, "status", {"idle", "busy", "interrupted", "error"}, "");
+  if (!status) return std::move(status).error();
+  q.status = std::move(*status);
+  auto sort =
+      one_of(b, "sort_by", {"thread_id", "created_at", "updated_at", "status", "state_updated_at"},
+             "created_at");
+  if (!sort) return std::move(sort).error();
+  if (*sort == "status" || *sort == "state_updated_at")
+    return not_yet("POST /threads/search", "'sort_by': '" + *sort + "'");
+  q.sort_by = std::move(*sort);
+  auto order = one_of(b, "sort_order", {"asc", "desc"}, "desc");
+  if (!order) return std::move(order).error();
+  q.ascending = *order == "asc";
+  for (const char* key : {"select", "extract"})
+    if (set(field(b, key))) return not_yet("POST /threads/search", std::string("'") + key + "'");
+  return q;
+}
+
+Result<LangGraphAssistantSearch> read_langgraph_assistant_search(const json::object& b) {
+  LangGraphAssistantSearch q;
+  auto page = read_langgraph_page(b);
+  if (!page) return std::move(page).error();
+  q.page = *page;
+  for (auto [key, dst] : {std::pair{"graph_id", &q.graph_id}, {"name", &q.name}}) {
+    auto v = string_field(b, key);
+    if (!v) return std::move(v).error();
+    *dst = std::move(*v);
+  }
+  auto m = object_field(b, "metadata");
+  if (!m) return std::move(m).error();
+  q.metadata = std::move(*m);
+  auto sort = one_of(b, "sort_by", {"assistant_id", "graph_id", "name", "created_at", "updated_at"},
+                     "name");
+  if (!sort) return std::move(sort).error();
+  auto order = one_of(b, "sort_order", {"asc", "desc"}, "asc");
+  if (!order) return std::move(order).error();
+  if (set(field(b, "select"))) return not_yet("POST /assistants/search", "'select'");
+  return q;
 }
 
 Result<std::string> read_langgraph_before(const json::object& b) {

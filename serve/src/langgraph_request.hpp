@@ -59,6 +59,29 @@ struct LangGraphPage {
 };
 Result<LangGraphPage> read_langgraph_page(const boost::json::object& body);
 
+// POST /threads/search and /threads/count: filters (metadata and values: containment; ids: at
+// most 1000; status: idle, busy, interrupted or error), the order (sort_by thread_id,
+// created_at or updated_at; sort_order asc or desc, default created_at desc) and the page.
+// status and state_updated_at as sort keys, select and extract: unsupported (501).
+struct LangGraphThreadSearch {
+  LangGraphPage page;
+  std::optional<boost::json::object> metadata, values;
+  std::optional<std::vector<std::string>> ids;
+  std::string status;  // "": any
+  std::string sort_by = "created_at";
+  bool ascending = false;
+};
+Result<LangGraphThreadSearch> read_langgraph_thread_search(const boost::json::object& body);
+
+// POST /assistants/search and /assistants/count: graph_id, name (a case-insensitive part of
+// it), metadata (containment), the page; sort_by and sort_order checked; select: 501.
+struct LangGraphAssistantSearch {
+  LangGraphPage page;
+  std::optional<std::string> graph_id, name;
+  std::optional<boost::json::object> metadata;
+};
+Result<LangGraphAssistantSearch> read_langgraph_assistant_search(const boost::json::object& body);
+
 // A history body's `before`: a checkpoint id, or a config {"configurable": {"checkpoint_id"}}
 // (what the JS SDK sends), or {"checkpoint_id"}. "" when absent.
 Result<std::string> read_langgraph_before(const boost::json::object& body);

@@ -226,8 +226,10 @@ std::optional<http::Response> api_key_refusal(const std::optional<std::string>& 
                                               const http::Request& rq) {
   if (!key || (rq.path == "/health" && rq.method == "GET")) return std::nullopt;
   // The LangGraph SDKs send the key as X-Api-Key: the same key, another header.
-  if (auto x = rq.header("x-api-key"); x && constant_time_equal(*x, *key)) return std::nullopt;
+  const auto x = rq.header("x-api-key");
+  if (x && constant_time_equal(*x, *key)) return std::nullopt;
   auto auth = rq.header("authorization").value_or("");
+  if (auth.empty() && x) auth = "x";  // a key was sent, and it is wrong
   // The scheme's name is case-insensitive (RFC 9110 11.1): "bearer KEY" is the same.
   constexpr std::string_view kBearer = "bearer ";
   const bool bearer =
@@ -237,7 +239,8 @@ std::optional<http::Response> api_key_refusal(const std::optional<std::string>& 
                              auth.empty() ? "missing API key: send the header 'Authorization: "
                                             "Bearer <key>' (the key in the server's --api-key-env)"
                                           : "invalid API key: send 'Authorization: Bearer <key>' "
-                                            "with the key in the server's --api-key-env",
+                                            "(or 'X-Api-Key: <key>') with the key in the server's "
+                                            "--api-key-env",
                              "", "invalid_api_key"});
   out.headers.emplace_back("WWW-Authenticate", "Bearer");
   return out;

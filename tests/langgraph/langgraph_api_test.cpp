@@ -160,6 +160,45 @@ TEST(LangGraphApi, BadRequestsSayWhatIsWrong) {
   auto page = call(s.port, "POST", "/threads/search", R"({"limit": 0})");
   EXPECT_EQ(page.status, 422);
   EXPECT_EQ(detail(page), "'limit' must be an integer from 1 to 1000, got 0");
+  // Filters of the wrong type or value are a 422 naming them, not ignored (break40 B2, C3, C4).
+  const std::pair<const char*, const char*> refused[] = {
+      {R"({"ids": "x"})", "'ids' must be a list of at most 1000 thread ids"},
+      {R"({"status": "bogus"})",
+       "'status' must be one of idle, busy, interrupted, error, got 'bogus'"},
+      {R"({"sort_by": "nope"})",
+       "'sort_by' must be one of thread_id, created_at, updated_at, status, state_updated_at, got "
+       "'nope'"},
+      {R"({"metadata": "x"})", "'metadata' must be an object, got a string"}};
+  for (const auto& [body, why] : refused) {
+    auto r = call(s.port, "POST", "/threads/search", body);
+    EXPECT_EQ(r.status, 422) << body;
+    EXPECT_EQ(detail(r), why) << body;
+  }
+  EXPECT_EQ(call(s.port, "POST", "/threads/search", R"({"select": ["thread_id"]})").status, 501);
+  auto mode =
+      call(s.port, "POST", "/runs/wait", R"({"assistant_id": "steps", "stream_mode": "bogus"})");
+  EXPECT_EQ(mode.status, 422);
+  auto strategy =
+      call(s.port, "POST", "/runs", R"({"assistant_id": "steps", "multitask_strategy": "x"})");
+  EXPECT_EQ(strategy.status, 422);
+  EXPECT_EQ(detail(strategy),
+            "'multitask_strategy' must be one of reject, interrupt, rollback, enqueue, got \"x\"");
+  auto typed = call(s.port, "POST", "/runs", R"({"assistant_id": 5})");
+  EXPECT_EQ(detail(typed),
+            "'assistant_id' must be a graph id or an assistant id (a string), got 5");
+  auto counted = call(s.port, "POST", "/assistants/count", R"({"graph_id": "steps"})");
+  EXPECT_EQ(counted.body, "1");
+  auto crons = call(s.port, "POST", "/threads/fresh/runs/crons", "{}");
+  EXPECT_EQ(crons.status, 501);
+  auto upper = call(s.port, "GET", "/assistants/01D10E59-D4B4-51EC-8E94-9B2716B34DE8");
+  EXPECT_EQ(upper.status, 200);
+  auto cancel = call(s.port, "POST", "/threads/fresh/runs/r-1/cancel?action=bogus");
+  EXPECT_EQ(cancel.status, 404);  // the run is checked first
+  // History filters on the metadata as shown (step and source included).
+  auto loop = call(s.port, "POST", "/threads/fresh/history",
+                   R"({"metadata": {"source": "loop", "step": 1}})");
+  ASSERT_EQ(loop.status, 200) << loop.body;
+  EXPECT_EQ(body_json(loop).as_array().size(), 1u) << loop.body;
   auto listed = call(s.port, "GET", "/v1/runs");
   EXPECT_EQ(body_json(listed).at("data").as_array().size(), 1u);  // only the one that ran
 }
@@ -174,7 +213,10 @@ TEST(LangGraphApi, TheFencesOfEveryDoorHoldHere) {
     auto none = call(s.port, "POST", "/threads", "{}");
     EXPECT_EQ(none.status, 401);
     EXPECT_EQ(call(s.port, "POST", "/threads", "{}", "X-Api-Key: s3cret\r\n").status, 200);
-    EXPECT_EQ(call(s.port, "POST", "/threads", "{}", "X-Api-Key: wrong\r\n").status, 401);
+    auto wrong = call(s.port, "POST", "/threads", "{}", "X-Api-Key: wrong\r\n");
+    EXPECT_EQ(wrong.status, 401);  // a wrong key is called wrong, not missing (break40 C2)
+    EXPECT_EQ(std::string(body_json(wrong).at("error").at("message").as_string()).substr(0, 16),
+              "invalid API key:");
     EXPECT_EQ(call(s.port, "POST", "/threads", "{}", "Authorization: Bearer s3cret\r\n").status,
               200);
   }

@@ -265,8 +265,8 @@ TEST(Serve, ApiKeyIsRequiredWhenSet) {
   auto wrong = call(s.port, "GET", "/v1/models", {}, "Authorization: Bearer s3cres\r\n");
   EXPECT_EQ(wrong.status, 401);
   EXPECT_EQ(error_message(wrong),
-            "invalid API key: send 'Authorization: Bearer <key>' with the key in the server's "
-            "--api-key-env");
+            "invalid API key: send 'Authorization: Bearer <key>' (or 'X-Api-Key: <key>') with "
+            "the key in the server's --api-key-env");
   auto right = call(s.port, "GET", "/v1/models", {}, "Authorization: Bearer s3cret\r\n");
   EXPECT_EQ(right.status, 200);
   // The scheme is case-insensitive (RFC 9110); the key is not.
