@@ -43,6 +43,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     std::abort();
   }
   if (auto b = read_langgraph_before(*body); !b) check(b.error());
+  if (auto q = read_langgraph_thread_search(*body); !q) {
+    check(q.error());
+  } else if (q->ids && q->ids->size() > 1000) {
+    std::abort();
+  }
+  if (auto q = read_langgraph_assistant_search(*body); !q) check(q.error());
   (void)json_contains(boost::json::value(*body), boost::json::value(*body));
   // Messages both ways: what comes in as LangChain's shape and is kept goes back out as it.
   if (auto in = input_from_langchain(*body); !in) {
