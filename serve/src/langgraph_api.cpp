@@ -568,10 +568,7 @@ awaitable<std::optional<RunRecord>> follow(const LangGraphApi& api, http::Exchan
   cluster::RunService* runs = api.runs;
   auto executor = co_await asio::this_coro::executor;
   auto wake = std::make_shared<Wake>(executor);
-  auto watch = runs->watch(id, [wake, executor] {
-    ++wake->version;
-    asio::post(executor, [wake] { wake->timer.cancel(); });
-  });
+  auto watch = watch_run(*runs, id, wake, executor);
   std::string after;
   for (;;) {
     const std::uint64_t seen = wake->version.load();

@@ -2,7 +2,18 @@
 
 #include <algorithm>
 
+#include <boost/asio/post.hpp>
+
 namespace weir::serve {
+
+std::unique_ptr<cluster::RunWatch> watch_run(cluster::RunService& runs, const std::string& id,
+                                             const std::shared_ptr<Wake>& wake,
+                                             const boost::asio::any_io_executor& executor) {
+  return runs.watch(id, [wake, executor] {
+    ++wake->version;
+    boost::asio::post(executor, [wake] { wake->timer.cancel(); });
+  });
+}
 
 Result<Steps> run_steps(const graph::Checkpointer& cp, const cluster::RunRecord& run,
                         const std::string& after) {

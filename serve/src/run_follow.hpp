@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -48,6 +49,13 @@ struct Wake {
   boost::asio::steady_timer timer;
   std::atomic<std::uint64_t> version{0};
 };
+
+// Watches run `id` (RunService::watch): each change bumps wake->version and cancels
+// wake->timer on `executor`. The watch ends when the returned handle is destroyed; watch
+// before the first look, so that no change between the two is missed.
+std::unique_ptr<cluster::RunWatch> watch_run(cluster::RunService& runs, const std::string& id,
+                                             const std::shared_ptr<Wake>& wake,
+                                             const boost::asio::any_io_executor& executor);
 
 // A run's checkpoints on its thread put after the one with id `after` ("": all of them), oldest
 // first; `found` says whether `after` was met.

@@ -125,10 +125,7 @@ awaitable<void> events(const RunsApi& api, http::Exchange& ex, const std::string
   // Watched before the first look, so no change between the two is missed.
   auto executor = co_await asio::this_coro::executor;
   auto wake = std::make_shared<Wake>(executor);
-  auto watch = runs->watch(id, [wake, executor] {
-    ++wake->version;
-    asio::post(executor, [wake] { wake->timer.cancel(); });
-  });
+  auto watch = watch_run(*runs, id, wake, executor);
   std::uint64_t seen = wake->version.load();
   // One look before the stream starts, so that an unknown run or event id is a plain error.
   auto first = co_await off_thread(*api.blocking, [&] { return look_up(*runs, id, after); });
