@@ -731,6 +731,33 @@ std::string new_thread_id() {
   return u;
 }
 
+// POST .../runs (kind ""), .../runs/wait, .../runs/stream: on `thread`, or stateless (nullopt).
+awaitable<void> run_request(const LangGraphApi& api, http::Exchange& ex, const std::string& kind,
+                            std::optional<std::string> thread, http::Response& out, bool& streamed,
+                            const trace::SpanContext& request_span) {
+  const auto& rq = ex.request();
+  const bool stateless = !thread;
+  auto ask = run_ask(api, rq, out);
+  if (!ask) co_return;
+  if (stateless && ask->run.resume) {
+    out = detail(422,
+                 "a run without a thread has nothing to resume: 'command.resume' needs "
+                 "POST /threads/{thread_id}/runs");
+    co_return;
+  }
+  auto rec = co_await start_run(api, rq, *ask, thread.value_or(""), stateless, out, request_span);
+  if (!rec) co_return;
+  if (kind == "stream") {
+    co_await stream_run(api, ex, ask->run, *rec, stateless, out, streamed);
+    co_return;
+  }
+  if (kind == "wait")
+    co_await wait_for(api, ex, *rec, &ask->run, out);
+  else
+    out = answer(200, run_object(*rec, ask->run.metadata));
+  out.headers.emplace_back("Content-Location", content_location(*rec, stateless));
+}
+
 // --- routes -------------------------------------------------------------------------------
 
 awaitable<void> route_assistants(const LangGraphApi& api, const http::Request& rq,
@@ -1044,19 +1071,8 @@ awaitable<void> route_threads(const LangGraphApi& api, http::Exchange& ex,
     // POST /threads/{id}/runs[/wait|/stream]
     if (rq.method == "POST" &&
         (s.size() == 3 || (s.size() == 4 && (s[3] == "wait" || s[3] == "stream")))) {
-      auto ask = run_ask(api, rq, out);
-      if (!ask) co_return;
-      auto rec = co_await start_run(api, rq, *ask, thread, false, out, request_span);
-      if (!rec) co_return;
-      if (s.size() == 3) {
-        out = answer(200, run_object(*rec, ask->run.metadata));
-        out.headers.emplace_back("Content-Location", content_location(*rec, false));
-      } else if (s[3] == "wait") {
-        co_await wait_for(api, ex, *rec, &ask->run, out);
-        out.headers.emplace_back("Content-Location", content_location(*rec, false));
-      } else {
-        co_await stream_run(api, ex, ask->run, *rec, false, out, streamed);
-      }
+      const std::string kind = s.size() == 3 ? "" : s[3];
+      co_await run_request(api, ex, kind, thread, out, streamed, request_span);
       co_return;
     }
     // GET /threads/{id}/runs
@@ -1140,25 +1156,8 @@ awaitable<void> route_stateless(const LangGraphApi& api, http::Exchange& ex,
   const auto& rq = ex.request();
   if (rq.method == "POST" &&
       (s.size() == 1 || (s.size() == 2 && (s[1] == "wait" || s[1] == "stream")))) {
-    auto ask = run_ask(api, rq, out);
-    if (!ask) co_return;
-    if (ask->run.resume) {
-      out = detail(422,
-                   "a run without a thread has nothing to resume: 'command.resume' needs "
-                   "POST /threads/{thread_id}/runs");
-      co_return;
-    }
-    auto rec = co_await start_run(api, rq, *ask, "", true, out, request_span);
-    if (!rec) co_return;
-    if (s.size() == 1) {
-      out = answer(200, run_object(*rec, ask->run.metadata));
-      out.headers.emplace_back("Content-Location", content_location(*rec, true));
-    } else if (s[1] == "wait") {
-      co_await wait_for(api, ex, *rec, &ask->run, out);
-      out.headers.emplace_back("Content-Location", content_location(*rec, true));
-    } else {
-      co_await stream_run(api, ex, ask->run, *rec, true, out, streamed);
-    }
+    const std::string kind = s.size() == 1 ? "" : s[1];
+    co_await run_request(api, ex, kind, std::nullopt, out, streamed, request_span);
     co_return;
   }
   out = not_implemented(rq, "/runs" + std::string(s.size() > 1 ? "/" + s[1] : ""));

@@ -56,6 +56,15 @@ std::string trim(std::string s) {
   return s;
 }
 
+// A run for the queue that no worker here takes (it only fills the queue).
+weir::cluster::SubmitRequest placeholder_run() {
+  weir::cluster::SubmitRequest req;
+  req.workflow = "{}";
+  req.workflow_file = "/x.json";
+  req.workflow_name = "x";
+  return req;
+}
+
 std::string submit(const std::string& db, const fs::path& wf, const std::string& extra = "") {
   auto r = run_weir("submit " + wf.string() + " --db '" + db + "'" + extra);
   EXPECT_EQ(r.code, 0) << r.err;
@@ -135,10 +144,7 @@ TEST(QueueCommands, RunsPagesPastAThousandWithACursor) {
   ASSERT_NE(db, "");
   auto q = weir::cluster::RunQueue::open(db);
   ASSERT_TRUE(q) << q.error().message;
-  weir::cluster::SubmitRequest req;
-  req.workflow = "{}";
-  req.workflow_file = "/x.json";
-  req.workflow_name = "x";
+  const auto req = placeholder_run();
   std::string first;
   for (int i = 0; i < 1005; ++i) {
     auto id = (*q)->submit(req);
@@ -172,10 +178,7 @@ TEST(QueueCommands, SubmitQueuesPastServesBoundAndMaxQueuedRunsRefuses) {
   ASSERT_NE(db, "");
   auto q = weir::cluster::RunQueue::open(db);
   ASSERT_TRUE(q) << q.error().message;
-  weir::cluster::SubmitRequest req;
-  req.workflow = "{}";
-  req.workflow_file = "/x.json";
-  req.workflow_name = "x";
+  const auto req = placeholder_run();
   for (int i = 0; i < 300; ++i) ASSERT_TRUE((*q)->submit(req));
   const auto wf = loop_workflow("bounded", 1, 1);
   submit(db, wf);
