@@ -1,10 +1,6 @@
 #include "langgraph_api.hpp"
 
-#include <openssl/evp.h>
-
 #include <algorithm>
-#include <cstdio>
-#include <ctime>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -19,6 +15,7 @@
 
 #include "langgraph_messages.hpp"
 #include "langgraph_request.hpp"
+#include "langgraph_shapes.hpp"
 #include "run_follow.hpp"
 #include "runs_path.hpp"
 #include "weir/graph/ids.hpp"
@@ -131,47 +128,12 @@ std::shared_ptr<LangGraphThreads> make_langgraph_threads() {
   return std::make_shared<LangGraphThreads>();
 }
 
-std::string assistant_id_of(std::string_view graph_id) {
-  // RFC 9562 5.5: SHA-1 of the namespace's 16 bytes and the name; version 5, variant 10. The
-  // namespace is LangGraph's (6ba7b821-..., one digit off RFC 9562's URL namespace).
-  static constexpr unsigned char kNamespace[16] = {0x6b, 0xa7, 0xb8, 0x21, 0x9d, 0xad, 0x11, 0xd1,
-                                                   0x80, 0xb4, 0x00, 0xc0, 0x4f, 0xd4, 0x30, 0xc8};
-  std::string in(reinterpret_cast<const char*>(kNamespace), 16);
-  in += graph_id;
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int n = 0;
-  EVP_Digest(in.data(), in.size(), md, &n, EVP_sha1(), nullptr);
-  md[6] = static_cast<unsigned char>((md[6] & 0x0f) | 0x50);
-  md[8] = static_cast<unsigned char>((md[8] & 0x3f) | 0x80);
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (int i = 0; i < 16; ++i) {
-    if (i == 4 || i == 6 || i == 8 || i == 10) out += '-';
-    out += kHex[md[i] >> 4];
-    out += kHex[md[i] & 15];
-  }
-  return out;
-}
-
 namespace {
 
 std::int64_t now_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
-}
-
-// Unix ms as ISO 8601 in UTC: "2026-11-28T06:26:01.776Z"; null for 0 (not yet).
-json::value iso_time(std::int64_t ms) {
-  if (ms <= 0) return nullptr;
-  const std::time_t secs = static_cast<std::time_t>(ms / 1000);
-  std::tm tm{};
-  gmtime_r(&secs, &tm);
-  char buf[80];
-  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
-                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
-                static_cast<int>(ms % 1000));
-  return json::string(buf);
 }
 
 // --- answers ------------------------------------------------------------------------------
@@ -229,135 +191,6 @@ std::string unknown_assistant(const cluster::RunService& runs, std::string_view 
   std::string list;
   for (const auto& n : runs.workflow_names()) list += (list.empty() ? "" : ", ") + n;
   return "Assistant '" + std::string(id) + "' not found (this server's graphs: " + list + ")";
-}
-
-json::object assistant_json(const LangGraphApi& api, const std::string& name,
-                            const graph::WorkflowSpec& spec) {
-  return json::object{{"assistant_id", assistant_id_of(name)},
-                      {"graph_id", name},
-                      {"config", json::object{}},
-                      {"context", json::object{}},
-                      {"metadata", json::object{{"created_by", "system"}}},
-                      {"name", name},
-                      {"description", spec.description.empty() ? json::value(nullptr)
-                                                               : json::value(spec.description)},
-                      {"version", 1},
-                      {"created_at", iso_time(api.started_ms)},
-                      {"updated_at", iso_time(api.started_ms)}};
-}
-
-std::string lg_node(const std::string& n) {
-  return n == "START" ? "__start__" : n == "END" ? "__end__" : n;
-}
-
-// The graph as LangGraph draws it: __start__, the nodes, __end__, and the edges (a route's
-// targets are conditional edges).
-json::object graph_json(const graph::WorkflowSpec& spec) {
-  json::array nodes, edges;
-  nodes.push_back(json::object{{"id", "__start__"}, {"type", "schema"}, {"data", "__start__"}});
-  for (const auto& n : spec.nodes)
-    nodes.push_back(json::object{
-        {"id", n.name},
-        {"type", "runnable"},
-        {"data", json::object{{"id", json::array{"weir", graph::node_kind_name(n.kind)}},
-                              {"name", n.name}}},
-        {"metadata", json::object{}}});
-  nodes.push_back(json::object{{"id", "__end__"}, {"type", "schema"}, {"data", "__end__"}});
-  for (const auto& e : spec.edges) {
-    const bool conditional = static_cast<bool>(e.route);
-    for (const auto& t : conditional ? e.route->all_targets() : e.to)
-      edges.push_back(json::object{
-          {"source", lg_node(e.from)}, {"target", lg_node(t)}, {"conditional", conditional}});
-  }
-  return json::object{{"nodes", std::move(nodes)}, {"edges", std::move(edges)}};
-}
-
-// A JSON Schema object with one property per channel (weir channels take any JSON value).
-json::value channels_schema(const std::string& title, const std::vector<std::string>& names) {
-  json::object props;
-  for (const auto& n : names) props[n] = json::object{};
-  return json::object{{"title", title}, {"type", "object"}, {"properties", std::move(props)}};
-}
-
-json::object schemas_json(const std::string& name, const graph::WorkflowSpec& spec) {
-  std::vector<std::string> all;
-  for (const auto& c : spec.channels) all.push_back(c.name);
-  return json::object{
-      {"graph_id", name},
-      {"input_schema", channels_schema(name + " input", spec.input.empty() ? all : spec.input)},
-      {"output_schema", channels_schema(name + " output", spec.output.empty() ? all : spec.output)},
-      {"state_schema", channels_schema(name + " state", all)},
-      {"config_schema", nullptr},
-      {"context_schema", nullptr}};
-}
-
-// --- threads ------------------------------------------------------------------------------
-
-// An interrupt as LangGraph shows it: {"id", "value"}; the id is stable per checkpoint.
-json::array interrupts_of(const graph::Checkpoint& c) {
-  json::array out;
-  const auto* i = c.pending.if_contains("interrupt");
-  if (!i || !i->is_object()) return out;
-  const auto* payload = i->as_object().if_contains("payload");
-  out.push_back(json::object{{"id", sha256_hex(c.thread_id + "/" + c.checkpoint_id).substr(0, 32)},
-                             {"value", payload ? *payload : json::value(nullptr)}});
-  return out;
-}
-
-std::string pending_status(const graph::Checkpoint& c) {
-  const auto* s = c.pending.if_contains("status");
-  return s && s->is_string() ? std::string(s->as_string()) : std::string();
-}
-
-json::object checkpoint_ref(const std::string& thread, const std::string& id) {
-  return json::object{{"thread_id", thread},
-                      {"checkpoint_ns", ""},
-                      {"checkpoint_id", id},
-                      {"checkpoint_map", nullptr}};
-}
-
-// A checkpoint as LangGraph's ThreadState.
-Result<json::object> thread_state(const graph::Checkpointer& cp, const graph::Checkpoint& c) {
-  auto values = cp.state_at(c.thread_id, c.checkpoint_id);
-  if (!values) return std::move(values).error();
-  json::array next = json::array{};
-  if (const auto* n = c.pending.if_contains("next"); n && n->is_array()) next = n->as_array();
-  const json::array interrupts = interrupts_of(c);
-  std::string interrupted_at;
-  if (const auto* i = c.pending.if_contains("interrupt"); i && i->is_object())
-    if (const auto* n = i->as_object().if_contains("node"); n && n->is_string())
-      interrupted_at = n->as_string();
-  json::array tasks;
-  for (const auto& n : next) {
-    const std::string name = n.is_string() ? std::string(n.as_string()) : "";
-    tasks.push_back(json::object{
-        {"id", sha256_hex(c.checkpoint_id + "/" + name).substr(0, 32)},
-        {"name", name},
-        {"error", nullptr},
-        {"interrupts", name == interrupted_at ? json::value(interrupts) : json::array{}},
-        {"checkpoint", nullptr},
-        {"state", nullptr}});
-  }
-  if (!interrupted_at.empty() && next.empty())  // interrupted by a node of its own kind
-    tasks.push_back(json::object{{"id", sha256_hex(c.checkpoint_id).substr(0, 32)},
-                                 {"name", interrupted_at},
-                                 {"error", nullptr},
-                                 {"interrupts", interrupts},
-                                 {"checkpoint", nullptr},
-                                 {"state", nullptr}});
-  json::object metadata = c.metadata;
-  metadata["step"] = c.step;
-  metadata["source"] = c.step < 0 ? "input" : "loop";
-  return json::object{{"values", values_to_langchain(*values)},
-                      {"next", std::move(next)},
-                      {"tasks", std::move(tasks)},
-                      {"metadata", std::move(metadata)},
-                      {"created_at", iso_time(c.created_at_ms)},
-                      {"checkpoint", checkpoint_ref(c.thread_id, c.checkpoint_id)},
-                      {"parent_checkpoint",
-                       c.parent_id.empty() ? json::value(nullptr)
-                                           : json::value(checkpoint_ref(c.thread_id, c.parent_id))},
-                      {"interrupts", interrupts}};
 }
 
 // A thread as LangGraph's Thread: its status from its newest run and checkpoint.
@@ -421,55 +254,6 @@ Error threads_full(const LangGraphApi& api) {
 }
 
 // --- runs ---------------------------------------------------------------------------------
-
-const char* run_status(RunState s) {
-  switch (s) {
-    case RunState::queued:
-      return "pending";
-    case RunState::running:
-      return "running";
-    case RunState::succeeded:
-    case RunState::interrupted:  // stopped at an interrupt: the thread is interrupted
-      return "success";
-    case RunState::failed:
-      return "error";
-    case RunState::cancelled:
-      return "interrupted";
-  }
-  return "error";
-}
-
-json::object run_object(const RunRecord& r, const json::object& metadata = {}) {
-  return json::object{{"run_id", r.id},
-                      {"thread_id", r.thread_id},
-                      {"assistant_id", assistant_id_of(r.workflow_name)},
-                      {"metadata", metadata},
-                      {"status", run_status(r.state)},
-                      {"multitask_strategy", "reject"},
-                      {"created_at", iso_time(r.created_ms)},
-                      {"updated_at", iso_time(r.finished_ms  ? r.finished_ms
-                                              : r.started_ms ? r.started_ms
-                                                             : r.created_ms)}};
-}
-
-// What /wait and /join answer once the run ended: the last `values` chunk the run would have
-// streamed: the thread's values, {"__interrupt__": [...]} when it stopped at an interrupt, or
-// {"__error__": {"error", "message"}} when it failed.
-Result<json::value> final_chunk(cluster::RunService& runs, const RunRecord& r) {
-  if (r.state == RunState::failed)
-    return json::value(json::object{
-        {"__error__", json::object{{"error", r.error_code.empty() ? "error" : r.error_code},
-                                   {"message", r.error}}}});
-  const auto& cp = runs.checkpointer();
-  auto latest = cp.latest(r.thread_id);
-  if (!latest) return std::move(latest).error();
-  if (!*latest) return json::value(nullptr);
-  if (pending_status(**latest) == "interrupted")
-    return json::value(json::object{{"__interrupt__", interrupts_of(**latest)}});
-  auto v = cp.state_at(r.thread_id, (**latest).checkpoint_id);
-  if (!v) return std::move(v).error();
-  return json::value(values_to_langchain(*v));
-}
 
 // The request's body, or an error answer in `out`.
 std::optional<json::object> body_of(const http::Request& rq, http::Response& out) {
@@ -618,25 +402,6 @@ struct Streamed {
   std::optional<json::object> state;  // the state before the next step
 };
 
-// What a step changed in a channel, as LangGraph's `updates` show a node's return: for a list
-// (an append or messages channel, maybe windowed), the items after the longest tail of the old
-// list that the new one starts with; else the new value.
-json::value delta(const json::value* before, const json::value& after) {
-  constexpr std::size_t kMaxCompared = 4096;  // longer lists are shown whole
-  if (!before || !before->is_array() || !after.is_array()) return after;
-  const auto& o = before->as_array();
-  const auto& n = after.as_array();
-  if (o.size() > kMaxCompared || n.size() > kMaxCompared) return after;
-  for (std::size_t j = 0; j < o.size(); ++j) {  // n starts with o[j..]?
-    const std::size_t k = o.size() - j;
-    if (k > n.size() || o[j] != n[0]) continue;
-    bool match = true;
-    for (std::size_t i = 1; i < k && match; ++i) match = n[i] == o[j + i];
-    if (match) return json::array(n.begin() + static_cast<std::ptrdiff_t>(k), n.end());
-  }
-  return after;
-}
-
 // The SSE frames of one look at a streamed run: per new step `updates` ({node: what the step
 // changed}) and `values` (the state after it); at the end an interrupt's chunk or the error.
 Result<std::string> stream_frames(cluster::RunService& runs, const LangGraphRun& a,
@@ -774,7 +539,7 @@ awaitable<void> route_assistants(const LangGraphApi& api, const http::Request& r
     json::array found;
     for (const auto& n : runs.workflow_names()) {
       auto spec = runs.workflow(n);
-      json::object a = assistant_json(api, n, *spec);
+      json::object a = assistant_json(api.started_ms, n, *spec);
       if (q->graph_id && *q->graph_id != n) continue;
       if (q->metadata && !json_contains(a.at("metadata"), json::value(*q->metadata))) continue;
       if (q->name) {
@@ -808,7 +573,7 @@ awaitable<void> route_assistants(const LangGraphApi& api, const http::Request& r
       co_return;
     }
     if (s.size() == 2)
-      out = answer(200, assistant_json(api, name, *spec));
+      out = answer(200, assistant_json(api.started_ms, name, *spec));
     else if (s[2] == "graph")
       out = answer(200, graph_json(*spec));
     else if (s[2] == "schemas")

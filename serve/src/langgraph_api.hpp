@@ -53,8 +53,4 @@ boost::asio::awaitable<void> route_langgraph(const LangGraphApi& api, http::Exch
                                              http::Response& out, bool& streamed,
                                              const trace::SpanContext& request_span);
 
-// uuid5(name) in LangGraph's namespace, as LangGraph names a graph's default assistant
-// ("agent" -> "fe096781-5601-53d2-b2f6-0d3403f7e9ca").
-std::string assistant_id_of(std::string_view graph_id);
-
 }  // namespace weir::serve
