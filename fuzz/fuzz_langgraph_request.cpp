@@ -1,7 +1,7 @@
-// Request bodies and paths of the LangGraph Server API (serve/src/langgraph_request.cpp) and its
-// message mapping (langgraph_messages.cpp): no crash, and every refusal is one of the codes its
-// callers map to a status (400, 413, 422, 501) with a message to show; what is accepted holds
-// together.
+// Request bodies, paths and Last-Event-IDs of the LangGraph Server API
+// (serve/src/langgraph_request.cpp) and its message mapping (langgraph_messages.cpp): no crash, and
+// every refusal is one of the codes its callers map to a status (400, 413, 422, 501) with a message
+// to show; what is accepted holds together.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -26,6 +26,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::string_view text(reinterpret_cast<const char*>(data), size);
   for (const auto& seg : langgraph_segments(text))
     if (seg.size() > text.size()) std::abort();  // decoding never grows a segment
+  if (auto id = read_last_event_id(text); !id) {
+    check(id.error());
+  } else if (!id->checkpoint.empty() && id->checkpoint != "end" && id->index < 0) {
+    std::abort();
+  }
   auto body = langgraph_body(text);
   if (!body) {
     check(body.error());

@@ -16,6 +16,7 @@
 #include "langgraph_messages.hpp"
 #include "langgraph_request.hpp"
 #include "langgraph_shapes.hpp"
+#include "langgraph_stream.hpp"
 #include "run_follow.hpp"
 #include "runs_path.hpp"
 #include "weir/graph/ids.hpp"
@@ -343,12 +344,17 @@ std::string content_location(const RunRecord& r, bool stateless) {
   return stateless ? "/runs/" + r.id : "/threads/" + r.thread_id + "/runs/" + r.id;
 }
 
+awaitable<bool> no_tick() {
+  co_return true;
+}
+
 // Follows run `id` until it ends (the record), the server drains or the client leaves
 // (nullopt). `each` is called on the I/O thread with every look (the record and the steps new
-// since the last look); it returns false to stop following.
-template <class Each>
+// since the last look) and `tick` every api.check while nothing moved; either returns false to
+// stop following.
+template <class Each, class Tick = decltype(&no_tick)>
 awaitable<std::optional<RunRecord>> follow(const LangGraphApi& api, http::Exchange& ex,
-                                           const std::string& id, Each each) {
+                                           const std::string& id, Each each, Tick tick = &no_tick) {
   cluster::RunService* runs = api.runs;
   auto executor = co_await asio::this_coro::executor;
   auto wake = std::make_shared<Wake>(executor);
@@ -366,6 +372,8 @@ awaitable<std::optional<RunRecord>> follow(const LangGraphApi& api, http::Exchan
       if (ex.disconnected() || *api.draining) co_return std::nullopt;
       wake->timer.expires_after(api.check);
       co_await wake->timer.async_wait(asio::as_tuple(use_awaitable));
+      const bool go = co_await tick();
+      if (!go) co_return std::nullopt;
     }
   }
 }
@@ -392,100 +400,110 @@ awaitable<void> wait_for(const LangGraphApi& api, http::Exchange& ex, const RunR
   out = chunk ? answer(200, *chunk) : from_error(chunk.error());
 }
 
-bool wants(const LangGraphRun& a, std::string_view mode) {
-  return std::find(a.stream_modes.begin(), a.stream_modes.end(), mode) != a.stream_modes.end();
-}
-
-// What a stream carries from one look to the next.
-struct Streamed {
-  std::vector<std::string> ran;       // the nodes the next step runs
-  std::optional<json::object> state;  // the state before the next step
-};
-
-// The SSE frames of one look at a streamed run: per new step `updates` ({node: what the step
-// changed}) and `values` (the state after it); at the end an interrupt's chunk or the error.
-Result<std::string> stream_frames(cluster::RunService& runs, const LangGraphRun& a,
-                                  const RunRecord& r, const Steps& steps, Streamed& st) {
-  const auto& cp = runs.checkpointer();
-  std::string frames;
-  for (const auto& c : steps.list) {
-    if (!st.state && !c.parent_id.empty()) {  // the run's first step: its parent says who ran
-      auto parent = cp.get(c.thread_id, c.parent_id);
-      if (!parent) return std::move(parent).error();
-      if (*parent) {
-        if (const auto* n = (**parent).pending.if_contains("next"); n && n->is_array())
-          for (const auto& x : n->as_array())
-            if (x.is_string()) st.ran.emplace_back(x.as_string());
-        auto before = cp.state_at(c.thread_id, c.parent_id);
-        if (!before) return std::move(before).error();
-        st.state = std::move(*before);
-      }
-    }
-    auto after = cp.state_at(c.thread_id, c.checkpoint_id);
-    if (!after) return std::move(after).error();
-    if (wants(a, "updates") && !st.ran.empty()) {
-      json::object changed;
-      for (const auto& kv : c.writes) {
-        if (kv.key() == "$snapshot") continue;
-        const json::value* was = st.state ? st.state->if_contains(kv.key()) : nullptr;
-        if (c.writes.contains("$snapshot") && was && *was == kv.value()) continue;
-        changed[kv.key()] = delta(was, kv.value());
-      }
-      changed = values_to_langchain(changed);
-      json::object update;
-      for (const auto& n : st.ran) update[n] = changed;  // two nodes in a step: their merge
-      frames += http::sse_event(json::serialize(update), "updates");
-    }
-    if (wants(a, "values"))
-      frames += http::sse_event(json::serialize(values_to_langchain(*after)), "values");
-    st.state = std::move(*after);
-    st.ran.clear();
-    if (const auto* n = c.pending.if_contains("next"); n && n->is_array())
-      for (const auto& x : n->as_array())
-        if (x.is_string()) st.ran.emplace_back(x.as_string());
-    if (pending_status(c) == "interrupted") {
-      const json::object chunk{{"__interrupt__", interrupts_of(c)}};
-      if (wants(a, "values")) frames += http::sse_event(json::serialize(chunk), "values");
-      if (wants(a, "updates")) frames += http::sse_event(json::serialize(chunk), "updates");
-    }
-  }
-  if (r.state == RunState::failed)
-    frames += http::sse_event(
-        json::serialize(json::object{{"error", r.error_code.empty() ? "error" : r.error_code},
-                                     {"message", r.error}}),
-        "error");
-  return frames;
-}
-
-awaitable<void> stream_run(const LangGraphApi& api, http::Exchange& ex, const LangGraphRun& a,
-                           const RunRecord& started, bool stateless, http::Response& out,
-                           bool& streamed) {
+// Streams run `started` (from its start, or after the event `st` says the client saw) until it
+// ends, the client leaves or the server drains. A quiet stream gets a heartbeat comment every
+// api.keep_alive. `metadata_first`: a new stream opens with the run's `metadata` event.
+awaitable<void> stream_run(const LangGraphApi& api, http::Exchange& ex, LangGraphStream st,
+                           const RunRecord& started, bool stateless, bool cancel_on_disconnect,
+                           bool metadata_first, bool& streamed) {
   http::Headers headers{{"Cache-Control", "no-cache"},
                         {"Content-Location", content_location(started, stateless)}};
+  if (!stateless) {  // where the SDK reconnects (with Last-Event-ID) when the stream is cut
+    std::string location = content_location(started, false) + "/stream";
+    char sep = '?';
+    for (const auto& m : st.modes) {
+      location += sep + std::string("stream_mode=") + m;
+      sep = '&';
+    }
+    headers.emplace_back("Location", std::move(location));
+  }
   if (auto s = co_await ex.async_start_stream(200, "text/event-stream", std::move(headers)); !s)
     co_return;
   streamed = true;
-  std::string first = http::sse_event(
-      json::serialize(json::object{{"run_id", started.id}, {"attempt", 1}}), "metadata");
-  if (auto s = co_await ex.async_write(std::move(first)); !s) co_return;
+  auto last_write = std::chrono::steady_clock::now();
+  if (metadata_first) {
+    std::string first = http::sse_event(
+        json::serialize(json::object{{"run_id", started.id}, {"attempt", 1}}), "metadata");
+    if (auto s = co_await ex.async_write(std::move(first)); !s) co_return;
+  }
   cluster::RunService* runs = api.runs;
-  Streamed st;
   bool write_failed = false;
   auto each = [&](const RunRecord& r, const Steps& steps) -> awaitable<bool> {
-    auto frames =
-        co_await off_thread(*api.blocking, [&] { return stream_frames(*runs, a, r, steps, st); });
+    auto frames = co_await off_thread(*api.blocking, [&] {
+      return langgraph_stream_events(runs->checkpointer(), r, steps.list, st);
+    });
     if (!frames) co_return false;
-    if (!frames->empty())
+    if (!frames->empty()) {
       if (auto s = co_await ex.async_write(std::move(*frames)); !s) {
         write_failed = true;
         co_return false;
       }
+      last_write = std::chrono::steady_clock::now();
+    }
     co_return true;
   };
-  auto end = co_await follow(api, ex, started.id, each);
-  if (!end) co_await cancel_if_asked(api, ex, a, started.id);
+  auto tick = [&]() -> awaitable<bool> {
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_write < api.keep_alive) co_return true;
+    std::string beat = ": heartbeat\n\n";
+    if (auto s = co_await ex.async_write(std::move(beat)); !s) {
+      write_failed = true;
+      co_return false;
+    }
+    last_write = now;
+    co_return true;
+  };
+  auto end = co_await follow(api, ex, started.id, each, tick);
+  if (!end && cancel_on_disconnect && ex.disconnected()) {
+    const std::string id = started.id;
+    (void)co_await off_thread(*api.blocking, [&] { return runs->cancel(id); });
+  }
   if (!write_failed) (void)co_await ex.async_finish();
-  (void)out;
+}
+
+// GET /threads/{id}/runs/{run_id}/stream: the run's stream again, in the modes asked
+// (?stream_mode=, default values), after the event Last-Event-ID names (or from the start).
+awaitable<void> rejoin(const LangGraphApi& api, http::Exchange& ex, const RunRecord& rec,
+                       http::Response& out, bool& streamed) {
+  const auto& rq = ex.request();
+  LangGraphStream st;
+  st.modes = query_values(rq.target, "stream_mode");
+  if (st.modes.empty()) st.modes = {"values"};
+  if (auto c = check_stream_modes(st.modes, "GET /threads/{thread_id}/runs/{run_id}/stream"); !c) {
+    out = from_error(c.error());
+    co_return;
+  }
+  const auto cancel = query_value(rq.target, "cancel_on_disconnect").value_or("0");
+  if (cancel != "0" && cancel != "1" && cancel != "true" && cancel != "false") {
+    out = detail(422, "'cancel_on_disconnect' must be 0 or 1, got '" + cancel + "'");
+    co_return;
+  }
+  const std::string last(rq.header("last-event-id").value_or(""));
+  auto seen = read_last_event_id(last);
+  if (!seen) {
+    out = detail(400, seen.error().message);
+    co_return;
+  }
+  st.seen = std::move(*seen);
+  st.graph_id = rec.workflow_name;
+  if (!st.seen.checkpoint.empty() && st.seen.checkpoint != "end") {
+    // An id of a step this run committed, so that the stream can start after it.
+    cluster::RunService* runs = api.runs;
+    const std::string id = rec.id;
+    auto look = co_await off_thread(*api.blocking, [&] { return look_up(*runs, id, ""); });
+    if (!look) {
+      out = from_error(look.error());
+      co_return;
+    }
+    bool known = false;
+    for (const auto& c : look->second.list) known = known || c.checkpoint_id == st.seen.checkpoint;
+    if (!known) {
+      out = detail(400, "Last-Event-ID '" + last + "' is not an event of run " + rec.id);
+      co_return;
+    }
+  }
+  co_await stream_run(api, ex, std::move(st), rec, false, cancel == "1" || cancel == "true",
+                      last.empty(), streamed);
 }
 
 // The thread id of a new thread: a UUID (version 4), as LangGraph makes them.
@@ -513,7 +531,11 @@ awaitable<void> run_request(const LangGraphApi& api, http::Exchange& ex, const s
   auto rec = co_await start_run(api, rq, *ask, thread.value_or(""), stateless, out, request_span);
   if (!rec) co_return;
   if (kind == "stream") {
-    co_await stream_run(api, ex, ask->run, *rec, stateless, out, streamed);
+    LangGraphStream st;
+    st.modes = ask->run.stream_modes;
+    st.graph_id = ask->graph;
+    co_await stream_run(api, ex, std::move(st), *rec, stateless, ask->run.cancel_on_disconnect,
+                        true, streamed);
     co_return;
   }
   if (kind == "wait")
@@ -877,6 +899,10 @@ awaitable<void> route_threads(const LangGraphApi& api, http::Exchange& ex,
       }
       if (s.size() == 5 && s[4] == "join" && rq.method == "GET") {
         co_await wait_for(api, ex, *rec, nullptr, out);
+        co_return;
+      }
+      if (s.size() == 5 && s[4] == "stream" && rq.method == "GET") {
+        co_await rejoin(api, ex, *rec, out, streamed);
         co_return;
       }
       if (s.size() == 5 && s[4] == "cancel" && rq.method == "POST") {

@@ -8,7 +8,8 @@
 //   POST /threads, /threads/search, /threads/count; GET /threads/{id}[/state]
 //   POST /threads/{id}/history
 //   POST /threads/{id}/runs[/wait|/stream], /runs[/wait|/stream]; GET /threads/{id}/runs[/{run}]
-//   GET  /threads/{id}/runs/{run}/join; POST /threads/{id}/runs/{run}/cancel
+//   GET  /threads/{id}/runs/{run}/join, /threads/{id}/runs/{run}/stream (rejoin, Last-Event-ID)
+//   POST /threads/{id}/runs/{run}/cancel
 // Any other route of the API answers 501 naming itself, never a wrong 200. Errors are
 // {"detail": text} (the LangGraph server's shape; the JS SDK shows the text, the Python SDK
 // reads "detail"): 400/422 bad input, 404 unknown assistant / thread / run, 409 a thread that
@@ -37,8 +38,9 @@ class LangGraphThreads;  // the threads' metadata (langgraph_api.cpp)
 struct LangGraphApi {
   cluster::RunService* runs = nullptr;
   boost::asio::thread_pool* blocking = nullptr;
-  const bool* draining = nullptr;        // read on the I/O thread: streams and waits end
-  std::chrono::milliseconds check{200};  // how often a follower looks at a quiet run
+  const bool* draining = nullptr;                // read on the I/O thread: streams and waits end
+  std::chrono::milliseconds check{200};          // how often a follower looks at a quiet run
+  std::chrono::milliseconds keep_alive{15'000};  // a heartbeat comment on a quiet stream
   std::size_t max_threads = 100'000;
   std::shared_ptr<LangGraphThreads> threads;  // made by make_langgraph_threads
   std::int64_t started_ms = 0;                // the assistants' created_at (unix ms)

@@ -134,6 +134,10 @@ Result<json::object> input_from_langchain(const json::object& input) {
   return out;
 }
 
+bool is_message_list(const json::value& v) {
+  return list_of(v, "role");
+}
+
 json::object values_to_langchain(const json::object& values) {
   json::object out;
   for (const auto& kv : values) {

@@ -27,6 +27,9 @@ namespace weir::serve {
 // Errors: invalid_argument naming the message ("'input.messages[1]': ...").
 Result<boost::json::object> input_from_langchain(const boost::json::object& input);
 
+// True when `v` is a list of weir's messages (objects with an OpenAI "role").
+bool is_message_list(const boost::json::value& v);
+
 // State values (channel -> value) with weir's message lists shown in LangChain's shape.
 boost::json::object values_to_langchain(const boost::json::object& values);
 

@@ -59,6 +59,46 @@ Result<json::object> langgraph_body(std::string_view text) {
   return std::move(p->value.as_object());
 }
 
+Result<LangGraphEventId> read_last_event_id(std::string_view h) {
+  LangGraphEventId st;
+  if (h.empty() || h == "null" || h == "-1") return st;
+  if (h == "end") {
+    st.checkpoint = "end";
+    return st;
+  }
+  const auto colon = h.rfind(':');
+  auto wrong = [&] {
+    return Error(Errc::invalid_argument,
+                 "Last-Event-ID '" + std::string(h.substr(0, 200)) +
+                     "' is not an event id of this API (\"<checkpoint_id>:<n>\" or \"end\")");
+  };
+  if (colon == std::string_view::npos || colon + 1 == h.size() || h.size() - colon > 7)
+    return wrong();
+  long k = 0;
+  for (char c : h.substr(colon + 1)) {
+    if (c < '0' || c > '9') return wrong();
+    k = k * 10 + (c - '0');
+  }
+  const std::string id(h.substr(0, colon));
+  if (auto c = graph::check_id("Last-Event-ID", id); !c) return wrong();
+  st.checkpoint = id;
+  st.index = k;
+  return st;
+}
+
+Status check_stream_modes(const std::vector<std::string>& modes, std::string_view route) {
+  for (const auto& m : modes) {
+    if (m == "events" || m == "tools" || m == "lifecycle")
+      return not_yet(route, "'stream_mode' '" + m + "'");
+    if (m != "values" && m != "updates" && m != "messages" && m != "messages-tuple" &&
+        m != "custom" && m != "debug" && m != "tasks" && m != "checkpoints")
+      return bad("'stream_mode' '" + m +
+                 "' is not a mode (values, updates, messages-tuple, messages, custom, events, "
+                 "debug, tasks, checkpoints, tools, lifecycle)");
+  }
+  return {};
+}
+
 Result<LangGraphRun> read_langgraph_run(const json::object& b, std::string_view route) {
   LangGraphRun r;
   const auto* aid = field(b, "assistant_id");
@@ -77,8 +117,6 @@ Result<LangGraphRun> read_langgraph_run(const json::object& b, std::string_view 
   if (const auto* m = field(b, "multitask_strategy"); m && *m != "reject")
     return not_yet(route, "'multitask_strategy' " + json::serialize(*m) +
                               " (weir rejects a second run on a busy thread)");
-  if (const auto* s = field(b, "stream_resumable"); s && *s == true)
-    return not_yet(route, "'stream_resumable': true");
   if (const auto* c = field(b, "config")) {
     if (!c->is_object()) return bad("'config' must be an object");
     for (const auto& kv : c->as_object())
@@ -119,13 +157,7 @@ Result<LangGraphRun> read_langgraph_run(const json::object& b, std::string_view 
       return bad("'stream_mode' must be a mode or a list of modes");
     }
   }
-  for (const auto& m : r.stream_modes)
-    if (m != "values" && m != "updates" && m != "messages" && m != "messages-tuple" &&
-        m != "custom" && m != "events" && m != "debug" && m != "tasks" && m != "checkpoints" &&
-        m != "tools" && m != "lifecycle")
-      return bad("'stream_mode' '" + m +
-                 "' is not a mode (values, updates, messages-tuple, messages, custom, events, "
-                 "debug, tasks, checkpoints, tools, lifecycle)");
+  if (auto c = check_stream_modes(r.stream_modes, route); !c) return std::move(c).error();
   if (const auto* d = field(b, "on_disconnect")) {
     if (*d != "cancel" && *d != "continue")
       return bad("'on_disconnect' must be \"cancel\" or \"continue\", got " + json::serialize(*d));

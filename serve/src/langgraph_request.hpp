@@ -44,6 +44,20 @@ struct LangGraphRun {
 };
 Result<LangGraphRun> read_langgraph_run(const boost::json::object& body, std::string_view route);
 
+// Stream modes: values, updates, messages-tuple, messages, custom, debug, tasks, checkpoints;
+// events, tools and lifecycle are unsupported (501), anything else invalid_argument.
+Status check_stream_modes(const std::vector<std::string>& modes, std::string_view route);
+
+// A stream event's id (langgraph_stream.hpp): the step's checkpoint and the event's number in
+// it; checkpoint "" none, "end" the error event.
+struct LangGraphEventId {
+  std::string checkpoint;
+  long index = -1;
+};
+// A Last-Event-ID header: "" (and "null", "-1", which clients send for none) reads as none;
+// otherwise "<checkpoint_id>:<n>" or "end". Errors: invalid_argument naming the header.
+Result<LangGraphEventId> read_last_event_id(std::string_view header);
+
 // POST /threads: the thread id ("" when the server names it), metadata (graph_id folded in),
 // if_exists "do_nothing".
 struct LangGraphThreadCreate {

@@ -132,7 +132,7 @@ std::string pending_status(const graph::Checkpoint& c) {
   return s && s->is_string() ? std::string(s->as_string()) : std::string();
 }
 
-static json::object checkpoint_ref(const std::string& thread, const std::string& id) {
+json::object checkpoint_ref(const std::string& thread, const std::string& id) {
   return json::object{{"thread_id", thread},
                       {"checkpoint_ns", ""},
                       {"checkpoint_id", id},

@@ -28,20 +28,27 @@ RunsPath split_runs_path(std::string_view s) {
   return p;
 }
 
-std::optional<std::string> query_value(std::string_view target, std::string_view key) {
+std::vector<std::string> query_values(std::string_view target, std::string_view key) {
+  std::vector<std::string> out;
   const auto q = target.find('?');
-  if (q == std::string_view::npos) return std::nullopt;
+  if (q == std::string_view::npos) return out;
   std::string_view rest = target.substr(q + 1);
   while (!rest.empty()) {
     const auto amp = rest.find('&');
     const std::string_view pair = rest.substr(0, amp);
     const auto eq = pair.find('=');
     if (pair.substr(0, eq) == key)
-      return percent_decode(eq == std::string_view::npos ? "" : pair.substr(eq + 1));
+      out.push_back(percent_decode(eq == std::string_view::npos ? "" : pair.substr(eq + 1)));
     if (amp == std::string_view::npos) break;
     rest.remove_prefix(amp + 1);
   }
-  return std::nullopt;
+  return out;
+}
+
+std::optional<std::string> query_value(std::string_view target, std::string_view key) {
+  auto all = query_values(target, key);
+  if (all.empty()) return std::nullopt;
+  return std::move(all.front());
 }
 
 }  // namespace weir::serve

@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace weir::serve {
 
@@ -22,5 +23,7 @@ RunsPath split_runs_path(std::string_view path);
 // The decoded value of `key` in the target's query ("/v1/runs?limit=5" -> "5"; a key without
 // '=' has the value ""); nullopt when the query does not have it.
 std::optional<std::string> query_value(std::string_view target, std::string_view key);
+// Every value of `key`, in order ("?m=a&m=b" -> {"a", "b"}).
+std::vector<std::string> query_values(std::string_view target, std::string_view key);
 
 }  // namespace weir::serve

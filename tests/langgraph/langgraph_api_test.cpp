@@ -48,8 +48,9 @@ TEST(LangGraphApi, AssistantIdsAreLangGraphsUuid5OfTheGraphId) {
   EXPECT_EQ(edges[3].at("target"), "__end__");
   auto missing = call(s.port, "GET", "/assistants/nope");
   EXPECT_EQ(missing.status, 404);
-  EXPECT_EQ(detail(missing),
-            "Assistant 'nope' not found (this server's graphs: ask, boom, chat, slow, steps)");
+  EXPECT_EQ(
+      detail(missing),
+      "Assistant 'nope' not found (this server's graphs: ask, boom, chat, slow, steps, ticks)");
   auto info = call(s.port, "GET", "/info");
   EXPECT_EQ(body_json(info).at("flags").at("assistants"), true);
   EXPECT_EQ(body_json(call(s.port, "GET", "/ok")).at("ok"), true);

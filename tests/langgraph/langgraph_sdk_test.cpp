@@ -5,6 +5,7 @@
 // package (tests/langgraph/clients/setup installs it).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 
@@ -48,7 +49,7 @@ TEST(LangGraphSdk, TheOfficialJsClientRunsEveryFlow) {
         << kv.key() << ": " << json::serialize(kv.value());
 
   const auto& a = v.at("assistants");
-  EXPECT_EQ(json::serialize(a.at("graph_ids")), R"(["ask","boom","chat","slow","steps"])");
+  EXPECT_EQ(json::serialize(a.at("graph_ids")), R"(["ask","boom","chat","slow","steps","ticks"])");
   EXPECT_EQ(a.at("steps").at("assistant_id"), "01d10e59-d4b4-51ec-8e94-9b2716b34de8");
   EXPECT_EQ(a.at("by_id"), "steps");
   EXPECT_EQ(a.at("graph").at("nodes").as_array().size(), 5u);  // __start__, 3 nodes, __end__
@@ -147,6 +148,25 @@ TEST(LangGraphSdk, TheOfficialJsClientRunsEveryFlow) {
   ASSERT_EQ(ids.size(), 8u) << all;
   for (std::size_t k = 0; k < 4; ++k) EXPECT_EQ(ids[k], final_messages[k].at("id")) << k;
   EXPECT_NE(ids[4], ids[0]);
+
+  // Streams as Agent Chat UI asks for them, and a run joined again after an event.
+  const auto& st = v.at("streams");
+  const auto& chat = st.at("chat").as_array();
+  std::vector<std::string> kinds;
+  for (const auto& e : chat) kinds.emplace_back(e.at("event").as_string());
+  EXPECT_EQ(std::count(kinds.begin(), kinds.end(), "messages"), 3) << all;
+  for (const auto& e : chat) {
+    if (e.at("event") != "messages") continue;  // [message chunk, metadata]
+    EXPECT_TRUE(e.at("data").at(0).as_object().contains("type")) << e;
+    EXPECT_TRUE(e.at("data").at(1).as_object().contains("langgraph_node")) << e;
+  }
+  const auto& whole = st.at("whole").as_array();
+  const auto& after = st.at("after").as_array();
+  ASSERT_GE(whole.size(), 4u) << all;
+  EXPECT_EQ(whole[0], nullptr);                      // the metadata event has no id
+  ASSERT_EQ(after.size(), whole.size() - 3) << all;  // everything after the second id'd event
+  for (std::size_t k = 0; k < after.size(); ++k) EXPECT_EQ(after[k], whole[k + 3]) << k;
+  EXPECT_EQ(st.at("last").at("n"), 4);
 }
 
 }  // namespace

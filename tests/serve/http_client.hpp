@@ -158,4 +158,19 @@ inline std::vector<std::string> sse_data(const std::string& body) {
   return out;
 }
 
+struct SseFrame {
+  std::string id, event, data;
+};
+
+// Every event of a complete SSE body (ids kept, unlike sse_data).
+inline std::vector<SseFrame> frames_of(const std::string& body) {
+  http::SseReader rd;
+  std::vector<SseFrame> out;
+  (void)rd.feed(body, [&](http::SseEvent& e) -> Status {
+    out.push_back({e.id, e.event, e.data});
+    return {};
+  });
+  return out;
+}
+
 }  // namespace weir::testing_http

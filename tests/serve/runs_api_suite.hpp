@@ -27,6 +27,7 @@ namespace weir::serve::runs_suite {
 namespace fs = std::filesystem;
 namespace json = boost::json;
 using testing_http::call;
+using testing_http::frames_of;
 using testing_http::Reply;
 
 // "" (in-process) or a fresh PostgreSQL database for this test.
@@ -45,21 +46,6 @@ inline std::string error_of(const Reply& r) {
   return e && e->is_object() && e->as_object().contains("message")
              ? std::string(e->at("message").as_string())
              : "(no error) " + r.body;
-}
-
-struct SseFrame {
-  std::string id, event, data;
-};
-
-// Every event of a complete SSE body (ids kept, unlike testing_http::sse_data).
-inline std::vector<SseFrame> frames_of(const std::string& body) {
-  http::SseReader rd;
-  std::vector<SseFrame> out;
-  (void)rd.feed(body, [&](http::SseEvent& e) -> Status {
-    out.push_back({e.id, e.event, e.data});
-    return {};
-  });
-  return out;
 }
 
 class RunsApi : public ::testing::TestWithParam<std::string> {

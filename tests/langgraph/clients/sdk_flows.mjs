@@ -28,6 +28,7 @@ const collect = async (iter) => {
   for await (const chunk of iter) events.push(chunk);
   return events;
 };
+const shown = (events) => events.map((e) => ({ event: e.event, data: e.data }));
 
 await flow("assistants", async () => {
   const all = await client.assistants.search({ limit: 10 });
@@ -70,7 +71,7 @@ await flow("interrupt", async () => {
     onRunCreated: (m) => { created = m; } }));
   const done = await client.threads.get(t.thread_id);
   return { first, paused_status: paused.status, interrupts: paused.interrupts, next: state.next,
-           tasks: state.tasks, events, created, done_status: done.status, values: done.values };
+           tasks: state.tasks, events: shown(events), created, done_status: done.status, values: done.values };
 });
 
 await flow("background", async () => {
@@ -101,7 +102,7 @@ await flow("errors", async () => {
   const bad_input = await caught(() => client.runs.wait(null, "steps", { input: { nope: 1 } }));
   const fork = await caught(() => client.runs.wait(null, "steps", { input: {}, checkpointId: "x" }));
   const stateless = await client.runs.wait(null, "steps", { input: { topic: "s" } });
-  return { waited, events, unknown, bad_input, fork, stateless };
+  return { waited, events: shown(events), unknown, bad_input, fork, stateless };
 });
 
 await flow("messages", async () => {
@@ -114,6 +115,24 @@ await flow("messages", async () => {
   const state = await client.threads.getState(t.thread_id);
   return { final, updates: events.filter((e) => e.event === "updates").map((e) => e.data),
            ids: state.values.messages.map((m) => m.id) };
+});
+
+await flow("streams", async () => {
+  // Agent Chat UI's modes: values and messages-tuple, resumable.
+  const t = await client.threads.create();
+  const chat = await collect(client.runs.stream(t.thread_id, "chat", {
+    input: { messages: [{ type: "human", content: "6*7?" }] },
+    streamMode: ["values", "messages-tuple"], streamResumable: true }));
+  // A background run joined twice: from the start, and after its second event.
+  const u = await client.threads.create();
+  const run = await client.runs.create(u.thread_id, "ticks", { input: {} });
+  const whole = await collect(client.runs.joinStream(u.thread_id, run.run_id,
+    { streamMode: ["values"] }));
+  const withIds = whole.filter((e) => e.id !== undefined);
+  const after = await collect(client.runs.joinStream(u.thread_id, run.run_id,
+    { streamMode: ["values"], lastEventId: withIds[1].id }));
+  return { chat: shown(chat), whole: whole.map((e) => e.id ?? null),
+           after: after.map((e) => e.id ?? null), last: whole[whole.length - 1].data };
 });
 
 process.stdout.write(JSON.stringify(out) + "\n");

@@ -1,0 +1,198 @@
+#include "langgraph_stream.hpp"
+
+#include <algorithm>
+
+#include <boost/json.hpp>
+
+#include "langgraph_messages.hpp"
+#include "langgraph_shapes.hpp"
+#include "weir/graph/checkpointer.hpp"
+#include "weir/http/sse.hpp"
+#include "weir/runtime/sha256.hpp"
+
+namespace weir::serve {
+
+namespace json = boost::json;
+using cluster::RunRecord;
+using cluster::RunState;
+
+namespace {
+
+bool wants(const LangGraphStream& st, std::string_view mode) {
+  return std::find(st.modes.begin(), st.modes.end(), mode) != st.modes.end();
+}
+
+std::string task_id(const std::string& checkpoint, const std::string& node) {
+  return sha256_hex(checkpoint + "/" + node).substr(0, 32);
+}
+
+// The next nodes a checkpoint names.
+std::vector<std::string> next_of(const graph::Checkpoint& c) {
+  std::vector<std::string> out;
+  if (const auto* n = c.pending.if_contains("next"); n && n->is_array())
+    for (const auto& x : n->as_array())
+      if (x.is_string()) out.emplace_back(x.as_string());
+  return out;
+}
+
+// The events of one step, numbered; those a resumed stream has seen are left out.
+class Frames {
+ public:
+  Frames(LangGraphStream& st, std::string checkpoint, std::string& out)
+      : st_(st), checkpoint_(std::move(checkpoint)), out_(out) {
+    if (st_.seen.checkpoint.empty()) return;
+    if (st_.seen.checkpoint == checkpoint_) {
+      skip_to_ = st_.seen.index;
+      st_.seen.checkpoint.clear();  // from the next step on, everything is new
+    } else {
+      skip_to_ = 1L << 30;  // a step before the one the stream was cut in
+    }
+  }
+  void add(std::string_view event, const json::value& data) {
+    const long k = next_++;
+    if (k <= skip_to_) return;
+    out_ += "id: " + checkpoint_ + ":" + std::to_string(k) + "\n";
+    out_ += http::sse_event(json::serialize(data), event);
+  }
+
+ private:
+  LangGraphStream& st_;
+  std::string checkpoint_;
+  std::string& out_;
+  long next_ = 0, skip_to_ = -1;
+};
+
+json::object config_of(const std::string& thread, const std::string& checkpoint) {
+  return json::object{{"configurable", checkpoint_ref(thread, checkpoint)}};
+}
+
+}  // namespace
+
+Result<std::string> langgraph_stream_events(const graph::Checkpointer& cp, const RunRecord& r,
+                                            const std::vector<graph::Checkpoint>& steps,
+                                            LangGraphStream& st) {
+  std::string out;
+  const bool messages = wants(st, "messages-tuple") || wants(st, "messages");
+  const bool tasks = wants(st, "tasks") || wants(st, "debug");
+  for (const auto& c : steps) {
+    if (!st.state && !c.parent_id.empty()) {  // the run's first step: its parent says who ran
+      auto parent = cp.get(c.thread_id, c.parent_id);
+      if (!parent) return std::move(parent).error();
+      if (*parent) {
+        st.ran = next_of(**parent);
+        auto before = cp.state_at(c.thread_id, c.parent_id);
+        if (!before) return std::move(before).error();
+        st.state = std::move(*before);
+      }
+    }
+    auto after = cp.state_at(c.thread_id, c.checkpoint_id);
+    if (!after) return std::move(after).error();
+    Frames f(st, c.checkpoint_id, out);
+    // What the step changed, per channel (a list: what it added).
+    json::object raw;
+    for (const auto& kv : c.writes) {
+      if (kv.key() == "$snapshot") continue;
+      const json::value* was = st.state ? st.state->if_contains(kv.key()) : nullptr;
+      if (c.writes.contains("$snapshot") && was && *was == kv.value()) continue;
+      raw[kv.key()] = delta(was, kv.value());
+    }
+    const json::object changed = values_to_langchain(raw);
+    const json::value timestamp = iso_time(c.created_at_ms);
+    if (tasks && !st.ran.empty()) {
+      json::array result;
+      for (const auto& kv : changed) result.push_back(json::array{kv.key(), kv.value()});
+      for (const auto& n : st.ran) {
+        json::object payload{{"id", task_id(c.parent_id, n)},
+                             {"name", n},
+                             {"error", nullptr},
+                             {"result", result},
+                             {"interrupts", json::array{}}};
+        if (wants(st, "tasks")) f.add("tasks", payload);
+        if (wants(st, "debug"))
+          f.add("debug", json::object{{"type", "task_result"},
+                                      {"timestamp", timestamp},
+                                      {"step", c.step},
+                                      {"payload", payload}});
+      }
+    }
+    if (wants(st, "updates") && !st.ran.empty()) {
+      json::object update;
+      for (const auto& n : st.ran) update[n] = changed;  // two nodes in a step: their merge
+      f.add("updates", update);
+    }
+    if (messages && !st.ran.empty()) {
+      const std::string node = st.ran.size() == 1 ? st.ran[0] : "";
+      json::object meta{{"run_id", r.id},
+                        {"thread_id", r.thread_id},
+                        {"graph_id", st.graph_id},
+                        {"assistant_id", assistant_id_of(st.graph_id)},
+                        {"langgraph_step", c.step},
+                        {"langgraph_node", node},
+                        {"langgraph_triggers", json::array{"branch:to:" + node}},
+                        {"langgraph_path", json::array{"__pregel_pull", node}},
+                        {"langgraph_checkpoint_ns", node + ":" + task_id(c.parent_id, node)}};
+      for (const auto& kv : raw) {
+        if (!is_message_list(kv.value())) continue;
+        for (const auto& m : changed.at(kv.key()).as_array()) {
+          if (wants(st, "messages-tuple")) f.add("messages", json::array{m, meta});
+          if (wants(st, "messages")) {
+            const auto* id = m.as_object().if_contains("id");
+            const std::string key = id && id->is_string() ? std::string(id->as_string()) : "";
+            f.add("messages/metadata", json::object{{key, json::object{{"metadata", meta}}}});
+            f.add("messages/complete", json::array{m});
+          }
+        }
+      }
+    }
+    if (wants(st, "values")) f.add("values", values_to_langchain(*after));
+    const auto next = next_of(c);
+    if (wants(st, "checkpoints") || wants(st, "debug")) {
+      auto state = thread_state(cp, c);
+      if (!state) return std::move(state).error();
+      json::object payload{
+          {"config", config_of(c.thread_id, c.checkpoint_id)},
+          {"parent_config", c.parent_id.empty() ? json::value(nullptr)
+                                                : json::value(config_of(c.thread_id, c.parent_id))},
+          {"values", state->at("values")},
+          {"metadata", state->at("metadata")},
+          {"next", state->at("next")},
+          {"tasks", state->at("tasks")}};
+      if (wants(st, "checkpoints")) f.add("checkpoints", payload);
+      if (wants(st, "debug"))
+        f.add("debug", json::object{{"type", "checkpoint"},
+                                    {"timestamp", timestamp},
+                                    {"step", c.step},
+                                    {"payload", payload}});
+    }
+    if (tasks && pending_status(c) == "running") {
+      for (const auto& n : next) {
+        json::object payload{{"id", task_id(c.checkpoint_id, n)},
+                             {"name", n},
+                             {"input", values_to_langchain(*after)},
+                             {"triggers", json::array{"branch:to:" + n}}};
+        if (wants(st, "tasks")) f.add("tasks", payload);
+        if (wants(st, "debug"))
+          f.add("debug", json::object{{"type", "task"},
+                                      {"timestamp", timestamp},
+                                      {"step", c.step + 1},
+                                      {"payload", payload}});
+      }
+    }
+    if (pending_status(c) == "interrupted") {
+      const json::object chunk{{"__interrupt__", interrupts_of(c)}};
+      if (wants(st, "values")) f.add("values", chunk);
+      if (wants(st, "updates")) f.add("updates", chunk);
+    }
+    st.state = std::move(*after);
+    st.ran = next;
+  }
+  if (r.state == RunState::failed && st.seen.checkpoint != "end")
+    out += "id: end\n" +
+           http::sse_event(
+               json::serialize(json::object{
+                   {"error", r.error_code.empty() ? "error" : r.error_code}, {"message", r.error}}),
+               "error");
+  return out;
+}
+
+}  // namespace weir::serve

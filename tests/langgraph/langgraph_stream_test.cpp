@@ -1,0 +1,204 @@
+// The LangGraph API's run streams over real HTTP on loopback (serve/src/langgraph_stream.hpp):
+// what each stream mode carries, event ids, and a stream cut and rejoined with Last-Event-ID
+// that misses nothing and repeats nothing.
+#include <gtest/gtest.h>
+
+#include "serve_fixture.hpp"
+
+namespace weir::serve {
+namespace {
+
+using testing_http::SseFrame;
+
+ServeConfig lg_config() {
+  ServeConfig c;
+  c.workflows = fs::path(WEIR_SOURCE_DIR) / "tests/langgraph/workflows";
+  return c;
+}
+
+std::string new_thread(std::uint16_t port) {
+  auto r = call(port, "POST", "/threads", "{}");
+  EXPECT_EQ(r.status, 200) << r.body;
+  return std::string(body_json(r).at("thread_id").as_string());
+}
+
+std::string detail(const Reply& r) {
+  auto v = body_json(r);
+  if (!v.is_object() || !v.as_object().contains("detail")) return "(no detail) " + r.body;
+  return std::string(v.at("detail").as_string());
+}
+
+std::vector<SseFrame> of_event(const std::vector<SseFrame>& all, std::string_view event) {
+  std::vector<SseFrame> out;
+  for (const auto& f : all)
+    if (f.event == event) out.push_back(f);
+  return out;
+}
+
+TEST(LangGraphStream, EachModeCarriesWhatTheStepsDid) {
+  auto s = start(lg_config());
+  const std::string t = new_thread(s.port);
+  auto r = call(s.port, "POST", "/threads/" + t + "/runs/stream", R"({"assistant_id": "chat",
+      "input": {"messages": [{"type": "human", "content": "6 times 7?"}]},
+      "stream_mode": ["values", "messages-tuple", "tasks", "checkpoints", "custom"]})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const auto frames = frames_of(r.body);
+  ASSERT_FALSE(frames.empty());
+  EXPECT_EQ(frames[0].event, "metadata");
+  for (std::size_t i = 1; i < frames.size(); ++i)  // "<checkpoint_id>:<n>"
+    EXPECT_NE(frames[i].id.find(':'), std::string::npos) << frames[i].event << " " << frames[i].id;
+
+  // messages-tuple: each message a node added, with the node, in LangChain's shape.
+  const auto messages = of_event(frames, "messages");
+  ASSERT_EQ(messages.size(), 3u) << r.body;
+  const auto m0 = json::parse(messages[0].data);
+  EXPECT_EQ(m0.at(0).at("type"), "ai");
+  EXPECT_EQ(m0.at(0).at("tool_calls").at(0).at("name"), "calculator");
+  EXPECT_EQ(json::serialize(m0.at(0).at("tool_calls").at(0).at("args")), R"({"expression":"6*7"})");
+  EXPECT_EQ(m0.at(1).at("langgraph_node"), "call");
+  EXPECT_EQ(m0.at(1).at("thread_id"), json::value(t));
+  const auto m1 = json::parse(messages[1].data);
+  EXPECT_EQ(m1.at(0).at("type"), "tool");
+  EXPECT_EQ(m1.at(0).at("content"), "42");
+  EXPECT_EQ(m1.at(0).at("tool_call_id"), "call_1");
+  const auto m2 = json::parse(messages[2].data);
+  EXPECT_EQ(m2.at(0).at("content"), "It is 42.");
+  EXPECT_EQ(m2.at(1).at("langgraph_node"), "reply");
+
+  // tasks: each node's start, then its result.
+  std::vector<std::string> tasks;
+  for (const auto& f : of_event(frames, "tasks")) {
+    const auto d = json::parse(f.data);
+    tasks.push_back(std::string(d.at("name").as_string()) +
+                    (d.as_object().contains("result") ? " done" : " starts"));
+  }
+  EXPECT_EQ(tasks,
+            (std::vector<std::string>{"call starts", "call done", "reply starts", "reply done"}));
+
+  // checkpoints: one per checkpoint the run committed, as history lists them (newest first).
+  const auto cps = of_event(frames, "checkpoints");
+  auto history = body_json(call(s.port, "POST", "/threads/" + t + "/history", R"({"limit": 50})"));
+  ASSERT_EQ(cps.size(), history.as_array().size());
+  EXPECT_EQ(json::parse(cps.back().data).at("config").at("configurable").at("checkpoint_id"),
+            history.at(0).at("checkpoint").at("checkpoint_id"));
+  EXPECT_EQ(json::parse(cps.back().data).at("next"), json::array{});
+
+  // values: the last is the thread's state.
+  const auto values = of_event(frames, "values");
+  ASSERT_FALSE(values.empty());
+  EXPECT_EQ(json::parse(values.back().data).at("messages").as_array().size(), 4u);
+
+  // The older `messages` mode: metadata and the complete message, per message.
+  auto old = call(s.port, "POST", "/runs/stream", R"({"assistant_id": "chat",
+      "input": {"messages": [{"type": "human", "content": "again"}]}, "stream_mode": "messages"})");
+  const auto old_frames = frames_of(old.body);
+  EXPECT_EQ(of_event(old_frames, "messages/metadata").size(), 3u) << old.body;
+  const auto complete = of_event(old_frames, "messages/complete");
+  ASSERT_EQ(complete.size(), 3u);
+  EXPECT_EQ(json::parse(complete[2].data).at(0).at("content"), "It is 42.");
+}
+
+// Reads a stream's events until `n` with ids have come; the connection then is dropped.
+std::vector<SseFrame> read_some(Conn& c, std::size_t n) {
+  std::string body;
+  std::vector<SseFrame> got;
+  for (;;) {
+    const std::string chunk = c.next_chunk();
+    if (chunk.empty()) break;
+    body += chunk;
+    got = frames_of(body);
+    std::size_t with_id = 0;
+    for (const auto& f : got) with_id += f.id.empty() ? 0 : 1;
+    if (with_id >= n) break;
+  }
+  return got;
+}
+
+TEST(LangGraphStream, ARejoinedStreamMissesNothingAndRepeatsNothing) {
+  auto s = start(lg_config());
+  const std::string t = new_thread(s.port);
+  std::vector<SseFrame> first;
+  std::string location, run;
+  {
+    Conn c(s.port);
+    ASSERT_TRUE(c.request("POST", "/threads/" + t + "/runs/stream",
+                          R"({"assistant_id": "ticks", "stream_mode": ["values", "updates"],
+                              "stream_resumable": true})"));
+    Reply head;
+    ASSERT_TRUE(c.read_head(head));
+    ASSERT_EQ(head.status, 200);
+    location = head.header("location");
+    run = head.header("content-location").substr(("/threads/" + t + "/runs/").size());
+    EXPECT_EQ(location, "/threads/" + t + "/runs/" + run + "/stream?stream_mode=values&" +
+                            "stream_mode=updates");
+    first = read_some(c, 3);
+  }  // cut: the run goes on (on_disconnect defaults to continue)
+  ASSERT_GE(first.size(), 4u);
+  EXPECT_EQ(first[0].event, "metadata");
+  const std::string last = first.back().id;
+  auto rest = call(s.port, "GET", location, {}, "Last-Event-ID: " + last + "\r\n");
+  ASSERT_EQ(rest.status, 200) << rest.body;
+  EXPECT_EQ(rest.header("content-type"), "text/event-stream");
+  const auto tail = frames_of(rest.body);
+  ASSERT_FALSE(tail.empty());
+  EXPECT_NE(tail[0].event, "metadata");  // a continuation, not a new stream
+
+  // The whole stream again, now that the run ended: the cut one and its rest, exactly.
+  auto whole = call(s.port, "GET", location);
+  auto all = frames_of(whole.body);
+  ASSERT_EQ(all.size(), first.size() + tail.size()) << whole.body;
+  std::vector<SseFrame> joined = first;
+  joined.insert(joined.end(), tail.begin(), tail.end());
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    EXPECT_EQ(all[i].id, joined[i].id) << i;
+    EXPECT_EQ(all[i].event, joined[i].event) << i;
+    if (all[i].event != "metadata") EXPECT_EQ(all[i].data, joined[i].data) << i;
+  }
+  EXPECT_EQ(json::parse(all.back().data).at("n"), 4);
+
+  // Other modes asked on a rejoin are made from the same steps.
+  auto upd = call(s.port, "GET", "/threads/" + t + "/runs/" + run + "/stream?stream_mode=updates");
+  EXPECT_EQ(of_event(frames_of(upd.body), "updates").size(), of_event(all, "updates").size());
+}
+
+TEST(LangGraphStream, ARejoinSaysWhatIsWrongWithIt) {
+  auto s = start(lg_config());
+  const std::string t = new_thread(s.port);
+  auto done = call(s.port, "POST", "/threads/" + t + "/runs/wait", R"({"assistant_id": "steps"})");
+  ASSERT_EQ(done.status, 200);
+  auto runs = body_json(call(s.port, "GET", "/threads/" + t + "/runs"));
+  const std::string run(runs.at(0).at("run_id").as_string());
+  const std::string path = "/threads/" + t + "/runs/" + run + "/stream";
+
+  auto garbage = call(s.port, "GET", path, {}, "Last-Event-ID: garbage\r\n");
+  EXPECT_EQ(garbage.status, 400);
+  EXPECT_EQ(detail(garbage),
+            "Last-Event-ID 'garbage' is not an event id of this API (\"<checkpoint_id>:<n>\" or "
+            "\"end\")");
+  auto unknown =
+      call(s.port, "GET", path, {}, "Last-Event-ID: 000000000001-00000000000000abcd:0\r\n");
+  EXPECT_EQ(unknown.status, 400);
+  EXPECT_EQ(detail(unknown),
+            "Last-Event-ID '000000000001-00000000000000abcd:0' is not an event "
+            "of run " +
+                run);
+  auto events = call(s.port, "GET", path + "?stream_mode=events");
+  EXPECT_EQ(events.status, 501);
+  EXPECT_EQ(detail(events),
+            "GET /threads/{thread_id}/runs/{run_id}/stream: 'stream_mode' 'events' is not "
+            "supported by weir yet (docs/langgraph-api.md)");
+  auto bogus = call(s.port, "GET", path + "?stream_mode=values&stream_mode=colours");
+  EXPECT_EQ(bogus.status, 422);
+  const std::string other = new_thread(s.port);
+  auto elsewhere = call(s.port, "GET", "/threads/" + other + "/runs/" + run + "/stream");
+  EXPECT_EQ(elsewhere.status, 404);
+  EXPECT_EQ(detail(elsewhere), "Run " + run + " not found on thread " + other);
+  // The whole of a finished run, from the start: metadata first, values of every step.
+  auto whole = frames_of(call(s.port, "GET", path).body);
+  ASSERT_GE(whole.size(), 4u);
+  EXPECT_EQ(whole[0].event, "metadata");
+  EXPECT_EQ(json::parse(whole.back().data).at("done"), true);
+}
+
+}  // namespace
+}  // namespace weir::serve
