@@ -13,6 +13,7 @@
 #include "weir/agents/workflow.hpp"
 #include "weir/graph/checkpointer.hpp"
 #include "weir/graph/state_graph.hpp"
+#include "weir/runtime/artifact_store.hpp"
 #include "weir/runtime/json_parse.hpp"
 #include "weir/runtime/sha256.hpp"
 
@@ -254,6 +255,144 @@ std::vector<std::string> WatchRegistry::watched() const {
   for (const auto& [run, entry] : s_->by_run)
     if (out.empty() || out.back() != run) out.push_back(run);
   return out;
+}
+
+// --- threads outside runs -------------------------------------------------------------------
+
+namespace {
+
+// Runs `f(token)` with `thread` held (RunService::hold_thread) and claimed.
+template <class F>
+auto with_thread(graph::Checkpointer& cp, const std::string& thread,
+                 Result<std::shared_ptr<void>> held, F f) -> decltype(f(std::string())) {
+  if (!held) return std::move(held).error();
+  const std::string token = graph::new_claim_token();
+  auto claim = cp.claim_thread(thread, graph::this_process_holder(token, 30'000));
+  if (!claim) return std::move(claim).error();
+  auto out = f(token);
+  (void)cp.release_thread(thread, token);
+  return out;
+}
+
+// The ids of the blobs `v` references ({"$artifact": id, ...}).
+void artifact_ids(const json::value& root, std::vector<std::string>& out) {
+  std::vector<const json::value*> stack{&root};
+  while (!stack.empty()) {
+    const json::value* v = stack.back();
+    stack.pop_back();
+    if (v->is_array()) {
+      for (const auto& e : v->get_array()) stack.push_back(&e);
+    } else if (v->is_object()) {
+      if (auto ref = ArtifactRef::from_json(*v)) {
+        out.push_back(ref->id);
+        continue;
+      }
+      for (const auto& kv : v->get_object()) stack.push_back(&kv.value());
+    }
+  }
+}
+
+}  // namespace
+
+Result<graph::Checkpoint> RunService::branch_thread(const std::string& thread,
+                                                    const std::string& from, json::object writes,
+                                                    json::object metadata) {
+  graph::Checkpointer& cp = writable_checkpointer();
+  return with_thread(
+      cp, thread, hold_thread(thread), [&](const std::string& token) -> Result<graph::Checkpoint> {
+        auto base = from.empty() ? cp.latest(thread) : cp.get(thread, from);
+        if (!base) return std::move(base).error();
+        if (!*base)
+          return Error(Errc::not_found,
+                       from.empty()
+                           ? "thread '" + thread + "' has no checkpoint"
+                           : "checkpoint '" + from + "' is not one of thread '" + thread + "'");
+        const graph::Checkpoint& b = **base;
+        graph::Checkpoint c;
+        c.thread_id = thread;
+        c.checkpoint_id = graph::new_checkpoint_id(b.step);
+        c.parent_id = b.checkpoint_id;
+        c.step = b.step;
+        c.writes = std::move(writes);
+        c.pending = b.pending;
+        c.metadata = b.metadata;
+        for (const auto& kv : metadata) c.metadata[kv.key()] = kv.value();
+        c.claim_token = token;
+        if (auto s = cp.put(c); !s) return std::move(s).error();
+        c.claim_token.clear();
+        auto stored = cp.get(thread, c.checkpoint_id);
+        if (!stored) return std::move(stored).error();
+        return stored->value_or(std::move(c));
+      });
+}
+
+Status RunService::copy_thread(const std::string& from, const std::string& to) {
+  graph::Checkpointer& cp = writable_checkpointer();
+  constexpr std::size_t kMaxCopied = 100'000;
+  auto list = cp.list(from, kMaxCopied + 1);
+  if (!list) return std::move(list).error();
+  if (list->empty()) return Error(Errc::not_found, "no thread '" + from + "'");
+  if (list->size() > kMaxCopied)
+    return Error(Errc::invalid_argument, "thread '" + from + "' has more than " +
+                                             std::to_string(kMaxCopied) +
+                                             " checkpoints: too many to copy");
+  return with_thread(cp, to, hold_thread(to), [&](const std::string& token) -> Status {
+    auto there = cp.latest(to);
+    if (!there) return std::move(there).error();
+    if (*there) return Error(Errc::invalid_argument, "thread '" + to + "' exists already");
+    for (auto it = list->rbegin(); it != list->rend(); ++it) {  // oldest first: parents first
+      graph::Checkpoint c = std::move(*it);
+      std::vector<std::string> ids;
+      for (const auto& kv : c.writes) artifact_ids(kv.value(), ids);
+      for (const auto& kv : c.pending) artifact_ids(kv.value(), ids);
+      for (const auto& id : ids) {
+        auto a = cp.get_artifact(from, id);
+        if (!a) return std::move(a).error();
+        if (*a) c.artifacts.push_back(std::move(**a));
+      }
+      c.thread_id = to;
+      c.claim_token = token;
+      if (auto s = cp.put(c); !s) return s;
+    }
+    return {};
+  });
+}
+
+Status RunService::delete_thread(const std::string& thread) {
+  graph::Checkpointer& cp = writable_checkpointer();
+  auto held = hold_thread(thread);
+  if (!held) return std::move(held).error();
+  // A claim of a run that ended without releasing it would stand in the way: delete_thread
+  // removes the claim too, so no claim is taken here.
+  return cp.delete_thread(thread);
+}
+
+Result<std::size_t> RunService::keep_latest(const std::string& thread) {
+  graph::Checkpointer& cp = writable_checkpointer();
+  return with_thread(cp, thread, hold_thread(thread),
+                     [&](const std::string& token) -> Result<std::size_t> {
+                       auto latest = cp.latest(thread);
+                       if (!latest) return std::move(latest).error();
+                       if (!*latest) return Error(Errc::not_found, "no thread '" + thread + "'");
+                       const graph::Checkpoint& l = **latest;
+                       auto state = cp.state_at(thread, l.checkpoint_id);
+                       if (!state) return std::move(state).error();
+                       graph::Checkpoint c;
+                       c.thread_id = thread;
+                       c.checkpoint_id = graph::new_checkpoint_id(l.step);
+                       c.parent_id = l.checkpoint_id;
+                       c.step = l.step;
+                       c.writes = std::move(*state);
+                       c.writes["$snapshot"] = true;
+                       c.pending = l.pending;
+                       c.metadata = l.metadata;
+                       c.metadata["source"] = "prune";
+                       c.claim_token = token;
+                       if (auto s = cp.put(c); !s) return std::move(s).error();
+                       graph::Retention keep;
+                       keep.keep_last = 1;
+                       return cp.prune(thread, keep);
+                     });
 }
 
 }  // namespace weir::cluster

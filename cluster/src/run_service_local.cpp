@@ -145,6 +145,22 @@ class LocalRuns final : public RunService {
 
   const graph::Checkpointer& checkpointer() const override { return *cp_; }
 
+ protected:
+  graph::Checkpointer& writable_checkpointer() override { return *cp_; }
+  Result<std::shared_ptr<void>> hold_thread(const std::string& thread) override {
+    std::lock_guard lock(mu_);
+    if (stopping_) return Error(Errc::cancelled, "the server is shutting down");
+    if (auto b = busy_threads_.find(thread); b != busy_threads_.end())
+      return Error(Errc::thread_busy, "thread '" + thread + "' has a run in progress (" +
+                                          b->second + "); wait for it to end");
+    busy_threads_[thread] = "a change of its state";
+    return std::shared_ptr<void>(nullptr, [this, thread](void*) {
+      std::lock_guard lock(mu_);
+      busy_threads_.erase(thread);
+    });
+  }
+
+ public:
   std::unique_ptr<RunWatch> watch(std::string run_id, std::function<void()> on_change) override {
     return watches_.add(std::move(run_id), std::move(on_change));
   }

@@ -124,6 +124,19 @@ class PostgresRuns final : public RunService {
 
   const graph::Checkpointer& checkpointer() const override { return *cp_; }
 
+ protected:
+  graph::Checkpointer& writable_checkpointer() override { return *cp_; }
+  // A run queued later waits for the claim the caller takes next (its worker retries).
+  Result<std::shared_ptr<void>> hold_thread(const std::string& thread) override {
+    auto r = queue_->unfinished_on(thread);
+    if (!r) return std::move(r).error();
+    if (*r)
+      return Error(Errc::thread_busy, "thread '" + thread + "' has a run in progress (" + **r +
+                                          "); wait for it to end");
+    return std::shared_ptr<void>();
+  }
+
+ public:
   std::unique_ptr<RunWatch> watch(std::string run_id, std::function<void()> on_change) override {
     auto w = watches_.add(std::move(run_id), std::move(on_change));
     std::lock_guard lock(watch_mu_);

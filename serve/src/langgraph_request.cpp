@@ -107,8 +107,8 @@ Result<LangGraphRun> read_langgraph_run(const json::object& b, std::string_view 
     return bad("'assistant_id' must be a graph id or an assistant id (a string), got " +
                json::serialize(*aid));
   r.assistant_id = aid->as_string();
-  for (const char* key : {"interrupt_before", "interrupt_after", "checkpoint", "checkpoint_id",
-                          "webhook", "after_seconds", "context"})
+  for (const char* key :
+       {"interrupt_before", "interrupt_after", "webhook", "after_seconds", "context"})
     if (set(field(b, key))) return not_yet(route, std::string("'") + key + "'");
   if (const auto* m = field(b, "multitask_strategy");
       m && *m != "reject" && *m != "interrupt" && *m != "rollback" && *m != "enqueue")
@@ -140,6 +140,9 @@ Result<LangGraphRun> read_langgraph_run(const json::object& b, std::string_view 
     r.input = in->as_object();
   }
   if (r.resume && !r.input.empty()) return bad("give 'input' or 'command.resume', not both");
+  auto from = read_langgraph_checkpoint(b);
+  if (!from) return std::move(from).error();
+  r.checkpoint_id = std::move(*from);
   if (const auto* m = field(b, "metadata")) {
     if (!m->is_object()) return bad("'metadata' must be an object");
     r.metadata = m->as_object();
@@ -316,6 +319,71 @@ Result<std::string> read_langgraph_before(const json::object& b) {
   if (!id || !id->is_string())
     return bad("'before' must be a checkpoint id or {\"configurable\": {\"checkpoint_id\": ...}}");
   return std::string(id->as_string());
+}
+
+Result<std::string> read_langgraph_checkpoint(const json::object& b) {
+  std::string id;
+  if (const auto* c = field(b, "checkpoint")) {
+    const json::value* v = nullptr;
+    if (c->is_object()) {
+      const auto& o = c->as_object();
+      const auto* conf = o.if_contains("configurable");
+      v = conf && conf->is_object() ? conf->as_object().if_contains("checkpoint_id")
+                                    : o.if_contains("checkpoint_id");
+      if (const auto* ns = o.if_contains("checkpoint_ns");
+          ns && !ns->is_null() && *ns != json::value(""))
+        return bad(
+            "'checkpoint.checkpoint_ns' names a subgraph's checkpoint; weir's threads have "
+            "one namespace (\"\")");
+    }
+    if (!c->is_object() || (v && !v->is_null() && !v->is_string()))
+      return bad("'checkpoint' must be {\"checkpoint_id\": \"...\"}");
+    if (v && v->is_string()) id = v->as_string();
+  }
+  if (const auto* c = field(b, "checkpoint_id")) {
+    if (!c->is_string()) return bad("'checkpoint_id' must be a string");
+    if (!id.empty() && id != c->as_string())
+      return bad("'checkpoint' and 'checkpoint_id' name two checkpoints");
+    id = c->as_string();
+  }
+  if (!id.empty())
+    if (auto c = graph::check_id("checkpoint_id", id); !c) return std::move(c).error();
+  return id;
+}
+
+Result<LangGraphStateUpdate> read_langgraph_state_update(const json::object& b) {
+  LangGraphStateUpdate u;
+  if (const auto* v = field(b, "values")) {
+    if (!v->is_object())
+      return bad(
+          "'values' must be an object of channel values (weir does not take a list of "
+          "updates), got " +
+          std::string(json_kind_phrase(*v)));
+    u.values = v->as_object();
+  }
+  auto node = string_field(b, "as_node");
+  if (!node) return std::move(node).error();
+  u.as_node = node->value_or("");
+  auto cp = read_langgraph_checkpoint(b);
+  if (!cp) return std::move(cp).error();
+  u.checkpoint_id = std::move(*cp);
+  return u;
+}
+
+Result<LangGraphPrune> read_langgraph_prune(const json::object& b) {
+  LangGraphPrune p;
+  const auto* ids = field(b, "thread_ids");
+  if (!ids || !ids->is_array()) return bad("'thread_ids' must be a list of thread ids");
+  if (ids->as_array().size() > 1000) return bad("'thread_ids' may name at most 1000 threads");
+  for (const auto& id : ids->as_array()) {
+    if (!id.is_string()) return bad("'thread_ids' must be a list of thread ids");
+    if (auto c = graph::check_id("thread_id", id.as_string()); !c) return std::move(c).error();
+    p.ids.emplace_back(id.as_string());
+  }
+  auto strategy = one_of(b, "strategy", {"delete", "keep_latest"}, "delete");
+  if (!strategy) return std::move(strategy).error();
+  p.keep_latest = *strategy == "keep_latest";
+  return p;
 }
 
 bool json_contains(const json::value& have, const json::value& want) {

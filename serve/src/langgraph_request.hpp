@@ -41,6 +41,7 @@ struct LangGraphRun {
   std::vector<std::string> stream_modes{"values"};
   bool cancel_on_disconnect = false;  // on_disconnect: "cancel"
   bool create_thread = false;         // if_not_exists: "create"
+  std::string checkpoint_id;          // checkpoint / checkpoint_id: run from it ("": the latest)
 };
 Result<LangGraphRun> read_langgraph_run(const boost::json::object& body, std::string_view route);
 
@@ -57,6 +58,26 @@ struct LangGraphEventId {
 // A Last-Event-ID header: "" (and "null", "-1", which clients send for none) reads as none;
 // otherwise "<checkpoint_id>:<n>" or "end". Errors: invalid_argument naming the header.
 Result<LangGraphEventId> read_last_event_id(std::string_view header);
+
+// The checkpoint a body names by 'checkpoint_id' (a string) or 'checkpoint' ({"checkpoint_id"},
+// maybe under "configurable"); "" when neither. Errors: invalid_argument (a subgraph's
+// namespace, two different ids, an id the id rule refuses).
+Result<std::string> read_langgraph_checkpoint(const boost::json::object& body);
+
+// POST /threads/{id}/state: values (channel -> value), as_node, the checkpoint to update from.
+struct LangGraphStateUpdate {
+  std::optional<boost::json::object> values;
+  std::string as_node;
+  std::string checkpoint_id;  // "": the latest
+};
+Result<LangGraphStateUpdate> read_langgraph_state_update(const boost::json::object& body);
+
+// POST /threads/prune: thread_ids (at most 1000), strategy delete (default) or keep_latest.
+struct LangGraphPrune {
+  std::vector<std::string> ids;
+  bool keep_latest = false;
+};
+Result<LangGraphPrune> read_langgraph_prune(const boost::json::object& body);
 
 // POST /threads: the thread id ("" when the server names it), metadata (graph_id folded in),
 // if_exists "do_nothing".

@@ -170,7 +170,7 @@ Result<json::object> thread_state(const graph::Checkpointer& cp, const graph::Ch
                                  {"state", nullptr}});
   json::object metadata = c.metadata;
   metadata["step"] = c.step;
-  metadata["source"] = c.step < 0 ? "input" : "loop";
+  if (!metadata.contains("source")) metadata["source"] = c.step < 0 ? "input" : "loop";
   return json::object{{"values", values_to_langchain(*values)},
                       {"next", std::move(next)},
                       {"tasks", std::move(tasks)},

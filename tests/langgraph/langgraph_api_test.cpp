@@ -101,10 +101,10 @@ TEST(LangGraphApi, PatchAThreadAndReadAnOlderCheckpoint) {
 TEST(LangGraphApi, WhatWeirDoesNotDoYetIs501NamingIt) {
   auto s = start(lg_config());
   const std::string t = new_thread(s.port);
-  auto copy = call(s.port, "POST", "/threads/" + t + "/copy", "{}");
-  EXPECT_EQ(copy.status, 501);
-  EXPECT_EQ(detail(copy),
-            "POST /threads/{thread_id}/copy is not implemented by weir yet (docs/langgraph-api.md "
+  auto join = call(s.port, "GET", "/threads/" + t + "/stream");
+  EXPECT_EQ(join.status, 501);
+  EXPECT_EQ(detail(join),
+            "GET /threads/{thread_id}/stream is not implemented by weir yet (docs/langgraph-api.md "
             "lists the endpoints it serves)");
   auto store = call(s.port, "PUT", "/store/items", R"({"namespace": ["a"], "key": "k"})");
   EXPECT_EQ(store.status, 501);

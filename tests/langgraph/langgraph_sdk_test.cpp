@@ -120,7 +120,7 @@ TEST(LangGraphSdk, TheOfficialJsClientRunsEveryFlow) {
   EXPECT_EQ(ev[1].at("event"), "error");
   EXPECT_EQ(e.at("unknown").at("status"), 404);
   EXPECT_EQ(e.at("bad_input").at("status"), 422);
-  EXPECT_EQ(e.at("fork").at("status"), 501);
+  EXPECT_EQ(e.at("fork").at("status"), 422);  // a stateless run has no checkpoint to fork
   EXPECT_EQ(e.at("stateless").at("done"), true);
 
   // Messages in LangChain's shape both ways; weir keeps them in its own (OpenAI's).
@@ -167,6 +167,18 @@ TEST(LangGraphSdk, TheOfficialJsClientRunsEveryFlow) {
   ASSERT_EQ(after.size(), whole.size() - 3) << all;  // everything after the second id'd event
   for (std::size_t k = 0; k < after.size(); ++k) EXPECT_EQ(after[k], whole[k + 3]) << k;
   EXPECT_EQ(st.at("last").at("n"), 4);
+
+  // Forks, state updates, copies, deletes and prunes as the SDK calls them.
+  const auto& ops = v.at("thread_ops");
+  EXPECT_EQ(json::serialize(ops.at("forked_seen")), R"(["first a","second","first c","second"])")
+      << all;
+  EXPECT_TRUE(ops.at("updated").at("checkpoint").as_object().contains("checkpoint_id")) << all;
+  EXPECT_EQ(ops.at("topic"), "z");
+  EXPECT_EQ(ops.at("copy_metadata").at("who"), "ops");
+  EXPECT_EQ(ops.at("copied_topic"), "z");
+  EXPECT_EQ(ops.at("deleted").at("status"), 404);
+  EXPECT_EQ(ops.at("pruned").at("pruned_count"), 1);
+  EXPECT_EQ(ops.at("history_length"), 1);
 }
 
 }  // namespace

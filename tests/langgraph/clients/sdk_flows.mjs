@@ -135,4 +135,26 @@ await flow("streams", async () => {
            after: after.map((e) => e.id ?? null), last: whole[whole.length - 1].data };
 });
 
+await flow("thread_ops", async () => {
+  // Fork from the end of the first run, update the state, copy, delete.
+  const t = await client.threads.create({ metadata: { who: "ops" } });
+  await client.runs.wait(t.thread_id, "steps", { input: { topic: "a" } });
+  const first = await client.threads.getState(t.thread_id);
+  await client.runs.wait(t.thread_id, "steps", { input: { topic: "b" } });
+  const forked = await client.runs.wait(t.thread_id, "steps", { input: { topic: "c" },
+    checkpoint: { checkpoint_id: first.checkpoint.checkpoint_id } });
+  const updated = await client.threads.updateState(t.thread_id, { values: { topic: "z" },
+    asNode: "third" });
+  const state = await client.threads.getState(t.thread_id);
+  const copy = await client.threads.copy(t.thread_id);
+  const copied = await client.threads.getState(copy.thread_id);
+  await client.threads.delete(t.thread_id);
+  const deleted = await caught(() => client.threads.get(t.thread_id));
+  const pruned = await client.threads.prune([copy.thread_id], { strategy: "keep_latest" });
+  const history = await client.threads.getHistory(copy.thread_id);
+  return { forked_seen: forked.seen, updated, topic: state.values.topic,
+           copy_metadata: copy.metadata, copied_topic: copied.values.topic, deleted,
+           pruned, history_length: history.length };
+});
+
 process.stdout.write(JSON.stringify(out) + "\n");

@@ -59,6 +59,7 @@
 
 namespace weir::graph {
 class Checkpointer;
+struct Checkpoint;
 struct WorkflowSpec;
 }  // namespace weir::graph
 
@@ -154,6 +155,27 @@ class RunService {
   // finished run is left as it is. not_found for an unknown run.
   virtual Result<CancelOutcome> cancel(std::string_view id) = 0;
   virtual const graph::Checkpointer& checkpointer() const = 0;
+
+  // Threads outside runs (the LangGraph API's state updates, forks, copies, deletes and prunes).
+  // Each refuses with thread_busy while a run is queued or running on the thread (the message
+  // names it) and holds the thread's claim while it writes, so no run starts on it meanwhile.
+  //
+  // A new checkpoint of `thread` whose parent is `from` (a checkpoint id of the thread; "": its
+  // latest), holding `writes` (channel -> new value) and `from`'s pending and metadata (with
+  // `metadata` laid over it): the thread's next run goes on as it would have from `from`, with
+  // the writes. Errors: not_found (no such thread or checkpoint), the checkpointer's.
+  Result<graph::Checkpoint> branch_thread(const std::string& thread, const std::string& from,
+                                          boost::json::object writes, boost::json::object metadata);
+  // Every checkpoint of `from`, with the blobs they reference, under the new thread `to` (same
+  // checkpoint ids). Errors: not_found (no thread `from`), invalid_argument (`to` has
+  // checkpoints already, or `from` has more than 100,000).
+  Status copy_thread(const std::string& from, const std::string& to);
+  // Removes the thread's checkpoints and blobs (its runs' records stay). Idempotent.
+  Status delete_thread(const std::string& thread);
+  // Compacts the thread to one new checkpoint holding its latest state (a snapshot with the
+  // latest's pending and metadata, {"source": "prune"}): the others are removed. Returns how
+  // many were. Errors: not_found (no such thread), the checkpointer's.
+  Result<std::size_t> keep_latest(const std::string& thread);
   // See "Watching" above. `on_change` must be quick (post to an executor); it may be called
   // for changes that turn out to be none.
   virtual std::unique_ptr<RunWatch> watch(std::string run_id, std::function<void()> on_change) = 0;
@@ -163,6 +185,11 @@ class RunService {
   virtual void shutdown() = 0;
 
  protected:
+  // Keeps runs off `thread` until the returned guard is dropped: thread_busy ("thread 't' has a
+  // run in progress (r-...); wait for it to end") when one is queued or running on it.
+  virtual Result<std::shared_ptr<void>> hold_thread(const std::string& thread) = 0;
+  virtual graph::Checkpointer& writable_checkpointer() = 0;
+
   std::vector<std::string> names_;
   std::map<std::string, std::shared_ptr<const graph::WorkflowSpec>, std::less<>> specs_;
 };

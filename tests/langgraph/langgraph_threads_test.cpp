@@ -1,0 +1,192 @@
+// The LangGraph API's thread operations over real HTTP on loopback: forks (a run from an earlier
+// checkpoint), state updates, copies, deletes and prunes, through the one run service.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "serve_fixture.hpp"
+
+namespace weir::serve {
+namespace {
+
+using namespace std::chrono_literals;
+
+ServeConfig lg_config() {
+  ServeConfig c;
+  c.workflows = fs::path(WEIR_SOURCE_DIR) / "tests/langgraph/workflows";
+  return c;
+}
+
+std::string new_thread(std::uint16_t port) {
+  auto r = call(port, "POST", "/threads", R"({"metadata": {"owner": "me"}})");
+  EXPECT_EQ(r.status, 200) << r.body;
+  return std::string(body_json(r).at("thread_id").as_string());
+}
+
+std::string detail(const Reply& r) {
+  auto v = body_json(r);
+  if (!v.is_object() || !v.as_object().contains("detail")) return "(no detail) " + r.body;
+  return std::string(v.at("detail").as_string());
+}
+
+json::value state_of(std::uint16_t port, const std::string& t) {
+  return body_json(call(port, "GET", "/threads/" + t + "/state"));
+}
+
+std::string wait_run(std::uint16_t port, const std::string& t, const std::string& body) {
+  auto r = call(port, "POST", "/threads/" + t + "/runs/wait", body);
+  EXPECT_EQ(r.status, 200) << r.body;
+  return r.body;
+}
+
+TEST(LangGraphThreads, ARunFromAnEarlierCheckpointBranchesTheThread) {
+  auto s = start(lg_config());
+  const std::string t = new_thread(s.port);
+  wait_run(s.port, t, R"({"assistant_id": "steps", "input": {"topic": "a"}})");
+  const std::string end_of_first(
+      state_of(s.port, t).at("checkpoint").at("checkpoint_id").as_string());
+  wait_run(s.port, t, R"({"assistant_id": "steps", "input": {"topic": "b"}})");
+  EXPECT_EQ(json::serialize(state_of(s.port, t).at("values").at("seen")),
+            R"(["first a","second","first b","second"])");
+  // From the end of the first run, with other input: the second run is not in this branch.
+  wait_run(
+      s.port, t,
+      R"({"assistant_id": "steps", "input": {"topic": "c"}, "checkpoint": {"checkpoint_id": ")" +
+          end_of_first + R"("}})");
+  const auto st = state_of(s.port, t);
+  EXPECT_EQ(json::serialize(st.at("values").at("seen")),
+            R"(["first a","second","first c","second"])");
+  // The branch hangs off that checkpoint: history walks back to it through a fork.
+  auto history = body_json(call(s.port, "POST", "/threads/" + t + "/history", R"({"limit": 100})"));
+  bool forked = false;
+  for (const auto& h : history.as_array())
+    if (h.at("metadata").at("source") == "fork")
+      forked = h.at("parent_checkpoint").at("checkpoint_id") == json::value(end_of_first);
+  EXPECT_TRUE(forked) << history;
+  // A run without a thread has no checkpoint to start from; an unknown checkpoint is a 404.
+  auto stateless = call(s.port, "POST", "/runs/wait",
+                        R"({"assistant_id": "steps", "checkpoint_id": ")" + end_of_first + R"("})");
+  EXPECT_EQ(stateless.status, 422);
+  EXPECT_EQ(detail(stateless),
+            "a run without a thread has no checkpoint to start from: 'checkpoint' needs POST "
+            "/threads/{thread_id}/runs");
+  auto unknown =
+      call(s.port, "POST", "/threads/" + t + "/runs/wait",
+           R"({"assistant_id": "steps", "checkpoint_id": "000000000001-00000000000000abcd"})");
+  EXPECT_EQ(unknown.status, 404);
+  EXPECT_EQ(detail(unknown),
+            "checkpoint '000000000001-00000000000000abcd' is not one of thread '" + t + "'");
+  auto subgraph = call(s.port, "POST", "/threads/" + t + "/runs/wait",
+                       R"({"assistant_id": "steps", "checkpoint": {"checkpoint_ns": "x|y"}})");
+  EXPECT_EQ(subgraph.status, 422);
+}
+
+TEST(LangGraphThreads, AStateUpdateIsANewCheckpointTheNextRunReads) {
+  auto s = start(lg_config());
+  const std::string t = new_thread(s.port);
+  const std::string empty = new_thread(s.port);
+  auto none = call(s.port, "POST", "/threads/" + empty + "/state", R"({"values": {"topic": "z"}})");
+  EXPECT_EQ(none.status, 422);
+  EXPECT_EQ(detail(none), "thread " + empty + " has no state yet: start a run on it first");
+
+  wait_run(s.port, t, R"({"assistant_id": "steps", "input": {"topic": "a"}})");
+  auto up = call(s.port, "POST", "/threads/" + t + "/state",
+                 R"({"values": {"topic": "z"}, "as_node": "first"})");
+  ASSERT_EQ(up.status, 200) << up.body;
+  const auto id = body_json(up).at("checkpoint").at("checkpoint_id");
+  const auto st = state_of(s.port, t);
+  EXPECT_EQ(st.at("checkpoint").at("checkpoint_id"), id);
+  EXPECT_EQ(st.at("values").at("topic"), "z");
+  EXPECT_EQ(st.at("metadata").at("source"), "update");
+  EXPECT_EQ(st.at("metadata").at("as_node"), "first");
+  wait_run(s.port, t, R"({"assistant_id": "steps", "input": {}})");
+  EXPECT_EQ(json::serialize(state_of(s.port, t).at("values").at("seen")),
+            R"(["first a","second","first z","second"])");
+
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {R"({"values": {"seen": ["x"]}})",
+       "'values.seen': channel 'seen' is merged by reducer 'append'; weir's state update sets "
+       "channels without a reducer only (docs/langgraph-api.md)"},
+      {R"({"values": {"nope": 1}})",
+       "'values' sets 'nope', which steps does not have (its channels: topic, seen, done)"},
+      {R"({"values": {"topic": "q"}, "as_node": "zz"})", "'as_node' 'zz' is not a node of steps"},
+      {R"({"values": [["topic", "q"]]})",
+       "'values' must be an object of channel values (weir does not take a list of updates), "
+       "got an array"},
+  };
+  for (const auto& [body, why] : refused) {
+    auto r = call(s.port, "POST", "/threads/" + t + "/state", body);
+    EXPECT_EQ(r.status, 422) << body;
+    EXPECT_EQ(detail(r), why) << body;
+  }
+  auto at =
+      call(s.port, "POST", "/threads/" + t + "/state",
+           R"({"values": {"topic": "q"}, "checkpoint_id": "000000000001-00000000000000abcd"})");
+  EXPECT_EQ(at.status, 404);
+  EXPECT_EQ(state_of(s.port, t).at("values").at("topic"), "z");  // nothing of q was written
+}
+
+TEST(LangGraphThreads, CopyDeleteAndPrune) {
+  auto s = start(lg_config());
+  const std::string t = new_thread(s.port);
+  wait_run(s.port, t, R"({"assistant_id": "steps", "input": {"topic": "a"}})");
+  wait_run(s.port, t, R"({"assistant_id": "steps", "input": {"topic": "b"}})");
+  auto copy = call(s.port, "POST", "/threads/" + t + "/copy", "");
+  ASSERT_EQ(copy.status, 200) << copy.body;
+  const std::string c(body_json(copy).at("thread_id").as_string());
+  EXPECT_NE(c, t);
+  EXPECT_EQ(body_json(copy).at("metadata").at("owner"), "me");
+  EXPECT_EQ(state_of(s.port, c).at("values"), state_of(s.port, t).at("values"));
+  auto h = [&](const std::string& id) {
+    return body_json(call(s.port, "POST", "/threads/" + id + "/history", R"({"limit": 1000})"))
+        .as_array()
+        .size();
+  };
+  EXPECT_EQ(h(c), h(t));
+
+  auto del = call(s.port, "DELETE", "/threads/" + t);
+  EXPECT_EQ(del.status, 204);
+  EXPECT_EQ(call(s.port, "GET", "/threads/" + t).status, 404);
+  EXPECT_EQ(call(s.port, "DELETE", "/threads/" + t).status, 404);
+  EXPECT_EQ(state_of(s.port, c).at("values").at("topic"), "b");  // the copy stands alone
+
+  const auto values = state_of(s.port, c).at("values");
+  const std::size_t before = h(c);
+  auto keep =
+      call(s.port, "POST", "/threads/prune",
+           R"({"thread_ids": [")" + c + R"(", "no-such-thread"], "strategy": "keep_latest"})");
+  ASSERT_EQ(keep.status, 200) << keep.body;
+  EXPECT_EQ(body_json(keep).at("pruned_count"), 1);
+  EXPECT_GT(before, 1u);
+  EXPECT_EQ(h(c), 1u);  // one checkpoint holds the state now
+  EXPECT_EQ(state_of(s.port, c).at("values"), values);
+  auto gone = call(s.port, "POST", "/threads/prune", R"({"thread_ids": [")" + c + R"("]})");
+  EXPECT_EQ(body_json(gone).at("pruned_count"), 1);
+  EXPECT_EQ(call(s.port, "GET", "/threads/" + c).status, 404);
+  auto bad = call(s.port, "POST", "/threads/prune", R"({"thread_ids": ["a"], "strategy": "all"})");
+  EXPECT_EQ(bad.status, 422);
+}
+
+TEST(LangGraphThreads, ABusyThreadIsNotChangedUnderItsRun) {
+  auto s = start(lg_config());
+  const std::string t = new_thread(s.port);
+  auto run = call(s.port, "POST", "/threads/" + t + "/runs", R"({"assistant_id": "slow"})");
+  ASSERT_EQ(run.status, 200);
+  const std::string id(body_json(run).at("run_id").as_string());
+  const std::string busy =
+      "thread '" + t + "' has a run in progress (" + id + "); wait for it to end";
+  auto del = call(s.port, "DELETE", "/threads/" + t);
+  EXPECT_EQ(del.status, 409);
+  EXPECT_EQ(detail(del), busy);
+  std::this_thread::sleep_for(300ms);  // a checkpoint or two
+  auto up = call(s.port, "POST", "/threads/" + t + "/state", R"({"values": {"slept": 1}})");
+  EXPECT_EQ(up.status, 409);
+  EXPECT_EQ(detail(up), busy);
+  auto cancel = call(s.port, "POST", "/threads/" + t + "/runs/" + id + "/cancel?wait=1");
+  EXPECT_EQ(cancel.status, 204);
+  EXPECT_EQ(call(s.port, "DELETE", "/threads/" + t).status, 204);
+}
+
+}  // namespace
+}  // namespace weir::serve
