@@ -283,13 +283,12 @@ Result<std::optional<std::string>> RunQueue::unfinished_on(std::string_view thre
   const char* what = "looking for a thread's runs";
   return conn.run(what, [&](const Attempt&) -> Result<std::optional<std::string>> {
     auto r = conn.exec(
-        "SELECT id, state FROM weir_runs WHERE thread_id = $1 AND state IN ('queued', "
+        "SELECT id FROM weir_runs WHERE thread_id = $1 AND state IN ('queued', "
         "'running') ORDER BY created_at LIMIT 1",
         Params().text(thread_id), what);
     if (!r) return std::move(r).error();
     if (r->size() == 0) return std::optional<std::string>();
-    return std::optional<std::string>(std::string(r->text(0, 0)) + " " +
-                                      std::string(r->text(0, 1)));
+    return std::optional<std::string>(std::string(r->text(0, 0)));
   });
 }
 

@@ -6,7 +6,7 @@
 #include <thread>
 
 #include "pg_server.hpp"
-#include "runs_api_suite.hpp"
+#include "langgraph_suite.hpp"
 
 namespace weir::serve::runs_suite {
 

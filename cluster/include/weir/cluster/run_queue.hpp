@@ -136,7 +136,7 @@ class RunQueue {
   Result<std::size_t> count(RunState state);
   // not_found: "no run 'r-..' in postgres '...'".
   Result<RunRecord> get(std::string_view id);
-  // The oldest queued or running run on the thread ("r-... queued"); nullopt when none.
+  // The id of the oldest queued or running run on the thread; nullopt when none.
   Result<std::optional<std::string>> unfinished_on(std::string_view thread_id);
   // A queued run ends as cancelled at once; a running one gets cancel_requested and its worker
   // a notification. A finished run is left as it is. Returns the state after the call.
