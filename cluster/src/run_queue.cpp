@@ -195,7 +195,7 @@ Result<std::string> RunQueue::submit(const SubmitRequest& req) {
         "SELECT id FROM weir_runs WHERE thread_id = $1 AND state IN ('queued', 'running') LIMIT 1",
         Params().text(thread), "queueing a run");
     if (!busy) return std::move(busy).error();
-    if (busy->size() > 0)
+    if (busy->size() > 0 && !req.enqueue)
       return Error(Errc::thread_busy, "thread '" + thread + "' has a run in progress (" +
                                           std::string(busy->text(0, 0)) + "); wait for it to end");
     // The INSERT and the NOTIFY in one statement: workers hear of the run once it is committed.

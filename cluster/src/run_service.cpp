@@ -296,7 +296,7 @@ void artifact_ids(const json::value& root, std::vector<std::string>& out) {
 
 Result<graph::Checkpoint> RunService::branch_thread(const std::string& thread,
                                                     const std::string& from, json::object writes,
-                                                    json::object metadata) {
+                                                    json::object metadata, bool settle) {
   graph::Checkpointer& cp = writable_checkpointer();
   return with_thread(
       cp, thread, hold_thread(thread), [&](const std::string& token) -> Result<graph::Checkpoint> {
@@ -314,7 +314,7 @@ Result<graph::Checkpoint> RunService::branch_thread(const std::string& thread,
         c.parent_id = b.checkpoint_id;
         c.step = b.step;
         c.writes = std::move(writes);
-        c.pending = b.pending;
+        c.pending = settle ? json::object{{"status", "done"}, {"next", json::array{}}} : b.pending;
         c.metadata = b.metadata;
         for (const auto& kv : metadata) c.metadata[kv.key()] = kv.value();
         c.claim_token = token;

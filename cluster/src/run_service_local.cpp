@@ -61,7 +61,7 @@ class LocalRuns final : public RunService {
     rec.input = to_json_text(rq.input);
     rec.thread_id = rq.thread_id;
     rec.traceparent = run_traceparent(rq.traceparent);
-    return enqueue(std::move(rec), *wf);
+    return enqueue(std::move(rec), *wf, rq.enqueue);
   }
 
   Result<RunRecord> resume(const std::string& thread_id, json::value value,
@@ -91,7 +91,7 @@ class LocalRuns final : public RunService {
     rec.resume = to_json_text(value);
     rec.thread_id = thread_id;
     rec.traceparent = run_traceparent(traceparent);
-    return enqueue(std::move(rec), wf);
+    return enqueue(std::move(rec), wf, false);
   }
 
   Result<RunRecord> get(std::string_view id) override {
@@ -132,7 +132,12 @@ class LocalRuns final : public RunService {
       out.before = r.rec;
       if (r.rec.state == RunState::queued) {
         std::erase_if(queue_, [&](const auto& q) { return q.get() == &r; });
+        if (auto w = waiting_.find(r.rec.thread_id); w != waiting_.end()) {
+          waiting_count_ -= std::erase_if(w->second, [&](const auto& q) { return q.get() == &r; });
+          if (w->second.empty()) waiting_.erase(w);
+        }
         end_locked(r, RunState::cancelled, "", "cancelled", "cancelled before it started");
+        start_queued_locked();
       } else if (r.rec.state == RunState::running) {
         r.rec.cancel_requested = true;
         r.control.stop(r.control.user_cancel);
@@ -144,6 +149,13 @@ class LocalRuns final : public RunService {
   }
 
   const graph::Checkpointer& checkpointer() const override { return *cp_; }
+
+  Result<std::optional<std::string>> active_run(const std::string& thread) override {
+    std::lock_guard lock(mu_);
+    auto b = busy_threads_.find(thread);
+    if (b == busy_threads_.end() || !runs_.count(b->second)) return std::optional<std::string>();
+    return std::optional<std::string>(b->second);
+  }
 
  protected:
   graph::Checkpointer& writable_checkpointer() override { return *cp_; }
@@ -169,10 +181,17 @@ class LocalRuns final : public RunService {
     std::unique_lock lock(mu_);
     if (stopping_) return;
     stopping_ = true;
+    auto waiting = std::move(waiting_);
+    waiting_.clear();
+    waiting_count_ = 0;
     for (auto& q : queue_)
       end_locked(*q, RunState::cancelled, "", "cancelled",
                  "the server shut down before it started");
     queue_.clear();
+    for (auto& [thread, runs] : waiting)
+      for (auto& q : runs)
+        end_locked(*q, RunState::cancelled, "", "cancelled",
+                   "the server shut down before it started");
     for (auto& [id, r] : runs_)
       if (r->rec.state == RunState::running) {
         r->rec.cancel_requested = true;
@@ -209,7 +228,8 @@ class LocalRuns final : public RunService {
     return rec;
   }
 
-  Result<RunRecord> enqueue(RunRecord rec, std::shared_ptr<const WorkflowFile> wf) {
+  // `behind`: on a busy thread, wait for its run (RunRequest::enqueue) instead of thread_busy.
+  Result<RunRecord> enqueue(RunRecord rec, std::shared_ptr<const WorkflowFile> wf, bool behind) {
     std::shared_ptr<const BuiltWorkflow> built;
     {
       std::lock_guard lock(mu_);
@@ -231,19 +251,25 @@ class LocalRuns final : public RunService {
     r->built = built;
     std::lock_guard lock(mu_);
     if (stopping_) return Error(Errc::cancelled, "the server is shutting down");
-    if (auto b = busy_threads_.find(r->rec.thread_id); b != busy_threads_.end())
+    const auto b = busy_threads_.find(r->rec.thread_id);
+    if (b != busy_threads_.end() && !behind)
       return Error(Errc::thread_busy, "thread '" + r->rec.thread_id + "' has a run in progress (" +
                                           b->second + "); wait for it to end");
-    if (running_ >= cfg_.max_runs && queue_.size() >= cfg_.max_queued_runs)
+    if (running_ >= cfg_.max_runs && queue_.size() + waiting_count_ >= cfg_.max_queued_runs)
       return Error(Errc::overloaded,
                    "the run queue is full (" + std::to_string(running_) + " running, " +
-                       std::to_string(queue_.size()) +
+                       std::to_string(queue_.size() + waiting_count_) +
                        " queued; --max-runs=" + std::to_string(cfg_.max_runs) +
                        ", --max-queued-runs=" + std::to_string(cfg_.max_queued_runs) + ")");
     remember_locked(r->wf, built);
-    busy_threads_[r->rec.thread_id] = r->rec.id;
     runs_[r->rec.id] = r;
     order_.push_back(r->rec.id);
+    if (b != busy_threads_.end()) {  // enqueued behind the thread's run
+      waiting_[r->rec.thread_id].push_back(r);
+      ++waiting_count_;
+      return r->rec;
+    }
+    busy_threads_[r->rec.thread_id] = r->rec.id;
     if (running_ < cfg_.max_runs)
       start_locked(r);
     else
@@ -307,14 +333,18 @@ class LocalRuns final : public RunService {
       } else {  // in-process nothing else holds a thread: say why the run did not run
         end_locked(*r, RunState::failed, "", "thread_busy", ending.why);
       }
-      while (!stopping_ && running_ < cfg_.max_runs && !queue_.empty()) {
-        auto next = std::move(queue_.front());
-        queue_.pop_front();
-        start_locked(next);
-      }
+      start_queued_locked();
     }
     cv_.notify_all();
     watches_.notify(r->rec.id);
+  }
+
+  void start_queued_locked() {
+    while (!stopping_ && running_ < cfg_.max_runs && !queue_.empty()) {
+      auto next = std::move(queue_.front());
+      queue_.pop_front();
+      start_locked(next);
+    }
   }
 
   void end_locked(Run& r, RunState state, std::string result, std::string code,
@@ -327,8 +357,18 @@ class LocalRuns final : public RunService {
     r.rec.lease_owner.clear();
     r.built.reset();  // the graph goes with the last run of it (it holds the executor's store)
     if (auto b = busy_threads_.find(r.rec.thread_id);
-        b != busy_threads_.end() && b->second == r.rec.id)
+        b != busy_threads_.end() && b->second == r.rec.id) {
       busy_threads_.erase(b);
+      // The run enqueued first behind it takes the thread (started by start_queued_locked).
+      if (auto w = waiting_.find(r.rec.thread_id); w != waiting_.end()) {
+        auto next = std::move(w->second.front());
+        w->second.pop_front();
+        --waiting_count_;
+        if (w->second.empty()) waiting_.erase(w);
+        busy_threads_[next->rec.thread_id] = next->rec.id;
+        queue_.push_back(std::move(next));
+      }
+    }
     say(r.rec.id + ": " + run_state_name(state) + (r.rec.error.empty() ? "" : ": " + r.rec.error));
     done_.push_back(r.rec.id);
     // Forget the oldest finished runs beyond keep_finished, with the threads named after them.
@@ -383,8 +423,12 @@ class LocalRuns final : public RunService {
   std::map<std::string, std::shared_ptr<Run>> runs_;  // GUARDED_BY(mu_)
   std::deque<std::string> order_;                     // GUARDED_BY(mu_): submit order
   std::deque<std::shared_ptr<Run>> queue_;            // GUARDED_BY(mu_)
-  std::deque<std::string> done_;                      // GUARDED_BY(mu_): end order
-  std::map<std::string, std::string> busy_threads_;   // GUARDED_BY(mu_): thread -> run
+  // Runs enqueued behind a thread's run (RunRequest::enqueue), by thread, oldest first; one
+  // moves to queue_ when the thread's run ends.
+  std::map<std::string, std::deque<std::shared_ptr<Run>>> waiting_;  // GUARDED_BY(mu_)
+  std::size_t waiting_count_ = 0;                                    // GUARDED_BY(mu_)
+  std::deque<std::string> done_;                                     // GUARDED_BY(mu_): end order
+  std::map<std::string, std::string> busy_threads_;  // GUARDED_BY(mu_): thread -> run
 };
 
 }  // namespace

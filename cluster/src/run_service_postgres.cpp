@@ -65,6 +65,7 @@ class PostgresRuns final : public RunService {
     s.thread_id = rq.thread_id;
     if (rq.max_attempts > 0) s.max_attempts = rq.max_attempts;
     s.traceparent = run_traceparent(rq.traceparent);
+    s.enqueue = rq.enqueue;
     return queue(s);
   }
 
@@ -124,11 +125,15 @@ class PostgresRuns final : public RunService {
 
   const graph::Checkpointer& checkpointer() const override { return *cp_; }
 
+  Result<std::optional<std::string>> active_run(const std::string& thread) override {
+    return queue_->unfinished_on(thread);
+  }
+
  protected:
   graph::Checkpointer& writable_checkpointer() override { return *cp_; }
   // A run queued later waits for the claim the caller takes next (its worker retries).
   Result<std::shared_ptr<void>> hold_thread(const std::string& thread) override {
-    auto r = queue_->unfinished_on(thread);
+    auto r = active_run(thread);
     if (!r) return std::move(r).error();
     if (*r)
       return Error(Errc::thread_busy, "thread '" + thread + "' has a run in progress (" + **r +

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <optional>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include <boost/asio/as_tuple.hpp>
@@ -82,6 +83,54 @@ std::optional<RunAsk> run_ask(const LangGraphApi& api, const http::Request& rq,
   return a;
 }
 
+// multitask_strategy interrupt and rollback: the thread's runs (the one running and those
+// enqueued behind it) are cancelled and waited for. interrupt keeps what they did, with nothing
+// pending, so the next run starts afresh from it; rollback puts the thread back where the first
+// of them began (a branch from there, or no checkpoint at all when it was the thread's first).
+Status make_way(cluster::RunService& runs, const std::string& thread, bool rollback) {
+  std::optional<RunRecord> first;
+  for (int k = 0; k < 1000; ++k) {
+    auto active = runs.active_run(thread);
+    if (!active) return std::move(active).error();
+    if (!*active) break;
+    const std::string id = **active;
+    if (auto c = runs.cancel(id); !c) return std::move(c).error();
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    for (;;) {  // a running run stops before its next superstep
+      auto r = runs.get(id);
+      if (!r) return std::move(r).error();
+      if (cluster::is_terminal(r->state)) {
+        if (!first) first = std::move(*r);
+        break;
+      }
+      if (std::chrono::steady_clock::now() > until)
+        return Error(Errc::unavailable, "run " + id + " on thread " + thread +
+                                            " did not stop within 60 s of its cancel");
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  if (!first) return {};
+  const auto& cp = runs.checkpointer();
+  if (rollback) {
+    auto steps = run_steps(cp, *first, "");
+    if (!steps) return std::move(steps).error();
+    if (steps->list.empty()) return {};  // it wrote nothing
+    const std::string before = steps->list.front().parent_id;
+    if (before.empty()) return runs.delete_thread(thread);
+    json::object why{{"source", "rollback"}, {"rolled_back", first->id}};
+    auto b = runs.branch_thread(thread, before, {}, std::move(why));
+    if (!b) return std::move(b).error();
+    return {};
+  }
+  auto latest = cp.latest(thread);
+  if (!latest) return std::move(latest).error();
+  if (!*latest || pending_status(**latest) != "running") return {};
+  json::object why{{"source", "interrupt"}, {"interrupted", first->id}};
+  auto b = runs.branch_thread(thread, (**latest).checkpoint_id, {}, std::move(why), true);
+  if (!b) return std::move(b).error();
+  return {};
+}
+
 // Starts the run a request asks for on `thread` (made first for a stateless run or with
 // if_not_exists "create"). The record, or an error answer.
 awaitable<std::optional<RunRecord>> start_run(const LangGraphApi& api, const http::Request& rq,
@@ -106,6 +155,9 @@ awaitable<std::optional<RunRecord>> start_run(const LangGraphApi& api, const htt
       if (!api.threads->get(thread) && api.threads->size() >= api.max_threads)
         return threads_full(api);
     }
+    if (!stateless && (a.run.multitask == "interrupt" || a.run.multitask == "rollback"))
+      if (auto m = make_way(*runs, thread, a.run.multitask == "rollback"); !m)
+        return std::move(m).error();
     if (!a.run.checkpoint_id.empty()) {  // a fork: the thread goes on from that checkpoint
       auto latest = runs->checkpointer().latest(thread);
       if (!latest) return std::move(latest).error();
@@ -122,6 +174,7 @@ awaitable<std::optional<RunRecord>> start_run(const LangGraphApi& api, const htt
     r.thread_id = thread;
     r.input_source = "'input'";
     r.traceparent = traceparent;
+    r.enqueue = a.run.multitask == "enqueue";
     return runs->submit(std::move(r));
   });
   if (!rec) {

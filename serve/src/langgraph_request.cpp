@@ -114,9 +114,7 @@ Result<LangGraphRun> read_langgraph_run(const json::object& b, std::string_view 
       m && *m != "reject" && *m != "interrupt" && *m != "rollback" && *m != "enqueue")
     return bad("'multitask_strategy' must be one of reject, interrupt, rollback, enqueue, got " +
                json::serialize(*m));
-  if (const auto* m = field(b, "multitask_strategy"); m && *m != "reject")
-    return not_yet(route, "'multitask_strategy' " + json::serialize(*m) +
-                              " (weir rejects a second run on a busy thread)");
+  if (const auto* m = field(b, "multitask_strategy")) r.multitask = m->as_string();
   if (const auto* c = field(b, "config")) {
     if (!c->is_object()) return bad("'config' must be an object");
     for (const auto& kv : c->as_object())

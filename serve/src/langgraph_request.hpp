@@ -42,6 +42,9 @@ struct LangGraphRun {
   bool cancel_on_disconnect = false;  // on_disconnect: "cancel"
   bool create_thread = false;         // if_not_exists: "create"
   std::string checkpoint_id;          // checkpoint / checkpoint_id: run from it ("": the latest)
+  // A second run on a busy thread: reject (409), interrupt (cancel the thread's runs, keep what
+  // they did), rollback (cancel them, back to where the first began), enqueue (wait for them).
+  std::string multitask = "reject";
 };
 Result<LangGraphRun> read_langgraph_run(const boost::json::object& body, std::string_view route);
 

@@ -18,7 +18,9 @@ TEST_P(RunsApi, LangGraphThreadsBehaveTheSameOnThisBackend) {
   auto made = post("/threads", R"({"metadata": {"who": "suite"}})");
   ASSERT_EQ(made.status, 200) << made.body;
   const std::string t(object_of(made.body)["thread_id"].as_string());
-  auto state = [&](const std::string& id) { return object_of(get("/threads/" + id + "/state").body); };
+  auto state = [&](const std::string& id) {
+    return object_of(get("/threads/" + id + "/state").body);
+  };
 
   // A run that stops at its interrupt; the state updated under it; the run resumed.
   auto paused = post("/threads/" + t + "/runs/wait", R"({"assistant_id": "review"})");
@@ -40,7 +42,8 @@ TEST_P(RunsApi, LangGraphThreadsBehaveTheSameOnThisBackend) {
   // A fork from the interrupt, before the update: resumed with another answer.
   auto fork = post("/threads/" + t + "/runs/wait",
                    R"({"assistant_id": "review", "command": {"resume": "no"},
-                       "checkpoint_id": ")" + at_ask + R"("})");
+                       "checkpoint_id": ")" +
+                       at_ask + R"("})");
   ASSERT_EQ(fork.status, 200) << fork.body;
   EXPECT_EQ(object_of(fork.body)["draft"], "a draft");
   EXPECT_EQ(object_of(fork.body)["verdict"], "no");
@@ -52,7 +55,8 @@ TEST_P(RunsApi, LangGraphThreadsBehaveTheSameOnThisBackend) {
   EXPECT_EQ(state(c)["values"], state(t)["values"]);
   EXPECT_EQ(call(port_, "DELETE", "/threads/" + t).status, 204);
   EXPECT_EQ(get("/threads/" + t).status, 404);
-  auto pruned = post("/threads/prune", R"({"thread_ids": [")" + c + R"("], "strategy": "keep_latest"})");
+  auto pruned =
+      post("/threads/prune", R"({"thread_ids": [")" + c + R"("], "strategy": "keep_latest"})");
   ASSERT_EQ(pruned.status, 200) << pruned.body;
   EXPECT_EQ(json::parse(post("/threads/" + c + "/history", "{}").body).as_array().size(), 1u);
   EXPECT_EQ(state(c)["values"].at("verdict"), "no");
@@ -67,6 +71,95 @@ TEST_P(RunsApi, LangGraphThreadsBehaveTheSameOnThisBackend) {
             "thread '" + c + "' has a run in progress (" + run + "); wait for it to end");
   EXPECT_EQ(post("/threads/" + c + "/runs/" + run + "/cancel?wait=1", "").status, 204);
   EXPECT_EQ(call(port_, "DELETE", "/threads/" + c).status, 204);
+}
+
+// A second run on a busy thread, with each of LangGraph's multitask strategies.
+TEST_P(RunsApi, LangGraphDoubleTextingFollowsTheStrategyAsked) {
+  // Ticks until `left` (a sum: each run's input adds to it) is used up.
+  write("ticker", R"({"name": "ticker",
+ "state": {"n": {"reducer": "sum", "default": 0}, "left": {"reducer": "sum", "default": 0},
+           "slept": {}},
+ "input": ["left"],
+ "tools": {"wait": {"builtin": "sleep"}},
+ "limits": {"recursion_limit": 100000},
+ "nodes": {"nap": {"kind": "tool", "tool": "wait", "args": {"ms": 30}, "output": "slept"},
+           "tick": {"kind": "set", "values": {"n": 1, "left": -1}}},
+ "edges": [{"from": "START", "to": "nap"}, {"from": "nap", "to": "tick"},
+           {"from": "tick", "route": {"when": {"channel": "left", "op": "<=", "value": 0},
+                                      "then": "END", "else": "nap"}}]})");
+  start();
+  auto thread = [&] {
+    return std::string(object_of(post("/threads", "{}").body)["thread_id"].as_string());
+  };
+  auto background = [&](const std::string& t, const std::string& body) {
+    auto r = post("/threads/" + t + "/runs", body);
+    EXPECT_EQ(r.status, 200) << r.body;
+    return std::string(object_of(r.body)["run_id"].as_string());
+  };
+  auto status = [&](const std::string& t, const std::string& run) {
+    return std::string(object_of(get("/threads/" + t + "/runs/" + run).body)["status"].as_string());
+  };
+  auto n_of = [&](const std::string& t) {
+    return object_of(get("/threads/" + t + "/state").body)["values"].at("n").as_int64();
+  };
+  auto ticked = [&](const std::string& t) {  // the long run has done a step or two
+    return eventually([&] {
+      auto v = object_of(get("/threads/" + t + "/state").body)["values"];
+      return v.is_object() && v.as_object().contains("n") && v.at("n").as_int64() >= 2;
+    });
+  };
+  // A long run; a run of one tick whatever `left` the thread holds.
+  const std::string kLong = R"({"assistant_id": "ticker", "input": {"left": 1000000000000}})";
+  const std::string kShort = R"({"assistant_id": "ticker", "input": {"left": -10000000000000}, )";
+
+  // reject (the default): 409, the first goes on.
+  const std::string t1 = thread();
+  const std::string r1 = background(t1, kLong);
+  auto second =
+      post("/threads/" + t1 + "/runs/wait", kShort + R"("multitask_strategy": "reject"})");
+  EXPECT_EQ(second.status, 409);
+  EXPECT_EQ(detail_of(second),
+            "thread '" + t1 + "' has a run in progress (" + r1 + "); wait for it to end");
+  EXPECT_TRUE(status(t1, r1) == "pending" || status(t1, r1) == "running");
+
+  // interrupt: the first is cancelled and what it did is kept; the second starts afresh on it.
+  ASSERT_TRUE(ticked(t1));
+  auto after =
+      post("/threads/" + t1 + "/runs/wait", kShort + R"("multitask_strategy": "interrupt"})");
+  ASSERT_EQ(after.status, 200) << after.body;
+  EXPECT_EQ(status(t1, r1), "interrupted");
+  const auto kept = object_of(after.body)["n"].as_int64();
+  EXPECT_GE(kept, 3);  // two or more of the first run's ticks, and one of its own
+  EXPECT_EQ(n_of(t1), kept);
+
+  // rollback: the first is cancelled and undone; the thread is as it was before it.
+  const std::string t2 = thread();
+  ASSERT_EQ(
+      post("/threads/" + t2 + "/runs/wait", R"({"assistant_id": "ticker", "input": {"left": 1}})")
+          .status,
+      200);
+  EXPECT_EQ(n_of(t2), 1);
+  const std::string r2 = background(t2, kLong);
+  ASSERT_TRUE(ticked(t2));
+  ASSERT_TRUE(eventually([&] { return n_of(t2) >= 3; }));
+  auto back =
+      post("/threads/" + t2 + "/runs/wait", kShort + R"("multitask_strategy": "rollback"})");
+  ASSERT_EQ(back.status, 200) << back.body;
+  EXPECT_EQ(status(t2, r2), "interrupted");
+  EXPECT_EQ(object_of(back.body)["n"], 2);  // the first run's 1, then this one's tick
+
+  // enqueue: the second waits for the first and then runs.
+  const std::string t3 = thread();
+  const std::string r3 = background(t3, R"({"assistant_id": "ticker", "input": {"left": 5}})");
+  const std::string r4 = background(
+      t3, R"({"assistant_id": "ticker", "input": {"left": 1}, "multitask_strategy": "enqueue"})");
+  // Pending (on PostgreSQL a worker may hold it a moment, finding its thread busy).
+  EXPECT_NE(status(t3, r4), "success");
+  auto joined = get("/threads/" + t3 + "/runs/" + r4 + "/join");
+  ASSERT_EQ(joined.status, 200) << joined.body;
+  EXPECT_EQ(status(t3, r3), "success");
+  EXPECT_EQ(status(t3, r4), "success");
+  EXPECT_EQ(object_of(joined.body)["n"], 6);  // five, then one more after them
 }
 
 }  // namespace weir::serve::runs_suite

@@ -103,6 +103,8 @@ struct SubmitRequest {
   std::string resume;                      // "" or JSON text: see RunRecord::resume
   int max_attempts = kDefaultMaxAttempts;  // REQUIRES >= 1
   std::string traceparent;                 // see RunRecord::traceparent; "" = none
+  bool enqueue =
+      false;  // queue behind the thread's run instead of thread_busy (workers order them)
 };
 
 // The checkpointer claim token of the holder with this fence ("run-fence-<fence>").

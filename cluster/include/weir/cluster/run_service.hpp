@@ -94,6 +94,9 @@ struct RunRequest {
   // The W3C traceparent the run's spans continue (RunRecord::traceparent): the caller's span,
   // e.g. the HTTP request that queued it. "" or not a valid one: a new trace of its own.
   std::string traceparent;
+  // A thread with a run queued or running: false refuses with thread_busy; true queues this run
+  // behind it (and behind the runs enqueued before it), to start when they ended.
+  bool enqueue = false;
 };
 
 // A page of runs, newest first.
@@ -155,6 +158,8 @@ class RunService {
   // finished run is left as it is. not_found for an unknown run.
   virtual Result<CancelOutcome> cancel(std::string_view id) = 0;
   virtual const graph::Checkpointer& checkpointer() const = 0;
+  // The id of the run queued or running on the thread (the oldest); nullopt when none.
+  virtual Result<std::optional<std::string>> active_run(const std::string& thread) = 0;
 
   // Threads outside runs (the LangGraph API's state updates, forks, copies, deletes and prunes).
   // Each refuses with thread_busy while a run is queued or running on the thread (the message
@@ -164,8 +169,11 @@ class RunService {
   // latest), holding `writes` (channel -> new value) and `from`'s pending and metadata (with
   // `metadata` laid over it): the thread's next run goes on as it would have from `from`, with
   // the writes. Errors: not_found (no such thread or checkpoint), the checkpointer's.
+  // `settle`: the new checkpoint has nothing pending ({"status": "done"}), so the next run
+  // starts afresh from the state instead of going on with `from`'s next step.
   Result<graph::Checkpoint> branch_thread(const std::string& thread, const std::string& from,
-                                          boost::json::object writes, boost::json::object metadata);
+                                          boost::json::object writes, boost::json::object metadata,
+                                          bool settle = false);
   // Every checkpoint of `from`, with the blobs they reference, under the new thread `to` (same
   // checkpoint ids). Errors: not_found (no thread `from`), invalid_argument (`to` has
   // checkpoints already, or `from` has more than 100,000).
