@@ -126,6 +126,8 @@ class MemoryStore final : public Store {
     return select_namespaces(joined, q);
   }
 
+  const StoreLimits& limits() const override { return o_.limits; }
+
  private:
   using Key = std::pair<std::string, std::string>;  // joined namespace, key
   struct Entry {

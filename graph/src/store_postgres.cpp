@@ -178,6 +178,8 @@ class PostgresStore final : public Store {
     return select_namespaces(*joined, q);
   }
 
+  const StoreLimits& limits() const override { return limits_; }
+
  private:
   Status check_item(const Namespace& ns, std::string_view key) const {
     if (auto s = check_store_namespace(ns, limits_, "namespace"); !s) return s;

@@ -244,6 +244,8 @@ class SqliteStore final : public Store {
     return select_namespaces(joined, q);
   }
 
+  const StoreLimits& limits() const override { return limits_; }
+
  private:
   Error error(int rc, std::string_view what) const {
     return sqlite_error(path_, db_.get(), rc, what);

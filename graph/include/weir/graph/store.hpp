@@ -125,6 +125,9 @@ class Store {
   // The namespaces holding items that match q.prefix and q.suffix, cut to q.max_depth labels,
   // without repeats, in label-by-label lexicographic order (byte order), then paged.
   virtual Result<std::vector<Namespace>> list_namespaces(const NamespaceQuery& q) const = 0;
+
+  // The bounds this store was opened with (a caller may check input against them first).
+  virtual const StoreLimits& limits() const = 0;
 };
 
 using StorePtr = std::unique_ptr<Store>;
