@@ -105,7 +105,8 @@ TEST(LangGraphApi, WhatWeirDoesNotDoYetIs501NamingIt) {
   EXPECT_EQ(detail(copy),
             "POST /threads/{thread_id}/copy is not implemented by weir yet (docs/langgraph-api.md "
             "lists the endpoints it serves)");
-  auto store = call(s.port, "PUT", "/store/items", R"({"namespace": ["a"], "key": "k"})");
+  auto store = call(s.port, "PUT", "/store/items",
+                    R"({"namespace": ["a"], "key": "k", "value": {}, "ttl": 5})");
   EXPECT_EQ(store.status, 501);
   auto fork = call(s.port, "POST", "/threads/" + t + "/runs/wait",
                    R"({"assistant_id": "steps", "interrupt_before": ["second"]})");
