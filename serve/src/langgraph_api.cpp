@@ -15,6 +15,7 @@
 #include "langgraph_messages.hpp"
 #include "langgraph_request.hpp"
 #include "langgraph_shapes.hpp"
+#include "langgraph_store.hpp"
 #include "langgraph_stream.hpp"
 #include "run_follow.hpp"
 #include "runs_path.hpp"
@@ -595,6 +596,8 @@ awaitable<void> route_langgraph(const LangGraphApi& api, http::Exchange& ex, htt
     co_await route_threads(api, ex, s, out, streamed, request_span);
   } else if (s[0] == "runs") {
     co_await route_stateless(api, ex, s, out, streamed, request_span);
+  } else if (s[0] == "store") {
+    co_await route_langgraph_store(api, rq, s, out);
   } else {
     out = not_implemented(rq, "/" + s[0] + (s.size() > 1 ? "/..." : ""));
   }

@@ -31,6 +31,10 @@
 #include "weir/http/server.hpp"
 #include "weir/runtime/trace.hpp"
 
+namespace weir::graph {
+class Store;
+}
+
 namespace weir::serve {
 
 class LangGraphThreads;  // the threads' metadata (langgraph_api.cpp)
@@ -44,6 +48,7 @@ struct LangGraphApi {
   std::size_t max_threads = 100'000;
   std::shared_ptr<LangGraphThreads> threads;  // made by make_langgraph_threads
   std::int64_t started_ms = 0;                // the assistants' created_at (unix ms)
+  std::shared_ptr<graph::Store> store;        // the /store routes' items (langgraph_store.hpp)
 };
 
 std::shared_ptr<LangGraphThreads> make_langgraph_threads();

@@ -16,6 +16,7 @@
 #include <boost/json/object.hpp>
 #include <boost/json/value.hpp>
 
+#include "langgraph_answer.hpp"
 #include "langgraph_api.hpp"
 #include "langgraph_request.hpp"
 
@@ -117,11 +118,7 @@ class LangGraphThreads {
 
 std::int64_t now_ms();
 
-// {"detail": text} answers (the LangGraph server's error shape; 429/503 with Retry-After) and
-// the status an Error's code maps to.
-http::Response answer(int status, const json::value& v);
-http::Response detail(int status, std::string text);
-http::Response from_error(const Error& e);
+// answer, detail and from_error: langgraph_answer.hpp. A 501 naming the route:
 http::Response not_implemented(const http::Request& rq, std::string_view route);
 // A field's value when it is present and not null.
 const json::value* field(const json::object& o, std::string_view key);

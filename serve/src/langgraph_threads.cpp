@@ -30,29 +30,6 @@ std::int64_t now_ms() {
 
 // --- answers ------------------------------------------------------------------------------
 
-http::Response answer(int status, const json::value& v) {
-  return {status, "application/json", {}, json::serialize(v)};
-}
-
-http::Response detail(int status, std::string text) {
-  http::Response r = answer(status, json::object{{"detail", std::move(text)}});
-  if (status == 429 || status == 503) r.headers.emplace_back("Retry-After", "1");
-  return r;
-}
-
-http::Response from_error(const Error& e) {
-  if (e.is(Errc::not_found)) return detail(404, e.message);
-  if (e.is(Errc::overloaded)) return detail(429, e.message);
-  if (e.is(Errc::thread_busy)) return detail(409, e.message);
-  if (e.is(Errc::invalid_argument)) return detail(422, e.message);
-  if (e.is(Errc::corrupt_data)) return detail(400, e.message);
-  if (e.is(Errc::unsupported)) return detail(501, e.message);
-  if (e.is(Errc::memory_budget_exceeded)) return detail(413, e.message);
-  if (e.is(Errc::cancelled) || e.is(Errc::io_error) || e.is(Errc::unavailable))
-    return detail(503, e.message);
-  return detail(500, e.message);
-}
-
 http::Response not_implemented(const http::Request& rq, std::string_view route) {
   return detail(501, rq.method + " " + std::string(route) +
                          " is not implemented by weir yet (docs/langgraph-api.md lists the "

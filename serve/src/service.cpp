@@ -5,6 +5,7 @@
 
 #include "request_trace.hpp"
 #include "service_impl.hpp"
+#include "weir/graph/store.hpp"
 #include "weir/runtime/text.hpp"
 
 namespace weir::serve {
@@ -638,6 +639,17 @@ Result<std::unique_ptr<Service>> Service::start(ServeConfig config) {
     s->langgraph_api.started_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                                       std::chrono::system_clock::now().time_since_epoch())
                                       .count();
+    // The /store routes' items: in memory (bounded, charged to the budget's history category)
+    // without --db, else in PostgreSQL beside the runs.
+    if (s->cfg.runs_db.empty()) {
+      graph::MemoryStoreOptions store;
+      store.budget = &s->budget;
+      s->langgraph_api.store = graph::make_memory_store(store);
+    } else {
+      auto store = graph::open_postgres_store(s->cfg.runs_db);
+      if (!store) return std::move(store).error();
+      s->langgraph_api.store = std::move(*store);
+    }
   }
   s->metrics.gauge_callback("weir_serve_connections", "open HTTP connections", {},
                             [s] { return static_cast<double>(s->server->connections()); });

@@ -106,7 +106,8 @@ TEST(LangGraphApi, WhatWeirDoesNotDoYetIs501NamingIt) {
   EXPECT_EQ(detail(join),
             "GET /threads/{thread_id}/stream is not implemented by weir yet (docs/langgraph-api.md "
             "lists the endpoints it serves)");
-  auto store = call(s.port, "PUT", "/store/items", R"({"namespace": ["a"], "key": "k"})");
+  auto store = call(s.port, "PUT", "/store/items",
+                    R"({"namespace": ["a"], "key": "k", "value": {}, "ttl": 5})");
   EXPECT_EQ(store.status, 501);
   auto fork = call(s.port, "POST", "/threads/" + t + "/runs/wait",
                    R"({"assistant_id": "steps", "interrupt_before": ["second"]})");
@@ -114,9 +115,9 @@ TEST(LangGraphApi, WhatWeirDoesNotDoYetIs501NamingIt) {
   EXPECT_EQ(detail(fork), "POST /threads/" + t +
                               "/runs/wait: 'interrupt_before' is not supported by weir yet "
                               "(docs/langgraph-api.md)");
-  auto enqueue = call(s.port, "POST", "/threads/" + t + "/runs",
-                      R"({"assistant_id": "steps", "multitask_strategy": "enqueue"})");
-  EXPECT_EQ(enqueue.status, 501);
+  auto webhook = call(s.port, "POST", "/threads/" + t + "/runs",
+                      R"({"assistant_id": "steps", "webhook": "http://127.0.0.1:9/hook"})");
+  EXPECT_EQ(webhook.status, 501);
   auto limit = call(s.port, "POST", "/runs/wait",
                     R"({"assistant_id": "steps", "config": {"recursion_limit": 5}})");
   EXPECT_EQ(limit.status, 501);
