@@ -31,6 +31,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   } else if (!id->checkpoint.empty() && id->checkpoint != "end" && id->index < 0) {
     std::abort();
   }
+  if (auto batch = langgraph_batch(text); !batch) {
+    check(batch.error());
+  } else if (batch->empty() || batch->size() > kMaxBatch) {
+    std::abort();
+  }
   auto body = langgraph_body(text);
   if (!body) {
     check(body.error());
@@ -54,6 +59,18 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     std::abort();
   }
   if (auto q = read_langgraph_assistant_search(*body); !q) check(q.error());
+  if (auto c = read_langgraph_checkpoint(*body); !c) check(c.error());
+  if (auto u = read_langgraph_state_update(*body); !u) check(u.error());
+  if (auto p = read_langgraph_prune(*body); !p) {
+    check(p.error());
+  } else if (p->ids.size() > 1000) {
+    std::abort();
+  }
+  if (auto c = read_langgraph_cancel_many(*body); !c) {
+    check(c.error());
+  } else if (c->thread_id.empty() && c->run_ids.empty()) {
+    std::abort();
+  }
   (void)json_contains(boost::json::value(*body), boost::json::value(*body));
   // Messages both ways: what comes in as LangChain's shape and is kept goes back out as it.
   if (auto in = input_from_langchain(*body); !in) {

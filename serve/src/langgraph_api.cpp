@@ -66,12 +66,9 @@ struct RunAsk {
   LangGraphRun run;
   std::string graph;
 };
-std::optional<RunAsk> run_ask(const LangGraphApi& api, const http::Request& rq,
-                              http::Response& out) {
-  auto b = body_of(rq, out);
-  if (!b) return std::nullopt;
-  const std::string route = rq.method + " " + rq.path;
-  auto r = read_langgraph_run(*b, route);
+std::optional<RunAsk> run_ask(const LangGraphApi& api, const json::object& body,
+                              const std::string& route, http::Response& out) {
+  auto r = read_langgraph_run(body, route);
   if (!r) {
     out = from_error(r.error());
     return std::nullopt;
@@ -82,6 +79,20 @@ std::optional<RunAsk> run_ask(const LangGraphApi& api, const http::Request& rq,
     return std::nullopt;
   }
   return a;
+}
+std::optional<RunAsk> run_ask(const LangGraphApi& api, const http::Request& rq,
+                              http::Response& out) {
+  auto b = body_of(rq, out);
+  if (!b) return std::nullopt;
+  return run_ask(api, *b, rq.method + " " + rq.path, out);
+}
+
+// The "detail" text of an answer made by detail().
+std::string body_json_detail(const http::Response& r) {
+  boost::system::error_code ec;
+  auto v = json::parse(r.body, ec);
+  const auto* d = !ec && v.is_object() ? v.as_object().if_contains("detail") : nullptr;
+  return d && d->is_string() ? std::string(d->as_string()) : r.body;
 }
 
 // multitask_strategy interrupt and rollback: the thread's runs (the one running and those
@@ -560,6 +571,95 @@ awaitable<void> route_stateless(const LangGraphApi& api, http::Exchange& ex,
       (s.size() == 1 || (s.size() == 2 && (s[1] == "wait" || s[1] == "stream")))) {
     const std::string kind = s.size() == 1 ? "" : s[1];
     co_await run_request(api, ex, kind, std::nullopt, out, streamed, request_span);
+    co_return;
+  }
+  // POST /runs/batch: stateless background runs, every request checked before any starts.
+  if (rq.method == "POST" && s.size() == 2 && s[1] == "batch") {
+    auto bodies = langgraph_batch(rq.body);
+    if (!bodies) {
+      out = from_error(bodies.error());
+      co_return;
+    }
+    std::vector<RunAsk> asks;
+    for (std::size_t i = 0; i < bodies->size(); ++i) {
+      auto a = run_ask(api, (*bodies)[i], "POST /runs/batch (run " + std::to_string(i) + ")", out);
+      if (!a) co_return;
+      if (a->run.resume || !a->run.checkpoint_id.empty()) {
+        out = detail(422, "run " + std::to_string(i) +
+                              " of the batch: a run without a thread has nothing to resume or "
+                              "fork ('command.resume', 'checkpoint')");
+        co_return;
+      }
+      asks.push_back(std::move(*a));
+    }
+    json::array made;
+    for (const auto& a : asks) {
+      auto rec = co_await start_run(api, rq, a, "", true, out, request_span);
+      if (!rec) {  // the queue filled: say what did start
+        std::string started;
+        for (const auto& m : made)
+          started += (started.empty() ? "" : ", ") + std::string(m.at("run_id").as_string());
+        auto why = body_json_detail(out);
+        out = detail(out.status, why + " (of the batch, " + std::to_string(made.size()) +
+                                     " runs were started before it: " +
+                                     (started.empty() ? "none" : started) + ")");
+        co_return;
+      }
+      made.push_back(run_object(*rec, a.run.metadata));
+    }
+    out = answer(200, made);
+    co_return;
+  }
+  // POST /runs/cancel: the runs named, or those of a thread.
+  if (rq.method == "POST" && s.size() == 2 && s[1] == "cancel") {
+    const auto action = query_value(rq.target, "action").value_or("interrupt");
+    if (action != "interrupt") {
+      out = action == "rollback"
+                ? detail(501,
+                         "POST /runs/cancel with action 'rollback' is not supported by weir "
+                         "yet (action=interrupt is)")
+                : detail(422, "POST /runs/cancel takes ?action=interrupt|rollback, got '" + action +
+                                  "'");
+      co_return;
+    }
+    auto b = body_of(rq, out);
+    if (!b) co_return;
+    auto c = read_langgraph_cancel_many(*b);
+    if (!c) {
+      out = from_error(c.error());
+      co_return;
+    }
+    cluster::RunService* runs = api.runs;
+    auto done = co_await off_thread(*api.blocking, [&]() -> Status {
+      std::vector<std::string> ids = c->run_ids;
+      if (ids.empty()) {  // the thread's runs that have not ended
+        auto t = find_thread(api, c->thread_id);
+        if (!t) return std::move(t).error();
+        auto active = runs->active_run(c->thread_id);
+        if (!active) return std::move(active).error();
+        if (*active) ids.push_back(**active);
+        for (const auto& id : t->runs)
+          if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
+      }
+      std::vector<std::string> chosen;
+      for (const auto& id : ids) {
+        auto r = runs->get(id);
+        if (!r) {
+          if (r.error().is(Errc::not_found) && c->run_ids.empty()) continue;  // forgotten
+          return std::move(r).error();
+        }
+        if (!c->thread_id.empty() && r->thread_id != c->thread_id)
+          return Error(Errc::not_found, "Run " + id + " not found on thread " + c->thread_id);
+        const bool pending = r->state == RunState::queued, running = r->state == RunState::running;
+        if ((c->status == "pending" && pending) || (c->status == "running" && running) ||
+            (c->status == "all" && (pending || running)))
+          chosen.push_back(id);
+      }
+      for (const auto& id : chosen)
+        if (auto k = runs->cancel(id); !k) return std::move(k).error();
+      return {};
+    });
+    out = done ? http::Response{204, "", {}, ""} : from_error(done.error());
     co_return;
   }
   out = not_implemented(rq, "/runs" + std::string(s.size() > 1 ? "/" + s[1] : ""));

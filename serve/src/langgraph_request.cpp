@@ -319,6 +319,50 @@ Result<std::string> read_langgraph_before(const json::object& b) {
   return std::string(id->as_string());
 }
 
+Result<std::vector<json::object>> langgraph_batch(std::string_view text) {
+  auto p = parse_json(text, "the request body");
+  if (!p) return std::move(p).error();
+  if (!p->value.is_array() || p->value.as_array().empty())
+    return bad("POST /runs/batch takes a list of runs (1 to " + std::to_string(kMaxBatch) +
+               " run requests)");
+  const auto& a = p->value.as_array();
+  if (a.size() > kMaxBatch)
+    return bad("POST /runs/batch takes at most " + std::to_string(kMaxBatch) + " runs, got " +
+               std::to_string(a.size()));
+  std::vector<json::object> out;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (!a[i].is_object())
+      return bad("run " + std::to_string(i) + " of the batch must be an object, got " +
+                 std::string(json_kind_phrase(a[i])));
+    out.push_back(a[i].as_object());
+  }
+  return out;
+}
+
+Result<LangGraphCancelMany> read_langgraph_cancel_many(const json::object& b) {
+  LangGraphCancelMany c;
+  auto t = string_field(b, "thread_id");
+  if (!t) return std::move(t).error();
+  c.thread_id = t->value_or("");
+  if (!c.thread_id.empty())
+    if (auto k = graph::check_id("thread_id", c.thread_id); !k) return std::move(k).error();
+  if (const auto* ids = field(b, "run_ids")) {
+    if (!ids->is_array() || ids->as_array().size() > 1000)
+      return bad("'run_ids' must be a list of at most 1000 run ids");
+    for (const auto& id : ids->as_array()) {
+      if (!id.is_string()) return bad("'run_ids' must be a list of run ids");
+      if (auto k = graph::check_id("run id", id.as_string()); !k) return std::move(k).error();
+      c.run_ids.emplace_back(id.as_string());
+    }
+  }
+  auto st = one_of(b, "status", {"pending", "running", "all"}, "all");
+  if (!st) return std::move(st).error();
+  c.status = std::move(*st);
+  if (c.thread_id.empty() && c.run_ids.empty())
+    return bad("POST /runs/cancel needs 'thread_id' or 'run_ids'");
+  return c;
+}
+
 Result<std::string> read_langgraph_checkpoint(const json::object& b) {
   std::string id;
   if (const auto* c = field(b, "checkpoint")) {

@@ -52,6 +52,19 @@ Result<LangGraphRun> read_langgraph_run(const boost::json::object& body, std::st
 // events, tools and lifecycle are unsupported (501), anything else invalid_argument.
 Status check_stream_modes(const std::vector<std::string>& modes, std::string_view route);
 
+// POST /runs/batch: a list of 1 to kMaxBatch run requests (each read by read_langgraph_run).
+inline constexpr std::size_t kMaxBatch = 100;
+Result<std::vector<boost::json::object>> langgraph_batch(std::string_view text);
+
+// POST /runs/cancel: the runs to cancel: run_ids (of thread_id when given), or the runs of
+// thread_id; status pending, running or all (default).
+struct LangGraphCancelMany {
+  std::string thread_id;
+  std::vector<std::string> run_ids;
+  std::string status = "all";
+};
+Result<LangGraphCancelMany> read_langgraph_cancel_many(const boost::json::object& body);
+
 // A stream event's id (langgraph_stream.hpp): the step's checkpoint and the event's number in
 // it; checkpoint "" none, "end" the error event.
 struct LangGraphEventId {

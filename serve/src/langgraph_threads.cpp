@@ -453,7 +453,7 @@ awaitable<void> route_threads(const LangGraphApi& api, http::Exchange& ex,
   if (s.size() == 3 &&
       ((s[2] == "state" && rq.method == "GET") || (s[2] == "history" && rq.method == "POST"))) {
     std::size_t limit = 10;
-    std::string before;
+    std::string before, at;  // at: 'checkpoint' names the one to list (LangGraph's filter)
     std::optional<json::object> b, history_filter;
     if (s[2] == "history") {
       b = body_of(rq, out);
@@ -474,13 +474,12 @@ awaitable<void> route_threads(const LangGraphApi& api, http::Exchange& ex,
         }
         history_filter = m->as_object();
       }
-      if (const auto* c = field(*b, "checkpoint");
-          c && !(c->is_object() && c->as_object().empty())) {
-        out = detail(501,
-                     "POST /threads/{thread_id}/history: 'checkpoint' is not supported by weir "
-                     "yet (docs/langgraph-api.md)");
+      auto only = read_langgraph_checkpoint(*b);
+      if (!only) {
+        out = from_error(only.error());
         co_return;
       }
+      at = std::move(*only);
     }
     const bool history = s[2] == "history";
     auto j = co_await off_thread(*api.blocking, [&]() -> Result<json::value> {
@@ -509,6 +508,7 @@ awaitable<void> route_threads(const LangGraphApi& api, http::Exchange& ex,
       json::array states;
       bool open = before.empty();
       for (const auto& c : *list) {
+        if (!at.empty() && c.checkpoint_id != at) continue;
         if (!open) {
           open = c.checkpoint_id == before;
           continue;

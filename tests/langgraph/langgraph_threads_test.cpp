@@ -188,5 +188,85 @@ TEST(LangGraphThreads, ABusyThreadIsNotChangedUnderItsRun) {
   EXPECT_EQ(call(s.port, "DELETE", "/threads/" + t).status, 204);
 }
 
+TEST(LangGraphRuns, ABatchStartsEveryRunOrNoneWhenOneIsBad) {
+  auto s = start(lg_config());
+  auto made = call(s.port, "POST", "/runs/batch",
+                   R"([{"assistant_id": "steps", "input": {"topic": "x"}},
+                       {"assistant_id": "chat", "metadata": {"n": 2}}])");
+  ASSERT_EQ(made.status, 200) << made.body;
+  const auto runs = body_json(made).as_array();
+  ASSERT_EQ(runs.size(), 2u);
+  EXPECT_EQ(runs[1].at("metadata").at("n"), 2);
+  for (const auto& r : runs) {  // each its own thread, and each ends
+    const std::string path = "/runs/" + std::string(r.at("run_id").as_string());
+    auto joined = call(s.port, "GET",
+                       "/threads/" + std::string(r.at("thread_id").as_string()) + "/runs/" +
+                           std::string(r.at("run_id").as_string()) + "/join");
+    EXPECT_EQ(joined.status, 200) << path << " " << joined.body;
+  }
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {R"({"assistant_id": "steps"})",
+       "POST /runs/batch takes a list of runs (1 to 100 run requests)"},
+      {"[]", "POST /runs/batch takes a list of runs (1 to 100 run requests)"},
+      {R"([{"assistant_id": "steps"}, 7])", "run 1 of the batch must be an object, got an integer"},
+      {R"([{"assistant_id": "steps"}, {"assistant_id": "steps", "command": {"resume": 1}}])",
+       "run 1 of the batch: a run without a thread has nothing to resume or fork "
+       "('command.resume', 'checkpoint')"},
+  };
+  for (const auto& [body, why] : refused) {
+    auto r = call(s.port, "POST", "/runs/batch", body);
+    EXPECT_EQ(r.status, 422) << body;
+    EXPECT_EQ(detail(r), why) << body;
+  }
+  auto unknown = call(s.port, "POST", "/runs/batch",
+                      R"([{"assistant_id": "steps"}, {"assistant_id": "nope"}])");
+  EXPECT_EQ(unknown.status, 404);
+  // Nothing of a refused batch started: only the first two runs exist.
+  EXPECT_EQ(body_json(call(s.port, "POST", "/threads/count", "{}")), 0);
+}
+
+TEST(LangGraphRuns, CancelManyStopsTheRunsNamedOrAThreads) {
+  auto s = start(lg_config());
+  const std::string t = new_thread(s.port);
+  auto first = call(s.port, "POST", "/threads/" + t + "/runs", R"({"assistant_id": "slow"})");
+  const std::string r1(body_json(first).at("run_id").as_string());
+  auto second = call(s.port, "POST", "/threads/" + t + "/runs",
+                     R"({"assistant_id": "slow", "multitask_strategy": "enqueue"})");
+  const std::string r2(body_json(second).at("run_id").as_string());
+  auto c =
+      call(s.port, "POST", "/runs/cancel", R"({"thread_id": ")" + t + R"(", "status": "pending"})");
+  EXPECT_EQ(c.status, 204) << c.body;
+  auto status = [&](const std::string& r) {
+    return std::string(
+        body_json(call(s.port, "GET", "/threads/" + t + "/runs/" + r)).at("status").as_string());
+  };
+  EXPECT_EQ(status(r2), "interrupted");  // the pending one
+  EXPECT_EQ(status(r1), "running");
+  auto all = call(s.port, "POST", "/runs/cancel", R"({"run_ids": [")" + r1 + R"("]})");
+  EXPECT_EQ(all.status, 204);
+  (void)call(s.port, "GET", "/threads/" + t + "/runs/" + r1 + "/join");
+  EXPECT_EQ(status(r1), "interrupted");
+  auto elsewhere =
+      call(s.port, "POST", "/runs/cancel",
+           R"({"thread_id": ")" + new_thread(s.port) + R"(", "run_ids": [")" + r1 + R"("]})");
+  EXPECT_EQ(elsewhere.status, 404);
+  auto none = call(s.port, "POST", "/runs/cancel", "{}");
+  EXPECT_EQ(none.status, 422);
+  EXPECT_EQ(detail(none), "POST /runs/cancel needs 'thread_id' or 'run_ids'");
+}
+
+TEST(LangGraphRuns, HistoryWithACheckpointListsThatOne) {
+  auto s = start(lg_config());
+  const std::string t = new_thread(s.port);
+  wait_run(s.port, t, R"({"assistant_id": "steps", "input": {"topic": "a"}})");
+  auto all = body_json(call(s.port, "POST", "/threads/" + t + "/history", R"({"limit": 100})"));
+  ASSERT_GE(all.as_array().size(), 3u);
+  const std::string id(all.at(2).at("checkpoint").at("checkpoint_id").as_string());
+  auto one = body_json(call(s.port, "POST", "/threads/" + t + "/history",
+                            R"({"checkpoint": {"checkpoint_id": ")" + id + R"("}})"));
+  ASSERT_EQ(one.as_array().size(), 1u) << one;
+  EXPECT_EQ(one.at(0), all.at(2));
+}
+
 }  // namespace
 }  // namespace weir::serve
