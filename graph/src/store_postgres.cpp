@@ -25,7 +25,7 @@ constexpr int64_t kStoreSchemaLockKey = 0x77656972'00000002;  // "weir" 2
 
 constexpr const char* kSchema = R"sql(
 CREATE SEQUENCE IF NOT EXISTS weir_store_seq;
-CREATE TABLE IF NOT EXISTS weir_store_items (
+CREATE TABLE IF NOT EXISTS $table (
   namespace  TEXT COLLATE "C" NOT NULL,  -- labels joined with '.', compared in byte order
   key        TEXT   NOT NULL,
   value      BYTEA  NOT NULL,            -- JSON text of an object
@@ -34,15 +34,15 @@ CREATE TABLE IF NOT EXISTS weir_store_items (
   seq        BIGINT NOT NULL,            -- put order (weir_store_seq)
   PRIMARY KEY (namespace, key)
 );
-CREATE INDEX IF NOT EXISTS weir_store_items_seq ON weir_store_items (seq);
+CREATE INDEX IF NOT EXISTS $table_seq ON $table (seq);
 )sql";
 
 constexpr const char* kColumns = "namespace, key, value, created_at, updated_at, seq";
 
 class PostgresStore final : public Store {
  public:
-  PostgresStore(pg::Connection conn, StoreLimits limits)
-      : conn_(std::move(conn)), limits_(limits) {}
+  PostgresStore(pg::Connection conn, StoreLimits limits, std::string table)
+      : conn_(std::move(conn)), limits_(limits), table_(std::move(table)) {}
 
   // Called once by open_postgres_store before the object is shared.
   Status ensure_schema() {
@@ -56,7 +56,10 @@ class PostgresStore final : public Store {
                          "opening the store: taking the schema lock");
           !r)
         return std::move(r).error();
-      if (auto s = conn_.exec_script(kSchema, "creating the store's table"); !s) return s;
+      std::string schema = kSchema;
+      for (auto at = schema.find("$table"); at != std::string::npos; at = schema.find("$table"))
+        schema.replace(at, 6, table_);
+      if (auto s = conn_.exec_script(schema, "creating the store's table"); !s) return s;
       return txn.commit("opening the store");
     });
   }
@@ -72,7 +75,7 @@ class PostgresStore final : public Store {
     const std::string what = "putting " + describe_item(ns, key);
     std::lock_guard lock(mu_);
     return conn_.run(what, [&](const Attempt&) -> Status {
-      auto r = conn_.exec(std::string("INSERT INTO weir_store_items (") + kColumns +
+      auto r = conn_.exec("INSERT INTO " + table_ + " (" + kColumns +
                               ") VALUES ($1, $2, $3, weir_now_ms(), weir_now_ms(), "
                               "nextval('weir_store_seq')) ON CONFLICT (namespace, key) DO UPDATE "
                               "SET value = excluded.value, updated_at = excluded.updated_at, "
@@ -89,7 +92,7 @@ class PostgresStore final : public Store {
     const std::string what = "deleting " + describe_item(ns, key);
     std::lock_guard lock(mu_);
     return conn_.run(what, [&](const Attempt&) -> Status {
-      auto r = conn_.exec("DELETE FROM weir_store_items WHERE namespace = $1 AND key = $2",
+      auto r = conn_.exec("DELETE FROM " + table_ + " WHERE namespace = $1 AND key = $2",
                           Params().text(joined).text(key), what);
       if (!r) return std::move(r).error();
       return {};
@@ -102,8 +105,8 @@ class PostgresStore final : public Store {
     const std::string what = "reading " + describe_item(ns, key);
     std::lock_guard lock(mu_);
     return conn_.run(what, [&](const Attempt&) -> Result<std::optional<StoreItem>> {
-      auto r = conn_.exec(std::string("SELECT ") + kColumns +
-                              " FROM weir_store_items WHERE namespace = $1 AND key = $2",
+      auto r = conn_.exec(std::string("SELECT ") + kColumns + " FROM " + table_ +
+                              " WHERE namespace = $1 AND key = $2",
                           Params().text(joined).text(key), what);
       if (!r) return std::move(r).error();
       if (r->size() == 0) return std::optional<StoreItem>();
@@ -128,12 +131,12 @@ class PostgresStore final : public Store {
           [&](std::optional<int64_t> below, std::size_t batch) -> Result<std::vector<StoredRow>> {
             const int64_t b = below.value_or(INT64_MAX);
             const auto n = static_cast<int64_t>(batch);
-            auto r = all ? conn_.exec(std::string("SELECT ") + kColumns +
-                                          " FROM weir_store_items WHERE seq < $1 "
+            auto r = all ? conn_.exec(std::string("SELECT ") + kColumns + " FROM " + table_ +
+                                          " WHERE seq < $1 "
                                           "ORDER BY seq DESC LIMIT $2",
                                       Params().int8(b).int8(n), "searching")
-                         : conn_.exec(std::string("SELECT ") + kColumns +
-                                          " FROM weir_store_items WHERE seq < $1 AND "
+                         : conn_.exec(std::string("SELECT ") + kColumns + " FROM " + table_ +
+                                          " WHERE seq < $1 AND "
                                           "(namespace = $3 OR (namespace >= $4 AND namespace < "
                                           "$5)) ORDER BY seq DESC LIMIT $2",
                                       Params()
@@ -162,13 +165,14 @@ class PostgresStore final : public Store {
     std::lock_guard lock(mu_);
     auto joined =
         conn_.run("listing namespaces", [&](const Attempt&) -> Result<std::vector<std::string>> {
-          auto r = lit.empty() ? conn_.exec("SELECT DISTINCT namespace FROM weir_store_items",
-                                            Params(), "listing namespaces")
-                               : conn_.exec(
-                                     "SELECT DISTINCT namespace FROM weir_store_items WHERE "
-                                     "namespace = $1 OR (namespace >= $2 AND namespace < $3)",
-                                     Params().text(range.exact).text(range.low).text(range.high),
-                                     "listing namespaces");
+          auto r = lit.empty()
+                       ? conn_.exec("SELECT DISTINCT namespace FROM " + table_, Params(),
+                                    "listing namespaces")
+                       : conn_.exec("SELECT DISTINCT namespace FROM " + table_ +
+                                        " WHERE "
+                                        "namespace = $1 OR (namespace >= $2 AND namespace < $3)",
+                                    Params().text(range.exact).text(range.low).text(range.high),
+                                    "listing namespaces");
           if (!r) return std::move(r).error();
           std::vector<std::string> out;
           for (int i = 0; i < r->size(); ++i) out.emplace_back(r->text(i, 0));
@@ -198,17 +202,25 @@ class PostgresStore final : public Store {
   mutable std::mutex mu_;        // one statement at a time on conn_
   mutable pg::Connection conn_;  // GUARDED_BY(mu_)
   const StoreLimits limits_;
+  const std::string table_;  // weir_store_items, or another table of items (open_postgres_store)
 };
 
 }  // namespace
 
 Result<std::unique_ptr<Store>> open_postgres_store(std::string_view conninfo, StoreLimits limits,
-                                                   std::chrono::milliseconds reconnect_window) {
+                                                   std::chrono::milliseconds reconnect_window,
+                                                   std::string_view table) {
+  const bool plain =
+      !table.empty() && table.size() <= 48 &&
+      table.find_first_not_of("abcdefghijklmnopqrstuvwxyz_") == std::string_view::npos;
+  if (!plain)
+    return Error(Errc::invalid_argument, "a store's table name is 1 to 48 of a-z and _, got '" +
+                                             std::string(table.substr(0, 60)) + "'");
   pg::Options o;
   o.reconnect_window = reconnect_window;
   auto conn = pg::Connection::open(conninfo, o);
   if (!conn) return std::move(conn).error();
-  auto store = std::make_unique<PostgresStore>(std::move(*conn), limits);
+  auto store = std::make_unique<PostgresStore>(std::move(*conn), limits, std::string(table));
   if (auto s = store->ensure_schema(); !s) return std::move(s).error();
   return std::unique_ptr<Store>(std::move(store));
 }

@@ -24,6 +24,7 @@
 #include "weir/http/sse.hpp"
 #include "weir/runtime/json_fields.hpp"
 #include "weir/runtime/json_parse.hpp"
+#include "weir/runtime/log.hpp"
 #include "weir/runtime/sha256.hpp"
 #include "weir/runtime/text.hpp"
 #include "weir/version.hpp"
@@ -164,8 +165,9 @@ awaitable<std::optional<RunRecord>> start_run(const LangGraphApi& api, const htt
       auto t = find_thread(api, thread);
       if (!t && !(t.error().is(Errc::not_found) && a.run.create_thread))
         return std::move(t).error();
-      if (!api.threads->get(thread) && api.threads->size() >= api.max_threads)
-        return threads_full(api);
+      auto known = api.threads->get(thread);
+      if (!known) return std::move(known).error();
+      if (!*known && !api.threads->room_for_one(api.max_threads)) return threads_full(api);
     }
     if (!stateless && (a.run.multitask == "interrupt" || a.run.multitask == "rollback"))
       if (auto m = make_way(*runs, thread, a.run.multitask == "rollback"); !m)
@@ -189,12 +191,20 @@ awaitable<std::optional<RunRecord>> start_run(const LangGraphApi& api, const htt
     r.enqueue = a.run.multitask == "enqueue";
     return runs->submit(std::move(r));
   });
+  // The run is in the book of its thread (a stateless run's thread is its own, named like it,
+  // forgotten with it: not in the book). A book that cannot be written does not undo the run.
+  if (rec && !stateless) {
+    const std::string id = rec->thread_id, run = rec->id;
+    auto noted = co_await off_thread(*api.blocking,
+                                     [&] { return api.threads->touch(id, stamp, run, now_ms()); });
+    if (!noted)
+      weir::log(LogLevel::warn, "langgraph: run " + run + " is not in thread " + id +
+                                    "'s list: " + noted.error().message);
+  }
   if (!rec) {
     out = from_error(rec.error());
     co_return std::nullopt;
   }
-  // A stateless run's thread is its own (named like it), forgotten with it: not in the book.
-  if (!stateless) api.threads->touch(rec->thread_id, stamp, rec->id, now_ms());
   co_return std::move(*rec);
 }
 

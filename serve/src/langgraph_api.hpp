@@ -15,8 +15,9 @@
 // reads "detail"): 400/422 bad input, 404 unknown assistant / thread / run, 409 a thread that
 // exists or is busy, 429 (Retry-After) a full run queue, 501 what weir does not do yet.
 // Thread metadata (what POST /threads and runs set, what /threads/search filters on) lives in
-// this server's memory, at most max_threads threads; their checkpoints live in the run
-// service's store.
+// the thread list (langgraph_book.hpp): this server's memory, at most max_threads threads, or
+// with --db a PostgreSQL table every server shares; their checkpoints live in the run service's
+// store.
 #pragma once
 
 #include <chrono>
@@ -37,7 +38,7 @@ class Store;
 
 namespace weir::serve {
 
-class LangGraphThreads;  // the threads' metadata (langgraph_api.cpp)
+class LangGraphThreads;  // the threads' metadata (langgraph_book.hpp)
 
 struct LangGraphApi {
   cluster::RunService* runs = nullptr;
@@ -46,12 +47,10 @@ struct LangGraphApi {
   std::chrono::milliseconds check{200};          // how often a follower looks at a quiet run
   std::chrono::milliseconds keep_alive{15'000};  // a heartbeat comment on a quiet stream
   std::size_t max_threads = 100'000;
-  std::shared_ptr<LangGraphThreads> threads;  // made by make_langgraph_threads
+  std::shared_ptr<LangGraphThreads> threads;  // the thread list (langgraph_book.hpp)
   std::int64_t started_ms = 0;                // the assistants' created_at (unix ms)
   std::shared_ptr<graph::Store> store;        // the /store routes' items (langgraph_store.hpp)
 };
-
-std::shared_ptr<LangGraphThreads> make_langgraph_threads();
 
 // True when `path` belongs to the LangGraph Server API (then route_langgraph answers it).
 bool is_langgraph_path(const std::string& path);

@@ -18,10 +18,6 @@ using asio::awaitable;
 using cluster::RunRecord;
 using cluster::RunState;
 
-std::shared_ptr<LangGraphThreads> make_langgraph_threads() {
-  return std::make_shared<LangGraphThreads>();
-}
-
 std::int64_t now_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
@@ -85,7 +81,9 @@ Result<json::object> thread_json(cluster::RunService& runs, const LangGraphThrea
 // /v1/runs, `weir run --thread`, or a stateless run): shown without metadata, and not added to
 // the book (only a run started here adds one, within max_threads).
 Result<LangGraphThreads::Thread> find_thread(const LangGraphApi& api, const std::string& id) {
-  if (auto t = api.threads->get(id)) return std::move(*t);
+  auto known = api.threads->get(id);
+  if (!known) return std::move(known).error();
+  if (*known) return std::move(**known);
   auto latest = api.runs->checkpointer().latest(id);
   if (!latest) return std::move(latest).error();
   if (!*latest) return Error(Errc::not_found, "Thread with ID " + id + " not found");
@@ -216,11 +214,15 @@ awaitable<void> route_threads(const LangGraphApi& api, http::Exchange& ex,
       auto latest = runs->checkpointer().latest(id);
       if (!latest) return std::move(latest).error();
       LangGraphThreads::Thread existing;
-      if (*latest && !api.threads->get(id)) {
+      auto known = api.threads->get(id);
+      if (!known) return std::move(known).error();
+      if (*latest && !*known) {
         if (!do_nothing) return Error(Errc::thread_busy, "Thread " + id + " already exists");
         return find_thread(api, id);
       }
-      switch (api.threads->create(t, api.max_threads, existing)) {
+      auto put = api.threads->create(t, api.max_threads, existing);
+      if (!put) return std::move(put).error();
+      switch (*put) {
         case LangGraphThreads::Put::created:
           return existing;
         case LangGraphThreads::Put::exists:
@@ -256,8 +258,10 @@ awaitable<void> route_threads(const LangGraphApi& api, http::Exchange& ex,
       std::size_t total = 0;
     };
     auto found = co_await off_thread(*api.blocking, [&]() -> Result<Found> {
-      const auto ids = api.threads->select(q->metadata ? &*q->metadata : nullptr,
-                                           q->ids ? &*q->ids : nullptr, q->sort_by, q->ascending);
+      auto selected = api.threads->select(q->metadata ? &*q->metadata : nullptr,
+                                          q->ids ? &*q->ids : nullptr, q->sort_by, q->ascending);
+      if (!selected) return std::move(selected).error();
+      const auto& ids = *selected;
       Found f;
       const bool by_state = !q->status.empty() || q->values;
       if (!by_state) {
@@ -265,8 +269,9 @@ awaitable<void> route_threads(const LangGraphApi& api, http::Exchange& ex,
         if (count) return f;
         for (std::size_t i = q->page.offset; i < ids.size() && f.page.size() < q->page.limit; ++i) {
           auto t = api.threads->get(ids[i]);
-          if (!t) continue;  // deleted meanwhile
-          auto j = thread_json(*runs, *t);
+          if (!t) return std::move(t).error();
+          if (!*t) continue;  // deleted meanwhile
+          auto j = thread_json(*runs, **t);
           if (!j) return std::move(j).error();
           f.page.push_back(std::move(*j));
         }
@@ -274,8 +279,9 @@ awaitable<void> route_threads(const LangGraphApi& api, http::Exchange& ex,
       }
       for (const auto& id : ids) {
         auto t = api.threads->get(id);
-        if (!t) continue;
-        auto j = thread_json(*runs, *t);
+        if (!t) return std::move(t).error();
+        if (!*t) continue;
+        auto j = thread_json(*runs, **t);
         if (!j) return std::move(j).error();
         if (!q->status.empty() && j->at("status") != json::value(q->status)) continue;
         if (q->values && !json_contains(j->at("values"), json::value(*q->values))) continue;
@@ -322,7 +328,7 @@ awaitable<void> route_threads(const LangGraphApi& api, http::Exchange& ex,
           if (!r) return std::move(r).error();
         } else {
           if (auto d = runs->delete_thread(id); !d) return std::move(d).error();
-          api.threads->erase(id);
+          if (auto e = api.threads->erase(id); !e) return std::move(e).error();
         }
         ++pruned;
       }
@@ -357,8 +363,7 @@ awaitable<void> route_threads(const LangGraphApi& api, http::Exchange& ex,
       auto t = find_thread(api, thread);
       if (!t) return std::move(t).error();
       if (auto r = runs->delete_thread(thread); !r) return r;
-      api.threads->erase(thread);
-      return {};
+      return api.threads->erase(thread);
     });
     out = d ? http::Response{204, "", {}, ""} : from_error(d.error());
     co_return;
@@ -373,13 +378,14 @@ awaitable<void> route_threads(const LangGraphApi& api, http::Exchange& ex,
       copy.created_ms = copy.updated_ms = now_ms();
       copy.runs.clear();
       LangGraphThreads::Thread made;
-      if (api.threads->create(copy, api.max_threads, made) == LangGraphThreads::Put::full)
-        return threads_full(api);
+      auto put = api.threads->create(copy, api.max_threads, made);
+      if (!put) return std::move(put).error();
+      if (*put == LangGraphThreads::Put::full) return threads_full(api);
       auto latest = runs->checkpointer().latest(thread);
       if (!latest) return std::move(latest).error();
       if (*latest) {
         if (auto c = runs->copy_thread(thread, copy.id); !c) {
-          api.threads->erase(copy.id);
+          (void)api.threads->erase(copy.id);  // the copy's own error is the one to tell
           return std::move(c).error();
         }
       }
@@ -408,7 +414,10 @@ awaitable<void> route_threads(const LangGraphApi& api, http::Exchange& ex,
       if (!u->as_node.empty()) why["as_node"] = u->as_node;
       auto c = runs->branch_thread(thread, u->checkpoint_id, std::move(*writes), std::move(why));
       if (!c) return std::move(c).error();
-      if (api.threads->get(thread)) api.threads->touch(thread, {}, "", now_ms());
+      auto known = api.threads->get(thread);
+      if (!known) return std::move(known).error();
+      if (*known)
+        if (auto k = api.threads->touch(thread, {}, "", now_ms()); !k) return std::move(k).error();
       const json::object ref = checkpoint_ref(thread, c->checkpoint_id);
       return json::object{{"checkpoint", ref}, {"configurable", ref}};
     });
@@ -427,10 +436,15 @@ awaitable<void> route_threads(const LangGraphApi& api, http::Exchange& ex,
     auto j = co_await off_thread(*api.blocking, [&]() -> Result<json::object> {
       auto t = find_thread(api, thread);
       if (!t) return std::move(t).error();
-      if (!api.threads->get(thread) && api.threads->size() >= api.max_threads)
-        return threads_full(api);
-      api.threads->touch(thread, m->as_object(), "", now_ms());
-      return thread_json(*runs, *api.threads->get(thread));
+      auto known = api.threads->get(thread);
+      if (!known) return std::move(known).error();
+      if (!*known && !api.threads->room_for_one(api.max_threads)) return threads_full(api);
+      if (auto k = api.threads->touch(thread, m->as_object(), "", now_ms()); !k)
+        return std::move(k).error();
+      auto now = api.threads->get(thread);
+      if (!now) return std::move(now).error();
+      if (!*now) return Error(Errc::not_found, "Thread with ID " + thread + " not found");
+      return thread_json(*runs, **now);
     });
     out = j ? answer(200, *j) : from_error(j.error());
     co_return;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 
+#include "langgraph_book.hpp"
 #include "request_trace.hpp"
 #include "service_impl.hpp"
 #include "weir/graph/store.hpp"
@@ -634,21 +635,31 @@ Result<std::unique_ptr<Service>> Service::start(ServeConfig config) {
     s->langgraph_api.runs = s->runs.get();
     s->langgraph_api.blocking = &s->blocking;
     s->langgraph_api.draining = &s->draining;
-    s->langgraph_api.threads = make_langgraph_threads();
     s->langgraph_api.max_threads = s->cfg.max_threads;
     s->langgraph_api.started_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                                       std::chrono::system_clock::now().time_since_epoch())
                                       .count();
     // The /store routes' items: in memory (bounded, charged to the budget's history category)
     // without --db, else in PostgreSQL beside the runs.
+    // The thread list (langgraph_book.hpp): a memory store of its own (this process is its only
+    // writer: --max-threads counts it), else a table of its own in that PostgreSQL.
     if (s->cfg.runs_db.empty()) {
       graph::MemoryStoreOptions store;
       store.budget = &s->budget;
       s->langgraph_api.store = graph::make_memory_store(store);
+      graph::MemoryStoreOptions book;
+      book.max_bytes = std::size_t{256} << 20;
+      book.budget = &s->budget;
+      s->langgraph_api.threads =
+          std::make_shared<LangGraphThreads>(graph::make_memory_store(book), true);
     } else {
       auto store = graph::open_postgres_store(s->cfg.runs_db);
       if (!store) return std::move(store).error();
       s->langgraph_api.store = std::move(*store);
+      auto book = graph::open_postgres_store(s->cfg.runs_db, {}, std::chrono::milliseconds(10000),
+                                             "weir_langgraph_threads");
+      if (!book) return std::move(book).error();
+      s->langgraph_api.threads = std::make_shared<LangGraphThreads>(std::move(*book), false);
     }
   }
   s->metrics.gauge_callback("weir_serve_connections", "open HTTP connections", {},

@@ -5,8 +5,8 @@
 
 #include <thread>
 
-#include "pg_server.hpp"
 #include "langgraph_suite.hpp"
+#include "pg_server.hpp"
 
 namespace weir::serve::runs_suite {
 
@@ -59,6 +59,52 @@ TEST_P(RunsApi, IdleEventStreamsDoNotPollTheStore) {
   RecordProperty("transactions_in_2s_with_10_idle_streams", std::to_string(after - before));
   EXPECT_LT(after - before, 40) << "transactions in 2 s with ten idle event streams";
   for (const auto& e : ends) EXPECT_EQ(e, "end");  // and each still saw the run end
+}
+
+// The LangGraph API's thread list lives in the database: a second server on it lists, reads
+// and changes the threads the first made, and a restart keeps them with their metadata.
+TEST_P(RunsApi, LangGraphThreadsAreListedByEveryServerOnTheDatabase) {
+  start();
+  ServeConfig c;
+  c.port = 0;
+  c.workflows = dir_;
+  c.runs_db = db_;
+  auto other = Service::start(std::move(c));
+  ASSERT_TRUE(other) << other.error().message;
+  ASSERT_TRUE((*other)->wait_ready());
+  const std::uint16_t b = (*other)->port();
+  auto made = post("/threads", R"({"metadata": {"team": "red"}})");
+  ASSERT_EQ(made.status, 200) << made.body;
+  const std::string t(object_of(made.body)["thread_id"].as_string());
+  auto found = call(b, "POST", "/threads/search", R"({"metadata": {"team": "red"}})");
+  ASSERT_EQ(found.status, 200) << found.body;
+  const auto list = json::parse(found.body).as_array();
+  ASSERT_EQ(list.size(), 1u) << found.body;
+  EXPECT_EQ(list[0].at("thread_id"), json::value(t));
+  auto patched = call(b, "PATCH", "/threads/" + t, R"({"metadata": {"round": 2}})");
+  ASSERT_EQ(patched.status, 200) << patched.body;
+  EXPECT_EQ(object_of(get("/threads/" + t).body)["metadata"].at("round"), 2);
+  auto ran = call(b, "POST", "/threads/" + t + "/runs/wait", R"({"assistant_id": "review"})");
+  ASSERT_EQ(ran.status, 200) << ran.body;
+  auto runs = json::parse(get("/threads/" + t + "/runs").body).as_array();
+  EXPECT_EQ(runs.size(), 1u);  // the run B started, as A lists it
+  EXPECT_EQ(object_of(get("/threads/" + t).body)["status"], "interrupted");
+  // A restart of both keeps the thread and its metadata.
+  other->reset();
+  svc_.reset();
+  ServeConfig again;
+  again.port = 0;
+  again.workflows = dir_;
+  again.runs_db = db_;
+  auto restarted = Service::start(std::move(again));
+  ASSERT_TRUE(restarted) << restarted.error().message;
+  svc_ = std::move(*restarted);
+  ASSERT_TRUE(svc_->wait_ready());
+  port_ = svc_->port();
+  auto after = object_of(get("/threads/" + t).body);
+  EXPECT_EQ(after["metadata"].at("team"), "red");
+  EXPECT_EQ(after["metadata"].at("graph_id"), "review");
+  EXPECT_EQ(json::parse(post("/threads/count", R"({"metadata": {"team": "red"}})").body), 1);
 }
 
 }  // namespace weir::serve::runs_suite

@@ -72,6 +72,29 @@ TEST(PostgresStore, TwoConnectionsShareOneStore) {
   EXPECT_EQ((*ns)[0], (Namespace{"users", "u1"}));
 }
 
+// A store on a table of its own (the LangGraph API's thread list) holds items apart from the
+// default table's; a table name that is not plain is refused before anything is opened.
+TEST(PostgresStore, ATableOfItsOwnKeepsItsItemsApart) {
+  auto bad = open_postgres_store("host=127.0.0.1 port=1", {}, std::chrono::milliseconds(10),
+                                 "items; DROP TABLE x");
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().message,
+            "a store's table name is 1 to 48 of a-z and _, got 'items; DROP TABLE x'");
+  if (auto why = no_server_programs(); !why.empty()) GTEST_SKIP() << why;
+  const std::string conninfo = conninfo_for("own-table");
+  ASSERT_NE(conninfo, "");
+  auto users = open_postgres_store(conninfo);
+  auto own = open_postgres_store(conninfo, {}, std::chrono::milliseconds(10000), "weir_own_items");
+  ASSERT_TRUE(users && own);
+  ASSERT_TRUE((*own)->put({"threads"}, "t1", json::parse(R"({"n": 1})")));
+  auto seen = (*users)->list_namespaces({});
+  ASSERT_TRUE(seen);
+  EXPECT_TRUE(seen->empty());
+  auto got = (*own)->get({"threads"}, "t1");
+  ASSERT_TRUE(got && *got);
+  EXPECT_EQ((**got).value.at("n"), 1);
+}
+
 // A value the table holds that is not JSON (written by hand) is corrupt_data naming the item.
 TEST(PostgresStore, ACorruptValueIsCorruptDataNamingTheItem) {
   if (auto why = no_server_programs(); !why.empty()) GTEST_SKIP() << why;

@@ -184,8 +184,11 @@ Result<std::unique_ptr<Store>> open_sqlite_store(const std::filesystem::path& db
 // the store's own, `weir_store_items` and sequence `weir_store_seq`, with IF NOT EXISTS under an
 // advisory lock (several processes may open one database at once). Values are JSON text in
 // bytea; times come from the server's clock. Errors as open_postgres_checkpointer's.
+// `table`: the items' table (a-z and _, at most 48; its index is `<table>_seq`), so that weir
+// can keep items of its own apart from the users' (the LangGraph API's thread list).
 Result<std::unique_ptr<Store>> open_postgres_store(
     std::string_view conninfo, StoreLimits limits = {},
-    std::chrono::milliseconds reconnect_window = std::chrono::milliseconds(10000));
+    std::chrono::milliseconds reconnect_window = std::chrono::milliseconds(10000),
+    std::string_view table = "weir_store_items");
 
 }  // namespace weir::graph

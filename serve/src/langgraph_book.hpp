@@ -1,0 +1,73 @@
+// The LangGraph API's thread list ("the book"): what LangGraph keeps with a thread that weir's
+// checkpoints do not (created_at, updated_at, metadata, the runs started on it), kept in a
+// graph::Store under one namespace, one item per thread. `weir serve` gives it a memory store of
+// its own (bounded by bytes, and by --max-threads: this process is its only writer, so it counts
+// them), or with --db a PostgreSQL store in the table weir_langgraph_threads, which every server
+// on that database shares (then the database bounds it; --max-threads does not apply).
+//
+// Thread safety: every method may be called from any thread; calls may block (PostgreSQL):
+// call them off an I/O thread. A create or touch reads and then writes the thread's item: two
+// servers touching one thread at the same instant may lose one's metadata merge (a run is on a
+// thread at a time, so its record is not lost).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <boost/json/object.hpp>
+
+#include "weir/runtime/error.hpp"
+
+namespace weir::graph {
+class Store;
+}
+
+namespace weir::serve {
+
+class LangGraphThreads {
+ public:
+  struct Thread {
+    std::string id;
+    std::int64_t created_ms = 0, updated_ms = 0;
+    boost::json::object metadata;
+    std::deque<std::string> runs;  // newest first, at most kRunsKept
+  };
+  static constexpr std::size_t kRunsKept = 100;
+
+  // `counted`: the store is this book's alone (memory), so size() is exact and max_threads
+  // bounds it; else size() is 0 and the store bounds the book.
+  LangGraphThreads(std::shared_ptr<graph::Store> store, bool counted);
+
+  Result<std::optional<Thread>> get(const std::string& id) const;
+  // Adds `t` unless its id is taken (`existing` then holds that thread) or, counted, the book
+  // holds `max` threads already.
+  enum class Put { created, exists, full };
+  Result<Put> create(const Thread& t, std::size_t max, Thread& existing);
+  // Merges `metadata` into the thread's and records run `run` ("": none) on it; the thread is
+  // added when the book did not have it (the caller checked room_for).
+  Status touch(const std::string& id, const boost::json::object& metadata, const std::string& run,
+               std::int64_t now_ms);
+  Status erase(const std::string& id);
+  // Whether the book may take one more thread within `max` (always, when not counted).
+  bool room_for_one(std::size_t max) const;
+  // The ids of the threads whose metadata contains `metadata` and (when given) that are among
+  // `ids`, ordered by `sort_by` (thread_id, created_at or updated_at). Reads the whole book (a
+  // page of kMaxStorePage at a time): its cost follows the number of threads.
+  Result<std::vector<std::string>> select(const boost::json::object* metadata,
+                                          const std::vector<std::string>* ids,
+                                          const std::string& sort_by, bool ascending) const;
+
+ private:
+  Status put(const Thread& t);
+  std::shared_ptr<graph::Store> store_;
+  const bool counted_;
+  std::atomic<std::size_t> count_{0};
+};
+
+}  // namespace weir::serve
