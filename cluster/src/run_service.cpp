@@ -274,6 +274,19 @@ auto with_thread(graph::Checkpointer& cp, const std::string& thread,
   return out;
 }
 
+// A checkpoint written outside a run takes the metadata of the one it follows, but is no step
+// of that checkpoint's run: the run is named "branched_from_run" instead of "queue_run" (what
+// tells a run's steps, and its end, from others'), so a resume still finds the workflow by it.
+json::object branch_metadata(json::object m) {
+  if (auto q = m.find("queue_run"); q != m.end()) {
+    json::value run = q->value();
+    m.erase("queue_run");
+    m.erase("attempt");
+    m["branched_from_run"] = std::move(run);
+  }
+  return m;
+}
+
 // The ids of the blobs `v` references ({"$artifact": id, ...}).
 void artifact_ids(const json::value& root, std::vector<std::string>& out) {
   std::vector<const json::value*> stack{&root};
@@ -315,7 +328,7 @@ Result<graph::Checkpoint> RunService::branch_thread(const std::string& thread,
         c.step = b.step;
         c.writes = std::move(writes);
         c.pending = settle ? json::object{{"status", "done"}, {"next", json::array{}}} : b.pending;
-        c.metadata = b.metadata;
+        c.metadata = branch_metadata(b.metadata);
         for (const auto& kv : metadata) c.metadata[kv.key()] = kv.value();
         c.claim_token = token;
         if (auto s = cp.put(c); !s) return std::move(s).error();
@@ -385,7 +398,7 @@ Result<std::size_t> RunService::keep_latest(const std::string& thread) {
                        c.writes = std::move(*state);
                        c.writes["$snapshot"] = true;
                        c.pending = l.pending;
-                       c.metadata = l.metadata;
+                       c.metadata = branch_metadata(l.metadata);
                        c.metadata["source"] = "prune";
                        c.claim_token = token;
                        if (auto s = cp.put(c); !s) return std::move(s).error();

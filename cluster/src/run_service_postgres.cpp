@@ -74,6 +74,7 @@ class PostgresRuns final : public RunService {
     auto cp = interrupted_checkpoint(*cp_, thread_id);
     if (!cp) return std::move(cp).error();
     const auto* by = cp->metadata.if_contains("queue_run");
+    if (!by) by = cp->metadata.if_contains("branched_from_run");  // a state update or fork
     if (!by || !by->is_string())
       return Error(Errc::invalid_argument, "thread '" + thread_id +
                                                "' was not interrupted by a queued run: resume it "

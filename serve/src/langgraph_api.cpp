@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <optional>
+#include <set>
 #include <string_view>
 #include <thread>
 #include <vector>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/json.hpp>
 
@@ -268,9 +270,58 @@ awaitable<void> wait_for(const LangGraphApi& api, http::Exchange& ex, const RunR
   out = chunk ? answer(200, *chunk) : from_error(chunk.error());
 }
 
+// What a stream's writer keeps from one run to the next.
+struct StreamOut {
+  std::chrono::steady_clock::time_point last_write = std::chrono::steady_clock::now();
+  bool failed = false;  // a write failed: the client is gone
+};
+
+// Writes run `id`'s events (after those `st` says were seen; `metadata_first`: opened with its
+// `metadata` event) until it ends (true), or the client leaves, the server drains or a write
+// fails (false). A quiet stream gets a heartbeat comment every api.keep_alive.
+awaitable<bool> pump_run(const LangGraphApi& api, http::Exchange& ex, LangGraphStream& st,
+                         const std::string& id, StreamOut& o, bool metadata_first) {
+  if (metadata_first) {
+    std::string first =
+        http::sse_event(json::serialize(json::object{{"run_id", id}, {"attempt", 1}}), "metadata");
+    if (auto s = co_await ex.async_write(std::move(first)); !s) {
+      o.failed = true;
+      co_return false;
+    }
+    o.last_write = std::chrono::steady_clock::now();
+  }
+  cluster::RunService* runs = api.runs;
+  auto each = [&](const RunRecord& r, const Steps& steps) -> awaitable<bool> {
+    auto frames = co_await off_thread(*api.blocking, [&] {
+      return langgraph_stream_events(runs->checkpointer(), r, steps.list, st);
+    });
+    if (!frames) co_return false;
+    if (!frames->empty()) {
+      if (auto s = co_await ex.async_write(std::move(*frames)); !s) {
+        o.failed = true;
+        co_return false;
+      }
+      o.last_write = std::chrono::steady_clock::now();
+    }
+    co_return true;
+  };
+  auto tick = [&]() -> awaitable<bool> {
+    const auto now = std::chrono::steady_clock::now();
+    if (now - o.last_write < api.keep_alive) co_return true;
+    std::string beat = ": heartbeat\n\n";
+    if (auto s = co_await ex.async_write(std::move(beat)); !s) {
+      o.failed = true;
+      co_return false;
+    }
+    o.last_write = now;
+    co_return true;
+  };
+  auto end = co_await follow(api, ex, id, each, tick);
+  co_return end.has_value();
+}
+
 // Streams run `started` (from its start, or after the event `st` says the client saw) until it
-// ends, the client leaves or the server drains. A quiet stream gets a heartbeat comment every
-// api.keep_alive. `metadata_first`: a new stream opens with the run's `metadata` event.
+// ends, the client leaves or the server drains.
 awaitable<void> stream_run(const LangGraphApi& api, http::Exchange& ex, LangGraphStream st,
                            const RunRecord& started, bool stateless, bool cancel_on_disconnect,
                            bool metadata_first, bool& streamed) {
@@ -288,45 +339,80 @@ awaitable<void> stream_run(const LangGraphApi& api, http::Exchange& ex, LangGrap
   if (auto s = co_await ex.async_start_stream(200, "text/event-stream", std::move(headers)); !s)
     co_return;
   streamed = true;
-  auto last_write = std::chrono::steady_clock::now();
-  if (metadata_first) {
-    std::string first = http::sse_event(
-        json::serialize(json::object{{"run_id", started.id}, {"attempt", 1}}), "metadata");
-    if (auto s = co_await ex.async_write(std::move(first)); !s) co_return;
-  }
-  cluster::RunService* runs = api.runs;
-  bool write_failed = false;
-  auto each = [&](const RunRecord& r, const Steps& steps) -> awaitable<bool> {
-    auto frames = co_await off_thread(*api.blocking, [&] {
-      return langgraph_stream_events(runs->checkpointer(), r, steps.list, st);
-    });
-    if (!frames) co_return false;
-    if (!frames->empty()) {
-      if (auto s = co_await ex.async_write(std::move(*frames)); !s) {
-        write_failed = true;
-        co_return false;
-      }
-      last_write = std::chrono::steady_clock::now();
-    }
-    co_return true;
-  };
-  auto tick = [&]() -> awaitable<bool> {
-    const auto now = std::chrono::steady_clock::now();
-    if (now - last_write < api.keep_alive) co_return true;
-    std::string beat = ": heartbeat\n\n";
-    if (auto s = co_await ex.async_write(std::move(beat)); !s) {
-      write_failed = true;
-      co_return false;
-    }
-    last_write = now;
-    co_return true;
-  };
-  auto end = co_await follow(api, ex, started.id, each, tick);
-  if (!end && cancel_on_disconnect && ex.disconnected()) {
+  StreamOut o;
+  const bool ended = co_await pump_run(api, ex, st, started.id, o, metadata_first);
+  if (!ended && cancel_on_disconnect && ex.disconnected()) {
+    cluster::RunService* runs = api.runs;
     const std::string id = started.id;
     (void)co_await off_thread(*api.blocking, [&] { return runs->cancel(id); });
   }
-  if (!write_failed) (void)co_await ex.async_finish();
+  if (!o.failed) (void)co_await ex.async_finish();
+}
+
+// GET /threads/{id}/stream: every run started on the thread (through this API) from now on,
+// each opened by its `metadata` event, until the client leaves or the server drains.
+awaitable<void> thread_stream(const LangGraphApi& api, http::Exchange& ex,
+                              const std::string& thread, http::Response& out, bool& streamed) {
+  const auto& rq = ex.request();
+  std::vector<std::string> modes = query_values(rq.target, "stream_mode");
+  if (modes.empty()) modes = {"values"};
+  if (auto c = check_stream_modes(modes, "GET /threads/{thread_id}/stream"); !c) {
+    out = from_error(c.error());
+    co_return;
+  }
+  auto t = co_await off_thread(*api.blocking, [&] { return find_thread(api, thread); });
+  if (!t) {
+    out = from_error(t.error());
+    co_return;
+  }
+  std::set<std::string> seen(t->runs.begin(), t->runs.end());  // before the stream: not its
+  if (auto a = co_await off_thread(*api.blocking, [&] { return api.runs->active_run(thread); });
+      a && *a)
+    seen.erase(**a);  // the run on it now is
+  http::Headers headers{{"Cache-Control", "no-cache"}};
+  if (auto s = co_await ex.async_start_stream(200, "text/event-stream", std::move(headers)); !s)
+    co_return;
+  streamed = true;
+  StreamOut o;
+  auto executor = co_await asio::this_coro::executor;
+  asio::steady_timer timer(executor);
+  while (!o.failed && !ex.disconnected() && !*api.draining) {
+    // The thread's runs not streamed yet, oldest first.
+    auto next = co_await off_thread(*api.blocking, [&]() -> Result<std::vector<RunRecord>> {
+      auto now = api.threads->get(thread);
+      if (!now) return std::move(now).error();
+      std::vector<RunRecord> todo;
+      if (!*now) return todo;
+      for (auto it = (**now).runs.rbegin(); it != (**now).runs.rend(); ++it) {
+        if (seen.count(*it)) continue;
+        auto r = api.runs->get(*it);
+        if (r) todo.push_back(std::move(*r));
+      }
+      return todo;
+    });
+    if (!next) break;
+    for (const auto& r : *next) {
+      seen.insert(r.id);
+      LangGraphStream st;
+      st.modes = modes;
+      st.graph_id = r.workflow_name;
+      const bool ended = co_await pump_run(api, ex, st, r.id, o, true);
+      if (!ended) break;
+    }
+    if (o.failed || ex.disconnected() || *api.draining) break;
+    const auto now = std::chrono::steady_clock::now();
+    if (now - o.last_write >= api.keep_alive) {
+      std::string beat = ": heartbeat\n\n";
+      if (auto s = co_await ex.async_write(std::move(beat)); !s) {
+        o.failed = true;
+        break;
+      }
+      o.last_write = now;
+    }
+    timer.expires_after(api.check);
+    co_await timer.async_wait(asio::as_tuple(use_awaitable));
+  }
+  if (!o.failed) (void)co_await ex.async_finish();
 }
 
 // GET /threads/{id}/runs/{run_id}/stream: the run's stream again, in the modes asked
@@ -478,6 +564,12 @@ awaitable<void> route_assistants(const LangGraphApi& api, const http::Request& r
 }
 
 }  // namespace
+
+awaitable<void> route_thread_stream(const LangGraphApi& api, http::Exchange& ex,
+                                    const std::string& thread, http::Response& out,
+                                    bool& streamed) {
+  co_await thread_stream(api, ex, thread, out, streamed);
+}
 
 // The routes under /threads/{thread_id}/runs (langgraph_threads.cpp hands them over).
 awaitable<void> route_thread_runs(const LangGraphApi& api, http::Exchange& ex,

@@ -46,6 +46,10 @@ std::string new_thread_id();
 boost::asio::awaitable<void> route_threads(const LangGraphApi& api, http::Exchange& ex,
                                            const std::vector<std::string>& s, http::Response& out,
                                            bool& streamed, const trace::SpanContext& request_span);
+// GET /threads/{thread_id}/stream (langgraph_api.cpp).
+boost::asio::awaitable<void> route_thread_stream(const LangGraphApi& api, http::Exchange& ex,
+                                                 const std::string& thread, http::Response& out,
+                                                 bool& streamed);
 boost::asio::awaitable<void> route_thread_runs(const LangGraphApi& api, http::Exchange& ex,
                                                const std::vector<std::string>& s,
                                                const std::string& thread, http::Response& out,

@@ -139,8 +139,10 @@ Result<std::shared_ptr<const graph::WorkflowSpec>> thread_workflow(
   std::string graph;
   if (const auto* g = t.metadata.if_contains("graph_id"); g && g->is_string())
     graph = g->as_string();
-  if (const auto* q = (**latest).metadata.if_contains("queue_run");
-      graph.empty() && q && q->is_string())
+  const auto& m = (**latest).metadata;
+  const auto* q =
+      m.contains("queue_run") ? m.if_contains("queue_run") : m.if_contains("branched_from_run");
+  if (graph.empty() && q && q->is_string())
     if (auto r = runs.get(q->as_string())) graph = r->workflow_name;
   auto spec = graph.empty() ? nullptr : runs.workflow(graph);
   if (!spec)
@@ -541,6 +543,10 @@ awaitable<void> route_threads(const LangGraphApi& api, http::Exchange& ex,
   }
   if (s.size() >= 3 && s[2] == "runs") {
     co_await route_thread_runs(api, ex, s, thread, out, streamed, request_span);
+    co_return;
+  }
+  if (s.size() == 3 && s[2] == "stream" && rq.method == "GET") {
+    co_await route_thread_stream(api, ex, thread, out, streamed);
     co_return;
   }
   out = not_implemented(rq, "/threads/{thread_id}" + std::string(s.size() > 2 ? "/" + s[2] : ""));

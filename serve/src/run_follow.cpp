@@ -23,9 +23,22 @@ Result<Steps> run_steps(const graph::Checkpointer& cp, const cluster::RunRecord&
     if (!page) return std::move(page).error();
     Steps out;
     bool reached = page->size() < limit || limit >= kMaxSteps;
+    bool met = false;  // the newest of the run's steps was met
     for (auto& c : *page) {
       const auto* q = c.metadata.if_contains("queue_run");
       const bool ours = q && q->is_string() && q->as_string() == run.id;
+      if (!met) {
+        if (!ours) {
+          // A later run's step (or a fork's) is passed over; a step put before the run was
+          // queued means it has none (a second of slack for clocks).
+          if (c.created_at_ms + 1000 < run.created_ms) {
+            reached = true;
+            break;
+          }
+          continue;
+        }
+        met = true;
+      }
       if (!ours || (!after.empty() && c.checkpoint_id == after)) {
         out.found = ours;
         reached = true;

@@ -63,8 +63,9 @@ struct Steps {
   std::vector<graph::Checkpoint> list;
   bool found = false;
 };
-// Reads the thread newest first in growing pages until it reaches `after`, another run's
-// checkpoint or the thread's first (a run longer than 65536 steps yields its newest only).
+// Reads the thread newest first in growing pages, past the steps of later runs, until it
+// reaches `after`, another run's checkpoint before the run's, a step older than the run or the
+// thread's first (a run longer than 65536 steps yields its newest only).
 Result<Steps> run_steps(const graph::Checkpointer& cp, const cluster::RunRecord& run,
                         const std::string& after);
 

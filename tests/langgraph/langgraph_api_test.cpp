@@ -101,11 +101,11 @@ TEST(LangGraphApi, PatchAThreadAndReadAnOlderCheckpoint) {
 TEST(LangGraphApi, WhatWeirDoesNotDoYetIs501NamingIt) {
   auto s = start(lg_config());
   const std::string t = new_thread(s.port);
-  auto join = call(s.port, "GET", "/threads/" + t + "/stream");
-  EXPECT_EQ(join.status, 501);
-  EXPECT_EQ(detail(join),
-            "GET /threads/{thread_id}/stream is not implemented by weir yet (docs/langgraph-api.md "
-            "lists the endpoints it serves)");
+  auto crons = call(s.port, "POST", "/threads/" + t + "/runs/crons", "{}");
+  EXPECT_EQ(crons.status, 501);
+  EXPECT_EQ(detail(crons),
+            "POST /threads/{thread_id}/runs/crons is not implemented by weir yet "
+            "(docs/langgraph-api.md lists the endpoints it serves)");
   auto store = call(s.port, "PUT", "/store/items",
                     R"({"namespace": ["a"], "key": "k", "value": {}, "ttl": 5})");
   EXPECT_EQ(store.status, 501);

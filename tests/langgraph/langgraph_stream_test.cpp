@@ -193,11 +193,55 @@ TEST(LangGraphStream, ARejoinSaysWhatIsWrongWithIt) {
   auto elsewhere = call(s.port, "GET", "/threads/" + other + "/runs/" + run + "/stream");
   EXPECT_EQ(elsewhere.status, 404);
   EXPECT_EQ(detail(elsewhere), "Run " + run + " not found on thread " + other);
-  // The whole of a finished run, from the start: metadata first, values of every step.
+  // The whole of a finished run, from the start: metadata first, values of every step; the
+  // same after a later run on the thread (its steps are passed over).
   auto whole = frames_of(call(s.port, "GET", path).body);
   ASSERT_GE(whole.size(), 4u);
   EXPECT_EQ(whole[0].event, "metadata");
   EXPECT_EQ(json::parse(whole.back().data).at("done"), true);
+  ASSERT_EQ(call(s.port, "POST", "/threads/" + t + "/runs/wait",
+                 R"({"assistant_id": "steps", "input": {"topic": "later"}})")
+                .status,
+            200);
+  auto again = frames_of(call(s.port, "GET", path).body);
+  ASSERT_EQ(again.size(), whole.size());
+  for (std::size_t i = 1; i < whole.size(); ++i) EXPECT_EQ(again[i].data, whole[i].data) << i;
+}
+
+TEST(LangGraphStream, AThreadsStreamCarriesEveryRunStartedOnIt) {
+  auto s = start(lg_config());
+  const std::string t = new_thread(s.port);
+  Conn c(s.port);
+  ASSERT_TRUE(c.request("GET", "/threads/" + t + "/stream?stream_mode=updates"));
+  Reply head;
+  ASSERT_TRUE(c.read_head(head));
+  ASSERT_EQ(head.status, 200);
+  EXPECT_EQ(head.header("content-type"), "text/event-stream");
+  std::vector<std::string> runs;
+  for (const char* topic : {"a", "b"}) {
+    auto r =
+        call(s.port, "POST", "/threads/" + t + "/runs/wait",
+             std::string(R"({"assistant_id": "steps", "input": {"topic": ")") + topic + R"("}})");
+    ASSERT_EQ(r.status, 200) << r.body;
+    runs.push_back(r.header("content-location").substr(("/threads/" + t + "/runs/").size()));
+  }
+  // Two runs: each its metadata, then its three nodes' updates.
+  std::string body;
+  std::vector<SseFrame> got;
+  while (of_event(got, "updates").size() < 6) {
+    const std::string chunk = c.next_chunk();
+    ASSERT_FALSE(chunk.empty()) << body;
+    body += chunk;
+    got = frames_of(body);
+  }
+  const auto meta = of_event(got, "metadata");
+  ASSERT_EQ(meta.size(), 2u) << body;
+  EXPECT_EQ(json::parse(meta[0].data).at("run_id"), json::value(runs[0]));
+  EXPECT_EQ(json::parse(meta[1].data).at("run_id"), json::value(runs[1]));
+  const auto upd = of_event(got, "updates");
+  EXPECT_EQ(json::serialize(json::parse(upd[0].data)), R"({"first":{"seen":["first a"]}})");
+  EXPECT_EQ(json::serialize(json::parse(upd[3].data)), R"({"first":{"seen":["first b"]}})");
+  EXPECT_EQ(call(s.port, "GET", "/threads/no-such-thread/stream").status, 404);
 }
 
 }  // namespace
