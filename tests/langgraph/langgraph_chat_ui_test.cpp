@@ -1,0 +1,223 @@
+// Agent Chat UI against `weir serve`: tests/langgraph/clients/chat_ui_flows.mjs makes the calls
+// Agent Chat UI (its pages over the SDK's React hook useStream) makes, in its order and with its
+// bodies, and computes what the page shows with the SDK's own helpers; this test checks what a
+// user would see: the messages, the interrupt and its answers, the branch after an edit, a
+// cancelled run and a rejoined one. samples/workflows/human_review.json (interrupt, resume) and
+// tests/langgraph/workflows/chat.json (messages, tool calls). Skipped, saying why, without node
+// or the SDK (tests/langgraph/clients/setup installs it).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "serve_fixture.hpp"
+
+namespace weir::serve {
+namespace {
+
+json::value run_flows(std::uint16_t review_port, std::uint16_t chat_port) {
+  const std::string dir = std::string(WEIR_SOURCE_DIR) + "/tests/langgraph/clients";
+  const std::string cmd = "node " + dir +
+                          "/chat_ui_flows.mjs http://127.0.0.1:" + std::to_string(review_port) +
+                          " http://127.0.0.1:" + std::to_string(chat_port) + " 2>&1";
+  std::FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return nullptr;
+  std::string out;
+  char buf[4096];
+  while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  EXPECT_EQ(::pclose(p), 0) << out;
+  boost::system::error_code ec;
+  json::value v = json::parse(out, ec);
+  EXPECT_FALSE(ec) << out;
+  return v;
+}
+
+std::vector<std::string> strings(const json::value& a) {
+  std::vector<std::string> out;
+  for (const auto& x : a.as_array()) out.emplace_back(x.as_string());
+  return out;
+}
+
+// The shown messages as "type:text" (an AI message's tool calls as "ai:->name").
+std::vector<std::string> shown(const json::value& view) {
+  std::vector<std::string> out;
+  for (const auto& m : view.at("messages").as_array()) {
+    std::string s = std::string(m.at("type").as_string()) + ":";
+    if (const auto* t = m.as_object().if_contains("text"); t && t->is_string()) s += t->as_string();
+    if (const auto* c = m.as_object().if_contains("tool_calls"); c && c->is_array())
+      for (const auto& t : c->as_array()) s += "->" + std::string(t.at("name").as_string());
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+// A call's JSON body, or null when it sent none.
+const json::value* body_of(const json::value& call) {
+  const auto* b = call.as_object().if_contains("body");
+  return b && b->is_object() ? b : nullptr;
+}
+
+// A call as the test compares it: method and path, the thread and run ids as {t} and {r}.
+std::string call_of(const json::value& c) {
+  std::string path(c.at("path").as_string());
+  for (const char* what : {"/threads/", "/runs/"}) {
+    const std::string w = what;
+    auto at = path.find(w);
+    if (at == std::string::npos) continue;
+    auto from = at + w.size(), to = path.find_first_of("/?", from);
+    const std::string id =
+        path.substr(from, to == std::string::npos ? std::string::npos : to - from);
+    if (id != "search" && id != "stream" && !id.empty())
+      path.replace(from, id.size(), w == "/threads/" ? "{t}" : "{r}");
+  }
+  return std::string(c.at("method").as_string()) + " " + path;
+}
+
+TEST(LangGraphChatUi, AgentChatUisCallsShowTheConversationTheInterruptAndTheBranch) {
+  const std::string dir = std::string(WEIR_SOURCE_DIR) + "/tests/langgraph/clients";
+  if (std::system("command -v node >/dev/null 2>&1") != 0 ||
+      !fs::exists(dir + "/node_modules/@langchain/langgraph-sdk"))
+    GTEST_SKIP() << "node or tests/langgraph/clients/node_modules is missing (run "
+                    "tests/langgraph/clients/setup, which needs npm and its registry)";
+  ServeConfig rc;
+  rc.workflows = fs::path(WEIR_SOURCE_DIR) / "samples/workflows";
+  auto review = start(rc);
+  ServeConfig cc;
+  cc.workflows = fs::path(WEIR_SOURCE_DIR) / "tests/langgraph/workflows";
+  auto chat = start(cc);
+  const json::value v = run_flows(review.port, chat.port);
+  ASSERT_TRUE(v.is_object());
+  const std::string all = json::serialize(v);
+  for (const auto& kv : v.as_object())
+    ASSERT_FALSE(kv.value().as_object().contains("thrown"))
+        << kv.key() << ": " << json::serialize(kv.value());
+
+  // A conversation: the page connects, lists no thread, sends, shows the answer as it streams.
+  const auto& c = v.at("chat");
+  EXPECT_EQ(c.at("info"), true);
+  EXPECT_EQ(c.at("before_has_none"), true);
+  EXPECT_EQ(c.at("listed"), true) << "the new thread is in the list (metadata graph_id)";
+  const auto first = strings(c.at("first").at("names"));
+  EXPECT_EQ(first.front(), "metadata");
+  EXPECT_EQ(std::count(first.begin(), first.end(), "messages"), 3) << all;
+  EXPECT_EQ(first.back(), "values");
+  const auto& tuples = c.at("first").at("tuples").as_array();
+  ASSERT_EQ(tuples.size(), 3u);
+  EXPECT_EQ(tuples[0].at("data").at(0).at("type"), "ai");
+  EXPECT_EQ(tuples[0].at("data").at(1).at("langgraph_node"), "call");
+  EXPECT_EQ(tuples[1].at("data").at(0).at("type"), "tool");
+  EXPECT_EQ(tuples[2].at("data").at(0).at("content"), "It is 42.");
+  EXPECT_EQ(tuples[2].at("data").at(1).at("langgraph_node"), "reply");
+  using V = std::vector<std::string>;
+  const V one = {"human:what is 6*7?", "ai:->calculator", "tool:42", "ai:It is 42."};
+  EXPECT_EQ(shown(c.at("after_first")), one);
+  EXPECT_EQ(c.at("after_first").at("messages").at(1).at("tool_calls").at(0).at("args"),
+            json::parse(R"({"expression":"6*7"})"));
+  V two = one;
+  for (const auto& s : {"human:and 7*6?", "ai:->calculator", "tool:42", "ai:It is 42."})
+    two.push_back(s);
+  EXPECT_EQ(shown(c.at("after_second")), two);
+
+  // The calls and bodies: the UI's order, its stream modes, resumable, the id it gave.
+  const auto& calls = c.at("calls").as_array();
+  ASSERT_GE(calls.size(), 7u);
+  V seq;
+  for (std::size_t i = 0; i < 7; ++i) seq.push_back(call_of(calls[i]));
+  EXPECT_EQ(
+      seq, (V{"GET /info", "POST /threads/search", "POST /threads", "POST /threads/{t}/runs/stream",
+              "GET /threads/{t}/runs/{r}", "POST /threads/{t}/history", "POST /threads/search"}))
+      << all;
+  ASSERT_TRUE(body_of(calls[1]) && body_of(calls[3])) << all;
+  EXPECT_EQ(calls[1].at("body").at("metadata"), json::parse(R"({"graph_id":"chat"})"));
+  const auto& body = calls[3].at("body");
+  EXPECT_EQ(body.at("stream_mode"), json::parse(R"(["values","messages-tuple","custom"])"));
+  EXPECT_EQ(body.at("stream_resumable"), true);
+  EXPECT_EQ(body.at("stream_subgraphs"), true);
+  EXPECT_EQ(body.at("on_disconnect"), "continue");
+  EXPECT_EQ(c.at("after_first").at("messages").at(0).at("id"),
+            body.at("input").at("messages").at(0).at("id"))
+      << "the human message keeps the id the UI gave it";
+
+  // Edit the second question: a branch from its parent checkpoint, and a switcher of 2.
+  ASSERT_TRUE(c.at("edit_parent_checkpoint").is_object()) << all;
+  V edited = one;
+  for (const auto& s : {"human:and 8*5?", "ai:->calculator", "tool:42", "ai:It is 42."})
+    edited.push_back(s);
+  EXPECT_EQ(shown(c.at("edited")), edited);
+  EXPECT_EQ(c.at("edited").at("branches").at(4), 2) << all;
+  EXPECT_EQ(shown(c.at("switched")), two) << "the other branch shows the original question";
+  for (const auto& call : calls) {
+    if (const auto* b = body_of(call); b && b->as_object().contains("checkpoint")) {
+      EXPECT_FALSE(b->at("checkpoint").as_object().contains("thread_id"));
+    }
+  }
+
+  // Edit the first question. LangGraph's first checkpoint (step -1, before the input) is the
+  // first message's parent, so the edit branches from an empty conversation; weir writes no
+  // such checkpoint, so the first message has no parent and the UI sends no `checkpoint`.
+  if (c.at("first_parent_checkpoint").is_null()) {
+    std::printf(
+        "[ known    ] DEFECT (weir): a thread's first checkpoint has no parent (no step -1 "
+        "input checkpoint), so Agent Chat UI's edit of the first message is appended to the "
+        "conversation instead of branching\n");
+    EXPECT_EQ(shown(c.at("edited_first")).size(), 12u);
+  } else {
+    EXPECT_EQ(shown(c.at("edited_first")),
+              (V{"human:what is 2*2?", "ai:->calculator", "tool:42", "ai:It is 42."}));
+    EXPECT_EQ(c.at("edited_first").at("branches").at(0), 2);
+  }
+  // Regenerate the last answer: from its parent checkpoint only the reply node runs again.
+  EXPECT_EQ(strings(c.at("regen_names")), (V{"metadata", "messages", "values"})) << all;
+  EXPECT_EQ(shown(c.at("regenerated")).back(), "ai:It is 42.");
+  EXPECT_EQ(shown(c.at("regenerated")).size(), shown(c.at("edited_first")).size());
+
+  // human_review: the interrupt as the page shows it, answered twice (a note, then approve).
+  const auto& r = v.at("review");
+  EXPECT_EQ(r.at("info"), true);
+  // On purpose: weir checks input against the workflow's input list; the UI's text box sends
+  // `messages`, which human_review does not take (LangGraph would drop the unknown key).
+  EXPECT_EQ(r.at("typed").at("status"), 422) << all;
+  const auto& ask = r.at("streamed").at("interrupt");
+  ASSERT_EQ(ask.as_array().size(), 1u) << all;
+  EXPECT_EQ(ask.at(0).at("question"), "approve, or write what to change");
+  EXPECT_NE(std::string(ask.at(0).at("draft").as_string()).find("KV caches"), std::string::npos);
+  EXPECT_EQ(r.at("paused").at("interrupt"), ask) << "after the history read, from the tasks";
+  EXPECT_EQ(r.at("thread_status"), "interrupted");
+  const auto& again = r.at("again").at("interrupt");
+  ASSERT_EQ(again.as_array().size(), 1u) << all;
+  EXPECT_NE(std::string(again.at(0).at("draft").as_string()).find("revision 1"), std::string::npos);
+  const auto& done = r.at("done");
+  EXPECT_TRUE(done.at("interrupt").as_array().empty());
+  EXPECT_EQ(done.at("values").at("published"), true);
+  EXPECT_EQ(done.at("values").at("verdict"), "approve");
+  EXPECT_EQ(done.at("values").at("notes"), json::parse(R"(["shorter, please"])"));
+  EXPECT_EQ(r.at("done_status"), "idle");
+  bool resumed = false;
+  for (const auto& call : r.at("calls").as_array()) {
+    const auto* b = body_of(call);
+    if (!b || !b->as_object().contains("command")) continue;
+    resumed = true;
+    EXPECT_EQ(b->at("input"), json::object{});
+    EXPECT_EQ(b->at("on_disconnect"), "cancel");
+  }
+  EXPECT_TRUE(resumed);
+
+  // Cancel: the UI's button drops the stream and the resumable run goes on; the hook's stop
+  // with reconnectOnMount cancels it; a rejoin from the start sees every values chunk.
+  const auto& x = v.at("cancel");
+  EXPECT_EQ(strings(x.at("cut_names")), (V{"metadata", "values"}));
+  EXPECT_EQ(x.at("kept_status"), "success");
+  const auto joined = strings(x.at("joined_names"));
+  EXPECT_GE(joined.size(), 5u) << all;
+  EXPECT_EQ(x.at("joined_last").at("n"), 4);
+  EXPECT_EQ(x.at("cancelled_status"), "interrupted");
+  EXPECT_EQ(x.at("thread_status"), "idle");
+  bool rejoined = false;
+  for (const auto& call : x.at("calls").as_array())
+    if (call.as_object().contains("last_event_id") && call.at("last_event_id") == "-1")
+      rejoined = call_of(call).starts_with("GET /threads/{t}/runs/{r}/stream");
+  EXPECT_TRUE(rejoined) << all;
+}
+
+}  // namespace
+}  // namespace weir::serve
