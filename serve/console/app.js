@@ -13,6 +13,7 @@ const LIST_EVERY = 3000;    // ms between refreshes of the threads list
 const THREAD_EVERY = 4000;  // ms between looks at an idle thread (another client may start a run)
 const FENCES_EVERY = 2000;  // ms between reads of /metrics
 const KEEP = 90;            // samples a fences chart keeps
+const HISTORY = 500;        // checkpoints a thread view reads (the newest)
 
 // --- small DOM helpers -------------------------------------------------------------------
 
@@ -332,6 +333,13 @@ async function threadView(id, life) {
   };
 
   const byId = () => new Map(s.history.map(c => [c.checkpoint.checkpoint_id, c]));
+  // ranAt, and for a thread's first checkpoint past step 0 (a run without input checkpoints
+  // none of its own), the nodes the graph starts with.
+  const ran = (c, m) => {
+    const r = ranAt(c, m);
+    if (r.length || c.parent_checkpoint || !(c.metadata?.step > 0) || !s.graph) return r;
+    return s.graph.edges.filter(e => e.source === '__start__').map(e => e.target);
+  };
 
   // The current branch: the newest checkpoint and its parents (a fork leaves the older branch
   // in the history, off it).
@@ -349,7 +357,7 @@ async function threadView(id, life) {
   const visits = () => {
     const m = byId();
     const counts = new Map();
-    for (const id of branch()) for (const n of ranAt(m.get(id), m)) counts.set(n, (counts.get(n) || 0) + 1);
+    for (const id of branch()) for (const n of ran(m.get(id), m)) counts.set(n, (counts.get(n) || 0) + 1);
     if (s.history.length) counts.set('__start__', 1);
     const latest = s.history[0];
     if (latest && !latest.next?.length && s.thread?.status === 'idle') counts.set('__end__', 1);
@@ -407,12 +415,12 @@ async function threadView(id, life) {
       const id = c.checkpoint.checkpoint_id;
       const prev = c.parent_checkpoint && m.get(c.parent_checkpoint.checkpoint_id);
       const ms = prev && c.created_at && prev.created_at ? Date.parse(c.created_at) - Date.parse(prev.created_at) : null;
-      const ran = ranAt(c, m);
+      const nodes = ran(c, m);
       const parent = prev ? prev.values : {};
       const changed = diff(parent, c.values).map(r => r.key);
       const interrupted = (c.interrupts || []).length > 0;
       const source = c.metadata?.source;
-      const label = ran.length ? ran.join(' + ')
+      const label = nodes.length ? nodes.join(' + ')
         : source === 'fork' ? `fork of #${prev?.metadata?.step ?? '?'}`
         : source === 'update' ? 'state update'
         : source === 'loop' || source === 'input' || !prev ? 'input' : source || 'update';
@@ -488,7 +496,7 @@ async function threadView(id, life) {
   // Everything about the thread, in three requests (and the graph once).
   const load = async () => {
     const { data: t } = await call('GET', `/threads/${enc}`);
-    const { data: hist } = await call('POST', `/threads/${enc}/history`, { limit: 200 });
+    const { data: hist } = await call('POST', `/threads/${enc}/history`, { limit: HISTORY });
     const { data: runs } = await call('GET', `/threads/${enc}/runs`);
     if (!life.alive) return;
     s.thread = t;
@@ -525,7 +533,15 @@ async function threadView(id, life) {
             checkpoint: ev.data.config.configurable,
             parent_checkpoint: ev.data.parent_config ? ev.data.parent_config.configurable : null,
           };
-          if (!byId().has(c.checkpoint.checkpoint_id)) s.history.unshift(c);
+          const known = byId();
+          if (!known.has(c.checkpoint.checkpoint_id)) s.history.unshift(c);
+          if (c.parent_checkpoint && !known.has(c.parent_checkpoint.checkpoint_id)) {
+            // Steps the view missed (the run moved on between the view's read and the stream):
+            // the history once more, with them.
+            const { data } = await call('POST', `/threads/${enc}/history`, { limit: HISTORY });
+            if (!life.alive) return;
+            s.history = data;
+          }
           s.selected = c.checkpoint.checkpoint_id;
           renderGraph(); renderTimeline(); renderStep(); renderChat();
         } else if (ev.event === 'error') {
