@@ -54,6 +54,7 @@ test: build
 	@tests/mcp/setup
 	@tests/serve/clients/setup
 	@tests/langgraph/clients/setup
+	@tests/console/browser/setup
 	ctest --test-dir $(BUILD) --output-on-failure -j$(CTEST_JOBS)
 
 install: build
@@ -86,6 +87,7 @@ test-asan: setup $(ASAN_BUILD)/CMakeCache.txt
 	@tests/mcp/setup
 	@tests/serve/clients/setup
 	@tests/langgraph/clients/setup
+	@tests/console/browser/setup
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  ctest --test-dir $(ASAN_BUILD) --output-on-failure -j$(CTEST_JOBS)
 

@@ -62,12 +62,13 @@ int cmd_serve(Args args) {
            "--max-threads",
            "--otlp-endpoint",
            "--trace"},
-          {"--insecure", "--ignore-eos", "--trace-content"});
+          {"--insecure", "--ignore-eos", "--trace-content", "--console"});
   if (!f.parse(rest)) return kExitInvalidInput;
   if (!f.positional().empty())
     return f.fail("unexpected argument '" + f.positional()[0] + "'"), kExitInvalidInput;
   c.insecure = f.has("--insecure");
   c.ignore_eos = f.has("--ignore-eos");
+  c.console = f.has("--console");
   // Seconds, given as numbers (0.5 is half a second).
   auto seconds = [&](const char* flag, double lo, std::chrono::milliseconds& dst) {
     double s = static_cast<double>(dst.count()) / 1000.0;

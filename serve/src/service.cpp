@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 
+#include "console.hpp"
 #include "langgraph_book.hpp"
 #include "request_trace.hpp"
 #include "service_impl.hpp"
@@ -64,6 +65,7 @@ std::string describe(const ServeConfig& c) {
                                                 : "queue in " + graph::redact_store(c.runs_db)) +
                              ", --max-runs " + std::to_string(c.max_runs) + ", --max-queued-runs " +
                              std::to_string(c.max_queued_runs));
+  line("/console", c.console ? "on (the web console, docs/console.md)" : "off (--console)");
   return s;
 }
 
@@ -223,10 +225,14 @@ std::optional<std::string> unsupported_body(const http::Request& rq) {
 
 // The API key, checked on the request's head before its body is read (http::ServerConfig::
 // before_body): a caller without the key cannot make the server read a body. Probes carry no
-// secrets: GET /health answers without the key (it says ok, loading or shutting_down).
-std::optional<http::Response> api_key_refusal(const std::optional<std::string>& key,
-                                              const http::Request& rq) {
+// secrets: GET /health answers without the key (it says ok, loading or shutting_down). Nor do
+// the console's files (the same page in every weir binary; the data it shows comes from the
+// API, which needs the key): a browser cannot send a header when it opens a page, so the page
+// loads, asks for the key and sends it as X-Api-Key on its API calls.
+std::optional<http::Response> api_key_refusal(const ServeConfig& cfg, const http::Request& rq) {
+  const auto& key = cfg.api_key;
   if (!key || (rq.path == "/health" && rq.method == "GET")) return std::nullopt;
+  if (cfg.console && rq.method == "GET" && is_console_file(rq.path)) return std::nullopt;
   // The LangGraph SDKs send the key as X-Api-Key: the same key, another header.
   const auto x = rq.header("x-api-key");
   if (x && constant_time_equal(*x, *key)) return std::nullopt;
@@ -318,6 +324,8 @@ awaitable<void> Service::Impl::route(http::Exchange& ex, http::Response& out, bo
     if (method_is("GET")) out = health();
   } else if (p == "/metrics") {
     if (method_is("GET")) out = metrics_text();
+  } else if (is_console_path(p)) {
+    out = console_answer(rq.method, p, cfg.console);
   } else if (p == "/mcp" && cfg.mcp && !draining) {
     co_await mcp(ex, out, request_span);
   } else if (runs && !draining && is_runs_path(p)) {
@@ -351,7 +359,8 @@ awaitable<void> Service::Impl::route(http::Exchange& ex, http::Response& out, bo
              "GET /v1/models, GET /health, GET /metrics, POST /tokenize, "
              "POST /detokenize" +
              std::string(cfg.mcp ? ", POST /mcp" : "") +
-             std::string(runs ? ", the runs API under /v1/runs and /v1/threads" : "") + ")",
+             std::string(runs ? ", the runs API under /v1/runs and /v1/threads" : "") +
+             std::string(cfg.console ? ", GET /console" : "") + ")",
          "", "not_found"});
   }
 }
@@ -591,6 +600,13 @@ Result<std::unique_ptr<Service>> Service::start(ServeConfig config) {
     s->metrics.gauge_callback("weir_memory_used_bytes", "bytes reserved in the memory budget",
                               {{"category", budget_category_name(cat)}},
                               [s, cat] { return static_cast<double>(s->budget.used(cat)); });
+    // The limits beside the use (the console draws one against the other); a category without
+    // a limit of its own has no series.
+    if (s->budget.limit(cat) != kUnlimited)
+      s->metrics.gauge_callback("weir_memory_limit_bytes",
+                                "the memory budget's limit for a category",
+                                {{"category", budget_category_name(cat)}},
+                                [s, cat] { return static_cast<double>(s->budget.limit(cat)); });
   }
   http::ServerConfig hc;
   hc.address = s->cfg.host;
@@ -605,7 +621,7 @@ Result<std::unique_ptr<Service>> Service::start(ServeConfig config) {
   hc.browser.allowed_origins = *http::BrowserPolicy::normalize_origins(s->cfg.allowed_origins);
   hc.browser.allowed_hosts = *http::BrowserPolicy::normalize_hosts(s->cfg.allowed_hosts);
   hc.on_response = [s](int status) { s->count_response(status); };
-  hc.before_body = [s](const http::Request& head) { return api_key_refusal(s->cfg.api_key, head); };
+  hc.before_body = [s](const http::Request& head) { return api_key_refusal(s->cfg, head); };
   auto server = http::Server::create(
       s->io, hc, [s](http::Exchange& ex) { return s->handle(ex); },
       [](int status, std::string_view msg) {

@@ -5,7 +5,7 @@
 // ServeConfig::workflows, the runs API (/v1/workflows, /v1/runs, /v1/threads: runs_api.hpp); with
 // ServeConfig::mcp, MCP's Streamable HTTP transport at /mcp (POST a JSON-RPC message; the answer
 // is application/json; DELETE ends a session; GET is 405: weir sends no server-initiated
-// messages).
+// messages); with ServeConfig::console, the web console's page at /console.
 // Each model file gets one engine (inference::EngineRegistry); a request's `model` picks it by
 // name. Fences: a bounded admission queue per model (429 with Retry-After beyond it, at once),
 // connection and body caps, context checks, per-request deadlines, cancellation when the client
@@ -87,6 +87,10 @@ struct ServeConfig {
   std::size_t max_queued_runs = 256;  // runs waiting; beyond it POST /v1/runs answers 429
   std::size_t keep_runs = 1000;       // in-process: finished runs remembered (newest)
   std::size_t max_threads = 100'000;  // LangGraph API: threads whose metadata is kept
+  // The web console at /console (docs/console.md): a page embedded in the binary that shows runs,
+  // their graphs and the fences through the LangGraph API and /metrics. Off: /console is a 404
+  // saying how to turn it on.
+  bool console = false;
   // Tracing (docs/tracing.md): a server span per request, continuing the caller's trace from
   // its W3C traceparent header. Null: off.
   std::shared_ptr<trace::Tracer> tracer;

@@ -1,0 +1,215 @@
+// The web console: `weir serve --console` serves the page embedded in the binary (types, the
+// headers that keep it to itself, the key and browser rules), and a real browser uses it as a
+// person would (tests/console/browser/console_flows.mjs: headless Chromium driven by
+// puppeteer-core). The browser test skips, saying why, without node, chromium or the package
+// (tests/console/browser/setup installs it).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "serve_child.hpp"
+#include "serve_fixture.hpp"
+
+namespace weir::serve {
+namespace {
+
+ServeConfig console_config() {
+  ServeConfig c;
+  c.workflows = fs::path(WEIR_SOURCE_DIR) / "samples/workflows";
+  c.console = true;
+  return c;
+}
+
+TEST(Console, OffIsA404ThatSaysHowToTurnItOn) {
+  ServeConfig c = console_config();
+  c.console = false;
+  auto s = start(c);
+  for (const char* path : {"/console", "/console/", "/console/app.js"}) {
+    auto r = call(s.port, "GET", path);
+    EXPECT_EQ(r.status, 404) << path;
+    EXPECT_EQ(error_message(r),
+              "the console is off: start weir serve with --console (and --workflows DIR for its "
+              "runs), then open /console")
+        << path;
+  }
+  // A path that only starts like it is another route.
+  EXPECT_EQ(call(s.port, "GET", "/consoles").status, 404);
+}
+
+TEST(Console, ServesTheEmbeddedPageWithItsTypesAndHeaders) {
+  auto s = start(console_config());
+  for (const char* path : {"/console", "/console/", "/console/index.html"}) {
+    auto r = call(s.port, "GET", path);
+    ASSERT_EQ(r.status, 200) << path;
+    EXPECT_EQ(r.header("content-type"), "text/html; charset=utf-8") << path;
+    EXPECT_NE(r.body.find("<title>weir console</title>"), std::string::npos) << path;
+    EXPECT_NE(r.body.find("src=\"/console/app.js\""), std::string::npos) << path;
+    EXPECT_NE(r.header("content-security-policy").find("default-src 'self'"), std::string::npos);
+    EXPECT_NE(r.header("content-security-policy").find("frame-ancestors 'none'"),
+              std::string::npos);
+    EXPECT_EQ(r.header("x-content-type-options"), "nosniff");
+    EXPECT_EQ(r.header("x-frame-options"), "DENY");
+  }
+  for (const char* js :
+       {"/console/app.js", "/console/api.js", "/console/graph.js", "/console/charts.js"}) {
+    auto r = call(s.port, "GET", js);
+    EXPECT_EQ(r.status, 200) << js;
+    EXPECT_EQ(r.header("content-type"), "text/javascript; charset=utf-8") << js;
+    EXPECT_FALSE(r.body.empty()) << js;
+  }
+  auto css = call(s.port, "GET", "/console/console.css");
+  EXPECT_EQ(css.status, 200);
+  EXPECT_EQ(css.header("content-type"), "text/css; charset=utf-8");
+
+  auto missing = call(s.port, "GET", "/console/nope.js");
+  EXPECT_EQ(missing.status, 404);
+  EXPECT_EQ(error_message(missing),
+            "no console file /console/nope.js (files: api.js, app.js, charts.js, console.css, "
+            "graph.js, index.html)");
+  auto post = call(s.port, "POST", "/console", "{}");
+  EXPECT_EQ(post.status, 405);
+  EXPECT_EQ(error_message(post), "POST is not allowed on /console; use GET");
+}
+
+TEST(Console, KeepsTheBrowserRulesOfEveryRoute) {
+  auto s = start(console_config());
+  // A page of another site (or a DNS-rebound name) cannot read it: the Host and Origin rules.
+  EXPECT_EQ(call(s.port, "GET", "/console", "", "Host: evil.example:8080\r\n").status, 403);
+  EXPECT_EQ(call(s.port, "GET", "/console", "", "Origin: http://evil.example\r\n").status, 403);
+  EXPECT_EQ(call(s.port, "GET", "/console", "", "Host: localhost:1234\r\n").status, 200);
+}
+
+TEST(Console, WithAKeyThePageLoadsAndItsDataStillNeedsTheKey) {
+  ServeConfig c = console_config();
+  c.api_key = "sekrit";
+  auto s = start(c);
+  // A browser cannot send a header when it opens a page: the files (no data, no secret) load,
+  // the page asks for the key and sends it on each API call.
+  EXPECT_EQ(call(s.port, "GET", "/console").status, 200);
+  EXPECT_EQ(call(s.port, "GET", "/console/app.js").status, 200);
+  EXPECT_EQ(call(s.port, "GET", "/console/nope.js").status, 401);  // not a file of the page
+  EXPECT_EQ(call(s.port, "POST", "/threads/search", "{}").status, 401);
+  EXPECT_EQ(call(s.port, "GET", "/metrics").status, 401);
+  EXPECT_EQ(call(s.port, "POST", "/threads/search", "{}", "X-Api-Key: sekrit\r\n").status, 200);
+  // Without --console, the key guards /console like any route.
+  c.console = false;
+  auto off = start(c);
+  EXPECT_EQ(call(off.port, "GET", "/console").status, 401);
+}
+
+TEST(Console, MetricsCarryTheBudgetLimitsItDraws) {
+  auto s = start(console_config());
+  // The request bodies' memory (--request-memory-mb, 512 MiB by default) is the one category
+  // with a limit of its own here.
+  EXPECT_EQ(metric(s.port, "weir_memory_limit_bytes{category=\"run_state\"}"), 536870912.0);
+  EXPECT_TRUE(std::isnan(metric(s.port, "weir_memory_limit_bytes{category=\"kv_cache\"}")));
+  EXPECT_EQ(metric(s.port, "weir_memory_used_bytes{category=\"kv_cache\"}"), 0.0);
+}
+
+// --- in a real browser ----------------------------------------------------------------------
+
+std::string browser_dir() {
+  return std::string(WEIR_SOURCE_DIR) + "/tests/console/browser";
+}
+
+std::string chromium() {
+  if (const char* c = std::getenv("WEIR_CHROMIUM")) return c;
+  return "/usr/bin/chromium";
+}
+
+TEST(ConsoleBrowser, HumanReviewStartedAnsweredAndForkedInThePage) {
+  if (std::system("command -v node >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "node is missing (apt-get install nodejs)";
+  if (!fs::exists(chromium()))
+    GTEST_SKIP() << chromium() << " is missing (apt-get install chromium; scripts/setup does)";
+  if (!fs::exists(browser_dir() + "/node_modules/puppeteer-core"))
+    GTEST_SKIP() << "tests/console/browser/node_modules is missing (run "
+                    "tests/console/browser/setup, which needs npm and its registry)";
+  // The binary, as a user starts it, on a free loopback port.
+  auto child = testing_serve::spawn({"serve", "--console", "--port", "0", "--workflows",
+                                     std::string(WEIR_SOURCE_DIR) + "/samples/workflows"});
+  auto m = child->wait_for(std::regex("listening on http://127\\.0\\.0\\.1:([0-9]+)"));
+  ASSERT_FALSE(m.empty()) << child->err;
+  const std::string port = m[1];
+  EXPECT_NE(child->err.find("/console = on"), std::string::npos) << child->err;
+  const std::string shots = WEIR_CONSOLE_SHOTS;
+  fs::remove_all(shots);
+  const std::string cmd = "node " + browser_dir() + "/console_flows.mjs http://127.0.0.1:" + port +
+                          " " + shots + " " + chromium() + " 2>&1";
+  std::FILE* p = ::popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[4096];
+  while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  ASSERT_EQ(::pclose(p), 0) << out;
+  boost::system::error_code ec;
+  const json::value v = json::parse(out, ec);
+  ASSERT_FALSE(ec) << out;
+  const std::string all = json::serialize(v);
+
+  // Nothing went wrong in the page: no console error, no failed request, no step that timed out.
+  EXPECT_TRUE(v.at("problems").as_array().empty()) << all;
+  EXPECT_FALSE(v.as_object().contains("failed")) << all;
+
+  EXPECT_EQ(v.at("title"), "weir console");
+  EXPECT_EQ(json::serialize(v.at("assistants")),
+            R"(["big_payload","human_review","loop_guard","map_reduce"])");
+  EXPECT_EQ(v.at("empty_count"), "0 threads");
+
+  // Started from the form: the graph is drawn, the run waits at review with its payload.
+  EXPECT_EQ(json::serialize(v.at("graph_nodes")),
+            R"(["__start__","write","review","decide","note","publish","__end__"])");
+  EXPECT_EQ(json::serialize(v.at("waiting_nodes")), R"(["review"])");
+  EXPECT_EQ(v.at("live"), "waiting for input at review");
+  EXPECT_EQ(v.at("interrupt_title"), "Waiting for you at review");
+  EXPECT_EQ(json::serialize(v.at("interrupt_payload")),
+            R"({"question":"approve, or write what to change",)"
+            R"("draft":"A short note on bounded queues (revision 0)."})");
+  EXPECT_EQ(v.at("status_interrupted"), "interrupted");
+
+  // The form refuses what is not JSON, before sending anything.
+  EXPECT_EQ(v.at("bad_json_disabled"), true);
+  EXPECT_NE(std::string(v.at("bad_json_error").as_string()).find("not JSON"), std::string::npos)
+      << all;
+  EXPECT_EQ(v.at("good_json_disabled"), false);
+
+  // Answered: the run went on to publish and the thread is idle.
+  EXPECT_EQ(v.at("status_finished"), "idle");
+  EXPECT_EQ(json::serialize(v.at("steps")),
+            R"(["input","write","review","review","decide","publish"])");
+  EXPECT_EQ(json::serialize(v.at("visited")),
+            R"(["__start__","write","review","decide","publish","__end__"])");
+  EXPECT_EQ(json::serialize(v.at("runs_after_resume")), R"(["success","success"])");
+  EXPECT_EQ(json::serialize(v.at("last_diff")), R"(["+ published added"])");
+  EXPECT_EQ(json::serialize(v.at("step1_diff")), R"(["+ draft added","+ revision added"])");
+
+  // Forked from step 1: a third run, which stops at the review again.
+  EXPECT_EQ(v.at("runs_after_fork"), 3);
+  EXPECT_EQ(v.at("status_forked"), "interrupted");
+  EXPECT_EQ(v.at("forked_payload"), v.at("interrupt_payload"));
+
+  // The list, filtered by status.
+  EXPECT_EQ(json::serialize(v.at("interrupted_rows")), R"(["interrupted"])");
+  EXPECT_EQ(v.at("list_count"), "1 thread");
+  EXPECT_EQ(v.at("idle_count"), "0 threads");
+
+  // The fences: the budget against its limit, the runs, and no model (no KV cache).
+  EXPECT_NE(std::string(v.at("memory_label").as_string()).find("run_state: 0 B of 512.0 MiB"),
+            std::string::npos)
+      << all;
+  EXPECT_NE(std::string(v.at("runs_label").as_string()).find("interrupted: now 1"),
+            std::string::npos)
+      << all;
+  EXPECT_NE(std::string(v.at("kv_text").as_string()).find("No model is loaded"), std::string::npos);
+
+  // A screenshot of each view, for people to look at (docs/console.md shows them).
+  for (const char* view : {"threads", "run-interrupted", "run-finished", "fork", "fences"}) {
+    const fs::path png = fs::path(shots) / (std::string(view) + ".png");
+    ASSERT_TRUE(fs::exists(png)) << png;
+    EXPECT_GT(fs::file_size(png), 10'000u) << png;
+  }
+}
+
+}  // namespace
+}  // namespace weir::serve
