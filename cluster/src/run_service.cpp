@@ -323,9 +323,9 @@ Result<graph::Checkpoint> RunService::branch_thread(const std::string& thread,
         const graph::Checkpoint& b = **base;
         graph::Checkpoint c;
         c.thread_id = thread;
-        c.checkpoint_id = graph::new_checkpoint_id(b.step);
+        c.step = b.step + (writes.empty() ? 0 : 1);
+        c.checkpoint_id = graph::new_checkpoint_id(c.step);
         c.parent_id = b.checkpoint_id;
-        c.step = b.step;
         c.writes = std::move(writes);
         c.pending = settle ? json::object{{"status", "done"}, {"next", json::array{}}} : b.pending;
         c.metadata = branch_metadata(b.metadata);
@@ -337,6 +337,24 @@ Result<graph::Checkpoint> RunService::branch_thread(const std::string& thread,
         if (!stored) return std::move(stored).error();
         return stored->value_or(std::move(c));
       });
+}
+
+Result<graph::Checkpoint> RunService::root_thread(const std::string& thread,
+                                                  json::object metadata) {
+  graph::Checkpointer& cp = writable_checkpointer();
+  return with_thread(cp, thread, hold_thread(thread),
+                     [&](const std::string& token) -> Result<graph::Checkpoint> {
+                       graph::Checkpoint c;
+                       c.thread_id = thread;
+                       c.step = -1;
+                       c.checkpoint_id = graph::new_checkpoint_id(c.step);
+                       c.pending = json::object{{"status", "done"}, {"next", json::array{}}};
+                       c.metadata = std::move(metadata);
+                       c.claim_token = token;
+                       if (auto s = cp.put(c); !s) return std::move(s).error();
+                       c.claim_token.clear();
+                       return c;
+                     });
 }
 
 Status RunService::copy_thread(const std::string& from, const std::string& to) {

@@ -34,6 +34,14 @@ function json(v, limit = 4000) {
   return s.length > limit ? `${s.slice(0, limit)}\n… (${s.length - limit} more characters)` : s;
 }
 
+// What a listed thread waits on: the question of its interrupt when it gives one, else "input".
+function waitingOn(t) {
+  if (t.status !== 'interrupted') return '';
+  const first = Object.values(t.interrupts || {}).flat()[0]?.value;
+  const q = first && typeof first === 'object' ? first.question : first;
+  return typeof q === 'string' ? q.slice(0, 60) : 'input';
+}
+
 function ago(iso) {
   if (!iso) return '';
   const s = Math.max(0, (Date.now() - Date.parse(iso)) / 1000);
@@ -235,7 +243,7 @@ async function threadsView(params, life) {
       h('td', { text: t.metadata?.graph_id || '' }),
       h('td', {}, badge(t.status)),
       h('td', { text: ago(t.updated_at), title: t.updated_at }),
-      h('td', { text: Object.keys(t.interrupts || {}).join(', ') }))));
+      h('td', { text: waitingOn(t) }))));
     if (!data.length) body.append(h('tr', {}, h('td', { colspan: 5, class: 'muted', text: 'No threads yet: start a run above.' })));
   });
 }
@@ -364,7 +372,10 @@ async function threadView(id, life) {
     return counts;
   };
 
-  const waiting = () => new Set(s.thread?.status === 'interrupted' ? Object.keys(s.thread.interrupts || {}) : []);
+  // Thread.interrupts is keyed by task id, as LangGraph keys it; the latest state's tasks name
+  // the node of each.
+  const nodeOf = (task) => (s.history[0]?.tasks || []).find(x => x.id === task)?.name || task;
+  const waiting = () => new Set(s.thread?.status === 'interrupted' ? Object.keys(s.thread.interrupts || {}).map(nodeOf) : []);
 
   const renderGraph = () => {
     if (!s.graph) return;
@@ -459,7 +470,8 @@ async function threadView(id, life) {
     const t = s.thread;
     const ints = Object.entries(t.status === 'interrupted' ? t.interrupts || {} : {});
     if (!ints.length || s.following) { ui.steer.hidden = true; ui.steer.replaceChildren(); return; }
-    const [node, list] = ints[0];
+    const [task, list] = ints[0];
+    const node = nodeOf(task);
     const value = list[0]?.value;
     const area = h('textarea', { id: 'resume-value', rows: 3, spellcheck: 'false', 'aria-describedby': 'resume-error', placeholder: '"approve"' });
     const err = h('p', { id: 'resume-error', class: 'error', 'aria-live': 'polite' });
@@ -500,7 +512,7 @@ async function threadView(id, life) {
     const { data: runs } = await call('GET', `/threads/${enc}/runs`);
     if (!life.alive) return;
     s.thread = t;
-    s.history = hist;
+    s.history = hist.filter(c => c.checkpoint.checkpoint_id !== 'root');  // the state before the first
     s.runs = runs;
     s.lastSeen = `${t.status} ${t.updated_at}`;
     const gid = t.metadata?.graph_id || '';
@@ -540,7 +552,7 @@ async function threadView(id, life) {
             // the history once more, with them.
             const { data } = await call('POST', `/threads/${enc}/history`, { limit: HISTORY });
             if (!life.alive) return;
-            s.history = data;
+            s.history = data.filter(c => c.checkpoint.checkpoint_id !== 'root');
           }
           s.selected = c.checkpoint.checkpoint_id;
           renderGraph(); renderTimeline(); renderStep(); renderChat();

@@ -174,7 +174,11 @@ awaitable<std::optional<RunRecord>> start_run(const LangGraphApi& api, const htt
     if (!stateless && (a.run.multitask == "interrupt" || a.run.multitask == "rollback"))
       if (auto m = make_way(*runs, thread, a.run.multitask == "rollback"); !m)
         return std::move(m).error();
-    if (!a.run.checkpoint_id.empty()) {  // a fork: the thread goes on from that checkpoint
+    if (a.run.checkpoint_id == kRootCheckpoint) {  // from before the first checkpoint: afresh
+      json::object why{{"source", "fork"}};
+      auto root = runs->root_thread(thread, std::move(why));
+      if (!root) return std::move(root).error();
+    } else if (!a.run.checkpoint_id.empty()) {  // a fork: the thread goes on from that checkpoint
       auto latest = runs->checkpointer().latest(thread);
       if (!latest) return std::move(latest).error();
       if (!*latest || (**latest).checkpoint_id != a.run.checkpoint_id) {
@@ -456,8 +460,9 @@ awaitable<void> rejoin(const LangGraphApi& api, http::Exchange& ex, const RunRec
       co_return;
     }
   }
+  const bool from_start = st.seen.checkpoint.empty();  // "", "-1", "null": with its metadata
   co_await stream_run(api, ex, std::move(st), rec, false, cancel == "1" || cancel == "true",
-                      last.empty(), streamed);
+                      from_start, streamed);
 }
 
 // POST .../runs (kind ""), .../runs/wait, .../runs/stream: on `thread`, or stateless (nullopt).

@@ -171,16 +171,34 @@ Result<json::object> thread_state(const graph::Checkpointer& cp, const graph::Ch
   json::object metadata = c.metadata;
   metadata["step"] = c.step;
   if (!metadata.contains("source")) metadata["source"] = c.step < 0 ? "input" : "loop";
-  return json::object{{"values", values_to_langchain(*values)},
-                      {"next", std::move(next)},
-                      {"tasks", std::move(tasks)},
-                      {"metadata", std::move(metadata)},
-                      {"created_at", iso_time(c.created_at_ms)},
-                      {"checkpoint", checkpoint_ref(c.thread_id, c.checkpoint_id)},
-                      {"parent_checkpoint",
-                       c.parent_id.empty() ? json::value(nullptr)
-                                           : json::value(checkpoint_ref(c.thread_id, c.parent_id))},
-                      {"interrupts", interrupts}};
+  return json::object{
+      {"values", values_to_langchain(*values)},
+      {"next", std::move(next)},
+      {"tasks", std::move(tasks)},
+      {"metadata", std::move(metadata)},
+      {"created_at", iso_time(c.created_at_ms)},
+      {"checkpoint", checkpoint_ref(c.thread_id, c.checkpoint_id)},
+      {"parent_checkpoint",
+       checkpoint_ref(c.thread_id,
+                      c.parent_id.empty() ? std::string(kRootCheckpoint) : c.parent_id)},
+      {"interrupts", interrupts}};
+}
+
+json::object root_state(const std::string& thread, std::int64_t created_ms) {
+  return json::object{{"values", json::object{}},
+                      {"next", json::array{"__start__"}},
+                      {"tasks", json::array{json::object{
+                                    {"id", sha256_hex(thread + "/root/__start__").substr(0, 32)},
+                                    {"name", "__start__"},
+                                    {"error", nullptr},
+                                    {"interrupts", json::array{}},
+                                    {"checkpoint", nullptr},
+                                    {"state", nullptr}}}},
+                      {"metadata", json::object{{"source", "input"}, {"step", -1}}},
+                      {"created_at", iso_time(created_ms)},
+                      {"checkpoint", checkpoint_ref(thread, std::string(kRootCheckpoint))},
+                      {"parent_checkpoint", nullptr},
+                      {"interrupts", json::array{}}};
 }
 
 const char* run_status(RunState s) {

@@ -47,6 +47,12 @@ std::string pending_status(const graph::Checkpoint& c);
 // {"thread_id", "checkpoint_ns": "", "checkpoint_id", "checkpoint_map": null}: a checkpoint's
 // config as LangGraph names it.
 boost::json::object checkpoint_ref(const std::string& thread, const std::string& id);
+// The state before a thread's first checkpoint, as LangGraph's step -1 input checkpoint shows
+// it (empty values, next __start__): weir writes none, so history shows this one, with the id
+// kRootCheckpoint, as the parent of each root; a run or state update from it starts the thread
+// afresh (RunService::root_thread). Agent Chat UI edits a first message by branching from it.
+inline constexpr std::string_view kRootCheckpoint = "root";
+boost::json::object root_state(const std::string& thread, std::int64_t created_ms);
 // A checkpoint as LangGraph's ThreadState (values with messages in LangChain's shape).
 Result<boost::json::object> thread_state(const graph::Checkpointer& cp, const graph::Checkpoint& c);
 

@@ -66,6 +66,21 @@ json::object config_of(const std::string& thread, const std::string& checkpoint)
   return json::object{{"configurable", checkpoint_ref(thread, checkpoint)}};
 }
 
+// A checkpoint as the `checkpoints` mode shows it (Python's server's shape).
+Result<json::object> checkpoint_payload(const graph::Checkpointer& cp, const graph::Checkpoint& c) {
+  auto state = thread_state(cp, c);
+  if (!state) return std::move(state).error();
+  const json::value parent = state->at("parent_checkpoint");
+  return json::object{
+      {"config", config_of(c.thread_id, c.checkpoint_id)},
+      {"parent_config", parent.is_null() ? json::value(nullptr)
+                                         : json::value(json::object{{"configurable", parent}})},
+      {"values", state->at("values")},
+      {"metadata", state->at("metadata")},
+      {"next", state->at("next")},
+      {"tasks", state->at("tasks")}};
+}
+
 }  // namespace
 
 Result<std::string> langgraph_stream_events(const graph::Checkpointer& cp, const RunRecord& r,
@@ -88,6 +103,30 @@ Result<std::string> langgraph_stream_events(const graph::Checkpointer& cp, const
     auto after = cp.state_at(c.thread_id, c.checkpoint_id);
     if (!after) return std::move(after).error();
     Frames f(st, c.checkpoint_id, out);
+    if (!st.opened) {  // a resume's stream opens with the state it resumes from, as LangGraph's
+      st.opened = true;
+      if (!r.resume.empty() && st.state && wants(st, "values"))
+        f.add("values", values_to_langchain(*st.state));
+    }
+    if (pending_status(c) == "interrupted") {
+      // The step stopped at an interrupt: it changed nothing; its chunk says so.
+      if (wants(st, "checkpoints") || wants(st, "debug")) {
+        auto payload = checkpoint_payload(cp, c);
+        if (!payload) return std::move(payload).error();
+        if (wants(st, "checkpoints")) f.add("checkpoints", *payload);
+        if (wants(st, "debug"))
+          f.add("debug", json::object{{"type", "checkpoint"},
+                                      {"timestamp", iso_time(c.created_at_ms)},
+                                      {"step", c.step},
+                                      {"payload", *payload}});
+      }
+      const json::object chunk{{"__interrupt__", interrupts_of(c)}};
+      if (wants(st, "updates")) f.add("updates", chunk);
+      if (wants(st, "values")) f.add("values", chunk);
+      st.state = std::move(*after);
+      st.ran = next_of(c);
+      continue;
+    }
     // What the step changed, per channel (a list: what it added).
     json::object raw;
     for (const auto& kv : c.writes) {
@@ -147,22 +186,14 @@ Result<std::string> langgraph_stream_events(const graph::Checkpointer& cp, const
     if (wants(st, "values")) f.add("values", values_to_langchain(*after));
     const auto next = next_of(c);
     if (wants(st, "checkpoints") || wants(st, "debug")) {
-      auto state = thread_state(cp, c);
-      if (!state) return std::move(state).error();
-      json::object payload{
-          {"config", config_of(c.thread_id, c.checkpoint_id)},
-          {"parent_config", c.parent_id.empty() ? json::value(nullptr)
-                                                : json::value(config_of(c.thread_id, c.parent_id))},
-          {"values", state->at("values")},
-          {"metadata", state->at("metadata")},
-          {"next", state->at("next")},
-          {"tasks", state->at("tasks")}};
-      if (wants(st, "checkpoints")) f.add("checkpoints", payload);
+      auto payload = checkpoint_payload(cp, c);
+      if (!payload) return std::move(payload).error();
+      if (wants(st, "checkpoints")) f.add("checkpoints", *payload);
       if (wants(st, "debug"))
         f.add("debug", json::object{{"type", "checkpoint"},
                                     {"timestamp", timestamp},
                                     {"step", c.step},
-                                    {"payload", payload}});
+                                    {"payload", *payload}});
     }
     if (tasks && pending_status(c) == "running") {
       for (const auto& n : next) {
@@ -177,11 +208,6 @@ Result<std::string> langgraph_stream_events(const graph::Checkpointer& cp, const
                                       {"step", c.step + 1},
                                       {"payload", payload}});
       }
-    }
-    if (pending_status(c) == "interrupted") {
-      const json::object chunk{{"__interrupt__", interrupts_of(c)}};
-      if (wants(st, "values")) f.add("values", chunk);
-      if (wants(st, "updates")) f.add("updates", chunk);
     }
     st.state = std::move(*after);
     st.ran = next;

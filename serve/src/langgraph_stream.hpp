@@ -8,8 +8,9 @@
 // "messages/metadata" + "messages/complete"), checkpoints (each checkpoint as LangGraph's
 // checkpoint event), tasks (a task's result when its step was committed, then the next step's
 // tasks), debug (the three as {"type", "timestamp", "step", "payload"}), custom (what nodes emit:
-// workflow-file nodes emit none). An interrupt ends with {"__interrupt__": [...]} in values and
-// updates; a failed run with an `error` event.
+// workflow-file nodes emit none). A resume opens with the state it resumes from (values). A step
+// that stops at an interrupt is {"__interrupt__": [...]} in updates and values; a failed run
+// ends with an `error` event.
 //
 // Resumable. Every event's id is "<checkpoint_id>:<k>", the k-th event of that step in this
 // stream's modes, so the same run streamed again gives the same ids: a stream that starts after
@@ -44,6 +45,7 @@ struct LangGraphStream {
   // Carried from one look to the next.
   std::vector<std::string> ran;              // the nodes the next step runs
   std::optional<boost::json::object> state;  // the state before the next step
+  bool opened = false;                       // the first step was streamed
 };
 
 // The events of run `r`'s steps `steps` (its checkpoints, oldest first, after those of earlier

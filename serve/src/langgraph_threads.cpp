@@ -53,10 +53,12 @@ Result<json::object> thread_json(cluster::RunService& runs, const LangGraphThrea
     const std::string s = pending_status(c);
     if (s == "interrupted") {
       status = "interrupted";
-      const auto* i = c.pending.if_contains("interrupt");
-      const auto* n = i && i->is_object() ? i->as_object().if_contains("node") : nullptr;
-      interrupts[n && n->is_string() ? std::string(n->as_string()) : "interrupt"] =
-          interrupts_of(c);
+      // Keyed by the interrupted task's id, as the ThreadState's tasks name it.
+      auto st = thread_state(cp, c);
+      if (!st) return std::move(st).error();
+      for (const auto& task : st->at("tasks").as_array())
+        if (!task.at("interrupts").as_array().empty())
+          interrupts[task.at("id").as_string()] = task.at("interrupts");
     } else if (s == "failed") {
       status = "error";
     }
@@ -414,7 +416,14 @@ awaitable<void> route_threads(const LangGraphApi& api, http::Exchange& ex,
       if (!writes) return std::move(writes).error();
       json::object why{{"source", "update"}};
       if (!u->as_node.empty()) why["as_node"] = u->as_node;
-      auto c = runs->branch_thread(thread, u->checkpoint_id, std::move(*writes), std::move(why));
+      std::string from = u->checkpoint_id;
+      if (from == kRootCheckpoint) {  // an update of the empty state before the first checkpoint
+        json::object fresh{{"source", "fork"}};
+        auto root = runs->root_thread(thread, std::move(fresh));
+        if (!root) return std::move(root).error();
+        from = root->checkpoint_id;
+      }
+      auto c = runs->branch_thread(thread, from, std::move(*writes), std::move(why));
       if (!c) return std::move(c).error();
       auto known = api.threads->get(thread);
       if (!known) return std::move(known).error();
@@ -457,6 +466,7 @@ awaitable<void> route_threads(const LangGraphApi& api, http::Exchange& ex,
     auto j = co_await off_thread(*api.blocking, [&]() -> Result<json::object> {
       auto t = find_thread(api, thread);
       if (!t) return std::move(t).error();
+      if (id == kRootCheckpoint) return root_state(thread, t->created_ms);
       auto c = runs->checkpointer().get(thread, id);
       if (!c) return std::move(c).error();
       if (!*c) return Error(Errc::not_found, "Checkpoint " + id + " not found on thread " + thread);
@@ -535,6 +545,14 @@ awaitable<void> route_threads(const LangGraphApi& api, http::Exchange& ex,
           continue;
         states.push_back(std::move(*st));
         if (states.size() >= limit) break;
+      }
+      // Oldest of all: the state before the thread's first checkpoint (shapes' root_state).
+      const bool whole = !list->empty() && list->size() < 10'000;
+      if (whole && states.size() < limit && (open || before.empty()) && before != kRootCheckpoint &&
+          (at.empty() || at == kRootCheckpoint)) {
+        json::object root = root_state(thread, list->back().created_at_ms);
+        if (!history_filter || json_contains(root.at("metadata"), json::value(*history_filter)))
+          states.push_back(std::move(root));
       }
       return json::value(std::move(states));
     });

@@ -70,12 +70,15 @@ TEST(LangGraphSdk, TheOfficialJsClientRunsEveryFlow) {
   EXPECT_EQ(t.at("state").at("values"), t.at("final"));
   EXPECT_TRUE(t.at("state").at("next").as_array().empty());
   const auto& history = t.at("history").as_array();
-  ASSERT_EQ(history.size(), 4u) << all;  // newest first
+  ASSERT_EQ(history.size(), 5u) << all;  // newest first, the root state (step -1) last
+  EXPECT_EQ(history[4].at("checkpoint").at("checkpoint_id"), "root");
+  EXPECT_EQ(history[4].at("metadata").at("step"), -1);
+  EXPECT_EQ(history[3].at("parent_checkpoint").at("checkpoint_id"), "root");
   EXPECT_EQ(history[0].at("checkpoint").at("checkpoint_id"),
             t.at("state").at("checkpoint").at("checkpoint_id"));
   EXPECT_EQ(history[0].at("parent_checkpoint").at("checkpoint_id"),
             history[1].at("checkpoint").at("checkpoint_id"));
-  EXPECT_EQ(t.at("older_count"), 3);  // `before` the newest, as the SDK sends it
+  EXPECT_EQ(t.at("older_count"), 4);  // `before` the newest, as the SDK sends it
   EXPECT_EQ(json::serialize(t.at("mine")), "[" + json::serialize(id) + "]");
   EXPECT_EQ(json::serialize(t.at("by_graph")), "[" + json::serialize(id) + "]");
   EXPECT_EQ(t.at("again").at("status"), 409);
@@ -87,15 +90,19 @@ TEST(LangGraphSdk, TheOfficialJsClientRunsEveryFlow) {
   ASSERT_EQ(first.size(), 1u) << all;
   EXPECT_EQ(json::serialize(first[0].at("value")), R"({"question":"proceed?"})");
   EXPECT_EQ(i.at("paused_status"), "interrupted");
-  EXPECT_EQ(i.at("interrupts").at("ask").at(0).at("id"), first[0].at("id"));
+  // Thread.interrupts is keyed by the interrupted task's id, as LangGraph keys it.
+  const std::string task(i.at("tasks").at(0).at("id").as_string());
+  EXPECT_EQ(i.at("interrupts").at(task).at(0).at("id"), first[0].at("id"));
   EXPECT_EQ(json::serialize(i.at("next")), R"(["ask"])");
   EXPECT_EQ(i.at("tasks").at(0).at("interrupts").at(0).at("value"), first[0].at("value"));
   const auto& events = i.at("events").as_array();
-  ASSERT_EQ(events.size(), 5u) << all;
+  ASSERT_EQ(events.size(), 6u) << all;
   EXPECT_EQ(events[0].at("event"), "metadata");
-  EXPECT_EQ(json::serialize(events[1]), R"({"event":"updates","data":{"ask":{"answer":"yes"}}})");
-  EXPECT_EQ(events[4].at("event"), "values");
-  EXPECT_EQ(events[4].at("data").at("after"), true);
+  // A resume opens with the state it resumes from, as LangGraph's does.
+  EXPECT_EQ(json::serialize(events[1]), R"({"event":"values","data":{"question":"proceed?"}})");
+  EXPECT_EQ(json::serialize(events[2]), R"({"event":"updates","data":{"ask":{"answer":"yes"}}})");
+  EXPECT_EQ(events[5].at("event"), "values");
+  EXPECT_EQ(events[5].at("data").at("after"), true);
   // The run id the stream's Content-Location gave (onRunCreated) is the metadata event's.
   EXPECT_EQ(i.at("created").at("run_id"), events[0].at("data").at("run_id"));
   EXPECT_EQ(i.at("done_status"), "idle");
@@ -178,7 +185,7 @@ TEST(LangGraphSdk, TheOfficialJsClientRunsEveryFlow) {
   EXPECT_EQ(ops.at("copied_topic"), "z");
   EXPECT_EQ(ops.at("deleted").at("status"), 404);
   EXPECT_EQ(ops.at("pruned").at("pruned_count"), 1);
-  EXPECT_EQ(ops.at("history_length"), 1);
+  EXPECT_EQ(ops.at("history_length"), 2);  // the compacted checkpoint and the root state
 }
 
 }  // namespace

@@ -168,12 +168,16 @@ class RunService {
   // A new checkpoint of `thread` whose parent is `from` (a checkpoint id of the thread; "": its
   // latest), holding `writes` (channel -> new value) and `from`'s pending and metadata (with
   // `metadata` laid over it): the thread's next run goes on as it would have from `from`, with
-  // the writes. Errors: not_found (no such thread or checkpoint), the checkpointer's.
-  // `settle`: the new checkpoint has nothing pending ({"status": "done"}), so the next run
-  // starts afresh from the state instead of going on with `from`'s next step.
+  // the writes. It is numbered as the step after `from` when it writes, else as `from`. Errors:
+  // not_found (no such thread or checkpoint), the checkpointer's. `settle`: the new checkpoint has
+  // nothing pending ({"status": "done"}), so the next run starts afresh from the state instead of
+  // going on with `from`'s next step.
   Result<graph::Checkpoint> branch_thread(const std::string& thread, const std::string& from,
                                           boost::json::object writes, boost::json::object metadata,
                                           bool settle = false);
+  // A new root of `thread` (no parent, no state, nothing pending; `metadata` stored with it):
+  // the thread's next run starts afresh, as on a new thread, while its history stays.
+  Result<graph::Checkpoint> root_thread(const std::string& thread, boost::json::object metadata);
   // Every checkpoint of `from`, with the blobs they reference, under the new thread `to` (same
   // checkpoint ids). Errors: not_found (no thread `from`), invalid_argument (`to` has
   // checkpoints already, or `from` has more than 100,000).
