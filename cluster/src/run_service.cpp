@@ -10,6 +10,7 @@
 #include <boost/json.hpp>
 
 #include "run_service_impl.hpp"
+#include "weir/agents/crew_file.hpp"
 #include "weir/agents/workflow.hpp"
 #include "weir/graph/checkpointer.hpp"
 #include "weir/graph/state_graph.hpp"
@@ -97,8 +98,27 @@ json::object run_list_json(const RunList& l) {
 
 // --- workflows --------------------------------------------------------------------------------
 
+namespace {
+
+// A workflow file read and checked: its text, name (the file's stem when it has none), hash
+// and spec. Errors: read_json_file's, invalid_workflow (the loader's report).
+Result<std::shared_ptr<WorkflowFile>> load_workflow_file(const fs::path& p, std::string text) {
+  auto w = std::make_shared<WorkflowFile>();
+  std::error_code ec;
+  w->file = fs::absolute(p, ec).string();
+  w->text = std::move(text);
+  auto load = graph::load_workflow_text(w->text, w->file, agents::workflow_checks());
+  if (!load.ok()) return Error(Errc::invalid_workflow, load.report());
+  w->name = load.spec->name.empty() ? p.stem().string() : load.spec->name;
+  w->sha256 = sha256_hex(w->text);
+  w->spec = std::make_shared<const graph::WorkflowSpec>(std::move(*load.spec));
+  return w;
+}
+
+}  // namespace
+
 Result<std::map<std::string, std::shared_ptr<const WorkflowFile>>> load_workflow_folder(
-    const fs::path& dir) {
+    const fs::path& dir, std::vector<std::string>* crews) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec))
     return Error(Errc::invalid_argument, "--workflows: '" + dir.string() + "' is not a folder");
@@ -111,21 +131,31 @@ Result<std::map<std::string, std::shared_ptr<const WorkflowFile>>> load_workflow
                  "--workflows: '" + dir.string() + "' holds no workflow file (*.json)");
   std::map<std::string, std::shared_ptr<const WorkflowFile>> out;
   for (const auto& p : files) {
-    auto w = std::make_shared<WorkflowFile>();
-    w->file = fs::absolute(p, ec).string();
     auto text = read_json_file(p);
     if (!text) return Error(text.error().code, "--workflows: " + text.error().message);
-    w->text = std::move(*text);
-    auto load = graph::load_workflow_text(w->text, w->file, agents::workflow_checks());
-    if (!load.ok())
-      return Error(Errc::invalid_workflow, "--workflows: " + p.string() + ":\n" + load.report());
-    w->name = load.spec->name.empty() ? p.stem().string() : load.spec->name;
-    w->sha256 = sha256_hex(w->text);
-    w->spec = std::make_shared<const graph::WorkflowSpec>(std::move(*load.spec));
+    // A crew or group-chat file (samples/crews) is no workflow: left out, and said.
+    boost::system::error_code jec;
+    if (const auto doc = json::parse(*text, jec); !jec && agents::is_agents_document(doc)) {
+      if (crews) crews->push_back(p.filename().string());
+      continue;
+    }
+    auto loaded = load_workflow_file(p, std::move(*text));
+    if (!loaded)
+      return Error(loaded.error().code,
+                   "--workflows: " + p.string() + ":\n" + loaded.error().message);
+    auto w = std::move(*loaded);
     if (auto it = out.find(w->name); it != out.end())
       return Error(Errc::invalid_argument, "--workflows: two workflows are named '" + w->name +
                                                "' (" + it->second->file + " and " + w->file + ")");
     out.emplace(w->name, std::move(w));
+  }
+  if (out.empty() && crews && !crews->empty()) {
+    std::string list;
+    for (const auto& c : *crews) list += (list.empty() ? "" : ", ") + c;
+    return Error(Errc::invalid_argument,
+                 "--workflows: '" + dir.string() + "' holds crew files (" + list +
+                     ") and no workflow: the run service runs workflow files; run a crew with "
+                     "`weir run FILE`");
   }
   return out;
 }
@@ -136,8 +166,14 @@ Status load_folder(
     std::vector<std::string>& names,
     std::map<std::string, std::shared_ptr<const graph::WorkflowSpec>, std::less<>>& specs) {
   if (options.workflows.empty()) return {};
-  auto f = load_workflow_folder(options.workflows);
+  std::vector<std::string> crews;
+  auto f = load_workflow_folder(options.workflows, &crews);
   if (!f) return std::move(f).error();
+  if (options.log)
+    for (const auto& c : crews)
+      options.log(options.workflows.string() + "/" + c +
+                  ": a crew file, left out (the run service runs workflow files; run a crew "
+                  "with `weir run`)");
   folder = std::move(*f);
   for (const auto& [n, w] : folder) {
     names.push_back(n);
@@ -158,16 +194,9 @@ Result<std::shared_ptr<const WorkflowFile>> resolve_request(
   if (!rq.workflow_file.empty()) {
     auto text = read_json_file(rq.workflow_file);
     if (!text) return std::move(text).error();
-    auto w = std::make_shared<WorkflowFile>();
-    std::error_code ec;
-    w->file = fs::absolute(rq.workflow_file, ec).string();
-    w->text = std::move(*text);
-    auto load = graph::load_workflow_text(w->text, w->file, agents::workflow_checks());
-    if (!load.ok()) return Error(Errc::invalid_workflow, load.report());
-    w->name = load.spec->name.empty() ? rq.workflow_file.stem().string() : load.spec->name;
-    w->sha256 = sha256_hex(w->text);
-    w->spec = std::make_shared<const graph::WorkflowSpec>(std::move(*load.spec));
-    wf = std::move(w);
+    auto w = load_workflow_file(rq.workflow_file, std::move(*text));
+    if (!w) return std::move(w).error();
+    wf = std::move(*w);
   } else {
     auto it = folder.find(rq.workflow);
     if (it == folder.end()) {

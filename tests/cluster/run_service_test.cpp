@@ -179,5 +179,37 @@ TEST(RunService, AnInterruptedThreadIsResumedAndTheRecordHasOneShape) {
   fs::remove(wf);
 }
 
+// A crew file in the folder (samples/crews beside workflows) is left out and said, not a
+// refused start; a folder of crews only says what the run service runs.
+TEST(RunService, CrewFilesInTheFolderAreLeftOutAndSaid) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("weir_run_service_crews_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::ofstream(dir / "crew.json") << R"({"weir": 1, "kind": "crew", "name": "c", "agents": []})";
+  RunServiceOptions only;
+  only.workflows = dir;
+  auto refused = RunService::open(only);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().message,
+            "--workflows: '" + dir.string() +
+                "' holds crew files (crew.json) and no workflow: the run service runs workflow "
+                "files; run a crew with `weir run FILE`");
+  std::ofstream(dir / "ask.json") << kAsk;
+  std::vector<std::string> said;
+  RunServiceOptions both;
+  both.workflows = dir;
+  both.log = [&](const std::string& line) { said.push_back(line); };
+  auto svc = RunService::open(both);
+  ASSERT_TRUE(svc) << svc.error().message;
+  EXPECT_EQ((*svc)->workflow_names(), std::vector<std::string>{"ask"});
+  ASSERT_FALSE(said.empty());
+  EXPECT_EQ(said[0], (dir / "crew.json").string() +
+                         ": a crew file, left out (the run service runs workflow files; run a "
+                         "crew with `weir run`)");
+  (*svc)->shutdown();
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace weir::cluster
