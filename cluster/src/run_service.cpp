@@ -12,9 +12,9 @@
 #include "run_service_impl.hpp"
 #include "weir/agents/crew_file.hpp"
 #include "weir/agents/workflow.hpp"
+#include "weir/graph/artifact_refs.hpp"
 #include "weir/graph/checkpointer.hpp"
 #include "weir/graph/state_graph.hpp"
-#include "weir/runtime/artifact_store.hpp"
 #include "weir/runtime/json_parse.hpp"
 #include "weir/runtime/sha256.hpp"
 
@@ -316,24 +316,6 @@ json::object branch_metadata(json::object m) {
   return m;
 }
 
-// The ids of the blobs `v` references ({"$artifact": id, ...}).
-void artifact_ids(const json::value& root, std::vector<std::string>& out) {
-  std::vector<const json::value*> stack{&root};
-  while (!stack.empty()) {
-    const json::value* v = stack.back();
-    stack.pop_back();
-    if (v->is_array()) {
-      for (const auto& e : v->get_array()) stack.push_back(&e);
-    } else if (v->is_object()) {
-      if (auto ref = ArtifactRef::from_json(*v)) {
-        out.push_back(ref->id);
-        continue;
-      }
-      for (const auto& kv : v->get_object()) stack.push_back(&kv.value());
-    }
-  }
-}
-
 }  // namespace
 
 Result<graph::Checkpoint> RunService::branch_thread(const std::string& thread,
@@ -403,8 +385,9 @@ Status RunService::copy_thread(const std::string& from, const std::string& to) {
     for (auto it = list->rbegin(); it != list->rend(); ++it) {  // oldest first: parents first
       graph::Checkpoint c = std::move(*it);
       std::vector<std::string> ids;
-      for (const auto& kv : c.writes) artifact_ids(kv.value(), ids);
-      for (const auto& kv : c.pending) artifact_ids(kv.value(), ids);
+      const auto add = [&](const std::string& id) { ids.push_back(id); };
+      graph::for_each_artifact_id(c.writes, add);
+      graph::for_each_artifact_id(c.pending, add);
       for (const auto& id : ids) {
         auto a = cp.get_artifact(from, id);
         if (!a) return std::move(a).error();

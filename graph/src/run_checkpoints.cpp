@@ -4,17 +4,16 @@
 
 #include "checkpointer_common.hpp"
 #include "runner.hpp"
+#include "weir/graph/artifact_refs.hpp"
 #include "weir/runtime/artifact_store.hpp"
 #include "weir/runtime/log.hpp"
 
 namespace weir::graph {
 
-namespace {
-
-// Calls f(id) for every artifact reference ({"$artifact": id, ...}) inside `v`.
-template <class F>
-void for_each_artifact(const json::value& root, F&& f) {
-  std::vector<const json::value*> stack{&root};
+void for_each_artifact_id(const json::object& values,
+                          const std::function<void(const std::string&)>& f) {
+  std::vector<const json::value*> stack;
+  for (const auto& kv : values) stack.push_back(&kv.value());
   while (!stack.empty()) {
     const json::value* v = stack.back();
     stack.pop_back();
@@ -29,6 +28,8 @@ void for_each_artifact(const json::value& root, F&& f) {
     }
   }
 }
+
+namespace {
 
 // The counters that bound a run across its invocations, as a checkpoint's pending carries them.
 constexpr std::string_view kVisitsKey = "visits";
@@ -97,8 +98,8 @@ Status Runner::restore_artifacts(const json::object& state, const json::object& 
     }
     thread->durable_artifacts.insert(id);
   };
-  for (const auto& kv : state) for_each_artifact(kv.value(), load);
-  for (const auto& kv : pending) for_each_artifact(kv.value(), load);
+  for_each_artifact_id(state, load);
+  for_each_artifact_id(pending, load);
   return s;
 }
 
@@ -125,8 +126,8 @@ Result<std::vector<std::string>> Runner::attach_artifacts(Checkpoint& cp) const 
     cp.artifacts.push_back({id, ref->media_type, std::move(*bytes)});
     ids.push_back(id);
   };
-  for (const auto& kv : cp.writes) for_each_artifact(kv.value(), attach);
-  for (const auto& kv : cp.pending) for_each_artifact(kv.value(), attach);
+  for_each_artifact_id(cp.writes, attach);
+  for_each_artifact_id(cp.pending, attach);
   if (!s) return std::move(s).error();
   return ids;
 }

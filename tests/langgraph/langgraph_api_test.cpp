@@ -6,30 +6,12 @@
 #include <chrono>
 #include <thread>
 
-#include "serve_fixture.hpp"
+#include "langgraph_fixture.hpp"
 
 namespace weir::serve {
 namespace {
 
 using namespace std::chrono_literals;
-
-ServeConfig lg_config() {
-  ServeConfig c;
-  c.workflows = fs::path(WEIR_SOURCE_DIR) / "tests/langgraph/workflows";
-  return c;
-}
-
-std::string detail(const Reply& r) {
-  auto v = body_json(r);
-  if (!v.is_object() || !v.as_object().contains("detail")) return "(no detail) " + r.body;
-  return std::string(v.at("detail").as_string());
-}
-
-std::string new_thread(std::uint16_t port) {
-  auto r = call(port, "POST", "/threads", R"({"metadata": {}})");
-  EXPECT_EQ(r.status, 200) << r.body;
-  return std::string(body_json(r).at("thread_id").as_string());
-}
 
 // LangGraph names a graph's default assistant uuid5(graph_id) in its own namespace; clients
 // that stored such an id (or the graph id itself) reach the same workflow.

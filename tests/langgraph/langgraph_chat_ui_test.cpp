@@ -10,27 +10,10 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "serve_fixture.hpp"
+#include "langgraph_fixture.hpp"
 
 namespace weir::serve {
 namespace {
-
-json::value run_flows(std::uint16_t review_port, std::uint16_t chat_port) {
-  const std::string dir = std::string(WEIR_SOURCE_DIR) + "/tests/langgraph/clients";
-  const std::string cmd = "node " + dir +
-                          "/chat_ui_flows.mjs http://127.0.0.1:" + std::to_string(review_port) +
-                          " http://127.0.0.1:" + std::to_string(chat_port) + " 2>&1";
-  std::FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return nullptr;
-  std::string out;
-  char buf[4096];
-  while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-  EXPECT_EQ(::pclose(p), 0) << out;
-  boost::system::error_code ec;
-  json::value v = json::parse(out, ec);
-  EXPECT_FALSE(ec) << out;
-  return v;
-}
 
 std::vector<std::string> strings(const json::value& a) {
   std::vector<std::string> out;
@@ -85,7 +68,8 @@ TEST(LangGraphChatUi, AgentChatUisCallsShowTheConversationTheInterruptAndTheBran
   ServeConfig cc;
   cc.workflows = fs::path(WEIR_SOURCE_DIR) / "tests/langgraph/workflows";
   auto chat = start(cc);
-  const json::value v = run_flows(review.port, chat.port);
+  const json::value v =
+      run_client_script("chat_ui_flows.mjs", {loopback(review.port), loopback(chat.port)});
   ASSERT_TRUE(v.is_object());
   const std::string all = json::serialize(v);
   for (const auto& kv : v.as_object())

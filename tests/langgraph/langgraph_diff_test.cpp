@@ -24,13 +24,13 @@
 #include <thread>
 #include <vector>
 
-#include "serve_fixture.hpp"
+#include "langgraph_fixture.hpp"
 
 namespace weir::serve {
 namespace {
 
 const std::string kSource = WEIR_SOURCE_DIR;
-const std::string kClients = kSource + "/tests/langgraph/clients";
+const std::string& kClients = kLangGraphClients;
 const std::string kPeer = kSource + "/bench/langgraph/peer";
 
 // A difference weir has on purpose, or has not closed yet. `path` matches a difference's path
@@ -206,21 +206,6 @@ void diff(const json::value& w, const json::value& r, const std::string& path,
   if (w != r) out.push_back({path, json::serialize(w), json::serialize(r)});
 }
 
-json::value run_flows(std::uint16_t port) {
-  const std::string cmd =
-      "node " + kClients + "/diff_flows.mjs http://127.0.0.1:" + std::to_string(port) + " 2>&1";
-  std::FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return nullptr;
-  std::string out;
-  char buf[4096];
-  while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-  EXPECT_EQ(::pclose(p), 0) << out;
-  boost::system::error_code ec;
-  json::value v = json::parse(out, ec);
-  EXPECT_FALSE(ec) << out;
-  return v;
-}
-
 // A loopback port free now (the reference server binds it a moment later).
 std::uint16_t free_port() {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -306,8 +291,8 @@ TEST(LangGraphDiff, WeirAndTheReferenceServerShowAClientTheSameFlows) {
       << "the reference server did not answer /ok:\n"
       << ref.log();
 
-  const json::value w = run_flows(s.port);
-  const json::value r = run_flows(ref.port);
+  const json::value w = run_client_script("diff_flows.mjs", {loopback(s.port)});
+  const json::value r = run_client_script("diff_flows.mjs", {loopback(ref.port)});
   ASSERT_TRUE(w.is_object() && r.is_object());
   // A flow that threw on either side is a failure of its own, not a difference to list.
   for (const auto* side : {&w, &r})

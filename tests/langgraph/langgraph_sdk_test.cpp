@@ -9,38 +9,15 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "serve_fixture.hpp"
+#include "langgraph_fixture.hpp"
 
 namespace weir::serve {
 namespace {
 
-json::value run_flows(std::uint16_t port) {
-  const std::string dir = std::string(WEIR_SOURCE_DIR) + "/tests/langgraph/clients";
-  const std::string cmd =
-      "node " + dir + "/sdk_flows.mjs http://127.0.0.1:" + std::to_string(port) + " 2>&1";
-  std::FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return nullptr;
-  std::string out;
-  char buf[4096];
-  while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-  const int rc = ::pclose(p);
-  EXPECT_EQ(rc, 0) << out;
-  boost::system::error_code ec;
-  json::value v = json::parse(out, ec);
-  EXPECT_FALSE(ec) << out;
-  return v;
-}
-
 TEST(LangGraphSdk, TheOfficialJsClientRunsEveryFlow) {
-  const std::string dir = std::string(WEIR_SOURCE_DIR) + "/tests/langgraph/clients";
-  if (std::system("command -v node >/dev/null 2>&1") != 0 ||
-      !fs::exists(dir + "/node_modules/@langchain/langgraph-sdk"))
-    GTEST_SKIP() << "node or tests/langgraph/clients/node_modules is missing (run "
-                    "tests/langgraph/clients/setup, which needs npm and its registry)";
-  ServeConfig c;
-  c.workflows = fs::path(WEIR_SOURCE_DIR) / "tests/langgraph/workflows";
-  auto s = start(c);
-  const json::value v = run_flows(s.port);
+  if (auto why = no_js_client(); !why.empty()) GTEST_SKIP() << why;
+  auto s = start(lg_config());
+  const json::value v = run_client_script("sdk_flows.mjs", {loopback(s.port)});
   ASSERT_TRUE(v.is_object());
   const std::string all = json::serialize(v);
   for (const auto& kv : v.as_object())

@@ -7,22 +7,10 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "serve_fixture.hpp"
+#include "langgraph_fixture.hpp"
 
 namespace weir::serve {
 namespace {
-
-ServeConfig lg_config() {
-  ServeConfig c;
-  c.workflows = fs::path(WEIR_SOURCE_DIR) / "tests/langgraph/workflows";
-  return c;
-}
-
-std::string detail(const Reply& r) {
-  auto v = body_json(r);
-  if (!v.is_object() || !v.as_object().contains("detail")) return "(no detail) " + r.body;
-  return std::string(v.at("detail").as_string());
-}
 
 // An ISO time as the API writes them: 2026-11-28T06:38:06.057Z.
 bool iso(const json::value& v) {
@@ -157,32 +145,11 @@ TEST(LangGraphStore, BadRequestsSayWhatIsWrong) {
   EXPECT_EQ(json::serialize(body_json(all)), R"({"items":[]})");
 }
 
-json::value run_store_flows(std::uint16_t port) {
-  const std::string dir = std::string(WEIR_SOURCE_DIR) + "/tests/langgraph/clients";
-  const std::string cmd =
-      "node " + dir + "/store_flows.mjs http://127.0.0.1:" + std::to_string(port) + " 2>&1";
-  std::FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return nullptr;
-  std::string out;
-  char buf[4096];
-  while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-  const int rc = ::pclose(p);
-  EXPECT_EQ(rc, 0) << out;
-  boost::system::error_code ec;
-  json::value v = json::parse(out, ec);
-  EXPECT_FALSE(ec) << out;
-  return v;
-}
-
 // The official JS client's store calls, as a user's program makes them.
 TEST(LangGraphStore, TheOfficialJsClientsStoreCallsWork) {
-  const std::string dir = std::string(WEIR_SOURCE_DIR) + "/tests/langgraph/clients";
-  if (std::system("command -v node >/dev/null 2>&1") != 0 ||
-      !fs::exists(dir + "/node_modules/@langchain/langgraph-sdk"))
-    GTEST_SKIP() << "node or tests/langgraph/clients/node_modules is missing (run "
-                    "tests/langgraph/clients/setup, which needs npm and its registry)";
+  if (auto why = no_js_client(); !why.empty()) GTEST_SKIP() << why;
   auto s = start(lg_config());
-  const json::value v = run_store_flows(s.port);
+  const json::value v = run_client_script("store_flows.mjs", {loopback(s.port)});
   ASSERT_TRUE(v.is_object());
   const std::string all = json::serialize(v);
   EXPECT_EQ(v.at("put"), nullptr) << all;  // putItem resolves to nothing (204)

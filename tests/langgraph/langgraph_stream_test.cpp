@@ -3,30 +3,12 @@
 // that misses nothing and repeats nothing.
 #include <gtest/gtest.h>
 
-#include "serve_fixture.hpp"
+#include "langgraph_fixture.hpp"
 
 namespace weir::serve {
 namespace {
 
 using testing_http::SseFrame;
-
-ServeConfig lg_config() {
-  ServeConfig c;
-  c.workflows = fs::path(WEIR_SOURCE_DIR) / "tests/langgraph/workflows";
-  return c;
-}
-
-std::string new_thread(std::uint16_t port) {
-  auto r = call(port, "POST", "/threads", "{}");
-  EXPECT_EQ(r.status, 200) << r.body;
-  return std::string(body_json(r).at("thread_id").as_string());
-}
-
-std::string detail(const Reply& r) {
-  auto v = body_json(r);
-  if (!v.is_object() || !v.as_object().contains("detail")) return "(no detail) " + r.body;
-  return std::string(v.at("detail").as_string());
-}
 
 std::vector<SseFrame> of_event(const std::vector<SseFrame>& all, std::string_view event) {
   std::vector<SseFrame> out;

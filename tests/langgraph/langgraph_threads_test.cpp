@@ -5,29 +5,17 @@
 #include <chrono>
 #include <thread>
 
-#include "serve_fixture.hpp"
+#include "langgraph_fixture.hpp"
 
 namespace weir::serve {
 namespace {
 
 using namespace std::chrono_literals;
 
-ServeConfig lg_config() {
-  ServeConfig c;
-  c.workflows = fs::path(WEIR_SOURCE_DIR) / "tests/langgraph/workflows";
-  return c;
-}
-
-std::string new_thread(std::uint16_t port) {
+std::string my_thread(std::uint16_t port) {
   auto r = call(port, "POST", "/threads", R"({"metadata": {"owner": "me"}})");
   EXPECT_EQ(r.status, 200) << r.body;
   return std::string(body_json(r).at("thread_id").as_string());
-}
-
-std::string detail(const Reply& r) {
-  auto v = body_json(r);
-  if (!v.is_object() || !v.as_object().contains("detail")) return "(no detail) " + r.body;
-  return std::string(v.at("detail").as_string());
 }
 
 json::value state_of(std::uint16_t port, const std::string& t) {
@@ -42,7 +30,7 @@ std::string wait_run(std::uint16_t port, const std::string& t, const std::string
 
 TEST(LangGraphThreads, ARunFromAnEarlierCheckpointBranchesTheThread) {
   auto s = start(lg_config());
-  const std::string t = new_thread(s.port);
+  const std::string t = my_thread(s.port);
   wait_run(s.port, t, R"({"assistant_id": "steps", "input": {"topic": "a"}})");
   const std::string end_of_first(
       state_of(s.port, t).at("checkpoint").at("checkpoint_id").as_string());
@@ -84,8 +72,8 @@ TEST(LangGraphThreads, ARunFromAnEarlierCheckpointBranchesTheThread) {
 
 TEST(LangGraphThreads, AStateUpdateIsANewCheckpointTheNextRunReads) {
   auto s = start(lg_config());
-  const std::string t = new_thread(s.port);
-  const std::string empty = new_thread(s.port);
+  const std::string t = my_thread(s.port);
+  const std::string empty = my_thread(s.port);
   auto none = call(s.port, "POST", "/threads/" + empty + "/state", R"({"values": {"topic": "z"}})");
   EXPECT_EQ(none.status, 422);
   EXPECT_EQ(detail(none), "thread " + empty + " has no state yet: start a run on it first");
@@ -129,7 +117,7 @@ TEST(LangGraphThreads, AStateUpdateIsANewCheckpointTheNextRunReads) {
 
 TEST(LangGraphThreads, CopyDeleteAndPrune) {
   auto s = start(lg_config());
-  const std::string t = new_thread(s.port);
+  const std::string t = my_thread(s.port);
   wait_run(s.port, t, R"({"assistant_id": "steps", "input": {"topic": "a"}})");
   wait_run(s.port, t, R"({"assistant_id": "steps", "input": {"topic": "b"}})");
   auto copy = call(s.port, "POST", "/threads/" + t + "/copy", "");
@@ -170,7 +158,7 @@ TEST(LangGraphThreads, CopyDeleteAndPrune) {
 
 TEST(LangGraphThreads, ABusyThreadIsNotChangedUnderItsRun) {
   auto s = start(lg_config());
-  const std::string t = new_thread(s.port);
+  const std::string t = my_thread(s.port);
   auto run = call(s.port, "POST", "/threads/" + t + "/runs", R"({"assistant_id": "slow"})");
   ASSERT_EQ(run.status, 200);
   const std::string id(body_json(run).at("run_id").as_string());
@@ -227,7 +215,7 @@ TEST(LangGraphRuns, ABatchStartsEveryRunOrNoneWhenOneIsBad) {
 
 TEST(LangGraphRuns, CancelManyStopsTheRunsNamedOrAThreads) {
   auto s = start(lg_config());
-  const std::string t = new_thread(s.port);
+  const std::string t = my_thread(s.port);
   auto first = call(s.port, "POST", "/threads/" + t + "/runs", R"({"assistant_id": "slow"})");
   const std::string r1(body_json(first).at("run_id").as_string());
   auto second = call(s.port, "POST", "/threads/" + t + "/runs",
@@ -248,7 +236,7 @@ TEST(LangGraphRuns, CancelManyStopsTheRunsNamedOrAThreads) {
   EXPECT_EQ(status(r1), "interrupted");
   auto elsewhere =
       call(s.port, "POST", "/runs/cancel",
-           R"({"thread_id": ")" + new_thread(s.port) + R"(", "run_ids": [")" + r1 + R"("]})");
+           R"({"thread_id": ")" + my_thread(s.port) + R"(", "run_ids": [")" + r1 + R"("]})");
   EXPECT_EQ(elsewhere.status, 404);
   auto none = call(s.port, "POST", "/runs/cancel", "{}");
   EXPECT_EQ(none.status, 422);
@@ -257,7 +245,7 @@ TEST(LangGraphRuns, CancelManyStopsTheRunsNamedOrAThreads) {
 
 TEST(LangGraphRuns, HistoryWithACheckpointListsThatOne) {
   auto s = start(lg_config());
-  const std::string t = new_thread(s.port);
+  const std::string t = my_thread(s.port);
   wait_run(s.port, t, R"({"assistant_id": "steps", "input": {"topic": "a"}})");
   auto all = body_json(call(s.port, "POST", "/threads/" + t + "/history", R"({"limit": 100})"));
   ASSERT_GE(all.as_array().size(), 3u);
