@@ -1,6 +1,7 @@
 // The store's rules (store.hpp) and what its backends share (store_common.hpp). No Asio, no
 // database: the fuzz build compiles this file with the LangGraph store routes' readers.
 #include "store_common.hpp"
+#include "weir/runtime/json_fields.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -20,26 +21,6 @@ namespace {
 
 Error bad(std::string why) {
   return Error(Errc::invalid_argument, std::move(why));
-}
-
-const char* kind_name(const json::value& v) {
-  switch (v.kind()) {
-    case json::kind::null:
-      return "null";
-    case json::kind::bool_:
-      return "a boolean";
-    case json::kind::int64:
-    case json::kind::uint64:
-    case json::kind::double_:
-      return "a number";
-    case json::kind::string:
-      return "a string";
-    case json::kind::array:
-      return "an array";
-    case json::kind::object:
-      return "an object";
-  }
-  return "a value";
 }
 
 // check_id's words, with the rule of the thing checked instead of an id's.
@@ -215,7 +196,7 @@ Status check_store_value(const json::value& value, const StoreLimits& limits, st
   if (value.is_null()) return {};
   if (!value.is_object())
     return bad("'value' must be a JSON object (or null to delete the item), got " +
-               std::string(kind_name(value)));
+               std::string(json_kind_phrase(value)));
   struct Item {
     const json::value* v;
     std::size_t depth;

@@ -48,6 +48,13 @@ class Frames {
       skip_to_ = 1L << 30;  // a step before the one the stream was cut in
     }
   }
+  // A `debug` event: {"type", "timestamp", "step", "payload"}.
+  void debug(std::string_view type, const json::value& timestamp, std::int64_t step,
+             const json::value& payload) {
+    add("debug",
+        json::object{
+            {"type", type}, {"timestamp", timestamp}, {"step", step}, {"payload", payload}});
+  }
   void add(std::string_view event, const json::value& data) {
     const long k = next_++;
     if (k <= skip_to_) return;
@@ -114,11 +121,7 @@ Result<std::string> langgraph_stream_events(const graph::Checkpointer& cp, const
         auto payload = checkpoint_payload(cp, c);
         if (!payload) return std::move(payload).error();
         if (wants(st, "checkpoints")) f.add("checkpoints", *payload);
-        if (wants(st, "debug"))
-          f.add("debug", json::object{{"type", "checkpoint"},
-                                      {"timestamp", iso_time(c.created_at_ms)},
-                                      {"step", c.step},
-                                      {"payload", *payload}});
+        if (wants(st, "debug")) f.debug("checkpoint", iso_time(c.created_at_ms), c.step, *payload);
       }
       const json::object chunk{{"__interrupt__", interrupts_of(c)}};
       if (wants(st, "updates")) f.add("updates", chunk);
@@ -147,11 +150,7 @@ Result<std::string> langgraph_stream_events(const graph::Checkpointer& cp, const
                              {"result", result},
                              {"interrupts", json::array{}}};
         if (wants(st, "tasks")) f.add("tasks", payload);
-        if (wants(st, "debug"))
-          f.add("debug", json::object{{"type", "task_result"},
-                                      {"timestamp", timestamp},
-                                      {"step", c.step},
-                                      {"payload", payload}});
+        if (wants(st, "debug")) f.debug("task_result", timestamp, c.step, payload);
       }
     }
     if (wants(st, "updates") && !st.ran.empty()) {
@@ -189,11 +188,7 @@ Result<std::string> langgraph_stream_events(const graph::Checkpointer& cp, const
       auto payload = checkpoint_payload(cp, c);
       if (!payload) return std::move(payload).error();
       if (wants(st, "checkpoints")) f.add("checkpoints", *payload);
-      if (wants(st, "debug"))
-        f.add("debug", json::object{{"type", "checkpoint"},
-                                    {"timestamp", timestamp},
-                                    {"step", c.step},
-                                    {"payload", *payload}});
+      if (wants(st, "debug")) f.debug("checkpoint", timestamp, c.step, *payload);
     }
     if (tasks && pending_status(c) == "running") {
       for (const auto& n : next) {
@@ -202,11 +197,7 @@ Result<std::string> langgraph_stream_events(const graph::Checkpointer& cp, const
                              {"input", values_to_langchain(*after)},
                              {"triggers", json::array{"branch:to:" + n}}};
         if (wants(st, "tasks")) f.add("tasks", payload);
-        if (wants(st, "debug"))
-          f.add("debug", json::object{{"type", "task"},
-                                      {"timestamp", timestamp},
-                                      {"step", c.step + 1},
-                                      {"payload", payload}});
+        if (wants(st, "debug")) f.debug("task", timestamp, c.step + 1, payload);
       }
     }
     st.state = std::move(*after);
