@@ -17,6 +17,7 @@
 #include "langgraph_api.hpp"
 #include "langgraph_book.hpp"
 #include "langgraph_request.hpp"
+#include "langgraph_stream.hpp"
 
 namespace weir::serve {
 
@@ -46,7 +47,30 @@ std::string new_thread_id();
 boost::asio::awaitable<void> route_threads(const LangGraphApi& api, http::Exchange& ex,
                                            const std::vector<std::string>& s, http::Response& out,
                                            bool& streamed, const trace::SpanContext& request_span);
-// GET /threads/{thread_id}/stream (langgraph_api.cpp).
+// --- waits and streams of runs (langgraph_run_streams.cpp) ----------------------------------------
+
+// Where a run is read: /threads/{id}/runs/{run_id}, or /runs/{run_id} for a stateless one.
+std::string content_location(const cluster::RunRecord& r, bool stateless);
+// Follows run `id` until it ends (its record), the server drains or the client leaves (nullopt).
+boost::asio::awaitable<std::optional<cluster::RunRecord>> wait_until_ended(const LangGraphApi& api,
+                                                                           http::Exchange& ex,
+                                                                           const std::string& id);
+// POST .../runs/wait and GET .../join: the final chunk once the run ended (`ask`: the request
+// that started it, for on_disconnect).
+boost::asio::awaitable<void> wait_for(const LangGraphApi& api, http::Exchange& ex,
+                                      const cluster::RunRecord& started, const LangGraphRun* ask,
+                                      http::Response& out);
+// A run's SSE stream (langgraph_stream.hpp's events), from its start or after the event `st`
+// says the client saw; `metadata_first`: opened with the run's `metadata` event.
+boost::asio::awaitable<void> stream_run(const LangGraphApi& api, http::Exchange& ex,
+                                        LangGraphStream st, const cluster::RunRecord& started,
+                                        bool stateless, bool cancel_on_disconnect,
+                                        bool metadata_first, bool& streamed);
+// GET /threads/{id}/runs/{run_id}/stream.
+boost::asio::awaitable<void> rejoin(const LangGraphApi& api, http::Exchange& ex,
+                                    const cluster::RunRecord& rec, http::Response& out,
+                                    bool& streamed);
+// GET /threads/{thread_id}/stream.
 boost::asio::awaitable<void> route_thread_stream(const LangGraphApi& api, http::Exchange& ex,
                                                  const std::string& thread, http::Response& out,
                                                  bool& streamed);

@@ -23,8 +23,8 @@ namespace fs = std::filesystem;
 namespace json = boost::json;
 using testing_http::call;
 using testing_http::Conn;
-using testing_http::Reply;
 using testing_http::frames_of;
+using testing_http::Reply;
 using testing_http::sse_data;
 
 // A random-weight model written once per test process.
