@@ -47,7 +47,8 @@ std::string new_thread_id();
 boost::asio::awaitable<void> route_threads(const LangGraphApi& api, http::Exchange& ex,
                                            const std::vector<std::string>& s, http::Response& out,
                                            bool& streamed, const trace::SpanContext& request_span);
-// --- waits and streams of runs (langgraph_run_streams.cpp) ----------------------------------------
+// --- waits and streams of runs (langgraph_run_streams.cpp)
+// ----------------------------------------
 
 // Where a run is read: /threads/{id}/runs/{run_id}, or /runs/{run_id} for a stateless one.
 std::string content_location(const cluster::RunRecord& r, bool stateless);
