@@ -10,12 +10,16 @@
 #include <boost/json/serialize.hpp>
 
 #include "checkpointer_common.hpp"
+#include "sqlite_common.hpp"
 #include "weir/graph/checkpointer.hpp"
 
 namespace weir::graph {
 namespace {
 
-constexpr int kBusyTimeoutMs = 5000;
+using sqlite::DbPtr;
+using sqlite::kBusyTimeoutMs;
+using sqlite::StmtPtr;
+using sqlite::StmtUse;
 
 // Schema version 1. `seq` is a database-wide insertion counter (max(threads.updated_seq) + 1
 // under the write lock): it orders list()/latest() by put order and threads() by recency, and
@@ -81,79 +85,12 @@ UPDATE schema_version SET version = 3;
 constexpr const char* kColumns =
     "thread_id, checkpoint_id, parent_id, step, writes, pending, metadata, created_at";
 
-struct DbClose {
-  void operator()(sqlite3* db) const { sqlite3_close_v2(db); }
-};
-struct StmtFinalize {
-  void operator()(sqlite3_stmt* s) const { sqlite3_finalize(s); }
-};
-using DbPtr = std::unique_ptr<sqlite3, DbClose>;
-using StmtPtr = std::unique_ptr<sqlite3_stmt, StmtFinalize>;
-
-// One use of a cached statement: reset and unbind on scope exit, so a statement never holds a
-// read snapshot (or a pointer to a bound string) between calls.
-class StmtUse {
- public:
-  explicit StmtUse(const StmtPtr& s) : s_(s.get()) {}
-  ~StmtUse() {
-    sqlite3_reset(s_);
-    sqlite3_clear_bindings(s_);
-  }
-  StmtUse(const StmtUse&) = delete;
-  StmtUse& operator=(const StmtUse&) = delete;
-
-  // Binds are SQLITE_STATIC: the caller keeps `v` alive for the use's lifetime.
-  void bind(int i, std::string_view v) {
-    // An empty string_view may have data() == nullptr, which SQLite would bind as NULL.
-    sqlite3_bind_text64(s_, i, v.empty() ? "" : v.data(), v.size(), SQLITE_STATIC, SQLITE_UTF8);
-  }
-  void bind(int i, int64_t v) { sqlite3_bind_int64(s_, i, v); }
-  void bind_blob(int i, std::string_view v) {
-    sqlite3_bind_blob64(s_, i, v.empty() ? "" : v.data(), v.size(), SQLITE_STATIC);
-  }
-  std::string_view blob(int col) const {
-    const auto* p = static_cast<const char*>(sqlite3_column_blob(s_, col));
-    return p == nullptr ? std::string_view() : std::string_view(p, sqlite3_column_bytes(s_, col));
-  }
-  int step() { return sqlite3_step(s_); }
-
-  std::string_view text(int col) const {
-    const auto* p = reinterpret_cast<const char*>(sqlite3_column_text(s_, col));
-    return p == nullptr ? std::string_view() : std::string_view(p, sqlite3_column_bytes(s_, col));
-  }
-  int64_t int64(int col) const { return sqlite3_column_int64(s_, col); }
-  bool is_null(int col) const { return sqlite3_column_type(s_, col) == SQLITE_NULL; }
-
- private:
-  sqlite3_stmt* s_;
-};
-
 std::string describe(std::string_view path) {
   return "sqlite checkpointer '" + std::string(path) + "'";
 }
 
 Error sqlite_error(std::string_view path, sqlite3* db, int rc, std::string_view what) {
-  std::string text = describe(path) + ": " + std::string(what) + ": " +
-                     (db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
-  switch (rc & 0xff) {
-    case SQLITE_NOTADB:
-    case SQLITE_CORRUPT:
-      return Error(Errc::corrupt_data,
-                   text + "; the file is not an SQLite database or is damaged (use a new path)");
-    case SQLITE_CANTOPEN:
-      return Error(Errc::io_error, text +
-                                       "; check that the parent directory exists and is "
-                                       "writable and that the path is not a directory");
-    case SQLITE_BUSY:
-    case SQLITE_LOCKED:
-      return Error(Errc::io_error, text + " (another connection held the lock longer than the " +
-                                       std::to_string(kBusyTimeoutMs) + " ms busy_timeout)");
-    case SQLITE_TOOBIG:
-      return Error(Errc::invalid_argument,
-                   text + "; move large values to the artifact store instead of the state");
-    default:
-      return Error(Errc::io_error, std::move(text));
-  }
+  return sqlite::error(describe(path), db, rc, what);
 }
 
 class SqliteCheckpointer final : public Checkpointer {

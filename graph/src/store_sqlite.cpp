@@ -6,6 +6,7 @@
 #include <climits>
 #include <mutex>
 
+#include "sqlite_common.hpp"
 #include "store_common.hpp"
 #include "weir/graph/store.hpp"
 
@@ -14,7 +15,10 @@ namespace {
 
 using namespace store_detail;
 
-constexpr int kBusyTimeoutMs = 5000;
+using sqlite::DbPtr;
+using sqlite::kBusyTimeoutMs;
+using sqlite::StmtPtr;
+using Use = sqlite::StmtUse;
 
 // `namespace` is the labels joined with '.' (store_common.hpp), compared in byte order (BINARY);
 // `seq` is the put order (max + 1 under the write lock), which search reads newest first.
@@ -33,69 +37,22 @@ CREATE INDEX IF NOT EXISTS store_items_seq ON store_items (seq);
 
 constexpr const char* kColumns = "namespace, key, value, created_at, updated_at, seq";
 
-struct DbClose {
-  void operator()(sqlite3* db) const { sqlite3_close_v2(db); }
-};
-struct StmtFinalize {
-  void operator()(sqlite3_stmt* s) const { sqlite3_finalize(s); }
-};
-using DbPtr = std::unique_ptr<sqlite3, DbClose>;
-using StmtPtr = std::unique_ptr<sqlite3_stmt, StmtFinalize>;
-
-// One use of a prepared statement: reset and unbound on scope exit. Binds are SQLITE_STATIC: the
-// caller keeps the strings alive for the use.
-class Use {
- public:
-  explicit Use(const StmtPtr& s) : s_(s.get()) {}
-  ~Use() {
-    sqlite3_reset(s_);
-    sqlite3_clear_bindings(s_);
-  }
-  Use(const Use&) = delete;
-  Use& operator=(const Use&) = delete;
-  Use& bind(int i, std::string_view v) {
-    sqlite3_bind_text64(s_, i, v.empty() ? "" : v.data(), v.size(), SQLITE_STATIC, SQLITE_UTF8);
-    return *this;
-  }
-  Use& bind(int i, int64_t v) {
-    sqlite3_bind_int64(s_, i, v);
-    return *this;
-  }
-  int step() { return sqlite3_step(s_); }
-  std::string text(int col) const {
-    const auto* p = reinterpret_cast<const char*>(sqlite3_column_text(s_, col));
-    return p ? std::string(p, sqlite3_column_bytes(s_, col)) : std::string();
-  }
-  int64_t int64(int col) const { return sqlite3_column_int64(s_, col); }
-  StoredRow row() const { return {text(0), text(1), text(2), int64(3), int64(4), int64(5)}; }
-
- private:
-  sqlite3_stmt* s_;
-};
+// A stored item's row (namespace, key, value, created_at, updated_at, seq).
+StoredRow row_of(const Use& u) {
+  return {std::string(u.text(0)),
+          std::string(u.text(1)),
+          std::string(u.text(2)),
+          u.int64(3),
+          u.int64(4),
+          u.int64(5)};
+}
 
 std::string describe(std::string_view path) {
   return "sqlite store '" + std::string(path) + "'";
 }
 
 Error sqlite_error(std::string_view path, sqlite3* db, int rc, std::string_view what) {
-  std::string text = describe(path) + ": " + std::string(what) + ": " +
-                     (db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
-  switch (rc & 0xff) {
-    case SQLITE_NOTADB:
-    case SQLITE_CORRUPT:
-      return Error(Errc::corrupt_data,
-                   text + "; the file is not an SQLite database or is damaged (use a new path)");
-    case SQLITE_CANTOPEN:
-      return Error(Errc::io_error, text +
-                                       "; check that the parent directory exists and is "
-                                       "writable and that the path is not a directory");
-    case SQLITE_BUSY:
-    case SQLITE_LOCKED:
-      return Error(Errc::io_error, text + " (another connection held the lock longer than the " +
-                                       std::to_string(kBusyTimeoutMs) + " ms busy_timeout)");
-    default:
-      return Error(Errc::io_error, std::move(text));
-  }
+  return sqlite::error(describe(path), db, rc, what);
 }
 
 Status exec(std::string_view path, sqlite3* db, const char* sql, std::string_view what) {
@@ -198,7 +155,7 @@ class SqliteStore final : public Store {
       int rc = q.step();
       if (rc == SQLITE_DONE) return std::optional<StoreItem>();
       if (rc != SQLITE_ROW) return error(rc, "reading " + describe_item(ns, key));
-      row = q.row();
+      row = row_of(q);
     }
     auto item = item_of(std::move(row), describe(path_));
     if (!item) return std::move(item).error();
@@ -220,7 +177,7 @@ class SqliteStore final : public Store {
             if (!all) s.bind(2, range.exact).bind(3, range.low).bind(4, range.high);
             std::vector<StoredRow> rows;
             int rc;
-            while ((rc = s.step()) == SQLITE_ROW) rows.push_back(s.row());
+            while ((rc = s.step()) == SQLITE_ROW) rows.push_back(row_of(s));
             if (rc != SQLITE_DONE) return error(rc, "searching");
             return rows;
           },
@@ -238,7 +195,7 @@ class SqliteStore final : public Store {
       Use s(lit.empty() ? namespaces_all_ : namespaces_prefix_);
       if (!lit.empty()) s.bind(2, range.exact).bind(3, range.low).bind(4, range.high);
       int rc;
-      while ((rc = s.step()) == SQLITE_ROW) joined.push_back(s.text(0));
+      while ((rc = s.step()) == SQLITE_ROW) joined.emplace_back(s.text(0));
       if (rc != SQLITE_DONE) return error(rc, "listing namespaces");
     }
     return select_namespaces(joined, q);
