@@ -229,12 +229,12 @@ Result<std::vector<RunRecord>> RunQueue::list(std::size_t limit, std::optional<R
   std::lock_guard lock(impl_->mu);
   auto& conn = impl_->conn;
   return conn.run("listing runs", [&](const Attempt&) -> Result<std::vector<RunRecord>> {
-    // Keyset paging: (created_at, id) descending, so a page starts right after the last one.
+    // Keyset paging: (created_at, seq) descending, so a page starts right after the last one.
     auto r = conn.exec(
         std::string("SELECT ") + kColumns +
             " FROM weir_runs WHERE ($1::text IS NULL OR state = $1) AND ($3::text IS NULL OR "
-            "(created_at, id) < (SELECT created_at, id FROM weir_runs WHERE id = $3)) "
-            "ORDER BY created_at DESC, id DESC LIMIT $2",
+            "(created_at, seq) < (SELECT created_at, seq FROM weir_runs WHERE id = $3)) "
+            "ORDER BY created_at DESC, seq DESC LIMIT $2",
         Params()
             .text_or_null(only ? std::optional<std::string_view>(run_state_name(*only))
                                : std::nullopt)
@@ -284,7 +284,7 @@ Result<std::optional<std::string>> RunQueue::unfinished_on(std::string_view thre
   return conn.run(what, [&](const Attempt&) -> Result<std::optional<std::string>> {
     auto r = conn.exec(
         "SELECT id FROM weir_runs WHERE thread_id = $1 AND state IN ('queued', "
-        "'running') ORDER BY created_at LIMIT 1",
+        "'running') ORDER BY created_at, seq LIMIT 1",
         Params().text(thread_id), what);
     if (!r) return std::move(r).error();
     if (r->size() == 0) return std::optional<std::string>();
@@ -332,7 +332,7 @@ constexpr const char* kClaimSql =
     "  WHERE (state = 'queued' AND (not_before IS NULL OR not_before <= weir_now_ms())) "
     "     OR (state = 'running' AND lease_expires < weir_now_ms() "
     "         AND NOT (id = ANY(string_to_array($4, ',')))) "
-    "  ORDER BY created_at LIMIT 1 FOR UPDATE SKIP LOCKED), "
+    "  ORDER BY created_at, seq LIMIT 1 FOR UPDATE SKIP LOCKED), "
     "claimed AS (UPDATE weir_runs u SET "
     "  state = CASE WHEN " WEIR_CANCEL_NOW " THEN 'cancelled' WHEN " WEIR_EXHAUSTED
     "    THEN 'failed' ELSE 'running' END, "

@@ -267,7 +267,7 @@ Result<std::map<std::string, std::string>> threads_with_unfinished_runs(std::str
   if (!exists->boolean(0, 0)) return out;
   auto r = c->exec(
       "SELECT thread_id, id, state FROM weir_runs WHERE state IN ('queued', 'running') "
-      "ORDER BY created_at",
+      "ORDER BY created_at, seq",
       pg::Params(), what);
   if (!r) return std::move(r).error();
   for (int i = 0; i < r->size(); ++i)

@@ -98,6 +98,18 @@ constexpr const char* kVersion3 = R"sql(
 ALTER TABLE weir_runs ADD COLUMN IF NOT EXISTS traceparent TEXT NOT NULL DEFAULT '';
 )sql";
 
+// Version 4: the order runs were queued in. created_at is in milliseconds and a busy queue takes
+// several runs a millisecond: seq breaks those ties, so listing pages and claims keep the
+// submission order (rows already there are numbered in table order when the column is added).
+constexpr const char* kVersion4 = R"sql(
+CREATE SEQUENCE IF NOT EXISTS weir_run_seq;
+ALTER TABLE weir_runs ADD COLUMN IF NOT EXISTS seq BIGINT NOT NULL DEFAULT nextval('weir_run_seq');
+DROP INDEX IF EXISTS weir_runs_open;
+DROP INDEX IF EXISTS weir_runs_recent;
+CREATE INDEX weir_runs_open ON weir_runs (created_at, seq) WHERE state IN ('queued', 'running');
+CREATE INDEX weir_runs_recent ON weir_runs (created_at, seq);
+)sql";
+
 // A weir_runs made by the run queue before version 2 (TIMESTAMPTZ times, TEXT JSON), converted
 // in place: one rewrite of the table; its indexes are rebuilt with it.
 constexpr const char* kConvertRunsToVersion2 = R"sql(
@@ -192,6 +204,11 @@ Status migrate(Connection& c, const Attempt&) {
         !s)
       return s;
     if (auto s = applied(3); !s) return s;
+  }
+  if (*version < 4) {
+    if (auto s = c.exec_script(kVersion4, "migrating to version 4: adding weir_runs.seq"); !s)
+      return s;
+    if (auto s = applied(4); !s) return s;
   }
   return txn.commit("opening: creating weir's tables");
 }

@@ -247,16 +247,16 @@ TEST(RunQueue, OneSchemaVersionCoversTheQueueAndANewerOneIsRefused) {
   }
   EXPECT_EQ(
       PgServer::get().exec_admin(
-          "DO $$ BEGIN IF (SELECT max(version) FROM weir_schema_version) <> 3 OR "
+          "DO $$ BEGIN IF (SELECT max(version) FROM weir_schema_version) <> 4 OR "
           "to_regclass('weir_checkpoints') IS NULL OR (SELECT data_type FROM "
           "information_schema.columns WHERE table_name = 'weir_runs' AND column_name = "
-          "'created_at') <> 'bigint' THEN RAISE 'not one schema at version 3'; END IF; END $$",
+          "'created_at') <> 'bigint' THEN RAISE 'not one schema at version 4'; END IF; END $$",
           dbname(db)),
       "");
-  ASSERT_EQ(PgServer::get().exec_admin("INSERT INTO weir_schema_version VALUES (4)", dbname(db)),
+  ASSERT_EQ(PgServer::get().exec_admin("INSERT INTO weir_schema_version VALUES (5)", dbname(db)),
             "");
   const std::string expected =
-      ": the database has weir schema version 4, newer than this weir build reads (3); use a "
+      ": the database has weir schema version 5, newer than this weir build reads (4); use a "
       "newer weir, or another database";
   auto q = weir::cluster::RunQueue::open(db);
   ASSERT_FALSE(q);
@@ -338,7 +338,7 @@ TEST(RunQueue, AVersionOneDatabaseIsMigratedKeepingItsRuns) {
   EXPECT_EQ((**claimed).input, R"({"n": 5})");
   EXPECT_GT((**claimed).lease_expires_ms, (**claimed).started_ms);
   EXPECT_EQ(PgServer::get().exec_admin(
-                "DO $$ BEGIN IF (SELECT max(version) FROM weir_schema_version) <> 3 THEN "
+                "DO $$ BEGIN IF (SELECT max(version) FROM weir_schema_version) <> 4 THEN "
                 "RAISE 'not migrated'; END IF; END $$",
                 dbname(db)),
             "");
@@ -372,10 +372,11 @@ TEST(RunQueue, AVersionOneDatabaseWithTraceContextsKeepsThem) {
   EXPECT_EQ(done->created_ms, 1767323045678);
 }
 
-// Version 3 is a step of the one migration path, not something the queue's open patches: a
-// version-2 database (weir_runs without traceparent) is brought to version 3 by whichever opens
-// it first, the checkpointer too, keeping its runs; a run then records its trace context.
-TEST(RunQueue, AVersionTwoDatabaseIsMigratedToVersionThree) {
+// Versions 3 and 4 are steps of the one migration path, not something the queue's open patches:
+// a version-2 database (weir_runs without traceparent or seq) is brought to version 4 by
+// whichever opens it first, the checkpointer too, keeping its runs; a run then records its trace
+// context and is listed after the old one.
+TEST(RunQueue, AVersionTwoDatabaseIsMigratedToTheCurrentVersion) {
   const std::string db = fresh_db();
   ASSERT_NE(db, "");
   {
@@ -385,7 +386,8 @@ TEST(RunQueue, AVersionTwoDatabaseIsMigratedToVersionThree) {
   // Back to version 2 as a weir of that version left it, with a run in it.
   ASSERT_EQ(PgServer::get().exec_admin(
                 "ALTER TABLE weir_runs DROP COLUMN traceparent;"
-                "DELETE FROM weir_schema_version WHERE version = 3;"
+                "ALTER TABLE weir_runs DROP COLUMN seq; DROP SEQUENCE weir_run_seq;"
+                "DELETE FROM weir_schema_version WHERE version >= 3;"
                 "INSERT INTO weir_runs (id, workflow_name, workflow_file, workflow, "
                 "workflow_sha256, input, thread_id, state, max_attempts) VALUES ('r-v2', 'x', "
                 "'/x.json', '{}', 'aa', convert_to('{}', 'UTF8'), 'r-v2', 'queued', 3);",
@@ -396,10 +398,10 @@ TEST(RunQueue, AVersionTwoDatabaseIsMigratedToVersionThree) {
     ASSERT_TRUE(cp) << cp.error().message;
   }
   EXPECT_EQ(PgServer::get().exec_admin(
-                "DO $$ BEGIN IF (SELECT max(version) FROM weir_schema_version) <> 3 OR "
+                "DO $$ BEGIN IF (SELECT max(version) FROM weir_schema_version) <> 4 OR "
                 "(SELECT count(*) FROM information_schema.columns WHERE table_name = "
-                "'weir_runs' AND column_name = 'traceparent') <> 1 THEN "
-                "RAISE 'not at version 3'; END IF; END $$",
+                "'weir_runs' AND column_name IN ('traceparent', 'seq')) <> 2 THEN "
+                "RAISE 'not at version 4'; END IF; END $$",
                 dbname(db)),
             "");
   auto q = weir::cluster::RunQueue::open(db);
@@ -414,6 +416,11 @@ TEST(RunQueue, AVersionTwoDatabaseIsMigratedToVersionThree) {
   auto rec = (*q)->get(*id);
   ASSERT_TRUE(rec) << rec.error().message;
   EXPECT_EQ(rec->traceparent, req.traceparent);
+  auto listed = (*q)->list(10);
+  ASSERT_TRUE(listed) << listed.error().message;
+  ASSERT_EQ(listed->size(), 2u);
+  EXPECT_EQ((*listed)[0].id, *id);
+  EXPECT_EQ((*listed)[1].id, "r-v2");
 }
 
 TEST(RunQueue, SubmitThenAWorkerRunsItToItsFinalState) {
@@ -665,6 +672,42 @@ TEST(RunQueue, AReclaimedRunsOldHolderIsFencedOut) {
   EXPECT_TRUE(
       (*q)->finish(*id, (**second).fence, weir::cluster::RunState::succeeded, "{}", "", ""));
   EXPECT_EQ((*q)->get(*id)->state, weir::cluster::RunState::succeeded);
+}
+
+// Runs keep the order they were queued in even when many share a millisecond (created_at's
+// unit): `weir runs` lists them newest first, its cursor pages through them without a gap or a
+// repeat, and workers claim them oldest first. (CI's machine queues several a millisecond.)
+TEST(RunQueue, RunsQueuedInOneMillisecondKeepTheirOrder) {
+  const std::string db = fresh_db();
+  ASSERT_NE(db, "");
+  auto q = weir::cluster::RunQueue::open(db);
+  ASSERT_TRUE(q) << q.error().message;
+  std::vector<std::string> queued;
+  for (int i = 0; i < 24; ++i) {
+    auto id = (*q)->submit(tiny_request());
+    ASSERT_TRUE(id) << id.error().message;
+    queued.push_back(*id);
+  }
+  ASSERT_EQ(PgServer::get().exec_admin("UPDATE weir_runs SET created_at = 1767323045678",
+                                       dbname(db)),
+            "");
+  std::vector<std::string> listed;
+  std::string after;
+  for (;;) {
+    auto page = (*q)->list(5, std::nullopt, after);
+    ASSERT_TRUE(page) << page.error().message;
+    if (page->empty()) break;
+    for (const auto& r : *page) listed.push_back(r.id);
+    after = page->back().id;
+  }
+  EXPECT_EQ(listed, std::vector<std::string>(queued.rbegin(), queued.rend()));
+  std::vector<std::string> claimed;
+  for (std::size_t i = 0; i < queued.size(); ++i) {
+    auto c = (*q)->claim("w", 60s);
+    ASSERT_TRUE(c && *c);
+    claimed.push_back((**c).id);
+  }
+  EXPECT_EQ(claimed, queued);
 }
 
 // Ids are refused, not truncated: PostgreSQL text stops at a NUL, so "a\0b" would have become

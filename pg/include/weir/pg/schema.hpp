@@ -14,6 +14,8 @@
 //   3  weir_runs.traceparent (TEXT, '' when none): the W3C trace context every attempt of the
 //      run continues. Added by a migration step, not by the queue's open (a weir_runs made by a
 //      weir with traces before version 2 has it already and keeps its values).
+//   4  weir_runs.seq (sequence weir_run_seq): the order runs were queued in, which breaks ties
+//      of created_at (milliseconds) in listings and claims; the indexes on created_at include it.
 // A database with a newer version than kSchemaVersion is refused (unsupported, naming both).
 // Thread safety: none (a Connection's).
 #pragma once
@@ -22,10 +24,10 @@
 
 namespace weir::pg {
 
-inline constexpr int kSchemaVersion = 3;
+inline constexpr int kSchemaVersion = 4;
 
 // Creates or migrates weir's objects. Errors: unsupported ("the database has weir schema
-// version 4, newer than this weir build reads (3); use a newer weir, or another database"),
+// version 5, newer than this weir build reads (4); use a newer weir, or another database"),
 // corrupt_data (a version below 1), those of the connection. On error nothing changed.
 Status ensure_schema(Connection& c);
 
