@@ -385,14 +385,17 @@ Status Runner::begin_step(const std::vector<Task>& tasks, std::int32_t& step) {
             std::to_string(lim.max_thread_steps) + "); nodes active in the last step: " + active +
             "; raise limits.max_thread_steps or continue on a new thread");
   }
-  if (step >= lim.recursion_limit) {
+  const bool own_cap = extras && extras->recursion_limit > 0;
+  const std::int32_t cap = own_cap ? extras->recursion_limit : lim.recursion_limit;
+  if (step >= cap) {
     std::string active;
     for (const auto& t : tasks) active += (active.empty() ? "" : ", ") + g.nodes_[t.node].name;
     return Error(Errc::step_limit_exceeded,
-                 "run stopped after " + std::to_string(step) +
-                     " supersteps (recursion_limit=" + std::to_string(lim.recursion_limit) +
-                     "); nodes active in the last step: " + active +
-                     "; raise limits.recursion_limit or add an exit condition");
+                 "run stopped after " + std::to_string(step) + " supersteps (" +
+                     (own_cap ? "the run's recursion_limit=" : "recursion_limit=") +
+                     std::to_string(cap) + "); nodes active in the last step: " + active +
+                     (own_cap ? "; give the run a higher recursion_limit or add an exit condition"
+                              : "; raise limits.recursion_limit or add an exit condition"));
   }
   if (cancel && cancel->load(std::memory_order_relaxed))
     return Error(Errc::cancelled, "run cancelled before superstep " + std::to_string(step + 1));
@@ -579,6 +582,15 @@ Runner::Await Runner::advance_phase() {
         phase = Phase::end;
         return Await::more;
       }
+      if (extras && (break_next || !extras->break_before.empty())) {
+        if (auto k = breakpoint_task(tasks); k < tasks.size()) {
+          check(interrupt_run(tasks, k, superstep, extras->breakpoint));
+          interrupted = true;
+          phase = Phase::end;
+          return Await::more;
+        }
+      }
+      skip_breaks = false;
       if (traced) trace_step_begin();
       phase = Phase::nodes;
       return streaming() ? await_slow(Slow::started) : Await::more;
@@ -613,6 +625,8 @@ Runner::Await Runner::advance_phase() {
       return ok && streaming() && stream_state ? await_slow(Slow::state) : Await::more;
     case Phase::swap:
       if (traced) trace_step_end();
+      if (extras && !extras->break_after.empty() && !barrier->next.empty() && breaks_after(tasks))
+        break_next = true;
       std::swap(tasks, barrier->next);
       give_barrier_scratch();
       phase = Phase::step;
@@ -691,6 +705,36 @@ asio::awaitable<void> Runner::queue_for_permit() {
     fail(std::move(queued).error());
 }
 
+static bool names_node(const std::vector<std::string>& names, const std::string& node) {
+  for (const auto& n : names)
+    if (n == "*" || n == node) return true;
+  return false;
+}
+
+std::size_t Runner::breakpoint_task(const std::vector<Task>& tasks) {
+  const bool after = break_next;
+  break_next = false;
+  if (skip_breaks) {
+    skip_breaks = false;
+    return tasks.size();
+  }
+  std::size_t k = after ? 0 : tasks.size();
+  for (std::size_t i = 0; !after && i < tasks.size(); ++i)
+    if (names_node(extras->break_before, g.nodes_[tasks[i].node].name)) k = std::min(k, i);
+  if (k == tasks.size()) return k;
+  auto& c = tasks[k].ctx;
+  if (!c.extra_) c.extra_ = std::make_unique<NodeContext::Extra>();
+  c.extra_->interrupt.emplace(nullptr);
+  extras->breakpoint = after ? "after" : "before";
+  return k;
+}
+
+bool Runner::breaks_after(const std::vector<Task>& tasks) const {
+  for (const auto& t : tasks)
+    if (names_node(extras->break_after, g.nodes_[t.node].name)) return true;
+  return false;
+}
+
 std::size_t Runner::interrupting_task(const std::vector<Task>& tasks,
                                       const std::vector<Result<Update>>& results) const {
   for (std::size_t i = 0; i < tasks.size(); ++i) {
@@ -707,6 +751,7 @@ RunResult Runner::finish(std::int32_t step, bool interrupted) {
   out.interrupted = true;
   out.interrupted_node = g.nodes_[tasks[interrupted_task].node].name;
   out.interrupt_payload = std::move(*tasks[interrupted_task].ctx.extra_->interrupt);
+  if (extras && extras->breakpoint) out.breakpoint = extras->breakpoint;
   return out;
 }
 
@@ -719,6 +764,7 @@ asio::awaitable<void> Runner::push_final(std::int32_t step, bool interrupted) {
     e.node = g.nodes_[tasks[interrupted_task].node].name;
     e.data = json::object{{"payload", json::value(*tasks[interrupted_task].ctx.extra_->interrupt,
                                                   json::storage_ptr())}};
+    if (extras && extras->breakpoint) e.data.as_object()["breakpoint"] = extras->breakpoint;
   } else {
     e.kind = EventKind::run_finished;
     e.data = json::object{{"steps", step}};
@@ -870,6 +916,13 @@ asio::awaitable<Result<RunResult>> GraphRuntime::async_run(
   // The run keeps no owning reference to the stream: a consumer that drops it closes it.
   if (options.events) r->extra().events = options.events->impl_;
   r->stream_state = options.stream_state;
+  if (!options.interrupt_before.empty() || !options.interrupt_after.empty() ||
+      options.recursion_limit > 0) {
+    auto& x = r->extra();
+    x.break_before = std::move(options.interrupt_before);
+    x.break_after = std::move(options.interrupt_after);
+    x.recursion_limit = options.recursion_limit;
+  }
   if (options.trace && options.trace->context)
     r->trace_begin(options.trace->context, options.trace->name);
   return Runner::run(std::move(r));

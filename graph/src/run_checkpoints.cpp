@@ -132,8 +132,14 @@ Result<std::vector<std::string>> Runner::attach_artifacts(Checkpoint& cp) const 
   return ids;
 }
 
-Status Runner::interrupt_run(const std::vector<Task>& tasks, std::size_t k, std::int32_t step) {
+Status Runner::interrupt_run(const std::vector<Task>& tasks, std::size_t k, std::int32_t step,
+                             const char* breakpoint) {
   const std::string& name = g.nodes_[tasks[k].node].name;
+  if (breakpoint && !checkpointer()) {
+    return Error(Errc::unsupported, std::string("interrupt_") + breakpoint + " (node '" + name +
+                                        "') needs a checkpoint to resume from: set "
+                                        "RunOptions.checkpointer and RunOptions.thread_id");
+  }
   if (nested) {
     return Error(Errc::unsupported, "node '" + name +
                                         "' called interrupt() inside a subgraph; interrupts "
@@ -150,6 +156,10 @@ Status Runner::interrupt_run(const std::vector<Task>& tasks, std::size_t k, std:
     if (g.nodes_[t.node].options.max_visits > 0 && st.visits[t.node] > 0) --st.visits[t.node];
   }
   json::object info{{"node", name}, {"payload", *tasks[k].ctx.extra_->interrupt}};
+  if (breakpoint) {
+    info["breakpoint"] = breakpoint;
+    extra().breakpoint = breakpoint;
+  }
   // Numbered as the step it paused (a number of its own: the step before has its checkpoint);
   // the re-run on resume comes after it.
   if (auto s = save(std::vector<bool>(g.channels_.size()), tasks, step, "interrupted", &info); !s)
@@ -199,7 +209,11 @@ Status Runner::restore(std::vector<Task>& tasks, bool has_input) {
   if (interrupted) {
     const auto* info = cp.pending.if_contains("interrupt");
     const auto* node = info && info->is_object() ? info->as_object().if_contains("node") : nullptr;
-    if (node && node->is_string()) thread->resume_node = std::string(node->as_string());
+    const bool breakpoint = info && info->is_object() && info->as_object().contains("breakpoint");
+    // A breakpoint's step runs as it would have: no node takes the resume value.
+    if (node && node->is_string() && !breakpoint)
+      thread->resume_node = std::string(node->as_string());
+    skip_breaks = true;
   }
   auto state = checkpointer()->state_at(thread->id, cp.checkpoint_id);
   if (!state) return std::move(state).error();

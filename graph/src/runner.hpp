@@ -160,6 +160,10 @@ struct Runner {
     // Turns evicted by a messages window in this step, folded into its marker at the barrier.
     std::vector<json::array> evicted;  // [channels]
     Error error;                       // why the run failed, once !ok
+    // RunOptions::interrupt_before / interrupt_after / recursion_limit (0: the graph's).
+    std::vector<std::string> break_before, break_after;
+    std::int32_t recursion_limit = 0;
+    const char* breakpoint = nullptr;  // "before"/"after" once a breakpoint stopped the run
     std::unique_ptr<RunTrace> trace;   // set with `traced`
   };
   std::unique_ptr<Extra> extras;
@@ -359,6 +363,10 @@ struct Runner {
   bool interrupted : 1 = false;
   bool ok : 1 = true;       // the run's outcome so far: false once it failed, with extras->error
   bool traced : 1 = false;  // extras->trace is set: the trace_* hooks below record spans
+  // Breakpoints: the next step stops before it runs (a step with an interrupt_after node ran);
+  // skip_breaks: the first step of a resumed run, which runs whatever breakpoints say.
+  bool break_next : 1 = false;
+  bool skip_breaks : 1 = false;
   std::int32_t superstep = 0;
   std::uint32_t interrupted_task = 0;  // interrupt_run()
   std::uint32_t offloaded = 0;         // values moved to the artifact store
@@ -397,8 +405,15 @@ struct Runner {
                                 const std::vector<Result<Update>>& results) const;
 
   // Stops the run at task k's interrupt: an "interrupted" checkpoint that re-runs this step.
-  // The step's node is kept in `interrupted_task` for finish().
-  Status interrupt_run(const std::vector<Task>& tasks, std::size_t k, std::int32_t step);
+  // The step's node is kept in `interrupted_task` for finish(). `breakpoint`: "before"/"after"
+  // for a breakpoint's stop (the task's interrupt payload is null), recorded in the checkpoint.
+  Status interrupt_run(const std::vector<Task>& tasks, std::size_t k, std::int32_t step,
+                       const char* breakpoint = nullptr);
+  // The task a breakpoint stops this step at (RunOptions::interrupt_before/after), or
+  // tasks.size(). Clears break_next and skip_breaks.
+  std::size_t breakpoint_task(const std::vector<Task>& tasks);
+  // Whether a step of `tasks` ran a node named in interrupt_after.
+  bool breaks_after(const std::vector<Task>& tasks) const;
 
   // The result of a run that did not fail (finished, or stopped at an interrupt).
   RunResult finish(std::int32_t step, bool interrupted);

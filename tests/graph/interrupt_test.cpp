@@ -1,5 +1,6 @@
 // Human in the loop: NodeContext::interrupt, the "interrupted" checkpoint, async_resume.
 #include <filesystem>
+#include <map>
 
 #include <unistd.h>
 
@@ -162,6 +163,155 @@ TEST(Interrupt, StreamEndsWithRunInterrupted) {
   EXPECT_EQ(last->step, 2);
   EXPECT_EQ(json::serialize(last->data),
             R"({"payload":{"question":"publish this?","draft":"weir 1.0 is out"}})");
+}
+
+// a -> b -> c, each appending its name to "log" and counting its runs; b asks a human when
+// `b_asks` (interrupt() unless it has a resume value, which it writes to "answer").
+std::shared_ptr<const CompiledGraph> line_graph(std::shared_ptr<std::map<std::string, int>> runs,
+                                                bool b_asks = false) {
+  StateGraph b;
+  b.add_channel("log", {.reducer = ReducerKind::append});
+  b.add_channel("answer", {});
+  for (const char* name : {"a", "b", "c"}) {
+    const std::string n = name;
+    b.add_node(n, [runs, n, b_asks](const StateView&, NodeContext& c) -> Result<Update> {
+      ++(*runs)[n];
+      if (n != "b") {
+        EXPECT_EQ(c.resume_value(), nullptr) << n;
+        return Update().set("log", json::value(n));
+      }
+      if (const json::value* v = c.resume_value())
+        return Update().set("answer", *v).set("log", json::value(n));
+      if (b_asks) return c.interrupt("b asks");
+      return Update().set("log", json::value(n));
+    });
+  }
+  b.add_edge("START", "a").add_edge("a", "b").add_edge("b", "c").add_edge("c", "END");
+  return *b.compile();
+}
+
+// interrupt_before stops the run before the step that would run the node: an interrupted
+// checkpoint naming it, no payload, the node not run; a resume runs that step without handing
+// the value to anyone and without stopping at the same breakpoint again.
+TEST(Breakpoints, InterruptBeforeStopsAndAResumeRunsTheStep) {
+  auto runs = std::make_shared<std::map<std::string, int>>();
+  auto g = line_graph(runs);
+  auto cp = make_memory_checkpointer();
+  GraphRuntime rt;
+  RunOptions o{.checkpointer = cp.get(), .thread_id = "t"};
+  o.interrupt_before = {"b"};
+  auto r = run(rt, g, {}, o);
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_TRUE(r->interrupted);
+  EXPECT_EQ(r->breakpoint, "before");
+  EXPECT_EQ(r->interrupted_node, "b");
+  EXPECT_TRUE(r->interrupt_payload.is_null());
+  EXPECT_EQ(json::serialize(r->state.at("log")), R"(["a"])");
+  EXPECT_EQ((*runs)["b"], 0);
+  auto latest = cp->latest("t");
+  ASSERT_TRUE(latest && *latest);
+  EXPECT_EQ(json::serialize((*latest)->pending.at("status")), R"("interrupted")");
+  EXPECT_EQ(json::serialize((*latest)->pending.at("next")), R"(["b"])");
+  EXPECT_EQ(json::serialize((*latest)->pending.at("interrupt")),
+            R"({"node":"b","payload":null,"breakpoint":"before"})");
+  RunOptions again{.checkpointer = cp.get()};
+  again.interrupt_before = {"b"};
+  auto done = resume(rt, g, "t", "ignored", again);
+  ASSERT_TRUE(done) << done.error().message;
+  EXPECT_FALSE(done->interrupted);
+  EXPECT_EQ(json::serialize(done->state.at("log")), R"(["a","b","c"])");
+  EXPECT_TRUE(done->state.at("answer").is_null());  // b was not handed the value
+  EXPECT_EQ((*runs)["b"], 1);
+}
+
+// "*" stops before every step; interrupt_after stops after a step that ran the node, before the
+// next one (and not when the run ends there).
+TEST(Breakpoints, EveryNodeAndAfterANode) {
+  auto runs = std::make_shared<std::map<std::string, int>>();
+  auto g = line_graph(runs);
+  auto cp = make_memory_checkpointer();
+  GraphRuntime rt;
+  RunOptions o{.checkpointer = cp.get(), .thread_id = "all"};
+  o.interrupt_before = {"*"};
+  auto r = run(rt, g, {}, o);
+  std::vector<std::string> stops;
+  while (r && r->interrupted) {
+    stops.push_back(r->interrupted_node);
+    RunOptions next{.checkpointer = cp.get()};
+    next.interrupt_before = {"*"};
+    r = resume(rt, g, "all", nullptr, next);
+  }
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(stops, (std::vector<std::string>{"a", "b", "c"}));
+  EXPECT_EQ(json::serialize(r->state.at("log")), R"(["a","b","c"])");
+
+  RunOptions after{.checkpointer = cp.get(), .thread_id = "after"};
+  after.interrupt_after = {"a", "c"};
+  auto first = run(rt, g, {}, after);
+  ASSERT_TRUE(first) << first.error().message;
+  EXPECT_TRUE(first->interrupted);
+  EXPECT_EQ(first->breakpoint, "after");
+  EXPECT_EQ(first->interrupted_node, "b");  // the step that runs next
+  EXPECT_EQ(json::serialize(first->state.at("log")), R"(["a"])");
+  RunOptions go_on{.checkpointer = cp.get()};
+  go_on.interrupt_after = {"a", "c"};
+  auto end = resume(rt, g, "after", nullptr, go_on);
+  ASSERT_TRUE(end) << end.error().message;
+  EXPECT_FALSE(end->interrupted);  // c is the last step: nothing to stop before
+  EXPECT_EQ(json::serialize(end->state.at("log")), R"(["a","b","c"])");
+}
+
+// A breakpoint before a node that itself asks a human: the breakpoint first, then the node's own
+// interrupt, whose resume value the node gets.
+TEST(Breakpoints, ABreakpointThenTheNodesOwnInterrupt) {
+  auto runs = std::make_shared<std::map<std::string, int>>();
+  auto g = line_graph(runs, true);
+  auto cp = make_memory_checkpointer();
+  GraphRuntime rt;
+  RunOptions o{.checkpointer = cp.get(), .thread_id = "t"};
+  o.interrupt_before = {"b"};
+  auto r = run(rt, g, {}, o);
+  ASSERT_TRUE(r && r->interrupted);
+  EXPECT_EQ(r->breakpoint, "before");
+  auto asks = resume(rt, g, "t", nullptr, {.checkpointer = cp.get()});
+  ASSERT_TRUE(asks) << asks.error().message;
+  EXPECT_TRUE(asks->interrupted);
+  EXPECT_EQ(asks->breakpoint, "");
+  EXPECT_EQ(asks->interrupt_payload, "b asks");
+  auto done = resume(rt, g, "t", "yes", {.checkpointer = cp.get()});
+  ASSERT_TRUE(done) << done.error().message;
+  EXPECT_EQ(done->state.at("answer"), "yes");
+  EXPECT_EQ(json::serialize(done->state.at("log")), R"(["a","b","c"])");
+}
+
+TEST(Breakpoints, WithoutACheckpointerTheRunFailsClearly) {
+  auto g = line_graph(std::make_shared<std::map<std::string, int>>());
+  GraphRuntime rt;
+  RunOptions o;
+  o.interrupt_after = {"a"};
+  auto r = run(rt, g, {}, o);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().to_string(),
+            "unsupported: interrupt_after (node 'b') needs a checkpoint to resume from: set "
+            "RunOptions.checkpointer and RunOptions.thread_id");
+}
+
+// A run's own recursion_limit replaces the graph's, and its error says whose cap it was.
+TEST(Breakpoints, ARunsRecursionLimitIsItsCap) {
+  auto g = line_graph(std::make_shared<std::map<std::string, int>>());
+  GraphRuntime rt;
+  RunOptions o;
+  o.recursion_limit = 2;
+  auto r = run(rt, g, {}, o);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().to_string(),
+            "step_limit_exceeded: run stopped after 2 supersteps (the run's recursion_limit=2); "
+            "nodes active in the last step: c; give the run a higher recursion_limit or add an "
+            "exit condition");
+  RunOptions enough;
+  enough.recursion_limit = 3;
+  auto ok = run(rt, g, {}, enough);
+  ASSERT_TRUE(ok) << ok.error().message;
 }
 
 }  // namespace

@@ -374,6 +374,10 @@ struct RunResult {
   std::string checkpoint_id;  // the last checkpoint written (empty without a checkpointer)
   std::string interrupted_node;
   boost::json::value interrupt_payload;
+  // "before" or "after" when a breakpoint (RunOptions::interrupt_before/after) stopped the run
+  // rather than the node's interrupt(): interrupted_node is then the first node of the step that
+  // runs on resume, and interrupt_payload is null. "" otherwise.
+  std::string breakpoint;
 };
 
 class Checkpointer;
@@ -436,6 +440,18 @@ struct RunOptions {
   // holds its RunOptions while its run is in flight (8 bytes, not 104, a run).
   // REQUIRES: *trace outlives the start of the run; its tracer outlives the run.
   const RunTracing* trace = nullptr;
+  // Breakpoints (LangGraph's interrupt_before / interrupt_after): node names, "*" for every
+  // node. The run stops as at an interrupt ("interrupted" checkpoint, RunResult::interrupted
+  // with `breakpoint` set) before a step that would run a node of interrupt_before, or after a
+  // step that ran a node of interrupt_after (before the next step; not when the run ends
+  // there). async_resume continues it with that step, where no node sees the resume value and
+  // no breakpoint stops the run again. Names the graph lacks match nothing. A run with
+  // breakpoints needs a checkpointer and a thread (else it fails with `unsupported`).
+  std::vector<std::string> interrupt_before, interrupt_after;
+  // The run's superstep cap instead of the graph's limits.recursion_limit when > 0 (a caller's
+  // per-run cap, e.g. LangGraph's config.recursion_limit; the caller decides whether it may
+  // exceed the graph's).
+  std::int32_t recursion_limit = 0;
 };
 
 struct RuntimeOptions {
