@@ -224,6 +224,8 @@ asio::awaitable<RunEnding> RunExecutor::Impl::execute(RunRecord rec,
     if (!v) co_return failed(v.error());
     resume = std::move(v->value);
   }
+  auto controls = parse_controls(rec.controls);
+  if (!controls) co_return failed(controls.error());
   // Step 3.
   auto claimed =
       cp.claim_thread(rec.thread_id, graph::this_process_holder(env.token, env.lease.count()));
@@ -245,6 +247,9 @@ asio::awaitable<RunEnding> RunExecutor::Impl::execute(RunRecord rec,
   o.cancel = env.control->cancel;
   o.events = env.events;
   o.run_id = rec.id + "." + std::to_string(rec.attempts);
+  o.interrupt_before = std::move(controls->interrupt_before);
+  o.interrupt_after = std::move(controls->interrupt_after);
+  o.recursion_limit = controls->recursion_limit;
   o.checkpoint_metadata = json::object{{"queue_run", rec.id},
                                        {"attempt", rec.attempts},
                                        {"workflow", rec.workflow_file},

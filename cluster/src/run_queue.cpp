@@ -21,14 +21,22 @@ using pg::Rows;
 #define WEIR_RUN_COLUMNS                                                                          \
   "id, workflow_name, workflow_file, workflow_sha256, input, thread_id, state, attempts::int8, "  \
   "max_attempts::int8, lease_owner, lease_expires, fence, cancel_requested, result, error_code, " \
-  "error, created_at, started_at, finished_at, resume, traceparent"
+  "error, created_at, started_at, finished_at, resume, traceparent, controls"
 constexpr const char* kColumns = WEIR_RUN_COLUMNS;
 
 // The thread claim the holder with a fence took (claim_token(fence)), as SQL. Every statement
 // that ends a run or hands it back deletes that claim in the same statement, so the holder, if
 // it is still running somewhere (paused, cut off), has its next put refused (issue 32.2).
 #define WEIR_HOLDER_TOKEN(fence) "'run-fence-' || " fence "::text"
-constexpr int kColumnCount = 21;
+// How many columns kColumns names (read_record reads them in order; a query's extra columns
+// follow them).
+constexpr int column_count(const char* s) {
+  int n = 1;
+  for (; *s; ++s) n += *s == ',';
+  return n;
+}
+constexpr int kColumnCount = column_count(WEIR_RUN_COLUMNS);
+static_assert(kColumnCount == 22);
 
 // The first key of the advisory lock a submit takes on its thread (the second is the thread's
 // hashtext); 'weir' in ASCII. Two-key advisory locks never meet the schema lock's one-key space.
@@ -58,6 +66,7 @@ RunRecord read_record(const Rows& r, int row) {
   rec.finished_ms = r.int8(row, c++);
   rec.resume = r.text(row, c++);
   rec.traceparent = r.text(row, c++);
+  rec.controls = r.text(row, c++);
   return rec;
 }
 
@@ -201,9 +210,9 @@ Result<std::string> RunQueue::submit(const SubmitRequest& req) {
     // The INSERT and the NOTIFY in one statement: workers hear of the run once it is committed.
     auto r = conn.exec(
         "WITH ins AS (INSERT INTO weir_runs (id, workflow_name, workflow_file, workflow, "
-        "workflow_sha256, input, thread_id, state, max_attempts, resume, traceparent) VALUES ($1, "
-        "$2, $3, $4, encode(sha256(convert_to($4, 'UTF8')), 'hex'), $5, $6, 'queued', $7::int4, "
-        "$8, $9) "
+        "workflow_sha256, input, thread_id, state, max_attempts, resume, traceparent, controls) "
+        "VALUES ($1, $2, $3, $4, encode(sha256(convert_to($4, 'UTF8')), 'hex'), $5, $6, "
+        "'queued', $7::int4, $8, $9, $10) "
         "RETURNING id) SELECT pg_notify('weir_runs', 'queued') FROM ins",
         Params()
             .text(id)
@@ -214,7 +223,8 @@ Result<std::string> RunQueue::submit(const SubmitRequest& req) {
             .text(thread)
             .int8(req.max_attempts)
             .bytea_or_null(or_null(req.resume))
-            .text(req.traceparent),
+            .text(req.traceparent)
+            .bytea_or_null(or_null(req.controls)),
         "queueing a run");
     if (!r) return std::move(r).error();
     if (auto c = txn.commit("queueing a run"); !c) return std::move(c).error();

@@ -80,6 +80,73 @@ json::object run_json(const RunRecord& r) {
   return o;
 }
 
+std::string controls_text(const RunControls& c) {
+  if (c.empty()) return {};
+  json::object o;
+  auto names = [](const std::vector<std::string>& v) {
+    json::array a;
+    for (const auto& n : v) a.emplace_back(n);
+    return a;
+  };
+  if (!c.interrupt_before.empty()) o["interrupt_before"] = names(c.interrupt_before);
+  if (!c.interrupt_after.empty()) o["interrupt_after"] = names(c.interrupt_after);
+  if (c.recursion_limit > 0) o["recursion_limit"] = c.recursion_limit;
+  return json::serialize(o);
+}
+
+Result<RunControls> parse_controls(std::string_view text) {
+  RunControls c;
+  if (text.empty()) return c;
+  auto v = parse_json(text, "the run's controls");
+  if (!v) return std::move(v).error();
+  auto wrong = [&] {
+    return Error(Errc::invalid_argument,
+                 "the run's controls are not controls: " + std::string(text.substr(0, 200)));
+  };
+  if (!v->value.is_object()) return wrong();
+  for (const auto& kv : v->value.as_object()) {
+    if (kv.key() == "interrupt_before" || kv.key() == "interrupt_after") {
+      auto& to = kv.key() == "interrupt_before" ? c.interrupt_before : c.interrupt_after;
+      if (!kv.value().is_array()) return wrong();
+      for (const auto& n : kv.value().as_array()) {
+        if (!n.is_string()) return wrong();
+        to.emplace_back(n.as_string());
+      }
+    } else if (kv.key() == "recursion_limit" && kv.value().is_int64()) {
+      c.recursion_limit = static_cast<int>(kv.value().as_int64());
+    } else {
+      return wrong();
+    }
+  }
+  return c;
+}
+
+Status check_controls(const graph::WorkflowSpec& spec, const RunControls& c) {
+  for (const auto* list : {&c.interrupt_before, &c.interrupt_after}) {
+    const char* what = list == &c.interrupt_before ? "interrupt_before" : "interrupt_after";
+    for (const auto& n : *list) {
+      if (n == "*") continue;
+      const bool known = std::any_of(spec.nodes.begin(), spec.nodes.end(),
+                                     [&](const graph::NodeSpec& s) { return s.name == n; });
+      if (known) continue;
+      std::string nodes;
+      for (const auto& s : spec.nodes) nodes += (nodes.empty() ? "" : ", ") + s.name;
+      return Error(Errc::invalid_argument,
+                   "'" + std::string(what) + "' names node '" + n.substr(0, 200) + "', which " +
+                       spec.name + " does not have (its nodes: " + nodes + "; \"*\" for all)");
+    }
+  }
+  const int cap = spec.limits.recursion_limit
+                      ? static_cast<int>(*spec.limits.recursion_limit)
+                      : graph::GraphLimits{}.recursion_limit;
+  if (c.recursion_limit < 0 || c.recursion_limit > cap)
+    return Error(Errc::invalid_argument,
+                 "'recursion_limit' " + std::to_string(c.recursion_limit) + " is not within 1 to " +
+                     std::to_string(cap) + ", " + spec.name +
+                     "'s cap (its limits.recursion_limit): a run may lower its cap, not raise it");
+  return {};
+}
+
 std::string run_traceparent(std::string_view given) {
   if (auto p = trace::parse_traceparent(given)) return trace::format_traceparent(*p);
   return trace::format_traceparent({trace::random_trace_id(), trace::random_span_id(), 1, ""});
@@ -98,10 +165,6 @@ json::object run_list_json(const RunList& l) {
 
 // --- workflows --------------------------------------------------------------------------------
 
-namespace {
-
-// A workflow file read and checked: its text, name (the file's stem when it has none), hash
-// and spec. Errors: read_json_file's, invalid_workflow (the loader's report).
 Result<std::shared_ptr<WorkflowFile>> load_workflow_file(const fs::path& p, std::string text) {
   auto w = std::make_shared<WorkflowFile>();
   std::error_code ec;
@@ -115,7 +178,6 @@ Result<std::shared_ptr<WorkflowFile>> load_workflow_file(const fs::path& p, std:
   return w;
 }
 
-}  // namespace
 
 Result<std::map<std::string, std::shared_ptr<const WorkflowFile>>> load_workflow_folder(
     const fs::path& dir, std::vector<std::string>* crews) {
@@ -210,6 +272,7 @@ Result<std::shared_ptr<const WorkflowFile>> resolve_request(
   if (auto s = graph::check_input_channels(wf->spec->input, wf->name, rq.input, rq.input_source);
       !s)
     return std::move(s).error();
+  if (auto s = check_controls(*wf->spec, rq.controls); !s) return std::move(s).error();
   return wf;
 }
 

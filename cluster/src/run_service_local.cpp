@@ -61,11 +61,12 @@ class LocalRuns final : public RunService {
     rec.input = to_json_text(rq.input);
     rec.thread_id = rq.thread_id;
     rec.traceparent = run_traceparent(rq.traceparent);
+    rec.controls = controls_text(rq.controls);
     return enqueue(std::move(rec), *wf, rq.enqueue);
   }
 
   Result<RunRecord> resume(const std::string& thread_id, json::value value,
-                           std::string traceparent) override {
+                           std::string traceparent, RunControls controls) override {
     auto cp = interrupted_checkpoint(*cp_, thread_id);
     if (!cp) return std::move(cp).error();
     // The workflow of the run that paused the thread (by its text's hash: the run may be
@@ -86,11 +87,13 @@ class LocalRuns final : public RunService {
                        (file && file->is_string() ? "'" + std::string(file->as_string()) + "'"
                                                   : std::string("(unknown)")) +
                        ", which this server does not run");
+    if (auto s = check_controls(*wf->spec, controls); !s) return std::move(s).error();
     RunRecord rec = record_of(*wf);
     rec.input = "{}";
     rec.resume = to_json_text(value);
     rec.thread_id = thread_id;
     rec.traceparent = run_traceparent(traceparent);
+    rec.controls = controls_text(controls);
     return enqueue(std::move(rec), wf, false);
   }
 

@@ -66,11 +66,12 @@ class PostgresRuns final : public RunService {
     if (rq.max_attempts > 0) s.max_attempts = rq.max_attempts;
     s.traceparent = run_traceparent(rq.traceparent);
     s.enqueue = rq.enqueue;
+    s.controls = controls_text(rq.controls);
     return queue(s);
   }
 
   Result<RunRecord> resume(const std::string& thread_id, json::value value,
-                           std::string traceparent) override {
+                           std::string traceparent, RunControls controls) override {
     auto cp = interrupted_checkpoint(*cp_, thread_id);
     if (!cp) return std::move(cp).error();
     const auto* by = cp->metadata.if_contains("queue_run");
@@ -81,6 +82,11 @@ class PostgresRuns final : public RunService {
                                                "with 'weir resume' where it ran");
     auto prev = queue_->get(by->as_string());
     if (!prev) return std::move(prev).error();
+    if (!controls.empty()) {
+      auto w = load_workflow_file(prev->workflow_file, prev->workflow);
+      if (!w) return std::move(w).error();
+      if (auto c = check_controls(*(*w)->spec, controls); !c) return std::move(c).error();
+    }
     SubmitRequest s;
     s.workflow = std::move(prev->workflow);
     s.workflow_file = prev->workflow_file;
@@ -88,6 +94,7 @@ class PostgresRuns final : public RunService {
     s.thread_id = thread_id;
     s.resume = to_json_text(value);
     s.traceparent = run_traceparent(traceparent);
+    s.controls = controls_text(controls);
     return queue(s);
   }
 

@@ -101,9 +101,11 @@ ALTER TABLE weir_runs ADD COLUMN IF NOT EXISTS traceparent TEXT NOT NULL DEFAULT
 // Version 4: the order runs were queued in. created_at is in milliseconds and a busy queue takes
 // several runs a millisecond: seq breaks those ties, so listing pages and claims keep the
 // submission order (rows already there are numbered in table order when the column is added).
+// And a run's own controls (cluster::RunControls: breakpoints, recursion_limit), NULL for none.
 constexpr const char* kVersion4 = R"sql(
 CREATE SEQUENCE IF NOT EXISTS weir_run_seq;
 ALTER TABLE weir_runs ADD COLUMN IF NOT EXISTS seq BIGINT NOT NULL DEFAULT nextval('weir_run_seq');
+ALTER TABLE weir_runs ADD COLUMN IF NOT EXISTS controls BYTEA;  -- JSON text, or NULL
 DROP INDEX IF EXISTS weir_runs_open;
 DROP INDEX IF EXISTS weir_runs_recent;
 CREATE INDEX weir_runs_open ON weir_runs (created_at, seq) WHERE state IN ('queued', 'running');

@@ -187,7 +187,14 @@ awaitable<std::optional<RunRecord>> start_run(const LangGraphApi& api, const htt
         if (!b) return std::move(b).error();
       }
     }
-    if (a.run.resume) return runs->resume(thread, *a.run.resume, traceparent);
+    if (a.run.resume) return runs->resume(thread, *a.run.resume, traceparent, a.run.controls);
+    // No input on a thread stopped at a breakpoint continues it, as LangGraph's `input: null`.
+    if (!stateless && a.run.input.empty()) {
+      auto latest = runs->checkpointer().latest(thread);
+      if (!latest) return std::move(latest).error();
+      if (*latest && at_breakpoint(**latest))
+        return runs->resume(thread, json::value(nullptr), traceparent, a.run.controls);
+    }
     cluster::RunRequest r;
     r.workflow = a.graph;
     r.input = std::move(*input);
@@ -195,6 +202,7 @@ awaitable<std::optional<RunRecord>> start_run(const LangGraphApi& api, const htt
     r.input_source = "'input'";
     r.traceparent = traceparent;
     r.enqueue = a.run.multitask == "enqueue";
+    r.controls = a.run.controls;
     return runs->submit(std::move(r));
   });
   // The run is in the book of its thread (a stateless run's thread is its own, named like it,

@@ -107,9 +107,28 @@ Result<LangGraphRun> read_langgraph_run(const json::object& b, std::string_view 
     return bad("'assistant_id' must be a graph id or an assistant id (a string), got " +
                json::serialize(*aid));
   r.assistant_id = aid->as_string();
-  for (const char* key :
-       {"interrupt_before", "interrupt_after", "webhook", "after_seconds", "context"})
+  for (const char* key : {"webhook", "after_seconds", "context"})
     if (set(field(b, key))) return not_yet(route, std::string("'") + key + "'");
+  for (const char* key : {"interrupt_before", "interrupt_after"}) {
+    const auto* v = field(b, key);
+    if (!set(v)) continue;
+    auto& to = std::string_view(key) == "interrupt_before" ? r.controls.interrupt_before
+                                                           : r.controls.interrupt_after;
+    const std::string must =
+        std::string("'") + key + "' must be \"*\" or a list of node names, got ";
+    if (v->is_string()) {
+      if (v->as_string() != "*") return bad(must + json::serialize(*v));
+      to.emplace_back("*");
+    } else if (v->is_array()) {
+      if (v->as_array().size() > 1000) return bad(std::string("'") + key + "' names over 1000 nodes");
+      for (const auto& n : v->as_array()) {
+        if (!n.is_string() || n.as_string().empty()) return bad(must + json::serialize(*v).substr(0, 200));
+        to.emplace_back(n.as_string());
+      }
+    } else {
+      return bad(must + json::serialize(*v).substr(0, 200));
+    }
+  }
   if (const auto* m = field(b, "multitask_strategy");
       m && *m != "reject" && *m != "interrupt" && *m != "rollback" && *m != "enqueue")
     return bad("'multitask_strategy' must be one of reject, interrupt, rollback, enqueue, got " +
@@ -117,10 +136,18 @@ Result<LangGraphRun> read_langgraph_run(const json::object& b, std::string_view 
   if (const auto* m = field(b, "multitask_strategy")) r.multitask = m->as_string();
   if (const auto* c = field(b, "config")) {
     if (!c->is_object()) return bad("'config' must be an object");
-    for (const auto& kv : c->as_object())
-      if (kv.key() != "configurable" && kv.key() != "tags" && kv.key() != "metadata" &&
-          !kv.value().is_null())
+    for (const auto& kv : c->as_object()) {
+      if (kv.key() == "recursion_limit" && !kv.value().is_null()) {
+        const auto& n = kv.value();
+        if (!n.is_int64() || n.as_int64() < 1 || n.as_int64() > 1'000'000)
+          return bad("'config.recursion_limit' must be a whole number from 1, got " +
+                     json::serialize(n).substr(0, 100));
+        r.controls.recursion_limit = static_cast<int>(n.as_int64());
+      } else if (kv.key() != "configurable" && kv.key() != "tags" && kv.key() != "metadata" &&
+                 !kv.value().is_null()) {
         return not_yet(route, "'config." + std::string(kv.key()) + "'");
+      }
+    }
   }
   if (const auto* cmd = field(b, "command")) {
     if (!cmd->is_object()) return bad("'command' must be an object: {\"resume\": value}");

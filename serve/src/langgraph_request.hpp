@@ -20,6 +20,7 @@
 #include <boost/json/object.hpp>
 #include <boost/json/value.hpp>
 
+#include "weir/cluster/run_queue.hpp"
 #include "weir/runtime/error.hpp"
 
 namespace weir::serve {
@@ -45,6 +46,8 @@ struct LangGraphRun {
   // A second run on a busy thread: reject (409), interrupt (cancel the thread's runs, keep what
   // they did), rollback (cancel them, back to where the first began), enqueue (wait for them).
   std::string multitask = "reject";
+  // interrupt_before / interrupt_after ("*" or node names), config.recursion_limit.
+  cluster::RunControls controls;
 };
 Result<LangGraphRun> read_langgraph_run(const boost::json::object& body, std::string_view route);
 

@@ -120,7 +120,8 @@ json::object schemas_json(const std::string& name, const graph::WorkflowSpec& sp
 json::array interrupts_of(const graph::Checkpoint& c) {
   json::array out;
   const auto* i = c.pending.if_contains("interrupt");
-  if (!i || !i->is_object()) return out;
+  // A breakpoint (interrupt_before/after) stops with no interrupt of a node, as LangGraph's.
+  if (!i || !i->is_object() || i->as_object().contains("breakpoint")) return out;
   const auto* payload = i->as_object().if_contains("payload");
   out.push_back(json::object{{"id", sha256_hex(c.thread_id + "/" + c.checkpoint_id).substr(0, 32)},
                              {"value", payload ? *payload : json::value(nullptr)}});
@@ -130,6 +131,12 @@ json::array interrupts_of(const graph::Checkpoint& c) {
 std::string pending_status(const graph::Checkpoint& c) {
   const auto* s = c.pending.if_contains("status");
   return s && s->is_string() ? std::string(s->as_string()) : std::string();
+}
+
+bool at_breakpoint(const graph::Checkpoint& c) {
+  const auto* i = c.pending.if_contains("interrupt");
+  return pending_status(c) == "interrupted" && i && i->is_object() &&
+         i->as_object().contains("breakpoint");
 }
 
 json::object checkpoint_ref(const std::string& thread, const std::string& id) {

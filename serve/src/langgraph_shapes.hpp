@@ -44,6 +44,9 @@ boost::json::object schemas_json(const std::string& name, const graph::WorkflowS
 // checkpoint), and its pending status ("running", "interrupted", "done", "failed" or "").
 boost::json::array interrupts_of(const graph::Checkpoint& c);
 std::string pending_status(const graph::Checkpoint& c);
+// Whether the checkpoint is a stop at a breakpoint (interrupt_before/after), not a node's
+// interrupt.
+bool at_breakpoint(const graph::Checkpoint& c);
 // {"thread_id", "checkpoint_ns": "", "checkpoint_id", "checkpoint_map": null}: a checkpoint's
 // config as LangGraph names it.
 boost::json::object checkpoint_ref(const std::string& thread, const std::string& id);

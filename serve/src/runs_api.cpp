@@ -374,7 +374,7 @@ awaitable<void> route_runs(const RunsApi& api, http::Exchange& ex, http::Respons
     const json::value value = body->contains("value") ? body->at("value") : json::value(nullptr);
     const std::string traceparent = run_traceparent_of(rq, request_span);
     auto rec =
-        co_await off_thread(*api.blocking, [&] { return runs->resume(p.id, value, traceparent); });
+        co_await off_thread(*api.blocking, [&] { return runs->resume(p.id, value, traceparent, {}); });
     if (!rec) {
       out = from_error(rec.error());
       co_return;

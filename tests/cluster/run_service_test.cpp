@@ -134,7 +134,7 @@ TEST(RunService, AnInterruptedThreadIsResumedAndTheRecordHasOneShape) {
   auto paused = wait_end(*svc, first->id);
   ASSERT_EQ(paused.state, RunState::interrupted) << paused.error;
   EXPECT_EQ(paused.result, R"({"interrupted":"ask","payload":"ok?","thread":"t1"})");
-  auto second = svc->resume("t1", json::value("yes"), "");
+  auto second = svc->resume("t1", json::value("yes"), "", {});
   ASSERT_TRUE(second) << second.error().message;
   auto done = wait_end(*svc, second->id);
   ASSERT_EQ(done.state, RunState::succeeded) << done.error;

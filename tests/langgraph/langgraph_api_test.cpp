@@ -91,20 +91,20 @@ TEST(LangGraphApi, WhatWeirDoesNotDoYetIs501NamingIt) {
   auto store = call(s.port, "PUT", "/store/items",
                     R"({"namespace": ["a"], "key": "k", "value": {}, "ttl": 5})");
   EXPECT_EQ(store.status, 501);
-  auto fork = call(s.port, "POST", "/threads/" + t + "/runs/wait",
-                   R"({"assistant_id": "steps", "interrupt_before": ["second"]})");
-  EXPECT_EQ(fork.status, 501);
-  EXPECT_EQ(detail(fork), "POST /threads/" + t +
-                              "/runs/wait: 'interrupt_before' is not supported by weir yet "
-                              "(docs/langgraph-api.md)");
+  auto context = call(s.port, "POST", "/threads/" + t + "/runs/wait",
+                      R"({"assistant_id": "steps", "context": {"user": "u1"}})");
+  EXPECT_EQ(context.status, 501);
+  EXPECT_EQ(detail(context), "POST /threads/" + t +
+                                 "/runs/wait: 'context' is not supported by weir yet "
+                                 "(docs/langgraph-api.md)");
   auto webhook = call(s.port, "POST", "/threads/" + t + "/runs",
                       R"({"assistant_id": "steps", "webhook": "http://127.0.0.1:9/hook"})");
   EXPECT_EQ(webhook.status, 501);
-  auto limit = call(s.port, "POST", "/runs/wait",
-                    R"({"assistant_id": "steps", "config": {"recursion_limit": 5}})");
-  EXPECT_EQ(limit.status, 501);
-  EXPECT_EQ(detail(limit),
-            "POST /runs/wait: 'config.recursion_limit' is not supported by weir yet "
+  auto later = call(s.port, "POST", "/runs/wait",
+                    R"({"assistant_id": "steps", "after_seconds": 5})");
+  EXPECT_EQ(later.status, 501);
+  EXPECT_EQ(detail(later),
+            "POST /runs/wait: 'after_seconds' is not supported by weir yet "
             "(docs/langgraph-api.md)");
   // Nothing ran on the thread.
   auto st = call(s.port, "GET", "/threads/" + t);

@@ -74,6 +74,81 @@ TEST_P(RunsApi, LangGraphThreadsBehaveTheSameOnThisBackend) {
   EXPECT_EQ(call(port_, "DELETE", "/threads/" + c).status, 204);
 }
 
+// interrupt_before / interrupt_after stop a run before or after the nodes named, with the
+// thread interrupted and no interrupt of a node; a run without input (or a command.resume)
+// continues it. config.recursion_limit lowers the workflow's cap; names and caps it cannot
+// take are 422s naming them.
+TEST_P(RunsApi, LangGraphBreakpointsAndARunsRecursionLimit) {
+  write("line", R"({"name": "line",
+ "state": {"log": {"reducer": "append"}, "topic": {"default": ""}}, "input": ["topic"],
+ "nodes": {"a": {"kind": "set", "values": {"log": "a"}},
+           "b": {"kind": "set", "values": {"log": "b"}},
+           "c": {"kind": "set", "values": {"log": "c"}}},
+ "edges": [{"from": "START", "to": "a"}, {"from": "a", "to": "b"}, {"from": "b", "to": "c"},
+           {"from": "c", "to": "END"}]})");
+  start();
+  auto thread = [&] {
+    return std::string(object_of(post("/threads", "{}").body)["thread_id"].as_string());
+  };
+  auto state = [&](const std::string& id) {
+    return object_of(get("/threads/" + id + "/state").body);
+  };
+  const std::string t = thread();
+  auto before = post("/threads/" + t + "/runs/wait",
+                     R"({"assistant_id": "line", "input": {"topic": "x"},
+                         "interrupt_before": ["b"]})");
+  ASSERT_EQ(before.status, 200) << before.body;
+  EXPECT_EQ(object_of(get("/threads/" + t).body)["status"], "interrupted")
+      << get("/v1/runs?limit=1").body;  // the run's error, if it failed
+  auto st = state(t);
+  EXPECT_EQ(json::serialize(st["values"].at("log")), R"(["a"])");
+  EXPECT_EQ(json::serialize(st["next"]), R"(["b"])");
+  EXPECT_EQ(json::serialize(st["interrupts"]), "[]");
+  EXPECT_EQ(json::serialize(st["tasks"].at(0).at("interrupts")), "[]");
+  auto go_on = post("/threads/" + t + "/runs/wait", R"({"assistant_id": "line"})");
+  ASSERT_EQ(go_on.status, 200) << go_on.body;
+  EXPECT_EQ(json::serialize(object_of(go_on.body)["log"]), R"(["a","b","c"])");
+  EXPECT_EQ(object_of(get("/threads/" + t).body)["status"], "idle");
+
+  const std::string u = thread();
+  auto after = post("/threads/" + u + "/runs/wait",
+                    R"({"assistant_id": "line", "interrupt_after": "*"})");
+  ASSERT_EQ(after.status, 200) << after.body;
+  EXPECT_EQ(json::serialize(state(u)["next"]), R"(["b"])");
+  auto resumed = post("/threads/" + u + "/runs/wait",
+                      R"({"assistant_id": "line", "command": {"resume": null},
+                          "interrupt_after": ["b"]})");
+  ASSERT_EQ(resumed.status, 200) << resumed.body;
+  EXPECT_EQ(json::serialize(state(u)["next"]), R"(["c"])");
+  auto last = post("/threads/" + u + "/runs/wait", R"({"assistant_id": "line", "input": null})");
+  ASSERT_EQ(last.status, 200) << last.body;
+  EXPECT_EQ(json::serialize(object_of(last.body)["log"]), R"(["a","b","c"])");
+
+  auto unknown = post("/threads/" + thread() + "/runs/wait",
+                      R"({"assistant_id": "line", "interrupt_before": ["b", "nope"]})");
+  EXPECT_EQ(unknown.status, 422);
+  EXPECT_EQ(detail_of(unknown),
+            "'interrupt_before' names node 'nope', which line does not have (its nodes: a, b, "
+            "c; \"*\" for all)");
+  auto star = post("/runs/wait", R"({"assistant_id": "line", "interrupt_after": "all"})");
+  EXPECT_EQ(star.status, 422);
+  EXPECT_EQ(detail_of(star), R"('interrupt_after' must be "*" or a list of node names, got "all")");
+  auto high = post("/runs/wait", R"({"assistant_id": "line", "config": {"recursion_limit": 500}})");
+  EXPECT_EQ(high.status, 422);
+  EXPECT_EQ(detail_of(high),
+            "'recursion_limit' 500 is not within 1 to 25, line's cap (its "
+            "limits.recursion_limit): a run may lower its cap, not raise it");
+  auto low = post("/runs", R"({"assistant_id": "line", "config": {"recursion_limit": 2}})");
+  ASSERT_EQ(low.status, 200) << low.body;
+  const auto lo = object_of(low.body);
+  const std::string run(lo.at("run_id").as_string()), on(lo.at("thread_id").as_string());
+  auto joined = get("/threads/" + on + "/runs/" + run + "/join");
+  ASSERT_EQ(joined.status, 200) << joined.body;
+  auto rec = object_of(get("/threads/" + on + "/runs/" + run).body);
+  EXPECT_EQ(rec["status"], "error");
+  EXPECT_NE(joined.body.find("the run's recursion_limit=2"), std::string::npos) << joined.body;
+}
+
 // A second run on a busy thread, with each of LangGraph's multitask strategies.
 TEST_P(RunsApi, LangGraphDoubleTextingFollowsTheStrategyAsked) {
   // Ticks until `left` (a sum: each run's input adds to it) is used up.

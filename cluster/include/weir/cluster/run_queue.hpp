@@ -67,6 +67,20 @@ inline bool is_terminal(RunState s) {
 inline constexpr std::chrono::milliseconds kDefaultLease{10000};
 inline constexpr int kDefaultMaxAttempts = 3;
 
+// A run's own controls, beside its workflow's (LangGraph's interrupt_before / interrupt_after
+// and config.recursion_limit): graph::RunOptions's fields of those names for every attempt.
+struct RunControls {
+  std::vector<std::string> interrupt_before, interrupt_after;  // node names, "*": every node
+  int recursion_limit = 0;  // 0: the workflow's limits.recursion_limit; else 1 up to it
+  bool empty() const {
+    return interrupt_before.empty() && interrupt_after.empty() && recursion_limit == 0;
+  }
+};
+// RunRecord::controls's text ("" when empty) and back. Errors: invalid_argument (not the text
+// of controls).
+std::string controls_text(const RunControls& c);
+Result<RunControls> parse_controls(std::string_view text);
+
 struct RunRecord {
   std::string id;
   std::string workflow_name;
@@ -92,6 +106,7 @@ struct RunRecord {
   // The W3C traceparent every attempt's spans continue (docs/tracing.md): the run keeps one
   // trace however many workers it takes. "" when none was recorded.
   std::string traceparent;
+  std::string controls;  // controls_text(RunControls): "" when the run has none
 };
 
 struct SubmitRequest {
@@ -103,6 +118,7 @@ struct SubmitRequest {
   std::string resume;                      // "" or JSON text: see RunRecord::resume
   int max_attempts = kDefaultMaxAttempts;  // REQUIRES >= 1
   std::string traceparent;                 // see RunRecord::traceparent; "" = none
+  std::string controls;                    // see RunRecord::controls; "" = none
   bool enqueue =
       false;  // queue behind the thread's run instead of thread_busy (workers order them)
 };

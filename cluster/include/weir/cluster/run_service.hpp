@@ -97,6 +97,9 @@ struct RunRequest {
   // A thread with a run queued or running: false refuses with thread_busy; true queues this run
   // behind it (and behind the runs enqueued before it), to start when they ended.
   bool enqueue = false;
+  // Breakpoints and a lower recursion_limit for this run (checked against the workflow:
+  // invalid_argument naming the node or the cap).
+  RunControls controls;
 };
 
 // A page of runs, newest first.
@@ -147,9 +150,10 @@ class RunService {
   // Queues a run that continues the interrupted thread with `value` for the node that
   // interrupted, with the workflow of the run that interrupted it. Errors: not_found (no such
   // thread), invalid_argument (the thread is not interrupted: says how it stands), and
-  // submit's. `traceparent`: as RunRequest::traceparent.
+  // submit's. `traceparent`, `controls`: as RunRequest's. A thread stopped at a breakpoint
+  // (RunControls) is resumed the same way; its value reaches no node.
   virtual Result<RunRecord> resume(const std::string& thread_id, boost::json::value value,
-                                   std::string traceparent) = 0;
+                                   std::string traceparent, RunControls controls) = 0;
   // not_found for an unknown (or forgotten) run. `workflow` (the text) left empty.
   virtual Result<RunRecord> get(std::string_view id) = 0;
   // Errors: not_found (query.after names no run).
