@@ -136,9 +136,8 @@ Status check_controls(const graph::WorkflowSpec& spec, const RunControls& c) {
                        spec.name + " does not have (its nodes: " + nodes + "; \"*\" for all)");
     }
   }
-  const int cap = spec.limits.recursion_limit
-                      ? static_cast<int>(*spec.limits.recursion_limit)
-                      : graph::GraphLimits{}.recursion_limit;
+  const int cap = spec.limits.recursion_limit ? static_cast<int>(*spec.limits.recursion_limit)
+                                              : graph::GraphLimits{}.recursion_limit;
   if (c.recursion_limit < 0 || c.recursion_limit > cap)
     return Error(Errc::invalid_argument,
                  "'recursion_limit' " + std::to_string(c.recursion_limit) + " is not within 1 to " +
@@ -177,7 +176,6 @@ Result<std::shared_ptr<WorkflowFile>> load_workflow_file(const fs::path& p, std:
   w->spec = std::make_shared<const graph::WorkflowSpec>(std::move(*load.spec));
   return w;
 }
-
 
 Result<std::map<std::string, std::shared_ptr<const WorkflowFile>>> load_workflow_folder(
     const fs::path& dir, std::vector<std::string>* crews) {

@@ -65,8 +65,8 @@ class LocalRuns final : public RunService {
     return enqueue(std::move(rec), *wf, rq.enqueue);
   }
 
-  Result<RunRecord> resume(const std::string& thread_id, json::value value,
-                           std::string traceparent, RunControls controls) override {
+  Result<RunRecord> resume(const std::string& thread_id, json::value value, std::string traceparent,
+                           RunControls controls) override {
     auto cp = interrupted_checkpoint(*cp_, thread_id);
     if (!cp) return std::move(cp).error();
     // The workflow of the run that paused the thread (by its text's hash: the run may be

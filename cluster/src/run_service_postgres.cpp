@@ -70,8 +70,8 @@ class PostgresRuns final : public RunService {
     return queue(s);
   }
 
-  Result<RunRecord> resume(const std::string& thread_id, json::value value,
-                           std::string traceparent, RunControls controls) override {
+  Result<RunRecord> resume(const std::string& thread_id, json::value value, std::string traceparent,
+                           RunControls controls) override {
     auto cp = interrupted_checkpoint(*cp_, thread_id);
     if (!cp) return std::move(cp).error();
     const auto* by = cp->metadata.if_contains("queue_run");

@@ -187,6 +187,26 @@ awaitable<std::optional<RunRecord>> start_run(const LangGraphApi& api, const htt
         if (!b) return std::move(b).error();
       }
     }
+    if (!a.run.update.empty()) {  // command.update: the values set before the run goes on
+      auto spec = runs->workflow(a.graph);
+      if (!spec) return Error(Errc::not_found, "no workflow '" + a.graph + "'");
+      LangGraphStateUpdate u;
+      u.values = a.run.update;
+      auto writes = state_writes(*spec, u, "command.update");
+      if (!writes) return std::move(writes).error();
+      auto latest = runs->checkpointer().latest(thread);
+      if (!latest) return std::move(latest).error();
+      std::string from;
+      if (!*latest) {  // a thread without state: the update is its first checkpoint
+        json::object fresh{{"source", "fork"}};
+        auto root = runs->root_thread(thread, std::move(fresh));
+        if (!root) return std::move(root).error();
+        from = root->checkpoint_id;
+      }
+      json::object why{{"source", "update"}};
+      auto b = runs->branch_thread(thread, from, std::move(*writes), std::move(why));
+      if (!b) return std::move(b).error();
+    }
     if (a.run.resume) return runs->resume(thread, *a.run.resume, traceparent, a.run.controls);
     // No input on a thread stopped at a breakpoint continues it, as LangGraph's `input: null`.
     if (!stateless && a.run.input.empty()) {

@@ -67,6 +67,11 @@ boost::asio::awaitable<void> stream_run(const LangGraphApi& api, http::Exchange&
                                         LangGraphStream st, const cluster::RunRecord& started,
                                         bool stateless, bool cancel_on_disconnect,
                                         bool metadata_first, bool& streamed);
+// An update's values as checkpoint writes (POST /threads/{id}/state's `values`, a run's
+// `command.update`; `field` names it in errors): channels of the workflow, messages in weir's
+// shape, last_value channels only (the others' reducers are the graph runtime's).
+Result<boost::json::object> state_writes(const graph::WorkflowSpec& spec,
+                                         const LangGraphStateUpdate& u, std::string_view field);
 // GET /threads/{id}/runs/{run_id}/stream.
 boost::asio::awaitable<void> rejoin(const LangGraphApi& api, http::Exchange& ex,
                                     const cluster::RunRecord& rec, http::Response& out,

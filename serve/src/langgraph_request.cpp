@@ -120,9 +120,11 @@ Result<LangGraphRun> read_langgraph_run(const json::object& b, std::string_view 
       if (v->as_string() != "*") return bad(must + json::serialize(*v));
       to.emplace_back("*");
     } else if (v->is_array()) {
-      if (v->as_array().size() > 1000) return bad(std::string("'") + key + "' names over 1000 nodes");
+      if (v->as_array().size() > 1000)
+        return bad(std::string("'") + key + "' names over 1000 nodes");
       for (const auto& n : v->as_array()) {
-        if (!n.is_string() || n.as_string().empty()) return bad(must + json::serialize(*v).substr(0, 200));
+        if (!n.is_string() || n.as_string().empty())
+          return bad(must + json::serialize(*v).substr(0, 200));
         to.emplace_back(n.as_string());
       }
     } else {
@@ -152,10 +154,25 @@ Result<LangGraphRun> read_langgraph_run(const json::object& b, std::string_view 
   if (const auto* cmd = field(b, "command")) {
     if (!cmd->is_object()) return bad("'command' must be an object: {\"resume\": value}");
     for (const auto& kv : cmd->as_object()) {
-      if (kv.key() == "resume")
+      if (kv.key() == "resume") {
         r.resume = kv.value();
-      else if (!kv.value().is_null())
+      } else if (kv.key() == "update" && kv.value().is_object()) {
+        r.update = kv.value().as_object();
+      } else if (kv.key() == "update" && kv.value().is_array()) {  // [[channel, value], ...]
+        for (const auto& pair : kv.value().as_array()) {
+          if (!pair.is_array() || pair.as_array().size() != 2 || !pair.as_array()[0].is_string())
+            return bad(
+                "'command.update' must be an object of channel values or a list of "
+                "[channel, value] pairs");
+          r.update[pair.as_array()[0].as_string()] = pair.as_array()[1];
+        }
+      } else if (kv.key() == "update" && !kv.value().is_null()) {
+        return bad(
+            "'command.update' must be an object of channel values or a list of "
+            "[channel, value] pairs");
+      } else if (!kv.value().is_null()) {
         return not_yet(route, "'command." + std::string(kv.key()) + "'");
+      }
     }
   }
   if (const auto* in = field(b, "input")) {

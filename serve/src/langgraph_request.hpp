@@ -38,6 +38,7 @@ struct LangGraphRun {
   std::string assistant_id;  // a graph id or an assistant id (checked by the caller)
   boost::json::object input;
   std::optional<boost::json::value> resume;  // command.resume
+  boost::json::object update;                // command.update: channel values set first
   boost::json::object metadata;
   std::vector<std::string> stream_modes{"values"};
   bool cancel_on_disconnect = false;  // on_disconnect: "cancel"

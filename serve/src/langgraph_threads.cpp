@@ -154,9 +154,10 @@ Result<std::shared_ptr<const graph::WorkflowSpec>> thread_workflow(
   return spec;
 }
 
-// An update's values as checkpoint writes: channels of the workflow, messages in weir's shape,
-// last_value channels only (the others' reducers are the graph runtime's).
-Result<json::object> state_writes(const graph::WorkflowSpec& spec, const LangGraphStateUpdate& u) {
+}  // namespace
+
+Result<json::object> state_writes(const graph::WorkflowSpec& spec, const LangGraphStateUpdate& u,
+                                  std::string_view field) {
   if (!u.as_node.empty()) {
     const bool known = std::any_of(spec.nodes.begin(), spec.nodes.end(),
                                    [&](const auto& n) { return n.name == u.as_node; });
@@ -174,22 +175,20 @@ Result<json::object> state_writes(const graph::WorkflowSpec& spec, const LangGra
     if (ch == spec.channels.end()) {
       std::string names;
       for (const auto& c : spec.channels) names += (names.empty() ? "" : ", ") + c.name;
-      return Error(Errc::invalid_argument, "'values' sets '" + std::string(kv.key()) + "', which " +
-                                               spec.name +
+      return Error(Errc::invalid_argument, "'" + std::string(field) + "' sets '" +
+                                               std::string(kv.key()) + "', which " + spec.name +
                                                " does not have (its channels: " + names + ")");
     }
     if (ch->reducer != graph::ReducerKind::last_value)
       return Error(Errc::invalid_argument,
-                   "'values." + std::string(kv.key()) + "': channel '" + ch->name +
-                       "' is merged by reducer '" + graph::reducer_name(ch->reducer) +
+                   "'" + std::string(field) + "." + std::string(kv.key()) + "': channel '" +
+                       ch->name + "' is merged by reducer '" + graph::reducer_name(ch->reducer) +
                        "'; weir's state update sets channels without a reducer only "
                        "(docs/langgraph-api.md)");
     writes[kv.key()] = kv.value();
   }
   return writes;
 }
-
-}  // namespace
 
 // POST /threads, /threads/search, /threads/count, /threads/prune; GET|PATCH|DELETE /threads/{id},
 // its state, history and copy; the runs on it go to route_thread_runs.
@@ -412,7 +411,7 @@ awaitable<void> route_threads(const LangGraphApi& api, http::Exchange& ex,
       if (!t) return std::move(t).error();
       auto spec = thread_workflow(*runs, *t);
       if (!spec) return std::move(spec).error();
-      auto writes = state_writes(**spec, *u);
+      auto writes = state_writes(**spec, *u, "values");
       if (!writes) return std::move(writes).error();
       json::object why{{"source", "update"}};
       if (!u->as_node.empty()) why["as_node"] = u->as_node;

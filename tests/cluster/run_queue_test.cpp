@@ -688,9 +688,9 @@ TEST(RunQueue, RunsQueuedInOneMillisecondKeepTheirOrder) {
     ASSERT_TRUE(id) << id.error().message;
     queued.push_back(*id);
   }
-  ASSERT_EQ(PgServer::get().exec_admin("UPDATE weir_runs SET created_at = 1767323045678",
-                                       dbname(db)),
-            "");
+  ASSERT_EQ(
+      PgServer::get().exec_admin("UPDATE weir_runs SET created_at = 1767323045678", dbname(db)),
+      "");
   std::vector<std::string> listed;
   std::string after;
   for (;;) {

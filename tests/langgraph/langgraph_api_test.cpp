@@ -100,8 +100,8 @@ TEST(LangGraphApi, WhatWeirDoesNotDoYetIs501NamingIt) {
   auto webhook = call(s.port, "POST", "/threads/" + t + "/runs",
                       R"({"assistant_id": "steps", "webhook": "http://127.0.0.1:9/hook"})");
   EXPECT_EQ(webhook.status, 501);
-  auto later = call(s.port, "POST", "/runs/wait",
-                    R"({"assistant_id": "steps", "after_seconds": 5})");
+  auto later =
+      call(s.port, "POST", "/runs/wait", R"({"assistant_id": "steps", "after_seconds": 5})");
   EXPECT_EQ(later.status, 501);
   EXPECT_EQ(detail(later),
             "POST /runs/wait: 'after_seconds' is not supported by weir yet "

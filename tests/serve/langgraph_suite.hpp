@@ -76,8 +76,8 @@ TEST_P(RunsApi, LangGraphThreadsBehaveTheSameOnThisBackend) {
 
 // interrupt_before / interrupt_after stop a run before or after the nodes named, with the
 // thread interrupted and no interrupt of a node; a run without input (or a command.resume)
-// continues it. config.recursion_limit lowers the workflow's cap; names and caps it cannot
-// take are 422s naming them.
+// continues it, after command.update's values when it has some. config.recursion_limit lowers the
+// workflow's cap; names and caps it cannot take are 422s naming them.
 TEST_P(RunsApi, LangGraphBreakpointsAndARunsRecursionLimit) {
   write("line", R"({"name": "line",
  "state": {"log": {"reducer": "append"}, "topic": {"default": ""}}, "input": ["topic"],
@@ -105,14 +105,23 @@ TEST_P(RunsApi, LangGraphBreakpointsAndARunsRecursionLimit) {
   EXPECT_EQ(json::serialize(st["next"]), R"(["b"])");
   EXPECT_EQ(json::serialize(st["interrupts"]), "[]");
   EXPECT_EQ(json::serialize(st["tasks"].at(0).at("interrupts")), "[]");
-  auto go_on = post("/threads/" + t + "/runs/wait", R"({"assistant_id": "line"})");
+  // command.update sets channels before the run goes on; a reducer's channel is refused.
+  auto merged = post("/threads/" + t + "/runs/wait",
+                     R"({"assistant_id": "line", "command": {"update": {"log": ["z"]}}})");
+  EXPECT_EQ(merged.status, 422);
+  EXPECT_EQ(detail_of(merged),
+            "'command.update.log': channel 'log' is merged by reducer 'append'; weir's state "
+            "update sets channels without a reducer only (docs/langgraph-api.md)");
+  auto go_on = post("/threads/" + t + "/runs/wait",
+                    R"({"assistant_id": "line", "command": {"update": [["topic", "y"]]}})");
   ASSERT_EQ(go_on.status, 200) << go_on.body;
   EXPECT_EQ(json::serialize(object_of(go_on.body)["log"]), R"(["a","b","c"])");
+  EXPECT_EQ(state(t)["values"].at("topic"), "y");
   EXPECT_EQ(object_of(get("/threads/" + t).body)["status"], "idle");
 
   const std::string u = thread();
-  auto after = post("/threads/" + u + "/runs/wait",
-                    R"({"assistant_id": "line", "interrupt_after": "*"})");
+  auto after =
+      post("/threads/" + u + "/runs/wait", R"({"assistant_id": "line", "interrupt_after": "*"})");
   ASSERT_EQ(after.status, 200) << after.body;
   EXPECT_EQ(json::serialize(state(u)["next"]), R"(["b"])");
   auto resumed = post("/threads/" + u + "/runs/wait",
