@@ -4,6 +4,9 @@
 
 #include <boost/json.hpp>
 
+#include <cstdio>
+#include <random>
+
 #include "runner.hpp"
 #include "weir/runtime/artifact_store.hpp"
 #include "weir/runtime/log.hpp"
@@ -182,6 +185,30 @@ asio::awaitable<Status> Runner::fold_evicted(std::int64_t step) {
   co_return Status{};
 }
 
+// A message is written once and kept by id (LangGraph's clients key branches and edits by it):
+// one written without an id gets one here, from the process, the run, the thread's step and its
+// place, so equal messages of two runs (the same answer on two branches, even from two
+// processes whose runs are both "run-1") are told apart.
+void Runner::name_messages(json::array& arr, std::size_t from, std::int32_t step) const {
+  static const std::uint64_t salt = [] {
+    std::random_device rd;
+    return (std::uint64_t{rd()} << 32) ^ rd();
+  }();
+  const std::int64_t at = (thread ? thread->step_base : 0) + step;
+  for (std::size_t i = from; i < arr.size(); ++i) {
+    if (!arr[i].is_object() || arr[i].as_object().contains("id")) continue;
+    std::uint64_t h = 1469598103934665603ull ^ salt;  // FNV-1a of "<run_id>/<step>/<index>"
+    auto mix = [&](std::string_view s) {
+      for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+    };
+    mix(run_id);
+    mix("/" + std::to_string(at) + "/" + std::to_string(i));
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+    arr[i].as_object()["id"] = std::string("msg-") + hex;
+  }
+}
+
 Status Runner::reduce(std::size_t ch,
                       const std::vector<std::pair<std::size_t, const json::value*>>& writes,
                       std::int32_t step) {
@@ -212,12 +239,14 @@ Status Runner::reduce(std::size_t ch,
       case ReducerKind::messages: {
         if (!cur.is_array()) cur = json::array(st.sp());
         auto& arr = cur.as_array();
+        const std::size_t before = arr.size();
         if (w.is_array()) {
           for (const auto& x : w.as_array()) arr.emplace_back(x);
         } else {
           arr.emplace_back(w);
         }
         if (opt_c.reducer == ReducerKind::messages) {
+          name_messages(arr, before, step);
           trim_window(ch, arr);
           break;
         }

@@ -221,6 +221,8 @@ struct Runner {
     return false;
   }
 
+  // Gives the messages arr[from..] written without an id one (a messages channel's reducer).
+  void name_messages(json::array& arr, std::size_t from, std::int32_t step) const;
   // Merges the writes of one channel in node order through its reducer.
   Status reduce(std::size_t ch,
                 const std::vector<std::pair<std::size_t, const json::value*>>& writes,

@@ -1,5 +1,7 @@
 // Messages channels bounded by tokens or count: the system prompt stays, evicted turns go to an
 // archive artifact and into a bounded rolling summary; a failing summary hook is survived.
+#include <set>
+
 #include <gtest/gtest.h>
 #include <boost/json.hpp>
 
@@ -57,6 +59,15 @@ std::int64_t total_tokens(const json::array& arr) {
 }
 
 // The archive artifact's JSON Lines, parsed.
+// The messages as written: the ids the messages reducer gives them left out.
+json::value without_ids(json::value v) {
+  if (v.is_object()) v.as_object().erase("id");
+  if (v.is_array())
+    for (auto& m : v.as_array())
+      if (m.is_object()) m.as_object().erase("id");
+  return v;
+}
+
 std::vector<std::string> archived_contents(ArtifactStore& store, const json::value& marker) {
   auto ref = ArtifactRef::from_json(marker.at("archive"));
   EXPECT_TRUE(ref);
@@ -74,6 +85,33 @@ std::vector<std::string> archived_contents(ArtifactStore& store, const json::val
   return out;
 }
 
+// A message written without an id gets one of its own where it is merged: equal messages of two
+// runs (the same answer on two branches) have two ids; a message's given id is kept.
+TEST(MessageWindow, MessagesWrittenWithoutAnIdGetOneOfTheirOwn) {
+  auto g = chat({}, 2);
+  GraphRuntime rt;
+  json::object given = msg("user", "hello");
+  given["id"] = "u-1";
+  auto a = run(rt, g, {{"messages", json::array{given}}});
+  auto b = run(rt, g, {{"messages", json::array{given}}});
+  ASSERT_TRUE(a && b);
+  const auto& x = a->state.at("messages").as_array();
+  const auto& y = b->state.at("messages").as_array();
+  ASSERT_EQ(x.size(), 3u);
+  ASSERT_EQ(y.size(), 3u);
+  EXPECT_EQ(x[0].at("id"), "u-1");
+  EXPECT_EQ(y[0].at("id"), "u-1");
+  std::set<std::string> ids;
+  for (const auto* arr : {&x, &y})
+    for (std::size_t i = 1; i < 3; ++i) {
+      const std::string id(arr->at(i).at("id").as_string());
+      EXPECT_EQ(id.rfind("msg-", 0), 0u) << id;
+      ids.insert(id);
+    }
+  EXPECT_EQ(ids.size(), 4u) << "equal turns of two runs, four ids";
+  EXPECT_EQ(x[1].at("content"), y[1].at("content"));
+}
+
 TEST(MessageWindow, TokenWindowKeepsTheSystemPromptAndArchivesEvictedTurns) {
   auto store = *ArtifactStore::open({{}, 64u << 20, 0, 100, nullptr});
   auto g = chat({.max_tokens = 100, .token_counter = bytes_counter}, 12, 10);
@@ -82,7 +120,7 @@ TEST(MessageWindow, TokenWindowKeepsTheSystemPromptAndArchivesEvictedTurns) {
   ASSERT_TRUE(r) << r.error().message;
   const json::array& arr = r->state.at("messages").as_array();
   ASSERT_GE(arr.size(), 3u);
-  EXPECT_EQ(arr[0], msg("system", "Be terse."));
+  EXPECT_EQ(without_ids(arr[0]), msg("system", "Be terse."));
   const json::value& marker = arr[1];
   EXPECT_EQ(marker.at("role"), "system");
   EXPECT_EQ(marker.at("name"), "summary");
@@ -107,7 +145,7 @@ TEST(MessageWindow, WithoutArtifactsOrHookEvictedTurnsAreDropped) {
   GraphRuntime rt;
   auto r = run(rt, g, {{"messages", json::array{msg("system", "S")}}});
   ASSERT_TRUE(r) << r.error().message;
-  EXPECT_EQ(json::serialize(r->state.at("messages")),
+  EXPECT_EQ(json::serialize(without_ids(r->state.at("messages"))),
             R"([{"role":"system","content":"S"},{"role":"user","content":"turn-3...."},)"
             R"({"role":"user","content":"turn-4...."}])");
 }
@@ -142,7 +180,7 @@ TEST(MessageWindow, SummaryHookFoldsEvictedTurnsAndIsBounded) {
   ASSERT_TRUE(r) << r.error().message;
   const json::array& arr = r->state.at("messages").as_array();
   ASSERT_EQ(arr.size(), 4u);  // prompt, marker, the newest 2 turns (3 counting the prompt)
-  EXPECT_EQ(arr[0], msg("system", "S"));
+  EXPECT_EQ(without_ids(arr[0]), msg("system", "S"));
   EXPECT_EQ(arr[2].at("content").as_string(), turn_text(10, 10));
   EXPECT_EQ(arr[3].at("content").as_string(), turn_text(11, 10));
   EXPECT_EQ(arr[1].at("archived"), 10);

@@ -141,16 +141,23 @@ TEST(LangGraphChatUi, AgentChatUisCallsShowTheConversationTheInterruptAndTheBran
   EXPECT_EQ(c.at("first_parent_checkpoint").at("checkpoint_id"), "root") << all;
   EXPECT_EQ(shown(c.at("edited_first")),
             (V{"human:what is 2*2?", "ai:->calculator", "tool:42", "ai:It is 42."}));
-  // Regenerate the last answer from its parent checkpoint. Known (weir): a node's message
-  // without an id is named by its text and place (weir-<hash>), so the same answer in two
-  // branches has one id; the hook's message map then finds the older branch's checkpoint and
-  // the regenerate forks there (the switcher, likewise, does not count the first edit's
-  // branches). The answer is the same; which steps ran differs.
-  EXPECT_EQ(shown(c.at("regenerated")).back(), "ai:It is 42.");
+  // Regenerate the last answer from its parent checkpoint: only the answer's step runs again
+  // (each message written by a node has an id of its own, so the hook's message map finds this
+  // branch's checkpoint, not an older branch's equal answer), and the answer gets a switcher of
+  // two.
+  const auto& regen = c.at("regenerated");
+  EXPECT_EQ(shown(regen), shown(c.at("edited_first")));
+  EXPECT_EQ(json::serialize(c.at("regen_names")), R"(["metadata","messages","values"])") << all;
+  EXPECT_EQ(regen.at("branches").at(3), 2) << all;
+  EXPECT_NE(regen.at("messages").at(3).at("id"), c.at("edited_first").at("messages").at(3).at("id"))
+      << "a regenerated answer is a message of its own";
+  for (std::size_t i = 0; i < 3; ++i)
+    EXPECT_EQ(regen.at("messages").at(i).at("id"),
+              c.at("edited_first").at("messages").at(i).at("id"));
   std::printf(
-      "[ known    ] weir names id-less messages by content, so equal answers in two branches "
-      "share an id: regenerate names %s\n",
-      json::serialize(c.at("regen_names")).c_str());
+      "[ known    ] the first question's switcher after its edit counts %s branches (an edit of "
+      "a later question counts 2)\n",
+      json::serialize(c.at("edited_first").at("branches").at(0)).c_str());
 
   // human_review: the interrupt as the page shows it, answered twice (a note, then approve).
   const auto& r = v.at("review");

@@ -111,7 +111,8 @@ const Known kKnown[] = {
      "langgraph_triggers, langgraph_path, langgraph_checkpoint_ns, thread_id, run_id; the "
      "reference adds its run's LangSmith metadata, tags, name and checkpoint_ns"},
     {"/stream_messages-tuple/events/*/data/0/id",
-     "a message without an id: weir names it weir-<hash>, LangChain run-<uuid>-<n>"},
+     "a message written without an id: weir names it msg-<hash of run, step, place>, LangChain "
+     "run-<uuid>-<n>"},
     {"/stream_messages-tuple/events/*/data/0/name",
      "weir writes LangChain's full message (name: null, tool_calls' type, a tool message's "
      "status) as Python's server does; the JS server leaves out what is null or default"},

@@ -20,7 +20,8 @@ const ID = [
   /^r-[0-9a-f]{16}(\.\d+)?$/,                                      // weir run (and attempt)
   /^\d{12}-[0-9a-f]+$/,                                              // weir checkpoint
   /^[0-9a-f]{32}$/,                                                  // weir task, interrupt
-  /^weir-[0-9a-f]+$/,                                                // weir message
+  /^weir-[0-9a-f]+$/,                                                // weir message (old)
+  /^msg-[0-9a-f]{16}$/,                                              // weir message
   /^run--?[0-9a-f-]+$/,                                              // LangChain's run-<uuid>
 ];
 const TIME = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)$/;
