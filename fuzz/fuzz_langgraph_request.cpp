@@ -26,6 +26,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::string_view text(reinterpret_cast<const char*>(data), size);
   for (const auto& seg : langgraph_segments(text))
     if (seg.size() > text.size()) std::abort();  // decoding never grows a segment
+  {  // an encoded id is one segment that decodes back to it
+    const auto segs = langgraph_segments("/threads/" + encode_segment(text));
+    if (!text.empty() && (segs.size() != 2 || segs[1] != text)) std::abort();
+  }
   if (auto id = read_last_event_id(text); !id) {
     check(id.error());
   } else if (!id->checkpoint.empty() && id->checkpoint != "end" && id->index < 0) {

@@ -431,6 +431,9 @@ Result<graph::Checkpoint> RunService::root_thread(const std::string& thread,
 
 Status RunService::copy_thread(const std::string& from, const std::string& to) {
   graph::Checkpointer& cp = writable_checkpointer();
+  // Not a thread a run is changing: its copy would be a state half-way through a step's run.
+  auto source = hold_thread(from);
+  if (!source) return std::move(source).error();
   constexpr std::size_t kMaxCopied = 100'000;
   auto list = cp.list(from, kMaxCopied + 1);
   if (!list) return std::move(list).error();

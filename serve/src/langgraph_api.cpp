@@ -208,12 +208,25 @@ awaitable<std::optional<RunRecord>> start_run(const LangGraphApi& api, const htt
       if (!b) return std::move(b).error();
     }
     if (a.run.resume) return runs->resume(thread, *a.run.resume, traceparent, a.run.controls);
-    // No input on a thread stopped at a breakpoint continues it, as LangGraph's `input: null`.
-    if (!stateless && a.run.input.empty()) {
+    // No input on a thread stopped at a breakpoint continues it, as LangGraph's `input: null`;
+    // a thread waiting at a node's interrupt takes only its answer.
+    if (!stateless) {
       auto latest = runs->checkpointer().latest(thread);
       if (!latest) return std::move(latest).error();
-      if (*latest && at_breakpoint(**latest))
+      if (*latest && at_breakpoint(**latest) && a.run.input.empty())
         return runs->resume(thread, json::value(nullptr), traceparent, a.run.controls);
+      if (*latest && pending_status(**latest) == "interrupted" && !at_breakpoint(**latest))
+        return Error(Errc::invalid_argument,
+                     "thread '" + thread + "' waits at the interrupt of node '" +
+                         interrupted_node(**latest) +
+                         "': answer it with 'command.resume', or start from a checkpoint "
+                         "('checkpoint_id')");
+      if (*latest && at_breakpoint(**latest))
+        return Error(Errc::invalid_argument,
+                     "thread '" + thread + "' stopped at a breakpoint before node '" +
+                         interrupted_node(**latest) +
+                         "': continue it with no 'input' (or 'command.resume'), or start from a "
+                         "checkpoint ('checkpoint_id')");
     }
     cluster::RunRequest r;
     r.workflow = a.graph;

@@ -52,7 +52,20 @@ Result<std::optional<LangGraphThreads::Thread>> LangGraphThreads::get(const std:
 }
 
 Status LangGraphThreads::put(const Thread& t) {
-  return store_->put(book_namespace(), t.id, json::value(item_of(t)));
+  if (const std::size_t n = json::serialize(t.metadata).size(); n > kMaxMetadataBytes)
+    return Error(Errc::invalid_argument,
+                 "'metadata' is " + std::to_string(n) + " bytes of JSON, more than the " +
+                     std::to_string(kMaxMetadataBytes) +
+                     " a thread keeps; keep large documents in the store (/store/items) and a "
+                     "reference in the metadata");
+  auto s = store_->put(book_namespace(), t.id, json::value(item_of(t)));
+  if (!s && s.error().is(Errc::memory_budget_exceeded))  // the in-process book's bytes
+    return Error(Errc::overloaded,
+                 "the thread list is full (its threads' metadata fill the " +
+                     std::to_string(kMemoryBookBytes >> 20) +
+                     " MiB it may hold, or the server's memory budget is spent): delete or "
+                     "prune threads, or keep less in their metadata");
+  return s;
 }
 
 Result<LangGraphThreads::Put> LangGraphThreads::create(const Thread& t, std::size_t max,

@@ -39,6 +39,10 @@ class LangGraphThreads {
     std::deque<std::string> runs;  // newest first, at most kRunsKept
   };
   static constexpr std::size_t kRunsKept = 100;
+  // A thread's metadata as JSON text, at most (put() refuses more, naming 'metadata').
+  static constexpr std::size_t kMaxMetadataBytes = std::size_t{256} << 10;
+  // The in-process book's memory store (its max_bytes): beyond it a put is `overloaded`.
+  static constexpr std::size_t kMemoryBookBytes = std::size_t{256} << 20;
 
   // `counted`: the store is this book's alone (memory), so size() is exact and max_threads
   // bounds it; else size() is 0 and the store bounds the book.

@@ -1,5 +1,7 @@
 #include "langgraph_request.hpp"
 
+#include <cctype>
+
 #include <initializer_list>
 
 #include <boost/json/serialize.hpp>
@@ -57,6 +59,22 @@ Result<json::object> langgraph_body(std::string_view text) {
   if (!p) return std::move(p).error();
   if (!p->value.is_object()) return bad("the request body must be a JSON object");
   return std::move(p->value.as_object());
+}
+
+std::string encode_segment(std::string_view s) {
+  static const char* kHex = "0123456789ABCDEF";
+  std::string out;
+  out.reserve(s.size());
+  for (unsigned char c : s) {
+    if (std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~') {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  return out;
 }
 
 Result<LangGraphEventId> read_last_event_id(std::string_view h) {

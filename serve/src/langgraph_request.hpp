@@ -25,6 +25,11 @@
 
 namespace weir::serve {
 
+// A path segment percent-encoded (RFC 3986: only unreserved characters stay), so an id with
+// '/', '?', '#', spaces or non-ASCII bytes makes one segment of a URL (langgraph_segments
+// decodes it back).
+std::string encode_segment(std::string_view s);
+
 // "/threads/t%201/runs" -> {"threads", "t 1", "runs"}: segments percent-decoded, a trailing '/'
 // dropped.
 std::vector<std::string> langgraph_segments(std::string_view path);

@@ -25,7 +25,7 @@ using asio::use_awaitable;
 using cluster::RunRecord;
 
 std::string content_location(const RunRecord& r, bool stateless) {
-  return stateless ? "/runs/" + r.id : "/threads/" + r.thread_id + "/runs/" + r.id;
+  return stateless ? "/runs/" + r.id : "/threads/" + encode_segment(r.thread_id) + "/runs/" + r.id;
 }
 
 namespace {

@@ -139,6 +139,12 @@ bool at_breakpoint(const graph::Checkpoint& c) {
          i->as_object().contains("breakpoint");
 }
 
+std::string interrupted_node(const graph::Checkpoint& c) {
+  const auto* i = c.pending.if_contains("interrupt");
+  const auto* n = i && i->is_object() ? i->as_object().if_contains("node") : nullptr;
+  return n && n->is_string() ? std::string(n->as_string()) : std::string("?");
+}
+
 json::object checkpoint_ref(const std::string& thread, const std::string& id) {
   return json::object{{"thread_id", thread},
                       {"checkpoint_ns", ""},

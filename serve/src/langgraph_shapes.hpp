@@ -47,6 +47,8 @@ std::string pending_status(const graph::Checkpoint& c);
 // Whether the checkpoint is a stop at a breakpoint (interrupt_before/after), not a node's
 // interrupt.
 bool at_breakpoint(const graph::Checkpoint& c);
+// The node an interrupted checkpoint waits at ("?" when it names none).
+std::string interrupted_node(const graph::Checkpoint& c);
 // {"thread_id", "checkpoint_ns": "", "checkpoint_id", "checkpoint_map": null}: a checkpoint's
 // config as LangGraph names it.
 boost::json::object checkpoint_ref(const std::string& thread, const std::string& id);

@@ -373,8 +373,8 @@ awaitable<void> route_runs(const RunsApi& api, http::Exchange& ex, http::Respons
     if (!body || !only_fields(*body, {"value"}, out)) co_return;
     const json::value value = body->contains("value") ? body->at("value") : json::value(nullptr);
     const std::string traceparent = run_traceparent_of(rq, request_span);
-    auto rec =
-        co_await off_thread(*api.blocking, [&] { return runs->resume(p.id, value, traceparent, {}); });
+    auto rec = co_await off_thread(*api.blocking,
+                                   [&] { return runs->resume(p.id, value, traceparent, {}); });
     if (!rec) {
       out = from_error(rec.error());
       co_return;

@@ -664,7 +664,7 @@ Result<std::unique_ptr<Service>> Service::start(ServeConfig config) {
       store.budget = &s->budget;
       s->langgraph_api.store = graph::make_memory_store(store);
       graph::MemoryStoreOptions book;
-      book.max_bytes = std::size_t{256} << 20;
+      book.max_bytes = LangGraphThreads::kMemoryBookBytes;
       book.budget = &s->budget;
       s->langgraph_api.threads =
           std::make_shared<LangGraphThreads>(graph::make_memory_store(book), true);

@@ -230,7 +230,7 @@ TEST(LangGraphApi, TheThreadListIsBounded) {
   auto c = lg_config();
   c.max_threads = 2;
   auto s = start(c);
-  new_thread(s.port);
+  const std::string first = new_thread(s.port);
   new_thread(s.port);
   auto third = call(s.port, "POST", "/threads", "{}");
   EXPECT_EQ(third.status, 429);
@@ -250,6 +250,14 @@ TEST(LangGraphApi, TheThreadListIsBounded) {
   }
   auto count = call(s.port, "POST", "/threads/count", "{}");
   EXPECT_EQ(count.body, "2");
+  // A thread's metadata is bounded too, and the refusal names it.
+  const std::string big =
+      std::string(R"({"metadata": {"k": ")") + std::string(300000, 'x') + "\"}}";
+  auto heavy = call(s.port, "PATCH", "/threads/" + first, big);
+  EXPECT_EQ(heavy.status, 422);
+  EXPECT_EQ(detail(heavy),
+            "'metadata' is 300008 bytes of JSON, more than the 262144 a thread keeps; keep large "
+            "documents in the store (/store/items) and a reference in the metadata");
 }
 
 // A streaming client that leaves with on_disconnect "cancel" cancels its run within a step

@@ -143,6 +143,26 @@ TEST(LangGraphStream, ARejoinedStreamMissesNothingAndRepeatsNothing) {
   EXPECT_EQ(of_event(frames_of(upd.body), "updates").size(), of_event(all, "updates").size());
 }
 
+// The ids in Location and Content-Location are percent-encoded: a thread id with a space, '?',
+// '#', '/' or non-ASCII bytes stays one segment, so the SDKs' reconnect reaches its run.
+TEST(LangGraphStream, WhereToReconnectIsAUrlForAnyThreadId) {
+  auto s = start(lg_config());
+  const std::string t = "a b?c#d/\xc3\xa9";
+  auto made = call(s.port, "POST", "/threads", json::serialize(json::object{{"thread_id", t}}));
+  ASSERT_EQ(made.status, 200) << made.body;
+  const std::string enc = "a%20b%3Fc%23d%2F%C3%A9";
+  auto streamed = call(s.port, "POST", "/threads/" + enc + "/runs/stream",
+                       R"({"assistant_id": "steps", "input": {"topic": "x"}})");
+  ASSERT_EQ(streamed.status, 200) << streamed.body;
+  const std::string where = streamed.header("content-location");
+  ASSERT_EQ(where.rfind("/threads/" + enc + "/runs/r-", 0), 0u) << where;
+  EXPECT_EQ(streamed.header("location"), where + "/stream?stream_mode=values");
+  auto again = call(s.port, "GET", streamed.header("location"));
+  ASSERT_EQ(again.status, 200) << again.body;
+  EXPECT_EQ(frames_of(again.body).size(), frames_of(streamed.body).size());
+  EXPECT_EQ(call(s.port, "GET", where).status, 200);
+}
+
 TEST(LangGraphStream, ARejoinSaysWhatIsWrongWithIt) {
   auto s = start(lg_config());
   const std::string t = new_thread(s.port);

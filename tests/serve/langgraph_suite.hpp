@@ -27,6 +27,15 @@ TEST_P(RunsApi, LangGraphThreadsBehaveTheSameOnThisBackend) {
   ASSERT_EQ(paused.status, 200) << paused.body;
   EXPECT_TRUE(object_of(paused.body).contains("__interrupt__")) << paused.body;
   const std::string at_ask(state(t)["checkpoint"].at("checkpoint_id").as_string());
+  // Anything but its answer is refused before a run starts; the thread still waits.
+  auto no_answer =
+      post("/threads/" + t + "/runs/wait", R"({"assistant_id": "review", "command": {}})");
+  EXPECT_EQ(no_answer.status, 422);
+  EXPECT_EQ(detail_of(no_answer),
+            "thread '" + t +
+                "' waits at the interrupt of node 'ask': answer it with 'command.resume', or "
+                "start from a checkpoint ('checkpoint_id')");
+  EXPECT_EQ(object_of(get("/threads/" + t).body)["status"], "interrupted");
   auto up = post("/threads/" + t + "/state", R"({"values": {"draft": "edited"}})");
   ASSERT_EQ(up.status, 200) << up.body;
   auto st = state(t);
@@ -70,6 +79,9 @@ TEST_P(RunsApi, LangGraphThreadsBehaveTheSameOnThisBackend) {
   EXPECT_EQ(busy.status, 409);
   EXPECT_EQ(detail_of(busy),
             "thread '" + c + "' has a run in progress (" + run + "); wait for it to end");
+  auto copied = post("/threads/" + c + "/copy", "");
+  EXPECT_EQ(copied.status, 409);
+  EXPECT_EQ(detail_of(copied), detail_of(busy));
   EXPECT_EQ(post("/threads/" + c + "/runs/" + run + "/cancel?wait=1", "").status, 204);
   EXPECT_EQ(call(port_, "DELETE", "/threads/" + c).status, 204);
 }
@@ -105,6 +117,13 @@ TEST_P(RunsApi, LangGraphBreakpointsAndARunsRecursionLimit) {
   EXPECT_EQ(json::serialize(st["next"]), R"(["b"])");
   EXPECT_EQ(json::serialize(st["interrupts"]), "[]");
   EXPECT_EQ(json::serialize(st["tasks"].at(0).at("interrupts")), "[]");
+  auto other = post("/threads/" + t + "/runs/wait",
+                    R"({"assistant_id": "line", "input": {"topic": "new"}})");
+  EXPECT_EQ(other.status, 422);
+  EXPECT_EQ(detail_of(other), "thread '" + t +
+                                  "' stopped at a breakpoint before node 'b': continue it with "
+                                  "no 'input' (or 'command.resume'), or start from a checkpoint "
+                                  "('checkpoint_id')");
   // command.update sets channels before the run goes on; a reducer's channel is refused.
   auto merged = post("/threads/" + t + "/runs/wait",
                      R"({"assistant_id": "line", "command": {"update": {"log": ["z"]}}})");

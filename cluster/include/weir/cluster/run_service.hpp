@@ -184,7 +184,8 @@ class RunService {
   Result<graph::Checkpoint> root_thread(const std::string& thread, boost::json::object metadata);
   // Every checkpoint of `from`, with the blobs they reference, under the new thread `to` (same
   // checkpoint ids). Errors: not_found (no thread `from`), invalid_argument (`to` has
-  // checkpoints already, or `from` has more than 100,000).
+  // checkpoints already, or `from` has more than 100,000), thread_busy (a run is queued or
+  // running on `from`).
   Status copy_thread(const std::string& from, const std::string& to);
   // Removes the thread's checkpoints and blobs (its runs' records stay). Idempotent.
   Status delete_thread(const std::string& thread);
