@@ -48,7 +48,10 @@ class LocalRuns final : public RunService {
       built_[w->sha256] = std::move(*built);
       files_[w->sha256] = w;
     }
-    cp_ = graph::make_memory_checkpointer();
+    graph::MemoryCheckpointerOptions co;
+    co.max_bytes = cfg_.checkpoint_bytes;
+    co.budget = cfg_.checkpoint_budget;
+    cp_ = graph::make_memory_checkpointer(co);
     return {};
   }
 

@@ -13,6 +13,7 @@
 
 #include <unistd.h>
 
+#include <boost/json/serialize.hpp>
 #include <boost/json/storage_ptr.hpp>
 
 #include "checkpointer_common.hpp"
@@ -71,15 +72,28 @@ Checkpoint own_copy(const Checkpoint& cp, int64_t created_at_ms) {
   return c;
 }
 
+// What a stored checkpoint costs (MemoryCheckpointerOptions): its JSON text, its artifacts
+// not stored yet, and its map nodes.
+std::size_t checkpoint_cost(const Checkpoint& cp) {
+  return boost::json::serialize(cp.writes).size() + boost::json::serialize(cp.pending).size() +
+         boost::json::serialize(cp.metadata).size() + cp.checkpoint_id.size() +
+         cp.parent_id.size() + kMemoryCheckpointOverhead;
+}
+
 class MemoryCheckpointer final : public Checkpointer {
  public:
-  explicit MemoryCheckpointer(Retention retention) : retention_(retention) {}
+  explicit MemoryCheckpointer(const MemoryCheckpointerOptions& o)
+      : retention_(o.retention), bounded_(o.max_bytes > 0 || o.budget), o_(o) {}
+  ~MemoryCheckpointer() override {
+    if (o_.budget && bytes_ > 0) o_.budget->credit(o_.category, bytes_);
+  }
 
   Status put(const Checkpoint& cp) override {
     if (auto s = detail::check_put_ids(cp); !s) return s;
     if (auto s = detail::check_put_values(cp); !s) return s;
     // Copy outside the lock; the copy is the only allocation-heavy part.
     Checkpoint copy = own_copy(cp, detail::unix_ms_now());
+    const std::size_t cost = bounded_ ? checkpoint_cost(copy) : 0;
     std::unique_lock lock(mu_);
     if (!cp.claim_token.empty()) {
       auto h = holders_.find(cp.thread_id);
@@ -95,11 +109,23 @@ class MemoryCheckpointer final : public Checkpointer {
     } else if (!cp.parent_id.empty()) {
       return detail::unknown_parent(cp);
     }
+    if (bounded_) {
+      std::size_t more = cost;
+      if (it != threads_.end())
+        for (const auto& a : cp.artifacts)
+          if (!it->second.artifacts.contains(a.id)) more += a.bytes.size() + a.id.size();
+      if (it == threads_.end())
+        for (const auto& a : cp.artifacts) more += a.bytes.size() + a.id.size();
+      if (auto s = charge(cp.thread_id, more); !s) return s;
+    }
     // Validation is done: from here nothing fails but allocation (which leaves a new, empty
     // thread at worst, invisible to readers since it has no checkpoints and no recency entry).
     if (it == threads_.end()) it = threads_.try_emplace(cp.thread_id).first;
     Thread& t = it->second;
-    for (const auto& a : cp.artifacts) t.artifacts.try_emplace(a.id, a);
+    for (const auto& a : cp.artifacts)
+      if (t.artifacts.try_emplace(a.id, a).second && bounded_)
+        t.bytes += a.bytes.size() + a.id.size();
+    t.bytes += cost;
     if (!cp.claim_token.empty())
       holders_.find(cp.thread_id)->second.heartbeat_ms = copy.created_at_ms;
     const uint64_t seq = next_seq_++;
@@ -185,6 +211,7 @@ class MemoryCheckpointer final : public Checkpointer {
     auto it = threads_.find(thread_id);
     if (it == threads_.end()) return {};
     if (it->second.updated_seq != 0) recent_.erase(it->second.updated_seq);
+    credit(it->second.bytes);
     threads_.erase(it);
     return {};
   }
@@ -253,6 +280,7 @@ class MemoryCheckpointer final : public Checkpointer {
 
  private:
   struct Thread {
+    std::size_t bytes = 0;  // what its checkpoints and artifacts cost (bounded_ only)
     std::map<std::string, Checkpoint, std::less<>> by_id;
     std::map<uint64_t, const Checkpoint*> by_seq;  // put order; points into by_id (stable nodes)
     uint64_t updated_seq = 0;                      // seq of the last put; 0 before the first
@@ -287,16 +315,46 @@ class MemoryCheckpointer final : public Checkpointer {
         });
     const std::size_t before = t.by_id.size();
     if (!*floor) {
+      credit(t.bytes);
       recent_.erase(t.updated_seq);
       threads_.erase(it);
       return before;
     }
     for (auto s = t.by_seq.begin();
          s != t.by_seq.end() && static_cast<int64_t>(s->first) < **floor;) {
+      if (bounded_) {  // its artifacts stay (a later checkpoint may name them)
+        const std::size_t c = checkpoint_cost(*s->second);
+        t.bytes -= std::min(t.bytes, c);
+        credit(c);
+      }
       t.by_id.erase(s->second->checkpoint_id);
       s = t.by_seq.erase(s);
     }
     return before - t.by_id.size();
+  }
+
+  // REQUIRES: mu_ held exclusively. Takes `more` bytes for a put on `thread`, or says why not.
+  Status charge(std::string_view thread, std::size_t more) {
+    if (o_.max_bytes > 0 && bytes_ + more > o_.max_bytes)
+      return Error(Errc::memory_budget_exceeded,
+                   "in-memory checkpoints: thread '" + std::string(thread) + "' needs " +
+                       format_bytes(more) + " more but " + format_bytes(bytes_) + " of their " +
+                       format_bytes(o_.max_bytes) +
+                       " limit is in use; delete or prune threads, or keep checkpoints in a "
+                       "database");
+    if (o_.budget && !o_.budget->charge(o_.category, more))
+      return Error(Errc::memory_budget_exceeded,
+                   "in-memory checkpoints: thread '" + std::string(thread) +
+                       "': " + o_.budget->exceeded_message(o_.category, more));
+    bytes_ += more;
+    return {};
+  }
+  // REQUIRES: mu_ held exclusively.
+  void credit(std::size_t n) {
+    if (!bounded_ || n == 0) return;
+    n = std::min(n, bytes_);
+    bytes_ -= n;
+    if (o_.budget) o_.budget->credit(o_.category, n);
   }
 
   const Thread* find_thread(std::string_view thread_id) const {
@@ -318,12 +376,21 @@ class MemoryCheckpointer final : public Checkpointer {
   uint64_t next_seq_ = 1;                               // GUARDED_BY(mu_)
   std::map<std::string, ThreadHolder, std::less<>> holders_;  // GUARDED_BY(mu_)
   const Retention retention_;
+  const bool bounded_;  // a bound or a budget: checkpoints are costed
+  const MemoryCheckpointerOptions o_;
+  std::size_t bytes_ = 0;  // GUARDED_BY(mu_)
 };
 
 }  // namespace
 
 std::unique_ptr<Checkpointer> make_memory_checkpointer(Retention retention) {
-  return std::make_unique<MemoryCheckpointer>(retention);
+  MemoryCheckpointerOptions o;
+  o.retention = retention;
+  return std::make_unique<MemoryCheckpointer>(o);
+}
+
+std::unique_ptr<Checkpointer> make_memory_checkpointer(const MemoryCheckpointerOptions& options) {
+  return std::make_unique<MemoryCheckpointer>(options);
 }
 
 }  // namespace weir::graph

@@ -640,6 +640,7 @@ Result<std::unique_ptr<Service>> Service::start(ServeConfig config) {
     rc.max_runs = s->cfg.max_runs;
     rc.max_queued_runs = s->cfg.max_queued_runs;
     rc.keep_finished = s->cfg.keep_runs;
+    rc.checkpoint_budget = &s->budget;  // the threads' checkpoints in memory, in /metrics
     rc.tracer = s->cfg.tracer.get();
     rc.log = [](const std::string& line) { weir::log(LogLevel::info, "serve: run " + line); };
     auto runs = cluster::RunService::open(std::move(rc));

@@ -393,5 +393,46 @@ TEST(SqliteCheckpointer, StoredRowBytesAreIndependentOfStep) {
   EXPECT_LT(*row_bytes.begin(), 200);
 }
 
+// A bounded memory checkpointer (weir serve's in-process threads): checkpoints cost their JSON
+// text, are charged to the budget, a put past the bound stores nothing and says so, and
+// deleting a thread (or the checkpointer) gives the bytes back.
+TEST(MemoryCheckpointer, ItsCheckpointsAreBoundedAndCharged) {
+  MemoryBudget budget;
+  MemoryCheckpointerOptions o;
+  o.max_bytes = 4096;
+  o.budget = &budget;
+  auto c = make_memory_checkpointer(o);
+  const std::string big = R"({"seen":")" + std::string(1000, 'x') + "\"}";
+  ASSERT_TRUE(c->put(make_cp("t", "c1", "", 1, big)));
+  const std::size_t one = budget.used(BudgetCategory::history);
+  EXPECT_GT(one, 1000u);
+  EXPECT_LT(one, 1600u);
+  ASSERT_TRUE(c->put(make_cp("t", "c2", "c1", 2, big)));
+  const std::size_t two = budget.used(BudgetCategory::history);
+  EXPECT_NEAR(static_cast<double>(two), 2.0 * one, 8);  // its parent id costs too
+  auto full = c->put(make_cp("u", "d1", "", 1, big + ""));
+  ASSERT_TRUE(full);  // three fit in 4096
+  auto over = c->put(make_cp("t", "c3", "c2", 3, big));
+  ASSERT_FALSE(over);
+  EXPECT_TRUE(over.error().is(Errc::memory_budget_exceeded));
+  EXPECT_EQ(over.error().message.rfind("in-memory checkpoints: thread 't' needs ", 0), 0u)
+      << over.error().message;
+  EXPECT_NE(over.error().message.find("limit is in use; delete or prune threads, or keep "
+                                      "checkpoints in a database"),
+            std::string::npos)
+      << over.error().message;
+  auto list = c->list("t");
+  ASSERT_TRUE(list);
+  EXPECT_EQ(list->size(), 2u);  // nothing stored
+  ASSERT_TRUE(c->delete_thread("u"));
+  EXPECT_EQ(budget.used(BudgetCategory::history), two);
+  ASSERT_TRUE(c->put(make_cp("t", "c3", "c2", 3, big)));  // room again
+  ASSERT_TRUE(c->delete_thread("t"));
+  EXPECT_EQ(budget.used(BudgetCategory::history), 0u);
+  ASSERT_TRUE(c->put(make_cp("v", "e1", "", 1, "{}")));
+  c.reset();
+  EXPECT_EQ(budget.used(BudgetCategory::history), 0u);
+}
+
 }  // namespace
 }  // namespace weir::graph

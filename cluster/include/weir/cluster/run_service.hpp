@@ -57,6 +57,9 @@
 #include "weir/runtime/error.hpp"
 #include "weir/runtime/trace.hpp"
 
+namespace weir {
+class MemoryBudget;
+}
 namespace weir::graph {
 class Checkpointer;
 struct Checkpoint;
@@ -74,6 +77,11 @@ struct RunServiceOptions {
   std::size_t max_queued_runs = 256;
   std::size_t keep_finished = 1000;                 // in-process: finished runs remembered
   std::size_t memory_limit = std::size_t{1} << 30;  // the runs' state and artifacts in memory
+  // In-process: the threads' checkpoints in memory are bounded by checkpoint_bytes and charged
+  // to the budget's history category when one is given (a run whose next checkpoint does not fit
+  // fails with memory_budget_exceeded naming the limit). REQUIRES: the budget outlives the service.
+  std::size_t checkpoint_bytes = std::size_t{512} << 20;
+  MemoryBudget* checkpoint_budget = nullptr;
   std::chrono::milliseconds lease = kDefaultLease;  // PostgreSQL: the embedded worker's lease
   std::chrono::milliseconds watch_interval{250};    // PostgreSQL: see "Watching" above
   std::function<void(const std::string&)> log;      // one line per run event; may be null

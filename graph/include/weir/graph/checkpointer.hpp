@@ -81,6 +81,7 @@
 #include <boost/json/object.hpp>
 
 #include "weir/runtime/error.hpp"
+#include "weir/runtime/memory_budget.hpp"
 
 namespace weir::graph {
 
@@ -225,6 +226,20 @@ using CheckpointerPtr = std::unique_ptr<Checkpointer>;
 // processes. Never fails with io_error.
 // `retention`: see Retention (default: keep everything).
 std::unique_ptr<Checkpointer> make_memory_checkpointer(Retention retention = {});
+
+// A memory checkpointer whose checkpoints are bounded: each costs the bytes of its writes',
+// pending's and metadata's JSON text plus its artifacts' bytes plus kMemoryCheckpointOverhead.
+// A put over max_bytes, or that `budget` refuses (charged to `category`), is
+// memory_budget_exceeded naming the thread and the limit, and stores nothing; pruning and
+// delete_thread give the bytes back.
+struct MemoryCheckpointerOptions {
+  Retention retention;
+  std::size_t max_bytes = 0;       // 0: no bound of its own
+  MemoryBudget* budget = nullptr;  // REQUIRES: outlives the checkpointer
+  BudgetCategory category = BudgetCategory::history;
+};
+inline constexpr std::size_t kMemoryCheckpointOverhead = 256;
+std::unique_ptr<Checkpointer> make_memory_checkpointer(const MemoryCheckpointerOptions& options);
 
 // The on-disk schema version this build writes and reads (table `schema_version`). A file with
 // a newer version is refused with Errc::unsupported; an older one is migrated on open.
