@@ -91,6 +91,8 @@ std::string controls_text(const RunControls& c) {
   if (!c.interrupt_before.empty()) o["interrupt_before"] = names(c.interrupt_before);
   if (!c.interrupt_after.empty()) o["interrupt_after"] = names(c.interrupt_after);
   if (c.recursion_limit > 0) o["recursion_limit"] = c.recursion_limit;
+  if (!c.metadata.empty()) o["metadata"] = c.metadata;
+  if (!c.multitask_strategy.empty()) o["multitask_strategy"] = c.multitask_strategy;
   return json::serialize(o);
 }
 
@@ -114,6 +116,10 @@ Result<RunControls> parse_controls(std::string_view text) {
       }
     } else if (kv.key() == "recursion_limit" && kv.value().is_int64()) {
       c.recursion_limit = static_cast<int>(kv.value().as_int64());
+    } else if (kv.key() == "metadata" && kv.value().is_object()) {
+      c.metadata = kv.value().as_object();
+    } else if (kv.key() == "multitask_strategy" && kv.value().is_string()) {
+      c.multitask_strategy = kv.value().as_string();
     } else {
       return wrong();
     }

@@ -288,7 +288,7 @@ awaitable<void> run_request(const LangGraphApi& api, http::Exchange& ex, const s
   if (kind == "wait")
     co_await wait_for(api, ex, *rec, &ask->run, out);
   else
-    out = answer(200, run_object(*rec, ask->run.metadata));
+    out = answer(200, run_object(*rec));
   out.headers.emplace_back("Content-Location", content_location(*rec, stateless));
 }
 
@@ -496,7 +496,7 @@ awaitable<void> route_stateless(const LangGraphApi& api, http::Exchange& ex,
                                      (started.empty() ? "none" : started) + ")");
         co_return;
       }
-      made.push_back(run_object(*rec, a.run.metadata));
+      made.push_back(run_object(*rec));
     }
     out = answer(200, made);
     co_return;

@@ -153,7 +153,10 @@ Result<LangGraphRun> read_langgraph_run(const json::object& b, std::string_view 
       m && *m != "reject" && *m != "interrupt" && *m != "rollback" && *m != "enqueue")
     return bad("'multitask_strategy' must be one of reject, interrupt, rollback, enqueue, got " +
                json::serialize(*m));
-  if (const auto* m = field(b, "multitask_strategy")) r.multitask = m->as_string();
+  if (const auto* m = field(b, "multitask_strategy")) {
+    r.multitask = m->as_string();
+    r.controls.multitask_strategy = r.multitask;  // shown with the run
+  }
   if (const auto* c = field(b, "config")) {
     if (!c->is_object()) return bad("'config' must be an object");
     for (const auto& kv : c->as_object()) {
@@ -206,6 +209,7 @@ Result<LangGraphRun> read_langgraph_run(const json::object& b, std::string_view 
   if (const auto* m = field(b, "metadata")) {
     if (!m->is_object()) return bad("'metadata' must be an object");
     r.metadata = m->as_object();
+    r.controls.metadata = r.metadata;
   }
   if (const auto* s = field(b, "stream_mode")) {
     r.stream_modes.clear();

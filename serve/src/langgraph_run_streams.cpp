@@ -90,7 +90,11 @@ awaitable<void> wait_for(const LangGraphApi& api, http::Exchange& ex, const RunR
     co_return;
   }
   cluster::RunService* runs = api.runs;
-  auto chunk = co_await off_thread(*api.blocking, [&] { return final_chunk(*runs, *end); });
+  auto chunk = co_await off_thread(*api.blocking, [&]() -> Result<json::value> {
+    auto steps = run_steps(runs->checkpointer(), *end, "");
+    if (!steps) return std::move(steps).error();
+    return final_chunk(*runs, *end, steps->list.empty() ? nullptr : &steps->list.back());
+  });
   out = chunk ? answer(200, *chunk) : from_error(chunk.error());
 }
 

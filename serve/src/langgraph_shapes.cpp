@@ -231,34 +231,44 @@ const char* run_status(RunState s) {
   return "error";
 }
 
-json::object run_object(const RunRecord& r, const json::object& metadata) {
-  return json::object{{"run_id", r.id},
-                      {"thread_id", r.thread_id},
-                      {"assistant_id", assistant_id_of(r.workflow_name)},
-                      {"metadata", metadata},
-                      {"status", run_status(r.state)},
-                      {"multitask_strategy", "reject"},
-                      {"created_at", iso_time(r.created_ms)},
-                      {"updated_at", iso_time(r.finished_ms  ? r.finished_ms
-                                              : r.started_ms ? r.started_ms
-                                                             : r.created_ms)}};
+json::object run_object(const RunRecord& r) {
+  // What the request said of the run travels with it (RunRecord::controls).
+  auto c = cluster::parse_controls(r.controls);
+  return json::object{
+      {"run_id", r.id},
+      {"thread_id", r.thread_id},
+      {"assistant_id", assistant_id_of(r.workflow_name)},
+      {"metadata", c ? c->metadata : json::object{}},
+      {"status", run_status(r.state)},
+      {"multitask_strategy",
+       c && !c->multitask_strategy.empty() ? c->multitask_strategy : std::string("reject")},
+      {"created_at", iso_time(r.created_ms)},
+      {"updated_at", iso_time(r.finished_ms  ? r.finished_ms
+                              : r.started_ms ? r.started_ms
+                                             : r.created_ms)}};
 }
 
 // What /wait and /join answer once the run ended: the last `values` chunk the run would have
 // streamed: the thread's values, {"__interrupt__": [...]} when it stopped at an interrupt, or
 // {"__error__": {"error", "message"}} when it failed.
-Result<json::value> final_chunk(cluster::RunService& runs, const RunRecord& r) {
+Result<json::value> final_chunk(cluster::RunService& runs, const RunRecord& r,
+                                const graph::Checkpoint* last) {
   if (r.state == RunState::failed)
     return json::value(json::object{
         {"__error__", json::object{{"error", r.error_code.empty() ? "error" : r.error_code},
                                    {"message", r.error}}}});
   const auto& cp = runs.checkpointer();
-  auto latest = cp.latest(r.thread_id);
-  if (!latest) return std::move(latest).error();
-  if (!*latest) return json::value(nullptr);
-  if (pending_status(**latest) == "interrupted")
-    return json::value(json::object{{"__interrupt__", interrupts_of(**latest)}});
-  auto v = cp.state_at(r.thread_id, (**latest).checkpoint_id);
+  std::optional<graph::Checkpoint> latest;
+  if (!last) {
+    auto l = cp.latest(r.thread_id);
+    if (!l) return std::move(l).error();
+    if (!*l) return json::value(nullptr);
+    latest = std::move(*l);
+    last = &*latest;
+  }
+  if (pending_status(*last) == "interrupted")
+    return json::value(json::object{{"__interrupt__", interrupts_of(*last)}});
+  auto v = cp.state_at(r.thread_id, last->checkpoint_id);
   if (!v) return std::move(v).error();
   return json::value(values_to_langchain(*v));
 }

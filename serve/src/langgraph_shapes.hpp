@@ -64,12 +64,14 @@ Result<boost::json::object> thread_state(const graph::Checkpointer& cp, const gr
 // A run's status as LangGraph names it: pending, running, success (an interrupt too: then the
 // thread is interrupted), error, interrupted (cancelled).
 const char* run_status(cluster::RunState s);
-boost::json::object run_object(const cluster::RunRecord& r,
-                               const boost::json::object& metadata = {});
+boost::json::object run_object(const cluster::RunRecord& r);
 // What /wait and /join answer once the run ended: the last `values` chunk the run would have
 // streamed: the thread's values, {"__interrupt__": [...]} when it stopped at an interrupt, or
 // {"__error__": {"error", "message"}} when it failed.
-Result<boost::json::value> final_chunk(cluster::RunService& runs, const cluster::RunRecord& r);
+// `last`: the run's last checkpoint (null: the thread's latest), so an older run's answer is its
+// own state, not what later runs made of the thread.
+Result<boost::json::value> final_chunk(cluster::RunService& runs, const cluster::RunRecord& r,
+                                       const graph::Checkpoint* last);
 
 // What a step changed in a channel, as LangGraph's `updates` show a node's return: for a list
 // (an append or messages channel, maybe windowed), the items after the longest tail of the old

@@ -177,6 +177,33 @@ TEST_P(RunsApi, LangGraphBreakpointsAndARunsRecursionLimit) {
   EXPECT_NE(joined.body.find("the run's recursion_limit=2"), std::string::npos) << joined.body;
 }
 
+// A run keeps what its request said of it (metadata, multitask_strategy), and joining an older
+// run answers that run's own last values, not what later runs made of the thread.
+TEST_P(RunsApi, LangGraphRunsKeepTheirOwnRequestAndAnswer) {
+  start();
+  const std::string t(object_of(post("/threads", "{}").body)["thread_id"].as_string());
+  auto a = post("/threads/" + t + "/runs/wait",
+                R"({"assistant_id": "slow", "input": {"left": 1, "ms": 1},
+                    "metadata": {"who": "me"}, "multitask_strategy": "enqueue"})");
+  ASSERT_EQ(a.status, 200) << a.body;
+  EXPECT_EQ(object_of(a.body)["n"], 1);
+  auto b = post("/threads/" + t + "/runs/wait",
+                R"({"assistant_id": "slow", "input": {"left": 2, "ms": 1}})");
+  ASSERT_EQ(b.status, 200) << b.body;
+  EXPECT_EQ(object_of(b.body)["n"], 3);
+  auto listed = json::parse(get("/threads/" + t + "/runs").body).as_array();
+  ASSERT_EQ(listed.size(), 2u);
+  const auto& first = listed.at(1).as_object();  // newest first
+  const std::string run(first.at("run_id").as_string());
+  EXPECT_EQ(json::serialize(first.at("metadata")), R"({"who":"me"})");
+  EXPECT_EQ(first.at("multitask_strategy"), "enqueue");
+  EXPECT_EQ(json::serialize(object_of(get("/threads/" + t + "/runs/" + run).body)["metadata"]),
+            R"({"who":"me"})");
+  auto joined = get("/threads/" + t + "/runs/" + run + "/join");
+  ASSERT_EQ(joined.status, 200) << joined.body;
+  EXPECT_EQ(object_of(joined.body)["n"], 1) << "the older run's own answer";
+}
+
 // A second run on a busy thread, with each of LangGraph's multitask strategies.
 TEST_P(RunsApi, LangGraphDoubleTextingFollowsTheStrategyAsked) {
   // Ticks until `left` (a sum: each run's input adds to it) is used up.

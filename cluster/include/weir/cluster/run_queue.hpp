@@ -52,6 +52,8 @@
 #include <string_view>
 #include <vector>
 
+#include <boost/json/object.hpp>
+
 #include "weir/runtime/error.hpp"
 
 namespace weir::cluster {
@@ -69,11 +71,16 @@ inline constexpr int kDefaultMaxAttempts = 3;
 
 // A run's own controls, beside its workflow's (LangGraph's interrupt_before / interrupt_after
 // and config.recursion_limit): graph::RunOptions's fields of those names for every attempt.
+// What the caller said of the run beside them travels along too (the LangGraph API's run
+// metadata and multitask_strategy, shown with the run), unread by the executor.
 struct RunControls {
   std::vector<std::string> interrupt_before, interrupt_after;  // node names, "*": every node
   int recursion_limit = 0;  // 0: the workflow's limits.recursion_limit; else 1 up to it
+  boost::json::object metadata;
+  std::string multitask_strategy;
   bool empty() const {
-    return interrupt_before.empty() && interrupt_after.empty() && recursion_limit == 0;
+    return interrupt_before.empty() && interrupt_after.empty() && recursion_limit == 0 &&
+           metadata.empty() && multitask_strategy.empty();
   }
 };
 // RunRecord::controls's text ("" when empty) and back. Errors: invalid_argument (not the text
