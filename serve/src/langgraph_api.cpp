@@ -486,14 +486,27 @@ awaitable<void> route_stateless(const LangGraphApi& api, http::Exchange& ex,
     json::array made;
     for (const auto& a : asks) {
       auto rec = co_await start_run(api, rq, a, "", true, out, request_span);
-      if (!rec) {  // the queue filled: say what did start
+      if (!rec) {  // the queue filled: the batch is all or nothing, so those started are
+                   // cancelled (a queued one before it starts, a running one before its next step)
+        std::vector<std::string> ids;
+        for (const auto& m : made) ids.emplace_back(m.at("run_id").as_string());
+        co_await off_thread(*api.blocking, [&] {
+          for (const auto& id : ids)
+            if (auto c = api.runs->cancel(id); !c)
+              weir::log(LogLevel::warn, "langgraph: cancelling run " + id +
+                                            " of a refused batch: " + c.error().message);
+          return 0;
+        });
         std::string started;
-        for (const auto& m : made)
-          started += (started.empty() ? "" : ", ") + std::string(m.at("run_id").as_string());
+        for (const auto& id : ids) started += (started.empty() ? "" : ", ") + id;
         auto why = body_json_detail(out);
-        out = detail(out.status, why + " (of the batch, " + std::to_string(made.size()) +
-                                     " runs were started before it: " +
-                                     (started.empty() ? "none" : started) + ")");
+        out = detail(out.status, why + " (run " + std::to_string(made.size()) +
+                                     " of the batch; " +
+                                     (started.empty() ? std::string("none had started")
+                                                      : "the " + std::to_string(ids.size()) +
+                                                            " started before it were cancelled: " +
+                                                            started) +
+                                     ")");
         co_return;
       }
       made.push_back(run_object(*rec));
