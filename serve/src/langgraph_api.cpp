@@ -500,13 +500,12 @@ awaitable<void> route_stateless(const LangGraphApi& api, http::Exchange& ex,
         std::string started;
         for (const auto& id : ids) started += (started.empty() ? "" : ", ") + id;
         auto why = body_json_detail(out);
-        out = detail(out.status, why + " (run " + std::to_string(made.size()) +
-                                     " of the batch; " +
-                                     (started.empty() ? std::string("none had started")
-                                                      : "the " + std::to_string(ids.size()) +
-                                                            " started before it were cancelled: " +
-                                                            started) +
-                                     ")");
+        out = detail(out.status,
+                     why + " (run " + std::to_string(made.size()) + " of the batch; " +
+                         (started.empty() ? std::string("none had started")
+                                          : "the " + std::to_string(ids.size()) +
+                                                " started before it were cancelled: " + started) +
+                         ")");
         co_return;
       }
       made.push_back(run_object(*rec));

@@ -166,6 +166,13 @@ Result<LangGraphRun> read_langgraph_run(const json::object& b, std::string_view 
           return bad("'config.recursion_limit' must be a whole number from 1, got " +
                      json::serialize(n).substr(0, 100));
         r.controls.recursion_limit = static_cast<int>(n.as_int64());
+      } else if ((kv.key() == "configurable" || kv.key() == "metadata") && !kv.value().is_null() &&
+                 !kv.value().is_object()) {
+        return bad("'config." + std::string(kv.key()) + "' must be an object, got " +
+                   std::string(json_kind_phrase(kv.value())));
+      } else if (kv.key() == "tags" && !kv.value().is_null() && !kv.value().is_array()) {
+        return bad("'config.tags' must be a list of strings, got " +
+                   std::string(json_kind_phrase(kv.value())));
       } else if (kv.key() != "configurable" && kv.key() != "tags" && kv.key() != "metadata" &&
                  !kv.value().is_null()) {
         return not_yet(route, "'config." + std::string(kv.key()) + "'");

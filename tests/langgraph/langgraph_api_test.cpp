@@ -120,6 +120,10 @@ TEST(LangGraphApi, BadRequestsSayWhatIsWrong) {
   auto no_assistant = call(s.port, "POST", "/runs/wait", R"({"input": {}})");
   EXPECT_EQ(no_assistant.status, 422);
   EXPECT_EQ(detail(no_assistant), "'assistant_id' is required: a graph id or an assistant id");
+  auto configurable = call(s.port, "POST", "/runs/wait",
+                           R"({"assistant_id": "steps", "config": {"configurable": 5}})");
+  EXPECT_EQ(configurable.status, 422);
+  EXPECT_EQ(detail(configurable), "'config.configurable' must be an object, got an integer");
   auto not_object = call(s.port, "POST", "/runs/wait", R"({"assistant_id": "steps", "input": 5})");
   EXPECT_EQ(not_object.status, 422);
   EXPECT_EQ(detail(not_object), "'input' must be an object of channel values, got an integer");
@@ -185,6 +189,9 @@ TEST(LangGraphApi, BadRequestsSayWhatIsWrong) {
   EXPECT_EQ(body_json(loop).as_array().size(), 1u) << loop.body;
   auto listed = call(s.port, "GET", "/v1/runs");
   EXPECT_EQ(body_json(listed).at("data").as_array().size(), 1u);  // only the one that ran
+  auto before = call(s.port, "POST", "/threads/fresh/history", R"({"before": "nope"})");
+  EXPECT_EQ(before.status, 404);
+  EXPECT_EQ(detail(before), "thread fresh has no checkpoint 'nope' ('before')");
 }
 
 // The fences of every door hold here too: the key (the SDK's X-Api-Key or a Bearer token),

@@ -230,7 +230,8 @@ TEST(LangGraphRuns, ABatchTheQueueCannotTakeWholeLeavesNoRunGoing) {
   const auto at = why.find(cut);
   ASSERT_NE(at, std::string::npos) << why;
   std::vector<std::string> ids;
-  for (std::size_t p = at + cut.size(); p + 18 <= why.size(); p += 20) ids.push_back(why.substr(p, 18));
+  for (std::size_t p = at + cut.size(); p + 18 <= why.size(); p += 20)
+    ids.push_back(why.substr(p, 18));
   ASSERT_FALSE(ids.empty()) << why;
   for (const auto& id : ids) {
     auto joined = call(s.port, "GET", "/threads/" + id + "/runs/" + id + "/join");
