@@ -154,7 +154,8 @@ awaitable<std::optional<RunRecord>> start_run(const LangGraphApi& api, const htt
                                               const trace::SpanContext& request_span) {
   cluster::RunService* runs = api.runs;
   const std::string traceparent = run_traceparent_of(rq, request_span);
-  auto input = input_from_langchain(a.run.input);
+  const auto spec = runs->workflow(a.graph);
+  auto input = input_from_langchain(a.run.input, spec.get());
   if (!input) {
     out = from_error(input.error());
     co_return std::nullopt;

@@ -167,7 +167,7 @@ Result<json::object> state_writes(const graph::WorkflowSpec& spec, const LangGra
   }
   json::object writes;
   if (!u.values) return writes;
-  auto in = input_from_langchain(*u.values);
+  auto in = input_from_langchain(*u.values, &spec, field);
   if (!in) return std::move(in).error();
   for (const auto& kv : *in) {
     const auto ch = std::find_if(spec.channels.begin(), spec.channels.end(),

@@ -145,6 +145,29 @@ TEST(LangGraphApi, BadRequestsSayWhatIsWrong) {
   EXPECT_EQ(robot.status, 422);
   EXPECT_EQ(detail(robot),
             "'input.messages[0].type' must be human, ai, system or tool, got 'robot'");
+  // A messages channel takes messages only (a text is a human message, as add_messages has it).
+  const std::pair<const char*, const char*> not_messages[] = {
+      {R"({"content": "no type"})",
+       R"('input.messages[0]' must be a message ({"type": "human", "content": "..."}) or a text, got an object without 'type')"},
+      {"5", "'input.messages' must be a list of messages, a message or a text, got an integer"},
+      {R"([{"type": "human", "content": "hi", "id": 5}])",
+       "'input.messages[0].id' must be a string, got an integer"},
+      {R"([{"type": "tool", "content": "42"}])",
+       "'input.messages[0].tool_call_id' is required: a tool message answers a tool call"},
+      {R"([{"type": "ai", "content": "", "tool_calls": [{"name": "f", "args": "notobj"}]}])",
+       "'input.messages[0].tool_calls[0].args' must be an object, got a string"}};
+  for (const auto& [messages, why] : not_messages) {
+    auto r =
+        call(s.port, "POST", "/runs/wait",
+             std::string(R"({"assistant_id": "chat", "input": {"messages": )") + messages + "}}");
+    EXPECT_EQ(r.status, 422) << messages << " " << r.body;
+    EXPECT_EQ(detail(r), why) << messages;
+  }
+  auto text = call(s.port, "POST", "/runs/wait",
+                   R"({"assistant_id": "chat", "input": {"messages": "hello"}})");
+  ASSERT_EQ(text.status, 200) << text.body;
+  EXPECT_EQ(body_json(text).at("messages").at(0).at("type"), "human") << text.body;
+  EXPECT_EQ(body_json(text).at("messages").at(0).at("content"), "hello") << text.body;
   auto page = call(s.port, "POST", "/threads/search", R"({"limit": 0})");
   EXPECT_EQ(page.status, 422);
   EXPECT_EQ(detail(page), "'limit' must be an integer from 1 to 1000, got 0");
@@ -188,7 +211,7 @@ TEST(LangGraphApi, BadRequestsSayWhatIsWrong) {
   ASSERT_EQ(loop.status, 200) << loop.body;
   EXPECT_EQ(body_json(loop).as_array().size(), 1u) << loop.body;
   auto listed = call(s.port, "GET", "/v1/runs");
-  EXPECT_EQ(body_json(listed).at("data").as_array().size(), 1u);  // only the one that ran
+  EXPECT_EQ(body_json(listed).at("data").as_array().size(), 2u);  // only the two that ran
   auto before = call(s.port, "POST", "/threads/fresh/history", R"({"before": "nope"})");
   EXPECT_EQ(before.status, 404);
   EXPECT_EQ(detail(before), "thread fresh has no checkpoint 'nope' ('before')");
