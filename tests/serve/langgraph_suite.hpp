@@ -270,6 +270,29 @@ TEST_P(RunsApi, LangGraphAfterSecondsQueuesTheRunAndStartsItLater) {
   EXPECT_GE(rec["started_at_ms"].as_int64() - rec["created_at_ms"].as_int64(), 1000)
       << json::serialize(rec);
 
+  // A run enqueued behind a delayed one does not pass it: it starts after that delay too.
+  const std::string w = thread();
+  auto first =
+      post("/threads/" + w + "/runs",
+           R"({"assistant_id": "slow", "input": {"left": 1, "ms": 1}, "after_seconds": 1})");
+  ASSERT_EQ(first.status, 200) << first.body;
+  auto behind = post("/threads/" + w + "/runs",
+                     R"({"assistant_id": "slow", "input": {"left": 1, "ms": 1},
+                         "multitask_strategy": "enqueue"})");
+  ASSERT_EQ(behind.status, 200) << behind.body;
+  const std::string first_id(object_of(first.body)["run_id"].as_string());
+  const std::string behind_id(object_of(behind.body)["run_id"].as_string());
+  ASSERT_EQ(get("/threads/" + w + "/runs/" + behind_id + "/join").status, 200);
+  ASSERT_EQ(get("/threads/" + w + "/runs/" + first_id + "/join").status, 200);
+  auto f = object_of(get("/v1/runs/" + first_id).body),
+       b = object_of(get("/v1/runs/" + behind_id).body);
+  EXPECT_EQ(f["state"], "succeeded");
+  EXPECT_EQ(b["state"], "succeeded");
+  ASSERT_TRUE(b["started_at_ms"].is_int64()) << json::serialize(b);
+  EXPECT_GE(b["started_at_ms"].as_int64() - f["created_at_ms"].as_int64(), 1000)
+      << json::serialize(b);
+  EXPECT_EQ(object_of(get("/threads/" + w + "/state").body)["values"].at("n"), 2);
+
   // A day away: pending, holding its thread, and one of the two the queue takes.
   const std::string u = thread(), v = thread();
   const std::string kLater = R"({"assistant_id": "slow", "after_seconds": 86400})";
