@@ -210,9 +210,12 @@ Result<std::string> RunQueue::submit(const SubmitRequest& req) {
     // The INSERT and the NOTIFY in one statement: workers hear of the run once it is committed.
     auto r = conn.exec(
         "WITH ins AS (INSERT INTO weir_runs (id, workflow_name, workflow_file, workflow, "
-        "workflow_sha256, input, thread_id, state, max_attempts, resume, traceparent, controls) "
+        "workflow_sha256, input, thread_id, state, max_attempts, resume, traceparent, controls, "
+        "not_before) "
         "VALUES ($1, $2, $3, $4, encode(sha256(convert_to($4, 'UTF8')), 'hex'), $5, $6, "
-        "'queued', $7::int4, $8, $9, $10) "
+        "'queued', $7::int4, $8, $9, $10, "
+        "greatest(CASE WHEN $11::int8 > 0 THEN weir_now_ms() + $11::int8 END, "
+        "(SELECT max(not_before) FROM weir_runs WHERE thread_id = $6 AND state = 'queued'))) "
         "RETURNING id) SELECT pg_notify('weir_runs', 'queued') FROM ins",
         Params()
             .text(id)
@@ -224,7 +227,8 @@ Result<std::string> RunQueue::submit(const SubmitRequest& req) {
             .int8(req.max_attempts)
             .bytea_or_null(or_null(req.resume))
             .text(req.traceparent)
-            .bytea_or_null(or_null(req.controls)),
+            .bytea_or_null(or_null(req.controls))
+            .int8(req.delay.count()),
         "queueing a run");
     if (!r) return std::move(r).error();
     if (auto c = txn.commit("queueing a run"); !c) return std::move(c).error();

@@ -97,18 +97,59 @@ TEST(LangGraphApi, WhatWeirDoesNotDoYetIs501NamingIt) {
   EXPECT_EQ(detail(context), "POST /threads/" + t +
                                  "/runs/wait: 'context' is not supported by weir yet "
                                  "(docs/langgraph-api.md)");
-  auto webhook = call(s.port, "POST", "/threads/" + t + "/runs",
-                      R"({"assistant_id": "steps", "webhook": "http://127.0.0.1:9/hook"})");
-  EXPECT_EQ(webhook.status, 501);
-  auto later =
-      call(s.port, "POST", "/runs/wait", R"({"assistant_id": "steps", "after_seconds": 5})");
+  // A delayed resume has no counterpart yet.
+  auto later = call(s.port, "POST", "/threads/" + t + "/runs/wait",
+                    R"({"assistant_id": "steps", "command": {"resume": 1}, "after_seconds": 5})");
   EXPECT_EQ(later.status, 501);
-  EXPECT_EQ(detail(later),
-            "POST /runs/wait: 'after_seconds' is not supported by weir yet "
-            "(docs/langgraph-api.md)");
+  EXPECT_EQ(detail(later), "POST /threads/" + t +
+                               "/runs/wait: 'after_seconds' with 'command.resume' (a delayed "
+                               "resume) is not supported by weir yet (docs/langgraph-api.md)");
   // Nothing ran on the thread.
   auto st = call(s.port, "GET", "/threads/" + t);
   EXPECT_EQ(body_json(st).at("values"), nullptr);
+}
+
+// webhook and after_seconds that cannot be taken: a 422 naming the field, and nothing queued.
+// Without --webhook-hosts the server calls no webhook at all (SSRF: docs/langgraph-api.md).
+TEST(LangGraphApi, AWebhookOrADelayItCannotTakeIsA422NamingIt) {
+  auto s = start(lg_config());
+  const std::string t = new_thread(s.port);
+  auto ask = [&](const std::string& extra) {
+    return call(s.port, "POST", "/threads/" + t + "/runs",
+                R"({"assistant_id": "steps", )" + extra + "}");
+  };
+  auto off = ask(R"("webhook": "http://127.0.0.1:9/hook")");
+  EXPECT_EQ(off.status, 422);
+  EXPECT_EQ(detail(off),
+            "'webhook': this server calls no webhooks; start it with --webhook-hosts naming the "
+            "hosts it may call (docs/langgraph-api.md \"Webhooks\")");
+  auto scheme = ask(R"("webhook": "ftp://127.0.0.1/hook")");
+  EXPECT_EQ(scheme.status, 422);
+  EXPECT_EQ(detail(scheme),
+            "'webhook': invalid URL 'ftp://127.0.0.1/hook': expected http:// or https://");
+  auto creds = ask(R"("webhook": "http://me:pw@127.0.0.1/hook")");
+  EXPECT_EQ(creds.status, 422);
+  EXPECT_EQ(
+      detail(creds),
+      "'webhook': invalid URL 'http://me:pw@127.0.0.1/hook': credentials in URLs are refused");
+  auto number = ask(R"("webhook": 5)");
+  EXPECT_EQ(number.status, 422);
+  EXPECT_EQ(detail(number), "'webhook' must be a URL (a string), got an integer");
+  auto query = ask(R"("webhook": "http://127.0.0.1/hook?a=b c")");
+  EXPECT_EQ(query.status, 422);
+  EXPECT_EQ(detail(query),
+            "'webhook': invalid URL 'http://127.0.0.1/hook?a=b c': its query may not hold a space, "
+            "a control character or a fragment");
+  for (const char* wrong : {"-1", "86401", "\"soon\""}) {
+    auto r = ask(std::string(R"("after_seconds": )") + wrong);
+    EXPECT_EQ(r.status, 422) << wrong << r.body;
+    EXPECT_EQ(detail(r), std::string("'after_seconds' must be a number of seconds from 0 to "
+                                     "86400 (a day), got ") +
+                             wrong);
+  }
+  // Nothing ran on the thread.
+  EXPECT_EQ(body_json(call(s.port, "GET", "/threads/" + t)).at("status"), "idle");
+  EXPECT_EQ(body_json(call(s.port, "GET", "/threads/" + t)).at("values"), nullptr);
 }
 
 // Bad input: a clear 4xx, and nothing queued.
