@@ -258,7 +258,7 @@ awaitable<std::optional<RunRecord>> start_run(const LangGraphApi& api, const htt
   });
   // The webhook is this server's to deliver; one it cannot take does not undo the run.
   if (rec && !a.run.webhook.empty() && api.webhooks) {
-    if (auto w = api.webhooks->deliver(rec->id, a.run.webhook, a.run.metadata); !w)
+    if (auto w = api.webhooks->deliver(rec->id, a.run.webhook); !w)
       weir::log(LogLevel::warn, "langgraph: run " + rec->id +
                                     "'s webhook will not be called: " + w.error().message);
   }

@@ -65,19 +65,19 @@ std::string joined(const std::vector<std::string>& v) {
   return s;
 }
 
-// What the webhook carries (webhooks.hpp): LangGraph's run object and the run's end.
-Result<json::object> payload_of(cluster::RunService& runs, const RunRecord& r,
-                                const json::object& metadata) {
-  json::object p = run_object(r, metadata);
+// What the webhook carries (webhooks.hpp): LangGraph's run object and the run's end (its own
+// last values, not what later runs made of the thread).
+Result<json::object> payload_of(cluster::RunService& runs, const RunRecord& r) {
+  json::object p = run_object(r);
   p["run_started_at"] = r.started_ms ? iso_time(r.started_ms) : json::value(nullptr);
   p["run_ended_at"] = iso_time(r.finished_ms);
   json::value values(nullptr);
   if (r.state != RunState::cancelled) {
     const auto& cp = runs.checkpointer();
-    auto latest = cp.latest(r.thread_id);
-    if (!latest) return std::move(latest).error();
-    if (*latest) {
-      auto v = cp.state_at(r.thread_id, (**latest).checkpoint_id);
+    auto steps = run_steps(cp, r, "");
+    if (!steps) return std::move(steps).error();
+    if (!steps->list.empty()) {
+      auto v = cp.state_at(r.thread_id, steps->list.back().checkpoint_id);
       if (!v) return std::move(v).error();
       values = values_to_langchain(*v);
     }
@@ -112,7 +112,6 @@ struct Delivery {
   Delivery(const asio::any_io_executor& ex) : wake(std::make_shared<Wake>(ex)), pause(ex) {}
   std::string run_id, url;
   WebhookUrl where;
-  json::object metadata;
   std::shared_ptr<Wake> wake;        // the run's watch wakes it
   asio::steady_timer pause;          // between tries
   asio::cancellation_signal cancel;  // cuts a try in flight (stop)
@@ -232,8 +231,7 @@ awaitable<void> Webhooks::Impl::async_deliver(std::shared_ptr<Delivery> d) {
   if (end) {
     cluster::RunService* service = &runs;
     const RunRecord rec = *end;
-    const json::object metadata = d->metadata;
-    auto build = [service, rec, metadata] { return payload_of(*service, rec, metadata); };
+    auto build = [service, rec] { return payload_of(*service, rec); };
     auto payload = co_await off_thread(blocking, std::move(build));
     if (!payload)
       log(LogLevel::warn,
@@ -269,7 +267,7 @@ Status Webhooks::check(std::string_view url) const {
   return {};
 }
 
-Status Webhooks::deliver(const std::string& run_id, const std::string& url, json::object metadata) {
+Status Webhooks::deliver(const std::string& run_id, const std::string& url) {
   auto w = read_webhook_url(url);
   if (!w) return std::move(w).error();
   {
@@ -285,7 +283,6 @@ Status Webhooks::deliver(const std::string& run_id, const std::string& url, json
   d->run_id = run_id;
   d->url = url;
   d->where = std::move(*w);
-  d->metadata = std::move(metadata);
   auto s = impl_;
   asio::co_spawn(impl_->io, impl_->async_deliver(std::move(d)), [s](std::exception_ptr e) {
     if (e) log(LogLevel::error, "webhooks: a delivery stopped on an exception");

@@ -63,9 +63,10 @@ class Webhooks {
   // Whether a run may ask for this webhook: a URL read_webhook_url takes, to an allowed host.
   // Errors: invalid_argument naming 'webhook' (a 422), with the allow-list or how to set one.
   Status check(std::string_view url) const;
-  // POSTs run `run_id` to `url` when it ends; `metadata`: the run object's. REQUIRES: check(url)
-  // passed. Errors: overloaded (max_pending deliveries already), cancelled (stopping).
-  Status deliver(const std::string& run_id, const std::string& url, boost::json::object metadata);
+  // POSTs run `run_id` to `url` when it ends (the run object carries the request's metadata).
+  // REQUIRES: check(url) passed. Errors: overloaded (max_pending deliveries already), cancelled
+  // (stopping).
+  Status deliver(const std::string& run_id, const std::string& url);
   // Deliveries still waiting or sending are dropped (one log line says how many); blocks until
   // they let go (a try in flight is cut). Idempotent.
   void stop();
