@@ -157,6 +157,87 @@ Status make_way(cluster::RunService& runs, const std::string& thread, bool rollb
   return {};
 }
 
+// One try of start_run's work on the blocking pool: the thread made way for (make_room), the
+// fork or update applied, the run queued.
+Result<RunRecord> start_once(const LangGraphApi& api, const RunAsk& a, const std::string& thread,
+                             bool stateless, bool make_room, const json::object& input,
+                             const std::string& traceparent) {
+  cluster::RunService* runs = api.runs;
+  if (make_room)
+    if (auto m = make_way(*runs, thread, a.run.multitask == "rollback"); !m)
+      return std::move(m).error();
+
+  if (a.run.checkpoint_id == kRootCheckpoint) {  // from before the first checkpoint: afresh
+    json::object why{{"source", "fork"}};
+    auto root = runs->root_thread(thread, std::move(why));
+    if (!root) return std::move(root).error();
+  } else if (!a.run.checkpoint_id.empty()) {  // a fork: the thread goes on from that checkpoint
+    auto latest = runs->checkpointer().latest(thread);
+    if (!latest) return std::move(latest).error();
+    if (!*latest || (**latest).checkpoint_id != a.run.checkpoint_id) {
+      json::object why{{"source", "fork"}};
+      auto b = runs->branch_thread(thread, a.run.checkpoint_id, {}, std::move(why));
+      if (!b) return std::move(b).error();
+    }
+  }
+  if (!a.run.update.empty()) {  // command.update: the values set before the run goes on
+    auto spec = runs->workflow(a.graph);
+    if (!spec) return Error(Errc::not_found, "no workflow '" + a.graph + "'");
+    LangGraphStateUpdate u;
+    u.values = a.run.update;
+    auto writes = state_writes(*spec, u, "command.update");
+    if (!writes) return std::move(writes).error();
+    auto latest = runs->checkpointer().latest(thread);
+    if (!latest) return std::move(latest).error();
+    std::string from;
+    if (!*latest) {  // a thread without state: the update is its first checkpoint
+      json::object fresh{{"source", "fork"}};
+      auto root = runs->root_thread(thread, std::move(fresh));
+      if (!root) return std::move(root).error();
+      from = root->checkpoint_id;
+    }
+    json::object why{{"source", "update"}};
+    auto b = runs->branch_thread(thread, from, std::move(*writes), std::move(why));
+    if (!b) return std::move(b).error();
+  }
+  if (a.run.resume) return runs->resume(thread, *a.run.resume, traceparent, a.run.controls);
+  // No input on a thread stopped at a breakpoint continues it, as LangGraph's `input: null`;
+  // a thread waiting at a node's interrupt takes only its answer.
+  if (!stateless) {
+    auto latest = runs->checkpointer().latest(thread);
+    if (!latest) return std::move(latest).error();
+    if (*latest && at_breakpoint(**latest) && a.run.input.empty()) {
+      if (a.run.after.count() > 0)
+        return Error(Errc::unsupported,
+                     "'after_seconds' on a thread stopped at a breakpoint (a delayed "
+                     "continuation) is not supported by weir yet (docs/langgraph-api.md)");
+      return runs->resume(thread, json::value(nullptr), traceparent, a.run.controls);
+    }
+    if (*latest && pending_status(**latest) == "interrupted" && !at_breakpoint(**latest))
+      return Error(Errc::invalid_argument,
+                   "thread '" + thread + "' waits at the interrupt of node '" +
+                       interrupted_node(**latest) +
+                       "': answer it with 'command.resume', or start from a checkpoint "
+                       "('checkpoint_id')");
+    if (*latest && at_breakpoint(**latest))
+      return Error(Errc::invalid_argument,
+                   "thread '" + thread + "' stopped at a breakpoint before node '" +
+                       interrupted_node(**latest) +
+                       "': continue it with no 'input' (or 'command.resume'), or start from a "
+                       "checkpoint ('checkpoint_id')");
+  }
+  cluster::RunRequest r;
+  r.workflow = a.graph;
+  r.input = input;
+  r.thread_id = thread;
+  r.input_source = "'input'";
+  r.traceparent = traceparent;
+  r.enqueue = a.run.multitask == "enqueue";
+  r.controls = a.run.controls;
+  r.delay = a.run.after;
+  return runs->submit(std::move(r));
+}
+
 // Starts the run a request asks for on `thread` (made first for a stateless run or with
 // if_not_exists "create"). The record, or an error answer.
 awaitable<std::optional<RunRecord>> start_run(const LangGraphApi& api, const http::Request& rq,
@@ -183,78 +264,17 @@ awaitable<std::optional<RunRecord>> start_run(const LangGraphApi& api, const htt
       if (!known) return std::move(known).error();
       if (!*known && !api.threads->room_for_one(api.max_threads)) return threads_full(api);
     }
-    if (!stateless && (a.run.multitask == "interrupt" || a.run.multitask == "rollback"))
-      if (auto m = make_way(*runs, thread, a.run.multitask == "rollback"); !m)
-        return std::move(m).error();
-    if (a.run.checkpoint_id == kRootCheckpoint) {  // from before the first checkpoint: afresh
-      json::object why{{"source", "fork"}};
-      auto root = runs->root_thread(thread, std::move(why));
-      if (!root) return std::move(root).error();
-    } else if (!a.run.checkpoint_id.empty()) {  // a fork: the thread goes on from that checkpoint
-      auto latest = runs->checkpointer().latest(thread);
-      if (!latest) return std::move(latest).error();
-      if (!*latest || (**latest).checkpoint_id != a.run.checkpoint_id) {
-        json::object why{{"source", "fork"}};
-        auto b = runs->branch_thread(thread, a.run.checkpoint_id, {}, std::move(why));
-        if (!b) return std::move(b).error();
-      }
+    // interrupt/rollback: the thread's runs are cancelled and waited for, then this one starts.
+    // Another request doing the same at once may start its run in between (or still hold the
+    // thread while it branches): that run is made way for too, a few times before giving up.
+    const bool make_room =
+        !stateless && (a.run.multitask == "interrupt" || a.run.multitask == "rollback");
+    for (int tries = 0;; ++tries) {
+      auto started = start_once(api, a, thread, stateless, make_room, *input, traceparent);
+      if (started || !make_room || !started.error().is(Errc::thread_busy) || tries >= 20)
+        return started;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20 + 10 * tries));
     }
-    if (!a.run.update.empty()) {  // command.update: the values set before the run goes on
-      auto spec = runs->workflow(a.graph);
-      if (!spec) return Error(Errc::not_found, "no workflow '" + a.graph + "'");
-      LangGraphStateUpdate u;
-      u.values = a.run.update;
-      auto writes = state_writes(*spec, u, "command.update");
-      if (!writes) return std::move(writes).error();
-      auto latest = runs->checkpointer().latest(thread);
-      if (!latest) return std::move(latest).error();
-      std::string from;
-      if (!*latest) {  // a thread without state: the update is its first checkpoint
-        json::object fresh{{"source", "fork"}};
-        auto root = runs->root_thread(thread, std::move(fresh));
-        if (!root) return std::move(root).error();
-        from = root->checkpoint_id;
-      }
-      json::object why{{"source", "update"}};
-      auto b = runs->branch_thread(thread, from, std::move(*writes), std::move(why));
-      if (!b) return std::move(b).error();
-    }
-    if (a.run.resume) return runs->resume(thread, *a.run.resume, traceparent, a.run.controls);
-    // No input on a thread stopped at a breakpoint continues it, as LangGraph's `input: null`;
-    // a thread waiting at a node's interrupt takes only its answer.
-    if (!stateless) {
-      auto latest = runs->checkpointer().latest(thread);
-      if (!latest) return std::move(latest).error();
-      if (*latest && at_breakpoint(**latest) && a.run.input.empty()) {
-        if (a.run.after.count() > 0)
-          return Error(Errc::unsupported,
-                       "'after_seconds' on a thread stopped at a breakpoint (a delayed "
-                       "continuation) is not supported by weir yet (docs/langgraph-api.md)");
-        return runs->resume(thread, json::value(nullptr), traceparent, a.run.controls);
-      }
-      if (*latest && pending_status(**latest) == "interrupted" && !at_breakpoint(**latest))
-        return Error(Errc::invalid_argument,
-                     "thread '" + thread + "' waits at the interrupt of node '" +
-                         interrupted_node(**latest) +
-                         "': answer it with 'command.resume', or start from a checkpoint "
-                         "('checkpoint_id')");
-      if (*latest && at_breakpoint(**latest))
-        return Error(Errc::invalid_argument,
-                     "thread '" + thread + "' stopped at a breakpoint before node '" +
-                         interrupted_node(**latest) +
-                         "': continue it with no 'input' (or 'command.resume'), or start from a "
-                         "checkpoint ('checkpoint_id')");
-    }
-    cluster::RunRequest r;
-    r.workflow = a.graph;
-    r.input = std::move(*input);
-    r.thread_id = thread;
-    r.input_source = "'input'";
-    r.traceparent = traceparent;
-    r.enqueue = a.run.multitask == "enqueue";
-    r.controls = a.run.controls;
-    r.delay = a.run.after;
-    return runs->submit(std::move(r));
   });
   // The webhook is this server's to deliver; one it cannot take does not undo the run.
   if (rec && !a.run.webhook.empty() && api.webhooks) {

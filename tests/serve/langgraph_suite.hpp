@@ -205,6 +205,31 @@ TEST_P(RunsApi, LangGraphRunsKeepTheirOwnRequestAndAnswer) {
   EXPECT_EQ(object_of(joined.body)["n"], 1) << "the older run's own answer";
 }
 
+// Several clients sending `interrupt` (or `rollback`) runs to one busy thread at once: each is
+// taken (each makes way for the runs before it), none is refused, and the thread ends idle.
+TEST_P(RunsApi, LangGraphConcurrentInterruptsAreAllTaken) {
+  start();
+  const std::string t(object_of(post("/threads", "{}").body)["thread_id"].as_string());
+  auto slow = post("/threads/" + t + "/runs", R"({"assistant_id": "slow", "input": {"left": 500}})");
+  ASSERT_EQ(slow.status, 200) << slow.body;
+  for (const char* strategy : {"interrupt", "rollback"}) {
+    std::vector<Reply> replies(4);
+    std::vector<std::thread> clients;
+    for (std::size_t i = 0; i < replies.size(); ++i)
+      clients.emplace_back([&, i] {
+        replies[i] = post("/threads/" + t + "/runs",
+                          std::string(R"({"assistant_id": "slow", "input": {"left": 200},
+                                          "multitask_strategy": ")") +
+                              strategy + "\"}");
+      });
+    for (auto& c : clients) c.join();
+    for (const auto& r : replies) EXPECT_EQ(r.status, 200) << strategy << ": " << r.body;
+  }
+  auto runs = json::parse(get("/threads/" + t + "/runs").body).as_array();
+  const std::string last(runs.at(0).at("run_id").as_string());
+  EXPECT_EQ(post("/threads/" + t + "/runs/" + last + "/cancel?wait=1", "").status, 204);
+}
+
 // A second run on a busy thread, with each of LangGraph's multitask strategies.
 TEST_P(RunsApi, LangGraphDoubleTextingFollowsTheStrategyAsked) {
   // Ticks until `left` (a sum: each run's input adds to it) is used up.
