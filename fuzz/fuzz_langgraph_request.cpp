@@ -9,6 +9,7 @@
 
 #include "langgraph_messages.hpp"
 #include "langgraph_request.hpp"
+#include "weir/http/client.hpp"
 
 namespace {
 
@@ -35,6 +36,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   } else if (!id->checkpoint.empty() && id->checkpoint != "end" && id->index < 0) {
     std::abort();
   }
+  // A webhook URL: a target that is a path, and an origin parse_url takes again.
+  if (auto w = read_webhook_url(text); !w) {
+    check(w.error());
+  } else if (w->target.empty() || w->target[0] != '/' || !weir::http::parse_url(w->origin)) {
+    std::abort();
+  }
   if (auto batch = langgraph_batch(text); !batch) {
     check(batch.error());
   } else if (batch->empty() || batch->size() > kMaxBatch) {
@@ -47,7 +54,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   if (auto r = read_langgraph_run(*body, "POST /runs/wait"); !r) {
     check(r.error());
-  } else if (r->assistant_id.empty() || (r->resume && !r->input.empty())) {
+  } else if (r->assistant_id.empty() || (r->resume && !r->input.empty()) || r->after.count() < 0 ||
+             r->after > weir::cluster::kMaxRunDelay ||
+             (!r->webhook.empty() && !read_webhook_url(r->webhook))) {
     std::abort();
   }
   if (auto t = read_langgraph_thread_create(*body); !t) check(t.error());

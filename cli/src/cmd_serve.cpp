@@ -60,6 +60,7 @@ int cmd_serve(Args args) {
            "--max-queued-runs",
            "--keep-runs",
            "--max-threads",
+           "--webhook-hosts",
            "--otlp-endpoint",
            "--trace"},
           {"--insecure", "--ignore-eos", "--trace-content", "--console"});
@@ -124,6 +125,7 @@ int cmd_serve(Args args) {
   };
   if (auto v = f.get("--allowed-origins")) c.allowed_origins = list(*v);
   if (auto v = f.get("--allowed-hosts")) c.allowed_hosts = list(*v);
+  if (auto v = f.get("--webhook-hosts")) c.webhook_hosts = list(*v);
   c.port = port;
   if (auto v = f.get("--host")) c.host = *v;
   if (auto v = f.get("--chat-template")) c.chat_template = *v;

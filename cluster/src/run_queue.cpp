@@ -210,9 +210,12 @@ Result<std::string> RunQueue::submit(const SubmitRequest& req) {
     // The INSERT and the NOTIFY in one statement: workers hear of the run once it is committed.
     auto r = conn.exec(
         "WITH ins AS (INSERT INTO weir_runs (id, workflow_name, workflow_file, workflow, "
-        "workflow_sha256, input, thread_id, state, max_attempts, resume, traceparent, controls) "
+        "workflow_sha256, input, thread_id, state, max_attempts, resume, traceparent, controls, "
+        "not_before) "
         "VALUES ($1, $2, $3, $4, encode(sha256(convert_to($4, 'UTF8')), 'hex'), $5, $6, "
-        "'queued', $7::int4, $8, $9, $10) "
+        "'queued', $7::int4, $8, $9, $10, "
+        "greatest(CASE WHEN $11::int8 > 0 THEN weir_now_ms() + $11::int8 END, "
+        "(SELECT max(not_before) FROM weir_runs WHERE thread_id = $6 AND state = 'queued'))) "
         "RETURNING id) SELECT pg_notify('weir_runs', 'queued') FROM ins",
         Params()
             .text(id)
@@ -224,7 +227,8 @@ Result<std::string> RunQueue::submit(const SubmitRequest& req) {
             .int8(req.max_attempts)
             .bytea_or_null(or_null(req.resume))
             .text(req.traceparent)
-            .bytea_or_null(or_null(req.controls)),
+            .bytea_or_null(or_null(req.controls))
+            .int8(req.delay.count()),
         "queueing a run");
     if (!r) return std::move(r).error();
     if (auto c = txn.commit("queueing a run"); !c) return std::move(c).error();
@@ -435,15 +439,12 @@ Result<bool> RunQueue::renew(std::string_view id, int64_t fence, std::chrono::mi
   });
 }
 
-// The runs queued on the thread of `up` (the run a statement ended or handed back) become
-// claimable now (a delay a worker gave one, finding the thread busy, is dropped) and, when
-// there are any, workers hear 'queued' as the statement commits: an enqueued run starts when
-// the one before it ends, not a poll or a lease later. `woken` is one row at most, and is read
-// by the statement's SELECT (a CTE that is only a SELECT runs when it is read).
+// When runs are queued on the thread of `up` (the run a statement ended or handed back), the
+// workers hear 'queued' as the statement commits: the claim takes no run while an older one on
+// its thread is open, so the next one became claimable just now, not a poll later. (A delay a
+// run was given, its after_seconds, stays.) `woken` is one row at most, and is read by the
+// statement's SELECT (a CTE that is only a SELECT runs when it is read).
 #define WEIR_WAKE_THREAD                                                                  \
-  "waiting AS (UPDATE weir_runs q SET not_before = NULL FROM up WHERE q.thread_id = "     \
-  "up.thread_id AND q.id <> up.id AND q.state = 'queued' AND q.not_before IS NOT NULL "   \
-  "RETURNING q.id), "                                                                     \
   "woken AS (SELECT pg_notify('weir_runs', 'queued') AS told FROM weir_runs q, up WHERE " \
   "q.thread_id = up.thread_id AND q.id <> up.id AND q.state = 'queued' LIMIT 1) "
 

@@ -256,6 +256,10 @@ std::shared_ptr<const graph::WorkflowSpec> RunService::workflow(std::string_view
 Result<std::shared_ptr<const WorkflowFile>> resolve_request(
     const RunRequest& rq, const std::map<std::string, std::shared_ptr<const WorkflowFile>>& folder,
     const std::vector<std::string>& names) {
+  if (rq.delay.count() < 0 || rq.delay > kMaxRunDelay)
+    return Error(Errc::invalid_argument,
+                 "a run's delay must be from 0 to " + std::to_string(kMaxRunDelay.count()) +
+                     " ms (a day), got " + std::to_string(rq.delay.count()) + " ms");
   std::shared_ptr<const WorkflowFile> wf;
   if (!rq.workflow_file.empty()) {
     auto text = read_json_file(rq.workflow_file);

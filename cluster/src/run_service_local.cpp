@@ -1,5 +1,8 @@
 // The run service's in-process backend (run_service.hpp): a bounded queue in front of the one
-// executor (run_executor.hpp), a memory checkpointer, records in memory.
+// executor (run_executor.hpp), a memory checkpointer, records in memory. A queued run is in one
+// of three places: queue_ (it holds its thread and waits for a slot), waiting_ (behind its
+// thread's run: RunRequest::enqueue) or delayed_ (it holds its thread and waits for its
+// RunRequest::delay, on a timer of timers_; no slot is taken meanwhile).
 #include <algorithm>
 #include <condition_variable>
 #include <deque>
@@ -7,6 +10,8 @@
 #include <mutex>
 
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <boost/json.hpp>
@@ -65,7 +70,7 @@ class LocalRuns final : public RunService {
     rec.thread_id = rq.thread_id;
     rec.traceparent = run_traceparent(rq.traceparent);
     rec.controls = controls_text(rq.controls);
-    return enqueue(std::move(rec), *wf, rq.enqueue);
+    return enqueue(std::move(rec), *wf, rq.enqueue, rq.delay);
   }
 
   Result<RunRecord> resume(const std::string& thread_id, json::value value, std::string traceparent,
@@ -97,7 +102,7 @@ class LocalRuns final : public RunService {
     rec.thread_id = thread_id;
     rec.traceparent = run_traceparent(traceparent);
     rec.controls = controls_text(controls);
-    return enqueue(std::move(rec), wf, false);
+    return enqueue(std::move(rec), wf, false, std::chrono::milliseconds(0));
   }
 
   Result<RunRecord> get(std::string_view id) override {
@@ -138,6 +143,8 @@ class LocalRuns final : public RunService {
       out.before = r.rec;
       if (r.rec.state == RunState::queued) {
         std::erase_if(queue_, [&](const auto& q) { return q.get() == &r; });
+        std::erase_if(delayed_, [&](const auto& q) { return q.get() == &r; });
+        disarm_locked(r);
         if (auto w = waiting_.find(r.rec.thread_id); w != waiting_.end()) {
           waiting_count_ -= std::erase_if(w->second, [&](const auto& q) { return q.get() == &r; });
           if (w->second.empty()) waiting_.erase(w);
@@ -194,6 +201,12 @@ class LocalRuns final : public RunService {
       end_locked(*q, RunState::cancelled, "", "cancelled",
                  "the server shut down before it started");
     queue_.clear();
+    auto delayed = std::move(delayed_);
+    delayed_.clear();
+    for (auto& q : delayed)
+      end_locked(*q, RunState::cancelled, "", "cancelled",
+                 "the server shut down before it started");
+    for (auto& [id, r] : runs_) disarm_locked(*r);  // the pool's join waits for no timer
     for (auto& [thread, runs] : waiting)
       for (auto& q : runs)
         end_locked(*q, RunState::cancelled, "", "cancelled",
@@ -217,6 +230,10 @@ class LocalRuns final : public RunService {
     std::shared_ptr<const WorkflowFile> wf;
     std::shared_ptr<const BuiltWorkflow> built;
     RunControl control;
+    // Its delay has passed (or it had none): a queued run may start. GUARDED_BY(mu_)
+    bool due = true;
+    // The delay's timer while it runs; used on timers_ only. GUARDED_BY(mu_)
+    std::shared_ptr<asio::steady_timer> timer;
   };
 
   static Error unknown(std::string_view id) {
@@ -235,7 +252,9 @@ class LocalRuns final : public RunService {
   }
 
   // `behind`: on a busy thread, wait for its run (RunRequest::enqueue) instead of thread_busy.
-  Result<RunRecord> enqueue(RunRecord rec, std::shared_ptr<const WorkflowFile> wf, bool behind) {
+  // `delay`: RunRequest::delay.
+  Result<RunRecord> enqueue(RunRecord rec, std::shared_ptr<const WorkflowFile> wf, bool behind,
+                            std::chrono::milliseconds delay) {
     std::shared_ptr<const BuiltWorkflow> built;
     {
       std::lock_guard lock(mu_);
@@ -255,28 +274,34 @@ class LocalRuns final : public RunService {
     r->rec.created_ms = now_ms();
     r->wf = std::move(wf);
     r->built = built;
+    r->due = delay.count() <= 0;
     std::lock_guard lock(mu_);
     if (stopping_) return Error(Errc::cancelled, "the server is shutting down");
     const auto b = busy_threads_.find(r->rec.thread_id);
     if (b != busy_threads_.end() && !behind)
       return Error(Errc::thread_busy, "thread '" + r->rec.thread_id + "' has a run in progress (" +
                                           b->second + "); wait for it to end");
-    if (running_ >= cfg_.max_runs && queue_.size() + waiting_count_ >= cfg_.max_queued_runs)
+    const std::size_t queued = queue_.size() + waiting_count_ + delayed_.size();
+    // A delayed run waits in the queue whatever slots are free.
+    if ((running_ >= cfg_.max_runs || !r->due) && queued >= cfg_.max_queued_runs)
       return Error(Errc::overloaded,
                    "the run queue is full (" + std::to_string(running_) + " running, " +
-                       std::to_string(queue_.size() + waiting_count_) +
+                       std::to_string(queued) +
                        " queued; --max-runs=" + std::to_string(cfg_.max_runs) +
                        ", --max-queued-runs=" + std::to_string(cfg_.max_queued_runs) + ")");
     remember_locked(r->wf, built);
     runs_[r->rec.id] = r;
     order_.push_back(r->rec.id);
+    if (!r->due) arm_locked(r, delay);
     if (b != busy_threads_.end()) {  // enqueued behind the thread's run
       waiting_[r->rec.thread_id].push_back(r);
       ++waiting_count_;
       return r->rec;
     }
     busy_threads_[r->rec.thread_id] = r->rec.id;
-    if (running_ < cfg_.max_runs)
+    if (!r->due)
+      delayed_.push_back(r);
+    else if (running_ < cfg_.max_runs)
       start_locked(r);
     else
       queue_.push_back(r);
@@ -372,7 +397,7 @@ class LocalRuns final : public RunService {
         --waiting_count_;
         if (w->second.empty()) waiting_.erase(w);
         busy_threads_[next->rec.thread_id] = next->rec.id;
-        queue_.push_back(std::move(next));
+        (next->due ? queue_ : delayed_).push_back(std::move(next));
       }
     }
     say(r.rec.id + ": " + run_state_name(state) + (r.rec.error.empty() ? "" : ": " + r.rec.error));
@@ -388,6 +413,41 @@ class LocalRuns final : public RunService {
       runs_.erase(it);
       std::erase(order_, old);
     }
+  }
+
+  // Starts r's delay: when it passed, r is due, and moves from delayed_ to a slot or queue_ (in
+  // waiting_ it stays behind its thread's run). The timer's calls are made on timers_ (a timer
+  // is not thread-safe); its handler holds r weakly, so a forgotten run is not kept.
+  void arm_locked(const std::shared_ptr<Run>& r, std::chrono::milliseconds delay) {
+    auto t = std::make_shared<asio::steady_timer>(timers_);
+    r->timer = t;
+    std::weak_ptr<Run> weak = r;
+    asio::post(timers_, [this, t, delay, weak] {
+      t->expires_after(delay);
+      t->async_wait([this, t, weak](const boost::system::error_code& ec) {
+        if (ec) return;  // cancelled (the run was, or the service stops)
+        auto run = weak.lock();
+        if (!run) return;
+        std::lock_guard lock(mu_);
+        if (run->timer == t) run->timer.reset();
+        run->due = true;
+        if (stopping_ || run->rec.state != RunState::queued) return;
+        auto it = std::find(delayed_.begin(), delayed_.end(), run);
+        if (it == delayed_.end()) return;  // in waiting_: it starts after the run before it
+        delayed_.erase(it);
+        if (running_ < cfg_.max_runs)
+          start_locked(run);
+        else
+          queue_.push_back(run);
+      });
+    });
+  }
+
+  // Stops r's delay timer, if it has one (the handler then does nothing).
+  void disarm_locked(Run& r) {
+    if (!r.timer) return;
+    asio::post(timers_, [t = std::move(r.timer)] { t->cancel(); });
+    r.timer.reset();
   }
 
   // A workflow a request gave by file, kept (with the last kFilesKept others) for the resumes
@@ -416,6 +476,7 @@ class LocalRuns final : public RunService {
   std::unique_ptr<graph::Checkpointer> cp_;
   WatchRegistry watches_;
   asio::thread_pool pool_{2};
+  asio::strand<asio::thread_pool::executor_type> timers_{asio::make_strand(pool_)};
 
   std::mutex mu_;
   std::condition_variable cv_;
@@ -429,6 +490,8 @@ class LocalRuns final : public RunService {
   std::map<std::string, std::shared_ptr<Run>> runs_;  // GUARDED_BY(mu_)
   std::deque<std::string> order_;                     // GUARDED_BY(mu_): submit order
   std::deque<std::shared_ptr<Run>> queue_;            // GUARDED_BY(mu_)
+  // Runs that hold their thread and wait for their delay (RunRequest::delay), oldest first.
+  std::deque<std::shared_ptr<Run>> delayed_;  // GUARDED_BY(mu_)
   // Runs enqueued behind a thread's run (RunRequest::enqueue), by thread, oldest first; one
   // moves to queue_ when the thread's run ends.
   std::map<std::string, std::deque<std::shared_ptr<Run>>> waiting_;  // GUARDED_BY(mu_)

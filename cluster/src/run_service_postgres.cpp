@@ -67,6 +67,7 @@ class PostgresRuns final : public RunService {
     s.traceparent = run_traceparent(rq.traceparent);
     s.enqueue = rq.enqueue;
     s.controls = controls_text(rq.controls);
+    s.delay = rq.delay;
     return queue(s);
   }
 

@@ -35,8 +35,9 @@ async function check(r) {
   const text = await r.text();
   let data = null;
   try { data = JSON.parse(text); } catch { /* not JSON: the text is the message */ }
-  if (r.status === 401) unauthorized();
-  throw new ApiError(r.status, messageOf(data, text, r.status));
+  const message = messageOf(data, text, r.status);
+  if (r.status === 401) unauthorized(message, sessionStorage.getItem(KEY) !== null);
+  throw new ApiError(r.status, message);
 }
 
 // A JSON call: {data, total} (total: X-Pagination-Total when the answer has it).

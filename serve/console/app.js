@@ -66,7 +66,12 @@ function clearError() { banner.hidden = true; }
 // --- the key ------------------------------------------------------------------------------
 
 const keyDialog = document.getElementById('key-dialog');
-onUnauthorized(() => { if (!keyDialog.open) keyDialog.showModal(); });
+// The dialog says why it is back: a key was given and refused, or none was given yet.
+onUnauthorized((message, hadKey) => {
+  document.getElementById('key-why').textContent =
+    hadKey ? `The key given was refused: ${message}` : '';
+  if (!keyDialog.open) keyDialog.showModal();
+});
 document.getElementById('key-form').addEventListener('submit', () => {
   setApiKey(document.getElementById('key-input').value);
   route();
@@ -378,7 +383,10 @@ async function threadView(id, life) {
   const waiting = () => new Set(s.thread?.status === 'interrupted' ? Object.keys(s.thread.interrupts || {}).map(nodeOf) : []);
 
   const renderGraph = () => {
-    if (!s.graph) return;
+    if (!s.graph) {
+      if (s.graphNote) ui.graph.replaceChildren(h('p', { class: 'note', text: s.graphNote }));
+      return;
+    }
     drawGraph(ui.graph, s.graph, { running: s.running, waiting: waiting(), visits: visits() });
     ui.live.textContent = s.running.size ? `running now: ${[...s.running].join(', ')}`
       : waiting().size ? `waiting for input at ${[...waiting()].join(', ')}` : '';
@@ -387,7 +395,8 @@ async function threadView(id, life) {
   const renderHeader = () => {
     const t = s.thread;
     ui.status.replaceChildren(badge(t.status));
-    ui.graphName.textContent = s.graphId ? `assistant ${s.graphId}` : '';
+    const name = t.metadata?.graph_id || s.graphId;
+    ui.graphName.textContent = name ? `assistant ${name}` : '';
     const active = s.runs.find(r => r.status === 'pending' || r.status === 'running');
     ui.cancel.hidden = !active;
     ui.cancel.dataset.run = active ? active.run_id : '';
@@ -515,10 +524,19 @@ async function threadView(id, life) {
     s.history = hist.filter(c => c.checkpoint.checkpoint_id !== 'root');  // the state before the first
     s.runs = runs;
     s.lastSeen = `${t.status} ${t.updated_at}`;
-    const gid = t.metadata?.graph_id || '';
-    if (gid && (gid !== s.graphId || !s.graph)) {
+    // The graph of the assistant the thread's newest run used (metadata.graph_id is the client's
+    // to change): one this server does not run leaves the view without its picture, nothing else.
+    const gid = runs[0]?.assistant_id || t.metadata?.graph_id || '';
+    if (gid && (gid !== s.graphId || (!s.graph && !s.graphNote))) {
       s.graphId = gid;
-      s.graph = (await call('GET', `/assistants/${encodeURIComponent(gid)}/graph`)).data;
+      try {
+        s.graph = (await call('GET', `/assistants/${encodeURIComponent(gid)}/graph`)).data;
+        s.graphNote = '';
+      } catch (e) {
+        s.graph = null;
+        s.graphNote = `no graph to draw: ${e.message}`;
+      }
+      if (!life.alive) return;
     }
     if (!s.selected || !byId().has(s.selected)) s.selected = hist[0]?.checkpoint.checkpoint_id || null;
     renderAll();

@@ -21,6 +21,7 @@
 #include "langgraph_stream.hpp"
 #include "run_follow.hpp"
 #include "runs_path.hpp"
+#include "webhooks.hpp"
 #include "weir/graph/ids.hpp"
 #include "weir/graph/workflow.hpp"
 #include "weir/http/sse.hpp"
@@ -80,6 +81,16 @@ std::optional<RunAsk> run_ask(const LangGraphApi& api, const json::object& body,
   if (!assistant(*api.runs, a.run.assistant_id, &a.graph)) {
     out = detail(404, unknown_assistant(*api.runs, a.run.assistant_id));
     return std::nullopt;
+  }
+  if (!a.run.webhook.empty()) {  // the server's allow-list (SSRF: webhooks.hpp)
+    auto ok =
+        api.webhooks
+            ? api.webhooks->check(a.run.webhook)
+            : Status(Error(Errc::invalid_argument, "'webhook': this server calls no webhooks"));
+    if (!ok) {
+      out = from_error(ok.error());
+      return std::nullopt;
+    }
   }
   return a;
 }
@@ -154,7 +165,8 @@ awaitable<std::optional<RunRecord>> start_run(const LangGraphApi& api, const htt
                                               const trace::SpanContext& request_span) {
   cluster::RunService* runs = api.runs;
   const std::string traceparent = run_traceparent_of(rq, request_span);
-  auto input = input_from_langchain(a.run.input);
+  const auto spec = runs->workflow(a.graph);
+  auto input = input_from_langchain(a.run.input, spec.get());
   if (!input) {
     out = from_error(input.error());
     co_return std::nullopt;
@@ -213,8 +225,13 @@ awaitable<std::optional<RunRecord>> start_run(const LangGraphApi& api, const htt
     if (!stateless) {
       auto latest = runs->checkpointer().latest(thread);
       if (!latest) return std::move(latest).error();
-      if (*latest && at_breakpoint(**latest) && a.run.input.empty())
+      if (*latest && at_breakpoint(**latest) && a.run.input.empty()) {
+        if (a.run.after.count() > 0)
+          return Error(Errc::unsupported,
+                       "'after_seconds' on a thread stopped at a breakpoint (a delayed "
+                       "continuation) is not supported by weir yet (docs/langgraph-api.md)");
         return runs->resume(thread, json::value(nullptr), traceparent, a.run.controls);
+      }
       if (*latest && pending_status(**latest) == "interrupted" && !at_breakpoint(**latest))
         return Error(Errc::invalid_argument,
                      "thread '" + thread + "' waits at the interrupt of node '" +
@@ -236,8 +253,15 @@ awaitable<std::optional<RunRecord>> start_run(const LangGraphApi& api, const htt
     r.traceparent = traceparent;
     r.enqueue = a.run.multitask == "enqueue";
     r.controls = a.run.controls;
+    r.delay = a.run.after;
     return runs->submit(std::move(r));
   });
+  // The webhook is this server's to deliver; one it cannot take does not undo the run.
+  if (rec && !a.run.webhook.empty() && api.webhooks) {
+    if (auto w = api.webhooks->deliver(rec->id, a.run.webhook); !w)
+      weir::log(LogLevel::warn, "langgraph: run " + rec->id +
+                                    "'s webhook will not be called: " + w.error().message);
+  }
   // The run is in the book of its thread (a stateless run's thread is its own, named like it,
   // forgotten with it: not in the book). A book that cannot be written does not undo the run.
   if (rec && !stateless) {
@@ -486,14 +510,26 @@ awaitable<void> route_stateless(const LangGraphApi& api, http::Exchange& ex,
     json::array made;
     for (const auto& a : asks) {
       auto rec = co_await start_run(api, rq, a, "", true, out, request_span);
-      if (!rec) {  // the queue filled: say what did start
+      if (!rec) {  // the queue filled: the batch is all or nothing, so those started are
+                   // cancelled (a queued one before it starts, a running one before its next step)
+        std::vector<std::string> ids;
+        for (const auto& m : made) ids.emplace_back(m.at("run_id").as_string());
+        co_await off_thread(*api.blocking, [&] {
+          for (const auto& id : ids)
+            if (auto c = api.runs->cancel(id); !c)
+              weir::log(LogLevel::warn, "langgraph: cancelling run " + id +
+                                            " of a refused batch: " + c.error().message);
+          return 0;
+        });
         std::string started;
-        for (const auto& m : made)
-          started += (started.empty() ? "" : ", ") + std::string(m.at("run_id").as_string());
+        for (const auto& id : ids) started += (started.empty() ? "" : ", ") + id;
         auto why = body_json_detail(out);
-        out = detail(out.status, why + " (of the batch, " + std::to_string(made.size()) +
-                                     " runs were started before it: " +
-                                     (started.empty() ? "none" : started) + ")");
+        out = detail(out.status,
+                     why + " (run " + std::to_string(made.size()) + " of the batch; " +
+                         (started.empty() ? std::string("none had started")
+                                          : "the " + std::to_string(ids.size()) +
+                                                " started before it were cancelled: " + started) +
+                         ")");
         co_return;
       }
       made.push_back(run_object(*rec));

@@ -39,6 +39,7 @@ class Store;
 namespace weir::serve {
 
 class LangGraphThreads;  // the threads' metadata (langgraph_book.hpp)
+class Webhooks;          // runs' webhooks (webhooks.hpp)
 
 struct LangGraphApi {
   cluster::RunService* runs = nullptr;
@@ -50,6 +51,7 @@ struct LangGraphApi {
   std::shared_ptr<LangGraphThreads> threads;  // the thread list (langgraph_book.hpp)
   std::int64_t started_ms = 0;                // the assistants' created_at (unix ms)
   std::shared_ptr<graph::Store> store;        // the /store routes' items (langgraph_store.hpp)
+  std::shared_ptr<Webhooks> webhooks;         // a run's `webhook` (webhooks.hpp)
 };
 
 // True when `path` belongs to the LangGraph Server API (then route_langgraph answers it).

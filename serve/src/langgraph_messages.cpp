@@ -6,7 +6,9 @@
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 
+#include "weir/graph/workflow.hpp"
 #include "weir/http/openai.hpp"
+#include "weir/runtime/json_fields.hpp"
 #include "weir/runtime/sha256.hpp"
 
 namespace weir::serve {
@@ -39,6 +41,9 @@ const char* role_of_type(std::string_view type) {
   return nullptr;
 }
 
+Result<json::object> checked_message(const json::object& o, const json::object& m,
+                                     const std::string& where);
+
 // One LangChain message as weir's: the OpenAI shape, then the codec's reading of it.
 Result<json::object> from_langchain(const json::object& m, const std::string& where) {
   const std::string type(m.at("type").as_string());
@@ -60,6 +65,10 @@ Result<json::object> from_langchain(const json::object& m, const std::string& wh
       json::object fn;
       if (const auto* n = co->if_contains("name")) fn["name"] = *n;
       const auto* args = co->if_contains("args");
+      if (args && !args->is_null() && !args->is_object())
+        return Error(Errc::invalid_argument,
+                     "'" + where + ".tool_calls[" + std::to_string(out.size()) +
+                         "].args' must be an object, got " + std::string(json_kind_phrase(*args)));
       fn["arguments"] = args && !args->is_null() ? json::serialize(*args) : std::string("{}");
       json::object call{{"type", "function"}, {"function", std::move(fn)}};
       if (const auto* id = co->if_contains("id"); id && id->is_string()) call["id"] = *id;
@@ -67,11 +76,67 @@ Result<json::object> from_langchain(const json::object& m, const std::string& wh
     }
     if (!out.empty()) o["tool_calls"] = std::move(out);
   }
+  return checked_message(o, m, where);
+}
+
+// An OpenAI-shaped message `o` as the codec reads it, with the id `m` gave it (a string).
+Result<json::object> checked_message(const json::object& o, const json::object& m,
+                                     const std::string& where) {
+  if (const auto* id = m.if_contains("id"); id && !id->is_null() && !id->is_string())
+    return Error(Errc::invalid_argument,
+                 "'" + where + ".id' must be a string, got " + std::string(json_kind_phrase(*id)));
   oa::ChatMessage cm;
   if (auto e = oa::parse_message(o, where, cm)) return Error(Errc::invalid_argument, e->message);
+  if (cm.role == "tool" && cm.tool_call_id.empty())
+    return Error(Errc::invalid_argument,
+                 "'" + where + ".tool_call_id' is required: a tool message answers a tool call");
   json::object stored = oa::message_json(cm);
   if (const auto* id = m.if_contains("id"); id && id->is_string()) stored["id"] = *id;
   return stored;
+}
+
+// A messages channel's input (LangGraph's add_messages takes a list, one message, or a text
+// for a human message): every item a message, LangChain's shape or OpenAI's.
+Result<json::array> messages_input(const json::value& v, const std::string& where) {
+  json::array items;
+  if (v.is_array())
+    items = v.as_array();
+  else if (v.is_object() || v.is_string())
+    items.push_back(v);
+  else
+    return Error(Errc::invalid_argument, "'" + where +
+                                             "' must be a list of messages, a message or a text, "
+                                             "got " +
+                                             std::string(json_kind_phrase(v)));
+  json::array out;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    const std::string at = where + "[" + std::to_string(i) + "]";
+    const auto& m = items[i];
+    if (m.is_string()) {
+      out.push_back(json::object{{"role", "user"}, {"content", m}});
+      continue;
+    }
+    const auto* o = m.if_object();
+    if (o && has_string(m, "type")) {
+      auto w = from_langchain(*o, at);
+      if (!w) return std::move(w).error();
+      out.push_back(std::move(*w));
+    } else if (o && has_string(m, "role")) {
+      json::object plain = *o;
+      plain.erase("id");
+      auto w = checked_message(plain, *o, at);
+      if (!w) return std::move(w).error();
+      out.push_back(std::move(*w));
+    } else {
+      return Error(
+          Errc::invalid_argument,
+          "'" + at +
+              "' must be a message ({\"type\": \"human\", \"content\": \"...\"}) or "
+              "a text, got " +
+              (o ? std::string("an object without 'type'") : std::string(json_kind_phrase(m))));
+    }
+  }
+  return out;
 }
 
 json::value to_langchain(const json::value& v, std::map<std::string, int>& seen) {
@@ -114,9 +179,17 @@ json::value to_langchain(const json::value& v, std::map<std::string, int>& seen)
 
 }  // namespace
 
-Result<json::object> input_from_langchain(const json::object& input) {
+Result<json::object> input_from_langchain(const json::object& input,
+                                          const graph::WorkflowSpec* spec, std::string_view field) {
   json::object out;
   for (const auto& kv : input) {
+    const graph::ChannelSpec* ch = spec ? spec->channel(kv.key()) : nullptr;
+    if (ch && ch->reducer == graph::ReducerKind::messages) {
+      auto list = messages_input(kv.value(), std::string(field) + "." + std::string(kv.key()));
+      if (!list) return std::move(list).error();
+      out[kv.key()] = std::move(*list);
+      continue;
+    }
     if (!list_of(kv.value(), "type")) {
       out[kv.key()] = kv.value();
       continue;
@@ -124,7 +197,8 @@ Result<json::object> input_from_langchain(const json::object& input) {
     json::array list;
     std::size_t i = 0;
     for (const auto& m : kv.value().as_array()) {
-      const std::string where = "input." + std::string(kv.key()) + "[" + std::to_string(i++) + "]";
+      const std::string where =
+          std::string(field) + "." + std::string(kv.key()) + "[" + std::to_string(i++) + "]";
       auto w = from_langchain(m.as_object(), where);
       if (!w) return std::move(w).error();
       list.push_back(std::move(*w));
@@ -138,10 +212,20 @@ bool is_message_list(const json::value& v) {
   return list_of(v, "role");
 }
 
+// A list with a message in it is shown as messages (an item that is none stays as it is, so
+// one odd item written by a node does not turn the others back into OpenAI's shape).
+bool holds_a_message(const json::value& v) {
+  const auto* a = v.if_array();
+  if (!a) return false;
+  for (const auto& m : *a)
+    if (has_string(m, "role")) return true;
+  return false;
+}
+
 json::object values_to_langchain(const json::object& values) {
   json::object out;
   for (const auto& kv : values) {
-    if (!list_of(kv.value(), "role")) {
+    if (!holds_a_message(kv.value())) {
       out[kv.key()] = kv.value();
       continue;
     }

@@ -7,9 +7,11 @@
 // a message without one is given a stable id (its text and position among equal messages).
 // No Asio: fuzzed with the request bodies (fuzz_langgraph_request).
 //
-// Which values are messages: a list whose items are all messages of the other shape (in input,
-// objects with a LangChain "type"; in state, objects with an OpenAI "role"). Any other value
-// passes unchanged.
+// Which values are messages: in input, a messages channel's value (with the workflow given:
+// a list, one message or a text, each item checked: LangChain's shape, OpenAI's, or a text for a
+// human message), else a list whose items all have a LangChain "type"; in state, a list holding
+// an object with an OpenAI "role" (its other items shown as they are). Any other value passes
+// unchanged.
 //
 // Thread safety: pure functions.
 #pragma once
@@ -21,11 +23,19 @@
 
 #include "weir/runtime/error.hpp"
 
+namespace weir::graph {
+struct WorkflowSpec;
+}
+
 namespace weir::serve {
 
 // A run's input (channel -> value) with its LangChain message lists turned into weir's.
+// `spec` (may be null): the workflow, whose messages channels take messages only. `field`: how
+// errors name the value ("input", "values", "command.update").
 // Errors: invalid_argument naming the message ("'input.messages[1]': ...").
-Result<boost::json::object> input_from_langchain(const boost::json::object& input);
+Result<boost::json::object> input_from_langchain(const boost::json::object& input,
+                                                 const graph::WorkflowSpec* spec = nullptr,
+                                                 std::string_view field = "input");
 
 // True when `v` is a list of weir's messages (objects with an OpenAI "role").
 bool is_message_list(const boost::json::value& v);

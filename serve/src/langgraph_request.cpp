@@ -1,12 +1,13 @@
 #include "langgraph_request.hpp"
 
 #include <cctype>
-
+#include <cmath>
 #include <initializer_list>
 
 #include <boost/json/serialize.hpp>
 
 #include "weir/graph/ids.hpp"
+#include "weir/http/client.hpp"
 #include "weir/runtime/json_fields.hpp"
 #include "weir/runtime/json_parse.hpp"
 #include "weir/runtime/text.hpp"
@@ -125,8 +126,21 @@ Result<LangGraphRun> read_langgraph_run(const json::object& b, std::string_view 
     return bad("'assistant_id' must be a graph id or an assistant id (a string), got " +
                json::serialize(*aid));
   r.assistant_id = aid->as_string();
-  for (const char* key : {"webhook", "after_seconds", "context"})
-    if (set(field(b, key))) return not_yet(route, std::string("'") + key + "'");
+  if (set(field(b, "context"))) return not_yet(route, "'context'");
+  if (const auto* a = field(b, "after_seconds")) {
+    constexpr double kMax = std::chrono::duration<double>(cluster::kMaxRunDelay).count();
+    if (!a->is_number() || !(a->to_number<double>() >= 0) || a->to_number<double>() > kMax)
+      return bad("'after_seconds' must be a number of seconds from 0 to " +
+                 std::to_string(static_cast<long>(kMax)) + " (a day), got " +
+                 json::serialize(*a).substr(0, 100));
+    r.after = std::chrono::milliseconds(std::llround(a->to_number<double>() * 1000.0));
+  }
+  if (const auto* w = field(b, "webhook")) {
+    if (!w->is_string())
+      return bad("'webhook' must be a URL (a string), got " + std::string(json_kind_phrase(*w)));
+    if (auto u = read_webhook_url(w->as_string()); !u) return std::move(u).error();
+    r.webhook = w->as_string();
+  }
   for (const char* key : {"interrupt_before", "interrupt_after"}) {
     const auto* v = field(b, key);
     if (!set(v)) continue;
@@ -166,6 +180,13 @@ Result<LangGraphRun> read_langgraph_run(const json::object& b, std::string_view 
           return bad("'config.recursion_limit' must be a whole number from 1, got " +
                      json::serialize(n).substr(0, 100));
         r.controls.recursion_limit = static_cast<int>(n.as_int64());
+      } else if ((kv.key() == "configurable" || kv.key() == "metadata") && !kv.value().is_null() &&
+                 !kv.value().is_object()) {
+        return bad("'config." + std::string(kv.key()) + "' must be an object, got " +
+                   std::string(json_kind_phrase(kv.value())));
+      } else if (kv.key() == "tags" && !kv.value().is_null() && !kv.value().is_array()) {
+        return bad("'config.tags' must be a list of strings, got " +
+                   std::string(json_kind_phrase(kv.value())));
       } else if (kv.key() != "configurable" && kv.key() != "tags" && kv.key() != "metadata" &&
                  !kv.value().is_null()) {
         return not_yet(route, "'config." + std::string(kv.key()) + "'");
@@ -203,6 +224,8 @@ Result<LangGraphRun> read_langgraph_run(const json::object& b, std::string_view 
     r.input = in->as_object();
   }
   if (r.resume && !r.input.empty()) return bad("give 'input' or 'command.resume', not both");
+  if (r.resume && r.after.count() > 0)
+    return not_yet(route, "'after_seconds' with 'command.resume' (a delayed resume)");
   auto from = read_langgraph_checkpoint(b);
   if (!from) return std::move(from).error();
   r.checkpoint_id = std::move(*from);
@@ -236,6 +259,35 @@ Result<LangGraphRun> read_langgraph_run(const json::object& b, std::string_view 
     r.create_thread = *i == "create";
   }
   return r;
+}
+
+Result<WebhookUrl> read_webhook_url(std::string_view url) {
+  auto shown = [&] { return "'" + escape_control(url.substr(0, 200)) + "'"; };
+  if (url.size() > 2048) return bad("'webhook' is longer than 2048 bytes");
+  const auto scheme_end = url.find("://");
+  const auto slash = url.find('/', scheme_end == std::string_view::npos ? 0 : scheme_end + 3);
+  const auto query = url.find('?');
+  // The origin (and path) as http::parse_url reads a base URL; the query travels as it is.
+  const std::string_view base = url.substr(0, std::min(query, url.size()));
+  auto u = http::parse_url(base);
+  if (!u) return bad("'webhook': " + u.error().message);
+  WebhookUrl w;
+  w.tls = u->tls;
+  w.host = u->host;
+  w.port = u->port;
+  w.origin = u->origin();
+  w.target = slash == std::string_view::npos || slash > query
+                 ? "/"
+                 : std::string(url.substr(slash, std::min(query, url.size()) - slash));
+  if (query != std::string_view::npos) {
+    const std::string_view q = url.substr(query);
+    for (const char c : q)
+      if (static_cast<unsigned char>(c) <= 0x20 || c == 0x7f || c == '#')
+        return bad("'webhook': invalid URL " + shown() +
+                   ": its query may not hold a space, a control character or a fragment");
+    w.target += q;
+  }
+  return w;
 }
 
 Result<LangGraphThreadCreate> read_langgraph_thread_create(const json::object& b) {

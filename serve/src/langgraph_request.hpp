@@ -11,6 +11,7 @@
 // Thread safety: pure functions.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <optional>
 #include <string>
@@ -54,8 +55,21 @@ struct LangGraphRun {
   std::string multitask = "reject";
   // interrupt_before / interrupt_after ("*" or node names), config.recursion_limit.
   cluster::RunControls controls;
+  // after_seconds: the run starts no earlier than this (cluster::RunRequest::delay); 0 to a day.
+  std::chrono::milliseconds after{0};
+  // webhook: POSTed the run when it ends (webhooks.hpp); "": none. A URL read_webhook_url takes.
+  std::string webhook;
 };
 Result<LangGraphRun> read_langgraph_run(const boost::json::object& body, std::string_view route);
+
+// A webhook's URL: http:// or https://, a host (no credentials), a path, maybe a query; at most
+// 2048 bytes. `origin` is "scheme://host:port" (http::parse_url reads it), `target` the request
+// target ("/" at least). Errors: invalid_argument naming 'webhook' and what is wrong.
+struct WebhookUrl {
+  std::string origin, host, port, target;
+  bool tls = false;
+};
+Result<WebhookUrl> read_webhook_url(std::string_view url);
 
 // Stream modes: values, updates, messages-tuple, messages, custom, debug, tasks, checkpoints;
 // events, tools and lifecycle are unsupported (501), anything else invalid_argument.

@@ -15,6 +15,7 @@
 #include "langgraph_shapes.hpp"
 #include "run_follow.hpp"
 #include "runs_path.hpp"
+#include "weir/graph/workflow.hpp"
 #include "weir/http/sse.hpp"
 
 namespace weir::serve {
@@ -111,6 +112,8 @@ struct StreamOut {
 // fails (false). A quiet stream gets a heartbeat comment every api.keep_alive.
 awaitable<bool> pump_run(const LangGraphApi& api, http::Exchange& ex, LangGraphStream& st,
                          const std::string& id, StreamOut& o, bool metadata_first) {
+  if (st.entry.empty())
+    if (auto spec = api.runs->workflow(st.graph_id)) st.entry = start_nodes(*spec);
   if (metadata_first) {
     std::string first =
         http::sse_event(json::serialize(json::object{{"run_id", id}, {"attempt", 1}}), "metadata");

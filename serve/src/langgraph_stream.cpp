@@ -7,6 +7,7 @@
 #include "langgraph_messages.hpp"
 #include "langgraph_shapes.hpp"
 #include "weir/graph/checkpointer.hpp"
+#include "weir/graph/workflow.hpp"
 #include "weir/http/sse.hpp"
 #include "weir/runtime/sha256.hpp"
 
@@ -90,6 +91,15 @@ Result<json::object> checkpoint_payload(const graph::Checkpointer& cp, const gra
 
 }  // namespace
 
+std::vector<std::string> start_nodes(const graph::WorkflowSpec& spec) {
+  std::vector<std::string> out;
+  for (const auto& e : spec.edges)
+    if (e.from == "START")
+      for (const auto& t : e.to)
+        if (t != "END") out.push_back(t);
+  return out;
+}
+
 Result<std::string> langgraph_stream_events(const graph::Checkpointer& cp, const RunRecord& r,
                                             const std::vector<graph::Checkpoint>& steps,
                                             LangGraphStream& st) {
@@ -106,6 +116,9 @@ Result<std::string> langgraph_stream_events(const graph::Checkpointer& cp, const
         if (!before) return std::move(before).error();
         st.state = std::move(*before);
       }
+    } else if (!st.state && c.step > 0) {  // a thread's first step, with no input before it
+      st.ran = st.entry;
+      st.state = json::object();
     }
     auto after = cp.state_at(c.thread_id, c.checkpoint_id);
     if (!after) return std::move(after).error();

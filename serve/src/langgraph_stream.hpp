@@ -40,13 +40,19 @@ namespace weir::serve {
 
 struct LangGraphStream {
   std::vector<std::string> modes;
-  std::string graph_id;   // for messages' metadata
+  std::string graph_id;  // for messages' metadata
+  // The nodes START leads to: who ran a thread's first step when no input checkpoint precedes it
+  // (a run without input writes none).
+  std::vector<std::string> entry;
   LangGraphEventId seen;  // resuming: the events up to this one were seen
   // Carried from one look to the next.
   std::vector<std::string> ran;              // the nodes the next step runs
   std::optional<boost::json::object> state;  // the state before the next step
   bool opened = false;                       // the first step was streamed
 };
+
+// The nodes a workflow's START edges lead to (static targets; a routed start names none).
+std::vector<std::string> start_nodes(const graph::WorkflowSpec& spec);
 
 // The events of run `r`'s steps `steps` (its checkpoints, oldest first, after those of earlier
 // calls), and the error event when the record says the run failed.

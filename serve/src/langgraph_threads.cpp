@@ -167,7 +167,7 @@ Result<json::object> state_writes(const graph::WorkflowSpec& spec, const LangGra
   }
   json::object writes;
   if (!u.values) return writes;
-  auto in = input_from_langchain(*u.values);
+  auto in = input_from_langchain(*u.values, &spec, field);
   if (!in) return std::move(in).error();
   for (const auto& kv : *in) {
     const auto ch = std::find_if(spec.channels.begin(), spec.channels.end(),
@@ -545,6 +545,10 @@ awaitable<void> route_threads(const LangGraphApi& api, http::Exchange& ex,
         states.push_back(std::move(*st));
         if (states.size() >= limit) break;
       }
+      // A `before` that is none of the thread's checkpoints is an error, not an empty page.
+      if (!before.empty() && before != kRootCheckpoint && !open && list->size() < 10'000)
+        return Error(Errc::not_found, "thread " + thread + " has no checkpoint '" +
+                                          before.substr(0, 200) + "' ('before')");
       // Oldest of all: the state before the thread's first checkpoint (shapes' root_state).
       const bool whole = !list->empty() && list->size() < 10'000;
       if (whole && states.size() < limit && (open || before.empty()) && before != kRootCheckpoint &&

@@ -39,6 +39,7 @@ std::string describe(const ServeConfig& c) {
   };
   line("--allowed-origins", joined(c.allowed_origins, "none (no CORS)"));
   line("--allowed-hosts", joined(c.allowed_hosts, "none"));
+  line("--webhook-hosts", joined(c.webhook_hosts, "none"));
   line("--max-num-seqs", std::to_string(c.max_num_seqs));
   line("--max-model-len", c.max_model_len ? std::to_string(c.max_model_len) : "model's (<= 4096)");
   line("--kv-cache-mb", std::to_string(c.kv_cache_bytes >> 20));
@@ -86,6 +87,7 @@ Status validate(const ServeConfig& c) {
     return bad(o.error().message);
   if (auto h = http::BrowserPolicy::normalize_hosts(c.allowed_hosts); !h)
     return bad(h.error().message);
+  if (auto w = check_webhook_hosts(c.webhook_hosts); !w) return bad(w.error().message);
   if (!http::is_loopback_host(c.host) && !c.api_key && !c.insecure)
     return bad("refusing to listen on " + c.host +
                " without an API key: anyone who can reach it could use the models. Set "
@@ -653,6 +655,10 @@ Result<std::unique_ptr<Service>> Service::start(ServeConfig config) {
     s->langgraph_api.blocking = &s->blocking;
     s->langgraph_api.draining = &s->draining;
     s->langgraph_api.max_threads = s->cfg.max_threads;
+    WebhookOptions wo;
+    wo.hosts = s->cfg.webhook_hosts;
+    s->webhooks = std::make_shared<Webhooks>(std::move(wo), *s->runs, s->blocking);
+    s->langgraph_api.webhooks = s->webhooks;
     s->langgraph_api.started_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                                       std::chrono::system_clock::now().time_since_epoch())
                                       .count();
@@ -727,6 +733,8 @@ void Service::shutdown(std::chrono::milliseconds grace) {
   if (impl_->cfg.mcp) impl_->cfg.mcp->drain();
   // Runs stop (in-process: cancelled; PostgreSQL: handed back to the queue); the calls still on
   // the blocking pool complete onto the running io_context.
+  // Webhooks of runs not ended yet are not delivered (webhooks.hpp).
+  if (impl_->webhooks) impl_->webhooks->stop();
   if (impl_->runs) impl_->runs->shutdown();
   impl_->blocking.join();
   impl_->io.stop();

@@ -34,6 +34,7 @@
 #include "langgraph_api.hpp"
 #include "runs_api.hpp"
 #include "stop_filter.hpp"
+#include "webhooks.hpp"
 #include "weir/agents/local_model.hpp"
 #include "weir/agents/tool_call_parser.hpp"
 #include "weir/graph/checkpointer.hpp"
@@ -227,7 +228,8 @@ struct Service::Impl {
   std::unique_ptr<cluster::RunService> runs;
   asio::thread_pool blocking{2};
   RunsApi runs_api;
-  LangGraphApi langgraph_api;  // the LangGraph Server API over the same run service
+  LangGraphApi langgraph_api;          // the LangGraph Server API over the same run service
+  std::shared_ptr<Webhooks> webhooks;  // the runs' webhooks (langgraph_api's); stopped first
   std::mutex shut_mu;
 
   void load_models();

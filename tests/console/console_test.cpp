@@ -189,6 +189,11 @@ TEST(ConsoleBrowser, HumanReviewStartedAnsweredAndForkedInThePage) {
   EXPECT_EQ(v.at("status_forked"), "interrupted");
   EXPECT_EQ(v.at("forked_payload"), v.at("interrupt_payload"));
 
+  // A thread whose metadata names a graph this server does not run still shows in full.
+  EXPECT_EQ(v.at("renamed_status"), 200);
+  EXPECT_EQ(v.at("renamed_steps"), true);
+  EXPECT_GT(v.at("renamed_graph_nodes").as_int64(), 0);
+
   // The list, filtered by status.
   EXPECT_EQ(json::serialize(v.at("interrupted_rows")), R"(["interrupted"])");
   EXPECT_EQ(v.at("list_count"), "1 thread");

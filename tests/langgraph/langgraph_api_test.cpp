@@ -97,18 +97,59 @@ TEST(LangGraphApi, WhatWeirDoesNotDoYetIs501NamingIt) {
   EXPECT_EQ(detail(context), "POST /threads/" + t +
                                  "/runs/wait: 'context' is not supported by weir yet "
                                  "(docs/langgraph-api.md)");
-  auto webhook = call(s.port, "POST", "/threads/" + t + "/runs",
-                      R"({"assistant_id": "steps", "webhook": "http://127.0.0.1:9/hook"})");
-  EXPECT_EQ(webhook.status, 501);
-  auto later =
-      call(s.port, "POST", "/runs/wait", R"({"assistant_id": "steps", "after_seconds": 5})");
+  // A delayed resume has no counterpart yet.
+  auto later = call(s.port, "POST", "/threads/" + t + "/runs/wait",
+                    R"({"assistant_id": "steps", "command": {"resume": 1}, "after_seconds": 5})");
   EXPECT_EQ(later.status, 501);
-  EXPECT_EQ(detail(later),
-            "POST /runs/wait: 'after_seconds' is not supported by weir yet "
-            "(docs/langgraph-api.md)");
+  EXPECT_EQ(detail(later), "POST /threads/" + t +
+                               "/runs/wait: 'after_seconds' with 'command.resume' (a delayed "
+                               "resume) is not supported by weir yet (docs/langgraph-api.md)");
   // Nothing ran on the thread.
   auto st = call(s.port, "GET", "/threads/" + t);
   EXPECT_EQ(body_json(st).at("values"), nullptr);
+}
+
+// webhook and after_seconds that cannot be taken: a 422 naming the field, and nothing queued.
+// Without --webhook-hosts the server calls no webhook at all (SSRF: docs/langgraph-api.md).
+TEST(LangGraphApi, AWebhookOrADelayItCannotTakeIsA422NamingIt) {
+  auto s = start(lg_config());
+  const std::string t = new_thread(s.port);
+  auto ask = [&](const std::string& extra) {
+    return call(s.port, "POST", "/threads/" + t + "/runs",
+                R"({"assistant_id": "steps", )" + extra + "}");
+  };
+  auto off = ask(R"("webhook": "http://127.0.0.1:9/hook")");
+  EXPECT_EQ(off.status, 422);
+  EXPECT_EQ(detail(off),
+            "'webhook': this server calls no webhooks; start it with --webhook-hosts naming the "
+            "hosts it may call (docs/langgraph-api.md \"Webhooks\")");
+  auto scheme = ask(R"("webhook": "ftp://127.0.0.1/hook")");
+  EXPECT_EQ(scheme.status, 422);
+  EXPECT_EQ(detail(scheme),
+            "'webhook': invalid URL 'ftp://127.0.0.1/hook': expected http:// or https://");
+  auto creds = ask(R"("webhook": "http://me:pw@127.0.0.1/hook")");
+  EXPECT_EQ(creds.status, 422);
+  EXPECT_EQ(
+      detail(creds),
+      "'webhook': invalid URL 'http://me:pw@127.0.0.1/hook': credentials in URLs are refused");
+  auto number = ask(R"("webhook": 5)");
+  EXPECT_EQ(number.status, 422);
+  EXPECT_EQ(detail(number), "'webhook' must be a URL (a string), got an integer");
+  auto query = ask(R"("webhook": "http://127.0.0.1/hook?a=b c")");
+  EXPECT_EQ(query.status, 422);
+  EXPECT_EQ(detail(query),
+            "'webhook': invalid URL 'http://127.0.0.1/hook?a=b c': its query may not hold a space, "
+            "a control character or a fragment");
+  for (const char* wrong : {"-1", "86401", "\"soon\""}) {
+    auto r = ask(std::string(R"("after_seconds": )") + wrong);
+    EXPECT_EQ(r.status, 422) << wrong << r.body;
+    EXPECT_EQ(detail(r), std::string("'after_seconds' must be a number of seconds from 0 to "
+                                     "86400 (a day), got ") +
+                             wrong);
+  }
+  // Nothing ran on the thread.
+  EXPECT_EQ(body_json(call(s.port, "GET", "/threads/" + t)).at("status"), "idle");
+  EXPECT_EQ(body_json(call(s.port, "GET", "/threads/" + t)).at("values"), nullptr);
 }
 
 // Bad input: a clear 4xx, and nothing queued.
@@ -120,6 +161,10 @@ TEST(LangGraphApi, BadRequestsSayWhatIsWrong) {
   auto no_assistant = call(s.port, "POST", "/runs/wait", R"({"input": {}})");
   EXPECT_EQ(no_assistant.status, 422);
   EXPECT_EQ(detail(no_assistant), "'assistant_id' is required: a graph id or an assistant id");
+  auto configurable = call(s.port, "POST", "/runs/wait",
+                           R"({"assistant_id": "steps", "config": {"configurable": 5}})");
+  EXPECT_EQ(configurable.status, 422);
+  EXPECT_EQ(detail(configurable), "'config.configurable' must be an object, got an integer");
   auto not_object = call(s.port, "POST", "/runs/wait", R"({"assistant_id": "steps", "input": 5})");
   EXPECT_EQ(not_object.status, 422);
   EXPECT_EQ(detail(not_object), "'input' must be an object of channel values, got an integer");
@@ -141,6 +186,29 @@ TEST(LangGraphApi, BadRequestsSayWhatIsWrong) {
   EXPECT_EQ(robot.status, 422);
   EXPECT_EQ(detail(robot),
             "'input.messages[0].type' must be human, ai, system or tool, got 'robot'");
+  // A messages channel takes messages only (a text is a human message, as add_messages has it).
+  const std::pair<const char*, const char*> not_messages[] = {
+      {R"({"content": "no type"})",
+       R"('input.messages[0]' must be a message ({"type": "human", "content": "..."}) or a text, got an object without 'type')"},
+      {"5", "'input.messages' must be a list of messages, a message or a text, got an integer"},
+      {R"([{"type": "human", "content": "hi", "id": 5}])",
+       "'input.messages[0].id' must be a string, got an integer"},
+      {R"([{"type": "tool", "content": "42"}])",
+       "'input.messages[0].tool_call_id' is required: a tool message answers a tool call"},
+      {R"([{"type": "ai", "content": "", "tool_calls": [{"name": "f", "args": "notobj"}]}])",
+       "'input.messages[0].tool_calls[0].args' must be an object, got a string"}};
+  for (const auto& [messages, why] : not_messages) {
+    auto r =
+        call(s.port, "POST", "/runs/wait",
+             std::string(R"({"assistant_id": "chat", "input": {"messages": )") + messages + "}}");
+    EXPECT_EQ(r.status, 422) << messages << " " << r.body;
+    EXPECT_EQ(detail(r), why) << messages;
+  }
+  auto text = call(s.port, "POST", "/runs/wait",
+                   R"({"assistant_id": "chat", "input": {"messages": "hello"}})");
+  ASSERT_EQ(text.status, 200) << text.body;
+  EXPECT_EQ(body_json(text).at("messages").at(0).at("type"), "human") << text.body;
+  EXPECT_EQ(body_json(text).at("messages").at(0).at("content"), "hello") << text.body;
   auto page = call(s.port, "POST", "/threads/search", R"({"limit": 0})");
   EXPECT_EQ(page.status, 422);
   EXPECT_EQ(detail(page), "'limit' must be an integer from 1 to 1000, got 0");
@@ -184,7 +252,10 @@ TEST(LangGraphApi, BadRequestsSayWhatIsWrong) {
   ASSERT_EQ(loop.status, 200) << loop.body;
   EXPECT_EQ(body_json(loop).as_array().size(), 1u) << loop.body;
   auto listed = call(s.port, "GET", "/v1/runs");
-  EXPECT_EQ(body_json(listed).at("data").as_array().size(), 1u);  // only the one that ran
+  EXPECT_EQ(body_json(listed).at("data").as_array().size(), 2u);  // only the two that ran
+  auto before = call(s.port, "POST", "/threads/fresh/history", R"({"before": "nope"})");
+  EXPECT_EQ(before.status, 404);
+  EXPECT_EQ(detail(before), "thread fresh has no checkpoint 'nope' ('before')");
 }
 
 // The fences of every door hold here too: the key (the SDK's X-Api-Key or a Bearer token),

@@ -163,6 +163,21 @@ TEST(LangGraphStream, WhereToReconnectIsAUrlForAnyThreadId) {
   EXPECT_EQ(call(s.port, "GET", where).status, 200);
 }
 
+// A run without input writes no input checkpoint: its first step's update still says which
+// node ran (the graph's entry), as every later step's does.
+TEST(LangGraphStream, ARunWithoutInputStreamsItsFirstStepsUpdate) {
+  auto s = start(lg_config());
+  const std::string t = new_thread(s.port);
+  auto r = call(s.port, "POST", "/threads/" + t + "/runs/stream",
+                R"({"assistant_id": "ticks", "input": {}, "stream_mode": ["updates"]})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const auto ups = of_event(frames_of(r.body), "updates");
+  ASSERT_FALSE(ups.empty()) << r.body;
+  EXPECT_TRUE(json::parse(ups[0].data).as_object().contains("nap")) << ups[0].data;
+  auto again = call(s.port, "GET", r.header("location"));
+  EXPECT_EQ(of_event(frames_of(again.body), "updates").size(), ups.size());
+}
+
 TEST(LangGraphStream, ARejoinSaysWhatIsWrongWithIt) {
   auto s = start(lg_config());
   const std::string t = new_thread(s.port);

@@ -213,6 +213,34 @@ TEST(LangGraphRuns, ABatchStartsEveryRunOrNoneWhenOneIsBad) {
   EXPECT_EQ(body_json(call(s.port, "POST", "/threads/count", "{}")), 0);
 }
 
+// A batch the run queue cannot take whole is refused whole: the runs it started before the
+// queue filled are cancelled, and the answer names them.
+TEST(LangGraphRuns, ABatchTheQueueCannotTakeWholeLeavesNoRunGoing) {
+  auto c = lg_config();
+  c.max_runs = 1;
+  c.max_queued_runs = 2;
+  auto s = start(c);
+  std::string batch = "[";
+  for (int i = 0; i < 6; ++i) batch += std::string(i ? "," : "") + R"({"assistant_id": "slow"})";
+  batch += "]";
+  auto r = call(s.port, "POST", "/runs/batch", batch);
+  ASSERT_EQ(r.status, 429) << r.body;
+  const std::string why = detail(r);
+  const std::string cut = "started before it were cancelled: ";
+  const auto at = why.find(cut);
+  ASSERT_NE(at, std::string::npos) << why;
+  std::vector<std::string> ids;
+  for (std::size_t p = at + cut.size(); p + 18 <= why.size(); p += 20)
+    ids.push_back(why.substr(p, 18));
+  ASSERT_FALSE(ids.empty()) << why;
+  for (const auto& id : ids) {
+    auto joined = call(s.port, "GET", "/threads/" + id + "/runs/" + id + "/join");
+    EXPECT_EQ(joined.status, 200) << id << " " << joined.body;
+    auto rec = body_json(call(s.port, "GET", "/threads/" + id + "/runs/" + id));
+    EXPECT_EQ(rec.at("status"), "interrupted") << id;
+  }
+}
+
 TEST(LangGraphRuns, CancelManyStopsTheRunsNamedOrAThreads) {
   auto s = start(lg_config());
   const std::string t = my_thread(s.port);

@@ -98,6 +98,7 @@ class RunsApi : public ::testing::TestWithParam<std::string> {
     c.runs_db = db_ = runs_db(GetParam());
     c.max_runs = max_runs;
     c.max_queued_runs = max_queued;
+    c.webhook_hosts = webhook_hosts_;
     auto s = Service::start(std::move(c));
     ASSERT_TRUE(s) << s.error().message;
     svc_ = std::move(*s);
@@ -107,6 +108,8 @@ class RunsApi : public ::testing::TestWithParam<std::string> {
     ASSERT_TRUE(ready) << ready.error().message;
     port_ = svc_->port();
   }
+
+  std::vector<std::string> webhook_hosts_;  // ServeConfig::webhook_hosts of start()
 
   Reply post(const std::string& path, const std::string& body) {
     return call(port_, "POST", path, body);

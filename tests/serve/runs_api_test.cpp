@@ -38,6 +38,18 @@ TEST(RunsApiConfig, ABadWorkflowFolderRefusesTheStart) {
   ASSERT_FALSE(v);
   EXPECT_EQ(v.error().message,
             "--db needs --workflows DIR: the database holds the runs of those workflows");
+
+  // --webhook-hosts takes hosts, not URLs.
+  ServeConfig w;
+  w.models.push_back({"m", "m.gguf"});
+  w.webhook_hosts = {"127.0.0.1", "hooks.example:8443", "[::1]:9000", "http://evil.example/x"};
+  auto h = validate(w);
+  ASSERT_FALSE(h);
+  EXPECT_EQ(h.error().message,
+            "--webhook-hosts: 'http://evil.example/x' is not a host, host:port or [v6]:port (or * "
+            "for any host)");
+  w.webhook_hosts.pop_back();
+  EXPECT_TRUE(validate(w)) << validate(w).error().message;
 }
 
 }  // namespace weir::serve::runs_suite

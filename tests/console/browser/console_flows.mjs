@@ -120,6 +120,23 @@ try {
     await shot('fork');
   });
 
+  // 5b. A client renamed the thread's graph to one this server does not run: the view still
+  // shows the thread (its graph is the one its runs used), with every step.
+  await step('renamed', async () => {
+    const steps = (await page.$$('#timeline .step-node')).length;
+    const thread = decodeURIComponent(page.url().split('#/thread/')[1].split('?')[0]);
+    const r = await fetch(`${base}/threads/${encodeURIComponent(thread)}`, {
+      method: 'PATCH', headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify({ metadata: { graph_id: 'nosuch' } }),
+    });
+    seen.renamed_status = r.status;
+    await page.reload({ waitUntil: 'networkidle2' });
+    await page.waitForSelector('#interrupt:not([hidden]) #interrupt-payload');
+    await page.waitForFunction(n => document.querySelectorAll('#timeline .step-node').length === n, {}, steps);
+    seen.renamed_steps = (await page.$$('#timeline .step-node')).length === steps;
+    seen.renamed_graph_nodes = await page.$$eval('#graph [data-node]', es => es.length);
+  });
+
   // 6. The list, filtered: the thread is interrupted again.
   await step('list', async () => {
     await page.goto(`${base}/console#/?status=interrupted`, { waitUntil: 'networkidle2' });

@@ -68,6 +68,8 @@ inline bool is_terminal(RunState s) {
 // The default lease of a worker's runs, and how many claims a run gets by default.
 inline constexpr std::chrono::milliseconds kDefaultLease{10000};
 inline constexpr int kDefaultMaxAttempts = 3;
+// The longest delay before a run may start (RunRequest::delay, SubmitRequest::delay): a day.
+inline constexpr std::chrono::milliseconds kMaxRunDelay{std::chrono::hours(24)};
 
 // A run's own controls, beside its workflow's (LangGraph's interrupt_before / interrupt_after
 // and config.recursion_limit): graph::RunOptions's fields of those names for every attempt.
@@ -128,6 +130,10 @@ struct SubmitRequest {
   std::string controls;                    // see RunRecord::controls; "" = none
   bool enqueue =
       false;  // queue behind the thread's run instead of thread_busy (workers order them)
+  // Claimable no earlier than this long after the submit, by the database's clock (not_before),
+  // and no earlier than a run queued on the thread before it (so an enqueued run does not pass
+  // a delayed one). 0: at once (or when that run is).
+  std::chrono::milliseconds delay{0};
 };
 
 // The checkpointer claim token of the holder with this fence ("run-fence-<fence>").

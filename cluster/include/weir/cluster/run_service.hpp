@@ -108,6 +108,15 @@ struct RunRequest {
   // Breakpoints and a lower recursion_limit for this run (checked against the workflow:
   // invalid_argument naming the node or the cap).
   RunControls controls;
+  // Starts no earlier than this long after the submit (LangGraph's after_seconds). The run is
+  // queued at once (its record exists, state queued) and holds its thread as a queued run does:
+  // a later run on the thread is thread_busy, or with `enqueue` waits behind it, and a run this
+  // one is enqueued behind makes it wait longer. While it waits it counts against
+  // max_queued_runs, not max_runs, and holds no thread of the executor; a cancel ends it before
+  // it starts. In-process a timer starts it; on PostgreSQL its row is claimable from then
+  // (weir_runs.not_before, the database's clock; a worker looks at least every poll interval).
+  // 0: as soon as a slot is free. invalid_argument outside 0 to kMaxRunDelay.
+  std::chrono::milliseconds delay{0};
 };
 
 // A page of runs, newest first.

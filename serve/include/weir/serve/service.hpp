@@ -87,6 +87,10 @@ struct ServeConfig {
   std::size_t max_queued_runs = 256;  // runs waiting; beyond it POST /v1/runs answers 429
   std::size_t keep_runs = 1000;       // in-process: finished runs remembered (newest)
   std::size_t max_threads = 100'000;  // LangGraph API: threads whose metadata is kept
+  // LangGraph API: the hosts a run's `webhook` may call ("host", "host:port", "[v6]:port", "*"
+  // for any). Empty (the default): none, a run asking for one is refused (422). The server
+  // makes the request from where it runs (SSRF): name only hosts meant to receive them.
+  std::vector<std::string> webhook_hosts;
   // The web console at /console (docs/console.md): a page embedded in the binary that shows runs,
   // their graphs and the fences through the LangGraph API and /metrics. Off: /console is a 404
   // saying how to turn it on.
