@@ -360,156 +360,156 @@ TEST_P(RunsApi, LangGraphEnqueuedRunsStartWhenTheRunsBeforeThemEnd) {
     EXPECT_EQ(object_of(get("/threads/" + t + "/runs/" + run).body)["status"], "success") << run;
   RecordProperty("five_enqueued_runs_ms", std::to_string(took));
   EXPECT_LT(took, 15000) << "five enqueued runs of 0.2 s took " << took << " ms";
+}
 
-  // after_seconds: the run is queued at once (pending, its thread busy, counted against
-  // --max-queued-runs) and starts no earlier than that; a cancel ends it before it starts.
-  TEST_P(RunsApi, LangGraphAfterSecondsQueuesTheRunAndStartsItLater) {
-    start(8, 2);
-    auto thread = [&] {
-      return std::string(object_of(post("/threads", "{}").body)["thread_id"].as_string());
-    };
-    const std::string t = thread();
-    auto soon =
-        post("/threads/" + t + "/runs",
-             R"({"assistant_id": "slow", "input": {"left": 1, "ms": 1}, "after_seconds": 1})");
-    ASSERT_EQ(soon.status, 200) << soon.body;
-    EXPECT_EQ(object_of(soon.body)["status"], "pending");
-    const std::string run(object_of(soon.body)["run_id"].as_string());
-    auto joined = get("/threads/" + t + "/runs/" + run + "/join");
-    ASSERT_EQ(joined.status, 200) << joined.body;
-    EXPECT_EQ(object_of(joined.body)["n"], 1);
-    auto rec = object_of(get("/v1/runs/" + run).body);
-    ASSERT_TRUE(rec["started_at_ms"].is_int64()) << json::serialize(rec);
-    EXPECT_GE(rec["started_at_ms"].as_int64() - rec["created_at_ms"].as_int64(), 1000)
-        << json::serialize(rec);
+// after_seconds: the run is queued at once (pending, its thread busy, counted against
+// --max-queued-runs) and starts no earlier than that; a cancel ends it before it starts.
+TEST_P(RunsApi, LangGraphAfterSecondsQueuesTheRunAndStartsItLater) {
+  start(8, 2);
+  auto thread = [&] {
+    return std::string(object_of(post("/threads", "{}").body)["thread_id"].as_string());
+  };
+  const std::string t = thread();
+  auto soon =
+      post("/threads/" + t + "/runs",
+           R"({"assistant_id": "slow", "input": {"left": 1, "ms": 1}, "after_seconds": 1})");
+  ASSERT_EQ(soon.status, 200) << soon.body;
+  EXPECT_EQ(object_of(soon.body)["status"], "pending");
+  const std::string run(object_of(soon.body)["run_id"].as_string());
+  auto joined = get("/threads/" + t + "/runs/" + run + "/join");
+  ASSERT_EQ(joined.status, 200) << joined.body;
+  EXPECT_EQ(object_of(joined.body)["n"], 1);
+  auto rec = object_of(get("/v1/runs/" + run).body);
+  ASSERT_TRUE(rec["started_at_ms"].is_int64()) << json::serialize(rec);
+  EXPECT_GE(rec["started_at_ms"].as_int64() - rec["created_at_ms"].as_int64(), 1000)
+      << json::serialize(rec);
 
-    // A run enqueued behind a delayed one does not pass it: it starts after that delay too.
-    const std::string w = thread();
-    auto first =
-        post("/threads/" + w + "/runs",
-             R"({"assistant_id": "slow", "input": {"left": 1, "ms": 1}, "after_seconds": 1})");
-    ASSERT_EQ(first.status, 200) << first.body;
-    auto behind = post("/threads/" + w + "/runs",
-                       R"({"assistant_id": "slow", "input": {"left": 1, "ms": 1},
-                         "multitask_strategy": "enqueue"})");
-    ASSERT_EQ(behind.status, 200) << behind.body;
-    const std::string first_id(object_of(first.body)["run_id"].as_string());
-    const std::string behind_id(object_of(behind.body)["run_id"].as_string());
-    ASSERT_EQ(get("/threads/" + w + "/runs/" + behind_id + "/join").status, 200);
-    ASSERT_EQ(get("/threads/" + w + "/runs/" + first_id + "/join").status, 200);
-    auto f = object_of(get("/v1/runs/" + first_id).body),
-         b = object_of(get("/v1/runs/" + behind_id).body);
-    EXPECT_EQ(f["state"], "succeeded");
-    EXPECT_EQ(b["state"], "succeeded");
-    ASSERT_TRUE(b["started_at_ms"].is_int64()) << json::serialize(b);
-    EXPECT_GE(b["started_at_ms"].as_int64() - f["created_at_ms"].as_int64(), 1000)
-        << json::serialize(b);
-    EXPECT_EQ(object_of(get("/threads/" + w + "/state").body)["values"].at("n"), 2);
-
-    // A day away: pending, holding its thread, and one of the two the queue takes.
-    const std::string u = thread(), v = thread();
-    const std::string kLater = R"({"assistant_id": "slow", "after_seconds": 86400})";
-    auto far = post("/threads/" + u + "/runs", kLater);
-    ASSERT_EQ(far.status, 200) << far.body;
-    const std::string far_id(object_of(far.body)["run_id"].as_string());
-    EXPECT_EQ(object_of(get("/threads/" + u).body)["status"], "busy");
-    auto second = post("/threads/" + u + "/runs/wait", R"({"assistant_id": "slow"})");
-    EXPECT_EQ(second.status, 409);
-    EXPECT_EQ(detail_of(second),
-              "thread '" + u + "' has a run in progress (" + far_id + "); wait for it to end");
-    ASSERT_EQ(post("/threads/" + v + "/runs", kLater).status, 200);
-    auto full = post("/runs", kLater);
-    EXPECT_EQ(full.status, 429) << full.body;
-    EXPECT_NE(detail_of(full).find("the run queue is full"), std::string::npos) << full.body;
-
-    // Cancelled before it started: it never runs, and its thread takes the next run at once.
-    EXPECT_EQ(post("/threads/" + u + "/runs/" + far_id + "/cancel?wait=1", "").status, 204);
-    auto gone = object_of(get("/threads/" + u + "/runs/" + far_id).body);
-    EXPECT_EQ(gone["status"], "interrupted");
-    EXPECT_TRUE(object_of(get("/v1/runs/" + far_id).body)["started_at_ms"].is_null());
-    EXPECT_EQ(object_of(get("/threads/" + u).body)["status"], "idle");
-    auto next = post("/threads/" + u + "/runs/wait", R"({"assistant_id": "slow"})");
-    ASSERT_EQ(next.status, 200) << next.body;
-    EXPECT_EQ(object_of(next.body)["n"], 1);
-  }
-
-  // The head and the JSON body of a request the test server received.
-  inline std::pair<std::string, json::object> hook_request(const std::string& raw) {
-    const auto end = raw.find("\r\n\r\n");
-    if (end == std::string::npos) return {raw, {}};
-    return {raw.substr(0, end), object_of(raw.substr(end + 4))};
-  }
-
-  // webhook: POSTed the run when it ends (retried after a 5xx), a cancelled one too; a receiver
-  // that hangs holds neither the run nor the server; a host --webhook-hosts does not name is a 422.
-  TEST_P(RunsApi, LangGraphWebhookIsPostedWhenTheRunEnds) {
-    weir::testing::TestServer hook(
-        [](int n, const std::string&) { return weir::testing::reply(n == 1 ? 500 : 200, "{}"); });
-    weir::testing::TestServer hung([](int, const std::string&) {
-      weir::testing::Action a;
-      a.hang = true;
-      return a;
-    });
-    webhook_hosts_ = {"127.0.0.1"};
-    start();
-    const std::string t(object_of(post("/threads", "{}").body)["thread_id"].as_string());
-    const std::string url = "http://127.0.0.1:" + std::to_string(hook.port()) + "/hook?from=weir";
-    auto done = post("/threads/" + t + "/runs/wait",
+  // A run enqueued behind a delayed one does not pass it: it starts after that delay too.
+  const std::string w = thread();
+  auto first =
+      post("/threads/" + w + "/runs",
+           R"({"assistant_id": "slow", "input": {"left": 1, "ms": 1}, "after_seconds": 1})");
+  ASSERT_EQ(first.status, 200) << first.body;
+  auto behind = post("/threads/" + w + "/runs",
                      R"({"assistant_id": "slow", "input": {"left": 1, "ms": 1},
+                         "multitask_strategy": "enqueue"})");
+  ASSERT_EQ(behind.status, 200) << behind.body;
+  const std::string first_id(object_of(first.body)["run_id"].as_string());
+  const std::string behind_id(object_of(behind.body)["run_id"].as_string());
+  ASSERT_EQ(get("/threads/" + w + "/runs/" + behind_id + "/join").status, 200);
+  ASSERT_EQ(get("/threads/" + w + "/runs/" + first_id + "/join").status, 200);
+  auto f = object_of(get("/v1/runs/" + first_id).body),
+       b = object_of(get("/v1/runs/" + behind_id).body);
+  EXPECT_EQ(f["state"], "succeeded");
+  EXPECT_EQ(b["state"], "succeeded");
+  ASSERT_TRUE(b["started_at_ms"].is_int64()) << json::serialize(b);
+  EXPECT_GE(b["started_at_ms"].as_int64() - f["created_at_ms"].as_int64(), 1000)
+      << json::serialize(b);
+  EXPECT_EQ(object_of(get("/threads/" + w + "/state").body)["values"].at("n"), 2);
+
+  // A day away: pending, holding its thread, and one of the two the queue takes.
+  const std::string u = thread(), v = thread();
+  const std::string kLater = R"({"assistant_id": "slow", "after_seconds": 86400})";
+  auto far = post("/threads/" + u + "/runs", kLater);
+  ASSERT_EQ(far.status, 200) << far.body;
+  const std::string far_id(object_of(far.body)["run_id"].as_string());
+  EXPECT_EQ(object_of(get("/threads/" + u).body)["status"], "busy");
+  auto second = post("/threads/" + u + "/runs/wait", R"({"assistant_id": "slow"})");
+  EXPECT_EQ(second.status, 409);
+  EXPECT_EQ(detail_of(second),
+            "thread '" + u + "' has a run in progress (" + far_id + "); wait for it to end");
+  ASSERT_EQ(post("/threads/" + v + "/runs", kLater).status, 200);
+  auto full = post("/runs", kLater);
+  EXPECT_EQ(full.status, 429) << full.body;
+  EXPECT_NE(detail_of(full).find("the run queue is full"), std::string::npos) << full.body;
+
+  // Cancelled before it started: it never runs, and its thread takes the next run at once.
+  EXPECT_EQ(post("/threads/" + u + "/runs/" + far_id + "/cancel?wait=1", "").status, 204);
+  auto gone = object_of(get("/threads/" + u + "/runs/" + far_id).body);
+  EXPECT_EQ(gone["status"], "interrupted");
+  EXPECT_TRUE(object_of(get("/v1/runs/" + far_id).body)["started_at_ms"].is_null());
+  EXPECT_EQ(object_of(get("/threads/" + u).body)["status"], "idle");
+  auto next = post("/threads/" + u + "/runs/wait", R"({"assistant_id": "slow"})");
+  ASSERT_EQ(next.status, 200) << next.body;
+  EXPECT_EQ(object_of(next.body)["n"], 1);
+}
+
+// The head and the JSON body of a request the test server received.
+inline std::pair<std::string, json::object> hook_request(const std::string& raw) {
+  const auto end = raw.find("\r\n\r\n");
+  if (end == std::string::npos) return {raw, {}};
+  return {raw.substr(0, end), object_of(raw.substr(end + 4))};
+}
+
+// webhook: POSTed the run when it ends (retried after a 5xx), a cancelled one too; a receiver
+// that hangs holds neither the run nor the server; a host --webhook-hosts does not name is a 422.
+TEST_P(RunsApi, LangGraphWebhookIsPostedWhenTheRunEnds) {
+  weir::testing::TestServer hook(
+      [](int n, const std::string&) { return weir::testing::reply(n == 1 ? 500 : 200, "{}"); });
+  weir::testing::TestServer hung([](int, const std::string&) {
+    weir::testing::Action a;
+    a.hang = true;
+    return a;
+  });
+  webhook_hosts_ = {"127.0.0.1"};
+  start();
+  const std::string t(object_of(post("/threads", "{}").body)["thread_id"].as_string());
+  const std::string url = "http://127.0.0.1:" + std::to_string(hook.port()) + "/hook?from=weir";
+  auto done = post("/threads/" + t + "/runs/wait",
+                   R"({"assistant_id": "slow", "input": {"left": 1, "ms": 1},
                        "metadata": {"who": "suite"}, "webhook": ")" +
-                         url + R"("})");
-    ASSERT_EQ(done.status, 200) << done.body;
-    const std::string loc(done.header("content-location"));
-    const std::string run = loc.substr(loc.rfind('/') + 1);
-    ASSERT_TRUE(eventually([&] { return hook.requests() >= 2; })) << hook.requests();
-    for (const auto& raw : hook.received()) {  // the 500, then the same again after a pause
-      auto [head, body] = hook_request(raw);
-      EXPECT_EQ(head.rfind("POST /hook?from=weir HTTP/1.1\r\n", 0), 0u) << head;
-      EXPECT_NE(head.find("Content-Type: application/json"), std::string::npos) << head;
-      EXPECT_EQ(body["run_id"], run.c_str());
-      EXPECT_EQ(body["thread_id"], t.c_str());
-      EXPECT_EQ(body["status"], "success");
-      EXPECT_EQ(json::serialize(body["metadata"]), R"({"who":"suite"})");
-      EXPECT_EQ(body["values"].at("n"), 1) << json::serialize(body);
-      for (const char* k : {"run_started_at", "run_ended_at", "webhook_sent_at", "created_at"})
-        EXPECT_TRUE(body[k].is_string()) << k << ": " << json::serialize(body);
-    }
-    EXPECT_EQ(hook.requests(), 2);
-
-    // A run cancelled before it started: its webhook says so, with no values.
-    auto far =
-        post("/threads/" + t + "/runs",
-             R"({"assistant_id": "slow", "after_seconds": 600, "webhook": ")" + url + R"("})");
-    ASSERT_EQ(far.status, 200) << far.body;
-    const std::string far_id(object_of(far.body)["run_id"].as_string());
-    EXPECT_EQ(post("/threads/" + t + "/runs/" + far_id + "/cancel?wait=1", "").status, 204);
-    ASSERT_TRUE(eventually([&] { return hook.requests() >= 3; }));
-    auto [head, cancelled] = hook_request(hook.received().back());
-    EXPECT_EQ(cancelled["run_id"], far_id.c_str());
-    EXPECT_EQ(cancelled["status"], "interrupted");
-    EXPECT_TRUE(cancelled["values"].is_null());
-    EXPECT_TRUE(cancelled["run_started_at"].is_null());
-
-    // A receiver that never answers: the run ends, the server goes on serving.
-    const std::string stuck = "http://127.0.0.1:" + std::to_string(hung.port()) + "/";
-    auto quick = post("/threads/" + t + "/runs/wait",
-                      R"({"assistant_id": "slow", "input": {"left": 1, "ms": 1}, "webhook": ")" +
-                          stuck + R"("})");
-    ASSERT_EQ(quick.status, 200) << quick.body;
-    ASSERT_TRUE(eventually([&] { return hung.requests() >= 1; }));
-    EXPECT_EQ(get("/ok").status, 200);
-    auto after = post("/threads/" + t + "/runs/wait", R"({"assistant_id": "slow"})");
-    EXPECT_EQ(after.status, 200) << after.body;
-    EXPECT_EQ(hung.requests(), 1);  // still waiting for its answer
-
-    // Only the hosts of --webhook-hosts.
-    auto other = post("/threads/" + t + "/runs",
-                      R"({"assistant_id": "slow", "webhook": "http://localhost:)" +
-                          std::to_string(hook.port()) + R"(/hook"})");
-    EXPECT_EQ(other.status, 422);
-    EXPECT_EQ(detail_of(other), "'webhook': host 'localhost:" + std::to_string(hook.port()) +
-                                    "' is not one this server may call (--webhook-hosts "
-                                    "127.0.0.1)");
+                       url + R"("})");
+  ASSERT_EQ(done.status, 200) << done.body;
+  const std::string loc(done.header("content-location"));
+  const std::string run = loc.substr(loc.rfind('/') + 1);
+  ASSERT_TRUE(eventually([&] { return hook.requests() >= 2; })) << hook.requests();
+  for (const auto& raw : hook.received()) {  // the 500, then the same again after a pause
+    auto [head, body] = hook_request(raw);
+    EXPECT_EQ(head.rfind("POST /hook?from=weir HTTP/1.1\r\n", 0), 0u) << head;
+    EXPECT_NE(head.find("Content-Type: application/json"), std::string::npos) << head;
+    EXPECT_EQ(body["run_id"], run.c_str());
+    EXPECT_EQ(body["thread_id"], t.c_str());
+    EXPECT_EQ(body["status"], "success");
+    EXPECT_EQ(json::serialize(body["metadata"]), R"({"who":"suite"})");
+    EXPECT_EQ(body["values"].at("n"), 1) << json::serialize(body);
+    for (const char* k : {"run_started_at", "run_ended_at", "webhook_sent_at", "created_at"})
+      EXPECT_TRUE(body[k].is_string()) << k << ": " << json::serialize(body);
   }
+  EXPECT_EQ(hook.requests(), 2);
+
+  // A run cancelled before it started: its webhook says so, with no values.
+  auto far = post("/threads/" + t + "/runs",
+                  R"({"assistant_id": "slow", "after_seconds": 600, "webhook": ")" + url + R"("})");
+  ASSERT_EQ(far.status, 200) << far.body;
+  const std::string far_id(object_of(far.body)["run_id"].as_string());
+  EXPECT_EQ(post("/threads/" + t + "/runs/" + far_id + "/cancel?wait=1", "").status, 204);
+  ASSERT_TRUE(eventually([&] { return hook.requests() >= 3; }));
+  auto [head, cancelled] = hook_request(hook.received().back());
+  EXPECT_EQ(cancelled["run_id"], far_id.c_str());
+  EXPECT_EQ(cancelled["status"], "interrupted");
+  EXPECT_TRUE(cancelled["values"].is_null());
+  EXPECT_TRUE(cancelled["run_started_at"].is_null());
+
+  // A receiver that never answers: the run ends, the server goes on serving.
+  const std::string stuck = "http://127.0.0.1:" + std::to_string(hung.port()) + "/";
+  auto quick = post(
+      "/threads/" + t + "/runs/wait",
+      R"({"assistant_id": "slow", "input": {"left": 1, "ms": 1}, "webhook": ")" + stuck + R"("})");
+  ASSERT_EQ(quick.status, 200) << quick.body;
+  ASSERT_TRUE(eventually([&] { return hung.requests() >= 1; }));
+  EXPECT_EQ(get("/ok").status, 200);
+  auto after = post("/threads/" + t + "/runs/wait", R"({"assistant_id": "slow"})");
+  EXPECT_EQ(after.status, 200) << after.body;
+  EXPECT_EQ(hung.requests(), 1);  // still waiting for its answer
+
+  // Only the hosts of --webhook-hosts.
+  auto other =
+      post("/threads/" + t + "/runs", R"({"assistant_id": "slow", "webhook": "http://localhost:)" +
+                                          std::to_string(hook.port()) + R"(/hook"})");
+  EXPECT_EQ(other.status, 422);
+  EXPECT_EQ(detail_of(other), "'webhook': host 'localhost:" + std::to_string(hook.port()) +
+                                  "' is not one this server may call (--webhook-hosts "
+                                  "127.0.0.1)");
+}
 
 }  // namespace weir::serve::runs_suite
