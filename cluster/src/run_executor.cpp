@@ -49,6 +49,9 @@ RunEnding failed(const Error& e) {
   return recorded(RunState::failed, {}, errc_name(e.code), e.message);
 }
 
+// How soon a run handed back because its thread was busy may be claimed again (at most).
+constexpr std::chrono::milliseconds kBusyRetry{2000};
+
 RunEnding handed_back(std::chrono::milliseconds delay, std::string why) {
   RunEnding e;
   e.kind = RunEnding::Kind::hand_back;
@@ -229,7 +232,14 @@ asio::awaitable<RunEnding> RunExecutor::Impl::execute(RunRecord rec,
   // Step 3.
   auto claimed =
       cp.claim_thread(rec.thread_id, graph::this_process_holder(env.token, env.lease.count()));
-  if (!claimed) co_return handed_back(env.lease, claimed.error().message);
+  if (!claimed) {
+    // Busy (another run holds the thread: an enqueued run behind it): the end of that run makes
+    // this one claimable at once (RunQueue::finish / give_back); the short delay covers only an
+    // end that fell between the claim refused here and the hand-back. Otherwise, a lease.
+    const auto delay =
+        claimed.error().is(Errc::thread_busy) ? std::min(env.lease, kBusyRetry) : env.lease;
+    co_return handed_back(delay, claimed.error().message);
+  }
   env.control->thread_claimed = true;
   auto release = [&] { return cp.release_thread(rec.thread_id, env.token); };
   // Step 4.

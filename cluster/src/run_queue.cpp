@@ -343,7 +343,10 @@ Result<RunState> RunQueue::cancel(std::string_view id) {
 // clang-format off
 constexpr const char* kClaimSql =
     "WITH c AS (SELECT id AS claim_id FROM weir_runs "
-    "  WHERE (state = 'queued' AND (not_before IS NULL OR not_before <= weir_now_ms())) "
+    "  WHERE (state = 'queued' AND (not_before IS NULL OR not_before <= weir_now_ms()) "
+    "         AND NOT EXISTS (SELECT 1 FROM weir_runs o WHERE o.thread_id = weir_runs.thread_id "
+    "           AND o.state IN ('queued', 'running') "
+    "           AND (o.created_at, o.seq) < (weir_runs.created_at, weir_runs.seq))) "
     "     OR (state = 'running' AND lease_expires < weir_now_ms() "
     "         AND NOT (id = ANY(string_to_array($4, ',')))) "
     "  ORDER BY created_at, seq LIMIT 1 FOR UPDATE SKIP LOCKED), "
@@ -436,6 +439,15 @@ Result<bool> RunQueue::renew(std::string_view id, int64_t fence, std::chrono::mi
   });
 }
 
+// When runs are queued on the thread of `up` (the run a statement ended or handed back), the
+// workers hear 'queued' as the statement commits: the claim takes no run while an older one on
+// its thread is open, so the next one became claimable just now, not a poll later. (A delay a
+// run was given, its after_seconds, stays.) `woken` is one row at most, and is read by the
+// statement's SELECT (a CTE that is only a SELECT runs when it is read).
+#define WEIR_WAKE_THREAD                                                                  \
+  "woken AS (SELECT pg_notify('weir_runs', 'queued') AS told FROM weir_runs q, up WHERE " \
+  "q.thread_id = up.thread_id AND q.id <> up.id AND q.state = 'queued' LIMIT 1) "
+
 Status RunQueue::finish(std::string_view id, int64_t fence, RunState state, std::string_view result,
                         std::string_view error_code, std::string_view error) {
   // A message may quote bytes from anywhere (a tool's output): text must be valid UTF-8
@@ -447,7 +459,8 @@ Status RunQueue::finish(std::string_view id, int64_t fence, RunState state, std:
       "finished_at = weir_now_ms(), lease_owner = NULL, lease_expires = NULL "
       "WHERE id = $1 AND fence = $2 AND state = 'running' RETURNING id, thread_id), "
       "revoked AS (DELETE FROM weir_thread_holders h USING up WHERE h.thread_id = up.thread_id "
-      "AND h.token = " WEIR_HOLDER_TOKEN("$2") ") SELECT id FROM up",
+      "AND h.token = " WEIR_HOLDER_TOKEN("$2") "), " WEIR_WAKE_THREAD
+                                               "SELECT id FROM up LEFT JOIN woken ON true",
       Params()
           .text(id)
           .int8(fence)
@@ -466,10 +479,13 @@ Status RunQueue::give_back(std::string_view id, int64_t fence, std::chrono::mill
       "lease_owner = NULL, lease_expires = NULL, error = $4, not_before = weir_now_ms() + $3 "
       "WHERE id = $1 AND fence = $2 AND state = 'running' RETURNING id, thread_id), "
       "revoked AS (DELETE FROM weir_thread_holders h USING up WHERE h.thread_id = up.thread_id "
-      "AND h.token = " WEIR_HOLDER_TOKEN("$2") ") "
-      "SELECT id, pg_notify('weir_runs', 'queued') FROM up",
+      "AND h.token = " WEIR_HOLDER_TOKEN(
+          "$2") "), " WEIR_WAKE_THREAD
+                "SELECT id, pg_notify('weir_runs', 'queued') FROM up LEFT JOIN woken ON true",
       Params().text(id).int8(fence).int8(delay.count()).text(why), id, fence, RunState::queued,
       "handing a run back");
 }
+
+#undef WEIR_WAKE_THREAD
 
 }  // namespace weir::cluster

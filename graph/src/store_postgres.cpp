@@ -4,6 +4,7 @@
 // as JSON text in bytea, times from the server's clock, put order from a sequence.
 #include <climits>
 #include <mutex>
+#include <optional>
 
 #include "store_common.hpp"
 #include "weir/graph/store.hpp"
@@ -83,6 +84,23 @@ class PostgresStore final : public Store {
                           Params().text(joined).text(key).bytea(text), what);
       if (!r) return std::move(r).error();
       return {};
+    });
+  }
+
+  // One transaction: the row locked with SELECT ... FOR UPDATE until the write commits. A
+  // missing row cannot be locked, so its insert is ON CONFLICT DO NOTHING: when another session
+  // inserted it first, the transaction is rolled back and the change runs again on that row.
+  Status update(const Namespace& ns, std::string_view key, const StoreChange& change) override {
+    if (auto s = check_item(ns, key); !s) return s;
+    const std::string joined = join_namespace(ns);
+    const std::string what = "updating " + describe_item(ns, key);
+    std::lock_guard lock(mu_);
+    return conn_.run(what, [&](const Attempt&) -> Status {
+      for (;;) {
+        auto done = update_once(joined, ns, key, change, what);
+        if (!done) return std::move(done).error();
+        if (*done) return {};
+      }
     });
   }
 
@@ -188,6 +206,48 @@ class PostgresStore final : public Store {
   Status check_item(const Namespace& ns, std::string_view key) const {
     if (auto s = check_store_namespace(ns, limits_, "namespace"); !s) return s;
     return check_store_key(key, limits_);
+  }
+  // REQUIRES: mu_ held. One try of update(): false when another session inserted the item
+  // between this one's read and its insert (nothing was written; try again).
+  Result<bool> update_once(const std::string& joined, const Namespace& ns, std::string_view key,
+                           const StoreChange& change, const std::string& what) {
+    pg::Transaction txn(conn_);
+    if (auto s = txn.begin(what); !s) return std::move(s).error();
+    auto r = conn_.exec(std::string("SELECT ") + kColumns + " FROM " + table_ +
+                            " WHERE namespace = $1 AND key = $2 FOR UPDATE",
+                        Params().text(joined).text(key), what);
+    if (!r) return std::move(r).error();
+    std::optional<StoreItem> had;
+    if (r->size() > 0) {
+      auto item = item_of(row(*r, 0), conn_.description());
+      if (!item) return std::move(item).error();
+      had = std::move(*item);
+    }
+    auto next = change(had);
+    if (!next) return std::move(next).error();
+    if (next->is_null()) {
+      if (had) {
+        auto d = conn_.exec("DELETE FROM " + table_ + " WHERE namespace = $1 AND key = $2",
+                            Params().text(joined).text(key), what);
+        if (!d) return std::move(d).error();
+      }
+    } else {
+      std::string text;
+      if (auto s = check_store_value(*next, limits_, &text); !s) return std::move(s).error();
+      auto w = had ? conn_.exec("UPDATE " + table_ +
+                                    " SET value = $3, updated_at = weir_now_ms(), seq = "
+                                    "nextval('weir_store_seq') WHERE namespace = $1 AND key = $2",
+                                Params().text(joined).text(key).bytea(text), what)
+                   : conn_.exec("INSERT INTO " + table_ + " (" + kColumns +
+                                    ") VALUES ($1, $2, $3, weir_now_ms(), weir_now_ms(), "
+                                    "nextval('weir_store_seq')) ON CONFLICT (namespace, key) DO "
+                                    "NOTHING RETURNING 1",
+                                Params().text(joined).text(key).bytea(text), what);
+      if (!w) return std::move(w).error();
+      if (!had && w->size() == 0) return false;  // inserted meanwhile: the txn rolls back
+    }
+    if (auto s = txn.commit(what); !s) return std::move(s).error();
+    return true;
   }
   // Columns in kColumns order.
   static StoredRow row(const Rows& r, int i) {

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <climits>
 #include <mutex>
+#include <optional>
 
 #include "sqlite_common.hpp"
 #include "store_common.hpp"
@@ -118,18 +119,44 @@ class SqliteStore final : public Store {
     const std::string joined = join_namespace(ns);
     const int64_t now = now_ms();
     std::lock_guard lock(mu_);
-    return write("putting " + describe_item(ns, key), [&]() -> Status {
-      int64_t seq = 0;
+    return write("putting " + describe_item(ns, key),
+                 [&]() -> Status { return upsert(joined, ns, key, text, now); });
+  }
+
+  // In one BEGIN IMMEDIATE transaction: the file's write lock is held from the read to the
+  // write, so no other connection (this process's or another's) writes between them.
+  Status update(const Namespace& ns, std::string_view key, const StoreChange& change) override {
+    if (auto s = check_item(ns, key); !s) return s;
+    const std::string joined = join_namespace(ns);
+    const int64_t now = now_ms();
+    std::lock_guard lock(mu_);
+    return write("updating " + describe_item(ns, key), [&]() -> Status {
+      std::optional<StoreItem> had;
       {
-        Use q(next_seq_);
-        if (int rc = q.step(); rc != SQLITE_ROW) return error(rc, "reading the put order");
-        seq = q.int64(0);
+        Use q(get_);
+        q.bind(1, joined).bind(2, key);
+        const int rc = q.step();
+        if (rc == SQLITE_ROW) {
+          auto item = item_of(row_of(q), describe(path_));
+          if (!item) return std::move(item).error();
+          had = std::move(*item);
+        } else if (rc != SQLITE_DONE) {
+          return error(rc, "reading " + describe_item(ns, key));
+        }
       }
-      Use q(upsert_);
-      q.bind(1, joined).bind(2, key).bind(3, text).bind(4, now).bind(5, seq);
-      if (int rc = q.step(); rc != SQLITE_DONE)
-        return error(rc, "putting " + describe_item(ns, key));
-      return {};
+      auto next = change(had);
+      if (!next) return std::move(next).error();
+      if (next->is_null()) {
+        if (!had) return {};
+        Use d(delete_);
+        d.bind(1, joined).bind(2, key);
+        if (int rc = d.step(); rc != SQLITE_DONE)
+          return error(rc, "deleting " + describe_item(ns, key));
+        return {};
+      }
+      std::string text;
+      if (auto s = check_store_value(*next, limits_, &text); !s) return s;
+      return upsert(joined, ns, key, text, now);
     });
   }
 
@@ -210,6 +237,20 @@ class SqliteStore final : public Store {
   Status check_item(const Namespace& ns, std::string_view key) const {
     if (auto s = check_store_namespace(ns, limits_, "namespace"); !s) return s;
     return check_store_key(key, limits_);
+  }
+  // REQUIRES: mu_ held, inside write(). The item's value is `text`, next in the put order.
+  Status upsert(const std::string& joined, const Namespace& ns, std::string_view key,
+                const std::string& text, int64_t now) {
+    int64_t seq = 0;
+    {
+      Use q(next_seq_);
+      if (int rc = q.step(); rc != SQLITE_ROW) return error(rc, "reading the put order");
+      seq = q.int64(0);
+    }
+    Use q(upsert_);
+    q.bind(1, joined).bind(2, key).bind(3, text).bind(4, now).bind(5, seq);
+    if (int rc = q.step(); rc != SQLITE_DONE) return error(rc, "putting " + describe_item(ns, key));
+    return {};
   }
   // REQUIRES: mu_ held. `work` inside BEGIN IMMEDIATE ... COMMIT; rolled back when it fails.
   template <class Work>

@@ -6,9 +6,9 @@
 // on that database shares (then the database bounds it; --max-threads does not apply).
 //
 // Thread safety: every method may be called from any thread; calls may block (PostgreSQL):
-// call them off an I/O thread. A create or touch reads and then writes the thread's item: two
-// servers touching one thread at the same instant may lose one's metadata merge (a run is on a
-// thread at a time, so its record is not lost).
+// call them off an I/O thread. A create, touch or erase is one atomic read-modify-write of the
+// thread's item (graph::Store::update): concurrent ones, on this server or on several servers
+// sharing the database, each see the others' writes (no run's record, no metadata key is lost).
 #pragma once
 
 #include <atomic>
@@ -22,11 +22,8 @@
 
 #include <boost/json/object.hpp>
 
+#include "weir/graph/store.hpp"
 #include "weir/runtime/error.hpp"
-
-namespace weir::graph {
-class Store;
-}
 
 namespace weir::serve {
 
@@ -62,13 +59,17 @@ class LangGraphThreads {
   bool room_for_one(std::size_t max) const;
   // The ids of the threads whose metadata contains `metadata` and (when given) that are among
   // `ids`, ordered by `sort_by` (thread_id, created_at or updated_at). Reads the whole book (a
-  // page of kMaxStorePage at a time): its cost follows the number of threads.
+  // page of kMaxStorePage at a time, each item's sort key only): its cost follows the number of
+  // threads.
   Result<std::vector<std::string>> select(const boost::json::object* metadata,
                                           const std::vector<std::string>* ids,
                                           const std::string& sort_by, bool ascending) const;
 
  private:
-  Status put(const Thread& t);
+  static Result<boost::json::value> value_of(const Thread& t);
+  static Error full_error();
+  // store_->update, the memory store's memory_budget_exceeded answered as full_error().
+  Status update(const std::string& id, const graph::StoreChange& change);
   std::shared_ptr<graph::Store> store_;
   const bool counted_;
   std::atomic<std::size_t> count_{0};

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdio>
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <libpq-fe.h>
 #include <boost/json.hpp>
 
 #include "pg_server.hpp"
@@ -954,6 +956,56 @@ TEST(RunQueue, FinishAndGiveBackRevokeTheHoldersThreadClaim) {
     ASSERT_TRUE(holder);
     EXPECT_FALSE(holder->has_value()) << "the claim of " << token << " is still there";
   }
+}
+
+// Runs enqueued on a thread are claimed one at a time, in order: none while an older one on its
+// thread is queued or running (a worker never claims it only to find the thread busy). The end
+// of the run before it makes it claimable at once and tells the workers ('queued'); a run
+// handed back goes before the runs queued behind it.
+TEST(RunQueue, RunsQueuedOnAThreadAreClaimedInOrderAsTheOnesBeforeThemEnd) {
+  const std::string db = fresh_db();
+  ASSERT_NE(db, "");
+  auto q = weir::cluster::RunQueue::open(db);
+  ASSERT_TRUE(q) << q.error().message;
+  auto first_req = tiny_request();
+  first_req.thread_id = "t-in-order";
+  auto first = (*q)->submit(first_req);
+  ASSERT_TRUE(first) << first.error().message;
+  auto held = (*q)->claim("w1", 60s);
+  ASSERT_TRUE(held && *held);
+  auto next_req = first_req;
+  next_req.enqueue = true;
+  auto next = (*q)->submit(next_req);
+  ASSERT_TRUE(next) << next.error().message;
+  auto none = (*q)->claim("w2", 60s);
+  ASSERT_TRUE(none);
+  EXPECT_FALSE(*none) << "claimed " << (**none).id << " while " << *first << " runs on its thread";
+
+  // Handed back: the first is claimed again before the run queued behind it.
+  ASSERT_TRUE((*q)->give_back(*first, (**held).fence, 0ms, "stopping"));
+  auto again = (*q)->claim("w2", 60s);
+  ASSERT_TRUE(again && *again);
+  EXPECT_EQ((**again).id, *first);
+
+  auto listener = weir::pg::Connection::open(db);
+  ASSERT_TRUE(listener) << listener.error().message;
+  ASSERT_TRUE(listener->exec("LISTEN weir_runs", weir::pg::Params(), "listening"));
+  ASSERT_TRUE(
+      (*q)->finish(*first, (**again).fence, weir::cluster::RunState::succeeded, "{}", "", ""));
+  bool heard = false;
+  for (const auto until = Clock::now() + 10s; !heard && Clock::now() < until;) {
+    PQconsumeInput(listener->native());
+    while (PGnotify* note = PQnotifies(listener->native())) {
+      heard = heard || std::string(note->extra) == "queued";
+      PQfreemem(note);
+    }
+    if (!heard) std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_TRUE(heard) << "no 'queued' notification on weir_runs when the first run ended";
+  auto after = (*q)->claim("w2", 60s);
+  ASSERT_TRUE(after);
+  ASSERT_TRUE(*after) << "the run queued behind it is still held back";
+  EXPECT_EQ((**after).id, *next);
 }
 
 // --- Faults while workers run (real processes, a real server) ---------------------------------

@@ -107,4 +107,59 @@ TEST_P(RunsApi, LangGraphThreadsAreListedByEveryServerOnTheDatabase) {
   EXPECT_EQ(json::parse(post("/threads/count", R"({"metadata": {"team": "red"}})").body), 1);
 }
 
+// Two servers on one database change one thread's record at once: every run either started is
+// listed, and every metadata key either merged stays (before: a read, then a put, from each
+// server; 10 runs listed 6, 40 keys kept 32).
+TEST_P(RunsApi, LangGraphTwoServersLoseNoThreadUpdates) {
+  start();
+  ServeConfig c;
+  c.port = 0;
+  c.workflows = dir_;
+  c.runs_db = db_;
+  auto other = Service::start(std::move(c));
+  ASSERT_TRUE(other) << other.error().message;
+  ASSERT_TRUE((*other)->wait_ready());
+  const std::array<std::uint16_t, 2> ports{port_, (*other)->port()};
+  const std::string t(object_of(post("/threads", "{}").body)["thread_id"].as_string());
+
+  constexpr int kRuns = 10;
+  std::vector<std::string> started(kRuns);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kRuns; ++i)
+    clients.emplace_back([&, i] {
+      auto r = call(ports[i % 2], "POST", "/threads/" + t + "/runs",
+                    R"({"assistant_id": "slow", "input": {"left": 1, "ms": 10},
+                        "multitask_strategy": "enqueue"})");
+      EXPECT_EQ(r.status, 200) << r.body;
+      if (r.status == 200) started[i] = std::string(object_of(r.body)["run_id"].as_string());
+    });
+  for (auto& th : clients) th.join();
+  clients.clear();
+  for (auto port : ports) {
+    auto listed = call(port, "GET", "/threads/" + t + "/runs?limit=100", {});
+    ASSERT_EQ(listed.status, 200) << listed.body;
+    std::set<std::string> ids;
+    const json::value rows = json::parse(listed.body);
+    for (const auto& r : rows.as_array()) ids.emplace(r.at("run_id").as_string());
+    for (const auto& run : started)
+      EXPECT_TRUE(ids.count(run)) << run << " not listed: " << listed.body;
+  }
+
+  constexpr int kPatches = 40;
+  for (int i = 0; i < kPatches; ++i)
+    clients.emplace_back([&, i] {
+      auto r =
+          call(ports[i % 2], "PATCH", "/threads/" + t,
+               R"({"metadata": {"k)" + std::to_string(i) + R"(": )" + std::to_string(i) + "}}");
+      EXPECT_EQ(r.status, 200) << r.body;
+    });
+  for (auto& th : clients) th.join();
+  for (auto port : ports) {
+    auto meta = object_of(call(port, "GET", "/threads/" + t, {}).body)["metadata"].as_object();
+    for (int i = 0; i < kPatches; ++i)
+      EXPECT_EQ(meta["k" + std::to_string(i)], i)
+          << "key k" << i << " of " << json::serialize(meta);
+  }
+}
+
 }  // namespace weir::serve::runs_suite

@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -299,6 +300,68 @@ TYPED_TEST_P(StoreTest, ConcurrentPutsAreAllStored) {
   EXPECT_EQ(this->namespaces({}).size(), std::size_t{kThreads});
 }
 
+// update() reads and writes one item atomically: it sees nullopt for a missing item, an error
+// from the change writes nothing, null removes the item; and concurrent increments, from threads
+// and (persistent backends) from a second store on the same file or database, all count.
+TYPED_TEST_P(StoreTest, UpdateIsAnAtomicReadModifyWrite) {
+  const Namespace ns{"counters"};
+  auto bump = [](const std::optional<StoreItem>& now) -> Result<json::value> {
+    const int64_t n = now ? now->value.at("n").as_int64() : 0;
+    return json::value(json::object{{"n", n + 1}});
+  };
+  bool saw_none = false;
+  ASSERT_TRUE(this->store_->update(ns, "c", [&](const std::optional<StoreItem>& now) {
+    saw_none = !now.has_value();
+    return bump(now);
+  }));
+  EXPECT_TRUE(saw_none);
+  auto refused = this->store_->update(ns, "c", [](const std::optional<StoreItem>&) {
+    return Result<json::value>(Error(Errc::invalid_argument, "no, thanks"));
+  });
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().message, "no, thanks");
+  auto bad = this->store_->update(
+      ns, "c", [](const std::optional<StoreItem>&) { return Result<json::value>(json::value(7)); });
+  ASSERT_FALSE(bad);
+  EXPECT_TRUE(bad.error().is(Errc::invalid_argument)) << bad.error().to_string();
+  auto one = this->store_->get(ns, "c");
+  ASSERT_TRUE(one && one->has_value());
+  EXPECT_EQ(json::serialize((**one).value), R"({"n":1})");
+
+  std::unique_ptr<Store> second;
+  if (TypeParam::kPersistent) {
+    auto s = this->open();
+    ASSERT_TRUE(s) << s.error().to_string();
+    second = std::move(*s);
+  }
+  constexpr int kThreads = 4, kEach = 25;
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      Store& on = second && t % 2 == 1 ? *second : *this->store_;
+      for (int i = 0; i < kEach; ++i) {
+        if (!on.update(ns, "c", bump)) ++failures;
+        if (!on.update(ns, "fresh" + std::to_string(i), bump)) ++failures;
+      }
+    });
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failures.load(), 0);
+  auto all = this->store_->get(ns, "c");
+  ASSERT_TRUE(all && all->has_value());
+  EXPECT_EQ((**all).value.at("n"), 1 + kThreads * kEach);
+  for (int i = 0; i < kEach; ++i) {
+    auto f = this->store_->get(ns, "fresh" + std::to_string(i));
+    ASSERT_TRUE(f && f->has_value());
+    EXPECT_EQ((**f).value.at("n"), kThreads) << "fresh" << i;
+  }
+  ASSERT_TRUE(this->store_->update(
+      ns, "c", [](const std::optional<StoreItem>&) { return Result<json::value>(json::value()); }));
+  auto gone = this->store_->get(ns, "c");
+  ASSERT_TRUE(gone);
+  EXPECT_FALSE(gone->has_value());
+}
+
 // A persistent store opened again holds what was put.
 TYPED_TEST_P(StoreTest, APersistentStoreKeepsItsItemsAcrossOpens) {
   if (!TypeParam::kPersistent) GTEST_SKIP() << "the memory store lives with its process";
@@ -316,6 +379,7 @@ REGISTER_TYPED_TEST_SUITE_P(StoreTest, PutThenGetReturnsTheItemAndAPutReplacesIt
                             SearchListsAPrefixNewestFirstAndPages, SearchFiltersOnValueFields,
                             ListNamespacesMatchesCutsSortsAndPages,
                             OutOfBoundsInputIsRefusedNamingTheField, ConcurrentPutsAreAllStored,
+                            UpdateIsAnAtomicReadModifyWrite,
                             APersistentStoreKeepsItsItemsAcrossOpens);
 
 struct StoreBackendName {

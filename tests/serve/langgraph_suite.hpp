@@ -319,6 +319,74 @@ TEST_P(RunsApi, LangGraphDoubleTextingFollowsTheStrategyAsked) {
   EXPECT_EQ(object_of(joined.body)["n"], 6);  // five, then one more after them
 }
 
+// Concurrent writers of one thread's record lose nothing: metadata merges of different keys all
+// stay, and of several creates of one id exactly one makes it (the others are told it exists).
+TEST_P(RunsApi, LangGraphConcurrentThreadWritesLoseNothing) {
+  start();
+  const std::string t(object_of(post("/threads", "{}").body)["thread_id"].as_string());
+  constexpr int kPatches = 40;
+  std::vector<int> statuses(kPatches, 0);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kPatches; ++i)
+    clients.emplace_back([&, i] {
+      statuses[i] =
+          call(port_, "PATCH", "/threads/" + t,
+               R"({"metadata": {"k)" + std::to_string(i) + R"(": )" + std::to_string(i) + "}}")
+              .status;
+    });
+  for (auto& c : clients) c.join();
+  clients.clear();
+  for (int i = 0; i < kPatches; ++i) EXPECT_EQ(statuses[i], 200) << "PATCH " << i;
+  auto meta = object_of(get("/threads/" + t).body)["metadata"].as_object();
+  for (int i = 0; i < kPatches; ++i)
+    EXPECT_EQ(meta["k" + std::to_string(i)], i) << "key k" << i << " of " << json::serialize(meta);
+
+  const std::string id = "same-" + std::to_string(::getpid());
+  std::vector<Reply> made(8);
+  for (std::size_t i = 0; i < made.size(); ++i)
+    clients.emplace_back([&, i] {
+      made[i] = post("/threads", R"({"thread_id": ")" + id + R"(", "metadata": {"by": )" +
+                                     std::to_string(i) + "}}");
+    });
+  for (auto& c : clients) c.join();
+  int created = 0;
+  for (const auto& r : made) {
+    if (r.status == 200) {
+      ++created;
+      continue;
+    }
+    EXPECT_EQ(r.status, 409) << r.body;
+    EXPECT_EQ(detail_of(r), "Thread " + id + " already exists");
+  }
+  EXPECT_EQ(created, 1);
+}
+
+// Runs enqueued on a thread start as the ones before them end: five short runs end within
+// seconds (on PostgreSQL each used to wait about a lease, 10 s, after the one before it).
+TEST_P(RunsApi, LangGraphEnqueuedRunsStartWhenTheRunsBeforeThemEnd) {
+  start();
+  const std::string t(object_of(post("/threads", "{}").body)["thread_id"].as_string());
+  const auto began = std::chrono::steady_clock::now();
+  std::vector<std::string> runs;
+  for (int i = 0; i < 5; ++i) {
+    auto r = post("/threads/" + t + "/runs",
+                  R"({"assistant_id": "slow", "input": {"left": 1, "ms": 200},
+                      "multitask_strategy": "enqueue"})");
+    ASSERT_EQ(r.status, 200) << r.body;
+    runs.emplace_back(object_of(r.body)["run_id"].as_string());
+  }
+  auto joined = get("/threads/" + t + "/runs/" + runs.back() + "/join");
+  ASSERT_EQ(joined.status, 200) << joined.body;
+  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
+                        std::chrono::steady_clock::now() - began)
+                        .count();
+  EXPECT_EQ(object_of(joined.body)["n"], 5);  // each run counted once, the last after the others
+  for (const auto& run : runs)
+    EXPECT_EQ(object_of(get("/threads/" + t + "/runs/" + run).body)["status"], "success") << run;
+  RecordProperty("five_enqueued_runs_ms", std::to_string(took));
+  EXPECT_LT(took, 15000) << "five enqueued runs of 0.2 s took " << took << " ms";
+}
+
 // after_seconds: the run is queued at once (pending, its thread busy, counted against
 // --max-queued-runs) and starts no earlier than that; a cancel ends it before it starts.
 TEST_P(RunsApi, LangGraphAfterSecondsQueuesTheRunAndStartsItLater) {

@@ -49,6 +49,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -101,6 +102,10 @@ struct NamespaceQuery {
   std::size_t offset = 0;
 };
 
+// What update() does with an item: called with the item as it is (nullopt: there is none), it
+// answers the item's new value (an object), null to remove it, or an error to leave it as it is.
+using StoreChange = std::function<Result<boost::json::value>(const std::optional<StoreItem>& now)>;
+
 class Store {
  public:
   virtual ~Store() = default;
@@ -110,6 +115,17 @@ class Store {
   // or null names its type), memory_budget_exceeded (memory), io_error, unavailable.
   virtual Status put(const Namespace& ns, std::string_view key,
                      const boost::json::value& value) = 0;
+
+  // A read-modify-write of one item, atomic: no other put, remove or update of (ns, key), by
+  // this process or another on the same file or database, falls between the read `change` sees
+  // and the write of what it answers (memory: under the store's lock; SQLite: in one BEGIN
+  // IMMEDIATE transaction; PostgreSQL: in one transaction, the row locked with SELECT ... FOR
+  // UPDATE, a missing one inserted with ON CONFLICT DO NOTHING and read again if another
+  // inserted it first). `change` may be called more than once (PostgreSQL: after such a
+  // conflict, or a lost connection whose commit is unknown: then again with the item as it is
+  // after that commit), so it must be a function of the item it is given, idempotent, and must
+  // not call this store. Errors: change's (nothing is written), then put's or remove's.
+  virtual Status update(const Namespace& ns, std::string_view key, const StoreChange& change) = 0;
 
   // Removes the item; removing a missing one succeeds. Errors: invalid_argument, io_error.
   virtual Status remove(const Namespace& ns, std::string_view key) = 0;
