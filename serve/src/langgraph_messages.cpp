@@ -1,5 +1,6 @@
 #include "langgraph_messages.hpp"
 
+#include <algorithm>
 #include <map>
 #include <string>
 
@@ -183,8 +184,11 @@ Result<json::object> input_from_langchain(const json::object& input,
                                           const graph::WorkflowSpec* spec, std::string_view field) {
   json::object out;
   for (const auto& kv : input) {
-    const graph::ChannelSpec* ch = spec ? spec->channel(kv.key()) : nullptr;
-    if (ch && ch->reducer == graph::ReducerKind::messages) {
+    const bool messages_channel =
+        spec && std::any_of(spec->channels.begin(), spec->channels.end(), [&](const auto& c) {
+          return c.name == kv.key() && c.reducer == graph::ReducerKind::messages;
+        });
+    if (messages_channel) {
       auto list = messages_input(kv.value(), std::string(field) + "." + std::string(kv.key()));
       if (!list) return std::move(list).error();
       out[kv.key()] = std::move(*list);
