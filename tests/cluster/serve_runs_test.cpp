@@ -65,14 +65,9 @@ TEST_P(RunsApi, IdleEventStreamsDoNotPollTheStore) {
 // and changes the threads the first made, and a restart keeps them with their metadata.
 TEST_P(RunsApi, LangGraphThreadsAreListedByEveryServerOnTheDatabase) {
   start();
-  ServeConfig c;
-  c.port = 0;
-  c.workflows = dir_;
-  c.runs_db = db_;
-  auto other = Service::start(std::move(c));
-  ASSERT_TRUE(other) << other.error().message;
-  ASSERT_TRUE((*other)->wait_ready());
-  const std::uint16_t b = (*other)->port();
+  auto other = another_server();
+  ASSERT_TRUE(other);
+  const std::uint16_t b = other->port();
   auto made = post("/threads", R"({"metadata": {"team": "red"}})");
   ASSERT_EQ(made.status, 200) << made.body;
   const std::string t(object_of(made.body)["thread_id"].as_string());
@@ -90,16 +85,10 @@ TEST_P(RunsApi, LangGraphThreadsAreListedByEveryServerOnTheDatabase) {
   EXPECT_EQ(runs.size(), 1u);  // the run B started, as A lists it
   EXPECT_EQ(object_of(get("/threads/" + t).body)["status"], "interrupted");
   // A restart of both keeps the thread and its metadata.
-  other->reset();
+  other.reset();
   svc_.reset();
-  ServeConfig again;
-  again.port = 0;
-  again.workflows = dir_;
-  again.runs_db = db_;
-  auto restarted = Service::start(std::move(again));
-  ASSERT_TRUE(restarted) << restarted.error().message;
-  svc_ = std::move(*restarted);
-  ASSERT_TRUE(svc_->wait_ready());
+  svc_ = another_server();
+  ASSERT_TRUE(svc_);
   port_ = svc_->port();
   auto after = object_of(get("/threads/" + t).body);
   EXPECT_EQ(after["metadata"].at("team"), "red");
@@ -112,14 +101,9 @@ TEST_P(RunsApi, LangGraphThreadsAreListedByEveryServerOnTheDatabase) {
 // server; 10 runs listed 6, 40 keys kept 32).
 TEST_P(RunsApi, LangGraphTwoServersLoseNoThreadUpdates) {
   start();
-  ServeConfig c;
-  c.port = 0;
-  c.workflows = dir_;
-  c.runs_db = db_;
-  auto other = Service::start(std::move(c));
-  ASSERT_TRUE(other) << other.error().message;
-  ASSERT_TRUE((*other)->wait_ready());
-  const std::array<std::uint16_t, 2> ports{port_, (*other)->port()};
+  auto other = another_server();
+  ASSERT_TRUE(other);
+  const std::array<std::uint16_t, 2> ports{port_, other->port()};
   const std::string t(object_of(post("/threads", "{}").body)["thread_id"].as_string());
 
   constexpr int kRuns = 10;

@@ -111,6 +111,25 @@ class RunsApi : public ::testing::TestWithParam<std::string> {
 
   std::vector<std::string> webhook_hosts_;  // ServeConfig::webhook_hosts of start()
 
+  // Another server on the same folder and database, ready (null, with the test failed, when it
+  // does not start): on PostgreSQL every server shares the runs and the thread list.
+  std::unique_ptr<Service> another_server() {
+    ServeConfig c;
+    c.port = 0;
+    c.workflows = dir_;
+    c.runs_db = db_;
+    auto s = Service::start(std::move(c));
+    if (!s) {
+      ADD_FAILURE() << s.error().message;
+      return nullptr;
+    }
+    if (auto ready = (*s)->wait_ready(); !ready) {
+      ADD_FAILURE() << ready.error().message;
+      return nullptr;
+    }
+    return std::move(*s);
+  }
+
   Reply post(const std::string& path, const std::string& body) {
     return call(port_, "POST", path, body);
   }
