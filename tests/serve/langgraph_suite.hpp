@@ -210,7 +210,8 @@ TEST_P(RunsApi, LangGraphRunsKeepTheirOwnRequestAndAnswer) {
 TEST_P(RunsApi, LangGraphConcurrentInterruptsAreAllTaken) {
   start();
   const std::string t(object_of(post("/threads", "{}").body)["thread_id"].as_string());
-  auto slow = post("/threads/" + t + "/runs", R"({"assistant_id": "slow", "input": {"left": 500}})");
+  auto slow =
+      post("/threads/" + t + "/runs", R"({"assistant_id": "slow", "input": {"left": 500}})");
   ASSERT_EQ(slow.status, 200) << slow.body;
   for (const char* strategy : {"interrupt", "rollback"}) {
     std::vector<Reply> replies(4);

@@ -16,7 +16,8 @@
 //      weir with traces before version 2 has it already and keeps its values).
 //   4  weir_runs.seq (sequence weir_run_seq): the order runs were queued in, which breaks ties
 //      of created_at (milliseconds) in listings and claims; the indexes on created_at include it.
-//      weir_runs.controls (BYTEA JSON text, NULL for none): a run's breakpoints and recursion_limit.
+//      weir_runs.controls (BYTEA JSON text, NULL for none): a run's breakpoints and
+//      recursion_limit.
 // A database with a newer version than kSchemaVersion is refused (unsupported, naming both).
 // Thread safety: none (a Connection's).
 #pragma once
