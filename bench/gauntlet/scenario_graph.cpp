@@ -111,8 +111,9 @@ std::int64_t approx_tokens(std::size_t bytes) {
 json::object history(Ctx& ctx) {
   const int turns = ctx.quick ? 200 : 1000, delay = 1, window = 20;
   const std::size_t bytes = 512;
-  // Window: 20 messages of at most 16 + 512 bytes of content, plus JSON framing.
-  const std::int64_t window_tokens = approx_tokens(window * (bytes + 64));
+  // Window: 20 messages of at most 16 + 512 bytes of content, plus JSON framing (role, and the
+  // id the messages reducer gives a message that has none: "id":"msg-<16 hex>").
+  const std::int64_t window_tokens = approx_tokens(window * (bytes + 96));
   std::int64_t max_prompt_tokens = 0;
   StateGraph b;
   b.add_channel("messages", {.reducer = ReducerKind::messages, .max_messages = window});

@@ -72,8 +72,20 @@ Checkpoint own_copy(const Checkpoint& cp, int64_t created_at_ms) {
   return c;
 }
 
-// What a stored checkpoint costs (MemoryCheckpointerOptions): its JSON text, its artifacts
-// not stored yet, and its map nodes.
+// A string of a checkpoint's writes this long (or beginning with NUL, the placeholder's mark)
+// is kept once per thread and shared by every checkpoint that holds it: a chat thread's
+// checkpoints repeat its message window, so they would otherwise hold each message once per
+// step. In the stored writes the string is a placeholder: NUL then the pooled string's number.
+constexpr std::size_t kPoolMinBytes = 256;
+constexpr std::size_t kPooledOverhead = 64;  // what a pooled string costs besides its bytes
+
+bool pooled_form(const boost::json::string& s) {
+  return s.size() >= kPoolMinBytes || (!s.empty() && s[0] == '\0');
+}
+
+// What a stored checkpoint costs (MemoryCheckpointerOptions): its JSON text (with the
+// placeholders of its pooled strings, which the thread's pool charges once), its artifacts not
+// stored yet, and its map nodes.
 std::size_t checkpoint_cost(const Checkpoint& cp) {
   return boost::json::serialize(cp.writes).size() + boost::json::serialize(cp.pending).size() +
          boost::json::serialize(cp.metadata).size() + cp.checkpoint_id.size() +
@@ -93,7 +105,6 @@ class MemoryCheckpointer final : public Checkpointer {
     if (auto s = detail::check_put_values(cp); !s) return s;
     // Copy outside the lock; the copy is the only allocation-heavy part.
     Checkpoint copy = own_copy(cp, detail::unix_ms_now());
-    const std::size_t cost = bounded_ ? checkpoint_cost(copy) : 0;
     std::unique_lock lock(mu_);
     if (!cp.claim_token.empty()) {
       auto h = holders_.find(cp.thread_id);
@@ -109,23 +120,30 @@ class MemoryCheckpointer final : public Checkpointer {
     } else if (!cp.parent_id.empty()) {
       return detail::unknown_parent(cp);
     }
-    if (bounded_) {
-      std::size_t more = cost;
-      if (it != threads_.end())
-        for (const auto& a : cp.artifacts)
-          if (!it->second.artifacts.contains(a.id)) more += a.bytes.size() + a.id.size();
-      if (it == threads_.end())
-        for (const auto& a : cp.artifacts) more += a.bytes.size() + a.id.size();
-      if (auto s = charge(cp.thread_id, more); !s) return s;
-    }
-    // Validation is done: from here nothing fails but allocation (which leaves a new, empty
-    // thread at worst, invisible to readers since it has no checkpoints and no recency entry).
-    if (it == threads_.end()) it = threads_.try_emplace(cp.thread_id).first;
+    // Validation is done: from here nothing fails but the charge (undone below) and allocation
+    // (which leaves a new, empty thread at worst, invisible to readers since it has no
+    // checkpoints and no recency entry).
+    const bool fresh = it == threads_.end();
+    if (fresh) it = threads_.try_emplace(cp.thread_id).first;
     Thread& t = it->second;
+    boost::json::value writes(std::move(copy.writes));
+    const std::size_t pooled = pool_strings(t, writes);
+    copy.writes = std::move(writes.as_object());
+    if (bounded_) {
+      const std::size_t cost = checkpoint_cost(copy);
+      std::size_t more = cost + pooled;
+      for (const auto& a : cp.artifacts)
+        if (!t.artifacts.contains(a.id)) more += a.bytes.size() + a.id.size();
+      if (auto s = charge(cp.thread_id, more); !s) {
+        for (const auto& kv : copy.writes) (void)unpool_strings(t, kv.value());
+        if (fresh) threads_.erase(it);
+        return s;
+      }
+      t.bytes += cost + pooled;
+    }
     for (const auto& a : cp.artifacts)
       if (t.artifacts.try_emplace(a.id, a).second && bounded_)
         t.bytes += a.bytes.size() + a.id.size();
-    t.bytes += cost;
     if (!cp.claim_token.empty())
       holders_.find(cp.thread_id)->second.heartbeat_ms = copy.created_at_ms;
     const uint64_t seq = next_seq_++;
@@ -161,15 +179,16 @@ class MemoryCheckpointer final : public Checkpointer {
     std::shared_lock lock(mu_);
     const Thread* t = find_thread(thread_id);
     if (t == nullptr || t->by_seq.empty()) return std::optional<Checkpoint>();
-    return std::optional<Checkpoint>(*t->by_seq.rbegin()->second);
+    return std::optional<Checkpoint>(expanded(*t, *t->by_seq.rbegin()->second));
   }
 
   Result<std::optional<Checkpoint>> get(std::string_view thread_id,
                                         std::string_view checkpoint_id) const override {
     std::shared_lock lock(mu_);
+    const Thread* t = find_thread(thread_id);
     const Checkpoint* cp = find(thread_id, checkpoint_id);
     if (cp == nullptr) return std::optional<Checkpoint>();
-    return std::optional<Checkpoint>(*cp);
+    return std::optional<Checkpoint>(expanded(*t, *cp));
   }
 
   Result<std::vector<Checkpoint>> list(std::string_view thread_id,
@@ -180,7 +199,7 @@ class MemoryCheckpointer final : public Checkpointer {
     if (t == nullptr) return out;
     out.reserve(std::min(limit, t->by_seq.size()));
     for (auto it = t->by_seq.rbegin(); it != t->by_seq.rend() && out.size() < limit; ++it)
-      out.push_back(*it->second);
+      out.push_back(expanded(*t, *it->second));
     return out;
   }
 
@@ -202,6 +221,7 @@ class MemoryCheckpointer final : public Checkpointer {
       assert(parent != t->by_id.end());
       cp = &parent->second;
     }
+    expand_strings(*t, state);
     return state;
   }
 
@@ -279,13 +299,94 @@ class MemoryCheckpointer final : public Checkpointer {
   }
 
  private:
+  struct Pooled {
+    std::string text;
+    std::size_t refs = 0;  // placeholders naming it in the thread's stored writes
+  };
+
   struct Thread {
-    std::size_t bytes = 0;  // what its checkpoints and artifacts cost (bounded_ only)
+    std::size_t bytes = 0;  // what its checkpoints, pool and artifacts cost (bounded_ only)
     std::map<std::string, Checkpoint, std::less<>> by_id;
     std::map<uint64_t, const Checkpoint*> by_seq;  // put order; points into by_id (stable nodes)
     uint64_t updated_seq = 0;                      // seq of the last put; 0 before the first
     std::map<std::string, Checkpoint::Artifact, std::less<>> artifacts;  // by id
+    std::unordered_map<uint64_t, Pooled> pool;  // long strings of by_id's writes, by number
+    std::unordered_map<std::string_view, uint64_t> pool_by_text;  // views into pool (stable nodes)
+    uint64_t next_pooled = 1;
   };
+
+  // Replaces the long strings of `v` by placeholders into t's pool; returns the bytes the pool
+  // grew by. REQUIRES: mu_ held exclusively.
+  static std::size_t pool_strings(Thread& t, boost::json::value& v) {
+    std::size_t added = 0;
+    if (v.is_object()) {
+      for (auto& kv : v.as_object()) added += pool_strings(t, kv.value());
+    } else if (v.is_array()) {
+      for (auto& e : v.as_array()) added += pool_strings(t, e);
+    } else if (v.is_string() && pooled_form(v.as_string())) {
+      const std::string_view text = v.as_string();
+      uint64_t id;
+      if (auto f = t.pool_by_text.find(text); f != t.pool_by_text.end()) {
+        id = f->second;
+      } else {
+        id = t.next_pooled++;
+        Pooled& p = t.pool[id];
+        p.text.assign(text);
+        t.pool_by_text.emplace(p.text, id);
+        added += p.text.size() + kPooledOverhead;
+      }
+      ++t.pool.at(id).refs;
+      v = boost::json::string(std::string(1, '\0') + std::to_string(id));
+    }
+    return added;
+  }
+
+  // Drops the references `v`'s placeholders hold; returns the bytes the pool shrank by.
+  // REQUIRES: mu_ held exclusively.
+  static std::size_t unpool_strings(Thread& t, const boost::json::value& v) {
+    std::size_t freed = 0;
+    if (v.is_object()) {
+      for (const auto& kv : v.as_object()) freed += unpool_strings(t, kv.value());
+    } else if (v.is_array()) {
+      for (const auto& e : v.as_array()) freed += unpool_strings(t, e);
+    } else if (v.is_string()) {
+      auto p = t.pool.find(pooled_id(v.as_string()));
+      if (p != t.pool.end() && --p->second.refs == 0) {
+        freed += p->second.text.size() + kPooledOverhead;
+        t.pool_by_text.erase(p->second.text);
+        t.pool.erase(p);
+      }
+    }
+    return freed;
+  }
+
+  // The pool number a stored string names; 0 for an ordinary string.
+  static uint64_t pooled_id(const boost::json::string& s) {
+    if (s.empty() || s[0] != '\0') return 0;
+    uint64_t id = 0;
+    for (std::size_t i = 1; i < s.size(); ++i) id = id * 10 + static_cast<uint64_t>(s[i] - '0');
+    return id;
+  }
+
+  // Puts the pooled strings back in place of their placeholders. REQUIRES: mu_ held.
+  static void expand_strings(const Thread& t, boost::json::value& v) {
+    if (v.is_object()) {
+      for (auto& kv : v.as_object()) expand_strings(t, kv.value());
+    } else if (v.is_array()) {
+      for (auto& e : v.as_array()) expand_strings(t, e);
+    } else if (v.is_string()) {
+      if (const uint64_t id = pooled_id(v.as_string()); id != 0)
+        v = boost::json::string(t.pool.at(id).text);
+    }
+  }
+  static void expand_strings(const Thread& t, boost::json::object& o) {
+    for (auto& kv : o) expand_strings(t, kv.value());
+  }
+  static Checkpoint expanded(const Thread& t, const Checkpoint& stored) {
+    Checkpoint out = stored;
+    expand_strings(t, out.writes);
+    return out;
+  }
 
   using ThreadIt = std::map<std::string, Thread, std::less<>>::iterator;
 
@@ -322,10 +423,14 @@ class MemoryCheckpointer final : public Checkpointer {
     }
     for (auto s = t.by_seq.begin();
          s != t.by_seq.end() && static_cast<int64_t>(s->first) < **floor;) {
-      if (bounded_) {  // its artifacts stay (a later checkpoint may name them)
-        const std::size_t c = checkpoint_cost(*s->second);
-        t.bytes -= std::min(t.bytes, c);
-        credit(c);
+      // Its artifacts stay (a later checkpoint may name them); its pooled strings go with
+      // their last checkpoint.
+      const std::size_t c = bounded_ ? checkpoint_cost(*s->second) : 0;
+      std::size_t freed = 0;
+      for (const auto& kv : s->second->writes) freed += unpool_strings(t, kv.value());
+      if (bounded_) {
+        t.bytes -= std::min(t.bytes, c + freed);
+        credit(c + freed);
       }
       t.by_id.erase(s->second->checkpoint_id);
       s = t.by_seq.erase(s);

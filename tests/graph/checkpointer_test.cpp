@@ -399,7 +399,7 @@ TEST(SqliteCheckpointer, StoredRowBytesAreIndependentOfStep) {
 TEST(MemoryCheckpointer, ItsCheckpointsAreBoundedAndCharged) {
   MemoryBudget budget;
   MemoryCheckpointerOptions o;
-  o.max_bytes = 4096;
+  o.max_bytes = 4608;
   o.budget = &budget;
   auto c = make_memory_checkpointer(o);
   const std::string big = R"({"seen":")" + std::string(1000, 'x') + "\"}";
@@ -409,10 +409,15 @@ TEST(MemoryCheckpointer, ItsCheckpointsAreBoundedAndCharged) {
   EXPECT_LT(one, 1600u);
   ASSERT_TRUE(c->put(make_cp("t", "c2", "c1", 2, big)));
   const std::size_t two = budget.used(BudgetCategory::history);
-  EXPECT_NEAR(static_cast<double>(two), 2.0 * one, 8);  // its parent id costs too
+  EXPECT_LT(two, one + 400) << "c2 shares c1's long string: it costs its framing only";
+  const std::string other = R"({"seen":")" + std::string(1000, 'y') + "\"}";
+  ASSERT_TRUE(c->put(make_cp("t", "c2b", "c1", 2, other)));
+  const std::size_t three = budget.used(BudgetCategory::history);
+  EXPECT_GT(three, two + 1000);  // a new string costs its bytes
   auto full = c->put(make_cp("u", "d1", "", 1, big + ""));
-  ASSERT_TRUE(full);  // three fit in 4096
-  auto over = c->put(make_cp("t", "c3", "c2", 3, big));
+  ASSERT_TRUE(full);  // three 1000-byte strings and four checkpoints fit in 4608
+  const std::string third = R"({"seen":")" + std::string(1000, 'z') + "\"}";
+  auto over = c->put(make_cp("t", "c3", "c2", 3, third));
   ASSERT_FALSE(over);
   EXPECT_TRUE(over.error().is(Errc::memory_budget_exceeded));
   EXPECT_EQ(over.error().message.rfind("in-memory checkpoints: thread 't' needs ", 0), 0u)
@@ -423,15 +428,75 @@ TEST(MemoryCheckpointer, ItsCheckpointsAreBoundedAndCharged) {
       << over.error().message;
   auto list = c->list("t");
   ASSERT_TRUE(list);
-  EXPECT_EQ(list->size(), 2u);  // nothing stored
+  EXPECT_EQ(list->size(), 3u);  // nothing stored
   ASSERT_TRUE(c->delete_thread("u"));
-  EXPECT_EQ(budget.used(BudgetCategory::history), two);
-  ASSERT_TRUE(c->put(make_cp("t", "c3", "c2", 3, big)));  // room again
+  EXPECT_EQ(budget.used(BudgetCategory::history), three);
+  ASSERT_TRUE(c->put(make_cp("t", "c3", "c2", 3, third)));  // room again
   ASSERT_TRUE(c->delete_thread("t"));
   EXPECT_EQ(budget.used(BudgetCategory::history), 0u);
   ASSERT_TRUE(c->put(make_cp("v", "e1", "", 1, "{}")));
   c.reset();
   EXPECT_EQ(budget.used(BudgetCategory::history), 0u);
+}
+
+// A chat thread's checkpoints repeat its window: the memory checkpointer keeps each long string
+// once per thread (shared by the checkpoints that hold it), so 100 checkpoints of a 20-message
+// window cost about one window of text plus their framing, not 100 windows. What is read back
+// is what was put, including strings that look like its own placeholders (a leading NUL).
+TEST(MemoryCheckpointer, ItsCheckpointsShareTheirLongStrings) {
+  MemoryBudget budget;
+  MemoryCheckpointerOptions o;
+  o.max_bytes = 64u << 20;
+  o.budget = &budget;
+  o.retention.keep_last = 50;
+  auto c = make_memory_checkpointer(o);
+  auto message = [](int i) {
+    return boost::json::object{{"role", i % 2 ? "assistant" : "user"},
+                               {"content", "turn " + std::to_string(i) + std::string(512, 'x')}};
+  };
+  std::string parent;
+  std::size_t window_text = 0;
+  for (int step = 1; step <= 100; ++step) {
+    boost::json::array window;
+    for (int i = std::max(1, step - 19); i <= step; ++i) window.push_back(message(i));
+    if (step == 100) window_text = boost::json::serialize(window).size();
+    Checkpoint cp;
+    cp.thread_id = "chat";
+    cp.checkpoint_id = "c" + std::to_string(1000 + step);
+    cp.parent_id = parent;
+    cp.step = step;
+    cp.writes["messages"] = std::move(window);
+    cp.writes["$snapshot"] = true;  // each holds every channel: retention keeps just 50
+    cp.writes["odd"] = std::string("\0") + "x";  // a short string with a leading NUL
+    cp.writes["odd_long"] = std::string(1, '\0') + std::string(300, 'n');
+    cp.writes["nul"] = std::string(1, '\0');
+    ASSERT_TRUE(c->put(cp)) << step;
+    parent = cp.checkpoint_id;
+  }
+  ASSERT_TRUE(c->prune("chat", o.retention));
+  // 50 kept checkpoints of 20 messages: 1,000 message texts put, 69 distinct ones held.
+  const std::size_t used = budget.used(BudgetCategory::history);
+  EXPECT_LT(used, 69 * 530 + 50 * (256 + 20 * 80) + 400) << used;
+  EXPECT_GT(window_text, 20u * 512);
+  auto latest = c->latest("chat");
+  ASSERT_TRUE(latest && latest->has_value());
+  const auto& w = (*latest)->writes;
+  ASSERT_EQ(w.at("messages").as_array().size(), 20u);
+  EXPECT_EQ(w.at("messages").as_array()[19], boost::json::value(message(100)));
+  EXPECT_EQ(w.at("messages").as_array()[0], boost::json::value(message(81)));
+  EXPECT_EQ(w.at("odd"), boost::json::value(std::string("\0") + "x"));
+  EXPECT_EQ(w.at("odd_long").as_string().size(), 301u);
+  EXPECT_EQ(w.at("odd_long").as_string()[0], '\0');
+  EXPECT_EQ(w.at("nul"), boost::json::value(std::string(1, '\0')));
+  auto state = c->state_at("chat", (*latest)->checkpoint_id);
+  ASSERT_TRUE(state);
+  EXPECT_EQ(state->at("messages"), w.at("messages"));
+  auto listed = c->list("chat", 100);
+  ASSERT_TRUE(listed);
+  ASSERT_EQ(listed->size(), 50u);
+  EXPECT_EQ(listed->back().writes.at("messages").as_array()[0], boost::json::value(message(32)));
+  ASSERT_TRUE(c->delete_thread("chat"));
+  EXPECT_EQ(budget.used(BudgetCategory::history), 0u) << "the shared strings went with it";
 }
 
 }  // namespace

@@ -229,6 +229,8 @@ std::unique_ptr<Checkpointer> make_memory_checkpointer(Retention retention = {})
 
 // A memory checkpointer whose checkpoints are bounded: each costs the bytes of its writes',
 // pending's and metadata's JSON text plus its artifacts' bytes plus kMemoryCheckpointOverhead.
+// A long string (256 bytes or more) of a thread's writes is kept, and costs, once per thread
+// however many of its checkpoints hold it (a chat's message window repeats every step).
 // A put over max_bytes, or that `budget` refuses (charged to `category`), is
 // memory_budget_exceeded naming the thread and the limit, and stores nothing; pruning and
 // delete_thread give the bytes back.
