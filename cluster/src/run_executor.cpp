@@ -260,6 +260,7 @@ asio::awaitable<RunEnding> RunExecutor::Impl::execute(RunRecord rec,
   o.interrupt_before = std::move(controls->interrupt_before);
   o.interrupt_after = std::move(controls->interrupt_after);
   o.recursion_limit = controls->recursion_limit;
+  o.go_to = std::move(controls->go_to);
   o.checkpoint_metadata = json::object{{"queue_run", rec.id},
                                        {"attempt", rec.attempts},
                                        {"workflow", rec.workflow_file},

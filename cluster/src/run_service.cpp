@@ -91,6 +91,7 @@ std::string controls_text(const RunControls& c) {
   if (!c.interrupt_before.empty()) o["interrupt_before"] = names(c.interrupt_before);
   if (!c.interrupt_after.empty()) o["interrupt_after"] = names(c.interrupt_after);
   if (c.recursion_limit > 0) o["recursion_limit"] = c.recursion_limit;
+  if (!c.go_to.empty()) o["go_to"] = names(c.go_to);
   if (!c.metadata.empty()) o["metadata"] = c.metadata;
   if (!c.multitask_strategy.empty()) o["multitask_strategy"] = c.multitask_strategy;
   return json::serialize(o);
@@ -107,8 +108,10 @@ Result<RunControls> parse_controls(std::string_view text) {
   };
   if (!v->value.is_object()) return wrong();
   for (const auto& kv : v->value.as_object()) {
-    if (kv.key() == "interrupt_before" || kv.key() == "interrupt_after") {
-      auto& to = kv.key() == "interrupt_before" ? c.interrupt_before : c.interrupt_after;
+    if (kv.key() == "interrupt_before" || kv.key() == "interrupt_after" || kv.key() == "go_to") {
+      auto& to = kv.key() == "interrupt_before" ? c.interrupt_before
+                 : kv.key() == "go_to"          ? c.go_to
+                                                : c.interrupt_after;
       if (!kv.value().is_array()) return wrong();
       for (const auto& n : kv.value().as_array()) {
         if (!n.is_string()) return wrong();
@@ -128,18 +131,21 @@ Result<RunControls> parse_controls(std::string_view text) {
 }
 
 Status check_controls(const graph::WorkflowSpec& spec, const RunControls& c) {
-  for (const auto* list : {&c.interrupt_before, &c.interrupt_after}) {
-    const char* what = list == &c.interrupt_before ? "interrupt_before" : "interrupt_after";
+  for (const auto* list : {&c.interrupt_before, &c.interrupt_after, &c.go_to}) {
+    const char* what = list == &c.interrupt_before  ? "interrupt_before"
+                       : list == &c.interrupt_after ? "interrupt_after"
+                                                    : "command.goto";
     for (const auto& n : *list) {
-      if (n == "*") continue;
+      if (n == "*" && list != &c.go_to) continue;
       const bool known = std::any_of(spec.nodes.begin(), spec.nodes.end(),
                                      [&](const graph::NodeSpec& s) { return s.name == n; });
       if (known) continue;
       std::string nodes;
       for (const auto& s : spec.nodes) nodes += (nodes.empty() ? "" : ", ") + s.name;
-      return Error(Errc::invalid_argument,
-                   "'" + std::string(what) + "' names node '" + n.substr(0, 200) + "', which " +
-                       spec.name + " does not have (its nodes: " + nodes + "; \"*\" for all)");
+      return Error(Errc::invalid_argument, "'" + std::string(what) + "' names node '" +
+                                               n.substr(0, 200) + "', which " + spec.name +
+                                               " does not have (its nodes: " + nodes +
+                                               (list == &c.go_to ? ")" : "; \"*\" for all)"));
     }
   }
   const int cap = spec.limits.recursion_limit ? static_cast<int>(*spec.limits.recursion_limit)

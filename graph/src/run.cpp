@@ -357,7 +357,27 @@ Status Runner::prepare(json::object& input, std::vector<Task>& tasks) {
 }
 
 Status Runner::start(const json::object& input, std::vector<Task>& tasks) {
-  if (!resumed) {
+  const bool jump = extras && !extras->go_to.empty() && !(thread && thread->continues);
+  if (jump) {
+    if (resume_value())
+      return Error(Errc::unsupported,
+                   "go_to with a resume value: resume the interrupted thread, then go_to in a run "
+                   "of its own");
+    std::vector<Task> first;
+    for (const auto& name : extras->go_to) {
+      auto i = g.node_index(name);
+      if (!i) {
+        std::string nodes;
+        for (const auto& n : g.nodes_) nodes += (nodes.empty() ? "" : ", ") + n.name;
+        return Error(Errc::invalid_argument,
+                     "go_to names node '" + name.substr(0, 200) +
+                         "', which the graph does not have (its nodes: " + nodes + ")");
+      }
+      if (std::none_of(first.begin(), first.end(), [&](const Task& t) { return t.node == *i; }))
+        first.push_back({*i, nullptr});
+    }
+    tasks = std::move(first);  // an unfinished thread's pending nodes give way
+  } else if (!resumed) {
     for (auto n : g.static_next_[0]) tasks.push_back({n, nullptr});
     for (const Router* r : g.routers_[0]) {
       if (auto s = route(*r, tasks); !s) return s;
@@ -365,7 +385,7 @@ Status Runner::start(const json::object& input, std::vector<Task>& tasks) {
   }
   // The input is a step of its own, numbered after the thread's last one (a continued run's
   // input is in the thread already).
-  if (checkpointer() && !input.empty() && !thread->continues) {
+  if (checkpointer() && (!input.empty() || jump) && !thread->continues) {
     if (!thread->parent_checkpoint.empty()) ++thread->step_base;
     std::vector<bool> written(g.channels_.size());
     for (const auto& kv : input) written[*g.channel_index(kv.key())] = true;
@@ -917,11 +937,12 @@ asio::awaitable<Result<RunResult>> GraphRuntime::async_run(
   if (options.events) r->extra().events = options.events->impl_;
   r->stream_state = options.stream_state;
   if (!options.interrupt_before.empty() || !options.interrupt_after.empty() ||
-      options.recursion_limit > 0) {
+      options.recursion_limit > 0 || !options.go_to.empty()) {
     auto& x = r->extra();
     x.break_before = std::move(options.interrupt_before);
     x.break_after = std::move(options.interrupt_after);
     x.recursion_limit = options.recursion_limit;
+    x.go_to = std::move(options.go_to);
   }
   if (options.trace && options.trace->context)
     r->trace_begin(options.trace->context, options.trace->name);

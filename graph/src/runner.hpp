@@ -163,6 +163,7 @@ struct Runner {
     // RunOptions::interrupt_before / interrupt_after / recursion_limit (0: the graph's).
     std::vector<std::string> break_before, break_after;
     std::int32_t recursion_limit = 0;
+    std::vector<std::string> go_to;    // RunOptions::go_to
     const char* breakpoint = nullptr;  // "before"/"after" once a breakpoint stopped the run
     std::unique_ptr<RunTrace> trace;   // set with `traced`
   };

@@ -211,6 +211,10 @@ Result<RunRecord> start_once(const LangGraphApi& api, const RunAsk& a, const std
         return Error(Errc::unsupported,
                      "'after_seconds' on a thread stopped at a breakpoint (a delayed "
                      "continuation) is not supported by weir yet (docs/langgraph-api.md)");
+      if (!a.run.controls.go_to.empty())
+        return Error(Errc::unsupported,
+                     "'command.goto' on a thread stopped at a breakpoint is not supported by weir "
+                     "yet: continue it first, or start from a checkpoint (docs/langgraph-api.md)");
       return runs->resume(thread, json::value(nullptr), traceparent, a.run.controls);
     }
     if (*latest && pending_status(**latest) == "interrupted" && !at_breakpoint(**latest))

@@ -208,6 +208,20 @@ Result<LangGraphRun> read_langgraph_run(const json::object& b, std::string_view 
                 "[channel, value] pairs");
           r.update[pair.as_array()[0].as_string()] = pair.as_array()[1];
         }
+      } else if (kv.key() == "goto" && !kv.value().is_null()) {
+        // A node name, a Send ({"node", "input"}), or a list of them.
+        const auto& v = kv.value();
+        const json::array one{v};
+        const json::array& names = v.is_array() ? v.as_array() : one;
+        if (names.size() > 1000) return bad("'command.goto' names over 1000 nodes");
+        for (const auto& n : names) {
+          if (n.is_object() && n.as_object().contains("node"))
+            return not_yet(route, "'command.goto' with a Send (a node and its own input)");
+          if (!n.is_string() || n.as_string().empty())
+            return bad("'command.goto' must be a node name or a list of node names, got " +
+                       json::serialize(v).substr(0, 200));
+          r.controls.go_to.emplace_back(n.as_string());
+        }
       } else if (kv.key() == "update" && !kv.value().is_null()) {
         return bad(
             "'command.update' must be an object of channel values or a list of "
@@ -224,6 +238,8 @@ Result<LangGraphRun> read_langgraph_run(const json::object& b, std::string_view 
     r.input = in->as_object();
   }
   if (r.resume && !r.input.empty()) return bad("give 'input' or 'command.resume', not both");
+  if (r.resume && !r.controls.go_to.empty())
+    return not_yet(route, "'command.goto' with 'command.resume' (resume first, then goto)");
   if (r.resume && r.after.count() > 0)
     return not_yet(route, "'after_seconds' with 'command.resume' (a delayed resume)");
   auto from = read_langgraph_checkpoint(b);

@@ -261,6 +261,56 @@ TEST(Breakpoints, EveryNodeAndAfterANode) {
   EXPECT_EQ(json::serialize(end->state.at("log")), R"(["a","b","c"])");
 }
 
+// go_to (LangGraph's command.goto): the run's first step runs the named nodes instead of
+// START's targets, after the input is applied, with or without a thread; on a thread whose
+// last run finished it is the next turn's first step. A node the graph lacks is refused before
+// any node runs; a resume value with go_to is refused (resume first).
+TEST(GoTo, TheFirstStepRunsTheNamedNodes) {
+  auto runs = std::make_shared<std::map<std::string, int>>();
+  auto g = line_graph(runs);
+  GraphRuntime rt;
+  RunOptions jump;
+  jump.go_to = {"b"};
+  auto r = run(rt, g, {{"answer", "given"}}, jump);
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(json::serialize(r->state.at("log")), R"(["b","c"])");
+  EXPECT_EQ(json::serialize(r->state.at("answer")), R"("given")");
+  EXPECT_EQ((*runs)["a"], 0);
+
+  auto cp = make_memory_checkpointer();
+  ASSERT_TRUE(run(rt, g, {}, {.checkpointer = cp.get(), .thread_id = "t"}));
+  RunOptions turn{.checkpointer = cp.get(), .thread_id = "t"};
+  turn.go_to = {"c"};
+  auto next = run(rt, g, {}, turn);
+  ASSERT_TRUE(next) << next.error().message;
+  EXPECT_EQ(json::serialize(next->state.at("log")), R"(["a","b","c","c"])");
+  EXPECT_EQ((*runs)["a"], 1);
+  // The jump is in the thread's checkpoints: the step before c names it next.
+  auto history = cp->list("t", 2);
+  ASSERT_TRUE(history && history->size() == 2u);
+  EXPECT_EQ(json::serialize(history->at(1).pending.at("next")), R"(["c"])");
+
+  RunOptions nope;
+  nope.go_to = {"c", "nope"};
+  auto bad = run(rt, g, {}, nope);
+  ASSERT_FALSE(bad);
+  EXPECT_TRUE(bad.error().is(Errc::invalid_argument));
+  EXPECT_EQ(bad.error().message,
+            "go_to names node 'nope', which the graph does not have (its nodes: a, b, c)");
+  EXPECT_EQ((*runs)["c"], 3) << "nothing ran";
+
+  auto asks = line_graph(runs, /*b_asks=*/true);
+  ASSERT_TRUE(run(rt, asks, {}, {.checkpointer = cp.get(), .thread_id = "i"}));
+  RunOptions both{.checkpointer = cp.get()};
+  both.go_to = {"c"};
+  auto refused = resume(rt, asks, "i", "yes", both);
+  ASSERT_FALSE(refused);
+  EXPECT_TRUE(refused.error().is(Errc::unsupported));
+  EXPECT_EQ(refused.error().message,
+            "go_to with a resume value: resume the interrupted thread, then go_to in a run of "
+            "its own");
+}
+
 // A breakpoint before a node that itself asks a human: the breakpoint first, then the node's own
 // interrupt, whose resume value the node gets.
 TEST(Breakpoints, ABreakpointThenTheNodesOwnInterrupt) {

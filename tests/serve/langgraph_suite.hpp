@@ -178,6 +178,51 @@ TEST_P(RunsApi, LangGraphBreakpointsAndARunsRecursionLimit) {
   EXPECT_NE(joined.body.find("the run's recursion_limit=2"), std::string::npos) << joined.body;
 }
 
+// command.goto: the run's first step runs the nodes named instead of START's targets, after
+// its input; names the workflow lacks, a Send and goto with resume are refused with what to do.
+TEST_P(RunsApi, LangGraphCommandGotoStartsAtTheNodesNamed) {
+  write("line", R"({"name": "line",
+ "state": {"log": {"reducer": "append"}, "topic": {"default": ""}}, "input": ["topic"],
+ "nodes": {"a": {"kind": "set", "values": {"log": "a"}},
+           "b": {"kind": "set", "values": {"log": "b"}},
+           "c": {"kind": "set", "values": {"log": "c"}}},
+ "edges": [{"from": "START", "to": "a"}, {"from": "a", "to": "b"}, {"from": "b", "to": "c"},
+           {"from": "c", "to": "END"}]})");
+  start();
+  const std::string t(object_of(post("/threads", "{}").body)["thread_id"].as_string());
+  auto jumped = post("/threads/" + t + "/runs/wait",
+                     R"({"assistant_id": "line", "input": {"topic": "x"},
+                         "command": {"goto": "b"}})");
+  ASSERT_EQ(jumped.status, 200) << jumped.body;
+  EXPECT_EQ(json::serialize(object_of(jumped.body)["log"]), R"(["b","c"])");
+  EXPECT_EQ(object_of(jumped.body)["topic"], "x");
+  auto again = post("/threads/" + t + "/runs/wait",
+                    R"({"assistant_id": "line", "command": {"goto": ["c"]}})");
+  ASSERT_EQ(again.status, 200) << again.body;
+  EXPECT_EQ(json::serialize(object_of(again.body)["log"]), R"(["b","c","c"])");
+  auto stateless =
+      post("/runs/wait", R"({"assistant_id": "line", "input": {}, "command": {"goto": "c"}})");
+  ASSERT_EQ(stateless.status, 200) << stateless.body;
+  EXPECT_EQ(json::serialize(object_of(stateless.body)["log"]), R"(["c"])");
+
+  auto unknown = post("/runs/wait", R"({"assistant_id": "line", "command": {"goto": "nope"}})");
+  EXPECT_EQ(unknown.status, 422);
+  EXPECT_EQ(detail_of(unknown),
+            "'command.goto' names node 'nope', which line does not have (its nodes: a, b, c)");
+  auto send = post("/runs/wait", R"({"assistant_id": "line",
+                                     "command": {"goto": {"node": "b", "input": {}}}})");
+  EXPECT_EQ(send.status, 501);
+  EXPECT_NE(detail_of(send).find("'command.goto' with a Send"), std::string::npos) << send.body;
+  auto with_resume = post("/threads/" + t + "/runs/wait",
+                          R"({"assistant_id": "line", "command": {"goto": "b", "resume": 1}})");
+  EXPECT_EQ(with_resume.status, 501);
+  EXPECT_NE(detail_of(with_resume).find("'command.goto' with 'command.resume'"), std::string::npos)
+      << with_resume.body;
+  auto wrong = post("/runs/wait", R"({"assistant_id": "line", "command": {"goto": 3}})");
+  EXPECT_EQ(wrong.status, 422);
+  EXPECT_EQ(detail_of(wrong), "'command.goto' must be a node name or a list of node names, got 3");
+}
+
 // A run keeps what its request said of it (metadata, multitask_strategy), and joining an older
 // run answers that run's own last values, not what later runs made of the thread.
 TEST_P(RunsApi, LangGraphRunsKeepTheirOwnRequestAndAnswer) {

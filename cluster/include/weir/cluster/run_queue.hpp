@@ -77,12 +77,13 @@ inline constexpr std::chrono::milliseconds kMaxRunDelay{std::chrono::hours(24)};
 // metadata and multitask_strategy, shown with the run), unread by the executor.
 struct RunControls {
   std::vector<std::string> interrupt_before, interrupt_after;  // node names, "*": every node
-  int recursion_limit = 0;  // 0: the workflow's limits.recursion_limit; else 1 up to it
+  int recursion_limit = 0;         // 0: the workflow's limits.recursion_limit; else 1 up to it
+  std::vector<std::string> go_to;  // the first step's nodes (graph::RunOptions::go_to)
   boost::json::object metadata;
   std::string multitask_strategy;
   bool empty() const {
     return interrupt_before.empty() && interrupt_after.empty() && recursion_limit == 0 &&
-           metadata.empty() && multitask_strategy.empty();
+           go_to.empty() && metadata.empty() && multitask_strategy.empty();
   }
 };
 // RunRecord::controls's text ("" when empty) and back. Errors: invalid_argument (not the text

@@ -452,6 +452,11 @@ struct RunOptions {
   // per-run cap, e.g. LangGraph's config.recursion_limit; the caller decides whether it may
   // exceed the graph's).
   std::int32_t recursion_limit = 0;
+  // The first step's nodes instead of START's targets (LangGraph's command.goto), run after the
+  // input is applied; on an unfinished thread given new input they replace its pending nodes
+  // (a continued run ignores them: its first run jumped already). A name the graph lacks fails
+  // the run (invalid_argument) before any node runs; with a resume value it is `unsupported`.
+  std::vector<std::string> go_to;
 };
 
 struct RuntimeOptions {
