@@ -72,6 +72,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     std::abort();
   }
   if (auto q = read_langgraph_assistant_search(*body); !q) check(q.error());
+  if (auto w = read_langgraph_assistant_write(*body, "POST /assistants"); !w) check(w.error());
+  if (auto v = read_langgraph_assistant_version(*body); !v) check(v.error());
   if (auto c = read_langgraph_checkpoint(*body); !c) check(c.error());
   if (auto u = read_langgraph_state_update(*body); !u) check(u.error());
   if (auto p = read_langgraph_prune(*body); !p) {

@@ -94,6 +94,7 @@ std::string controls_text(const RunControls& c) {
   if (!c.go_to.empty()) o["go_to"] = names(c.go_to);
   if (!c.metadata.empty()) o["metadata"] = c.metadata;
   if (!c.multitask_strategy.empty()) o["multitask_strategy"] = c.multitask_strategy;
+  if (!c.assistant_id.empty()) o["assistant_id"] = c.assistant_id;
   return json::serialize(o);
 }
 
@@ -123,6 +124,8 @@ Result<RunControls> parse_controls(std::string_view text) {
       c.metadata = kv.value().as_object();
     } else if (kv.key() == "multitask_strategy" && kv.value().is_string()) {
       c.multitask_strategy = kv.value().as_string();
+    } else if (kv.key() == "assistant_id" && kv.value().is_string()) {
+      c.assistant_id = kv.value().as_string();
     } else {
       return wrong();
     }

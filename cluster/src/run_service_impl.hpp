@@ -50,10 +50,6 @@ Result<std::shared_ptr<const WorkflowFile>> resolve_request(
 Result<std::shared_ptr<WorkflowFile>> load_workflow_file(const std::filesystem::path& p,
                                                          std::string text);
 
-// Errors: invalid_argument (a breakpoint names a node the workflow lacks; a recursion_limit
-// above the workflow's cap, which a run may lower but not raise).
-Status check_controls(const graph::WorkflowSpec& spec, const RunControls& c);
-
 // The thread's latest checkpoint, which must say it is interrupted (for resume()).
 Result<graph::Checkpoint> interrupted_checkpoint(const graph::Checkpointer& cp,
                                                  const std::string& thread_id);

@@ -38,8 +38,9 @@ class Store;
 
 namespace weir::serve {
 
-class LangGraphThreads;  // the threads' metadata (langgraph_book.hpp)
-class Webhooks;          // runs' webhooks (webhooks.hpp)
+class LangGraphThreads;     // the threads' metadata (langgraph_book.hpp)
+class LangGraphAssistants;  // assistants made with POST /assistants (langgraph_assistants.hpp)
+class Webhooks;             // runs' webhooks (webhooks.hpp)
 
 struct LangGraphApi {
   cluster::RunService* runs = nullptr;
@@ -49,9 +50,11 @@ struct LangGraphApi {
   std::chrono::milliseconds keep_alive{15'000};  // a heartbeat comment on a quiet stream
   std::size_t max_threads = 100'000;
   std::shared_ptr<LangGraphThreads> threads;  // the thread list (langgraph_book.hpp)
-  std::int64_t started_ms = 0;                // the assistants' created_at (unix ms)
-  std::shared_ptr<graph::Store> store;        // the /store routes' items (langgraph_store.hpp)
-  std::shared_ptr<Webhooks> webhooks;         // a run's `webhook` (webhooks.hpp)
+  // Assistants made with POST /assistants (langgraph_assistants.hpp), in the thread list's store.
+  std::shared_ptr<LangGraphAssistants> assistants;
+  std::int64_t started_ms = 0;          // the assistants' created_at (unix ms)
+  std::shared_ptr<graph::Store> store;  // the /store routes' items (langgraph_store.hpp)
+  std::shared_ptr<Webhooks> webhooks;   // a run's `webhook` (webhooks.hpp)
 };
 
 // True when `path` belongs to the LangGraph Server API (then route_langgraph answers it).

@@ -435,7 +435,72 @@ Result<LangGraphAssistantSearch> read_langgraph_assistant_search(const json::obj
   auto order = one_of(b, "sort_order", {"asc", "desc"}, "asc");
   if (!order) return std::move(order).error();
   if (set(field(b, "select"))) return not_yet("POST /assistants/search", "'select'");
+  q.sort_by = std::move(*sort);
+  q.ascending = *order == "asc";
   return q;
+}
+
+Result<LangGraphAssistantWrite> read_langgraph_assistant_write(const json::object& b,
+                                                               std::string_view route) {
+  LangGraphAssistantWrite w;
+  for (auto [key, dst] :
+       {std::pair{"graph_id", &w.graph_id}, {"assistant_id", &w.assistant_id}, {"name", &w.name}}) {
+    auto v = string_field(b, key);
+    if (!v) return std::move(v).error();
+    *dst = std::move(*v);
+  }
+  if (w.graph_id && w.graph_id->empty()) return bad("'graph_id' must name a graph");
+  if (w.assistant_id)
+    if (auto c = graph::check_id("'assistant_id'", *w.assistant_id); !c)
+      return std::move(c).error();
+  if (w.name && w.name->size() > 256)
+    return bad("'name' is " + std::to_string(w.name->size()) + " bytes; at most 256");
+  if (const auto* d = b.if_contains("description")) {
+    if (!d->is_string() && !d->is_null())
+      return bad("'description' must be a string or null, got " +
+                 std::string(json_kind_phrase(*d)));
+    if (d->is_string() && d->as_string().size() > 4096)
+      return bad("'description' is over 4096 bytes");
+    w.description = *d;
+  }
+  auto m = object_field(b, "metadata");
+  if (!m) return std::move(m).error();
+  w.metadata = std::move(*m);
+  if (set(field(b, "context"))) return not_yet(route, "'context'");
+  if (const auto* c = field(b, "config")) {
+    if (!c->is_object()) return bad("'config' must be an object");
+    for (const auto& kv : c->as_object()) {
+      const auto& v = kv.value();
+      if (v.is_null()) continue;
+      if (kv.key() == "recursion_limit") {
+        if (!v.is_int64() || v.as_int64() < 1 || v.as_int64() > 1'000'000)
+          return bad("'config.recursion_limit' must be a whole number from 1, got " +
+                     json::serialize(v).substr(0, 100));
+      } else if (kv.key() == "configurable" && !v.is_object()) {
+        return bad("'config.configurable' must be an object, got " +
+                   std::string(json_kind_phrase(v)));
+      } else if (kv.key() == "tags" && !v.is_array()) {
+        return bad("'config.tags' must be a list of strings, got " +
+                   std::string(json_kind_phrase(v)));
+      } else if (kv.key() != "configurable" && kv.key() != "tags" &&
+                 kv.key() != "recursion_limit") {
+        return not_yet(route, "'config." + std::string(kv.key()) + "'");
+      }
+    }
+    w.config = c->as_object();
+  }
+  auto e = one_of(b, "if_exists", {"raise", "do_nothing"}, "raise");
+  if (!e) return std::move(e).error();
+  w.do_nothing_if_exists = *e == "do_nothing";
+  return w;
+}
+
+Result<std::int64_t> read_langgraph_assistant_version(const json::object& b) {
+  const auto* v = field(b, "version");
+  if (!v || !v->is_int64() || v->as_int64() < 1)
+    return bad("'version' must be a version number (1 or more), got " +
+               (v ? json::serialize(*v).substr(0, 100) : std::string("nothing")));
+  return v->as_int64();
 }
 
 Result<std::string> read_langgraph_before(const json::object& b) {

@@ -153,7 +153,24 @@ struct LangGraphAssistantSearch {
   LangGraphPage page;
   std::optional<std::string> graph_id, name;
   std::optional<boost::json::object> metadata;
+  std::string sort_by = "name";
+  bool ascending = true;
 };
+
+// POST /assistants (create) and PATCH /assistants/{id} (a new version): the fields given.
+// config: tags, recursion_limit (1 up to 1,000,000; the graph's cap is checked by the caller),
+// configurable; context and other config keys: 501 (as on a run). name: at most 256 bytes;
+// description: a string or null; metadata: an object.
+struct LangGraphAssistantWrite {
+  std::optional<std::string> graph_id, assistant_id, name;
+  std::optional<boost::json::value> description;  // a string or null
+  std::optional<boost::json::object> config, metadata;
+  bool do_nothing_if_exists = false;  // if_exists "do_nothing" (else "raise": 409)
+};
+Result<LangGraphAssistantWrite> read_langgraph_assistant_write(const boost::json::object& body,
+                                                               std::string_view route);
+// POST /assistants/{id}/latest: {"version": n}.
+Result<std::int64_t> read_langgraph_assistant_version(const boost::json::object& body);
 Result<LangGraphAssistantSearch> read_langgraph_assistant_search(const boost::json::object& body);
 
 // A history body's `before`: a checkpoint id, or a config {"configurable": {"checkpoint_id"}}

@@ -237,7 +237,8 @@ json::object run_object(const RunRecord& r) {
   return json::object{
       {"run_id", r.id},
       {"thread_id", r.thread_id},
-      {"assistant_id", assistant_id_of(r.workflow_name)},
+      {"assistant_id",
+       c && !c->assistant_id.empty() ? c->assistant_id : assistant_id_of(r.workflow_name)},
       {"metadata", c ? c->metadata : json::object{}},
       {"status", run_status(r.state)},
       {"multitask_strategy",

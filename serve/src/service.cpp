@@ -4,6 +4,7 @@
 #include <cctype>
 
 #include "console.hpp"
+#include "langgraph_assistants.hpp"
 #include "langgraph_book.hpp"
 #include "request_trace.hpp"
 #include "service_impl.hpp"
@@ -673,8 +674,9 @@ Result<std::unique_ptr<Service>> Service::start(ServeConfig config) {
       graph::MemoryStoreOptions book;
       book.max_bytes = LangGraphThreads::kMemoryBookBytes;
       book.budget = &s->budget;
-      s->langgraph_api.threads =
-          std::make_shared<LangGraphThreads>(graph::make_memory_store(book), true);
+      std::shared_ptr<graph::Store> books = graph::make_memory_store(book);
+      s->langgraph_api.threads = std::make_shared<LangGraphThreads>(books, true);
+      s->langgraph_api.assistants = std::make_shared<LangGraphAssistants>(books);
     } else {
       auto store = graph::open_postgres_store(s->cfg.runs_db);
       if (!store) return std::move(store).error();
@@ -682,7 +684,9 @@ Result<std::unique_ptr<Service>> Service::start(ServeConfig config) {
       auto book = graph::open_postgres_store(s->cfg.runs_db, {}, std::chrono::milliseconds(10000),
                                              "weir_langgraph_threads");
       if (!book) return std::move(book).error();
-      s->langgraph_api.threads = std::make_shared<LangGraphThreads>(std::move(*book), false);
+      std::shared_ptr<graph::Store> books = std::move(*book);
+      s->langgraph_api.threads = std::make_shared<LangGraphThreads>(books, false);
+      s->langgraph_api.assistants = std::make_shared<LangGraphAssistants>(books);
     }
   }
   s->metrics.gauge_callback("weir_serve_connections", "open HTTP connections", {},

@@ -163,6 +163,19 @@ TEST(LangGraphSdk, TheOfficialJsClientRunsEveryFlow) {
   EXPECT_EQ(ops.at("deleted").at("status"), 404);
   EXPECT_EQ(ops.at("pruned").at("pruned_count"), 1);
   EXPECT_EQ(ops.at("history_length"), 2);  // the compacted checkpoint and the root state
+
+  // An assistant made, versioned, set back, found, run and deleted as the SDK calls them.
+  const auto& mk = v.at("assistants_made");
+  const auto made_id = mk.at("made").at("assistant_id");
+  EXPECT_EQ(mk.at("made").at("graph_id"), "steps");
+  EXPECT_EQ(mk.at("made").at("version"), 1);
+  EXPECT_EQ(mk.at("updated"), "Steps, reviewed");
+  EXPECT_EQ(json::serialize(mk.at("versions")), "[2,1]");
+  EXPECT_EQ(mk.at("back"), "Steps for docs");
+  EXPECT_EQ(json::serialize(mk.at("found")), "[" + json::serialize(made_id) + "]");
+  EXPECT_EQ(json::serialize(mk.at("final")),
+            R"({"done":true,"seen":["first m","second"],"topic":"m"})");
+  EXPECT_EQ(mk.at("gone").at("status"), 404);
 }
 
 }  // namespace

@@ -223,6 +223,104 @@ TEST_P(RunsApi, LangGraphCommandGotoStartsAtTheNodesNamed) {
   EXPECT_EQ(detail_of(wrong), "'command.goto' must be a node name or a list of node names, got 3");
 }
 
+// POST /assistants makes an assistant of a graph with settings of its own: found by search and
+// get, drawn as its graph, versioned by PATCH (and set back with /latest), lending its runs its
+// recursion_limit and its id; a graph's default assistant cannot be changed or deleted.
+TEST_P(RunsApi, LangGraphAssistantsMadeForAGraph) {
+  write("line", R"({"name": "line",
+ "state": {"log": {"reducer": "append"}, "topic": {"default": ""}}, "input": ["topic"],
+ "nodes": {"a": {"kind": "set", "values": {"log": "a"}},
+           "b": {"kind": "set", "values": {"log": "b"}},
+           "c": {"kind": "set", "values": {"log": "c"}}},
+ "edges": [{"from": "START", "to": "a"}, {"from": "a", "to": "b"}, {"from": "b", "to": "c"},
+           {"from": "c", "to": "END"}]})");
+  start();
+  auto made = post("/assistants", R"({"graph_id": "line", "name": "Short line",
+                                      "config": {"recursion_limit": 2},
+                                      "metadata": {"team": "docs"}})");
+  ASSERT_EQ(made.status, 200) << made.body;
+  const auto a = object_of(made.body);
+  const std::string id(a.at("assistant_id").as_string());
+  EXPECT_EQ(id.size(), 36u);
+  EXPECT_EQ(a.at("graph_id"), "line");
+  EXPECT_EQ(a.at("name"), "Short line");
+  EXPECT_EQ(a.at("version"), 1);
+  EXPECT_EQ(json::serialize(a.at("config")), R"({"recursion_limit":2})");
+  EXPECT_EQ(object_of(get("/assistants/" + id).body), a);
+  EXPECT_EQ(get("/assistants/" + id + "/graph").body, get("/assistants/line/graph").body);
+  auto both = json::parse(post("/assistants/search", R"({"graph_id": "line"})").body).as_array();
+  EXPECT_EQ(both.size(), 2u);
+  auto docs =
+      json::parse(post("/assistants/search", R"({"metadata": {"team": "docs"}})").body).as_array();
+  ASSERT_EQ(docs.size(), 1u);
+  EXPECT_EQ(docs[0].at("assistant_id"), json::value(id));
+  EXPECT_EQ(post("/assistants/count", R"({"name": "short"})").body, "1");
+
+  // Its runs: its recursion_limit (2 of the graph's 3 steps) and its id.
+  auto run = post("/runs/wait", R"({"assistant_id": ")" + id + R"(", "input": {}})");
+  ASSERT_EQ(run.status, 200) << run.body;
+  EXPECT_NE(run.body.find("the run's recursion_limit=2"), std::string::npos) << run.body;
+  auto own = post("/runs/wait", R"({"assistant_id": ")" + id +
+                                    R"(", "input": {}, "config": {"recursion_limit": 5}})");
+  ASSERT_EQ(own.status, 200) << own.body;
+  EXPECT_EQ(json::serialize(object_of(own.body)["log"]), R"(["a","b","c"])");
+  auto bg = post("/runs", R"({"assistant_id": ")" + id + R"(", "input": {}})");
+  ASSERT_EQ(bg.status, 200) << bg.body;
+  EXPECT_EQ(object_of(bg.body)["assistant_id"], json::value(id));
+
+  // Versions.
+  auto patched = call(port_, "PATCH", "/assistants/" + id,
+                      R"({"config": {}, "metadata": {"reviewed": true}})");
+  ASSERT_EQ(patched.status, 200) << patched.body;
+  const auto v2 = object_of(patched.body);
+  EXPECT_EQ(v2.at("version"), 2);
+  EXPECT_EQ(json::serialize(v2.at("config")), "{}");
+  EXPECT_EQ(json::serialize(v2.at("metadata")), R"({"team":"docs","reviewed":true})");
+  auto versions = json::parse(post("/assistants/" + id + "/versions", "{}").body).as_array();
+  ASSERT_EQ(versions.size(), 2u);
+  EXPECT_EQ(versions[0].at("version"), 2);
+  EXPECT_EQ(versions[1].at("version"), 1);
+  auto back = post("/assistants/" + id + "/latest", R"({"version": 1})");
+  ASSERT_EQ(back.status, 200) << back.body;
+  EXPECT_EQ(json::serialize(object_of(back.body)["config"]), R"({"recursion_limit":2})");
+  auto none = post("/assistants/" + id + "/latest", R"({"version": 9})");
+  EXPECT_EQ(none.status, 404);
+  EXPECT_EQ(detail_of(none), "assistant '" + id + "' has no version 9 (it keeps 2, 1)");
+
+  // Ids: given, taken, the graph's own.
+  auto given = post("/assistants", R"({"graph_id": "line", "assistant_id": "my-line"})");
+  ASSERT_EQ(given.status, 200) << given.body;
+  EXPECT_EQ(object_of(given.body)["name"], "Untitled");
+  auto taken = post("/assistants", R"({"graph_id": "line", "assistant_id": "my-line"})");
+  EXPECT_EQ(taken.status, 409);
+  EXPECT_EQ(detail_of(taken),
+            "assistant 'my-line' exists already ('if_exists': \"do_nothing\" answers it instead)");
+  auto kept = post("/assistants", R"({"graph_id": "line", "assistant_id": "my-line",
+                                      "name": "other", "if_exists": "do_nothing"})");
+  ASSERT_EQ(kept.status, 200) << kept.body;
+  EXPECT_EQ(object_of(kept.body)["name"], "Untitled");
+  auto fixed = call(port_, "PATCH", "/assistants/line", R"({"name": "x"})");
+  EXPECT_EQ(fixed.status, 409);
+  EXPECT_EQ(detail_of(fixed),
+            "assistant 'line' is graph line's default assistant, which is the graph itself: make "
+            "an assistant of your own with POST /assistants to change its settings");
+  EXPECT_EQ(call(port_, "DELETE", "/assistants/line").status, 409);
+  auto nograph = post("/assistants", R"({"graph_id": "nope"})");
+  EXPECT_EQ(nograph.status, 404);
+  EXPECT_EQ(detail_of(nograph).rfind("graph 'nope' not found (this server's graphs: ", 0), 0u)
+      << nograph.body;
+  auto high = post("/assistants", R"({"graph_id": "line", "config": {"recursion_limit": 99}})");
+  EXPECT_EQ(high.status, 422);
+  EXPECT_EQ(detail_of(high),
+            "'recursion_limit' 99 is not within 1 to 25, line's cap (its limits.recursion_limit): "
+            "a run may lower its cap, not raise it");
+
+  EXPECT_EQ(call(port_, "DELETE", "/assistants/" + id).status, 204);
+  EXPECT_EQ(get("/assistants/" + id).status, 404);
+  auto gone = post("/runs/wait", R"({"assistant_id": ")" + id + R"(", "input": {}})");
+  EXPECT_EQ(gone.status, 404);
+}
+
 // A run keeps what its request said of it (metadata, multitask_strategy), and joining an older
 // run answers that run's own last values, not what later runs made of the thread.
 TEST_P(RunsApi, LangGraphRunsKeepTheirOwnRequestAndAnswer) {

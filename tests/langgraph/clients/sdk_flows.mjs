@@ -157,4 +157,19 @@ await flow("thread_ops", async () => {
            pruned, history_length: history.length };
 });
 
+await flow("assistants_made", async () => {
+  const made = await client.assistants.create({
+    graphId: "steps", name: "Steps for docs", metadata: { team: "docs" },
+    config: { recursion_limit: 5 } });
+  const updated = await client.assistants.update(made.assistant_id, { name: "Steps, reviewed" });
+  const versions = await client.assistants.getVersions(made.assistant_id);
+  const back = await client.assistants.setLatest(made.assistant_id, 1);
+  const found = await client.assistants.search({ metadata: { team: "docs" } });
+  const final = await client.runs.wait(null, made.assistant_id, { input: { topic: "m" } });
+  await client.assistants.delete(made.assistant_id);
+  const gone = await caught(() => client.assistants.get(made.assistant_id));
+  return { made, updated: updated.name, versions: versions.map((v) => v.version),
+           back: back.name, found: found.map((x) => x.assistant_id), final, gone };
+});
+
 process.stdout.write(JSON.stringify(out) + "\n");

@@ -81,9 +81,10 @@ struct RunControls {
   std::vector<std::string> go_to;  // the first step's nodes (graph::RunOptions::go_to)
   boost::json::object metadata;
   std::string multitask_strategy;
+  std::string assistant_id;  // the LangGraph assistant the run was asked of ("": its graph's)
   bool empty() const {
     return interrupt_before.empty() && interrupt_after.empty() && recursion_limit == 0 &&
-           go_to.empty() && metadata.empty() && multitask_strategy.empty();
+           go_to.empty() && metadata.empty() && multitask_strategy.empty() && assistant_id.empty();
   }
 };
 // RunRecord::controls's text ("" when empty) and back. Errors: invalid_argument (not the text

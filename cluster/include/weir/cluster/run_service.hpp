@@ -68,6 +68,11 @@ struct WorkflowSpec;
 
 namespace weir::cluster {
 
+// Whether a run of `spec` may take controls `c`. Errors: invalid_argument (a breakpoint or a
+// goto names a node the workflow lacks; a recursion_limit above the workflow's cap, which a run
+// may lower but not raise), each naming what it may be.
+Status check_controls(const graph::WorkflowSpec& spec, const RunControls& c);
+
 struct RunServiceOptions {
   std::filesystem::path workflows;  // a folder of workflow files; empty: requests give files
   std::string db;                   // "": in-process; else a PostgreSQL connection string
