@@ -164,6 +164,13 @@ await flow("chat", async () => {
     { checkpoint: firstMeta?.firstSeenState?.parent_checkpoint, streamMode: ["values"],
       streamSubgraphs: true, streamResumable: true });
   const editedFirst = ui.view();
+  // The UI reads the newest 10 checkpoints (fetchStateHistory: true); the whole history shows
+  // the first question's two branches.
+  const shortHistory = ui.history;
+  ui.history = await ui.client.threads.getHistory(ui.threadId, { limit: 100 });
+  const firstBranchesWhole = ui.view().branches[0];
+  const historyLength = ui.history.length;
+  ui.history = shortHistory;
   // Regenerate the last answer: input undefined, the AI message's parent checkpoint.
   const ai = editedFirst.meta.at(-1);
   const regen = await ui.submit(undefined, { checkpoint: ai?.firstSeenState?.parent_checkpoint,
@@ -178,6 +185,7 @@ await flow("chat", async () => {
     edit_names: names(edit.events), edited: shownView(edited), switched,
     first_parent_checkpoint: firstMeta?.firstSeenState?.parent_checkpoint ?? null,
     edit_first_names: names(editFirst.events), edited_first: shownView(editedFirst),
+    first_branches_whole: firstBranchesWhole, history_length: historyLength,
     regen_names: names(regen.events), regenerated: shownView(regenerated),
     calls: ui.calls,
   };
