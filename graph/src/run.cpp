@@ -4,6 +4,7 @@
 #include "runner.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -348,7 +349,7 @@ Status Runner::prepare(json::object& input, std::vector<Task>& tasks) {
     }
     // A large input value is stored like a node's large write: state holds its reference.
     if (!nested) {
-      if (auto s = offload(v); !s) return s;
+      if (auto s = offload(v, k, ""); !s) return s;
     }
     w[0] = {0, &v};
     if (auto s = reduce(*ch, w, 0); !s) return s;
@@ -463,7 +464,8 @@ Status Runner::collect(const std::vector<Task>& tasks, std::vector<Result<Update
   for (std::size_t i = 0; i < tasks.size(); ++i) {
     if (!results[i]) return node_error(tasks[i].node, results[i].error());
     for (auto& [ch_name, v] : results[i]->writes) {
-      if (auto s = offload(v); !s) return node_error(tasks[i].node, s.error());
+      if (auto s = offload(v, ch_name, g.nodes_[tasks[i].node].name); !s)
+        return node_error(tasks[i].node, s.error());
       auto ch = g.channel_index(ch_name);
       if (!ch) {
         return Error(Errc::invalid_argument, "node '" + g.nodes_[tasks[i].node].name +
@@ -712,7 +714,12 @@ Result<RunResult> Runner::result_of_run() {
 }
 
 asio::awaitable<void> Runner::queue_for_permit() {
+  const auto asked = thread ? Clock::now() : Clock::time_point{};
   Result<Limiter::Permit> queued = co_await barrier->admission->async_acquire();
+  if (thread && queued) {
+    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - asked).count();
+    note_fence({{"fence", "admission_wait"}, {"wait_ms", std::round(ms * 10) / 10}});
+  }
   if (traced) {
     const auto waited =
         std::chrono::duration<double, std::milli>(Clock::now() - extras->trace->queued_at);

@@ -83,6 +83,9 @@ void Runner::trim_window(std::size_t ch, json::array& arr) {
     ++drop;
   }
   if (drop == 0) return;
+  note_fence({{"fence", "window_eviction"},
+              {"channel", g.channels_[ch].first},
+              {"evicted_messages", static_cast<std::int64_t>(drop)}});
   if (traced)
     trace_fence("weir.fence.window_eviction",
                 {{"weir.channel", g.channels_[ch].first},
@@ -290,7 +293,7 @@ Status Runner::reduce(std::size_t ch,
   return {};
 }
 
-Status Runner::offload(json::value& v) {
+Status Runner::offload(json::value& v, std::string_view channel, std::string_view node) {
   if (!opt.artifacts || v.is_null() || v.is_bool() || v.is_number()) return {};
   if (v.is_string() && v.as_string().size() <= lim.inline_limit) return {};
   if (ArtifactRef::from_json(v)) return {};
@@ -299,6 +302,11 @@ Status Runner::offload(json::value& v) {
   auto ref =
       opt.artifacts->put(text, v.is_string() ? "text/plain" : "application/json", "", run_id);
   if (!ref) return std::move(ref).error();
+  json::object f{{"fence", "artifact_offload"}, {"channel", channel}};
+  if (!node.empty()) f["node"] = node;
+  f["bytes"] = static_cast<std::int64_t>(text.size());
+  f["artifact"] = ref->id;
+  note_fence(std::move(f));
   v = ref->to_json();
   ++offloaded;
   return {};

@@ -297,6 +297,10 @@ Status Runner::save(const std::vector<bool>& written, const std::vector<Task>& n
   if (tokens_used() > 0) cp.pending[kTokensKey] = tokens_used();
   cp.metadata = thread->checkpoint_metadata;
   cp.metadata["run_id"] = run_id;
+  if (extras && !extras->fences.empty()) {
+    cp.metadata["fences"] = std::move(extras->fences);
+    extras->fences = json::array();
+  }
   cp.claim_token = thread->claim_token;
   auto copied = attach_artifacts(cp);
   if (!copied) return std::move(copied).error();

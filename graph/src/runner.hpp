@@ -163,7 +163,8 @@ struct Runner {
     // RunOptions::interrupt_before / interrupt_after / recursion_limit (0: the graph's).
     std::vector<std::string> break_before, break_after;
     std::int32_t recursion_limit = 0;
-    std::vector<std::string> go_to;    // RunOptions::go_to
+    std::vector<std::string> go_to;  // RunOptions::go_to
+    json::array fences;  // this step's fences (note_fence), for its checkpoint's metadata
     const char* breakpoint = nullptr;  // "before"/"after" once a breakpoint stopped the run
     std::unique_ptr<RunTrace> trace;   // set with `traced`
   };
@@ -231,7 +232,16 @@ struct Runner {
 
   // A written value over inline_limit moves to the artifact store before it enters state;
   // state keeps the reference. (Elements appended one by one are checked one by one.)
-  Status offload(json::value& v);
+  // `channel` and `node` ("" for the input) name where the value was going (note_fence).
+  Status offload(json::value& v, std::string_view channel, std::string_view node);
+  // A fence that acted in this step, for its checkpoint's metadata "fences" (a run on a thread;
+  // at most kFencesPerStep a step): {"fence": kind, ...what it did}.
+  static constexpr std::size_t kFencesPerStep = 32;
+  void note_fence(json::object f) {
+    if (!thread) return;
+    auto& fences = extra().fences;
+    if (fences.size() < kFencesPerStep) fences.emplace_back(std::move(f));
+  }
 
   // A subgraph node: the child graph runs to END as a nested run of this one.
   asio::awaitable<Result<Update>> run_subgraph(const StateGraph::NodeDef& n,

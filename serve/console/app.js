@@ -409,6 +409,20 @@ async function threadView(id, life) {
     if (!s.runs.length) ui.runs.append(h('tr', {}, h('td', { colspan: 4, class: 'muted', text: 'no runs on this thread yet' })));
   };
 
+  // The fences that acted in a step (its checkpoint's metadata "fences"): a short badge and the
+  // sentence that says what the fence did and why.
+  const fencesOf = (c) => (Array.isArray(c.metadata?.fences) ? c.metadata.fences : []);
+  const fenceBadge = (f) => f.fence === 'window_eviction' ? `window −${f.evicted_messages}`
+    : f.fence === 'artifact_offload' ? `artifact ${bytes(f.bytes)}`
+    : f.fence === 'admission_wait' ? `waited ${f.wait_ms} ms` : String(f.fence);
+  const fenceText = (f) => f.fence === 'window_eviction'
+    ? `${f.channel}: the window evicted ${f.evicted_messages} message${f.evicted_messages === 1 ? '' : 's'} (the channel's max_messages / max_tokens)`
+    : f.fence === 'artifact_offload'
+      ? `${f.channel}${f.node ? ` (from ${f.node})` : ' (input)'}: ${bytes(f.bytes)} moved to the artifact store (over the workflow's inline_limit); state holds artifact ${f.artifact}`
+    : f.fence === 'admission_wait'
+      ? `the run waited ${f.wait_ms} ms for a run slot (admission: the server's runs at once)`
+      : JSON.stringify(f);
+
   const renderStep = () => {
     const m = byId();
     const c = s.selected && m.get(s.selected);
@@ -418,6 +432,8 @@ async function threadView(id, life) {
     ui.step.replaceChildren(
       h('h2', { text: `Step ${c.metadata?.step ?? '?'}: what changed` }),
       h('p', { class: 'muted mono', text: c.checkpoint.checkpoint_id }),
+      fencesOf(c).length ? h('div', { class: 'fences' }, h('h3', { text: 'Fences that acted' }),
+        h('ul', {}, fencesOf(c).map(f => h('li', { 'data-fence': f.fence, text: fenceText(f) })))) : null,
       rows.length ? h('dl', { class: 'diff' }, rows.map(r => [
         h('dt', { class: r.kind }, h('span', { class: 'sign', text: { added: '+', removed: '−', appended: '+', changed: '~' }[r.kind] }),
           ` ${r.key} `, h('span', { class: 'muted', text: r.kind })),
@@ -451,6 +467,7 @@ async function threadView(id, life) {
       h('span', { class: 'step-n', text: `#${c.metadata?.step ?? i}` }),
       h('span', { class: 'step-node', text: label }),
       interrupted ? h('span', { class: 'badge interrupted', text: 'interrupt' }) : null,
+      fencesOf(c).map(f => h('span', { class: 'badge fence', 'data-fence': f.fence, title: fenceText(f), text: fenceBadge(f) })),
       h('span', { class: 'muted', text: changed.length ? `changed ${changed.join(', ')}` : 'no change' }),
       ms !== null ? h('span', { class: 'muted step-ms', text: ms < 1 ? '<1 ms' : `${ms} ms` }) : null);
       const fork = h('button', {

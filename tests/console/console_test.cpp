@@ -199,6 +199,16 @@ TEST(ConsoleBrowser, HumanReviewStartedAnsweredAndForkedInThePage) {
   EXPECT_EQ(v.at("list_count"), "1 thread");
   EXPECT_EQ(v.at("idle_count"), "0 threads");
 
+  // The fences that acted on a run, on the step where they acted: big_payload's document.
+  EXPECT_EQ(json::serialize(v.at("fence_badges")), R"(["artifact 4.8 MiB"])") << all;
+  ASSERT_EQ(v.at("fence_text").as_array().size(), 1u) << all;
+  EXPECT_EQ(std::string(v.at("fence_text").at(0).as_string())
+                .rfind("document (from produce): 4.8 MiB moved to the artifact store (over the "
+                       "workflow's inline_limit); state holds artifact ",
+                       0),
+            0u)
+      << all;
+
   // The fences: the budget against its limit, the runs, and no model (no KV cache).
   EXPECT_NE(std::string(v.at("memory_label").as_string()).find("run_state: 0 B of 512.0 MiB"),
             std::string::npos)
@@ -209,7 +219,8 @@ TEST(ConsoleBrowser, HumanReviewStartedAnsweredAndForkedInThePage) {
   EXPECT_NE(std::string(v.at("kv_text").as_string()).find("No model is loaded"), std::string::npos);
 
   // A screenshot of each view, for people to look at (docs/console.md shows them).
-  for (const char* view : {"threads", "run-interrupted", "run-finished", "fork", "fences"}) {
+  for (const char* view :
+       {"threads", "run-interrupted", "run-finished", "fork", "run-fences", "fences"}) {
     const fs::path png = fs::path(shots) / (std::string(view) + ".png");
     ASSERT_TRUE(fs::exists(png)) << png;
     EXPECT_GT(fs::file_size(png), 10'000u) << png;

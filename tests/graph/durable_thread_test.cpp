@@ -9,6 +9,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <boost/asio.hpp>
 #include <boost/json.hpp>
 
 #include "graph_test_util.hpp"
@@ -19,6 +20,7 @@ namespace weir::graph {
 namespace {
 
 namespace json = boost::json;
+namespace asio = boost::asio;
 namespace fs = std::filesystem;
 using ::testing::ContainsRegex;
 using ::testing::HasSubstr;
@@ -93,6 +95,63 @@ TEST(DurableThread, ArtifactsResolveInANewProcessAndGoWithTheThread) {
   ASSERT_TRUE(gone);
   EXPECT_FALSE(*gone);
   fs::remove(db);
+}
+
+// Each step's checkpoint names the fences that acted in it (its metadata's "fences"), so a
+// thread's history says why its state looks as it does: a messages window that evicted turns,
+// a value moved to the artifact store, a run that waited for admission.
+TEST(DurableThread, CheckpointsNameTheFencesThatActed) {
+  StateGraph b;
+  b.add_channel("messages", {.reducer = ReducerKind::messages, .max_messages = 2});
+  b.add_channel("doc", {});
+  b.add_async_node("talk", [](StateView, NodeContext&) -> asio::awaitable<Result<Update>> {
+    asio::steady_timer t(co_await asio::this_coro::executor, std::chrono::milliseconds(50));
+    co_await t.async_wait(asio::use_awaitable);
+    json::array said{json::object{{"role", "assistant"}, {"content", "one"}},
+                     json::object{{"role", "assistant"}, {"content", "two"}}};
+    co_return Update().set("messages", said).set("doc", json::string(std::string(100000, 'x')));
+  });
+  b.add_edge("START", "talk").add_edge("talk", "END");
+  auto g = *b.compile();
+  auto store = ArtifactStore::open({});
+  ASSERT_TRUE(store);
+  auto cp = make_memory_checkpointer();
+  GraphRuntime rt({.artifacts = store->get(), .max_concurrent_runs = 1});
+  asio::io_context io;
+  int done = 0;
+  for (const char* thread : {"first", "second"}) {
+    json::object in{{"messages", json::object{{"role", "user"}, {"content", thread}}}};
+    RunOptions o{.checkpointer = cp.get(), .thread_id = thread};
+    asio::co_spawn(io, rt.async_invoke(g, std::move(in), std::move(o)),
+                   [&](std::exception_ptr, Result<RunResult> r) {
+                     EXPECT_TRUE(r) << r.error().message;
+                     ++done;
+                   });
+  }
+  io.run();
+  ASSERT_EQ(done, 2);
+  auto first = cp->list("first", 10);
+  ASSERT_TRUE(first && first->size() == 2u);
+  const auto& step = first->at(0).metadata;  // talk's step
+  ASSERT_TRUE(step.contains("fences")) << json::serialize(step);
+  const auto& fences = step.at("fences").as_array();
+  ASSERT_EQ(fences.size(), 2u) << json::serialize(step);
+  EXPECT_EQ(fences[0].at("fence"), "artifact_offload");  // as the writes are taken
+  EXPECT_EQ(fences[0].at("channel"), "doc");
+  EXPECT_EQ(fences[0].at("node"), "talk");
+  EXPECT_EQ(fences[0].at("bytes"), 100000);
+  EXPECT_EQ(fences[0].at("artifact").as_string().size(), 64u);
+  EXPECT_EQ(json::serialize(fences[1]),  // then merged into the window
+            R"({"fence":"window_eviction","channel":"messages","evicted_messages":1})");
+  EXPECT_FALSE(first->at(1).metadata.contains("fences")) << "the input step: no fence acted";
+  // The second run waited for the first to leave its one slot: its first checkpoint says so.
+  auto second = cp->list("second", 10);
+  ASSERT_TRUE(second && second->size() == 2u);
+  const auto& input = second->at(1).metadata;
+  ASSERT_TRUE(input.contains("fences")) << json::serialize(input);
+  const auto& wait = input.at("fences").at(0);
+  EXPECT_EQ(wait.at("fence"), "admission_wait");
+  EXPECT_GE(wait.at("wait_ms").to_number<double>(), 30.0) << json::serialize(wait);
 }
 
 TEST(DurableThread, MemoryCheckpointerKeepsArtifactsForAnotherStore) {

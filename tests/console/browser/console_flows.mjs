@@ -149,6 +149,22 @@ try {
     seen.idle_count = await textOf('#thread-count');
   });
 
+  // 6b. The fences that acted on a run, on its steps: big_payload's 5 MB document moved to the
+  // artifact store, shown on the step that wrote it, and said in words when it is picked.
+  await step('run fences', async () => {
+    await page.goto(`${base}/console`, { waitUntil: 'networkidle2' });
+    await page.waitForSelector('#start-graph');
+    await page.select('#start-graph', 'big_payload');
+    await page.click('#start-run');
+    await page.waitForFunction(() => document.querySelector('#thread-status')?.textContent === 'idle'
+      && document.querySelector('#timeline .badge.fence'));
+    seen.fence_badges = await page.$$eval('#timeline .badge.fence', bs => bs.map(b => b.textContent));
+    await page.click('#timeline .badge.fence');
+    await page.waitForSelector('#step .fences li');
+    seen.fence_text = await page.$$eval('#step .fences li', ls => ls.map(l => l.textContent));
+    await shot('run-fences');
+  });
+
   // 7. The fences: the memory budget against its limits, the runs, the refusals.
   await step('fences', async () => {
     await page.click('#nav-fences');
