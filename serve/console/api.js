@@ -52,6 +52,12 @@ export async function call(method, path, body) {
   return { data: text ? JSON.parse(text) : null, total: total === null ? null : Number(total) };
 }
 
+// The bytes of a GET as a Blob (an artifact's download).
+export async function blob(path) {
+  const r = await check(await fetch(path, { headers: headers(false) }));
+  return r.blob();
+}
+
 export async function metricsText() {
   const r = await check(await fetch('/metrics', { headers: headers(false) }));
   return r.text();

@@ -3,7 +3,7 @@
 // from the LangGraph Server API or /metrics (docs/console.md). Text from the server is put in
 // the page as text (textContent), never as markup.
 
-import { ApiError, call, events, metricsText, onUnauthorized, setApiKey } from './api.js';
+import { ApiError, blob, call, events, metricsText, onUnauthorized, setApiKey } from './api.js';
 import { drawGraph } from './graph.js';
 import { bars, bytes, parseMetrics, pick, sparkline } from './charts.js';
 
@@ -283,10 +283,35 @@ function diff(before, after) {
 
 function isArtifact(v) { return v && typeof v === 'object' && typeof v.$artifact === 'string'; }
 
-function valueView(v) {
-  if (isArtifact(v))
+// Saves an artifact of `thread` (GET /threads/{id}/artifacts/{artifact_id}) as a file.
+async function download(thread, id, button) {
+  button.disabled = true;
+  try {
+    const data = await blob(`/threads/${encodeURIComponent(thread)}/artifacts/${encodeURIComponent(id)}`);
+    const url = URL.createObjectURL(data);
+    const a = h('a', { href: url, download: `artifact-${id.slice(0, 16)}` });
+    document.body.append(a);
+    a.click();
+    a.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 60000);
+    button.textContent = `Downloaded (${bytes(data.size)})`;
+  } catch (e) {
+    button.textContent = `Download failed: ${e.message}`;
+  } finally {
+    button.disabled = false;
+  }
+}
+
+// A state value; an artifact reference shows its id, size, kind, the first KB of its preview
+// and (given the thread it belongs to) a download button.
+function valueView(v, thread) {
+  if (isArtifact(v)) {
+    const get = thread ? h('button', { type: 'button', class: 'download', 'data-artifact': v.$artifact, text: 'Download',
+      onclick: (e) => download(thread, v.$artifact, e.currentTarget) }) : null;
     return h('span', { class: 'artifact' }, h('strong', { text: 'artifact ' }), h('code', { text: v.$artifact }),
-      h('span', { text: ` ${bytes(v.bytes)}` }), v.preview ? h('pre', { text: String(v.preview).slice(0, 1024) }) : null);
+      h('span', { text: ` ${bytes(v.bytes)}${v.media_type ? `, ${v.media_type}` : ''} ` }), get,
+      v.preview ? h('pre', { text: String(v.preview).slice(0, 1024) }) : null);
+  }
   return h('pre', { text: json(v) });
 }
 
@@ -437,8 +462,8 @@ async function threadView(id, life) {
       rows.length ? h('dl', { class: 'diff' }, rows.map(r => [
         h('dt', { class: r.kind }, h('span', { class: 'sign', text: { added: '+', removed: '−', appended: '+', changed: '~' }[r.kind] }),
           ` ${r.key} `, h('span', { class: 'muted', text: r.kind })),
-        h('dd', {}, r.kind === 'changed' ? h('div', { class: 'change' }, h('div', { class: 'was' }, valueView(r.before)), h('div', { class: 'now' }, valueView(r.after)))
-          : valueView(r.kind === 'removed' ? r.before : r.after)),
+        h('dd', {}, r.kind === 'changed' ? h('div', { class: 'change' }, h('div', { class: 'was' }, valueView(r.before, s.thread?.thread_id)), h('div', { class: 'now' }, valueView(r.after, s.thread?.thread_id)))
+          : valueView(r.kind === 'removed' ? r.before : r.after, s.thread?.thread_id)),
       ])) : h('p', { class: 'muted', text: 'nothing changed in the state' }),
       h('details', {}, h('summary', { text: 'the whole state after this step' }), h('pre', { text: json(c.values, 20000) })));
   };

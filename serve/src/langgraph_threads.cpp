@@ -459,6 +459,35 @@ awaitable<void> route_threads(const LangGraphApi& api, http::Exchange& ex,
     out = j ? answer(200, *j) : from_error(j.error());
     co_return;
   }
+  // GET /threads/{id}/artifacts/{artifact_id} (weir's own): the bytes of a value the thread's
+  // runs moved to the artifact store (a state value {"$artifact": id, ...}).
+  if (s.size() == 4 && s[2] == "artifacts" && rq.method == "GET") {
+    const std::string id = s[3];
+    auto a = co_await off_thread(*api.blocking, [&]() -> Result<graph::Checkpoint::Artifact> {
+      auto t = find_thread(api, thread);
+      if (!t) return std::move(t).error();
+      auto got = runs->checkpointer().get_artifact(thread, id);
+      if (!got) return std::move(got).error();
+      if (!*got)
+        return Error(Errc::not_found,
+                     "Artifact " + id.substr(0, 100) + " not found on thread " + thread);
+      return std::move(**got);
+    });
+    if (!a) {
+      out = from_error(a.error());
+      co_return;
+    }
+    // Text as plain text, JSON as JSON, anything else as bytes: never markup a browser runs.
+    const std::string& type = a->media_type;
+    const std::string as = type.rfind("text/", 0) == 0  ? "text/plain; charset=utf-8"
+                           : type == "application/json" ? type
+                                                        : "application/octet-stream";
+    out = http::Response{200, as, {}, std::move(a->bytes)};
+    out.headers.emplace_back("Content-Disposition",
+                             "attachment; filename=\"artifact-" + a->id.substr(0, 16) + "\"");
+    out.headers.emplace_back("X-Content-Type-Options", "nosniff");
+    co_return;
+  }
   // GET /threads/{id}/state/{checkpoint_id}
   if (s.size() == 4 && s[2] == "state" && rq.method == "GET") {
     const std::string id = s[3];

@@ -209,6 +209,13 @@ TEST(ConsoleBrowser, HumanReviewStartedAnsweredAndForkedInThePage) {
             0u)
       << all;
 
+  // Its download: the whole document, saved by the browser.
+  EXPECT_EQ(v.at("download_status"), 200) << all;
+  EXPECT_EQ(v.at("download_type"), "text/plain; charset=utf-8") << all;
+  EXPECT_EQ(v.at("download_label"), "Downloaded (4.8 MiB)") << all;
+  ASSERT_EQ(v.at("downloaded").as_array().size(), 1u) << all;
+  EXPECT_EQ(v.at("downloaded").at(0).at("bytes"), 5000000) << all;
+
   // The fences: the budget against its limit, the runs, and no model (no KV cache).
   EXPECT_NE(std::string(v.at("memory_label").as_string()).find("run_state: 0 B of 512.0 MiB"),
             std::string::npos)

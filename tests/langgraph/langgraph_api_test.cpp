@@ -32,7 +32,8 @@ TEST(LangGraphApi, AssistantIdsAreLangGraphsUuid5OfTheGraphId) {
   EXPECT_EQ(missing.status, 404);
   EXPECT_EQ(
       detail(missing),
-      "Assistant 'nope' not found (this server's graphs: ask, boom, chat, slow, steps, ticks)");
+      "Assistant 'nope' not found (this server's graphs: ask, boom, chat, slow, steps, ticks; "
+      "and the assistants made with POST /assistants)");
   auto info = call(s.port, "GET", "/info");
   EXPECT_EQ(body_json(info).at("flags").at("assistants"), true);
   EXPECT_EQ(body_json(call(s.port, "GET", "/ok")).at("ok"), true);

@@ -321,6 +321,34 @@ TEST_P(RunsApi, LangGraphAssistantsMadeForAGraph) {
   EXPECT_EQ(gone.status, 404);
 }
 
+// A value a run moved to the artifact store comes back whole from the thread's artifacts route
+// (the state holds its reference); an id the thread does not hold is a 404 naming both.
+TEST_P(RunsApi, LangGraphThreadArtifactsDownload) {
+  write("doc", R"({"name": "doc", "limits": {"inline_limit": 4096},
+ "state": {"document": {}}, "tools": {"generate": {"builtin": "lorem"}},
+ "nodes": {"produce": {"kind": "tool", "tool": "generate", "args": {"bytes": 10000},
+                       "output": "document"}},
+ "edges": [{"from": "START", "to": "produce"}, {"from": "produce", "to": "END"}]})");
+  start();
+  const std::string t(object_of(post("/threads", "{}").body)["thread_id"].as_string());
+  auto ran = post("/threads/" + t + "/runs/wait", R"({"assistant_id": "doc", "input": {}})");
+  ASSERT_EQ(ran.status, 200) << ran.body;
+  const auto ref = object_of(ran.body)["document"];
+  ASSERT_TRUE(ref.is_object() && ref.as_object().contains("$artifact")) << ran.body;
+  const std::string id(ref.at("$artifact").as_string());
+  auto got = get("/threads/" + t + "/artifacts/" + id);
+  ASSERT_EQ(got.status, 200) << got.body.substr(0, 200);
+  EXPECT_EQ(got.body.size(), 10000u);
+  EXPECT_EQ(got.header("content-type"), "text/plain; charset=utf-8");
+  EXPECT_EQ(got.header("x-content-type-options"), "nosniff");
+  EXPECT_EQ(got.header("content-disposition"),
+            "attachment; filename=\"artifact-" + id.substr(0, 16) + "\"");
+  auto none = get("/threads/" + t + "/artifacts/nope");
+  EXPECT_EQ(none.status, 404);
+  EXPECT_EQ(detail_of(none), "Artifact nope not found on thread " + t);
+  EXPECT_EQ(get("/threads/no-such-thread/artifacts/" + id).status, 404);
+}
+
 // A run keeps what its request said of it (metadata, multitask_strategy), and joining an older
 // run answers that run's own last values, not what later runs made of the thread.
 TEST_P(RunsApi, LangGraphRunsKeepTheirOwnRequestAndAnswer) {

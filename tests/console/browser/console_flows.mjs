@@ -163,6 +163,21 @@ try {
     await page.waitForSelector('#step .fences li');
     seen.fence_text = await page.$$eval('#step .fences li', ls => ls.map(l => l.textContent));
     await shot('run-fences');
+    // The document's download: the bytes from the thread's artifacts route, saved as a file.
+    const saveTo = path.join(outDir, 'downloads');
+    fs.mkdirSync(saveTo, { recursive: true });
+    const cdp = await page.target().createCDPSession();
+    await cdp.send('Browser.setDownloadBehavior', { behavior: 'allow', downloadPath: saveTo });
+    const got = page.waitForResponse(r => r.url().includes('/artifacts/'));
+    await page.click('#step button.download');
+    const r = await got;
+    seen.download_status = r.status();
+    seen.download_type = r.headers()['content-type'];
+    await page.waitForFunction(() => document.querySelector('#step button.download')?.textContent.startsWith('Downloaded'));
+    seen.download_label = await textOf('#step button.download');
+    for (let i = 0; i < 50 && !fs.readdirSync(saveTo).some(f => !f.endsWith('.crdownload')); i++)
+      await new Promise(res => setTimeout(res, 100));
+    seen.downloaded = fs.readdirSync(saveTo).map(f => ({ name: f, bytes: fs.statSync(path.join(saveTo, f)).size }));
   });
 
   // 7. The fences: the memory budget against its limits, the runs, the refusals.
