@@ -61,6 +61,10 @@ class LocalRuns final : public RunService {
   }
 
   std::string description() const override { return "in-process"; }
+  std::optional<Counts> counts() const override {
+    std::lock_guard lock(mu_);
+    return Counts{queue_.size() + waiting_count_, running_, delayed_.size()};
+  }
 
   Result<RunRecord> submit(RunRequest rq) override {
     auto wf = resolve_request(rq, folder_, names_);
@@ -478,7 +482,7 @@ class LocalRuns final : public RunService {
   asio::thread_pool pool_{2};
   asio::strand<asio::thread_pool::executor_type> timers_{asio::make_strand(pool_)};
 
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   // Built workflows and their files by SHA-256: the folder's, and those runs gave by file (kept
   // for their threads' resumes).

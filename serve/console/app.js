@@ -672,14 +672,14 @@ function fencesView(life) {
     return [h('section', { class: 'card fence' }, h('h2', { text: title }), h('p', { class: 'muted', text: about }), body), body];
   };
   const [memCard, mem] = card('chart-memory', 'Memory budget', 'Bytes reserved in the server\'s one memory budget, by category, against the category\'s limit (the line). A reservation that does not fit waits or is refused; it never overcommits.');
-  const [runsCard, runs] = card('chart-runs', 'Runs', 'Threads with a run queued or running (POST /threads/count, status busy) and threads waiting at an interrupt. Admission runs --max-runs at once and queues --max-queued-runs more; beyond, 429.');
+  const [runsCard, runs] = card('chart-runs', 'Runs', 'Runs running and queued (weir_runs in /metrics; with --db, threads with a run: POST /threads/count, status busy) and threads waiting at an interrupt. Admission runs --max-runs at once and queues --max-queued-runs more; beyond, 429.');
   const [refusedCard, refused] = card('chart-refused', 'Refused at the door', 'Responses per interval that a fence gave: 429 (a full queue), 503 (memory for requests, shutting down), 413 (a body over its cap).');
   const [reqCard, req] = card('chart-requests', 'Model requests', 'Generation requests running and waiting for a slot, per model (--max-num-seqs, --max-queued-requests).');
   const [kvCard, kv] = card('chart-kv', 'KV cache', 'The paged KV cache of each model: blocks used, cached (reusable prefixes) and free; the prefix-cache hit ratio and preemptions.');
   const stamp = h('p', { id: 'fences-updated', class: 'muted', 'aria-live': 'off' });
   main.append(h('div', { class: 'row spread' }, h('h1', { text: 'Fences' }), stamp),
     h('div', { class: 'grid' }, memCard, runsCard, refusedCard, reqCard, kvCard));
-  const hist = { busy: [], interrupted: [], r429: [], r503: [], r413: [], running: [], waiting: [] };
+  const hist = { busy: [], interrupted: [], runs_running: [], runs_queued: [], r429: [], r503: [], r413: [], running: [], waiting: [] };
   const push = (k, v) => { hist[k].push(v); if (hist[k].length > KEEP) hist[k].shift(); };
   let last = null;
   let haveRuns = null;
@@ -717,12 +717,23 @@ function fencesView(life) {
     } else kv.replaceChildren(h('p', { class: 'muted', text: 'No model is loaded: the KV cache appears with one (weir serve --model FILE).' }));
     if (haveRuns === null) haveRuns = (await loadAssistants()).length > 0;
     if (haveRuns) {
-      const busy = (await call('POST', '/threads/count', { status: 'busy' })).data;
+      // The run service's own counts when /metrics has them (in-process: weir_runs{state}),
+      // else the threads with a run (PostgreSQL).
+      const counted = pick(samples, 'weir_runs');
+      const state = (name) => counted.find(s => s.labels.state === name)?.value ?? 0;
+      const busy = counted.length ? null : (await call('POST', '/threads/count', { status: 'busy' })).data;
       const paused = (await call('POST', '/threads/count', { status: 'interrupted' })).data;
       if (!life.alive) return;
-      push('busy', Number(busy) || 0);
       push('interrupted', Number(paused) || 0);
-      sparkline(runs, [{ label: 'busy', values: hist.busy }, { label: 'interrupted', values: hist.interrupted, cls: 'warn' }]);
+      if (counted.length) {
+        push('runs_running', state('running'));
+        push('runs_queued', state('queued') + state('pending'));
+        sparkline(runs, [{ label: 'running', values: hist.runs_running }, { label: 'queued', values: hist.runs_queued, cls: 'hot' },
+          { label: 'interrupted', values: hist.interrupted, cls: 'warn' }]);
+      } else {
+        push('busy', Number(busy) || 0);
+        sparkline(runs, [{ label: 'busy', values: hist.busy }, { label: 'interrupted', values: hist.interrupted, cls: 'warn' }]);
+      }
     } else runs.replaceChildren(h('p', { class: 'muted', text: 'This server runs no workflows (--workflows DIR).' }));
     stamp.textContent = `updated ${new Date().toLocaleTimeString()}, every ${FENCES_EVERY / 1000} s`;
   });

@@ -649,6 +649,19 @@ Result<std::unique_ptr<Service>> Service::start(ServeConfig config) {
     auto runs = cluster::RunService::open(std::move(rc));
     if (!runs) return std::move(runs).error();
     s->runs = std::move(*runs);
+    // The runs by state, in-process (PostgreSQL's queue is the database's: no series).
+    if (s->runs->counts()) {
+      using Counts = cluster::RunService::Counts;
+      for (auto [state, field] : {std::pair{"queued", &Counts::queued},
+                                  {"running", &Counts::running},
+                                  {"pending", &Counts::pending}})
+        s->metrics.gauge_callback("weir_runs",
+                                  "runs of the run service by state (queued, running, pending)",
+                                  {{"state", state}}, [s, field] {
+                                    auto c = s->runs->counts();
+                                    return c ? static_cast<double>((*c).*field) : 0.0;
+                                  });
+    }
     s->runs_api.runs = s->runs.get();
     s->runs_api.blocking = &s->blocking;
     s->runs_api.draining = &s->draining;

@@ -220,6 +220,9 @@ TEST(ConsoleBrowser, HumanReviewStartedAnsweredAndForkedInThePage) {
   EXPECT_NE(std::string(v.at("memory_label").as_string()).find("run_state: 0 B of 512.0 MiB"),
             std::string::npos)
       << all;
+  EXPECT_EQ(std::string(v.at("runs_label").as_string()).rfind("running: now 0; queued: now 0", 0),
+            0u)
+      << all;  // the run service's own counts (weir_runs in /metrics)
   EXPECT_NE(std::string(v.at("runs_label").as_string()).find("interrupted: now 1"),
             std::string::npos)
       << all;

@@ -349,6 +349,41 @@ TEST_P(RunsApi, LangGraphThreadArtifactsDownload) {
   EXPECT_EQ(get("/threads/no-such-thread/artifacts/" + id).status, 404);
 }
 
+// In-process, /metrics counts the runs by state (weir_runs{state}): one running, one enqueued
+// behind it on its thread, one delayed; on PostgreSQL the queue is the database's (no series).
+TEST_P(RunsApi, MetricsCountTheRunsByState) {
+  start(1);
+  const std::string t(object_of(post("/threads", "{}").body)["thread_id"].as_string());
+  auto slow = post("/threads/" + t + "/runs",
+                   R"({"assistant_id": "slow", "input": {"left": 100, "ms": 20}})");
+  ASSERT_EQ(slow.status, 200) << slow.body;
+  auto behind = post("/threads/" + t + "/runs", R"({"assistant_id": "slow",
+      "input": {"left": 1}, "multitask_strategy": "enqueue"})");
+  ASSERT_EQ(behind.status, 200) << behind.body;
+  auto later = post("/runs", R"({"assistant_id": "slow", "input": {"left": 1},
+                                 "after_seconds": 600})");
+  ASSERT_EQ(later.status, 200) << later.body;
+  auto metric = [&](std::uint16_t, const std::string& series) {  // NaN: no such series
+    const std::string text = get("/metrics").body;
+    const auto at = text.find("\n" + series + " ");
+    return at == std::string::npos ? NAN : std::stod(text.substr(at + series.size() + 2));
+  };
+  if (GetParam() == "postgres") {
+    EXPECT_TRUE(std::isnan(metric(port_, "weir_runs{state=\"running\"}")));
+  } else {
+    for (int i = 0; i < 200 && metric(port_, "weir_runs{state=\"running\"}") != 1; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    EXPECT_EQ(metric(port_, "weir_runs{state=\"running\"}"), 1);
+    EXPECT_EQ(metric(port_, "weir_runs{state=\"queued\"}"), 1);
+    EXPECT_EQ(metric(port_, "weir_runs{state=\"pending\"}"), 1);
+  }
+  for (const auto& r : {slow, behind, later}) {
+    const auto o = object_of(r.body);
+    const std::string run(o.at("run_id").as_string()), on(o.at("thread_id").as_string());
+    EXPECT_EQ(post("/threads/" + on + "/runs/" + run + "/cancel?wait=1", "").status, 204);
+  }
+}
+
 // A run keeps what its request said of it (metadata, multitask_strategy), and joining an older
 // run answers that run's own last values, not what later runs made of the thread.
 TEST_P(RunsApi, LangGraphRunsKeepTheirOwnRequestAndAnswer) {

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <set>
 #include <string>
+#include <cmath>
 #include <thread>
 #include <vector>
 

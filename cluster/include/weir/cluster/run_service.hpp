@@ -156,6 +156,13 @@ class RunService {
 
   // "in-process" or "postgres 'user@host:port/db'".
   virtual std::string description() const = 0;
+  // In-process: the runs queued (waiting for a slot, or behind their thread's run), running,
+  // and pending (their after_seconds not yet passed), from memory, at once (for /metrics).
+  // PostgreSQL: nullopt (the queue is the database's; `weir runs --state` counts it).
+  struct Counts {
+    std::size_t queued = 0, running = 0, pending = 0;
+  };
+  virtual std::optional<Counts> counts() const { return std::nullopt; }
   // The folder's workflows by name, sorted.
   const std::vector<std::string>& workflow_names() const { return names_; }
   // The checked spec of the folder's workflow `name` (its nodes, edges and channels); null when
