@@ -293,17 +293,23 @@ Result<std::shared_ptr<const WorkflowFile>> resolve_request(
   return wf;
 }
 
-Result<graph::Checkpoint> interrupted_checkpoint(const graph::Checkpointer& cp,
-                                                 const std::string& thread_id) {
-  auto latest = cp.latest(thread_id);
-  if (!latest) return std::move(latest).error();
-  if (!*latest) return Error(Errc::not_found, "no thread '" + thread_id + "'");
-  const auto* status = (**latest).pending.if_contains("status");
+Status check_resumable(const std::string& thread_id, const graph::Checkpoint* latest) {
+  if (!latest) return Error(Errc::not_found, "no thread '" + thread_id + "'");
+  const auto* status = latest->pending.if_contains("status");
   if (!status || *status != "interrupted")
     return Error(Errc::invalid_argument,
                  "thread '" + thread_id + "' is not interrupted (its last step is " +
                      (status && status->is_string() ? std::string(status->as_string()) : "?") +
                      "): only an interrupted thread can be resumed");
+  return {};
+}
+
+Result<graph::Checkpoint> interrupted_checkpoint(const graph::Checkpointer& cp,
+                                                 const std::string& thread_id) {
+  auto latest = cp.latest(thread_id);
+  if (!latest) return std::move(latest).error();
+  if (auto s = check_resumable(thread_id, *latest ? &**latest : nullptr); !s)
+    return std::move(s).error();
   return std::move(**latest);
 }
 

@@ -24,6 +24,7 @@
 #include "runs_path.hpp"
 #include "webhooks.hpp"
 #include "weir/graph/ids.hpp"
+#include "weir/graph/state_graph.hpp"
 #include "weir/graph/workflow.hpp"
 #include "weir/http/sse.hpp"
 #include "weir/runtime/json_fields.hpp"
@@ -203,8 +204,10 @@ Status make_way(cluster::RunService& runs, const std::string& thread, bool rollb
   return {};
 }
 
-// One try of start_run's work on the blocking pool: the thread made way for (make_room), the
-// fork or update applied, the run queued.
+// One try of start_run's work on the blocking pool: the thread made way for (make_room), then
+// every check that can refuse the run, then the fork or update written, then the run queued. A
+// refused run writes nothing; a run the service refuses after the writes (a full queue, a race
+// with another run) has them undone: the thread goes on from where it stood.
 Result<RunRecord> start_once(const LangGraphApi& api, const RunAsk& a, const std::string& thread,
                              bool stateless, bool make_room, const json::object& input,
                              const std::string& traceparent) {
@@ -212,80 +215,128 @@ Result<RunRecord> start_once(const LangGraphApi& api, const RunAsk& a, const std
   if (make_room)
     if (auto m = make_way(*runs, thread, a.run.multitask == "rollback"); !m)
       return std::move(m).error();
+  auto spec = runs->workflow(a.graph);
+  if (!spec) return Error(Errc::not_found, "no workflow '" + a.graph + "'");
 
+  // 1. The checks, on the checkpoint the run would go on from (the fork's, or the latest).
+  if (stateless && !a.run.update.empty())
+    return Error(Errc::invalid_argument,
+                 "'command.update' needs a thread: POST /threads/{thread_id}/runs (a stateless "
+                 "run's 'input' sets its first state)");
+  if (auto c = graph::check_input_channels(spec->input, a.graph, input, "'input'"); !c)
+    return std::move(c).error();
+  std::optional<json::object> writes;
+  if (!a.run.update.empty()) {
+    LangGraphStateUpdate u;
+    u.values = a.run.update;
+    auto w = state_writes(*spec, u, "command.update");
+    if (!w) return std::move(w).error();
+    writes = std::move(*w);
+  }
+  std::optional<graph::Checkpoint> latest, base;
+  if (!stateless) {
+    auto l = runs->checkpointer().latest(thread);
+    if (!l) return std::move(l).error();
+    latest = std::move(*l);
+    if (a.run.checkpoint_id.empty()) {
+      base = latest;
+    } else if (a.run.checkpoint_id != kRootCheckpoint) {
+      auto f = runs->checkpointer().get(thread, a.run.checkpoint_id);
+      if (!f) return std::move(f).error();
+      base = std::move(*f);  // none: the fork below says so, before anything is written
+    }
+  }
+  enum class Go { submit, resume, go_on } go = Go::submit;
+  if (a.run.resume) {
+    if (auto c = cluster::check_resumable(thread, base ? &*base : nullptr); !c)
+      return std::move(c).error();
+    go = Go::resume;
+  } else if (base && at_breakpoint(*base) && a.run.input.empty()) {
+    // No input on a thread stopped at a breakpoint continues it, as LangGraph's `input: null`.
+    if (a.run.after.count() > 0)
+      return Error(Errc::unsupported,
+                   "'after_seconds' on a thread stopped at a breakpoint (a delayed "
+                   "continuation) is not supported by weir yet (docs/langgraph-api.md)");
+    if (!a.run.controls.go_to.empty())
+      return Error(Errc::unsupported,
+                   "'command.goto' on a thread stopped at a breakpoint is not supported by weir "
+                   "yet: continue it first, or start from a checkpoint (docs/langgraph-api.md)");
+    go = Go::go_on;
+  } else if (base && pending_status(*base) == "interrupted") {
+    // A thread waiting at a node's interrupt takes only its answer.
+    if (!at_breakpoint(*base))
+      return Error(Errc::invalid_argument,
+                   "thread '" + thread + "' waits at the interrupt of node '" +
+                       interrupted_node(*base) +
+                       "': answer it with 'command.resume', or start from a checkpoint "
+                       "('checkpoint_id')");
+    return Error(Errc::invalid_argument,
+                 "thread '" + thread + "' stopped at a breakpoint before node '" +
+                     interrupted_node(*base) +
+                     "': continue it with no 'input' (or 'command.resume'), or start from a "
+                     "checkpoint ('checkpoint_id')");
+  }
+
+  // 2. The writes.
+  bool wrote = false;
   if (a.run.checkpoint_id == kRootCheckpoint) {  // from before the first checkpoint: afresh
     json::object why{{"source", "fork"}};
     auto root = runs->root_thread(thread, std::move(why));
     if (!root) return std::move(root).error();
-  } else if (!a.run.checkpoint_id.empty()) {  // a fork: the thread goes on from that checkpoint
-    auto latest = runs->checkpointer().latest(thread);
-    if (!latest) return std::move(latest).error();
-    if (!*latest || (**latest).checkpoint_id != a.run.checkpoint_id) {
-      json::object why{{"source", "fork"}};
-      auto b = runs->branch_thread(thread, a.run.checkpoint_id, {}, std::move(why));
-      if (!b) return std::move(b).error();
-    }
+    wrote = true;
+  } else if (!a.run.checkpoint_id.empty() &&
+             (!latest || latest->checkpoint_id != a.run.checkpoint_id)) {
+    json::object why{{"source", "fork"}};  // the thread goes on from that checkpoint
+    auto b = runs->branch_thread(thread, a.run.checkpoint_id, {}, std::move(why));
+    if (!b) return std::move(b).error();
+    wrote = true;
   }
-  if (!a.run.update.empty()) {  // command.update: the values set before the run goes on
-    auto spec = runs->workflow(a.graph);
-    if (!spec) return Error(Errc::not_found, "no workflow '" + a.graph + "'");
-    LangGraphStateUpdate u;
-    u.values = a.run.update;
-    auto writes = state_writes(*spec, u, "command.update");
-    if (!writes) return std::move(writes).error();
-    auto latest = runs->checkpointer().latest(thread);
-    if (!latest) return std::move(latest).error();
+  auto undo = [&] {  // back to where the thread stood (a new checkpoint of that state)
+    if (!wrote) return;
+    json::object why{{"source", "undo"}};
+    if (latest)
+      (void)runs->branch_thread(thread, latest->checkpoint_id, {}, std::move(why));
+    else
+      (void)runs->root_thread(thread, std::move(why));
+  };
+  if (writes) {  // command.update: the values set before the run goes on
     std::string from;
-    if (!*latest) {  // a thread without state: the update is its first checkpoint
+    if (!base && a.run.checkpoint_id != kRootCheckpoint) {  // no state: the update is the first
       json::object fresh{{"source", "fork"}};
       auto root = runs->root_thread(thread, std::move(fresh));
       if (!root) return std::move(root).error();
       from = root->checkpoint_id;
+      wrote = true;
     }
     json::object why{{"source", "update"}};
     auto b = runs->branch_thread(thread, from, std::move(*writes), std::move(why));
-    if (!b) return std::move(b).error();
-  }
-  if (a.run.resume) return runs->resume(thread, *a.run.resume, traceparent, a.run.controls);
-  // No input on a thread stopped at a breakpoint continues it, as LangGraph's `input: null`;
-  // a thread waiting at a node's interrupt takes only its answer.
-  if (!stateless) {
-    auto latest = runs->checkpointer().latest(thread);
-    if (!latest) return std::move(latest).error();
-    if (*latest && at_breakpoint(**latest) && a.run.input.empty()) {
-      if (a.run.after.count() > 0)
-        return Error(Errc::unsupported,
-                     "'after_seconds' on a thread stopped at a breakpoint (a delayed "
-                     "continuation) is not supported by weir yet (docs/langgraph-api.md)");
-      if (!a.run.controls.go_to.empty())
-        return Error(Errc::unsupported,
-                     "'command.goto' on a thread stopped at a breakpoint is not supported by weir "
-                     "yet: continue it first, or start from a checkpoint (docs/langgraph-api.md)");
-      return runs->resume(thread, json::value(nullptr), traceparent, a.run.controls);
+    if (!b) {
+      undo();
+      return std::move(b).error();
     }
-    if (*latest && pending_status(**latest) == "interrupted" && !at_breakpoint(**latest))
-      return Error(Errc::invalid_argument,
-                   "thread '" + thread + "' waits at the interrupt of node '" +
-                       interrupted_node(**latest) +
-                       "': answer it with 'command.resume', or start from a checkpoint "
-                       "('checkpoint_id')");
-    if (*latest && at_breakpoint(**latest))
-      return Error(Errc::invalid_argument,
-                   "thread '" + thread + "' stopped at a breakpoint before node '" +
-                       interrupted_node(**latest) +
-                       "': continue it with no 'input' (or 'command.resume'), or start from a "
-                       "checkpoint ('checkpoint_id')");
+    wrote = true;
   }
-  cluster::RunRequest r;
-  r.workflow = a.graph;
-  r.input = input;
-  r.thread_id = thread;
-  r.input_source = "'input'";
-  r.traceparent = traceparent;
-  r.enqueue = a.run.multitask == "enqueue";
-  r.controls = a.run.controls;
-  r.delay = a.run.after;
-  return runs->submit(std::move(r));
+
+  // 3. The run.
+  Result<RunRecord> rec = Error(Errc::cancelled, "not started");
+  if (go == Go::resume) {
+    rec = runs->resume(thread, *a.run.resume, traceparent, a.run.controls);
+  } else if (go == Go::go_on) {
+    rec = runs->resume(thread, json::value(nullptr), traceparent, a.run.controls);
+  } else {
+    cluster::RunRequest r;
+    r.workflow = a.graph;
+    r.input = input;
+    r.thread_id = thread;
+    r.input_source = "'input'";
+    r.traceparent = traceparent;
+    r.enqueue = a.run.multitask == "enqueue";
+    r.controls = a.run.controls;
+    r.delay = a.run.after;
+    rec = runs->submit(std::move(r));
+  }
+  if (!rec) undo();
+  return rec;
 }
 
 // Starts the run a request asks for on `thread` (made first for a stateless run or with

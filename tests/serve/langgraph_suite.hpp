@@ -178,6 +178,70 @@ TEST_P(RunsApi, LangGraphBreakpointsAndARunsRecursionLimit) {
   EXPECT_NE(joined.body.find("the run's recursion_limit=2"), std::string::npos) << joined.body;
 }
 
+// A refused run changes nothing: its command.update and its fork are written only once every
+// check passed (the input, the thread's state), and a stateless run's update says it needs a
+// thread.
+TEST_P(RunsApi, LangGraphARefusedRunWritesNothing) {
+  start();
+  auto history = [&](const std::string& t) {
+    return json::parse(post("/threads/" + t + "/history", R"({"limit": 100})").body)
+        .as_array()
+        .size();
+  };
+  const std::string t(object_of(post("/threads", "{}").body)["thread_id"].as_string());
+  auto first = post("/threads/" + t + "/runs/wait", R"({"assistant_id": "review", "input": {}})");
+  ASSERT_EQ(first.status, 200) << first.body;  // waits at its interrupt
+  const std::size_t before = history(t);
+  const auto values = object_of(get("/threads/" + t + "/state").body)["values"];
+  auto bad_input = post("/threads/" + t + "/runs/wait", R"({"assistant_id": "review",
+      "input": {"bogus": 1}, "command": {"update": {"draft": "LEAK"}}})");
+  EXPECT_EQ(bad_input.status, 422) << bad_input.body;
+  auto unanswered = post("/threads/" + t + "/runs/wait",
+                         R"({"assistant_id": "review", "command": {"update": {"draft": "LEAK"}}})");
+  EXPECT_EQ(unanswered.status, 422);
+  EXPECT_EQ(
+      detail_of(unanswered).rfind("thread '" + t + "' waits at the interrupt of node 'ask'", 0), 0u)
+      << unanswered.body;
+  EXPECT_EQ(history(t), before);
+  EXPECT_EQ(object_of(get("/threads/" + t + "/state").body)["values"], values);
+  // Answered, then a resume of a finished thread: refused, and the update with it.
+  ASSERT_EQ(post("/threads/" + t + "/runs/wait",
+                 R"({"assistant_id": "review", "command": {"resume": "ok"}})")
+                .status,
+            200);
+  const std::size_t done = history(t);
+  auto again = post("/threads/" + t + "/runs/wait", R"({"assistant_id": "review",
+      "command": {"resume": "twice", "update": {"draft": "LEAK"}}})");
+  EXPECT_EQ(again.status, 422);
+  EXPECT_EQ(detail_of(again), "thread '" + t +
+                                  "' is not interrupted (its last step is done): only an "
+                                  "interrupted thread can be resumed");
+  EXPECT_EQ(history(t), done);
+  EXPECT_EQ(object_of(get("/threads/" + t + "/state").body)["values"].at("draft"), "a draft");
+
+  // An input the workflow does not take, with an update, on a finished thread of `slow`.
+  const std::string u(object_of(post("/threads", "{}").body)["thread_id"].as_string());
+  ASSERT_EQ(
+      post("/threads/" + u + "/runs/wait", R"({"assistant_id": "slow", "input": {"left": 1}})")
+          .status,
+      200);
+  const std::size_t slow_before = history(u);
+  auto not_taken = post("/threads/" + u + "/runs/wait", R"({"assistant_id": "slow",
+      "input": {"bogus": 1}, "command": {"update": {"slept": "LEAK"}}})");
+  EXPECT_EQ(not_taken.status, 422);
+  EXPECT_EQ(detail_of(not_taken),
+            "'input' sets 'bogus', which slow does not take as input (its \"input\": left, ms)")
+      << not_taken.body;
+  EXPECT_EQ(history(u), slow_before);
+
+  auto stateless =
+      post("/runs/wait", R"({"assistant_id": "review", "command": {"update": {"draft": "x"}}})");
+  EXPECT_EQ(stateless.status, 422);
+  EXPECT_EQ(detail_of(stateless),
+            "'command.update' needs a thread: POST /threads/{thread_id}/runs (a stateless run's "
+            "'input' sets its first state)");
+}
+
 // command.goto: the run's first step runs the nodes named instead of START's targets, after
 // its input; names the workflow lacks, a Send and goto with resume are refused with what to do.
 TEST_P(RunsApi, LangGraphCommandGotoStartsAtTheNodesNamed) {

@@ -72,6 +72,10 @@ namespace weir::cluster {
 // goto names a node the workflow lacks; a recursion_limit above the workflow's cap, which a run
 // may lower but not raise), each naming what it may be.
 Status check_controls(const graph::WorkflowSpec& spec, const RunControls& c);
+// Whether a thread whose latest checkpoint is `latest` (null: none) can be resumed
+// (RunService::resume). Errors: not_found (no checkpoint), invalid_argument (not interrupted:
+// says how its last step stands).
+Status check_resumable(const std::string& thread_id, const graph::Checkpoint* latest);
 
 struct RunServiceOptions {
   std::filesystem::path workflows;  // a folder of workflow files; empty: requests give files
