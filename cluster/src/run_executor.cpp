@@ -249,6 +249,37 @@ asio::awaitable<RunEnding> RunExecutor::Impl::execute(RunRecord rec,
     if (!ended) co_return handed_back(env.lease, ended.error().message);
     co_return std::move(**ended);
   }
+  // Step 4b. A run queued behind another (multitask_strategy enqueue) may find the thread
+  // stopped by it: without input it continues a breakpoint, as a run asked with `input: null`
+  // does at the door; anything else the door would have refused fails saying why.
+  if (!resume) {
+    auto latest = cp.latest(rec.thread_id);
+    if (!latest) {
+      (void)release();
+      co_return handed_back(env.lease, latest.error().message);
+    }
+    const auto* status = *latest ? (**latest).pending.if_contains("status") : nullptr;
+    if (status && *status == "interrupted") {
+      const auto* info = (**latest).pending.if_contains("interrupt");
+      const auto* at = info && info->is_object() ? info->as_object().if_contains("node") : nullptr;
+      const std::string node = at && at->is_string() ? std::string(at->as_string()) : "?";
+      const bool breakpoint = info && info->is_object() && info->as_object().contains("breakpoint");
+      if (breakpoint && input->value.as_object().empty() && controls->go_to.empty()) {
+        resume = json::value(nullptr);
+      } else {
+        (void)release();
+        co_return failed(
+            Error(Errc::invalid_argument,
+                  "thread '" + rec.thread_id + "' " +
+                      (breakpoint ? "stopped at a breakpoint before node '" + node +
+                                        "' (the run before this one stopped it): a run without "
+                                        "input continues it"
+                                  : "waits at the interrupt of node '" + node +
+                                        "' (the run before this one stopped there): answer it with "
+                                        "a resume value")));
+      }
+    }
+  }
   // Step 5.
   graph::RunOptions o;
   o.checkpointer = &cp;

@@ -242,6 +242,38 @@ TEST_P(RunsApi, LangGraphARefusedRunWritesNothing) {
             "'input' sets its first state)");
 }
 
+// A run enqueued behind one that stops at a breakpoint continues the thread when it has no
+// input (as `input: null` at the door); with input it fails saying why.
+TEST_P(RunsApi, LangGraphARunEnqueuedBehindABreakpointContinuesIt) {
+  start();
+  const std::string t(object_of(post("/threads", "{}").body)["thread_id"].as_string());
+  auto first = post("/threads/" + t + "/runs", R"({"assistant_id": "slow",
+      "input": {"left": 3, "ms": 100}, "interrupt_after": ["tick"]})");
+  ASSERT_EQ(first.status, 200) << first.body;
+  auto second = post("/threads/" + t + "/runs",
+                     R"({"assistant_id": "slow", "multitask_strategy": "enqueue"})");
+  ASSERT_EQ(second.status, 200) << second.body;
+  const std::string run2(object_of(second.body)["run_id"].as_string());
+  auto joined = get("/threads/" + t + "/runs/" + run2 + "/join");
+  ASSERT_EQ(joined.status, 200) << joined.body;
+  EXPECT_EQ(object_of(joined.body)["n"], 3) << joined.body;
+  EXPECT_EQ(object_of(get("/threads/" + t + "/runs/" + run2).body)["status"], "success");
+
+  auto stop = post("/threads/" + t + "/runs", R"({"assistant_id": "slow",
+      "input": {"left": 2, "ms": 100}, "interrupt_after": ["tick"]})");
+  ASSERT_EQ(stop.status, 200) << stop.body;
+  auto with_input = post("/threads/" + t + "/runs", R"({"assistant_id": "slow",
+      "input": {"left": 1}, "multitask_strategy": "enqueue"})");
+  ASSERT_EQ(with_input.status, 200) << with_input.body;
+  const std::string run4(object_of(with_input.body)["run_id"].as_string());
+  auto failed = get("/threads/" + t + "/runs/" + run4 + "/join");
+  ASSERT_EQ(failed.status, 200) << failed.body;
+  EXPECT_NE(failed.body.find("stopped at a breakpoint before node 'check' (the run before this "
+                             "one stopped it): a run without input continues it"),
+            std::string::npos)
+      << failed.body;
+}
+
 // command.goto: the run's first step runs the nodes named instead of START's targets, after
 // its input; names the workflow lacks, a Send and goto with resume are refused with what to do.
 TEST_P(RunsApi, LangGraphCommandGotoStartsAtTheNodesNamed) {
