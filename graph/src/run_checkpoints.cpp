@@ -204,7 +204,7 @@ Status Runner::restore(std::vector<Task>& tasks, bool has_input) {
     return Error(Errc::invalid_argument,
                  "thread '" + thread->id + "' is interrupted at node '" +
                      (node && node->is_string() ? std::string(node->as_string()) : "?") +
-                     "'; resume it with a value to continue it");
+                     "'; call async_resume with a value to continue it");
   }
   if (interrupted) {
     const auto* info = cp.pending.if_contains("interrupt");
