@@ -292,6 +292,27 @@ asio::awaitable<RunEnding> RunExecutor::Impl::execute(RunRecord rec,
   o.interrupt_after = std::move(controls->interrupt_after);
   o.recursion_limit = controls->recursion_limit;
   o.go_to = std::move(controls->go_to);
+  // A run its worker left unfinished (an attempt after the first): its cap counts the supersteps
+  // the earlier attempts committed, one checkpoint each (its input's is no superstep).
+  if (rec.attempts > 1) {
+    const int cap = o.recursion_limit > 0
+                        ? o.recursion_limit
+                        : static_cast<int>(wf->spec.limits.recursion_limit.value_or(
+                              graph::GraphLimits{}.recursion_limit));
+    auto mine = cp.list(rec.thread_id, static_cast<std::size_t>(cap) + 2);
+    if (!mine) {
+      (void)release();
+      co_return handed_back(env.lease, mine.error().message);
+    }
+    int done = 0;
+    for (const auto& c : *mine) {
+      const auto* by = c.metadata.if_contains("queue_run");
+      if (!by || *by != json::value(rec.id)) break;
+      ++done;
+    }
+    if (done > 0 && !input->value.as_object().empty()) --done;
+    o.steps_before = done;
+  }
   o.checkpoint_metadata = json::object{{"queue_run", rec.id},
                                        {"attempt", rec.attempts},
                                        {"workflow", rec.workflow_file},

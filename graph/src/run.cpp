@@ -408,11 +408,12 @@ Status Runner::begin_step(const std::vector<Task>& tasks, std::int32_t& step) {
   }
   const bool own_cap = extras && extras->recursion_limit > 0;
   const std::int32_t cap = own_cap ? extras->recursion_limit : lim.recursion_limit;
-  if (step >= cap) {
+  const std::int32_t before = extras ? extras->steps_before : 0;
+  if (step + before >= cap) {
     std::string active;
     for (const auto& t : tasks) active += (active.empty() ? "" : ", ") + g.nodes_[t.node].name;
     return Error(Errc::step_limit_exceeded,
-                 "run stopped after " + std::to_string(step) + " supersteps (" +
+                 "run stopped after " + std::to_string(step + before) + " supersteps (" +
                      (own_cap ? "the run's recursion_limit=" : "recursion_limit=") +
                      std::to_string(cap) + "); nodes active in the last step: " + active +
                      (own_cap ? "; give the run a higher recursion_limit or add an exit condition"
@@ -944,12 +945,13 @@ asio::awaitable<Result<RunResult>> GraphRuntime::async_run(
   if (options.events) r->extra().events = options.events->impl_;
   r->stream_state = options.stream_state;
   if (!options.interrupt_before.empty() || !options.interrupt_after.empty() ||
-      options.recursion_limit > 0 || !options.go_to.empty()) {
+      options.recursion_limit > 0 || !options.go_to.empty() || options.steps_before > 0) {
     auto& x = r->extra();
     x.break_before = std::move(options.interrupt_before);
     x.break_after = std::move(options.interrupt_after);
     x.recursion_limit = options.recursion_limit;
     x.go_to = std::move(options.go_to);
+    x.steps_before = std::max(0, options.steps_before);
   }
   if (options.trace && options.trace->context)
     r->trace_begin(options.trace->context, options.trace->name);

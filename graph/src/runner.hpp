@@ -163,6 +163,7 @@ struct Runner {
     // RunOptions::interrupt_before / interrupt_after / recursion_limit (0: the graph's).
     std::vector<std::string> break_before, break_after;
     std::int32_t recursion_limit = 0;
+    std::int32_t steps_before = 0;   // RunOptions::steps_before
     std::vector<std::string> go_to;  // RunOptions::go_to
     json::array fences;  // this step's fences (note_fence), for its checkpoint's metadata
     const char* breakpoint = nullptr;  // "before"/"after" once a breakpoint stopped the run

@@ -93,12 +93,13 @@ std::string fresh_db() {
 }
 
 // `loops` times: sleep `ms`, then add 1 to n; three supersteps a loop (nap, tick, check).
-fs::path slow_workflow(const std::string& name, int loops, int ms) {
+fs::path slow_workflow(const std::string& name, int loops, int ms, int recursion_limit = 200) {
   const fs::path p = temp_path(name + ".json");
   std::ofstream(p) << R"({"name": ")" << name << R"(",
  "state": {"n": {"reducer": "sum", "default": 0}, "slept": {}},
  "tools": {"wait": {"builtin": "sleep"}},
- "limits": {"recursion_limit": 200},
+ "limits": {"recursion_limit": )"
+                   << recursion_limit << R"(},
  "nodes": {"nap": {"kind": "tool", "tool": "wait", "args": {"ms": )"
                    << ms << R"(}, "output": "slept"},
            "tick": {"kind": "set", "values": {"n": 1}},
@@ -530,6 +531,30 @@ TEST(RunQueue, AKilledWorkersRunIsResumedFromItsLastCheckpointByAnother) {
       EXPECT_EQ(attempt, 2) << "step " << step;
     }
   EXPECT_NE(b.err.find("claimed " + id + " (attempt 2/3"), std::string::npos) << b.err;
+}
+
+// The cap bounds the run, not each attempt: a run whose worker died is continued by another
+// that counts the supersteps the first committed (12 of the loop's 18 in all, not 12 more).
+TEST(RunQueue, ARunsRecursionLimitCountsTheStepsOfItsEarlierAttempts) {
+  const std::string db = fresh_db();
+  ASSERT_NE(db, "");
+  const auto wf = slow_workflow("capped_loops", 6, 300, 12);  // 18 supersteps, a cap of 12
+  const std::string id = submit(db, wf);
+  auto a = start_worker("--db '" + db + "' --lease 1s --name doomed");
+  ASSERT_TRUE(eventually([&] { return committed(db, id).total >= 4; }, 20s)) << a->stderr_text();
+  std::this_thread::sleep_for(100ms);
+  a->kill9();
+  auto b = run_weir("worker --once --db '" + db + "' --lease 1s --poll 100ms --name rescuer");
+  ASSERT_EQ(b.code, 0) << b.err;
+  auto r = run_json(db, id);
+  EXPECT_EQ(r.at("state"), "failed") << r << "\n" << b.err;
+  EXPECT_EQ(r.at("attempts"), 2) << r;
+  EXPECT_NE(json::serialize(r.at("error"))
+                .find("run stopped after 12 supersteps "
+                      "(recursion_limit=12)"),
+            std::string::npos)
+      << r;
+  EXPECT_EQ(committed(db, id).per_step.size(), 12u) << "12 supersteps over both attempts";
 }
 
 TEST(RunQueue, ARunFailsAfterMaxAttemptsNamingThem) {

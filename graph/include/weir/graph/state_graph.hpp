@@ -457,6 +457,10 @@ struct RunOptions {
   // (a continued run ignores them: its first run jumped already). A name the graph lacks fails
   // the run (invalid_argument) before any node runs; with a resume value it is `unsupported`.
   std::vector<std::string> go_to;
+  // Supersteps this run committed before this invocation, which its cap (recursion_limit, the
+  // run's or the graph's) counts too: a run service continuing the same run after its worker
+  // died. (A caller continuing a thread by invoking again gets a fresh count: 0.)
+  std::int32_t steps_before = 0;
 };
 
 struct RuntimeOptions {
