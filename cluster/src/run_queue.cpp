@@ -214,8 +214,7 @@ Result<std::string> RunQueue::submit(const SubmitRequest& req) {
         "not_before) "
         "VALUES ($1, $2, $3, $4, encode(sha256(convert_to($4, 'UTF8')), 'hex'), $5, $6, "
         "'queued', $7::int4, $8, $9, $10, "
-        "greatest(CASE WHEN $11::int8 > 0 THEN weir_now_ms() + $11::int8 END, "
-        "(SELECT max(not_before) FROM weir_runs WHERE thread_id = $6 AND state = 'queued'))) "
+        "CASE WHEN $11::int8 > 0 THEN weir_now_ms() + $11::int8 END) "
         "RETURNING id) SELECT pg_notify('weir_runs', 'queued') FROM ins",
         Params()
             .text(id)

@@ -274,6 +274,27 @@ TEST_P(RunsApi, LangGraphARunEnqueuedBehindABreakpointContinuesIt) {
       << failed.body;
 }
 
+// A run enqueued behind a delayed run waits for it, and starts at once when that one is
+// cancelled (on PostgreSQL it kept the cancelled run's delay: pending for up to a day).
+TEST_P(RunsApi, LangGraphARunBehindACancelledDelayedRunStartsAtOnce) {
+  start();
+  const std::string t(object_of(post("/threads", "{}").body)["thread_id"].as_string());
+  auto later = post("/threads/" + t + "/runs",
+                    R"({"assistant_id": "slow", "input": {"left": 1}, "after_seconds": 3600})");
+  ASSERT_EQ(later.status, 200) << later.body;
+  auto behind = post("/threads/" + t + "/runs", R"({"assistant_id": "slow",
+      "input": {"left": 1, "ms": 1}, "multitask_strategy": "enqueue"})");
+  ASSERT_EQ(behind.status, 200) << behind.body;
+  const std::string first(object_of(later.body)["run_id"].as_string());
+  const std::string second(object_of(behind.body)["run_id"].as_string());
+  EXPECT_EQ(post("/threads/" + t + "/runs/" + first + "/cancel?wait=1", "").status, 204);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto joined = get("/threads/" + t + "/runs/" + second + "/join");
+  ASSERT_EQ(joined.status, 200) << joined.body;
+  EXPECT_EQ(object_of(joined.body)["n"], 1) << joined.body;
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(20));
+}
+
 // command.goto: the run's first step runs the nodes named instead of START's targets, after
 // its input; names the workflow lacks, a Send and goto with resume are refused with what to do.
 TEST_P(RunsApi, LangGraphCommandGotoStartsAtTheNodesNamed) {
