@@ -90,11 +90,20 @@ Result<json::object> payload_of(cluster::RunService& runs, const RunRecord& r) {
 }  // namespace
 
 Status check_webhook_hosts(const std::vector<std::string>& hosts) {
-  for (const auto& h : hosts)
+  for (const auto& h : hosts) {
+    if (h != "*" && h.find('*') != std::string::npos)
+      return Error(Errc::invalid_argument, "--webhook-hosts: '" + escape_control(h) +
+                                               "': * stands alone (any host, any port)");
+    if (!h.starts_with("[") && std::count(h.begin(), h.end(), ':') > 1)
+      return Error(Errc::invalid_argument, "--webhook-hosts: '" + escape_control(h) +
+                                               "' is an IPv6 address: write it in brackets, [" +
+                                               escape_control(h) + "] or [" + escape_control(h) +
+                                               "]:port");
     if (h != "*" && !host_rule(h))
       return Error(Errc::invalid_argument,
                    "--webhook-hosts: '" + escape_control(h) +
                        "' is not a host, host:port or [v6]:port (or * for any host)");
+  }
   return {};
 }
 
@@ -125,7 +134,10 @@ struct Webhooks::Impl {
     co.connect_timeout = std::min(co.connect_timeout, o.timeout);
     co.max_response_bytes = 64u << 10;  // the answer is read and dropped
     co.max_connections_per_endpoint = 8;
-    co.max_idle_per_endpoint = 2;
+    // No kept-alive connections: the client sends a request again on a fresh connection when a
+    // pooled one fails before any response byte (a stale connection), which for a receiver
+    // that read the POST and closed unanswered is the same try twice.
+    co.max_idle_per_endpoint = 0;
     client = std::make_unique<http::Client>(co);
   }
 

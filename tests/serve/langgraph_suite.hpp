@@ -790,6 +790,29 @@ inline std::pair<std::string, json::object> hook_request(const std::string& raw)
   return {raw.substr(0, end), object_of(raw.substr(end + 4))};
 }
 
+// A webhook is one POST a try: a receiver that closes the connection without answering gets the
+// try again only after the backoff (a kept-alive connection is not reused for it, where the
+// HTTP client's retry of a stale connection would POST the same try twice).
+TEST_P(RunsApi, LangGraphWebhookTriesArePostedOnce) {
+  weir::testing::TestServer hook([](int n, const std::string&) {
+    weir::testing::Action a;
+    if (n == 1) return weir::testing::reply(200, "{}");  // kept alive
+    a.reset = true;                                      // read, then closed unanswered
+    return a;
+  });
+  webhook_hosts_ = {"127.0.0.1"};
+  start();
+  const std::string url = "http://127.0.0.1:" + std::to_string(hook.port()) + "/hook";
+  const std::string body =
+      R"({"assistant_id": "slow", "input": {"left": 1, "ms": 1}, "webhook": ")" + url + R"("})";
+  ASSERT_EQ(post("/runs/wait", body).status, 200);
+  ASSERT_TRUE(eventually([&] { return hook.requests() >= 1; }));
+  ASSERT_EQ(post("/runs/wait", body).status, 200);
+  ASSERT_TRUE(eventually([&] { return hook.requests() >= 2; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));  // the backoff is 1 s
+  EXPECT_EQ(hook.requests(), 2) << "the first try of the second webhook was POSTed twice";
+}
+
 // webhook: POSTed the run when it ends (retried after a 5xx), a cancelled one too; a receiver
 // that hangs holds neither the run nor the server; a host --webhook-hosts does not name is a 422.
 TEST_P(RunsApi, LangGraphWebhookIsPostedWhenTheRunEnds) {

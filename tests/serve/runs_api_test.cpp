@@ -50,6 +50,16 @@ TEST(RunsApiConfig, ABadWorkflowFolderRefusesTheStart) {
             "for any host)");
   w.webhook_hosts.pop_back();
   EXPECT_TRUE(validate(w)) << validate(w).error().message;
+  // Entries that could never match a webhook's host are refused, saying how to write them.
+  for (const auto& [entry, why] : std::vector<std::pair<std::string, std::string>>{
+           {"::1", "'::1' is an IPv6 address: write it in brackets, [::1] or [::1]:port"},
+           {"*:8080", "'*:8080': * stands alone (any host, any port)"},
+           {"hooks*.example", "'hooks*.example': * stands alone (any host, any port)"}}) {
+    w.webhook_hosts = {"127.0.0.1", entry};
+    auto bad = validate(w);
+    ASSERT_FALSE(bad) << entry;
+    EXPECT_EQ(bad.error().message, "--webhook-hosts: " + why) << entry;
+  }
 }
 
 }  // namespace weir::serve::runs_suite
