@@ -55,6 +55,7 @@ class LocalRuns final : public RunService {
     }
     graph::MemoryCheckpointerOptions co;
     co.max_bytes = cfg_.checkpoint_bytes;
+    co.max_thread_bytes = cfg_.checkpoint_bytes / 4;  // one thread cannot starve the others
     co.budget = cfg_.checkpoint_budget;
     cp_ = graph::make_memory_checkpointer(co);
     return {};

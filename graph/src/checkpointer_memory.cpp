@@ -134,6 +134,17 @@ class MemoryCheckpointer final : public Checkpointer {
       std::size_t more = cost + pooled;
       for (const auto& a : cp.artifacts)
         if (!t.artifacts.contains(a.id)) more += a.bytes.size() + a.id.size();
+      if (o_.max_thread_bytes > 0 && t.bytes + more > o_.max_thread_bytes) {
+        for (const auto& kv : copy.writes) (void)unpool_strings(t, kv.value());
+        const std::size_t held = t.bytes;
+        if (fresh) threads_.erase(it);
+        return Error(Errc::memory_budget_exceeded,
+                     "in-memory checkpoints: thread '" + cp.thread_id + "' holds " +
+                         format_bytes(held) + "; " + format_bytes(more) +
+                         " more would take it past " + format_bytes(o_.max_thread_bytes) +
+                         ", a thread's share of the " + format_bytes(o_.max_bytes) +
+                         " limit; prune the thread or keep checkpoints in a database");
+      }
       if (auto s = charge(cp.thread_id, more); !s) {
         for (const auto& kv : copy.writes) (void)unpool_strings(t, kv.value());
         if (fresh) threads_.erase(it);

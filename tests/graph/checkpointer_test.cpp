@@ -439,6 +439,37 @@ TEST(MemoryCheckpointer, ItsCheckpointsAreBoundedAndCharged) {
   EXPECT_EQ(budget.used(BudgetCategory::history), 0u);
 }
 
+// One thread cannot take the whole bound: past max_thread_bytes its puts are refused, naming the
+// thread and what to do, while other threads go on putting.
+TEST(MemoryCheckpointer, OneThreadCannotFillTheWholeBound) {
+  MemoryCheckpointerOptions o;
+  o.max_bytes = 1u << 20;
+  o.max_thread_bytes = 8u << 10;
+  auto c = make_memory_checkpointer(o);
+  std::string parent;
+  Status last;
+  int stored = 0;
+  for (int i = 0; i < 100 && last; ++i) {
+    const std::string id = "c" + std::to_string(100 + i);
+    last = c->put(make_cp("big", id, parent, i + 1,
+                          R"({"x":")" + std::string(1000, static_cast<char>('a' + i % 26)) +
+                              std::to_string(i) + "\"}"));
+    if (last) ++stored, parent = id;
+  }
+  ASSERT_FALSE(last);
+  EXPECT_TRUE(last.error().is(Errc::memory_budget_exceeded));
+  EXPECT_GT(stored, 3);
+  EXPECT_LT(stored, 9);
+  EXPECT_EQ(last.error().message.rfind("in-memory checkpoints: thread 'big' holds ", 0), 0u)
+      << last.error().message;
+  EXPECT_NE(last.error().message.find("more would take it past 8.0 KiB, a thread's share of the "
+                                      "1.0 MiB limit; prune the thread or keep checkpoints in a "
+                                      "database"),
+            std::string::npos)
+      << last.error().message;
+  EXPECT_TRUE(c->put(make_cp("small", "s1", "", 1, R"({"x":1})")));
+}
+
 // A chat thread's checkpoints repeat its window: the memory checkpointer keeps each long string
 // once per thread (shared by the checkpoints that hold it), so 100 checkpoints of a 20-message
 // window cost about one window of text plus their framing, not 100 windows. What is read back

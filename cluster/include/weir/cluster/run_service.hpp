@@ -88,7 +88,8 @@ struct RunServiceOptions {
   std::size_t memory_limit = std::size_t{1} << 30;  // the runs' state and artifacts in memory
   // In-process: the threads' checkpoints in memory are bounded by checkpoint_bytes and charged
   // to the budget's history category when one is given (a run whose next checkpoint does not fit
-  // fails with memory_budget_exceeded naming the limit). REQUIRES: the budget outlives the service.
+  // fails with memory_budget_exceeded naming the limit), and one thread's at a quarter of it (so
+  // one long thread cannot starve the others). REQUIRES: the budget outlives the service.
   std::size_t checkpoint_bytes = std::size_t{512} << 20;
   MemoryBudget* checkpoint_budget = nullptr;
   std::chrono::milliseconds lease = kDefaultLease;  // PostgreSQL: the embedded worker's lease

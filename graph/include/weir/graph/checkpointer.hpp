@@ -236,7 +236,10 @@ std::unique_ptr<Checkpointer> make_memory_checkpointer(Retention retention = {})
 // delete_thread give the bytes back.
 struct MemoryCheckpointerOptions {
   Retention retention;
-  std::size_t max_bytes = 0;       // 0: no bound of its own
+  std::size_t max_bytes = 0;  // 0: no bound of its own
+  // One thread's share of it (0: none): a put that would take its thread past this is refused
+  // (memory_budget_exceeded naming the thread), so one long thread cannot starve the others.
+  std::size_t max_thread_bytes = 0;
   MemoryBudget* budget = nullptr;  // REQUIRES: outlives the checkpointer
   BudgetCategory category = BudgetCategory::history;
 };
