@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <ctime>
+#include <map>
 
 #include <boost/json.hpp>
 
@@ -152,22 +153,37 @@ json::object checkpoint_ref(const std::string& thread, const std::string& id) {
                       {"checkpoint_map", nullptr}};
 }
 
+json::array next_nodes(const graph::Checkpoint& c) {
+  json::array next;
+  if (const auto* n = c.pending.if_contains("next"); n && n->is_array())
+    for (const auto& x : n->as_array())
+      if (x.is_string()) next.push_back(x);
+  if (const auto* s = c.pending.if_contains("sends"); s && s->is_array())
+    for (const auto& x : s->as_array())
+      if (const auto* node = x.is_object() ? x.as_object().if_contains("node") : nullptr;
+          node && node->is_string())
+        next.push_back(*node);
+  return next;
+}
+
 // A checkpoint as LangGraph's ThreadState.
 Result<json::object> thread_state(const graph::Checkpointer& cp, const graph::Checkpoint& c) {
   auto values = cp.state_at(c.thread_id, c.checkpoint_id);
   if (!values) return std::move(values).error();
-  json::array next = json::array{};
-  if (const auto* n = c.pending.if_contains("next"); n && n->is_array()) next = n->as_array();
+  json::array next = next_nodes(c);
   const json::array interrupts = interrupts_of(c);
   std::string interrupted_at;
   if (const auto* i = c.pending.if_contains("interrupt"); i && i->is_object())
     if (const auto* n = i->as_object().if_contains("node"); n && n->is_string())
       interrupted_at = n->as_string();
   json::array tasks;
+  std::map<std::string, int> seen;  // a node with several tasks (Sends): an id for each
   for (const auto& n : next) {
     const std::string name = n.is_string() ? std::string(n.as_string()) : "";
+    const int k = seen[name]++;
     tasks.push_back(json::object{
-        {"id", sha256_hex(c.checkpoint_id + "/" + name).substr(0, 32)},
+        {"id", sha256_hex(c.checkpoint_id + "/" + name + (k ? "/" + std::to_string(k) : ""))
+                   .substr(0, 32)},
         {"name", name},
         {"error", nullptr},
         {"interrupts", name == interrupted_at ? json::value(interrupts) : json::array{}},

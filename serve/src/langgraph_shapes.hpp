@@ -47,6 +47,9 @@ std::string pending_status(const graph::Checkpoint& c);
 // Whether the checkpoint is a stop at a breakpoint (interrupt_before/after), not a node's
 // interrupt.
 bool at_breakpoint(const graph::Checkpoint& c);
+// The nodes a checkpoint's next step runs, one entry a task (a Send's node as often as it is
+// sent), as LangGraph's `next`.
+boost::json::array next_nodes(const graph::Checkpoint& c);
 // The node an interrupted checkpoint waits at ("?" when it names none).
 std::string interrupted_node(const graph::Checkpoint& c);
 // {"thread_id", "checkpoint_ns": "", "checkpoint_id", "checkpoint_map": null}: a checkpoint's

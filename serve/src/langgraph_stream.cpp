@@ -27,12 +27,12 @@ std::string task_id(const std::string& checkpoint, const std::string& node) {
   return sha256_hex(checkpoint + "/" + node).substr(0, 32);
 }
 
-// The next nodes a checkpoint names.
+// The next nodes a checkpoint names, each once.
 std::vector<std::string> next_of(const graph::Checkpoint& c) {
   std::vector<std::string> out;
-  if (const auto* n = c.pending.if_contains("next"); n && n->is_array())
-    for (const auto& x : n->as_array())
-      if (x.is_string()) out.emplace_back(x.as_string());
+  for (const auto& x : next_nodes(c))
+    if (std::find(out.begin(), out.end(), x.as_string()) == out.end())
+      out.emplace_back(x.as_string());
   return out;
 }
 

@@ -295,6 +295,30 @@ TEST_P(RunsApi, LangGraphARunBehindACancelledDelayedRunStartsAtOnce) {
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(20));
 }
 
+// A breakpoint before a step of Sends (a map's workers): the thread's `next` names each task's
+// node, one entry a task, as LangGraph's does, and each task has its own id.
+TEST_P(RunsApi, LangGraphABreakpointBeforeSendsNamesEachTask) {
+  write("squares", R"({"name": "squares",
+ "state": {"numbers": {"default": [1, 2, 3]}, "total": {"reducer": "sum", "default": 0}},
+ "nodes": {"fan": {"kind": "map", "over": "numbers", "node": "square"},
+           "square": {"kind": "set", "values": {"total": 1}}},
+ "edges": [{"from": "START", "to": "fan"}, {"from": "square", "to": "END"}]})");
+  start();
+  const std::string t(object_of(post("/threads", "{}").body)["thread_id"].as_string());
+  auto stopped = post("/threads/" + t + "/runs/wait",
+                      R"({"assistant_id": "squares", "interrupt_before": ["square"]})");
+  ASSERT_EQ(stopped.status, 200) << stopped.body;
+  const auto st = object_of(get("/threads/" + t + "/state").body);
+  EXPECT_EQ(json::serialize(st.at("next")), R"(["square","square","square"])")
+      << json::serialize(st);
+  const auto& tasks = st.at("tasks").as_array();
+  ASSERT_EQ(tasks.size(), 3u);
+  EXPECT_NE(tasks[0].at("id"), tasks[1].at("id"));
+  auto done = post("/threads/" + t + "/runs/wait", R"({"assistant_id": "squares", "input": null})");
+  ASSERT_EQ(done.status, 200) << done.body;
+  EXPECT_EQ(object_of(done.body)["total"], 3);
+}
+
 // command.goto: the run's first step runs the nodes named instead of START's targets, after
 // its input; names the workflow lacks, a Send and goto with resume are refused with what to do.
 TEST_P(RunsApi, LangGraphCommandGotoStartsAtTheNodesNamed) {
