@@ -83,10 +83,27 @@ std::uint32_t Constraint::Impl::walk(const std::vector<std::uint32_t>& state,
   };
   if (levels.size() < v.max_depth + 1) levels.resize(v.max_depth + 1);
   levels[0] = dfa.intern(st, state);
+  // Text masks: when the state's text run takes every token of a bucket (inside a string),
+  // they are allowed at once, and the walk skips the subtrees the bucket holds.
+  const unsigned text_chars = by_bytes ? text_mask(dfa, levels[0], words, limit, need) : 0;
   // Preorder over ranges of sibling subtrees ([next, end)): the whole trie, and below a node
   // with many children of which the state takes few, just those children's subtrees.
   thread_local std::vector<std::pair<std::uint32_t, std::uint32_t>> ranges;
-  ranges.assign(1, {1u, static_cast<std::uint32_t>(v.nodes.size())});
+  // Children of the root or of a wide node (`table`, with their text_total in `totals`): those
+  // the state `first` takes and no text mask holds, as ranges (reading no node of the others).
+  auto push_children = [&](const std::array<std::uint32_t, 256>& table,
+                           const std::array<std::uint8_t, 256>& totals,
+                           const std::bitset<256>& first) {
+    for (unsigned c = 256; c-- > 0;)
+      if (const std::uint32_t child = table[c];
+          child != 0 && first.test(c) && (totals[c] == 0 || totals[c] > text_chars))
+        ranges.emplace_back(child, v.nodes[child].end);
+  };
+  ranges.clear();
+  if (text_chars != 0)
+    push_children(v.root_child, v.root_total, dfa.first[static_cast<std::size_t>(levels[0])]);
+  else
+    ranges.emplace_back(1u, static_cast<std::uint32_t>(v.nodes.size()));
   while (!ranges.empty()) {
     auto& [i, stop] = ranges.back();
     if (i >= stop) {
@@ -94,6 +111,10 @@ std::uint32_t Constraint::Impl::walk(const std::vector<std::uint32_t>& state,
       continue;
     }
     const auto& node = v.nodes[i];
+    if (v.text_total[i] != 0 && v.text_total[i] <= text_chars) {
+      i = node.end;  // in the text mask already
+      continue;
+    }
     const std::int32_t pid = levels[node.depth - 1];
     if (const unsigned height = node.plain & VocabTrie::kPlainHeight; height != 0) {
       const unsigned run = plain_run(dfa, pid);
@@ -123,14 +144,48 @@ std::uint32_t Constraint::Impl::walk(const std::vector<std::uint32_t>& state,
       if (run < height && held && (node.plain & VocabTrie::kPlainRoot) &&
           dfa.run_then_reject[static_cast<std::size_t>(pid)] && run_allowed(pid)) {
         // The tokens below that end within the run are allowed, the longer ones are not.
+        // (Those of at most text_chars bytes are in the text mask already when the path to
+        // the node spells text.)
         const std::size_t max_len = node.depth - 1u + run;
-        const auto* last =
-            std::partition_point(v.by_len.data() + b, v.by_len.data() + e, [&](std::int32_t id) {
-              return v.pieces[static_cast<std::size_t>(id)].size() <= max_len;
-            });
-        set_all(v.by_len.data() + b, last);
+        auto up_to = [&](std::size_t len) {
+          return std::partition_point(v.by_len.data() + b, v.by_len.data() + e,
+                                      [&](std::int32_t id) {
+                                        return v.pieces[static_cast<std::size_t>(id)].size() <= len;
+                                      });
+        };
+        set_all(v.text_total[i] != 0 ? up_to(text_chars) : v.by_len.data() + b, up_to(max_len));
         i = node.end;
         continue;
+      }
+    }
+    // A text subtree (no plain one) whose characters the text run takes: the node's own
+    // tokens as any node's (below), and every token under it at once when all fit.
+    // (Not worth it below kTextNodes nodes: a check may step through every character shape.)
+    constexpr std::uint32_t kTextNodes = 16;
+    enum { kWalkBelow, kTakeBelow, kNoneBelow } below = kWalkBelow;
+    if (const unsigned height = v.text[i] & VocabTrie::kTextHeight; height != 0 && by_bytes) {
+      const auto pi = static_cast<std::size_t>(pid);
+      constexpr std::uint64_t kPlainCats =
+          (std::uint64_t{1} << constraint::kLeadCategory) - 1;  // (categories below the leads)
+      const auto groups = static_cast<unsigned>(v.cats[i] >> constraint::kLeadCategory) & 0xFFu;
+      if (node.end - i >= kTextNodes && plain_run(dfa, pid) != 0 &&
+          (v.cats[i] & kPlainCats & ~dfa.run_cats[pi]) == 0 &&
+          text_run_covers(dfa, pid, height, groups)) {
+        // A token below leaves a state of the run, or one inside a character (at most `tail`
+        // bytes short of the next state of the run; at least one token more).
+        const std::uint32_t tail = v.text[i] >> VocabTrie::kTextTailShift;
+        const std::uint32_t most = dfa.run_max_bytes[pi] + tail;
+        if (limit < 0 || most <= static_cast<std::uint32_t>(limit) ||
+            (tail == 0 && run_max_tokens(dfa, pid) <= limit)) {
+          need = std::max(need, most);
+          below = kTakeBelow;
+        } else if (run_min_tokens(dfa, pid) > limit && (tail == 0 || limit < 1)) {
+          below = kNoneBelow;
+          if (v.tok_begin[i] == v.tok_begin[i + 1]) {  // nor has the node a token
+            i = node.end;
+            continue;
+          }
+        }
       }
     }
     if (!dfa.first[static_cast<std::size_t>(pid)].test(node.byte)) {
@@ -146,13 +201,18 @@ std::uint32_t Constraint::Impl::walk(const std::vector<std::uint32_t>& state,
     levels[node.depth] = nid;
     if (v.tok_begin[i] < v.tok_begin[i + 1] && allowed(nid))
       set_all(v.toks.data() + v.tok_begin[i], v.toks.data() + v.tok_begin[i + 1]);
+    if (below != kWalkBelow) {
+      if (below == kTakeBelow)
+        set_all(v.toks.data() + v.tok_begin[i + 1], v.toks.data() + v.tok_begin[node.end]);
+      i = node.end;
+      continue;
+    }
     if (v.is_wide[i]) {
-      if (const auto& next = dfa.first[static_cast<std::size_t>(nid)]; next.count() <= 64) {
-        const auto& table = v.wide.find(i)->second;
+      if (const auto& next = dfa.first[static_cast<std::size_t>(nid)];
+          text_chars != 0 || next.count() <= 64) {
+        const auto& [table, totals] = v.wide.find(i)->second;
         i = node.end;  // (`i` is not used after the pushes below)
-        for (unsigned c = 256; c-- > 0;)
-          if (const std::uint32_t child = table[c]; child != 0 && next.test(c))
-            ranges.emplace_back(child, v.nodes[child].end);
+        push_children(table, totals, next);
         continue;
       }
     }
@@ -163,6 +223,15 @@ std::uint32_t Constraint::Impl::walk(const std::vector<std::uint32_t>& state,
 }
 
 std::int32_t Constraint::Impl::plain_step(Dfa& dfa, std::int32_t pid) const {
+  if (const std::int32_t known = dfa.plain_next[static_cast<std::size_t>(pid)];
+      known != kUnknownStep)
+    return known;
+  const std::int32_t nid = plain_step_of(dfa, pid);
+  dfa.plain_next[static_cast<std::size_t>(pid)] = nid;
+  return nid;
+}
+
+std::int32_t Constraint::Impl::plain_step_of(Dfa& dfa, std::int32_t pid) const {
   const auto& ps = dfa.states[static_cast<std::size_t>(pid)];
   std::bitset<256> accepted;
   bool any = false;
@@ -260,6 +329,96 @@ unsigned Constraint::Impl::plain_run(Dfa& dfa, std::int32_t pid) const {
     dfa.run_cats[ck] = cats;
   }
   return static_cast<unsigned>(dfa.run[static_cast<std::size_t>(pid)]);
+}
+
+bool Constraint::Impl::text_ok(Dfa& dfa, std::int32_t pid, unsigned groups) const {
+  using constraint::kAtBoundary;
+  const auto pi = static_cast<std::size_t>(pid);
+  if (groups & dfa.text_bad[pi]) return false;
+  groups &= ~static_cast<unsigned>(dfa.text_ok[pi]);
+  if (groups == 0) return true;
+  // Each character of the groups, byte by byte (a decoder's place and the state reached: a
+  // few pairs, as a character's bytes advance alike by classes), must end where the plain
+  // step goes, and no byte of one may be refused.
+  const std::int32_t target = plain_step(dfa, pid);
+  thread_local std::vector<std::pair<std::uint8_t, std::int32_t>> todo, seen;
+  for (unsigned g = 0; g < constraint::kLeadGroups; ++g) {
+    if (!(groups >> g & 1)) continue;
+    bool ok = target >= 0;
+    todo.clear();
+    seen.clear();
+    for (unsigned c = 0xC2; c <= 0xF4 && ok; ++c) {
+      if (constraint::utf8_lead_group(static_cast<unsigned char>(c)) != static_cast<int>(g))
+        continue;
+      std::int32_t n = dfa.next[pi][c];
+      if (n == -2) n = step(dfa, pid, static_cast<unsigned char>(c));
+      const std::pair<std::uint8_t, std::int32_t> at{
+          constraint::utf8_next(kAtBoundary, static_cast<unsigned char>(c)), n};
+      if (n < 0) {
+        ok = false;
+      } else if (std::find(seen.begin(), seen.end(), at) == seen.end()) {
+        seen.push_back(at);
+        todo.push_back(at);
+      }
+    }
+    while (ok && !todo.empty()) {
+      const auto [at, s] = todo.back();
+      todo.pop_back();
+      for (unsigned c = 0x80; c < 0xC0 && ok; ++c) {
+        const std::uint8_t after = constraint::utf8_next(at, static_cast<unsigned char>(c));
+        if (after == constraint::kUtf8Invalid) continue;
+        std::int32_t n = dfa.next[static_cast<std::size_t>(s)][c];
+        if (n == -2) n = step(dfa, s, static_cast<unsigned char>(c));
+        if (n < 0 || (after == kAtBoundary && n != target)) {
+          ok = false;
+        } else if (after != kAtBoundary &&
+                   std::find(seen.begin(), seen.end(), std::pair{after, n}) == seen.end()) {
+          seen.emplace_back(after, n);
+          todo.emplace_back(after, n);
+        }
+      }
+    }
+    (ok ? dfa.text_ok : dfa.text_bad)[pi] |= static_cast<std::uint8_t>(1u << g);
+    if (!ok) return false;
+  }
+  return true;
+}
+
+unsigned Constraint::Impl::text_mask(Dfa& dfa, std::int32_t pid, std::span<std::uint64_t> words,
+                                     std::int32_t limit, std::uint32_t& need) const {
+  const VocabTrie& v = *vocab;
+  const auto pi = static_cast<std::size_t>(pid);
+  if (plain_run(dfa, pid) == 0) return 0;
+  constexpr std::uint64_t kPlainCats = (std::uint64_t{1} << constraint::kLeadCategory) - 1;
+  for (std::size_t b = v.text_masks.size(); b-- > 0;) {
+    const auto& m = v.text_masks[b];
+    if ((m.cats & kPlainCats & ~dfa.run_cats[pi]) != 0) continue;
+    const auto groups = static_cast<unsigned>(m.cats >> constraint::kLeadCategory) & 0xFFu;
+    if (!text_run_covers(dfa, pid, m.chars, groups)) continue;
+    // Every token of the bucket leaves a state of the run, or one inside a character (at
+    // most `tail` bytes short of the next state of the run).
+    const std::uint32_t most = dfa.run_max_bytes[pi] + m.tail;
+    if (limit >= 0 && most > static_cast<std::uint32_t>(limit) &&
+        (m.tail != 0 || run_max_tokens(dfa, pid) > limit))
+      return 0;  // (a smaller bucket would not fit either)
+    if (limit < 0) need = std::max(need, most);
+    for (std::size_t w = 0; w < words.size(); ++w) words[w] |= m.words[w];
+    return m.chars;
+  }
+  return 0;
+}
+
+bool Constraint::Impl::text_run_covers(Dfa& dfa, std::int32_t pid, unsigned chars,
+                                       unsigned groups) const {
+  // Each state of the chain of plain steps takes a character (a plain byte of the run, or one
+  // of the groups) to the next; a state that steps to itself (a `*` string) does so for ever.
+  for (std::int32_t s = pid; chars > 0; --chars) {
+    const std::int32_t next = plain_step(dfa, s);
+    if (next < 0 || !text_ok(dfa, s, groups)) return false;
+    if (next == s) return true;
+    s = next;
+  }
+  return true;
 }
 
 std::unique_ptr<Constraint::Impl::Dfa> Constraint::Impl::take_dfa() const {
