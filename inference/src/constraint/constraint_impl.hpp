@@ -169,9 +169,10 @@ struct Constraint::Impl {
   bool text_run_covers(Dfa& dfa, std::int32_t pid, unsigned chars, unsigned groups) const;
   // ORs into `words` the largest of VocabTrie::text_masks whose every token `pid` allows (and,
   // with limit >= 0, after which a completion fits; without, `need` takes the most bytes one
-  // leaves to write); returns its characters, or 0 when none.
+  // leaves to write); returns its characters, or 0 when none. `whole_only`: under the budget
+  // only its tokens that end at a character's end were taken (the cut ones may not fit).
   unsigned text_mask(Dfa& dfa, std::int32_t pid, std::span<std::uint64_t> words, std::int32_t limit,
-                     std::uint32_t& need) const;
+                     std::uint32_t& need, bool& whole_only) const;
   static constexpr std::size_t kMaxDfaStates = 16384;  // ~4 KiB each; then start afresh
   mutable std::mutex dfa_mu;
   mutable std::vector<std::unique_ptr<Dfa>> dfas;  // GUARDED_BY(dfa_mu)

@@ -85,7 +85,16 @@ std::uint32_t Constraint::Impl::walk(const std::vector<std::uint32_t>& state,
   levels[0] = dfa.intern(st, state);
   // Text masks: when the state's text run takes every token of a bucket (inside a string),
   // they are allowed at once, and the walk skips the subtrees the bucket holds.
-  const unsigned text_chars = by_bytes ? text_mask(dfa, levels[0], words, limit, need) : 0;
+  // (Under a budget the mask may hold only the tokens that end at a character's end: then
+  // subtrees with tokens cut inside one are walked.)
+  bool text_whole_only = false;
+  const unsigned text_chars =
+      by_bytes ? text_mask(dfa, levels[0], words, limit, need, text_whole_only) : 0;
+  const std::uint8_t skip_cut = text_whole_only ? VocabTrie::kHasCut : 0;
+  // Whether a subtree (its text_total) is in the text mask.
+  auto in_text_mask = [&](std::uint8_t total) {
+    return total != 0 && (total & ~VocabTrie::kHasCut) <= text_chars && (total & skip_cut) == 0;
+  };
   // Preorder over ranges of sibling subtrees ([next, end)): the whole trie, and below a node
   // with many children of which the state takes few, just those children's subtrees.
   thread_local std::vector<std::pair<std::uint32_t, std::uint32_t>> ranges;
@@ -96,7 +105,7 @@ std::uint32_t Constraint::Impl::walk(const std::vector<std::uint32_t>& state,
                            const std::bitset<256>& first) {
     for (unsigned c = 256; c-- > 0;)
       if (const std::uint32_t child = table[c];
-          child != 0 && first.test(c) && (totals[c] == 0 || totals[c] > text_chars))
+          child != 0 && first.test(c) && !in_text_mask(totals[c]))
         ranges.emplace_back(child, v.nodes[child].end);
   };
   ranges.clear();
@@ -111,7 +120,7 @@ std::uint32_t Constraint::Impl::walk(const std::vector<std::uint32_t>& state,
       continue;
     }
     const auto& node = v.nodes[i];
-    if (v.text_total[i] != 0 && v.text_total[i] <= text_chars) {
+    if (in_text_mask(v.text_total[i])) {
       i = node.end;  // in the text mask already
       continue;
     }
@@ -385,7 +394,8 @@ bool Constraint::Impl::text_ok(Dfa& dfa, std::int32_t pid, unsigned groups) cons
 }
 
 unsigned Constraint::Impl::text_mask(Dfa& dfa, std::int32_t pid, std::span<std::uint64_t> words,
-                                     std::int32_t limit, std::uint32_t& need) const {
+                                     std::int32_t limit, std::uint32_t& need,
+                                     bool& whole_only) const {
   const VocabTrie& v = *vocab;
   const auto pi = static_cast<std::size_t>(pid);
   if (plain_run(dfa, pid) == 0) return 0;
@@ -397,12 +407,21 @@ unsigned Constraint::Impl::text_mask(Dfa& dfa, std::int32_t pid, std::span<std::
     if (!text_run_covers(dfa, pid, m.chars, groups)) continue;
     // Every token of the bucket leaves a state of the run, or one inside a character (at
     // most `tail` bytes short of the next state of the run).
+    // Without a cut one, each leaves a state of the run (run_max_tokens: the most tokens a
+    // completion needs from one).
     const std::uint32_t most = dfa.run_max_bytes[pi] + m.tail;
-    if (limit >= 0 && most > static_cast<std::uint32_t>(limit) &&
-        (m.tail != 0 || run_max_tokens(dfa, pid) > limit))
+    whole_only = limit >= 0 && most > static_cast<std::uint32_t>(limit);
+    if (whole_only && dfa.run_max_bytes[pi] > static_cast<std::uint32_t>(limit) &&
+        run_max_tokens(dfa, pid) > limit)
       return 0;  // (a smaller bucket would not fit either)
     if (limit < 0) need = std::max(need, most);
     for (std::size_t w = 0; w < words.size(); ++w) words[w] |= m.words[w];
+    if (whole_only) {
+      for (std::uint32_t k = 0; k < m.cut; ++k) {
+        const auto id = static_cast<std::uint32_t>(v.text_cut[k]);
+        words[id >> 6] &= ~(std::uint64_t{1} << (id & 63));
+      }
+    }
     return m.chars;
   }
   return 0;

@@ -138,7 +138,8 @@ void mark_text(VocabTrie& v) {
         static_cast<std::uint8_t>(std::min<unsigned>(chars + (at == kAtBoundary ? 1 : 0), 0xFF));
     if (at == kUtf8Invalid || !t[i][at].ok) continue;
     if (const unsigned total = chars + t[i][at].height; total <= VocabTrie::kTextHeight)
-      v.text_total[i] = static_cast<std::uint8_t>(total);
+      v.text_total[i] =
+          static_cast<std::uint8_t>(total | (t[i][at].tail != 0 ? VocabTrie::kHasCut : 0));
   }
 }
 
@@ -149,6 +150,7 @@ void mask_text(VocabTrie& v) {
   for (std::uint32_t chars :
        {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 20, 24, 28, 32, 40, 48, 63})
     v.text_masks.push_back({chars, std::vector<std::uint64_t>(words, 0)});
+  std::vector<std::pair<unsigned, std::int32_t>> cut;  // (characters, token)
   for (std::int32_t id = 0; id < v.n_vocab; ++id) {
     const std::string& p = v.pieces[static_cast<std::size_t>(id)];
     if (p.empty()) continue;
@@ -164,13 +166,17 @@ void mask_text(VocabTrie& v) {
       if (kPlain.test(c)) cats |= std::uint64_t{1} << plain_category(c);
     }
     if (at == kUtf8Invalid) continue;
+    if (at != kAtBoundary) cut.emplace_back(chars, id);
     for (auto& b : v.text_masks) {
       if (chars > b.chars) continue;
       b.words[static_cast<std::uint32_t>(id) >> 6] |= std::uint64_t{1} << (id & 63);
       b.cats |= cats;
       b.tail = std::max<std::uint32_t>(b.tail, kUtf8Remaining[at]);
+      if (at != kAtBoundary) ++b.cut;
     }
   }
+  std::sort(cut.begin(), cut.end());
+  for (auto [chars, id] : cut) v.text_cut.push_back(id);
 }
 
 }  // namespace

@@ -72,18 +72,23 @@ struct VocabTrie {
   static constexpr unsigned kTextTailShift = 6;
   std::vector<std::uint8_t> text;
   // [nodes] When every token below the node spells text from its first byte: the most
-  // characters one has (1 to kTextHeight); else 0. Such a subtree is in the text masks of
-  // that many characters (mask.cpp, text masks).
+  // characters one has (1 to kTextHeight), and kHasCut when one ends inside a character; else
+  // 0. Such a subtree is in the text masks of that many characters (mask.cpp, text masks).
+  static constexpr std::uint8_t kHasCut = 0x80;
   std::vector<std::uint8_t> text_total;
   // The tokens that spell text of at most `chars` characters, as a mask ([mask_words]), with
   // the categories of their bytes (plain ones and lead groups) and the most bytes one leaves
   // its last character short. Nested: each bucket holds the ones before it.
+  // cut: how many of text_cut (the tokens that end inside a character, fewest characters
+  // first) the mask holds.
   struct TextMask {
     std::uint32_t chars;
     std::vector<std::uint64_t> words;
     std::uint64_t cats = 0;
     std::uint32_t tail = 0;
+    std::uint32_t cut = 0;
   };
+  std::vector<std::int32_t> text_cut;
   // Every length up to 16 characters, then fewer (gpt-2: 23 masks, 145 KiB; 151936 tokens:
   // 437 KiB): a bounded string's every position gets the mask of its room, or nearly.
   std::vector<TextMask> text_masks;
