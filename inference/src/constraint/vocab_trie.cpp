@@ -88,40 +88,43 @@ namespace {
 // VocabTrie::text, children before parents (reverse preorder), for each place a decoder may
 // stand before the node's byte; kept for the nodes read from a boundary whose `plain` is 0.
 void mark_text(VocabTrie& v) {
-  struct Text {
-    bool ok;                    // every path below spells text
-    std::uint8_t height, tail;  // the most characters a path starts; the most bytes left short
-  };
-  std::vector<std::array<Text, kUtf8At>> t(v.nodes.size());
+  // Per node and decoder place: kNotText, or the most characters a path below starts (at most
+  // kTextHeight) | the most bytes a token below leaves its last character short << 6.
+  constexpr std::uint8_t kNotText = 0xFF;
+  auto height = [](std::uint8_t x) { return static_cast<unsigned>(x & VocabTrie::kTextHeight); };
+  auto tail = [](std::uint8_t x) { return static_cast<unsigned>(x >> 6); };
+  std::array<std::array<std::uint8_t, 256>, kUtf8At> next{};
+  for (std::uint8_t at = 0; at < kUtf8At; ++at)
+    for (unsigned c = 0; c < 256; ++c) next[at][c] = utf8_next(at, static_cast<unsigned char>(c));
+  std::vector<std::array<std::uint8_t, kUtf8At>> t(v.nodes.size());
   v.text.assign(v.nodes.size(), 0);
   for (std::size_t i = v.nodes.size(); i-- > 1;) {
     const auto& node = v.nodes[i];
     const bool token = v.tok_begin[i] < v.tok_begin[i + 1];
     for (std::uint8_t at = 0; at < kUtf8At; ++at) {
-      const std::uint8_t after = utf8_next(at, node.byte);
-      Text r{after != kUtf8Invalid, 0, 0};
-      if (r.ok) {
-        unsigned h = 0, tail = token ? kUtf8Remaining[after] : 0;
-        for (std::uint32_t k = static_cast<std::uint32_t>(i) + 1; k < node.end && r.ok;
+      const std::uint8_t after = next[at][node.byte];
+      std::uint8_t r = kNotText;
+      if (after != kUtf8Invalid) {
+        unsigned h = 0, most_tail = token ? kUtf8Remaining[after] : 0;
+        bool ok = true;
+        for (std::uint32_t k = static_cast<std::uint32_t>(i) + 1; k < node.end && ok;
              k = v.nodes[k].end) {
-          const Text& c = t[k][after];
-          r.ok = c.ok;
-          h = std::max<unsigned>(h, c.height);
-          tail = std::max<unsigned>(tail, c.tail);
+          const std::uint8_t c = t[k][after];
+          ok = c != kNotText;
+          h = std::max(h, height(c));
+          most_tail = std::max(most_tail, tail(c));
         }
         h += at == kAtBoundary ? 1 : 0;
-        r.ok = r.ok && h <= VocabTrie::kTextHeight;
-        r.height = static_cast<std::uint8_t>(h);
-        r.tail = static_cast<std::uint8_t>(tail);
+        if (ok && h <= VocabTrie::kTextHeight) r = static_cast<std::uint8_t>(h | most_tail << 6);
       }
       t[i][at] = r;
     }
-    if (const Text& b = t[i][kAtBoundary]; node.plain == 0 && b.ok) {
+    if (const std::uint8_t b = t[i][kAtBoundary]; node.plain == 0 && b != kNotText) {
       unsigned below = 0;  // the tail of the tokens below this node's own
-      const std::uint8_t after = utf8_next(kAtBoundary, node.byte);
+      const std::uint8_t after = next[kAtBoundary][node.byte];
       for (std::uint32_t k = static_cast<std::uint32_t>(i) + 1; k < node.end; k = v.nodes[k].end)
-        below = std::max<unsigned>(below, t[k][after].tail);
-      v.text[i] = static_cast<std::uint8_t>(b.height | below << VocabTrie::kTextTailShift);
+        below = std::max(below, tail(t[k][after]));
+      v.text[i] = static_cast<std::uint8_t>(height(b) | below << VocabTrie::kTextTailShift);
     }
   }
   // text_total, in preorder: where the decoder stands after each depth's node on the path
@@ -133,13 +136,13 @@ void mark_text(VocabTrie& v) {
     const auto& node = v.nodes[i];
     const std::uint8_t at = at_depth[node.depth - 1u];
     const unsigned chars = chars_depth[node.depth - 1u];
-    at_depth[node.depth] = at == kUtf8Invalid ? kUtf8Invalid : utf8_next(at, node.byte);
+    at_depth[node.depth] = at == kUtf8Invalid ? kUtf8Invalid : next[at][node.byte];
     chars_depth[node.depth] =
         static_cast<std::uint8_t>(std::min<unsigned>(chars + (at == kAtBoundary ? 1 : 0), 0xFF));
-    if (at == kUtf8Invalid || !t[i][at].ok) continue;
-    if (const unsigned total = chars + t[i][at].height; total <= VocabTrie::kTextHeight)
+    if (at == kUtf8Invalid || t[i][at] == kNotText) continue;
+    if (const unsigned total = chars + height(t[i][at]); total <= VocabTrie::kTextHeight)
       v.text_total[i] =
-          static_cast<std::uint8_t>(total | (t[i][at].tail != 0 ? VocabTrie::kHasCut : 0));
+          static_cast<std::uint8_t>(total | (tail(t[i][at]) != 0 ? VocabTrie::kHasCut : 0));
   }
 }
 
