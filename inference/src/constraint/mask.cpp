@@ -31,6 +31,33 @@
 //     masks: string characters. The trie's plain marks live in a byte Node had as padding, its
 //     categories in 8 bytes a node; by_len is one token id per token; the subtree masks, at
 //     most kRootMaskBytes per vocabulary; per DFA state, 19 bytes (bounded by kMaxDfaStates).
+//  3b. Text runs and text masks (what keeps a miss cheap when a string holds any character,
+//     where every byte value is a token): text is kPlain and well-formed UTF-8 multi-byte
+//     characters; lead bytes fall in 8 groups by the shape of character they start (C2-DF,
+//     E0, E1-EC, ED, EE-EF, F0, F1-F3, F4). text_ok() checks, once per DFA state and group,
+//     that every character of the group takes the state where its plain step goes (stepping
+//     its bytes by classes: a few states per group), so along the plain run each character
+//     counts as one position, as a plain byte does; text_run_covers() asks that of the run's
+//     first n states. The trie marks (VocabTrie::text) each subtree that spells text read from
+//     a character boundary with the most characters a path in it starts and the bytes a token
+//     below may leave its last character short (cut tokens such as a lone lead byte), and its
+//     categories gain the lead groups. Two shortcuts:
+//     - at the start of a walk, text_mask() ORs in the largest precomputed mask of "every
+//       token that spells text of at most n characters" (VocabTrie::text_masks: n = 1..16,
+//       then 20 to 63) that the state's text run covers, and the walk skips every subtree
+//       whose tokens all lie in it (VocabTrie::text_total, and for the root's and wide
+//       nodes' children a table of them, so that skipped children are not even read). Under
+//       a budget that a cut token may not fit, the mask is taken without the cut tokens
+//       (VocabTrie::text_cut) and subtrees holding one are walked;
+//     - below that, a text subtree (of kTextNodes nodes or more) whose characters the run
+//       covers has its node's own tokens checked as any node's and every token under it
+//       taken at once (or none, when none can fit the budget).
+//     A bounded string's every position gets the mask of its room (or of a little less); the
+//     plain subtrees taller than the room are cut by length as in 3, from the room on.
+//     Memory: text masks, 23 masks of mask_words(n_vocab) words (gpt-2 141 KiB, 151936 tokens
+//     427 KiB); 2 bytes a node; one id per cut token; 256 bytes per wide node; per DFA state,
+//     6 bytes. The first walk inside a fresh string checks the characters of up to 63
+//     positions ahead (~1,700 steps, 2-3 ms once per string and DFA).
 //  4. Budgets (budget.cpp): a plain mask is cached with the most a completion needs after any
 //     token it allows (bytes where every byte is a token, else tokens). A budget above that
 //     never binds and gets the plain mask; a smaller one gets a walk that keeps only the
@@ -39,7 +66,8 @@
 // Every shortcut is exact: the mask is the set of tokens the matcher accepts, token by token
 // (tests/inference/structured_test.cpp, MaskIsExactlyTheTokensTheMatcherAccepts), and under a
 // budget the set of those after which a completion still fits
-// (structured_budget_test.cpp, BudgetMaskIsExactlyTheTokensThatStillFit).
+// (structured_budget_test.cpp, BudgetMaskIsExactlyTheTokensThatStillFit; for text runs on a
+// vocabulary of every character shape, structured_text_test.cpp).
 #include <algorithm>
 #include <optional>
 

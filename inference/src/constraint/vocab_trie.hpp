@@ -89,8 +89,8 @@ struct VocabTrie {
     std::uint32_t cut = 0;
   };
   std::vector<std::int32_t> text_cut;
-  // Every length up to 16 characters, then fewer (gpt-2: 23 masks, 145 KiB; 151936 tokens:
-  // 437 KiB): a bounded string's every position gets the mask of its room, or nearly.
+  // Every length up to 16 characters, then fewer (gpt-2: 23 masks, 141 KiB; 151936 tokens:
+  // 427 KiB): a bounded string's every position gets the mask of its room, or nearly.
   std::vector<TextMask> text_masks;
   std::vector<std::uint32_t> tok_begin;  // [nodes + 1] CSR into toks
   std::vector<std::int32_t> toks;        // token ids ending at each node
