@@ -185,10 +185,8 @@ std::uint32_t Constraint::Impl::walk(const std::vector<std::uint32_t>& state,
         // the node spells text.)
         const std::size_t max_len = node.depth - 1u + run;
         auto up_to = [&](std::size_t len) {
-          return std::partition_point(v.by_len.data() + b, v.by_len.data() + e,
-                                      [&](std::int32_t id) {
-                                        return v.pieces[static_cast<std::size_t>(id)].size() <= len;
-                                      });
+          const auto* bytes = v.by_len_bytes.data();
+          return v.by_len.data() + (std::upper_bound(bytes + b, bytes + e, len) - bytes);
         };
         set_all(v.text_total[i] != 0 ? up_to(text_chars) : v.by_len.data() + b, up_to(max_len));
         i = node.end;

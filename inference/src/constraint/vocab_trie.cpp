@@ -299,6 +299,10 @@ std::shared_ptr<const VocabTrie> build_trie(const Tokenizer& t) {
     const std::uint32_t count = v->tok_begin[node.end] - v->tok_begin[i];
     if (count >= VocabTrie::kMaskedRoot) big.emplace_back(count, i);
   }
+  v->by_len_bytes.resize(v->by_len.size());
+  for (std::size_t k = 0; k < v->by_len.size(); ++k)
+    v->by_len_bytes[k] =
+        static_cast<std::uint16_t>(v->pieces[static_cast<std::size_t>(v->by_len[k])].size());
   std::sort(big.rbegin(), big.rend());
   const std::size_t words = mask_words(v->n_vocab);
   for (std::size_t k = 0; k < big.size() && (k + 1) * words * 8 <= VocabTrie::kRootMaskBytes; ++k) {

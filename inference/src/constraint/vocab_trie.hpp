@@ -96,6 +96,7 @@ struct VocabTrie {
   std::vector<std::int32_t> toks;        // token ids ending at each node
   // toks, but each kPlainRoot subtree's range sorted by token length (shortest first).
   std::vector<std::int32_t> by_len;
+  std::vector<std::uint16_t> by_len_bytes;  // [toks] the bytes of each token of by_len
   // The tokens of the kPlainRoot subtrees holding at least kMaskedRoot of them, as masks
   // ([mask_words(n_vocab)], keyed by node): one OR of words instead of a bit per token. The
   // largest subtrees first, up to kRootMaskBytes in all (gpt-2: 21 masks, 130 KiB).
