@@ -148,7 +148,7 @@ std::uint32_t Constraint::Impl::walk(const std::vector<std::uint32_t>& state,
       continue;
     }
     const auto& node = v.nodes[i];
-    if (in_text_mask(v.text_total[i])) {
+    if (text_chars != 0 && in_text_mask(v.text_total[i])) {
       i = node.end;  // in the text mask already
       continue;
     }
@@ -198,7 +198,7 @@ std::uint32_t Constraint::Impl::walk(const std::vector<std::uint32_t>& state,
     // (Not worth it below kTextNodes nodes: a check may step through every character shape.)
     constexpr std::uint32_t kTextNodes = 16;
     enum { kWalkBelow, kTakeBelow, kNoneBelow } below = kWalkBelow;
-    if (const unsigned height = v.text[i] & VocabTrie::kTextHeight; height != 0 && by_bytes) {
+    if (const unsigned height = by_bytes ? v.text[i] & VocabTrie::kTextHeight : 0; height != 0) {
       const auto pi = static_cast<std::size_t>(pid);
       constexpr std::uint64_t kPlainCats =
           (std::uint64_t{1} << constraint::kLeadCategory) - 1;  // (categories below the leads)
