@@ -167,6 +167,12 @@ struct Constraint::Impl {
   // plain steps from `pid` does so for `chars` characters in a row: its text run.
   bool text_ok(Dfa& dfa, std::int32_t pid, unsigned groups) const;
   bool text_run_covers(Dfa& dfa, std::int32_t pid, unsigned chars, unsigned groups) const;
+  // Below the text subtree of trie node `node` (not a plain one), from `pid`: take when the
+  // text run takes every token under the node (and each fits `limit`; without one, `need`
+  // takes the most bytes one leaves to write), none when none can fit, else walk.
+  enum class Below { walk, take, none };
+  Below text_below(Dfa& dfa, std::int32_t pid, std::uint32_t node, std::int32_t limit,
+                   std::uint32_t& need) const;
   // ORs into `words` the largest of VocabTrie::text_masks whose every token `pid` allows (and,
   // with limit >= 0, after which a completion fits; without, `need` takes the most bytes one
   // leaves to write); returns its characters, or 0 when none. `whole_only`: under the budget

@@ -75,6 +75,9 @@
 
 namespace weir::inference {
 
+// One loop that applies the shortcuts of the notes above in their order (~150 lines: they
+// share the loop's state, the levels and the ranges); their checks live in plain_run(),
+// text_below() and text_mask().
 std::uint32_t Constraint::Impl::walk(const std::vector<std::uint32_t>& state,
                                      std::span<std::uint64_t> words, std::int32_t limit) const {
   std::fill(words.begin(), words.end(), 0);
@@ -194,34 +197,13 @@ std::uint32_t Constraint::Impl::walk(const std::vector<std::uint32_t>& state,
       }
     }
     // A text subtree (no plain one) whose characters the text run takes: the node's own
-    // tokens as any node's (below), and every token under it at once when all fit.
-    // (Not worth it below kTextNodes nodes: a check may step through every character shape.)
-    constexpr std::uint32_t kTextNodes = 16;
-    enum { kWalkBelow, kTakeBelow, kNoneBelow } below = kWalkBelow;
-    if (const unsigned height = by_bytes ? v.text[i] & VocabTrie::kTextHeight : 0; height != 0) {
-      const auto pi = static_cast<std::size_t>(pid);
-      constexpr std::uint64_t kPlainCats =
-          (std::uint64_t{1} << constraint::kLeadCategory) - 1;  // (categories below the leads)
-      const auto groups = static_cast<unsigned>(v.cats[i] >> constraint::kLeadCategory) & 0xFFu;
-      if (node.end - i >= kTextNodes && plain_run(dfa, pid) != 0 &&
-          (v.cats[i] & kPlainCats & ~dfa.run_cats[pi]) == 0 &&
-          text_run_covers(dfa, pid, height, groups)) {
-        // A token below leaves a state of the run, or one inside a character (at most `tail`
-        // bytes short of the next state of the run; at least one token more).
-        const std::uint32_t tail = v.text[i] >> VocabTrie::kTextTailShift;
-        const std::uint32_t most = dfa.run_max_bytes[pi] + tail;
-        if (limit < 0 || most <= static_cast<std::uint32_t>(limit) ||
-            (tail == 0 && run_max_tokens(dfa, pid) <= limit)) {
-          need = std::max(need, most);
-          below = kTakeBelow;
-        } else if (run_min_tokens(dfa, pid) > limit && (tail == 0 || limit < 1)) {
-          below = kNoneBelow;
-          if (v.tok_begin[i] == v.tok_begin[i + 1]) {  // nor has the node a token
-            i = node.end;
-            continue;
-          }
-        }
-      }
+    // tokens as any node's (below), and every token under it at once (or none).
+    const Below below = by_bytes && (v.text[i] & VocabTrie::kTextHeight) != 0
+                            ? text_below(dfa, pid, i, limit, need)
+                            : Below::walk;
+    if (below == Below::none && v.tok_begin[i] == v.tok_begin[i + 1]) {  // nor a token of its own
+      i = node.end;
+      continue;
     }
     if (!dfa.first[static_cast<std::size_t>(pid)].test(node.byte)) {
       i = node.end;
@@ -236,8 +218,8 @@ std::uint32_t Constraint::Impl::walk(const std::vector<std::uint32_t>& state,
     levels[node.depth] = nid;
     if (v.tok_begin[i] < v.tok_begin[i + 1] && allowed(nid))
       set_all(v.toks.data() + v.tok_begin[i], v.toks.data() + v.tok_begin[i + 1]);
-    if (below != kWalkBelow) {
-      if (below == kTakeBelow)
+    if (below != Below::walk) {
+      if (below == Below::take)
         set_all(v.toks.data() + v.tok_begin[i + 1], v.toks.data() + v.tok_begin[node.end]);
       i = node.end;
       continue;
@@ -417,6 +399,33 @@ bool Constraint::Impl::text_ok(Dfa& dfa, std::int32_t pid, unsigned groups) cons
     if (!ok) return false;
   }
   return true;
+}
+
+Constraint::Impl::Below Constraint::Impl::text_below(Dfa& dfa, std::int32_t pid, std::uint32_t i,
+                                                     std::int32_t limit,
+                                                     std::uint32_t& need) const {
+  // (Not worth it below kTextNodes nodes: a check may step through every character shape.)
+  constexpr std::uint32_t kTextNodes = 16;
+  const VocabTrie& v = *vocab;
+  const auto pi = static_cast<std::size_t>(pid);
+  const unsigned height = v.text[i] & VocabTrie::kTextHeight;
+  constexpr std::uint64_t kPlainCats = (std::uint64_t{1} << constraint::kLeadCategory) - 1;
+  const auto groups = static_cast<unsigned>(v.cats[i] >> constraint::kLeadCategory) & 0xFFu;
+  if (v.nodes[i].end - i < kTextNodes || plain_run(dfa, pid) == 0 ||
+      (v.cats[i] & kPlainCats & ~dfa.run_cats[pi]) != 0 ||
+      !text_run_covers(dfa, pid, height, groups))
+    return Below::walk;
+  // A token below leaves a state of the run, or one inside a character (at most `tail` bytes
+  // short of the next state of the run; at least one token more).
+  const std::uint32_t tail = v.text[i] >> VocabTrie::kTextTailShift;
+  const std::uint32_t most = dfa.run_max_bytes[pi] + tail;
+  if (limit < 0 || most <= static_cast<std::uint32_t>(limit) ||
+      (tail == 0 && run_max_tokens(dfa, pid) <= limit)) {
+    if (limit < 0) need = std::max(need, most);
+    return Below::take;
+  }
+  if (run_min_tokens(dfa, pid) > limit && (tail == 0 || limit < 1)) return Below::none;
+  return Below::walk;
 }
 
 unsigned Constraint::Impl::text_mask(Dfa& dfa, std::int32_t pid, std::span<std::uint64_t> words,
