@@ -80,7 +80,7 @@ void targets_of(const Constraint::Impl& impl, Dfa& dfa, std::int32_t sid, int sl
       stack.push_back({k, next, static_cast<int>(used)});
     };
     const std::array<std::uint32_t, 256>* wide =
-        at.node != 0 && v.is_wide[at.node] ? &v.wide.find(at.node)->second : nullptr;
+        at.node != 0 && v.is_wide[at.node] ? &v.wide.find(at.node)->second.child : nullptr;
     if (at.node == 0 || wide) {  // many children: look up the few bytes to follow
       const auto& table = at.node == 0 ? v.root_child : *wide;
       for (unsigned c = 0; c < 256; ++c)

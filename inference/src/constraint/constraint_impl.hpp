@@ -96,9 +96,14 @@ struct Constraint::Impl {
     std::vector<std::int16_t> run;
     std::vector<std::uint64_t> run_cats;
     std::vector<std::uint64_t> step_cats;  // the categories plain_step() advances on
+    std::vector<std::int32_t> plain_next;  // plain_step(), memoised (kUnknownStep: not yet)
     // 1 when the state the run ends in rejects every plain byte (a maxLength reached), so
     // longer plain tokens are refused without walking them.
     std::vector<std::uint8_t> run_then_reject;
+    // Text runs (mask.cpp): the UTF-8 lead groups (constraint::utf8_lead_group) whose every
+    // well-formed character is known to take the state where its plain step goes, and those
+    // known not to.
+    std::vector<std::uint8_t> text_ok, text_bad;
     // Budgets (budget.cpp): the fewest bytes that complete a value from the state; the bytes
     // that start such a shortest completion ("tight" bytes); the fewest tokens with each
     // slack 0..kSlack (-1 unknown); the most bytes / tokens a completion needs after any
@@ -127,7 +132,10 @@ struct Constraint::Impl {
         run.push_back(-1);
         run_cats.push_back(0);
         step_cats.push_back(0);
+        plain_next.push_back(kUnknownStep);
         run_then_reject.push_back(0);
+        text_ok.push_back(0);
+        text_bad.push_back(0);
         tight.emplace_back();
         min_bytes.push_back(st.min_bytes(s.data(), s.size(), tight.back()));
         min_tokens.emplace_back().fill(-1);
@@ -144,8 +152,9 @@ struct Constraint::Impl {
   // kNotUniform when not, kRejectsPlain when no plain byte is accepted. Advancing by byte c
   // depends on c only through which stack tops' classes hold it, so when every top's class
   // holds the same plain bytes A or none of them, one advance stands for all of A.
-  static constexpr std::int32_t kNotUniform = -1, kRejectsPlain = -2;
+  static constexpr std::int32_t kNotUniform = -1, kRejectsPlain = -2, kUnknownStep = -3;
   std::int32_t plain_step(Dfa& dfa, std::int32_t pid) const;
+  std::int32_t plain_step_of(Dfa& dfa, std::int32_t pid) const;  // (not memoised)
 
   // The transition of `pid` on byte c, computed (and memoised in dfa.next) for c and every
   // byte that no stack top's class tells apart from it: those advance the same way.
@@ -153,6 +162,23 @@ struct Constraint::Impl {
 
   // The plain run of `pid` (Dfa::run), computed along the chain of plain steps and memoised.
   unsigned plain_run(Dfa& dfa, std::int32_t pid) const;
+  // Whether every well-formed character of the lead groups `groups` (a bit each) takes `pid`
+  // where its plain step goes (memoised in Dfa::text_ok / text_bad), and whether the chain of
+  // plain steps from `pid` does so for `chars` characters in a row: its text run.
+  bool text_ok(Dfa& dfa, std::int32_t pid, unsigned groups) const;
+  bool text_run_covers(Dfa& dfa, std::int32_t pid, unsigned chars, unsigned groups) const;
+  // Below the text subtree of trie node `node` (not a plain one), from `pid`: take when the
+  // text run takes every token under the node (and each fits `limit`; without one, `need`
+  // takes the most bytes one leaves to write), none when none can fit, else walk.
+  enum class Below { walk, take, none };
+  Below text_below(Dfa& dfa, std::int32_t pid, std::uint32_t node, std::int32_t limit,
+                   std::uint32_t& need) const;
+  // ORs into `words` the largest of VocabTrie::text_masks whose every token `pid` allows (and,
+  // with limit >= 0, after which a completion fits; without, `need` takes the most bytes one
+  // leaves to write); returns its characters, or 0 when none. `whole_only`: under the budget
+  // only its tokens that end at a character's end were taken (the cut ones may not fit).
+  unsigned text_mask(Dfa& dfa, std::int32_t pid, std::span<std::uint64_t> words, std::int32_t limit,
+                     std::uint32_t& need, bool& whole_only) const;
   static constexpr std::size_t kMaxDfaStates = 16384;  // ~4 KiB each; then start afresh
   mutable std::mutex dfa_mu;
   mutable std::vector<std::unique_ptr<Dfa>> dfas;  // GUARDED_BY(dfa_mu)

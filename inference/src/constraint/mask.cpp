@@ -31,6 +31,33 @@
 //     masks: string characters. The trie's plain marks live in a byte Node had as padding, its
 //     categories in 8 bytes a node; by_len is one token id per token; the subtree masks, at
 //     most kRootMaskBytes per vocabulary; per DFA state, 19 bytes (bounded by kMaxDfaStates).
+//  3b. Text runs and text masks (what keeps a miss cheap when a string holds any character,
+//     where every byte value is a token): text is kPlain and well-formed UTF-8 multi-byte
+//     characters; lead bytes fall in 8 groups by the shape of character they start (C2-DF,
+//     E0, E1-EC, ED, EE-EF, F0, F1-F3, F4). text_ok() checks, once per DFA state and group,
+//     that every character of the group takes the state where its plain step goes (stepping
+//     its bytes by classes: a few states per group), so along the plain run each character
+//     counts as one position, as a plain byte does; text_run_covers() asks that of the run's
+//     first n states. The trie marks (VocabTrie::text) each subtree that spells text read from
+//     a character boundary with the most characters a path in it starts and the bytes a token
+//     below may leave its last character short (cut tokens such as a lone lead byte), and its
+//     categories gain the lead groups. Two shortcuts:
+//     - at the start of a walk, text_mask() ORs in the largest precomputed mask of "every
+//       token that spells text of at most n characters" (VocabTrie::text_masks: n = 1..16,
+//       then 20 to 63) that the state's text run covers, and the walk skips every subtree
+//       whose tokens all lie in it (VocabTrie::text_total, and for the root's and wide
+//       nodes' children a table of them, so that skipped children are not even read). Under
+//       a budget that a cut token may not fit, the mask is taken without the cut tokens
+//       (VocabTrie::text_cut) and subtrees holding one are walked;
+//     - below that, a text subtree (of kTextNodes nodes or more) whose characters the run
+//       covers has its node's own tokens checked as any node's and every token under it
+//       taken at once (or none, when none can fit the budget).
+//     A bounded string's every position gets the mask of its room (or of a little less); the
+//     plain subtrees taller than the room are cut by length as in 3, from the room on.
+//     Memory: text masks, 23 masks of mask_words(n_vocab) words (gpt-2 141 KiB, 151936 tokens
+//     427 KiB); 2 bytes a node; one id per cut token; 256 bytes per wide node; per DFA state,
+//     6 bytes. The first walk inside a fresh string checks the characters of up to 63
+//     positions ahead (~1,700 steps, 2-3 ms once per string and DFA).
 //  4. Budgets (budget.cpp): a plain mask is cached with the most a completion needs after any
 //     token it allows (bytes where every byte is a token, else tokens). A budget above that
 //     never binds and gets the plain mask; a smaller one gets a walk that keeps only the
@@ -39,7 +66,8 @@
 // Every shortcut is exact: the mask is the set of tokens the matcher accepts, token by token
 // (tests/inference/structured_test.cpp, MaskIsExactlyTheTokensTheMatcherAccepts), and under a
 // budget the set of those after which a completion still fits
-// (structured_budget_test.cpp, BudgetMaskIsExactlyTheTokensThatStillFit).
+// (structured_budget_test.cpp, BudgetMaskIsExactlyTheTokensThatStillFit; for text runs on a
+// vocabulary of every character shape, structured_text_test.cpp).
 #include <algorithm>
 #include <optional>
 
@@ -47,6 +75,9 @@
 
 namespace weir::inference {
 
+// One loop that applies the shortcuts of the notes above in their order (~150 lines: they
+// share the loop's state, the levels and the ranges); their checks live in plain_run(),
+// text_below() and text_mask().
 std::uint32_t Constraint::Impl::walk(const std::vector<std::uint32_t>& state,
                                      std::span<std::uint64_t> words, std::int32_t limit) const {
   std::fill(words.begin(), words.end(), 0);
@@ -83,10 +114,36 @@ std::uint32_t Constraint::Impl::walk(const std::vector<std::uint32_t>& state,
   };
   if (levels.size() < v.max_depth + 1) levels.resize(v.max_depth + 1);
   levels[0] = dfa.intern(st, state);
+  // Text masks: when the state's text run takes every token of a bucket (inside a string),
+  // they are allowed at once, and the walk skips the subtrees the bucket holds.
+  // (Under a budget the mask may hold only the tokens that end at a character's end: then
+  // subtrees with tokens cut inside one are walked.)
+  bool text_whole_only = false;
+  const unsigned text_chars =
+      by_bytes ? text_mask(dfa, levels[0], words, limit, need, text_whole_only) : 0;
+  const std::uint8_t skip_cut = text_whole_only ? VocabTrie::kHasCut : 0;
+  // Whether a subtree (its text_total) is in the text mask.
+  auto in_text_mask = [&](std::uint8_t total) {
+    return total != 0 && (total & ~VocabTrie::kHasCut) <= text_chars && (total & skip_cut) == 0;
+  };
   // Preorder over ranges of sibling subtrees ([next, end)): the whole trie, and below a node
   // with many children of which the state takes few, just those children's subtrees.
   thread_local std::vector<std::pair<std::uint32_t, std::uint32_t>> ranges;
-  ranges.assign(1, {1u, static_cast<std::uint32_t>(v.nodes.size())});
+  // Children of the root or of a wide node (`table`, with their text_total in `totals`): those
+  // the state `first` takes and no text mask holds, as ranges (reading no node of the others).
+  auto push_children = [&](const std::array<std::uint32_t, 256>& table,
+                           const std::array<std::uint8_t, 256>& totals,
+                           const std::bitset<256>& first) {
+    for (unsigned c = 256; c-- > 0;)
+      if (const std::uint32_t child = table[c];
+          child != 0 && first.test(c) && !in_text_mask(totals[c]))
+        ranges.emplace_back(child, v.nodes[child].end);
+  };
+  ranges.clear();
+  if (text_chars != 0)
+    push_children(v.root_child, v.root_total, dfa.first[static_cast<std::size_t>(levels[0])]);
+  else
+    ranges.emplace_back(1u, static_cast<std::uint32_t>(v.nodes.size()));
   while (!ranges.empty()) {
     auto& [i, stop] = ranges.back();
     if (i >= stop) {
@@ -94,6 +151,10 @@ std::uint32_t Constraint::Impl::walk(const std::vector<std::uint32_t>& state,
       continue;
     }
     const auto& node = v.nodes[i];
+    if (text_chars != 0 && in_text_mask(v.text_total[i])) {
+      i = node.end;  // in the text mask already
+      continue;
+    }
     const std::int32_t pid = levels[node.depth - 1];
     if (const unsigned height = node.plain & VocabTrie::kPlainHeight; height != 0) {
       const unsigned run = plain_run(dfa, pid);
@@ -123,15 +184,26 @@ std::uint32_t Constraint::Impl::walk(const std::vector<std::uint32_t>& state,
       if (run < height && held && (node.plain & VocabTrie::kPlainRoot) &&
           dfa.run_then_reject[static_cast<std::size_t>(pid)] && run_allowed(pid)) {
         // The tokens below that end within the run are allowed, the longer ones are not.
+        // (Those of at most text_chars bytes are in the text mask already when the path to
+        // the node spells text.)
         const std::size_t max_len = node.depth - 1u + run;
-        const auto* last =
-            std::partition_point(v.by_len.data() + b, v.by_len.data() + e, [&](std::int32_t id) {
-              return v.pieces[static_cast<std::size_t>(id)].size() <= max_len;
-            });
-        set_all(v.by_len.data() + b, last);
+        auto up_to = [&](std::size_t len) {
+          const auto* bytes = v.by_len_bytes.data();
+          return v.by_len.data() + (std::upper_bound(bytes + b, bytes + e, len) - bytes);
+        };
+        set_all(v.text_total[i] != 0 ? up_to(text_chars) : v.by_len.data() + b, up_to(max_len));
         i = node.end;
         continue;
       }
+    }
+    // A text subtree (no plain one) whose characters the text run takes: the node's own
+    // tokens as any node's (below), and every token under it at once (or none).
+    const Below below = by_bytes && (v.text[i] & VocabTrie::kTextHeight) != 0
+                            ? text_below(dfa, pid, i, limit, need)
+                            : Below::walk;
+    if (below == Below::none && v.tok_begin[i] == v.tok_begin[i + 1]) {  // nor a token of its own
+      i = node.end;
+      continue;
     }
     if (!dfa.first[static_cast<std::size_t>(pid)].test(node.byte)) {
       i = node.end;
@@ -146,13 +218,18 @@ std::uint32_t Constraint::Impl::walk(const std::vector<std::uint32_t>& state,
     levels[node.depth] = nid;
     if (v.tok_begin[i] < v.tok_begin[i + 1] && allowed(nid))
       set_all(v.toks.data() + v.tok_begin[i], v.toks.data() + v.tok_begin[i + 1]);
+    if (below != Below::walk) {
+      if (below == Below::take)
+        set_all(v.toks.data() + v.tok_begin[i + 1], v.toks.data() + v.tok_begin[node.end]);
+      i = node.end;
+      continue;
+    }
     if (v.is_wide[i]) {
-      if (const auto& next = dfa.first[static_cast<std::size_t>(nid)]; next.count() <= 64) {
-        const auto& table = v.wide.find(i)->second;
+      if (const auto& next = dfa.first[static_cast<std::size_t>(nid)];
+          text_chars != 0 || next.count() <= 64) {
+        const auto& [table, totals] = v.wide.find(i)->second;
         i = node.end;  // (`i` is not used after the pushes below)
-        for (unsigned c = 256; c-- > 0;)
-          if (const std::uint32_t child = table[c]; child != 0 && next.test(c))
-            ranges.emplace_back(child, v.nodes[child].end);
+        push_children(table, totals, next);
         continue;
       }
     }
@@ -163,6 +240,15 @@ std::uint32_t Constraint::Impl::walk(const std::vector<std::uint32_t>& state,
 }
 
 std::int32_t Constraint::Impl::plain_step(Dfa& dfa, std::int32_t pid) const {
+  if (const std::int32_t known = dfa.plain_next[static_cast<std::size_t>(pid)];
+      known != kUnknownStep)
+    return known;
+  const std::int32_t nid = plain_step_of(dfa, pid);
+  dfa.plain_next[static_cast<std::size_t>(pid)] = nid;
+  return nid;
+}
+
+std::int32_t Constraint::Impl::plain_step_of(Dfa& dfa, std::int32_t pid) const {
   const auto& ps = dfa.states[static_cast<std::size_t>(pid)];
   std::bitset<256> accepted;
   bool any = false;
@@ -260,6 +346,133 @@ unsigned Constraint::Impl::plain_run(Dfa& dfa, std::int32_t pid) const {
     dfa.run_cats[ck] = cats;
   }
   return static_cast<unsigned>(dfa.run[static_cast<std::size_t>(pid)]);
+}
+
+bool Constraint::Impl::text_ok(Dfa& dfa, std::int32_t pid, unsigned groups) const {
+  using constraint::kAtBoundary;
+  const auto pi = static_cast<std::size_t>(pid);
+  if (groups & dfa.text_bad[pi]) return false;
+  groups &= ~static_cast<unsigned>(dfa.text_ok[pi]);
+  if (groups == 0) return true;
+  // Each character of the groups, byte by byte (a decoder's place and the state reached: a
+  // few pairs, as a character's bytes advance alike by classes), must end where the plain
+  // step goes, and no byte of one may be refused.
+  const std::int32_t target = plain_step(dfa, pid);
+  thread_local std::vector<std::pair<std::uint8_t, std::int32_t>> todo, seen;
+  for (unsigned g = 0; g < constraint::kLeadGroups; ++g) {
+    if (!(groups >> g & 1)) continue;
+    bool ok = target >= 0;
+    todo.clear();
+    seen.clear();
+    for (unsigned c = 0xC2; c <= 0xF4 && ok; ++c) {
+      if (constraint::utf8_lead_group(static_cast<unsigned char>(c)) != static_cast<int>(g))
+        continue;
+      std::int32_t n = dfa.next[pi][c];
+      if (n == -2) n = step(dfa, pid, static_cast<unsigned char>(c));
+      const std::pair<std::uint8_t, std::int32_t> at{
+          constraint::utf8_next(kAtBoundary, static_cast<unsigned char>(c)), n};
+      if (n < 0) {
+        ok = false;
+      } else if (std::find(seen.begin(), seen.end(), at) == seen.end()) {
+        seen.push_back(at);
+        todo.push_back(at);
+      }
+    }
+    while (ok && !todo.empty()) {
+      const auto [at, s] = todo.back();
+      todo.pop_back();
+      for (unsigned c = 0x80; c < 0xC0 && ok; ++c) {
+        const std::uint8_t after = constraint::utf8_next(at, static_cast<unsigned char>(c));
+        if (after == constraint::kUtf8Invalid) continue;
+        std::int32_t n = dfa.next[static_cast<std::size_t>(s)][c];
+        if (n == -2) n = step(dfa, s, static_cast<unsigned char>(c));
+        if (n < 0 || (after == kAtBoundary && n != target)) {
+          ok = false;
+        } else if (after != kAtBoundary &&
+                   std::find(seen.begin(), seen.end(), std::pair{after, n}) == seen.end()) {
+          seen.emplace_back(after, n);
+          todo.emplace_back(after, n);
+        }
+      }
+    }
+    (ok ? dfa.text_ok : dfa.text_bad)[pi] |= static_cast<std::uint8_t>(1u << g);
+    if (!ok) return false;
+  }
+  return true;
+}
+
+Constraint::Impl::Below Constraint::Impl::text_below(Dfa& dfa, std::int32_t pid, std::uint32_t i,
+                                                     std::int32_t limit,
+                                                     std::uint32_t& need) const {
+  // (Not worth it below kTextNodes nodes: a check may step through every character shape.)
+  constexpr std::uint32_t kTextNodes = 16;
+  const VocabTrie& v = *vocab;
+  const auto pi = static_cast<std::size_t>(pid);
+  const unsigned height = v.text[i] & VocabTrie::kTextHeight;
+  constexpr std::uint64_t kPlainCats = (std::uint64_t{1} << constraint::kLeadCategory) - 1;
+  const auto groups = static_cast<unsigned>(v.cats[i] >> constraint::kLeadCategory) & 0xFFu;
+  if (v.nodes[i].end - i < kTextNodes || plain_run(dfa, pid) == 0 ||
+      (v.cats[i] & kPlainCats & ~dfa.run_cats[pi]) != 0 ||
+      !text_run_covers(dfa, pid, height, groups))
+    return Below::walk;
+  // A token below leaves a state of the run, or one inside a character (at most `tail` bytes
+  // short of the next state of the run; at least one token more).
+  const std::uint32_t tail = v.text[i] >> VocabTrie::kTextTailShift;
+  const std::uint32_t most = dfa.run_max_bytes[pi] + tail;
+  if (limit < 0 || most <= static_cast<std::uint32_t>(limit) ||
+      (tail == 0 && run_max_tokens(dfa, pid) <= limit)) {
+    if (limit < 0) need = std::max(need, most);
+    return Below::take;
+  }
+  if (run_min_tokens(dfa, pid) > limit && (tail == 0 || limit < 1)) return Below::none;
+  return Below::walk;
+}
+
+unsigned Constraint::Impl::text_mask(Dfa& dfa, std::int32_t pid, std::span<std::uint64_t> words,
+                                     std::int32_t limit, std::uint32_t& need,
+                                     bool& whole_only) const {
+  const VocabTrie& v = *vocab;
+  const auto pi = static_cast<std::size_t>(pid);
+  if (plain_run(dfa, pid) == 0) return 0;
+  constexpr std::uint64_t kPlainCats = (std::uint64_t{1} << constraint::kLeadCategory) - 1;
+  for (std::size_t b = v.text_masks.size(); b-- > 0;) {
+    const auto& m = v.text_masks[b];
+    if ((m.cats & kPlainCats & ~dfa.run_cats[pi]) != 0) continue;
+    const auto groups = static_cast<unsigned>(m.cats >> constraint::kLeadCategory) & 0xFFu;
+    if (!text_run_covers(dfa, pid, m.chars, groups)) continue;
+    // Every token of the bucket leaves a state of the run, or one inside a character (at
+    // most `tail` bytes short of the next state of the run).
+    // Without a cut one, each leaves a state of the run (run_max_tokens: the most tokens a
+    // completion needs from one).
+    const std::uint32_t most = dfa.run_max_bytes[pi] + m.tail;
+    whole_only = limit >= 0 && most > static_cast<std::uint32_t>(limit);
+    if (whole_only && dfa.run_max_bytes[pi] > static_cast<std::uint32_t>(limit) &&
+        run_max_tokens(dfa, pid) > limit)
+      return 0;  // (a smaller bucket would not fit either)
+    if (limit < 0) need = std::max(need, most);
+    for (std::size_t w = 0; w < words.size(); ++w) words[w] |= m.words[w];
+    if (whole_only) {
+      for (std::uint32_t k = 0; k < m.cut; ++k) {
+        const auto id = static_cast<std::uint32_t>(v.text_cut[k]);
+        words[id >> 6] &= ~(std::uint64_t{1} << (id & 63));
+      }
+    }
+    return m.chars;
+  }
+  return 0;
+}
+
+bool Constraint::Impl::text_run_covers(Dfa& dfa, std::int32_t pid, unsigned chars,
+                                       unsigned groups) const {
+  // Each state of the chain of plain steps takes a character (a plain byte of the run, or one
+  // of the groups) to the next; a state that steps to itself (a `*` string) does so for ever.
+  for (std::int32_t s = pid; chars > 0; --chars) {
+    const std::int32_t next = plain_step(dfa, s);
+    if (next < 0 || !text_ok(dfa, s, groups)) return false;
+    if (next == s) return true;
+    s = next;
+  }
+  return true;
 }
 
 std::unique_ptr<Constraint::Impl::Dfa> Constraint::Impl::take_dfa() const {
