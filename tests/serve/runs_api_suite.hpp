@@ -9,11 +9,11 @@
 
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <set>
 #include <string>
-#include <cmath>
 #include <thread>
 #include <vector>
 
