@@ -8,6 +8,15 @@
 
 namespace weir::serve::runs_suite {
 
+// a -> b -> c, each appending its name to `log`: the workflow of the run-semantics tests.
+inline constexpr const char* kLineWorkflow = R"({"name": "line",
+ "state": {"log": {"reducer": "append"}, "topic": {"default": ""}}, "input": ["topic"],
+ "nodes": {"a": {"kind": "set", "values": {"log": "a"}},
+           "b": {"kind": "set", "values": {"log": "b"}},
+           "c": {"kind": "set", "values": {"log": "c"}}},
+ "edges": [{"from": "START", "to": "a"}, {"from": "a", "to": "b"}, {"from": "b", "to": "c"},
+           {"from": "c", "to": "END"}]})";
+
 inline std::string detail_of(const Reply& r) {
   auto v = json::parse(r.body);
   if (!v.is_object() || !v.as_object().contains("detail")) return "(no detail) " + r.body;
@@ -92,13 +101,7 @@ TEST_P(RunsApi, LangGraphThreadsBehaveTheSameOnThisBackend) {
 // continues it, after command.update's values when it has some. config.recursion_limit lowers the
 // workflow's cap; names and caps it cannot take are 422s naming them.
 TEST_P(RunsApi, LangGraphBreakpointsAndARunsRecursionLimit) {
-  write("line", R"({"name": "line",
- "state": {"log": {"reducer": "append"}, "topic": {"default": ""}}, "input": ["topic"],
- "nodes": {"a": {"kind": "set", "values": {"log": "a"}},
-           "b": {"kind": "set", "values": {"log": "b"}},
-           "c": {"kind": "set", "values": {"log": "c"}}},
- "edges": [{"from": "START", "to": "a"}, {"from": "a", "to": "b"}, {"from": "b", "to": "c"},
-           {"from": "c", "to": "END"}]})");
+  write("line", kLineWorkflow);
   start();
   auto thread = [&] {
     return std::string(object_of(post("/threads", "{}").body)["thread_id"].as_string());
@@ -322,13 +325,7 @@ TEST_P(RunsApi, LangGraphABreakpointBeforeSendsNamesEachTask) {
 // command.goto: the run's first step runs the nodes named instead of START's targets, after
 // its input; names the workflow lacks, a Send and goto with resume are refused with what to do.
 TEST_P(RunsApi, LangGraphCommandGotoStartsAtTheNodesNamed) {
-  write("line", R"({"name": "line",
- "state": {"log": {"reducer": "append"}, "topic": {"default": ""}}, "input": ["topic"],
- "nodes": {"a": {"kind": "set", "values": {"log": "a"}},
-           "b": {"kind": "set", "values": {"log": "b"}},
-           "c": {"kind": "set", "values": {"log": "c"}}},
- "edges": [{"from": "START", "to": "a"}, {"from": "a", "to": "b"}, {"from": "b", "to": "c"},
-           {"from": "c", "to": "END"}]})");
+  write("line", kLineWorkflow);
   start();
   const std::string t(object_of(post("/threads", "{}").body)["thread_id"].as_string());
   auto jumped = post("/threads/" + t + "/runs/wait",
@@ -368,13 +365,7 @@ TEST_P(RunsApi, LangGraphCommandGotoStartsAtTheNodesNamed) {
 // get, drawn as its graph, versioned by PATCH (and set back with /latest), lending its runs its
 // recursion_limit and its id; a graph's default assistant cannot be changed or deleted.
 TEST_P(RunsApi, LangGraphAssistantsMadeForAGraph) {
-  write("line", R"({"name": "line",
- "state": {"log": {"reducer": "append"}, "topic": {"default": ""}}, "input": ["topic"],
- "nodes": {"a": {"kind": "set", "values": {"log": "a"}},
-           "b": {"kind": "set", "values": {"log": "b"}},
-           "c": {"kind": "set", "values": {"log": "c"}}},
- "edges": [{"from": "START", "to": "a"}, {"from": "a", "to": "b"}, {"from": "b", "to": "c"},
-           {"from": "c", "to": "END"}]})");
+  write("line", kLineWorkflow);
   start();
   auto made = post("/assistants", R"({"graph_id": "line", "name": "Short line",
                                       "config": {"recursion_limit": 2},
