@@ -243,10 +243,25 @@ Status Runner::reduce(std::size_t ch,
         if (!cur.is_array()) cur = json::array(st.sp());
         auto& arr = cur.as_array();
         const std::size_t before = arr.size();
+        // messages: one whose id the channel holds takes that message's place (LangGraph's
+        // add_messages); appended otherwise. Only messages given an id are looked up.
+        auto add = [&](const json::value& x) {
+          const json::value* id = nullptr;
+          if (opt_c.reducer == ReducerKind::messages && x.is_object())
+            if (const auto* i = x.as_object().if_contains("id"); i && i->is_string()) id = i;
+          if (id)
+            for (auto& m : arr)
+              if (const auto* have = m.is_object() ? m.as_object().if_contains("id") : nullptr;
+                  have && *have == *id) {
+                m = x;
+                return;
+              }
+          arr.emplace_back(x);
+        };
         if (w.is_array()) {
-          for (const auto& x : w.as_array()) arr.emplace_back(x);
+          for (const auto& x : w.as_array()) add(x);
         } else {
-          arr.emplace_back(w);
+          add(w);
         }
         if (opt_c.reducer == ReducerKind::messages) {
           name_messages(arr, before, step);

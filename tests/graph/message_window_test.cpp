@@ -6,6 +6,7 @@
 #include <boost/json.hpp>
 
 #include "graph_test_util.hpp"
+#include "weir/graph/checkpointer.hpp"
 #include "weir/runtime/artifact_store.hpp"
 
 namespace weir::graph {
@@ -83,6 +84,31 @@ std::vector<std::string> archived_contents(ArtifactStore& store, const json::val
     pos = end + 1;
   }
   return out;
+}
+
+// A message whose id the channel holds already takes that message's place (LangGraph's
+// add_messages), on a thread's next turn as within a step; one without an id is appended.
+TEST(MessageWindow, AMessageWithAnIdTheChannelHoldsReplacesIt) {
+  auto g = chat({}, 1);
+  GraphRuntime rt;
+  auto cp = make_memory_checkpointer();
+  json::object first = msg("user", "helo");
+  first["id"] = "u-1";
+  auto a =
+      run(rt, g, {{"messages", json::array{first}}}, {.checkpointer = cp.get(), .thread_id = "t"});
+  ASSERT_TRUE(a) << a.error().message;
+  json::object fixed = msg("user", "hello");
+  fixed["id"] = "u-1";
+  json::object again = fixed;
+  again["content"] = "hello!";
+  auto b = run(rt, g, {{"messages", json::array{fixed, again}}},
+               {.checkpointer = cp.get(), .thread_id = "t"});
+  ASSERT_TRUE(b) << b.error().message;
+  const auto& m = b->state.at("messages").as_array();
+  ASSERT_EQ(m.size(), 3u) << json::serialize(m);  // u-1, then the two turns of talk
+  EXPECT_EQ(m[0].at("id"), "u-1");
+  EXPECT_EQ(m[0].at("content"), "hello!");
+  EXPECT_NE(m[1].at("id"), m[2].at("id"));
 }
 
 // A message written without an id gets one of its own where it is merged: equal messages of two
