@@ -60,14 +60,13 @@ RunEnding handed_back(std::chrono::milliseconds delay, std::string why) {
   return e;
 }
 
-// Step 4: the run's end as its own last checkpoint states it; nullopt when the thread does not
-// say this run ended.
+// Step 4: the run's end as its own last checkpoint (`latest`, the thread's) states it; nullopt
+// when the thread does not say this run ended.
 Result<std::optional<RunEnding>> ended_on_thread(const graph::Checkpointer& cp,
-                                                 const RunRecord& rec, const BuiltWorkflow& wf) {
-  auto latest = cp.latest(rec.thread_id);
-  if (!latest) return std::move(latest).error();
-  if (!*latest) return std::optional<RunEnding>();
-  const auto& last = **latest;
+                                                 const RunRecord& rec, const BuiltWorkflow& wf,
+                                                 const std::optional<graph::Checkpoint>& latest) {
+  if (!latest) return std::optional<RunEnding>();
+  const auto& last = *latest;
   const auto* run = last.metadata.if_contains("queue_run");
   const auto* status = last.pending.if_contains("status");
   if (!run || !run->is_string() || run->get_string() != rec.id || !status)
@@ -243,7 +242,12 @@ asio::awaitable<RunEnding> RunExecutor::Impl::execute(RunRecord rec,
   env.control->thread_claimed = true;
   auto release = [&] { return cp.release_thread(rec.thread_id, env.token); };
   // Step 4.
-  auto ended = ended_on_thread(cp, rec, *wf);
+  auto latest = cp.latest(rec.thread_id);  // read once: steps 4 and 4b
+  if (!latest) {
+    (void)release();
+    co_return handed_back(env.lease, latest.error().message);
+  }
+  auto ended = ended_on_thread(cp, rec, *wf, *latest);
   if (!ended || *ended) {
     (void)release();
     if (!ended) co_return handed_back(env.lease, ended.error().message);
@@ -253,11 +257,6 @@ asio::awaitable<RunEnding> RunExecutor::Impl::execute(RunRecord rec,
   // stopped by it: without input it continues a breakpoint, as a run asked with `input: null`
   // does at the door; anything else the door would have refused fails saying why.
   if (!resume) {
-    auto latest = cp.latest(rec.thread_id);
-    if (!latest) {
-      (void)release();
-      co_return handed_back(env.lease, latest.error().message);
-    }
     const auto* status = *latest ? (**latest).pending.if_contains("status") : nullptr;
     if (status && *status == "interrupted") {
       const auto* info = (**latest).pending.if_contains("interrupt");
