@@ -15,6 +15,7 @@
 
 #include "langgraph_answer.hpp"
 #include "langgraph_api.hpp"
+#include "langgraph_assistants.hpp"
 #include "langgraph_book.hpp"
 #include "langgraph_request.hpp"
 #include "langgraph_stream.hpp"
@@ -43,6 +44,22 @@ Result<LangGraphThreads::Thread> find_thread(const LangGraphApi& api, const std:
 Error threads_full(const LangGraphApi& api);
 // The thread id of a new thread: a UUID (version 4), as LangGraph makes them.
 std::string new_thread_id();
+
+// --- assistants (langgraph_assistant_routes.cpp)
+// What an assistant id names: a graph's default assistant (the graph id, or its uuid5), or one
+// made with POST /assistants (`made`), and the graph either runs.
+struct FoundAssistant {
+  std::string graph;
+  std::shared_ptr<const graph::WorkflowSpec> spec;
+  std::optional<LangGraphAssistant> made;
+};
+// nullopt with `out` set: unknown (404, naming the graphs) or the store's error.
+boost::asio::awaitable<std::optional<FoundAssistant>> find_assistant(const LangGraphApi& api,
+                                                                     const std::string& id,
+                                                                     http::Response& out);
+boost::asio::awaitable<void> route_assistants(const LangGraphApi& api, const http::Request& rq,
+                                              const std::vector<std::string>& s,
+                                              http::Response& out);
 
 boost::asio::awaitable<void> route_threads(const LangGraphApi& api, http::Exchange& ex,
                                            const std::vector<std::string>& s, http::Response& out,
