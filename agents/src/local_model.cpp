@@ -302,7 +302,20 @@ asio::awaitable<Result<ChatResponse>> LocalChatModel::async_chat(std::vector<Mes
       constrained_call = true;
     }
   }
-  auto r = co_await inf::async_generate(*engine_, std::move(rq), asio::use_awaitable);
+  // The reply's text as it is generated, when it is the content as it comes (no tool calls to
+  // parse out, no stop string to cut at the end).
+  std::function<void(std::int32_t)> on_token;
+  if (params.on_text && tools.empty() && rq.stop_strings.empty()) {
+    auto decoder = std::make_shared<inf::StreamDecoder>(*tokenizer_);
+    on_token = [decoder, on_text = params.on_text,
+                eog = engine_->config().eog_tokens](std::int32_t t) {
+      if (std::find(eog.begin(), eog.end(), t) != eog.end()) return;  // not text
+      if (std::string piece = decoder->push(t); !piece.empty()) on_text(to_valid_utf8(piece));
+    };
+  }
+  auto op =
+      inf::async_generate(*engine_, std::move(rq), asio::use_awaitable, std::move(on_token));
+  auto r = co_await std::move(op);
   if (!r) co_return Error(r.error().code, name_ + ": " + r.error().message);
   if (params.span && params.span->recording()) {  // what only the engine knows
     trace::Span& s = *params.span;

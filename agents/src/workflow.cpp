@@ -126,6 +126,7 @@ struct Wiring {
   asio::awaitable<Result<std::string>> call_model(std::string name, std::string system,
                                                   std::string prompt, std::int32_t max_tokens,
                                                   std::optional<json::object> output_schema,
+                                                  std::function<void(std::string_view)> on_text,
                                                   trace::Context trace) {
     Result<std::shared_ptr<ChatModel>> m = Error(Errc::cancelled, "");
     {
@@ -139,6 +140,7 @@ struct Wiring {
     ChatParams params;
     params.max_tokens = max_tokens;
     params.response_schema = std::move(output_schema);
+    params.on_text = std::move(on_text);
     auto op =
         async_traced_chat(**m, std::move(msgs), std::vector<ToolSpec>{}, params, std::move(trace));
     auto r = co_await std::move(op);
@@ -283,9 +285,9 @@ graph::WorkflowHooks hooks_of(const std::shared_ptr<Wiring>& w, const graph::Wor
   };
   hooks.model_call = [w](std::string model, std::string system, std::string prompt,
                          std::int32_t max_tokens, std::optional<json::object> output_schema,
-                         graph::NodeContext& ctx) {
+                         std::function<void(std::string_view)> on_text, graph::NodeContext& ctx) {
     return w->call_model(std::move(model), std::move(system), std::move(prompt), max_tokens,
-                         std::move(output_schema), ctx.trace());
+                         std::move(output_schema), std::move(on_text), ctx.trace());
   };
   hooks.tool_call = [w](std::string tool, json::object args, graph::NodeContext& ctx) {
     return w->call_tool(std::move(tool), std::move(args), ctx);

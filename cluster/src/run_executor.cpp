@@ -286,6 +286,7 @@ asio::awaitable<RunEnding> RunExecutor::Impl::execute(RunRecord rec,
   o.claim_token = env.token;
   o.cancel = env.control->cancel;
   o.events = env.events;
+  o.on_message_text = env.on_message_text;
   o.run_id = rec.id + "." + std::to_string(rec.attempts);
   o.interrupt_before = std::move(controls->interrupt_before);
   o.interrupt_after = std::move(controls->interrupt_after);

@@ -28,6 +28,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -95,6 +96,9 @@ struct RunEnv {
   std::chrono::milliseconds lease{30000};       // the thread claim's lease
   RunControl* control = nullptr;                // REQUIRES: outlives the run
   std::shared_ptr<graph::EventStream> events;   // null: the run does not stream
+  // Where its nodes' message text goes as it is generated (graph::RunOptions::on_message_text);
+  // null: nowhere. REQUIRES: outlives the run.
+  const std::function<void(const graph::MessageText&)>* on_message_text = nullptr;
   std::string drain_reason;                     // hand_back's why when control->draining
   // Tracing (docs/tracing.md): the run's spans continue RunRecord::traceparent, so every
   // attempt of a run, on any worker, and a run submitted over HTTP stay in one trace. Null: off.

@@ -317,10 +317,16 @@ Result<graph::Checkpoint> interrupted_checkpoint(const graph::Checkpointer& cp,
 
 // The registry's state, shared with its handles: a handle may outlive the registry.
 struct WatchRegistry::State {
+  struct Entry {
+    std::uint64_t key = 0;
+    std::function<void()> on_change;                          // add()
+    std::function<void(const graph::MessageText&)> on_text;  // add_text()
+  };
   std::mutex mu;
-  std::uint64_t next = 0;  // GUARDED_BY(mu)
-  // run id -> (key, function)
-  std::multimap<std::string, std::pair<std::uint64_t, std::function<void()>>> by_run;
+  std::uint64_t next = 0;                        // GUARDED_BY(mu)
+  std::multimap<std::string, Entry> by_run;  // GUARDED_BY(mu)
+
+  std::unique_ptr<RunWatch> add(const std::shared_ptr<State>& self, std::string run_id, Entry e);
 };
 
 class WatchRegistry::Handle final : public RunWatch {
@@ -331,7 +337,7 @@ class WatchRegistry::Handle final : public RunWatch {
     std::lock_guard lock(s_->mu);
     auto [b, e] = s_->by_run.equal_range(run_);
     for (auto it = b; it != e; ++it) {
-      if (it->second.first == key_) {
+      if (it->second.key == key_) {
         s_->by_run.erase(it);
         break;
       }
@@ -344,31 +350,51 @@ class WatchRegistry::Handle final : public RunWatch {
   std::uint64_t key_;
 };
 
+std::unique_ptr<RunWatch> WatchRegistry::State::add(const std::shared_ptr<State>& self,
+                                                    std::string run_id, Entry e) {
+  std::lock_guard lock(mu);
+  e.key = ++next;
+  const std::uint64_t key = e.key;
+  by_run.emplace(run_id, std::move(e));
+  return std::make_unique<Handle>(self, std::move(run_id), key);
+}
+
 WatchRegistry::WatchRegistry() : s_(std::make_shared<State>()) {}
 
 std::unique_ptr<RunWatch> WatchRegistry::add(std::string run_id, std::function<void()> on_change) {
-  std::lock_guard lock(s_->mu);
-  const std::uint64_t key = ++s_->next;
-  s_->by_run.emplace(run_id, std::pair{key, std::move(on_change)});
-  return std::make_unique<Handle>(s_, std::move(run_id), key);
+  return s_->add(s_, std::move(run_id), State::Entry{0, std::move(on_change), {}});
+}
+
+std::unique_ptr<RunWatch> WatchRegistry::add_text(
+    std::string run_id, std::function<void(const graph::MessageText&)> on_text) {
+  return s_->add(s_, std::move(run_id), State::Entry{0, {}, std::move(on_text)});
 }
 
 void WatchRegistry::notify(const std::string& run_id) {
   std::lock_guard lock(s_->mu);
   auto [b, e] = s_->by_run.equal_range(run_id);
-  for (auto it = b; it != e; ++it) it->second.second();
+  for (auto it = b; it != e; ++it)
+    if (it->second.on_change) it->second.on_change();
+}
+
+void WatchRegistry::notify_text(const std::string& run_id, const graph::MessageText& text) {
+  std::lock_guard lock(s_->mu);
+  auto [b, e] = s_->by_run.equal_range(run_id);
+  for (auto it = b; it != e; ++it)
+    if (it->second.on_text) it->second.on_text(text);
 }
 
 void WatchRegistry::notify_all() {
   std::lock_guard lock(s_->mu);
-  for (auto& [run, entry] : s_->by_run) entry.second();
+  for (auto& [run, entry] : s_->by_run)
+    if (entry.on_change) entry.on_change();
 }
 
 std::vector<std::string> WatchRegistry::watched() const {
   std::lock_guard lock(s_->mu);
   std::vector<std::string> out;
   for (const auto& [run, entry] : s_->by_run)
-    if (out.empty() || out.back() != run) out.push_back(run);
+    if (entry.on_change && (out.empty() || out.back() != run)) out.push_back(run);
   return out;
 }
 

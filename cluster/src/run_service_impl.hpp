@@ -11,6 +11,7 @@
 
 #include "weir/cluster/run_service.hpp"
 #include "weir/graph/checkpointer.hpp"
+#include "weir/graph/events.hpp"
 #include "weir/graph/workflow.hpp"
 
 namespace weir::cluster {
@@ -61,7 +62,11 @@ class WatchRegistry {
  public:
   WatchRegistry();
   std::unique_ptr<RunWatch> add(std::string run_id, std::function<void()> on_change);
+  // A watch of the run's message text (RunService::watch_text), told by notify_text.
+  std::unique_ptr<RunWatch> add_text(std::string run_id,
+                                     std::function<void(const graph::MessageText&)> on_text);
   void notify(const std::string& run_id);
+  void notify_text(const std::string& run_id, const graph::MessageText& text);
   void notify_all();
   std::vector<std::string> watched() const;  // the run ids watched now, sorted, once each
 

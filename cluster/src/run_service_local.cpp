@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 
@@ -195,6 +196,21 @@ class LocalRuns final : public RunService {
     return watches_.add(std::move(run_id), std::move(on_change));
   }
 
+  std::unique_ptr<RunWatch> watch_text(
+      std::string run_id, std::function<void(const graph::MessageText&)> on_text) override {
+    std::shared_ptr<Run> r;
+    {
+      std::lock_guard lock(mu_);
+      if (auto it = runs_.find(run_id); it != runs_.end()) r = it->second;
+    }
+    if (!r) return watches_.add_text(std::move(run_id), std::move(on_text));
+    // The text so far first, then every piece after it: no piece between the two is missed.
+    std::lock_guard lock(r->text_mu);
+    for (const auto& [id, t] : r->generating)
+      if (t.offset == 0 && t.text.size() < kMaxText) on_text(t);
+    return watches_.add_text(std::move(run_id), std::move(on_text));
+  }
+
   void shutdown() override {
     std::unique_lock lock(mu_);
     if (stopping_) return;
@@ -239,7 +255,14 @@ class LocalRuns final : public RunService {
     bool due = true;
     // The delay's timer while it runs; used on timers_ only. GUARDED_BY(mu_)
     std::shared_ptr<asio::steady_timer> timer;
+    // Its nodes' message text, to the text watches (watch_text); set when it starts.
+    std::function<void(const graph::MessageText&)> on_text;
+    // The text of the messages its nodes are generating now (the step's), which watch_text
+    // gives a watcher that comes late first; a message stops growing here at kMaxText.
+    std::mutex text_mu;
+    std::map<std::string, graph::MessageText> generating;  // GUARDED_BY(text_mu)
   };
+  static constexpr std::size_t kMaxText = std::size_t{1} << 20;
 
   static Error unknown(std::string_view id) {
     return Error(Errc::not_found, "no run '" + std::string(id) +
@@ -331,6 +354,16 @@ class LocalRuns final : public RunService {
     env.token = graph::new_claim_token();
     env.control = &r->control;
     env.events = events;
+    r->on_text = [this, run = r.get(), id = r->rec.id](const graph::MessageText& t) {
+      std::lock_guard lock(run->text_mu);
+      auto& g = run->generating;
+      for (auto it = g.begin(); it != g.end();)  // an earlier step's messages are whole now
+        it = it->second.step < t.step ? g.erase(it) : std::next(it);
+      auto [at, added] = g.try_emplace(t.message_id, t);
+      if (!added && at->second.text.size() < kMaxText) at->second.text += t.text;
+      watches_.notify_text(id, t);
+    };
+    env.on_message_text = &r->on_text;
     env.drain_reason = "the server shut down";
     env.tracer = cfg_.tracer;
     asio::co_spawn(strand, executor_->async_execute(r->rec, r->built, std::move(env)),
@@ -359,6 +392,10 @@ class LocalRuns final : public RunService {
 
   // On a pool thread, once the run's coroutine returned.
   void finished(const std::shared_ptr<Run>& r, RunEnding ending) {
+    {
+      std::lock_guard lock(r->text_mu);
+      r->generating.clear();
+    }
     {
       std::lock_guard lock(mu_);
       --running_;

@@ -111,6 +111,33 @@ void NodeContext::emit(std::string name, json::value data) {
   extra_->emitted.emplace_back(std::move(name), json::value(std::move(data), json::storage_ptr()));
 }
 
+std::string NodeContext::new_message_id() {
+  if (!run_) return {};
+  if (!extra_) extra_ = std::make_unique<Extra>();
+  const std::int32_t n = extra_->messages_named++;
+  // Keys never clash with name_messages' (an index): they hold the node's name and a '#'.
+  return run_->message_id(run_->superstep, run_->event_prefix() + std::string(node()) + "#" +
+                                               std::to_string(n));
+}
+
+std::function<void(std::string_view)> NodeContext::message_text(std::string message_id) const {
+  if (!run_ || !run_->extras || !run_->extras->on_text) return {};
+  MessageText base;
+  base.run_id = run_->run_id;
+  base.node = run_->event_prefix() + std::string(node());
+  base.step = step();
+  base.message_id = std::move(message_id);
+  auto offset = std::make_shared<std::uint64_t>(0);  // shared by the function's copies
+  return [sink = run_->extras->on_text, base = std::move(base), offset](std::string_view text) {
+    if (text.empty()) return;
+    MessageText t = base;
+    t.offset = *offset;
+    t.text = text;
+    *offset += text.size();
+    (*sink)(t);
+  };
+}
+
 Error NodeContext::interrupt(json::value payload) {
   if (!extra_) extra_ = std::make_unique<Extra>();
   extra_->interrupt = json::value(std::move(payload), json::storage_ptr());
@@ -251,8 +278,9 @@ asio::awaitable<Result<Update>> Runner::run_subgraph(const StateGraph::NodeDef& 
   child->nested = true;
   child->parent = this;
   child->cancel = cancel;  // the parent's cancellation stops the child's steps and nodes too
-  if (streaming()) {
+  if (streaming() || (extras && extras->on_text)) {
     child->extra().events = extras->events;
+    child->extras->on_text = extras->on_text;
     child->extras->event_prefix = event_prefix() + n.name + "/";
   }
   child->set_input(std::move(in));
@@ -943,6 +971,7 @@ asio::awaitable<Result<RunResult>> GraphRuntime::async_run(
   // (async_resume's options always name a thread, which holds resume_value.)
   // The run keeps no owning reference to the stream: a consumer that drops it closes it.
   if (options.events) r->extra().events = options.events->impl_;
+  if (options.on_message_text) r->extra().on_text = options.on_message_text;
   r->stream_state = options.stream_state;
   if (!options.interrupt_before.empty() || !options.interrupt_after.empty() ||
       options.recursion_limit > 0 || !options.go_to.empty() || options.steps_before > 0) {

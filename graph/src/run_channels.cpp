@@ -192,23 +192,28 @@ asio::awaitable<Status> Runner::fold_evicted(std::int64_t step) {
 // one written without an id gets one here, from the process, the run, the thread's step and its
 // place, so equal messages of two runs (the same answer on two branches, even from two
 // processes whose runs are both "run-1") are told apart.
-void Runner::name_messages(json::array& arr, std::size_t from, std::int32_t step) const {
+std::string Runner::message_id(std::int32_t step, std::string_view key) const {
   static const std::uint64_t salt = [] {
     std::random_device rd;
     return (std::uint64_t{rd()} << 32) ^ rd();
   }();
   const std::int64_t at = (thread ? thread->step_base : 0) + step;
+  std::uint64_t h = 1469598103934665603ull ^ salt;  // FNV-1a of "<run_id>/<step>/<key>"
+  auto mix = [&](std::string_view s) {
+    for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  };
+  mix(run_id);
+  mix("/" + std::to_string(at) + "/");
+  mix(key);
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return std::string("msg-") + hex;
+}
+
+void Runner::name_messages(json::array& arr, std::size_t from, std::int32_t step) const {
   for (std::size_t i = from; i < arr.size(); ++i) {
     if (!arr[i].is_object() || arr[i].as_object().contains("id")) continue;
-    std::uint64_t h = 1469598103934665603ull ^ salt;  // FNV-1a of "<run_id>/<step>/<index>"
-    auto mix = [&](std::string_view s) {
-      for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-    };
-    mix(run_id);
-    mix("/" + std::to_string(at) + "/" + std::to_string(i));
-    char hex[17];
-    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
-    arr[i].as_object()["id"] = std::string("msg-") + hex;
+    arr[i].as_object()["id"] = message_id(step, std::to_string(i));
   }
 }
 

@@ -156,7 +156,9 @@ struct Runner {
   // What few runs use, out of line for the same reason as Thread; made by extra().
   struct Extra {
     std::shared_ptr<EventStream::Impl> events;  // null: not streaming
-    std::string event_prefix;                   // "parent/" in a subgraph of a streaming run
+    std::string event_prefix;  // "parent/" in a subgraph of a streaming (or texting) run
+    // RunOptions::on_message_text (null: none).
+    const std::function<void(const MessageText&)>* on_text = nullptr;
     // Turns evicted by a messages window in this step, folded into its marker at the barrier.
     std::vector<json::array> evicted;  // [channels]
     Error error;                       // why the run failed, once !ok
@@ -226,6 +228,9 @@ struct Runner {
 
   // Gives the messages arr[from..] written without an id one (a messages channel's reducer).
   void name_messages(json::array& arr, std::size_t from, std::int32_t step) const;
+  // "msg-<16 hex>" of `key` with this run's id and the thread's step `step` (name_messages'
+  // ids and NodeContext::new_message_id's).
+  std::string message_id(std::int32_t step, std::string_view key) const;
   // Merges the writes of one channel in node order through its reducer.
   Status reduce(std::size_t ch,
                 const std::vector<std::pair<std::size_t, const json::value*>>& writes,

@@ -422,7 +422,15 @@ struct Builder {
                 text += "\n" + to_text(m.at("content"));
             }
           }
-          auto op = model_call(model, system, text, max_tokens, schema, c);
+          // A reply that becomes a message is named first, so that its text can stream as
+          // it is generated (RunOptions::on_message_text) under the id it is stored with.
+          std::string message_id;
+          std::function<void(std::string_view)> on_text;
+          if (!messages.empty()) {
+            message_id = c.new_message_id();
+            on_text = c.message_text(message_id);
+          }
+          auto op = model_call(model, system, text, max_tokens, schema, std::move(on_text), c);
           auto r = co_await std::move(op);
           if (!r) co_return r.error();
           if (auto st = c.charge_tokens(static_cast<std::int64_t>(r->size() / 4 + 1)); !st)
@@ -441,7 +449,8 @@ struct Builder {
             u.set(output, json::string(*r));
           }
           if (!messages.empty())
-            u.set(messages, json::object{{"role", "assistant"}, {"content", *r}});
+            u.set(messages,
+                  json::object{{"role", "assistant"}, {"content", *r}, {"id", message_id}});
           co_return u;
         },
         options_of(n));

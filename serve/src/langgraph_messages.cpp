@@ -241,4 +241,18 @@ json::object values_to_langchain(const json::object& values) {
   return out;
 }
 
+json::object ai_chunk_to_langchain(std::string_view id, std::string_view text) {
+  return json::object{{"type", "AIMessageChunk"},
+                      {"content", text},
+                      {"id", id},
+                      {"name", nullptr},
+                      {"additional_kwargs", json::object{}},
+                      {"response_metadata", json::object{}},
+                      {"tool_calls", json::array{}},
+                      {"invalid_tool_calls", json::array{}},
+                      {"tool_call_chunks", json::array{}},
+                      {"usage_metadata", nullptr},
+                      {"example", false}};
+}
+
 }  // namespace weir::serve

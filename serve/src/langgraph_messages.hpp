@@ -43,4 +43,9 @@ bool is_message_list(const boost::json::value& v);
 // State values (channel -> value) with weir's message lists shown in LangChain's shape.
 boost::json::object values_to_langchain(const boost::json::object& values);
 
+// A piece of an AI message's text as LangChain's AIMessageChunk (what a token stream sends):
+// {"type": "AIMessageChunk", "content": text, "id", "name": null, "tool_calls": [],
+//  "tool_call_chunks": [], ...}.
+boost::json::object ai_chunk_to_langchain(std::string_view id, std::string_view text);
+
 }  // namespace weir::serve

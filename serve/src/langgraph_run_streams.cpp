@@ -37,15 +37,18 @@ awaitable<bool> no_tick() {
 
 // Follows run `id` until it ends (the record), the server drains or the client leaves
 // (nullopt). `each` is called on the I/O thread with every look (the record and the steps new
-// since the last look) and `tick` every api.check while nothing moved; either returns false to
-// stop following.
+// since the last look) and `tick` every api.check while nothing moved, and when message text
+// came into `texts` (when given); either returns false to stop following.
 template <class Each, class Tick = decltype(&no_tick)>
 awaitable<std::optional<RunRecord>> follow(const LangGraphApi& api, http::Exchange& ex,
-                                           const std::string& id, Each each, Tick tick = &no_tick) {
+                                           const std::string& id, Each each, Tick tick = &no_tick,
+                                           std::shared_ptr<TextQueue> texts = nullptr) {
   cluster::RunService* runs = api.runs;
   auto executor = co_await asio::this_coro::executor;
   auto wake = std::make_shared<Wake>(executor);
   auto watch = watch_run(*runs, id, wake, executor);
+  std::unique_ptr<cluster::RunWatch> text_watch;
+  if (texts) text_watch = watch_text(*runs, id, texts, wake, executor);
   std::string after;
   for (;;) {
     const std::uint64_t seen = wake->version.load();
@@ -124,21 +127,37 @@ awaitable<bool> pump_run(const LangGraphApi& api, http::Exchange& ex, LangGraphS
     o.last_write = std::chrono::steady_clock::now();
   }
   cluster::RunService* runs = api.runs;
-  auto each = [&](const RunRecord& r, const Steps& steps) -> awaitable<bool> {
-    auto frames = co_await off_thread(*api.blocking, [&] {
-      return langgraph_stream_events(runs->checkpointer(), r, steps.list, st);
-    });
-    if (!frames) co_return false;
-    if (!frames->empty()) {
-      if (auto s = co_await ex.async_write(std::move(*frames)); !s) {
-        o.failed = true;
-        co_return false;
-      }
-      o.last_write = std::chrono::steady_clock::now();
+  // Token by token in the messages modes (langgraph_stream.hpp).
+  std::shared_ptr<TextQueue> texts;
+  for (const auto& m : st.modes)
+    if (m == "messages-tuple" || m == "messages") texts = std::make_shared<TextQueue>();
+  auto write = [&](std::string frames) -> awaitable<bool> {
+    if (frames.empty()) co_return true;
+    if (auto s = co_await ex.async_write(std::move(frames)); !s) {
+      o.failed = true;
+      co_return false;
     }
+    o.last_write = std::chrono::steady_clock::now();
     co_return true;
   };
+  auto each = [&](const RunRecord& r, const Steps& steps) -> awaitable<bool> {
+    std::vector<graph::MessageText> pieces;
+    if (texts) pieces = texts->take();
+    auto frames = co_await off_thread(*api.blocking, [&] {
+      return langgraph_stream_events(runs->checkpointer(), r, steps.list, std::move(pieces), st);
+    });
+    if (!frames) co_return false;
+    co_return co_await write(std::move(*frames));
+  };
   auto tick = [&]() -> awaitable<bool> {
+    if (texts) {
+      auto pieces = texts->take();
+      if (!pieces.empty()) {
+        std::string frames = langgraph_text_events(std::move(pieces), st);
+        const bool written = co_await write(std::move(frames));
+        if (!written) co_return false;
+      }
+    }
     const auto now = std::chrono::steady_clock::now();
     if (now - o.last_write < api.keep_alive) co_return true;
     std::string beat = ": heartbeat\n\n";
@@ -149,7 +168,7 @@ awaitable<bool> pump_run(const LangGraphApi& api, http::Exchange& ex, LangGraphS
     o.last_write = now;
     co_return true;
   };
-  auto end = co_await follow(api, ex, id, each, tick);
+  auto end = co_await follow(api, ex, id, each, tick, texts);
   co_return end.has_value();
 }
 

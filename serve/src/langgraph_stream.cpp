@@ -1,6 +1,7 @@
 #include "langgraph_stream.hpp"
 
 #include <algorithm>
+#include <optional>
 
 #include <boost/json.hpp>
 
@@ -56,6 +57,9 @@ class Frames {
         json::object{
             {"type", type}, {"timestamp", timestamp}, {"step", step}, {"payload", payload}});
   }
+  // An event this stream does not send that another stream of the run would (a message sent
+  // in pieces instead of whole): its number is taken, so that every stream numbers alike.
+  void skip() { ++next_; }
   void add(std::string_view event, const json::value& data) {
     const long k = next_++;
     if (k <= skip_to_) return;
@@ -89,7 +93,91 @@ Result<json::object> checkpoint_payload(const graph::Checkpointer& cp, const gra
       {"tasks", state->at("tasks")}};
 }
 
+// The metadata of a message a step's node wrote (or is writing), as LangGraph's
+// StreamMessagesHandler gives it.
+json::object message_meta(const LangGraphStream& st, std::int64_t step, const std::string& node,
+                          const std::string& parent_checkpoint) {
+  return json::object{{"run_id", st.run_id},
+                      {"thread_id", st.thread_id},
+                      {"graph_id", st.graph_id},
+                      {"assistant_id", assistant_id_of(st.graph_id)},
+                      {"langgraph_step", step},
+                      {"langgraph_node", node},
+                      {"langgraph_triggers", json::array{"branch:to:" + node}},
+                      {"langgraph_path", json::array{"__pregel_pull", node}},
+                      {"langgraph_checkpoint_ns", node + ":" + task_id(parent_checkpoint, node)}};
+}
+
+// The held pieces of message text of steps up to `upto` (all of them: nullopt), in order; the
+// others stay held. Pieces have no event id (see the header).
+void piece_events(LangGraphStream& st, std::string& out, std::optional<std::int64_t> upto) {
+  std::vector<graph::MessageText> later;
+  for (auto& p : st.held) {
+    if (upto && p.step > *upto) {
+      later.push_back(std::move(p));
+      continue;
+    }
+    if (st.missed.count(p.message_id)) continue;
+    if (p.offset != 0 && !st.texts.count(p.message_id)) {  // began before this stream
+      st.missed.insert(p.message_id);
+      continue;
+    }
+    const json::object meta = message_meta(st, p.step, p.node, st.last_checkpoint);
+    auto [at, first] = st.texts.try_emplace(p.message_id);
+    at->second += p.text;
+    if (wants(st, "messages-tuple"))
+      out += http::sse_event(
+          json::serialize(json::array{ai_chunk_to_langchain(p.message_id, p.text), meta}),
+          "messages");
+    if (wants(st, "messages")) {
+      if (first)
+        out += http::sse_event(
+            json::serialize(json::object{{p.message_id, json::object{{"metadata", meta}}}}),
+            "messages/metadata");
+      out += http::sse_event(
+          json::serialize(json::array{ai_chunk_to_langchain(p.message_id, at->second)}),
+          "messages/partial");
+    }
+  }
+  st.held = std::move(later);
+}
+
+std::optional<std::int64_t> pieces_due(const LangGraphStream& st) {
+  if (!st.last_step) return std::nullopt;
+  return *st.last_step + 1;
+}
+
+// Where the pieces of a stream start before any step of it was streamed: after the step its
+// thread had before the run (the thread's latest checkpoint, or the one before the run's
+// first; -1 for a new thread).
+Status stream_start(const graph::Checkpointer& cp, const RunRecord& r,
+                    const std::vector<graph::Checkpoint>& steps, LangGraphStream& st) {
+  if (st.last_step) return {};
+  if (!steps.empty()) {
+    st.last_step = steps.front().step - 1;
+    return {};
+  }
+  auto latest = cp.list(r.thread_id, 1);
+  if (!latest) return std::move(latest).error();
+  if (latest->empty()) {
+    st.last_step = -1;
+    return {};
+  }
+  const auto& c = latest->front();
+  const auto* q = c.metadata.if_contains("queue_run");
+  const bool ours = q && q->is_string() && q->as_string() == r.id;  // committed since the look
+  st.last_step = c.step - (ours ? 1 : 0);
+  return {};
+}
+
 }  // namespace
+
+std::string langgraph_text_events(std::vector<graph::MessageText> pieces, LangGraphStream& st) {
+  std::string out;
+  for (auto& p : pieces) st.held.push_back(std::move(p));
+  piece_events(st, out, pieces_due(st));
+  return out;
+}
 
 std::vector<std::string> start_nodes(const graph::WorkflowSpec& spec) {
   std::vector<std::string> out;
@@ -102,9 +190,15 @@ std::vector<std::string> start_nodes(const graph::WorkflowSpec& spec) {
 
 Result<std::string> langgraph_stream_events(const graph::Checkpointer& cp, const RunRecord& r,
                                             const std::vector<graph::Checkpoint>& steps,
+                                            std::vector<graph::MessageText> pieces,
                                             LangGraphStream& st) {
   std::string out;
+  st.run_id = r.id;
+  st.thread_id = r.thread_id;
+  for (auto& p : pieces) st.held.push_back(std::move(p));
   const bool messages = wants(st, "messages-tuple") || wants(st, "messages");
+  if (messages)
+    if (auto s = stream_start(cp, r, steps, st); !s) return std::move(s).error();
   const bool tasks = wants(st, "tasks") || wants(st, "debug");
   for (const auto& c : steps) {
     if (!st.state && !c.parent_id.empty()) {  // the run's first step: its parent says who ran
@@ -122,12 +216,15 @@ Result<std::string> langgraph_stream_events(const graph::Checkpointer& cp, const
     }
     auto after = cp.state_at(c.thread_id, c.checkpoint_id);
     if (!after) return std::move(after).error();
+    if (messages) piece_events(st, out, c.step);  // the text generated in this step
     Frames f(st, c.checkpoint_id, out);
     if (!st.opened) {  // a resume's stream opens with the state it resumes from, as LangGraph's
       st.opened = true;
       if (!r.resume.empty() && st.state && wants(st, "values"))
         f.add("values", values_to_langchain(*st.state));
     }
+    st.last_step = c.step;
+    st.last_checkpoint = c.checkpoint_id;
     if (pending_status(c) == "interrupted") {
       // The step stopped at an interrupt: it changed nothing; its chunk says so.
       if (wants(st, "checkpoints") || wants(st, "debug")) {
@@ -173,25 +270,42 @@ Result<std::string> langgraph_stream_events(const graph::Checkpointer& cp, const
     }
     if (messages && !st.ran.empty()) {
       const std::string node = st.ran.size() == 1 ? st.ran[0] : "";
-      json::object meta{{"run_id", r.id},
-                        {"thread_id", r.thread_id},
-                        {"graph_id", st.graph_id},
-                        {"assistant_id", assistant_id_of(st.graph_id)},
-                        {"langgraph_step", c.step},
-                        {"langgraph_node", node},
-                        {"langgraph_triggers", json::array{"branch:to:" + node}},
-                        {"langgraph_path", json::array{"__pregel_pull", node}},
-                        {"langgraph_checkpoint_ns", node + ":" + task_id(c.parent_id, node)}};
+      const json::object meta = message_meta(st, c.step, node, c.parent_id);
       for (const auto& kv : raw) {
         if (!is_message_list(kv.value())) continue;
         for (const auto& m : changed.at(kv.key()).as_array()) {
-          if (wants(st, "messages-tuple")) f.add("messages", json::array{m, meta});
+          const auto* id = m.as_object().if_contains("id");
+          const std::string key = id && id->is_string() ? std::string(id->as_string()) : "";
+          // A message sent in pieces is not sent again: what the pieces missed (a stream that
+          // dropped some, a model that changed its text at the end) goes as one more.
+          const auto sent = key.empty() ? st.texts.end() : st.texts.find(key);
+          if (sent == st.texts.end()) {
+            if (wants(st, "messages-tuple")) f.add("messages", json::array{m, meta});
+            if (wants(st, "messages")) {
+              f.add("messages/metadata", json::object{{key, json::object{{"metadata", meta}}}});
+              f.add("messages/complete", json::array{m});
+            }
+            continue;
+          }
+          const auto* content = m.as_object().if_contains("content");
+          std::string_view whole = content && content->is_string()
+                                       ? std::string_view(content->as_string())
+                                       : std::string_view();
+          const bool rest = whole.size() > sent->second.size() &&
+                            whole.substr(0, sent->second.size()) == sent->second;
+          if (wants(st, "messages-tuple")) {
+            if (rest)
+              f.add("messages",
+                    json::array{ai_chunk_to_langchain(key, whole.substr(sent->second.size())),
+                                meta});
+            else
+              f.skip();
+          }
           if (wants(st, "messages")) {
-            const auto* id = m.as_object().if_contains("id");
-            const std::string key = id && id->is_string() ? std::string(id->as_string()) : "";
-            f.add("messages/metadata", json::object{{key, json::object{{"metadata", meta}}}});
+            f.skip();  // its metadata went with its first piece
             f.add("messages/complete", json::array{m});
           }
+          st.texts.erase(sent);
         }
       }
     }
@@ -216,6 +330,7 @@ Result<std::string> langgraph_stream_events(const graph::Checkpointer& cp, const
     st.state = std::move(*after);
     st.ran = next;
   }
+  if (messages) piece_events(st, out, pieces_due(st));
   if (r.state == RunState::failed && st.seen.checkpoint != "end")
     out += "id: end\n" +
            http::sse_event(

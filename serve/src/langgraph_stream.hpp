@@ -12,6 +12,15 @@
 // that stops at an interrupt is {"__interrupt__": [...]} in updates and values; a failed run
 // ends with an `error` event.
 //
+// Token by token. In the messages modes the text of a message a node is generating (an llm
+// node's reply: RunService::watch_text, in-process) goes out as it comes: messages-tuple as
+// `messages` events of AIMessageChunk pieces (the SDK joins them by message id), messages as
+// `messages/partial` with the text so far. A step's pieces go after the previous step's events
+// and before its own; when the step is committed its message is not sent again whole
+// (messages-tuple: a last chunk holds what the pieces missed, if anything). Pieces carry no
+// event id: a stream that starts in the middle of a message (a rejoin, a run already
+// generating) gets that message whole with its step.
+//
 // Resumable. Every event's id is "<checkpoint_id>:<k>", the k-th event of that step in this
 // stream's modes, so the same run streamed again gives the same ids: a stream that starts after
 // a Last-Event-ID is the one that was cut, from the next event on (ask with the same modes).
@@ -20,7 +29,9 @@
 // Thread safety: one LangGraphStream per stream.
 #pragma once
 
+#include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -29,6 +40,7 @@
 
 #include "langgraph_request.hpp"
 #include "weir/cluster/run_service.hpp"
+#include "weir/graph/events.hpp"
 #include "weir/runtime/error.hpp"
 
 namespace weir::graph {
@@ -49,16 +61,28 @@ struct LangGraphStream {
   std::vector<std::string> ran;              // the nodes the next step runs
   std::optional<boost::json::object> state;  // the state before the next step
   bool opened = false;                       // the first step was streamed
+  // Token by token (see above).
+  std::vector<graph::MessageText> held;      // pieces not sent yet
+  std::map<std::string, std::string> texts;  // message id -> its text sent in pieces so far
+  std::set<std::string> missed;  // messages whose first piece came before the stream: whole
+  std::optional<std::int64_t> last_step;     // the step of the last checkpoint streamed
+  std::string last_checkpoint;               // its id
+  std::string run_id, thread_id;             // the run's (set by langgraph_stream_events)
 };
 
 // The nodes a workflow's START edges lead to (static targets; a routed start names none).
 std::vector<std::string> start_nodes(const graph::WorkflowSpec& spec);
 
 // The events of run `r`'s steps `steps` (its checkpoints, oldest first, after those of earlier
-// calls), and the error event when the record says the run failed.
+// calls) with the message text `pieces` (taken since the last call) placed among them, and the
+// error event when the record says the run failed.
 Result<std::string> langgraph_stream_events(const graph::Checkpointer& cp,
                                             const cluster::RunRecord& r,
                                             const std::vector<graph::Checkpoint>& steps,
+                                            std::vector<graph::MessageText> pieces,
                                             LangGraphStream& st);
+// The events of message text `pieces` alone (between two looks at the run's steps): those of
+// the step after the last one streamed; later ones wait for their step's predecessor.
+std::string langgraph_text_events(std::vector<graph::MessageText> pieces, LangGraphStream& st);
 
 }  // namespace weir::serve

@@ -15,6 +15,38 @@ std::unique_ptr<cluster::RunWatch> watch_run(cluster::RunService& runs, const st
   });
 }
 
+bool TextQueue::push(const graph::MessageText& t) {
+  std::lock_guard lock(mu_);
+  if (dropped_.count(t.message_id)) return false;
+  if (bytes_ + t.text.size() > kMaxBytes) {
+    dropped_.insert(t.message_id);
+    return false;
+  }
+  bytes_ += t.text.size();
+  pieces_.push_back(t);
+  const bool wake = !woken_;
+  woken_ = true;
+  return wake;
+}
+
+std::vector<graph::MessageText> TextQueue::take() {
+  std::lock_guard lock(mu_);
+  std::vector<graph::MessageText> out;
+  out.swap(pieces_);
+  bytes_ = 0;
+  woken_ = false;
+  return out;
+}
+
+std::unique_ptr<cluster::RunWatch> watch_text(cluster::RunService& runs, const std::string& id,
+                                              const std::shared_ptr<TextQueue>& q,
+                                              const std::shared_ptr<Wake>& wake,
+                                              const boost::asio::any_io_executor& executor) {
+  return runs.watch_text(id, [q, wake, executor](const graph::MessageText& t) {
+    if (q->push(t)) boost::asio::post(executor, [wake] { wake->timer.cancel(); });
+  });
+}
+
 Result<Steps> run_steps(const graph::Checkpointer& cp, const cluster::RunRecord& run,
                         const std::string& after) {
   constexpr std::size_t kMaxSteps = 65536;  // a longer run streams its newest steps only

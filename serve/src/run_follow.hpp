@@ -7,7 +7,9 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -22,6 +24,7 @@
 
 #include "weir/cluster/run_service.hpp"
 #include "weir/graph/checkpointer.hpp"
+#include "weir/graph/events.hpp"
 #include "weir/http/server.hpp"
 #include "weir/runtime/trace.hpp"
 
@@ -56,6 +59,32 @@ struct Wake {
 std::unique_ptr<cluster::RunWatch> watch_run(cluster::RunService& runs, const std::string& id,
                                              const std::shared_ptr<Wake>& wake,
                                              const boost::asio::any_io_executor& executor);
+
+// The message text a run's nodes send as it is generated (RunService::watch_text), queued for
+// its follower. At most kMaxBytes wait: a message with a piece that does not fit sends no more
+// pieces (its follower sends the rest with its step). Thread safety: any thread.
+class TextQueue {
+ public:
+  static constexpr std::size_t kMaxBytes = std::size_t{1} << 20;
+  // Queues `t`; true when the follower should be woken (the first piece since its last take).
+  bool push(const graph::MessageText& t);
+  std::vector<graph::MessageText> take();
+
+ private:
+  std::mutex mu_;
+  std::vector<graph::MessageText> pieces_;  // GUARDED_BY(mu_)
+  std::size_t bytes_ = 0;                   // GUARDED_BY(mu_)
+  std::set<std::string> dropped_;           // message ids; GUARDED_BY(mu_)
+  bool woken_ = false;                      // GUARDED_BY(mu_)
+};
+
+// Watches run `id`'s message text into `q` (RunService::watch_text): the first piece since the
+// last take cancels wake->timer on `executor` (without bumping wake->version: the store has not
+// changed). Null where the backend sends no text (PostgreSQL).
+std::unique_ptr<cluster::RunWatch> watch_text(cluster::RunService& runs, const std::string& id,
+                                              const std::shared_ptr<TextQueue>& q,
+                                              const std::shared_ptr<Wake>& wake,
+                                              const boost::asio::any_io_executor& executor);
 
 // A run's checkpoints on its thread put after the one with id `after` ("": all of them), oldest
 // first; `found` says whether `after` was met.

@@ -2,6 +2,11 @@
 // what each stream mode carries, event ids, and a stream cut and rejoined with Last-Event-ID
 // that misses nothing and repeats nothing.
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <thread>
 
 #include "langgraph_fixture.hpp"
 
@@ -259,6 +264,118 @@ TEST(LangGraphStream, AThreadsStreamCarriesEveryRunStartedOnIt) {
   EXPECT_EQ(json::serialize(json::parse(upd[0].data)), R"({"first":{"seen":["first a"]}})");
   EXPECT_EQ(json::serialize(json::parse(upd[3].data)), R"({"first":{"seen":["first b"]}})");
   EXPECT_EQ(call(s.port, "GET", "/threads/no-such-thread/stream").status, 404);
+}
+
+// A folder holding `talk`: an llm node on a tiny random model that answers in the messages
+// channel (greedy: the same tokens every time).
+fs::path talk_workflows(const fs::path& model = tiny_model("talk"), int max_tokens = 24) {
+  static int made = 0;
+  const fs::path dir = fs::path(::testing::TempDir()) /
+                       ("weir-talk-" + std::to_string(::getpid()) + "-" + std::to_string(made++));
+  fs::create_directories(dir);
+  json::object wf{
+      {"name", "talk"},
+      {"models", json::object{{"small", json::object{{"path", model.string()}}}}},
+      {"state", json::object{{"messages", json::object{{"reducer", "messages"}}}}},
+      {"input", json::array{"messages"}},
+      {"nodes", json::object{{"answer", json::object{{"kind", "llm"},
+                                                      {"model", "small"},
+                                                      {"prompt", "Once upon a time"},
+                                                      {"messages", "messages"},
+                                                      {"max_tokens", max_tokens}}}}},
+      {"edges", json::array{json::object{{"from", "START"}, {"to", "answer"}},
+                            json::object{{"from", "answer"}, {"to", "END"}}}}};
+  std::ofstream(dir / "talk.json") << json::serialize(wf);
+  return dir;
+}
+
+TEST(LangGraphStream, AnLlmNodesReplyStreamsTokenByToken) {
+  ServeConfig c;
+  c.workflows = talk_workflows();
+  auto s = start(c);
+  const std::string t = new_thread(s.port);
+  auto r = call(s.port, "POST", "/threads/" + t + "/runs/stream", R"({"assistant_id": "talk",
+      "input": {"messages": [{"type": "human", "content": "Tell me a story"}]},
+      "stream_mode": ["messages-tuple", "values"]})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const auto frames = frames_of(r.body);
+  // values (the input), the reply's pieces as they were generated, values (with the reply).
+  std::string text, id;
+  std::size_t pieces = 0, first_piece = 0, last_piece = 0;
+  for (std::size_t i = 0; i < frames.size(); ++i) {
+    if (frames[i].event != "messages") continue;
+    const auto d = json::parse(frames[i].data);
+    EXPECT_EQ(d.at(0).at("type"), "AIMessageChunk") << frames[i].data;  // never whole again
+    EXPECT_EQ(d.at(1).at("langgraph_node"), "answer");
+    if (id.empty()) id = d.at(0).at("id").as_string();
+    EXPECT_EQ(d.at(0).at("id"), json::value(id));
+    text += d.at(0).at("content").as_string();
+    if (pieces++ == 0) first_piece = i;
+    last_piece = i;
+  }
+  ASSERT_GE(pieces, 2u) << r.body;
+  const auto values = of_event(frames, "values");
+  ASSERT_EQ(values.size(), 2u) << r.body;
+  const auto reply = json::parse(values.back().data).at("messages").at(1);
+  EXPECT_EQ(reply.at("type"), "ai");
+  EXPECT_EQ(reply.at("id"), json::value(id));
+  EXPECT_EQ(reply.at("content"), json::value(text));
+  EXPECT_FALSE(text.empty());
+  EXPECT_EQ(frames[first_piece - 1].event, "values");  // after the input's state
+  EXPECT_EQ(frames[last_piece + 1].event, "values");   // before the step's
+
+  // The older `messages` mode: the text so far in each partial, then the message complete.
+  auto old = call(s.port, "POST", "/runs/stream", R"({"assistant_id": "talk",
+      "input": {"messages": [{"type": "human", "content": "Tell me a story"}]},
+      "stream_mode": "messages"})");
+  const auto old_frames = frames_of(old.body);
+  ASSERT_EQ(of_event(old_frames, "messages/metadata").size(), 1u) << old.body;  // with a piece
+  const auto partial = of_event(old_frames, "messages/partial");
+  ASSERT_GE(partial.size(), 2u) << old.body;
+  std::string so_far;
+  for (const auto& p : partial) {
+    const std::string now(json::parse(p.data).at(0).at("content").as_string());
+    EXPECT_EQ(now.rfind(so_far, 0), 0u) << so_far << " then " << now;
+    so_far = now;
+  }
+  const auto complete = of_event(old_frames, "messages/complete");
+  ASSERT_EQ(complete.size(), 1u);
+  EXPECT_EQ(json::parse(complete[0].data).at(0).at("content"), json::value(so_far));
+  EXPECT_EQ(so_far, text);  // greedy: the same reply
+  fs::remove_all(*c.workflows);
+}
+
+// A stream that joins while the reply is being generated gets the text so far as its first
+// piece, then the rest: the pieces still make the whole message.
+TEST(LangGraphStream, AStreamJoinedMidReplyGetsTheTextSoFarFirst) {
+  ServeConfig c;
+  c.workflows = talk_workflows(slow_model(), 1200);  // ~3 KB: stays inline
+  auto s = start(c);
+  const std::string t = new_thread(s.port);
+  auto started = call(s.port, "POST", "/threads/" + t + "/runs", R"({"assistant_id": "talk",
+      "input": {"messages": [{"type": "human", "content": "Tell me a story"}]}})");
+  ASSERT_EQ(started.status, 200) << started.body;
+  const std::string run(body_json(started).at("run_id").as_string());
+  // Wait until the reply has begun (the run's thread shows nothing until its step ends).
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  auto r = call(s.port, "GET",
+                "/threads/" + t + "/runs/" + run + "/stream?stream_mode=messages-tuple");
+  ASSERT_EQ(r.status, 200) << r.body;
+  std::string text;
+  std::size_t pieces = 0;
+  for (const auto& f : of_event(frames_of(r.body), "messages")) {
+    const auto d = json::parse(f.data);
+    EXPECT_EQ(d.at(0).at("type"), "AIMessageChunk") << f.data;
+    text += d.at(0).at("content").as_string();
+    ++pieces;
+  }
+  EXPECT_GE(pieces, 2u) << r.body;
+  auto state = call(s.port, "GET", "/threads/" + t + "/state");
+  const json::value values = body_json(state).at("values");
+  const auto& messages = values.at("messages").as_array();
+  ASSERT_EQ(messages.size(), 2u) << state.body;
+  EXPECT_EQ(messages[1].at("content"), json::value(text));
+  fs::remove_all(*c.workflows);
 }
 
 }  // namespace

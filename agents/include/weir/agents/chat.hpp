@@ -9,8 +9,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <boost/asio/awaitable.hpp>
@@ -86,6 +88,12 @@ struct ChatParams {
   // output_schema). Models that can constrain decoding (LocalChatModel) do so when the turn
   // has no tools; a keyword they cannot enforce is an invalid_argument naming it.
   std::optional<boost::json::object> response_schema;
+  // The reply's text as it is generated, in pieces whose concatenation is its content (an llm
+  // node's message streamed to a client: NodeContext::message_text). Called from any thread;
+  // must be quick. A model that cannot stream (a remote one; a turn with tools or stop
+  // strings, whose text is parsed or cut at the end) does not call it: the reply comes whole.
+  // Empty: not called.
+  std::function<void(std::string_view)> on_text;
   // The call's `chat <model>` span (async_traced_chat, chat_trace.hpp), or null: a model adds
   // what only it knows (the engine's timings, a remote endpoint's retries) and a remote model
   // sends the span's W3C context (traceparent). REQUIRES: outlives the call.

@@ -62,6 +62,7 @@ class MemoryBudget;
 }
 namespace weir::graph {
 class Checkpointer;
+struct MessageText;
 struct Checkpoint;
 struct WorkflowSpec;
 }  // namespace weir::graph
@@ -230,6 +231,17 @@ class RunService {
   // See "Watching" above. `on_change` must be quick (post to an executor); it may be called
   // for changes that turn out to be none.
   virtual std::unique_ptr<RunWatch> watch(std::string run_id, std::function<void()> on_change) = 0;
+  // The text of the messages run `run_id`'s nodes write, as it is generated (graph::
+  // MessageText: an llm node's reply, piece by piece), from now until the handle is destroyed;
+  // `on_text` is called on the run's threads and must be quick. In-process only: null on
+  // PostgreSQL, whose runs execute on workers elsewhere (their messages arrive whole, with
+  // their step).
+  virtual std::unique_ptr<RunWatch> watch_text(
+      std::string run_id, std::function<void(const graph::MessageText&)> on_text) {
+    (void)run_id;
+    (void)on_text;
+    return nullptr;
+  }
   // Stops taking runs. In-process: cancels the runs in progress and ends the queued ones as
   // cancelled; PostgreSQL: the embedded worker hands its runs back (another worker, or this
   // service's next start, continues them). Blocks until they stopped. Idempotent.

@@ -64,6 +64,18 @@ struct Event {
   boost::json::value data;
 };
 
+// A piece of a chat message a node is writing, sent while the node runs (a model's reply as
+// it is generated): RunOptions::on_message_text. The pieces of one message, in order, make its
+// text; the message the node writes at the end carries `message_id` as its "id".
+struct MessageText {
+  std::string run_id;
+  std::string node;  // a subgraph's node is prefixed as in events ("research/plan")
+  std::int64_t step = 0;  // NodeContext::step() of the node writing it
+  std::string message_id;
+  std::uint64_t offset = 0;  // where `text` starts in the message's text (bytes)
+  std::string text;
+};
+
 class EventStream {
  public:
   // REQUIRES: capacity >= 1 (0 is treated as 1).

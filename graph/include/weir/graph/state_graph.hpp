@@ -120,6 +120,16 @@ class NodeContext {
   // node_finished, in emit order. A no-op (nothing is built) when the run does not stream.
   void emit(std::string name, boost::json::value data);
 
+  // An id for a chat message this call writes ("msg-<16 hex>", as the messages reducer names a
+  // message written without one): unique to the run, step, node and call, so a node that
+  // streams its message's text (message_text) can name the message before it has it.
+  std::string new_message_id();
+  // Where this call sends the text of message `message_id` as it is generated, in pieces (a
+  // model's ChatParams::on_text): each piece goes to RunOptions::on_message_text. An empty
+  // function when the run takes no text. The function may be called from any thread, and
+  // after the node returned (it then sends nothing that matters: the message is whole).
+  std::function<void(std::string_view)> message_text(std::string message_id) const;
+
   // Suspends the run (human in the loop): `return ctx.interrupt(payload);`. The run stops after
   // this superstep with the step's writes discarded (every node of the step), writes an
   // "interrupted" checkpoint and returns a RunResult with interrupted = true (not an error).
@@ -156,6 +166,7 @@ class NodeContext {
   struct Extra {
     std::vector<std::pair<std::string, boost::json::value>> emitted;
     std::optional<boost::json::value> interrupt;
+    std::int32_t messages_named = 0;  // new_message_id() calls
   };
   // The run (its id, fences and services) and the task of its current step this context
   // serves; null outside a run.
@@ -411,6 +422,11 @@ struct RunOptions {
   // Streaming (see events.hpp): null = off. The run keeps no owning reference to the stream.
   std::shared_ptr<EventStream> events;
   bool stream_state = false;  // also a `state` event after every superstep
+  // Message text as nodes generate it (events.hpp MessageText): an llm node's reply, piece by
+  // piece, before the node returns and its step is committed. Called from any thread (a
+  // model's); must be quick (queue it). Null: nodes are given no sink (NodeContext::
+  // message_text) and build nothing. REQUIRES: outlives the run.
+  const std::function<void(const MessageText&)>* on_message_text = nullptr;
   // Copied into every checkpoint's metadata (beside "run_id"): e.g. the workflow file a
   // thread runs, so a later process can resume the thread knowing only its id.
   boost::json::object checkpoint_metadata;

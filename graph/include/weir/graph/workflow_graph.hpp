@@ -23,11 +23,13 @@
 namespace weir::graph {
 
 // A model call for llm nodes: (model name, system, prompt, max_tokens, the node's
-// output_schema or nullopt, node context) -> text (with a schema: one JSON value valid against
-// it).
+// output_schema or nullopt, where the reply's text goes as it is generated (empty: nowhere;
+// NodeContext::message_text), node context) -> text (with a schema: one JSON value valid
+// against it).
 using ModelCall = std::function<boost::asio::awaitable<Result<std::string>>(
     std::string model, std::string system, std::string prompt, std::int32_t max_tokens,
-    std::optional<boost::json::object> output_schema, NodeContext& ctx)>;
+    std::optional<boost::json::object> output_schema,
+    std::function<void(std::string_view)> on_text, NodeContext& ctx)>;
 
 // A tool call for tool nodes: (tool name, rendered args, node context) -> the value written to
 // the node's output channel. The agents layer supplies it (agents::build_workflow).
