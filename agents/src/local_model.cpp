@@ -313,8 +313,7 @@ asio::awaitable<Result<ChatResponse>> LocalChatModel::async_chat(std::vector<Mes
       if (std::string piece = decoder->push(t); !piece.empty()) on_text(to_valid_utf8(piece));
     };
   }
-  auto op =
-      inf::async_generate(*engine_, std::move(rq), asio::use_awaitable, std::move(on_token));
+  auto op = inf::async_generate(*engine_, std::move(rq), asio::use_awaitable, std::move(on_token));
   auto r = co_await std::move(op);
   if (!r) co_return Error(r.error().code, name_ + ": " + r.error().message);
   if (params.span && params.span->recording()) {  // what only the engine knows

@@ -99,7 +99,7 @@ struct RunEnv {
   // Where its nodes' message text goes as it is generated (graph::RunOptions::on_message_text);
   // null: nowhere. REQUIRES: outlives the run.
   const std::function<void(const graph::MessageText&)>* on_message_text = nullptr;
-  std::string drain_reason;                     // hand_back's why when control->draining
+  std::string drain_reason;  // hand_back's why when control->draining
   // Tracing (docs/tracing.md): the run's spans continue RunRecord::traceparent, so every
   // attempt of a run, on any worker, and a run submitted over HTTP stay in one trace. Null: off.
   trace::Tracer* tracer = nullptr;

@@ -319,11 +319,11 @@ Result<graph::Checkpoint> interrupted_checkpoint(const graph::Checkpointer& cp,
 struct WatchRegistry::State {
   struct Entry {
     std::uint64_t key = 0;
-    std::function<void()> on_change;                          // add()
+    std::function<void()> on_change;                         // add()
     std::function<void(const graph::MessageText&)> on_text;  // add_text()
   };
   std::mutex mu;
-  std::uint64_t next = 0;                        // GUARDED_BY(mu)
+  std::uint64_t next = 0;                    // GUARDED_BY(mu)
   std::multimap<std::string, Entry> by_run;  // GUARDED_BY(mu)
 
   std::unique_ptr<RunWatch> add(const std::shared_ptr<State>& self, std::string run_id, Entry e);

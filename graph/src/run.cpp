@@ -116,8 +116,8 @@ std::string NodeContext::new_message_id() {
   if (!extra_) extra_ = std::make_unique<Extra>();
   const std::int32_t n = extra_->messages_named++;
   // Keys never clash with name_messages' (an index): they hold the node's name and a '#'.
-  return run_->message_id(run_->superstep, run_->event_prefix() + std::string(node()) + "#" +
-                                               std::to_string(n));
+  return run_->message_id(run_->superstep,
+                          run_->event_prefix() + std::string(node()) + "#" + std::to_string(n));
 }
 
 std::function<void(std::string_view)> NodeContext::message_text(std::string message_id) const {

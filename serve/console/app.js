@@ -368,6 +368,9 @@ async function threadView(id, life) {
   const s = {
     thread: null, graph: null, graphId: '', history: [], runs: [],
     running: new Set(), selected: null, following: null, lastSeen: '',
+    // Replies being generated (the stream's AIMessageChunk pieces), by message id, until the
+    // step that writes them lands in the history.
+    typing: new Map(),
   };
 
   const byId = () => new Map(s.history.map(c => [c.checkpoint.checkpoint_id, c]));
@@ -509,12 +512,22 @@ async function threadView(id, life) {
   };
 
   const renderChat = () => {
-    const msgs = messagesOf(s.history[0]?.values);
-    ui.chat.replaceChildren(...msgs.map(m => h('div', { class: `msg ${m.type}` },
+    const landed = messagesOf(s.history[0]?.values);
+    const ids = new Set(landed.map(m => m.id));
+    for (const id of [...s.typing.keys()]) if (ids.has(id)) s.typing.delete(id);
+    const msgs = landed.concat([...s.typing.values()]);
+    ui.chat.replaceChildren(...msgs.map(m => h('div', { class: `msg ${m.type}${m.typing ? ' typing' : ''}`, 'data-id': m.id || null, 'aria-busy': m.typing ? 'true' : null },
       h('div', { class: 'who', text: m.type === 'human' ? 'user' : m.type === 'ai' ? (m.name || 'assistant') : m.type === 'tool' ? `tool ${m.name || ''}` : 'system' }),
       h('div', { class: 'what', text: text(m.content) }),
       (m.tool_calls || []).map(tc => h('pre', { class: 'call', text: `${tc.name}(${JSON.stringify(tc.args)})` })))));
-    if (!msgs.length) ui.chat.append(h('p', { class: 'muted', text: 'This thread\'s state has no messages. (Messages appear per step as nodes add them; token-by-token streaming is not in the API yet.)' }));
+    if (!msgs.length) ui.chat.append(h('p', { class: 'muted', text: 'This thread\'s state has no messages. (An llm node\'s reply appears as it is generated; other messages when their step lands.)' }));
+  };
+  // Pieces come faster than a screen shows them: one render a frame.
+  let chatQueued = false;
+  const renderChatSoon = () => {
+    if (chatQueued) return;
+    chatQueued = true;
+    requestAnimationFrame(() => { chatQueued = false; if (life.alive) renderChat(); });
   };
 
   const renderSteer = () => {
@@ -591,7 +604,7 @@ async function threadView(id, life) {
     s.running = new Set();
     renderSteer();
     renderTimeline();
-    const modes = ['values', 'updates', 'tasks', 'checkpoints'].map(m => `stream_mode=${m}`).join('&');
+    const modes = ['values', 'updates', 'tasks', 'checkpoints', 'messages-tuple'].map(m => `stream_mode=${m}`).join('&');
     try {
       for await (const ev of events(`/threads/${enc}/runs/${encodeURIComponent(runId)}/stream?${modes}`, life.abort.signal)) {
         if (!life.alive) return;
@@ -616,6 +629,12 @@ async function threadView(id, life) {
           }
           s.selected = c.checkpoint.checkpoint_id;
           renderGraph(); renderTimeline(); renderStep(); renderChat();
+        } else if (ev.event === 'messages' && ev.data?.[0]?.type === 'AIMessageChunk') {
+          const [piece, meta] = ev.data;
+          const m = s.typing.get(piece.id) || { type: 'ai', id: piece.id, name: meta?.langgraph_node, content: '', typing: true };
+          m.content += typeof piece.content === 'string' ? piece.content : '';
+          s.typing.set(piece.id, m);
+          renderChatSoon();
         } else if (ev.event === 'error') {
           showError(new Error(`the run failed: ${ev.data?.error}: ${ev.data?.message}`));
         }
@@ -626,6 +645,7 @@ async function threadView(id, life) {
     }
     s.following = null;
     s.running = new Set();
+    s.typing.clear();
     await load();
     const active = s.runs.find(r => r.status === 'pending' || r.status === 'running');
     if (active) follow(active.run_id);

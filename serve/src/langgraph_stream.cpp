@@ -295,9 +295,9 @@ Result<std::string> langgraph_stream_events(const graph::Checkpointer& cp, const
                             whole.substr(0, sent->second.size()) == sent->second;
           if (wants(st, "messages-tuple")) {
             if (rest)
-              f.add("messages",
-                    json::array{ai_chunk_to_langchain(key, whole.substr(sent->second.size())),
-                                meta});
+              f.add(
+                  "messages",
+                  json::array{ai_chunk_to_langchain(key, whole.substr(sent->second.size())), meta});
             else
               f.skip();
           }

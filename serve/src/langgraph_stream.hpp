@@ -65,9 +65,9 @@ struct LangGraphStream {
   std::vector<graph::MessageText> held;      // pieces not sent yet
   std::map<std::string, std::string> texts;  // message id -> its text sent in pieces so far
   std::set<std::string> missed;  // messages whose first piece came before the stream: whole
-  std::optional<std::int64_t> last_step;     // the step of the last checkpoint streamed
-  std::string last_checkpoint;               // its id
-  std::string run_id, thread_id;             // the run's (set by langgraph_stream_events)
+  std::optional<std::int64_t> last_step;  // the step of the last checkpoint streamed
+  std::string last_checkpoint;            // its id
+  std::string run_id, thread_id;          // the run's (set by langgraph_stream_events)
 };
 
 // The nodes a workflow's START edges lead to (static targets; a routed start names none).

@@ -5,8 +5,11 @@
 // (tests/console/browser/setup installs it).
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 
 #include "serve_child.hpp"
 #include "serve_fixture.hpp"
@@ -118,14 +121,37 @@ std::string chromium() {
   return "/usr/bin/chromium";
 }
 
-TEST(ConsoleBrowser, HumanReviewStartedAnsweredAndForkedInThePage) {
+// Why the browser tests cannot run here ("" when they can).
+std::string no_browser() {
   if (std::system("command -v node >/dev/null 2>&1") != 0)
-    GTEST_SKIP() << "node is missing (apt-get install nodejs)";
+    return "node is missing (apt-get install nodejs)";
   if (!fs::exists(chromium()))
-    GTEST_SKIP() << chromium() << " is missing (apt-get install chromium; scripts/setup does)";
+    return chromium() + " is missing (apt-get install chromium; scripts/setup does)";
   if (!fs::exists(browser_dir() + "/node_modules/puppeteer-core"))
-    GTEST_SKIP() << "tests/console/browser/node_modules is missing (run "
-                    "tests/console/browser/setup, which needs npm and its registry)";
+    return "tests/console/browser/node_modules is missing (run tests/console/browser/setup, "
+           "which needs npm and its registry)";
+  return "";
+}
+
+// Runs `node tests/console/browser/<script> http://127.0.0.1:<port> <shots> <chromium>` and
+// reads the JSON object it prints (null, with a failure, when it does not).
+json::value run_flow(const std::string& script, const std::string& port, const std::string& shots) {
+  const std::string cmd = "node " + browser_dir() + "/" + script + " http://127.0.0.1:" + port +
+                          " " + shots + " " + chromium() + " 2>&1";
+  std::FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return nullptr;
+  std::string out;
+  char buf[4096];
+  while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  EXPECT_EQ(::pclose(p), 0) << out;
+  boost::system::error_code ec;
+  json::value v = json::parse(out, ec);
+  EXPECT_FALSE(ec) << out;
+  return ec ? json::value(nullptr) : v;
+}
+
+TEST(ConsoleBrowser, HumanReviewStartedAnsweredAndForkedInThePage) {
+  if (auto why = no_browser(); !why.empty()) GTEST_SKIP() << why;
   // The binary, as a user starts it, on a free loopback port.
   auto child = testing_serve::spawn({"serve", "--console", "--port", "0", "--workflows",
                                      std::string(WEIR_SOURCE_DIR) + "/samples/workflows"});
@@ -135,17 +161,8 @@ TEST(ConsoleBrowser, HumanReviewStartedAnsweredAndForkedInThePage) {
   EXPECT_NE(child->err.find("/console = on"), std::string::npos) << child->err;
   const std::string shots = WEIR_CONSOLE_SHOTS;
   fs::remove_all(shots);
-  const std::string cmd = "node " + browser_dir() + "/console_flows.mjs http://127.0.0.1:" + port +
-                          " " + shots + " " + chromium() + " 2>&1";
-  std::FILE* p = ::popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  std::string out;
-  char buf[4096];
-  while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-  ASSERT_EQ(::pclose(p), 0) << out;
-  boost::system::error_code ec;
-  const json::value v = json::parse(out, ec);
-  ASSERT_FALSE(ec) << out;
+  const json::value v = run_flow("console_flows.mjs", port, shots);
+  ASSERT_TRUE(v.is_object());
   const std::string all = json::serialize(v);
 
   // Nothing went wrong in the page: no console error, no failed request, no step that timed out.
@@ -235,6 +252,47 @@ TEST(ConsoleBrowser, HumanReviewStartedAnsweredAndForkedInThePage) {
     ASSERT_TRUE(fs::exists(png)) << png;
     EXPECT_GT(fs::file_size(png), 10'000u) << png;
   }
+}
+
+// A reply shown as it is generated: an llm node's pieces in the Messages card, marked as
+// typing, then the same message once its step lands.
+TEST(ConsoleBrowser, AReplyIsShownAsItIsGenerated) {
+  if (auto why = no_browser(); !why.empty()) GTEST_SKIP() << why;
+  const fs::path dir =
+      fs::path(::testing::TempDir()) / ("weir-console-talk-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  json::object wf{
+      {"name", "talk"},
+      {"description", "Tells a story with a small random model, in chat messages."},
+      {"models", json::object{{"small", json::object{{"path", slow_model().string()}}}}},
+      {"state", json::object{{"messages", json::object{{"reducer", "messages"}}}}},
+      {"input", json::array{"messages"}},
+      {"nodes", json::object{{"answer", json::object{{"kind", "llm"},
+                                                     {"model", "small"},
+                                                     {"prompt", "Once upon a time"},
+                                                     {"messages", "messages"},
+                                                     {"max_tokens", 1200}}}}},
+      {"edges", json::array{json::object{{"from", "START"}, {"to", "answer"}},
+                            json::object{{"from", "answer"}, {"to", "END"}}}}};
+  std::ofstream(dir / "talk.json") << json::serialize(wf);
+  auto child =
+      testing_serve::spawn({"serve", "--console", "--port", "0", "--workflows", dir.string()});
+  auto m = child->wait_for(std::regex("listening on http://127\\.0\\.0\\.1:([0-9]+)"));
+  ASSERT_FALSE(m.empty()) << child->err;
+  const std::string shots = std::string(WEIR_CONSOLE_SHOTS) + "-tokens";
+  const json::value v = run_flow("console_tokens.mjs", m[1], shots);
+  ASSERT_TRUE(v.is_object());
+  const std::string all = json::serialize(v);
+  EXPECT_TRUE(v.at("problems").as_array().empty()) << all;
+  EXPECT_EQ(v.at("typing_grew"), true) << all;
+  // Landed: the question and the reply, which kept the id it was typed under.
+  ASSERT_EQ(v.at("messages").as_array().size(), 2u) << all;
+  EXPECT_EQ(v.at("messages").at(0).at("type"), "human");
+  EXPECT_EQ(v.at("messages").at(1).at("type"), "ai") << all;
+  EXPECT_EQ(v.at("messages").at(1).at("id"), v.at("typing_id")) << all;
+  EXPECT_FALSE(v.at("messages").at(1).at("text").as_string().empty());
+  EXPECT_TRUE(fs::exists(fs::path(shots) / "run-typing.png"));
+  fs::remove_all(dir);
 }
 
 }  // namespace

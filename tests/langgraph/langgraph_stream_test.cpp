@@ -273,18 +273,17 @@ fs::path talk_workflows(const fs::path& model = tiny_model("talk"), int max_toke
   const fs::path dir = fs::path(::testing::TempDir()) /
                        ("weir-talk-" + std::to_string(::getpid()) + "-" + std::to_string(made++));
   fs::create_directories(dir);
-  json::object wf{
-      {"name", "talk"},
-      {"models", json::object{{"small", json::object{{"path", model.string()}}}}},
-      {"state", json::object{{"messages", json::object{{"reducer", "messages"}}}}},
-      {"input", json::array{"messages"}},
-      {"nodes", json::object{{"answer", json::object{{"kind", "llm"},
-                                                      {"model", "small"},
-                                                      {"prompt", "Once upon a time"},
-                                                      {"messages", "messages"},
-                                                      {"max_tokens", max_tokens}}}}},
-      {"edges", json::array{json::object{{"from", "START"}, {"to", "answer"}},
-                            json::object{{"from", "answer"}, {"to", "END"}}}}};
+  json::object wf{{"name", "talk"},
+                  {"models", json::object{{"small", json::object{{"path", model.string()}}}}},
+                  {"state", json::object{{"messages", json::object{{"reducer", "messages"}}}}},
+                  {"input", json::array{"messages"}},
+                  {"nodes", json::object{{"answer", json::object{{"kind", "llm"},
+                                                                 {"model", "small"},
+                                                                 {"prompt", "Once upon a time"},
+                                                                 {"messages", "messages"},
+                                                                 {"max_tokens", max_tokens}}}}},
+                  {"edges", json::array{json::object{{"from", "START"}, {"to", "answer"}},
+                                        json::object{{"from", "answer"}, {"to", "END"}}}}};
   std::ofstream(dir / "talk.json") << json::serialize(wf);
   return dir;
 }
@@ -358,8 +357,8 @@ TEST(LangGraphStream, AStreamJoinedMidReplyGetsTheTextSoFarFirst) {
   const std::string run(body_json(started).at("run_id").as_string());
   // Wait until the reply has begun (the run's thread shows nothing until its step ends).
   std::this_thread::sleep_for(std::chrono::milliseconds(150));
-  auto r = call(s.port, "GET",
-                "/threads/" + t + "/runs/" + run + "/stream?stream_mode=messages-tuple");
+  auto r =
+      call(s.port, "GET", "/threads/" + t + "/runs/" + run + "/stream?stream_mode=messages-tuple");
   ASSERT_EQ(r.status, 200) << r.body;
   std::string text;
   std::size_t pieces = 0;

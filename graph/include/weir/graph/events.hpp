@@ -69,7 +69,7 @@ struct Event {
 // text; the message the node writes at the end carries `message_id` as its "id".
 struct MessageText {
   std::string run_id;
-  std::string node;  // a subgraph's node is prefixed as in events ("research/plan")
+  std::string node;       // a subgraph's node is prefixed as in events ("research/plan")
   std::int64_t step = 0;  // NodeContext::step() of the node writing it
   std::string message_id;
   std::uint64_t offset = 0;  // where `text` starts in the message's text (bytes)

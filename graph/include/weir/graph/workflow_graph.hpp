@@ -28,8 +28,8 @@ namespace weir::graph {
 // against it).
 using ModelCall = std::function<boost::asio::awaitable<Result<std::string>>(
     std::string model, std::string system, std::string prompt, std::int32_t max_tokens,
-    std::optional<boost::json::object> output_schema,
-    std::function<void(std::string_view)> on_text, NodeContext& ctx)>;
+    std::optional<boost::json::object> output_schema, std::function<void(std::string_view)> on_text,
+    NodeContext& ctx)>;
 
 // A tool call for tool nodes: (tool name, rendered args, node context) -> the value written to
 // the node's output channel. The agents layer supplies it (agents::build_workflow).

@@ -1,0 +1,63 @@
+// Drives the weir console in headless Chromium: starts `talk` (an llm node that answers in the
+// messages channel) from the page and watches its reply arrive piece by piece in the Messages
+// card before its step lands. Prints one JSON object (tests/console/console_test.cpp checks it);
+// any console error, page error or failed request is listed in "problems".
+//
+//   node console_tokens.mjs http://127.0.0.1:PORT OUTDIR [CHROMIUM]
+import fs from 'node:fs';
+import path from 'node:path';
+import puppeteer from 'puppeteer-core';
+
+const [base, outDir, chrome = process.env.WEIR_CHROMIUM || '/usr/bin/chromium'] = process.argv.slice(2);
+if (!base || !outDir) {
+  console.error('usage: node console_tokens.mjs http://127.0.0.1:PORT OUTDIR [CHROMIUM]');
+  process.exit(2);
+}
+fs.mkdirSync(outDir, { recursive: true });
+
+const seen = { problems: [] };
+const browser = await puppeteer.launch({
+  executablePath: chrome,
+  headless: true,
+  args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--no-first-run'],
+});
+try {
+  const page = await browser.newPage();
+  await page.setViewport({ width: 1366, height: 900 });
+  page.setDefaultTimeout(15000);
+  page.on('console', m => { if (m.type() === 'error') seen.problems.push(`console error: ${m.text()}`); });
+  page.on('pageerror', e => seen.problems.push(`page error: ${e.message}`));
+  page.on('requestfailed', r => {
+    const why = r.failure()?.errorText || '';
+    if (why === 'net::ERR_ABORTED' && r.url().includes('/stream')) return;
+    seen.problems.push(`request failed: ${r.method()} ${r.url()} ${why}`);
+  });
+  page.on('response', r => {
+    if (r.status() >= 400) seen.problems.push(`HTTP ${r.status()}: ${r.request().method()} ${r.url()}`);
+  });
+  await page.goto(`${base}/console`, { waitUntil: 'networkidle2' });
+  await page.waitForSelector('#start-graph');
+  await page.select('#start-graph', 'talk');
+  await page.$eval('#start-input', e => { e.value = ''; });
+  await page.type('#start-input', '{"messages": [{"type": "human", "content": "Tell me a story"}]}');
+  await page.click('#start-run');
+  // The reply being generated: a message marked as typing, whose text grows.
+  await page.waitForSelector('#messages .msg.typing .what');
+  const first = await page.$eval('#messages .msg.typing .what', e => e.textContent);
+  await page.waitForFunction((n) => {
+    const e = document.querySelector('#messages .msg.typing .what');
+    return e && e.textContent.length > n;
+  }, {}, first.length);
+  seen.typing_grew = true;
+  seen.typing_id = await page.$eval('#messages .msg.typing', e => e.dataset.id);
+  await page.screenshot({ path: path.join(outDir, 'run-typing.png'), fullPage: true });
+  // The step lands: the same message, no longer typing.
+  await page.waitForFunction(() => document.querySelector('#thread-status')?.textContent === 'idle'
+    && !document.querySelector('#messages .msg.typing'));
+  seen.messages = await page.$$eval('#messages .msg', ms => ms.map(m => ({ type: [...m.classList].filter(c => c !== 'msg').join(' '), id: m.dataset.id, text: m.querySelector('.what').textContent })));
+} catch (e) {
+  seen.problems.push(`failed: ${e.message.split('\n')[0]}`);
+} finally {
+  await browser.close();
+}
+process.stdout.write(JSON.stringify(seen) + '\n');
