@@ -5,11 +5,7 @@
 // (tests/console/browser/setup installs it).
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
-#include <cstdio>
 #include <cstdlib>
-#include <fstream>
 
 #include "serve_child.hpp"
 #include "serve_fixture.hpp"
@@ -136,18 +132,8 @@ std::string no_browser() {
 // Runs `node tests/console/browser/<script> http://127.0.0.1:<port> <shots> <chromium>` and
 // reads the JSON object it prints (null, with a failure, when it does not).
 json::value run_flow(const std::string& script, const std::string& port, const std::string& shots) {
-  const std::string cmd = "node " + browser_dir() + "/" + script + " http://127.0.0.1:" + port +
-                          " " + shots + " " + chromium() + " 2>&1";
-  std::FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return nullptr;
-  std::string out;
-  char buf[4096];
-  while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-  EXPECT_EQ(::pclose(p), 0) << out;
-  boost::system::error_code ec;
-  json::value v = json::parse(out, ec);
-  EXPECT_FALSE(ec) << out;
-  return ec ? json::value(nullptr) : v;
+  return run_node_json("node " + browser_dir() + "/" + script + " http://127.0.0.1:" + port + " " +
+                       shots + " " + chromium());
 }
 
 TEST(ConsoleBrowser, HumanReviewStartedAnsweredAndForkedInThePage) {
@@ -258,23 +244,7 @@ TEST(ConsoleBrowser, HumanReviewStartedAnsweredAndForkedInThePage) {
 // typing, then the same message once its step lands.
 TEST(ConsoleBrowser, AReplyIsShownAsItIsGenerated) {
   if (auto why = no_browser(); !why.empty()) GTEST_SKIP() << why;
-  const fs::path dir =
-      fs::path(::testing::TempDir()) / ("weir-console-talk-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  json::object wf{
-      {"name", "talk"},
-      {"description", "Tells a story with a small random model, in chat messages."},
-      {"models", json::object{{"small", json::object{{"path", slow_model().string()}}}}},
-      {"state", json::object{{"messages", json::object{{"reducer", "messages"}}}}},
-      {"input", json::array{"messages"}},
-      {"nodes", json::object{{"answer", json::object{{"kind", "llm"},
-                                                     {"model", "small"},
-                                                     {"prompt", "Once upon a time"},
-                                                     {"messages", "messages"},
-                                                     {"max_tokens", 1200}}}}},
-      {"edges", json::array{json::object{{"from", "START"}, {"to", "answer"}},
-                            json::object{{"from", "answer"}, {"to", "END"}}}}};
-  std::ofstream(dir / "talk.json") << json::serialize(wf);
+  const fs::path dir = talk_workflows(slow_model(), 1200);  // ~3 KB: stays inline
   auto child =
       testing_serve::spawn({"serve", "--console", "--port", "0", "--workflows", dir.string()});
   auto m = child->wait_for(std::regex("listening on http://127\\.0\\.0\\.1:([0-9]+)"));

@@ -52,17 +52,7 @@ inline json::value run_client_script(const std::string& script,
                                      const std::vector<std::string>& args) {
   std::string cmd = "node " + kLangGraphClients + "/" + script;
   for (const auto& a : args) cmd += " " + a;
-  cmd += " 2>&1";
-  std::FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return nullptr;
-  std::string out;
-  char buf[4096];
-  while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-  EXPECT_EQ(::pclose(p), 0) << out;
-  boost::system::error_code ec;
-  json::value v = json::parse(out, ec);
-  EXPECT_FALSE(ec) << out;
-  return v;
+  return run_node_json(cmd);
 }
 
 inline std::string loopback(std::uint16_t port) {

@@ -2,8 +2,6 @@
 // what each stream mode carries, event ids, and a stream cut and rejoined with Last-Event-ID
 // that misses nothing and repeats nothing.
 #include <gtest/gtest.h>
-#include <unistd.h>
-
 #include <chrono>
 #include <fstream>
 #include <thread>
@@ -266,31 +264,9 @@ TEST(LangGraphStream, AThreadsStreamCarriesEveryRunStartedOnIt) {
   EXPECT_EQ(call(s.port, "GET", "/threads/no-such-thread/stream").status, 404);
 }
 
-// A folder holding `talk`: an llm node on a tiny random model that answers in the messages
-// channel (greedy: the same tokens every time).
-fs::path talk_workflows(const fs::path& model = tiny_model("talk"), int max_tokens = 24) {
-  static int made = 0;
-  const fs::path dir = fs::path(::testing::TempDir()) /
-                       ("weir-talk-" + std::to_string(::getpid()) + "-" + std::to_string(made++));
-  fs::create_directories(dir);
-  json::object wf{{"name", "talk"},
-                  {"models", json::object{{"small", json::object{{"path", model.string()}}}}},
-                  {"state", json::object{{"messages", json::object{{"reducer", "messages"}}}}},
-                  {"input", json::array{"messages"}},
-                  {"nodes", json::object{{"answer", json::object{{"kind", "llm"},
-                                                                 {"model", "small"},
-                                                                 {"prompt", "Once upon a time"},
-                                                                 {"messages", "messages"},
-                                                                 {"max_tokens", max_tokens}}}}},
-                  {"edges", json::array{json::object{{"from", "START"}, {"to", "answer"}},
-                                        json::object{{"from", "answer"}, {"to", "END"}}}}};
-  std::ofstream(dir / "talk.json") << json::serialize(wf);
-  return dir;
-}
-
 TEST(LangGraphStream, AnLlmNodesReplyStreamsTokenByToken) {
   ServeConfig c;
-  c.workflows = talk_workflows();
+  c.workflows = talk_workflows(tiny_model("talk"), 24);
   auto s = start(c);
   const std::string t = new_thread(s.port);
   auto r = call(s.port, "POST", "/threads/" + t + "/runs/stream", R"({"assistant_id": "talk",

@@ -6,7 +6,9 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -49,6 +51,44 @@ inline fs::path tiny_model(const std::string& name, std::int32_t context = 256) 
 // seconds after it started, on any machine.
 inline fs::path slow_model() {
   return random_model("slow", {256, 1024, 6, 4, 4, 512, 4096});
+}
+
+// A folder holding `talk`: an llm node on `model` that answers in the messages channel
+// (greedy: the same tokens every time), for tests of replies streamed as they are generated.
+inline fs::path talk_workflows(const fs::path& model, int max_tokens) {
+  static int made = 0;
+  const fs::path dir = fs::path(::testing::TempDir()) /
+                       ("weir-talk-" + std::to_string(::getpid()) + "-" + std::to_string(made++));
+  fs::create_directories(dir);
+  json::object wf{{"name", "talk"},
+                  {"description", "Tells a story with a small random model, in chat messages."},
+                  {"models", json::object{{"small", json::object{{"path", model.string()}}}}},
+                  {"state", json::object{{"messages", json::object{{"reducer", "messages"}}}}},
+                  {"input", json::array{"messages"}},
+                  {"nodes", json::object{{"answer", json::object{{"kind", "llm"},
+                                                                 {"model", "small"},
+                                                                 {"prompt", "Once upon a time"},
+                                                                 {"messages", "messages"},
+                                                                 {"max_tokens", max_tokens}}}}},
+                  {"edges", json::array{json::object{{"from", "START"}, {"to", "answer"}},
+                                        json::object{{"from", "answer"}, {"to", "END"}}}}};
+  std::ofstream(dir / "talk.json") << json::serialize(wf);
+  return dir;
+}
+
+// Runs shell command `cmd` (a node script) and reads what it printed as one JSON value (null,
+// with a test failure, when it exits non-zero or prints no JSON).
+inline json::value run_node_json(const std::string& cmd) {
+  std::FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) return nullptr;
+  std::string out;
+  char buf[4096];
+  while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  EXPECT_EQ(::pclose(p), 0) << out;
+  boost::system::error_code ec;
+  json::value v = json::parse(out, ec);
+  EXPECT_FALSE(ec) << out;
+  return ec ? json::value(nullptr) : v;
 }
 
 struct Running {

@@ -8,7 +8,7 @@
 //   node console_flows.mjs http://127.0.0.1:PORT OUTDIR [CHROMIUM]
 import fs from 'node:fs';
 import path from 'node:path';
-import puppeteer from 'puppeteer-core';
+import { launch, watchedPage } from './page.mjs';
 
 const [base, outDir, chrome = process.env.WEIR_CHROMIUM || '/usr/bin/chromium'] = process.argv.slice(2);
 if (!base || !outDir) {
@@ -18,31 +18,13 @@ if (!base || !outDir) {
 fs.mkdirSync(outDir, { recursive: true });
 
 const seen = { problems: [], shots: [] };
-const browser = await puppeteer.launch({
-  executablePath: chrome,
-  headless: true,
-  // --no-sandbox: tests run as root in containers, where Chromium's sandbox cannot start.
-  args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--no-first-run'],
-});
+const browser = await launch(chrome);
 const step = async (name, fn) => {
   try { await fn(); } catch (e) { seen.problems.push(`${name}: ${e.message.split('\n')[0]}`); throw e; }
 };
 
 try {
-  const page = await browser.newPage();
-  await page.setViewport({ width: 1366, height: 900 });  // a laptop screen
-  page.setDefaultTimeout(15000);
-  page.on('console', m => { if (m.type() === 'error') seen.problems.push(`console error: ${m.text()}`); });
-  page.on('pageerror', e => seen.problems.push(`page error: ${e.message}`));
-  page.on('requestfailed', r => {
-    const why = r.failure()?.errorText || '';
-    // The page ends a run's event stream itself when the user leaves the view: not a failure.
-    if (why === 'net::ERR_ABORTED' && r.url().includes('/stream')) return;
-    seen.problems.push(`request failed: ${r.method()} ${r.url()} ${why}`);
-  });
-  page.on('response', r => {
-    if (r.status() >= 400) seen.problems.push(`HTTP ${r.status()}: ${r.request().method()} ${r.url()}`);
-  });
+  const page = await watchedPage(browser, seen.problems);
   const shot = async (name) => {
     const file = path.join(outDir, `${name}.png`);
     await page.screenshot({ path: file, fullPage: true });

@@ -6,7 +6,7 @@
 //   node console_tokens.mjs http://127.0.0.1:PORT OUTDIR [CHROMIUM]
 import fs from 'node:fs';
 import path from 'node:path';
-import puppeteer from 'puppeteer-core';
+import { launch, watchedPage } from './page.mjs';
 
 const [base, outDir, chrome = process.env.WEIR_CHROMIUM || '/usr/bin/chromium'] = process.argv.slice(2);
 if (!base || !outDir) {
@@ -16,25 +16,9 @@ if (!base || !outDir) {
 fs.mkdirSync(outDir, { recursive: true });
 
 const seen = { problems: [] };
-const browser = await puppeteer.launch({
-  executablePath: chrome,
-  headless: true,
-  args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--no-first-run'],
-});
+const browser = await launch(chrome);
 try {
-  const page = await browser.newPage();
-  await page.setViewport({ width: 1366, height: 900 });
-  page.setDefaultTimeout(15000);
-  page.on('console', m => { if (m.type() === 'error') seen.problems.push(`console error: ${m.text()}`); });
-  page.on('pageerror', e => seen.problems.push(`page error: ${e.message}`));
-  page.on('requestfailed', r => {
-    const why = r.failure()?.errorText || '';
-    if (why === 'net::ERR_ABORTED' && r.url().includes('/stream')) return;
-    seen.problems.push(`request failed: ${r.method()} ${r.url()} ${why}`);
-  });
-  page.on('response', r => {
-    if (r.status() >= 400) seen.problems.push(`HTTP ${r.status()}: ${r.request().method()} ${r.url()}`);
-  });
+  const page = await watchedPage(browser, seen.problems);
   await page.goto(`${base}/console`, { waitUntil: 'networkidle2' });
   await page.waitForSelector('#start-graph');
   await page.select('#start-graph', 'talk');

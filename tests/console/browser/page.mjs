@@ -1,0 +1,31 @@
+// What the console's browser flows share: Chromium launched headless, and a page on a laptop
+// screen whose console errors, page errors, failed requests and HTTP errors are listed in
+// `problems`.
+import puppeteer from 'puppeteer-core';
+
+export async function launch(chrome) {
+  return puppeteer.launch({
+    executablePath: chrome,
+    headless: true,
+    // --no-sandbox: tests run as root in containers, where Chromium's sandbox cannot start.
+    args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--no-first-run'],
+  });
+}
+
+export async function watchedPage(browser, problems) {
+  const page = await browser.newPage();
+  await page.setViewport({ width: 1366, height: 900 });  // a laptop screen
+  page.setDefaultTimeout(15000);
+  page.on('console', m => { if (m.type() === 'error') problems.push(`console error: ${m.text()}`); });
+  page.on('pageerror', e => problems.push(`page error: ${e.message}`));
+  page.on('requestfailed', r => {
+    const why = r.failure()?.errorText || '';
+    // The page ends a run's event stream itself when the user leaves the view: not a failure.
+    if (why === 'net::ERR_ABORTED' && r.url().includes('/stream')) return;
+    problems.push(`request failed: ${r.method()} ${r.url()} ${why}`);
+  });
+  page.on('response', r => {
+    if (r.status() >= 400) problems.push(`HTTP ${r.status()}: ${r.request().method()} ${r.url()}`);
+  });
+  return page;
+}
