@@ -8,6 +8,8 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/json.hpp>
 
+#include "weir/runtime/artifact_store.hpp"
+
 namespace weir::graph {
 
 namespace json = boost::json;
@@ -418,8 +420,16 @@ struct Builder {
           if (!messages.empty()) {
             for (const auto& m :
                  s.get(messages).is_array() ? s.get(messages).as_array() : json::array()) {
-              if (m.is_object() && m.as_object().contains("content"))
-                text += "\n" + to_text(m.at("content"));
+              json::value whole;  // a message over the inline limit, read back from its artifact
+              if (ArtifactRef::from_json(m)) {
+                auto bytes = c.fetch(m);
+                if (!bytes) co_return bytes.error();
+                boost::system::error_code ec;
+                whole = json::parse(*bytes, ec);
+              }
+              const json::value& msg = whole.is_object() ? whole : m;
+              if (msg.is_object() && msg.as_object().contains("content"))
+                text += "\n" + to_text(msg.at("content"));
             }
           }
           // A reply that becomes a message is named first, so that its text can stream as

@@ -168,7 +168,7 @@ json::array next_nodes(const graph::Checkpoint& c) {
 
 // A checkpoint as LangGraph's ThreadState.
 Result<json::object> thread_state(const graph::Checkpointer& cp, const graph::Checkpoint& c) {
-  auto values = cp.state_at(c.thread_id, c.checkpoint_id);
+  auto values = client_state_at(cp, c.thread_id, c.checkpoint_id);
   if (!values) return std::move(values).error();
   json::array next = next_nodes(c);
   const json::array interrupts = interrupts_of(c);
@@ -285,7 +285,7 @@ Result<json::value> final_chunk(cluster::RunService& runs, const RunRecord& r,
   }
   if (pending_status(*last) == "interrupted")
     return json::value(json::object{{"__interrupt__", interrupts_of(*last)}});
-  auto v = cp.state_at(r.thread_id, last->checkpoint_id);
+  auto v = client_state_at(cp, r.thread_id, last->checkpoint_id);
   if (!v) return std::move(v).error();
   return json::value(values_to_langchain(*v));
 }

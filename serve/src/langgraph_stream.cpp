@@ -206,7 +206,7 @@ Result<std::string> langgraph_stream_events(const graph::Checkpointer& cp, const
       if (!parent) return std::move(parent).error();
       if (*parent) {
         st.ran = next_of(**parent);
-        auto before = cp.state_at(c.thread_id, c.parent_id);
+        auto before = client_state_at(cp, c.thread_id, c.parent_id);
         if (!before) return std::move(before).error();
         st.state = std::move(*before);
       }
@@ -214,7 +214,7 @@ Result<std::string> langgraph_stream_events(const graph::Checkpointer& cp, const
       st.ran = st.entry;
       st.state = json::object();
     }
-    auto after = cp.state_at(c.thread_id, c.checkpoint_id);
+    auto after = client_state_at(cp, c.thread_id, c.checkpoint_id);
     if (!after) return std::move(after).error();
     if (messages) piece_events(st, out, c.step);  // the text generated in this step
     Frames f(st, c.checkpoint_id, out);
@@ -245,8 +245,11 @@ Result<std::string> langgraph_stream_events(const graph::Checkpointer& cp, const
     for (const auto& kv : c.writes) {
       if (kv.key() == "$snapshot") continue;
       const json::value* was = st.state ? st.state->if_contains(kv.key()) : nullptr;
-      if (c.writes.contains("$snapshot") && was && *was == kv.value()) continue;
-      raw[kv.key()] = delta(was, kv.value());
+      // The value as clients see it (client_state_at), like `was`.
+      const json::value* now = after->if_contains(kv.key());
+      const json::value& value = now ? *now : kv.value();
+      if (c.writes.contains("$snapshot") && was && *was == value) continue;
+      raw[kv.key()] = delta(was, value);
     }
     const json::object changed = values_to_langchain(raw);
     const json::value timestamp = iso_time(c.created_at_ms);

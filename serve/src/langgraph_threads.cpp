@@ -47,7 +47,7 @@ Result<json::object> thread_json(cluster::RunService& runs, const LangGraphThrea
   json::object interrupts;
   if (*latest) {
     const auto& c = **latest;
-    auto v = cp.state_at(t.id, c.checkpoint_id);
+    auto v = client_state_at(cp, t.id, c.checkpoint_id);
     if (!v) return std::move(v).error();
     values = values_to_langchain(*v);
     const std::string s = pending_status(c);

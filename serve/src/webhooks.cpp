@@ -77,7 +77,7 @@ Result<json::object> payload_of(cluster::RunService& runs, const RunRecord& r) {
     auto steps = run_steps(cp, r, "");
     if (!steps) return std::move(steps).error();
     if (!steps->list.empty()) {
-      auto v = cp.state_at(r.thread_id, steps->list.back().checkpoint_id);
+      auto v = client_state_at(cp, r.thread_id, steps->list.back().checkpoint_id);
       if (!v) return std::move(v).error();
       values = values_to_langchain(*v);
     }

@@ -353,5 +353,36 @@ TEST(LangGraphStream, AStreamJoinedMidReplyGetsTheTextSoFarFirst) {
   fs::remove_all(*c.workflows);
 }
 
+// A reply over the workflow's inline_limit (here 128 bytes) is moved to the artifact store in the
+// thread, but clients still see a message: the state, the stream's values and its pieces agree.
+TEST(LangGraphStream, AReplyOverTheInlineLimitIsStillAMessage) {
+  ServeConfig c;
+  c.workflows = talk_workflows(tiny_model("talk"), 200, 128);
+  auto s = start(c);
+  const std::string t = new_thread(s.port);
+  auto r = call(s.port, "POST", "/threads/" + t + "/runs/stream", R"({"assistant_id": "talk",
+      "input": {"messages": [{"type": "human", "content": "Tell me a long story"}]},
+      "stream_mode": ["messages-tuple", "values"]})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const auto frames = frames_of(r.body);
+  std::string text;
+  for (const auto& f : of_event(frames, "messages"))
+    text += json::parse(f.data).at(0).at("content").as_string();
+  ASSERT_GT(text.size(), 128u);
+  const auto values = of_event(frames, "values");
+  ASSERT_FALSE(values.empty());
+  EXPECT_EQ(json::parse(values.back().data).at("messages").at(1).at("content"), json::value(text));
+  auto state = call(s.port, "GET", "/threads/" + t + "/state");
+  const json::value v = body_json(state).at("values");
+  ASSERT_EQ(v.at("messages").as_array().size(), 2u) << state.body;
+  EXPECT_EQ(v.at("messages").at(1).at("type"), "ai") << state.body;
+  EXPECT_EQ(v.at("messages").at(1).at("content"), json::value(text));
+  // The fence acted all the same: the step says it moved the reply.
+  auto history = body_json(call(s.port, "POST", "/threads/" + t + "/history", R"({"limit": 1})"));
+  EXPECT_EQ(history.at(0).at("metadata").at("fences").at(0).at("fence"), "artifact_offload")
+      << json::serialize(history);
+  fs::remove_all(*c.workflows);
+}
+
 }  // namespace
 }  // namespace weir::serve

@@ -54,8 +54,9 @@ inline fs::path slow_model() {
 }
 
 // A folder holding `talk`: an llm node on `model` that answers in the messages channel
-// (greedy: the same tokens every time), for tests of replies streamed as they are generated.
-inline fs::path talk_workflows(const fs::path& model, int max_tokens) {
+// (greedy: the same tokens every time), for tests of replies streamed as they are generated;
+// `inline_limit` > 0 sets the workflow's limits.inline_limit.
+inline fs::path talk_workflows(const fs::path& model, int max_tokens, int inline_limit = 0) {
   static int made = 0;
   const fs::path dir = fs::path(::testing::TempDir()) /
                        ("weir-talk-" + std::to_string(::getpid()) + "-" + std::to_string(made++));
@@ -72,6 +73,7 @@ inline fs::path talk_workflows(const fs::path& model, int max_tokens) {
                                                                  {"max_tokens", max_tokens}}}}},
                   {"edges", json::array{json::object{{"from", "START"}, {"to", "answer"}},
                                         json::object{{"from", "answer"}, {"to", "END"}}}}};
+  if (inline_limit > 0) wf["limits"] = json::object{{"inline_limit", inline_limit}};
   std::ofstream(dir / "talk.json") << json::serialize(wf);
   return dir;
 }
