@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <random>
@@ -86,6 +87,35 @@ asio::awaitable<Stop> async_watch(Clock::time_point attempt_end, Clock::time_poi
   co_return ec ? Stop::none : Stop::deadline;
 }
 
+// A reply's text passed on as it streams in (ChatParams::on_text), over every attempt of one
+// call: an attempt after a failed one passes on only what goes beyond what was passed on, once
+// its text has matched it; one whose text differs stops the passing on (the reply arrives whole).
+struct Streamed {
+  std::function<void(std::string_view)> on_text;  // empty: nothing is passed on
+  std::string sent;
+  bool off = false;
+
+  // `now`: an attempt's text so far; `matched`: how much of it the attempt has passed on or
+  // matched against `sent` (the attempt's own counter).
+  void grew(std::string_view now, std::size_t& matched) {
+    if (off || !on_text || now.size() <= matched) return;
+    if (matched < sent.size()) {  // catching up with what an earlier attempt passed on
+      const std::size_t upto = std::min(now.size(), sent.size());
+      if (now.substr(matched, upto - matched) !=
+          std::string_view(sent).substr(matched, upto - matched)) {
+        off = true;
+        return;
+      }
+      matched = upto;
+      if (now.size() <= sent.size()) return;
+    }
+    const std::string_view piece = now.substr(sent.size());
+    sent.append(piece);
+    matched = now.size();
+    on_text(piece);
+  }
+};
+
 // What a 2xx body turned out to be, filled as its bytes arrive. A stream request expects an
 // event stream; a server that ignores `stream: true` answers with one JSON body, which is read
 // as the whole answer (the assembled reply would be the same).
@@ -96,6 +126,8 @@ struct Body {
   oa::StreamAssembler assembler;
   http::SseReader sse;
   std::atomic<bool> alive{false};  // a byte of a JSON answer, or a token of a stream
+  Streamed* streamed = nullptr;    // the call's, when its text is passed on as it comes
+  std::size_t matched = 0;         // see Streamed::grew
 
   Status add(std::string_view bytes, bool stream) {
     if (head.size() < 200) head.append(bytes.substr(0, 200 - head.size()));
@@ -124,6 +156,7 @@ struct Body {
   Status feed(std::string_view bytes) {
     auto st = sse.feed(bytes, [&](http::SseEvent& e) { return assembler.add(e.data); });
     if (assembler.has_tokens()) alive = true;
+    if (st && streamed) streamed->grew(assembler.text(), matched);
     return st;
   }
 };
@@ -296,11 +329,12 @@ struct OpenAIChatModel::Impl {
   // JSON answer, no token of a stream) is given up as stalled, to be sent elsewhere; one that
   // has runs on to `deadline`, the call's.
   asio::awaitable<Attempt> async_attempt(const Endpoint& e, http::ClientRequest req,
-                                         Clock::time_point attempt_end,
-                                         Clock::time_point deadline) {
+                                         Clock::time_point attempt_end, Clock::time_point deadline,
+                                         Streamed* streamed) {
     using namespace asio::experimental::awaitable_operators;
     const bool stream = options.stream;
     Body body;
+    body.streamed = streamed;
     http::BodySink sink = [&body, stream](std::string_view bytes) {
       return body.add(bytes, stream);
     };
@@ -679,6 +713,10 @@ asio::awaitable<Result<ChatResponse>> OpenAIChatModel::async_chat(std::vector<Me
     if (!sc.trace_state.empty()) req.headers.push_back({"tracestate", sc.trace_state});
   }
   req.body = request_body(messages, tools, params);
+  // A streamed reply's text is passed on as it comes, when it is the content as it comes (no
+  // tools: a call is assembled at the end).
+  Streamed streamed;
+  if (o.stream && tools.empty()) streamed.on_text = params.on_text;
   // The prompt's start (FNV-1a of its first 512 bytes) picks the endpoint whose prefix cache
   // likely holds it.
   std::uint64_t prefix_hash = 14695981039346656037ull;
@@ -731,7 +769,7 @@ asio::awaitable<Result<ChatResponse>> OpenAIChatModel::async_chat(std::vector<Me
     const auto attempt_end = impl.has_untried(tried)
                                  ? std::min(deadline, Clock::now() + impl.attempt_timeout())
                                  : deadline;
-    auto attempt_op = impl.async_attempt(endpoint, req, attempt_end, deadline);
+    auto attempt_op = impl.async_attempt(endpoint, req, attempt_end, deadline, &streamed);
     auto a = co_await std::move(attempt_op);
     permit->release();
     impl.finished(ei, !a.answer && a.unhealthy);

@@ -5,6 +5,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <mutex>
+#include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <boost/asio/experimental/awaitable_operators.hpp>
@@ -148,6 +150,61 @@ TEST(OpenAIModel, StreamedDeltasAreAssembled) {
   EXPECT_EQ(r->usage.cached_prompt_tokens, 4);
   auto sent = json::parse(body_of(server.received().at(0))).as_object();
   EXPECT_EQ(sent["stream"], true);
+}
+
+// A streamed reply's text is passed on as it comes (ChatParams::on_text: an llm node's message
+// streamed to a client), over a retry too: the second attempt passes on only what the first did
+// not, once its text matched; an attempt whose text differs passes on nothing more.
+TEST(OpenAIModel, StreamedTextIsPassedOnAsItComesOnceAcrossRetries) {
+  TestServer server([](int n, const std::string&) {
+    if (n == 1)  // cut in its second piece: the call is tried again
+      return sse_reply({R"({"choices":[{"index":0,"delta":{"content":"Once "}}]})",
+                        R"({"choices":[{"index":0,"delta":{"content":"upon"}}]})"},
+                       /*cut=*/true);
+    return sse_reply({R"({"choices":[{"index":0,"delta":{"content":"Once upon"}}]})",
+                      R"({"choices":[{"index":0,"delta":{"content":" a time"}}]})",
+                      R"({"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]})", "[DONE]"});
+  });
+  auto o = options(server);
+  o.stream = true;
+  o.max_retries = 1;
+  auto m = OpenAIChatModel::open(o);
+  ASSERT_TRUE(m);
+  std::vector<std::string> pieces;
+  ChatParams p;
+  p.on_text = [&](std::string_view t) { pieces.emplace_back(t); };
+  auto r = chat(**m, {Message::user("hi")}, {}, p);
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->message.content, "Once upon a time");
+  EXPECT_EQ(pieces, (std::vector<std::string>{"Once ", "upon", " a time"}));
+
+  // An attempt whose text differs from what was passed on: nothing more is passed on.
+  TestServer other([](int n, const std::string&) {
+    if (n == 1)  // (the cut loses the last event)
+      return sse_reply({R"({"choices":[{"index":0,"delta":{"content":"Once "}}]})",
+                        R"({"choices":[{"index":0,"delta":{"content":"upon"}}]})"},
+                       /*cut=*/true);
+    return sse_reply({R"({"choices":[{"index":0,"delta":{"content":"Twice"}}]})",
+                      R"({"choices":[{"index":0,"delta":{"content":" more"}}]})",
+                      R"({"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]})", "[DONE]"});
+  });
+  auto o2 = options(other);
+  o2.stream = true;
+  o2.max_retries = 1;
+  auto m2 = OpenAIChatModel::open(o2);
+  pieces.clear();
+  r = chat(**m2, {Message::user("hi")}, {}, p);
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->message.content, "Twice more");
+  EXPECT_EQ(pieces, (std::vector<std::string>{"Once "}));
+
+  // Without streaming, or with tools on offer, nothing is passed on: the reply comes whole.
+  TestServer whole([](int, const std::string&) { return reply(200, completion("whole")); });
+  auto m3 = OpenAIChatModel::open(options(whole));
+  pieces.clear();
+  r = chat(**m3, {Message::user("hi")}, {}, p);
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_TRUE(pieces.empty());
 }
 
 TEST(OpenAIModel, RetriesA429HonouringRetryAfter) {

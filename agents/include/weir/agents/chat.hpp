@@ -90,9 +90,9 @@ struct ChatParams {
   std::optional<boost::json::object> response_schema;
   // The reply's text as it is generated, in pieces whose concatenation is its content (an llm
   // node's message streamed to a client: NodeContext::message_text). Called from any thread;
-  // must be quick. A model that cannot stream (a remote one; a turn with tools or stop
-  // strings, whose text is parsed or cut at the end) does not call it: the reply comes whole.
-  // Empty: not called.
+  // must be quick. A model that does not stream (a remote one without `stream`; a turn with
+  // tools, whose calls are parsed at the end; on a local model one with stop strings, cut at
+  // the end) does not call it: the reply comes whole. Empty: not called.
   std::function<void(std::string_view)> on_text;
   // The call's `chat <model>` span (async_traced_chat, chat_trace.hpp), or null: a model adds
   // what only it knows (the engine's timings, a remote endpoint's retries) and a remote model

@@ -258,6 +258,10 @@ class StreamAssembler {
   bool finished() const noexcept;
   // A token arrived: text or a tool-call fragment, not only a role.
   bool has_tokens() const noexcept { return tokens_; }
+  // The text of choice `index` so far ("" before any).
+  std::string_view text(std::size_t index = 0) const noexcept {
+    return index < parts_.size() ? std::string_view(parts_[index].text) : std::string_view();
+  }
   // What arrived so far, choices in index order (a call slot that never got a fragment is left
   // out).
   Completion finish() const;
