@@ -320,6 +320,25 @@ TEST(LangGraphStream, AnLlmNodesReplyStreamsTokenByToken) {
   fs::remove_all(*c.workflows);
 }
 
+// The official JS client's UI helpers join the pieces (MessageTupleManager, as useStream and
+// Agent Chat UI do) into the message the thread stored.
+TEST(LangGraphStream, TheSdksUiHelpersJoinThePiecesIntoTheStoredMessage) {
+  if (auto why = no_js_client(); !why.empty()) GTEST_SKIP() << why;
+  ServeConfig c;
+  c.workflows = talk_workflows(tiny_model("talk"), 24);
+  auto s = start(c);
+  const json::value v = run_client_script("token_flows.mjs", {loopback(s.port)});
+  ASSERT_TRUE(v.is_object());
+  const std::string all = json::serialize(v);
+  EXPECT_FALSE(v.as_object().contains("thrown")) << all;
+  EXPECT_GE(v.at("chunks").as_int64(), 2) << all;
+  EXPECT_EQ(v.at("joined_type"), "ai") << all;
+  EXPECT_EQ(v.at("joined_id"), v.at("stored_id")) << all;
+  EXPECT_EQ(v.at("same_text"), true) << all;
+  EXPECT_EQ(v.at("values_text_same"), true) << all;
+  fs::remove_all(*c.workflows);
+}
+
 // A stream that joins while the reply is being generated gets the text so far as its first
 // piece, then the rest: the pieces still make the whole message.
 TEST(LangGraphStream, AStreamJoinedMidReplyGetsTheTextSoFarFirst) {
