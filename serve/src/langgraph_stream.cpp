@@ -112,6 +112,7 @@ json::object message_meta(const LangGraphStream& st, std::int64_t step, const st
 // others stay held. Pieces have no event id (see the header).
 void piece_events(LangGraphStream& st, std::string& out, std::optional<std::int64_t> upto) {
   std::vector<graph::MessageText> later;
+  std::vector<std::string> grown;  // messages mode: the messages whose text grew
   for (auto& p : st.held) {
     if (upto && p.step > *upto) {
       later.push_back(std::move(p));
@@ -134,11 +135,15 @@ void piece_events(LangGraphStream& st, std::string& out, std::optional<std::int6
         out += http::sse_event(
             json::serialize(json::object{{p.message_id, json::object{{"metadata", meta}}}}),
             "messages/metadata");
-      out += http::sse_event(
-          json::serialize(json::array{ai_chunk_to_langchain(p.message_id, at->second)}),
-          "messages/partial");
+      // One partial a message a call: each holds the text so far, so one per piece would send
+      // a long reply's text over and over.
+      if (std::find(grown.begin(), grown.end(), p.message_id) == grown.end())
+        grown.push_back(p.message_id);
     }
   }
+  for (const auto& id : grown)
+    out += http::sse_event(json::serialize(json::array{ai_chunk_to_langchain(id, st.texts.at(id))}),
+                           "messages/partial");
   st.held = std::move(later);
 }
 
