@@ -7,10 +7,8 @@
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 
-#include "weir/graph/checkpointer.hpp"
 #include "weir/graph/workflow.hpp"
 #include "weir/http/openai.hpp"
-#include "weir/runtime/artifact_store.hpp"
 #include "weir/runtime/json_fields.hpp"
 #include "weir/runtime/sha256.hpp"
 
@@ -241,27 +239,6 @@ json::object values_to_langchain(const json::object& values) {
     out[kv.key()] = std::move(list);
   }
   return out;
-}
-
-Result<json::object> client_state_at(const graph::Checkpointer& cp, std::string_view thread,
-                                     std::string_view checkpoint) {
-  auto values = cp.state_at(thread, checkpoint);
-  if (!values) return values;
-  for (auto& kv : *values) {
-    auto* list = kv.value().if_array();
-    if (!list) continue;
-    for (auto& item : *list) {
-      const auto ref = ArtifactRef::from_json(item);
-      if (!ref || ref->media_type != "application/json" || ref->bytes > kMaxInlinedMessage)
-        continue;
-      auto blob = cp.get_artifact(thread, ref->id);
-      if (!blob || !*blob) continue;
-      boost::system::error_code ec;
-      json::value m = json::parse((**blob).bytes, ec);
-      if (!ec && has_string(m, "role")) item = std::move(m);
-    }
-  }
-  return values;
 }
 
 json::object ai_chunk_to_langchain(std::string_view id, std::string_view text) {

@@ -25,7 +25,6 @@
 #include "weir/runtime/error.hpp"
 
 namespace weir::graph {
-class Checkpointer;
 struct WorkflowSpec;
 }  // namespace weir::graph
 
@@ -44,15 +43,6 @@ bool is_message_list(const boost::json::value& v);
 
 // State values (channel -> value) with weir's message lists shown in LangChain's shape.
 boost::json::object values_to_langchain(const boost::json::object& values);
-
-// The state at checkpoint `checkpoint` of `thread` (Checkpointer::state_at) as clients are
-// shown it: a message a run moved to the artifact store (one over the workflow's inline_limit
-// is stored as a reference in its list) is put back in its list, read from the thread's blobs,
-// up to kMaxInlinedMessage bytes each (a larger one, or one whose bytes are gone, stays a
-// reference). Errors: state_at's.
-inline constexpr std::size_t kMaxInlinedMessage = std::size_t{1} << 20;
-Result<boost::json::object> client_state_at(const graph::Checkpointer& cp, std::string_view thread,
-                                            std::string_view checkpoint);
 
 // A piece of an AI message's text as LangChain's AIMessageChunk (what a token stream sends):
 // {"type": "AIMessageChunk", "content": text, "id", "name": null, "tool_calls": [],

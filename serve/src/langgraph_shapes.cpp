@@ -11,6 +11,7 @@
 #include "langgraph_messages.hpp"
 #include "weir/graph/checkpointer.hpp"
 #include "weir/graph/workflow.hpp"
+#include "weir/runtime/artifact_store.hpp"
 #include "weir/runtime/sha256.hpp"
 
 namespace weir::serve {
@@ -167,6 +168,28 @@ json::array next_nodes(const graph::Checkpoint& c) {
 }
 
 // A checkpoint as LangGraph's ThreadState.
+Result<json::object> client_state_at(const graph::Checkpointer& cp, std::string_view thread,
+                                     std::string_view checkpoint) {
+  auto values = cp.state_at(thread, checkpoint);
+  if (!values) return values;
+  for (auto& kv : *values) {
+    auto* list = kv.value().if_array();
+    if (!list) continue;
+    for (auto& item : *list) {
+      const auto ref = ArtifactRef::from_json(item);
+      if (!ref || ref->media_type != "application/json" || ref->bytes > kMaxInlinedMessage)
+        continue;
+      auto blob = cp.get_artifact(thread, ref->id);
+      if (!blob || !*blob) continue;
+      boost::system::error_code ec;
+      json::value m = json::parse((**blob).bytes, ec);
+      const auto* role = m.is_object() ? m.as_object().if_contains("role") : nullptr;
+      if (!ec && role && role->is_string()) item = std::move(m);
+    }
+  }
+  return values;
+}
+
 Result<json::object> thread_state(const graph::Checkpointer& cp, const graph::Checkpoint& c) {
   auto values = client_state_at(cp, c.thread_id, c.checkpoint_id);
   if (!values) return std::move(values).error();

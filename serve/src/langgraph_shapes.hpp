@@ -5,6 +5,7 @@
 // Thread safety: pure functions (those taking a store read it).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -61,6 +62,14 @@ boost::json::object checkpoint_ref(const std::string& thread, const std::string&
 // afresh (RunService::root_thread). Agent Chat UI edits a first message by branching from it.
 inline constexpr std::string_view kRootCheckpoint = "root";
 boost::json::object root_state(const std::string& thread, std::int64_t created_ms);
+// The state at checkpoint `checkpoint` of `thread` (Checkpointer::state_at) as clients are
+// shown it: a message a run moved to the artifact store (one over the workflow's inline_limit
+// is stored as a reference in its list) is put back in its list, read from the thread's blobs,
+// up to kMaxInlinedMessage bytes each (a larger one, or one whose bytes are gone, stays a
+// reference). Errors: state_at's.
+inline constexpr std::size_t kMaxInlinedMessage = std::size_t{1} << 20;
+Result<boost::json::object> client_state_at(const graph::Checkpointer& cp, std::string_view thread,
+                                            std::string_view checkpoint);
 // A checkpoint as LangGraph's ThreadState (values with messages in LangChain's shape).
 Result<boost::json::object> thread_state(const graph::Checkpointer& cp, const graph::Checkpoint& c);
 
