@@ -264,14 +264,19 @@ TEST(LangGraphStream, AThreadsStreamCarriesEveryRunStartedOnIt) {
   EXPECT_EQ(call(s.port, "GET", "/threads/no-such-thread/stream").status, 404);
 }
 
+// POST /threads/{t}/runs/stream of `talk` with one question, in messages-tuple and values.
+Reply stream_talk(std::uint16_t port, const std::string& t) {
+  return call(port, "POST", "/threads/" + t + "/runs/stream", R"({"assistant_id": "talk",
+      "input": {"messages": [{"type": "human", "content": "Tell me a story"}]},
+      "stream_mode": ["messages-tuple", "values"]})");
+}
+
 TEST(LangGraphStream, AnLlmNodesReplyStreamsTokenByToken) {
   ServeConfig c;
   c.workflows = talk_workflows(tiny_model("talk"), 24);
   auto s = start(c);
   const std::string t = new_thread(s.port);
-  auto r = call(s.port, "POST", "/threads/" + t + "/runs/stream", R"({"assistant_id": "talk",
-      "input": {"messages": [{"type": "human", "content": "Tell me a story"}]},
-      "stream_mode": ["messages-tuple", "values"]})");
+  auto r = stream_talk(s.port, t);
   ASSERT_EQ(r.status, 200) << r.body;
   const auto frames = frames_of(r.body);
   // values (the input), the reply's pieces as they were generated, values (with the reply).
@@ -379,9 +384,7 @@ TEST(LangGraphStream, AReplyOverTheInlineLimitIsStillAMessage) {
   c.workflows = talk_workflows(tiny_model("talk"), 200, 128);
   auto s = start(c);
   const std::string t = new_thread(s.port);
-  auto r = call(s.port, "POST", "/threads/" + t + "/runs/stream", R"({"assistant_id": "talk",
-      "input": {"messages": [{"type": "human", "content": "Tell me a long story"}]},
-      "stream_mode": ["messages-tuple", "values"]})");
+  auto r = stream_talk(s.port, t);
   ASSERT_EQ(r.status, 200) << r.body;
   const auto frames = frames_of(r.body);
   std::string text;
