@@ -77,8 +77,9 @@ class PostgresStore final : public Store {
     std::lock_guard lock(mu_);
     return conn_.run(what, [&](const Attempt&) -> Status {
       auto r = conn_.exec("INSERT INTO " + table_ + " (" + kColumns +
-                              ") VALUES ($1, $2, $3, weir_now_ms(), weir_now_ms(), "
-                              "nextval('weir_store_seq')) ON CONFLICT (namespace, key) DO UPDATE "
+                              ") SELECT $1, $2, $3, t.now, t.now, nextval('weir_store_seq') "
+                              "FROM (SELECT weir_now_ms() AS now) t "
+                              "ON CONFLICT (namespace, key) DO UPDATE "
                               "SET value = excluded.value, updated_at = excluded.updated_at, "
                               "seq = excluded.seq",
                           Params().text(joined).text(key).bytea(text), what);
@@ -239,8 +240,9 @@ class PostgresStore final : public Store {
                                     "nextval('weir_store_seq') WHERE namespace = $1 AND key = $2",
                                 Params().text(joined).text(key).bytea(text), what)
                    : conn_.exec("INSERT INTO " + table_ + " (" + kColumns +
-                                    ") VALUES ($1, $2, $3, weir_now_ms(), weir_now_ms(), "
-                                    "nextval('weir_store_seq')) ON CONFLICT (namespace, key) DO "
+                                    ") SELECT $1, $2, $3, t.now, t.now, nextval('weir_store_seq') "
+                                    "FROM (SELECT weir_now_ms() AS now) t "
+                                    "ON CONFLICT (namespace, key) DO "
                                     "NOTHING RETURNING 1",
                                 Params().text(joined).text(key).bytea(text), what);
       if (!w) return std::move(w).error();
