@@ -1,5 +1,8 @@
 #include "weir/agents/crew_file.hpp"
 
+#include <algorithm>
+#include <cctype>
+
 #include <boost/json.hpp>
 
 #include "mcp_config.hpp"
@@ -259,6 +262,61 @@ Result<AgentsFile> load_agents_file(const fs::path& path) {
   auto text = read_json_file(path);  // its size checked before it is read
   if (!text) return std::move(text).error();
   return parse_agents_file(*text, path);
+}
+
+Result<std::string> crew_workflow_text(std::string_view crew_text, const fs::path& crew_file,
+                                       const fs::path& model) {
+  auto file = parse_agents_file(crew_text, crew_file);
+  if (!file) return std::move(file).error();
+  if (file->kind != AgentsFileKind::crew)
+    return Error(Errc::unsupported, crew_file.string() +
+                                        ": a group chat is not served as a workflow (run it with "
+                                        "`weir run FILE`)");
+  boost::system::error_code ec;
+  json::value parsed = json::parse(crew_text, ec);
+  if (ec || !parsed.is_object())  // read by parse_json above; Boost.JSON reads what it reads
+    return Error(Errc::invalid_workflow, crew_file.string() + ": not a JSON object");
+  json::object doc = std::move(parsed.as_object());
+  json::object state{{"messages", json::object{{"reducer", "messages"}}},
+                     {"result", json::object()}};
+  json::array input{"messages"};
+  json::object inputs;
+  for (const auto& [k, v] : file->inputs) {
+    // An input whose name cannot be a channel's (or is one of the two above) keeps its default.
+    const bool plain = !k.empty() && std::all_of(k.begin(), k.end(), [](char c) {
+      return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+    });
+    if (!plain || k == "messages" || k == "result") continue;
+    state[k] = json::object{{"default", v}};
+    input.emplace_back(k);
+    inputs[k] = "{{state." + std::string(k) + "}}";
+  }
+  json::object model_entry{{"path", fs::absolute(model).string()}};
+  if (auto* e = doc.if_contains("engine")) model_entry["engine"] = *e;
+  json::object node{
+      {"kind", "crew"},
+      {"crew", file->name},
+      {"model", "crew"},
+      {"inputs", inputs},
+      {"messages", "messages"},
+      {"output", "result"},
+      {"chat_input", file->inputs.size() == 1 ? std::string(file->inputs.begin()->key())
+                                              : std::string("request")}};
+  json::object wf{{"name", file->name},
+                  {"state", std::move(state)},
+                  {"input", std::move(input)},
+                  {"output", json::array{"messages", "result"}},
+                  {"models", json::object{{"crew", std::move(model_entry)}}},
+                  {"crews", json::object{{file->name, std::move(doc)}}},
+                  {"nodes", json::object{{file->name, std::move(node)}}},
+                  {"edges", json::array{json::object{{"from", "START"}, {"to", file->name}},
+                                        json::object{{"from", file->name}, {"to", "END"}}}}};
+  if (const auto* d =
+          wf.at("crews").as_object().at(file->name).as_object().if_contains("description");
+      d && d->is_string())
+    wf["description"] = *d;
+  if (file->token_budget > 0) wf["limits"] = json::object{{"token_budget", file->token_budget}};
+  return json::serialize(wf);
 }
 
 Result<std::shared_ptr<tools::ToolRegistry>> build_tools(const AgentsFile& file,

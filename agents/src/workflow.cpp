@@ -10,6 +10,8 @@
 #include "mcp_config.hpp"
 #include "weir/agents/agent.hpp"
 #include "weir/agents/config.hpp"
+#include "weir/agents/crew.hpp"
+#include "weir/agents/crew_file.hpp"
 #include "weir/agents/openai_model.hpp"
 #include "weir/inference/engine_registry.hpp"
 #include "weir/runtime/artifact_store.hpp"
@@ -67,6 +69,12 @@ struct Wiring {
   std::shared_ptr<tools::ToolRegistry> tools = std::make_shared<tools::ToolRegistry>();
   std::map<std::string, ModelConfig> model_configs;
   std::map<std::string, detail::WorkflowAgent> agent_specs;
+  // The "crews" section: each crew's file form and its tools (started at wiring, as the file's).
+  struct CrewEntry {
+    AgentsFile file;
+    std::shared_ptr<tools::ToolRegistry> tools;
+  };
+  std::map<std::string, CrewEntry, std::less<>> crew_specs;
   std::unique_ptr<graph::GraphRuntime> child;
   // The engines' registry when the caller gave none (WorkflowServices::engines).
   std::unique_ptr<inference::EngineRegistry> own_engines;
@@ -74,6 +82,8 @@ struct Wiring {
   std::mutex mu;
   std::map<std::string, std::shared_ptr<ChatModel>> models;    // GUARDED_BY(mu), opened on use
   std::map<std::string, std::shared_ptr<const Agent>> agents;  // GUARDED_BY(mu), built on use
+  // Keyed by "crew\nmodel". GUARDED_BY(mu), built on use.
+  std::map<std::string, std::shared_ptr<const Crew>> crews;
 
   // The workflow's model `name` (one engine per file, through the engine registry).
   // REQUIRES: mu held.
@@ -182,6 +192,99 @@ struct Wiring {
     if (auto s = ctx.charge_tokens(r->prompt_tokens + r->completion_tokens); !s)
       co_return std::move(s).error();
     co_return json::value(json::string(r->output));
+  }
+
+  // The model a crew node names, or the file's only one ("" when the file has none: --model).
+  std::string crew_model(const std::string& model) const {
+    if (!model.empty()) return model;
+    return model_configs.size() == 1 ? model_configs.begin()->first : std::string();
+  }
+
+  Result<std::shared_ptr<const Crew>> crew(const std::string& name, const std::string& model) {
+    std::lock_guard lock(mu);
+    const std::string key = name + "\n" + model;
+    if (auto it = crews.find(key); it != crews.end()) return it->second;
+    auto e = crew_specs.find(name);
+    if (e == crew_specs.end()) return Error(Errc::not_found, "no crew named '" + name + "'");
+    auto m = model_locked(model);
+    if (!m) return std::move(m).error();
+    graph::RuntimeOptions child_options;
+    child_options.artifacts = services.artifacts;
+    child_options.budget = services.budget;
+    auto c = Crew::create(e->second.file.crew, *m, e->second.tools, child_options);
+    if (!c) return Error(c.error().code, "crew '" + name + "': " + c.error().message);
+    crews[key] = *c;
+    return *c;
+  }
+
+  // A crew node: the crew's kickoff as a child run of the node (its cancel, its trace), on the
+  // file's inputs with the node's laid over them. Each task's whole output (read back from the
+  // artifact store) becomes its agent's message.
+  asio::awaitable<Result<graph::CrewReply>> call_crew(std::string name, std::string model,
+                                                      json::object inputs,
+                                                      graph::NodeContext& ctx) {
+    model = crew_model(model);
+    auto c = crew(name, model);
+    if (!c) co_return std::move(c).error();
+    json::object in = crew_specs.find(name)->second.file.inputs;
+    for (auto& [k, v] : inputs) in[k] = std::move(v);
+    graph::RunOptions opt;
+    opt.run_id = std::string(ctx.run_id()) + "/" + std::string(ctx.node());
+    opt.cancel = ctx.cancel_flag();
+    const graph::RunTracing tracing{ctx.trace(), name};
+    if (tracing.context) opt.trace = &tracing;
+    auto op = (*c)->async_kickoff(*child, std::move(in), opt);
+    auto r = co_await std::move(op);
+    graph::CrewReply reply;
+    if (r) {
+      for (const auto& t : r->tasks) {
+        std::string text = t.summary;
+        if (services.artifacts && !t.artifact_id.empty())
+          if (auto full = services.artifacts->get(t.artifact_id)) text = std::move(*full);
+        reply.messages.emplace_back(t.agent, std::move(text));
+      }
+      reply.output = reply.messages.empty() ? r->final_output : reply.messages.back().second;
+    }
+    if (services.artifacts) services.artifacts->release_owner(opt.run_id);
+    if (!r) co_return std::move(r).error();  // it names the crew
+    if (auto s = ctx.charge_tokens(r->prompt_tokens + r->completion_tokens); !s)
+      co_return std::move(s).error();
+    co_return reply;
+  }
+
+  // The "crews" section: each entry is a crew file's document (its "weir" and "kind" may be
+  // left out; its "name" is the entry's), read by the crew file's reader with paths relative to
+  // this file; its tools and MCP servers are started here.
+  void add_crews(const graph::WorkflowSpec& spec, std::vector<std::string>& problems) {
+    for (const auto& [name, v] : spec.crews) {
+      json::object doc = v.is_object() ? v.as_object() : json::object();
+      doc.emplace("weir", 1);
+      doc.emplace("kind", "crew");
+      doc.emplace("name", name);
+      // Named "<file> crews.<name>" in its diagnostics (their line and column are those of
+      // the entry as one line of JSON), in the file's folder.
+      const fs::path as =
+          spec.file.parent_path() / (spec.file.filename().string() + " crews." + std::string(name));
+      auto file = parse_agents_file(json::serialize(doc), as);
+      if (file && file->kind != AgentsFileKind::crew)
+        file = Error(Errc::invalid_workflow, "a group chat is no crew (\"kind\": \"crew\")");
+      if (!file) {
+        problems.push_back(file.error().message);
+        continue;
+      }
+      auto reg = build_tools(*file, services.artifacts);
+      if (!reg) {
+        problems.push_back("crew '" + std::string(name) + "': " + reg.error().message);
+        continue;
+      }
+      expand_tool_patterns(*file, **reg);
+      crew_specs[std::string(name)] = CrewEntry{std::move(*file), std::move(*reg)};
+    }
+    for (const auto& n : spec.nodes)
+      if (n.kind == graph::NodeKind::crew && !n.params.contains("model") &&
+          model_configs.size() != 1 && !services.model_override)
+        problems.push_back("node '" + n.name + "': a crew node needs a \"model\" (the file has " +
+                           std::to_string(model_configs.size()) + " models)");
   }
 
   // The "tools" and "mcp_servers" sections into the registry: a tool is registered under its
@@ -295,6 +398,10 @@ graph::WorkflowHooks hooks_of(const std::shared_ptr<Wiring>& w, const graph::Wor
   hooks.agent_call = [w](std::string agent, json::value input, graph::NodeContext& ctx) {
     return w->call_agent(std::move(agent), std::move(input), ctx);
   };
+  hooks.crew_call = [w](std::string crew, std::string model, json::object inputs,
+                        graph::NodeContext& ctx) {
+    return w->call_crew(std::move(crew), std::move(model), std::move(inputs), ctx);
+  };
   std::vector<std::string> channels;
   for (const auto& c : spec.channels) channels.push_back(c.name);
   hooks.evaluate = [channels = std::move(channels)](std::string_view expr,
@@ -328,6 +435,7 @@ Result<std::shared_ptr<Wiring>> wire(const graph::WorkflowSpec& spec, WorkflowSe
     if (auto m = parse_model(f, name, v, json_pointer_append("/models", name), ctx.base_dir))
       w->model_configs[std::string(name)] = std::move(*m);
   w->add_agents(spec, ctx, f, problems);
+  w->add_crews(spec, problems);
   if (!f.ok()) return Error(Errc::invalid_workflow, f.report());
   if (!problems.empty()) {
     std::string msg;

@@ -193,7 +193,7 @@ Result<std::shared_ptr<WorkflowFile>> load_workflow_file(const fs::path& p, std:
 }
 
 Result<std::map<std::string, std::shared_ptr<const WorkflowFile>>> load_workflow_folder(
-    const fs::path& dir, std::vector<std::string>* crews) {
+    const fs::path& dir, const fs::path& crew_model, std::vector<std::string>* left_out) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec))
     return Error(Errc::invalid_argument, "--workflows: '" + dir.string() + "' is not a folder");
@@ -208,11 +208,22 @@ Result<std::map<std::string, std::shared_ptr<const WorkflowFile>>> load_workflow
   for (const auto& p : files) {
     auto text = read_json_file(p);
     if (!text) return Error(text.error().code, "--workflows: " + text.error().message);
-    // A crew or group-chat file (samples/crews) is no workflow: left out, and said.
+    // A crew file (samples/crews) runs as a workflow of one crew node when it has a model; a
+    // group chat is left out, and said.
     boost::system::error_code jec;
     if (const auto doc = json::parse(*text, jec); !jec && agents::is_agents_document(doc)) {
-      if (crews) crews->push_back(p.filename().string());
-      continue;
+      const bool crew = doc.as_object().at("kind") == "crew";
+      if (!crew || crew_model.empty()) {
+        if (left_out)
+          left_out->push_back(
+              p.filename().string() +
+              (crew ? " (a crew file: it runs on the model --model gives, and none was given)"
+                    : " (a group-chat file: run it with `weir run FILE`)"));
+        continue;
+      }
+      auto wrapped = agents::crew_workflow_text(*text, p, crew_model);
+      if (!wrapped) return Error(wrapped.error().code, "--workflows: " + wrapped.error().message);
+      *text = std::move(*wrapped);
     }
     auto loaded = load_workflow_file(p, std::move(*text));
     if (!loaded)
@@ -224,13 +235,11 @@ Result<std::map<std::string, std::shared_ptr<const WorkflowFile>>> load_workflow
                                                "' (" + it->second->file + " and " + w->file + ")");
     out.emplace(w->name, std::move(w));
   }
-  if (out.empty() && crews && !crews->empty()) {
+  if (out.empty() && left_out && !left_out->empty()) {
     std::string list;
-    for (const auto& c : *crews) list += (list.empty() ? "" : ", ") + c;
+    for (const auto& c : *left_out) list += (list.empty() ? "" : "; ") + c;
     return Error(Errc::invalid_argument,
-                 "--workflows: '" + dir.string() + "' holds crew files (" + list +
-                     ") and no workflow: the run service runs workflow files; run a crew with "
-                     "`weir run FILE`");
+                 "--workflows: '" + dir.string() + "' holds nothing the run service runs: " + list);
   }
   return out;
 }
@@ -241,14 +250,11 @@ Status load_folder(
     std::vector<std::string>& names,
     std::map<std::string, std::shared_ptr<const graph::WorkflowSpec>, std::less<>>& specs) {
   if (options.workflows.empty()) return {};
-  std::vector<std::string> crews;
-  auto f = load_workflow_folder(options.workflows, &crews);
+  std::vector<std::string> left_out;
+  auto f = load_workflow_folder(options.workflows, options.crew_model, &left_out);
   if (!f) return std::move(f).error();
   if (options.log)
-    for (const auto& c : crews)
-      options.log(options.workflows.string() + "/" + c +
-                  ": a crew file, left out (the run service runs workflow files; run a crew "
-                  "with `weir run`)");
+    for (const auto& c : left_out) options.log(options.workflows.string() + "/" + c + ": left out");
   folder = std::move(*f);
   for (const auto& [n, w] : folder) {
     names.push_back(n);

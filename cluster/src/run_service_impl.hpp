@@ -27,10 +27,13 @@ struct WorkflowFile {
 
 // Every *.json file of `dir`, loaded and checked, by name. Errors: invalid_argument (not a
 // folder, no workflow in it, two with one name), invalid_workflow (a file's report).
-// Crew and group-chat files (agents::is_agents_document) are left out, their names added to
-// `crews` (when given); a folder of crews only is invalid_argument saying so.
+// A crew file is served as a workflow of one crew node (agents::crew_workflow_text: its text
+// is that workflow's, its file the crew file) when `crew_model` names a model; else it is left
+// out. Group-chat files are left out. What is left out is added to `left_out` (when given), each
+// with why; a folder with nothing else is invalid_argument saying so.
 Result<std::map<std::string, std::shared_ptr<const WorkflowFile>>> load_workflow_folder(
-    const std::filesystem::path& dir, std::vector<std::string>* crews = nullptr);
+    const std::filesystem::path& dir, const std::filesystem::path& crew_model = {},
+    std::vector<std::string>* left_out = nullptr);
 
 // options.workflows (when given) loaded into `folder`, its names into `names` (sorted), their
 // specs into `specs`.

@@ -27,6 +27,7 @@ const char* shape_of(NodeKind k) {
       return "component";
     case NodeKind::llm:
     case NodeKind::agent:
+    case NodeKind::crew:
       return "box3d";
     case NodeKind::map:
       return "trapezium";

@@ -28,6 +28,17 @@ std::string to_text(const json::value& v) {
   return v.is_string() ? std::string(v.as_string()) : json::serialize(v);
 }
 
+// A message of a messages channel as written: one over the inline limit is held as an artifact
+// reference in state, and read back here.
+Result<json::value> whole_message(const json::value& m, NodeContext& c) {
+  if (!ArtifactRef::from_json(m)) return m;
+  auto bytes = c.fetch(m);
+  if (!bytes) return std::move(bytes).error();
+  boost::system::error_code ec;
+  json::value whole = json::parse(*bytes, ec);
+  return whole.is_object() ? whole : m;
+}
+
 }  // namespace
 
 Result<json::value> render_template(const json::value& v, const StateView& state,
@@ -239,6 +250,8 @@ struct Builder {
         return add_subgraph(n);
       case NodeKind::llm:
         return add_llm(n);
+      case NodeKind::crew:
+        return add_crew(n);
     }
     problems.push_back("node '" + n.name + "': kind '" + node_kind_name(n.kind) +
                        "' is not runnable");
@@ -420,16 +433,10 @@ struct Builder {
           if (!messages.empty()) {
             for (const auto& m :
                  s.get(messages).is_array() ? s.get(messages).as_array() : json::array()) {
-              json::value whole;  // a message over the inline limit, read back from its artifact
-              if (ArtifactRef::from_json(m)) {
-                auto bytes = c.fetch(m);
-                if (!bytes) co_return bytes.error();
-                boost::system::error_code ec;
-                whole = json::parse(*bytes, ec);
-              }
-              const json::value& msg = whole.is_object() ? whole : m;
-              if (msg.is_object() && msg.as_object().contains("content"))
-                text += "\n" + to_text(msg.at("content"));
+              auto msg = whole_message(m, c);
+              if (!msg) co_return msg.error();
+              if (msg->is_object() && msg->as_object().contains("content"))
+                text += "\n" + to_text(msg->at("content"));
             }
           }
           // A reply that becomes a message is named first, so that its text can stream as
@@ -461,6 +468,56 @@ struct Builder {
           if (!messages.empty())
             u.set(messages,
                   json::object{{"role", "assistant"}, {"content", *r}, {"id", message_id}});
+          co_return u;
+        },
+        options_of(n));
+  }
+
+  // A crew node: the crew's inputs rendered from the state, the last user message of `messages`
+  // (when the last message is the user's: a chat's new turn) as the input `chat_input`; the
+  // crew's final output to `output`, each task's output to `messages` as its agent's message.
+  void add_crew(const NodeSpec& n) {
+    if (!hooks.crew_call)
+      return missing(n,
+                     "crew nodes need the agents layer (weir run provides it; in C++ use "
+                     "agents::build_workflow)");
+    const json::object& p = n.params;
+    const std::string crew = str(p, "crew"), model = str(p, "model"), output = str(p, "output"),
+                      messages = str(p, "messages");
+    const std::string chat_input = p.contains("chat_input") ? str(p, "chat_input") : "request";
+    const json::value inputs = p.contains("inputs") ? p.at("inputs") : json::value(json::object());
+    b.add_async_node(
+        n.name,
+        [=, call = hooks.crew_call](StateView s,
+                                    NodeContext& c) -> asio::awaitable<Result<Update>> {
+          auto in = render_template(inputs, s, c.input(), {});
+          if (!in) co_return in.error();
+          json::object args = in->is_object() ? std::move(in->as_object()) : json::object();
+          if (!messages.empty()) {
+            const json::value& list = s.get(messages);
+            if (list.is_array() && !list.as_array().empty()) {
+              auto last = whole_message(list.as_array().back(), c);
+              if (!last) co_return last.error();
+              const json::object* o = last->if_object();
+              const json::value* role = o ? o->if_contains("role") : nullptr;
+              if (role && *role == "user" && o->contains("content"))
+                args[chat_input] = to_text(o->at("content"));
+            }
+          }
+          auto op = call(crew, model, std::move(args), c);
+          auto r = co_await std::move(op);
+          if (!r) co_return r.error();
+          Update u;
+          if (!output.empty()) u.set(output, json::string(r->output));
+          if (!messages.empty()) {
+            json::array turns;
+            for (auto& [agent, text] : r->messages)
+              turns.push_back(json::object{{"role", "assistant"},
+                                           {"name", agent},
+                                           {"content", std::move(text)},
+                                           {"id", c.new_message_id()}});
+            u.set(messages, std::move(turns));
+          }
           co_return u;
         },
         options_of(n));

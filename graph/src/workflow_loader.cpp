@@ -267,9 +267,13 @@ class Loader {
         *sec.dst = json::object(*o, json::storage_ptr());  // off the document's slabs
       }
     }
-    for (auto [key, dst] : {std::pair{"tasks", &spec_.tasks},
-                            {"crews", &spec_.crews},
-                            {"group_chats", &spec_.group_chats}}) {
+    // Crews: names and objects here; their settings are the agents layer's (build_workflow).
+    if (const auto* o = object_at(root, "crews", "", false)) {
+      section(*o, "crews", "crew", SectionCheck{}, crew_names_);
+      spec_.crews = json::object(*o, json::storage_ptr());
+    }
+    for (auto [key, dst] :
+         {std::pair{"tasks", &spec_.tasks}, {"group_chats", &spec_.group_chats}}) {
       if (const auto* o = object_at(root, key, "", false))
         *dst = json::object(*o, json::storage_ptr());
     }
@@ -450,6 +454,23 @@ class Loader {
     channel_ref(no, "input", ptr, false);
     channel_ref(no, "output", ptr, false);
   }
+  // crew: an entry of "crews"; model: one of the file's (optional when it has one); inputs:
+  // the crew's inputs as templates; messages, output: channels; chat_input: the crew input the
+  // last user message of `messages` fills.
+  void crew_node(NodeSpec& n, const json::object& no, const std::string& ptr,
+                 std::vector<std::string_view>& allowed) {
+    (void)n;
+    allow(allowed, {"crew", "model", "inputs", "messages", "output", "chat_input"});
+    if (auto c = string_at(no, "crew", ptr, true); c && !has(crew_names_, *c))
+      error(ptr + "/crew", unknown("crew", *c, crew_names_));
+    if (auto m = string_at(no, "model", ptr, false); m && !has(model_names_, *m))
+      error(ptr + "/model", unknown("model", *m, model_names_));
+    if (const auto* in = object_at(no, "inputs", ptr, false)) check_templates(*in, ptr + "/inputs");
+    channel_ref(no, "messages", ptr, false);
+    channel_ref(no, "output", ptr, false);
+    if (auto ci = string_at(no, "chat_input", ptr, false); ci && !no.contains("messages"))
+      error(ptr + "/chat_input", "\"chat_input\" needs a \"messages\" channel to read from");
+  }
   // over: a channel; node: the worker, which is not the map itself.
   void map_node(NodeSpec& n, const json::object& no, const std::string& ptr,
                 std::vector<std::string_view>& allowed) {
@@ -574,6 +595,9 @@ class Loader {
           break;
         case NodeKind::interrupt:
           interrupt_node(n, no, ptr, allowed);
+          break;
+        case NodeKind::crew:
+          crew_node(n, no, ptr, allowed);
           break;
       }
       check_keys(no, ptr, allowed);
@@ -833,7 +857,8 @@ class Loader {
   JsonFields fields_;  // every diagnostic, located through parsed_
   std::optional<ParsedJson> parsed_;
   WorkflowSpec spec_;
-  Names channel_names_, model_names_, tool_names_, node_names_, mcp_names_, agent_names_;
+  Names channel_names_, model_names_, tool_names_, node_names_, mcp_names_, agent_names_,
+      crew_names_;
   std::map<std::string, std::string> map_workers_;  // worker -> map node
 };
 

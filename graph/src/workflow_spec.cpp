@@ -23,8 +23,8 @@ std::span<const std::string> reducer_names() {
 }
 
 std::span<const std::string> node_kind_names() {
-  static const std::array<std::string, 8> names = {"set",    "tool", "llm",      "agent",
-                                                   "router", "map",  "subgraph", "interrupt"};
+  static const std::array<std::string, 9> names = {
+      "set", "tool", "llm", "agent", "router", "map", "subgraph", "interrupt", "crew"};
   return names;
 }
 

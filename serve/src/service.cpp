@@ -639,6 +639,8 @@ Result<std::unique_ptr<Service>> Service::start(ServeConfig config) {
   if (s->cfg.workflows) {
     cluster::RunServiceOptions rc;
     rc.workflows = *s->cfg.workflows;
+    // Crew files in the folder run on the first --model (an engine of the run service's own).
+    if (!s->cfg.models.empty()) rc.crew_model = s->cfg.models.front().path;
     rc.db = s->cfg.runs_db;
     rc.max_runs = s->cfg.max_runs;
     rc.max_queued_runs = s->cfg.max_queued_runs;

@@ -179,22 +179,25 @@ TEST(RunService, AnInterruptedThreadIsResumedAndTheRecordHasOneShape) {
   fs::remove(wf);
 }
 
-// A crew file in the folder (samples/crews beside workflows) is left out and said, not a
-// refused start; a folder of crews only says what the run service runs.
-TEST(RunService, CrewFilesInTheFolderAreLeftOutAndSaid) {
+// A crew file in the folder (samples/crews beside workflows) without a model to run on is left
+// out and said, not a refused start; a folder of nothing else says what was left out and why.
+TEST(RunService, CrewFilesWithoutAModelAreLeftOutAndSaid) {
   const fs::path dir =
       fs::temp_directory_path() / ("weir_run_service_crews_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
   std::ofstream(dir / "crew.json") << R"({"weir": 1, "kind": "crew", "name": "c", "agents": []})";
+  std::ofstream(dir / "chat.json")
+      << R"({"weir": 1, "kind": "group_chat", "name": "g", "agents": [], "task": "t"})";
   RunServiceOptions only;
   only.workflows = dir;
   auto refused = RunService::open(only);
   ASSERT_FALSE(refused);
   EXPECT_EQ(refused.error().message,
             "--workflows: '" + dir.string() +
-                "' holds crew files (crew.json) and no workflow: the run service runs workflow "
-                "files; run a crew with `weir run FILE`");
+                "' holds nothing the run service runs: chat.json (a group-chat file: run it with "
+                "`weir run FILE`); crew.json (a crew file: it runs on the model --model gives, "
+                "and none was given)");
   std::ofstream(dir / "ask.json") << kAsk;
   std::vector<std::string> said;
   RunServiceOptions both;
@@ -203,10 +206,10 @@ TEST(RunService, CrewFilesInTheFolderAreLeftOutAndSaid) {
   auto svc = RunService::open(both);
   ASSERT_TRUE(svc) << svc.error().message;
   EXPECT_EQ((*svc)->workflow_names(), std::vector<std::string>{"ask"});
-  ASSERT_FALSE(said.empty());
-  EXPECT_EQ(said[0], (dir / "crew.json").string() +
-                         ": a crew file, left out (the run service runs workflow files; run a "
-                         "crew with `weir run`)");
+  ASSERT_EQ(said.size(), 2u);
+  EXPECT_EQ(said[1], (dir / "crew.json").string() +
+                         " (a crew file: it runs on the model --model gives, and none was "
+                         "given): left out");
   (*svc)->shutdown();
   fs::remove_all(dir);
 }

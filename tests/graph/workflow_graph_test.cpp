@@ -125,5 +125,83 @@ TEST(WorkflowGraph, InterruptNodeSuspendsAndResumeWritesTheValue) {
   fs::remove_all(dir);
 }
 
+// A crew node renders the crew's inputs, fills its chat input from the last user message of its
+// messages channel, and writes the crew's output and each task's output as its agent's message
+// (the agents layer's kickoff is the hook: tests/langgraph runs a real crew).
+TEST(WorkflowGraph, CrewNodeTakesTheUsersMessageAndAppendsEachAgentsReply) {
+  fs::path dir = fs::temp_directory_path() / ("weir_wg4_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::ofstream(dir / "c.json") << R"({"name": "c",
+    "state": {"messages": {"reducer": "messages"}, "topic": {"default": "tides"}, "depth": {"default": 2},
+              "result": {}},
+    "crews": {"team": {"agents": [], "tasks": []}},
+    "nodes": {"team": {"kind": "crew", "crew": "team", "messages": "messages", "output": "result",
+                       "inputs": {"topic": "{{state.topic}}", "depth": "{{state.depth}}"},
+                       "chat_input": "topic"}},
+    "edges": [{"from": "START", "to": "team"}, {"from": "team", "to": "END"}]})";
+  auto spec = load_workflow(dir / "c.json");
+  ASSERT_TRUE(spec) << spec.error().message;
+  WorkflowHooks hooks;
+  std::vector<std::string> seen;
+  hooks.crew_call = [&](std::string crew, std::string model, json::object inputs,
+                        NodeContext&) -> asio::awaitable<Result<CrewReply>> {
+    seen.push_back(crew + "|" + model + "|" + json::serialize(inputs));
+    CrewReply r;
+    r.messages = {{"researcher", "notes on " + std::string(inputs.at("topic").as_string())},
+                  {"writer", "the text"}};
+    r.output = "the text";
+    co_return r;
+  };
+  auto built = build_workflow_graph(*spec, hooks);
+  ASSERT_TRUE(built) << built.error().message;
+  GraphRuntime rt;
+  asio::io_context io;
+  Result<RunResult> chat = Error(Errc::cancelled, "not run"), plain = chat;
+  auto task = [&]() -> asio::awaitable<void> {
+    json::object in{
+        {"messages", json::array{json::object{{"role", "user"}, {"content", "moons"}}}}};
+    chat = co_await rt.async_invoke(built->graph, std::move(in));
+    json::object none;
+    plain = co_await rt.async_invoke(built->graph, std::move(none));
+  };
+  asio::co_spawn(io, task(), asio::detached);
+  io.run();
+  ASSERT_TRUE(chat) << chat.error().message;
+  ASSERT_TRUE(plain) << plain.error().message;
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[0], R"(team||{"topic":"moons","depth":2})") << "the user's message is the topic";
+  EXPECT_EQ(seen[1], R"(team||{"topic":"tides","depth":2})") << "no message: the channel's";
+  EXPECT_EQ(chat->state.at("result"), "the text");
+  const auto& msgs = chat->state.at("messages").as_array();
+  ASSERT_EQ(msgs.size(), 3u);
+  EXPECT_EQ(msgs[1].at("role"), "assistant");
+  EXPECT_EQ(msgs[1].at("name"), "researcher");
+  EXPECT_EQ(msgs[1].at("content"), "notes on moons");
+  EXPECT_EQ(msgs[2].at("name"), "writer");
+  EXPECT_NE(msgs[1].at("id"), msgs[2].at("id"));
+
+  // Without the agents layer the node is refused by name; a node naming no crew of the file,
+  // or a chat input without a messages channel, is refused at load.
+  auto bare = build_workflow_graph(*spec);
+  ASSERT_FALSE(bare);
+  EXPECT_NE(bare.error().message.find("node 'team': crew nodes need the agents layer"),
+            std::string::npos)
+      << bare.error().message;
+  std::ofstream(dir / "bad.json") << R"({"name": "bad", "state": {"t": {}},
+    "crews": {"team": {}},
+    "nodes": {"a": {"kind": "crew", "crew": "tema"}, "b": {"kind": "crew", "crew": "team", "chat_input": "t"}},
+    "edges": [{"from": "START", "to": "a"}, {"from": "a", "to": "b"}, {"from": "b", "to": "END"}]})";
+  auto bad = load_workflow(dir / "bad.json");
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message.find("/nodes/a/crew: unknown crew 'tema'; did you mean 'team'?"),
+            std::string::npos)
+      << bad.error().message;
+  EXPECT_NE(bad.error().message.find(
+                "/nodes/b/chat_input: \"chat_input\" needs a \"messages\" channel to read from"),
+            std::string::npos)
+      << bad.error().message;
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace weir::graph

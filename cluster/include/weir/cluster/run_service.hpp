@@ -20,8 +20,9 @@
 // shape.
 //
 // Workflows: a run names one of the folder's workflows (options.workflows: every *.json, loaded
-// and checked at open; a bad file refuses the open, naming it), by its "name" (the file's stem
-// when it has none), or gives a file (RunRequest::workflow_file) whose text travels with it.
+// and checked at open; a bad file refuses the open, naming it; a crew file is one when
+// options.crew_model gives it a model), by its "name" (the file's stem when it has none), or
+// gives a file (RunRequest::workflow_file) whose text travels with it.
 // Every door checks the input the same way: an object whose keys the workflow's "input" list
 // allows (graph::check_input_channels; the executor checks again).
 // A thread runs one run at a time: in-process, a submit or resume onto a thread with a run
@@ -80,7 +81,10 @@ Status check_resumable(const std::string& thread_id, const graph::Checkpoint* la
 
 struct RunServiceOptions {
   std::filesystem::path workflows;  // a folder of workflow files; empty: requests give files
-  std::string db;                   // "": in-process; else a PostgreSQL connection string
+  // The model (a GGUF file) the folder's crew files run on: each is served as a workflow of one
+  // crew node (agents::crew_workflow_text). Empty: crew files are left out, with a log line.
+  std::filesystem::path crew_model;
+  std::string db;  // "": in-process; else a PostgreSQL connection string
   // Runs executing at once in this process. In-process REQUIRES >= 1; PostgreSQL: 0 runs none
   // here (a client of the queue only).
   std::size_t max_runs = 8;

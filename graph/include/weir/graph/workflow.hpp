@@ -75,7 +75,7 @@ struct RetrySpec {
   std::int64_t max_backoff_ms = 5000;
 };
 
-enum class NodeKind { set, tool, llm, agent, router, map, subgraph, interrupt };
+enum class NodeKind { set, tool, llm, agent, router, map, subgraph, interrupt, crew };
 const char* node_kind_name(NodeKind k);
 std::span<const std::string> node_kind_names();  // in enum order
 
@@ -88,7 +88,7 @@ struct NodeSpec {
   std::optional<std::int64_t> timeout_ms;
   // Kind-specific settings, as written (validated): values, tool, args, output, model, prompt,
   // system, messages, max_tokens, agent, input, over, node, item_key, max_concurrency, path,
-  // payload. Subgraph `input`/`output` mappings stay objects here.
+  // payload, crew, inputs, chat_input. Subgraph `input`/`output` mappings stay objects here.
   boost::json::object params;
 };
 
@@ -126,7 +126,9 @@ struct WorkflowSpec {
   // The sections of the layers above, as written (entries keyed by name; the agents layer reads
   // them: agents::build_workflow). An MCP server's tools are named "server/tool".
   boost::json::object models, tools, mcp_servers, agents;
-  boost::json::object tasks, crews, group_chats;  // kept as written; nothing runs them yet
+  // Crews (crew files' documents, inline: agents layer, agents::build_workflow) run by crew
+  // nodes; tasks and group_chats are kept as written, and nothing runs them yet.
+  boost::json::object tasks, crews, group_chats;
   std::vector<NodeSpec> nodes;
   std::vector<EdgeSpec> edges;
   // Subgraph files, keyed by the node that uses them.

@@ -1,6 +1,7 @@
 // From a validated WorkflowSpec to a runnable graph: node kinds set, router, map, tool
 // (WorkflowHooks::tool_call: every tool, the built-ins included, is the tools layer's), llm
-// (WorkflowHooks::model_call), agent (WorkflowHooks::agent_call), subgraph (the file built the
+// (WorkflowHooks::model_call), agent (WorkflowHooks::agent_call), crew (WorkflowHooks::crew_call),
+// subgraph (the file built the
 // same way, run as a child with its own limits) and interrupt (suspends the run; the resume
 // value is written to its output channel), declarative routes.
 //
@@ -39,6 +40,17 @@ using ToolCall = std::function<boost::asio::awaitable<Result<boost::json::value>
 using AgentCall = std::function<boost::asio::awaitable<Result<boost::json::value>>(
     std::string agent, boost::json::value input, NodeContext& ctx)>;
 
+// What a crew node's crew returned: its final output, and each task's output as the agent's
+// message (agent name, text), in order.
+struct CrewReply {
+  std::string output;
+  std::vector<std::pair<std::string, std::string>> messages;
+};
+// A crew node: (the entry of "crews", the node's model ("" : the file's only one), the crew's
+// inputs as the node rendered them, node context) -> its reply.
+using CrewCall = std::function<boost::asio::awaitable<Result<CrewReply>>(
+    std::string crew, std::string model, boost::json::object inputs, NodeContext& ctx)>;
+
 // An expression over a run's state: a channel's name stands for its number, len(CHANNEL) for
 // the items it holds. Errors name what is wrong (the node is added by the run).
 using ExpressionEval = std::function<Result<double>(std::string_view expr, const StateView& state)>;
@@ -47,6 +59,7 @@ struct WorkflowHooks {
   ModelCall model_call;
   ToolCall tool_call;
   AgentCall agent_call;
+  CrewCall crew_call;
   ExpressionEval evaluate;
   // The hooks for a subgraph file, which has its own tools, models and agents; unset: the
   // parent's hooks serve it.
