@@ -214,6 +214,9 @@ struct Crew::Impl {
       json::value v = json::parse(output, ec);
       rec["output_valid"] = !ec && static_cast<bool>(tools::validate(*task.output_schema, v));
     }
+    // The whole output, as the message text of the run (RunOptions::on_message_text): a
+    // caller shows each task's result as soon as it is done.
+    if (auto sink = ctx.message_text(ctx.new_message_id())) sink(output);
     if (ctx.artifacts()) {
       auto ref = ctx.artifacts()->put(output, "text/plain", "", ctx.run_id());
       if (!ref) return std::move(ref).error();

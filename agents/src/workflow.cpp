@@ -220,9 +220,10 @@ struct Wiring {
   // A crew node: the crew's kickoff as a child run of the node (its cancel, its trace), on the
   // file's inputs with the node's laid over them. Each task's whole output (read back from the
   // artifact store) becomes its agent's message.
-  asio::awaitable<Result<graph::CrewReply>> call_crew(std::string name, std::string model,
-                                                      json::object inputs,
-                                                      graph::NodeContext& ctx) {
+  asio::awaitable<Result<graph::CrewReply>> call_crew(
+      std::string name, std::string model, json::object inputs,
+      std::function<void(const std::string&, std::string_view)> on_task_text,
+      graph::NodeContext& ctx) {
     model = crew_model(model);
     auto c = crew(name, model);
     if (!c) co_return std::move(c).error();
@@ -233,6 +234,13 @@ struct Wiring {
     opt.cancel = ctx.cancel_flag();
     const graph::RunTracing tracing{ctx.trace(), name};
     if (tracing.context) opt.trace = &tracing;
+    // The crew's "<task>/done" nodes send each task's whole output as message text (Crew).
+    const std::function<void(const graph::MessageText&)> task_text =
+        [&on_task_text](const graph::MessageText& t) {
+          if (t.offset != 0 || !t.node.ends_with("/done")) return;
+          on_task_text(t.node.substr(0, t.node.size() - 5), t.text);
+        };
+    if (on_task_text) opt.on_message_text = &task_text;
     auto op = (*c)->async_kickoff(*child, std::move(in), opt);
     auto r = co_await std::move(op);
     graph::CrewReply reply;
@@ -241,9 +249,9 @@ struct Wiring {
         std::string text = t.summary;
         if (services.artifacts && !t.artifact_id.empty())
           if (auto full = services.artifacts->get(t.artifact_id)) text = std::move(*full);
-        reply.messages.emplace_back(t.agent, std::move(text));
+        reply.messages.push_back({t.task, t.agent, std::move(text)});
       }
-      reply.output = reply.messages.empty() ? r->final_output : reply.messages.back().second;
+      reply.output = reply.messages.empty() ? r->final_output : reply.messages.back().text;
     }
     if (services.artifacts) services.artifacts->release_owner(opt.run_id);
     if (!r) co_return std::move(r).error();  // it names the crew
@@ -399,8 +407,10 @@ graph::WorkflowHooks hooks_of(const std::shared_ptr<Wiring>& w, const graph::Wor
     return w->call_agent(std::move(agent), std::move(input), ctx);
   };
   hooks.crew_call = [w](std::string crew, std::string model, json::object inputs,
+                        std::function<void(const std::string&, std::string_view)> on_task_text,
                         graph::NodeContext& ctx) {
-    return w->call_crew(std::move(crew), std::move(model), std::move(inputs), ctx);
+    return w->call_crew(std::move(crew), std::move(model), std::move(inputs),
+                        std::move(on_task_text), ctx);
   };
   std::vector<std::string> channels;
   for (const auto& c : spec.channels) channels.push_back(c.name);

@@ -4,6 +4,8 @@
 #include <cctype>
 #include <chrono>
 #include <cmath>
+#include <map>
+#include <mutex>
 
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/json.hpp>
@@ -26,6 +28,21 @@ json::value number_value(double d) {
 
 std::string to_text(const json::value& v) {
   return v.is_string() ? std::string(v.as_string()) : json::serialize(v);
+}
+
+// A message's content as text: a string as it is; OpenAI's content parts ([{"type": "text",
+// "text": ...}, ...], what Agent Chat UI sends) as their texts joined; anything else as JSON.
+std::string content_text(const json::value& v) {
+  const json::array* parts = v.if_array();
+  if (!parts) return to_text(v);
+  std::string out;
+  for (const auto& p : *parts) {
+    const json::object* o = p.if_object();
+    const json::value* t = o ? o->if_contains("text") : nullptr;
+    if (!t || !t->is_string()) return to_text(v);
+    out += t->as_string();
+  }
+  return out;
 }
 
 // A message of a messages channel as written: one over the inline limit is held as an artifact
@@ -436,7 +453,7 @@ struct Builder {
               auto msg = whole_message(m, c);
               if (!msg) co_return msg.error();
               if (msg->is_object() && msg->as_object().contains("content"))
-                text += "\n" + to_text(msg->at("content"));
+                text += "\n" + content_text(msg->at("content"));
             }
           }
           // A reply that becomes a message is named first, so that its text can stream as
@@ -501,21 +518,44 @@ struct Builder {
               const json::object* o = last->if_object();
               const json::value* role = o ? o->if_contains("role") : nullptr;
               if (role && *role == "user" && o->contains("content"))
-                args[chat_input] = to_text(o->at("content"));
+                args[chat_input] = content_text(o->at("content"));
             }
           }
-          auto op = call(crew, model, std::move(args), c);
+          // A task's output streams as its message once the task is done (a run that takes
+          // message text), under the id the message is then stored with.
+          struct Named {
+            std::mutex mu;
+            std::map<std::string, std::string> ids;  // task -> message id; GUARDED_BY(mu)
+          };
+          auto named = std::make_shared<Named>();
+          std::function<void(const std::string&, std::string_view)> on_task_text;
+          if (!messages.empty() && c.message_text("probe"))
+            on_task_text = [&c, named](const std::string& task, std::string_view text) {
+              std::string id;
+              {
+                std::lock_guard lock(named->mu);
+                if (named->ids.contains(task)) return;  // one message a task
+                id = named->ids[task] = c.new_message_id();
+              }
+              if (auto sink = c.message_text(id)) sink(text);
+            };
+          auto op = call(crew, model, std::move(args), std::move(on_task_text), c);
           auto r = co_await std::move(op);
           if (!r) co_return r.error();
           Update u;
           if (!output.empty()) u.set(output, json::string(r->output));
           if (!messages.empty()) {
             json::array turns;
-            for (auto& [agent, text] : r->messages)
+            std::lock_guard lock(named->mu);  // the crew ended: nothing streams now
+            for (auto& m : r->messages) {
+              auto it = named->ids.find(m.task);
+              std::string id = it != named->ids.end() ? std::move(it->second) : c.new_message_id();
+              if (it != named->ids.end()) named->ids.erase(it);
               turns.push_back(json::object{{"role", "assistant"},
-                                           {"name", agent},
-                                           {"content", std::move(text)},
-                                           {"id", c.new_message_id()}});
+                                           {"name", m.agent},
+                                           {"content", std::move(m.text)},
+                                           {"id", std::move(id)}});
+            }
             u.set(messages, std::move(turns));
           }
           co_return u;

@@ -144,11 +144,14 @@ TEST(WorkflowGraph, CrewNodeTakesTheUsersMessageAndAppendsEachAgentsReply) {
   WorkflowHooks hooks;
   std::vector<std::string> seen;
   hooks.crew_call = [&](std::string crew, std::string model, json::object inputs,
+                        std::function<void(const std::string&, std::string_view)> on_task_text,
                         NodeContext&) -> asio::awaitable<Result<CrewReply>> {
     seen.push_back(crew + "|" + model + "|" + json::serialize(inputs));
     CrewReply r;
-    r.messages = {{"researcher", "notes on " + std::string(inputs.at("topic").as_string())},
-                  {"writer", "the text"}};
+    r.messages = {
+        {"research", "researcher", "notes on " + std::string(inputs.at("topic").as_string())},
+        {"write", "writer", "the text"}};
+    if (on_task_text) on_task_text("research", r.messages[0].text);
     r.output = "the text";
     co_return r;
   };
@@ -157,10 +160,20 @@ TEST(WorkflowGraph, CrewNodeTakesTheUsersMessageAndAppendsEachAgentsReply) {
   GraphRuntime rt;
   asio::io_context io;
   Result<RunResult> chat = Error(Errc::cancelled, "not run"), plain = chat;
+  // A run that takes message text gets each task's output as soon as the task is done, under
+  // the id its message is stored with. The user's message in content parts, as Agent Chat UI
+  // sends it.
+  std::vector<MessageText> texts;
+  const std::function<void(const MessageText&)> on_text = [&](const MessageText& t) {
+    texts.push_back(t);
+  };
   auto task = [&]() -> asio::awaitable<void> {
+    json::array parts{json::object{{"type", "text"}, {"text", "moons"}}};
     json::object in{
-        {"messages", json::array{json::object{{"role", "user"}, {"content", "moons"}}}}};
-    chat = co_await rt.async_invoke(built->graph, std::move(in));
+        {"messages", json::array{json::object{{"role", "user"}, {"content", std::move(parts)}}}}};
+    RunOptions o;
+    o.on_message_text = &on_text;
+    chat = co_await rt.async_invoke(built->graph, std::move(in), o);
     json::object none;
     plain = co_await rt.async_invoke(built->graph, std::move(none));
   };
@@ -179,6 +192,10 @@ TEST(WorkflowGraph, CrewNodeTakesTheUsersMessageAndAppendsEachAgentsReply) {
   EXPECT_EQ(msgs[1].at("content"), "notes on moons");
   EXPECT_EQ(msgs[2].at("name"), "writer");
   EXPECT_NE(msgs[1].at("id"), msgs[2].at("id"));
+  ASSERT_EQ(texts.size(), 1u);
+  EXPECT_EQ(texts[0].text, "notes on moons");
+  EXPECT_EQ(texts[0].node, "team");
+  EXPECT_EQ(json::value(texts[0].message_id), msgs[1].at("id"));
 
   // Without the agents layer the node is refused by name; a node naming no crew of the file,
   // or a chat input without a messages channel, is refused at load.

@@ -68,8 +68,15 @@ TEST(LangGraphChatUi, AgentChatUisCallsShowTheConversationTheInterruptAndTheBran
   ServeConfig cc;
   cc.workflows = fs::path(WEIR_SOURCE_DIR) / "tests/langgraph/workflows";
   auto chat = start(cc);
-  const json::value v =
-      run_client_script("chat_ui_flows.mjs", {loopback(review.port), loopback(chat.port)});
+  // samples/crews on a random model with room for the crew's prompts (its text is noise; the
+  // crew's mechanics are real: loops, tools, artifacts, messages).
+  ServeConfig crc;
+  crc.workflows = fs::path(WEIR_SOURCE_DIR) / "samples/crews";
+  crc.models.push_back({"crew", tiny_model("crew", 4096)});
+  crc.kv_cache_bytes = 8u << 20;
+  auto crew = start(crc);
+  const json::value v = run_client_script(
+      "chat_ui_flows.mjs", {loopback(review.port), loopback(chat.port), loopback(crew.port)});
   ASSERT_TRUE(v.is_object());
   const std::string all = json::serialize(v);
   for (const auto& kv : v.as_object())
@@ -206,6 +213,34 @@ TEST(LangGraphChatUi, AgentChatUisCallsShowTheConversationTheInterruptAndTheBran
     if (call.as_object().contains("last_event_id") && call.at("last_event_id") == "-1")
       rejoined = call_of(call).starts_with("GET /threads/{t}/runs/{r}/stream");
   EXPECT_TRUE(rejoined) << all;
+
+  // research_crew: the topic typed in the UI, each agent's answer a message, the crew's result
+  // the last one; a second question runs the crew again on the thread.
+  const auto& k = v.at("crew");
+  EXPECT_EQ(k.at("info"), true);
+  EXPECT_EQ(k.at("thread_status"), "idle") << all;
+  const auto& a1 = k.at("after_first").as_array();
+  ASSERT_EQ(a1.size(), 4u) << all;
+  EXPECT_EQ(a1[0].at("type"), "human");
+  EXPECT_EQ(a1[0].at("text"), "paged attention");
+  for (std::size_t i = 1; i < 4; ++i) EXPECT_EQ(a1[i].at("type"), "ai") << all;
+  EXPECT_EQ(json::serialize(k.at("names")),
+            R"([null,"researcher","writer","reviewer",null,"researcher","writer","reviewer"])")
+      << all;
+  ASSERT_EQ(k.at("after_second").as_array().size(), 8u) << all;
+  EXPECT_EQ(k.at("after_second").at(4).at("text"), "kv cache eviction");
+  EXPECT_EQ(k.at("result"), k.at("after_second").at(7).at("text"));
+  const auto& crew_tuples = k.at("tuples").as_array();
+  // Each agent's answer streams as one piece as soon as its task is done, under the id the
+  // message is then stored with, and is not sent again with the step.
+  ASSERT_EQ(crew_tuples.size(), 3u) << all;
+  for (std::size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(crew_tuples[i].at(0).at("type"), "AIMessageChunk") << all;
+    EXPECT_EQ(crew_tuples[i].at(0).at("content"), k.at("after_first").at(i + 1).at("text"));
+    EXPECT_EQ(crew_tuples[i].at(0).at("id"), k.at("after_first").at(i + 1).at("id"));
+    EXPECT_EQ(crew_tuples[i].at(1).at("langgraph_node"), "research_crew");
+  }
+  EXPECT_EQ(strings(k.at("first_names")).back(), "values");
 }
 
 }  // namespace

@@ -25,7 +25,7 @@
 //   does them.
 // What the UI shows is computed with the SDK's own helpers (getBranchContext,
 // getMessagesMetadataMap, userFacingInterrupts*), as the hook computes it.
-// Usage: node chat_ui_flows.mjs URL_OF_SAMPLES_WORKFLOWS URL_OF_TEST_WORKFLOWS
+// Usage: node chat_ui_flows.mjs URL_OF_SAMPLES_WORKFLOWS URL_OF_TEST_WORKFLOWS [URL_OF_SAMPLES_CREWS]
 import { Client } from "@langchain/langgraph-sdk";
 import {
   getBranchContext, getMessagesMetadataMap, userFacingInterruptsFromThreadTasks,
@@ -33,7 +33,7 @@ import {
 } from "@langchain/langgraph-sdk/ui";
 import { randomUUID } from "node:crypto";
 
-const [reviewUrl, chatUrl] = process.argv.slice(2);
+const [reviewUrl, chatUrl, crewUrl] = process.argv.slice(2);
 const out = {};
 
 // One UI session: the client the hook makes, the calls it made (method, path, body), the
@@ -245,6 +245,29 @@ await flow("cancel", async () => {
   return { cut_names: names(cut.events), joined_names: names(joined), joined_last: joined.at(-1)?.data,
            kept_status: kept.status, cancelled_status: cancelled.status,
            thread_status: thread.status, calls: [...ui.calls, ...ui2.calls] };
+});
+
+// samples/crews/research_crew.json, served as a workflow of one crew node: the UI's text box is
+// the crew's topic, and each agent's answer is a message of the conversation; a second question
+// runs the crew again on the same thread.
+if (crewUrl) await flow("crew", async () => {
+  const ui = new Ui(crewUrl, "research_crew");
+  const info = await ui.info();
+  const first = await ui.submit({ messages: [human("paged attention")] },
+    { streamMode: ["values"], streamSubgraphs: true, streamResumable: true });
+  const afterFirst = ui.view();
+  const second = await ui.submit({ messages: [human("kv cache eviction")] },
+    { streamMode: ["values"], streamSubgraphs: true, streamResumable: true });
+  const afterSecond = ui.view();
+  const state = await ui.client.threads.getState(ui.threadId);
+  const shown = (v) => v.messages.map((m) => ({ type: m.type, text: m.text, id: m.id }));
+  return {
+    info, first_names: names(first.events), second_names: names(second.events),
+    tuples: first.events.filter((e) => e.event === "messages").map((e) => e.data),
+    after_first: shown(afterFirst), after_second: shown(afterSecond),
+    names: state.values.messages.map((m) => m.name), result: state.values.result,
+    thread_status: (await ui.client.threads.get(ui.threadId)).status,
+  };
 });
 
 process.stdout.write(JSON.stringify(out) + "\n");

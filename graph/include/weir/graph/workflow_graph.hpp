@@ -40,16 +40,23 @@ using ToolCall = std::function<boost::asio::awaitable<Result<boost::json::value>
 using AgentCall = std::function<boost::asio::awaitable<Result<boost::json::value>>(
     std::string agent, boost::json::value input, NodeContext& ctx)>;
 
-// What a crew node's crew returned: its final output, and each task's output as the agent's
-// message (agent name, text), in order.
+// A crew's task output as its agent's message.
+struct CrewMessage {
+  std::string task, agent, text;
+};
+// What a crew node's crew returned: its final output, and each task's output, in order.
 struct CrewReply {
   std::string output;
-  std::vector<std::pair<std::string, std::string>> messages;
+  std::vector<CrewMessage> messages;
 };
 // A crew node: (the entry of "crews", the node's model ("" : the file's only one), the crew's
-// inputs as the node rendered them, node context) -> its reply.
+// inputs as the node rendered them, where a task's output goes as soon as the task is done
+// (task name, text; from any thread; its message in the reply must carry the same text),
+// node context) -> its reply.
 using CrewCall = std::function<boost::asio::awaitable<Result<CrewReply>>(
-    std::string crew, std::string model, boost::json::object inputs, NodeContext& ctx)>;
+    std::string crew, std::string model, boost::json::object inputs,
+    std::function<void(const std::string& task, std::string_view text)> on_task_text,
+    NodeContext& ctx)>;
 
 // An expression over a run's state: a channel's name stands for its number, len(CHANNEL) for
 // the items it holds. Errors name what is wrong (the node is added by the run).
