@@ -265,5 +265,38 @@ TEST(ConsoleBrowser, AReplyIsShownAsItIsGenerated) {
   fs::remove_all(dir);
 }
 
+// samples/crews/research_crew.json in the console: a question starts the crew, each agent's
+// answer shows as soon as its task is done (marked as typing until the crew's step lands), and
+// the conversation ends with the three agents' messages under their names.
+TEST(ConsoleBrowser, ACrewsAgentsAnswerOneByOne) {
+  if (auto why = no_browser(); !why.empty()) GTEST_SKIP() << why;
+  auto child = testing_serve::spawn({"serve", "--console", "--port", "0", "--workflows",
+                                     (fs::path(WEIR_SOURCE_DIR) / "samples/crews").string(),
+                                     "--model", slow_model().string()});
+  auto m = child->wait_for(std::regex("listening on http://127\\.0\\.0\\.1:([0-9]+)"));
+  ASSERT_FALSE(m.empty()) << child->err;
+  const std::string shots = std::string(WEIR_CONSOLE_SHOTS) + "-crew";
+  const json::value v = run_flow("console_crew.mjs", m[1], shots);
+  ASSERT_TRUE(v.is_object());
+  const std::string all = json::serialize(v);
+  EXPECT_TRUE(v.at("problems").as_array().empty()) << all;
+  EXPECT_EQ(v.at("status_while_typing"), "busy") << all;
+  const auto& typing = v.at("while_running").as_array();
+  ASSERT_GE(typing.size(), 2u) << all;
+  EXPECT_EQ(typing.back().at("type"), "ai typing") << all;
+  const auto& msgs = v.at("messages").as_array();
+  ASSERT_EQ(msgs.size(), 4u) << all;
+  EXPECT_EQ(msgs[0].at("type"), "human");
+  EXPECT_EQ(msgs[0].at("text"), "paged attention");
+  const char* who[] = {"researcher", "writer", "reviewer"};
+  for (std::size_t i = 1; i < 4; ++i) {
+    EXPECT_EQ(msgs[i].at("type"), "ai") << all;
+    EXPECT_EQ(msgs[i].at("who"), who[i - 1]) << all;
+  }
+  EXPECT_EQ(msgs[1].at("id"), typing[1].at("id")) << "the researcher's answer kept its id";
+  EXPECT_EQ(msgs[1].at("text"), typing[1].at("text"));
+  EXPECT_TRUE(fs::exists(fs::path(shots) / "run-crew.png"));
+}
+
 }  // namespace
 }  // namespace weir::serve
