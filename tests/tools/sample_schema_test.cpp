@@ -168,7 +168,7 @@ TEST(SampleSchemaTest, BrokenWorkflowsFailWithPointers) {
           {"wrong type", [](json::object& w) { w["limits"].as_object()["max_concurrency"] = "4"; },
            "/limits/max_concurrency: expected integer, got string", "/limits/max_concurrency"},
           {"unknown node kind", [&](json::object& w) { node(w, "fan")["kind"] = "mapp"; },
-           R"(/nodes/fan/kind: expected one of "set", "tool", "llm", "agent", "router", "map", "subgraph", "interrupt", got "mapp")",
+           R"(/nodes/fan/kind: expected one of "set", "tool", "llm", "agent", "router", "map", "subgraph", "interrupt", "crew", got "mapp")",
            "/nodes/fan/kind"},
           {"set node without values", [&](json::object& w) { node(w, "join").erase("values"); },
            "/nodes/join/values: missing required property", "/nodes/join"},
