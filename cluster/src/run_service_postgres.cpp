@@ -12,6 +12,7 @@
 #include <boost/json.hpp>
 
 #include "run_service_impl.hpp"
+#include "text_notify.hpp"
 #include "weir/cluster/worker.hpp"
 #include "weir/graph/checkpointer.hpp"
 #include "weir/pg/connection.hpp"
@@ -36,6 +37,7 @@ class PostgresRuns final : public RunService {
     auto cp = graph::open_postgres_checkpointer(cfg_.db);
     if (!cp) return std::move(cp).error();
     cp_ = std::move(*cp);
+    text_.start();  // listening before the first run generates, so that no first piece is missed
     if (cfg_.max_runs > 0) {
       WorkerOptions wo;
       wo.db = cfg_.db;
@@ -152,6 +154,14 @@ class PostgresRuns final : public RunService {
   }
 
  public:
+  // Text from the workers' TextPublisher, heard by one listener (text_notify.hpp).
+  std::unique_ptr<RunWatch> watch_text(
+      std::string run_id, std::function<void(const graph::MessageText&)> on_text) override {
+    auto w = watches_.add_text(std::move(run_id), std::move(on_text));
+    text_.start();
+    return w;
+  }
+
   std::unique_ptr<RunWatch> watch(std::string run_id, std::function<void()> on_change) override {
     auto w = watches_.add(std::move(run_id), std::move(on_change));
     std::lock_guard lock(watch_mu_);
@@ -258,6 +268,10 @@ class PostgresRuns final : public RunService {
   std::unique_ptr<Worker> worker_;
   std::thread worker_thread_;
   WatchRegistry watches_;
+  TextListener text_{
+      cfg_.db,
+      [this](const std::string& run, const graph::MessageText& t) { watches_.notify_text(run, t); },
+      [this](const std::string& line) { say(line); }};
   std::mutex watch_mu_;
   std::condition_variable watch_cv_;
   bool watch_stop_ = false;  // GUARDED_BY(watch_mu_)

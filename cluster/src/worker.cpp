@@ -19,6 +19,7 @@
 #include <boost/asio/thread_pool.hpp>
 
 #include "run_executor.hpp"
+#include "text_notify.hpp"
 #include "weir/graph/checkpointer.hpp"
 #include "weir/pg/connection.hpp"
 #include "weir/runtime/memory_budget.hpp"
@@ -35,6 +36,8 @@ struct Held {
   RunRecord rec;                            // workflow text dropped once built
   std::unique_ptr<graph::Checkpointer> cp;  // its own connection while it runs; thread-safe
   RunControl control;  // cancel requested, lost, draining: read by the executor at the end
+  // Its nodes' message text, to the publisher (RunEnv::on_message_text).
+  std::function<void(const graph::MessageText&)> on_text;
   std::atomic<bool> done{false};
   // Set first thing in end(): the run's coroutine returned and its end is being recorded, so a
   // renewal that finds the run no longer held may be seeing that very record.
@@ -57,6 +60,8 @@ struct Worker::Impl {
   std::string owner;
   std::unique_ptr<RunQueue> queue;
   std::unique_ptr<RunExecutor> executor;
+  // The runs' message text as NOTIFY weir_text (text_notify.hpp), for run services elsewhere.
+  std::unique_ptr<TextPublisher> text;
   // Checkpointers of ended runs, each with its open connection, for the next runs (at most
   // max_runs): a new connection costs PostgreSQL a backend start and cold catalog caches, about
   // half its CPU per five-step run (bench/scaleout). Control thread only (start(), reap()).
@@ -145,8 +150,10 @@ struct Worker::Impl {
       std::lock_guard lock(mu);
       held[h->rec.id] = h;
     }
+    h->on_text = [this, id = h->rec.id](const graph::MessageText& t) { text->publish(id, t); };
     RunEnv env;
     env.checkpointer = h->cp.get();
+    env.on_message_text = &h->on_text;
     env.token = claim_token(h->rec.fence);
     env.lease = opt.lease;
     env.control = &h->control;
@@ -322,6 +329,7 @@ Result<WorkerStats> Worker::Impl::run() {
   auto ex = RunExecutor::open({opt.max_runs, opt.memory_limit, "worker"});
   if (!ex) return std::move(ex).error();
   executor = std::move(*ex);
+  text = std::make_unique<TextPublisher>(opt.db, opt.log);
   asio::thread_pool pool(std::clamp<std::size_t>(opt.max_runs, 1, 4));
   say("worker " + owner + " on " + queue->description() + ": up to " +
       std::to_string(opt.max_runs) + " runs at once, lease " + std::to_string(opt.lease.count()) +
@@ -392,6 +400,7 @@ Result<WorkerStats> Worker::Impl::run() {
     }
   }
   pool.join();
+  text.reset();
   idle_checkpointers.clear();
   executor.reset();
   std::lock_guard lock(mu);

@@ -118,8 +118,14 @@ void piece_events(LangGraphStream& st, std::string& out, std::optional<std::int6
       later.push_back(std::move(p));
       continue;
     }
-    if (st.missed.count(p.message_id)) continue;
-    if (p.offset != 0 && !st.texts.count(p.message_id)) {  // began before this stream
+    // A piece of a step streamed already (its message went with it) or of a message whose
+    // pieces stopped.
+    if ((st.last_step && p.step <= *st.last_step) || st.missed.count(p.message_id)) continue;
+    const auto sent = st.texts.find(p.message_id);
+    if (p.offset != (sent == st.texts.end() ? 0 : sent->second.size())) {
+      // Began before this stream (its text comes whole with its step), or a piece that never
+      // came (a full queue, a lost notification): no more pieces; what they missed goes as one
+      // more with the step.
       st.missed.insert(p.message_id);
       continue;
     }

@@ -13,7 +13,7 @@
 // ends with an `error` event.
 //
 // Token by token. In the messages modes the text of a message a node is generating (an llm
-// node's reply: RunService::watch_text, in-process) goes out as it comes: messages-tuple as
+// node's reply: RunService::watch_text) goes out as it comes: messages-tuple as
 // `messages` events of AIMessageChunk pieces (the SDK joins them by message id), messages as
 // `messages/partial` with the text so far. A step's pieces go after the previous step's events
 // and before its own; when the step is committed its message is not sent again whole

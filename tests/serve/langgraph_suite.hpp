@@ -4,6 +4,7 @@
 #pragma once
 
 #include "runs_api_suite.hpp"
+#include "langgraph_text_suite.hpp"
 #include "test_server.hpp"
 
 namespace weir::serve::runs_suite {

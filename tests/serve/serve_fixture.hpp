@@ -55,11 +55,15 @@ inline fs::path slow_model() {
 
 // A folder holding `talk`: an llm node on `model` that answers in the messages channel
 // (greedy: the same tokens every time), for tests of replies streamed as they are generated;
-// `inline_limit` > 0 sets the workflow's limits.inline_limit.
-inline fs::path talk_workflows(const fs::path& model, int max_tokens, int inline_limit = 0) {
+// `inline_limit` > 0 sets the workflow's limits.inline_limit. `into`: that folder instead of a
+// new one.
+inline fs::path talk_workflows(const fs::path& model, int max_tokens, int inline_limit = 0,
+                               fs::path into = {}) {
   static int made = 0;
-  const fs::path dir = fs::path(::testing::TempDir()) /
-                       ("weir-talk-" + std::to_string(::getpid()) + "-" + std::to_string(made++));
+  const fs::path dir =
+      !into.empty() ? into
+                    : fs::path(::testing::TempDir()) / ("weir-talk-" + std::to_string(::getpid()) +
+                                                        "-" + std::to_string(made++));
   fs::create_directories(dir);
   json::object wf{{"name", "talk"},
                   {"description", "Tells a story with a small random model, in chat messages."},

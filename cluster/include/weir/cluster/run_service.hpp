@@ -237,9 +237,12 @@ class RunService {
   virtual std::unique_ptr<RunWatch> watch(std::string run_id, std::function<void()> on_change) = 0;
   // The text of the messages run `run_id`'s nodes write, as it is generated (graph::
   // MessageText: an llm node's reply, piece by piece), from now until the handle is destroyed;
-  // `on_text` is called on the run's threads and must be quick. In-process only: null on
-  // PostgreSQL, whose runs execute on workers elsewhere (their messages arrive whole, with
-  // their step).
+  // `on_text` is called on some other thread and must be quick. In-process the run's own text
+  // (a watch that starts mid-message gets its text so far first); on PostgreSQL what the
+  // workers publish (NOTIFY weir_text, batched every 50 ms: cluster/src/text_notify.hpp), from
+  // the piece after the watch started. Pieces may be missing (a message's text always arrives
+  // whole with its step): a reader stops taking a message's pieces at a gap in offsets. Null
+  // when the backend has none.
   virtual std::unique_ptr<RunWatch> watch_text(
       std::string run_id, std::function<void(const graph::MessageText&)> on_text) {
     (void)run_id;
