@@ -128,21 +128,18 @@ asio::awaitable<Status> Runner::fold_evicted(std::int64_t step) {
       marker_msg["name"] = "summary";
       archived += static_cast<std::int64_t>(turns.size());
       if (opt.artifacts) {
+        // This eviction's turns only, after a line naming the archive before it: a chain, so
+        // that each eviction writes what it evicts (a copy of every earlier turn, each time,
+        // made a long chat's archives quadratic in its length, kept with every checkpoint).
         std::string lines;
-        if (old_archive) {
-          auto old = opt.artifacts->get(old_archive->id);
-          if (!old)
-            co_return Error(old.error().code,
-                            "channel '" + name + "': reading its archive: " + old.error().message);
-          lines = std::move(*old);
-        }
+        if (old_archive)
+          lines =
+              json::serialize(json::object{{kPreviousArchiveKey, old_archive->to_json()}}) + "\n";
         for (const auto& m : turns) lines += json::serialize(m) + "\n";
         auto ref = opt.artifacts->put(lines, "application/x-ndjson", "", run_id);
         if (!ref)
           co_return Error(ref.error().code, "channel '" + name + "': archiving evicted messages: " +
                                                 ref.error().message);
-        if (old_archive && old_archive->id != ref->id)
-          (void)opt.artifacts->release(old_archive->id, run_id);
         marker_msg["archive"] = ref->to_json();
       }
       std::string summary;

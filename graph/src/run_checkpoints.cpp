@@ -75,28 +75,50 @@ Status Runner::claim() {
   return {};
 }
 
+namespace {
+
+// The archive before a messages window's archive (runner.hpp, kPreviousArchiveKey), from its
+// first line; "" when it names none.
+std::string previous_archive(const Checkpoint::Artifact& a) {
+  if (a.media_type != "application/x-ndjson") return {};
+  const std::string_view first = std::string_view(a.bytes).substr(0, a.bytes.find('\n'));
+  if (!first.starts_with("{\"" + std::string(kPreviousArchiveKey) + "\"")) return {};
+  boost::system::error_code ec;
+  const json::value v = json::parse(first, ec);
+  const json::value* p =
+      ec || !v.is_object() ? nullptr : v.as_object().if_contains(kPreviousArchiveKey);
+  auto ref = p ? ArtifactRef::from_json(*p) : std::nullopt;
+  return ref ? ref->id : std::string();
+}
+
+}  // namespace
+
 Status Runner::restore_artifacts(const json::object& state, const json::object& pending) {
   if (!opt.artifacts) return {};
   Status s;
-  auto load = [&](const std::string& id) {
-    if (!s || thread->durable_artifacts.contains(id) || opt.artifacts->contains(id)) return;
-    auto blob = checkpointer()->get_artifact(thread->id, id);
-    if (!blob) {
-      s = std::move(blob).error();
-      return;
+  auto load = [&](std::string id) {
+    // A messages window's archive brings the archives before it (a chain: one blob each).
+    while (!id.empty()) {
+      if (!s || thread->durable_artifacts.contains(id) || opt.artifacts->contains(id)) return;
+      auto blob = checkpointer()->get_artifact(thread->id, id);
+      if (!blob) {
+        s = std::move(blob).error();
+        return;
+      }
+      if (!*blob) return;  // not stored with the thread: a fetch reports it as not_found
+      auto ref = opt.artifacts->put((**blob).bytes, (**blob).media_type, "", run_id);
+      if (!ref) {
+        s = std::move(ref).error();
+        return;
+      }
+      if (ref->id != id) {
+        s = Error(Errc::corrupt_data, "thread '" + thread->id + "': stored artifact " + id +
+                                          " does not hash to its id");
+        return;
+      }
+      thread->durable_artifacts.insert(id);
+      id = previous_archive(**blob);
     }
-    if (!*blob) return;  // not stored with the thread: a fetch reports it as not_found
-    auto ref = opt.artifacts->put((**blob).bytes, (**blob).media_type, "", run_id);
-    if (!ref) {
-      s = std::move(ref).error();
-      return;
-    }
-    if (ref->id != id) {
-      s = Error(Errc::corrupt_data,
-                "thread '" + thread->id + "': stored artifact " + id + " does not hash to its id");
-      return;
-    }
-    thread->durable_artifacts.insert(id);
   };
   for_each_artifact_id(state, load);
   for_each_artifact_id(pending, load);

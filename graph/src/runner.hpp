@@ -26,6 +26,11 @@
 
 namespace weir::graph {
 
+// A messages window's archive is a chain of artifacts (JSON Lines), one an eviction: the turns
+// it evicted, after a first line {"previous_archive": <ref>} naming the archive before it
+// (run_channels.cpp writes it; restoring a thread restores the chain: run_checkpoints.cpp).
+inline constexpr std::string_view kPreviousArchiveKey = "previous_archive";
+
 namespace asio = boost::asio;
 namespace json = boost::json;
 using Clock = std::chrono::steady_clock;

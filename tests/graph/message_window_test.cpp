@@ -8,6 +8,7 @@
 #include "graph_test_util.hpp"
 #include "weir/graph/checkpointer.hpp"
 #include "weir/runtime/artifact_store.hpp"
+#include "weir/runtime/memory_budget.hpp"
 
 namespace weir::graph {
 namespace {
@@ -69,20 +70,44 @@ json::value without_ids(json::value v) {
   return v;
 }
 
-std::vector<std::string> archived_contents(ArtifactStore& store, const json::value& marker) {
-  auto ref = ArtifactRef::from_json(marker.at("archive"));
+// The turns one archive artifact holds (JSON Lines), and the archive before it (a chain: each
+// eviction writes only what it evicted, after a line naming the archive before).
+struct ArchiveLink {
+  std::vector<std::string> contents;
+  json::value previous;  // null for the first
+};
+ArchiveLink archive_link(ArtifactStore& store, const json::value& ref_json) {
+  ArchiveLink out;
+  auto ref = ArtifactRef::from_json(ref_json);
   EXPECT_TRUE(ref);
-  if (!ref) return {};
+  if (!ref) return out;
   EXPECT_EQ(ref->media_type, "application/x-ndjson");
   auto text = store.get(ref->id);
   EXPECT_TRUE(text);
-  std::vector<std::string> out;
   std::size_t pos = 0;
   while (text && pos < text->size()) {
     auto end = text->find('\n', pos);
-    out.push_back(std::string(json::parse(text->substr(pos, end - pos)).at("content").as_string()));
+    const json::value line = json::parse(text->substr(pos, end - pos));
+    if (pos == 0 && line.as_object().contains("previous_archive"))
+      out.previous = line.at("previous_archive");
+    else
+      out.contents.push_back(std::string(line.at("content").as_string()));
     pos = end + 1;
   }
+  return out;
+}
+
+// Every turn the chain ending at the marker's archive holds, oldest first.
+std::vector<std::string> archived_contents(ArtifactStore& store, const json::value& marker) {
+  std::vector<std::vector<std::string>> links;
+  for (json::value at = marker.at("archive"); !at.is_null();) {
+    auto link = archive_link(store, at);
+    links.push_back(std::move(link.contents));
+    at = link.previous;
+  }
+  std::vector<std::string> out;
+  for (auto it = links.rbegin(); it != links.rend(); ++it)
+    out.insert(out.end(), it->begin(), it->end());
   return out;
 }
 
@@ -220,6 +245,54 @@ TEST(MessageWindow, SummaryHookFoldsEvictedTurnsAndIsBounded) {
   EXPECT_LE(summary.size(), 40u);
   EXPECT_EQ(summary, "turn-0+turn-1+tur... [summary truncated]");  // 17 + 23 bytes
   EXPECT_EQ(archived_contents(*store, arr[1]).size(), 10u);
+  // Each eviction wrote only the turn it evicted: the newest archive holds one turn, not ten
+  // (a copy of every earlier turn each time made a long chat's archives quadratic).
+  const auto newest = archive_link(*store, arr[1].at("archive"));
+  EXPECT_EQ(newest.contents, std::vector<std::string>{turn_text(9, 10)});
+  EXPECT_TRUE(ArtifactRef::from_json(newest.previous));
+}
+
+// A thread continued in another process (a new artifact store) gets its whole archive chain
+// back from the checkpointer, not only the newest link.
+TEST(MessageWindow, AThreadsArchiveChainIsRestoredWithTheThread) {
+  auto g = chat({.max_messages = 3}, 6);
+  auto cp = make_memory_checkpointer();
+  {
+    auto first = *ArtifactStore::open({{}, 64u << 20, 0, 100, nullptr});
+    GraphRuntime rt({.artifacts = first.get()});
+    auto r = run(rt, g, {{"messages", json::array{msg("system", "S")}}},
+                 {.checkpointer = cp.get(), .thread_id = "chat"});
+    ASSERT_TRUE(r) << r.error().message;
+    ASSERT_EQ(r->state.at("messages").at(1).at("archived"), 4);
+  }
+  auto second = *ArtifactStore::open({{}, 64u << 20, 0, 100, nullptr});
+  GraphRuntime rt({.artifacts = second.get()});
+  auto r = run(rt, g, {}, {.checkpointer = cp.get(), .thread_id = "chat"});  // one more turn
+  ASSERT_TRUE(r) << r.error().message;
+  const auto& marker = r->state.at("messages").at(1);
+  EXPECT_EQ(marker.at("archived"), 5);
+  std::vector<std::string> expected;
+  for (int i = 0; i < 5; ++i) expected.push_back(turn_text(i, 10));
+  EXPECT_EQ(archived_contents(*second, marker), expected);
+}
+
+// A long chat's checkpoints grow with the turns it evicted, not with their square: each
+// eviction's archive holds only the turns it evicted (before, each held a copy of every earlier
+// one, and every checkpoint kept its own: 400 turns of 100 bytes took 13.0 MB, now 0.7 MB).
+TEST(MessageWindow, ALongChatsCheckpointsGrowLinearly) {
+  MemoryBudget budget;
+  auto cp = make_memory_checkpointer(
+      MemoryCheckpointerOptions{.budget = &budget, .category = BudgetCategory::history});
+  auto store = *ArtifactStore::open({{}, 64u << 20, 0, 100, nullptr});
+  GraphRuntime rt({.artifacts = store.get()});
+  auto g = chat({.max_messages = 3}, 400, 100);
+  auto r = run(rt, g, {{"messages", json::array{msg("system", "S")}}},
+               {.checkpointer = cp.get(), .thread_id = "long", .recursion_limit = 1000});
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->state.at("messages").at(1).at("archived"), 398);
+  const std::size_t bytes = budget.used(BudgetCategory::history);
+  RecordProperty("checkpoint_bytes_400_turns", std::to_string(bytes));
+  EXPECT_LT(bytes, std::size_t{1} << 20) << "the thread's checkpoints hold " << bytes << " bytes";
 }
 
 // A hook that fails keeps the previous summary; the run goes on and says so in a warning event.
