@@ -28,9 +28,16 @@ Result<Url> parse_url(std::string_view s) {
       std::snprintf(byte, sizeof byte, "0x%02x", static_cast<unsigned char>(c));
       return bad("it holds a control character (byte " + std::string(byte) + ")");
     }
-  if (s.starts_with("http://")) {
+  // A scheme is case-insensitive (RFC 3986, 3.1): "HTTP://" is "http://".
+  auto scheme_is = [&s](std::string_view want) {
+    return s.size() >= want.size() &&
+           std::equal(want.begin(), want.end(), s.begin(), [](char w, char c) {
+             return w == std::tolower(static_cast<unsigned char>(c));
+           });
+  };
+  if (scheme_is("http://")) {
     s.remove_prefix(7);
-  } else if (s.starts_with("https://")) {
+  } else if (scheme_is("https://")) {
     u.tls = true;
     s.remove_prefix(8);
   } else {
@@ -56,6 +63,9 @@ Result<Url> parse_url(std::string_view s) {
     if (colon != std::string_view::npos) port = authority.substr(colon + 1);
   }
   if (u.host.empty()) return bad("no host");
+  // A host is case-insensitive too (RFC 3986, 3.2.2): compared and sent in lowercase, so that an
+  // allow-list of hosts matches however a URL spells it.
+  for (char& c : u.host) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (!port.empty()) {
     if (port.size() > 5 ||
         !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; }) ||

@@ -60,6 +60,12 @@ TEST(ParseUrl, SplitsAndRefuses) {
   ASSERT_TRUE(v6);
   EXPECT_EQ(v6->host, "::1");
   EXPECT_EQ(v6->origin(), "http://[::1]:9");
+  // The scheme and the host are case-insensitive (RFC 3986): read in lowercase.
+  auto upper = parse_url("HTTPS://Api.Example.COM/V1");
+  ASSERT_TRUE(upper) << upper.error().message;
+  EXPECT_TRUE(upper->tls);
+  EXPECT_EQ(upper->host, "api.example.com");
+  EXPECT_EQ(upper->path, "/V1");  // a path is not
   auto bad = parse_url("ftp://x");
   ASSERT_FALSE(bad);
   EXPECT_EQ(bad.error().message, "invalid URL 'ftp://x': expected http:// or https://");
