@@ -78,19 +78,39 @@ std::string encode_segment(std::string_view s) {
   return out;
 }
 
-Result<LangGraphEventId> read_last_event_id(std::string_view h) {
+Result<LangGraphEventId> read_last_event_id(std::string_view whole) {
   LangGraphEventId st;
-  if (h.empty() || h == "null" || h == "-1") return st;
-  if (h == "end") {
+  if (whole.empty() || whole == "null" || whole == "-1") return st;
+  if (whole == "end") {
     st.checkpoint = "end";
     return st;
   }
-  const auto colon = h.rfind(':');
   auto wrong = [&] {
     return Error(Errc::invalid_argument,
-                 "Last-Event-ID '" + std::string(h.substr(0, 200)) +
-                     "' is not an event id of this API (\"<checkpoint_id>:<n>\" or \"end\")");
+                 "Last-Event-ID '" + std::string(whole.substr(0, 200)) +
+                     "' is not an event id of this API (\"<checkpoint_id>:<n>\", that with "
+                     "\";<message id>=<bytes>\" for each message being generated, or \"end\")");
   };
+  // A piece's id: the messages being generated and the bytes of each sent.
+  std::string_view h = whole.substr(0, whole.find(';'));
+  for (std::string_view rest = whole.substr(h.size()); !rest.empty();) {
+    rest.remove_prefix(1);  // ';'
+    const std::string_view item = rest.substr(0, rest.find(';'));
+    rest.remove_prefix(item.size());
+    const auto eq = item.rfind('=');
+    if (eq == std::string_view::npos || eq == 0 || eq + 1 == item.size() || item.size() - eq > 16 ||
+        st.texts.size() >= kMaxPieceIds)
+      return wrong();
+    std::uint64_t n = 0;
+    for (char c : item.substr(eq + 1)) {
+      if (c < '0' || c > '9') return wrong();
+      n = n * 10 + static_cast<std::uint64_t>(c - '0');
+    }
+    const std::string id(item.substr(0, eq));
+    if (auto c = graph::check_id("Last-Event-ID", id); !c) return wrong();
+    st.texts[id] = n;
+  }
+  const auto colon = h.rfind(':');
   if (colon == std::string_view::npos || colon + 1 == h.size() || h.size() - colon > 7)
     return wrong();
   long k = 0;

@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -93,9 +94,15 @@ Result<LangGraphCancelMany> read_langgraph_cancel_many(const boost::json::object
 struct LangGraphEventId {
   std::string checkpoint;
   long index = -1;
+  // A piece of message text's id adds, for each message being generated, the bytes of its text
+  // the stream had sent: a rejoin sends only what comes after them.
+  std::map<std::string, std::uint64_t> texts;
 };
 // A Last-Event-ID header: "" (and "null", "-1", which clients send for none) reads as none;
-// otherwise "<checkpoint_id>:<n>" or "end". Errors: invalid_argument naming the header.
+// otherwise "<checkpoint_id>:<n>", that followed by ";<message id>=<bytes>" for each message
+// being generated (at most kMaxPieceIds; a piece's id), or "end". Errors: invalid_argument
+// naming the header.
+inline constexpr std::size_t kMaxPieceIds = 32;
 Result<LangGraphEventId> read_last_event_id(std::string_view header);
 
 // The checkpoint a body names by 'checkpoint_id' (a string) or 'checkpoint' ({"checkpoint_id"},

@@ -294,6 +294,7 @@ awaitable<void> rejoin(const LangGraphApi& api, http::Exchange& ex, const RunRec
     co_return;
   }
   st.seen = std::move(*seen);
+  st.skip = st.seen.texts;  // a piece's id: the bytes of each message its client has
   st.graph_id = rec.workflow_name;
   if (!st.seen.checkpoint.empty() && st.seen.checkpoint != "end") {
     // An id of a step this run committed, so that the stream can start after it.

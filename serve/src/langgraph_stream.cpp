@@ -66,6 +66,8 @@ class Frames {
     out_ += "id: " + checkpoint_ + ":" + std::to_string(k) + "\n";
     out_ += http::sse_event(json::serialize(data), event);
   }
+  // Where the pieces after this step resume from (piece_id).
+  ~Frames() { st_.last_index = std::max(0L, next_ - 1); }
 
  private:
   LangGraphStream& st_;
@@ -108,8 +110,28 @@ json::object message_meta(const LangGraphStream& st, std::int64_t step, const st
                       {"langgraph_checkpoint_ns", node + ":" + task_id(parent_checkpoint, node)}};
 }
 
+// A piece's event id (see the header): "" when there is none to give.
+std::string piece_id(const LangGraphStream& st) {
+  if (st.last_checkpoint.empty()) return {};
+  std::map<std::string, std::uint64_t> texts = st.skip;  // a rejoin's, not met again yet
+  for (const auto& [id, text] : st.texts) texts[id] = text.size();
+  if (texts.size() > kMaxPieceIds) return {};
+  std::string out = st.last_checkpoint + ":" + std::to_string(st.last_index);
+  for (const auto& [id, n] : texts) {
+    if (id.find_first_of(";=\r\n") != std::string::npos || id.size() > 256) return {};
+    out += ";" + id + "=" + std::to_string(n);
+  }
+  return out;
+}
+
+void add_piece(const LangGraphStream& st, std::string& out, const json::value& data,
+               std::string_view event) {
+  if (const std::string id = piece_id(st); !id.empty()) out += "id: " + id + "\n";
+  out += http::sse_event(json::serialize(data), event);
+}
+
 // The held pieces of message text of steps up to `upto` (all of them: nullopt), in order; the
-// others stay held. Pieces have no event id (see the header).
+// others stay held.
 void piece_events(LangGraphStream& st, std::string& out, std::optional<std::int64_t> upto) {
   std::vector<graph::MessageText> later;
   std::vector<std::string> grown;  // messages mode: the messages whose text grew
@@ -132,15 +154,20 @@ void piece_events(LangGraphStream& st, std::string& out, std::optional<std::int6
     const json::object meta = message_meta(st, p.step, p.node, st.last_checkpoint);
     auto [at, first] = st.texts.try_emplace(p.message_id);
     at->second += p.text;
-    if (wants(st, "messages-tuple"))
-      out += http::sse_event(
-          json::serialize(json::array{ai_chunk_to_langchain(p.message_id, p.text), meta}),
-          "messages");
+    // A rejoined stream's client has the first bytes of the message already.
+    std::string_view fresh = p.text;
+    if (auto k = st.skip.find(p.message_id); k != st.skip.end()) {
+      const std::uint64_t from = at->second.size() - p.text.size();
+      fresh = k->second >= at->second.size() ? std::string_view()
+              : k->second > from             ? fresh.substr(k->second - from)
+                                             : fresh;
+    }
+    if (wants(st, "messages-tuple") && !fresh.empty())
+      add_piece(st, out, json::array{ai_chunk_to_langchain(p.message_id, fresh), meta}, "messages");
     if (wants(st, "messages")) {
       if (first)
-        out += http::sse_event(
-            json::serialize(json::object{{p.message_id, json::object{{"metadata", meta}}}}),
-            "messages/metadata");
+        add_piece(st, out, json::object{{p.message_id, json::object{{"metadata", meta}}}},
+                  "messages/metadata");
       // One partial a message a call: each holds the text so far, so one per piece would send
       // a long reply's text over and over.
       if (std::find(grown.begin(), grown.end(), p.message_id) == grown.end())
@@ -148,8 +175,7 @@ void piece_events(LangGraphStream& st, std::string& out, std::optional<std::int6
     }
   }
   for (const auto& id : grown)
-    out += http::sse_event(json::serialize(json::array{ai_chunk_to_langchain(id, st.texts.at(id))}),
-                           "messages/partial");
+    add_piece(st, out, json::array{ai_chunk_to_langchain(id, st.texts.at(id))}, "messages/partial");
   st.held = std::move(later);
 }
 
@@ -293,6 +319,29 @@ Result<std::string> langgraph_stream_events(const graph::Checkpointer& cp, const
           // A message sent in pieces is not sent again: what the pieces missed (a stream that
           // dropped some, a model that changed its text at the end) goes as one more.
           const auto sent = key.empty() ? st.texts.end() : st.texts.find(key);
+          const auto had = key.empty() ? st.skip.end() : st.skip.find(key);
+          if (sent == st.texts.end() && had != st.skip.end()) {
+            // A rejoin whose client has the message's first bytes and met none of its pieces
+            // here (PostgreSQL, or the step ended meanwhile): what it lacks, as one chunk.
+            const auto* content = m.as_object().if_contains("content");
+            const std::string_view whole = content && content->is_string()
+                                               ? std::string_view(content->as_string())
+                                               : std::string_view();
+            if (wants(st, "messages-tuple")) {
+              if (had->second < whole.size())
+                f.add("messages",
+                      json::array{ai_chunk_to_langchain(key, whole.substr(had->second)), meta});
+              else
+                f.skip();
+            }
+            if (wants(st, "messages")) {
+              f.skip();
+              f.add("messages/complete", json::array{m});
+            }
+            st.skip.erase(had);
+            continue;
+          }
+          if (had != st.skip.end()) st.skip.erase(had);
           if (sent == st.texts.end()) {
             if (wants(st, "messages-tuple")) f.add("messages", json::array{m, meta});
             if (wants(st, "messages")) {

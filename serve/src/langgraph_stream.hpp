@@ -18,8 +18,11 @@
 // `messages/partial` with the text so far. A step's pieces go after the previous step's events
 // and before its own; when the step is committed its message is not sent again whole
 // (messages-tuple: a last chunk holds what the pieces missed, if anything). Pieces carry no
-// event id: a stream that starts in the middle of a message (a rejoin, a run already
-// generating) gets that message whole with its step.
+// event id "<checkpoint>:<n>;<message id>=<bytes>..." (the last step's last event, and the
+// bytes of each message being generated sent so far): a stream rejoined after one sends each
+// message's text from there on (in-process, where a watch gets the text so far), or what its
+// client lacks as one chunk with the step (PostgreSQL, whose watch starts with the next piece).
+// Without a step of the run streamed before them (a resume's first step) pieces carry no id.
 //
 // Resumable. Every event's id is "<checkpoint_id>:<k>", the k-th event of that step in this
 // stream's modes, so the same run streamed again gives the same ids: a stream that starts after
@@ -65,8 +68,12 @@ struct LangGraphStream {
   std::vector<graph::MessageText> held;      // pieces not sent yet
   std::map<std::string, std::string> texts;  // message id -> its text sent in pieces so far
   std::set<std::string> missed;  // messages whose first piece came before the stream: whole
+  // A rejoin (Last-Event-ID of a piece: seen.texts): the bytes of each message's text its client
+  // has; only what follows goes out.
+  std::map<std::string, std::uint64_t> skip;
   std::optional<std::int64_t> last_step;  // the step of the last checkpoint streamed
   std::string last_checkpoint;            // its id
+  long last_index = 0;                    // the number of its last event in this stream
   std::string run_id, thread_id;          // the run's (set by langgraph_stream_events)
 };
 

@@ -193,8 +193,8 @@ TEST(LangGraphStream, ARejoinSaysWhatIsWrongWithIt) {
   auto garbage = call(s.port, "GET", path, {}, "Last-Event-ID: garbage\r\n");
   EXPECT_EQ(garbage.status, 400);
   EXPECT_EQ(detail(garbage),
-            "Last-Event-ID 'garbage' is not an event id of this API (\"<checkpoint_id>:<n>\" or "
-            "\"end\")");
+            "Last-Event-ID 'garbage' is not an event id of this API (\"<checkpoint_id>:<n>\", that "
+            "with \";<message id>=<bytes>\" for each message being generated, or \"end\")");
   auto unknown =
       call(s.port, "GET", path, {}, "Last-Event-ID: 000000000001-00000000000000abcd:0\r\n");
   EXPECT_EQ(unknown.status, 400);
