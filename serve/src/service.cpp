@@ -62,7 +62,10 @@ std::string describe(const ServeConfig& c) {
                      : "off");
   line("/v1/runs", !c.workflows
                        ? std::string("off")
-                       : "workflows in " + c.workflows->string() + ", " +
+                       : "workflows in " + c.workflows->string() +
+                             (c.models.empty() ? std::string(" (crew files: none, no --model)")
+                                               : " (crew files on " + c.models.front().name + ")") +
+                             ", " +
                              (c.runs_db.empty() ? std::string("in-process queue")
                                                 : "queue in " + graph::redact_store(c.runs_db)) +
                              ", --max-runs " + std::to_string(c.max_runs) + ", --max-queued-runs " +
