@@ -202,7 +202,8 @@ TEST(ServeProcess, RunsApiServesTheSampleWorkflows) {
   const auto port = static_cast<std::uint16_t>(std::stoi(m[1]));
   EXPECT_NE(
       c->err.find("/v1/runs = workflows in " + std::string(WEIR_SOURCE_DIR) +
-                  "/samples/workflows, in-process queue, --max-runs 2, --max-queued-runs 256"),
+                  "/samples/workflows (crew files: none, no --model), in-process queue, "
+                  "--max-runs 2, --max-queued-runs 256"),
       std::string::npos)
       << c->err;
   auto posted =
