@@ -127,10 +127,9 @@ Result<LangGraphEventId> read_last_event_id(std::string_view whole) {
 
 Status check_stream_modes(const std::vector<std::string>& modes, std::string_view route) {
   for (const auto& m : modes) {
-    if (m == "events" || m == "tools" || m == "lifecycle")
-      return not_yet(route, "'stream_mode' '" + m + "'");
+    if (m == "tools" || m == "lifecycle") return not_yet(route, "'stream_mode' '" + m + "'");
     if (m != "values" && m != "updates" && m != "messages" && m != "messages-tuple" &&
-        m != "custom" && m != "debug" && m != "tasks" && m != "checkpoints")
+        m != "custom" && m != "debug" && m != "tasks" && m != "checkpoints" && m != "events")
       return bad("'stream_mode' '" + m +
                  "' is not a mode (values, updates, messages-tuple, messages, custom, events, "
                  "debug, tasks, checkpoints, tools, lifecycle)");

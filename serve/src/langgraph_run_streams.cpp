@@ -130,7 +130,7 @@ awaitable<bool> pump_run(const LangGraphApi& api, http::Exchange& ex, LangGraphS
   // Token by token in the messages modes (langgraph_stream.hpp).
   std::shared_ptr<TextQueue> texts;
   for (const auto& m : st.modes)
-    if (m == "messages-tuple" || m == "messages") texts = std::make_shared<TextQueue>();
+    if (m == "messages-tuple" || m == "messages" || m == "events") texts = std::make_shared<TextQueue>();
   auto write = [&](std::string frames) -> awaitable<bool> {
     if (frames.empty()) co_return true;
     if (auto s = co_await ex.async_write(std::move(frames)); !s) {

@@ -110,6 +110,26 @@ json::object message_meta(const LangGraphStream& st, std::int64_t step, const st
                       {"langgraph_checkpoint_ns", node + ":" + task_id(parent_checkpoint, node)}};
 }
 
+// An `events` mode event (LangChain's astream_events v2 shape): {"event", "name", "run_id",
+// "tags", "metadata", "data", "parent_ids"}. The graph's run id is the run's; a node's is its
+// task's id; a model call's is the message's id.
+json::object stream_event(const LangGraphStream& st, std::string_view kind, std::string_view name,
+                          std::string run_id, json::object data, json::object metadata,
+                          bool nested) {
+  if (metadata.empty())
+    metadata = json::object{{"graph_id", st.graph_id},
+                            {"assistant_id", assistant_id_of(st.graph_id)},
+                            {"run_id", st.run_id},
+                            {"thread_id", st.thread_id}};
+  return json::object{{"event", kind},
+                      {"name", name},
+                      {"run_id", std::move(run_id)},
+                      {"tags", json::array{}},
+                      {"metadata", std::move(metadata)},
+                      {"data", std::move(data)},
+                      {"parent_ids", nested ? json::array{st.run_id} : json::array{}}};
+}
+
 // A piece's event id (see the header): "" when there is none to give.
 std::string piece_id(const LangGraphStream& st) {
   if (st.last_checkpoint.empty()) return {};
@@ -164,6 +184,12 @@ void piece_events(LangGraphStream& st, std::string& out, std::optional<std::int6
     }
     if (wants(st, "messages-tuple") && !fresh.empty())
       add_piece(st, out, json::array{ai_chunk_to_langchain(p.message_id, fresh), meta}, "messages");
+    if (wants(st, "events") && !fresh.empty())
+      add_piece(st, out,
+                stream_event(st, "on_chat_model_stream", p.node, p.message_id,
+                             json::object{{"chunk", ai_chunk_to_langchain(p.message_id, fresh)}},
+                             meta, true),
+                "events");
     if (wants(st, "messages")) {
       if (first)
         add_piece(st, out, json::object{{p.message_id, json::object{{"metadata", meta}}}},
@@ -233,7 +259,7 @@ Result<std::string> langgraph_stream_events(const graph::Checkpointer& cp, const
   st.run_id = r.id;
   st.thread_id = r.thread_id;
   for (auto& p : pieces) st.held.push_back(std::move(p));
-  const bool messages = wants(st, "messages-tuple") || wants(st, "messages");
+  const bool messages = wants(st, "messages-tuple") || wants(st, "messages") || wants(st, "events");
   if (messages)
     if (auto s = stream_start(cp, r, steps, st); !s) return std::move(s).error();
   const bool tasks = wants(st, "tasks") || wants(st, "debug");
@@ -257,6 +283,17 @@ Result<std::string> langgraph_stream_events(const graph::Checkpointer& cp, const
     Frames f(st, c.checkpoint_id, out);
     if (!st.opened) {  // a resume's stream opens with the state it resumes from, as LangGraph's
       st.opened = true;
+      if (wants(st, "events")) {  // the graph's run begins, with its input
+        boost::system::error_code ec;
+        json::value in = json::parse(r.input.empty() ? "{}" : r.input, ec);
+        f.add("events",
+              stream_event(
+                  st, "on_chain_start", "LangGraph", st.run_id,
+                  json::object{{"input", ec || !in.is_object()
+                                             ? json::value(json::object())
+                                             : json::value(values_to_langchain(in.as_object()))}},
+                  {}, false));
+      }
       if (!r.resume.empty() && st.state && wants(st, "values"))
         f.add("values", values_to_langchain(*st.state));
     }
@@ -308,6 +345,14 @@ Result<std::string> langgraph_stream_events(const graph::Checkpointer& cp, const
       for (const auto& n : st.ran) update[n] = changed;  // two nodes in a step: their merge
       f.add("updates", update);
     }
+    if (wants(st, "events"))  // each node's run ends with what the step changed
+      for (const auto& n : st.ran)
+        f.add("events",
+              stream_event(st, "on_chain_end", n, task_id(c.parent_id, n),
+                           json::object{{"output", changed},
+                                        {"input", st.state ? json::value(*st.state)
+                                                           : json::value(json::object())}},
+                           message_meta(st, c.step, n, c.parent_id), true));
     if (messages && !st.ran.empty()) {
       const std::string node = st.ran.size() == 1 ? st.ran[0] : "";
       const json::object meta = message_meta(st, c.step, node, c.parent_id);
@@ -380,6 +425,11 @@ Result<std::string> langgraph_stream_events(const graph::Checkpointer& cp, const
       if (wants(st, "checkpoints")) f.add("checkpoints", *payload);
       if (wants(st, "debug")) f.debug("checkpoint", timestamp, c.step, *payload);
     }
+    if (wants(st, "events") && pending_status(c) == "running")  // the next step's nodes begin
+      for (const auto& n : next)
+        f.add("events", stream_event(st, "on_chain_start", n, task_id(c.checkpoint_id, n),
+                                     json::object{{"input", values_to_langchain(*after)}},
+                                     message_meta(st, c.step + 1, n, c.checkpoint_id), true));
     if (tasks && pending_status(c) == "running") {
       for (const auto& n : next) {
         json::object payload{{"id", task_id(c.checkpoint_id, n)},
@@ -394,6 +444,14 @@ Result<std::string> langgraph_stream_events(const graph::Checkpointer& cp, const
     st.ran = next;
   }
   if (messages) piece_events(st, out, pieces_due(st));
+  // The graph's run ends once the record says so (every step it committed is in `steps` by
+  // then: look_up reads the record first). No id: it follows the last step's events.
+  if (wants(st, "events") && (r.state == RunState::succeeded || r.state == RunState::interrupted) &&
+      st.seen.checkpoint != "end" && st.state)
+    out += http::sse_event(
+        json::serialize(stream_event(st, "on_chain_end", "LangGraph", st.run_id,
+                                     json::object{{"output", *st.state}}, {}, false)),
+        "events");
   if (r.state == RunState::failed && st.seen.checkpoint != "end")
     out += "id: end\n" +
            http::sse_event(

@@ -202,10 +202,10 @@ TEST(LangGraphStream, ARejoinSaysWhatIsWrongWithIt) {
             "Last-Event-ID '000000000001-00000000000000abcd:0' is not an event "
             "of run " +
                 run);
-  auto events = call(s.port, "GET", path + "?stream_mode=events");
-  EXPECT_EQ(events.status, 501);
-  EXPECT_EQ(detail(events),
-            "GET /threads/{thread_id}/runs/{run_id}/stream: 'stream_mode' 'events' is not "
+  auto tools = call(s.port, "GET", path + "?stream_mode=tools");
+  EXPECT_EQ(tools.status, 501);
+  EXPECT_EQ(detail(tools),
+            "GET /threads/{thread_id}/runs/{run_id}/stream: 'stream_mode' 'tools' is not "
             "supported by weir yet (docs/langgraph-api.md)");
   auto bogus = call(s.port, "GET", path + "?stream_mode=values&stream_mode=colours");
   EXPECT_EQ(bogus.status, 422);
@@ -322,6 +322,60 @@ TEST(LangGraphStream, AnLlmNodesReplyStreamsTokenByToken) {
   ASSERT_EQ(complete.size(), 1u);
   EXPECT_EQ(json::parse(complete[0].data).at(0).at("content"), json::value(so_far));
   EXPECT_EQ(so_far, text);  // greedy: the same reply
+  fs::remove_all(*c.workflows);
+}
+
+// The `events` mode: LangChain's astream_events v2 events (what RemoteGraph.streamEvents
+// reads): the graph's run and each node's begin and end, the reply's tokens as
+// on_chat_model_stream chunks between them, joining into the stored message.
+TEST(LangGraphStream, TheEventsModeIsLangChainsStreamEvents) {
+  ServeConfig c;
+  c.workflows = talk_workflows(tiny_model("talk"), 24);
+  auto s = start(c);
+  const std::string t = new_thread(s.port);
+  auto r = call(s.port, "POST", "/threads/" + t + "/runs/stream", R"({"assistant_id": "talk",
+      "input": {"messages": [{"type": "human", "content": "Tell me a story"}]},
+      "stream_mode": "events"})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  std::vector<std::string> seq;
+  std::string text, message_id, run_id;
+  json::value node_end, graph_end;
+  for (const auto& f : frames_of(r.body)) {
+    if (f.event == "metadata") {
+      run_id = json::parse(f.data).at("run_id").as_string();
+      continue;
+    }
+    ASSERT_EQ(f.event, "events") << r.body;
+    const json::value e = json::parse(f.data);
+    const std::string kind(e.at("event").as_string()), name(e.at("name").as_string());
+    if (kind == "on_chat_model_stream") {
+      const auto& chunk = e.at("data").at("chunk");
+      EXPECT_EQ(chunk.at("type"), "AIMessageChunk");
+      message_id = chunk.at("id").as_string();
+      text += chunk.at("content").as_string();
+      EXPECT_EQ(e.at("metadata").at("langgraph_node"), "answer");
+      EXPECT_EQ(e.at("parent_ids"), json::array{json::value(run_id)});
+      if (!seq.empty() && seq.back() == "on_chat_model_stream answer") continue;
+    }
+    if (kind == "on_chain_end" && name == "answer") node_end = e;
+    if (kind == "on_chain_end" && name == "LangGraph") graph_end = e;
+    if (kind == "on_chain_start" && name == "LangGraph") {
+      EXPECT_EQ(e.at("run_id"), json::value(run_id));
+      EXPECT_EQ(e.at("data").at("input").at("messages").at(0).at("type"), "human");
+    }
+    seq.push_back(kind + " " + name);
+  }
+  EXPECT_EQ(seq, (std::vector<std::string>{"on_chain_start LangGraph", "on_chain_start answer",
+                                           "on_chat_model_stream answer", "on_chain_end answer",
+                                           "on_chain_end LangGraph"}))
+      << r.body;
+  ASSERT_TRUE(node_end.is_object()) << r.body;
+  const auto& reply = node_end.at("data").at("output").at("messages").at(0);
+  EXPECT_EQ(reply.at("type"), "ai");
+  EXPECT_EQ(reply.at("id"), json::value(message_id));
+  EXPECT_EQ(reply.at("content"), json::value(text)) << "the tokens join into the stored reply";
+  ASSERT_TRUE(graph_end.is_object()) << r.body;
+  EXPECT_EQ(graph_end.at("data").at("output").at("messages").as_array().size(), 2u);
   fs::remove_all(*c.workflows);
 }
 
