@@ -332,6 +332,12 @@ TEST(LangGraphDiff, WeirAndTheReferenceServerShowAClientTheSameFlows) {
   // contract): the same graphs, event sequences and final values.
   EXPECT_EQ(w.at("stream_values").at("names"), r.at("stream_values").at("names"));
   EXPECT_EQ(w.at("stream_updates").at("events"), r.at("stream_updates").at("events"));
+  // The events mode: the graph's and its nodes' runs in the reference's order.
+  EXPECT_EQ(json::serialize(w.at("stream_events").at("seq")),
+            R"(["on_chain_start LangGraph","on_chain_start first","on_chain_end first",)"
+            R"("on_chain_start second","on_chain_end second","on_chain_start third",)"
+            R"("on_chain_end third","on_chain_end LangGraph"])");
+  EXPECT_EQ(w.at("stream_events"), r.at("stream_events"));
   EXPECT_EQ(w.at("stream_values_updates").at("names"), r.at("stream_values_updates").at("names"));
   EXPECT_EQ(w.at("stream_messages-tuple").at("names"), r.at("stream_messages-tuple").at("names"));
   EXPECT_EQ(w.at("interrupt").at("first"), r.at("interrupt").at("first"));

@@ -153,6 +153,21 @@ for (const [mode, graph] of Object.entries(MODES)) {
     return { names: names(events), events: shown(events) };
   });
 }
+// The events mode (astream_events v2): the graph's and its nodes' runs beginning and ending, in
+// order. LangGraph's own runnables inside a node (ChannelWrite, the branch functions) and
+// on_chain_stream are left out: weir has no counterpart of them.
+await flow("stream_events", async () => {
+  const t = await client.threads.create();
+  const nodes = new Set(["LangGraph", "first", "second", "third"]);
+  const events = await collect(client.runs.stream(t.thread_id, "steps", {
+    input: { topic: "t" }, streamMode: "events" }));
+  const seq = events.filter((e) => e.event === "events" && nodes.has(e.data.name) &&
+                                   (e.data.event === "on_chain_start" || e.data.event === "on_chain_end"))
+    .map((e) => `${e.data.event} ${e.data.name}`);
+  const end = events.find((e) => e.event === "events" && e.data.name === "LangGraph" &&
+                                 e.data.event === "on_chain_end");
+  return { seq, output_keys: Object.keys(end?.data?.data?.output ?? {}).sort() };
+});
 await flow("stream_values_updates", async () => {
   const t = await client.threads.create();
   const events = await collect(client.runs.stream(t.thread_id, "steps", {
