@@ -263,7 +263,8 @@ asio::awaitable<RunEnding> RunExecutor::Impl::execute(RunRecord rec,
       const auto* at = info && info->is_object() ? info->as_object().if_contains("node") : nullptr;
       const std::string node = at && at->is_string() ? std::string(at->as_string()) : "?";
       const bool breakpoint = info && info->is_object() && info->as_object().contains("breakpoint");
-      if (breakpoint && input->value.as_object().empty() && controls->go_to.empty()) {
+      if (breakpoint && input->value.as_object().empty() && controls->go_to.empty() &&
+          controls->go_to_sends.empty()) {
         resume = json::value(nullptr);
       } else {
         (void)release();
@@ -292,6 +293,8 @@ asio::awaitable<RunEnding> RunExecutor::Impl::execute(RunRecord rec,
   o.interrupt_after = std::move(controls->interrupt_after);
   o.recursion_limit = controls->recursion_limit;
   o.go_to = std::move(controls->go_to);
+  for (auto& [node, input] : controls->go_to_sends)
+    o.go_to_sends.push_back({std::move(node), std::move(input)});
   // A run its worker left unfinished (an attempt after the first): its cap counts the supersteps
   // the earlier attempts committed, one checkpoint each (its input's is no superstep).
   if (rec.attempts > 1) {

@@ -92,6 +92,12 @@ std::string controls_text(const RunControls& c) {
   if (!c.interrupt_after.empty()) o["interrupt_after"] = names(c.interrupt_after);
   if (c.recursion_limit > 0) o["recursion_limit"] = c.recursion_limit;
   if (!c.go_to.empty()) o["go_to"] = names(c.go_to);
+  if (!c.go_to_sends.empty()) {
+    json::array sends;
+    for (const auto& [node, input] : c.go_to_sends)
+      sends.push_back(json::object{{"node", node}, {"input", input}});
+    o["go_to_sends"] = std::move(sends);
+  }
   if (!c.metadata.empty()) o["metadata"] = c.metadata;
   if (!c.multitask_strategy.empty()) o["multitask_strategy"] = c.multitask_strategy;
   if (!c.assistant_id.empty()) o["assistant_id"] = c.assistant_id;
@@ -118,6 +124,15 @@ Result<RunControls> parse_controls(std::string_view text) {
         if (!n.is_string()) return wrong();
         to.emplace_back(n.as_string());
       }
+    } else if (kv.key() == "go_to_sends" && kv.value().is_array()) {
+      for (const auto& s : kv.value().as_array()) {
+        const auto* o = s.if_object();
+        const auto* node = o ? o->if_contains("node") : nullptr;
+        if (!node || !node->is_string()) return wrong();
+        const auto* input = o->if_contains("input");
+        c.go_to_sends.emplace_back(std::string(node->as_string()),
+                                   input ? *input : json::value(nullptr));
+      }
     } else if (kv.key() == "recursion_limit" && kv.value().is_int64()) {
       c.recursion_limit = static_cast<int>(kv.value().as_int64());
     } else if (kv.key() == "metadata" && kv.value().is_object()) {
@@ -134,12 +149,15 @@ Result<RunControls> parse_controls(std::string_view text) {
 }
 
 Status check_controls(const graph::WorkflowSpec& spec, const RunControls& c) {
-  for (const auto* list : {&c.interrupt_before, &c.interrupt_after, &c.go_to}) {
+  std::vector<std::string> go_to = c.go_to;  // a Send's node is a node goto names
+  for (const auto& [node, input] : c.go_to_sends) go_to.push_back(node);
+  for (const auto* list : {&c.interrupt_before, &c.interrupt_after,
+                           static_cast<const std::vector<std::string>*>(&go_to)}) {
     const char* what = list == &c.interrupt_before  ? "interrupt_before"
                        : list == &c.interrupt_after ? "interrupt_after"
                                                     : "command.goto";
     for (const auto& n : *list) {
-      if (n == "*" && list != &c.go_to) continue;
+      if (n == "*" && list != &go_to) continue;
       const bool known = std::any_of(spec.nodes.begin(), spec.nodes.end(),
                                      [&](const graph::NodeSpec& s) { return s.name == n; });
       if (known) continue;
@@ -148,7 +166,7 @@ Status check_controls(const graph::WorkflowSpec& spec, const RunControls& c) {
       return Error(Errc::invalid_argument, "'" + std::string(what) + "' names node '" +
                                                n.substr(0, 200) + "', which " + spec.name +
                                                " does not have (its nodes: " + nodes +
-                                               (list == &c.go_to ? ")" : "; \"*\" for all)"));
+                                               (list == &go_to ? ")" : "; \"*\" for all)"));
     }
   }
   const int cap = spec.limits.recursion_limit ? static_cast<int>(*spec.limits.recursion_limit)

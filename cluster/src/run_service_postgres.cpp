@@ -86,7 +86,7 @@ class PostgresRuns final : public RunService {
     auto prev = queue_->get(by->as_string());
     if (!prev) return std::move(prev).error();
     if (!controls.interrupt_before.empty() || !controls.interrupt_after.empty() ||
-        controls.recursion_limit > 0 || !controls.go_to.empty()) {
+        controls.recursion_limit > 0 || !controls.go_to.empty() || !controls.go_to_sends.empty()) {
       auto w = load_workflow_file(prev->workflow_file, prev->workflow);
       if (!w) return std::move(w).error();
       if (auto c = check_controls(*(*w)->spec, controls); !c) return std::move(c).error();

@@ -386,24 +386,33 @@ Status Runner::prepare(json::object& input, std::vector<Task>& tasks) {
 }
 
 Status Runner::start(const json::object& input, std::vector<Task>& tasks) {
-  const bool jump = extras && !extras->go_to.empty() && !(thread && thread->continues);
+  const bool jump = extras && (!extras->go_to.empty() || !extras->go_to_sends.empty()) &&
+                    !(thread && thread->continues);
   if (jump) {
     if (resume_value())
       return Error(Errc::unsupported,
                    "go_to with a resume value: resume the interrupted thread, then go_to in a run "
                    "of its own");
     std::vector<Task> first;
+    auto index = [&](const std::string& name) -> Result<std::size_t> {
+      if (auto i = g.node_index(name)) return *i;
+      std::string nodes;
+      for (const auto& n : g.nodes_) nodes += (nodes.empty() ? "" : ", ") + n.name;
+      return Error(Errc::invalid_argument,
+                   "go_to names node '" + name.substr(0, 200) +
+                       "', which the graph does not have (its nodes: " + nodes + ")");
+    };
     for (const auto& name : extras->go_to) {
-      auto i = g.node_index(name);
-      if (!i) {
-        std::string nodes;
-        for (const auto& n : g.nodes_) nodes += (nodes.empty() ? "" : ", ") + n.name;
-        return Error(Errc::invalid_argument,
-                     "go_to names node '" + name.substr(0, 200) +
-                         "', which the graph does not have (its nodes: " + nodes + ")");
-      }
-      if (std::none_of(first.begin(), first.end(), [&](const Task& t) { return t.node == *i; }))
+      auto i = index(name);
+      if (!i) return std::move(i).error();
+      if (std::none_of(first.begin(), first.end(),
+                       [&](const Task& t) { return t.node == *i && !t.from_send; }))
         first.push_back({*i, nullptr});
+    }
+    for (const auto& send : extras->go_to_sends) {  // each its own task, as a Send's
+      auto i = index(send.node);
+      if (!i) return std::move(i).error();
+      first.push_back({*i, send.input, true});
     }
     tasks = std::move(first);  // an unfinished thread's pending nodes give way
   } else if (!resumed) {
@@ -974,12 +983,14 @@ asio::awaitable<Result<RunResult>> GraphRuntime::async_run(
   if (options.on_message_text) r->extra().on_text = options.on_message_text;
   r->stream_state = options.stream_state;
   if (!options.interrupt_before.empty() || !options.interrupt_after.empty() ||
-      options.recursion_limit > 0 || !options.go_to.empty() || options.steps_before > 0) {
+      options.recursion_limit > 0 || !options.go_to.empty() || !options.go_to_sends.empty() ||
+      options.steps_before > 0) {
     auto& x = r->extra();
     x.break_before = std::move(options.interrupt_before);
     x.break_after = std::move(options.interrupt_after);
     x.recursion_limit = options.recursion_limit;
     x.go_to = std::move(options.go_to);
+    x.go_to_sends = std::move(options.go_to_sends);
     x.steps_before = std::max(0, options.steps_before);
   }
   if (options.trace && options.trace->context)

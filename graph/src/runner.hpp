@@ -172,6 +172,7 @@ struct Runner {
     std::int32_t recursion_limit = 0;
     std::int32_t steps_before = 0;   // RunOptions::steps_before
     std::vector<std::string> go_to;  // RunOptions::go_to
+    std::vector<Send> go_to_sends;   // RunOptions::go_to_sends
     json::array fences;  // this step's fences (note_fence), for its checkpoint's metadata
     const char* breakpoint = nullptr;  // "before"/"after" once a breakpoint stopped the run
     std::unique_ptr<RunTrace> trace;   // set with `traced`

@@ -199,7 +199,7 @@ Result<RunRecord> start_once(const LangGraphApi& api, const RunAsk& a, const std
       return Error(Errc::unsupported,
                    "'after_seconds' on a thread stopped at a breakpoint (a delayed "
                    "continuation) is not supported by weir yet (docs/langgraph-api.md)");
-    if (!a.run.controls.go_to.empty())
+    if (!a.run.controls.go_to.empty() || !a.run.controls.go_to_sends.empty())
       return Error(Errc::unsupported,
                    "'command.goto' on a thread stopped at a breakpoint is not supported by weir "
                    "yet: continue it first, or start from a checkpoint (docs/langgraph-api.md)");

@@ -234,11 +234,26 @@ Result<LangGraphRun> read_langgraph_run(const json::object& b, std::string_view 
         const json::array& names = v.is_array() ? v.as_array() : one;
         if (names.size() > 1000) return bad("'command.goto' names over 1000 nodes");
         for (const auto& n : names) {
-          if (n.is_object() && n.as_object().contains("node"))
-            return not_yet(route, "'command.goto' with a Send (a node and its own input)");
+          if (const auto* send = n.if_object()) {  // a Send: {"node", "input"}
+            const auto* node = send->if_contains("node");
+            const bool only = std::all_of(send->begin(), send->end(), [](const auto& f) {
+              return f.key() == "node" || f.key() == "input";
+            });
+            if (!node || !node->is_string() || node->as_string().empty() || !only)
+              return bad(
+                  "a Send in 'command.goto' is {\"node\": <a node name>, \"input\": <its "
+                  "input>}, got " +
+                  json::serialize(n).substr(0, 200));
+            const auto* input = send->if_contains("input");
+            r.controls.go_to_sends.emplace_back(std::string(node->as_string()),
+                                                input ? *input : json::value(nullptr));
+            continue;
+          }
           if (!n.is_string() || n.as_string().empty())
-            return bad("'command.goto' must be a node name or a list of node names, got " +
-                       json::serialize(v).substr(0, 200));
+            return bad(
+                "'command.goto' must be a node name, a Send ({\"node\", \"input\"}) or a list "
+                "of them, got " +
+                json::serialize(v).substr(0, 200));
           r.controls.go_to.emplace_back(n.as_string());
         }
       } else if (kv.key() == "update" && !kv.value().is_null()) {
@@ -257,7 +272,7 @@ Result<LangGraphRun> read_langgraph_run(const json::object& b, std::string_view 
     r.input = in->as_object();
   }
   if (r.resume && !r.input.empty()) return bad("give 'input' or 'command.resume', not both");
-  if (r.resume && !r.controls.go_to.empty())
+  if (r.resume && (!r.controls.go_to.empty() || !r.controls.go_to_sends.empty()))
     return not_yet(route, "'command.goto' with 'command.resume' (resume first, then goto)");
   if (r.resume && r.after.count() > 0)
     return not_yet(route, "'after_seconds' with 'command.resume' (a delayed resume)");

@@ -3,8 +3,8 @@
 // updates, copies, deletes and prunes behave the same on both.
 #pragma once
 
-#include "runs_api_suite.hpp"
 #include "langgraph_text_suite.hpp"
+#include "runs_api_suite.hpp"
 #include "test_server.hpp"
 
 namespace weir::serve::runs_suite {
@@ -324,7 +324,8 @@ TEST_P(RunsApi, LangGraphABreakpointBeforeSendsNamesEachTask) {
 }
 
 // command.goto: the run's first step runs the nodes named instead of START's targets, after
-// its input; names the workflow lacks, a Send and goto with resume are refused with what to do.
+// its input; Sends run their node with their own input; names the workflow lacks and goto with
+// resume are refused with what to do.
 TEST_P(RunsApi, LangGraphCommandGotoStartsAtTheNodesNamed) {
   write("line", kLineWorkflow);
   start();
@@ -348,10 +349,42 @@ TEST_P(RunsApi, LangGraphCommandGotoStartsAtTheNodesNamed) {
   EXPECT_EQ(unknown.status, 422);
   EXPECT_EQ(detail_of(unknown),
             "'command.goto' names node 'nope', which line does not have (its nodes: a, b, c)");
-  auto send = post("/runs/wait", R"({"assistant_id": "line",
-                                     "command": {"goto": {"node": "b", "input": {}}}})");
-  EXPECT_EQ(send.status, 501);
-  EXPECT_NE(detail_of(send).find("'command.goto' with a Send"), std::string::npos) << send.body;
+  // Sends: each runs its node with its own input ({{item}} in the node's templates), beside the
+  // nodes named; then the run goes on from them as usual.
+  write("fan", R"({"name": "fan",
+ "state": {"log": {"reducer": "append"}}, "input": [],
+ "nodes": {"start": {"kind": "set", "values": {"log": "start"}},
+           "work": {"kind": "set", "values": {"log": "work {{item.n}}"}},
+           "done": {"kind": "set", "values": {"log": "done"}}},
+ "edges": [{"from": "START", "to": "start"},
+           {"from": "start", "route": {"when": {"channel": "log", "op": "contains", "value": "more"},
+                                      "then": "work", "else": "done"}},
+           {"from": "work", "to": "done"}, {"from": "done", "to": "END"}]})");
+  svc_.reset();
+  start();
+  const std::string f(object_of(post("/threads", "{}").body)["thread_id"].as_string());
+  auto sent = post("/threads/" + f + "/runs/wait", R"({"assistant_id": "fan",
+      "command": {"goto": [{"node": "work", "input": {"n": 1}}, {"node": "work", "input": {"n": 2}},
+                           "start"]}})");
+  ASSERT_EQ(sent.status, 200) << sent.body;
+  auto log = object_of(sent.body)["log"].as_array();
+  ASSERT_EQ(log.size(), 4u) << sent.body;
+  std::multiset<std::string> first{std::string(log[0].as_string()), std::string(log[1].as_string()),
+                                   std::string(log[2].as_string())};
+  EXPECT_EQ(first, (std::multiset<std::string>{"start", "work 1", "work 2"})) << sent.body;
+  EXPECT_EQ(log[3], "done") << "the nodes after them run once";
+  auto bad_send = post("/runs/wait", R"({"assistant_id": "fan",
+                                         "command": {"goto": {"node": "wrok", "input": {}}}})");
+  EXPECT_EQ(bad_send.status, 422);
+  EXPECT_EQ(detail_of(bad_send),
+            "'command.goto' names node 'wrok', which fan does not have (its nodes: start, work, "
+            "done)");
+  auto malformed = post("/runs/wait", R"({"assistant_id": "fan",
+                                          "command": {"goto": {"node": "work", "args": 1}}})");
+  EXPECT_EQ(malformed.status, 422);
+  EXPECT_EQ(detail_of(malformed),
+            R"(a Send in 'command.goto' is {"node": <a node name>, "input": <its input>}, got )"
+            R"({"node":"work","args":1})");
   auto with_resume = post("/threads/" + t + "/runs/wait",
                           R"({"assistant_id": "line", "command": {"goto": "b", "resume": 1}})");
   EXPECT_EQ(with_resume.status, 501);
@@ -359,7 +392,9 @@ TEST_P(RunsApi, LangGraphCommandGotoStartsAtTheNodesNamed) {
       << with_resume.body;
   auto wrong = post("/runs/wait", R"({"assistant_id": "line", "command": {"goto": 3}})");
   EXPECT_EQ(wrong.status, 422);
-  EXPECT_EQ(detail_of(wrong), "'command.goto' must be a node name or a list of node names, got 3");
+  EXPECT_EQ(detail_of(wrong),
+            R"('command.goto' must be a node name, a Send ({"node", "input"}) or a list of them, )"
+            "got 3");
 }
 
 // POST /assistants makes an assistant of a graph with settings of its own: found by search and

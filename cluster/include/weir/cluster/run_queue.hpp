@@ -79,12 +79,15 @@ struct RunControls {
   std::vector<std::string> interrupt_before, interrupt_after;  // node names, "*": every node
   int recursion_limit = 0;         // 0: the workflow's limits.recursion_limit; else 1 up to it
   std::vector<std::string> go_to;  // the first step's nodes (graph::RunOptions::go_to)
+  // Sends for the first step: a node and its input each (graph::RunOptions::go_to_sends).
+  std::vector<std::pair<std::string, boost::json::value>> go_to_sends;
   boost::json::object metadata;
   std::string multitask_strategy;
   std::string assistant_id;  // the LangGraph assistant the run was asked of ("": its graph's)
   bool empty() const {
     return interrupt_before.empty() && interrupt_after.empty() && recursion_limit == 0 &&
-           go_to.empty() && metadata.empty() && multitask_strategy.empty() && assistant_id.empty();
+           go_to.empty() && go_to_sends.empty() && metadata.empty() && multitask_strategy.empty() &&
+           assistant_id.empty();
   }
 };
 // RunRecord::controls's text ("" when empty) and back. Errors: invalid_argument (not the text

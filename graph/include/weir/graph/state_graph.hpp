@@ -473,6 +473,10 @@ struct RunOptions {
   // (a continued run ignores them: its first run jumped already). A name the graph lacks fails
   // the run (invalid_argument) before any node runs; with a resume value it is `unsupported`.
   std::vector<std::string> go_to;
+  // Sends for that first step too (LangGraph's command.goto with a Send): each runs its node
+  // with its input (NodeContext::input(), a map worker's item), beside go_to's nodes; the same
+  // rules as go_to's.
+  std::vector<Send> go_to_sends;
   // Supersteps this run committed before this invocation, which its cap (recursion_limit, the
   // run's or the graph's) counts too: a run service continuing the same run after its worker
   // died. (A caller continuing a thread by invoking again gets a fresh count: 0.)
