@@ -17,6 +17,8 @@
 #include "weir/inference/constraint.hpp"
 #include "weir/inference/engine.hpp"
 #include "weir/inference/engine_registry.hpp"
+#include "weir/inference/gguf.hpp"
+#include "weir/inference/tokenizer.hpp"
 #include "weir/runtime/artifact_store.hpp"
 #include "weir/runtime/memory_budget.hpp"
 #include "weir/tools/builtin.hpp"
@@ -113,6 +115,42 @@ TEST_F(LocalModelTest, MessageTextNeverBecomesASpecialToken) {
   EXPECT_EQ(ids[0], tok.bos());
   EXPECT_EQ(std::count(ids.begin(), ids.end(), tok.bos()), 1);
   EXPECT_EQ(std::count(ids.begin(), ids.end(), tok.eos()), 0);
+}
+
+// A reply streamed piece by piece (StreamDecoder, each piece made valid UTF-8) joins into the
+// whole reply made valid: a piece never ends inside a character that the whole holds, even
+// where a lead byte is followed by one that continues nothing (a random model's bytes: a lead
+// took the next character's lead as its own, and the pieces showed U+FFFD where the stored
+// reply had the character).
+TEST(ToValidUtf8, StreamedPiecesJoinIntoTheWholeReply) {
+  if (!fs::exists(kModel)) GTEST_SKIP() << "fixture model absent: " << kModel;
+  auto file = inference::GgufFile::open(kModel);
+  ASSERT_TRUE(file);
+  auto tok = inference::Tokenizer::from_gguf(**file);
+  ASSERT_TRUE(tok);
+  std::vector<std::int32_t> bytes, words;  // byte tokens of 0x80 and up; plain ASCII pieces
+  for (std::int32_t id = 0; id < (*tok)->n_vocab(); ++id) {
+    if ((*tok)->is_control(id)) continue;
+    const std::string p = (*tok)->token_to_piece(id);
+    if (p.size() == 1 && static_cast<unsigned char>(p[0]) >= 0x80) bytes.push_back(id);
+    if (!p.empty() && std::all_of(p.begin(), p.end(), [](char c) { return c > 0x20; }))
+      words.push_back(id);
+  }
+  ASSERT_GE(bytes.size(), 64u);
+  ASSERT_FALSE(words.empty());
+  std::uint64_t seed = 42;
+  auto next = [&] { return seed = seed * 6364136223846793005ULL + 1442695040888963407ULL; };
+  for (int round = 0; round < 2000; ++round) {
+    std::vector<std::int32_t> ids;
+    for (int n = 0; n < 12; ++n)
+      ids.push_back(next() % 4 ? bytes[(next() >> 33) % bytes.size()]
+                               : words[(next() >> 33) % words.size()]);
+    ids.push_back(words[0]);  // ends on a whole character: nothing waits
+    inference::StreamDecoder sd(**tok);
+    std::string streamed;
+    for (auto id : ids) streamed += to_valid_utf8(sd.push(id));
+    ASSERT_EQ(streamed, to_valid_utf8((*tok)->decode(ids))) << "round " << round;
+  }
 }
 
 TEST(ToValidUtf8, ReplacesInvalidSequences) {

@@ -213,12 +213,19 @@ std::string Tokenizer::decode(std::span<const std::int32_t> ids, bool skip_speci
 std::string StreamDecoder::push(std::int32_t id) {
   if (t_.is_control(id)) return {};
   pending_ += t_.token_to_piece(id);
-  // Emit every complete character; keep an incomplete tail (at most 3 bytes) for later.
+  // Emit every complete character; keep an incomplete tail (at most 3 bytes) for later. A lead
+  // byte followed by a byte that continues no character is a character of its own (invalid:
+  // U+FFFD to a reader), so that the byte after it starts the next one, as a reader of the
+  // whole text takes them: a split here must never fall inside a valid character.
   std::size_t i = 0, emit = 0;
   while (i < pending_.size()) {
-    std::size_t len = utf8_len(static_cast<unsigned char>(pending_[i]));
-    if (i + len > pending_.size()) break;
-    i += len;
+    const std::size_t len = utf8_len(static_cast<unsigned char>(pending_[i]));
+    std::size_t k = 1;
+    while (k < len && i + k < pending_.size() &&
+           (static_cast<unsigned char>(pending_[i + k]) & 0xC0) == 0x80)
+      ++k;
+    if (k < len && i + k >= pending_.size()) break;  // may still be completed
+    i += k;  // the character, or its lead alone when a byte broke it
     emit = i;
   }
   std::string out = pending_.substr(0, emit);
