@@ -2,6 +2,7 @@
 
 #include <openssl/evp.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <ctime>
 #include <map>
@@ -329,7 +330,29 @@ json::value delta(const json::value* before, const json::value& after) {
     for (std::size_t i = 1; i < k && match; ++i) match = n[i] == o[j + i];
     if (match) return json::array(n.begin() + static_cast<std::ptrdiff_t>(k), n.end());
   }
-  return after;
+  // Messages (objects) whose window evicted turns and put its summary first: the step added
+  // those the list did not hold (by id; one without an id, such as the summary, by value) or
+  // holds changed (a new summary, a replacement), not the turns that stayed.
+  auto id_of = [](const json::value& m) -> const json::string* {
+    const json::value* id = m.as_object().if_contains("id");
+    return id ? id->if_string() : nullptr;
+  };
+  std::map<std::string_view, const json::value*> had;
+  for (const auto& m : o) {
+    if (!m.is_object()) return after;
+    if (const json::string* id = id_of(m)) had.emplace(*id, &m);
+  }
+  json::array added;
+  for (const auto& m : n) {
+    if (!m.is_object()) return after;
+    if (const json::string* id = id_of(m)) {
+      auto it = had.find(*id);
+      if (it == had.end() || *it->second != m) added.push_back(m);
+    } else if (std::find(o.begin(), o.end(), m) == o.end()) {
+      added.push_back(m);
+    }
+  }
+  return added;
 }
 
 }  // namespace weir::serve

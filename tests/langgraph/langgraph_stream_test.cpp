@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <chrono>
 #include <fstream>
+#include <map>
+#include <set>
 #include <thread>
 
 #include "langgraph_fixture.hpp"
@@ -429,6 +431,61 @@ TEST(LangGraphStream, AStreamJoinedMidReplyGetsTheTextSoFarFirst) {
   ASSERT_EQ(messages.size(), 2u) << state.body;
   EXPECT_EQ(messages[1].at("content"), json::value(text));
   fs::remove_all(*c.workflows);
+}
+
+// A messages window that evicts a turn and puts its summary first: the step's update holds the
+// summary and the new reply, not the turns that stayed, and no message is streamed twice.
+TEST(LangGraphStream, AWindowsEvictionSendsNoMessageAgain) {
+  const fs::path dir = fs::path(::testing::TempDir()) / ("weir-win-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  json::object llm{{"kind", "llm"},
+                   {"model", "small"},
+                   {"prompt", "Once"},
+                   {"messages", "messages"},
+                   {"max_tokens", 8}};
+  json::object wf{
+      {"name", "win"},
+      {"models", json::object{{"small", json::object{{"path", tiny_model("win").string()}}}}},
+      {"state",
+       json::object{{"messages", json::object{{"reducer", "messages"},
+                                              {"window", json::object{{"max_messages", 2}}}}}}},
+      {"nodes", json::object{{"gen", llm}, {"gen2", llm}}},
+      {"edges", json::array{json::object{{"from", "START"}, {"to", "gen"}},
+                            json::object{{"from", "gen"}, {"to", "gen2"}},
+                            json::object{{"from", "gen2"}, {"to", "END"}}}}};
+  std::ofstream(dir / "win.json") << json::serialize(wf);
+  ServeConfig c;
+  c.workflows = dir;
+  auto s = start(c);
+  const std::string t = new_thread(s.port);
+  auto r = call(s.port, "POST", "/threads/" + t + "/runs/stream", R"({"assistant_id": "win",
+      "input": {"messages": [{"type": "human", "content": "Hi"}]},
+      "stream_mode": ["messages-tuple", "updates"]})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const auto frames = frames_of(r.body);
+  std::map<std::string, std::string> whole;  // id -> node, for messages sent whole
+  std::set<std::string> pieced;
+  for (const auto& f : of_event(frames, "messages")) {
+    const auto d = json::parse(f.data);
+    const std::string id(d.at(0).at("id").as_string());
+    if (d.at(0).at("type") == "AIMessageChunk") {
+      pieced.insert(id);
+      continue;
+    }
+    EXPECT_FALSE(whole.count(id)) << "sent whole twice: " << id << "\n" << r.body;
+    EXPECT_FALSE(pieced.count(id)) << "streamed, then sent whole again: " << id << "\n" << r.body;
+    whole[id] = d.at(1).at("langgraph_node").as_string();
+  }
+  EXPECT_EQ(pieced.size(), 2u) << r.body;  // the two replies
+  const auto updates = of_event(frames, "updates");
+  ASSERT_EQ(updates.size(), 2u) << r.body;
+  const json::value second = json::parse(updates[1].data);
+  const auto& added = second.at("gen2").at("messages").as_array();
+  ASSERT_EQ(added.size(), 2u) << updates[1].data;
+  EXPECT_EQ(added[0].at("type"), "system") << "the window's summary";
+  EXPECT_EQ(added[1].at("type"), "ai");
+  EXPECT_TRUE(pieced.count(std::string(added[1].at("id").as_string())));
+  fs::remove_all(dir);
 }
 
 // A reply over the workflow's inline_limit (here 128 bytes) is moved to the artifact store in the
