@@ -5,10 +5,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <variant>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/dispatch.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/experimental/concurrent_channel.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
@@ -318,7 +320,11 @@ asio::awaitable<void> Runner::call(const Task& t, NodeContext& ctx, Result<Updat
         r = co_await run_subgraph(n, ctx);
       else if (n.sync)
         r = n.sync(StateView(g, st), ctx);
-      else
+      else if (watches(n)) {
+        auto op = n.async(StateView(g, st), ctx);
+        auto w = watched(std::move(op), n);
+        r = co_await std::move(w);
+      } else
         r = co_await n.async(StateView(g, st), ctx);
     } catch (...) {
       r = thrown_error();
@@ -337,6 +343,38 @@ asio::awaitable<void> Runner::call(const Task& t, NodeContext& ctx, Result<Updat
     asio::steady_timer timer(co_await asio::this_coro::executor,
                              n.options.backoff * (1 << std::min(attempt - 1, 10)));
     co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
+  }
+}
+
+asio::awaitable<Result<Update>> Runner::watched(asio::awaitable<Result<Update>> call,
+                                                const StateGraph::NodeDef& n) {
+  using namespace asio::experimental::awaitable_operators;
+  auto w = watch(n);
+  auto race = std::move(call) || std::move(w);
+  std::variant<Result<Update>, Error> v = co_await std::move(race);
+  if (v.index() == 0) co_return std::move(std::get<0>(v));
+  co_return std::move(std::get<1>(v));
+}
+
+asio::awaitable<Error> Runner::watch(const StateGraph::NodeDef& n) {
+  constexpr auto kLook = std::chrono::milliseconds(50);  // how often the cancel flag is read
+  const auto timeout = n.options.timeout;
+  const auto node_deadline =
+      timeout.count() > 0 ? Clock::now() + timeout : Clock::time_point::max();
+  asio::steady_timer timer(co_await asio::this_coro::executor);
+  for (;;) {
+    const auto now = Clock::now();
+    if (cancel && cancel->load())
+      co_return Error(Errc::cancelled, "run cancelled while it ran");  // "node 'x': " before
+    if (now >= deadline)
+      co_return Error(Errc::deadline_exceeded, "run stopped after " +
+                                                   std::to_string(lim.deadline.count()) +
+                                                   " ms (limits.deadline_ms) while it ran");
+    if (now >= node_deadline)
+      co_return Error(Errc::tool_timeout, "timed out after " + std::to_string(timeout.count()) +
+                                              " ms (its timeout_ms)");
+    timer.expires_at(std::min({now + kLook, deadline, node_deadline}));
+    co_await timer.async_wait(asio::use_awaitable);  // cancelled (throws) once the node ended
   }
 }
 

@@ -263,6 +263,17 @@ struct Runner {
   // (not returned, so that the awaiting frame keeps no temporary for it).
   asio::awaitable<void> call(const Task& t, NodeContext& ctx, Result<Update>& r);
 
+  // Whether an async node's call is watched (`watched`): it has a timeout, or the run can be
+  // cancelled or has a deadline.
+  bool watches(const StateGraph::NodeDef& n) const {
+    return n.options.timeout.count() > 0 || cancel || deadline != Clock::time_point::max();
+  }
+  // An async node's call raced against its timeout, the run's cancel flag and its deadline:
+  // the first of those to pass cancels the call and is its error.
+  asio::awaitable<Result<Update>> watched(asio::awaitable<Result<Update>> call,
+                                          const StateGraph::NodeDef& n);
+  asio::awaitable<Error> watch(const StateGraph::NodeDef& n);
+
   RunResult result(std::int32_t steps);
 
   // Before the first superstep: the input checked against the graph's input list, channel
@@ -332,7 +343,7 @@ struct Runner {
   // coroutine frame less per node in flight than going through call().
   bool direct(const Task& t) const {
     const auto& n = g.nodes_[t.node];
-    return n.async && !n.sub && n.options.max_attempts <= 1;
+    return n.async && !n.sub && n.options.max_attempts <= 1 && !watches(n);
   }
 
   // Set up by GraphRuntime::async_run for a top-level run (null for a subgraph's run).

@@ -236,6 +236,7 @@ struct Builder {
   static NodeOptions options_of(const NodeSpec& n) {
     NodeOptions opts;
     opts.max_visits = n.max_visits.value_or(0);
+    opts.timeout = std::chrono::milliseconds(n.timeout_ms.value_or(0));
     if (n.retry) {
       opts.max_attempts = static_cast<std::int32_t>(n.retry->max_attempts);
       opts.backoff = std::chrono::milliseconds(n.retry->backoff_ms);

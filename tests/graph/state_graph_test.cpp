@@ -6,6 +6,7 @@
 #include <thread>
 
 #include <gtest/gtest.h>
+#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
@@ -507,6 +508,65 @@ TEST(StateGraphCheckpoints, ResumeAcrossARestartWithSqlite) {
   EXPECT_TRUE(r->resumed);
   EXPECT_EQ(r->state.at("counter").as_int64(), 13);
   std::filesystem::remove(db);
+}
+
+// An async node that waits 10 s for a timer, saying whether its wait was cancelled.
+std::shared_ptr<const CompiledGraph> sleeper(std::shared_ptr<std::atomic<bool>> cut,
+                                             NodeOptions options = {}, GraphLimits limits = {}) {
+  StateGraph b;
+  b.add_channel("x", {});
+  b.add_async_node(
+      "slow",
+      [cut](StateView, NodeContext&) -> asio::awaitable<Result<Update>> {
+        asio::steady_timer t(co_await asio::this_coro::executor, 10s);
+        auto [ec] = co_await t.async_wait(asio::as_tuple(asio::use_awaitable));
+        if (ec) {
+          cut->store(true);
+          co_return Error(Errc::cancelled, "the wait was cancelled");
+        }
+        co_return Update().set("x", 1);
+      },
+      options);
+  b.add_edge("START", "slow");
+  b.add_edge("slow", "END");
+  return *b.compile(limits);
+}
+
+// A node's timeout, the run's cancel flag and its deadline each stop an async node while it
+// runs (its wait is cancelled: a model's generation stops the same way), not after it.
+TEST(StateGraph, ATimeoutACancelOrTheDeadlineStopsARunningNode) {
+  GraphRuntime rt;
+  {
+    auto cut = std::make_shared<std::atomic<bool>>(false);
+    auto r = invoke(rt, sleeper(cut, {.timeout = 100ms}), {});
+    ASSERT_FALSE(r);
+    EXPECT_TRUE(r.error().is(Errc::tool_timeout)) << r.error().to_string();
+    EXPECT_EQ(r.error().message, "node 'slow': timed out after 100 ms (its timeout_ms)");
+    EXPECT_TRUE(cut->load()) << "the node's wait was cancelled";
+  }
+  {
+    auto cut = std::make_shared<std::atomic<bool>>(false);
+    auto cancel = std::make_shared<std::atomic<bool>>(false);
+    std::thread later([cancel] {
+      std::this_thread::sleep_for(100ms);
+      cancel->store(true);
+    });
+    auto r = invoke(rt, sleeper(cut), {}, {.cancel = cancel});
+    later.join();
+    ASSERT_FALSE(r);
+    EXPECT_TRUE(r.error().is(Errc::cancelled)) << r.error().to_string();
+    EXPECT_EQ(r.error().message, "node 'slow': run cancelled while it ran");
+    EXPECT_TRUE(cut->load());
+  }
+  {
+    auto cut = std::make_shared<std::atomic<bool>>(false);
+    auto r = invoke(rt, sleeper(cut, {}, {.deadline = 100ms}), {});
+    ASSERT_FALSE(r);
+    EXPECT_TRUE(r.error().is(Errc::deadline_exceeded)) << r.error().to_string();
+    EXPECT_EQ(r.error().message,
+              "node 'slow': run stopped after 100 ms (limits.deadline_ms) while it ran");
+    EXPECT_TRUE(cut->load());
+  }
 }
 
 }  // namespace

@@ -433,6 +433,29 @@ TEST(LangGraphStream, AStreamJoinedMidReplyGetsTheTextSoFarFirst) {
   fs::remove_all(*c.workflows);
 }
 
+// A cancel stops an llm node in the middle of its reply (its generation is cancelled, its KV
+// blocks freed), not after it: the run ends interrupted and the thread stores no reply.
+TEST(LangGraphStream, ACancelStopsAReplyBeingGenerated) {
+  ServeConfig c;
+  c.workflows = talk_workflows(slow_model(), 3000);  // seconds of generation
+  auto s = start(c);
+  const std::string t = new_thread(s.port);
+  auto started = call(s.port, "POST", "/threads/" + t + "/runs", R"({"assistant_id": "talk",
+      "input": {"messages": [{"type": "human", "content": "Tell me a story"}]}})");
+  ASSERT_EQ(started.status, 200) << started.body;
+  const std::string run(body_json(started).at("run_id").as_string());
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // generating by now
+  auto cancelled = call(s.port, "POST", "/threads/" + t + "/runs/" + run + "/cancel?wait=1", "{}");
+  EXPECT_EQ(cancelled.status, 204) << cancelled.body;
+  const json::value rec = body_json(call(s.port, "GET", "/threads/" + t + "/runs/" + run));
+  EXPECT_EQ(rec.at("status"), "interrupted") << json::serialize(rec);
+  const json::value values =
+      body_json(call(s.port, "GET", "/threads/" + t + "/state")).at("values");
+  EXPECT_EQ(values.at("messages").as_array().size(), 1u)
+      << "no reply stored: " << json::serialize(values);
+  fs::remove_all(*c.workflows);
+}
+
 // A messages window that evicts a turn and puts its summary first: the step's update holds the
 // summary and the new reply, not the turns that stayed, and no message is streamed twice.
 TEST(LangGraphStream, AWindowsEvictionSendsNoMessageAgain) {

@@ -222,6 +222,11 @@ struct NodeOptions {
   std::int64_t max_visits = 0;    // 0: unlimited
   std::int32_t max_attempts = 1;  // retries on tool_failed / tool_timeout / model_error
   std::chrono::milliseconds backoff{10};
+  // An async node's call that runs longer is cancelled (Asio cancellation reaches what it
+  // awaits: a model's generation, a tool's wait) and fails with tool_timeout naming the node,
+  // which max_attempts retries. 0: none. A run's cancel flag and deadline stop an async node
+  // the same way, within about 50 ms, whatever its timeout.
+  std::chrono::milliseconds timeout{0};
 };
 
 // What each cap counts. On a thread (RunOptions::checkpointer + thread_id) one *run* lasts from
