@@ -130,7 +130,8 @@ awaitable<bool> pump_run(const LangGraphApi& api, http::Exchange& ex, LangGraphS
   // Token by token in the messages modes (langgraph_stream.hpp).
   std::shared_ptr<TextQueue> texts;
   for (const auto& m : st.modes)
-    if (m == "messages-tuple" || m == "messages" || m == "events") texts = std::make_shared<TextQueue>();
+    if (m == "messages-tuple" || m == "messages" || m == "events")
+      texts = std::make_shared<TextQueue>();
   auto write = [&](std::string frames) -> awaitable<bool> {
     if (frames.empty()) co_return true;
     if (auto s = co_await ex.async_write(std::move(frames)); !s) {
@@ -195,10 +196,30 @@ awaitable<void> stream_run(const LangGraphApi& api, http::Exchange& ex, LangGrap
   streamed = true;
   StreamOut o;
   const bool ended = co_await pump_run(api, ex, st, started.id, o, metadata_first);
-  if (!ended && cancel_on_disconnect && ex.disconnected()) {
-    cluster::RunService* runs = api.runs;
-    const std::string id = started.id;
+  cluster::RunService* runs = api.runs;
+  const std::string id = started.id;
+  if (!ended && cancel_on_disconnect && ex.disconnected())
     (void)co_await off_thread(*api.blocking, [&] { return runs->cancel(id); });
+  if (!ended && !o.failed && !ex.disconnected()) {
+    // The stream ends before its run did: the client is told why, not left with a cut reply.
+    std::string code, message;
+    if (*api.draining) {
+      code = "shutting_down";
+      message =
+          "the server is shutting down: this stream of run " + id + " ends before the run did";
+    } else {
+      auto now = co_await off_thread(*api.blocking, [&] { return runs->get(id); });
+      code = now ? "error" : errc_name(now.error().code);
+      message = now ? "the stream of run " + id + " ended before the run did"
+                : now.error().is(Errc::not_found)
+                    ? "run " + id +
+                          " is gone: a newer run on its thread rolled it back "
+                          "(multitask_strategy rollback), or it was deleted"
+                    : "reading run " + id + ": " + now.error().message;
+    }
+    std::string frame = http::sse_event(
+        json::serialize(json::object{{"error", code}, {"message", message}}), "error");
+    if (auto w = co_await ex.async_write(std::move(frame)); !w) o.failed = true;
   }
   if (!o.failed) (void)co_await ex.async_finish();
 }

@@ -452,11 +452,17 @@ Result<std::string> langgraph_stream_events(const graph::Checkpointer& cp, const
         json::serialize(stream_event(st, "on_chain_end", "LangGraph", st.run_id,
                                      json::object{{"output", *st.state}}, {}, false)),
         "events");
-  if (r.state == RunState::failed && st.seen.checkpoint != "end")
+  // A failed run's end is its error; a cancelled one's says so (a reply cut in the middle is
+  // not in the thread: the client is told the run stopped, not left with half a message).
+  if ((r.state == RunState::failed || r.state == RunState::cancelled) &&
+      st.seen.checkpoint != "end")
     out += "id: end\n" +
            http::sse_event(
                json::serialize(json::object{
-                   {"error", r.error_code.empty() ? "error" : r.error_code}, {"message", r.error}}),
+                   {"error", !r.error_code.empty()            ? r.error_code
+                             : r.state == RunState::cancelled ? std::string("cancelled")
+                                                              : std::string("error")},
+                   {"message", !r.error.empty() ? r.error : "run " + r.id + " was cancelled"}}),
                "error");
   return out;
 }

@@ -456,6 +456,40 @@ TEST(LangGraphStream, ACancelStopsAReplyBeingGenerated) {
   fs::remove_all(*c.workflows);
 }
 
+// A stream whose run a newer one rolled back (cancelled) ends with an error event saying so, not
+// cut in the middle of a reply without a word.
+TEST(LangGraphStream, AStreamWhoseRunIsRolledBackSaysSo) {
+  ServeConfig c;
+  c.workflows = talk_workflows(slow_model(), 3000);
+  auto s = start(c);
+  const std::string t = new_thread(s.port);
+  Conn conn(s.port);
+  ASSERT_TRUE(conn.request("POST", "/threads/" + t + "/runs/stream", R"({"assistant_id": "talk",
+      "input": {"messages": [{"type": "human", "content": "Tell me a story"}]},
+      "stream_mode": ["messages-tuple", "values"]})"));
+  Reply head;
+  ASSERT_TRUE(conn.read_head(head));
+  ASSERT_EQ(head.status, 200);
+  std::string body;
+  while (of_event(frames_of(body), "messages").empty()) {  // the reply has begun
+    const std::string chunk = conn.next_chunk();
+    ASSERT_FALSE(chunk.empty()) << body;
+    body += chunk;
+  }
+  auto rolled = call(s.port, "POST", "/threads/" + t + "/runs", R"({"assistant_id": "talk",
+      "input": {"messages": [{"type": "human", "content": "Another"}]},
+      "multitask_strategy": "rollback"})");
+  ASSERT_EQ(rolled.status, 200) << rolled.body;
+  for (std::string chunk = conn.next_chunk(); !chunk.empty(); chunk = conn.next_chunk())
+    body += chunk;
+  const auto frames = frames_of(body);
+  ASSERT_FALSE(frames.empty());
+  EXPECT_EQ(frames.back().event, "error") << body;
+  const json::value last = json::parse(frames.back().data);
+  EXPECT_EQ(last.at("error"), "cancelled") << body;
+  fs::remove_all(*c.workflows);
+}
+
 // A messages window that evicts a turn and puts its summary first: the step's update holds the
 // summary and the new reply, not the turns that stayed, and no message is streamed twice.
 TEST(LangGraphStream, AWindowsEvictionSendsNoMessageAgain) {
