@@ -293,15 +293,22 @@ Result<std::string> crew_workflow_text(std::string_view crew_text, const fs::pat
   }
   json::object model_entry{{"path", fs::absolute(model).string()}};
   if (auto* e = doc.if_contains("engine")) model_entry["engine"] = *e;
-  json::object node{
-      {"kind", "crew"},
-      {"crew", file->name},
-      {"model", "crew"},
-      {"inputs", inputs},
-      {"messages", "messages"},
-      {"output", "result"},
-      {"chat_input", file->inputs.size() == 1 ? std::string(file->inputs.begin()->key())
-                                              : std::string("request")}};
+  // The chat's input: the crew's only input, else the first input its tasks' descriptions
+  // name ("{{topic}}"), else "request".
+  std::string chat_input = file->inputs.size() == 1 ? std::string(file->inputs.begin()->key()) : "";
+  for (const auto& t : file->crew.tasks) {
+    for (std::size_t at = t.description.find("{{"); chat_input.empty() && at != std::string::npos;
+         at = t.description.find("{{", at + 2)) {
+      const auto end = t.description.find("}}", at + 2);
+      if (end == std::string::npos) break;
+      const std::string key = t.description.substr(at + 2, end - at - 2);
+      if (inputs.contains(key)) chat_input = key;
+    }
+  }
+  if (chat_input.empty()) chat_input = "request";
+  json::object node{{"kind", "crew"},          {"crew", file->name},     {"model", "crew"},
+                    {"inputs", inputs},        {"messages", "messages"}, {"output", "result"},
+                    {"chat_input", chat_input}};
   json::object wf{{"name", file->name},
                   {"state", std::move(state)},
                   {"input", std::move(input)},

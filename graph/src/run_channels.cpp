@@ -310,7 +310,20 @@ Status Runner::reduce(std::size_t ch,
   return {};
 }
 
-Status Runner::offload(json::value& v, std::string_view channel, std::string_view node) {
+Status Runner::offload(json::value& v, std::string_view channel, std::string_view node, bool item) {
+  // A list written to a list channel (append, messages) is items: each over the limit is
+  // stored on its own, so that a long message among short ones stays a message (one artifact
+  // for the whole list would be merged into the channel as one item).
+  if (!item && v.is_array() && opt.artifacts) {
+    if (auto ch = g.channel_index(channel)) {
+      const ChannelOptions& o = g.channels_[*ch].second;
+      if (!o.custom && (o.reducer == ReducerKind::append || o.reducer == ReducerKind::messages)) {
+        for (auto& x : v.as_array())
+          if (auto s = offload(x, channel, node, true); !s) return s;
+        return {};
+      }
+    }
+  }
   if (!opt.artifacts || v.is_null() || v.is_bool() || v.is_number()) return {};
   if (v.is_string() && v.as_string().size() <= lim.inline_limit) return {};
   if (ArtifactRef::from_json(v)) return {};

@@ -245,7 +245,8 @@ struct Runner {
   // A written value over inline_limit moves to the artifact store before it enters state;
   // state keeps the reference. (Elements appended one by one are checked one by one.)
   // `channel` and `node` ("" for the input) name where the value was going (note_fence).
-  Status offload(json::value& v, std::string_view channel, std::string_view node);
+  Status offload(json::value& v, std::string_view channel, std::string_view node,
+                 bool item = false);
   // A fence that acted in this step, for its checkpoint's metadata "fences" (a run on a thread;
   // at most kFencesPerStep a step): {"fence": kind, ...what it did}.
   static constexpr std::size_t kFencesPerStep = 32;

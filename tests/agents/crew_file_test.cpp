@@ -173,5 +173,29 @@ TEST(CrewFile, RecognisesAgentsDocuments) {
   EXPECT_FALSE(is_agents_document(json::parse(R"({"nodes": []})")));
 }
 
+// A crew file served as a workflow: a chat turn fills the input its tasks name first (the
+// research crew has two inputs, `topic` and `topics`: its tasks name `topic`), each input is
+// a channel with the file's default, and the model is the one given.
+TEST(CrewWorkflowText, AChatTurnFillsTheInputTheTasksName) {
+  const fs::path file = kSamples / "research_crew.json";
+  std::ifstream in(file);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto wf = crew_workflow_text(text, file, "/models/m.gguf");
+  ASSERT_TRUE(wf) << wf.error().message;
+  const json::value v = json::parse(*wf);
+  const auto& node = v.at("nodes").at("research_crew");
+  EXPECT_EQ(node.at("kind"), "crew");
+  EXPECT_EQ(node.at("chat_input"), "topic");
+  EXPECT_EQ(node.at("inputs").at("topic"), "{{state.topic}}");
+  EXPECT_EQ(v.at("state").at("topic").at("default"), "paged KV caches");
+  EXPECT_EQ(v.at("models").at("crew").at("path"), "/models/m.gguf");
+  EXPECT_EQ(json::serialize(v.at("input")), R"(["messages","topic","topics"])");
+  auto chat = crew_workflow_text(
+      R"({"weir": 1, "kind": "group_chat", "name": "g", "agents": [], "task": "t"})",
+      kSamples / "g.json", "/models/m.gguf");
+  ASSERT_FALSE(chat);
+  EXPECT_TRUE(chat.error().is(Errc::unsupported));
+}
+
 }  // namespace
 }  // namespace weir::agents

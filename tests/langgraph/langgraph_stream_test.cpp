@@ -490,6 +490,31 @@ TEST(LangGraphStream, AStreamWhoseRunIsRolledBackSaysSo) {
   fs::remove_all(*c.workflows);
 }
 
+// A long message among short ones (a list over the inline limit, given or written) stays a
+// message: each item over the limit is stored on its own, not the list as one item.
+TEST(LangGraphStream, ALongMessageAmongShortOnesStaysAMessage) {
+  ServeConfig c;
+  c.workflows = talk_workflows(tiny_model("talk"), 8);
+  auto s = start(c);
+  const std::string t = new_thread(s.port);
+  const std::string long_text(6000, 'z');
+  auto r = call(s.port, "POST", "/threads/" + t + "/runs/wait",
+                R"({"assistant_id": "talk", "input": {"messages": [)"
+                R"({"type": "human", "content": "hi"}, {"type": "human", "content": ")" +
+                    long_text + R"("}]}})");
+  ASSERT_EQ(r.status, 200) << r.body.substr(0, 400);
+  // The llm node reads the long message as a message (the small model's context refuses it):
+  // the thread's state holds both as messages.
+  EXPECT_NE(r.body.find("the prompt is"), std::string::npos) << r.body.substr(0, 400);
+  const json::value v = body_json(call(s.port, "GET", "/threads/" + t + "/state")).at("values");
+  const auto& messages = v.at("messages").as_array();
+  ASSERT_EQ(messages.size(), 2u) << json::serialize(v).substr(0, 400);
+  EXPECT_EQ(messages[0].at("content"), "hi");
+  EXPECT_EQ(messages[1].at("type"), "human");
+  EXPECT_EQ(messages[1].at("content"), json::value(long_text));
+  fs::remove_all(*c.workflows);
+}
+
 // A messages window that evicts a turn and puts its summary first: the step's update holds the
 // summary and the new reply, not the turns that stayed, and no message is streamed twice.
 TEST(LangGraphStream, AWindowsEvictionSendsNoMessageAgain) {

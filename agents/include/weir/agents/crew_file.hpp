@@ -85,8 +85,9 @@ Result<AgentsFile> parse_agents_file(std::string_view text, const std::filesyste
 // A crew file as a workflow of one crew node, so that a run service (weir serve --workflows)
 // runs it as it runs workflow files: the crew in its "crews" section as written, its model
 // `model` (a GGUF file; the crew file's "engine" as that model's), channels "messages" (a chat:
-// the last user message fills the crew's only input, else its input "request", and each
-// task's output is appended as its agent's message), one channel per input (its default the
+// the last user message fills the crew's only input, else the first input its tasks'
+// descriptions name ("{{topic}}"), else its input "request"; each task's output is appended as
+// its agent's message), one channel per input (its default the
 // file's), and "result" (the final output). The workflow's name is the crew's; its token budget
 // the file's. Errors: invalid_workflow (the file's problems), unsupported (a group chat).
 Result<std::string> crew_workflow_text(std::string_view crew_text,
