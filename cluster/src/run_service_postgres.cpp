@@ -268,10 +268,13 @@ class PostgresRuns final : public RunService {
   std::unique_ptr<Worker> worker_;
   std::thread worker_thread_;
   WatchRegistry watches_;
-  TextListener text_{
-      cfg_.db,
-      [this](const std::string& run, const graph::MessageText& t) { watches_.notify_text(run, t); },
-      [this](const std::string& line) { say(line); }};
+  TextListener text_{cfg_.db,
+                     [this](const std::string& run, const graph::MessageText& t) {
+                       // "<run>.<attempt>" (the worker's): the watches are the run's; t.run_id
+                       // keeps it whole.
+                       watches_.notify_text(run.substr(0, run.rfind('.')), t);
+                     },
+                     [this](const std::string& line) { say(line); }};
   std::mutex watch_mu_;
   std::condition_variable watch_cv_;
   bool watch_stop_ = false;  // GUARDED_BY(watch_mu_)

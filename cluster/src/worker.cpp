@@ -150,7 +150,10 @@ struct Worker::Impl {
       std::lock_guard lock(mu);
       held[h->rec.id] = h;
     }
-    h->on_text = [this, id = h->rec.id](const graph::MessageText& t) { text->publish(id, t); };
+    // Published as "<run>.<attempt>", so that a reader drops what an attempt that lost the run
+    // (a paused worker, back after another took over) still sends.
+    h->on_text = [this, id = h->rec.id + "." + std::to_string(h->rec.attempts)](
+                     const graph::MessageText& t) { text->publish(id, t); };
     RunEnv env;
     env.checkpointer = h->cp.get();
     env.on_message_text = &h->on_text;

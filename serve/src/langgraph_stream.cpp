@@ -1,6 +1,7 @@
 #include "langgraph_stream.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <optional>
 
 #include <boost/json.hpp>
@@ -163,6 +164,13 @@ void piece_events(LangGraphStream& st, std::string& out, std::optional<std::int6
     // A piece of a step streamed already (its message went with it) or of a message whose
     // pieces stopped.
     if ((st.last_step && p.step <= *st.last_step) || st.missed.count(p.message_id)) continue;
+    // A piece of an attempt older than the run's (a worker that lost the run, still sending).
+    if (const auto dot = p.run_id.rfind('.'); dot != std::string::npos) {
+      const std::string_view n = std::string_view(p.run_id).substr(dot + 1);
+      std::int64_t a = 0;
+      if (std::from_chars(n.data(), n.data() + n.size(), a).ec == std::errc() && a < st.attempt)
+        continue;
+    }
     const auto sent = st.texts.find(p.message_id);
     if (p.offset != (sent == st.texts.end() ? 0 : sent->second.size())) {
       // Began before this stream (its text comes whole with its step), or a piece that never
@@ -258,6 +266,7 @@ Result<std::string> langgraph_stream_events(const graph::Checkpointer& cp, const
   std::string out;
   st.run_id = r.id;
   st.thread_id = r.thread_id;
+  st.attempt = r.attempts;
   for (auto& p : pieces) st.held.push_back(std::move(p));
   const bool messages = wants(st, "messages-tuple") || wants(st, "messages") || wants(st, "events");
   if (messages)

@@ -75,6 +75,7 @@ struct LangGraphStream {
   std::string last_checkpoint;            // its id
   long last_index = 0;                    // the number of its last event in this stream
   std::string run_id, thread_id;          // the run's (set by langgraph_stream_events)
+  std::int64_t attempt = 0;               // its record's attempts at the last look
 };
 
 // The nodes a workflow's START edges lead to (static targets; a routed start names none).

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "langgraph_fixture.hpp"
+#include "langgraph_stream.hpp"
 
 namespace weir::serve {
 namespace {
@@ -513,6 +514,30 @@ TEST(LangGraphStream, ALongMessageAmongShortOnesStaysAMessage) {
   EXPECT_EQ(messages[1].at("type"), "human");
   EXPECT_EQ(messages[1].at("content"), json::value(long_text));
   fs::remove_all(*c.workflows);
+}
+
+// Pieces of an attempt older than the run's (a paused worker back after another took the run
+// over, still sending) are dropped; the current attempt's go out.
+TEST(LangGraphStream, PiecesOfAnAttemptThatLostTheRunAreDropped) {
+  LangGraphStream st;
+  st.modes = {"messages-tuple"};
+  st.run_id = "r-1";
+  st.attempt = 2;
+  st.last_step = 0;
+  auto piece = [](std::string run, std::string id, std::string text) {
+    graph::MessageText t;
+    t.run_id = std::move(run);
+    t.node = "answer";
+    t.step = 1;
+    t.message_id = std::move(id);
+    t.text = std::move(text);
+    return t;
+  };
+  std::vector<graph::MessageText> pieces{piece("r-1.1", "msg-old", "stale"),
+                                         piece("r-1.2", "msg-new", "fresh")};
+  const std::string out = langgraph_text_events(std::move(pieces), st);
+  EXPECT_EQ(out.find("stale"), std::string::npos) << out;
+  EXPECT_NE(out.find("fresh"), std::string::npos) << out;
 }
 
 // A messages window that evicts a turn and puts its summary first: the step's update holds the
