@@ -12,6 +12,7 @@
 #include "weir/graph/workflow.hpp"
 #include "weir/http/sse.hpp"
 #include "weir/runtime/sha256.hpp"
+#include "weir/runtime/text.hpp"
 
 namespace weir::serve {
 
@@ -189,6 +190,8 @@ void piece_events(LangGraphStream& st, std::string& out, std::optional<std::int6
       fresh = k->second >= at->second.size() ? std::string_view()
               : k->second > from             ? fresh.substr(k->second - from)
                                              : fresh;
+      // A forged count inside a character: from the next whole one (never half a character).
+      if (k->second > from) fresh.remove_prefix(utf8_skip_continuation(fresh));
     }
     if (wants(st, "messages-tuple") && !fresh.empty())
       add_piece(st, out, json::array{ai_chunk_to_langchain(p.message_id, fresh), meta}, "messages");
@@ -382,10 +385,11 @@ Result<std::string> langgraph_stream_events(const graph::Checkpointer& cp, const
                                                ? std::string_view(content->as_string())
                                                : std::string_view();
             if (wants(st, "messages-tuple")) {
-              if (had->second < whole.size())
-                f.add("messages",
-                      json::array{ai_chunk_to_langchain(key, whole.substr(had->second)), meta});
-              else
+              if (had->second < whole.size()) {
+                std::string_view rest = whole.substr(had->second);
+                rest.remove_prefix(utf8_skip_continuation(rest));  // a count inside a character
+                f.add("messages", json::array{ai_chunk_to_langchain(key, rest), meta});
+              } else
                 f.skip();
             }
             if (wants(st, "messages")) {
