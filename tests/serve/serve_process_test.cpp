@@ -200,11 +200,10 @@ TEST(ServeProcess, RunsApiServesTheSampleWorkflows) {
   auto m = c->wait_for(std::regex("listening on http://127\\.0\\.0\\.1:([0-9]+)"));
   ASSERT_FALSE(m.empty()) << c->err;
   const auto port = static_cast<std::uint16_t>(std::stoi(m[1]));
-  EXPECT_NE(
-      c->err.find("/v1/runs = workflows in " + std::string(WEIR_SOURCE_DIR) +
-                  "/samples/workflows (crew files: none, no --model), in-process queue, "
-                  "--max-runs 2, --max-queued-runs 256"),
-      std::string::npos)
+  EXPECT_NE(c->err.find("/v1/runs = workflows in " + std::string(WEIR_SOURCE_DIR) +
+                        "/samples/workflows (crew files: none, no --model), in-process queue, "
+                        "--max-runs 2, --max-queued-runs 256"),
+            std::string::npos)
       << c->err;
   auto posted =
       call(port, "POST", "/v1/runs",
