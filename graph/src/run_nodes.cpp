@@ -1,0 +1,163 @@
+// A step's node calls (see runner.hpp): a subgraph node's nested run, a call with its retries,
+// an async node raced against its timeout, the run's cancel flag and its deadline, and several
+// calls at once under the run's max_concurrency.
+#include <algorithm>
+#include <variant>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/experimental/concurrent_channel.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/json.hpp>
+
+#include "runner.hpp"
+
+namespace weir::graph {
+
+asio::awaitable<Result<Update>> Runner::run_subgraph(const StateGraph::NodeDef& n,
+                                                     const NodeContext& ctx) {
+  const auto& def = *n.sub;
+  const CompiledGraph& child_graph = *def.graph;
+  json::object in;
+  std::vector<std::size_t> seeded(g.channels_.size(), SIZE_MAX);  // [parent channel]: length
+  for (auto [p, c] : def.in) {
+    in[child_graph.channel_name(c)] = json::value(st.values[p], json::storage_ptr());
+    if (st.values[p].is_array()) seeded[p] = st.values[p].as_array().size();
+  }
+  auto child = std::make_unique<Runner>(
+      child_graph, opt, run_id, def.options.limits ? *def.options.limits : child_graph.limits_);
+  child->nested = true;
+  child->parent = this;
+  child->cancel = cancel;  // the parent's cancellation stops the child's steps and nodes too
+  if (streaming() || (extras && extras->on_text)) {
+    child->extra().events = extras->events;
+    child->extras->on_text = extras->on_text;
+    child->extras->event_prefix = event_prefix() + n.name + "/";
+  }
+  child->set_input(std::move(in));
+  if (traced) child->trace_begin(ctx.trace(), {});
+  auto op = run(std::move(child));
+  auto res = co_await std::move(op);
+  if (!res) co_return std::move(res).error();
+  Update up;
+  for (auto [c, p] : def.out) {
+    const json::value* v = res->state.if_contains(child_graph.channel_name(c));
+    if (!v) continue;
+    const auto& po = g.channels_[p].second;
+    const bool appends =
+        !po.custom && (po.reducer == ReducerKind::append || po.reducer == ReducerKind::messages);
+    if (appends && v->is_array()) {
+      // Only what the child added after the items it was given.
+      const auto& arr = v->as_array();
+      const std::size_t from = seeded[p] == SIZE_MAX ? 0 : std::min(seeded[p], arr.size());
+      if (from == arr.size()) continue;
+      json::array added;
+      for (std::size_t i = from; i < arr.size(); ++i) added.push_back(arr[i]);
+      up.set(g.channels_[p].first, std::move(added));
+    } else if (*v != st.values[p]) {
+      up.set(g.channels_[p].first, *v);
+    }
+  }
+  co_return up;
+}
+
+asio::awaitable<void> Runner::call(const Task& t, NodeContext& ctx, Result<Update>& r) {
+  const auto& n = g.nodes_[t.node];
+  for (std::int32_t attempt = 1;; ++attempt) {
+    try {
+      if (n.sub)
+        r = co_await run_subgraph(n, ctx);
+      else if (n.sync)
+        r = n.sync(StateView(g, st), ctx);
+      else if (watches(n)) {
+        auto op = n.async(StateView(g, st), ctx);
+        auto w = watched(std::move(op), n);
+        r = co_await std::move(w);
+      } else
+        r = co_await n.async(StateView(g, st), ctx);
+    } catch (...) {
+      r = thrown_error();
+    }
+    const bool retryable =
+        !r && (r.error().is(Errc::tool_failed) || r.error().is(Errc::tool_timeout) ||
+               r.error().is(Errc::model_error));
+    if (r || !retryable || attempt >= n.options.max_attempts) {
+      if (traced) trace_node_end(ctx.task_, r);
+      co_return;
+    }
+    if (traced)
+      ctx.trace_event("weir.node.retry", {{"weir.node.attempt", std::int64_t{attempt}},
+                                          {"error.type", std::string(errc_name(r.error().code))}});
+    if (ctx.extra_) ctx.extra_->emitted.clear();
+    asio::steady_timer timer(co_await asio::this_coro::executor,
+                             n.options.backoff * (1 << std::min(attempt - 1, 10)));
+    co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
+  }
+}
+
+asio::awaitable<Result<Update>> Runner::watched(asio::awaitable<Result<Update>> call,
+                                                const StateGraph::NodeDef& n) {
+  using namespace asio::experimental::awaitable_operators;
+  auto w = watch(n);
+  auto race = std::move(call) || std::move(w);
+  std::variant<Result<Update>, Error> v = co_await std::move(race);
+  if (v.index() == 0) co_return std::move(std::get<0>(v));
+  co_return std::move(std::get<1>(v));
+}
+
+asio::awaitable<Error> Runner::watch(const StateGraph::NodeDef& n) {
+  constexpr auto kLook = std::chrono::milliseconds(50);  // how often the cancel flag is read
+  const auto timeout = n.options.timeout;
+  const auto node_deadline =
+      timeout.count() > 0 ? Clock::now() + timeout : Clock::time_point::max();
+  asio::steady_timer timer(co_await asio::this_coro::executor);
+  for (;;) {
+    const auto now = Clock::now();
+    if (cancel && cancel->load())
+      co_return Error(Errc::cancelled, "run cancelled while it ran");  // "node 'x': " before
+    if (now >= deadline)
+      co_return Error(Errc::deadline_exceeded, "run stopped after " +
+                                                   std::to_string(lim.deadline.count()) +
+                                                   " ms (limits.deadline_ms) while it ran");
+    if (now >= node_deadline)
+      co_return Error(Errc::tool_timeout, "timed out after " + std::to_string(timeout.count()) +
+                                              " ms (its timeout_ms)");
+    timer.expires_at(std::min({now + kLook, deadline, node_deadline}));
+    co_await timer.async_wait(asio::use_awaitable);  // cancelled (throws) once the node ended
+  }
+}
+
+asio::awaitable<void> Runner::run_concurrently(const std::vector<Task>& tasks,
+                                               std::vector<Result<Update>>& results) {
+  auto ex = co_await asio::this_coro::executor;
+  auto strand = asio::make_strand(ex);
+  results.assign(tasks.size(), Error(Errc::cancelled, "not run"));
+  // Thread-safe: the children finish on their strand, the parent may wait on another thread.
+  asio::experimental::concurrent_channel<void(boost::system::error_code)> done(ex, 1);
+  std::size_t next = 0, running = 0, finished = 0;
+  const std::size_t limit = static_cast<std::size_t>(std::max(1, lim.max_concurrency));
+  std::function<void()> launch = [&] {
+    while (running < limit && next < tasks.size()) {
+      const std::size_t i = next++;
+      ++running;
+      asio::co_spawn(strand, call(tasks[i], tasks[i].ctx, results[i]),
+                     [&, i](std::exception_ptr e) {
+                       if (e)
+                         results[i] = Error(Errc::tool_failed, "node threw an unknown exception");
+                       --running;
+                       ++finished;
+                       launch();
+                       if (finished == tasks.size()) done.try_send(boost::system::error_code{});
+                     });
+    }
+  };
+  asio::dispatch(strand, [&] { launch(); });
+  co_await done.async_receive(asio::as_tuple(asio::use_awaitable));
+}
+
+}  // namespace weir::graph
