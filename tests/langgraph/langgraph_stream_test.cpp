@@ -336,7 +336,7 @@ TEST(LangGraphStream, AnLlmNodesReplyStreamsTokenByToken) {
 // on_chat_model_stream chunks between them, joining into the stored message.
 TEST(LangGraphStream, TheEventsModeIsLangChainsStreamEvents) {
   ServeConfig c;
-  c.workflows = talk_workflows(tiny_model("talk"), 24);
+  c.workflows = talk_workflows(slow_model(), 200);  // generating while the stream watches
   auto s = start(c);
   const std::string t = new_thread(s.port);
   auto r = call(s.port, "POST", "/threads/" + t + "/runs/stream", R"({"assistant_id": "talk",
