@@ -468,6 +468,15 @@ class Loader {
     if (const auto* in = object_at(no, "inputs", ptr, false)) check_templates(*in, ptr + "/inputs");
     channel_ref(no, "messages", ptr, false);
     channel_ref(no, "output", ptr, false);
+    // The crew appends its agents' messages there: a messages channel, not its output's.
+    if (auto m = string_at(no, "messages", ptr, false)) {
+      const auto ch = std::find_if(spec_.channels.begin(), spec_.channels.end(),
+                                   [&](const ChannelSpec& c) { return c.name == *m; });
+      if (ch != spec_.channels.end() && ch->reducer != ReducerKind::messages)
+        error(ptr + "/messages", "channel '" + *m +
+                                     "' is not a messages channel (\"reducer\": \"messages\"), "
+                                     "which the crew appends its agents' messages to");
+    }
     if (auto ci = string_at(no, "chat_input", ptr, false); ci && !no.contains("messages"))
       error(ptr + "/chat_input", "\"chat_input\" needs a \"messages\" channel to read from");
   }

@@ -206,8 +206,9 @@ TEST(WorkflowGraph, CrewNodeTakesTheUsersMessageAndAppendsEachAgentsReply) {
       << bare.error().message;
   std::ofstream(dir / "bad.json") << R"({"name": "bad", "state": {"t": {}},
     "crews": {"team": {}},
-    "nodes": {"a": {"kind": "crew", "crew": "tema"}, "b": {"kind": "crew", "crew": "team", "chat_input": "t"}},
-    "edges": [{"from": "START", "to": "a"}, {"from": "a", "to": "b"}, {"from": "b", "to": "END"}]})";
+    "nodes": {"a": {"kind": "crew", "crew": "tema"}, "b": {"kind": "crew", "crew": "team", "chat_input": "t"},
+              "c": {"kind": "crew", "crew": "team", "messages": "t"}},
+    "edges": [{"from": "START", "to": "a"}, {"from": "a", "to": "b"}, {"from": "b", "to": "c"}, {"from": "c", "to": "END"}]})";
   auto bad = load_workflow(dir / "bad.json");
   ASSERT_FALSE(bad);
   EXPECT_NE(bad.error().message.find("/nodes/a/crew: unknown crew 'tema'; did you mean 'team'?"),
@@ -215,6 +216,9 @@ TEST(WorkflowGraph, CrewNodeTakesTheUsersMessageAndAppendsEachAgentsReply) {
       << bad.error().message;
   EXPECT_NE(bad.error().message.find(
                 "/nodes/b/chat_input: \"chat_input\" needs a \"messages\" channel to read from"),
+            std::string::npos)
+      << bad.error().message;
+  EXPECT_NE(bad.error().message.find("/nodes/c/messages: channel 't' is not a messages channel"),
             std::string::npos)
       << bad.error().message;
   fs::remove_all(dir);
