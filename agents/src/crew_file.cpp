@@ -277,6 +277,8 @@ Result<std::string> crew_workflow_text(std::string_view crew_text, const fs::pat
   if (ec || !parsed.is_object())  // read by parse_json above; Boost.JSON reads what it reads
     return Error(Errc::invalid_workflow, crew_file.string() + ": not a JSON object");
   json::object doc = std::move(parsed.as_object());
+  const auto* d = doc.if_contains("description");
+  const std::string description = d && d->is_string() ? std::string(d->as_string()) : "";
   json::object state{{"messages", json::object{{"reducer", "messages"}}},
                      {"result", json::object()}};
   json::array input{"messages"};
@@ -318,10 +320,7 @@ Result<std::string> crew_workflow_text(std::string_view crew_text, const fs::pat
                   {"nodes", json::object{{file->name, std::move(node)}}},
                   {"edges", json::array{json::object{{"from", "START"}, {"to", file->name}},
                                         json::object{{"from", file->name}, {"to", "END"}}}}};
-  if (const auto* d =
-          wf.at("crews").as_object().at(file->name).as_object().if_contains("description");
-      d && d->is_string())
-    wf["description"] = *d;
+  if (!description.empty()) wf["description"] = description;
   if (file->token_budget > 0) wf["limits"] = json::object{{"token_budget", file->token_budget}};
   return json::serialize(wf);
 }

@@ -21,7 +21,6 @@
 namespace weir::cluster {
 
 namespace json = boost::json;
-using Clock = std::chrono::steady_clock;
 
 // --- TextPublisher ----------------------------------------------------------------------------
 
@@ -32,7 +31,7 @@ struct TextPublisher::Impl {
   std::mutex mu;
   std::condition_variable cv;
   bool stop = false;                      // GUARDED_BY(mu)
-  std::vector<graph::MessageText> held;   // GUARDED_BY(mu): run_id is the queue run's id
+  std::vector<graph::MessageText> held;   // GUARDED_BY(mu): run_id is publish()'s
   std::map<std::string, std::size_t> at;  // GUARDED_BY(mu): message id -> its index in held
   std::size_t held_bytes = 0;             // GUARDED_BY(mu)
   std::set<std::string> dropped;          // GUARDED_BY(mu): messages that send no more

@@ -135,14 +135,18 @@ json::object stream_event(const LangGraphStream& st, std::string_view kind, std:
 // A piece's event id (see the header): "" when there is none to give.
 std::string piece_id(const LangGraphStream& st) {
   if (st.last_checkpoint.empty()) return {};
-  std::map<std::string, std::uint64_t> texts = st.skip;  // a rejoin's, not met again yet
-  for (const auto& [id, text] : st.texts) texts[id] = text.size();
-  if (texts.size() > kMaxPieceIds) return {};
   std::string out = st.last_checkpoint + ":" + std::to_string(st.last_index);
-  for (const auto& [id, n] : texts) {
-    if (id.find_first_of(";=\r\n") != std::string::npos || id.size() > 256) return {};
-    out += ";" + id + "=" + std::to_string(n);
-  }
+  std::size_t n = 0;
+  auto add = [&](const std::string& id, std::uint64_t bytes) {
+    if (++n > kMaxPieceIds || id.find_first_of(";=\r\n") != std::string::npos || id.size() > 256)
+      return false;
+    out += ";" + id + "=" + std::to_string(bytes);
+    return true;
+  };
+  for (const auto& [id, text] : st.texts)
+    if (!add(id, text.size())) return {};
+  for (const auto& [id, bytes] : st.skip)  // a rejoin's, not met again here yet
+    if (!st.texts.contains(id) && !add(id, bytes)) return {};
   return out;
 }
 
@@ -377,30 +381,7 @@ Result<std::string> langgraph_stream_events(const graph::Checkpointer& cp, const
           // dropped some, a model that changed its text at the end) goes as one more.
           const auto sent = key.empty() ? st.texts.end() : st.texts.find(key);
           const auto had = key.empty() ? st.skip.end() : st.skip.find(key);
-          if (sent == st.texts.end() && had != st.skip.end()) {
-            // A rejoin whose client has the message's first bytes and met none of its pieces
-            // here (PostgreSQL, or the step ended meanwhile): what it lacks, as one chunk.
-            const auto* content = m.as_object().if_contains("content");
-            const std::string_view whole = content && content->is_string()
-                                               ? std::string_view(content->as_string())
-                                               : std::string_view();
-            if (wants(st, "messages-tuple")) {
-              if (had->second < whole.size()) {
-                std::string_view rest = whole.substr(had->second);
-                rest.remove_prefix(utf8_skip_continuation(rest));  // a count inside a character
-                f.add("messages", json::array{ai_chunk_to_langchain(key, rest), meta});
-              } else
-                f.skip();
-            }
-            if (wants(st, "messages")) {
-              f.skip();
-              f.add("messages/complete", json::array{m});
-            }
-            st.skip.erase(had);
-            continue;
-          }
-          if (had != st.skip.end()) st.skip.erase(had);
-          if (sent == st.texts.end()) {
+          if (sent == st.texts.end() && had == st.skip.end()) {
             if (wants(st, "messages-tuple")) f.add("messages", json::array{m, meta});
             if (wants(st, "messages")) {
               f.add("messages/metadata", json::object{{key, json::object{{"metadata", meta}}}});
@@ -408,17 +389,23 @@ Result<std::string> langgraph_stream_events(const graph::Checkpointer& cp, const
             }
             continue;
           }
+          // Sent in pieces, by this stream or (a rejoin) to its client before: what they
+          // missed, if anything, goes as one more chunk.
           const auto* content = m.as_object().if_contains("content");
-          std::string_view whole = content && content->is_string()
-                                       ? std::string_view(content->as_string())
-                                       : std::string_view();
-          const bool rest = whole.size() > sent->second.size() &&
-                            whole.substr(0, sent->second.size()) == sent->second;
+          const std::string_view whole = content && content->is_string()
+                                             ? std::string_view(content->as_string())
+                                             : std::string_view();
+          std::string_view rest;
+          if (sent != st.texts.end()) {
+            if (whole.size() > sent->second.size() && whole.starts_with(sent->second))
+              rest = whole.substr(sent->second.size());
+          } else if (had->second < whole.size()) {
+            rest = whole.substr(had->second);
+            rest.remove_prefix(utf8_skip_continuation(rest));  // a count inside a character
+          }
           if (wants(st, "messages-tuple")) {
-            if (rest)
-              f.add(
-                  "messages",
-                  json::array{ai_chunk_to_langchain(key, whole.substr(sent->second.size())), meta});
+            if (!rest.empty())
+              f.add("messages", json::array{ai_chunk_to_langchain(key, rest), meta});
             else
               f.skip();
           }
@@ -426,7 +413,8 @@ Result<std::string> langgraph_stream_events(const graph::Checkpointer& cp, const
             f.skip();  // its metadata went with its first piece
             f.add("messages/complete", json::array{m});
           }
-          st.texts.erase(sent);
+          if (sent != st.texts.end()) st.texts.erase(sent);
+          if (had != st.skip.end()) st.skip.erase(had);
         }
       }
     }
