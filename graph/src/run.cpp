@@ -121,7 +121,7 @@ std::function<void(std::string_view)> NodeContext::message_text(std::string mess
   MessageText base;
   base.run_id = run_->run_id;
   base.node = run_->event_prefix() + std::string(node());
-  base.step = step();
+  base.step = run_->thread_step();  // a subgraph's node: the step of its top-level run
   base.message_id = std::move(message_id);
   auto offset = std::make_shared<std::uint64_t>(0);  // shared by the function's copies
   return [sink = run_->extras->on_text, base = std::move(base), offset](std::string_view text) {

@@ -187,8 +187,8 @@ asio::awaitable<Status> Runner::fold_evicted(std::int64_t step) {
 
 // A message is written once and kept by id (LangGraph's clients key branches and edits by it):
 // one written without an id gets one here, from the process, the run, the thread's step and its
-// place, so equal messages of two runs (the same answer on two branches, even from two
-// processes whose runs are both "run-1") are told apart.
+// place (and a subgraph's, its call: Extra::scope), so equal messages of two runs (the same answer
+// on two branches, even from two processes whose runs are both "run-1") are told apart.
 std::string Runner::message_id(std::int32_t step, std::string_view key) const {
   static const std::uint64_t salt = [] {
     std::random_device rd;
@@ -200,6 +200,7 @@ std::string Runner::message_id(std::int32_t step, std::string_view key) const {
     for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
   };
   mix(run_id);
+  if (extras) mix(extras->scope);  // a subgraph's call
   mix("/" + std::to_string(at) + "/");
   mix(key);
   char hex[17];

@@ -34,8 +34,11 @@ asio::awaitable<Result<Update>> Runner::run_subgraph(const StateGraph::NodeDef& 
   child->nested = true;
   child->parent = this;
   child->cancel = cancel;  // the parent's cancellation stops the child's steps and nodes too
+  child->extra().scope = (extras ? extras->scope : std::string()) + "/" +
+                         std::to_string((thread ? thread->step_base : 0) + superstep) + "/" +
+                         n.name + "#" + std::to_string(ctx.task_);
   if (streaming() || (extras && extras->on_text)) {
-    child->extra().events = extras->events;
+    child->extras->events = extras->events;
     child->extras->on_text = extras->on_text;
     child->extras->event_prefix = event_prefix() + n.name + "/";
   }

@@ -162,6 +162,9 @@ struct Runner {
   struct Extra {
     std::shared_ptr<EventStream::Impl> events;  // null: not streaming
     std::string event_prefix;  // "parent/" in a subgraph of a streaming (or texting) run
+    // A subgraph's run: where it was called ("/<parent's step>/<node>#<task>" per enclosing
+    // call), so that the messages two calls of one subgraph name are named apart.
+    std::string scope;
     // RunOptions::on_message_text (null: none).
     const std::function<void(const MessageText&)>* on_text = nullptr;
     // Turns evicted by a messages window in this step, folded into its marker at the barrier.
@@ -183,6 +186,11 @@ struct Runner {
     return *extras;
   }
   bool streaming() const { return extras && extras->events; }
+  // The step of the run's thread that is running: a subgraph's is its top-level run's.
+  std::int64_t thread_step() const {
+    if (parent) return parent->thread_step();
+    return (thread ? thread->step_base : 0) + superstep;
+  }
   const std::string& event_prefix() const {
     static const std::string none;
     return extras ? extras->event_prefix : none;

@@ -128,6 +128,35 @@ TEST(Subgraph, SharesTheParentsTokenBudget) {
             "60 tokens used, over the token budget of 50 (limits.token_budget)");
 }
 
+// A subgraph called twice in one run names the messages it writes apart: each call's ids
+// hold the parent's step too (they once clashed, and the second reply replaced the first).
+TEST(Subgraph, TwoCallsMessagesKeepTheirOwnIds) {
+  StateGraph c;
+  c.add_channel("topic", {});
+  c.add_channel("messages", {.reducer = ReducerKind::messages});
+  c.add_node("say", [](const StateView& s, NodeContext&) -> Result<Update> {
+    json::array added{json::object{
+        {"role", "assistant"}, {"content", "about " + std::string(s.get("topic").as_string())}}};
+    return Update().set("messages", std::move(added));
+  });
+  c.add_edge("START", "say").add_edge("say", "END");
+  auto child = *c.compile();
+  StateGraph p;
+  p.add_channel("topic", {});
+  p.add_channel("messages", {.reducer = ReducerKind::messages});
+  const SubgraphOptions only_topic{.input = {{"topic", "topic"}},
+                                   .output = {{"messages", "messages"}}};
+  p.add_subgraph("first", child, only_topic);
+  p.add_subgraph("second", child, only_topic);
+  p.add_edge("START", "first").add_edge("first", "second").add_edge("second", "END");
+  GraphRuntime rt;
+  auto r = run(rt, *p.compile(), {{"topic", "tides"}});
+  ASSERT_TRUE(r) << r.error().message;
+  const json::array messages = r->state.at("messages").as_array();
+  ASSERT_EQ(messages.size(), 2u) << json::serialize(messages);
+  EXPECT_NE(messages[0].at("id"), messages[1].at("id"));
+}
+
 TEST(Subgraph, CompileNamesUnknownMappedChannels) {
   StateGraph p;
   p.add_channel("topic", {});

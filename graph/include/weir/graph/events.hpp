@@ -70,7 +70,7 @@ struct Event {
 struct MessageText {
   std::string run_id;
   std::string node;       // a subgraph's node is prefixed as in events ("research/plan")
-  std::int64_t step = 0;  // NodeContext::step() of the node writing it
+  std::int64_t step = 0;  // the thread step writing it (a subgraph node: its top-level run's)
   std::string message_id;
   std::uint64_t offset = 0;  // where `text` starts in the message's text (bytes)
   std::string text;
