@@ -286,7 +286,11 @@ Status Runner::prepare(json::object& input, std::vector<Task>& tasks) {
     thread->origin = run_origin(input, resume_value());
     if (auto s = restore(tasks, !input.empty()); !s) return s;
   }
-  if (input.empty() || (thread && thread->continues)) return {};
+  const bool record = nested && extras && extras->record_subgraphs;
+  if (input.empty() || (thread && thread->continues)) {
+    if (record) record_subgraph_step(nullptr, nullptr, 0);
+    return {};
+  }
   std::vector<std::pair<std::size_t, const json::value*>> w(1);
   for (auto& [k, v] : input) {
     auto ch = g.channel_index(k);
@@ -301,6 +305,7 @@ Status Runner::prepare(json::object& input, std::vector<Task>& tasks) {
     w[0] = {0, &v};
     if (auto s = reduce(*ch, w, 0); !s) return s;
   }
+  if (record) record_subgraph_step(nullptr, nullptr, 0);
   return {};
 }
 
@@ -470,6 +475,7 @@ Status Runner::advance(const std::vector<Task>& tasks, const std::vector<Result<
       if (auto s = route(*r, next); !s) return node_error(tasks[i].node, s.error());
     }
   }
+  if (nested && extras && extras->record_subgraphs) record_subgraph_step(&tasks, &writes, step);
   if (checkpointer()) {
     std::vector<bool> written(writes.size());
     for (std::size_t ch = 0; ch < writes.size(); ++ch) written[ch] = !writes[ch].empty();
@@ -884,6 +890,7 @@ asio::awaitable<Result<RunResult>> GraphRuntime::async_run(
     x.go_to_sends = std::move(options.go_to_sends);
     x.steps_before = std::max(0, options.steps_before);
   }
+  if (options.record_subgraph_steps && r->thread) r->extra().record_subgraphs = true;
   if (options.trace && options.trace->context)
     r->trace_begin(options.trace->context, options.trace->name);
   return Runner::run(std::move(r));

@@ -150,6 +150,7 @@ Result<std::vector<std::string>> Runner::attach_artifacts(Checkpoint& cp) const 
   };
   for_each_artifact_id(cp.writes, attach);
   for_each_artifact_id(cp.pending, attach);
+  for_each_artifact_id(cp.metadata, attach);  // subgraph steps' values
   if (!s) return std::move(s).error();
   return ids;
 }
@@ -323,6 +324,13 @@ Status Runner::save(const std::vector<bool>& written, const std::vector<Task>& n
     cp.metadata["fences"] = std::move(extras->fences);
     extras->fences = json::array();
   }
+  if (extras && !extras->subgraph_steps.empty()) {
+    cp.metadata["subgraph_steps"] = std::move(extras->subgraph_steps);
+    extras->subgraph_steps = json::array();
+  }
+  if (extras && extras->subgraph_dropped > 0)
+    cp.metadata["subgraph_steps_dropped"] = extras->subgraph_dropped;
+  if (extras) extras->subgraph_bytes = 0, extras->subgraph_dropped = 0;
   cp.claim_token = thread->claim_token;
   auto copied = attach_artifacts(cp);
   if (!copied) return std::move(copied).error();

@@ -26,6 +26,7 @@ asio::awaitable<Result<Update>> Runner::run_subgraph(const StateGraph::NodeDef& 
   json::object in;
   std::vector<std::size_t> seeded(g.channels_.size(), SIZE_MAX);  // [parent channel]: length
   for (auto [p, c] : def.in) {
+    if (st.values[p].is_null()) continue;  // never written: the child's default stands
     in[child_graph.channel_name(c)] = json::value(st.values[p], json::storage_ptr());
     if (st.values[p].is_array()) seeded[p] = st.values[p].as_array().size();
   }
@@ -34,9 +35,15 @@ asio::awaitable<Result<Update>> Runner::run_subgraph(const StateGraph::NodeDef& 
   child->nested = true;
   child->parent = this;
   child->cancel = cancel;  // the parent's cancellation stops the child's steps and nodes too
-  child->extra().scope = (extras ? extras->scope : std::string()) + "/" +
-                         std::to_string((thread ? thread->step_base : 0) + superstep) + "/" +
+  const std::int64_t at = (thread ? thread->step_base : 0) + superstep;  // this run's step
+  child->extra().scope = (extras ? extras->scope : std::string()) + "/" + std::to_string(at) + "/" +
                          n.name + "#" + std::to_string(ctx.task_);
+  if (extras && extras->record_subgraphs) {
+    auto& x = child->extras;
+    x->record_subgraphs = true;
+    x->subgraph_path = extras->subgraph_path;
+    x->subgraph_path.push_back(json::object{{"node", n.name}, {"step", at}, {"task", ctx.task_}});
+  }
   if (streaming() || (extras && extras->on_text)) {
     child->extras->events = extras->events;
     child->extras->on_text = extras->on_text;
@@ -67,6 +74,32 @@ asio::awaitable<Result<Update>> Runner::run_subgraph(const StateGraph::NodeDef& 
     }
   }
   co_return up;
+}
+
+void Runner::record_subgraph_step(const std::vector<Task>* tasks, const Writes* writes,
+                                  std::int32_t step) {
+  Runner* root = this;
+  while (root->parent) root = root->parent;
+  auto& top = *root->extras;
+  json::object written;
+  for (std::size_t ch = 0; ch < g.channels_.size(); ++ch) {
+    const bool wrote = writes ? !(*writes)[ch].empty() : !st.values[ch].is_null();
+    if (wrote) written[g.channels_[ch].first] = json::value(st.values[ch], json::storage_ptr());
+  }
+  json::array nodes;
+  if (tasks)
+    for (const auto& t : *tasks) nodes.emplace_back(g.nodes_[t.node].name);
+  json::object record{{"path", extras->subgraph_path},
+                      {"step", step},
+                      {"nodes", std::move(nodes)},
+                      {"writes", std::move(written)}};
+  const std::size_t bytes = json::serialize(record).size();
+  if (top.subgraph_bytes + bytes > kSubgraphStepBytes) {
+    ++top.subgraph_dropped;
+    return;
+  }
+  top.subgraph_bytes += bytes;
+  top.subgraph_steps.emplace_back(std::move(record));
 }
 
 asio::awaitable<void> Runner::call(const Task& t, NodeContext& ctx, Result<Update>& r) {

@@ -165,6 +165,14 @@ struct Runner {
     // A subgraph's run: where it was called ("/<parent's step>/<node>#<task>" per enclosing
     // call), so that the messages two calls of one subgraph name are named apart.
     std::string scope;
+    // RunOptions::record_subgraph_steps: set on the top-level run and every subgraph's. The
+    // top-level run holds the records of its step (for its checkpoint) and their bytes; a
+    // subgraph's run its call ("path" of its records).
+    bool record_subgraphs = false;
+    json::array subgraph_steps;
+    std::size_t subgraph_bytes = 0;
+    std::int64_t subgraph_dropped = 0;
+    json::array subgraph_path;
     // RunOptions::on_message_text (null: none).
     const std::function<void(const MessageText&)>* on_text = nullptr;
     // Turns evicted by a messages window in this step, folded into its marker at the barrier.
@@ -263,6 +271,11 @@ struct Runner {
     auto& fences = extra().fences;
     if (fences.size() < kFencesPerStep) fences.emplace_back(std::move(f));
   }
+
+  // A subgraph's run recording its steps (Extra::record_subgraphs): its step `step` wrote the
+  // channels of `writes` (null: its input, every channel with a value), ran `tasks`.
+  void record_subgraph_step(const std::vector<Task>* tasks, const Writes* writes,
+                            std::int32_t step);
 
   // A subgraph node: the child graph runs to END as a nested run of this one.
   asio::awaitable<Result<Update>> run_subgraph(const StateGraph::NodeDef& n,

@@ -3,6 +3,7 @@
 #include <boost/json.hpp>
 
 #include "graph_test_util.hpp"
+#include "weir/graph/checkpointer.hpp"
 
 namespace weir::graph {
 namespace {
@@ -155,6 +156,42 @@ TEST(Subgraph, TwoCallsMessagesKeepTheirOwnIds) {
   const json::array messages = r->state.at("messages").as_array();
   ASSERT_EQ(messages.size(), 2u) << json::serialize(messages);
   EXPECT_NE(messages[0].at("id"), messages[1].at("id"));
+}
+
+// With record_subgraph_steps, the checkpoint of the step that called a subgraph lists the
+// subgraph's steps: its input, then each step's nodes and what they wrote, under its call.
+TEST(Subgraph, ItsStepsAreRecordedInTheCallingStepsCheckpoint) {
+  StateGraph p;
+  p.add_channel("question", {});
+  p.add_channel("answer", {});
+  p.add_channel("notes", {.reducer = ReducerKind::append});
+  p.add_subgraph("research", research_graph());
+  p.add_edge("START", "research").add_edge("research", "END");
+  auto cp = make_memory_checkpointer();
+  GraphRuntime rt;
+  auto r = run(rt, *p.compile(), {{"question", "wind"}},
+               {.checkpointer = cp.get(), .thread_id = "t", .record_subgraph_steps = true});
+  ASSERT_TRUE(r) << r.error().message;
+  auto latest = cp->latest("t");
+  ASSERT_TRUE(latest && *latest);
+  const auto* steps = (*latest)->metadata.if_contains("subgraph_steps");
+  ASSERT_TRUE(steps) << json::serialize((*latest)->metadata);
+  EXPECT_EQ(json::serialize(*steps),
+            R"([{"path":[{"node":"research","step":1,"task":0}],"step":0,"nodes":[],)"
+            R"("writes":{"question":"wind"}},)"
+            R"({"path":[{"node":"research","step":1,"task":0}],"step":1,"nodes":["plan"],)"
+            R"("writes":{"notes":["plan for wind"]}},)"
+            R"({"path":[{"node":"research","step":1,"task":0}],"step":2,"nodes":["write"],)"
+            R"("writes":{"notes":["plan for wind","written"],"answer":"answer to wind"}}])");
+  // (The parent's notes, never written, were not given to the child as a null to append to.)
+  EXPECT_EQ(json::serialize(r->state.at("notes")), R"(["plan for wind","written"])");
+  // Without the option nothing is recorded.
+  auto plain =
+      run(rt, *p.compile(), {{"question", "wind"}}, {.checkpointer = cp.get(), .thread_id = "t2"});
+  ASSERT_TRUE(plain) << plain.error().message;
+  auto quiet = cp->latest("t2");
+  ASSERT_TRUE(quiet && *quiet);
+  EXPECT_FALSE((*quiet)->metadata.contains("subgraph_steps"));
 }
 
 TEST(Subgraph, CompileNamesUnknownMappedChannels) {

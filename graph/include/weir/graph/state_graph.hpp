@@ -486,7 +486,18 @@ struct RunOptions {
   // run's or the graph's) counts too: a run service continuing the same run after its worker
   // died. (A caller continuing a thread by invoking again gets a fresh count: 0.)
   std::int32_t steps_before = 0;
+  // Record each step of every subgraph the run calls (LangGraph's stream_subgraphs): the
+  // checkpoint of the step that called it gets metadata "subgraph_steps", a list of
+  // {"path": [{"node", "step", "task"}, ...] (the call: the subgraph node, the step of its run
+  // and its task's place there, outermost first), "step" (the subgraph's step; 0: its input),
+  // "nodes" (what ran), "writes" (each channel it wrote, its whole new value)}. At most
+  // kSubgraphStepBytes of them a step; what does not fit is left out and counted in
+  // "subgraph_steps_dropped". Needs a checkpointer and a thread (else nothing is recorded).
+  bool record_subgraph_steps = false;
 };
+
+// The most bytes of RunOptions::record_subgraph_steps a step's checkpoint holds (JSON text).
+inline constexpr std::size_t kSubgraphStepBytes = 256 * 1024;
 
 struct RuntimeOptions {
   MemoryBudget* budget = nullptr;      // run_state is charged here when set
