@@ -292,6 +292,7 @@ asio::awaitable<RunEnding> RunExecutor::Impl::execute(RunRecord rec,
   o.interrupt_before = std::move(controls->interrupt_before);
   o.interrupt_after = std::move(controls->interrupt_after);
   o.recursion_limit = controls->recursion_limit;
+  o.record_subgraph_steps = controls->subgraph_steps;
   o.go_to = std::move(controls->go_to);
   for (auto& [node, input] : controls->go_to_sends)
     o.go_to_sends.push_back({std::move(node), std::move(input)});

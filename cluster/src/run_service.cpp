@@ -101,6 +101,7 @@ std::string controls_text(const RunControls& c) {
   if (!c.metadata.empty()) o["metadata"] = c.metadata;
   if (!c.multitask_strategy.empty()) o["multitask_strategy"] = c.multitask_strategy;
   if (!c.assistant_id.empty()) o["assistant_id"] = c.assistant_id;
+  if (c.subgraph_steps) o["subgraph_steps"] = true;
   return json::serialize(o);
 }
 
@@ -141,6 +142,8 @@ Result<RunControls> parse_controls(std::string_view text) {
       c.multitask_strategy = kv.value().as_string();
     } else if (kv.key() == "assistant_id" && kv.value().is_string()) {
       c.assistant_id = kv.value().as_string();
+    } else if (kv.key() == "subgraph_steps" && kv.value().is_bool()) {
+      c.subgraph_steps = kv.value().as_bool();
     } else {
       return wrong();
     }

@@ -298,6 +298,11 @@ Result<LangGraphRun> read_langgraph_run(const json::object& b, std::string_view 
     }
   }
   if (auto c = check_stream_modes(r.stream_modes, route); !c) return std::move(c).error();
+  if (const auto* g = field(b, "stream_subgraphs")) {
+    if (!g->is_bool())
+      return bad("'stream_subgraphs' must be true or false, got " + json::serialize(*g));
+    r.controls.subgraph_steps = g->as_bool();
+  }
   if (const auto* d = field(b, "on_disconnect")) {
     if (*d != "cancel" && *d != "continue")
       return bad("'on_disconnect' must be \"cancel\" or \"continue\", got " + json::serialize(*d));

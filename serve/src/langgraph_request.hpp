@@ -5,8 +5,8 @@
 // message is the answer's "detail": corrupt_data (400: the body is not JSON), invalid_argument
 // (422: a field of the wrong type or out of range, named), unsupported (501: a field weir cannot
 // honour yet, named, so a client never gets a 200 that did something else). Fields a LangGraph
-// client sends that change nothing weir does (durability, feedback_keys, checkpoint_during,
-// stream_subgraphs, ...) and unknown ones are ignored, as the LangGraph servers do.
+// client sends that change nothing weir does (durability, feedback_keys, checkpoint_during, ...)
+// and unknown ones are ignored, as the LangGraph servers do.
 //
 // Thread safety: pure functions.
 #pragma once
@@ -54,7 +54,8 @@ struct LangGraphRun {
   // A second run on a busy thread: reject (409), interrupt (cancel the thread's runs, keep what
   // they did), rollback (cancel them, back to where the first began), enqueue (wait for them).
   std::string multitask = "reject";
-  // interrupt_before / interrupt_after ("*" or node names), config.recursion_limit.
+  // interrupt_before / interrupt_after ("*" or node names), config.recursion_limit,
+  // stream_subgraphs (controls.subgraph_steps).
   cluster::RunControls controls;
   // after_seconds: the run starts no earlier than this (cluster::RunRequest::delay); 0 to a day.
   std::chrono::milliseconds after{0};

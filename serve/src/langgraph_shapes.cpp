@@ -173,7 +173,12 @@ Result<json::object> client_state_at(const graph::Checkpointer& cp, std::string_
                                      std::string_view checkpoint) {
   auto values = cp.state_at(thread, checkpoint);
   if (!values) return values;
-  for (auto& kv : *values) {
+  inline_messages(cp, thread, *values);
+  return values;
+}
+
+void inline_messages(const graph::Checkpointer& cp, std::string_view thread, json::object& values) {
+  for (auto& kv : values) {
     auto* list = kv.value().if_array();
     if (!list) continue;
     for (auto& item : *list) {
@@ -188,7 +193,6 @@ Result<json::object> client_state_at(const graph::Checkpointer& cp, std::string_
       if (!ec && role && role->is_string()) item = std::move(m);
     }
   }
-  return values;
 }
 
 Result<json::object> thread_state(const graph::Checkpointer& cp, const graph::Checkpoint& c) {
@@ -222,6 +226,8 @@ Result<json::object> thread_state(const graph::Checkpointer& cp, const graph::Ch
                                  {"checkpoint", nullptr},
                                  {"state", nullptr}});
   json::object metadata = c.metadata;
+  metadata.erase("subgraph_steps");  // the stream's (stream_subgraphs), not the clients'
+  metadata.erase("subgraph_steps_dropped");
   metadata["step"] = c.step;
   if (!metadata.contains("source")) metadata["source"] = c.step < 0 ? "input" : "loop";
   return json::object{

@@ -70,6 +70,9 @@ boost::json::object root_state(const std::string& thread, std::int64_t created_m
 inline constexpr std::size_t kMaxInlinedMessage = std::size_t{1} << 20;
 Result<boost::json::object> client_state_at(const graph::Checkpointer& cp, std::string_view thread,
                                             std::string_view checkpoint);
+// That putting back alone, on `values` of `thread` (a subgraph's recorded step's).
+void inline_messages(const graph::Checkpointer& cp, std::string_view thread,
+                     boost::json::object& values);
 // A checkpoint as LangGraph's ThreadState (values with messages in LangChain's shape).
 Result<boost::json::object> thread_state(const graph::Checkpointer& cp, const graph::Checkpoint& c);
 

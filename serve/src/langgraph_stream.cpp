@@ -99,8 +99,41 @@ Result<json::object> checkpoint_payload(const graph::Checkpointer& cp, const gra
 
 // The metadata of a message a step's node wrote (or is writing), as LangGraph's
 // StreamMessagesHandler gives it.
-json::object message_meta(const LangGraphStream& st, std::int64_t step, const std::string& node,
+// The namespace of a subgraph's call (LangGraph's checkpoint_ns): "<node>:<task id>" per
+// enclosing call, outermost first, joined by '|'. `calls` are the calls' keys, outermost first:
+// a subgraph node's name (its first call in the step), else name, task and step; `base` is the
+// checkpoint before the step.
+std::string namespace_of(std::string base,
+                         const std::vector<std::pair<std::string, std::string>>& calls) {
+  std::string ns;
+  for (const auto& [node, key] : calls) {
+    base = task_id(base, key);
+    ns += (ns.empty() ? "" : "|") + node + ":" + base;
+  }
+  return ns;
+}
+
+// A node's name as the stream shows it and its namespace: a subgraph's node ("outer/inner",
+// graph::MessageText::node) is "inner" under "outer:<task id>" (the first call of outer in the
+// step: a piece does not say which call it came from).
+std::pair<std::string, std::string> node_and_ns(const std::string& node,
+                                                const std::string& parent_checkpoint) {
+  const auto slash = node.rfind('/');
+  if (slash == std::string::npos) return {node, node + ":" + task_id(parent_checkpoint, node)};
+  std::vector<std::pair<std::string, std::string>> calls;
+  for (std::size_t from = 0;;) {
+    const auto to = node.find('/', from);
+    const std::string part = node.substr(from, to == std::string::npos ? to : to - from);
+    calls.emplace_back(part, part);
+    if (to == std::string::npos) break;
+    from = to + 1;
+  }
+  return {node.substr(slash + 1), namespace_of(parent_checkpoint, calls)};
+}
+
+json::object message_meta(const LangGraphStream& st, std::int64_t step, const std::string& name,
                           const std::string& parent_checkpoint) {
+  const auto [node, ns] = node_and_ns(name, parent_checkpoint);
   return json::object{{"run_id", st.run_id},
                       {"thread_id", st.thread_id},
                       {"graph_id", st.graph_id},
@@ -109,7 +142,15 @@ json::object message_meta(const LangGraphStream& st, std::int64_t step, const st
                       {"langgraph_node", node},
                       {"langgraph_triggers", json::array{"branch:to:" + node}},
                       {"langgraph_path", json::array{"__pregel_pull", node}},
-                      {"langgraph_checkpoint_ns", node + ":" + task_id(parent_checkpoint, node)}};
+                      {"langgraph_checkpoint_ns", ns}};
+}
+
+// The namespace part of a piece's event name: "|<ns>" for a subgraph's node when the run
+// streams subgraphs, else "".
+std::string piece_ns(const LangGraphStream& st, const std::string& node) {
+  if (!st.subgraphs || node.find('/') == std::string::npos) return {};
+  const auto [name, ns] = node_and_ns(node, st.last_checkpoint);
+  return "|" + ns.substr(0, ns.rfind('|'));
 }
 
 // An `events` mode event (LangChain's astream_events v2 shape): {"event", "name", "run_id",
@@ -185,6 +226,7 @@ void piece_events(LangGraphStream& st, std::string& out, std::optional<std::int6
       continue;
     }
     const json::object meta = message_meta(st, p.step, p.node, st.last_checkpoint);
+    const std::string ns = piece_ns(st, p.node);
     auto [at, first] = st.texts.try_emplace(p.message_id);
     at->second += p.text;
     // A rejoined stream's client has the first bytes of the message already.
@@ -198,7 +240,8 @@ void piece_events(LangGraphStream& st, std::string& out, std::optional<std::int6
       if (k->second > from) fresh.remove_prefix(utf8_skip_continuation(fresh));
     }
     if (wants(st, "messages-tuple") && !fresh.empty())
-      add_piece(st, out, json::array{ai_chunk_to_langchain(p.message_id, fresh), meta}, "messages");
+      add_piece(st, out, json::array{ai_chunk_to_langchain(p.message_id, fresh), meta},
+                "messages" + ns);
     if (wants(st, "events") && !fresh.empty())
       add_piece(st, out,
                 stream_event(st, "on_chat_model_stream", p.node, p.message_id,
@@ -218,6 +261,60 @@ void piece_events(LangGraphStream& st, std::string& out, std::optional<std::int6
   for (const auto& id : grown)
     add_piece(st, out, json::array{ai_chunk_to_langchain(id, st.texts.at(id))}, "messages/partial");
   st.held = std::move(later);
+}
+
+// The steps of the subgraphs step `c` called (metadata "subgraph_steps", recorded when the run
+// streams subgraphs), as LangGraph's namespaced events: "values|<ns>" (a subgraph's state after
+// each of its steps, its input first) and "updates|<ns>" ({node: what the step changed}).
+void subgraph_events(const graph::Checkpointer& cp, const LangGraphStream& st,
+                     const graph::Checkpoint& c, Frames& f) {
+  const auto* steps = c.metadata.if_contains("subgraph_steps");
+  if (!st.subgraphs || !steps || !steps->is_array()) return;
+  std::map<std::string, json::object> states;     // ns -> its subgraph's state so far
+  std::map<std::string, std::string> first_call;  // "<parent ns>/<node>" -> its first call
+  for (const auto& rec : steps->as_array()) {
+    const auto* o = rec.if_object();
+    const auto* path = o ? o->if_contains("path") : nullptr;
+    const auto* writes = o ? o->if_contains("writes") : nullptr;
+    const auto* step = o ? o->if_contains("step") : nullptr;
+    const auto* nodes = o ? o->if_contains("nodes") : nullptr;
+    if (!path || !path->is_array() || path->as_array().empty() || !writes || !writes->is_object() ||
+        !step || !step->is_int64() || !nodes || !nodes->is_array())
+      continue;  // not a record this weir wrote
+    std::vector<std::pair<std::string, std::string>> calls;
+    std::string parent_ns;
+    for (const auto& e : path->as_array()) {
+      const auto* call = e.if_object();
+      const auto* node = call ? call->if_contains("node") : nullptr;
+      if (!node || !node->is_string()) break;
+      const std::string name(node->as_string());
+      const std::string at = json::serialize(e);
+      auto [first, fresh] = first_call.try_emplace(parent_ns + "/" + name, at);
+      calls.emplace_back(name, first->second == at ? name : name + "#" + at);
+      parent_ns += "/" + calls.back().second;
+    }
+    if (calls.size() != path->as_array().size()) continue;
+    const std::string ns = namespace_of(c.parent_id, calls);
+    json::object& state = states[ns];
+    json::object raw;
+    for (const auto& kv : writes->as_object()) {
+      raw[kv.key()] = delta(state.if_contains(kv.key()), kv.value());
+      state[kv.key()] = kv.value();
+    }
+    if (step->as_int64() > 0 && wants(st, "updates") && !nodes->as_array().empty()) {
+      inline_messages(cp, c.thread_id, raw);
+      const json::object changed = values_to_langchain(raw);
+      json::object update;
+      for (const auto& n : nodes->as_array())
+        if (n.is_string()) update[n.as_string()] = changed;  // two nodes in a step: their merge
+      f.add("updates|" + ns, update);
+    }
+    if (wants(st, "values")) {
+      json::object shown = state;
+      inline_messages(cp, c.thread_id, shown);
+      f.add("values|" + ns, values_to_langchain(shown));
+    }
+  }
 }
 
 std::optional<std::int64_t> pieces_due(const LangGraphStream& st) {
@@ -274,6 +371,11 @@ Result<std::string> langgraph_stream_events(const graph::Checkpointer& cp, const
   st.run_id = r.id;
   st.thread_id = r.thread_id;
   st.attempt = r.attempts;
+  if (!st.controls_read) {
+    st.controls_read = true;
+    const auto controls = cluster::parse_controls(r.controls);
+    st.subgraphs = controls && controls->subgraph_steps;
+  }
   for (auto& p : pieces) st.held.push_back(std::move(p));
   const bool messages = wants(st, "messages-tuple") || wants(st, "messages") || wants(st, "events");
   if (messages)
@@ -330,6 +432,7 @@ Result<std::string> langgraph_stream_events(const graph::Checkpointer& cp, const
       st.ran = next_of(c);
       continue;
     }
+    subgraph_events(cp, st, c, f);  // what the subgraphs it called did, first
     // What the step changed, per channel (a list: what it added).
     json::object raw;
     for (const auto& kv : c.writes) {

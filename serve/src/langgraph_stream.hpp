@@ -17,7 +17,14 @@
 // `messages` events of AIMessageChunk pieces (the SDK joins them by message id), messages as
 // `messages/partial` with the text so far. A step's pieces go after the previous step's events
 // and before its own; when the step is committed its message is not sent again whole
-// (messages-tuple: a last chunk holds what the pieces missed, if anything). Pieces carry no
+// (messages-tuple: a last chunk holds what the pieces missed, if anything).
+//
+// Subgraphs. A run asked with stream_subgraphs records its subgraphs' steps in the checkpoint
+// of the step that called them (graph::RunOptions::record_subgraph_steps); that step's events
+// open with theirs, named as LangGraph's: "values|<ns>" (the subgraph's state, its input first)
+// and "updates|<ns>", ns "<node>:<task id>" per enclosing call joined by '|'. Pieces of a
+// subgraph node's message are then "messages|<ns>". The other modes show subgraphs only
+// through the step that called them. Pieces carry no
 // event id "<checkpoint>:<n>;<message id>=<bytes>..." (the last step's last event, and the
 // bytes of each message being generated sent so far): a stream rejoined after one sends each
 // message's text from there on (in-process, where a watch gets the text so far), or what its
@@ -76,6 +83,9 @@ struct LangGraphStream {
   long last_index = 0;                    // the number of its last event in this stream
   std::string run_id, thread_id;          // the run's (set by langgraph_stream_events)
   std::int64_t attempt = 0;               // its record's attempts at the last look
+  // The run streams subgraphs (its controls' subgraph_steps: stream_subgraphs), read at the
+  // first look.
+  bool subgraphs = false, controls_read = false;
 };
 
 // The nodes a workflow's START edges lead to (static targets; a routed start names none).

@@ -5,7 +5,7 @@
 
 #include <thread>
 
-#include "langgraph_suite.hpp"
+#include "langgraph_subgraph_suite.hpp"
 #include "pg_server.hpp"
 
 namespace weir::serve::runs_suite {

@@ -1,6 +1,6 @@
 // The runs API with its in-process queue (runs_api_suite.hpp; the PostgreSQL instance is in
 // tests/cluster).
-#include "langgraph_suite.hpp"
+#include "langgraph_subgraph_suite.hpp"
 
 namespace weir::serve::runs_suite {
 

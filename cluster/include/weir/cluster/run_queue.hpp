@@ -84,10 +84,13 @@ struct RunControls {
   boost::json::object metadata;
   std::string multitask_strategy;
   std::string assistant_id;  // the LangGraph assistant the run was asked of ("": its graph's)
+  // Record subgraphs' steps (graph::RunOptions::record_subgraph_steps): LangGraph's
+  // stream_subgraphs, which every stream of the run then shows.
+  bool subgraph_steps = false;
   bool empty() const {
     return interrupt_before.empty() && interrupt_after.empty() && recursion_limit == 0 &&
            go_to.empty() && go_to_sends.empty() && metadata.empty() && multitask_strategy.empty() &&
-           assistant_id.empty();
+           assistant_id.empty() && !subgraph_steps;
   }
 };
 // RunRecord::controls's text ("" when empty) and back. Errors: invalid_argument (not the text
