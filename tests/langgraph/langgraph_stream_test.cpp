@@ -10,6 +10,7 @@
 
 #include "langgraph_fixture.hpp"
 #include "langgraph_stream.hpp"
+#include "weir/runtime/sha256.hpp"
 
 namespace weir::serve {
 namespace {
@@ -541,6 +542,34 @@ TEST(LangGraphStream, PiecesOfAnAttemptThatLostTheRunAreDropped) {
   const std::string out = langgraph_text_events(std::move(pieces), st);
   EXPECT_EQ(out.find("stale"), std::string::npos) << out;
   EXPECT_NE(out.find("fresh"), std::string::npos) << out;
+}
+
+// A piece of a subgraph node's reply (its node "outer/inner") names the node "inner" under the
+// namespace of its call; with stream_subgraphs its event is "messages|<the subgraph's ns>", as
+// LangGraph's (the SDK's useStream reads both).
+TEST(LangGraphStream, APieceOfASubgraphNodeNamesItsNamespace) {
+  for (const bool subgraphs : {false, true}) {
+    LangGraphStream st;
+    st.modes = {"messages-tuple"};
+    st.run_id = "r-1";
+    st.last_step = 0;
+    st.last_checkpoint = "c0";
+    st.subgraphs = subgraphs;
+    graph::MessageText t;
+    t.run_id = "r-1";
+    t.node = "outer/inner";
+    t.step = 1;
+    t.message_id = "msg-1";
+    t.text = "Once";
+    const auto frames = frames_of(langgraph_text_events({t}, st));
+    ASSERT_EQ(frames.size(), 1u);
+    const std::string outer = "outer:" + sha256_hex("c0/outer").substr(0, 32);
+    EXPECT_EQ(frames[0].event, subgraphs ? "messages|" + outer : "messages");
+    const json::value meta = json::parse(frames[0].data).at(1);
+    EXPECT_EQ(meta.at("langgraph_node"), "inner");
+    const std::string ns(meta.at("langgraph_checkpoint_ns").as_string());
+    EXPECT_EQ(ns.substr(0, outer.size() + 7), outer + "|inner:") << ns;
+  }
 }
 
 // A messages window that evicts a turn and puts its summary first: the step's update holds the
