@@ -316,3 +316,57 @@ std::string CompiledGraph::to_dot() const {
 }
 
 }  // namespace weir::graph
+
+namespace weir::graph {
+
+WorkflowSpec CompiledGraph::describe(std::string name, std::string description) const {
+  WorkflowSpec spec;
+  spec.name = std::move(name);
+  spec.description = std::move(description);
+  spec.limits.recursion_limit = limits_.recursion_limit;
+  spec.limits.max_concurrency = limits_.max_concurrency;
+  if (limits_.deadline.count() > 0) spec.limits.deadline_ms = limits_.deadline.count();
+  spec.limits.inline_limit = static_cast<std::int64_t>(limits_.inline_limit);
+  spec.limits.max_state_bytes = static_cast<std::int64_t>(limits_.max_state_bytes);
+  if (limits_.token_budget > 0) spec.limits.token_budget = limits_.token_budget;
+  spec.limits.max_thread_steps = limits_.max_thread_steps;
+  for (const auto& [channel, o] : channels_) {
+    ChannelSpec c;
+    c.name = channel;
+    c.reducer = o.custom ? ReducerKind::last_value : o.reducer;
+    c.default_value = o.default_value;
+    c.max_items = o.max_items;
+    c.window_max_messages = o.max_messages;
+    c.window_max_tokens = o.max_tokens;
+    spec.channels.push_back(std::move(c));
+  }
+  spec.input = input_channels_;
+  for (const auto& n : nodes_) {
+    NodeSpec s;
+    s.name = n.name;
+    s.kind = n.sub ? NodeKind::subgraph : NodeKind::code;
+    if (n.options.max_visits > 0) s.max_visits = n.options.max_visits;
+    if (n.options.timeout.count() > 0) s.timeout_ms = n.options.timeout.count();
+    if (n.sub) {
+      const auto& child = *n.sub->graph;
+      spec.subgraphs[n.name] = std::make_shared<const WorkflowSpec>(
+          child.describe(child.name_.empty() ? n.name : child.name_));
+    }
+    spec.nodes.push_back(std::move(s));
+  }
+  for (const auto& e : edges_) {
+    EdgeSpec s;
+    s.from = e.from;
+    if (e.router || e.send) {
+      auto r = std::make_shared<RouteSpec>();
+      r->default_targets = e.to;
+      s.route = std::move(r);
+    } else {
+      s.to = e.to;
+    }
+    spec.edges.push_back(std::move(s));
+  }
+  return spec;
+}
+
+}  // namespace weir::graph

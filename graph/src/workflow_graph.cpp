@@ -270,6 +270,8 @@ struct Builder {
         return add_llm(n);
       case NodeKind::crew:
         return add_crew(n);
+      case NodeKind::code:  // a C++ graph's (CompiledGraph::describe): it runs its own nodes
+        break;
     }
     problems.push_back("node '" + n.name + "': kind '" + node_kind_name(n.kind) +
                        "' is not runnable");

@@ -608,6 +608,8 @@ class Loader {
         case NodeKind::crew:
           crew_node(n, no, ptr, allowed);
           break;
+        case NodeKind::code:  // not a file's kind (node_kind_names has none)
+          break;
       }
       check_keys(no, ptr, allowed);
       // The settings, less those read into `n`, in a table of their own size; then the node's

@@ -33,6 +33,7 @@ const char* reducer_name(ReducerKind r) {
 }
 
 const char* node_kind_name(NodeKind k) {
+  if (k == NodeKind::code) return "code";
   return node_kind_names()[static_cast<std::size_t>(k)].c_str();
 }
 

@@ -210,3 +210,46 @@ TEST(Subgraph, CompileNamesUnknownMappedChannels) {
 
 }  // namespace
 }  // namespace weir::graph
+
+namespace weir::graph {
+namespace {
+
+// describe(): a C++ graph as the workflow spec a server shows (channels, input, nodes of kind
+// code or subgraph, edges with a router's declared targets).
+TEST(CompiledGraphDescribe, ShowsChannelsNodesEdgesAndSubgraphs) {
+  StateGraph p;
+  p.add_channel("question", {});
+  p.add_channel("answer", {});
+  p.add_channel("notes", {.reducer = ReducerKind::append});
+  p.add_subgraph("research", research_graph());
+  p.add_node("check", [](const StateView&, NodeContext&) -> Result<Update> { return Update(); },
+             {.max_visits = 3});
+  p.add_edge("START", "research").add_edge("research", "check");
+  p.add_conditional_edges("check", [](const StateView&) { return std::vector<std::string>{"END"}; },
+                          {"research", "END"});
+  p.set_input_channels({"question"}, "asker");
+  auto g = p.compile();
+  ASSERT_TRUE(g) << g.error().message;
+  const WorkflowSpec spec = (*g)->describe("asker", "asks and checks");
+  EXPECT_EQ(spec.name, "asker");
+  EXPECT_EQ(spec.description, "asks and checks");
+  ASSERT_EQ(spec.channels.size(), 3u);
+  EXPECT_EQ(spec.channels[2].name, "notes");
+  EXPECT_EQ(spec.channels[2].reducer, ReducerKind::append);
+  EXPECT_EQ(spec.input, (std::vector<std::string>{"question"}));
+  ASSERT_EQ(spec.nodes.size(), 2u);
+  EXPECT_EQ(spec.nodes[0].kind, NodeKind::subgraph);
+  EXPECT_EQ(spec.nodes[1].kind, NodeKind::code);
+  EXPECT_STREQ(node_kind_name(spec.nodes[1].kind), "code");
+  EXPECT_EQ(spec.nodes[1].max_visits, 3);
+  ASSERT_TRUE(spec.subgraphs.count("research"));
+  EXPECT_EQ(spec.subgraphs.at("research")->nodes.size(), 2u);
+  ASSERT_EQ(spec.edges.size(), 3u);
+  EXPECT_EQ(spec.edges[0].to, (std::vector<std::string>{"research"}));
+  ASSERT_TRUE(spec.edges[2].route);
+  EXPECT_EQ(spec.edges[2].route->all_targets(), (std::vector<std::string>{"research", "END"}));
+  EXPECT_EQ(spec.limits.recursion_limit, 25);
+}
+
+}  // namespace
+}  // namespace weir::graph

@@ -339,6 +339,12 @@ class CompiledGraph {
   // StateGraph::set_input_channels: empty when any channel may be set.
   const std::vector<std::string>& input_channels() const { return input_channels_; }
   std::string to_dot() const;
+  // The graph as a workflow spec, for what a server shows of a C++ graph (its assistant's
+  // graph, schemas and subgraphs; the nodes a run's controls may name): its channels (a custom
+  // reducer shows as last_value), input list, limits, nodes (kind `code`; a subgraph node kind
+  // `subgraph`, its graph described in `subgraphs`), and edges (a router's or a Send's declared
+  // targets as a route of cases with only a default). Named `name`, with `description`.
+  WorkflowSpec describe(std::string name, std::string description = {}) const;
 
  private:
   friend class StateGraph;

@@ -75,9 +75,10 @@ struct RetrySpec {
   std::int64_t max_backoff_ms = 5000;
 };
 
-enum class NodeKind { set, tool, llm, agent, router, map, subgraph, interrupt, crew };
+// `code`: a node written in C++ (CompiledGraph::describe's nodes); a file cannot declare one.
+enum class NodeKind { set, tool, llm, agent, router, map, subgraph, interrupt, crew, code };
 const char* node_kind_name(NodeKind k);
-std::span<const std::string> node_kind_names();  // in enum order
+std::span<const std::string> node_kind_names();  // the kinds a file may write, in enum order
 
 struct NodeSpec {
   std::string name;
