@@ -180,6 +180,24 @@ Result<std::shared_ptr<const BuiltWorkflow>> RunExecutor::workflow(const RunReco
   std::lock_guard lock(impl_->mu);
   auto& cache = impl_->workflows;
   if (auto it = cache.find(rec.workflow_sha256); it != cache.end()) return it->second;
+  if (auto name = cpp_graph_name(rec.workflow)) {
+    for (const auto& g : impl_->opt.graphs) {
+      if (g.name != *name) continue;
+      auto wf = std::make_shared<BuiltWorkflow>();
+      wf->spec = g.graph->describe(g.name, g.description);
+      wf->built.graph = g.graph;
+      if (cache.size() >= Impl::kCached) cache.erase(cache.begin());
+      cache.emplace(rec.workflow_sha256, wf);
+      return std::shared_ptr<const BuiltWorkflow>(std::move(wf));
+    }
+    std::string have;
+    for (const auto& g : impl_->opt.graphs) have += (have.empty() ? "" : ", ") + g.name;
+    return Error(Errc::invalid_workflow,
+                 "run " + rec.id + " runs the C++ graph '" + *name +
+                     "', which this process does not have (its C++ graphs: " +
+                     (have.empty() ? std::string("none") : have) +
+                     "): register it in every process that runs it (WorkerOptions::graphs)");
+  }
   auto load = graph::load_workflow_text(rec.workflow, rec.workflow_file, agents::workflow_checks());
   if (!load.ok()) return Error(Errc::invalid_workflow, load.report());
   auto wf = std::make_shared<BuiltWorkflow>();

@@ -8,6 +8,7 @@
 // A run, in async_execute:
 //   1. Its workflow: built from RunRecord::workflow once per text (keyed by its SHA-256) and
 //      shared by every run of it; a file that no longer loads fails the run (invalid_workflow).
+//      A C++ graph's run (cpp_graph_text) runs Options::graphs' graph of that name.
 //   2. Its input (a JSON object) and resume value, parsed from the record; bad text fails it.
 //   3. The thread's claim under `token` (Checkpointer::claim_thread, lease RunEnv::lease).
 //      Refused: the run is handed back after one lease (another runner still holds it).
@@ -111,7 +112,8 @@ class RunExecutor {
     std::size_t max_runs = 4;  // runs at once on its GraphRuntime (REQUIRES >= 1)
     // One budget for every run (run state and artifacts kept in memory).
     std::size_t memory_limit = std::size_t{1} << 30;
-    std::string tag = "runs";  // the artifact folder: $TMPDIR/weir-<tag>-<pid>
+    std::string tag = "runs";      // the artifact folder: $TMPDIR/weir-<tag>-<pid>
+    std::vector<CppGraph> graphs;  // what a record carrying cpp_graph_text runs
   };
   // Errors: io_error (the artifact folder).
   static Result<std::unique_ptr<RunExecutor>> open(Options options);
@@ -122,7 +124,7 @@ class RunExecutor {
   MemoryBudget& budget();
 
   // Step 1 for a record carrying its workflow's text, file and SHA-256. Errors: invalid_workflow
-  // (the text does not load: its report), build_workflow's.
+  // (the text does not load: its report; a C++ graph this executor lacks), build_workflow's.
   Result<std::shared_ptr<const BuiltWorkflow>> workflow(const RunRecord& rec);
 
   // Steps 2-6 with `wf` (from workflow(), or built by the caller the same way). Never throws:

@@ -200,6 +200,20 @@ json::object run_list_json(const RunList& l) {
 
 // --- workflows --------------------------------------------------------------------------------
 
+std::string cpp_graph_text(std::string_view name) {
+  return json::serialize(json::object{{"$cpp_graph", name}});
+}
+
+std::optional<std::string> cpp_graph_name(std::string_view workflow_text) {
+  if (!workflow_text.starts_with(R"({"$cpp_graph":)")) return std::nullopt;  // the fast no
+  boost::system::error_code ec;
+  const json::value v = json::parse(workflow_text, ec);
+  const auto* o = ec ? nullptr : v.if_object();
+  const auto* n = o && o->size() == 1 ? o->if_contains("$cpp_graph") : nullptr;
+  if (!n || !n->is_string()) return std::nullopt;
+  return std::string(n->as_string());
+}
+
 Result<std::shared_ptr<WorkflowFile>> load_workflow_file(const fs::path& p, std::string text) {
   auto w = std::make_shared<WorkflowFile>();
   std::error_code ec;
@@ -270,13 +284,31 @@ Status load_folder(
     std::map<std::string, std::shared_ptr<const WorkflowFile>>& folder,
     std::vector<std::string>& names,
     std::map<std::string, std::shared_ptr<const graph::WorkflowSpec>, std::less<>>& specs) {
-  if (options.workflows.empty()) return {};
-  std::vector<std::string> left_out;
-  auto f = load_workflow_folder(options.workflows, options.crew_model, &left_out);
-  if (!f) return std::move(f).error();
-  if (options.log)
-    for (const auto& c : left_out) options.log(options.workflows.string() + "/" + c + ": left out");
-  folder = std::move(*f);
+  if (!options.workflows.empty()) {
+    std::vector<std::string> left_out;
+    auto f = load_workflow_folder(options.workflows, options.crew_model, &left_out);
+    if (!f) return std::move(f).error();
+    if (options.log)
+      for (const auto& c : left_out)
+        options.log(options.workflows.string() + "/" + c + ": left out");
+    folder = std::move(*f);
+  }
+  for (const auto& g : options.graphs) {
+    if (g.name.empty() || !g.graph)
+      return Error(Errc::invalid_argument, "a C++ graph needs a name and a compiled graph");
+    if (auto it = folder.find(g.name); it != folder.end())
+      return Error(
+          Errc::invalid_argument,
+          "two workflows are named '" + g.name + "' (the C++ graph and " +
+              (it->second->file.empty() ? std::string("another C++ graph") : it->second->file) +
+              ")");
+    auto w = std::make_shared<WorkflowFile>();
+    w->name = g.name;
+    w->text = cpp_graph_text(g.name);
+    w->sha256 = sha256_hex(w->text);
+    w->spec = std::make_shared<const graph::WorkflowSpec>(g.graph->describe(g.name, g.description));
+    folder.emplace(g.name, std::move(w));
+  }
   for (const auto& [n, w] : folder) {
     names.push_back(n);
     specs[n] = w->spec;

@@ -43,7 +43,7 @@ class LocalRuns final : public RunService {
 
   Status open() {
     if (auto s = load_folder(cfg_, folder_, names_, specs_); !s) return s;
-    auto ex = RunExecutor::open({cfg_.max_runs, cfg_.memory_limit, "runs"});
+    auto ex = RunExecutor::open({cfg_.max_runs, cfg_.memory_limit, "runs", cfg_.graphs});
     if (!ex) return std::move(ex).error();
     executor_ = std::move(*ex);
     // The folder's workflows are built now: one that does not build refuses the start.

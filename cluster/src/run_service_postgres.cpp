@@ -46,6 +46,7 @@ class PostgresRuns final : public RunService {
       wo.lease = cfg_.lease;
       wo.log = cfg_.log;
       wo.tracer = cfg_.tracer;
+      wo.graphs = cfg_.graphs;
       worker_ = std::make_unique<Worker>(std::move(wo));
       worker_thread_ = std::thread([this] {
         if (auto r = worker_->run(); !r) say("the embedded worker stopped: " + r.error().message);
@@ -87,9 +88,16 @@ class PostgresRuns final : public RunService {
     if (!prev) return std::move(prev).error();
     if (!controls.interrupt_before.empty() || !controls.interrupt_after.empty() ||
         controls.recursion_limit > 0 || !controls.go_to.empty() || !controls.go_to_sends.empty()) {
-      auto w = load_workflow_file(prev->workflow_file, prev->workflow);
-      if (!w) return std::move(w).error();
-      if (auto c = check_controls(*(*w)->spec, controls); !c) return std::move(c).error();
+      std::shared_ptr<const graph::WorkflowSpec> spec;
+      if (cpp_graph_name(prev->workflow)) {
+        spec = workflow(prev->workflow_name);  // a C++ graph: this service's, when it has it
+      } else {
+        auto w = load_workflow_file(prev->workflow_file, prev->workflow);
+        if (!w) return std::move(w).error();
+        spec = (*w)->spec;
+      }
+      if (spec)
+        if (auto c = check_controls(*spec, controls); !c) return std::move(c).error();
     }
     SubmitRequest s;
     s.workflow = std::move(prev->workflow);

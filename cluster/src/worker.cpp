@@ -329,7 +329,7 @@ Result<WorkerStats> Worker::Impl::run() {
   if (auto s = listen(); !s) return std::move(s).error();
 
   owner = opt.name.empty() ? host_name() + ":" + std::to_string(::getpid()) : opt.name;
-  auto ex = RunExecutor::open({opt.max_runs, opt.memory_limit, "worker"});
+  auto ex = RunExecutor::open({opt.max_runs, opt.memory_limit, "worker", opt.graphs});
   if (!ex) return std::move(ex).error();
   executor = std::move(*ex);
   text = std::make_unique<TextPublisher>(opt.db, opt.log);

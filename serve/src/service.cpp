@@ -23,6 +23,13 @@ ModelSpec parse_model_spec(const std::string& arg) {
   return {std::filesystem::path(arg).stem().string(), arg};
 }
 
+namespace {
+// The runs API is on: a workflow folder, C++ graphs, or both.
+bool runs_api(const ServeConfig& c) {
+  return c.workflows || !c.graphs.empty();
+}
+}  // namespace
+
 std::string describe(const ServeConfig& c) {
   std::string s = "weir serve configuration:\n";
   auto line = [&](const char* k, const std::string& v) {
@@ -60,12 +67,16 @@ std::string describe(const ServeConfig& c) {
   line("--idle-timeout", ms_text(c.idle_timeout));
   line("/mcp", c.mcp ? std::to_string(c.mcp->tool_count()) + " tools (--mcp-tools, --mcp-workflows)"
                      : "off");
-  line("/v1/runs", !c.workflows
+  std::string graphs;
+  for (const auto& g : c.graphs) graphs += (graphs.empty() ? "" : ", ") + g.name;
+  line("/v1/runs", !runs_api(c)
                        ? std::string("off")
-                       : "workflows in " + c.workflows->string() +
-                             (c.models.empty() ? std::string(" (crew files: none, no --model)")
-                                               : " (crew files on " + c.models.front().name + ")") +
-                             ", " +
+                       : (c.workflows ? "workflows in " + c.workflows->string() +
+                                            (c.models.empty()
+                                                 ? std::string(" (crew files: none, no --model)")
+                                                 : " (crew files on " + c.models.front().name + ")")
+                                      : std::string("no workflow folder")) +
+                             (graphs.empty() ? std::string() : ", C++ graphs " + graphs) + ", " +
                              (c.runs_db.empty() ? std::string("in-process queue")
                                                 : "queue in " + graph::redact_store(c.runs_db)) +
                              ", --max-runs " + std::to_string(c.max_runs) + ", --max-queued-runs " +
@@ -76,11 +87,11 @@ std::string describe(const ServeConfig& c) {
 
 Status validate(const ServeConfig& c) {
   auto bad = [](std::string m) { return Status(Error(Errc::invalid_argument, std::move(m))); };
-  if (c.models.empty() && !c.mcp && !c.workflows)
+  if (c.models.empty() && !c.mcp && !runs_api(c))
     return bad("no model given: --model PATH (or NAME=PATH), once per model");
-  if (!c.runs_db.empty() && !c.workflows)
+  if (!c.runs_db.empty() && !runs_api(c))
     return bad("--db needs --workflows DIR: the database holds the runs of those workflows");
-  if (c.workflows && c.max_runs < 1) return bad("--max-runs must be at least 1");
+  if (runs_api(c) && c.max_runs < 1) return bad("--max-runs must be at least 1");
   std::set<std::string> names;
   for (const auto& m : c.models) {
     if (m.name.empty()) return bad("a model has an empty name: use --model NAME=PATH");
@@ -639,9 +650,10 @@ Result<std::unique_ptr<Service>> Service::start(ServeConfig config) {
       });
   if (!server) return std::move(server).error();
   s->server = std::move(*server);
-  if (s->cfg.workflows) {
+  if (runs_api(s->cfg)) {
     cluster::RunServiceOptions rc;
-    rc.workflows = *s->cfg.workflows;
+    if (s->cfg.workflows) rc.workflows = *s->cfg.workflows;
+    rc.graphs = s->cfg.graphs;
     // Crew files in the folder run on the first --model (an engine of the run service's own).
     if (!s->cfg.models.empty()) rc.crew_model = s->cfg.models.front().path;
     rc.db = s->cfg.runs_db;

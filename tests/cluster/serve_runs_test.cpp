@@ -7,6 +7,8 @@
 
 #include "langgraph_subgraph_suite.hpp"
 #include "pg_server.hpp"
+#include "weir/cluster/run_service.hpp"
+#include "weir/cluster/worker.hpp"
 
 namespace weir::serve::runs_suite {
 
@@ -144,6 +146,42 @@ TEST_P(RunsApi, LangGraphTwoServersLoseNoThreadUpdates) {
       EXPECT_EQ(meta["k" + std::to_string(i)], i)
           << "key k" << i << " of " << json::serialize(meta);
   }
+}
+
+}  // namespace weir::serve::runs_suite
+
+namespace weir::serve::runs_suite {
+
+// A run of a C++ graph claimed by a worker that was not given that graph (`weir worker`, or a
+// C++ worker without it) fails at once, naming the graph and how to give it.
+TEST(CppGraphRuns, AWorkerWithoutTheGraphFailsTheRunNamingIt) {
+  const std::string db = weir::testing::fresh_database_uri();
+  cluster::RunServiceOptions o;
+  o.db = db;
+  o.max_runs = 0;  // a client: no worker of its own
+  o.graphs.push_back({"greeter", "", greeter_graph()});
+  auto svc = cluster::RunService::open(std::move(o));
+  ASSERT_TRUE(svc) << svc.error().message;
+  cluster::RunRequest rq;
+  rq.workflow = "greeter";
+  rq.input = json::object{{"topic", "tides"}};
+  auto rec = (*svc)->submit(std::move(rq));
+  ASSERT_TRUE(rec) << rec.error().message;
+  cluster::WorkerOptions wo;
+  wo.db = db;
+  wo.max_runs = 1;
+  wo.once = true;
+  cluster::Worker worker(std::move(wo));
+  auto ran = worker.run();
+  ASSERT_TRUE(ran) << ran.error().message;
+  auto got = (*svc)->get(rec->id);
+  ASSERT_TRUE(got) << got.error().message;
+  EXPECT_EQ(got->state, cluster::RunState::failed);
+  EXPECT_EQ(got->error_code, "invalid_workflow");
+  EXPECT_EQ(got->error, "run " + rec->id +
+                            " runs the C++ graph 'greeter', which this process does not have (its "
+                            "C++ graphs: none): register it in every process that runs it "
+                            "(WorkerOptions::graphs)");
 }
 
 }  // namespace weir::serve::runs_suite

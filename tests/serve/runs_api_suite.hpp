@@ -100,6 +100,7 @@ class RunsApi : public ::testing::TestWithParam<std::string> {
     c.max_runs = max_runs;
     c.max_queued_runs = max_queued;
     c.webhook_hosts = webhook_hosts_;
+    c.graphs = graphs_;
     auto s = Service::start(std::move(c));
     ASSERT_TRUE(s) << s.error().message;
     svc_ = std::move(*s);
@@ -111,6 +112,7 @@ class RunsApi : public ::testing::TestWithParam<std::string> {
   }
 
   std::vector<std::string> webhook_hosts_;  // ServeConfig::webhook_hosts of start()
+  std::vector<cluster::CppGraph> graphs_;   // ServeConfig::graphs of start()
 
   // Another server on the same folder and database, ready (null, with the test failed, when it
   // does not start): on PostgreSQL every server shares the runs and the thread list.

@@ -56,6 +56,10 @@
 
 #include "weir/runtime/error.hpp"
 
+namespace weir::graph {
+class CompiledGraph;
+}
+
 namespace weir::cluster {
 
 enum class RunState { queued, running, succeeded, failed, cancelled, interrupted };
@@ -70,6 +74,19 @@ inline constexpr std::chrono::milliseconds kDefaultLease{10000};
 inline constexpr int kDefaultMaxAttempts = 3;
 // The longest delay before a run may start (RunRequest::delay, SubmitRequest::delay): a day.
 inline constexpr std::chrono::milliseconds kMaxRunDelay{std::chrono::hours(24)};
+
+// A graph written in C++ that runs may name beside workflow files (weir serve's assistants, a
+// worker's runs): its name (a run's workflow name), what it does, and the graph. A run of it
+// carries cpp_graph_text(name) where a workflow file's run carries the file's text, so the
+// process that executes it must have a graph of that name too (RunServiceOptions::graphs, or
+// WorkerOptions::graphs for a worker); one that has none fails the run, naming the graph.
+struct CppGraph {
+  std::string name, description;
+  std::shared_ptr<const graph::CompiledGraph> graph;  // REQUIRES non-null
+};
+// {"$cpp_graph": name}, and back: the name, or nullopt for any other text.
+std::string cpp_graph_text(std::string_view name);
+std::optional<std::string> cpp_graph_name(std::string_view workflow_text);
 
 // A run's own controls, beside its workflow's (LangGraph's interrupt_before / interrupt_after
 // and config.recursion_limit): graph::RunOptions's fields of those names for every attempt.

@@ -22,7 +22,8 @@
 // Workflows: a run names one of the folder's workflows (options.workflows: every *.json, loaded
 // and checked at open; a bad file refuses the open, naming it; a crew file is one when
 // options.crew_model gives it a model), by its "name" (the file's stem when it has none), or
-// gives a file (RunRequest::workflow_file) whose text travels with it.
+// one of options.graphs (C++ graphs) by its name, or gives a file (RunRequest::workflow_file)
+// whose text travels with it.
 // Every door checks the input the same way: an object whose keys the workflow's "input" list
 // allows (graph::check_input_channels; the executor checks again).
 // A thread runs one run at a time: in-process, a submit or resume onto a thread with a run
@@ -84,6 +85,10 @@ struct RunServiceOptions {
   // The model (a GGUF file) the folder's crew files run on: each is served as a workflow of one
   // crew node (agents::crew_workflow_text). Empty: crew files are left out, with a log line.
   std::filesystem::path crew_model;
+  // Graphs written in C++ that runs may name beside the folder's files (a name both have is
+  // invalid_argument). On PostgreSQL every `weir worker`-like process that may claim their runs
+  // needs them too (WorkerOptions::graphs): a worker without one fails the run naming it.
+  std::vector<CppGraph> graphs;
   std::string db;  // "": in-process; else a PostgreSQL connection string
   // Runs executing at once in this process. In-process REQUIRES >= 1; PostgreSQL: 0 runs none
   // here (a client of the queue only).

@@ -67,6 +67,8 @@ struct WorkerOptions {
   // traceparent, so a run continued by another worker after a crash stays one trace. Null:
   // off. REQUIRES: outlives run().
   trace::Tracer* tracer = nullptr;
+  // The C++ graphs this worker runs (CppGraph): a run naming one it lacks fails, naming it.
+  std::vector<CppGraph> graphs;
 };
 
 struct WorkerStats {

@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "weir/cluster/run_queue.hpp"
 #include "weir/runtime/error.hpp"
 #include "weir/runtime/trace.hpp"
 
@@ -82,6 +83,12 @@ struct ServeConfig {
   // folder, run in this process, or queued in PostgreSQL when runs_db is set (then `weir worker`
   // processes elsewhere share the work). nullopt: no such routes.
   std::optional<std::filesystem::path> workflows;
+  // Graphs written in C++ served beside the folder's files (or alone: the runs API is on with
+  // either): each is a workflow of its name, a LangGraph assistant (docs/langgraph-api.md "C++
+  // graphs as assistants"). On PostgreSQL a `weir worker` process cannot run them: only this
+  // server's own workers (max_runs) and C++ workers given the same graphs
+  // (cluster::WorkerOptions::graphs).
+  std::vector<cluster::CppGraph> graphs;
   std::string runs_db;                // "": an in-process queue (runs and threads kept in memory)
   std::size_t max_runs = 8;           // runs executing at once in this process
   std::size_t max_queued_runs = 256;  // runs waiting; beyond it POST /v1/runs answers 429
