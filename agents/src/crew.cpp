@@ -1,5 +1,6 @@
 #include "weir/agents/crew.hpp"
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <set>
@@ -319,29 +320,48 @@ struct Crew::Impl {
   }
 };
 
+std::vector<CrewProblem> crew_problems(const CrewSpec& spec) {
+  std::vector<CrewProblem> out;
+  if (spec.tasks.empty()) out.push_back({"/tasks", "a crew needs at least one task"});
+  if (spec.agents.empty()) out.push_back({"/agents", "a crew needs at least one agent"});
+  std::vector<std::string> agent_names, task_names;
+  for (std::size_t i = 0; i < spec.agents.size(); ++i) {
+    const auto& a = spec.agents[i];
+    if (std::find(agent_names.begin(), agent_names.end(), a.name) != agent_names.end())
+      out.push_back(
+          {"/agents/" + std::to_string(i) + "/name", "two agents are named '" + a.name + "'"});
+    else
+      agent_names.push_back(a.name);
+  }
+  std::string agents;
+  for (const auto& n : agent_names) agents += (agents.empty() ? "" : ", ") + n;
+  for (std::size_t i = 0; i < spec.tasks.size(); ++i) {
+    const auto& t = spec.tasks[i];
+    const std::string at = "/tasks/" + std::to_string(i);
+    if (t.name.empty()) out.push_back({at, "a task needs a name"});
+    if (spec.process == Process::sequential &&
+        std::find(agent_names.begin(), agent_names.end(), t.agent) == agent_names.end())
+      out.push_back({at + "/agent", "task '" + t.name + "' names unknown agent '" + t.agent +
+                                        "' (its agents: " + agents + ")"});
+    for (std::size_t k = 0; k < t.context.size(); ++k)
+      if (std::find(task_names.begin(), task_names.end(), t.context[k]) == task_names.end())
+        out.push_back({at + "/context/" + std::to_string(k),
+                       "task '" + t.name + "' takes context from '" + t.context[k] +
+                           "', which is not an earlier task"});
+    if (std::find(task_names.begin(), task_names.end(), t.name) != task_names.end())
+      out.push_back({at + "/name", "two tasks are named '" + t.name + "'"});
+    task_names.push_back(t.name);
+  }
+  return out;
+}
+
 Crew::~Crew() = default;
 
 Result<std::shared_ptr<const Crew>> Crew::create(CrewSpec spec, std::shared_ptr<ChatModel> model,
                                                  std::shared_ptr<tools::ToolRegistry> tools,
                                                  graph::RuntimeOptions child) {
   std::vector<std::string> problems;
-  if (spec.tasks.empty()) problems.push_back("a crew needs at least one task");
-  if (spec.agents.empty()) problems.push_back("a crew needs at least one agent");
-  std::set<std::string> agent_names, task_names;
-  for (const auto& a : spec.agents)
-    if (!agent_names.insert(a.name).second)
-      problems.push_back("two agents are named '" + a.name + "'");
-  for (const auto& t : spec.tasks) {
-    if (t.name.empty()) problems.push_back("a task needs a name");
-    if (spec.process == Process::sequential && !agent_names.count(t.agent))
-      problems.push_back("task '" + t.name + "' names unknown agent '" + t.agent + "'");
-    for (const auto& c : t.context)
-      if (!task_names.count(c))
-        problems.push_back("task '" + t.name + "' takes context from '" + c +
-                           "', which is not an earlier task");
-    if (!task_names.insert(t.name).second)
-      problems.push_back("two tasks are named '" + t.name + "'");
-  }
+  for (auto& p : crew_problems(spec)) problems.push_back(std::move(p.message));
   if (!tools) tools = std::make_shared<tools::ToolRegistry>();
   auto impl = std::make_shared<Impl>();
   for (const auto& a : spec.agents) {

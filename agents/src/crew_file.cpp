@@ -195,17 +195,48 @@ bool is_agents_document(const json::value& v) {
   return k && k->is_string() && (k->as_string() == "crew" || k->as_string() == "group_chat");
 }
 
-Result<AgentsFile> parse_agents_file(std::string_view text, const fs::path& path) {
-  auto doc = parse_json(text, path.string());
-  if (!doc) return Error(Errc::invalid_workflow, doc.error().message);
-  JsonFields f(path.string(), [&](std::string_view ptr) { return doc->locate(text, ptr); });
-  AgentsFile file;
-  file.base_dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
-  const auto* root = doc->value.if_object();
+namespace {
+
+// What only the whole file shows, each at its place: an agent's tool that is none of the file's
+// "tools" (or of its MCP servers: "server/tool", "server/*"), and the crew's crew_problems.
+void cross_check(JsonFields& f, const AgentsFile& file) {
+  std::string have;
+  for (const auto& c : file.tools) have += (have.empty() ? "" : ", ") + c.builtin;
+  std::string servers;
+  for (const auto& m : file.mcp_servers) servers += (servers.empty() ? "" : ", ") + m.name;
+  auto check = [&](const AgentSpec& a, const std::string& at) {
+    for (std::size_t k = 0; k < a.tools.size(); ++k) {
+      const std::string& t = a.tools[k];
+      const std::string ptr = at + "/tools/" + std::to_string(k);
+      if (const auto slash = t.find('/'); slash != std::string::npos) {
+        const std::string server = t.substr(0, slash);
+        if (std::none_of(file.mcp_servers.begin(), file.mcp_servers.end(),
+                         [&](const auto& m) { return m.name == server; }))
+          f.error(ptr, "agent '" + a.name + "' names tool '" + t + "' of MCP server '" + server +
+                           "', which the file does not have (its mcp_servers: " +
+                           (servers.empty() ? "none" : servers) + ")");
+      } else if (std::none_of(file.tools.begin(), file.tools.end(),
+                              [&](const auto& c) { return c.builtin == t; })) {
+        f.error(ptr, "agent '" + a.name + "' names unknown tool '" + t +
+                         "' (the file's tools: " + (have.empty() ? "none" : have) + ")");
+      }
+    }
+  };
+  const bool crew = file.kind == AgentsFileKind::crew;
+  const auto& agents = crew ? file.crew.agents : file.chat.agents;
+  for (std::size_t i = 0; i < agents.size(); ++i) check(agents[i], "/agents/" + std::to_string(i));
+  if (crew && file.crew.manager) check(*file.crew.manager, "/manager");
+  if (crew)
+    for (const auto& p : crew_problems(file.crew)) f.error(p.pointer, p.message);
+}
+
+// A crew or group-chat document into `file`, its problems into `f` (pointers from its root).
+void read_agents_document(JsonFields& f, const json::value& value, AgentsFile& file) {
+  const auto* root = value.if_object();
   if (!root) {
     f.error("", std::string("a crew or group-chat file is a JSON object, got ") +
-                    json_kind_phrase(doc->value));
-    return Error(Errc::invalid_workflow, f.report());
+                    json_kind_phrase(value));
+    return;
   }
   f.check_keys(*root, "",
                {"weir", "kind", "name", "description", "tools", "agents", "tasks", "process",
@@ -254,6 +285,63 @@ Result<AgentsFile> parse_agents_file(std::string_view text, const fs::path& path
     file.crew.agents = std::move(agents);
     crew_part(f, *root, file);
   }
+  if (f.ok()) cross_check(f, file);  // (a part that did not read would say more of the same)
+}
+
+// A workflow's crew entry as the crew document it stands for.
+json::value crew_document(std::string_view name, const json::value& entry) {
+  json::object doc = entry.is_object() ? entry.as_object() : json::object();
+  doc.emplace("weir", 1);
+  doc.emplace("kind", "crew");
+  doc.emplace("name", name);
+  return doc;
+}
+
+}  // namespace
+
+Result<AgentsFile> parse_agents_file(std::string_view text, const fs::path& path) {
+  auto doc = parse_json(text, path.string());
+  if (!doc) return Error(Errc::invalid_workflow, doc.error().message);
+  JsonFields f(path.string(), [&](std::string_view ptr) { return doc->locate(text, ptr); });
+  AgentsFile file;
+  file.base_dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
+  read_agents_document(f, doc->value, file);
+  if (!f.ok()) return Error(Errc::invalid_workflow, f.report());
+  return file;
+}
+
+namespace {
+// A workflow's crew entry read into `file`; its problems in `f` at their place in the workflow.
+void read_workflow_crew(JsonFields& f, std::string_view name, const json::value& entry,
+                        const std::string& ptr, AgentsFile& file) {
+  if (!entry.is_object()) {
+    f.error(ptr, std::string("expected a crew object, got ") + json_kind_phrase(entry));
+    return;
+  }
+  const auto* kind = entry.as_object().if_contains("kind");
+  if (kind && *kind != "crew") {  // (a crew file's document, inline, says "crew")
+    f.error(ptr + "/kind", "a workflow's crew is a crew, got kind " + json::serialize(*kind));
+    return;
+  }
+  JsonFields inner(f.file());
+  read_agents_document(inner, crew_document(name, entry), file);
+  for (const auto& d : inner.diagnostics()) f.error(ptr + d.pointer, d.message);
+}
+}  // namespace
+
+void check_workflow_crew(JsonFields& f, std::string_view name, const json::value& entry,
+                         const std::string& ptr, const fs::path& base_dir) {
+  AgentsFile file;
+  file.base_dir = base_dir;
+  read_workflow_crew(f, name, entry, ptr, file);
+}
+
+Result<AgentsFile> parse_workflow_crew(std::string_view name, const json::value& entry,
+                                       const fs::path& workflow_file) {
+  JsonFields f(workflow_file.string());
+  AgentsFile file;
+  file.base_dir = workflow_file.parent_path();
+  read_workflow_crew(f, name, entry, json_pointer_append("/crews", name), file);
   if (!f.ok()) return Error(Errc::invalid_workflow, f.report());
   return file;
 }
@@ -307,10 +395,9 @@ Result<std::string> crew_workflow_text(std::string_view crew_text, const fs::pat
       if (inputs.contains(key)) chat_input = key;
     }
   }
-  if (chat_input.empty()) chat_input = "request";
-  json::object node{{"kind", "crew"},          {"crew", file->name},     {"model", "crew"},
-                    {"inputs", inputs},        {"messages", "messages"}, {"output", "result"},
-                    {"chat_input", chat_input}};
+  json::object node{{"kind", "crew"},   {"crew", file->name},     {"model", "crew"},
+                    {"inputs", inputs}, {"messages", "messages"}, {"output", "result"}};
+  if (!chat_input.empty()) node["chat_input"] = chat_input;  // else the node's own, "request"
   json::object wf{{"name", file->name},
                   {"state", std::move(state)},
                   {"input", std::move(input)},

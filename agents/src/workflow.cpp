@@ -265,17 +265,7 @@ struct Wiring {
   // this file; its tools and MCP servers are started here.
   void add_crews(const graph::WorkflowSpec& spec, std::vector<std::string>& problems) {
     for (const auto& [name, v] : spec.crews) {
-      json::object doc = v.is_object() ? v.as_object() : json::object();
-      doc.emplace("weir", 1);
-      doc.emplace("kind", "crew");
-      doc.emplace("name", name);
-      // Named "<file> crews.<name>" in its diagnostics (their line and column are those of
-      // the entry as one line of JSON), in the file's folder.
-      const fs::path as =
-          spec.file.parent_path() / (spec.file.filename().string() + " crews." + std::string(name));
-      auto file = parse_agents_file(json::serialize(doc), as);
-      if (file && file->kind != AgentsFileKind::crew)
-        file = Error(Errc::invalid_workflow, "a group chat is no crew (\"kind\": \"crew\")");
+      auto file = parse_workflow_crew(name, v, spec.file);
       if (!file) {
         problems.push_back(file.error().message);
         continue;

@@ -5,6 +5,7 @@
 #include <boost/json.hpp>
 
 #include "weir/agents/config.hpp"
+#include "weir/agents/crew_file.hpp"
 #include "weir/agents/workflow.hpp"
 #include "weir/runtime/json_fields.hpp"
 #include "weir/runtime/text.hpp"
@@ -96,6 +97,9 @@ const graph::WorkflowChecks& workflow_checks() {
     c.agent = [](std::string_view name, const json::value& v, const std::string& ptr,
                  const graph::SectionContext& ctx,
                  JsonFields& f) { (void)detail::parse_workflow_agent(f, name, v, ptr, ctx); };
+    c.crew = [](std::string_view name, const json::value& v, const std::string& ptr,
+                const graph::SectionContext& ctx,
+                JsonFields& f) { check_workflow_crew(f, name, v, ptr, ctx.base_dir); };
     c.expression = [](std::string_view expr, const graph::SectionContext& ctx) {
       detail::ChannelNames scope(ctx.channels);
       return tools::check_expression(expr, scope);

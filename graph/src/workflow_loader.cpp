@@ -267,9 +267,9 @@ class Loader {
         *sec.dst = json::object(*o, json::storage_ptr());  // off the document's slabs
       }
     }
-    // Crews: names and objects here; their settings are the agents layer's (build_workflow).
+    // Crews: names and objects here; their settings are the agents layer's (its check).
     if (const auto* o = object_at(root, "crews", "", false)) {
-      section(*o, "crews", "crew", SectionCheck{}, crew_names_);
+      section(*o, "crews", "crew", checks_.crew, crew_names_);
       spec_.crews = json::object(*o, json::storage_ptr());
     }
     for (auto [key, dst] :
@@ -479,6 +479,53 @@ class Loader {
     }
     if (auto ci = string_at(no, "chat_input", ptr, false); ci && !no.contains("messages"))
       error(ptr + "/chat_input", "\"chat_input\" needs a \"messages\" channel to read from");
+    // The crew's inputs that the node fills are inputs the crew has: a default in its "inputs",
+    // or a {{name}} its tasks' texts use (a name it lacks would fill nothing, silently).
+    const auto crew = string_at(no, "crew", ptr, true);
+    const auto* entry = crew ? spec_.crews.if_contains(*crew) : nullptr;
+    if (!entry || !entry->is_object()) return;
+    const std::vector<std::string> inputs = crew_inputs(entry->as_object());
+    auto check_input = [&](const std::string& name, const std::string& at) {
+      if (has(inputs, name)) return;
+      std::string list;
+      for (const auto& i : inputs) list += (list.empty() ? "" : ", ") + i;
+      error(at, "crew '" + *crew + "' has no input '" + name +
+                    "' (its inputs: " + (list.empty() ? std::string("none") : list) + ")");
+    };
+    if (const auto* in = no.if_contains("inputs"); in && in->is_object())
+      for (const auto& kv : in->as_object())
+        check_input(std::string(kv.key()), json_pointer_append(ptr + "/inputs", kv.key()));
+    if (const auto* ci = no.if_contains("chat_input"); ci && ci->is_string())
+      check_input(std::string(ci->as_string()), ptr + "/chat_input");
+  }
+  // A crew entry's inputs: its "inputs" keys, then each {{name}} of its tasks' descriptions and
+  // expected outputs (agents' crews fill those), each once, in that order.
+  static std::vector<std::string> crew_inputs(const json::object& crew) {
+    std::vector<std::string> out;
+    auto add = [&](std::string n) {
+      if (std::find(out.begin(), out.end(), n) == out.end()) out.push_back(std::move(n));
+    };
+    if (const auto* in = crew.if_contains("inputs"); in && in->is_object())
+      for (const auto& kv : in->as_object()) add(std::string(kv.key()));
+    const auto* tasks = crew.if_contains("tasks");
+    for (const auto& t : tasks && tasks->is_array() ? tasks->as_array() : json::array()) {
+      for (const char* key : {"description", "expected_output"}) {
+        const auto* v = t.is_object() ? t.as_object().if_contains(key) : nullptr;
+        if (!v || !v->is_string()) continue;
+        const std::string_view text = v->as_string();
+        for (auto at = text.find("{{"); at != std::string_view::npos;
+             at = text.find("{{", at + 2)) {
+          const auto end = text.find("}}", at + 2);
+          if (end == std::string_view::npos) break;
+          std::string_view name = text.substr(at + 2, end - at - 2);
+          while (!name.empty() && name.front() == ' ') name.remove_prefix(1);
+          while (!name.empty() && name.back() == ' ') name.remove_suffix(1);
+          if (!name.empty() && name.find_first_of(".{} ") == std::string_view::npos)
+            add(std::string(name));
+        }
+      }
+    }
+    return out;
   }
   // over: a channel; node: the worker, which is not the map itself.
   void map_node(NodeSpec& n, const json::object& no, const std::string& ptr,

@@ -121,7 +121,7 @@ TEST_F(CrewTest, InvalidCrewListsEveryProblem) {
   EXPECT_EQ(crew.error().message,
             "crew 'broken' is invalid:\n"
             "  - two agents are named 'a'\n"
-            "  - task 't1' names unknown agent 'nobody'\n"
+            "  - task 't1' names unknown agent 'nobody' (its agents: a)\n"
             "  - task 't1' takes context from 't2', which is not an earlier task");
 }
 

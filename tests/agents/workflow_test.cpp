@@ -269,6 +269,34 @@ TEST_F(WorkflowRun, TheSectionsOfTheAgentsLayerAreCheckedWhenTheFileIsLoaded) {
             }));
 }
 
+// A workflow's crews are read as crew files are, when the file is loaded (`weir validate`):
+// each problem at its place, and a crew node's inputs must be inputs its crew has.
+TEST_F(WorkflowRun, ACrewsProblemsAreFoundWhenTheFileIsLoaded) {
+  const std::string text =
+      R"J({"name": "s", "state": {"messages": {"reducer": "messages"}, "out": {}},
+ "crews": {"c": {"agents": [{"name": "a", "role": "r", "goal": "g", "tools": ["nope"]}],
+                 "tasks": [{"name": "t", "description": "on {{topic}}", "agent": "zed"}]},
+           "d": 5, "e": {"kind": "group_chat", "agents": []}},
+ "nodes": {"run": {"kind": "crew", "crew": "c", "messages": "messages", "output": "out",
+                   "inputs": {"topik": "x"}, "chat_input": "topic"}},
+ "edges": [{"from": "START", "to": "run"}, {"from": "run", "to": "END"}]})J";
+  auto r = graph::load_workflow_text(text, dir_ / "flow.json", workflow_checks());
+  ASSERT_FALSE(r.ok());
+  std::vector<std::string> got;
+  for (const auto& d : r.diagnostics) got.push_back(d.to_string().substr(dir_.string().size() + 1));
+  EXPECT_EQ(got, (std::vector<std::string>{
+                     "flow.json:2:79: /crews/c/agents/0/tools/0: agent 'a' names unknown tool "
+                     "'nope' (the file's tools: none)",
+                     "flow.json:3:82: /crews/c/tasks/0/agent: task 't' names unknown agent 'zed' "
+                     "(its agents: a)",
+                     "flow.json:4:17: /crews/d: expected a crew object, got an integer",
+                     "flow.json:4:34: /crews/e/kind: a workflow's crew is a crew, got kind "
+                     "\"group_chat\"",
+                     "flow.json:6:40: /nodes/run/inputs/topik: crew 'c' has no input 'topik' (its "
+                     "inputs: topic)",
+                 }));
+}
+
 // A file loaded without them (graph::load_workflow alone) meets the same readers when it is
 // built: the same problems, with their pointers.
 TEST_F(WorkflowRun, ASpecLoadedWithoutTheChecksIsCheckedWhenItIsBuilt) {

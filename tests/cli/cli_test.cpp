@@ -340,10 +340,15 @@ TEST(Cli, BadCrewFilesGiveEveryProblem) {
   "tasks": [{"name": "t", "agent": "b", "description": "d"}]})");
   auto r = run_weir("run " + f.string());
   EXPECT_EQ(r.code, 1);
-  EXPECT_EQ(r.err,
-            f.string() +
-                ": crew 'c' is invalid:\n  - task 't' names unknown agent 'b'\n  - agent 'a' "
-                "names unknown tool 'web' (available: none)\n");
+  EXPECT_EQ(r.err, f.string() +
+                       ":2:51: /agents/0/tools/0: agent 'a' names unknown tool 'web' (the file's "
+                       "tools: none)\n" +
+                       f.string() +
+                       ":3:36: /tasks/0/agent: task 't' names unknown agent 'b' (its agents: a)\n");
+  // `weir validate` finds the same (it once said ok: only building the crew found them).
+  auto same = run_weir("validate " + f.string());
+  EXPECT_EQ(same.code, 1);
+  EXPECT_EQ(same.err, r.err);
   auto g = temp_file("crew2.json", R"({"weir": 1, "kind": "crew", "name": "c", "agnts": []})");
   auto v = run_weir("validate " + g.string());
   EXPECT_EQ(v.code, 1);

@@ -134,7 +134,7 @@ TEST(WorkflowGraph, CrewNodeTakesTheUsersMessageAndAppendsEachAgentsReply) {
   std::ofstream(dir / "c.json") << R"({"name": "c",
     "state": {"messages": {"reducer": "messages"}, "topic": {"default": "tides"}, "depth": {"default": 2},
               "result": {}},
-    "crews": {"team": {"agents": [], "tasks": []}},
+    "crews": {"team": {"agents": [], "tasks": [], "inputs": {"topic": "waves", "depth": 1}}},
     "nodes": {"team": {"kind": "crew", "crew": "team", "messages": "messages", "output": "result",
                        "inputs": {"topic": "{{state.topic}}", "depth": "{{state.depth}}"},
                        "chat_input": "topic"}},

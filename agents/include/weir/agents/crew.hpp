@@ -53,6 +53,15 @@ struct CrewSpec {
   graph::GraphLimits limits;         // the crew graph's own limits (the loops have theirs)
 };
 
+// What is wrong with a crew's agents and tasks as written (two of one name, a task naming an
+// agent the crew lacks or taking context from a task that does not come before it), each with
+// the JSON pointer of its place in a crew file ("/tasks/1/agent"). Crew::create refuses a spec
+// with any; a crew file's reader reports them at their place.
+struct CrewProblem {
+  std::string pointer, message;
+};
+std::vector<CrewProblem> crew_problems(const CrewSpec& spec);
+
 struct TaskResult {
   std::string task, agent, summary;
   std::string artifact_id;  // the full output (empty without an artifact store)

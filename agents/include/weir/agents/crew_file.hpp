@@ -81,6 +81,15 @@ bool is_agents_document(const boost::json::value& v);
 // one over 64 MiB), invalid_workflow with every problem.
 Result<AgentsFile> load_agents_file(const std::filesystem::path& path);
 Result<AgentsFile> parse_agents_file(std::string_view text, const std::filesystem::path& path);
+// A workflow's "crews" entry `name` (a crew file's document without "weir", "kind" and "name",
+// or with them), as parse_agents_file reads a file: check_workflow_crew reports its problems
+// into the workflow's `f` at `ptr` ("/crews/<name>/tasks/0/agent"; workflow_checks().crew);
+// parse_workflow_crew reads it (relative paths against the workflow's folder). Errors:
+// invalid_workflow with every problem.
+void check_workflow_crew(JsonFields& f, std::string_view name, const boost::json::value& entry,
+                         const std::string& ptr, const std::filesystem::path& base_dir);
+Result<AgentsFile> parse_workflow_crew(std::string_view name, const boost::json::value& entry,
+                                       const std::filesystem::path& workflow_file);
 
 // A crew file as a workflow of one crew node, so that a run service (weir serve --workflows)
 // runs it as it runs workflow files: the crew in its "crews" section as written, its model

@@ -162,7 +162,7 @@ using ExpressionCheck =
 // The checks of the layers above weir::graph. An unset member leaves its section's entries
 // unchecked here (only their names, and that they are objects).
 struct WorkflowChecks {
-  SectionCheck model, tool, mcp_server, agent;
+  SectionCheck model, tool, mcp_server, agent, crew;
   ExpressionCheck expression;
 };
 
