@@ -97,8 +97,6 @@ Result<json::object> checkpoint_payload(const graph::Checkpointer& cp, const gra
       {"tasks", state->at("tasks")}};
 }
 
-// The metadata of a message a step's node wrote (or is writing), as LangGraph's
-// StreamMessagesHandler gives it.
 // The namespace of a subgraph's call (LangGraph's checkpoint_ns): "<node>:<task id>" per
 // enclosing call, outermost first, joined by '|'. `calls` are the calls' keys, outermost first:
 // a subgraph node's name (its first call in the step), else name, task and step; `base` is the
@@ -131,6 +129,8 @@ std::pair<std::string, std::string> node_and_ns(const std::string& node,
   return {node.substr(slash + 1), namespace_of(parent_checkpoint, calls)};
 }
 
+// The metadata of a message a step's node wrote (or is writing), as LangGraph's
+// StreamMessagesHandler gives it.
 json::object message_meta(const LangGraphStream& st, std::int64_t step, const std::string& name,
                           const std::string& parent_checkpoint) {
   const auto [node, ns] = node_and_ns(name, parent_checkpoint);
