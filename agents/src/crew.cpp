@@ -320,41 +320,6 @@ struct Crew::Impl {
   }
 };
 
-std::vector<CrewProblem> crew_problems(const CrewSpec& spec) {
-  std::vector<CrewProblem> out;
-  if (spec.tasks.empty()) out.push_back({"/tasks", "a crew needs at least one task"});
-  if (spec.agents.empty()) out.push_back({"/agents", "a crew needs at least one agent"});
-  std::vector<std::string> agent_names, task_names;
-  for (std::size_t i = 0; i < spec.agents.size(); ++i) {
-    const auto& a = spec.agents[i];
-    if (std::find(agent_names.begin(), agent_names.end(), a.name) != agent_names.end())
-      out.push_back(
-          {"/agents/" + std::to_string(i) + "/name", "two agents are named '" + a.name + "'"});
-    else
-      agent_names.push_back(a.name);
-  }
-  std::string agents;
-  for (const auto& n : agent_names) agents += (agents.empty() ? "" : ", ") + n;
-  for (std::size_t i = 0; i < spec.tasks.size(); ++i) {
-    const auto& t = spec.tasks[i];
-    const std::string at = "/tasks/" + std::to_string(i);
-    if (t.name.empty()) out.push_back({at, "a task needs a name"});
-    if (spec.process == Process::sequential &&
-        std::find(agent_names.begin(), agent_names.end(), t.agent) == agent_names.end())
-      out.push_back({at + "/agent", "task '" + t.name + "' names unknown agent '" + t.agent +
-                                        "' (its agents: " + agents + ")"});
-    for (std::size_t k = 0; k < t.context.size(); ++k)
-      if (std::find(task_names.begin(), task_names.end(), t.context[k]) == task_names.end())
-        out.push_back({at + "/context/" + std::to_string(k),
-                       "task '" + t.name + "' takes context from '" + t.context[k] +
-                           "', which is not an earlier task"});
-    if (std::find(task_names.begin(), task_names.end(), t.name) != task_names.end())
-      out.push_back({at + "/name", "two tasks are named '" + t.name + "'"});
-    task_names.push_back(t.name);
-  }
-  return out;
-}
-
 Crew::~Crew() = default;
 
 Result<std::shared_ptr<const Crew>> Crew::create(CrewSpec spec, std::shared_ptr<ChatModel> model,

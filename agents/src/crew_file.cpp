@@ -412,49 +412,39 @@ Result<std::string> crew_workflow_text(std::string_view crew_text, const fs::pat
   return json::serialize(wf);
 }
 
-Result<std::shared_ptr<tools::ToolRegistry>> build_tools(const AgentsFile& file,
-                                                         ArtifactStore* artifacts) {
-  auto reg = std::make_shared<tools::ToolRegistry>();
-  for (const auto& c : file.tools) {
-    auto tool = tools::make_builtin_tool(c, artifacts);
-    if (!tool) return Error(Errc::invalid_workflow, tool.error().message);
-    if (auto s = reg->add(std::move(*tool)); !s) return std::move(s).error();
+std::vector<CrewProblem> crew_problems(const CrewSpec& spec) {
+  std::vector<CrewProblem> out;
+  if (spec.tasks.empty()) out.push_back({"/tasks", "a crew needs at least one task"});
+  if (spec.agents.empty()) out.push_back({"/agents", "a crew needs at least one agent"});
+  std::vector<std::string> agent_names, task_names;
+  for (std::size_t i = 0; i < spec.agents.size(); ++i) {
+    const auto& a = spec.agents[i];
+    if (std::find(agent_names.begin(), agent_names.end(), a.name) != agent_names.end())
+      out.push_back(
+          {"/agents/" + std::to_string(i) + "/name", "two agents are named '" + a.name + "'"});
+    else
+      agent_names.push_back(a.name);
   }
-  // MCP servers: the tools some agent names ("fs/read_file"), all of them for "fs/*".
-  std::vector<std::string> wanted;
-  for (const auto& a : file.kind == AgentsFileKind::crew ? file.crew.agents : file.chat.agents)
-    wanted.insert(wanted.end(), a.tools.begin(), a.tools.end());
-  if (file.crew.manager)
-    wanted.insert(wanted.end(), file.crew.manager->tools.begin(), file.crew.manager->tools.end());
-  for (const auto& server : file.mcp_servers) {
-    auto client = tools::McpClient::connect(server);
-    if (!client) return std::move(client).error();
-    if (auto s = tools::add_mcp_tools(*reg, std::move(*client),
-                                      detail::wanted_tools(server.name, wanted));
-        !s)
-      return std::move(s).error();
+  std::string agents;
+  for (const auto& n : agent_names) agents += (agents.empty() ? "" : ", ") + n;
+  for (std::size_t i = 0; i < spec.tasks.size(); ++i) {
+    const auto& t = spec.tasks[i];
+    const std::string at = "/tasks/" + std::to_string(i);
+    if (t.name.empty()) out.push_back({at, "a task needs a name"});
+    if (spec.process == Process::sequential &&
+        std::find(agent_names.begin(), agent_names.end(), t.agent) == agent_names.end())
+      out.push_back({at + "/agent", "task '" + t.name + "' names unknown agent '" + t.agent +
+                                        "' (its agents: " + agents + ")"});
+    for (std::size_t k = 0; k < t.context.size(); ++k)
+      if (std::find(task_names.begin(), task_names.end(), t.context[k]) == task_names.end())
+        out.push_back({at + "/context/" + std::to_string(k),
+                       "task '" + t.name + "' takes context from '" + t.context[k] +
+                           "', which is not an earlier task"});
+    if (std::find(task_names.begin(), task_names.end(), t.name) != task_names.end())
+      out.push_back({at + "/name", "two tasks are named '" + t.name + "'"});
+    task_names.push_back(t.name);
   }
-  return reg;
-}
-
-void expand_tool_patterns(AgentsFile& file, const tools::ToolRegistry& registry) {
-  const auto names = registry.names();
-  auto expand = [&](AgentSpec& a) {
-    std::vector<std::string> out;
-    for (const auto& t : a.tools) {
-      if (t.size() > 2 && t.ends_with("/*")) {
-        const std::string prefix = t.substr(0, t.size() - 1);
-        for (const auto& n : names)
-          if (n.starts_with(prefix)) out.push_back(n);
-      } else {
-        out.push_back(t);
-      }
-    }
-    a.tools = std::move(out);
-  };
-  for (auto& a : file.crew.agents) expand(a);
-  for (auto& a : file.chat.agents) expand(a);
-  if (file.crew.manager) expand(*file.crew.manager);
+  return out;
 }
 
 }  // namespace weir::agents
