@@ -81,24 +81,36 @@ void Runner::record_subgraph_step(const std::vector<Task>* tasks, const Writes* 
   Runner* root = this;
   while (root->parent) root = root->parent;
   auto& top = *root->extras;
+  auto& mine = *extras;
+  if (mine.subgraph_dropping) {  // a step of this call was left out: its state would be wrong
+    ++top.subgraph_dropped;
+    return;
+  }
   json::object written;
   for (std::size_t ch = 0; ch < g.channels_.size(); ++ch) {
     const bool wrote = writes ? !(*writes)[ch].empty() : !st.values[ch].is_null();
-    if (wrote) written[g.channels_[ch].first] = json::value(st.values[ch], json::storage_ptr());
+    if (!wrote) continue;
+    json::value v(st.values[ch], json::storage_ptr());
+    if (const std::size_t n = json::serialize(v).size(); n > kSubgraphValueBytes)
+      v = json::object{{"$omitted", json::object{{"bytes", n}}}};
+    written[g.channels_[ch].first] = std::move(v);
   }
   json::array nodes;
   if (tasks)
     for (const auto& t : *tasks) nodes.emplace_back(g.nodes_[t.node].name);
-  json::object record{{"path", extras->subgraph_path},
+  json::object record{{"path", mine.subgraph_path},
                       {"step", step},
                       {"nodes", std::move(nodes)},
                       {"writes", std::move(written)}};
   const std::size_t bytes = json::serialize(record).size();
-  if (top.subgraph_bytes + bytes > kSubgraphStepBytes) {
+  if (top.subgraph_bytes + bytes > kSubgraphStepBytes ||
+      top.subgraph_run_bytes + bytes > kSubgraphRunBytes) {
     ++top.subgraph_dropped;
+    mine.subgraph_dropping = true;
     return;
   }
   top.subgraph_bytes += bytes;
+  top.subgraph_run_bytes += bytes;
   top.subgraph_steps.emplace_back(std::move(record));
 }
 

@@ -169,8 +169,9 @@ struct Runner {
     // top-level run holds the records of its step (for its checkpoint) and their bytes; a
     // subgraph's run its call ("path" of its records).
     bool record_subgraphs = false;
+    bool subgraph_dropping = false;  // a subgraph's call: one of its steps was left out
     json::array subgraph_steps;
-    std::size_t subgraph_bytes = 0;
+    std::size_t subgraph_bytes = 0, subgraph_run_bytes = 0;  // this step's, the run's
     std::int64_t subgraph_dropped = 0;
     json::array subgraph_path;
     // RunOptions::on_message_text (null: none).

@@ -227,7 +227,7 @@ Result<json::object> thread_state(const graph::Checkpointer& cp, const graph::Ch
                                  {"state", nullptr}});
   json::object metadata = c.metadata;
   metadata.erase("subgraph_steps");  // the stream's (stream_subgraphs), not the clients'
-  metadata.erase("subgraph_steps_dropped");
+  // (subgraph_steps_dropped stays: how many the stream could not show)
   metadata["step"] = c.step;
   if (!metadata.contains("source")) metadata["source"] = c.step < 0 ? "input" : "loop";
   return json::object{

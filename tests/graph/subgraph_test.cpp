@@ -194,6 +194,52 @@ TEST(Subgraph, ItsStepsAreRecordedInTheCallingStepsCheckpoint) {
   EXPECT_FALSE((*quiet)->metadata.contains("subgraph_steps"));
 }
 
+// The records are bounded: a value over kSubgraphValueBytes is shown by its size, and once a
+// call's step does not fit the step's kSubgraphStepBytes, that call's later steps are left out
+// too (a state folded without the dropped writes would be wrong), each counted.
+TEST(Subgraph, ItsRecordedStepsAreBounded) {
+  StateGraph c;
+  c.add_channel("n", {.default_value = 0});
+  c.add_channel("text", {});
+  c.add_node("write", [](const StateView& s, NodeContext&) -> Result<Update> {
+    const std::int64_t n = s.get("n").as_int64() + 1;
+    // 12 KiB a step, under the value bound; the first step 20 KiB, over it.
+    return Update().set("n", n).set("text", json::string(std::string(n == 1 ? 20000 : 12000, 'x')));
+  });
+  c.add_edge("START", "write");
+  c.add_conditional_edges(
+      "write",
+      [](const StateView& s) {
+        return std::vector<std::string>{s.get("n").as_int64() < 40 ? "write" : "END"};
+      },
+      {"write", "END"});
+  StateGraph p;
+  p.add_channel("n", {.default_value = 0});
+  p.add_subgraph("loop", *c.compile({.recursion_limit = 100, .inline_limit = 1 << 20}),
+                 {.input = {{"n", "n"}}, .output = {{"n", "n"}}});
+  p.add_edge("START", "loop").add_edge("loop", "END");
+  auto cp = make_memory_checkpointer();
+  GraphRuntime rt;
+  auto r = run(rt, *p.compile(), {},
+               {.checkpointer = cp.get(), .thread_id = "t", .record_subgraph_steps = true});
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->state.at("n"), 40);
+  auto latest = cp->latest("t");
+  ASSERT_TRUE(latest && *latest);
+  const json::array steps = (*latest)->metadata.at("subgraph_steps").as_array();
+  ASSERT_GE(steps.size(), 3u);
+  EXPECT_EQ(json::serialize(steps[1].at("writes").at("text")), R"({"$omitted":{"bytes":20002}})");
+  EXPECT_EQ(steps[2].at("writes").at("text").as_string().size(), 12000u);
+  // Recorded steps are the first ones, in order, without a gap; the rest were counted.
+  for (std::size_t i = 0; i < steps.size(); ++i) EXPECT_EQ(steps[i].at("step"), i);
+  EXPECT_LT(steps.size(), 41u);
+  EXPECT_EQ((*latest)->metadata.at("subgraph_steps_dropped"),
+            static_cast<std::int64_t>(41 - steps.size()));
+  std::size_t bytes = 0;
+  for (const auto& s : steps) bytes += json::serialize(s).size();
+  EXPECT_LE(bytes, kSubgraphStepBytes);
+}
+
 TEST(Subgraph, CompileNamesUnknownMappedChannels) {
   StateGraph p;
   p.add_channel("topic", {});

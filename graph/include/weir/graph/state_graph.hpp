@@ -496,14 +496,19 @@ struct RunOptions {
   // checkpoint of the step that called it gets metadata "subgraph_steps", a list of
   // {"path": [{"node", "step", "task"}, ...] (the call: the subgraph node, the step of its run
   // and its task's place there, outermost first), "step" (the subgraph's step; 0: its input),
-  // "nodes" (what ran), "writes" (each channel it wrote, its whole new value)}. At most
-  // kSubgraphStepBytes of them a step; what does not fit is left out and counted in
-  // "subgraph_steps_dropped". Needs a checkpointer and a thread (else nothing is recorded).
+  // "nodes" (what ran), "writes" (each channel it wrote, its whole new value; one over
+  // kSubgraphValueBytes of JSON as {"$omitted": {"bytes": n}})}. At most kSubgraphStepBytes of
+  // them a step and kSubgraphRunBytes a run; a step that does not fit is left out, and so are
+  // the later steps of that call (their state would lack its writes), each counted in the
+  // checkpoint's metadata "subgraph_steps_dropped". Needs a checkpointer and a thread (else
+  // nothing is recorded).
   bool record_subgraph_steps = false;
 };
 
-// The most bytes of RunOptions::record_subgraph_steps a step's checkpoint holds (JSON text).
+// RunOptions::record_subgraph_steps' bounds (JSON text): a value, a step's checkpoint, a run.
+inline constexpr std::size_t kSubgraphValueBytes = 16 * 1024;
 inline constexpr std::size_t kSubgraphStepBytes = 256 * 1024;
+inline constexpr std::size_t kSubgraphRunBytes = 1024 * 1024;
 
 struct RuntimeOptions {
   MemoryBudget* budget = nullptr;      // run_state is charged here when set
