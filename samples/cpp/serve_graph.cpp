@@ -25,21 +25,33 @@ int main(int argc, char** argv) {
   b.add_channel("ticket", {});
   b.add_channel("queue", {});
   b.add_channel("log", {.reducer = graph::ReducerKind::append});
-  b.add_node("triage", [](const graph::StateView& s, graph::NodeContext&) -> Result<graph::Update> {
+  // A value over the graph's inline_limit (4 KiB by default) reaches a node as a reference to
+  // the artifact store, not inline: NodeContext::fetch gives a string's text either way.
+  auto ticket_of = [](const graph::StateView& s, graph::NodeContext& c) -> Result<std::string> {
     const json::value& t = s.get("ticket");
-    if (!t.is_string())  // an error the run ends with, shown to the client as it is
+    auto text = c.fetch(t);
+    if (!text)  // an error the run ends with, shown to the client as it is
       return Error(Errc::invalid_argument, "'ticket' must be text, got " + json::serialize(t));
-    const std::string ticket(t.as_string());
-    const bool money =
-        ticket.find("refund") != std::string::npos || ticket.find("invoice") != std::string::npos;
-    return graph::Update().set("queue", money ? "billing" : "support");
-  });
+    return text;
+  };
+  b.add_node(
+      "triage",
+      [ticket_of](const graph::StateView& s, graph::NodeContext& c) -> Result<graph::Update> {
+        auto ticket = ticket_of(s, c);
+        if (!ticket) return std::move(ticket).error();
+        const bool money = ticket->find("refund") != std::string::npos ||
+                           ticket->find("invoice") != std::string::npos;
+        return graph::Update().set("queue", money ? "billing" : "support");
+      });
   for (const char* desk : {"billing", "support"})
-    b.add_node(
-        desk, [desk](const graph::StateView& s, graph::NodeContext&) -> Result<graph::Update> {
-          return graph::Update().set("log", json::string(std::string(desk) + " took: " +
-                                                         std::string(s.get("ticket").as_string())));
-        });
+    b.add_node(desk,
+               [desk, ticket_of](const graph::StateView& s,
+                                 graph::NodeContext& c) -> Result<graph::Update> {
+                 auto ticket = ticket_of(s, c);
+                 if (!ticket) return std::move(ticket).error();
+                 return graph::Update().set(
+                     "log", json::string(std::string(desk) + " took: " + ticket->substr(0, 80)));
+               });
   b.add_edge("START", "triage");
   b.add_conditional_edges(
       "triage",
