@@ -559,13 +559,27 @@ class Loader {
                      std::vector<std::string_view>& allowed) {
     allow(allowed, {"path", "input", "output", "limits"});
     if (auto p = string_at(no, "path", ptr, true)) subgraph(n.name, *p, ptr + "/path");
+    // input: this workflow's channel -> the subgraph's; output: the subgraph's -> this one's.
+    const auto sub = spec_.subgraphs.find(n.name);
+    std::vector<std::string> child;
+    if (sub != spec_.subgraphs.end())
+      for (const auto& c : sub->second->channels) child.push_back(c.name);
     for (const char* key : {"input", "output"}) {
-      if (const auto* m = object_at(no, key, ptr, false)) {
-        for (const auto& [mk, mv] : *m) {
-          if (!mv.is_string())
-            error(json_pointer_append(ptr + "/" + key, mk),
-                  "expected a channel name, got " + type_name(mv));
+      const auto* m = object_at(no, key, ptr, false);
+      if (!m) continue;
+      const bool in = std::string_view(key) == "input";
+      for (const auto& [mk, mv] : *m) {
+        const std::string at = json_pointer_append(ptr + "/" + key, mk);
+        if (!mv.is_string()) {
+          error(at, "expected a channel name, got " + type_name(mv));
+          continue;
         }
+        const std::string ours(in ? std::string_view(mk) : std::string_view(mv.as_string()));
+        const std::string theirs(in ? std::string_view(mv.as_string()) : std::string_view(mk));
+        if (!has(channel_names_, ours))
+          error(at, "maps " + unknown("channel", ours, channel_names_));
+        if (sub != spec_.subgraphs.end() && !has(child, theirs))
+          error(at, "maps the subgraph's " + unknown("channel", theirs, child));
       }
     }
     if (const auto* l = object_at(no, "limits", ptr, false)) (void)limits(*l, ptr + "/limits");

@@ -166,7 +166,7 @@ TEST_F(WorkflowLoader, SubgraphsLoadRelativeToTheFileAndCyclesAreCaught) {
                          "edges": [{"from": "START", "to": "inc"}, {"from": "inc", "to": "END"}]})");
   auto ok = load(
       R"({"name": "parent", "state": {"y": {}}, "nodes": {"sub": {"kind": "subgraph", "path": "child.json",
-                   "output": {"y": "x"}}}, "edges": [{"from": "START", "to": "sub"}, {"from": "sub", "to": "END"}]})");
+                   "output": {"x": "y"}}}, "edges": [{"from": "START", "to": "sub"}, {"from": "sub", "to": "END"}]})");
   ASSERT_TRUE(ok.ok()) << ok.report();
   ASSERT_TRUE(ok.spec->subgraphs.count("sub"));
   EXPECT_EQ(ok.spec->subgraphs.at("sub")->name, "child");
@@ -183,6 +183,27 @@ TEST_F(WorkflowLoader, SubgraphsLoadRelativeToTheFileAndCyclesAreCaught) {
                         "edges": [{"from": "START", "to": "s"}, {"from": "s", "to": "END"}]})");
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.report().find("cannot read subgraph file"), std::string::npos);
+}
+
+// A subgraph node's mappings name channels of both files (`weir validate` once said ok, and
+// only building the graph refused them, without a place).
+TEST_F(WorkflowLoader, SubgraphMappingsNameChannelsOfBothFiles) {
+  write("child.json", R"({"name": "child", "state": {"y": {}, "q": {}},
+    "nodes": {"inc": {"kind": "set", "values": {"y": 1}}},
+    "edges": [{"from": "START", "to": "inc"}, {"from": "inc", "to": "END"}]})");
+  auto r = load(R"({"name": "p", "state": {"ys": {}, "z": {}},
+ "nodes": {"w": {"kind": "subgraph", "path": "child.json", "input": {"x": "q", "z": "qq"},
+                 "output": {"y": "yz", "q": "z"}}},
+ "edges": [{"from": "START", "to": "w"}, {"from": "w", "to": "END"}]})");
+  ASSERT_FALSE(r.ok());
+  std::vector<std::string> got;
+  for (const auto& d : r.diagnostics) got.push_back(d.pointer + ": " + d.message);
+  EXPECT_EQ(got, (std::vector<std::string>{
+                     "/nodes/w/input/x: maps unknown channel 'x' (known: ys, z)",
+                     "/nodes/w/input/z: maps the subgraph's unknown channel 'qq'; did you mean "
+                     "'q'?",
+                     "/nodes/w/output/y: maps unknown channel 'yz'; did you mean 'ys'?",
+                 }));
 }
 
 // Expressions are the tools layer's: their checks are in tests/agents/workflow_test.cpp.
