@@ -204,30 +204,37 @@ void cross_check(JsonFields& f, const AgentsFile& file) {
   for (const auto& c : file.tools) have += (have.empty() ? "" : ", ") + c.builtin;
   std::string servers;
   for (const auto& m : file.mcp_servers) servers += (servers.empty() ? "" : ", ") + m.name;
-  auto check = [&](const AgentSpec& a, const std::string& at) {
-    for (std::size_t k = 0; k < a.tools.size(); ++k) {
-      const std::string& t = a.tools[k];
-      const std::string ptr = at + "/tools/" + std::to_string(k);
-      if (const auto slash = t.find('/'); slash != std::string::npos) {
-        const std::string server = t.substr(0, slash);
-        if (std::none_of(file.mcp_servers.begin(), file.mcp_servers.end(),
-                         [&](const auto& m) { return m.name == server; }))
-          f.error(ptr, "agent '" + a.name + "' names tool '" + t + "' of MCP server '" + server +
-                           "', which the file does not have (its mcp_servers: " +
-                           (servers.empty() ? "none" : servers) + ")");
-      } else if (std::none_of(file.tools.begin(), file.tools.end(),
-                              [&](const auto& c) { return c.builtin == t; })) {
-        f.error(ptr, "agent '" + a.name + "' names unknown tool '" + t +
-                         "' (the file's tools: " + (have.empty() ? "none" : have) + ")");
-      }
+  // A tool a name names: one of "tools", or "server/tool" of one of "mcp_servers".
+  auto check_tool = [&](const std::string& t, const std::string& who, const std::string& ptr) {
+    if (const auto slash = t.find('/'); slash != std::string::npos) {
+      const std::string server = t.substr(0, slash);
+      if (std::none_of(file.mcp_servers.begin(), file.mcp_servers.end(),
+                       [&](const auto& m) { return m.name == server; }))
+        f.error(ptr, who + " names tool '" + t + "' of MCP server '" + server +
+                         "', which the crew does not have (its \"mcp_servers\": " +
+                         (servers.empty() ? "none" : servers) + ")");
+    } else if (std::none_of(file.tools.begin(), file.tools.end(),
+                            [&](const auto& c) { return c.builtin == t; })) {
+      f.error(ptr, who + " names unknown tool '" + t +
+                       "' (the crew's \"tools\": " + (have.empty() ? "none" : have) + ")");
     }
+  };
+  auto check = [&](const AgentSpec& a, const std::string& at) {
+    for (std::size_t k = 0; k < a.tools.size(); ++k)
+      check_tool(a.tools[k], "agent '" + a.name + "'", at + "/tools/" + std::to_string(k));
   };
   const bool crew = file.kind == AgentsFileKind::crew;
   const auto& agents = crew ? file.crew.agents : file.chat.agents;
   for (std::size_t i = 0; i < agents.size(); ++i) check(agents[i], "/agents/" + std::to_string(i));
-  if (crew && file.crew.manager) check(*file.crew.manager, "/manager");
-  if (crew)
-    for (const auto& p : crew_problems(file.crew)) f.error(p.pointer, p.message);
+  if (!crew) return;
+  if (file.crew.manager) check(*file.crew.manager, "/manager");
+  for (std::size_t i = 0; i < file.crew.tasks.size(); ++i) {
+    const auto& t = file.crew.tasks[i];
+    for (std::size_t k = 0; k < t.prefetch.size(); ++k)
+      check_tool(t.prefetch[k].name, "task '" + t.name + "'",
+                 "/tasks/" + std::to_string(i) + "/prefetch/" + std::to_string(k) + "/tool");
+  }
+  for (const auto& p : crew_problems(file.crew)) f.error(p.pointer, p.message);
 }
 
 // A crew or group-chat document into `file`, its problems into `f` (pointers from its root).

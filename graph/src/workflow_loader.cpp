@@ -495,7 +495,9 @@ class Loader {
     if (const auto* in = no.if_contains("inputs"); in && in->is_object())
       for (const auto& kv : in->as_object())
         check_input(std::string(kv.key()), json_pointer_append(ptr + "/inputs", kv.key()));
-    if (const auto* ci = no.if_contains("chat_input"); ci && ci->is_string())
+    // ("request", the default, is taken as written too: a crew that names it nowhere gets it
+    // as an input its tasks do not read, with or without the key.)
+    if (const auto* ci = no.if_contains("chat_input"); ci && ci->is_string() && *ci != "request")
       check_input(std::string(ci->as_string()), ptr + "/chat_input");
   }
   // A crew entry's inputs: its "inputs" keys, then each {{name}} of its tasks' descriptions and

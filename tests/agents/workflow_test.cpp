@@ -275,7 +275,8 @@ TEST_F(WorkflowRun, ACrewsProblemsAreFoundWhenTheFileIsLoaded) {
   const std::string text =
       R"J({"name": "s", "state": {"messages": {"reducer": "messages"}, "out": {}},
  "crews": {"c": {"agents": [{"name": "a", "role": "r", "goal": "g", "tools": ["nope"]}],
-                 "tasks": [{"name": "t", "description": "on {{topic}}", "agent": "zed"}]},
+                 "tasks": [{"name": "t", "description": "on {{topic}}", "agent": "zed",
+                            "prefetch": [{"tool": "nosuch/x"}]}]},
            "d": 5, "e": {"kind": "group_chat", "agents": []}},
  "nodes": {"run": {"kind": "crew", "crew": "c", "messages": "messages", "output": "out",
                    "inputs": {"topik": "x"}, "chat_input": "topic"}},
@@ -286,13 +287,16 @@ TEST_F(WorkflowRun, ACrewsProblemsAreFoundWhenTheFileIsLoaded) {
   for (const auto& d : r.diagnostics) got.push_back(d.to_string().substr(dir_.string().size() + 1));
   EXPECT_EQ(got, (std::vector<std::string>{
                      "flow.json:2:79: /crews/c/agents/0/tools/0: agent 'a' names unknown tool "
-                     "'nope' (the file's tools: none)",
+                     "'nope' (the crew's \"tools\": none)",
+                     "flow.json:4:51: /crews/c/tasks/0/prefetch/0/tool: task 't' names tool "
+                     "'nosuch/x' of MCP server 'nosuch', which the crew does not have (its "
+                     "\"mcp_servers\": none)",
                      "flow.json:3:82: /crews/c/tasks/0/agent: task 't' names unknown agent 'zed' "
                      "(its agents: a)",
-                     "flow.json:4:17: /crews/d: expected a crew object, got an integer",
-                     "flow.json:4:34: /crews/e/kind: a workflow's crew is a crew, got kind "
+                     "flow.json:5:17: /crews/d: expected a crew object, got an integer",
+                     "flow.json:5:34: /crews/e/kind: a workflow's crew is a crew, got kind "
                      "\"group_chat\"",
-                     "flow.json:6:40: /nodes/run/inputs/topik: crew 'c' has no input 'topik' (its "
+                     "flow.json:7:40: /nodes/run/inputs/topik: crew 'c' has no input 'topik' (its "
                      "inputs: topic)",
                  }));
 }

@@ -341,8 +341,8 @@ TEST(Cli, BadCrewFilesGiveEveryProblem) {
   auto r = run_weir("run " + f.string());
   EXPECT_EQ(r.code, 1);
   EXPECT_EQ(r.err, f.string() +
-                       ":2:51: /agents/0/tools/0: agent 'a' names unknown tool 'web' (the file's "
-                       "tools: none)\n" +
+                       ":2:51: /agents/0/tools/0: agent 'a' names unknown tool 'web' (the crew's "
+                       "\"tools\": none)\n" +
                        f.string() +
                        ":3:36: /tasks/0/agent: task 't' names unknown agent 'b' (its agents: a)\n");
   // `weir validate` finds the same (it once said ok: only building the crew found them).
