@@ -76,8 +76,9 @@ struct Wiring {
   };
   std::map<std::string, CrewEntry, std::less<>> crew_specs;
   std::unique_ptr<graph::GraphRuntime> child;
-  // The engines' registry when the caller gave none (WorkflowServices::engines).
-  std::unique_ptr<inference::EngineRegistry> own_engines;
+  // The engines' registry when the caller gave none (WorkflowServices::engines): shared with
+  // the wirings of the file's subgraphs, which use it too and may outlive this one.
+  std::shared_ptr<inference::EngineRegistry> own_engines;
 
   std::mutex mu;
   std::map<std::string, std::shared_ptr<ChatModel>> models;    // GUARDED_BY(mu), opened on use
@@ -378,10 +379,11 @@ Result<std::shared_ptr<Wiring>> wire(const graph::WorkflowSpec& spec, WorkflowSe
 graph::WorkflowHooks hooks_of(const std::shared_ptr<Wiring>& w, const graph::WorkflowSpec& spec) {
   graph::WorkflowHooks hooks;
   // A subgraph file has its own sections: wired the same way, with the same services.
-  hooks.subgraph =
-      [services = w->services](const graph::WorkflowSpec& child) -> Result<graph::WorkflowHooks> {
+  hooks.subgraph = [services = w->services, engines = w->own_engines](
+                       const graph::WorkflowSpec& child) -> Result<graph::WorkflowHooks> {
     auto cw = wire(child, services);
     if (!cw) return std::move(cw).error();
+    (*cw)->own_engines = engines;  // services.engines may be this registry: it lives as long
     return hooks_of(*cw, child);
   };
   hooks.model_call = [w](std::string model, std::string system, std::string prompt,
@@ -421,7 +423,7 @@ Result<std::shared_ptr<Wiring>> wire(const graph::WorkflowSpec& spec, WorkflowSe
   auto w = std::make_shared<Wiring>();
   w->services = services;
   if (!w->services.engines) {
-    w->own_engines = std::make_unique<inference::EngineRegistry>();
+    w->own_engines = std::make_shared<inference::EngineRegistry>();
     w->services.engines = w->own_engines.get();
   }
   // The sections are read by the readers workflow_checks() gives the loader: a file loaded

@@ -707,3 +707,31 @@ TEST(Cli, OutputSchemasMakeLlmNodesAndCrewTasksAnswerValidJson) {
 }
 
 }  // namespace
+
+namespace {
+
+// An llm node inside a subgraph file runs (it once read a freed engine registry: the parent's
+// wiring, which owned it, was gone when the subgraph's model was opened).
+TEST(Cli, AnLlmNodeInASubgraphRuns) {
+  const fs::path model = fs::path(WEIR_SHARED_DIR) / "models" / "stories260K-gqa.gguf";
+  if (!fs::exists(model)) GTEST_SKIP() << "fixture model absent";
+  auto leaf = temp_file("llmleaf.json", R"({"name": "llmleaf",
+    "state": {"messages": {"reducer": "messages"}},
+    "models": {"m": {"path": ")" + model.string() +
+                                            R"("}},
+    "nodes": {"gen": {"kind": "llm", "model": "m", "messages": "messages", "max_tokens": 8}},
+    "edges": [{"from": "START", "to": "gen"}, {"from": "gen", "to": "END"}]})");
+  auto outer = temp_file("llmsub.json", R"({"name": "llmsub",
+    "state": {"messages": {"reducer": "messages"}},
+    "nodes": {"call": {"kind": "subgraph", "path": ")" +
+                                            leaf.filename().string() + R"("}},
+    "edges": [{"from": "START", "to": "call"}, {"from": "call", "to": "END"}]})");
+  auto r = run_weir("run " + outer.string() +
+                    R"( --input '{"messages": [{"role": "user", "content": "hi"}]}')");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto state = boost::json::parse(r.out).as_object();
+  ASSERT_EQ(state.at("messages").as_array().size(), 2u) << r.out;
+  EXPECT_EQ(state.at("messages").at(1).at("role"), "assistant");
+}
+
+}  // namespace
