@@ -29,13 +29,15 @@ try {
   await page.$eval('#start-input', e => { e.value = ''; });
   await page.type('#start-input', '{"messages": [{"type": "human", "content": "paged attention"}]}');
   await page.click('#start-run');
-  // The researcher's answer, shown while the writer and the reviewer still work.
-  await page.waitForSelector('#messages .msg.typing .what');
+  // The researcher's answer, shown while the writer and the reviewer still work. (A crew on
+  // the slow model takes seconds a task, many more under the sanitizers with other tests
+  // beside it: waits of a minute, not the page's default 15 s.)
+  await page.waitForSelector('#messages .msg.typing .what', { timeout: 60000 });
   seen.status_while_typing = await page.$eval('#thread-status', e => e.textContent);
   seen.while_running = await shown(page);
   await page.screenshot({ path: path.join(outDir, 'run-crew-typing.png'), fullPage: true });
   await page.waitForFunction(() => document.querySelector('#thread-status')?.textContent === 'idle'
-    && !document.querySelector('#messages .msg.typing'));
+    && !document.querySelector('#messages .msg.typing'), { timeout: 120000 });
   seen.messages = await shown(page);
   await page.screenshot({ path: path.join(outDir, 'run-crew.png'), fullPage: true });
 } catch (e) {
