@@ -202,13 +202,25 @@ TEST(AgainstServe, ManyCallersShareTheClientFenceAndAllFinish) {
         asio::detached);
     io.run();
   });
-  auto r = chat_all(**m, 12, p);
+  struct Join {
+    std::atomic<bool>& done;
+    std::thread& t;
+    ~Join() {
+      done = true;
+      if (t.joinable()) t.join();
+    }
+  } join{done, sampler};
+  // A round of 12 callers can finish in under 100 ms on a loaded machine, between two samples:
+  // rounds go on until the sampler has seen enough of them (at most 8 rounds).
+  for (int round = 0; round < 8 && (round == 0 || samples.load() < 10); ++round) {
+    auto r = chat_all(**m, 12, p);
+    for (const auto& x : r) {
+      ASSERT_TRUE(x) << x.error().message;
+      EXPECT_EQ(x->usage.completion_tokens, 96);
+    }
+  }
   done = true;
   sampler.join();
-  for (const auto& x : r) {
-    ASSERT_TRUE(x) << x.error().message;
-    EXPECT_EQ(x->usage.completion_tokens, 96);
-  }
   ASSERT_GT(samples.load(), 0) << "no sample of weir_serve_requests_running";
   EXPECT_LE(most.load(), 2);
   EXPECT_EQ(most.load(), 2) << "most running at once: " << most << " in " << samples << " samples";
