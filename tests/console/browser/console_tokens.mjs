@@ -24,20 +24,35 @@ try {
   await page.select('#start-graph', 'talk');
   await page.$eval('#start-input', e => { e.value = ''; });
   await page.type('#start-input', '{"messages": [{"type": "human", "content": "Tell me a story"}]}');
+  // Every state of the typing message is recorded as the page renders it, so a reply that
+  // grows and lands between two polls of a loaded machine is still seen growing.
+  await page.evaluate(() => {
+    window.__typing = {};
+    const look = () => {
+      const m = document.querySelector('#messages .msg.typing');
+      const what = m?.querySelector('.what');
+      if (!m || !what) return;
+      const lens = (window.__typing[m.dataset.id] ||= []);
+      if (lens[lens.length - 1] !== what.textContent.length) lens.push(what.textContent.length);
+    };
+    new MutationObserver(look).observe(document.body,
+      { subtree: true, childList: true, characterData: true });
+  });
   await page.click('#start-run');
   // The reply being generated: a message marked as typing, whose text grows.
-  await page.waitForSelector('#messages .msg.typing .what');
-  const first = await page.$eval('#messages .msg.typing .what', e => e.textContent);
-  await page.waitForFunction((n) => {
-    const e = document.querySelector('#messages .msg.typing .what');
-    return e && e.textContent.length > n;
-  }, {}, first.length);
-  seen.typing_grew = true;
-  seen.typing_id = await page.$eval('#messages .msg.typing', e => e.dataset.id);
+  await page.waitForFunction(() => Object.values(window.__typing).some(l => l.length >= 2),
+    { timeout: 60000 });
   await page.screenshot({ path: path.join(outDir, 'run-typing.png'), fullPage: true });
+  const typing = await page.evaluate(() => window.__typing);
+  for (const [id, lens] of Object.entries(typing)) {
+    if (lens.length >= 2 && lens[lens.length - 1] > lens[0]) {
+      seen.typing_grew = true;
+      seen.typing_id = id;
+    }
+  }
   // The step lands: the same message, no longer typing.
   await page.waitForFunction(() => document.querySelector('#thread-status')?.textContent === 'idle'
-    && !document.querySelector('#messages .msg.typing'));
+    && !document.querySelector('#messages .msg.typing'), { timeout: 120000 });
   seen.messages = await page.$$eval('#messages .msg', ms => ms.map(m => ({ type: [...m.classList].filter(c => c !== 'msg').join(' '), id: m.dataset.id, text: m.querySelector('.what').textContent })));
 } catch (e) {
   seen.problems.push(`failed: ${e.message.split('\n')[0]}`);
