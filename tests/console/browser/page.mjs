@@ -15,7 +15,9 @@ export async function launch(chrome) {
 export async function watchedPage(browser, problems) {
   const page = await browser.newPage();
   await page.setViewport({ width: 1366, height: 900 });  // a laptop screen
-  page.setDefaultTimeout(15000);
+  // A minute: CI runs these beside the rest of the suite (and under the sanitizers), where a step
+  // that takes a second here can take twenty.
+  page.setDefaultTimeout(60000);
   page.on('console', m => { if (m.type() === 'error') problems.push(`console error: ${m.text()}`); });
   page.on('pageerror', e => problems.push(`page error: ${e.message}`));
   page.on('requestfailed', r => {
