@@ -182,6 +182,74 @@ TEST(StructuredBudget, BudgetMaskIsExactlyTheTokensThatStillFit) {
   }
 }
 
+// The mask cache: a state met first under a budget gets that budget's walk alone, kept as its
+// plain mask too when the budget refused nothing. Every later mask of the state (without a
+// budget, under one that binds, under a larger one) is still exactly the tokens that fit: met
+// first under a budget that cuts nothing, then one that cuts; first under one that cuts, then
+// none.
+TEST(StructuredBudget, AStateFirstMaskedUnderABudgetServesEveryOtherBudgetExactly) {
+  std::vector<std::unique_ptr<Tokenizer>> owned;
+  std::vector<const Tokenizer*> vocabs = {tiny().tok.get()};
+  const fs::path gpt2 = fs::path(WEIR_SHARED_DIR) / "testdata/vocab/ggml-vocab-gpt-2.gguf";
+  if (fs::exists(gpt2)) {
+    auto f = GgufFile::open(gpt2);
+    ASSERT_TRUE(f);
+    auto t = Tokenizer::from_gguf(**f);
+    ASSERT_TRUE(t);
+    owned.push_back(std::move(*t));
+    vocabs.push_back(owned.back().get());
+  }
+  for (const Tokenizer* t : vocabs) {
+    SCOPED_TRACE(t->n_vocab());
+    const int n_schemas = t->n_vocab() > 1000 ? 2 : 20;
+    for (std::uint64_t seed = 1; seed <= static_cast<std::uint64_t>(n_schemas); ++seed) {
+      std::mt19937_64 rng(seed * 7919);
+      json::value s = budget_schema(rng, 0);
+      // (A description of its own: a schema no other test compiled, so no state is cached.)
+      s.as_object()["description"] = "first under a budget " + std::to_string(seed);
+      SCOPED_TRACE(json::serialize(s));
+      auto c = schema(json::serialize(s), *t);
+      ASSERT_TRUE(c) << c.error().message;
+      ConstraintMatcher m(*c);
+      std::vector<std::uint64_t> mask(mask_words(t->n_vocab()));
+      std::vector<std::int32_t> after(static_cast<std::size_t>(t->n_vocab()));  // -1: refused
+      int budget = (*c)->min_tokens() + 2 + static_cast<int>(rng() % 6);
+      for (int step = 0; budget > 0 && !m.finished(); ++step, --budget) {
+        for (std::int32_t id = 0; id < t->n_vocab(); ++id) {
+          ConstraintMatcher copy = m;
+          after[static_cast<std::size_t>(id)] = !copy.accept(id) ? -1
+                                                : t->is_eog(id)  ? 0
+                                                                 : copy.min_tokens();
+        }
+        // Alternately a large budget first (it cuts nothing), then one that binds, then none;
+        // and the binding one first.
+        const std::vector<std::int32_t> order =
+            step % 2 == 0 ? std::vector<std::int32_t>{budget + 40, budget, kNoBudget, 1}
+                          : std::vector<std::int32_t>{budget, kNoBudget, budget + 40, 1};
+        for (const std::int32_t b : order) {
+          m.fill_mask(mask, b);
+          for (std::int32_t id = 0; id < t->n_vocab(); ++id) {
+            const bool in_mask = (mask[static_cast<std::size_t>(id) >> 6] >> (id & 63)) & 1;
+            const std::int32_t a = after[static_cast<std::size_t>(id)];
+            const bool fits = a >= 0 && (b == kNoBudget || a < b);
+            ASSERT_EQ(in_mask, fits)
+                << "token '" << t->token_to_piece(id) << "' at step " << step << ", budget " << b
+                << " (order from budget " << order[0] << ")";
+          }
+        }
+        m.fill_mask(mask, budget);
+        std::vector<std::int32_t> allowed;
+        for (std::int32_t id = 0; id < t->n_vocab(); ++id)
+          if (((mask[static_cast<std::size_t>(id) >> 6] >> (id & 63)) & 1) && !t->is_eog(id))
+            allowed.push_back(id);
+        if (allowed.empty()) break;
+        ASSERT_TRUE(m.accept(allowed[rng() % allowed.size()]));
+      }
+      EXPECT_TRUE(m.complete());
+    }
+  }
+}
+
 // min_tokens() is the fewest tokens of any completion: a breadth-first search over every
 // token sequence (parse states merged) on the tiny vocabulary finds none shorter, and finds
 // one of that length.

@@ -75,8 +75,15 @@ void targets_of(const Constraint::Impl& impl, Dfa& dfa, std::int32_t sid, int sl
                                 dfa.min_bytes[static_cast<std::size_t>(next)] -
                                 static_cast<std::int64_t>(base);
       if (used > slack) return;
-      if (v.tok_begin[k] < v.tok_begin[k + 1])
-        out.push_back({next, slack - static_cast<int>(used)});
+      if (v.tok_begin[k] < v.tok_begin[k + 1]) {
+        // Few distinct targets among many tokens (a run of digits leaves the same few
+        // states): the first kFewTargets are kept unique as they come, where sorting every
+        // token's would cost more (the rest are sorted out below).
+        constexpr std::size_t kFewTargets = 64;
+        const Target t{next, slack - static_cast<int>(used)};
+        if (out.size() >= kFewTargets || std::find(out.begin(), out.end(), t) == out.end())
+          out.push_back(t);
+      }
       stack.push_back({k, next, static_cast<int>(used)});
     };
     const std::array<std::uint32_t, 256>* wide =

@@ -15,6 +15,7 @@
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "constraint/grammar.hpp"
@@ -63,8 +64,11 @@ struct Constraint::Impl {
   mutable std::unordered_map<std::string, PlainMask> masks;  // GUARDED_BY(mu), by parse state
   // Masks under a budget that binds, by parse state and the budget's limit (tokens after).
   mutable std::unordered_map<std::string, std::vector<std::uint64_t>>
-      budget_masks;                    // GUARDED_BY(mu)
-  mutable std::size_t mask_bytes = 0;  // GUARDED_BY(mu): both maps
+      budget_masks;  // GUARDED_BY(mu)
+  // Parse states met first under a budget that cut tokens (so no plain mask came of that
+  // walk): met again, their plain mask is walked for (Impl::mask).
+  mutable std::unordered_set<std::string> cut_once;  // GUARDED_BY(mu)
+  mutable std::size_t mask_bytes = 0;                // GUARDED_BY(mu): the three
   mutable std::atomic<std::uint64_t> walks{0}, hits{0};
   mutable std::atomic<std::int32_t> initial_min{-1};  // min_tokens() of `initial`, once known
   mutable std::mutex trigger_mu;
@@ -76,10 +80,13 @@ struct Constraint::Impl {
   // walk are interned and their transitions memoised (a DFA built lazily for this walk):
   // inside a string, say, almost every byte leads back to the same state, so most trie nodes
   // cost one table lookup instead of advancing and expanding stacks. Plain subtrees are taken
-  // or cut whole by the state's plain run (see the top of mask.cpp). Returns the most bytes a
-  // completion needs after an allowed token.
-  std::uint32_t walk(const std::vector<std::uint32_t>& state, std::span<std::uint64_t> words,
-                     std::int32_t limit = -1) const;
+  // or cut whole by the state's plain run (see the top of mask.cpp).
+  struct Walked {
+    std::uint32_t need = 0;  // the most a completion needs after an allowed token
+    bool cut = false;        // the limit refused a token the state may allow
+  };
+  Walked walk(const std::vector<std::uint32_t>& state, std::span<std::uint64_t> words,
+              std::int32_t limit = -1) const;
 
   // The lazily built DFAs (parse state x byte -> parse state) outlive a walk, so later walks
   // (other states of the same schema, other requests) reuse the transitions already computed.

@@ -62,7 +62,8 @@
 //     token it allows (bytes where every byte is a token, else tokens). A budget above that
 //     never binds and gets the plain mask; a smaller one gets a walk that keeps only the
 //     tokens after which a completion fits (a subtree is taken whole when every state of its
-//     plain run fits), cached by state and budget.
+//     plain run fits), cached by state and budget. A state met first under a budget gets that
+//     walk only, which is its plain mask too when the budget refused no token (Impl::mask).
 // Every shortcut is exact: the mask is the set of tokens the matcher accepts, token by token
 // (tests/inference/structured_test.cpp, MaskIsExactlyTheTokensTheMatcherAccepts), and under a
 // budget the set of those after which a completion still fits
@@ -78,8 +79,9 @@ namespace weir::inference {
 // One loop that applies the shortcuts of the notes above in their order (~150 lines: they
 // share the loop's state, the levels and the ranges); their checks live in plain_run(),
 // text_below() and text_mask().
-std::uint32_t Constraint::Impl::walk(const std::vector<std::uint32_t>& state,
-                                     std::span<std::uint64_t> words, std::int32_t limit) const {
+Constraint::Impl::Walked Constraint::Impl::walk(const std::vector<std::uint32_t>& state,
+                                                std::span<std::uint64_t> words,
+                                                std::int32_t limit) const {
   std::fill(words.begin(), words.end(), 0);
   const Stacks st{grammar};
   const VocabTrie& v = *vocab;
@@ -93,11 +95,13 @@ std::uint32_t Constraint::Impl::walk(const std::vector<std::uint32_t>& state,
     }
   };
   // What a completion needs after the allowed tokens (bytes where every byte is a token,
-  // else tokens): with a limit, whether a state's tokens fit it; without, the most of it.
-  std::uint32_t need = 0;
+  // else tokens): with a limit, whether a state's tokens fit it (`cut` when not), and the
+  // most of it over those allowed.
+  Walked out;
+  std::uint32_t& need = out.need;
   const bool by_bytes = v.every_byte_a_token;
   auto allowed = [&](std::int32_t sid) {
-    if (limit >= 0) return fits(dfa, sid, limit);
+    if (limit >= 0 && !fits(dfa, sid, limit)) return !(out.cut = true);
     need = std::max(need, by_bytes ? dfa.min_bytes[static_cast<std::size_t>(sid)]
                                    : static_cast<std::uint32_t>(min_tokens(dfa, sid)));
     return true;
@@ -105,9 +109,9 @@ std::uint32_t Constraint::Impl::walk(const std::vector<std::uint32_t>& state,
   // The same for every state a plain run from `pid` passes (a subtree taken whole).
   auto run_allowed = [&](std::int32_t pid) {
     const auto pi = static_cast<std::size_t>(pid);
-    if (limit >= 0)
-      return (by_bytes && dfa.run_max_bytes[pi] <= static_cast<std::uint32_t>(limit)) ||
-             run_max_tokens(dfa, pid) <= limit;
+    if (limit >= 0 && !(by_bytes && dfa.run_max_bytes[pi] <= static_cast<std::uint32_t>(limit)) &&
+        run_max_tokens(dfa, pid) > limit)
+      return !(out.cut = true);
     need = std::max(need, by_bytes ? dfa.run_max_bytes[pi]
                                    : static_cast<std::uint32_t>(run_max_tokens(dfa, pid)));
     return true;
@@ -163,6 +167,7 @@ std::uint32_t Constraint::Impl::walk(const std::vector<std::uint32_t>& state,
           run >= height || ((node.plain & VocabTrie::kPlainRoot) &&
                             dfa.run_then_reject[static_cast<std::size_t>(pid)]);
       if (limit >= 0 && ends_in_run && run_min_tokens(dfa, pid) > limit) {
+        out.cut = true;
         i = node.end;  // no token below leaves a completion that fits
         continue;
       }
@@ -201,6 +206,7 @@ std::uint32_t Constraint::Impl::walk(const std::vector<std::uint32_t>& state,
     const Below below = by_bytes && (v.text[i] & VocabTrie::kTextHeight) != 0
                             ? text_below(dfa, pid, i, limit, need)
                             : Below::walk;
+    if (below == Below::none) out.cut = true;
     if (below == Below::none && v.tok_begin[i] == v.tok_begin[i + 1]) {  // nor a token of its own
       i = node.end;
       continue;
@@ -236,7 +242,7 @@ std::uint32_t Constraint::Impl::walk(const std::vector<std::uint32_t>& state,
     ++i;
   }
   give_dfa(std::move(dfa_owner));
-  return need;
+  return out;
 }
 
 std::int32_t Constraint::Impl::plain_step(Dfa& dfa, std::int32_t pid) const {
@@ -421,7 +427,7 @@ Constraint::Impl::Below Constraint::Impl::text_below(Dfa& dfa, std::int32_t pid,
   const std::uint32_t most = dfa.run_max_bytes[pi] + tail;
   if (limit < 0 || most <= static_cast<std::uint32_t>(limit) ||
       (tail == 0 && run_max_tokens(dfa, pid) <= limit)) {
-    if (limit < 0) need = std::max(need, most);
+    need = std::max(need, most);
     return Below::take;
   }
   if (run_min_tokens(dfa, pid) > limit && (tail == 0 || limit < 1)) return Below::none;
@@ -449,7 +455,8 @@ unsigned Constraint::Impl::text_mask(Dfa& dfa, std::int32_t pid, std::span<std::
     if (whole_only && dfa.run_max_bytes[pi] > static_cast<std::uint32_t>(limit) &&
         run_max_tokens(dfa, pid) > limit)
       return 0;  // (a smaller bucket would not fit either)
-    if (limit < 0) need = std::max(need, most);
+    // (Its cut tokens, when left out, are taken or refused by the walk.)
+    need = std::max(need, whole_only ? dfa.run_max_bytes[pi] : most);
     for (std::size_t w = 0; w < words.size(); ++w) words[w] |= m.words[w];
     if (whole_only) {
       for (std::uint32_t k = 0; k < m.cut; ++k) {
@@ -505,15 +512,16 @@ void Constraint::Impl::mask(const std::vector<std::uint32_t>& state, std::span<s
     std::copy(m.begin(), m.end(), words.begin());
     hits.fetch_add(1, std::memory_order_relaxed);
   };
-  bool have_plain = false;
+  bool have_plain = false, met = false;
   {
     std::shared_lock lock(mu);
-    if (auto it = masks.find(key); it != masks.end()) {
-      if (!binds(it->second.need)) return copy_out(it->second.words);
+    const auto it = masks.find(key);
+    if (it != masks.end() && !binds(it->second.need)) return copy_out(it->second.words);
+    if (limit >= 0)
       if (auto jt = budget_masks.find(budget_key); jt != budget_masks.end())
         return copy_out(jt->second);
-      have_plain = true;
-    }
+    have_plain = it != masks.end();
+    met = !have_plain && cut_once.count(key) != 0;
   }
   auto store = [&](auto& map, const std::string& k, auto value) {
     const std::size_t bytes = words.size() * 8 + k.size() + 16;
@@ -523,15 +531,35 @@ void Constraint::Impl::mask(const std::vector<std::uint32_t>& state, std::span<s
       mask_bytes += bytes;
     }
   };
-  if (!have_plain) {
-    const std::uint32_t need = walk(state, words);
+  auto copy = [&] { return std::vector<std::uint64_t>(words.begin(), words.end()); };
+  // A state met for the first time under a budget gets one walk, the budget's. When the budget
+  // cut no token, that is its plain mask too; else the state is marked, and met again it is
+  // walked for its plain mask, which every budget that does not bind shares. (Near the end of
+  // a budget, where it binds, generation meets each state once: two walks, plain then the
+  // budget's, were the slowest masks.)
+  if (limit >= 0 && !have_plain && !met) {
+    const Walked w = walk(state, words, limit);
     walks.fetch_add(1, std::memory_order_relaxed);
-    store(masks, key, PlainMask{std::vector<std::uint64_t>(words.begin(), words.end()), need});
+    if (!w.cut) {
+      store(masks, key, PlainMask{copy(), w.need});
+      if (binds(w.need)) store(budget_masks, budget_key, copy());
+      return;
+    }
+    store(budget_masks, budget_key, copy());
+    std::unique_lock lock(mu);
+    if (mask_bytes + key.size() + 16 <= kMaskCacheBytes && cut_once.insert(key).second)
+      mask_bytes += key.size() + 16;
+    return;
+  }
+  if (!have_plain) {
+    const std::uint32_t need = walk(state, words).need;
+    walks.fetch_add(1, std::memory_order_relaxed);
+    store(masks, key, PlainMask{copy(), need});
     if (!binds(need)) return;
   }
   walk(state, words, limit);
   walks.fetch_add(1, std::memory_order_relaxed);
-  store(budget_masks, budget_key, std::vector<std::uint64_t>(words.begin(), words.end()));
+  store(budget_masks, budget_key, copy());
 }
 
 }  // namespace weir::inference
