@@ -276,71 +276,30 @@ class PostgresCheckpointer final : public Checkpointer {
     return limit > static_cast<std::size_t>(INT64_MAX) ? INT64_MAX : static_cast<int64_t>(limit);
   }
 
-  // One try of put(): a transaction that stores the checkpoint, its artifacts and (with
-  // retention) prunes the thread, or stores nothing.
+  // One try of put(): weir_put_checkpoint() (pg/src/schema.cpp, version 5) stores the
+  // checkpoint or raises, storing nothing. Alone it is one statement, one round trip; with
+  // artifacts or retention it runs in a transaction with their statements.
   Status put_once(const Checkpoint& cp, const std::string& writes, const std::string& pending,
                   const std::string& metadata, int64_t now, const std::string& what) {
+    const bool alone = cp.artifacts.empty() && !retention_.enabled();
     pg::Transaction txn(conn_);
-    if (auto s = txn.begin(what); !s) return s;
-    // Lock the thread's row (creating it): puts to one thread queue here, so seq order is
-    // commit order. A failed put rolls the new row back.
-    // (ON CONFLICT DO UPDATE locks the existing row; the values are set for real below.)
-    if (auto r = conn_.exec("INSERT INTO weir_threads (thread_id, updated_seq, updated_at) "
-                            "VALUES ($1, 0, 0) ON CONFLICT (thread_id) DO UPDATE "
-                            "SET updated_seq = weir_threads.updated_seq",
-                            Params().text(cp.thread_id), what);
-        !r)
-      return std::move(r).error();
-    if (!cp.claim_token.empty()) {
-      // FOR UPDATE: a claim_thread taking the thread over waits for this put to commit, then
-      // sees the refreshed heartbeat; a put after a takeover (or after the run's end revoked
-      // the claim) sees that and stores nothing.
-      auto held = read_holder(cp.thread_id, true, what);
-      if (!held) return std::move(held).error();
-      if (!*held || (**held).token != cp.claim_token)
-        return detail::claim_lost(cp.thread_id, *held ? &**held : nullptr);
-      if (auto r = conn_.exec(
-              "UPDATE weir_thread_holders SET heartbeat = weir_now_ms() WHERE thread_id = $1 AND "
-              "token = $2",
-              Params().text(cp.thread_id).text(cp.claim_token), what);
-          !r)
-        return std::move(r).error();
-    }
-    {
-      auto found = conn_.exec(
-          "SELECT checkpoint_id FROM weir_checkpoints WHERE thread_id = $1 "
-          "AND checkpoint_id IN ($2, $3)",
-          Params().text(cp.thread_id).text(cp.checkpoint_id).text(cp.parent_id), what);
-      if (!found) return std::move(found).error();
-      bool have_parent = cp.parent_id.empty();
-      for (int i = 0; i < found->size(); ++i) {
-        const std::string_view id = found->text(i, 0);
-        if (id == cp.checkpoint_id) return detail::duplicate_checkpoint(cp);
-        if (id == cp.parent_id) have_parent = true;
-      }
-      if (!have_parent) return detail::unknown_parent(cp);
-    }
-    auto inserted = conn_.exec(std::string("INSERT INTO weir_checkpoints (") + kColumns +
-                                   ", snapshot, seq) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, "
-                                   "nextval('weir_checkpoint_seq')) RETURNING seq",
-                               Params()
-                                   .text(cp.thread_id)
-                                   .text(cp.checkpoint_id)
-                                   .text(cp.parent_id)
-                                   .int8(cp.step)
-                                   .bytea(writes)
-                                   .bytea(pending)
-                                   .bytea(metadata)
-                                   .int8(now)
-                                   .boolean(detail::is_snapshot(cp.writes)),
-                               what);
-    if (!inserted) return std::move(inserted).error();
-    const int64_t seq = inserted->int8(0, 0);
-    if (auto r = conn_.exec("UPDATE weir_threads SET updated_seq = $2, updated_at = $3 "
-                            "WHERE thread_id = $1",
-                            Params().text(cp.thread_id).int8(seq).int8(now), what);
-        !r)
-      return std::move(r).error();
+    if (!alone)
+      if (auto s = txn.begin(what); !s) return s;
+    auto stored = conn_.exec("SELECT weir_put_checkpoint($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+                             Params()
+                                 .text(cp.thread_id)
+                                 .text(cp.checkpoint_id)
+                                 .text(cp.parent_id)
+                                 .int8(cp.step)
+                                 .bytea(writes)
+                                 .bytea(pending)
+                                 .bytea(metadata)
+                                 .int8(now)
+                                 .boolean(detail::is_snapshot(cp.writes))
+                                 .text(cp.claim_token),
+                             what);
+    if (!stored) return refused(cp, std::move(stored).error(), what);
+    if (alone) return {};
     for (const auto& a : cp.artifacts) {
       if (auto r = conn_.exec(
               "INSERT INTO weir_artifacts (thread_id, artifact_id, media_type, bytes, created_at) "
@@ -362,6 +321,19 @@ class PostgresCheckpointer final : public Checkpointer {
       }
     }
     return txn.commit(what);
+  }
+
+  // weir_put_checkpoint's refusals (its SQLSTATEs) as the errors every checkpointer gives; a
+  // lost claim names who holds the thread now (read after the refusal, outside its rollback).
+  Status refused(const Checkpoint& cp, Error e, const std::string& what) {
+    const std::string state = conn_.sqlstate();
+    if (state == "WP001") return detail::duplicate_checkpoint(cp);
+    if (state == "WP002") return detail::unknown_parent(cp);
+    if (state != "WP003") return e;
+    if (conn_.in_transaction()) (void)conn_.exec("ROLLBACK", Params(), what);
+    auto held = read_holder(cp.thread_id, false, what);
+    if (!held) return std::move(held).error();
+    return detail::claim_lost(cp.thread_id, *held ? &**held : nullptr);
   }
 
   Result<boost::json::object> state_at_once(std::string_view thread_id,

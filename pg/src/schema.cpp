@@ -112,6 +112,51 @@ CREATE INDEX weir_runs_open ON weir_runs (created_at, seq) WHERE state IN ('queu
 CREATE INDEX weir_runs_recent ON weir_runs (created_at, seq);
 )sql";
 
+// Version 5: a checkpoint put as one statement (the checkpointer's put, graph/src/
+// checkpointer_postgres.cpp): lock (or create) the thread's row, check the put's claim (and
+// renew its heartbeat), refuse a duplicate id or an unknown parent, store the checkpoint with
+// the next seq and stamp the thread. A refusal raises one of weir's SQLSTATEs, so nothing of
+// the put stays (the thread row it created is rolled back with it): WP001 duplicate, WP002
+// unknown parent, WP003 the claim is not the put's. One round trip where the put was eight,
+// and its plans are cached by PL/pgSQL per session.
+constexpr const char* kVersion5 = R"sql(
+CREATE OR REPLACE FUNCTION weir_put_checkpoint(
+    p_thread TEXT, p_id TEXT, p_parent TEXT, p_step BIGINT, p_writes BYTEA, p_pending BYTEA,
+    p_metadata BYTEA, p_created BIGINT, p_snapshot BOOLEAN, p_token TEXT)
+  RETURNS BIGINT LANGUAGE plpgsql VOLATILE AS $fn$
+DECLARE
+  held TEXT;
+  s BIGINT;
+BEGIN
+  INSERT INTO weir_threads (thread_id, updated_seq, updated_at) VALUES (p_thread, 0, 0)
+    ON CONFLICT (thread_id) DO UPDATE SET updated_seq = weir_threads.updated_seq;
+  IF p_token <> '' THEN
+    SELECT token INTO held FROM weir_thread_holders WHERE thread_id = p_thread FOR UPDATE;
+    IF held IS DISTINCT FROM p_token THEN
+      RAISE EXCEPTION 'the thread is no longer held by this put''s claim' USING ERRCODE = 'WP003';
+    END IF;
+    UPDATE weir_thread_holders SET heartbeat = weir_now_ms()
+      WHERE thread_id = p_thread AND token = p_token;
+  END IF;
+  IF EXISTS (SELECT 1 FROM weir_checkpoints WHERE thread_id = p_thread AND checkpoint_id = p_id)
+  THEN
+    RAISE EXCEPTION 'the checkpoint is already stored' USING ERRCODE = 'WP001';
+  END IF;
+  IF p_parent <> '' AND NOT EXISTS (SELECT 1 FROM weir_checkpoints
+                                    WHERE thread_id = p_thread AND checkpoint_id = p_parent) THEN
+    RAISE EXCEPTION 'the parent is not stored in the thread' USING ERRCODE = 'WP002';
+  END IF;
+  INSERT INTO weir_checkpoints (thread_id, checkpoint_id, parent_id, step, writes, pending,
+                                metadata, created_at, snapshot, seq)
+    VALUES (p_thread, p_id, p_parent, p_step, p_writes, p_pending, p_metadata, p_created,
+            p_snapshot, nextval('weir_checkpoint_seq'))
+    RETURNING seq INTO s;
+  UPDATE weir_threads SET updated_seq = s, updated_at = p_created WHERE thread_id = p_thread;
+  RETURN s;
+END
+$fn$;
+)sql";
+
 // A weir_runs made by the run queue before version 2 (TIMESTAMPTZ times, TEXT JSON), converted
 // in place: one rewrite of the table; its indexes are rebuilt with it.
 constexpr const char* kConvertRunsToVersion2 = R"sql(
@@ -211,6 +256,11 @@ Status migrate(Connection& c, const Attempt&) {
     if (auto s = c.exec_script(kVersion4, "migrating to version 4: adding weir_runs.seq"); !s)
       return s;
     if (auto s = applied(4); !s) return s;
+  }
+  if (*version < 5) {
+    if (auto s = c.exec_script(kVersion5, "migrating to version 5: the one-statement put"); !s)
+      return s;
+    if (auto s = applied(5); !s) return s;
   }
   return txn.commit("opening: creating weir's tables");
 }

@@ -248,18 +248,18 @@ TEST(RunQueue, OneSchemaVersionCoversTheQueueAndANewerOneIsRefused) {
     auto q = weir::cluster::RunQueue::open(db);
     ASSERT_TRUE(q) << q.error().message;
   }
-  EXPECT_EQ(
-      PgServer::get().exec_admin(
-          "DO $$ BEGIN IF (SELECT max(version) FROM weir_schema_version) <> 4 OR "
-          "to_regclass('weir_checkpoints') IS NULL OR (SELECT data_type FROM "
-          "information_schema.columns WHERE table_name = 'weir_runs' AND column_name = "
-          "'created_at') <> 'bigint' THEN RAISE 'not one schema at version 4'; END IF; END $$",
-          dbname(db)),
-      "");
-  ASSERT_EQ(PgServer::get().exec_admin("INSERT INTO weir_schema_version VALUES (5)", dbname(db)),
+  EXPECT_EQ(PgServer::get().exec_admin(
+                "DO $$ BEGIN IF (SELECT max(version) FROM weir_schema_version) <> 5 OR "
+                "to_regclass('weir_checkpoints') IS NULL OR (SELECT data_type FROM "
+                "information_schema.columns WHERE table_name = 'weir_runs' AND column_name = "
+                "'created_at') <> 'bigint' OR to_regproc('weir_put_checkpoint') IS NULL THEN "
+                "RAISE 'not one schema at version 5'; END IF; END $$",
+                dbname(db)),
+            "");
+  ASSERT_EQ(PgServer::get().exec_admin("INSERT INTO weir_schema_version VALUES (6)", dbname(db)),
             "");
   const std::string expected =
-      ": the database has weir schema version 5, newer than this weir build reads (4); use a "
+      ": the database has weir schema version 6, newer than this weir build reads (5); use a "
       "newer weir, or another database";
   auto q = weir::cluster::RunQueue::open(db);
   ASSERT_FALSE(q);
@@ -341,7 +341,7 @@ TEST(RunQueue, AVersionOneDatabaseIsMigratedKeepingItsRuns) {
   EXPECT_EQ((**claimed).input, R"({"n": 5})");
   EXPECT_GT((**claimed).lease_expires_ms, (**claimed).started_ms);
   EXPECT_EQ(PgServer::get().exec_admin(
-                "DO $$ BEGIN IF (SELECT max(version) FROM weir_schema_version) <> 4 THEN "
+                "DO $$ BEGIN IF (SELECT max(version) FROM weir_schema_version) <> 5 THEN "
                 "RAISE 'not migrated'; END IF; END $$",
                 dbname(db)),
             "");
@@ -375,10 +375,10 @@ TEST(RunQueue, AVersionOneDatabaseWithTraceContextsKeepsThem) {
   EXPECT_EQ(done->created_ms, 1767323045678);
 }
 
-// Versions 3 and 4 are steps of the one migration path, not something the queue's open patches:
-// a version-2 database (weir_runs without traceparent or seq) is brought to version 4 by
-// whichever opens it first, the checkpointer too, keeping its runs; a run then records its trace
-// context and is listed after the old one.
+// Versions 3 to 5 are steps of the one migration path, not something the queue's open patches:
+// a version-2 database (weir_runs without traceparent or seq, no weir_put_checkpoint) is brought
+// to the current version by whichever opens it first, the checkpointer too, keeping its runs; a
+// run then records its trace context and is listed after the old one.
 TEST(RunQueue, AVersionTwoDatabaseIsMigratedToTheCurrentVersion) {
   const std::string db = fresh_db();
   ASSERT_NE(db, "");
@@ -390,6 +390,7 @@ TEST(RunQueue, AVersionTwoDatabaseIsMigratedToTheCurrentVersion) {
   ASSERT_EQ(PgServer::get().exec_admin(
                 "ALTER TABLE weir_runs DROP COLUMN traceparent;"
                 "ALTER TABLE weir_runs DROP COLUMN seq; DROP SEQUENCE weir_run_seq;"
+                "DROP FUNCTION weir_put_checkpoint;"
                 "DELETE FROM weir_schema_version WHERE version >= 3;"
                 "INSERT INTO weir_runs (id, workflow_name, workflow_file, workflow, "
                 "workflow_sha256, input, thread_id, state, max_attempts) VALUES ('r-v2', 'x', "
@@ -399,12 +400,19 @@ TEST(RunQueue, AVersionTwoDatabaseIsMigratedToTheCurrentVersion) {
   {  // the checkpointer, which never reads weir_runs, migrates it as the queue would
     auto cp = weir::graph::open_postgres_checkpointer(db);
     ASSERT_TRUE(cp) << cp.error().message;
+    weir::graph::Checkpoint c;  // and its put is version 5's one statement
+    c.thread_id = "t-v2";
+    c.checkpoint_id = weir::graph::new_checkpoint_id(0);
+    c.writes["n"] = 1;
+    auto put = (*cp)->put(c);
+    ASSERT_TRUE(put) << put.error().message;
   }
   EXPECT_EQ(PgServer::get().exec_admin(
-                "DO $$ BEGIN IF (SELECT max(version) FROM weir_schema_version) <> 4 OR "
+                "DO $$ BEGIN IF (SELECT max(version) FROM weir_schema_version) <> 5 OR "
                 "(SELECT count(*) FROM information_schema.columns WHERE table_name = "
-                "'weir_runs' AND column_name IN ('traceparent', 'seq')) <> 2 THEN "
-                "RAISE 'not at version 4'; END IF; END $$",
+                "'weir_runs' AND column_name IN ('traceparent', 'seq')) <> 2 OR "
+                "to_regproc('weir_put_checkpoint') IS NULL THEN "
+                "RAISE 'not at version 5'; END IF; END $$",
                 dbname(db)),
             "");
   auto q = weir::cluster::RunQueue::open(db);

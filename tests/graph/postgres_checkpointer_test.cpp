@@ -190,15 +190,18 @@ TEST(PostgresCheckpointer, APutWhoseCommitAnswerWasLostIsStoredOnce) {
 }
 
 // A connection lost in the middle of a put's transaction (before its COMMIT): the server rolled
-// it back, and the put runs again once, storing the checkpoint once.
+// it back, and the put runs again once, storing the checkpoint once. (A put with an artifact is
+// a transaction: the checkpoint, then the artifact's INSERT, whose answer is cut.)
 TEST(PostgresCheckpointer, APutCutBeforeItsCommitIsStoredOnce) {
   auto p = proxied();
   ASSERT_NE(p.conninfo, "");
   auto c = open_ok(p.conninfo);
   ASSERT_TRUE(c);
   ASSERT_TRUE((*c)->put(make_cp("t", "c1", "", 0, R"({"a":1})")));
-  p.proxy->cut_on_reply("INSERT");  // the thread row's upsert, the first statement of a put
-  auto put = (*c)->put(make_cp("t", "c2", "c1", 1, R"({"b":2})"));
+  Checkpoint second = make_cp("t", "c2", "c1", 1, R"({"b":2})");
+  second.artifacts = {artifact("blob", "bytes of c2")};
+  p.proxy->cut_on_reply("INSERT");
+  auto put = (*c)->put(second);
   EXPECT_EQ(p.proxy->fired(), 1);
   ASSERT_TRUE(put) << put.error().to_string();
   auto all = (*c)->list("t");
@@ -207,6 +210,36 @@ TEST(PostgresCheckpointer, APutCutBeforeItsCommitIsStoredOnce) {
   auto state = (*c)->state_at("t", "c2");
   ASSERT_TRUE(state);
   EXPECT_EQ(*state, obj(R"({"a":1,"b":2})"));
+  auto blob = (*c)->get_artifact("t", "blob");
+  ASSERT_TRUE(blob && blob->has_value());
+  EXPECT_EQ((*blob)->bytes, "bytes of c2");
+}
+
+// A put without artifacts is one statement (weir_put_checkpoint), committed by itself: when its
+// answer is lost the put cannot know whether it took effect, finds its checkpoint stored after
+// reconnecting, and succeeds; stored once, and the claim it renewed still holds.
+TEST(PostgresCheckpointer, AOneStatementPutWhoseAnswerWasLostIsStoredOnce) {
+  auto p = proxied();
+  ASSERT_NE(p.conninfo, "");
+  auto c = open_ok(p.conninfo);
+  ASSERT_TRUE(c);
+  const ThreadHolder me = remote_holder("h", 10000);
+  ASSERT_TRUE((*c)->claim_thread("t", me));
+  Checkpoint first = make_cp("t", "c1", "", 0, R"({"a":1})");
+  first.claim_token = me.token;
+  ASSERT_TRUE((*c)->put(first));
+  Checkpoint second = make_cp("t", "c2", "c1", 1, R"({"b":2})");
+  second.claim_token = me.token;
+  p.proxy->cut_on_reply("SELECT 1");  // the put's one statement
+  auto put = (*c)->put(second);
+  EXPECT_EQ(p.proxy->fired(), 1) << "the put's answer was not dropped";
+  ASSERT_TRUE(put) << put.error().to_string();
+  auto all = (*c)->list("t");
+  ASSERT_TRUE(all) << all.error().to_string();
+  EXPECT_THAT(ids(*all), ::testing::ElementsAre("c2", "c1"));
+  Checkpoint third = make_cp("t", "c3", "c2", 2);
+  third.claim_token = me.token;
+  EXPECT_TRUE((*c)->put(third));
 }
 
 TEST(PostgresCheckpointer, UnreachableServerIsUnavailableNamingItWithoutThePassword) {

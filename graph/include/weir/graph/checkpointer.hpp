@@ -267,9 +267,9 @@ Result<std::unique_ptr<Checkpointer>> open_sqlite_checkpointer(const std::filesy
 // The PostgreSQL schema version this build writes and reads (table `weir_schema_version`). One
 // version covers every weir table in the database, the run queue's (cluster::RunQueue) too:
 // version 2 brought weir_runs under it, with its times in unix ms like every other table's;
-// version 3 added weir_runs.traceparent, version 4 weir_runs.seq (pg/include/weir/pg/schema.hpp
-// lists them all).
-inline constexpr int kPostgresSchemaVersion = 4;
+// version 3 added weir_runs.traceparent, version 4 weir_runs.seq, version 5 the one-statement
+// put (pg/include/weir/pg/schema.hpp lists them all).
+inline constexpr int kPostgresSchemaVersion = 5;
 
 struct PostgresOptions {
   Retention retention;  // see Retention (default: keep everything)

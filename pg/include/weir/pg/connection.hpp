@@ -160,6 +160,11 @@ class Connection {
 
   // The SQLSTATE of the last statement that failed ("" after one that succeeded).
   const std::string& sqlstate() const { return sqlstate_; }
+  // Inside a transaction block (open, or aborted by a failed statement until its ROLLBACK).
+  bool in_transaction() const {
+    return conn_ && PQtransactionStatus(conn_.get()) != PQTRANS_IDLE &&
+           PQtransactionStatus(conn_.get()) != PQTRANS_UNKNOWN;
+  }
 
   // The raw session, for what this class does not wrap (LISTEN: PQsocket, PQconsumeInput,
   // PQnotifies). Valid until the next call that reconnects.

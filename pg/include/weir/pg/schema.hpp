@@ -18,6 +18,9 @@
 //      of created_at (milliseconds) in listings and claims; the indexes on created_at include it.
 //      weir_runs.controls (BYTEA JSON text, NULL for none): a run's breakpoints and
 //      recursion_limit.
+//   5  weir_put_checkpoint(): the checkpointer's put as one statement (a PL/pgSQL function
+//      that locks the thread, checks the claim, refuses a duplicate or an unknown parent by
+//      raising SQLSTATE WP001 / WP002 / WP003, and stores the checkpoint).
 // A database with a newer version than kSchemaVersion is refused (unsupported, naming both).
 // Thread safety: none (a Connection's).
 #pragma once
@@ -26,10 +29,10 @@
 
 namespace weir::pg {
 
-inline constexpr int kSchemaVersion = 4;
+inline constexpr int kSchemaVersion = 5;
 
 // Creates or migrates weir's objects. Errors: unsupported ("the database has weir schema
-// version 5, newer than this weir build reads (4); use a newer weir, or another database"),
+// version 6, newer than this weir build reads (5); use a newer weir, or another database"),
 // corrupt_data (a version below 1), those of the connection. On error nothing changed.
 Status ensure_schema(Connection& c);
 
