@@ -176,6 +176,31 @@ TEST(StructuredNumbers, CountsAreWholeNumbers) {
             "weir's grammar can hold; lower it");
 }
 
+// A schema whose shortest value is too long to plan (found by the breaking pass: nested minItems
+// of 1000 held 14.7 GB while a request's admission planned its fewest tokens, and the kernel
+// killed the server; a flat minItems of 100001 took 28 s on the engine's thread) is refused when
+// it is compiled, naming the value's bytes and what to lower. Items of any value cost most (each
+// position's every kind of value is a parse state); typed ones plan far longer values.
+TEST(StructuredErrors, AValueTooLongToPlanIsRefusedAtCompile) {
+  EXPECT_EQ(schema_error(R"({"type":"array","minItems":1000,)"
+                         R"("items":{"type":"array","minItems":1000}})"),
+            "constraint too large: planning the fewest tokens of its shortest valid value "
+            "(2002001 bytes) takes more than 64 MiB of parse states; lower its minItems, "
+            "minLength or minProperties, or give its items a type");
+  const std::string flat = schema_error(R"({"type":"array","minItems":100001})");
+  EXPECT_EQ(flat.rfind("constraint too large: planning the fewest tokens of its shortest valid "
+                       "value (200003 bytes)",
+                       0),
+            0u)
+      << flat;
+  EXPECT_EQ(schema_error(R"({"type":"array","minItems":10,)"
+                         R"("items":{"type":"array","minItems":10}})"),
+            "(compiled)");
+  EXPECT_EQ(schema_error(R"({"type":"array","minItems":30,"items":{"type":"array",)"
+                         R"("minItems":30,"items":{"type":"integer"}}})"),
+            "(compiled)");
+}
+
 // Quantified groups that can match the empty string are normalised, in regex and in GBNF:
 // (a*)*b matches what a*b matches.
 TEST(StructuredRegex, QuantifiedNullableGroupsCompile) {

@@ -132,6 +132,10 @@ std::int32_t Constraint::Impl::min_tokens(Dfa& dfa, std::int32_t sid) const {
       continue;
     }
     if (!frames[top].expanded) {
+      if (dfa.bytes > kMaxPlanBytes) {  // too long to plan: no answer (not memoised)
+        dfa.plan_cut = true;
+        return kNoCompletion;
+      }
       targets_of(*this, dfa, at.sid, at.slack, found);
       frames[top].expanded = true;
       frames[top].first = targets.size();

@@ -120,6 +120,25 @@ Result<std::shared_ptr<const Constraint>> compile_constraint(const ConstraintSpe
   impl->grammar = std::move(*g);
   impl->vocab = trie;
   Stacks{impl->grammar}.initial(impl->initial);
+  // The fewest tokens of a whole value, planned here once (every request asks for it before
+  // it is admitted), within Impl::kMaxPlanBytes.
+  {
+    auto dfa = impl->take_dfa();
+    const std::int32_t sid = dfa->intern(Stacks{impl->grammar}, impl->initial);
+    const std::int32_t n = impl->min_tokens(*dfa, sid);
+    const bool cut = dfa->plan_cut;
+    const std::uint32_t bytes = dfa->min_bytes[static_cast<std::size_t>(sid)];
+    impl->give_dfa(std::move(dfa));
+    if (cut)
+      return Error(
+          Errc::invalid_argument,
+          "constraint too large: planning the fewest tokens of its shortest valid value (" +
+              std::to_string(bytes) + " bytes) takes more than " +
+              std::to_string(Constraint::Impl::kMaxPlanBytes >> 20) +
+              " MiB of parse states; lower its minItems, minLength or minProperties, or "
+              "give its items a type");
+    impl->initial_min.store(n);
+  }
   auto c = std::make_shared<const Constraint>(std::move(impl));
   std::lock_guard lock(cache.mu);
   cache.tries[vk] = trie;
@@ -165,6 +184,7 @@ bool ConstraintMatcher::dead() const {
 std::int32_t ConstraintMatcher::min_tokens() const {
   if (!active_) return 0;
   if (dead()) return kNoCompletion;
+  if (state_ == c_->impl().initial) return c_->min_tokens();  // planned at compile
   return c_->impl().min_tokens(state_);
 }
 

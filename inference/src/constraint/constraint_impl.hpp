@@ -92,6 +92,8 @@ struct Constraint::Impl {
   // (other states of the same schema, other requests) reuse the transitions already computed.
   // A walk takes one from the pool and gives it back: concurrent walks never share one.
   struct Dfa {
+    // The tables a state has besides its stacks (next, first, tight and the per-state values).
+    static constexpr std::size_t kStateBytes = 256 * sizeof(std::int32_t) + 2 * 32 + 128;
     std::vector<std::vector<std::uint32_t>> states;
     std::vector<std::bitset<256>> first;
     // A deque: growing it never copies the tables (nor faults in a doubled copy mid-walk).
@@ -125,6 +127,10 @@ struct Constraint::Impl {
     std::unordered_map<std::string, std::int32_t> ids;
     std::vector<std::uint32_t> out, tmp;
     std::vector<std::int32_t> chain;
+    // About what the states hold (their stacks, twice with the ids' keys, and the tables):
+    // min_tokens stops planning past kMaxPlanBytes (Impl::min_tokens), setting `plan_cut`.
+    std::size_t bytes = 0;
+    bool plan_cut = false;
 
     std::int32_t intern(const Stacks& st, const std::vector<std::uint32_t>& s) {
       std::string key(reinterpret_cast<const char*>(s.data()), s.size() * sizeof(std::uint32_t));
@@ -149,6 +155,7 @@ struct Constraint::Impl {
         run_max_bytes.push_back(0);
         run_max_tokens.push_back(-1);
         run_min_tokens.push_back(-1);
+        bytes += s.size() * 2 * sizeof(std::uint32_t) + kStateBytes;
       }
       return it->second;
     }
@@ -187,6 +194,10 @@ struct Constraint::Impl {
   unsigned text_mask(Dfa& dfa, std::int32_t pid, std::span<std::uint64_t> words, std::int32_t limit,
                      std::uint32_t& need, bool& whole_only) const;
   static constexpr std::size_t kMaxDfaStates = 16384;  // ~4 KiB each; then start afresh
+  // What planning a value's fewest tokens may hold (Dfa::bytes), once: a schema whose shortest
+  // value is so long that its plan needs more (nested minItems in the thousands: a million
+  // states) is refused at compile, never planned on a request's thread.
+  static constexpr std::size_t kMaxPlanBytes = 64u << 20;
   mutable std::mutex dfa_mu;
   mutable std::vector<std::unique_ptr<Dfa>> dfas;  // GUARDED_BY(dfa_mu)
   std::unique_ptr<Dfa> take_dfa() const;

@@ -491,7 +491,7 @@ std::unique_ptr<Constraint::Impl::Dfa> Constraint::Impl::take_dfa() const {
 }
 
 void Constraint::Impl::give_dfa(std::unique_ptr<Dfa> d) const {
-  if (d->states.size() > kMaxDfaStates) d = std::make_unique<Dfa>();
+  if (d->states.size() > kMaxDfaStates || d->bytes > kMaxPlanBytes) d = std::make_unique<Dfa>();
   std::lock_guard lock(dfa_mu);
   dfas.push_back(std::move(d));
 }
