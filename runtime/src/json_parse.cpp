@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -230,8 +231,29 @@ class Walker {
         return true;
       }
       case od::json_type::number: {
+        // simdjson holds integers of 64 bits and finite doubles. A longer integer is read as
+        // the nearest double, as Boost.JSON and JavaScript read it; a number past a double's
+        // range (1e999) has no value here and is refused as such, not as malformed.
+        std::string_view raw = v.raw_json_token();
         od::number num;
-        if ((error_ = v.get_number().get(num))) return false;
+        if (auto e = v.get_number().get(num); e) {
+          while (!raw.empty() && std::isspace(static_cast<unsigned char>(raw.back())))
+            raw.remove_suffix(1);
+          const std::string text(raw);
+          char* end = nullptr;
+          const double d = std::strtod(text.c_str(), &end);
+          if (end != text.c_str() + text.size() || text.empty()) {
+            error_ = e;
+            return false;
+          }
+          if (!std::isfinite(d)) {
+            error_ = e;
+            out_of_range_ = text.size() > 40 ? text.substr(0, 37) + "..." : text;
+            return false;
+          }
+          dst = d;
+          return true;
+        }
         switch (num.get_number_type()) {
           case od::number_type::signed_integer:
             dst = num.get_int64();
@@ -283,6 +305,7 @@ class Walker {
   std::vector<Segment> path_;
   simdjson::error_code error_ = simdjson::SUCCESS;
   bool depth_exceeded_ = false;
+  std::string out_of_range_;  // a number past a double's range, as written
   std::size_t offset_ = 0;
   std::string pointer_;  // of the failure, built once it happened
 };
@@ -599,6 +622,13 @@ Result<ParsedJson> parse_json(std::string_view text, std::string_view source,
                       "nesting deeper than " + std::to_string(options.max_depth) + " levels",
                       pointer)
             .message);
+  }
+  if (!walker.out_of_range_.empty()) {
+    return located_error(original, source, bom + walker.offset_,
+                         "the number " + walker.out_of_range_ +
+                             " is out of range (a JSON number here must fit a double: at most "
+                             "about 1.8e308)",
+                         pointer);
   }
   auto [offset, what] = find_syntax_error(text);
   if (auto [bad, why] = find_bad_byte(original); !why.empty() && bad <= bom + offset) {

@@ -66,6 +66,25 @@ TEST(JsonParse, ScalarsAndUnicode) {
   EXPECT_NE(bad.error().message.find("(at /\xc3\xa9/1)"), std::string::npos);
 }
 
+// Valid JSON is never called malformed (found by the breaking pass: a schema with "minimum":
+// 18446744073709551616 was refused as "Problem while parsing a number"). An integer past 64 bits
+// is read as the nearest double, as Boost.JSON and JavaScript read it; a number past a double's
+// range is refused naming it and its place.
+TEST(JsonParse, NumbersPastSixtyFourBitsAreDoublesAndPastADoubleAreNamed) {
+  auto big = parse_json(R"({"minimum": 18446744073709551616, "n": [-18446744073709551617, 7]})",
+                        "request body");
+  ASSERT_TRUE(big) << big.error().message;
+  EXPECT_EQ(big->value.at("minimum").as_double(), 18446744073709551616.0);
+  EXPECT_EQ(big->value.at("n").at(0).as_double(), -18446744073709551617.0);
+  EXPECT_EQ(big->value.at("n").at(1).as_int64(), 7);
+  auto huge = parse_json(R"({"x": {"default": 1e999}})", "request body");
+  ASSERT_FALSE(huge);
+  EXPECT_EQ(huge.error().message,
+            "request body:1:19: the number 1e999 is out of range (a JSON number here must fit a "
+            "double: at most about 1.8e308) (at /x/default)");
+  EXPECT_TRUE(parse_json(R"([1.5e300, -2E-400, 18446744073709551615])", "x"));
+}
+
 TEST(JsonParse, LimitsOnSizeAndDepth) {
   auto big = parse_json(std::string(100, ' ') + "1", "in", {.max_bytes = 50});
   ASSERT_FALSE(big);
