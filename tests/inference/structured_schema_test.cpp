@@ -201,6 +201,19 @@ TEST(StructuredErrors, AValueTooLongToPlanIsRefusedAtCompile) {
             "(compiled)");
 }
 
+// An unbounded number always fits a double, so whatever reads the value (a tool call's parser,
+// the client) holds it: exponents of two digits at most (found by the breaking pass: "x": 4E870
+// in a forced call's arguments failed to parse, and the call came back as text).
+TEST(StructuredNumbers, AnUnboundedNumberFitsADouble) {
+  auto& t = *tiny().tok;
+  auto k = schema(R"({"type":"object","properties":{"x":{"type":"number"}},"required":["x"]})", t);
+  ASSERT_TRUE(k) << k.error().message;
+  for (const char* good : {R"({"x":1e99})", R"({"x":-1.5E-12})", R"({"x":123456789012345678e+99})"})
+    EXPECT_TRUE(accepts(*k, good)) << good;
+  for (const char* bad : {R"({"x":4E870})", R"({"x":1e100})", R"({"x":1e-999})"})
+    EXPECT_FALSE(accepts(*k, bad)) << bad;
+}
+
 // Quantified groups that can match the empty string are normalised, in regex and in GBNF:
 // (a*)*b matches what a*b matches.
 TEST(StructuredRegex, QuantifiedNullableGroupsCompile) {

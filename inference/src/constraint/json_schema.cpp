@@ -88,7 +88,10 @@ struct Compiler {
     q.push_back(b.optional(frac));
     std::bitset<256> e, sign;
     e.set('e'), e.set('E'), sign.set('-'), sign.set('+');
-    Seq exp = {b.byte_class(e), b.optional({b.byte_class(sign)}), digits(1, 3)};
+    // Two exponent digits: with 18 integer digits a value stays within a double (1e117 at
+    // most); three allowed 4E870, which no JSON reader holds (found by the breaking pass: a
+    // forced tool call's arguments then failed to parse and came back as text).
+    Seq exp = {b.byte_class(e), b.optional({b.byte_class(sign)}), digits(1, 2)};
     q.push_back(b.optional(exp));
     return b.group({q}, "number");
   }
