@@ -180,7 +180,12 @@ struct Compiler {
       if (!format->is_string())
         return fail("JSON Schema keyword 'format' at " + at(ptr) + " must be a string");
       const std::string f(format->as_string());
-      static const std::string date = "[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])";
+      // RFC 3339's full-date: each month's days, and 29 February in leap years only (found by
+      // the breaking pass: 31 April and 31 February were written).
+      static const std::string date =
+          "([0-9]{4}-((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-(0[1-9]|[12][0-9]|30)|"
+          "02-(0[1-9]|1[0-9]|2[0-8]))|([0-9]{2}(0[48]|[2468][048]|[13579][26])|"
+          "([02468][048]|[13579][26])00)-02-29)";
       static const std::string time =
           "([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,6})?(Z|[+-]([01][0-9]|2[0-3]):[0-5]["
           "0-9])";
