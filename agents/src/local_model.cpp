@@ -192,7 +192,7 @@ std::vector<std::int32_t> LocalChatModel::encode_prompt(const std::vector<Messag
   return tokenizer_->encode_marked(p.text, p.markup, true);
 }
 
-std::optional<std::shared_ptr<const inf::Constraint>> LocalChatModel::tool_call_constraint(
+Result<std::shared_ptr<const inf::Constraint>> LocalChatModel::tool_call_constraint(
     const std::vector<ToolSpec>& tools) const {
   json::array branches;
   for (const auto& t : tools) {
@@ -211,11 +211,16 @@ std::optional<std::shared_ptr<const inf::Constraint>> LocalChatModel::tool_call_
   const std::string schema = json::serialize(json::object{{"anyOf", std::move(branches)}});
   auto c =
       inf::compile_constraint({inf::ConstraintSpec::Kind::json_schema, schema, {}}, *tokenizer_);
-  if (!c) {
-    log(LogLevel::warn, name_ + ": tool calls are not constrained: " + c.error().message);
-    return std::nullopt;
+  if (c) return *c;
+  // Which tool: its parameters alone give the error at their own JSON pointers.
+  for (const auto& t : tools) {
+    json::object args = t.parameters;
+    if (args.empty()) args["type"] = "object";
+    auto one = inf::compile_constraint(
+        {inf::ConstraintSpec::Kind::json_schema, json::serialize(args), {}}, *tokenizer_);
+    if (!one) return Error(one.error().code, "tool '" + t.name + "': " + one.error().message);
   }
-  return *c;
+  return std::move(c).error();
 }
 
 std::int64_t LocalChatModel::count_tokens(std::string_view text) const {
@@ -300,6 +305,8 @@ asio::awaitable<Result<ChatResponse>> LocalChatModel::async_chat(std::vector<Mes
       rq.constraint = *c;
       rq.constraint_trigger = "<tool_call>";
       constrained_call = true;
+    } else {
+      log(LogLevel::warn, name_ + ": tool calls are not constrained: " + c.error().message);
     }
   }
   // The reply's text as it is generated, when it is the content as it comes (no tool calls to

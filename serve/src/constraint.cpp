@@ -10,19 +10,23 @@ namespace weir::serve {
 
 namespace oa = http::openai;
 
+std::string tool_choice_text(const oa::ChatRequest& request) {
+  if (request.tool_choice == oa::ToolChoice::named)
+    return "tool_choice naming function '" + request.tool_choice_name + "'";
+  return "tool_choice 'required'";
+}
+
 std::optional<oa::ApiError> make_constraint(const oa::ChatRequest& request,
                                             const inference::Tokenizer& tokenizer,
                                             inference::GenerateRequest& out) {
   if ((request.tool_choice == oa::ToolChoice::required ||
        request.tool_choice == oa::ToolChoice::named) &&
       request.response_format != oa::ResponseFormat::text) {
-    return oa::ApiError{
-        400,
-        "tool_choice '" +
-            std::string(request.tool_choice == oa::ToolChoice::required ? "required" : "function") +
-            "' cannot be combined with a JSON response_format: the reply is a "
-            "tool call, whose arguments follow the tool's parameters",
-        "tool_choice", "invalid_request"};
+    return oa::ApiError{400,
+                        tool_choice_text(request) +
+                            " cannot be combined with a JSON response_format: the reply is a "
+                            "tool call, whose arguments follow the tool's parameters",
+                        "tool_choice", "invalid_request"};
   }
   inference::ConstraintSpec spec;
   switch (request.response_format) {
@@ -61,10 +65,11 @@ std::optional<oa::ApiError> check_budget(const inference::GenerateRequest& rq,
   const std::string n = std::to_string(need);
   if (budget.max_tokens && *budget.max_tokens <= budget.tokens)
     return oa::ApiError{400,
-                        "max_tokens=" + std::to_string(*budget.max_tokens) + " is too few for " +
-                            what + ": its shortest valid " + value + " takes " + n +
-                            " tokens of this model's vocabulary; raise max_tokens to at least " + n,
-                        "max_tokens", "invalid_request"};
+                        budget.max_tokens_key + "=" + std::to_string(*budget.max_tokens) +
+                            " is too few for " + what + ": its shortest valid " + value +
+                            " takes " + n + " tokens of this model's vocabulary; raise " +
+                            budget.max_tokens_key + " to at least " + n,
+                        budget.max_tokens_key, "invalid_request"};
   const std::int64_t room = budget.context - budget.prompt_tokens;
   if (room <= budget.tokens)
     return oa::ApiError{400,

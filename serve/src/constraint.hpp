@@ -23,6 +23,10 @@ class Tokenizer;
 
 namespace weir::serve {
 
+// A forced tool_choice as errors name it: "tool_choice 'required'", "tool_choice naming
+// function 'f'".
+std::string tool_choice_text(const http::openai::ChatRequest& request);
+
 // Sets out.constraint for requests that need one; returns
 // the error to send when the request cannot be served. A request needing no constraint
 // (response_format text, tool_choice auto/none) returns nullopt and leaves `out` unchanged.
@@ -35,6 +39,7 @@ struct ReplyBudget {
   std::int32_t tokens = 0;                 // the reply's most tokens (max_new_tokens)
   std::optional<std::int64_t> max_tokens;  // as the client sent it
   std::int64_t prompt_tokens = 0, context = 0;
+  std::string max_tokens_key = "max_tokens";  // or max_completion_tokens, as sent
 };
 
 // A constraint that starts at once (response_format, a forced tool call) must fit the reply:

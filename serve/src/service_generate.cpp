@@ -9,7 +9,7 @@ namespace weir::serve {
 
 std::optional<oa::ApiError> Service::Impl::check_context(const ModelEntry& m,
                                                          std::size_t prompt_len,
-                                                         std::optional<std::int64_t> max_tokens,
+                                                         const oa::Sampling& sampling,
                                                          std::int32_t& out_max) {
   const auto ctx = m.max_model_len;
   const auto plen = static_cast<std::int64_t>(prompt_len);
@@ -19,13 +19,15 @@ std::optional<oa::ApiError> Service::Impl::check_context(const ModelEntry& m,
                             " tokens, but the model's context is " + std::to_string(ctx) +
                             " tokens (prompt plus completion); shorten the prompt",
                         "messages", "context_length_exceeded"};
+  const auto& max_tokens = sampling.max_tokens;
+  const std::string& key = sampling.max_tokens_key;
   if (max_tokens && plen + *max_tokens > ctx)
     return oa::ApiError{400,
-                        "max_tokens=" + std::to_string(*max_tokens) + " plus the prompt's " +
+                        key + "=" + std::to_string(*max_tokens) + " plus the prompt's " +
                             std::to_string(plen) + " tokens exceeds the model's context of " +
-                            std::to_string(ctx) + " tokens; lower max_tokens to at most " +
+                            std::to_string(ctx) + " tokens; lower " + key + " to at most " +
                             std::to_string(ctx - plen),
-                        "max_tokens", "context_length_exceeded"};
+                        key, "context_length_exceeded"};
   out_max = static_cast<std::int32_t>(max_tokens ? *max_tokens
                                                  : std::min(cfg.default_max_tokens, ctx - plen));
   return std::nullopt;
@@ -617,14 +619,13 @@ awaitable<void> Service::Impl::chat(http::Exchange& ex, http::Response& out, boo
         if (!forced) rq.constraint_trigger = "<tool_call>";
         spec.close_open_call = true;
       } else if (forced) {
-        out = error_response(
-            {400,
-             "tool_choice '" +
-                 std::string(cr.tool_choice == oa::ToolChoice::required ? "required" : "function") +
-                 "' cannot be enforced: a tool's parameters use a JSON Schema keyword weir "
-                 "cannot constrain (the server's log names it); use tool_choice 'auto'",
-             "tool_choice", "invalid_schema"});
+        out = error_response({400,
+                              tool_choice_text(cr) + " cannot be enforced: " + c.error().message +
+                                  "; use tool_choice 'auto'",
+                              "tool_choice", "invalid_schema"});
         co_return;
+      } else {
+        weir::log(LogLevel::warn, "tool calls are not constrained: " + c.error().message);
       }
     }
     if (forced) {
@@ -637,24 +638,22 @@ awaitable<void> Service::Impl::chat(http::Exchange& ex, http::Response& out, boo
   // turn marker), as /v1/completions reads its prompt.
   rq.prompt = m->chat->encode_prompt(msgs, tools, reply_prefix);
   std::int32_t max_new = 0;
-  if (auto e = check_context(*m, rq.prompt.size(), cr.sampling.max_tokens, max_new)) {
+  if (auto e = check_context(*m, rq.prompt.size(), cr.sampling, max_new)) {
     out = error_response(*e);
     co_return;
   }
   rq.max_new_tokens = max_new;
   // A value that must start at once has to fit the reply (the engine would refuse it too).
   const ReplyBudget budget{max_new, cr.sampling.max_tokens,
-                           static_cast<std::int64_t>(rq.prompt.size()), m->max_model_len};
+                           static_cast<std::int64_t>(rq.prompt.size()), m->max_model_len,
+                           cr.sampling.max_tokens_key};
   const bool forced_call = !spec.forced_prefix.empty();
-  if (auto e = check_budget(
-          rq, budget,
-          forced_call ? "tool_choice '" +
-                            std::string(cr.tool_choice == oa::ToolChoice::required ? "required"
-                                                                                   : "function") +
-                            "'"
-          : cr.response_format == oa::ResponseFormat::json_object ? "the response_format's JSON"
-                                                                  : "the response_format's schema",
-          forced_call ? "call" : "value")) {
+  if (auto e = check_budget(rq, budget,
+                            forced_call ? tool_choice_text(cr)
+                            : cr.response_format == oa::ResponseFormat::json_object
+                                ? "the response_format's JSON"
+                                : "the response_format's schema",
+                            forced_call ? "call" : "value")) {
     out = error_response(*e);
     co_return;
   }
@@ -699,7 +698,7 @@ awaitable<void> Service::Impl::completions(http::Exchange& ex, http::Response& o
     if (cr.echo) spec.prefix = cr.prompt;
   }
   std::int32_t max_new = 0;
-  if (auto e = check_context(*m, rq.prompt.size(), cr.sampling.max_tokens, max_new)) {
+  if (auto e = check_context(*m, rq.prompt.size(), cr.sampling, max_new)) {
     e->param = e->param == "messages" ? "prompt" : e->param;
     out = error_response(*e);
     co_return;

@@ -260,9 +260,9 @@ struct Service::Impl {
   std::shared_ptr<Batch> submit_batch(http::Exchange& ex, ModelEntry& m, inf::GenerateRequest rq,
                                       int n);
   awaitable<void> wait_events(Batch& b, Clock::time_point deadline);
+  // (`sampling`: its max_tokens, and the key the request sent it under, for messages.)
   std::optional<oa::ApiError> check_context(const ModelEntry& m, std::size_t prompt_len,
-                                            std::optional<std::int64_t> max_tokens,
-                                            std::int32_t& out_max);
+                                            const oa::Sampling& sampling, std::int32_t& out_max);
   void record(const Batch& b, const ChoiceState& c, const inf::GenerateResult& r);
   awaitable<void> drain(std::chrono::milliseconds grace, std::shared_ptr<std::promise<void>> done);
   std::string token_text(const ModelEntry& m, std::int32_t id) const {

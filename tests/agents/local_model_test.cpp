@@ -95,7 +95,10 @@ TEST_F(LocalModelTest, ToolCallsAreConstrainedToTheToolSchemas) {
   EXPECT_FALSE(accepts(R"({"name": "search", "arguments": {"k": 0}})"));
   EXPECT_FALSE(accepts(R"({"name": "shell", "arguments": {}})"));
   ToolSpec odd{"odd", "?", json::object{{"type", "object"}, {"not", json::object{}}}};
-  EXPECT_FALSE(model_->tool_call_constraint({odd}));
+  auto refused = model_->tool_call_constraint({calc, odd});
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().message.rfind("tool 'odd': ", 0), 0u) << refused.error().message;
+  EXPECT_NE(refused.error().message.find("'not'"), std::string::npos) << refused.error().message;
 }
 
 // Text is text: "</s>" or "<s>" in a system prompt, a user message or a tool's output is those

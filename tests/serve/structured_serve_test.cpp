@@ -261,6 +261,36 @@ TEST(StructuredServe, RequiredToolChoiceWithTooFewTokensIsA400) {
       << r.body;
 }
 
+// The refusals name what the client wrote (found by the breaking pass): a named function by its
+// name, max_completion_tokens when that was sent, and a tool whose parameters weir cannot
+// enforce by the tool, the keyword and its place in the parameters.
+TEST(StructuredServe, ToolChoiceRefusalsNameWhatTheClientWrote) {
+  auto s = start(tiny_config("sv7", 1024));
+  const std::string named = R"({"type": "function", "function": {"name": "get_weather"}})";
+  std::string body = tool_request(2, named, "");
+  body.replace(body.find("\"max_tokens\""), 12, "\"max_completion_tokens\"");
+  auto r = call(s.port, "POST", "/v1/chat/completions", body);
+  ASSERT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(error_message(r).rfind("max_completion_tokens=2 is too few for tool_choice naming "
+                                   "function 'get_weather': its shortest valid call takes ",
+                                   0),
+            0u)
+      << r.body;
+  EXPECT_NE(r.body.find(R"("param":"max_completion_tokens")"), std::string::npos) << r.body;
+  const std::string odd =
+      R"({"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function", )"
+      R"("function": {"name": "odd", "parameters": {"type": "object", "properties": )"
+      R"({"x": {"not": {"type": "string"}}}}}}], "tool_choice": "required", "max_tokens": 30})";
+  r = call(s.port, "POST", "/v1/chat/completions", odd);
+  ASSERT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(error_message(r).rfind("tool_choice 'required' cannot be enforced: tool 'odd': ", 0),
+            0u)
+      << r.body;
+  EXPECT_NE(error_message(r).find("'not'"), std::string::npos) << r.body;
+  EXPECT_NE(error_message(r).find("/properties/x"), std::string::npos) << r.body;
+  EXPECT_NE(error_message(r).find("; use tool_choice 'auto'"), std::string::npos) << r.body;
+}
+
 // tool_choice auto: the reply is text or a call; a call the model starts is complete (its
 // arguments validate) even when max_tokens runs out right after it starts.
 TEST(StructuredServe, AutoToolCallsThatStartAreCompleted) {

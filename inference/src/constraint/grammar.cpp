@@ -38,7 +38,8 @@ bool GrammarBuilder::check_budget() {
                "constraint too large: it compiles to more than " +
                    std::to_string(kMaxGrammarElements) + " grammar elements or " +
                    std::to_string(kMaxRules) +
-                   " rules (lower maxLength/maxItems bounds or simplify the schema)"));
+                   " rules (lower maxLength/maxItems bounds, or use fewer properties, enum "
+                   "values or anyOf branches)"));
     return false;
   }
   if (std::chrono::steady_clock::now() > deadline_) {

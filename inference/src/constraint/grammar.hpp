@@ -110,6 +110,7 @@ class GrammarBuilder {
   // Records the first error (kept; later calls are ignored once failed).
   void fail(Error e);
   bool failed() const { return failed_; }
+  const Error& error() const { return error_; }  // REQUIRES: failed()
   // Checks limits and time; returns false (and sets the error) when exceeded.
   bool check_budget();
 

@@ -963,6 +963,8 @@ Result<std::uint32_t> compile_json_schema(GrammarBuilder& b, std::string_view sc
   if (!parsed) return Error(Errc::invalid_argument, "JSON Schema: " + parsed.error().message);
   Compiler c{b, parsed->value};
   Sym s = c.compile(parsed->value, "");
+  // (The builder's own error first: it names the limit a schema went past.)
+  if (b.failed()) return b.error();
   if (c.failed) return c.err;
   const std::uint32_t r = b.new_rule("root");
   b.add_alt(r, {c.ws(), s});  // one optional leading space: SPM vocabularies write " {".

@@ -103,9 +103,10 @@ class LocalChatModel final : public ChatModel {
                                           std::string_view reply_prefix = {}) const;
 
   // The constraint for a tool call: {"name": one of `tools`, "arguments": that tool's
-  // parameters} (compiled once per set of tools: compile_constraint caches). nullopt, with a
-  // warning logged, when a tool's schema uses a keyword the constraint cannot enforce.
-  std::optional<std::shared_ptr<const inference::Constraint>> tool_call_constraint(
+  // parameters} (compiled once per set of tools: compile_constraint caches). An error naming
+  // the tool ("tool 'odd': ...", pointers within its parameters) when a tool's schema uses a
+  // keyword the constraint cannot enforce.
+  Result<std::shared_ptr<const inference::Constraint>> tool_call_constraint(
       const std::vector<ToolSpec>& tools) const;
 
   LocalChatModel(std::string name, std::shared_ptr<inference::Engine> engine,

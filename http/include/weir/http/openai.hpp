@@ -105,8 +105,9 @@ enum class ResponseFormat { text, json_object, json_schema };
 
 // Fields shared by chat and text completions.
 struct Sampling {
-  std::optional<std::int64_t> max_tokens;  // max_tokens or max_completion_tokens
-  float temperature = 1.0f;                // OpenAI's default
+  std::optional<std::int64_t> max_tokens;     // max_tokens or max_completion_tokens
+  std::string max_tokens_key = "max_tokens";  // the one the request sent, for messages
+  float temperature = 1.0f;                   // OpenAI's default
   float top_p = 1.0f;
   std::optional<std::uint64_t> seed;
   float presence_penalty = 0.0f;
