@@ -98,7 +98,7 @@ std::optional<ApiError> parse_sampling(const json::object& o, Sampling& s, const
     if (auto e = integer(o, key, 1, std::int64_t{1} << 40, i)) return e;
     if (i) {
       s.max_tokens = *i;
-      s.max_tokens_key = key;
+      s.max_tokens_key.name = key;
       break;
     }
   }

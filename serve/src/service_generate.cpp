@@ -20,7 +20,7 @@ std::optional<oa::ApiError> Service::Impl::check_context(const ModelEntry& m,
                             " tokens (prompt plus completion); shorten the prompt",
                         "messages", "context_length_exceeded"};
   const auto& max_tokens = sampling.max_tokens;
-  const std::string& key = sampling.max_tokens_key;
+  const std::string& key = sampling.max_tokens_key.name;
   if (max_tokens && plen + *max_tokens > ctx)
     return oa::ApiError{400,
                         key + "=" + std::to_string(*max_tokens) + " plus the prompt's " +
@@ -646,7 +646,7 @@ awaitable<void> Service::Impl::chat(http::Exchange& ex, http::Response& out, boo
   // A value that must start at once has to fit the reply (the engine would refuse it too).
   const ReplyBudget budget{max_new, cr.sampling.max_tokens,
                            static_cast<std::int64_t>(rq.prompt.size()), m->max_model_len,
-                           cr.sampling.max_tokens_key};
+                           cr.sampling.max_tokens_key.name};
   const bool forced_call = !spec.forced_prefix.empty();
   if (auto e = check_budget(rq, budget,
                             forced_call ? tool_choice_text(cr)

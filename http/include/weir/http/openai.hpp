@@ -103,11 +103,18 @@ struct Tool {
 enum class ToolChoice { automatic, none, required, named };
 enum class ResponseFormat { text, json_object, json_schema };
 
+// How a client spelled a field that has two names: for messages only, not part of what the
+// request means (== ignores it, so a request reads as its canonical form).
+struct Spelling {
+  std::string name;
+  bool operator==(const Spelling&) const { return true; }
+};
+
 // Fields shared by chat and text completions.
 struct Sampling {
-  std::optional<std::int64_t> max_tokens;     // max_tokens or max_completion_tokens
-  std::string max_tokens_key = "max_tokens";  // the one the request sent, for messages
-  float temperature = 1.0f;                   // OpenAI's default
+  std::optional<std::int64_t> max_tokens;  // max_tokens or max_completion_tokens
+  Spelling max_tokens_key{"max_tokens"};   // the one the request sent
+  float temperature = 1.0f;                // OpenAI's default
   float top_p = 1.0f;
   std::optional<std::uint64_t> seed;
   float presence_penalty = 0.0f;
