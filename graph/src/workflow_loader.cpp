@@ -465,6 +465,12 @@ class Loader {
       error(ptr + "/crew", unknown("crew", *c, crew_names_));
     if (auto m = string_at(no, "model", ptr, false); m && !has(model_names_, *m))
       error(ptr + "/model", unknown("model", *m, model_names_));
+    if (!no.contains("model") && model_names_.list.size() > 1) {  // (the build found it, unplaced)
+      std::string list;
+      for (const auto& m : model_names_.list) list += (list.empty() ? "" : ", ") + m;
+      error(ptr, "a crew node needs a \"model\" when the file declares " +
+                     std::to_string(model_names_.list.size()) + " models (" + list + ")");
+    }
     if (const auto* in = object_at(no, "inputs", ptr, false)) check_templates(*in, ptr + "/inputs");
     channel_ref(no, "messages", ptr, false);
     channel_ref(no, "output", ptr, false);

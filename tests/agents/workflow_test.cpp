@@ -301,6 +301,29 @@ TEST_F(WorkflowRun, ACrewsProblemsAreFoundWhenTheFileIsLoaded) {
                  }));
 }
 
+// A crew node may leave out "model" only when the file declares one model (or none: --model);
+// with two, `weir validate` finds it at the node (the build found it before, without a place).
+TEST_F(WorkflowRun, ACrewNodeWithoutAModelInAFileOfTwoIsFoundWhenTheFileIsLoaded) {
+  const std::string text =
+      R"J({"name": "s", "state": {"out": {}},
+ "models": {"a": {"provider": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "m"},
+            "b": {"provider": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "m"}},
+ "crews": {"c": {"agents": [{"name": "w", "role": "r", "goal": "g"}],
+                 "tasks": [{"name": "t", "description": "write", "agent": "w"}]}},
+ "nodes": {"run": {"kind": "crew", "crew": "c", "output": "out"}},
+ "edges": [{"from": "START", "to": "run"}, {"from": "run", "to": "END"}]})J";
+  auto r = graph::load_workflow_text(text, dir_ / "flow.json", workflow_checks());
+  ASSERT_FALSE(r.ok());
+  ASSERT_EQ(r.diagnostics.size(), 1u) << r.report();
+  EXPECT_EQ(r.diagnostics[0].to_string().substr(dir_.string().size() + 1),
+            "flow.json:6:19: /nodes/run: a crew node needs a \"model\" when the file declares 2 "
+            "models (a, b)");
+  std::string named = text;
+  named.replace(named.find(R"("crew": "c", "output")"), 21,
+                R"("crew": "c", "model": "b", "output")");
+  EXPECT_TRUE(graph::load_workflow_text(named, dir_ / "flow.json", workflow_checks()).ok());
+}
+
 // A file loaded without them (graph::load_workflow alone) meets the same readers when it is
 // built: the same problems, with their pointers.
 TEST_F(WorkflowRun, ASpecLoadedWithoutTheChecksIsCheckedWhenItIsBuilt) {
