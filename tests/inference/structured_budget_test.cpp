@@ -6,6 +6,7 @@
 // request ends with finish reason stop and a valid value; min_tokens() is the true minimum
 // (an exhaustive search over the tiny vocabulary finds no shorter completion); stop strings
 // never cut a value; a trigger is not taken when the value after it could not end in time.
+#include "constraint/constraint_impl.hpp"
 #include "structured_util.hpp"
 
 namespace weir::inference {
@@ -180,6 +181,23 @@ TEST(StructuredBudget, BudgetMaskIsExactlyTheTokensThatStillFit) {
       EXPECT_TRUE(m.complete());
     }
   }
+}
+
+// Planning stops past kMaxPlanBytes of what the search itself adds, not of what its DFA held
+// before (found by the breaking pass: a DFA kept across walks of an 800-item untyped array held
+// earlier searches' states, every later search stopped at once, and the mask refused every
+// token mid-value: a 500). A DFA as full as the bound still plans.
+TEST(StructuredBudget, AWarmDfaStillPlans) {
+  auto& t = *tiny().tok;
+  auto c = schema(R"({"type":"array","minItems":50})", t);
+  ASSERT_TRUE(c) << c.error().message;
+  const auto& impl = (*c)->impl();
+  Constraint::Impl::Dfa dfa;
+  dfa.bytes = Constraint::Impl::kMaxPlanBytes;  // as if earlier walks had filled it
+  const std::int32_t sid = dfa.intern(constraint::Stacks{impl.grammar}, impl.initial);
+  EXPECT_EQ(impl.min_tokens(dfa, sid), (*c)->min_tokens());
+  EXPECT_FALSE(dfa.plan_cut);
+  EXPECT_LT((*c)->min_tokens(), kNoCompletion);
 }
 
 // The mask cache: a state met first under a budget gets that budget's walk alone, kept as its

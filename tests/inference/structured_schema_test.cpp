@@ -185,8 +185,8 @@ TEST(StructuredErrors, AValueTooLongToPlanIsRefusedAtCompile) {
   EXPECT_EQ(schema_error(R"({"type":"array","minItems":1000,)"
                          R"("items":{"type":"array","minItems":1000}})"),
             "constraint too large: planning the fewest tokens of its shortest valid value "
-            "(2002001 bytes) takes more than 64 MiB of parse states; lower its minItems, "
-            "minLength or minProperties, or give its items a type");
+            "(2002001 bytes) takes more than 64 MiB of parse states; lower the sizes it asks "
+            "for (minItems, minLength), or give untyped items a type");
   const std::string flat = schema_error(R"({"type":"array","minItems":100001})");
   EXPECT_EQ(flat.rfind("constraint too large: planning the fewest tokens of its shortest valid "
                        "value (200003 bytes)",

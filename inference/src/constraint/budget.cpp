@@ -117,6 +117,7 @@ std::int32_t Constraint::Impl::min_tokens(Dfa& dfa, std::int32_t sid) const {
     std::size_t first, count;  // its targets in `targets`, once expanded
     bool expanded;
   };
+  const std::size_t bytes_before = dfa.bytes;
   std::vector<Frame> frames = {{start, 0, 0, false}};
   std::vector<Target> targets, found;
   while (!frames.empty()) {
@@ -132,7 +133,10 @@ std::int32_t Constraint::Impl::min_tokens(Dfa& dfa, std::int32_t sid) const {
       continue;
     }
     if (!frames[top].expanded) {
-      if (dfa.bytes > kMaxPlanBytes) {  // too long to plan: no answer (not memoised)
+      // Too long to plan: no answer (not memoised). What this search added counts, not what
+      // the DFA held before it (a DFA kept across walks holds earlier searches' states: it
+      // refused every token mid-value, found by the breaking pass).
+      if (dfa.bytes - bytes_before > kMaxPlanBytes) {
         dfa.plan_cut = true;
         return kNoCompletion;
       }

@@ -135,8 +135,8 @@ Result<std::shared_ptr<const Constraint>> compile_constraint(const ConstraintSpe
           "constraint too large: planning the fewest tokens of its shortest valid value (" +
               std::to_string(bytes) + " bytes) takes more than " +
               std::to_string(Constraint::Impl::kMaxPlanBytes >> 20) +
-              " MiB of parse states; lower its minItems, minLength or minProperties, or "
-              "give its items a type");
+              " MiB of parse states; lower the sizes it asks for (minItems, minLength), or "
+              "give untyped items a type");
     impl->initial_min.store(n);
   }
   auto c = std::make_shared<const Constraint>(std::move(impl));
