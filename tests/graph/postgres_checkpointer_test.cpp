@@ -159,34 +159,42 @@ Proxied proxied() {
 }
 
 // The server committed a put but its answer never arrived: the put re-establishes the
-// connection, finds its checkpoint stored (its id is unique) and succeeds; it is stored once.
+// connection, finds its checkpoint stored (its id is unique) and succeeds; it is stored once,
+// and the claim it renewed still holds. Both ways a put commits: a put with an artifact is a
+// transaction (its COMMIT's answer is lost), one without is one statement, weir_put_checkpoint,
+// committed by itself (that statement's answer is lost).
 TEST(PostgresCheckpointer, APutWhoseCommitAnswerWasLostIsStoredOnce) {
   auto p = proxied();
   ASSERT_NE(p.conninfo, "");
   auto c = open_ok(p.conninfo);
   ASSERT_TRUE(c);
-  const ThreadHolder me = remote_holder("h", 10000);
-  ASSERT_TRUE((*c)->claim_thread("t", me));
-  Checkpoint first = make_cp("t", "c1", "", 0, R"({"a":1})");
-  first.claim_token = me.token;
-  ASSERT_TRUE((*c)->put(first));
-  Checkpoint second = make_cp("t", "c2", "c1", 1, R"({"b":2})");
-  second.claim_token = me.token;
-  second.artifacts = {artifact("blob", "bytes of c2")};
-  p.proxy->cut_on_reply("COMMIT");
-  auto put = (*c)->put(second);
-  EXPECT_EQ(p.proxy->fired(), 1) << "the COMMIT's answer was not dropped";
-  ASSERT_TRUE(put) << put.error().to_string();
-  auto all = (*c)->list("t");
-  ASSERT_TRUE(all) << all.error().to_string();
-  EXPECT_THAT(ids(*all), ::testing::ElementsAre("c2", "c1"));
-  auto blob = (*c)->get_artifact("t", "blob");
-  ASSERT_TRUE(blob && blob->has_value());
-  EXPECT_EQ((*blob)->bytes, "bytes of c2");
-  // The claim still holds: the next put goes through.
-  Checkpoint third = make_cp("t", "c3", "c2", 2);
-  third.claim_token = me.token;
-  EXPECT_TRUE((*c)->put(third));
+  for (const bool one_statement : {false, true}) {
+    SCOPED_TRACE(one_statement ? "one statement" : "a transaction");
+    const std::string t = one_statement ? "t1" : "t2";
+    const ThreadHolder me = remote_holder("h", 10000);
+    ASSERT_TRUE((*c)->claim_thread(t, me));
+    Checkpoint first = make_cp(t, "c1", "", 0, R"({"a":1})");
+    first.claim_token = me.token;
+    ASSERT_TRUE((*c)->put(first));
+    Checkpoint second = make_cp(t, "c2", "c1", 1, R"({"b":2})");
+    second.claim_token = me.token;
+    if (!one_statement) second.artifacts = {artifact("blob", "bytes of c2")};
+    p.proxy->cut_on_reply(one_statement ? "SELECT 1" : "COMMIT");
+    auto put = (*c)->put(second);
+    EXPECT_EQ(p.proxy->fired(), 1) << "the answer was not dropped";
+    ASSERT_TRUE(put) << put.error().to_string();
+    auto all = (*c)->list(t);
+    ASSERT_TRUE(all) << all.error().to_string();
+    EXPECT_THAT(ids(*all), ::testing::ElementsAre("c2", "c1"));
+    if (!one_statement) {
+      auto blob = (*c)->get_artifact(t, "blob");
+      ASSERT_TRUE(blob && blob->has_value());
+      EXPECT_EQ((*blob)->bytes, "bytes of c2");
+    }
+    Checkpoint third = make_cp(t, "c3", "c2", 2);
+    third.claim_token = me.token;
+    EXPECT_TRUE((*c)->put(third));
+  }
 }
 
 // A connection lost in the middle of a put's transaction (before its COMMIT): the server rolled
@@ -213,33 +221,6 @@ TEST(PostgresCheckpointer, APutCutBeforeItsCommitIsStoredOnce) {
   auto blob = (*c)->get_artifact("t", "blob");
   ASSERT_TRUE(blob && blob->has_value());
   EXPECT_EQ((*blob)->bytes, "bytes of c2");
-}
-
-// A put without artifacts is one statement (weir_put_checkpoint), committed by itself: when its
-// answer is lost the put cannot know whether it took effect, finds its checkpoint stored after
-// reconnecting, and succeeds; stored once, and the claim it renewed still holds.
-TEST(PostgresCheckpointer, AOneStatementPutWhoseAnswerWasLostIsStoredOnce) {
-  auto p = proxied();
-  ASSERT_NE(p.conninfo, "");
-  auto c = open_ok(p.conninfo);
-  ASSERT_TRUE(c);
-  const ThreadHolder me = remote_holder("h", 10000);
-  ASSERT_TRUE((*c)->claim_thread("t", me));
-  Checkpoint first = make_cp("t", "c1", "", 0, R"({"a":1})");
-  first.claim_token = me.token;
-  ASSERT_TRUE((*c)->put(first));
-  Checkpoint second = make_cp("t", "c2", "c1", 1, R"({"b":2})");
-  second.claim_token = me.token;
-  p.proxy->cut_on_reply("SELECT 1");  // the put's one statement
-  auto put = (*c)->put(second);
-  EXPECT_EQ(p.proxy->fired(), 1) << "the put's answer was not dropped";
-  ASSERT_TRUE(put) << put.error().to_string();
-  auto all = (*c)->list("t");
-  ASSERT_TRUE(all) << all.error().to_string();
-  EXPECT_THAT(ids(*all), ::testing::ElementsAre("c2", "c1"));
-  Checkpoint third = make_cp("t", "c3", "c2", 2);
-  third.claim_token = me.token;
-  EXPECT_TRUE((*c)->put(third));
 }
 
 TEST(PostgresCheckpointer, UnreachableServerIsUnavailableNamingItWithoutThePassword) {

@@ -137,21 +137,26 @@ TEST(StructuredBudget, RealVocabulariesEndWithinBudget) {
   }
 }
 
+// The tiny vocabulary and gpt-2's (../shared/testdata; left out when absent), loaded once.
+std::vector<const Tokenizer*> tiny_and_gpt2() {
+  static const std::unique_ptr<Tokenizer> gpt2 = []() -> std::unique_ptr<Tokenizer> {
+    const fs::path path = fs::path(WEIR_SHARED_DIR) / "testdata/vocab/ggml-vocab-gpt-2.gguf";
+    if (!fs::exists(path)) return nullptr;
+    auto f = GgufFile::open(path);
+    if (!f) return nullptr;
+    auto t = Tokenizer::from_gguf(**f);
+    return t ? std::move(*t) : nullptr;
+  }();
+  std::vector<const Tokenizer*> v = {tiny().tok.get()};
+  if (gpt2) v.push_back(gpt2.get());
+  return v;
+}
+
 // The mask under a budget is exactly the tokens the matcher accepts after which a completion
 // still fits (the walk's shortcuts over whole subtrees, by bytes or by tokens, are exact), on
 // the tiny vocabulary and on gpt-2's.
 TEST(StructuredBudget, BudgetMaskIsExactlyTheTokensThatStillFit) {
-  std::vector<std::unique_ptr<Tokenizer>> owned;
-  std::vector<const Tokenizer*> vocabs = {tiny().tok.get()};
-  const fs::path gpt2 = fs::path(WEIR_SHARED_DIR) / "testdata/vocab/ggml-vocab-gpt-2.gguf";
-  if (fs::exists(gpt2)) {
-    auto f = GgufFile::open(gpt2);
-    ASSERT_TRUE(f);
-    auto t = Tokenizer::from_gguf(**f);
-    ASSERT_TRUE(t);
-    owned.push_back(std::move(*t));
-    vocabs.push_back(owned.back().get());
-  }
+  const std::vector<const Tokenizer*> vocabs = tiny_and_gpt2();
   for (const Tokenizer* t : vocabs) {
     SCOPED_TRACE(t->n_vocab());
     const int n_schemas = t->n_vocab() > 1000 ? 4 : 30;
@@ -206,17 +211,7 @@ TEST(StructuredBudget, AWarmDfaStillPlans) {
 // first under a budget that cuts nothing, then one that cuts; first under one that cuts, then
 // none.
 TEST(StructuredBudget, AStateFirstMaskedUnderABudgetServesEveryOtherBudgetExactly) {
-  std::vector<std::unique_ptr<Tokenizer>> owned;
-  std::vector<const Tokenizer*> vocabs = {tiny().tok.get()};
-  const fs::path gpt2 = fs::path(WEIR_SHARED_DIR) / "testdata/vocab/ggml-vocab-gpt-2.gguf";
-  if (fs::exists(gpt2)) {
-    auto f = GgufFile::open(gpt2);
-    ASSERT_TRUE(f);
-    auto t = Tokenizer::from_gguf(**f);
-    ASSERT_TRUE(t);
-    owned.push_back(std::move(*t));
-    vocabs.push_back(owned.back().get());
-  }
+  const std::vector<const Tokenizer*> vocabs = tiny_and_gpt2();
   for (const Tokenizer* t : vocabs) {
     SCOPED_TRACE(t->n_vocab());
     const int n_schemas = t->n_vocab() > 1000 ? 2 : 20;
