@@ -181,11 +181,15 @@ async function threadsView(params, life) {
       return null;
     }
   };
+  // The picked assistant's input keys as a template, unless the user typed while they loaded
+  // (their input is kept: a slow server answered after it, and overwrote it).
   const prefill = async () => {
+    const before = startInput.value;
     try {
       const { data } = await call('GET', `/assistants/${encodeURIComponent(startGraph.value)}/schemas`);
       const keys = Object.keys(data.input_schema?.properties || {});
-      startInput.value = JSON.stringify(Object.fromEntries(keys.map(k => [k, ''])));
+      if (startInput.value === before)
+        startInput.value = JSON.stringify(Object.fromEntries(keys.map(k => [k, ''])));
     } catch (e) { showError(e); }
     checkStart();
   };
