@@ -7,7 +7,7 @@
 //   node console_crew.mjs http://127.0.0.1:PORT OUTDIR [CHROMIUM]
 import fs from 'node:fs';
 import path from 'node:path';
-import { launch, watchedPage } from './page.mjs';
+import { launch, pageState, watchedPage } from './page.mjs';
 
 const [base, outDir, chrome = process.env.WEIR_CHROMIUM || '/usr/bin/chromium'] = process.argv.slice(2);
 if (!base || !outDir) {
@@ -18,14 +18,17 @@ fs.mkdirSync(outDir, { recursive: true });
 
 const seen = { problems: [] };
 const browser = await launch(chrome);
+let page;
 const shown = (page) => page.$$eval('#messages .msg', ms => ms.map(m => ({
   type: [...m.classList].filter(c => c !== 'msg').join(' '), id: m.dataset.id,
   who: m.querySelector('.who').textContent, text: m.querySelector('.what').textContent })));
 try {
-  const page = await watchedPage(browser, seen.problems);
+  page = await watchedPage(browser, seen.problems);
   await page.goto(`${base}/console`, { waitUntil: 'networkidle2' });
   await page.waitForSelector('#start-graph');
   await page.select('#start-graph', 'research_crew');
+  // (The page fills the input with the assistant's keys once its schema loads.)
+  await page.waitForNetworkIdle({ idleTime: 200 });
   await page.$eval('#start-input', e => { e.value = ''; });
   await page.type('#start-input', '{"messages": [{"type": "human", "content": "paged attention"}]}');
   await page.click('#start-run');
@@ -42,6 +45,7 @@ try {
   await page.screenshot({ path: path.join(outDir, 'run-crew.png'), fullPage: true });
 } catch (e) {
   seen.problems.push(`failed: ${e.message.split('\n')[0]}`);
+  seen.at_failure = await pageState(page);
 } finally {
   await browser.close();
 }

@@ -45,6 +45,8 @@ try {
   // 2. Start human_review from the form; the page moves to the thread and shows the interrupt.
   await step('start', async () => {
     await page.select('#start-graph', 'human_review');
+    // (The page fills the input with the assistant's keys once its schema loads.)
+    await page.waitForNetworkIdle({ idleTime: 200 });
     await page.waitForFunction(() => document.querySelector('#start-input').value.includes('topic'));
     await page.$eval('#start-input', e => { e.value = ''; });
     await page.type('#start-input', '{"topic": "bounded queues"}');
@@ -137,6 +139,8 @@ try {
     await page.goto(`${base}/console`, { waitUntil: 'networkidle2' });
     await page.waitForSelector('#start-graph');
     await page.select('#start-graph', 'big_payload');
+    // (The page fills the input with the assistant's keys once its schema loads.)
+    await page.waitForNetworkIdle({ idleTime: 200 });
     await page.click('#start-run');
     await page.waitForFunction(() => document.querySelector('#thread-status')?.textContent === 'idle'
       && document.querySelector('#timeline .badge.fence'));

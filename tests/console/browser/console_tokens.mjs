@@ -6,7 +6,7 @@
 //   node console_tokens.mjs http://127.0.0.1:PORT OUTDIR [CHROMIUM]
 import fs from 'node:fs';
 import path from 'node:path';
-import { launch, watchedPage } from './page.mjs';
+import { launch, pageState, watchedPage } from './page.mjs';
 
 const [base, outDir, chrome = process.env.WEIR_CHROMIUM || '/usr/bin/chromium'] = process.argv.slice(2);
 if (!base || !outDir) {
@@ -17,8 +17,9 @@ fs.mkdirSync(outDir, { recursive: true });
 
 const seen = { problems: [] };
 const browser = await launch(chrome);
+let page;
 try {
-  const page = await watchedPage(browser, seen.problems);
+  page = await watchedPage(browser, seen.problems);
   // The reply must still be generating when the page joins the run's stream. On a loaded
   // machine (CI runs this beside the whole suite) the run can end first, and the page then
   // shows only the landed message: the run is started again, up to three times.
@@ -28,6 +29,8 @@ try {
     await page.goto(`${base}/console`, { waitUntil: 'networkidle2' });
     await page.waitForSelector('#start-graph');
     await page.select('#start-graph', 'talk');
+    // (The page fills the input with the assistant's keys once its schema loads.)
+    await page.waitForNetworkIdle({ idleTime: 200 });
     await page.$eval('#start-input', e => { e.value = ''; });
     await page.type('#start-input', '{"messages": [{"type": "human", "content": "Tell me a story"}]}');
     // Every state of the typing message is recorded as the page renders it, so a reply that
@@ -65,6 +68,7 @@ try {
   seen.messages = await page.$$eval('#messages .msg', ms => ms.map(m => ({ type: [...m.classList].filter(c => c !== 'msg').join(' '), id: m.dataset.id, text: m.querySelector('.what').textContent })));
 } catch (e) {
   seen.problems.push(`failed: ${e.message.split('\n')[0]}`);
+  seen.at_failure = await pageState(page);
 } finally {
   await browser.close();
 }

@@ -31,3 +31,19 @@ export async function watchedPage(browser, problems) {
   });
   return page;
 }
+
+// What the page shows when a step failed, for the failure's message: the view, the thread's
+// status, the messages (their classes) and any error the page shows.
+export async function pageState(page) {
+  if (!page) return null;
+  try {
+    return await page.evaluate(() => ({
+      url: location.href,
+      status: document.querySelector('#thread-status')?.textContent ?? null,
+      messages: [...document.querySelectorAll('#messages .msg')].map(m => m.className),
+      error: document.querySelector('.error, #error')?.textContent ?? null,
+    }));
+  } catch (e) {
+    return { unreadable: e.message.split('\n')[0] };
+  }
+}
