@@ -7,7 +7,7 @@
 //   node console_crew.mjs http://127.0.0.1:PORT OUTDIR [CHROMIUM]
 import fs from 'node:fs';
 import path from 'node:path';
-import { launch, pageState, watchedPage } from './page.mjs';
+import { launch, pageState, pickAssistant, watchedPage } from './page.mjs';
 
 const [base, outDir, chrome = process.env.WEIR_CHROMIUM || '/usr/bin/chromium'] = process.argv.slice(2);
 if (!base || !outDir) {
@@ -26,11 +26,8 @@ try {
   page = await watchedPage(browser, seen.problems);
   await page.goto(`${base}/console`, { waitUntil: 'networkidle2' });
   await page.waitForSelector('#start-graph');
-  await page.select('#start-graph', 'research_crew');
-  // (The page fills the input with the assistant's keys once its schema loads.)
-  await page.waitForNetworkIdle({ idleTime: 200 });
-  await page.$eval('#start-input', e => { e.value = ''; });
-  await page.type('#start-input', '{"messages": [{"type": "human", "content": "paged attention"}]}');
+  await pickAssistant(page, 'research_crew',
+    '{"messages": [{"type": "human", "content": "paged attention"}]}');
   await page.click('#start-run');
   // The researcher's answer, shown while the writer and the reviewer still work. (A crew on
   // the slow model takes seconds a task, many more under the sanitizers with other tests

@@ -8,7 +8,7 @@
 //   node console_flows.mjs http://127.0.0.1:PORT OUTDIR [CHROMIUM]
 import fs from 'node:fs';
 import path from 'node:path';
-import { launch, watchedPage } from './page.mjs';
+import { launch, pickAssistant, watchedPage } from './page.mjs';
 
 const [base, outDir, chrome = process.env.WEIR_CHROMIUM || '/usr/bin/chromium'] = process.argv.slice(2);
 if (!base || !outDir) {
@@ -44,9 +44,7 @@ try {
 
   // 2. Start human_review from the form; the page moves to the thread and shows the interrupt.
   await step('start', async () => {
-    await page.select('#start-graph', 'human_review');
-    // (The page fills the input with the assistant's keys once its schema loads.)
-    await page.waitForNetworkIdle({ idleTime: 200 });
+    await pickAssistant(page, 'human_review');
     await page.waitForFunction(() => document.querySelector('#start-input').value.includes('topic'));
     await page.$eval('#start-input', e => { e.value = ''; });
     await page.type('#start-input', '{"topic": "bounded queues"}');
@@ -138,9 +136,7 @@ try {
   await step('run fences', async () => {
     await page.goto(`${base}/console`, { waitUntil: 'networkidle2' });
     await page.waitForSelector('#start-graph');
-    await page.select('#start-graph', 'big_payload');
-    // (The page fills the input with the assistant's keys once its schema loads.)
-    await page.waitForNetworkIdle({ idleTime: 200 });
+    await pickAssistant(page, 'big_payload');
     await page.click('#start-run');
     await page.waitForFunction(() => document.querySelector('#thread-status')?.textContent === 'idle'
       && document.querySelector('#timeline .badge.fence'));

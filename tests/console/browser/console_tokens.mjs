@@ -6,7 +6,7 @@
 //   node console_tokens.mjs http://127.0.0.1:PORT OUTDIR [CHROMIUM]
 import fs from 'node:fs';
 import path from 'node:path';
-import { launch, pageState, watchedPage } from './page.mjs';
+import { launch, pageState, pickAssistant, watchedPage } from './page.mjs';
 
 const [base, outDir, chrome = process.env.WEIR_CHROMIUM || '/usr/bin/chromium'] = process.argv.slice(2);
 if (!base || !outDir) {
@@ -28,11 +28,7 @@ try {
     ++seen.attempts;
     await page.goto(`${base}/console`, { waitUntil: 'networkidle2' });
     await page.waitForSelector('#start-graph');
-    await page.select('#start-graph', 'talk');
-    // (The page fills the input with the assistant's keys once its schema loads.)
-    await page.waitForNetworkIdle({ idleTime: 200 });
-    await page.$eval('#start-input', e => { e.value = ''; });
-    await page.type('#start-input', '{"messages": [{"type": "human", "content": "Tell me a story"}]}');
+    await pickAssistant(page, 'talk', '{"messages": [{"type": "human", "content": "Tell me a story"}]}');
     // Every state of the typing message is recorded as the page renders it, so a reply that
     // grows between two polls is still seen growing.
     await page.evaluate(() => {

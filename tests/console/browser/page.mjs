@@ -47,3 +47,13 @@ export async function pageState(page) {
     return { unreadable: e.message.split('\n')[0] };
   }
 }
+
+// Picks an assistant in the start form and waits for the page to fill the input with its keys
+// (its schema loaded); with `input`, then replaces that with `input`, typed.
+export async function pickAssistant(page, id, input) {
+  await page.select('#start-graph', id);
+  await page.waitForNetworkIdle({ idleTime: 200 });
+  if (input === undefined) return;
+  await page.$eval('#start-input', e => { e.value = ''; });
+  await page.type('#start-input', input);
+}
