@@ -14,7 +14,8 @@
 #   make chaos      the scale-out chaos bench, quick (~2-3 min): workers killed with SIGKILL every
 #                   2 s, weir's sessions ended, PostgreSQL restarted (-m fast, -m immediate) and a
 #                   worker paused while its run is cancelled, as 600 runs go through a throwaway
-#                   PostgreSQL (bench/scaleout/run)
+#                   PostgreSQL (bench/scaleout/run), and LangGraph.js with its PostgreSQL
+#                   checkpointer beside weir's throughput (the peer, bench/scaleout/setup)
 #   make format     clang-format every C++ file in place
 
 BUILD      ?= build
@@ -117,6 +118,7 @@ gauntlet-full: build
 	bench/gauntlet/run --bin $(BUILD)/bin/weir_gauntlet
 
 chaos: build
+	@bench/scaleout/setup || echo "chaos: the LangGraph.js peer could not be installed; its phase is skipped"
 	bench/scaleout/run --quick --weir $(BUILD)/bin/weir
 
 format:
