@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <functional>
 
 namespace weir::inference {
 
@@ -191,35 +192,8 @@ class Cursor {
 
 }  // namespace
 
-namespace {
-
-constexpr std::uint64_t kHugePageThreshold = 16u << 20;
-
-// An anonymous mapping with MADV_HUGEPAGE, filled from `fd`; MAP_FAILED when that fails (the
-// caller then maps the file).
-void* read_into_huge_pages(int fd, std::uint64_t size) {
-  void* m = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (m == MAP_FAILED) return MAP_FAILED;
-  ::madvise(m, size, MADV_HUGEPAGE);  // best effort: THP may be off
-  auto* p = static_cast<char*>(m);
-  std::uint64_t done = 0;
-  while (done < size) {
-    ssize_t n = ::pread(fd, p + done, std::min<std::uint64_t>(size - done, 64u << 20),
-                        static_cast<off_t>(done));
-    if (n <= 0) {
-      ::munmap(m, size);
-      return MAP_FAILED;
-    }
-    done += static_cast<std::uint64_t>(n);
-  }
-  ::mprotect(m, size, PROT_READ);
-  return m;
-}
-
-}  // namespace
-
 GgufFile::~GgufFile() {
-  if (mapping_) ::munmap(mapping_, size_);
+  if (mapping_) ::munmap(mapping_, mapped_bytes_);
 }
 
 Result<std::unique_ptr<GgufFile>> GgufFile::open(const std::filesystem::path& path) {
@@ -235,36 +209,59 @@ Result<std::unique_ptr<GgufFile>> GgufFile::open(const std::filesystem::path& pa
   auto f = std::unique_ptr<GgufFile>(new GgufFile());
   f->name_ = path.string();
   f->size_ = static_cast<std::uint64_t>(st.st_size);
+  f->mtime_ns_ = std::int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec;
   if (f->size_ == 0) {
     ::close(fd);
     return Error(Errc::corrupt_data, path.string() + ": the file is empty (not a GGUF file)");
   }
-  void* m = MAP_FAILED;
-  if (f->size_ >= kHugePageThreshold) {
-    // Large files (model weights) are read into anonymous memory backed by 2 MiB pages: decode
-    // streams every weight once per token, and with 4 KiB file pages the TLB misses cost a third
-    // of F32 decode speed on the development machine. Smaller files (vocabularies) are mapped.
-    m = read_into_huge_pages(fd, f->size_);
-  }
-  if (m == MAP_FAILED) m = ::mmap(nullptr, f->size_, PROT_READ, MAP_PRIVATE, fd, 0);
+  // Mapped, not read: opening a model for its tokenizer or `weir inspect` touches only the
+  // header's pages. The model loader moves the weights into memory (to_memory).
+  void* m = ::mmap(nullptr, f->size_, PROT_READ, MAP_PRIVATE, fd, 0);
   ::close(fd);
   if (m == MAP_FAILED)
     return Error(Errc::io_error, "cannot map " + path.string() + ": " + std::strerror(errno));
   f->mapping_ = m;
+  f->mapped_bytes_ = f->size_;
   f->base_ = static_cast<const std::byte*>(m);
   if (auto s = f->parse(); !s) return std::move(s).error();
   return f;
 }
 
+Status GgufFile::to_memory(const std::function<Status(std::byte* dst)>& fill) {
+  if (!mapping_ || in_memory_) return Error(Errc::invalid_argument, name_ + ": not a mapped file");
+  // Rounded to 2 MiB so that the last huge page is whole.
+  const std::uint64_t bytes = (size_ + (2u << 20) - 1) & ~std::uint64_t{(2u << 20) - 1};
+  void* m = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED)
+    return Error(Errc::memory_budget_exceeded, name_ + ": cannot allocate " +
+                                                   std::to_string(bytes >> 20) +
+                                                   " MiB for the weights: " + std::strerror(errno));
+  ::madvise(m, bytes, MADV_HUGEPAGE);  // best effort: THP may be off
+  auto* dst = static_cast<std::byte*>(m);
+  if (auto st = fill(dst); !st) {
+    ::munmap(m, bytes);
+    return st;
+  }
+  ::munmap(mapping_, mapped_bytes_);
+  for (TensorInfo& t : tensors_) t.data = dst + (t.data - base_);
+  mapping_ = m;
+  mapped_bytes_ = bytes;
+  base_ = dst;
+  in_memory_ = true;
+  writable_ = true;
+  return {};
+}
+
 std::byte* GgufFile::writable_data(const TensorInfo& t) {
   if (!mapping_) return nullptr;
-  if (!writable_ && ::mprotect(mapping_, size_, PROT_READ | PROT_WRITE) != 0) return nullptr;
+  if (!writable_ && ::mprotect(mapping_, mapped_bytes_, PROT_READ | PROT_WRITE) != 0)
+    return nullptr;
   writable_ = true;
   return const_cast<std::byte*>(t.data);  // inside mapping_, which this file owns
 }
 
 void GgufFile::seal() {
-  if (writable_) ::mprotect(mapping_, size_, PROT_READ);
+  if (writable_) ::mprotect(mapping_, mapped_bytes_, PROT_READ);
   writable_ = false;
 }
 
@@ -360,6 +357,7 @@ Status GgufFile::parse() {
     tensors_.push_back(std::move(t));
   }
   const std::uint64_t data_start = (c.pos() + alignment_ - 1) / alignment_ * alignment_;
+  data_offset_ = std::min(data_start, size_);
   for (auto& t : tensors_) {
     if (t.offset % alignment_ != 0) {
       return Error(Errc::corrupt_data, name_ + ": tensor '" + t.name + "' offset " +

@@ -1,10 +1,21 @@
 #include "weir/inference/model.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
+#include <cstring>
 #include <new>
+#include <thread>
 
 #include "model/quant.hpp"
 #include "model/repack.hpp"
+#include "model/weight_cache.hpp"
+#include "weir/runtime/log.hpp"
 
 namespace weir::inference {
 
@@ -163,6 +174,50 @@ class Loader {
   std::uint64_t bytes_ = 0;
 };
 
+int thread_count(const ModelOptions& o) {
+  return o.load_threads > 0 ? o.load_threads
+                            : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+}
+
+// Moves an open()ed file's bytes into memory: from its rearranged copy when a valid one exists
+// (true), else from the file (false).
+Result<bool> place_weights(GgufFile& f, bool want_x16, const ModelOptions& o, LoadReport& rep) {
+  const int threads = thread_count(o);
+  const CacheSource src{f.file_bytes(), f.mtime_ns(), f.header_bytes()};
+  if (want_x16 && o.weight_cache && f.file_bytes() >= o.cache_min_bytes) {
+    if (auto where = cache_location(f.name(), o.cache_dir)) {
+      rep.cache = *where;
+      auto fd = open_cache(*where, src);
+      if (fd) {
+        auto st = f.to_memory([&](std::byte* dst) {
+          return read_in_parallel(*fd, kCacheHeaderBytes, dst, src.size, threads, where->string());
+        });
+        ::close(*fd);
+        if (st) return true;
+        rep.note = st.error().message;
+      } else if (fd.error().code != Errc::not_found) {
+        rep.note = "the rearranged copy " + fd.error().message + "; rebuilding it";
+        log(LogLevel::warn, f.name() + ": " + rep.note);
+      }
+    }
+  }
+  int fd = ::open(f.name().c_str(), O_RDONLY | O_CLOEXEC);
+  struct stat st {};
+  if (fd < 0 || ::fstat(fd, &st) != 0)
+    return Error(Errc::io_error,
+                 "cannot read model file " + f.name() + ": " + std::strerror(errno));
+  if (static_cast<std::uint64_t>(st.st_size) != src.size ||
+      std::int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec != src.mtime_ns) {
+    ::close(fd);
+    return Error(Errc::io_error, f.name() + " changed while it was being loaded; load it again");
+  }
+  auto placed = f.to_memory(
+      [&](std::byte* dst) { return read_in_parallel(fd, 0, dst, src.size, threads, f.name()); });
+  ::close(fd);
+  if (!placed) return std::move(placed).error();
+  return false;
+}
+
 #define WEIR_TRY(var, expr)                        \
   auto var##_r = (expr);                           \
   if (!var##_r) return std::move(var##_r).error(); \
@@ -184,10 +239,17 @@ Result<std::shared_ptr<const Model>> Model::load(const std::filesystem::path& pa
   }
 }
 
-void Model::rearrange_for_cpu() {
+void Model::rearrange_for_cpu(bool already_done, int threads) {
   std::vector<Weight*> all = {&token_embd_, &output_};
   for (LayerWeights& l : layers_)
     for (Weight* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) all.push_back(w);
+  // Work items of up to 64 groups of 16 rows, claimed by the threads in turn.
+  struct Item {
+    GgmlType type;
+    std::byte* data;
+    std::int64_t cols, g_begin, g_end;
+  };
+  std::vector<Item> items;
   for (Weight* w : all) {
     const WeightLayout x16 = x16_layout(w->type);
     if (!x16_fits(w->type, w->rows, w->cols) || w->layout != WeightLayout::rows) continue;
@@ -196,19 +258,36 @@ void Model::rearrange_for_cpu() {
       if (ti.data == w->data) t = &ti;
     std::byte* p = t ? file_->writable_data(*t) : nullptr;
     if (!p) break;  // bytes the caller owns (from_memory)
-    repack_x16(w->type, p, w->rows, w->cols);
+    for (std::int64_t g = 0; g < w->rows / kX16Rows; g += 64)
+      items.push_back({w->type, p, w->cols, g, std::min(g + 64, w->rows / kX16Rows)});
     // A tied classifier is the embedding's tensor: rearranged once, read the new way by both.
     for (Weight* same : all)
       if (same->data == w->data) same->layout = x16;
+    report_.rearranged = true;
+  }
+  if (!already_done) {
+    std::atomic<std::size_t> next{0};
+    auto work = [&] {
+      for (std::size_t i; (i = next.fetch_add(1)) < items.size();)
+        repack_x16_groups(items[i].type, items[i].data, items[i].cols, items[i].g_begin,
+                          items[i].g_end);
+    };
+    std::vector<std::thread> pool;
+    const int n = std::min<int>(threads, static_cast<int>(items.size()));
+    for (int t = 1; t < n; ++t) pool.emplace_back(work);
+    work();
+    for (auto& th : pool) th.join();
   }
   file_->seal();
 }
 
 Result<std::shared_ptr<const Model>> Model::from_gguf(std::unique_ptr<GgufFile> file,
                                                       const ModelOptions& options) {
+  const auto t0 = std::chrono::steady_clock::now();
   auto m = std::shared_ptr<Model>(new Model());
   m->file_ = std::move(file);
   const GgufFile& f = *m->file_;
+  LoadReport& rep = m->report_;
   Hyperparams& hp = m->hp_;
   auto arch = f.get_string("general.architecture");
   if (!arch) return std::move(arch).error();
@@ -263,6 +342,17 @@ Result<std::shared_ptr<const Model>> Model::from_gguf(std::unique_ptr<GgufFile> 
       hp.rope_freq_scale = static_cast<float>(1.0 / **fac);
   }
 
+  // The weights move into memory (2 MiB pages) before the Weights point at them: an open()ed
+  // file is a mapping until here.
+  const bool want_x16 = options.cpu_layout && cpu_reads_x16();
+  bool from_cache = false;
+  if (!f.in_memory() && f.mtime_ns() != 0) {
+    auto placed = place_weights(*m->file_, want_x16, options, rep);
+    if (!placed) return std::move(placed).error();
+    from_cache = *placed;
+    rep.in_memory = true;
+  }
+
   const TensorInfo* embd = f.tensor("token_embd.weight");
   if (!embd || embd->dims.size() != 2)
     return Error(Errc::model_error, f.name() + ": tensor 'token_embd.weight' is missing");
@@ -300,7 +390,26 @@ Result<std::shared_ptr<const Model>> Model::from_gguf(std::unique_ptr<GgufFile> 
     m->layers_.push_back(std::move(lw));
   }
   m->weight_bytes_ = L.bytes();
-  if (options.cpu_layout && cpu_reads_x16()) m->rearrange_for_cpu();
+  if (want_x16) m->rearrange_for_cpu(from_cache, thread_count(options));
+  m->file_->seal();
+  rep.from_cache = from_cache && rep.rearranged;
+  if (rep.rearranged && !from_cache && !rep.cache.empty()) {
+    // The next load reads this; a directory it cannot write is a note, not a failure.
+    const GgufFile& g = *m->file_;
+    const std::byte* image = g.header_bytes().data();
+    if (auto st = write_cache(rep.cache, {g.file_bytes(), g.mtime_ns(), g.header_bytes()},
+                              {image, g.file_bytes()})) {
+      rep.cache_written = true;
+      log(LogLevel::info, f.name() + ": wrote its rearranged copy " + rep.cache.string() +
+                              " (the next load reads it)");
+    } else {
+      rep.note = st.error().message +
+                 " (each load rearranges the weights; WEIR_MODEL_CACHE=DIR puts the copy "
+                 "elsewhere, =off turns it off)";
+      log(LogLevel::info, f.name() + ": " + rep.note);
+    }
+  }
+  rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return std::shared_ptr<const Model>(std::move(m));
 }
 

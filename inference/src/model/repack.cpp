@@ -117,12 +117,13 @@ constexpr std::int64_t kUnitWeights = std::is_same_v<Unit, PairQ4_0>    ? 64
                                                                         : kQK_K;
 
 template <class Block>
-void repack(std::byte* data, std::int64_t rows, std::int64_t cols) {
+void repack(std::byte* data, std::int64_t cols, std::int64_t g_begin, std::int64_t g_end) {
   constexpr std::size_t chunk = kX16Rows * sizeof(Block);
   const std::int64_t sblocks = cols / kUnitWeights<Block>;
   const std::size_t group_bytes = chunk * static_cast<std::size_t>(sblocks);
-  std::vector<Block> rows16(static_cast<std::size_t>(kX16Rows * sblocks));
-  for (std::int64_t g = 0; g < rows / kX16Rows; ++g) {
+  thread_local std::vector<Block> rows16;  // one group: the loader calls this from many threads
+  rows16.resize(static_cast<std::size_t>(kX16Rows * sblocks));
+  for (std::int64_t g = g_begin; g < g_end; ++g) {
     std::byte* base = data + static_cast<std::size_t>(g) * group_bytes;
     std::memcpy(rows16.data(), base, group_bytes);  // the group's 16 rows, as in the file
     for (std::int64_t i = 0; i < sblocks; ++i)
@@ -143,14 +144,19 @@ void gather(const std::byte* group, std::int64_t sblocks, std::int64_t l, Block*
 }  // namespace
 
 void repack_x16(GgmlType type, std::byte* data, std::int64_t rows, std::int64_t cols) {
+  repack_x16_groups(type, data, cols, 0, rows / kX16Rows);
+}
+
+void repack_x16_groups(GgmlType type, std::byte* data, std::int64_t cols, std::int64_t g_begin,
+                       std::int64_t g_end) {
   if (type == GgmlType::q4_k)
-    repack<BlockQ4_K>(data, rows, cols);
+    repack<BlockQ4_K>(data, cols, g_begin, g_end);
   else if (type == GgmlType::q6_k)
-    repack<BlockQ6_K>(data, rows, cols);
+    repack<BlockQ6_K>(data, cols, g_begin, g_end);
   else if (type == GgmlType::q8_0)
-    repack<BlockQ8_0>(data, rows, cols);
+    repack<BlockQ8_0>(data, cols, g_begin, g_end);
   else
-    repack<PairQ4_0>(data, rows, cols);
+    repack<PairQ4_0>(data, cols, g_begin, g_end);
 }
 
 const std::byte* row_bytes_of(const Weight& w, std::int64_t r) {

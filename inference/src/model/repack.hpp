@@ -76,6 +76,17 @@ bool x16_fits(GgmlType type, std::int64_t rows, std::int64_t cols);
 // Rearranges a matrix [rows, cols] in place into its x16 layout. REQUIRES: x16_fits.
 void repack_x16(GgmlType type, std::byte* data, std::int64_t rows, std::int64_t cols);
 
+// The same for the groups [g_begin, g_end) of 16 rows only: groups are independent, so the
+// loader spreads one matrix over its threads. Thread-safe for disjoint ranges.
+// REQUIRES: x16_fits; 0 <= g_begin <= g_end <= rows / 16.
+void repack_x16_groups(GgmlType type, std::byte* data, std::int64_t cols, std::int64_t g_begin,
+                       std::int64_t g_end);
+
+// The version of the x16 layouts in a cached rearranged copy (weight_cache.hpp). Bump it with
+// any change to a layout above or to which matrices the loader rearranges: older copies are
+// then rebuilt.
+constexpr std::uint32_t kX16LayoutVersion = 1;
+
 // row_bytes_of (model.hpp) is defined with the layouts, in repack.cpp.
 
 }  // namespace weir::inference

@@ -42,8 +42,8 @@ struct Hyperparams {
 
 // How a Weight's bytes are arranged. `rows`: row-major, as stored in the file. `q4k_x16`,
 // `q6k_x16`, `q4_0_x16`, `q8_0_x16` (Q4_K, Q6_K, Q4_0, Q8_0 only): the file's bytes rearranged
-// at load so that the AVX-512 VNNI kernels read 16 rows a vector (inference/src/model/repack.hpp); the
-// same size, and dequantize_row reads them.
+// at load so that the AVX-512 VNNI kernels read 16 rows a vector (inference/src/model/repack.hpp);
+// the same size, and dequantize_row reads them.
 enum class WeightLayout : std::uint8_t { rows, q4k_x16, q6k_x16, q4_0_x16, q8_0_x16 };
 
 // A weight matrix [rows = out, cols = in].
@@ -65,6 +65,27 @@ struct ModelOptions {
   // read that layout (x86-64 with AVX-512 VNNI): their kernels then apply each block's scales to 16
   // rows at once. Off, every weight keeps the file's layout (for comparing the two).
   bool cpu_layout = true;
+  // The rearranged copy kept on disk so that the next load reads the x16 layouts instead of
+  // computing them (docs/inference.md, "Cold start"): off, every load rearranges. Only files of
+  // cache_min_bytes or more get one (smaller ones rearrange in milliseconds).
+  bool weight_cache = true;
+  // Where the copy lives; empty: the environment variable WEIR_MODEL_CACHE decides ("off", a
+  // directory, or unset: beside the model as "<model>.weir-x16").
+  std::filesystem::path cache_dir;
+  std::uint64_t cache_min_bytes = std::uint64_t{64} << 20;
+  // Threads that read and rearrange the weights; 0: every hardware thread.
+  int load_threads = 0;
+};
+
+// How Model::from_gguf placed the weights: for logs, benchmarks and tests.
+struct LoadReport {
+  bool in_memory = false;       // weights read into anonymous memory (else the caller's bytes)
+  bool rearranged = false;      // some matrices are in x16 layouts
+  bool from_cache = false;      // ... read from the rearranged copy, not computed
+  bool cache_written = false;   // this load wrote the copy
+  std::filesystem::path cache;  // where the copy is or would be; empty when caching is off
+  std::string note;             // why a copy was not used or not written; empty otherwise
+  double seconds = 0;           // from_gguf's wall time
 };
 
 struct LayerWeights {
@@ -91,10 +112,14 @@ class Model {
   const std::vector<float>& output_norm() const { return output_norm_; }
   const std::vector<LayerWeights>& layers() const { return layers_; }
   std::uint64_t weight_bytes() const { return weight_bytes_; }
+  const LoadReport& load_report() const { return report_; }
 
  private:
   Model() = default;
-  void rearrange_for_cpu();  // ModelOptions::cpu_layout
+  // ModelOptions::cpu_layout: rearranges the x16 matrices on `threads` threads, or only marks
+  // them when the bytes came from the rearranged copy (already_done).
+  void rearrange_for_cpu(bool already_done, int threads);
+  LoadReport report_;
   std::unique_ptr<GgufFile> file_;
   Hyperparams hp_;
   Weight token_embd_, output_;

@@ -1,0 +1,168 @@
+// The rearranged copy of a model file; see weight_cache.hpp.
+#include "model/weight_cache.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "model/repack.hpp"
+
+namespace weir::inference {
+
+namespace {
+
+constexpr char kMagic[8] = {'W', 'E', 'I', 'R', 'X', '1', '6', '\n'};
+
+struct Header {
+  char magic[8];
+  std::uint32_t format;
+  std::uint32_t layout_version;
+  std::uint64_t source_size;
+  std::int64_t source_mtime_ns;
+  std::uint64_t gguf_header_bytes;
+};
+
+Header header_for(const CacheSource& src) {
+  Header h{};
+  std::memcpy(h.magic, kMagic, sizeof kMagic);
+  h.format = kCacheFormat;
+  h.layout_version = kX16LayoutVersion;
+  h.source_size = src.size;
+  h.source_mtime_ns = src.mtime_ns;
+  h.gguf_header_bytes = src.gguf_header.size();
+  return h;
+}
+
+// FNV-1a, 64 bits: names a model's copy in a shared cache directory.
+std::uint64_t fnv1a(std::string_view s) {
+  std::uint64_t h = 14695981039346656037ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+bool pread_all(int fd, std::byte* dst, std::uint64_t size, std::uint64_t offset) {
+  std::uint64_t done = 0;
+  while (done < size) {
+    ssize_t n = ::pread(fd, dst + done, std::min<std::uint64_t>(size - done, 16u << 20),
+                        static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    done += static_cast<std::uint64_t>(n);
+  }
+  return true;
+}
+
+bool write_all(int fd, const std::byte* p, std::uint64_t size) {
+  std::uint64_t done = 0;
+  while (done < size) {
+    ssize_t n = ::write(fd, p + done, std::min<std::uint64_t>(size - done, 64u << 20));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    done += static_cast<std::uint64_t>(n);
+  }
+  return true;
+}
+
+}  // namespace
+
+std::optional<std::filesystem::path> cache_location(const std::filesystem::path& model,
+                                                    const std::filesystem::path& dir) {
+  std::filesystem::path where = dir;
+  if (where.empty()) {
+    const char* env = std::getenv("WEIR_MODEL_CACHE");
+    const std::string v = env ? env : "";
+    if (v == "off" || v == "0") return std::nullopt;
+    if (v.empty()) return std::filesystem::path(model.string() + ".weir-x16");
+    where = v;
+  }
+  std::error_code ec;
+  const auto abs = std::filesystem::absolute(model, ec);
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx",
+                static_cast<unsigned long long>(fnv1a((ec ? model : abs).string())));
+  return where / (model.filename().string() + "-" + hex + ".weir-x16");
+}
+
+Result<int> open_cache(const std::filesystem::path& path, const CacheSource& src) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT || errno == ENOTDIR)
+      return Error(Errc::not_found, path.string() + " does not exist");
+    return Error(Errc::corrupt_data, "cannot open " + path.string() + ": " + std::strerror(errno));
+  }
+  auto bad = [&](const std::string& why) -> Result<int> {
+    ::close(fd);
+    return Error(Errc::corrupt_data, path.string() + " " + why);
+  };
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return bad("cannot be read");
+  if (static_cast<std::uint64_t>(st.st_size) != kCacheHeaderBytes + src.size)
+    return bad("is " + std::to_string(st.st_size) + " bytes, expected " +
+               std::to_string(kCacheHeaderBytes + src.size) + " (truncated or not a weir copy)");
+  Header h{};
+  if (!pread_all(fd, reinterpret_cast<std::byte*>(&h), sizeof h, 0)) return bad("cannot be read");
+  const Header want = header_for(src);
+  if (std::memcmp(h.magic, kMagic, sizeof kMagic) != 0) return bad("is not a weir x16 copy");
+  if (h.format != want.format || h.layout_version != want.layout_version)
+    return bad("was written by another weir version (format " + std::to_string(h.format) +
+               ", layouts " + std::to_string(h.layout_version) + "; this one: " +
+               std::to_string(want.format) + ", " + std::to_string(want.layout_version) + ")");
+  if (h.source_size != want.source_size || h.source_mtime_ns != want.source_mtime_ns ||
+      h.gguf_header_bytes != want.gguf_header_bytes)
+    return bad("is stale: the model file changed since it was written");
+  std::vector<std::byte> head(src.gguf_header.size());
+  if (!pread_all(fd, head.data(), head.size(), kCacheHeaderBytes) ||
+      std::memcmp(head.data(), src.gguf_header.data(), head.size()) != 0)
+    return bad("does not hold this model (its GGUF header differs)");
+  return fd;
+}
+
+Status write_cache(const std::filesystem::path& path, const CacheSource& src,
+                   std::span<const std::byte> image) {
+  const std::string tmp = path.string() + ".tmp." + std::to_string(::getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) return Error(Errc::io_error, "cannot create " + tmp + ": " + std::strerror(errno));
+  std::vector<std::byte> head(kCacheHeaderBytes);
+  const Header h = header_for(src);
+  std::memcpy(head.data(), &h, sizeof h);
+  bool ok = write_all(fd, head.data(), head.size()) && write_all(fd, image.data(), image.size()) &&
+            ::fdatasync(fd) == 0;
+  const int err = errno;
+  ok = ::close(fd) == 0 && ok;
+  if (ok && ::rename(tmp.c_str(), path.c_str()) == 0) return {};
+  const int err2 = ok ? errno : err;
+  ::unlink(tmp.c_str());
+  return Error(Errc::io_error, "cannot write " + path.string() + ": " + std::strerror(err2));
+}
+
+Status read_in_parallel(int fd, std::uint64_t offset, std::byte* dst, std::uint64_t size,
+                        int threads, const std::string& name) {
+  threads = std::max(1, std::min<int>(threads, static_cast<int>(size >> 24) + 1));
+  std::atomic<bool> ok{true};
+  auto part = [&](int t) {
+    // Slices on 2 MiB boundaries: each huge page is faulted in by one thread.
+    auto edge = [&](int i) {
+      return std::min(size,
+                      (size * static_cast<std::uint64_t>(i) / static_cast<std::uint64_t>(threads)) &
+                          ~((std::uint64_t{2} << 20) - 1));
+    };
+    const std::uint64_t lo = edge(t), hi = t + 1 == threads ? size : edge(t + 1);
+    if (!pread_all(fd, dst + lo, hi - lo, offset + lo)) ok = false;
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) pool.emplace_back(part, t);
+  part(0);
+  for (auto& th : pool) th.join();
+  if (!ok) return Error(Errc::io_error, "cannot read " + name + ": " + std::strerror(errno));
+  return {};
+}
+
+}  // namespace weir::inference

@@ -1,0 +1,211 @@
+// The rearranged copy of a model (model/weight_cache.hpp): a load from it gives the same weights
+// and logits as rearranging; a stale, truncated or corrupt copy is ignored and rebuilt; a
+// directory that cannot be written still loads.
+#include "model/weight_cache.hpp"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+#include "model/repack.hpp"
+#include "runner/llama_runner.hpp"
+#include "weir/inference/gguf_writer.hpp"
+#include "weir/inference/model.hpp"
+
+namespace weir::inference {
+namespace {
+
+namespace fs = std::filesystem;
+
+class WeightCache : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!cpu_reads_x16()) GTEST_SKIP() << "this CPU's kernels read no x16 layout: no copy to keep";
+    dir_ = fs::temp_directory_path() / ("weir_wcache_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_ / "cache");
+    options_.cache_dir = dir_ / "cache";
+    options_.cache_min_bytes = 0;
+  }
+  void TearDown() override {
+    if (!dir_.empty()) fs::remove_all(dir_);
+  }
+
+  fs::path model(GgmlType type) {
+    RandomModelShape shape{256, 512, 2, 4, 4, 512, 64};  // rows of 256 and 512: Q4_K fits
+    const fs::path p = dir_ / (std::string("m-") + ggml_type_name(type) + ".gguf");
+    EXPECT_TRUE(write_random_llama(p, shape, type, 11));
+    return p;
+  }
+  std::shared_ptr<const Model> load(const fs::path& p, ModelOptions o) {
+    auto m = Model::load(p, o);
+    EXPECT_TRUE(m) << m.error().message;
+    return m ? *m : nullptr;
+  }
+  fs::path copy_of(const fs::path& p) { return *cache_location(p, options_.cache_dir); }
+
+  fs::path dir_;
+  ModelOptions options_;
+};
+
+std::span<const std::byte> image(const Model& m) {
+  return {m.gguf().header_bytes().data(), m.gguf().file_bytes()};
+}
+
+std::vector<float> logits(const std::shared_ptr<const Model>& m) {
+  auto runner = make_llama_runner(m, 2);
+  KvLayout L{2, 4, 64, 16, 4};  // the shape above: head size 256 / 4
+  std::vector<float> pool(static_cast<std::size_t>(L.total_elems()));
+  std::vector<BlockId> table = {3};
+  StepBatch batch;
+  batch.tokens = {1, 7, 99};
+  batch.positions = {0, 1, 2};
+  batch.seq_index = {0, 0, 0};
+  batch.seqs = {{table, 3}};
+  batch.logit_rows = {2};
+  std::vector<float> out(512);
+  EXPECT_TRUE(runner->forward(batch, L, pool, out));
+  return out;
+}
+
+TEST_F(WeightCache, ACachedLoadHasTheRearrangedLoadsWeightsAndLogits) {
+  for (GgmlType type : {GgmlType::q8_0, GgmlType::q4_k, GgmlType::q4_0}) {
+    SCOPED_TRACE(ggml_type_name(type));
+    const fs::path p = model(type);
+    auto first = load(p, options_);
+    ASSERT_TRUE(first);
+    EXPECT_TRUE(first->load_report().rearranged);
+    EXPECT_FALSE(first->load_report().from_cache);
+    EXPECT_TRUE(first->load_report().cache_written) << first->load_report().note;
+    EXPECT_TRUE(fs::exists(copy_of(p)));
+
+    auto cached = load(p, options_);
+    ASSERT_TRUE(cached);
+    EXPECT_TRUE(cached->load_report().from_cache) << cached->load_report().note;
+    EXPECT_FALSE(cached->load_report().cache_written);
+    EXPECT_EQ(cached->layers()[0].wq.layout, x16_layout(type));
+
+    ModelOptions off = options_;
+    off.weight_cache = false;
+    auto computed = load(p, off);
+    ASSERT_TRUE(computed);
+    EXPECT_FALSE(computed->load_report().from_cache);
+    EXPECT_TRUE(computed->load_report().cache.empty());
+
+    ASSERT_EQ(image(*cached).size(), image(*computed).size());
+    EXPECT_EQ(std::memcmp(image(*cached).data(), image(*computed).data(), image(*cached).size()),
+              0);
+    EXPECT_EQ(logits(cached), logits(computed));
+  }
+}
+
+TEST_F(WeightCache, AStaleTruncatedOrCorruptCopyIsIgnoredAndRebuilt) {
+  const fs::path p = model(GgmlType::q8_0);
+  ASSERT_TRUE(load(p, options_));
+  const fs::path c = copy_of(p);
+  auto want = logits(load(p, options_));
+
+  auto expect_rebuilt = [&](const std::string& why) {
+    SCOPED_TRACE(why);
+    auto m = load(p, options_);
+    ASSERT_TRUE(m);
+    EXPECT_FALSE(m->load_report().from_cache);
+    EXPECT_NE(m->load_report().note.find(why), std::string::npos) << m->load_report().note;
+    EXPECT_TRUE(m->load_report().cache_written);
+    EXPECT_EQ(logits(m), want);
+    auto again = load(p, options_);
+    ASSERT_TRUE(again);
+    EXPECT_TRUE(again->load_report().from_cache) << again->load_report().note;
+  };
+
+  fs::resize_file(c, fs::file_size(c) - 100);
+  expect_rebuilt("truncated");
+
+  auto poke = [&](std::uint64_t at) {
+    std::fstream f(c, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(at));
+    f.put('#');
+  };
+  poke(0);
+  expect_rebuilt("not a weir x16 copy");
+  poke(kCacheHeaderBytes + 30);  // inside the GGUF header the copy holds
+  expect_rebuilt("does not hold this model");
+  poke(8);  // the format version
+  expect_rebuilt("another weir version");
+
+  // The model is replaced (a newer download): its time changes, the copy is stale.
+  fs::last_write_time(p, fs::last_write_time(p) + std::chrono::seconds(5));
+  expect_rebuilt("stale");
+}
+
+TEST_F(WeightCache, ADirectoryThatCannotBeWrittenStillLoads) {
+  const fs::path p = model(GgmlType::q8_0);
+  auto want = logits(load(p, [&] {
+    ModelOptions o = options_;
+    o.weight_cache = false;
+    return o;
+  }()));
+  // A path under a regular file cannot be created, whoever runs the test (root ignores modes).
+  std::ofstream(dir_ / "plain") << "x";
+  ModelOptions o = options_;
+  o.cache_dir = dir_ / "plain" / "cache";
+  auto m = load(p, o);
+  ASSERT_TRUE(m);
+  EXPECT_TRUE(m->load_report().rearranged);
+  EXPECT_FALSE(m->load_report().cache_written);
+  EXPECT_NE(m->load_report().note.find("cannot create"), std::string::npos)
+      << m->load_report().note;
+  EXPECT_NE(m->load_report().note.find("WEIR_MODEL_CACHE"), std::string::npos);
+  EXPECT_EQ(logits(m), want);
+  for (const auto& e : fs::directory_iterator(dir_))
+    EXPECT_EQ(e.path().extension() == ".tmp", false);
+}
+
+TEST_F(WeightCache, ItsPlaceComesFromTheOptionOrWEIR_MODEL_CACHE) {
+  const char* old = std::getenv("WEIR_MODEL_CACHE");
+  const std::string saved = old ? old : "";
+  const fs::path m = "/models/tiny.gguf";
+  ::unsetenv("WEIR_MODEL_CACHE");
+  EXPECT_EQ(*cache_location(m, {}), fs::path("/models/tiny.gguf.weir-x16"));
+  ::setenv("WEIR_MODEL_CACHE", "off", 1);
+  EXPECT_FALSE(cache_location(m, {}));
+  ::setenv("WEIR_MODEL_CACHE", "/var/cache/weir", 1);
+  const fs::path in_dir = *cache_location(m, {});
+  EXPECT_EQ(in_dir.parent_path(), fs::path("/var/cache/weir"));
+  EXPECT_EQ(in_dir.filename().string().rfind("tiny.gguf-", 0), 0u);
+  EXPECT_EQ(in_dir.extension(), ".weir-x16");
+  // Two models of one name in different folders get different copies.
+  EXPECT_NE(*cache_location("/other/tiny.gguf", {}), in_dir);
+  // The option wins over the variable.
+  EXPECT_EQ(cache_location(m, "/tmp/c")->parent_path(), fs::path("/tmp/c"));
+  if (old)
+    ::setenv("WEIR_MODEL_CACHE", saved.c_str(), 1);
+  else
+    ::unsetenv("WEIR_MODEL_CACHE");
+}
+
+TEST_F(WeightCache, SmallFilesAndTheFileLayoutKeepNoCopy) {
+  const fs::path p = model(GgmlType::q8_0);
+  ModelOptions small = options_;
+  small.cache_min_bytes = std::uint64_t{1} << 40;
+  auto m = load(p, small);
+  ASSERT_TRUE(m);
+  EXPECT_TRUE(m->load_report().rearranged);
+  EXPECT_FALSE(m->load_report().cache_written);
+  ModelOptions file_layout = options_;
+  file_layout.cpu_layout = false;
+  auto f = load(p, file_layout);
+  ASSERT_TRUE(f);
+  EXPECT_FALSE(f->load_report().rearranged);
+  EXPECT_FALSE(f->load_report().cache_written);
+  EXPECT_FALSE(fs::exists(copy_of(p)));
+}
+
+}  // namespace
+}  // namespace weir::inference
