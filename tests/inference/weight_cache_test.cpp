@@ -82,13 +82,14 @@ TEST_F(WeightCache, ACachedLoadHasTheRearrangedLoadsWeightsAndLogits) {
     ASSERT_TRUE(first);
     EXPECT_TRUE(first->load_report().rearranged);
     EXPECT_FALSE(first->load_report().from_cache);
-    EXPECT_TRUE(first->load_report().cache_written) << first->load_report().note;
+    EXPECT_TRUE(first->load_report().cache_writing) << first->load_report().note;
+    first.reset();  // waits for the copy
     EXPECT_TRUE(fs::exists(copy_of(p)));
 
     auto cached = load(p, options_);
     ASSERT_TRUE(cached);
     EXPECT_TRUE(cached->load_report().from_cache) << cached->load_report().note;
-    EXPECT_FALSE(cached->load_report().cache_written);
+    EXPECT_FALSE(cached->load_report().cache_writing);
     EXPECT_EQ(cached->layers()[0].wq.layout, x16_layout(type));
 
     ModelOptions off = options_;
@@ -107,8 +108,9 @@ TEST_F(WeightCache, ACachedLoadHasTheRearrangedLoadsWeightsAndLogits) {
 
 TEST_F(WeightCache, AStaleTruncatedOrCorruptCopyIsIgnoredAndRebuilt) {
   const fs::path p = model(GgmlType::q8_0);
-  ASSERT_TRUE(load(p, options_));
+  ASSERT_TRUE(load(p, options_));  // writes the copy (the temporary model waits for it)
   const fs::path c = copy_of(p);
+  ASSERT_TRUE(fs::exists(c));
   auto want = logits(load(p, options_));
 
   auto expect_rebuilt = [&](const std::string& why) {
@@ -117,8 +119,9 @@ TEST_F(WeightCache, AStaleTruncatedOrCorruptCopyIsIgnoredAndRebuilt) {
     ASSERT_TRUE(m);
     EXPECT_FALSE(m->load_report().from_cache);
     EXPECT_NE(m->load_report().note.find(why), std::string::npos) << m->load_report().note;
-    EXPECT_TRUE(m->load_report().cache_written);
+    EXPECT_TRUE(m->load_report().cache_writing);
     EXPECT_EQ(logits(m), want);
+    m.reset();
     auto again = load(p, options_);
     ASSERT_TRUE(again);
     EXPECT_TRUE(again->load_report().from_cache) << again->load_report().note;
@@ -158,7 +161,7 @@ TEST_F(WeightCache, ADirectoryThatCannotBeWrittenStillLoads) {
   auto m = load(p, o);
   ASSERT_TRUE(m);
   EXPECT_TRUE(m->load_report().rearranged);
-  EXPECT_FALSE(m->load_report().cache_written);
+  EXPECT_FALSE(m->load_report().cache_writing);
   EXPECT_NE(m->load_report().note.find("cannot create"), std::string::npos)
       << m->load_report().note;
   EXPECT_NE(m->load_report().note.find("WEIR_MODEL_CACHE"), std::string::npos);
@@ -197,13 +200,13 @@ TEST_F(WeightCache, SmallFilesAndTheFileLayoutKeepNoCopy) {
   auto m = load(p, small);
   ASSERT_TRUE(m);
   EXPECT_TRUE(m->load_report().rearranged);
-  EXPECT_FALSE(m->load_report().cache_written);
+  EXPECT_FALSE(m->load_report().cache_writing);
   ModelOptions file_layout = options_;
   file_layout.cpu_layout = false;
   auto f = load(p, file_layout);
   ASSERT_TRUE(f);
   EXPECT_FALSE(f->load_report().rearranged);
-  EXPECT_FALSE(f->load_report().cache_written);
+  EXPECT_FALSE(f->load_report().cache_writing);
   EXPECT_FALSE(fs::exists(copy_of(p)));
 }
 

@@ -394,16 +394,22 @@ Result<std::shared_ptr<const Model>> Model::from_gguf(std::unique_ptr<GgufFile> 
   m->file_->seal();
   rep.from_cache = from_cache && rep.rearranged;
   if (rep.rearranged && !from_cache && !rep.cache.empty()) {
-    // The next load reads this; a directory it cannot write is a note, not a failure.
-    const GgufFile& g = *m->file_;
-    const std::byte* image = g.header_bytes().data();
-    if (auto st = write_cache(rep.cache, {g.file_bytes(), g.mtime_ns(), g.header_bytes()},
-                              {image, g.file_bytes()})) {
-      rep.cache_written = true;
-      log(LogLevel::info, f.name() + ": wrote its rearranged copy " + rep.cache.string() +
-                              " (the next load reads it)");
+    // The next load reads this. The file is created here, so that a directory that cannot be
+    // written is a note now, not a failure; the bytes are written and flushed (seconds for a
+    // 1B model) in the background while the model serves.
+    if (auto w = begin_cache(rep.cache)) {
+      rep.cache_writing = true;
+      const GgufFile* g = m->file_.get();
+      m->cache_writer_ = std::jthread([g, w = std::move(*w)]() mutable {
+        const CacheSource src{g->file_bytes(), g->mtime_ns(), g->header_bytes()};
+        if (auto st = finish_cache(w, src, {g->header_bytes().data(), g->file_bytes()}))
+          log(LogLevel::info, g->name() + ": wrote its rearranged copy " + w.path.string() +
+                                  " (the next load reads it)");
+        else
+          log(LogLevel::warn, g->name() + ": " + st.error().message);
+      });
     } else {
-      rep.note = st.error().message +
+      rep.note = w.error().message +
                  " (each load rearranges the weights; WEIR_MODEL_CACHE=DIR puts the copy "
                  "elsewhere, =off turns it off)";
       log(LogLevel::info, f.name() + ": " + rep.note);

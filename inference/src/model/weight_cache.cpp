@@ -125,22 +125,31 @@ Result<int> open_cache(const std::filesystem::path& path, const CacheSource& src
   return fd;
 }
 
-Status write_cache(const std::filesystem::path& path, const CacheSource& src,
-                   std::span<const std::byte> image) {
-  const std::string tmp = path.string() + ".tmp." + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) return Error(Errc::io_error, "cannot create " + tmp + ": " + std::strerror(errno));
+Result<CacheWriter> begin_cache(const std::filesystem::path& path) {
+  CacheWriter w;
+  w.path = path;
+  w.tmp = path.string() + ".tmp." + std::to_string(::getpid());
+  w.fd = ::open(w.tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (w.fd < 0)
+    return Error(Errc::io_error, "cannot create " + w.tmp.string() + ": " + std::strerror(errno));
+  return w;
+}
+
+Status finish_cache(CacheWriter& w, const CacheSource& src, std::span<const std::byte> image) {
   std::vector<std::byte> head(kCacheHeaderBytes);
   const Header h = header_for(src);
   std::memcpy(head.data(), &h, sizeof h);
-  bool ok = write_all(fd, head.data(), head.size()) && write_all(fd, image.data(), image.size()) &&
-            ::fdatasync(fd) == 0;
-  const int err = errno;
-  ok = ::close(fd) == 0 && ok;
-  if (ok && ::rename(tmp.c_str(), path.c_str()) == 0) return {};
-  const int err2 = ok ? errno : err;
-  ::unlink(tmp.c_str());
-  return Error(Errc::io_error, "cannot write " + path.string() + ": " + std::strerror(err2));
+  bool ok = write_all(w.fd, head.data(), head.size()) &&
+            write_all(w.fd, image.data(), image.size()) && ::fdatasync(w.fd) == 0;
+  int err = errno;
+  ok = ::close(w.fd) == 0 && ok;
+  w.fd = -1;
+  if (ok) {
+    if (::rename(w.tmp.c_str(), w.path.c_str()) == 0) return {};
+    err = errno;
+  }
+  ::unlink(w.tmp.c_str());
+  return Error(Errc::io_error, "cannot write " + w.path.string() + ": " + std::strerror(err));
 }
 
 Status read_in_parallel(int fd, std::uint64_t offset, std::byte* dst, std::uint64_t size,

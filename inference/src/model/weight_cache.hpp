@@ -51,11 +51,20 @@ std::optional<std::filesystem::path> cache_location(const std::filesystem::path&
 // with the reason when there is one that does not fit (stale, truncated, another version).
 Result<int> open_cache(const std::filesystem::path& path, const CacheSource& src);
 
-// Writes `image` (the rearranged model, src.size bytes) as the copy at `path`: into a temporary
-// file beside it, flushed, then renamed over it, so a reader sees a whole copy or none. On
-// failure (read-only directory, full disk) nothing is left behind and the error says why.
-Status write_cache(const std::filesystem::path& path, const CacheSource& src,
-                   std::span<const std::byte> image);
+// A copy being written: a temporary file beside `path`, renamed over it by finish_cache().
+struct CacheWriter {
+  int fd = -1;
+  std::filesystem::path path, tmp;
+};
+
+// Creates the temporary file for the copy at `path`. Errors: io_error when the directory
+// cannot be written (read-only, missing), saying which file could not be created.
+Result<CacheWriter> begin_cache(const std::filesystem::path& path);
+
+// Writes `image` (the rearranged model, src.size bytes) into w's temporary file, flushes it
+// (fdatasync) and renames it over w.path, so a reader sees a whole copy or none; closes w.fd.
+// On failure (full disk) the temporary file is removed and the error says why.
+Status finish_cache(CacheWriter& w, const CacheSource& src, std::span<const std::byte> image);
 
 // Reads `size` bytes of `fd` at `offset` into `dst` with `threads` threads, each its own slice
 // (the copy and the first touch of each page, which the kernel zeroes, run in parallel).

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "weir/inference/gguf.hpp"
@@ -82,7 +83,8 @@ struct LoadReport {
   bool in_memory = false;       // weights read into anonymous memory (else the caller's bytes)
   bool rearranged = false;      // some matrices are in x16 layouts
   bool from_cache = false;      // ... read from the rearranged copy, not computed
-  bool cache_written = false;   // this load wrote the copy
+  bool cache_writing = false;   // this load is writing the copy, in the background: the model
+                                // is usable at once; its destructor waits for the write
   std::filesystem::path cache;  // where the copy is or would be; empty when caching is off
   std::string note;             // why a copy was not used or not written; empty otherwise
   double seconds = 0;           // from_gguf's wall time
@@ -126,6 +128,9 @@ class Model {
   std::vector<float> output_norm_;
   std::vector<LayerWeights> layers_;
   std::uint64_t weight_bytes_ = 0;
+  // Writes the rearranged copy after load; declared after file_ so that it is joined (by its
+  // destructor) before the weights it reads are unmapped.
+  std::jthread cache_writer_;
 };
 
 // Row `r` of `w` as floats: out[w.cols].
