@@ -20,6 +20,26 @@
 // default 512 with all threads, 64 with one). --file-layout keeps every weight as the file has
 // it (ModelOptions::cpu_layout off: Q4_K, Q6_K and Q4_0 not rearranged for the VNNI kernels),
 // for comparing.
+//
+// Cold start (1b, per type; --load-only skips the decode and prefill measurements): each load
+// runs in a fresh child process (this binary again), so its peak RSS is its own (wait4):
+//   load_s            Model::load reading the rearranged copy beside the file (median of 3)
+//   load_floor_s      the floor, what llama.cpp's load costs on x86 for Q8_0: mmap the file
+//                     with MAP_POPULATE and touch every page (median of 3, interleaved with the
+//                     above); load_ratio = load_s / load_floor_s
+//   load_rearrange_s  Model::load with WEIR_MODEL_CACHE=off: reading the file and rearranging
+//                     on every thread (median of 3)
+//   load_first_s      the first load: rearranging (the copy is written in the background);
+//                     load_first_process_s that child's whole life, writing and flushing the
+//                     copy included
+//   load_peak_rss_mb  the cached load's peak RSS; load_steady_rss_mb its RSS once loaded;
+//                     load_rearrange_peak_rss_mb and load_floor_peak_rss_mb likewise
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
@@ -180,15 +200,99 @@ Speeds measure(const std::shared_ptr<const inference::Model>& model, int threads
 
 }  // namespace
 
+// ---- Cold start, measured in child processes ----
+
+double rss_mb_now() {
+  std::ifstream f("/proc/self/statm");
+  double pages = 0, resident = 0;
+  f >> pages >> resident;
+  return resident * static_cast<double>(sysconf(_SC_PAGESIZE)) / (1 << 20);
+}
+
+// The child: `--load-child weir|floor PATH [--file-layout]`; prints "seconds rss_mb".
+int load_child(const std::string& mode, const std::filesystem::path& path) {
+  const auto t0 = Clock::now();
+  if (mode == "floor") {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    const auto size = static_cast<std::size_t>(std::filesystem::file_size(path));
+    void* m = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+    ::close(fd);
+    if (m == MAP_FAILED) return 1;
+    unsigned sum = 0;
+    for (std::size_t i = 0; i < size; i += 4096) sum += static_cast<const unsigned char*>(m)[i];
+    const double s = seconds_since(t0);
+    std::printf("%.6f %.1f %u\n", s, rss_mb_now(), sum & 0);
+    return 0;
+  }
+  auto model = inference::Model::load(path, bench_model_options());
+  if (!model) {
+    std::fprintf(stderr, "%s\n", model.error().message.c_str());
+    return 1;
+  }
+  const double s = seconds_since(t0);
+  std::printf("%.6f %.1f\n", s, rss_mb_now());
+  return 0;
+}
+
+struct ChildLoad {
+  double seconds = -1, rss_mb = 0, peak_rss_mb = 0, process_s = 0;
+};
+
+// Runs this binary as a load child; `no_cache` sets WEIR_MODEL_CACHE=off for it.
+ChildLoad run_load_child(const std::string& mode, const std::filesystem::path& path,
+                         bool no_cache) {
+  const auto t0 = Clock::now();
+  int out[2];
+  if (::pipe(out) != 0) return {};
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(out[1], 1);
+    ::close(out[0]);
+    ::close(out[1]);
+    if (no_cache) ::setenv("WEIR_MODEL_CACHE", "off", 1);
+    const std::string p = path.string();
+    const char* layout = bench_model_options().cpu_layout ? nullptr : "--file-layout";
+    ::execl("/proc/self/exe", "bench_inference", "--load-child", mode.c_str(), p.c_str(), layout,
+            static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  ::close(out[1]);
+  std::string text;
+  char buf[256];
+  for (ssize_t n; (n = ::read(out[0], buf, sizeof buf)) > 0;) text.append(buf, buf + n);
+  ::close(out[0]);
+  int status = 0;
+  rusage ru{};
+  ::wait4(pid, &status, 0, &ru);
+  ChildLoad r;
+  std::istringstream in(text);
+  if (!(in >> r.seconds >> r.rss_mb) || !WIFEXITED(status) || WEXITSTATUS(status) != 0) return {};
+  r.peak_rss_mb = static_cast<double>(ru.ru_maxrss) / 1024.0;
+  r.process_s = seconds_since(t0);
+  return r;
+}
+
+double median3(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
 int main(int argc, char** argv) {
+  if (argc >= 4 && std::strcmp(argv[1], "--load-child") == 0) {
+    if (argc >= 5 && std::strcmp(argv[4], "--file-layout") == 0)
+      bench_model_options().cpu_layout = false;
+    return load_child(argv[2], argv[3]);
+  }
   std::string shapes = "15m", types = "q4_k,q8_0,q4_0";
   int only_threads = 0, prompt = 0;
+  bool load_only = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--shapes") == 0 && i + 1 < argc) shapes = argv[++i];
     if (std::strcmp(argv[i], "--types") == 0 && i + 1 < argc) types = argv[++i];
     if (std::strcmp(argv[i], "--threads") == 0 && i + 1 < argc) only_threads = std::atoi(argv[++i]);
     if (std::strcmp(argv[i], "--prompt") == 0 && i + 1 < argc) prompt = std::atoi(argv[++i]);
     if (std::strcmp(argv[i], "--file-layout") == 0) bench_model_options().cpu_layout = false;
+    if (std::strcmp(argv[i], "--load-only") == 0) load_only = true;
   }
   const auto dir = std::filesystem::temp_directory_path() / "weir-bench-models-v2";
   boost::json::object decode, prefill, weights, out;
@@ -219,6 +323,8 @@ int main(int argc, char** argv) {
 
   if (shapes.find("1b") != std::string::npos) {
     boost::json::object bw, dec1b, roof, bytes1b, pre1b, gflops, load, model1b, roof_model;
+    boost::json::object load_s, load_floor, load_ratio, load_rearr, load_first, load_peak,
+        load_steady, load_rearr_peak, load_floor_peak, load_first_process;
     load["start"] = load_average();
     // The read bandwidth is probed before each type and the best probe kept: on a shared machine
     // one probe can land in a busy moment, and the roofline should be what the machine can do.
@@ -235,6 +341,40 @@ int main(int argc, char** argv) {
     std::vector<std::pair<std::string, double>> decoded;  // key, decode bytes per second
     for (GgmlType type : {GgmlType::q4_k, GgmlType::q8_0, GgmlType::q4_0}) {
       if (types.find(type_key(type)) == std::string::npos) continue;
+      const std::string tk = type_key(type);
+      const auto path = dir / ("weir-1b-" + std::string(inference::ggml_type_name(type)) + ".gguf");
+      if (!std::filesystem::exists(path)) random_model(type, dir, "1b", shape_1b());
+      {
+        // The first load after the copy is removed writes it; then 3 rounds, interleaved.
+        std::filesystem::remove(path.string() + ".weir-x16");
+        const ChildLoad first = run_load_child("weir", path, false);
+        std::vector<double> cached, floor, rearr;
+        ChildLoad c, f, r;
+        for (int round = 0; round < 3; ++round) {
+          f = run_load_child("floor", path, false);
+          c = run_load_child("weir", path, false);
+          r = run_load_child("weir", path, true);
+          floor.push_back(f.seconds), cached.push_back(c.seconds), rearr.push_back(r.seconds);
+        }
+        load_first[tk] = first.seconds;
+        load_first_process[tk] = first.process_s;
+        load_s[tk] = median3(cached);
+        load_floor[tk] = median3(floor);
+        load_ratio[tk] = median3(cached) / median3(floor);
+        load_rearr[tk] = median3(rearr);
+        load_peak[tk] = c.peak_rss_mb;
+        load_steady[tk] = c.rss_mb;
+        load_rearr_peak[tk] = r.peak_rss_mb;
+        load_floor_peak[tk] = f.peak_rss_mb;
+        std::fprintf(stderr,
+                     "1b %-5s load %.3f s (floor %.3f s: %.2fx; rearranging %.3f s; first, writing "
+                     "the copy, %.3f s, %.3f s with it); peak RSS %.0f MB, %.0f MB once loaded "
+                     "(load avg %.2f)\n",
+                     tk.c_str(), median3(cached), median3(floor), median3(cached) / median3(floor),
+                     median3(rearr), first.seconds, first.process_s, c.peak_rss_mb, c.rss_mb,
+                     load_average());
+      }
+      if (load_only) continue;
       auto model = random_model(type, dir, "1b", shape_1b());
       probe();
       const double per_token = weight_bytes_per_token(*model);
@@ -260,7 +400,7 @@ int main(int argc, char** argv) {
                      s.prefill_tok_s);
       }
     }
-    probe();
+    if (!load_only) probe();
     for (const auto& [key, bytes_s] : decoded) {
       roof[key] = bytes_s / 1e9 / bw[key.substr(key.rfind('_') + 1)].as_double();
       std::fprintf(stderr, "1b %-8s %.2f of the roofline\n", key.c_str(), roof[key].as_double());
@@ -277,6 +417,20 @@ int main(int argc, char** argv) {
     out["fma_peak_gflop_s"] = boost::json::object{
         {"1t", measured_fma_gflop_s(1)}, {std::to_string(all) + "t", measured_fma_gflop_s(all)}};
     out["load_average_1m"] = load;
+    out["load_s"] = load_s;
+    out["load_floor_s"] = load_floor;
+    out["load_ratio"] = load_ratio;
+    out["load_rearrange_s"] = load_rearr;
+    out["load_first_s"] = load_first;
+    out["load_first_process_s"] = load_first_process;
+    out["load_peak_rss_mb"] = load_peak;
+    out["load_steady_rss_mb"] = load_steady;
+    out["load_rearrange_peak_rss_mb"] = load_rearr_peak;
+    out["load_floor_peak_rss_mb"] = load_floor_peak;
+    if (load_only) {
+      out.erase("stream_read_gb_s");
+      out.erase("fma_peak_gflop_s");
+    }
   }
   out["peak_rss_mb"] = peak_rss_mb();
   out["cpu_layout"] = bench_model_options().cpu_layout;
