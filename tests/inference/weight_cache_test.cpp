@@ -60,7 +60,8 @@ std::span<const std::byte> image(const Model& m) {
 
 std::vector<float> logits(const std::shared_ptr<const Model>& m) {
   auto runner = make_llama_runner(m, 2);
-  KvLayout L{2, 4, 64, 16, 4};  // the shape above: head size 256 / 4
+  const auto& hp = m->hp();
+  KvLayout L{hp.n_layers, hp.n_kv_heads, hp.head_dim, 16, 4};
   std::vector<float> pool(static_cast<std::size_t>(L.total_elems()));
   std::vector<BlockId> table = {3};
   StepBatch batch;
@@ -69,7 +70,7 @@ std::vector<float> logits(const std::shared_ptr<const Model>& m) {
   batch.seq_index = {0, 0, 0};
   batch.seqs = {{table, 3}};
   batch.logit_rows = {2};
-  std::vector<float> out(512);
+  std::vector<float> out(static_cast<std::size_t>(hp.n_vocab));
   EXPECT_TRUE(runner->forward(batch, L, pool, out));
   return out;
 }
@@ -104,6 +105,38 @@ TEST_F(WeightCache, ACachedLoadHasTheRearrangedLoadsWeightsAndLogits) {
               0);
     EXPECT_EQ(logits(cached), logits(computed));
   }
+}
+
+// A copy of several 2 MiB pages: where the kernel maps the page cache 2 MiB at a time (ext4,
+// XFS on recent kernels) the load maps it instead of copying it; either way the same bytes.
+TEST_F(WeightCache, AMappedOrCopiedCopyHoldsTheSameBytes) {
+  RandomModelShape shape{1024, 2816, 2, 8, 8, 4096, 64};  // 31 MB
+  const fs::path p = dir_ / "larger.gguf";
+  ASSERT_TRUE(write_random_llama(p, shape, GgmlType::q8_0, 5));
+  ASSERT_TRUE(load(p, options_));  // writes the copy
+  auto cached = load(p, options_);
+  ASSERT_TRUE(cached);
+  EXPECT_TRUE(cached->load_report().from_cache) << cached->load_report().note;
+  EXPECT_NE(cached->load_report().mapped, cached->load_report().in_memory);
+  RecordProperty("mapped", cached->load_report().mapped ? "yes" : "no");
+  ModelOptions off = options_;
+  off.weight_cache = false;
+  auto computed = load(p, off);
+  ASSERT_TRUE(computed);
+  EXPECT_TRUE(computed->load_report().in_memory);
+  ASSERT_EQ(image(*cached).size(), image(*computed).size());
+  EXPECT_EQ(std::memcmp(image(*cached).data(), image(*computed).data(), image(*cached).size()), 0);
+  EXPECT_EQ(logits(cached), logits(computed));
+  // Nothing to rearrange: the file itself is mapped where it can be, else copied.
+  ModelOptions file_layout = off;
+  file_layout.cpu_layout = false;
+  auto plain = load(p, file_layout);
+  ASSERT_TRUE(plain);
+  EXPECT_NE(plain->load_report().mapped, plain->load_report().in_memory);
+  std::ifstream in(p, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  ASSERT_EQ(bytes.size(), image(*plain).size());
+  EXPECT_EQ(std::memcmp(bytes.data(), image(*plain).data(), bytes.size()), 0);
 }
 
 TEST_F(WeightCache, AStaleTruncatedOrCorruptCopyIsIgnoredAndRebuilt) {

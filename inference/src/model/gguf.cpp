@@ -227,6 +227,55 @@ Result<std::unique_ptr<GgufFile>> GgufFile::open(const std::filesystem::path& pa
   return f;
 }
 
+namespace {
+
+// kB of the mapping at `addr` that the kernel maps with 2 MiB page-cache pages
+// (FilePmdMapped in /proc/self/smaps); 0 when it cannot tell.
+std::uint64_t file_pmd_mapped_kb(const void* addr) {
+  std::FILE* f = std::fopen("/proc/self/smaps", "re");
+  if (!f) return 0;
+  const auto a = reinterpret_cast<std::uintptr_t>(addr);
+  char line[512];
+  bool inside = false;
+  std::uint64_t kb = 0;
+  while (std::fgets(line, sizeof line, f)) {
+    unsigned long lo = 0, hi = 0;
+    if (std::sscanf(line, "%lx-%lx ", &lo, &hi) == 2 &&
+        std::strchr(line, ':') > std::strchr(line, ' ')) {
+      if (inside) break;
+      inside = a >= lo && a < hi;
+    } else if (inside && std::sscanf(line, "FilePmdMapped: %lu kB", &lo) == 1) {
+      kb = lo;
+      break;
+    }
+  }
+  std::fclose(f);
+  return kb;
+}
+
+}  // namespace
+
+bool GgufFile::map_huge(int fd, std::uint64_t offset) {
+  if (!mapping_ || in_memory_ || writable_) return false;
+  const std::uint64_t bytes = offset + size_;
+  void* m = ::mmap(nullptr, bytes, PROT_READ, MAP_PRIVATE, fd, 0);
+  if (m == MAP_FAILED) return false;
+  // Hugepage first, then populate: the faults then map the page cache's 2 MiB folios whole.
+  if (::madvise(m, bytes, MADV_HUGEPAGE) != 0 || ::madvise(m, bytes, MADV_POPULATE_READ) != 0 ||
+      file_pmd_mapped_kb(m) * 1024 < bytes / 10 * 9) {
+    ::munmap(m, bytes);
+    return false;
+  }
+  auto* dst = static_cast<std::byte*>(m) + offset;
+  ::munmap(mapping_, mapped_bytes_);
+  for (TensorInfo& t : tensors_) t.data = dst + (t.data - base_);
+  mapping_ = m;
+  mapped_bytes_ = bytes;
+  base_ = dst;
+  huge_mapped_ = true;
+  return true;
+}
+
 Status GgufFile::to_memory(const std::function<Status(std::byte* dst)>& fill) {
   if (!mapping_ || in_memory_) return Error(Errc::invalid_argument, name_ + ": not a mapped file");
   // Rounded to 2 MiB so that the last huge page is whole.

@@ -188,6 +188,10 @@ Result<bool> place_weights(GgufFile& f, bool want_x16, const ModelOptions& o, Lo
     if (auto where = cache_location(f.name(), o.cache_dir)) {
       rep.cache = *where;
       auto fd = open_cache(*where, src);
+      if (fd && f.map_huge(*fd, kCacheHeaderBytes)) {
+        ::close(*fd);
+        return true;
+      }
       if (fd) {
         auto st = f.to_memory([&](std::byte* dst) {
           return read_in_parallel(*fd, kCacheHeaderBytes, dst, src.size, threads, where->string());
@@ -210,6 +214,11 @@ Result<bool> place_weights(GgufFile& f, bool want_x16, const ModelOptions& o, Lo
       std::int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec != src.mtime_ns) {
     ::close(fd);
     return Error(Errc::io_error, f.name() + " changed while it was being loaded; load it again");
+  }
+  // Nothing to rearrange: the file's own pages serve, where the kernel maps them 2 MiB at a time.
+  if (!want_x16 && f.map_huge(fd, 0)) {
+    ::close(fd);
+    return false;
   }
   auto placed = f.to_memory(
       [&](std::byte* dst) { return read_in_parallel(fd, 0, dst, src.size, threads, f.name()); });
@@ -253,13 +262,15 @@ void Model::rearrange_for_cpu(bool already_done, int threads) {
   for (Weight* w : all) {
     const WeightLayout x16 = x16_layout(w->type);
     if (!x16_fits(w->type, w->rows, w->cols) || w->layout != WeightLayout::rows) continue;
-    const TensorInfo* t = nullptr;
-    for (const TensorInfo& ti : file_->tensors())
-      if (ti.data == w->data) t = &ti;
-    std::byte* p = t ? file_->writable_data(*t) : nullptr;
-    if (!p) break;  // bytes the caller owns (from_memory)
-    for (std::int64_t g = 0; g < w->rows / kX16Rows; g += 64)
-      items.push_back({w->type, p, w->cols, g, std::min(g + 64, w->rows / kX16Rows)});
+    if (!already_done) {
+      const TensorInfo* t = nullptr;
+      for (const TensorInfo& ti : file_->tensors())
+        if (ti.data == w->data) t = &ti;
+      std::byte* p = t ? file_->writable_data(*t) : nullptr;
+      if (!p) break;  // bytes the caller owns (from_memory)
+      for (std::int64_t g = 0; g < w->rows / kX16Rows; g += 64)
+        items.push_back({w->type, p, w->cols, g, std::min(g + 64, w->rows / kX16Rows)});
+    }
     // A tied classifier is the embedding's tensor: rearranged once, read the new way by both.
     for (Weight* same : all)
       if (same->data == w->data) same->layout = x16;
@@ -350,7 +361,8 @@ Result<std::shared_ptr<const Model>> Model::from_gguf(std::unique_ptr<GgufFile> 
     auto placed = place_weights(*m->file_, want_x16, options, rep);
     if (!placed) return std::move(placed).error();
     from_cache = *placed;
-    rep.in_memory = true;
+    rep.mapped = f.huge_mapped();
+    rep.in_memory = f.in_memory();
   }
 
   const TensorInfo* embd = f.tensor("token_embd.weight");

@@ -129,6 +129,15 @@ class GgufFile {
   // memory) nothing changed: the file stays mapped. REQUIRES: an open() file, not yet moved.
   Status to_memory(const std::function<Status(std::byte* dst)>& fill);
   bool in_memory() const { return in_memory_; }
+  // For the model loader, instead of to_memory() where the kernel allows it: maps `fd`, which
+  // holds these same bytes from `offset` on (this file, or its rearranged copy), madvised for
+  // 2 MiB pages and populated, and keeps that mapping in place of the current one if the kernel
+  // maps at least 90% of it with 2 MiB page-cache pages (large folios: ext4 and XFS on recent
+  // kernels). No copy, and the pages are shared with every process that maps the file. Else
+  // (false) nothing changed. Read-only: writable_data() gives private copies of pages.
+  // REQUIRES: an open() file, neither moved nor made writable.
+  bool map_huge(int fd, std::uint64_t offset);
+  bool huge_mapped() const { return huge_mapped_; }
 
  private:
   struct Value {
@@ -146,8 +155,9 @@ class GgufFile {
   std::uint64_t size_ = 0;
   void* mapping_ = nullptr;  // munmap on destruction when set
   std::uint64_t mapped_bytes_ = 0;
-  bool in_memory_ = false;  // to_memory() moved the bytes into anonymous memory
-  bool writable_ = false;   // writable_data() or to_memory() was called, seal() not since
+  bool in_memory_ = false;    // to_memory() moved the bytes into anonymous memory
+  bool huge_mapped_ = false;  // map_huge() mapped them
+  bool writable_ = false;     // writable_data() or to_memory() was called, seal() not since
   std::int64_t mtime_ns_ = 0;
   std::uint64_t data_offset_ = 0;
   std::uint32_t version_ = 0;

@@ -80,7 +80,9 @@ struct ModelOptions {
 
 // How Model::from_gguf placed the weights: for logs, benchmarks and tests.
 struct LoadReport {
-  bool in_memory = false;       // weights read into anonymous memory (else the caller's bytes)
+  bool in_memory = false;       // weights read into anonymous memory, 2 MiB pages
+  bool mapped = false;          // weights mapped from the page cache's 2 MiB pages (the copy,
+                                // or the file when nothing is rearranged): shared, no copy
   bool rearranged = false;      // some matrices are in x16 layouts
   bool from_cache = false;      // ... read from the rearranged copy, not computed
   bool cache_writing = false;   // this load is writing the copy, in the background: the model
