@@ -31,7 +31,8 @@ inference::KvType g_kv_type = inference::KvType::f32;
 // An engine on its own runner; `runner_out`, when given, gets the runner (the engine owns it).
 std::unique_ptr<Engine> make(std::shared_ptr<const inference::Model> m, std::size_t kv_bytes,
                              std::int64_t max_model_len, int max_num_seqs = 64,
-                             inference::StepRunner** runner_out = nullptr) {
+                             inference::StepRunner** runner_out = nullptr,
+                             inference::KvType kv_type = g_kv_type) {
   auto runner = inference::make_runner(std::move(m), g_device, kThreads);
   if (!runner) {
     std::fprintf(stderr, "%s\n", runner.error().message.c_str());
@@ -43,7 +44,7 @@ std::unique_ptr<Engine> make(std::shared_ptr<const inference::Model> m, std::siz
                                                       .max_model_len = max_model_len,
                                                       .block_size = 16,
                                                       .kv_cache_bytes = kv_bytes,
-                                                      .kv_cache_type = g_kv_type,
+                                                      .kv_cache_type = kv_type,
                                                       .max_waiting = 100000});
   if (!e) {
     std::fprintf(stderr, "%s\n", e.error().message.c_str());
@@ -52,8 +53,10 @@ std::unique_ptr<Engine> make(std::shared_ptr<const inference::Model> m, std::siz
   return std::move(*e);
 }
 
-// Generated tokens per second with `n` sequences in flight; samples KV waste while it runs.
-double throughput(Engine& e, int n, std::int32_t vocab, double* waste_pct) {
+// Generated tokens per second with `n` sequences in flight (prompts of `prompt` tokens, `fresh`
+// new each); samples KV waste while it runs.
+double throughput(Engine& e, int n, std::int32_t vocab, double* waste_pct, int prompt = kPrompt,
+                  int fresh = kNew) {
   std::mt19937 rng(static_cast<unsigned>(n));
   std::vector<std::future<Result<inference::GenerateResult>>> fs;
   std::atomic<bool> done{false};
@@ -71,8 +74,8 @@ double throughput(Engine& e, int n, std::int32_t vocab, double* waste_pct) {
   // the decode steps carry fewer tokens than `n` (a faster engine made that worse).
   std::vector<GenerateRequest> rqs(static_cast<std::size_t>(n));
   for (auto& rq : rqs) {
-    rq.prompt = random_prompt(rng, kPrompt, vocab);
-    rq.max_new_tokens = kNew;
+    rq.prompt = random_prompt(rng, prompt, vocab);
+    rq.max_new_tokens = fresh;
   }
   auto t0 = Clock::now();
   for (auto& rq : rqs) fs.push_back(submit(e, std::move(rq)));
@@ -118,6 +121,54 @@ boost::json::object step_breakdown(const inference::StepPhases& p, const inferen
   o["matmul_gop_s"] = gop_s;
   o["matmul_fraction_of_peak"] = peak_gop_s > 0 ? gop_s / peak_gop_s : 0.0;
   return o;
+}
+
+// The Q8_0 KV cache against the F32 one, side by side: 32 sequences on two engines that differ
+// only in the cache's type (the same bytes, so Q8_0 has 3.8 times the blocks), alternated five
+// times. Short: the standard 32 + 32 tokens. Long: 480-token prompts, 32 new, where attention
+// reads the most. Also the decode step's attention time of each, from the step profile.
+boost::json::object kv_q8_vs_f32(std::shared_ptr<const inference::Model> model,
+                                 std::size_t block_bytes) {
+  const auto& hp = model->hp();
+  inference::StepRunner *rf = nullptr, *rq = nullptr;
+  auto f32 = make(model, block_bytes * 1100, 1024, 64, &rf, inference::KvType::f32);
+  auto q8 = make(model, block_bytes * 1100, 1024, 64, &rq, inference::KvType::q8_0);
+  boost::json::object out;
+  for (const auto& [name, prompt] : {std::pair{"short", kPrompt}, std::pair{"long", 480}}) {
+    throughput(*f32, 32, hp.n_vocab, nullptr, prompt, kNew);  // warm-up
+    throughput(*q8, 32, hp.n_vocab, nullptr, prompt, kNew);
+    std::vector<double> ratios;
+    double tf = 0, tq = 0, att_f = 0, att_q = 0;
+    for (int pair = 0; pair < 5; ++pair) {
+      const bool profile =
+          pair == 0 && rf->set_step_profiling(true) && rq->set_step_profiling(true);
+      const double a = throughput(*f32, 32, hp.n_vocab, nullptr, prompt, kNew);
+      const double b = throughput(*q8, 32, hp.n_vocab, nullptr, prompt, kNew);
+      if (profile) {
+        auto per_step = [](const inference::StepPhases& p) {
+          return p.steps ? p.attention_ms / static_cast<double>(p.steps) : 0.0;
+        };
+        att_f = per_step(rf->step_profile().decode), att_q = per_step(rq->step_profile().decode);
+        rf->set_step_profiling(false), rq->set_step_profiling(false);
+      }
+      tf += a / 5, tq += b / 5;
+      ratios.push_back(b / a);
+    }
+    std::sort(ratios.begin(), ratios.end());
+    out[name] = boost::json::object{{"prompt_tokens", prompt},
+                                    {"tok_s_f32", tf},
+                                    {"tok_s_q8_0", tq},
+                                    {"decode_attention_ms_f32", att_f},
+                                    {"decode_attention_ms_q8_0", att_q},
+                                    {"ratio_median", ratios[2]},
+                                    {"ratio_min", ratios.front()},
+                                    {"ratio_max", ratios.back()}};
+    std::fprintf(stderr,
+                 "  KV q8_0 / f32, 32 sequences, %d-token prompts: %.2fx (%.2f-%.2f over 5 "
+                 "pairs); decode attention %.2f vs %.2f ms a step\n",
+                 prompt, ratios[2], ratios.front(), ratios.back(), att_q, att_f);
+  }
+  return out;
 }
 
 boost::json::object run(inference::GgmlType type, const std::filesystem::path& dir,
@@ -185,6 +236,7 @@ boost::json::object run(inference::GgmlType type, const std::filesystem::path& d
                  ratios[2], ratios.front(), ratios.back());
   }
   out["tok_s"] = tok;
+  if (g_device == inference::Device::cpu) out["kv_q8_0_vs_f32"] = kv_q8_vs_f32(model, block_bytes);
   out["kv_waste_pct_short"] = waste;  // 64-token sequences: half a 16-slot block is ~12%
 
   // Waste on realistic lengths: 16 sequences of 250..350 prompt tokens generating 100 each.
@@ -411,7 +463,7 @@ int main(int argc, char** argv) {
       }
     } else if (std::strcmp(argv[i], "--json") != 0) {  // the JSON is always printed
       std::fprintf(stderr,
-                   "usage: bench_engine [--device cpu|cuda] [--kv-cache-type f32|f16] "
+                   "usage: bench_engine [--device cpu|cuda] [--kv-cache-type f32|f16|q8_0] "
                    "[--types f32,q8_0] [--json]\n");
       return 1;
     }

@@ -105,10 +105,11 @@ EngineSettings parse_engine_settings(JsonFields& f, const json::object& o, std::
     e.block_size = static_cast<std::int32_t>(*n);
   if (auto n = f.int_at(o, "threads", ptr, 1, 4096)) e.threads = static_cast<std::int32_t>(*n);
   if (auto t = f.string_at(o, "kv_cache_type", ptr)) {  // the KV cache's element type
-    if (*t == "f32" || *t == "f16")
+    if (*t == "f32" || *t == "f16" || *t == "q8_0")
       e.kv_cache_type = *t;
     else
-      f.error(at(ptr, "kv_cache_type"), "expected \"f32\" or \"f16\", got \"" + *t + "\"");
+      f.error(at(ptr, "kv_cache_type"),
+              "expected \"f32\", \"f16\" or \"q8_0\", got \"" + *t + "\"");
   }
   return e;
 }

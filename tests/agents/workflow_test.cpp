@@ -243,8 +243,8 @@ TEST_F(WorkflowRun, TheSectionsOfTheAgentsLayerAreCheckedWhenTheFileIsLoaded) {
                 "flow.json:3:53: /models/far/max_retries: must be at most 100, got 500",
                 "flow.json:3:35: /models/far/timeout_ms: must be at least 1, got 0",
                 "flow.json:4:91: /models/near/engine/max_model_len: must be at least 16, got 8",
-                "flow.json:4:68: /models/near/engine/kv_cache_type: expected \"f32\" or "
-                "\"f16\", got \"q8\"",
+                "flow.json:4:68: /models/near/engine/kv_cache_type: expected \"f32\", "
+                "\"f16\" or \"q8_0\", got \"q8\"",
                 "flow.json:5:32: /tools/calc/builtin: unknown builtin tool 'calculater'; did "
                 "you mean 'calculator'?",
                 "flow.json:5:55: /tools/docs: the doc_search tool needs a \"root\" folder "

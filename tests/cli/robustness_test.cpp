@@ -97,9 +97,10 @@ TEST(CliRobustness, NumericFlagsAreCheckedAsTheirTypeAndRange) {
   EXPECT_NE(n.err.find("-n expects an integer from 1 to 1048576, got '1e3'"), std::string::npos);
   auto kv = weir({"serve", "--model", "nowhere.gguf", "--kv-cache-type", "q8"});
   EXPECT_EQ(kv.code, 1);
-  EXPECT_EQ(kv.err,
-            "weir serve: --kv-cache-type: unknown KV cache type 'q8' (choose f32 or f16) (see "
-            "'weir serve --help')\n");
+  EXPECT_EQ(
+      kv.err,
+      "weir serve: --kv-cache-type: unknown KV cache type 'q8' (choose f32, f16 or q8_0) (see "
+      "'weir serve --help')\n");
   auto crews = weir({"demo", "--crews", "2.5"});
   EXPECT_EQ(crews.code, 1);
   EXPECT_EQ(crews.err,
@@ -193,9 +194,10 @@ TEST(CliRobustness, SmallContextModelsRunCrewsAndGroupChats) {
       "edges": [{"from": "START", "to": "a"}, {"from": "a", "to": "END"}]})");
     auto r = weir({"validate", wf.string()});
     EXPECT_EQ(r.code, 1);
-    EXPECT_NE(r.err.find(":2:70: /models/m/engine/kv_cache_type: expected \"f32\" or \"f16\", "
-                         "got \"bf16\""),
-              std::string::npos)
+    EXPECT_NE(
+        r.err.find(":2:70: /models/m/engine/kv_cache_type: expected \"f32\", \"f16\" or \"q8_0\", "
+                   "got \"bf16\""),
+        std::string::npos)
         << r.err;
     auto ok = temp_file("kv_type_ok.json", R"({"name": "kv", "state": {"out": {}},
       "models": {"m": {"path": "m.gguf", "engine": {"kv_cache_type": "f16"}}},
@@ -235,7 +237,7 @@ TEST(CliRobustness, CrewFilesTakeAnEngineEntry) {
     "engine": {"max_model_len": 3, "max_num_seq": 4, "kv_cache_type": "f8"}})");
   auto r = weir({"run", file.string()});
   EXPECT_EQ(r.code, 1);
-  EXPECT_NE(r.err.find("/engine/kv_cache_type: expected \"f32\" or \"f16\", got \"f8\""),
+  EXPECT_NE(r.err.find("/engine/kv_cache_type: expected \"f32\", \"f16\" or \"q8_0\", got \"f8\""),
             std::string::npos)
       << r.err;
   EXPECT_NE(r.err.find("/engine/max_model_len: must be at least 16, got 3"), std::string::npos)

@@ -453,7 +453,7 @@ TEST(Engine, AKvPoolTheMachineCannotHoldIsAnErrorNamingTheSetting) {
 }
 
 // A runner that keeps its KV cache in F32 only (the CUDA runner; FakeRunner here) refuses an F16
-// cache by name; an unknown type name is refused with the choices.
+// or Q8_0 cache by name; an unknown type name is refused with the choices.
 TEST(Engine, AnF16KvCacheNeedsARunnerThatTakesIt) {
   auto e = Engine::create(std::make_unique<FakeRunner>(),
                           {.max_model_len = 64, .block_size = 4, .kv_cache_type = KvType::f16});
@@ -462,8 +462,9 @@ TEST(Engine, AnF16KvCacheNeedsARunnerThatTakesIt) {
             "unsupported: engine: this model runner keeps its KV cache in F32 only; the KV cache "
             "type f16 is for the CPU runner");
   EXPECT_EQ(parse_kv_type("f16").value(), KvType::f16);
-  EXPECT_EQ(parse_kv_type("q8_0").error().to_string(),
-            "invalid_argument: unknown KV cache type 'q8_0' (choose f32 or f16)");
+  EXPECT_EQ(parse_kv_type("q8_0").value(), KvType::q8_0);
+  EXPECT_EQ(parse_kv_type("q4_0").error().to_string(),
+            "invalid_argument: unknown KV cache type 'q4_0' (choose f32, f16 or q8_0)");
 }
 
 // The engine's fences show up in the metrics registry (Prometheus text) while it lives.

@@ -1,6 +1,8 @@
 #include "kernels/paged_attention.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include <gtest/gtest.h>
@@ -15,17 +17,39 @@ struct Case {
   std::int32_t n_heads, n_kv_heads, head_dim, block_size;
 };
 
-// A pool for L: L.total_elems() elements of L.type in a float buffer, poisoned with NaN.
+// A pool for L: L.total_bytes() (L.total_elems() elements of L.type, and Q8_0's scales) in a
+// float buffer, poisoned with NaN.
 std::vector<float> make_pool(const KvLayout& L) {
-  return std::vector<float>(static_cast<std::size_t>((L.total_elems() * L.elem_bytes() + 3) / 4),
-                            NAN);
+  return std::vector<float>(static_cast<std::size_t>((L.total_bytes() + 3) / 4), NAN);
+}
+
+// x as the pool keeps it: rounded to half (F16), or to the nearest multiple of its block's
+// scale (Q8_0: per `block` values, a head of a token, the largest magnitude / 127 rounded to
+// bf16, the upper half of an F32, to nearest even).
+void round_as_stored(std::vector<float>& x, KvType type, std::size_t block) {
+  if (type == KvType::f16) {
+    for (auto& v : x) v = fp16_to_fp32(fp32_to_fp16(v));
+  } else if (type == KvType::q8_0) {
+    for (std::size_t b = 0; b < x.size(); b += block) {
+      float amax = 0;
+      for (std::size_t i = b; i < b + block; ++i) amax = std::max(amax, std::fabs(x[i]));
+      std::uint32_t u;
+      const float want = amax / 127.0f;
+      std::memcpy(&u, &want, 4);
+      u = (u + 0x7fff + ((u >> 16) & 1)) & 0xffff0000u;
+      float d;
+      std::memcpy(&d, &u, 4);
+      for (std::size_t i = b; i < b + block; ++i)
+        x[i] = d > 0 ? std::clamp(std::nearbyint(x[i] / d), -127.0f, 127.0f) * d : 0.0f;
+    }
+  }
 }
 
 class PagedAttention : public ::testing::TestWithParam<std::tuple<Case, KvType>> {};
 
 // Two sequences through scattered blocks, filled by a chunked prefill then decode steps, must
-// match contiguous reference attention at every position. F16 K/V: the reference gets K and V
-// rounded to half, so the two see the same values.
+// match contiguous reference attention at every position. F16 and Q8_0 K/V: the reference gets
+// K and V rounded as they are stored, so the two see the same values.
 TEST_P(PagedAttention, MatchesContiguousReference) {
   const auto [c, type] = GetParam();
   std::mt19937 rng(11);
@@ -81,31 +105,50 @@ TEST_P(PagedAttention, MatchesContiguousReference) {
   for (int s = 0; s < 2; ++s) {
     std::vector<std::int32_t> qpos(static_cast<std::size_t>(lens[s]));
     for (std::int32_t t = 0; t < lens[s]; ++t) qpos[t] = t;
-    if (type == KvType::f16) {
-      for (auto* vec : {&K[s], &V[s]})
-        for (auto& x : *vec) x = fp16_to_fp32(fp32_to_fp16(x));
-    }
+    for (auto* vec : {&K[s], &V[s]})
+      round_as_stored(*vec, type, static_cast<std::size_t>(c.head_dim));
     std::vector<float> want(Q[s].size());
     reference_attention(Q[s].data(), qpos, K[s].data(), V[s].data(), c.n_heads, c.n_kv_heads,
                         c.head_dim, scale, want.data());
+    // Q8_0's AVX-512 VNNI path takes the scores as integer dot products: each head of the query
+    // rounded to int8 steps of its largest magnitude / 127. Its results match the reference
+    // with the query rounded so.
+    if (type == KvType::q8_0 && got[s] != want) {
+      std::vector<float> q = Q[s], want_rounded(want.size());
+      for (std::size_t h = 0; h < q.size(); h += static_cast<std::size_t>(c.head_dim)) {
+        float amax = 0;
+        for (std::int32_t d = 0; d < c.head_dim; ++d) amax = std::max(amax, std::fabs(q[h + d]));
+        const float inv = amax > 0 ? 127.0f / amax : 0.0f;
+        for (std::int32_t d = 0; d < c.head_dim; ++d)
+          q[h + d] = std::nearbyint(q[h + d] * inv) * (amax / 127.0f);
+      }
+      reference_attention(q.data(), qpos, K[s].data(), V[s].data(), c.n_heads, c.n_kv_heads,
+                          c.head_dim, scale, want_rounded.data());
+      double err = 0, err_rounded = 0;
+      for (std::size_t i = 0; i < want.size(); ++i) {
+        err = std::max(err, double(std::fabs(got[s][i] - want[i])));
+        err_rounded = std::max(err_rounded, double(std::fabs(got[s][i] - want_rounded[i])));
+      }
+      if (err_rounded < err) want = want_rounded;
+    }
     for (std::size_t i = 0; i < want.size(); ++i) {
       ASSERT_NEAR(got[s][i], want[i], 1e-5) << "seq " << s << " element " << i;
     }
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, PagedAttention,
-                         ::testing::Combine(::testing::Values(Case{4, 4, 16, 16}, Case{8, 4, 8, 4},
-                                                              Case{6, 2, 48, 16},
-                                                              Case{4, 1, 13, 3}),
-                                            ::testing::Values(KvType::f32, KvType::f16)));
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, PagedAttention,
+    ::testing::Combine(::testing::Values(Case{4, 4, 16, 16}, Case{8, 4, 8, 4}, Case{6, 2, 48, 16},
+                                         Case{4, 1, 13, 3}),
+                       ::testing::Values(KvType::f32, KvType::f16, KvType::q8_0)));
 
 void check_split(KvType type);
 
 // Heads of 16 * k floats take a path that handles a token's heads in the work range together:
 // the result must not depend on where the ranges split (threads split anywhere).
 TEST(PagedAttentionSplit, RangesSplitAnywhereGiveTheSameResult) {
-  for (KvType type : {KvType::f32, KvType::f16}) {
+  for (KvType type : {KvType::f32, KvType::f16, KvType::q8_0}) {
     SCOPED_TRACE(kv_type_name(type));
     check_split(type);
   }
@@ -120,6 +163,13 @@ void check_split(KvType type) {
   if (type == KvType::f16) {
     auto* h = reinterpret_cast<std::uint16_t*>(pool.data());
     for (std::int64_t i = 0; i < L.total_elems(); ++i) h[i] = fp32_to_fp16(U(rng));
+  } else if (type == KvType::q8_0) {
+    auto* v = reinterpret_cast<std::int8_t*>(pool.data());
+    for (std::int64_t i = 0; i < L.total_elems(); ++i)
+      v[i] = static_cast<std::int8_t>(rng() % 255 - 127);
+    auto* d = reinterpret_cast<std::uint16_t*>(v + L.values_bytes());
+    for (std::int64_t i = 0; i < L.total_elems() / L.head_dim; ++i)
+      d[i] = static_cast<std::uint16_t>(0x3c00 + rng() % 64);  // bf16 scales of about 1/128
   } else {
     for (auto& x : pool) x = U(rng);
   }
@@ -141,10 +191,32 @@ void check_split(KvType type) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(FastPathShapes, PagedAttention,
-                         ::testing::Combine(::testing::Values(Case{8, 2, 128, 16},
-                                                              Case{3, 3, 64, 5}, Case{2, 1, 32, 3}),
-                                            ::testing::Values(KvType::f32, KvType::f16)));
+INSTANTIATE_TEST_SUITE_P(
+    FastPathShapes, PagedAttention,
+    ::testing::Combine(::testing::Values(Case{8, 2, 128, 16}, Case{3, 3, 64, 5}, Case{2, 1, 32, 3}),
+                       ::testing::Values(KvType::f32, KvType::f16, KvType::q8_0)));
+
+}  // namespace
+}  // namespace weir::inference
+
+namespace weir::inference {
+namespace {
+
+// A Q8_0 cache keeps a head of a token in head_dim bytes and a 2-byte scale: for heads of 64,
+// 66 bytes against F32's 256 (0.26), so the same budget holds 3.9 times the tokens; heads of 48
+// (the 15M shape): 50 against 192.
+TEST(KvLayout, AQ8BlockCostsAboutAQuarterOfAnF32One) {
+  const KvLayout f32{6, 8, 64, 16, 100, KvType::f32}, q8{6, 8, 64, 16, 100, KvType::q8_0},
+      f16{6, 8, 64, 16, 100, KvType::f16};
+  EXPECT_EQ(f32.type_block_bytes(), 16 * 512 * 2 * 6 * 4);
+  EXPECT_EQ(f16.type_block_bytes() * 2, f32.type_block_bytes());
+  EXPECT_EQ(q8.type_block_bytes() * 256, f32.type_block_bytes() * 66);
+  EXPECT_EQ(q8.total_bytes(), q8.type_block_bytes() * 100);
+  EXPECT_EQ(q8.values_bytes(), q8.total_elems());
+
+  const KvLayout f32_15m{6, 6, 48, 16, 100, KvType::f32}, q8_15m{6, 6, 48, 16, 100, KvType::q8_0};
+  EXPECT_EQ(q8_15m.type_block_bytes() * 192, f32_15m.type_block_bytes() * 50);
+}
 
 }  // namespace
 }  // namespace weir::inference

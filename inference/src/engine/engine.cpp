@@ -28,14 +28,14 @@ const char* finish_reason_name(FinishReason r) {
 // --- creation -----------------------------------------------------------------------------
 
 const char* kv_type_name(KvType type) {
-  return type == KvType::f16 ? "f16" : "f32";
+  return type == KvType::f16 ? "f16" : type == KvType::q8_0 ? "q8_0" : "f32";
 }
 
 Result<KvType> parse_kv_type(std::string_view name) {
-  if (name == "f32") return KvType::f32;
-  if (name == "f16") return KvType::f16;
+  for (KvType t : {KvType::f32, KvType::f16, KvType::q8_0})
+    if (name == kv_type_name(t)) return t;
   return Error(Errc::invalid_argument,
-               "unknown KV cache type '" + std::string(name) + "' (choose f32 or f16)");
+               "unknown KV cache type '" + std::string(name) + "' (choose f32, f16 or q8_0)");
 }
 
 namespace {
@@ -91,7 +91,7 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<StepRunner> runne
   KvLayout layout{
       runner->n_layers(),  runner->n_kv_heads(), runner->head_dim(), config.block_size, 0,
       config.kv_cache_type};
-  const auto block_bytes = static_cast<std::size_t>(layout.block_bytes(layout.elem_bytes()));
+  const auto block_bytes = static_cast<std::size_t>(layout.type_block_bytes());
   auto bytes = kv_pool_bytes(config, *runner);
   if (!bytes) return std::move(bytes).error();
   layout.num_blocks =
@@ -152,13 +152,12 @@ Engine::Impl::Impl(std::unique_ptr<StepRunner> runner, EngineConfig config, KvLa
       layout_(layout),
       kv_reservation_(std::move(reservation)),
       kv_pool_(runner_->owns_kv_pool() ? 0
-                                       : static_cast<std::size_t>(
-                                             (layout.total_elems() * layout.elem_bytes() + 3) / 4)),
+                                       : static_cast<std::size_t>((layout.total_bytes() + 3) / 4)),
       kv_({layout.num_blocks, layout.block_size, config_.enable_prefix_caching}),
       scheduler_({config_.max_num_seqs, config_.max_num_batched_tokens, config_.max_model_len,
                   config_.max_waiting},
                  kv_) {
-  stats_.kv_pool_bytes = layout.total_elems() * layout.elem_bytes();
+  stats_.kv_pool_bytes = layout.total_bytes();
   register_gauges();
   thread_ = std::thread([this] { run(); });
 }

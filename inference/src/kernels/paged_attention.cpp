@@ -1,11 +1,13 @@
 #include "kernels/paged_attention.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cassert>
 #include <cmath>
 #include <cstring>
 
 #include "kernels/paged_attention_f16.hpp"
+#include "kernels/paged_attention_q8.hpp"
 #include "kernels/simd.hpp"
 #include "model/quant.hpp"
 
@@ -13,31 +15,50 @@ namespace weir::inference {
 
 namespace {
 
-// A K/V element as a float: F32, or F16 (IEEE half).
-inline float to_f32(float x) {
-  return x;
-}
-inline float to_f32(std::uint16_t h) {
-  return fp16_to_fp32(h);
-}
+// How attention reads the pool's elements: F32 as they are, F16 converted, Q8_0 scaled.
+// `row` gives n elements from p (within one row) as floats, in `buf` when it must convert.
+struct F32Rows {
+  using T = float;
+  const float* row(const float* p, std::int32_t, float*) const { return p; }
+};
+struct F16Rows {
+  using T = std::uint16_t;
+  const float* row(const T* p, std::int32_t n, float* buf) const {
+    for (std::int32_t i = 0; i < n; ++i) buf[i] = fp16_to_fp32(p[i]);
+    return buf;
+  }
+};
+
+// Q8_0: the element at values + e is values[e] * scales[e / head_dim]; a row read here is one
+// head's, so it has one scale.
+struct Q8Rows {
+  using T = std::int8_t;
+  const std::int8_t* values;
+  const std::uint16_t* scales;
+  std::int32_t head_dim;
+
+  const float* row(const T* p, std::int32_t n, float* buf) const {
+    const float d = bf16_to_f32(scales[static_cast<std::size_t>(p - values) / head_dim]);
+    for (std::int32_t i = 0; i < n; ++i) buf[i] = p[i] * d;
+    return buf;
+  }
+};
 
 // Dot product with 8 independent partial sums, so the compiler vectorises it without
 // -ffast-math (the result differs from a serial sum only in rounding order).
-template <class T>
-inline float dot(const float* a, const T* b, std::int32_t n) {
+inline float dot(const float* a, const float* b, std::int32_t n) {
   float acc[8] = {};
   std::int32_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    for (int j = 0; j < 8; ++j) acc[j] += a[i + j] * to_f32(b[i + j]);
+    for (int j = 0; j < 8; ++j) acc[j] += a[i + j] * b[i + j];
   }
   float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-  for (; i < n; ++i) s += a[i] * to_f32(b[i]);
+  for (; i < n; ++i) s += a[i] * b[i];
   return s;
 }
 
-template <class T>
-inline void axpy(float a, const T* x, float* y, std::int32_t n) {
-  for (std::int32_t i = 0; i < n; ++i) y[i] += a * to_f32(x[i]);
+inline void axpy(float a, const float* x, float* y, std::int32_t n) {
+  for (std::int32_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
 [[gnu::always_inline]] inline simd::v16 load_kv16(const float* p) {
@@ -54,13 +75,13 @@ namespace weir::inference {
 namespace {
 
 // Any head_dim, one (token, head) at a time: the path for head sizes the fast path does not
-// take, and for F16 K/V without AVX-512.
-template <class T>
-[[gnu::always_inline]] inline void attend_generic(const T* k_plane, const T* v_plane,
-                                                  const KvLayout& L, const AttentionBatch& batch,
-                                                  const float* q, float* out, float scale,
-                                                  std::int64_t begin, std::int64_t end,
-                                                  std::vector<float>& scratch) {
+// take, and for F16 and Q8_0 K/V without AVX-512. Rows: F32Rows, F16Rows or Q8Rows.
+template <class Rows, class T = typename Rows::T>
+[[gnu::always_inline]] inline void attend_generic(const Rows& rows, const T* k_plane,
+                                                  const T* v_plane, const KvLayout& L,
+                                                  const AttentionBatch& batch, const float* q,
+                                                  float* out, float scale, std::int64_t begin,
+                                                  std::int64_t end, std::vector<float>& scratch) {
   const std::int32_t hd = L.head_dim;
   const std::int32_t n_heads = batch.n_heads;
   const std::int32_t group = n_heads / L.n_kv_heads;
@@ -73,9 +94,10 @@ template <class T>
     const auto& table = batch.block_tables[static_cast<std::size_t>(batch.seq_index[i])];
     const float* qh = q + (static_cast<std::int64_t>(i) * n_heads + h) * hd;
     float* oh = out + (static_cast<std::int64_t>(i) * n_heads + h) * hd;
-    if (scratch.size() < static_cast<std::size_t>(pos) + 1)
-      scratch.resize(static_cast<std::size_t>(pos) + 1);
+    const auto need = static_cast<std::size_t>(pos) + 1 + static_cast<std::size_t>(hd);
+    if (scratch.size() < need) scratch.resize(need);
     float* scores = scratch.data();
+    float* buf = scores + pos + 1;  // [hd]: a converted row
 
     // Scores, block by block through the table (no division per position): [pos + 1]
     const std::int32_t bs = L.block_size;
@@ -84,7 +106,7 @@ template <class T>
       const T* krow = k_plane + table[static_cast<std::size_t>(bi)] * L.tile_elems() + kvh * hd;
       const std::int32_t end_p = std::min(pos + 1, start + bs);
       for (std::int32_t p = start; p < end_p; ++p, krow += kv_dim) {
-        scores[p] = dot(qh, krow, hd) * scale;
+        scores[p] = dot(qh, rows.row(krow, hd, buf), hd) * scale;
         max_score = std::max(max_score, scores[p]);
       }
     }
@@ -97,7 +119,7 @@ template <class T>
       const T* vrow = v_plane + table[static_cast<std::size_t>(bi)] * L.tile_elems() + kvh * hd;
       const std::int32_t end_p = std::min(pos + 1, start + bs);
       for (std::int32_t p = start; p < end_p; ++p, vrow += kv_dim)
-        axpy(scores[p] * inv, vrow, oh, hd);
+        axpy(scores[p] * inv, rows.row(vrow, hd, buf), oh, hd);
     }
   }
 }
@@ -118,6 +140,16 @@ void write_kv(std::span<float> pool, const KvLayout& L, std::int32_t layer,
       store_f16(v + i * kv_dim, kv_dim, base + L.row_offset(layer, 1, block, slot));
       continue;
     }
+    if (L.type == KvType::q8_0) {
+      auto* values = reinterpret_cast<std::int8_t*>(pool.data());
+      auto* scales = reinterpret_cast<std::uint16_t*>(values + L.values_bytes());
+      for (int kv = 0; kv < 2; ++kv) {
+        const std::int64_t at = L.row_offset(layer, kv, block, slot);
+        store_q8((kv ? v : k) + i * kv_dim, kv_dim, L.head_dim, values + at,
+                 scales + at / L.head_dim);
+      }
+      continue;
+    }
     std::copy_n(k + i * kv_dim, kv_dim, pool.data() + L.row_offset(layer, 0, block, slot));
     std::copy_n(v + i * kv_dim, kv_dim, pool.data() + L.row_offset(layer, 1, block, slot));
   }
@@ -136,12 +168,26 @@ WEIR_CLONES void paged_attention(std::span<const float> pool, const KvLayout& L,
     if (fast &&
         attention_f16_avx512(k_plane, v_plane, L, batch, q, out, scale, begin, end, scratch))
       return;
-    return attend_generic(k_plane, v_plane, L, batch, q, out, scale, begin, end, scratch);
+    return attend_generic(F16Rows{}, k_plane, v_plane, L, batch, q, out, scale, begin, end,
+                          scratch);
+  }
+  if (L.type == KvType::q8_0) {
+    const auto* values = reinterpret_cast<const std::int8_t*>(pool.data());
+    const auto* scales = reinterpret_cast<const std::uint16_t*>(values + L.values_bytes());
+    const std::int8_t* k_plane = values + L.row_offset(layer, 0, 0, 0);
+    const std::int8_t* v_plane = values + L.row_offset(layer, 1, 0, 0);
+    if (fast && attention_q8_avx512_vnni(values, scales, k_plane, v_plane, L, batch, q, out, scale,
+                                         begin, end, scratch))
+      return;
+    const Q8Rows rows{values, scales, L.head_dim};
+    return attend_generic(rows, k_plane, v_plane, L, batch, q, out, scale, begin, end, scratch);
   }
   const float* k_plane = pool.data() + L.row_offset(layer, 0, 0, 0);
   const float* v_plane = pool.data() + L.row_offset(layer, 1, 0, 0);
-  if (fast) return attend_items(k_plane, v_plane, L, batch, q, out, scale, begin, end, scratch);
-  attend_generic(k_plane, v_plane, L, batch, q, out, scale, begin, end, scratch);
+  if (fast)
+    return attend_items(PlainKv<float>{}, k_plane, v_plane, L, batch, q, out, scale, begin, end,
+                        scratch);
+  attend_generic(F32Rows{}, k_plane, v_plane, L, batch, q, out, scale, begin, end, scratch);
 }
 
 void reference_attention(const float* q, std::span<const std::int32_t> q_pos, const float* k,

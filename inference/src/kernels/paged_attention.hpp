@@ -27,8 +27,9 @@ struct AttentionBatch {
   std::int32_t n_heads = 0;                                // query heads
 };
 
-// pool: layout.total_elems() elements of layout.type (F16: read through std::uint16_t, two to a
-// float); k, v: [n_tokens, kv_dim] floats, rounded to half when layout.type is F16.
+// pool: layout.total_bytes() bytes: elements of layout.type (F16: read through std::uint16_t, two
+// to a float; Q8_0: int8, then the scales); k, v: [n_tokens, kv_dim] floats, rounded to half
+// (F16) or quantized in blocks of 32 (Q8_0) as they are stored.
 void write_kv(std::span<float> pool, const KvLayout& layout, std::int32_t layer,
               const AttentionBatch& batch, const float* k, const float* v);
 

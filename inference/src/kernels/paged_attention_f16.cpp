@@ -4,9 +4,9 @@
 
 #include <cstring>
 
-#include "model/quant.hpp"
 #include "kernels/simd.hpp"
 #include "kernels/x86.hpp"
+#include "model/quant.hpp"
 
 #ifdef WEIR_X86
 #include <immintrin.h>
@@ -59,7 +59,8 @@ WEIR_F16_TARGET void attention_f16_fast(const std::uint16_t* k_plane, const std:
                                         const KvLayout& L, const AttentionBatch& batch,
                                         const float* q, float* out, float scale, std::int64_t begin,
                                         std::int64_t end, std::vector<float>& scratch) {
-  attend_items(k_plane, v_plane, L, batch, q, out, scale, begin, end, scratch);
+  attend_items(PlainKv<std::uint16_t>{}, k_plane, v_plane, L, batch, q, out, scale, begin, end,
+               scratch);
 }
 }  // namespace
 

@@ -24,7 +24,7 @@ class LlamaRunner final : public StepRunner {
   std::int32_t n_kv_heads() const override { return m_->hp().n_kv_heads; }
   std::int32_t head_dim() const override { return m_->hp().head_dim; }
   std::int32_t context_length() const override { return m_->hp().context_length; }
-  bool supports_kv_type(KvType) const override { return true; }  // F32 and F16
+  bool supports_kv_type(KvType) const override { return true; }  // F32, F16, Q8_0
 
   bool set_step_profiling(bool on) override {
     if (on) profile_ = {};
@@ -54,13 +54,18 @@ class LlamaRunner final : public StepRunner {
 
     // Copy-on-write first: the shared partial blocks the scheduler split.
     auto* kv_bytes = reinterpret_cast<std::byte*>(pool.data());  // elements of L.type
+    auto* scales = kv_bytes + L.values_bytes();                  // Q8_0's, after the values
     const std::int64_t eb = L.elem_bytes();
     for (const auto& c : b.copies) {
       for (std::int32_t l = 0; l < L.n_layers; ++l) {
         for (int kv = 0; kv < 2; ++kv) {
-          std::memcpy(kv_bytes + L.row_offset(l, kv, c.dst, 0) * eb,
-                      kv_bytes + L.row_offset(l, kv, c.src, 0) * eb,
+          const std::int64_t dst = L.row_offset(l, kv, c.dst, 0),
+                             src = L.row_offset(l, kv, c.src, 0);
+          std::memcpy(kv_bytes + dst * eb, kv_bytes + src * eb,
                       static_cast<std::size_t>(L.tile_elems() * eb));
+          if (L.type == KvType::q8_0)
+            std::memcpy(scales + L.scale_bytes(dst), scales + L.scale_bytes(src),
+                        static_cast<std::size_t>(L.scale_bytes(L.tile_elems())));
         }
       }
     }

@@ -31,8 +31,8 @@ class JsonFields;
 namespace weir::agents {
 
 // A local engine's settings ("engine": {...}): max_model_len (>= 16), max_num_seqs
-// (1..4096), max_num_batched_tokens, block_size, threads (>= 1), kv_cache_type ("f32" or
-// "f16"). Each set only when the file sets it.
+// (1..4096), max_num_batched_tokens, block_size, threads (>= 1), kv_cache_type ("f32",
+// "f16" or "q8_0"). Each set only when the file sets it.
 struct EngineSettings {
   std::optional<std::int64_t> max_model_len, max_num_batched_tokens;
   std::optional<std::int32_t> max_num_seqs, block_size, threads;
