@@ -279,6 +279,47 @@ TEST(LlamaRunnerProfile, TimesStepsByKindAndPhaseOnlyWhileOn) {
   EXPECT_EQ(raw->step_profile().decode.steps, 0) << "turning it on starts a new sum";
 }
 
+// Copy-on-write of a shared partial block (a fork) copies the whole block, with Q8_0's scales: a
+// sequence that continues in the copy gets the logits it gets in the original.
+TEST(LlamaRunnerKv, AContinuationInACopiedBlockSeesTheSameKv) {
+  REQUIRE_MODELS();
+  auto model = load("aidreams260K");
+  const auto& hp = model->hp();
+  const auto c = goldens("aidreams260K")[0];
+  std::vector<std::int32_t> prompt = c.prompt;  // the prompt, then its greedy tokens
+  prompt.insert(prompt.end(), c.greedy.begin(), c.greedy.end());
+  ASSERT_GE(prompt.size(), 4u);
+  for (KvType type : {KvType::f32, KvType::f16, KvType::q8_0}) {
+    SCOPED_TRACE(kv_type_name(type));
+    const KvLayout L{hp.n_layers, hp.n_kv_heads, hp.head_dim, 4, 8, type};
+    auto next_logits = [&](bool copy) {
+      auto runner = make_llama_runner(model, 1);
+      std::vector<float> pool(static_cast<std::size_t>((L.total_bytes() + 3) / 4), NAN);
+      const std::vector<BlockId> first = {3}, second = {copy ? 5 : 3};
+      StepBatch a;  // three tokens into block 3
+      a.tokens = {prompt[0], prompt[1], prompt[2]};
+      a.positions = {0, 1, 2};
+      a.seq_index = {0, 0, 0};
+      a.seqs = {{first, 3}};
+      a.logit_rows = {2};
+      std::vector<float> logits(static_cast<std::size_t>(hp.n_vocab));
+      EXPECT_TRUE(runner->forward(a, L, pool, logits));
+      StepBatch b;  // the fourth, in block 5 once block 3 is copied there
+      b.tokens = {prompt[3]};
+      b.positions = {3};
+      b.seq_index = {0};
+      b.seqs = {{second, 4}};
+      b.logit_rows = {0};
+      if (copy) b.copies = {{3, 5}};
+      EXPECT_TRUE(runner->forward(b, L, pool, logits));
+      return logits;
+    };
+    const auto want = next_logits(false), got = next_logits(true);
+    ASSERT_FALSE(std::isnan(want[0]));
+    EXPECT_EQ(got, want);
+  }
+}
+
 // Requests sharing a long prefix: the cache hit gives the same tokens as computing it.
 TEST(LlamaEngineCache, PrefixHitGivesTheSameTokensAsAMiss) {
   REQUIRE_MODELS();
