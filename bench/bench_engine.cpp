@@ -1,5 +1,7 @@
-// bench_engine: continuous batching on the paged KV cache, 15M shape, F32 and Q8_0.
-// Reproduce: build/bin/bench_engine --json   (see bench/README.md for what each key means)
+// bench_engine: continuous batching on the paged KV cache, 15M shape, F32 and Q8_0; with
+// --shape 1b, on the TinyLlama-1.1B shape, Q8_0 and Q4_K_M (random weights).
+// Reproduce: build/bin/bench_engine --json [--shape 15m,1b]   (bench/README.md: what each key
+// means)
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -171,13 +173,16 @@ boost::json::object kv_q8_vs_f32(std::shared_ptr<const inference::Model> model,
   return out;
 }
 
-boost::json::object run(inference::GgmlType type, const std::filesystem::path& dir,
-                        double peak_gop_s) {
-  auto model = model_15m(type, dir);
+// Batching on `model`: tokens/s with 1, 8, 32 and 64 sequences in flight (32-token prompts, 32
+// new), the 32-sequence run's steps by phase against `peak_gop_s`, and the 32 / 1 ratio from
+// `pairs` adjacent pairs of runs. Fills out's tok_s, step_32, prompt_32 and ratio_32_1; returns
+// the 32-sequence run's KV waste (%).
+double batching(const std::shared_ptr<const inference::Model>& model, double peak_gop_s, int pairs,
+                boost::json::object& out) {
   const auto& hp = model->hp();
   const std::size_t block_bytes = static_cast<std::size_t>(
       inference::KvLayout{hp.n_layers, hp.n_kv_heads, hp.head_dim, 16, 0}.block_bytes(4));
-  boost::json::object out, tok;
+  boost::json::object tok;
   double waste = 0;
   {
     inference::StepRunner* runner = nullptr;
@@ -224,18 +229,30 @@ boost::json::object run(inference::GgmlType type, const std::filesystem::path& d
     // alternated five times. On a shared machine the load moves between the runs above, so a
     // ratio of rates measured seconds apart swings with it; adjacent pairs see the same load.
     std::vector<double> ratios;
-    for (int pair = 0; pair < 5; ++pair) {
+    for (int pair = 0; pair < pairs; ++pair) {
       double one = 0;
       for (int i = 0; i < 4; ++i) one += throughput(*e, 1, hp.n_vocab, nullptr) / 4;
       ratios.push_back(throughput(*e, 32, hp.n_vocab, nullptr) / one);
     }
     std::sort(ratios.begin(), ratios.end());
+    const double median = ratios[ratios.size() / 2];
     out["ratio_32_1"] =
-        boost::json::object{{"median", ratios[2]}, {"min", ratios.front()}, {"max", ratios.back()}};
-    std::fprintf(stderr, "  32 / 1 from adjacent runs: median %.2fx (%.2f-%.2f over 5 pairs)\n",
-                 ratios[2], ratios.front(), ratios.back());
+        boost::json::object{{"median", median}, {"min", ratios.front()}, {"max", ratios.back()}};
+    std::fprintf(stderr, "  32 / 1 from adjacent runs: median %.2fx (%.2f-%.2f over %d pairs)\n",
+                 median, ratios.front(), ratios.back(), pairs);
   }
   out["tok_s"] = tok;
+  return waste;
+}
+
+boost::json::object run(inference::GgmlType type, const std::filesystem::path& dir,
+                        double peak_gop_s) {
+  auto model = model_15m(type, dir);
+  const auto& hp = model->hp();
+  const std::size_t block_bytes = static_cast<std::size_t>(
+      inference::KvLayout{hp.n_layers, hp.n_kv_heads, hp.head_dim, 16, 0}.block_bytes(4));
+  boost::json::object out;
+  const double waste = batching(model, peak_gop_s, 5, out);
   if (g_device == inference::Device::cpu) out["kv_q8_0_vs_f32"] = kv_q8_vs_f32(model, block_bytes);
   out["kv_waste_pct_short"] = waste;  // 64-token sequences: half a 16-slot block is ~12%
 
@@ -435,8 +452,34 @@ boost::json::object gpu_extras() {
 }
 #endif
 
+// The 1B shape (--shape 1b), per weight type: batching at 1, 8, 32 and 64 sequences, against the
+// int8 dot-product peak (the unit both types' matmuls run on), 3 adjacent pairs for 32 / 1.
+boost::json::object run_1b(const std::filesystem::path& dir, double dot_peak) {
+  boost::json::object tok, ratio, fraction, steps;
+  for (auto type : {inference::GgmlType::q8_0, inference::GgmlType::q4_k}) {
+    const std::string key = type == inference::GgmlType::q4_k ? "q4_k_m" : "q8_0";
+    std::fprintf(stderr, "1b %s (%d threads)\n", key.c_str(), kThreads);
+    auto model = random_model(type, dir, "1b", inference::RandomModelShape::tinyllama1b());
+    boost::json::object out;
+    batching(model, dot_peak, 3, out);
+    tok[key] = out["tok_s"];
+    ratio[key] = out["ratio_32_1"].as_object()["median"];
+    const auto& step = out["step_32"].as_object();
+    fraction[key] = step.contains("matmul_fraction_of_peak") ? step.at("matmul_fraction_of_peak")
+                                                             : boost::json::value(0.0);
+    steps[key] = boost::json::object{{"step_32", out["step_32"]},
+                                     {"prompt_32", out["prompt_32"]},
+                                     {"ratio_32_1", out["ratio_32_1"]}};
+  }
+  return {{"tok_s_1b", tok},
+          {"ratio_32_1_1b", ratio},
+          {"matmul_peak_fraction_1b", fraction},
+          {"steps_1b", steps}};
+}
+
 int main(int argc, char** argv) {
-  bool run_f32 = true, run_q8 = true;  // --types
+  bool run_f32 = true, run_q8 = true;       // --types
+  bool shape_15m = true, shape_1b = false;  // --shape
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--device") == 0 && i + 1 < argc) {
       auto d = inference::parse_device(argv[++i]);
@@ -461,10 +504,19 @@ int main(int argc, char** argv) {
                      list.c_str());
         return 1;
       }
+    } else if (std::strcmp(argv[i], "--shape") == 0 && i + 1 < argc) {
+      const std::string list = argv[++i];
+      shape_15m = list.find("15m") != std::string::npos;
+      shape_1b = list.find("1b") != std::string::npos;
+      if (!shape_15m && !shape_1b) {
+        std::fprintf(stderr, "bench_engine: --shape takes 15m, 1b or 15m,1b, not '%s'\n",
+                     list.c_str());
+        return 1;
+      }
     } else if (std::strcmp(argv[i], "--json") != 0) {  // the JSON is always printed
       std::fprintf(stderr,
                    "usage: bench_engine [--device cpu|cuda] [--kv-cache-type f32|f16|q8_0] "
-                   "[--types f32,q8_0] [--json]\n");
+                   "[--types f32,q8_0] [--shape 15m,1b] [--json]\n");
       return 1;
     }
   }
@@ -475,13 +527,17 @@ int main(int argc, char** argv) {
   std::fprintf(stderr, "peaks (%d threads): F32 FMA %.0f GFLOP/s, int8 dot %.0f Gop/s\n", kThreads,
                fma, dot);
   boost::json::object out;
-  if (run_f32) {
+  if (shape_15m && run_f32) {
     std::fprintf(stderr, "F32 (%d threads)\n", kThreads);
     out = run(inference::GgmlType::f32, dir, fma);
   }
-  if (run_q8) {
+  if (shape_15m && run_q8) {
     std::fprintf(stderr, "Q8_0 (%d threads)\n", kThreads);
     out["q8_0"] = run(inference::GgmlType::q8_0, dir, dot);
+  }
+  if (shape_1b) {
+    for (auto& [k, v] : run_1b(dir, dot)) out[k] = v;
+    out["load_average"] = load_average_1m();
   }
   out["kv_cache_type"] = inference::kv_type_name(g_kv_type);
   out["peak_fma_gflop_s"] = fma;

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <future>
 #include <memory>
 #include <random>
@@ -152,6 +153,15 @@ inline std::shared_ptr<const inference::Model> random_model(
 inline std::shared_ptr<const inference::Model> model_15m(inference::GgmlType type,
                                                          const std::filesystem::path& dir) {
   return random_model(type, dir, "15m", inference::RandomModelShape::stories15m());
+}
+
+// The 1-minute load average (/proc/loadavg; -1 when unreadable), recorded beside absolute times:
+// they depend on what else the machine runs.
+inline double load_average_1m() {
+  std::ifstream f("/proc/loadavg");
+  double l = -1;
+  f >> l;
+  return l;
 }
 
 // Random token ids outside the control and byte tokens.

@@ -49,6 +49,8 @@ struct RandomModelShape {
   bool qwen2 = false;  // architecture qwen2: Q/K/V biases and NeoX RoPE
   static RandomModelShape tiny() { return {64, 192, 2, 4, 4, 512, 256}; }
   static RandomModelShape stories15m() { return {}; }  // llama2.c's 15M shape
+  // TinyLlama-1.1B's shape: 22 layers of dim 2048, 32 heads of 64 over 4 KV heads.
+  static RandomModelShape tinyllama1b() { return {2048, 5632, 22, 32, 4, 32000, 2048}; }
 };
 
 // `values` encoded in `type`'s block layout (ggml's): F32, F16, or for Q8_0, Q4_0, Q4_K and
