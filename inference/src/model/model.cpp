@@ -357,7 +357,7 @@ Result<std::shared_ptr<const Model>> Model::from_gguf(std::unique_ptr<GgufFile> 
   // file is a mapping until here.
   const bool want_x16 = options.cpu_layout && cpu_reads_x16();
   bool from_cache = false;
-  if (!f.in_memory() && f.mtime_ns() != 0) {
+  if (f.owns_bytes() && !f.in_memory() && !f.huge_mapped()) {
     auto placed = place_weights(*m->file_, want_x16, options, rep);
     if (!placed) return std::move(placed).error();
     from_cache = *placed;

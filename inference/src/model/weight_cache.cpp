@@ -155,7 +155,7 @@ Status finish_cache(CacheWriter& w, const CacheSource& src, std::span<const std:
 Status read_in_parallel(int fd, std::uint64_t offset, std::byte* dst, std::uint64_t size,
                         int threads, const std::string& name) {
   threads = std::max(1, std::min<int>(threads, static_cast<int>(size >> 24) + 1));
-  std::atomic<bool> ok{true};
+  std::atomic<int> failed{0};  // an errno
   auto part = [&](int t) {
     // Slices on 2 MiB boundaries: each huge page is faulted in by one thread.
     auto edge = [&](int i) {
@@ -164,13 +164,14 @@ Status read_in_parallel(int fd, std::uint64_t offset, std::byte* dst, std::uint6
                           ~((std::uint64_t{2} << 20) - 1));
     };
     const std::uint64_t lo = edge(t), hi = t + 1 == threads ? size : edge(t + 1);
-    if (!pread_all(fd, dst + lo, hi - lo, offset + lo)) ok = false;
+    if (!pread_all(fd, dst + lo, hi - lo, offset + lo)) failed = errno ? errno : EIO;
   };
   std::vector<std::thread> pool;
   for (int t = 1; t < threads; ++t) pool.emplace_back(part, t);
   part(0);
   for (auto& th : pool) th.join();
-  if (!ok) return Error(Errc::io_error, "cannot read " + name + ": " + std::strerror(errno));
+  if (const int err = failed.load())
+    return Error(Errc::io_error, "cannot read " + name + ": " + std::strerror(err));
   return {};
 }
 

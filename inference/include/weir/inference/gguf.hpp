@@ -138,6 +138,8 @@ class GgufFile {
   // REQUIRES: an open() file, neither moved nor made writable.
   bool map_huge(int fd, std::uint64_t offset);
   bool huge_mapped() const { return huge_mapped_; }
+  // Whether the bytes are this object's (an open() file), not the caller's (from_memory()).
+  bool owns_bytes() const { return mapping_ != nullptr; }
 
  private:
   struct Value {
