@@ -428,6 +428,16 @@ Result<std::shared_ptr<const Model>> Model::from_gguf(std::unique_ptr<GgufFile> 
     }
   }
   rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (rep.in_memory || rep.mapped) {
+    char ms[32];
+    std::snprintf(ms, sizeof ms, "%.0f ms", rep.seconds * 1e3);
+    log(LogLevel::debug,
+        f.name() + ": loaded in " + ms + ", " +
+            (rep.mapped ? "mapped in 2 MiB page-cache pages" : "read into anonymous memory") +
+            (rep.from_cache   ? " from " + rep.cache.string()
+             : rep.rearranged ? ", rearranged"
+                              : ""));
+  }
   return std::shared_ptr<const Model>(std::move(m));
 }
 
