@@ -3,6 +3,7 @@
 // server's clock (weir_now_ms(), pg/src/schema.cpp).
 #include "weir/cluster/run_queue.hpp"
 
+#include <map>
 #include <mutex>
 
 #include "weir/agents/local_model.hpp"  // to_valid_utf8
@@ -421,20 +422,47 @@ Result<std::optional<RunRecord>> RunQueue::claim(std::string_view owner,
 }
 
 Result<bool> RunQueue::renew(std::string_view id, int64_t fence, std::chrono::milliseconds lease) {
+  auto all = renew_all({{std::string(id), fence}}, lease);
+  if (!all) return std::move(all).error();
+  return std::move(all->front());
+}
+
+Result<std::vector<Result<bool>>> RunQueue::renew_all(const std::vector<Lease>& runs,
+                                                      std::chrono::milliseconds lease) {
+  std::vector<Result<bool>> out;
+  if (runs.empty()) return out;
+  std::string ids, fences;  // run ids ("r-" and hex digits) never hold a comma
+  for (const Lease& r : runs) {
+    ids += (ids.empty() ? "" : ",") + r.id;
+    fences += (fences.empty() ? "" : ",") + std::to_string(r.fence);
+  }
   std::lock_guard lock(impl_->mu);
   auto& conn = impl_->conn;
-  const std::string what = "renewing a run's lease";
-  return conn.run(what, [&](const Attempt&) -> Result<bool> {
+  const std::string what = runs.size() == 1
+                               ? "renewing a run's lease"
+                               : "renewing the leases of " + std::to_string(runs.size()) + " runs";
+  return conn.run(what, [&](const Attempt&) -> Result<std::vector<Result<bool>>> {
     auto r = conn.exec(
-        "UPDATE weir_runs SET lease_expires = weir_now_ms() + $3 "
-        "WHERE id = $1 AND fence = $2 AND state = 'running' "
-        "RETURNING cancel_requested",
-        Params().text(id).int8(fence).int8(lease.count()), what);
+        "UPDATE weir_runs w SET lease_expires = weir_now_ms() + $3 "
+        "FROM unnest(string_to_array($1, ','), string_to_array($2, ',')::int8[]) AS u(id, fence) "
+        "WHERE w.id = u.id AND w.fence = u.fence AND w.state = 'running' "
+        "RETURNING w.id, w.cancel_requested",
+        Params().text(ids).text(fences).int8(lease.count()), what);
     if (!r) return std::move(r).error();
-    if (r->size() > 0) return r->boolean(0, 0);
-    auto now = impl_->holder_now(id, what);
-    if (!now) return std::move(now).error();
-    return Impl::lost(id, fence, *now);
+    std::map<std::string, bool, std::less<>> renewed;
+    for (std::size_t i = 0; i < r->size(); ++i) renewed.emplace(r->text(i, 0), r->boolean(i, 1));
+    std::vector<Result<bool>> each;
+    for (const Lease& run : runs) {
+      if (auto it = renewed.find(run.id); it != renewed.end()) {
+        each.emplace_back(it->second);
+        continue;
+      }
+      auto now = impl_->holder_now(run.id, what);  // not ours any more: say whose
+      if (!now && !now.error().is(Errc::not_found)) return std::move(now).error();
+      each.emplace_back(now ? Result<bool>(Impl::lost(run.id, run.fence, *now))
+                            : Result<bool>(std::move(now).error()));
+    }
+    return each;
   });
 }
 

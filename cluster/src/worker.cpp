@@ -195,23 +195,31 @@ struct Worker::Impl {
     wake();
   }
 
-  // Step 4 of the header's list, for every run held.
+  // Step 4 of the header's list, for every run held: the leases in one statement, then the
+  // thread claims of the runs whose lease held.
   void renew_all() {
     std::vector<std::shared_ptr<Held>> runs;
     {
       std::lock_guard lock(mu);
-      for (auto& [id, h] : held) runs.push_back(h);
+      for (auto& [id, h] : held)
+        if (!h->ending && !h->control.lost) runs.push_back(h);
     }
-    for (auto& h : runs) {
-      if (h->ending || h->control.lost) continue;
-      auto c = queue->renew(h->rec.id, h->rec.fence, opt.lease);
+    if (runs.empty()) return;
+    std::vector<RunQueue::Lease> leases;
+    for (const auto& h : runs) leases.push_back({h->rec.id, h->rec.fence});
+    auto renewed = queue->renew_all(leases, opt.lease);
+    if (!renewed) {
+      say("renewing the leases of " + std::to_string(runs.size()) + " run(s) failed (retried in " +
+          std::to_string((opt.lease / 3).count()) + " ms): " + renewed.error().message);
+      return;
+    }
+    for (std::size_t i = 0; i < runs.size(); ++i) {
+      auto& h = runs[i];
+      auto& c = (*renewed)[i];
       Status lost_why;
       if (!c) {
         if (c.error().is(Errc::thread_busy) || c.error().is(Errc::not_found))
           lost_why = std::move(c).error();
-        else
-          say(h->rec.id + ": renewing its lease failed (retried in " +
-              std::to_string((opt.lease / 3).count()) + " ms): " + c.error().message);
       } else if (*c && !h->control.user_cancel) {
         h->control.stop(h->control.user_cancel);
         say(h->rec.id + ": cancel requested");

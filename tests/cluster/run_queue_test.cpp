@@ -709,6 +709,48 @@ TEST(RunQueue, AReclaimedRunsOldHolderIsFencedOut) {
   EXPECT_EQ((*q)->get(*id)->state, weir::cluster::RunState::succeeded);
 }
 
+// A worker renews the leases of all its runs in one statement, and hears per run what renew
+// says: cancel requested, or fenced out (the new holder named), or gone.
+TEST(RunQueue, RenewAllRenewsEachHeldRunAndSaysWhichWereLost) {
+  const std::string db = fresh_db();
+  ASSERT_NE(db, "");
+  auto q = weir::cluster::RunQueue::open(db);
+  ASSERT_TRUE(q) << q.error().message;
+  std::vector<weir::cluster::RunQueue::Lease> leases;
+  for (int i = 0; i < 3; ++i) {
+    auto id = (*q)->submit(tiny_request());
+    ASSERT_TRUE(id) << id.error().message;
+    auto got = (*q)->claim("w1", 60s);
+    ASSERT_TRUE(got && *got);
+    leases.push_back({(**got).id, (**got).fence});
+  }
+  lapse_leases(db);
+  auto taken = (*q)->claim("w2", 60s, {leases[1].id, leases[2].id});  // the first run
+  ASSERT_TRUE(taken && *taken);
+  ASSERT_EQ((**taken).id, leases[0].id);
+  ASSERT_TRUE((*q)->cancel(leases[2].id));
+  leases.push_back({"r-0000", 1});
+  auto r = (*q)->renew_all(leases, 60s);
+  ASSERT_TRUE(r) << r.error().message;
+  ASSERT_EQ(r->size(), 4u);
+  ASSERT_FALSE((*r)[0]);
+  EXPECT_TRUE((*r)[0].error().is(weir::Errc::thread_busy));
+  EXPECT_NE((*r)[0].error().message.find("held by w2"), std::string::npos)
+      << (*r)[0].error().message;
+  ASSERT_TRUE((*r)[1]) << (*r)[1].error().message;
+  EXPECT_FALSE(*(*r)[1]);
+  ASSERT_TRUE((*r)[2]) << (*r)[2].error().message;
+  EXPECT_TRUE(*(*r)[2]) << "cancel requested";
+  ASSERT_FALSE((*r)[3]);
+  EXPECT_EQ((*r)[3].error().to_string().rfind("not_found: no run 'r-0000'", 0), 0u)
+      << (*r)[3].error().to_string();
+  // The two still held got a fresh lease: lapsing none, nobody can take them.
+  auto none = (*q)->claim("w3", 60s);
+  ASSERT_TRUE(none);
+  EXPECT_FALSE(*none);
+  EXPECT_TRUE((*q)->renew_all({}, 60s)->empty());
+}
+
 // Runs keep the order they were queued in even when many share a millisecond (created_at's
 // unit): `weir runs` lists them newest first, its cursor pages through them without a gap or a
 // repeat, and workers claim them oldest first. (CI's machine queues several a millisecond.)

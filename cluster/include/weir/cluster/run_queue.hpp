@@ -212,6 +212,14 @@ class RunQueue {
   // Extends the lease to now + lease. Returns cancel_requested. thread_busy when the fence
   // moved on (the message names the new holder) or the run is no longer running.
   Result<bool> renew(std::string_view id, int64_t fence, std::chrono::milliseconds lease);
+  // renew for every run a worker holds, in one statement: per run, in order, what renew returns
+  // for it. The outer error is the database's (nothing was renewed, or it is not known what).
+  struct Lease {
+    std::string id;
+    int64_t fence = 0;
+  };
+  Result<std::vector<Result<bool>>> renew_all(const std::vector<Lease>& runs,
+                                              std::chrono::milliseconds lease);
   // Records the end: state (succeeded, failed, cancelled, interrupted), result JSON text ("" for
   // none), error code and message. thread_busy when the fence moved on (nothing is recorded).
   Status finish(std::string_view id, int64_t fence, RunState state, std::string_view result,
