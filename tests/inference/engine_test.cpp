@@ -474,6 +474,13 @@ TEST(Engine, ReportsItsFencesAsMetrics) {
                           .block_size = 4,
                           .kv_cache_bytes = 64 * 1024,
                           .metrics_name = "test-engine"});
+    // Before any request, the pool's blocks are all free (they read 0 until a first step).
+    const auto free = e->stats().kv.free_blocks;
+    EXPECT_GT(free, 0);
+    EXPECT_NE(Registry::global().prometheus().find("weir_kv_blocks_free{engine=\"test-engine\"} " +
+                                                   std::to_string(free) + "\n"),
+              std::string::npos)
+        << Registry::global().prometheus();
     auto r = submit(*e, req({1, 2, 3, 4, 5}, 4)).get();
     ASSERT_TRUE(r);
     auto text = Registry::global().prometheus();

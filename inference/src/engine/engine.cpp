@@ -158,6 +158,7 @@ Engine::Impl::Impl(std::unique_ptr<StepRunner> runner, EngineConfig config, KvLa
                   config_.max_waiting},
                  kv_) {
   stats_.kv_pool_bytes = layout.total_bytes();
+  publish_occupancy();  // the empty pool, before a first step
   register_gauges();
   thread_ = std::thread([this] { run(); });
 }
