@@ -8,6 +8,7 @@
 
 #include "args.hpp"
 #include "commands.hpp"
+#include "weir/agents/local_model.hpp"  // to_valid_utf8
 #include "weir/inference/constraint.hpp"
 #include "weir/inference/engine.hpp"
 #include "weir/inference/runner.hpp"
@@ -72,7 +73,7 @@ boost::json::object result_json(const inference::GenerateResult& r, const infere
   return {
       {"prompt_tokens", r.usage.prompt_tokens},
       {"tokens", toks},
-      {"text", tok.decode(r.tokens)},
+      {"text", agents::to_valid_utf8(tok.decode(r.tokens))},  // a byte token can split a character
       {"finish_reason", inference::finish_reason_name(r.finish)},
       {"device", device},
       {"timings",
