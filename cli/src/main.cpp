@@ -192,7 +192,7 @@ constexpr Command kCommands[] = {
      "matches the whole output, --choice is one of the comma-separated strings; generation\n"
      "ends when the value is complete (docs/structured-output.md). --kv-cache-type f16 keeps\n"
      "K and V as halves: twice the tokens in the same memory; q8_0 as 8-bit values with a scale\n"
-     "per head: about 3.9 times the tokens (CPU). The prompt is text: a\n"
+     "per head: up to 3.9 times the tokens (heads of 64; CPU). The prompt is text: a\n"
      "special token's text in it (\"</s>\", \"<|im_start|>\") stays text unless\n"
      "--parse-special makes such texts their token ids.\n\n"
      "example:\n  weir generate --model model.gguf --prompt \"Once upon a time\" -n 64\n"

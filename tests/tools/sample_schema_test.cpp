@@ -320,7 +320,7 @@ TEST(SampleSchemaTest, BrokenCrewsFailWithPointers) {
            "/tools/artifacts/max_concurrency"},
           {"engine setting (one reader with workflow models)",
            [](json::object& f) { f["engine"] = json::parse(R"({"kv_cache_type": "q8"})"); },
-           R"(/engine/kv_cache_type: expected one of "f32", "f16", got "q8")",
+           R"(/engine/kv_cache_type: expected one of "f32", "f16", "q8_0", got "q8")",
            "/engine/kv_cache_type"},
       });
   expect_rejected(

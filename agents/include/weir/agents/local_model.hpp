@@ -57,7 +57,7 @@ struct LocalModelOptions {
   std::int32_t threads = 0;  // 0: the machine's cores
   // The KV pool's bytes; with a budget, never more than its kv_cache category grants.
   std::size_t kv_cache_bytes = 128u << 20;
-  // "f32", "f16" (twice the tokens in the same bytes) or "q8_0" (about 3.9 times; the CPU runner;
+  // "f32", "f16" (twice the tokens in the same bytes) or "q8_0" (up to 3.9 times; the CPU runner;
   // EngineConfig's kv_cache_type). Another name: invalid_argument from open().
   std::string kv_cache_type = "f32";
   // The KV pool is reserved from kv_cache when set. REQUIRES: the budget outlives the engine:

@@ -157,9 +157,9 @@ struct EngineConfig {
   // The KV pool's bytes (0: the runner's hint), never more than `budget`'s kv_cache category
   // grants at create(); with neither a size nor a hint, all that it grants.
   std::size_t kv_cache_bytes = 64u << 20;
-  // F16: twice the tokens in the same bytes, half the memory attention reads; Q8_0: 3.8 times
-  // the tokens, 0.27 of the memory (the CPU runner; StepRunner::supports_kv_type says which a
-  // runner takes).
+  // F16: twice the tokens in the same bytes, half the memory attention reads; Q8_0: up to 3.9
+  // times the tokens (heads of 64), 0.26 of the memory (the CPU runner;
+  // StepRunner::supports_kv_type says which a runner takes).
   KvType kv_cache_type = KvType::f32;
   // When set, the KV pool is reserved from its kv_cache category. REQUIRES: it outlives the
   // engine.

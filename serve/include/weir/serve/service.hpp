@@ -58,7 +58,7 @@ struct ServeConfig {
   std::int32_t max_num_seqs = 32;  // requests running at once (admission permits)
   std::int64_t max_model_len = 0;  // 0: the model's context (capped at 4096)
   std::size_t kv_cache_bytes = 256u << 20;
-  std::string kv_cache_type = "f32";         // or "f16", "q8_0": 2x, ~3.9x the tokens a byte (CPU)
+  std::string kv_cache_type = "f32";         // or "f16", "q8_0": 2x, <=3.9x the tokens a byte (CPU)
   std::optional<std::string> chat_template;  // family name; default: detected from the GGUF
   bool ignore_eos = false;                   // random-weight models: generate to max_tokens
   // Fences.
