@@ -68,16 +68,6 @@ std::shared_ptr<const inference::Model> model_d256(GgmlType type,
   return random_model(type, dir, "15m-d256", shape);
 }
 
-inference::RandomModelShape shape_1b() {
-  return {.dim = 2048,
-          .hidden = 5632,
-          .n_layers = 22,
-          .n_heads = 32,
-          .n_kv_heads = 4,
-          .n_vocab = 32000,
-          .context_length = 2048};
-}
-
 std::string type_key(GgmlType type) {
   std::string t = inference::ggml_type_name(type);
   for (auto& c : t) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -156,14 +146,6 @@ double matrix_params(const inference::Model& m) {
   for (const auto& l : m.layers())
     total += n(l.wq) + n(l.wk) + n(l.wv) + n(l.wo) + n(l.w_gate) + n(l.w_up) + n(l.w_down);
   return total;
-}
-
-// The 1-minute load average (/proc/loadavg): the 1b numbers depend on what else the machine runs.
-double load_average() {
-  std::ifstream f("/proc/loadavg");
-  double l = -1;
-  f >> l;
-  return l;
 }
 
 struct Speeds {
@@ -325,7 +307,7 @@ int main(int argc, char** argv) {
     boost::json::object bw, dec1b, roof, bytes1b, pre1b, gflops, load, model1b, roof_model;
     boost::json::object load_s, load_floor, load_ratio, load_rearr, load_first, load_peak,
         load_steady, load_rearr_peak, load_floor_peak, load_first_process;
-    load["start"] = load_average();
+    load["start"] = load_average_1m();
     // The read bandwidth is probed before each type and the best probe kept: on a shared machine
     // one probe can land in a busy moment, and the roofline should be what the machine can do.
     const std::string all_t = std::to_string(all) + "t";
@@ -343,7 +325,8 @@ int main(int argc, char** argv) {
       if (types.find(type_key(type)) == std::string::npos) continue;
       const std::string tk = type_key(type);
       const auto path = dir / ("weir-1b-" + std::string(inference::ggml_type_name(type)) + ".gguf");
-      if (!std::filesystem::exists(path)) random_model(type, dir, "1b", shape_1b());
+      if (!std::filesystem::exists(path))
+        random_model(type, dir, "1b", inference::RandomModelShape::tinyllama1b());
       {
         // The first load after the copy is removed writes it; then 3 rounds, interleaved.
         std::filesystem::remove(path.string() + ".weir-x16");
@@ -372,10 +355,10 @@ int main(int argc, char** argv) {
                      "(load avg %.2f)\n",
                      tk.c_str(), median3(cached), median3(floor), median3(cached) / median3(floor),
                      median3(rearr), first.seconds, first.process_s, c.peak_rss_mb, c.rss_mb,
-                     load_average());
+                     load_average_1m());
       }
       if (load_only) continue;
-      auto model = random_model(type, dir, "1b", shape_1b());
+      auto model = random_model(type, dir, "1b", inference::RandomModelShape::tinyllama1b());
       probe();
       const double per_token = weight_bytes_per_token(*model);
       bytes1b[type_key(type)] = per_token;
@@ -405,7 +388,7 @@ int main(int argc, char** argv) {
       roof[key] = bytes_s / 1e9 / bw[key.substr(key.rfind('_') + 1)].as_double();
       std::fprintf(stderr, "1b %-8s %.2f of the roofline\n", key.c_str(), roof[key].as_double());
     }
-    load["end"] = load_average();
+    load["end"] = load_average_1m();
     out["stream_read_gb_s"] = bw;
     out["decode_tok_s_1b"] = dec1b;
     out["roofline_fraction_1b"] = roof;
