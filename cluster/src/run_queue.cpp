@@ -339,22 +339,28 @@ Result<RunState> RunQueue::cancel(std::string_view id) {
 #define WEIR_EXHAUSTED \
   "(u.state = 'running' AND NOT u.cancel_requested AND u.attempts >= u.max_attempts)"
 #define WEIR_ENDS "(" WEIR_CANCEL_NOW " OR " WEIR_EXHAUSTED ")"
-// $1 owner, $2 lease (ms), $3 the new fence, $4 the ids the claimant still runs, comma-separated.
+// $1 owner, $2 lease (ms), $3 the new fences, comma-separated (one per run it may claim: the
+// first goes to the oldest), $4 the ids the claimant still runs, comma-separated. Claims up to
+// as many runs as $3 has fences. Two queued runs of one thread are never both claimable: the
+// younger has an open older one.
 // clang-format off
 constexpr const char* kClaimSql =
-    "WITH c AS (SELECT id AS claim_id FROM weir_runs "
+    "WITH c0 AS (SELECT id, created_at, seq FROM weir_runs "
     "  WHERE (state = 'queued' AND (not_before IS NULL OR not_before <= weir_now_ms()) "
     "         AND NOT EXISTS (SELECT 1 FROM weir_runs o WHERE o.thread_id = weir_runs.thread_id "
     "           AND o.state IN ('queued', 'running') "
     "           AND (o.created_at, o.seq) < (weir_runs.created_at, weir_runs.seq))) "
     "     OR (state = 'running' AND lease_expires < weir_now_ms() "
     "         AND NOT (id = ANY(string_to_array($4, ',')))) "
-    "  ORDER BY created_at, seq LIMIT 1 FOR UPDATE SKIP LOCKED), "
+    "  ORDER BY created_at, seq "
+    "  LIMIT cardinality(string_to_array($3, ',')) FOR UPDATE SKIP LOCKED), "
+    "c AS (SELECT id AS claim_id, row_number() OVER (ORDER BY created_at, seq) AS n FROM c0), "
     "claimed AS (UPDATE weir_runs u SET "
     "  state = CASE WHEN " WEIR_CANCEL_NOW " THEN 'cancelled' WHEN " WEIR_EXHAUSTED
     "    THEN 'failed' ELSE 'running' END, "
     "  attempts = CASE WHEN " WEIR_ENDS " THEN u.attempts ELSE u.attempts + 1 END, "
-    "  fence = CASE WHEN " WEIR_ENDS " THEN u.fence ELSE $3 END, "
+    "  fence = CASE WHEN " WEIR_ENDS " THEN u.fence "
+    "    ELSE (string_to_array($3, ',')::int8[])[c.n] END, "
     "  lease_owner = CASE WHEN " WEIR_ENDS " THEN NULL ELSE $1 END, "
     "  lease_expires = CASE WHEN " WEIR_ENDS " THEN NULL ELSE weir_now_ms() + $2 END, "
     "  not_before = NULL, "
@@ -373,7 +379,7 @@ constexpr const char* kClaimSql =
     "revoked AS (DELETE FROM weir_thread_holders h USING claimed "
     "  WHERE claimed.state <> 'running' AND h.thread_id = claimed.thread_id "
     "  AND h.token = " WEIR_HOLDER_TOKEN("claimed.fence") ") "
-    "SELECT " WEIR_RUN_COLUMNS ", workflow FROM claimed";
+    "SELECT " WEIR_RUN_COLUMNS ", workflow FROM claimed ORDER BY created_at, seq";
 // clang-format on
 #undef WEIR_CANCEL_NOW
 #undef WEIR_EXHAUSTED
@@ -382,43 +388,75 @@ constexpr const char* kClaimSql =
 Result<std::optional<RunRecord>> RunQueue::claim(std::string_view owner,
                                                  std::chrono::milliseconds lease,
                                                  const std::vector<std::string>& running_here) {
+  auto got = claim_many(owner, lease, running_here, 1);
+  if (!got) return std::move(got).error();
+  if (got->empty()) return std::optional<RunRecord>();
+  return std::optional<RunRecord>(std::move(got->front()));
+}
+
+Result<std::vector<RunRecord>> RunQueue::claim_many(std::string_view owner,
+                                                    std::chrono::milliseconds lease,
+                                                    const std::vector<std::string>& running_here,
+                                                    std::size_t max) {
+  std::vector<RunRecord> out;
   std::string excluded;  // run ids ("r-" and hex digits) never hold a comma
   for (const auto& id : running_here) excluded += (excluded.empty() ? "" : ",") + id;
   std::lock_guard lock(impl_->mu);
   auto& conn = impl_->conn;
-  const std::string what = "claiming a run";
-  // A claim that ends a run (failed, cancelled) is followed by another, until one claims a run
-  // or finds nothing claimable.
-  for (;;) {
-    // The fence is taken first, so a claim whose answer was lost can be found by it.
-    int64_t fence = 0;
-    auto got = conn.run(what, [&](const Attempt& a) -> Result<std::optional<RunRecord>> {
-      if (a.outcome_unknown && fence != 0) {
+  const std::string what = max == 1 ? "claiming a run" : "claiming runs";
+  // A claim that ends runs (failed, cancelled) is followed by another for as many, until the
+  // runs claimed make `max` or nothing is claimable.
+  while (out.size() < max) {
+    const std::size_t want = max - out.size();
+    // The fences are taken first, so a claim whose answer was lost finds its runs by them.
+    std::string fences;
+    auto got = conn.run(what, [&](const Attempt& a) -> Result<std::vector<RunRecord>> {
+      std::vector<RunRecord> runs;
+      auto read = [&](const Rows& r) {
+        for (int i = 0; i < r.size(); ++i) {
+          RunRecord rec = read_record(r, i);
+          rec.workflow = r.text(i, kColumnCount);
+          runs.push_back(std::move(rec));
+        }
+      };
+      if (a.outcome_unknown && !fences.empty()) {
         auto mine = conn.exec(std::string("SELECT ") + kColumns +
-                                  ", workflow FROM weir_runs WHERE fence = $1 AND state = "
-                                  "'running' AND lease_owner = $2",
-                              Params().int8(fence).text(owner), what);
+                                  ", workflow FROM weir_runs WHERE fence = ANY(string_to_array($1, "
+                                  "',')::int8[]) AND state = 'running' AND lease_owner = $2 "
+                                  "ORDER BY created_at, seq",
+                              Params().text(fences).text(owner), what);
         if (!mine) return std::move(mine).error();
         if (mine->size() > 0) {
-          RunRecord rec = read_record(*mine, 0);
-          rec.workflow = mine->text(0, kColumnCount);
-          return std::optional<RunRecord>(std::move(rec));
+          read(*mine);
+          return runs;
         }
       }
-      auto f = conn.exec("SELECT nextval('weir_run_fence_seq')", Params(), what);
+      auto f = conn.exec(
+          "SELECT string_agg(nextval('weir_run_fence_seq')::text, ',') "
+          "FROM generate_series(1, $1)",
+          Params().int8(static_cast<int64_t>(want)), what);
       if (!f) return std::move(f).error();
-      fence = f->int8(0, 0);
-      auto r = conn.exec(kClaimSql,
-                         Params().text(owner).int8(lease.count()).int8(fence).text(excluded), what);
+      fences = std::string(f->text(0, 0));
+      auto r = conn.exec(
+          kClaimSql, Params().text(owner).int8(lease.count()).text(fences).text(excluded), what);
       if (!r) return std::move(r).error();
-      if (r->size() == 0) return std::optional<RunRecord>();
-      RunRecord rec = read_record(*r, 0);
-      rec.workflow = r->text(0, kColumnCount);
-      return std::optional<RunRecord>(std::move(rec));
+      read(*r);
+      return runs;
     });
-    if (!got || !*got || (**got).state == RunState::running) return got;
-    // Failed (attempts used up) or cancelled here: look for the next one.
+    if (!got) {
+      if (out.empty()) return std::move(got).error();
+      break;  // what was claimed is the caller's; the next claim tries again
+    }
+    bool ended = false;
+    for (RunRecord& rec : *got) {
+      if (rec.state == RunState::running)
+        out.push_back(std::move(rec));
+      else
+        ended = true;  // failed (attempts used up) or cancelled here: look for the next one
+    }
+    if (!ended) break;
   }
+  return out;
 }
 
 Result<bool> RunQueue::renew(std::string_view id, int64_t fence, std::chrono::milliseconds lease) {

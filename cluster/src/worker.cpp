@@ -367,19 +367,23 @@ Result<WorkerStats> Worker::Impl::run() {
     std::size_t now_holding = holding;
     while (!draining && now_holding < opt.max_runs && !(opt.once && started >= 1) &&
            executor->budget().used_total() < opt.memory_limit / 10 * 9) {
-      // Never a run this worker still runs: its lease may have lapsed while the database was
-      // out of reach, and that attempt is still here (issue 32.1).
-      auto c = queue->claim(owner, opt.lease, held_ids());
+      // As many runs as there are free slots (one with --once), in one statement. Never a run
+      // this worker still runs: its lease may have lapsed while the database was out of reach,
+      // and that attempt is still here (issue 32.1).
+      const std::size_t want = opt.once ? 1 : opt.max_runs - now_holding;
+      auto c = queue->claim_many(owner, opt.lease, held_ids(), want);
       if (!c) {
         say("claiming: " + c.error().message);
         break;
       }
-      if (!*c) {
+      for (RunRecord& rec : *c) {
+        ++started;
+        if (start(std::move(rec), pool)) ++now_holding;
+      }
+      if (c->size() < want) {  // nothing more is claimable now
         idle = true;
         break;
       }
-      ++started;
-      if (start(std::move(**c), pool)) ++now_holding;
     }
     // --exit-when-idle: nothing held here, nothing claimable now, and no run anywhere that may
     // still become claimable: a queued one (a hand-back waits out its delay first) or a running

@@ -14,6 +14,7 @@
 #include <future>
 #include <map>
 #include <memory>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -707,6 +708,55 @@ TEST(RunQueue, AReclaimedRunsOldHolderIsFencedOut) {
   EXPECT_TRUE(
       (*q)->finish(*id, (**second).fence, weir::cluster::RunState::succeeded, "{}", "", ""));
   EXPECT_EQ((*q)->get(*id)->state, weir::cluster::RunState::succeeded);
+}
+
+// A worker claims as many runs as it has room for in one statement: the claimable ones, oldest
+// first, each with its own fence; a thread's younger run waits for its older one; a run whose
+// attempts are used up is failed in the claim and another is taken in its place.
+TEST(RunQueue, ClaimManyTakesTheClaimableRunsOldestFirstEachWithItsFence) {
+  const std::string db = fresh_db();
+  ASSERT_NE(db, "");
+  auto q = weir::cluster::RunQueue::open(db);
+  ASSERT_TRUE(q) << q.error().message;
+  auto submit = [&](const std::string& thread, int max_attempts = 3) {
+    auto req = tiny_request();
+    req.thread_id = thread;
+    req.enqueue = true;
+    req.max_attempts = max_attempts;
+    auto id = (*q)->submit(req);
+    EXPECT_TRUE(id) << id.error().message;
+    return id ? *id : std::string();
+  };
+  const std::string spent = submit("t-spent", 1);
+  auto first = (*q)->claim("w0", 60s);  // its only attempt, which then lapses
+  ASSERT_TRUE(first && *first);
+  lapse_leases(db);
+  const std::string a1 = submit("t-a"), a2 = submit("t-a"), b = submit("t-b"), c = submit("t-c");
+  auto got = (*q)->claim_many("w1", 60s, {}, 3);
+  ASSERT_TRUE(got) << got.error().message;
+  std::vector<std::string> ids;
+  for (const auto& rec : *got) ids.push_back(rec.id);
+  EXPECT_EQ(ids, (std::vector<std::string>{a1, b, c}));
+  std::set<int64_t> fences;
+  for (const auto& rec : *got) {
+    EXPECT_EQ(rec.state, weir::cluster::RunState::running);
+    EXPECT_EQ(rec.lease_owner, "w1");
+    fences.insert(rec.fence);
+  }
+  EXPECT_EQ(fences.size(), 3u);
+  auto gone = (*q)->get(spent);
+  ASSERT_TRUE(gone);
+  EXPECT_EQ(gone->state, weir::cluster::RunState::failed);
+  EXPECT_EQ(gone->error_code, "attempts_exhausted");
+  auto none = (*q)->claim_many("w2", 60s, {}, 8);  // a2 waits for a1
+  ASSERT_TRUE(none) << none.error().message;
+  EXPECT_TRUE(none->empty());
+  ASSERT_TRUE((*q)->finish(a1, (*got)[0].fence, weir::cluster::RunState::succeeded, "{}", "", ""));
+  auto next = (*q)->claim_many("w2", 60s, {}, 8);
+  ASSERT_TRUE(next) << next.error().message;
+  ASSERT_EQ(next->size(), 1u);
+  EXPECT_EQ(next->front().id, a2);
+  EXPECT_GT(next->front().fence, *fences.rbegin());
 }
 
 // A worker renews the leases of all its runs in one statement, and hears per run what renew

@@ -209,6 +209,12 @@ class RunQueue {
   // again.
   Result<std::optional<RunRecord>> claim(std::string_view owner, std::chrono::milliseconds lease,
                                          const std::vector<std::string>& running_here = {});
+  // claim for up to `max` runs in one statement (and one more for their fences; again for as
+  // many as it ended): the runs claimed, oldest first, none when nothing is claimable. When the
+  // database fails after some were claimed, those are returned (the next call tries again).
+  Result<std::vector<RunRecord>> claim_many(std::string_view owner, std::chrono::milliseconds lease,
+                                            const std::vector<std::string>& running_here,
+                                            std::size_t max);
   // Extends the lease to now + lease. Returns cancel_requested. thread_busy when the fence
   // moved on (the message names the new holder) or the run is no longer running.
   Result<bool> renew(std::string_view id, int64_t fence, std::chrono::milliseconds lease);

@@ -6,8 +6,8 @@
 // and never misses work for longer than that.
 //
 // A run, from claim to end:
-//   1. RunQueue::claim: state running, attempts + 1, a new fence, lease = now + lease (the
-//      database's clock).
+//   1. RunQueue::claim_many (as many runs as there are free slots, in one statement): state
+//      running, attempts + 1, a new fence, lease = now + lease (the database's clock).
 //   2. The checkpointer's claim on the run's thread under claim_token(fence), lease `lease`.
 //      Refused (another runner still holds the thread, its claim not yet lapsed): the run is
 //      handed back without counting the attempt, claimable again after one lease.
@@ -16,7 +16,8 @@
 //      Otherwise the graph runs (GraphRuntime::async_invoke on the thread): it continues from the
 //      thread's last checkpoint when there is an unfinished one, and puts every superstep's
 //      checkpoint with the claim token, so a worker that lost the thread commits no more steps.
-//   4. Every lease / 3 the worker renews both the queue lease and the thread claim. If either
+//   4. Every lease / 3 the worker renews the queue leases of all its runs (RunQueue::renew_all,
+//      one statement) and each run's thread claim. If either
 //      was taken over, or `weir cancel` asked (a notification, or the renewal's answer), the
 //      run's cancel flag is set: it stops before its next superstep.
 //   5. The end is recorded under the fence (RunQueue::finish): succeeded (the workflow's output
