@@ -39,7 +39,8 @@ int cmd_inspect(Args args) {
   } else {
     std::printf("\ntokenizer: none (%s)\n", tok.error().message.c_str());
   }
-  auto model = inference::Model::from_gguf(std::move(*file));
+  // The file's layout: inspecting rearranges nothing and writes no copy (docs/serve.md).
+  auto model = inference::Model::from_gguf(std::move(*file), {.cpu_layout = false});
   if (model) {
     const auto& hp = (*model)->hp();
     std::printf(

@@ -3,6 +3,7 @@
 // directory that cannot be written still loads.
 #include "model/weight_cache.hpp"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -224,6 +225,59 @@ TEST_F(WeightCache, ItsPlaceComesFromTheOptionOrWEIR_MODEL_CACHE) {
     ::setenv("WEIR_MODEL_CACHE", saved.c_str(), 1);
   else
     ::unsetenv("WEIR_MODEL_CACHE");
+}
+
+// One copy per file, however its path is spelt: relative, with "..", through a symbolic link
+// (the copy goes beside the file the link names).
+TEST_F(WeightCache, AFileHasOneCopyHoweverItsPathIsSpelt) {
+  const fs::path p = model(GgmlType::q8_0);
+  fs::create_directories(dir_ / "sub");
+  fs::create_symlink(p, dir_ / "sub" / "link.gguf");
+  const fs::path want = *cache_location(p, options_.cache_dir);
+  const fs::path cwd = fs::current_path();
+  fs::current_path(dir_);
+  EXPECT_EQ(*cache_location(p.filename(), options_.cache_dir), want);
+  fs::current_path(cwd);
+  EXPECT_EQ(*cache_location(dir_ / "sub" / ".." / p.filename(), options_.cache_dir), want);
+  EXPECT_EQ(*cache_location(dir_ / "sub" / "link.gguf", options_.cache_dir), want);
+  const char* env = std::getenv("WEIR_MODEL_CACHE");
+  const std::string saved = env ? env : "";
+  ::unsetenv("WEIR_MODEL_CACHE");  // beside the model
+  EXPECT_EQ(cache_location(dir_ / "sub" / "link.gguf", {})->string(), p.string() + ".weir-x16");
+  if (env) ::setenv("WEIR_MODEL_CACHE", saved.c_str(), 1);
+}
+
+// Something at the copy's path that is not a regular file is refused, not read: a FIFO would
+// otherwise block the load forever.
+TEST_F(WeightCache, AFifoAtTheCopysPathIsRefusedAtOnce) {
+  const fs::path p = model(GgmlType::q8_0);
+  ASSERT_EQ(::mkfifo(copy_of(p).c_str(), 0644), 0);
+  auto fd = open_cache(copy_of(p), {1, 0, {}});
+  ASSERT_FALSE(fd);
+  EXPECT_EQ(fd.error().to_string(),
+            "corrupt_data: " + copy_of(p).string() + " is not a regular file");
+}
+
+// A temporary copy of a live process means it is writing the copy: this one leaves it to it. One
+// of a process that is gone was left by a kill: it is removed, and this one writes.
+TEST_F(WeightCache, OneProcessWritesTheCopyAndAKilledOnesLeftoverIsRemoved) {
+  const fs::path copy = dir_ / "cache" / "m.gguf-0123.weir-x16";
+  const fs::path live = copy.string() + ".tmp." + std::to_string(::getppid());
+  { std::ofstream(live) << "partial"; }
+  auto busy = begin_cache(copy);
+  ASSERT_FALSE(busy);
+  EXPECT_EQ(busy.error().to_string(),
+            "io_error: process " + std::to_string(::getppid()) + " is writing " + copy.string());
+  fs::remove(live);
+  // A pid above the kernel's largest (pid_max is at most 2^22) is no process.
+  const fs::path dead = copy.string() + ".tmp.99999999";
+  { std::ofstream(dead) << "partial"; }
+  auto w = begin_cache(copy);
+  ASSERT_TRUE(w) << w.error().message;
+  EXPECT_FALSE(fs::exists(dead));
+  EXPECT_TRUE(fs::exists(w->tmp));
+  ::close(w->fd);
+  fs::remove(w->tmp);
 }
 
 TEST_F(WeightCache, SmallFilesAndTheFileLayoutKeepNoCopy) {

@@ -424,7 +424,10 @@ Result<std::shared_ptr<const Model>> Model::from_gguf(std::unique_ptr<GgufFile> 
       rep.note = w.error().message +
                  " (each load rearranges the weights; WEIR_MODEL_CACHE=DIR puts the copy "
                  "elsewhere, =off turns it off)";
-      log(LogLevel::info, f.name() + ": " + rep.note);
+      // A folder the user named (cache_dir, WEIR_MODEL_CACHE) that fails is worth a warning; a
+      // model's own read-only folder is not.
+      const bool named = !options.cache_dir.empty() || std::getenv("WEIR_MODEL_CACHE") != nullptr;
+      log(named ? LogLevel::warn : LogLevel::info, f.name() + ": " + rep.note);
     }
   }
   rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

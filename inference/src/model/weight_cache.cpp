@@ -2,11 +2,13 @@
 #include "model/weight_cache.hpp"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -73,26 +75,35 @@ bool write_all(int fd, const std::byte* p, std::uint64_t size) {
 
 }  // namespace
 
-std::optional<std::filesystem::path> cache_location(const std::filesystem::path& model,
+std::optional<std::filesystem::path> cache_location(const std::filesystem::path& model_in,
                                                     const std::filesystem::path& dir) {
   std::filesystem::path where = dir;
   if (where.empty()) {
     const char* env = std::getenv("WEIR_MODEL_CACHE");
-    const std::string v = env ? env : "";
-    if (v == "off" || v == "0") return std::nullopt;
-    if (v.empty()) return std::filesystem::path(model.string() + ".weir-x16");
-    where = v;
+    std::string v = env ? env : "";
+    std::transform(v.begin(), v.end(), v.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    if (v == "off" || v == "0" || v == "false" || v == "no") return std::nullopt;
+    if (v.empty())
+      where.clear();
+    else
+      where = env;
   }
+  // One copy per file, however its path is spelt (relative, "..", a symbolic link): the copy
+  // goes beside the file a link names, and a cache directory names it by the resolved path.
   std::error_code ec;
-  const auto abs = std::filesystem::absolute(model, ec);
+  auto model = std::filesystem::canonical(model_in, ec);
+  if (ec) model = std::filesystem::absolute(model_in, ec);
+  if (ec) model = model_in;
+  if (where.empty()) return std::filesystem::path(model.string() + ".weir-x16");
   char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx",
-                static_cast<unsigned long long>(fnv1a((ec ? model : abs).string())));
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(fnv1a(model.string())));
   return where / (model.filename().string() + "-" + hex + ".weir-x16");
 }
 
 Result<int> open_cache(const std::filesystem::path& path, const CacheSource& src) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO at the path must not hang the load (it is refused below).
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     if (errno == ENOENT || errno == ENOTDIR)
       return Error(Errc::not_found, path.string() + " does not exist");
@@ -104,6 +115,7 @@ Result<int> open_cache(const std::filesystem::path& path, const CacheSource& src
   };
   struct stat st {};
   if (::fstat(fd, &st) != 0) return bad("cannot be read");
+  if (!S_ISREG(st.st_mode)) return bad("is not a regular file");
   if (static_cast<std::uint64_t>(st.st_size) != kCacheHeaderBytes + src.size)
     return bad("is " + std::to_string(st.st_size) + " bytes, expected " +
                std::to_string(kCacheHeaderBytes + src.size) + " (truncated or not a weir copy)");
@@ -126,6 +138,23 @@ Result<int> open_cache(const std::filesystem::path& path, const CacheSource& src
 }
 
 Result<CacheWriter> begin_cache(const std::filesystem::path& path) {
+  // Temporary copies beside it: a live process's means that process is writing the copy (one
+  // writer is enough); a gone process's was left by a kill, and is removed.
+  const std::string prefix = path.filename().string() + ".tmp.";
+  std::error_code ec;
+  const auto parent = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
+  for (const auto& e : std::filesystem::directory_iterator(parent, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) continue;
+    const std::string digits = name.substr(prefix.size());
+    if (digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 9) continue;
+    const auto pid = static_cast<pid_t>(std::stol(digits));
+    if (pid == ::getpid()) continue;
+    if (::kill(pid, 0) == 0 || errno == EPERM)
+      return Error(Errc::io_error, "process " + digits + " is writing " + path.string());
+    std::error_code rm;
+    std::filesystem::remove(e.path(), rm);  // left by a process that was killed
+  }
   CacheWriter w;
   w.path = path;
   w.tmp = path.string() + ".tmp." + std::to_string(::getpid());
