@@ -1,4 +1,7 @@
 // weir: command-line front door. `weir help` lists the commands.
+#include <signal.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <string>
 #include <string_view>
@@ -288,8 +291,32 @@ const Command* find_command(std::string_view name) {
 }  // namespace
 }  // namespace weir::cli
 
+namespace {
+
+// Models (and their rearranged copies) are memory-mapped: a file truncated or rewritten in place
+// while mapped kills the process with SIGBUS when a removed page is read. Say so on the way out.
+void on_sigbus(int) {
+  static const char msg[] =
+      "weir: SIGBUS: a memory-mapped file was truncated or rewritten in place while in use (a "
+      "model file, or its .weir-x16 copy?); replace such files by renaming a new one over them "
+      "(docs/serve.md, Start-up)\n";
+  [[maybe_unused]] auto n = ::write(2, msg, sizeof msg - 1);
+  ::signal(SIGBUS, SIG_DFL);
+  ::raise(SIGBUS);
+}
+
+void install_sigbus_note() {
+  struct sigaction sa = {};
+  sa.sa_handler = on_sigbus;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGBUS, &sa, nullptr);
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   using namespace weir::cli;
+  install_sigbus_note();
   weir::init_logging();
   std::vector<std::string_view> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "help" || args[0] == "--help" || args[0] == "-h") {

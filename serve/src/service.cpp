@@ -2,6 +2,8 @@
 // endpoints. The generation endpoints: service_generate.cpp; Service::Impl: service_impl.hpp.
 #include <algorithm>
 #include <cctype>
+#include <future>
+#include <thread>
 
 #include "console.hpp"
 #include "langgraph_assistants.hpp"
@@ -806,27 +808,33 @@ int run(ServeConfig config) {
   std::fprintf(stderr, "weir serve: listening on http://%s:%u\n", host.c_str(),
                static_cast<unsigned>(port));
   std::fprintf(stderr, "weir serve: loading models...\n");
-  std::atomic<int> signals{0};
-  std::thread waiter([&] {
+  // The first signal drains; the waiter stays for a second, which exits at once, even while the
+  // teardown below waits (an engine's last step, a model's copy being written).
+  std::promise<void> first_signal;
+  auto drained = first_signal.get_future();
+  std::thread waiter([set, grace, &svc, first = std::move(first_signal)]() mutable {
+    bool draining = false;
     for (;;) {
       int sig = 0;
       if (sigwait(&set, &sig) != 0) continue;
-      if (signals.fetch_add(1) >= 1) {
+      if (draining) {
         std::fprintf(stderr, "weir serve: second signal, exiting now\n");
         std::_Exit(1);
       }
       std::fprintf(stderr, "weir serve: signal %d, draining (grace %s; again to exit now)\n", sig,
                    ms_text(grace).c_str());
       (*svc)->shutdown(grace);
-      return;
+      draining = true;
+      first.set_value();
     }
   });
+  waiter.detach();
   if (auto st = (*svc)->wait_ready(); !st) {
     std::fprintf(stderr, "weir serve: %s\n", st.error().message.c_str());
     std::_Exit(1);
   }
   std::fprintf(stderr, "weir serve: ready\n");
-  waiter.join();
+  drained.wait();
   std::fprintf(stderr, "weir serve: stopped\n");
   // Teardown stops each engine within one step. Should a step never end (a bug), a stopped
   // server must still go: after kTeardownLimit the process exits anyway, saying so.
