@@ -266,14 +266,17 @@ bool GgufFile::map_huge(int fd, std::uint64_t offset) {
     ::munmap(m, bytes);
     return false;
   }
-  auto* dst = static_cast<std::byte*>(m) + offset;
-  ::munmap(mapping_, mapped_bytes_);
-  for (TensorInfo& t : tensors_) t.data = dst + (t.data - base_);
-  mapping_ = m;
-  mapped_bytes_ = bytes;
-  base_ = dst;
+  move_to_mapping(m, bytes, static_cast<std::byte*>(m) + offset);
   huge_mapped_ = true;
   return true;
+}
+
+void GgufFile::move_to_mapping(void* m, std::uint64_t bytes, std::byte* base) {
+  ::munmap(mapping_, mapped_bytes_);
+  for (TensorInfo& t : tensors_) t.data = base + (t.data - base_);
+  mapping_ = m;
+  mapped_bytes_ = bytes;
+  base_ = base;
 }
 
 Status GgufFile::to_memory(const std::function<Status(std::byte* dst)>& fill) {
@@ -291,11 +294,7 @@ Status GgufFile::to_memory(const std::function<Status(std::byte* dst)>& fill) {
     ::munmap(m, bytes);
     return st;
   }
-  ::munmap(mapping_, mapped_bytes_);
-  for (TensorInfo& t : tensors_) t.data = dst + (t.data - base_);
-  mapping_ = m;
-  mapped_bytes_ = bytes;
-  base_ = dst;
+  move_to_mapping(m, bytes, dst);
   in_memory_ = true;
   writable_ = true;
   return {};

@@ -151,6 +151,9 @@ class GgufFile {
   GgufFile() = default;
   Status parse();
   Result<const Value*> find(std::string_view key, std::string_view want) const;
+  // Unmaps the current bytes and keeps the mapping `m` (`bytes` long) whose file bytes start at
+  // `base`: to_memory() and map_huge() move here.
+  void move_to_mapping(void* m, std::uint64_t bytes, std::byte* base);
 
   std::string name_;
   const std::byte* base_ = nullptr;
