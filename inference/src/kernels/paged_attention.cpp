@@ -1,7 +1,6 @@
 #include "kernels/paged_attention.hpp"
 
 #include <algorithm>
-#include <bit>
 #include <cassert>
 #include <cmath>
 #include <cstring>

@@ -9,6 +9,7 @@
 #include <bit>
 #include <cmath>
 
+#include "kernels/gemm_avx512.hpp"
 #include "kernels/simd.hpp"
 #include "kernels/x86.hpp"
 
@@ -41,15 +42,6 @@ WEIR_AVX512_BEGIN
 
 namespace weir::inference {
 namespace {
-
-bool have_avx512_vnni() {
-  static const bool yes = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("fma");
-  }();
-  return yes;
-}
 
 // One layer's Q8_0 K and V: the value at (block, slot, column) of a plane times the scale of
 // its (block, slot, column / head_dim) in the scale planes ([num_blocks][block_size][n_kv_heads]).
@@ -161,7 +153,7 @@ bool attention_q8_avx512_vnni(const std::int8_t* values, const std::uint16_t* sc
                               const KvLayout& L, const AttentionBatch& batch, const float* q,
                               float* out, float scale, std::int64_t begin, std::int64_t end,
                               std::vector<float>& scratch) {
-  if (!have_avx512_vnni()) return false;
+  if (!kernels::detail::have_vnni()) return false;  // AVX-512 F, BW, VNNI (the GEMMs' check)
   const Q8Kv kv{
       {scales + (k_plane - values) / L.head_dim, scales + (v_plane - values) / L.head_dim},
       L.block_size,
