@@ -17,8 +17,8 @@
 #include "kernels/kernels.hpp"
 #include "kernels/kernels_portable.hpp"
 #include "model/quant.hpp"
-#include "random_util.hpp"
 #include "model/repack.hpp"
+#include "random_util.hpp"
 #include "weir/inference/gguf_writer.hpp"
 
 namespace weir::inference {
@@ -380,6 +380,39 @@ TEST_P(X16Layouts, MatchTheFileLayout) {
           << "row " << r;
     }
     check_matmul(type, x16, s, kX16Tokens, 400, 1e-5, UnpackedKQuant(type, *bytes, s));
+  }
+}
+
+// The Q8_0 x16 kernel takes one group of 16 rows a call or two (above 8 tokens), in token tiles
+// of 1 to 4, prefetching differently by batch size: a token's outputs must not depend on any of
+// it, bit for bit, or a sequence's text would change with the batch it is decoded in.
+TEST_F(Kernels, Q8X16OutputsDoNotDependOnTheBatch) {
+  for (const Shape s : {Shape{48, 288}, Shape{64, 2304}, Shape{37, 768}}) {
+    const auto wf = randn(static_cast<std::size_t>(s.rows * s.cols), 3 + s.rows, 0.05f);
+    auto bytes = quantize_tensor(wf, GgmlType::q8_0);
+    ASSERT_TRUE(bytes);
+    repack_x16(GgmlType::q8_0, reinterpret_cast<std::byte*>(bytes->data()), s.rows, s.cols);
+    const Weight w{GgmlType::q8_0, reinterpret_cast<const std::byte*>(bytes->data()), s.rows,
+                   s.cols, WeightLayout::q8_0_x16};
+    constexpr std::int64_t kBatch = 33;
+    const auto x = randn(static_cast<std::size_t>(kBatch * s.cols), 17 + s.rows);
+    std::vector<std::int8_t> qx;
+    std::vector<float> qs;
+    for (int threads : {1, 3}) {
+      ThreadPool pool(threads);
+      std::vector<float> batch(static_cast<std::size_t>(kBatch * s.rows)),
+          one(static_cast<std::size_t>(s.rows));
+      kernels::matmul(w, x.data(), kBatch, batch.data(), pool, qx, qs);
+      for (std::int64_t t = 0; t < kBatch; ++t) {
+        kernels::matmul(w, x.data() + t * s.cols, 1, one.data(), pool, qx, qs);
+        for (std::int64_t r = 0; r < s.rows; ++r) {
+          ASSERT_EQ(batch[static_cast<std::size_t>(t * s.rows + r)],
+                    one[static_cast<std::size_t>(r)])
+              << s.rows << "x" << s.cols << " threads " << threads << " token " << t << " row "
+              << r;
+        }
+      }
+    }
   }
 }
 

@@ -6,6 +6,7 @@
 #ifdef WEIR_X86
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 #include <type_traits>
 
@@ -477,45 +478,64 @@ WEIR_VNNI void dot_q4_0_x16_vnni(const std::byte* w, std::int64_t pairs, const V
 
 // Q8_0, 16 rows a vector (the layout: repack.hpp), like dot_q4k_x16_vnni. A chunk is one block of
 // 16 rows: 8 vectors of 4 quants a row, stored + 128 (unsigned), so vpdpbusd takes them as they
-// are against the token's 4 activation quants (broadcast, signed); the dots start from the
-// block's correction -128 * (sum of its activation quants), in two chains (even and odd
-// vectors), and one multiply-add per token applies d * d_x. A block of 16 rows is 544 bytes,
-// against 16 separate rows' worth of scale work in the row kernel (dot_blocks_vnni) or the
-// GEMM's per-tile sums and transposes (gemm_q8_vnni).
-template <int T>
-WEIR_VNNI void dot_q8_0_x16_vnni(const std::byte* w, std::int64_t blocks, const VnniActs& a,
-                                 std::int64_t t0, float* out, std::int64_t out_stride,
-                                 bool prefetch) {
+// are against the token's 4 activation quants (broadcast, signed); each (group, token) dot starts
+// from the block's correction -128 * (sum of its activation quants), one chain of 8, and one
+// multiply-add applies d * d_x. G groups at once (2 but for a range's odd last group, and for
+// batches of 8 tokens or fewer: kernels.cpp) so that each broadcast feeds G vpdpbusd. On Zen 5 a
+// broadcast from memory takes one of the two 512-bit load slots a cycle: with one group the 8 T
+// broadcasts, 8 weight loads and 2 T scales of a block were the bound (T = 4: 27 cycles a block
+// against 16 of vpdpbusd at 2 a cycle, 0.59 of the peak). With two, the bound is the two pipes
+// that vpdpbusd shares with the float multiplies: 8 G T vpdpbusd and 2 G T multiplies a block,
+// at most 0.8 of the peak (T = 4: 41-43 cycles against 40; 0.75-0.78). The float operations of
+// each row and token are the same as with G = 1, in the same order: results do not depend on G.
+// A block of 16 rows is 544 bytes, against 16 separate rows' worth of scale work in the row
+// kernel (dot_blocks_vnni) or the GEMM's per-tile sums and transposes (gemm_q8_vnni).
+template <int T, int G>
+WEIR_VNNI void dot_q8_0_x16_vnni(const std::byte* w, std::int64_t blocks, std::size_t group_bytes,
+                                 const VnniActs& a, std::int64_t t0, float* out,
+                                 std::int64_t out_stride, X16Ahead ahead) {
+  static_assert(G == 1 || G == 2);
   const std::int64_t cols = blocks * kQK8_0;
   const auto [q, corr, xd] = x16_tokens(a, t0, cols, kQK8_0);
-  __m512 acc[T];
-  for (int k = 0; k < T; ++k) acc[k] = _mm512_setzero_ps();
+  __m512 acc[G][T];
+  for (int g = 0; g < G; ++g)
+    for (int k = 0; k < T; ++k) acc[g][k] = _mm512_setzero_ps();
   for (std::int64_t i = 0; i < blocks; ++i) {
     const std::byte* c = w + static_cast<std::size_t>(i) * kX16ChunkQ8_0;
-    if (prefetch) prefetch_ahead<(kX16ChunkQ8_0 + 63) / 64, kAheadX16>(c);
-    __m512i dot[T][2];
+    for (std::int64_t l = i * ahead.lines_per_block;
+         l < std::min(ahead.lines, (i + 1) * ahead.lines_per_block); ++l)
+      _mm_prefetch(reinterpret_cast<const char*>(ahead.p) + 64 * l, _MM_HINT_T1);
+    __m512i dot[G][T];
     for (int k = 0; k < T; ++k) {
-      dot[k][0] = _mm512_set1_epi32(corr[k * blocks + i]);
-      dot[k][1] = _mm512_setzero_si512();
+      const __m512i c0 = _mm512_set1_epi32(corr[k * blocks + i]);
+      for (int g = 0; g < G; ++g) dot[g][k] = c0;
     }
 #pragma GCC unroll 8
     for (int v = 0; v < 8; ++v) {
-      const __m512i qs = _mm512_loadu_si512(c + kX16QsQ8_0 + 64 * v);
+      __m512i qs[G];
+      for (int g = 0; g < G; ++g)
+        qs[g] = _mm512_loadu_si512(c + g * group_bytes + kX16QsQ8_0 + 64 * v);
 #pragma GCC unroll 4
       for (int k = 0; k < T; ++k) {
         std::int32_t x4;
         std::memcpy(&x4, q + k * cols + kQK8_0 * i + 4 * v, 4);
-        dot[k][v & 1] = _mm512_dpbusd_epi32(dot[k][v & 1], qs, _mm512_set1_epi32(x4));
+        const __m512i xb = _mm512_set1_epi32(x4);
+        for (int g = 0; g < G; ++g) dot[g][k] = _mm512_dpbusd_epi32(dot[g][k], qs[g], xb);
       }
     }
-    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(c)));
+    for (int g = 0; g < G; ++g) {
+      const __m512 d = _mm512_cvtph_ps(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c + g * group_bytes)));
 #pragma GCC unroll 4
-    for (int k = 0; k < T; ++k) {
-      acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(dot[k][0], dot[k][1])),
-                               _mm512_mul_ps(d, _mm512_set1_ps(xd[k * blocks + i])), acc[k]);
+      for (int k = 0; k < T; ++k) {
+        acc[g][k] =
+            _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[g][k]),
+                            _mm512_mul_ps(d, _mm512_set1_ps(xd[k * blocks + i])), acc[g][k]);
+      }
     }
   }
-  for (int k = 0; k < T; ++k) _mm512_storeu_ps(out + k * out_stride, acc[k]);
+  for (int g = 0; g < G; ++g)
+    for (int k = 0; k < T; ++k) _mm512_storeu_ps(out + k * out_stride + kX16Rows * g, acc[g][k]);
 }
 
 // Per 128-weight half of a super-block: 64 bytes of ql and the 32 of qh (twice, in both 256-bit
@@ -684,8 +704,12 @@ WEIR_VNNI void dot_blocks_vnni(const Block* w, std::int64_t blocks, const VnniAc
                                     float*, std::int64_t, bool);                                   \
   template void dot_q4_0_x16_vnni<T>(const std::byte*, std::int64_t, const VnniActs&,              \
                                      std::int64_t, float*, std::int64_t, bool);                    \
-  template void dot_q8_0_x16_vnni<T>(const std::byte*, std::int64_t, const VnniActs&,              \
-                                     std::int64_t, float*, std::int64_t, bool);                    \
+  template void dot_q8_0_x16_vnni<T, 1>(const std::byte*, std::int64_t, std::size_t,               \
+                                        const VnniActs&, std::int64_t, float*, std::int64_t,       \
+                                        X16Ahead);                                                 \
+  template void dot_q8_0_x16_vnni<T, 2>(const std::byte*, std::int64_t, std::size_t,               \
+                                        const VnniActs&, std::int64_t, float*, std::int64_t,       \
+                                        X16Ahead);                                                 \
   template void dot_q6k_vnni<T>(const BlockQ6_K*, std::int64_t, const VnniActs&, std::int64_t,     \
                                 float*, std::int64_t);                                             \
   template void dot_blocks_vnni<BlockQ8_0, T>(const BlockQ8_0*, std::int64_t, const VnniActs&,     \

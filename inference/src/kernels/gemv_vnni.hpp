@@ -105,11 +105,21 @@ WEIR_VNNI void dot_q4_0_x16_vnni(const std::byte* w, std::int64_t pairs, const V
                                  std::int64_t t0, float* out, std::int64_t out_stride,
                                  bool prefetch);
 
-// 16 Q8_0 rows in the x16 layout, as dot_q4k_x16_vnni; blocks: cols / 32. a: ActsKind::q8_0_x16.
-template <int T>
-WEIR_VNNI void dot_q8_0_x16_vnni(const std::byte* w, std::int64_t blocks, const VnniActs& a,
-                                 std::int64_t t0, float* out, std::int64_t out_stride,
-                                 bool prefetch);
+// The software prefetch of one x16 kernel call: `lines` cache lines from p into L2, about
+// lines_per_block of them while each block of the call is multiplied (none: lines 0).
+struct X16Ahead {
+  const std::byte* p = nullptr;
+  std::int64_t lines = 0, lines_per_block = 0;
+};
+
+// G (1 or 2) consecutive groups of 16 Q8_0 rows in the x16 layout, w: the first's blocks chunks,
+// the second's group_bytes on (blocks: cols / 32). a: ActsKind::q8_0_x16. Row l of group g for
+// token k: out[k * out_stride + 16 g + l]. ahead: what to prefetch meanwhile (matmul spreads the
+// next groups' bytes over the token tiles of these, when there are several).
+template <int T, int G>
+WEIR_VNNI void dot_q8_0_x16_vnni(const std::byte* w, std::int64_t blocks, std::size_t group_bytes,
+                                 const VnniActs& a, std::int64_t t0, float* out,
+                                 std::int64_t out_stride, X16Ahead ahead);
 
 // Q6_K rows, w: [sblocks]. a: ActsKind::q6_k, tokens t0 .. t0 + T of it.
 template <int T>
