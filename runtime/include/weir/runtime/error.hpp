@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cassert>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <system_error>
@@ -138,30 +139,30 @@ class [[nodiscard]] Result {
   std::variant<T, Error> v_;
 };
 
-// Success or an Error.
+// Success or an Error. A success holds no Error (std::optional): making and dropping one, as
+// every step of a run does many times, costs a flag.
 template <>
 class [[nodiscard]] Result<void> {
  public:
   Result() = default;
-  Result(Error error) : error_(std::move(error)), ok_(false) {}  // NOLINT: implicit by design
+  Result(Error error) : error_(std::move(error)) {}  // NOLINT: implicit by design
 
-  bool has_value() const noexcept { return ok_; }
-  explicit operator bool() const noexcept { return ok_; }
+  bool has_value() const noexcept { return !error_.has_value(); }
+  explicit operator bool() const noexcept { return has_value(); }
   void value() const {
-    if (!ok_) throw Exception(error_);
+    if (error_) throw Exception(*error_);
   }
   const Error& error() const& {
-    assert(!ok_);
-    return error_;
+    assert(error_);
+    return *error_;
   }
   Error&& error() && {
-    assert(!ok_);
-    return std::move(error_);
+    assert(error_);
+    return std::move(*error_);
   }
 
  private:
-  Error error_;
-  bool ok_ = true;
+  std::optional<Error> error_;
 };
 
 using Status = Result<void>;
