@@ -1,5 +1,5 @@
 // bench_graph: the state-graph executor's overhead and scale. Single-threaded.
-// Reproduce: build/bin/bench_graph --json
+// Reproduce: build/bin/bench_graph --json (or `seq` / `par`: one loop, for a profiler)
 #include <malloc.h>
 #include <time.h>
 #include <unistd.h>
@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <string_view>
 #include <vector>
 
 #include <boost/asio/co_spawn.hpp>
@@ -179,9 +180,21 @@ Concurrent concurrent(int runs, Make make) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
   GraphRuntime rt({.max_concurrent_runs = 200000, .max_queued_runs = 0});
   long steps = 0;
+  if (argc > 1 && std::string_view(argv[1]) != "--json") {
+    // `bench_graph seq` / `bench_graph par`: only that loop, a million runs (for a profiler,
+    // e.g. perf record), then the median CPU µs per run.
+    const std::string_view what = argv[1];
+    if (what != "seq" && what != "par") {
+      std::fprintf(stderr, "usage: bench_graph [--json | seq | par]\n");
+      return 2;
+    }
+    const PerRun r = us_per_run(rt, what == "par" ? fan_out() : chain(false), 100, 10000, steps);
+    std::printf("%.4f\n", r.cpu_us);
+    return 0;
+  }
   us_per_run(rt, chain(false), 3, 2000, steps);  // warm up
   steps = 0;
   auto t0 = Clock::now();

@@ -4,6 +4,7 @@
 #include "runner.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 
 #include <boost/asio/co_spawn.hpp>
@@ -24,7 +25,8 @@ const json::value& StateView::get(std::string_view channel) const {
 
 json::object StateView::to_object() const {
   json::object o;
-  for (std::size_t i = 0; i < g_.channel_count(); ++i) o[g_.channel_name(i)] = s_.values[i];
+  o.reserve(g_.channel_count());
+  for (std::size_t i = 0; i < g_.channel_count(); ++i) o.emplace(g_.channel_name(i), s_.values[i]);
   return o;
 }
 
@@ -241,19 +243,28 @@ void Runner::take_barrier_scratch() {
   barrier->writes.resize(g.channels_.size());
 }
 
+void Runner::clear_barrier_scratch() {
+  barrier->results.clear();
+  barrier->next.clear();
+  for (auto& w : barrier->writes) {
+    w.clear();
+    if (w.capacity() > kPooledItems) w.shrink_to_fit();
+  }
+}
+
+void Runner::drop_input() {
+  if (!barrier) return;
+  barrier->admission = nullptr;
+  if (barrier->input.capacity() > 0) barrier->input = json::object();
+}
+
 void Runner::give_barrier_scratch() {
   if (!barrier) return;
   Pools* pl = pools();
   if (pl && pl->barrier.size() < kPooled && barrier->results.capacity() <= kPooledItems &&
       barrier->next.capacity() <= kPooledItems && barrier->writes.capacity() <= kPooledItems) {
-    barrier->results.clear();
-    barrier->next.clear();
-    barrier->input = json::object();
-    barrier->admission = nullptr;
-    for (auto& w : barrier->writes) {
-      w.clear();
-      if (w.capacity() > kPooledItems) w.shrink_to_fit();
-    }
+    clear_barrier_scratch();
+    drop_input();
     pl->barrier.push_back(std::move(barrier));
   }
   barrier.reset();
@@ -340,7 +351,7 @@ Status Runner::start(const json::object& input, std::vector<Task>& tasks) {
     }
     tasks = std::move(first);  // an unfinished thread's pending nodes give way
   } else if (!resumed) {
-    for (auto n : g.static_next_[0]) tasks.push_back({n, nullptr});
+    for (auto n : g.static_next_[0]) tasks.emplace_back(n);
     for (const Router* r : g.routers_[0]) {
       if (auto s = route(*r, tasks); !s) return s;
     }
@@ -555,12 +566,15 @@ Runner::Await Runner::advance_phase() {
       if (thread) check(claim());
       if (ok) check(prepare(barrier->input, tasks));
       phase = Phase::start;
-      return ok && has_evicted() ? await_slow(Slow::fold) : Await::more;
+      if (ok && has_evicted()) return await_slow(Slow::fold);
+      [[fallthrough]];
+    // From here to Phase::swap, a phase that need not wait falls through to the next: a step
+    // whose nodes run inline is one call of this function and one jump per phase less.
     case Phase::start:
       if (ok) check(start(input(), tasks));
-      give_barrier_scratch();
+      drop_input();
       phase = Phase::step;
-      return Await::more;
+      [[fallthrough]];
     case Phase::step:
       if (ok && !tasks.empty()) check(begin_step(tasks, superstep));
       if (!ok || tasks.empty()) {
@@ -578,15 +592,21 @@ Runner::Await Runner::advance_phase() {
       skip_breaks = false;
       if (traced) trace_step_begin();
       phase = Phase::nodes;
-      return streaming() ? await_slow(Slow::started) : Await::more;
+      if (streaming()) return await_slow(Slow::started);
+      [[fallthrough]];
     case Phase::nodes:
       phase = Phase::barrier;
-      if (tasks.size() == 1 && direct(tasks[0])) return Await::node;
+      if (tasks.size() == 1 && direct(tasks[0])) {
+        give_barrier_scratch();  // a run waiting on a direct node holds no scratch
+        return Await::node;
+      }
       take_barrier_scratch();
-      if (run_inline(tasks, barrier->results)) return Await::more;
-      if (tasks.size() > 1) return Await::concurrently;
-      barrier->results.emplace_back(Error(Errc::cancelled, "not run"));
-      return Await::call;
+      if (!run_inline(tasks, barrier->results)) {
+        if (tasks.size() > 1) return Await::concurrently;
+        barrier->results.emplace_back(Error(Errc::cancelled, "not run"));
+        return Await::call;
+      }
+      [[fallthrough]];
     case Phase::barrier:
       if (traced)  // nodes whose calls did not end their spans (direct, inline)
         for (std::size_t i = 0; i < tasks.size(); ++i) trace_node_end(i, barrier->results[i]);
@@ -597,23 +617,33 @@ Runner::Await Runner::advance_phase() {
         phase = Phase::end;
         return Await::more;
       }
-      check(collect(tasks, barrier->results, barrier->writes));
-      phase = ok ? Phase::merge : Phase::end;
-      return ok && streaming() ? await_slow(Slow::finished) : Await::more;
+      if (!check(collect(tasks, barrier->results, barrier->writes))) {
+        phase = Phase::end;
+        return Await::more;
+      }
+      phase = Phase::merge;
+      if (streaming()) return await_slow(Slow::finished);
+      [[fallthrough]];
     case Phase::merge:
       check(merge(barrier->writes, superstep));
       phase = Phase::advance;
-      return ok && has_evicted() ? await_slow(Slow::fold) : Await::more;
+      if (ok && has_evicted()) return await_slow(Slow::fold);
+      [[fallthrough]];
     case Phase::advance:
-      if (ok) check(advance(tasks, barrier->results, barrier->writes, barrier->next, superstep));
-      phase = ok ? Phase::swap : Phase::end;
-      return ok && streaming() && stream_state ? await_slow(Slow::state) : Await::more;
+      if (!ok ||
+          !check(advance(tasks, barrier->results, barrier->writes, barrier->next, superstep))) {
+        phase = Phase::end;
+        return Await::more;
+      }
+      phase = Phase::swap;
+      if (streaming() && stream_state) return await_slow(Slow::state);
+      [[fallthrough]];
     case Phase::swap:
       if (traced) trace_step_end();
       if (extras && !extras->break_after.empty() && !barrier->next.empty() && breaks_after(tasks))
         break_next = true;
       std::swap(tasks, barrier->next);
-      give_barrier_scratch();
+      clear_barrier_scratch();  // kept for the next step, unless its node is direct
       phase = Phase::step;
       return Await::more;
     case Phase::end:
@@ -837,7 +867,7 @@ std::size_t GraphRuntime::queued_runs() const {
 
 asio::awaitable<Result<RunResult>> GraphRuntime::async_invoke(
     std::shared_ptr<const CompiledGraph> graph, json::object input, RunOptions options) {
-  return async_run(std::move(graph), std::move(input), std::move(options), nullptr);
+  return async_run(graph, input, options, nullptr);
 }
 
 asio::awaitable<Result<RunResult>> GraphRuntime::async_resume(
@@ -851,14 +881,21 @@ asio::awaitable<Result<RunResult>> GraphRuntime::async_resume(
     co_return Error(Errc::invalid_argument, "async_resume needs a non-empty thread id");
   options.thread_id = std::move(thread_id);
   auto value = std::make_unique<json::value>(std::move(resume_value));
-  co_return co_await async_run(std::move(graph), json::object(), std::move(options), value.get());
+  json::object no_input;  // a local: no temporary inside a co_await (GCC 12)
+  co_return co_await async_run(graph, no_input, options, value.get());
 }
 
 asio::awaitable<Result<RunResult>> GraphRuntime::async_run(
-    std::shared_ptr<const CompiledGraph> graph, json::object input, RunOptions options,
+    std::shared_ptr<const CompiledGraph>& graph, json::object& input, RunOptions& options,
     const json::value* resume_value) {
-  std::string run_id = options.run_id.empty() ? "run-" + std::to_string(next_run_.fetch_add(1))
-                                              : std::move(options.run_id);
+  std::string run_id;
+  if (options.run_id.empty()) {  // "run-<n>", built in place (every run without an id pays it)
+    char id[24] = "run-";
+    const auto n = std::to_chars(id + 4, id + sizeof id, next_run_.fetch_add(1)).ptr;
+    run_id.assign(id, n);
+  } else {
+    run_id = std::move(options.run_id);
+  }
   auto r = std::make_unique<Runner>(*graph, options_, std::move(run_id), graph->limits_);
   r->graph_ref = std::move(graph);
   r->set_input(std::move(input));
@@ -877,6 +914,9 @@ asio::awaitable<Result<RunResult>> GraphRuntime::async_run(
   // (async_resume's options always name a thread, which holds resume_value.)
   // The run keeps no owning reference to the stream: a consumer that drops it closes it.
   if (options.events) r->extra().events = options.events->impl_;
+  // Dropped here, not with the caller's RunOptions (which the caller may keep until the run
+  // ends: GCC destroys a by-value argument at the end of the caller's co_await expression).
+  options.events.reset();
   if (options.on_message_text) r->extra().on_text = options.on_message_text;
   r->stream_state = options.stream_state;
   if (!options.interrupt_before.empty() || !options.interrupt_after.empty() ||

@@ -54,6 +54,7 @@ struct RunState {
 };
 
 struct Task {
+  explicit Task(std::size_t n) : node(static_cast<std::uint32_t>(n)), from_send(false) {}
   Task(std::size_t n, json::value in, bool send = false)
       : node(static_cast<std::uint32_t>(n)), from_send(send), input(std::move(in)) {}
   std::uint32_t node;  // [nodes]
@@ -330,10 +331,10 @@ struct Runner {
   // frame (100k runs: bench/bench_graph.cpp).
   std::vector<Task> tasks;
   // The barrier's scratch: the step's results, its writes per channel and the next step's
-  // tasks. Held from the step's nodes (from its node's return for a direct node) to the start
-  // of the next step, taken from the thread's pool and given back (run.cpp): a run waiting on
-  // a direct node holds none.
-  // Before the first step it carries the run's input instead (set_input()).
+  // tasks. Taken from the thread's pool (run.cpp) and kept from step to step, but given back
+  // before a direct node's call (and taken again at its return): a run waiting on a direct node
+  // holds none.
+  // Before the first step it carries the run's input too (set_input(); dropped by start).
   struct Barrier {
     std::vector<Result<Update>> results;  // [tasks]
     Writes writes;                        // [channels]
@@ -344,6 +345,8 @@ struct Runner {
   std::unique_ptr<Barrier> barrier;
   void take_barrier_scratch();
   void give_barrier_scratch();
+  void clear_barrier_scratch();  // empty for the next step; REQUIRES: barrier
+  void drop_input();             // the input's memory, once the run's first step is set up
   void set_input(json::object in) {
     take_barrier_scratch();
     barrier->input = std::move(in);
@@ -531,7 +534,7 @@ struct Runner {
     for (const auto& t : v) {
       if (t.node == n && !t.from_send) return;
     }
-    v.push_back({n, nullptr});
+    v.emplace_back(n);
   }
 
   Status route(const Router& r, std::vector<Task>& out);

@@ -65,9 +65,14 @@ struct Update {
   std::vector<std::pair<std::string, boost::json::value>> writes;
   std::optional<std::vector<std::string>> go_to;
   std::vector<Send> sends;
-  Update& set(std::string channel, boost::json::value v) {
+  Update& set(std::string channel, boost::json::value v) & {
     writes.emplace_back(std::move(channel), std::move(v));
     return *this;
+  }
+  // On a temporary, `return Update().set(...)` moves the update out instead of copying it.
+  Update&& set(std::string channel, boost::json::value v) && {
+    writes.emplace_back(std::move(channel), std::move(v));
+    return std::move(*this);
   }
 };
 
@@ -553,9 +558,12 @@ class GraphRuntime {
   std::size_t queued_runs() const;
 
  private:
-  // The run behind async_invoke and async_resume (resume_value null for async_invoke).
-  boost::asio::awaitable<Result<RunResult>> async_run(std::shared_ptr<const CompiledGraph> graph,
-                                                      boost::json::object input, RunOptions options,
+  // The run behind async_invoke and async_resume (resume_value null for async_invoke). Not a
+  // coroutine: it moves what it needs out of graph, input and options before it returns (taken
+  // by reference, so that a run does not pay for moving RunOptions once more).
+  boost::asio::awaitable<Result<RunResult>> async_run(std::shared_ptr<const CompiledGraph>& graph,
+                                                      boost::json::object& input,
+                                                      RunOptions& options,
                                                       const boost::json::value* resume_value);
   RuntimeOptions options_;
   std::unique_ptr<Limiter> admission_;
