@@ -99,6 +99,40 @@ std::pair<double, double> matmul_macs(const inference::Model& m) {
   return {layers, n(m.output())};
 }
 
+// A vector unit's peak on a shared host: measure() reads it on all kThreads threads and on one;
+// best() is the largest of all-thread readings and kThreads x the largest one-thread reading. On
+// a 2-vCPU host where another process holds one core now and then, an all-thread reading taken
+// then is one core's worth (half the peak), while one thread still finds a whole core: so a
+// fraction of best() is never a fraction of a one-core reading on two threads.
+class Peak {
+ public:
+  explicit Peak(double (*measure_gop_s)(int threads)) : measure_(measure_gop_s) {}
+  // One reading on all threads (returned) and one on a single thread.
+  double measure() {
+    const double all = measure_(kThreads), one = measure_(1);
+    all_.push_back(all);
+    one_.push_back(one);
+    return all;
+  }
+  double per_core() const { return one_.empty() ? 0 : *std::max_element(one_.begin(), one_.end()); }
+  double best() const {
+    double b = kThreads * per_core();
+    for (double a : all_) b = std::max(b, a);
+    return b;
+  }
+  // {"gop_s": best(), "all_threads": [...], "one_thread": [...]}, the readings in order.
+  boost::json::object to_json() const {
+    boost::json::array all, one;
+    for (double a : all_) all.push_back(a);
+    for (double o : one_) one.push_back(o);
+    return {{"gop_s", best()}, {"all_threads", all}, {"one_thread", one}};
+  }
+
+ private:
+  double (*measure_)(int);
+  std::vector<double> all_, one_;
+};
+
 // Where the 32-sequence run's steps of one kind went (StepPhases, per step), and the matmuls'
 // rate against the measured peak of the unit they run on (`peak_gop_s`: F32 FMA or int8 dot).
 // `logit_rows`: rows of the output projection a step computes (decode: every token; prompt
@@ -174,10 +208,11 @@ boost::json::object kv_q8_vs_f32(std::shared_ptr<const inference::Model> model,
 }
 
 // Batching on `model`: tokens/s with 1, 8, 32 and 64 sequences in flight (32-token prompts, 32
-// new), the 32-sequence run's steps by phase against `peak_gop_s`, and the 32 / 1 ratio from
-// `pairs` adjacent pairs of runs. Fills out's tok_s, step_32, prompt_32 and ratio_32_1; returns
-// the 32-sequence run's KV waste (%).
-double batching(const std::shared_ptr<const inference::Model>& model, double peak_gop_s, int pairs,
+// new), the 32-sequence run's steps by phase against `peak` (read again right before and right
+// after that run: Peak::best() of all its readings), and the 32 / 1 ratio from `pairs` adjacent
+// pairs of runs. Fills out's tok_s, step_32, prompt_32, peak_32 and ratio_32_1; returns the
+// 32-sequence run's KV waste (%).
+double batching(const std::shared_ptr<const inference::Model>& model, Peak& peak, int pairs,
                 boost::json::object& out) {
   const auto& hp = model->hp();
   const std::size_t block_bytes = static_cast<std::size_t>(
@@ -193,10 +228,14 @@ double batching(const std::shared_ptr<const inference::Model>& model, double pea
     for (int n : {1, 8, 32, 64}) {
       double w = 0;
       const bool profiled = n == 32 && runner->set_step_profiling(true);
+      if (n == 32) peak.measure();
       tok[std::to_string(n)] = throughput(*e, n, hp.n_vocab, n == 32 ? &w : nullptr);
       if (n == 32) waste = w;
       std::fprintf(stderr, "  %2d sequences: %8.1f tok/s\n", n, tok[std::to_string(n)].as_double());
       if (profiled) {
+        peak.measure();
+        const double peak_gop_s = peak.best();
+        out["peak_32"] = peak.to_json();
         const auto prof = runner->step_profile();
         out["step_32"] = step_breakdown(prof.decode, *model, peak_gop_s, 0);
         // The prompts: 32 sampled rows in all (each prompt's last token), spread over the steps.
@@ -245,14 +284,13 @@ double batching(const std::shared_ptr<const inference::Model>& model, double pea
   return waste;
 }
 
-boost::json::object run(inference::GgmlType type, const std::filesystem::path& dir,
-                        double peak_gop_s) {
+boost::json::object run(inference::GgmlType type, const std::filesystem::path& dir, Peak peak) {
   auto model = model_15m(type, dir);
   const auto& hp = model->hp();
   const std::size_t block_bytes = static_cast<std::size_t>(
       inference::KvLayout{hp.n_layers, hp.n_kv_heads, hp.head_dim, 16, 0}.block_bytes(4));
   boost::json::object out;
-  const double waste = batching(model, peak_gop_s, 5, out);
+  const double waste = batching(model, peak, 5, out);
   if (g_device == inference::Device::cpu) out["kv_q8_0_vs_f32"] = kv_q8_vs_f32(model, block_bytes);
   out["kv_waste_pct_short"] = waste;  // 64-token sequences: half a 16-slot block is ~12%
 
@@ -454,14 +492,15 @@ boost::json::object gpu_extras() {
 
 // The 1B shape (--shape 1b), per weight type: batching at 1, 8, 32 and 64 sequences, against the
 // int8 dot-product peak (the unit both types' matmuls run on), 3 adjacent pairs for 32 / 1.
-boost::json::object run_1b(const std::filesystem::path& dir, double dot_peak) {
+boost::json::object run_1b(const std::filesystem::path& dir, const Peak& dot_peak) {
   boost::json::object tok, ratio, fraction, steps;
   for (auto type : {inference::GgmlType::q8_0, inference::GgmlType::q4_k}) {
     const std::string key = type == inference::GgmlType::q4_k ? "q4_k_m" : "q8_0";
     std::fprintf(stderr, "1b %s (%d threads)\n", key.c_str(), kThreads);
     auto model = random_model(type, dir, "1b", inference::RandomModelShape::tinyllama1b());
     boost::json::object out;
-    batching(model, dot_peak, 3, out);
+    Peak peak = dot_peak;  // each type's fractions against readings beside its own run
+    batching(model, peak, 3, out);
     tok[key] = out["tok_s"];
     ratio[key] = out["ratio_32_1"].as_object()["median"];
     const auto& step = out["step_32"].as_object();
@@ -469,7 +508,8 @@ boost::json::object run_1b(const std::filesystem::path& dir, double dot_peak) {
                                                              : boost::json::value(0.0);
     steps[key] = boost::json::object{{"step_32", out["step_32"]},
                                      {"prompt_32", out["prompt_32"]},
-                                     {"ratio_32_1", out["ratio_32_1"]}};
+                                     {"ratio_32_1", out["ratio_32_1"]},
+                                     {"peak_32", out["peak_32"]}};
   }
   return {{"tok_s_1b", tok},
           {"ratio_32_1_1b", ratio},
@@ -523,25 +563,32 @@ int main(int argc, char** argv) {
   const auto dir = std::filesystem::temp_directory_path() / "weir-bench-models-v2";
   // The units the batched matmuls run on, measured: F32 FMA (F32 weights) and int8 dot products
   // (Q8_0 weights, AVX-512 VNNI), all threads.
-  const double fma = measured_fma_gflop_s(kThreads), dot = measured_int8_dot_gop_s(kThreads);
-  std::fprintf(stderr, "peaks (%d threads): F32 FMA %.0f GFLOP/s, int8 dot %.0f Gop/s\n", kThreads,
-               fma, dot);
+  // Each measured once here on all threads and on one (per core); the runs measure theirs again
+  // beside their 32-sequence runs (Peak).
+  Peak fma_peak(measured_fma_gflop_s), dot_peak(measured_int8_dot_gop_s);
+  const double fma = fma_peak.measure(), dot = dot_peak.measure();
+  std::fprintf(stderr,
+               "peaks (%d threads): F32 FMA %.0f GFLOP/s, int8 dot %.0f Gop/s; one core: %.0f, "
+               "%.0f\n",
+               kThreads, fma, dot, fma_peak.per_core(), dot_peak.per_core());
   boost::json::object out;
   if (shape_15m && run_f32) {
     std::fprintf(stderr, "F32 (%d threads)\n", kThreads);
-    out = run(inference::GgmlType::f32, dir, fma);
+    out = run(inference::GgmlType::f32, dir, fma_peak);
   }
   if (shape_15m && run_q8) {
     std::fprintf(stderr, "Q8_0 (%d threads)\n", kThreads);
-    out["q8_0"] = run(inference::GgmlType::q8_0, dir, dot);
+    out["q8_0"] = run(inference::GgmlType::q8_0, dir, dot_peak);
   }
   if (shape_1b) {
-    for (auto& [k, v] : run_1b(dir, dot)) out[k] = v;
+    for (auto& [k, v] : run_1b(dir, dot_peak)) out[k] = v;
     out["load_average"] = load_average_1m();
   }
   out["kv_cache_type"] = inference::kv_type_name(g_kv_type);
   out["peak_fma_gflop_s"] = fma;
   out["peak_int8_dot_gop_s"] = dot;
+  out["peak_fma_gflop_s_per_core"] = fma_peak.per_core();
+  out["peak_int8_dot_gop_s_per_core"] = dot_peak.per_core();
   out["threads"] = kThreads;
   out["device"] = g_device == inference::Device::cuda ? "cuda" : "cpu";
 #if WEIR_BENCH_CUDA
