@@ -6,6 +6,7 @@
 // multiple of 32.
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <random>
 #include <span>
 #include <string>
@@ -383,17 +384,17 @@ TEST_P(X16Layouts, MatchTheFileLayout) {
   }
 }
 
-// The Q8_0 x16 kernel takes one group of 16 rows a call or two (above 8 tokens), in token tiles
-// of 1 to 4, prefetching differently by batch size: a token's outputs must not depend on any of
-// it, bit for bit, or a sequence's text would change with the batch it is decoded in.
-TEST_F(Kernels, Q8X16OutputsDoNotDependOnTheBatch) {
-  for (const Shape s : {Shape{48, 288}, Shape{64, 2304}, Shape{37, 768}}) {
+// The Q8_0 and Q4_K x16 kernels take one group of 16 rows a call or two (above 8 tokens), in
+// token tiles of 1 to 4, prefetching differently by batch size: a token's outputs must not depend
+// on any of it, bit for bit, or a sequence's text would change with the batch it is decoded in.
+void expect_outputs_independent_of_the_batch(GgmlType type, std::initializer_list<Shape> shapes) {
+  for (const Shape s : shapes) {
     const auto wf = randn(static_cast<std::size_t>(s.rows * s.cols), 3 + s.rows, 0.05f);
-    auto bytes = quantize_tensor(wf, GgmlType::q8_0);
+    auto bytes = quantize_tensor(wf, type);
     ASSERT_TRUE(bytes);
-    repack_x16(GgmlType::q8_0, reinterpret_cast<std::byte*>(bytes->data()), s.rows, s.cols);
-    const Weight w{GgmlType::q8_0, reinterpret_cast<const std::byte*>(bytes->data()), s.rows,
-                   s.cols, WeightLayout::q8_0_x16};
+    repack_x16(type, reinterpret_cast<std::byte*>(bytes->data()), s.rows, s.cols);
+    const Weight w{type, reinterpret_cast<const std::byte*>(bytes->data()), s.rows, s.cols,
+                   x16_layout(type)};
     constexpr std::int64_t kBatch = 33;
     const auto x = randn(static_cast<std::size_t>(kBatch * s.cols), 17 + s.rows);
     std::vector<std::int8_t> qx;
@@ -414,6 +415,16 @@ TEST_F(Kernels, Q8X16OutputsDoNotDependOnTheBatch) {
       }
     }
   }
+}
+
+TEST_F(Kernels, Q8X16OutputsDoNotDependOnTheBatch) {
+  expect_outputs_independent_of_the_batch(GgmlType::q8_0,
+                                          {Shape{48, 288}, Shape{64, 2304}, Shape{37, 768}});
+}
+
+TEST_F(Kernels, Q4KX16OutputsDoNotDependOnTheBatch) {
+  expect_outputs_independent_of_the_batch(GgmlType::q4_k,
+                                          {Shape{48, 256}, Shape{64, 2304}, Shape{37, 768}});
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, X16Layouts,

@@ -246,12 +246,24 @@ WEIR_VNNI void dot_q4k_vnni(const BlockQ4_K* w, std::int64_t sblocks, const Vnni
 // broadcast adds 4 products to each row's dot. The high nibbles are masked, not shifted: their
 // dot comes out 16 times larger, which the block's scale takes back exactly (d / 16). After 8
 // vectors a block's 16 integer dots are whole, and one multiply-add per token applies
-// d * scale * d_x; the min terms take another. Every result is one 16-row store per token.
-// Passes of C chunks of 64 weights keep 2 C T integer dots in flight (8 for T = 1, 2, 4).
-template <int T>
-WEIR_VNNI void dot_q4k_x16_vnni(const std::byte* w, std::int64_t sblocks, const VnniActs& a,
-                                std::int64_t t0, float* out, std::int64_t out_stride,
-                                bool prefetch) {
+// d * scale * d_x. Passes of C chunks of 64 weights keep 2 C T G integer dots in flight.
+// G groups at once (2 but for a range's odd last group and for batches of 8 tokens or fewer:
+// kernels.cpp), so that each activation broadcast (a 512-bit load slot) feeds G vpdpbusd, as in
+// dot_q8_0_x16_vnni. The min terms (one multiply-add per block and token, d_min * min * the
+// block's activation sum) take a pass of their own after the dots, in the same block order, so
+// that the dots' pass has the registers for two groups: every row's and token's float operations
+// are those of G = 1, in the same order, and the results do not depend on G. Every result is one
+// 16-row store per token.
+// What bounds it (Zen 5, one core, a hot pair of groups, T = 4): the two pipes that vpdpbusd
+// shares with float multiplies and FMAs. Per block of 32 weights, 16 rows and 4 tokens: 32
+// vpdpbusd, and 14 float operations (d * scale and d_min * min, then per token a multiply by d_x
+// and two multiply-adds), so at most 32 / 46 = 0.70 of the int8 peak for any kernel that does
+// these float operations; measured 0.60 (G = 1: 0.50; the dots alone 0.86).
+template <int T, int G>
+WEIR_VNNI void dot_q4k_x16_vnni(const std::byte* w, std::int64_t sblocks, std::size_t group_bytes,
+                                const VnniActs& a, std::int64_t t0, float* out,
+                                std::int64_t out_stride, X16Ahead ahead) {
+  static_assert(G == 1 || G == 2);
   constexpr int C = T == 1 ? 4 : T == 2 ? 2 : 1;
   const std::int64_t cols = sblocks * kQK_K;
   const std::int8_t* q = a.q.data() + t0 * cols;
@@ -264,69 +276,104 @@ WEIR_VNNI void dot_q4k_x16_vnni(const std::byte* w, std::int64_t sblocks, const 
     const auto at = [k](int lane) { return static_cast<int>(0x80808000u | (4 * lane + k)); };
     byte_k[k] = _mm512_set4_epi32(at(3), at(2), at(1), at(0));  // per 128-bit lane
   }
-  __m512 acc[T], mins[T];
-  for (int k = 0; k < T; ++k) acc[k] = mins[k] = _mm512_setzero_ps();
+  __m512 acc[G][T];
+  for (int g = 0; g < G; ++g)
+    for (int k = 0; k < T; ++k) acc[g][k] = _mm512_setzero_ps();
   for (std::int64_t i = 0; i < sblocks; ++i) {
     const std::byte* c = w + static_cast<std::size_t>(i) * kX16Chunk;
-    if (prefetch) prefetch_ahead<kX16Chunk / 64, kAheadX16>(c);
-    const __m512 d =
-        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(c + kX16D)));
-    const __m512 d16 = _mm512_mul_ps(d, _mm512_set1_ps(1.0f / 16));
-    const __m512 dmin =
-        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(c + kX16Dmin)));
-    const __m512i w0 = _mm512_loadu_si512(c + kX16Scales),
-                  w1 = _mm512_loadu_si512(c + kX16Scales + 64),
-                  w2 = _mm512_loadu_si512(c + kX16Scales + 128);
-    // A byte each: scales of blocks 0-3, 4-7; mins of blocks 0-3, 4-7 (scale_min_k4).
-    const __m512i sc[2] = {
-        _mm512_and_si512(w0, m3f),
-        _mm512_or_si512(_mm512_and_si512(w2, m0f),
-                        _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w0, 6), m03), 4))};
-    const __m512i mn[2] = {
-        _mm512_and_si512(w1, m3f),
-        _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w2, 4), m0f),
-                        _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w1, 6), m03), 4))};
+    for (std::int64_t l = i * ahead.lines_per_block;
+         l < std::min(ahead.lines, (i + 1) * ahead.lines_per_block); ++l)
+      _mm_prefetch(reinterpret_cast<const char*>(ahead.p) + 64 * l, _MM_HINT_T1);
+    __m512 d[G], d16[G];
+    __m512i sc[G][2];  // a byte each: the scales of blocks 0-3, 4-7 (scale_min_k4)
+    for (int g = 0; g < G; ++g) {
+      const std::byte* cg = c + g * group_bytes;
+      d[g] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(cg + kX16D)));
+      d16[g] = _mm512_mul_ps(d[g], _mm512_set1_ps(1.0f / 16));
+      const __m512i w0 = _mm512_loadu_si512(cg + kX16Scales),
+                    w2 = _mm512_loadu_si512(cg + kX16Scales + 128);
+      sc[g][0] = _mm512_and_si512(w0, m3f);
+      sc[g][1] =
+          _mm512_or_si512(_mm512_and_si512(w2, m0f),
+                          _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w0, 6), m03), 4));
+    }
     const std::int8_t* x = q + i * kQK_K;
     const float* bd = block_d + 16 * i;
 #pragma GCC unroll 4
     for (int c0 = 0; c0 < 4; c0 += C) {
-      __m512i dot[T][2 * C];
-      for (int k = 0; k < T; ++k)
-        for (int j = 0; j < 2 * C; ++j) dot[k][j] = _mm512_setzero_si512();
+      __m512i dot[G][T][2 * C];
+      for (int g = 0; g < G; ++g)
+        for (int k = 0; k < T; ++k)
+          for (int j = 0; j < 2 * C; ++j) dot[g][k][j] = _mm512_setzero_si512();
 #pragma GCC unroll 8
       for (int v = 0; v < 8; ++v) {
 #pragma GCC unroll 4
         for (int cc = 0; cc < C; ++cc) {
           const int ch = c0 + cc;
-          const __m512i qs = _mm512_loadu_si512(c + kX16Qs + 64 * x16_qs_slot(8 * ch + v));
-          const __m512i lo = _mm512_and_si512(qs, lo4), hi = _mm512_and_si512(qs, hi4);
+          __m512i lo[G], hi[G];
+          for (int g = 0; g < G; ++g) {
+            const __m512i qs =
+                _mm512_loadu_si512(c + g * group_bytes + kX16Qs + 64 * x16_qs_slot(8 * ch + v));
+            lo[g] = _mm512_and_si512(qs, lo4);
+            hi[g] = _mm512_and_si512(qs, hi4);
+          }
           for (int k = 0; k < T; ++k) {
             std::int32_t xl, xh;
             std::memcpy(&xl, x + k * cols + 64 * ch + 4 * v, 4);
             std::memcpy(&xh, x + k * cols + 64 * ch + 32 + 4 * v, 4);
-            dot[k][2 * cc] = _mm512_dpbusd_epi32(dot[k][2 * cc], lo, _mm512_set1_epi32(xl));
-            dot[k][2 * cc + 1] = _mm512_dpbusd_epi32(dot[k][2 * cc + 1], hi, _mm512_set1_epi32(xh));
+            const __m512i bl = _mm512_set1_epi32(xl), bh = _mm512_set1_epi32(xh);
+            for (int g = 0; g < G; ++g) {
+              dot[g][k][2 * cc] = _mm512_dpbusd_epi32(dot[g][k][2 * cc], lo[g], bl);
+              dot[g][k][2 * cc + 1] = _mm512_dpbusd_epi32(dot[g][k][2 * cc + 1], hi[g], bh);
+            }
           }
         }
       }
 #pragma GCC unroll 8
       for (int j = 0; j < 2 * C; ++j) {
         const int b = 2 * c0 + j;  // the block
-        const __m512 s = _mm512_mul_ps(
-            _mm512_cvtepi32_ps(_mm512_shuffle_epi8(sc[b / 4], byte_k[b % 4])), b % 2 ? d16 : d);
-        const __m512 m =
-            _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_shuffle_epi8(mn[b / 4], byte_k[b % 4])), dmin);
-        for (int k = 0; k < T; ++k) {
-          const float* kd = bd + k * (cols / 16);
-          acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[k][j]),
-                                   _mm512_mul_ps(s, _mm512_set1_ps(kd[b])), acc[k]);
-          mins[k] = _mm512_fmadd_ps(m, _mm512_set1_ps(kd[8 + b]), mins[k]);
+        for (int g = 0; g < G; ++g) {
+          const __m512 s =
+              _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_shuffle_epi8(sc[g][b / 4], byte_k[b % 4])),
+                            b % 2 ? d16[g] : d[g]);
+          for (int k = 0; k < T; ++k) {
+            acc[g][k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[g][k][j]),
+                                        _mm512_mul_ps(s, _mm512_set1_ps(bd[k * (cols / 16) + b])),
+                                        acc[g][k]);
+          }
         }
       }
     }
   }
-  for (int k = 0; k < T; ++k)
-    _mm512_storeu_ps(out + k * out_stride, _mm512_sub_ps(acc[k], mins[k]));
+  // The min terms, block by block as the dots were.
+  __m512 mins[G][T];
+  for (int g = 0; g < G; ++g)
+    for (int k = 0; k < T; ++k) mins[g][k] = _mm512_setzero_ps();
+  for (std::int64_t i = 0; i < sblocks; ++i) {
+    const float* bd = block_d + 16 * i;
+    for (int g = 0; g < G; ++g) {
+      const std::byte* c = w + g * group_bytes + static_cast<std::size_t>(i) * kX16Chunk;
+      const __m512 dmin =
+          _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(c + kX16Dmin)));
+      const __m512i w1 = _mm512_loadu_si512(c + kX16Scales + 64),
+                    w2 = _mm512_loadu_si512(c + kX16Scales + 128);
+      // A byte each: the mins of blocks 0-3, 4-7 (scale_min_k4).
+      const __m512i mn[2] = {
+          _mm512_and_si512(w1, m3f),
+          _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w2, 4), m0f),
+                          _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w1, 6), m03), 4))};
+#pragma GCC unroll 8
+      for (int b = 0; b < 8; ++b) {
+        const __m512 m =
+            _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_shuffle_epi8(mn[b / 4], byte_k[b % 4])), dmin);
+        for (int k = 0; k < T; ++k)
+          mins[g][k] = _mm512_fmadd_ps(m, _mm512_set1_ps(bd[k * (cols / 16) + 8 + b]), mins[g][k]);
+      }
+    }
+  }
+  for (int g = 0; g < G; ++g)
+    for (int k = 0; k < T; ++k)
+      _mm512_storeu_ps(out + k * out_stride + kX16Rows * g, _mm512_sub_ps(acc[g][k], mins[g][k]));
 }
 
 // Tokens t0 on of an x16 kernel's activations (ActsKind::q6k_x16, q4_0_x16, q8_0_x16): the
@@ -698,8 +745,12 @@ WEIR_VNNI void dot_blocks_vnni(const Block* w, std::int64_t blocks, const VnniAc
 #define WEIR_DOT_VNNI(T)                                                                           \
   template void dot_q4k_vnni<T>(const BlockQ4_K*, std::int64_t, const VnniActs&, std::int64_t,     \
                                 float*, std::int64_t);                                             \
-  template void dot_q4k_x16_vnni<T>(const std::byte*, std::int64_t, const VnniActs&, std::int64_t, \
-                                    float*, std::int64_t, bool);                                   \
+  template void dot_q4k_x16_vnni<T, 1>(const std::byte*, std::int64_t, std::size_t,                \
+                                       const VnniActs&, std::int64_t, float*, std::int64_t,        \
+                                       X16Ahead);                                                  \
+  template void dot_q4k_x16_vnni<T, 2>(const std::byte*, std::int64_t, std::size_t,                \
+                                       const VnniActs&, std::int64_t, float*, std::int64_t,        \
+                                       X16Ahead);                                                  \
   template void dot_q6k_x16_vnni<T>(const std::byte*, std::int64_t, const VnniActs&, std::int64_t, \
                                     float*, std::int64_t, bool);                                   \
   template void dot_q4_0_x16_vnni<T>(const std::byte*, std::int64_t, const VnniActs&,              \

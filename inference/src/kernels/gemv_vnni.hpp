@@ -82,16 +82,23 @@ template <int T>
 WEIR_VNNI void dot_q4k_vnni(const BlockQ4_K* w, std::int64_t sblocks, const VnniActs& a,
                             std::int64_t t0, float* out, std::int64_t out_stride);
 
-// 16 Q4_K rows in the x16 layout (repack.hpp), w: their group's sblocks chunks. a:
-// ActsKind::q4k_x16. Row l of the group for token k: out[k * out_stride + l].
-// prefetch: fetch the weights ahead into L2 in software. Only worth it when the call is
-// compute-bound (the first of several token tiles on a group): a lone tile streams faster on
-// the hardware prefetchers alone (one core, decode of the 1B shape: 29-31 GB/s from DRAM
-// without, 22-23 with).
-template <int T>
-WEIR_VNNI void dot_q4k_x16_vnni(const std::byte* w, std::int64_t sblocks, const VnniActs& a,
-                                std::int64_t t0, float* out, std::int64_t out_stride,
-                                bool prefetch);
+// The software prefetch of one x16 kernel call: `lines` cache lines from p into L2, about
+// lines_per_block of them while each block of the call is multiplied (none: lines 0).
+struct X16Ahead {
+  const std::byte* p = nullptr;
+  std::int64_t lines = 0, lines_per_block = 0;
+};
+
+// G (1 or 2) consecutive groups of 16 Q4_K rows in the x16 layout (repack.hpp), w: the first's
+// sblocks chunks, the second's group_bytes on. a: ActsKind::q4k_x16. Row l of group g for token
+// k: out[k * out_stride + 16 g + l]. ahead: what to prefetch meanwhile, as dot_q8_0_x16_vnni's.
+// Software prefetch is only worth it when the call is compute-bound (several token tiles on a
+// group): a lone tile streams faster on the hardware prefetchers alone (one core, decode of the
+// 1B shape: 29-31 GB/s from DRAM without, 22-23 with).
+template <int T, int G>
+WEIR_VNNI void dot_q4k_x16_vnni(const std::byte* w, std::int64_t sblocks, std::size_t group_bytes,
+                                const VnniActs& a, std::int64_t t0, float* out,
+                                std::int64_t out_stride, X16Ahead ahead);
 
 // 16 Q6_K rows in the x16 layout, as dot_q4k_x16_vnni. a: ActsKind::q6k_x16.
 template <int T>
@@ -104,13 +111,6 @@ template <int T>
 WEIR_VNNI void dot_q4_0_x16_vnni(const std::byte* w, std::int64_t pairs, const VnniActs& a,
                                  std::int64_t t0, float* out, std::int64_t out_stride,
                                  bool prefetch);
-
-// The software prefetch of one x16 kernel call: `lines` cache lines from p into L2, about
-// lines_per_block of them while each block of the call is multiplied (none: lines 0).
-struct X16Ahead {
-  const std::byte* p = nullptr;
-  std::int64_t lines = 0, lines_per_block = 0;
-};
 
 // G (1 or 2) consecutive groups of 16 Q8_0 rows in the x16 layout, w: the first's blocks chunks,
 // the second's group_bytes on (blocks: cols / 32). a: ActsKind::q8_0_x16. Row l of group g for

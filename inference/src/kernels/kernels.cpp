@@ -190,12 +190,16 @@ void vnni_rows(const Weight& w, const VnniActs* acts, const float* qscale, std::
   const std::int64_t rows = w.rows, xblocks = w.cols / kQK8_0, sblocks = w.cols / kQK_K;
   std::int64_t r0 = u0 * unit;
   const std::int64_t r1 = std::min(u1 * unit, rows);
-  if (x16(w) && w.type == GgmlType::q8_0) {  // then unit == kX16Rows: unit u is group u
+  if (x16(w) && (w.type == GgmlType::q8_0 || w.type == GgmlType::q4_k)) {
+    // Then unit == kX16Rows: unit u is group u.
     const std::int64_t groups = rows / kX16Rows, g1 = std::min(u1, groups), tiles = (n + 3) / 4;
     const std::size_t group_bytes = static_cast<std::size_t>(kX16Rows) * w.row_bytes();
-    // Two groups a call above 8 tokens (dot_q8_0_x16_vnni); at 8 or fewer the weights' read
-    // from DRAM is most of the time, and one group a call streams faster (one core, the 1B
-    // shape's matrices: 4 tokens 37 against 42 ms a step, 5 tokens 38 against 51; 8 the same).
+    const bool q8 = w.type == GgmlType::q8_0;
+    const std::int64_t blocks = q8 ? xblocks : sblocks;  // the kernel's chunks a group
+    // Two groups a call above 8 tokens (dot_q8_0_x16_vnni, dot_q4k_x16_vnni); at 8 or fewer
+    // the weights' read from DRAM is most of the time, and one group a call streams faster (one
+    // core, the 1B shape's Q8_0 matrices: 4 tokens 37 against 42 ms a step, 5 tokens 38 against
+    // 51; 8 the same).
     const bool pairs = n > 8;
     // With several token tiles, tile j fetches the j-th of `tiles` slices of the next groups'
     // bytes into L2 meanwhile, so that their first tile, which read them from DRAM at a fraction
@@ -210,14 +214,18 @@ void vnni_rows(const Weight& w, const VnniActs* acts, const float* qscale, std::
           const std::int64_t j = t / 4, first = j * lines / tiles;
           ahead.p = group + count * group_bytes + 64 * first;
           ahead.lines = (j + 1) * lines / tiles - first;
-          ahead.lines_per_block = (ahead.lines + xblocks - 1) / xblocks;
+          ahead.lines_per_block = (ahead.lines + blocks - 1) / blocks;
         }
-        const VnniActs& a = acts[int(ActsKind::q8_0_x16)];
+        const VnniActs& a = acts[int(x16_acts(w.type))];
         float* out = y + t * rows + g * kX16Rows;
-        if (count == 2)
-          dot_q8_0_x16_vnni<T, 2>(group, xblocks, group_bytes, a, t, out, rows, ahead);
+        if (q8 && count == 2)
+          dot_q8_0_x16_vnni<T, 2>(group, blocks, group_bytes, a, t, out, rows, ahead);
+        else if (q8)
+          dot_q8_0_x16_vnni<T, 1>(group, blocks, group_bytes, a, t, out, rows, ahead);
+        else if (count == 2)
+          dot_q4k_x16_vnni<T, 2>(group, blocks, group_bytes, a, t, out, rows, ahead);
         else
-          dot_q8_0_x16_vnni<T, 1>(group, xblocks, group_bytes, a, t, out, rows, ahead);
+          dot_q4k_x16_vnni<T, 1>(group, blocks, group_bytes, a, t, out, rows, ahead);
       });
       g += count;
     }
@@ -229,9 +237,7 @@ void vnni_rows(const Weight& w, const VnniActs* acts, const float* qscale, std::
       by_tiles(n, [&](auto T, std::int64_t t) {
         float* out = y + t * rows + g * kX16Rows;
         const bool prefetch = n > 4 && t == 0;  // see dot_q4k_x16_vnni
-        if (w.type == GgmlType::q4_k)
-          dot_q4k_x16_vnni<T>(group, sblocks, acts[int(ActsKind::q4k_x16)], t, out, rows, prefetch);
-        else if (w.type == GgmlType::q6_k)
+        if (w.type == GgmlType::q6_k)
           dot_q6k_x16_vnni<T>(group, sblocks, acts[int(ActsKind::q6k_x16)], t, out, rows, prefetch);
         else
           dot_q4_0_x16_vnni<T>(group, w.cols / 64, acts[int(ActsKind::q4_0_x16)], t, out, rows,
