@@ -270,6 +270,11 @@ void Runner::give_barrier_scratch() {
   barrier.reset();
 }
 
+void Runner::fail(Error e) {
+  extra().error = std::move(e);
+  ok = false;
+}
+
 RunResult Runner::result(std::int32_t steps) {
   RunResult out;
   out.resumed = resumed;
@@ -433,7 +438,7 @@ bool Runner::run_inline(const std::vector<Task>& tasks, std::vector<Result<Updat
 
 Status Runner::collect(const std::vector<Task>& tasks, std::vector<Result<Update>>& results,
                        Writes& writes) {
-  for (auto& w : writes) w.clear();
+  // `writes` is empty: a barrier is cleared after each step and before it goes to the pool.
   for (std::size_t i = 0; i < tasks.size(); ++i) {
     if (!results[i]) return node_error(tasks[i].node, results[i].error());
     for (auto& [ch_name, v] : results[i]->writes) {
@@ -568,14 +573,16 @@ Runner::Await Runner::advance_phase() {
       phase = Phase::start;
       if (ok && has_evicted()) return await_slow(Slow::fold);
       [[fallthrough]];
-    // From here to Phase::swap, a phase that need not wait falls through to the next: a step
-    // whose nodes run inline is one call of this function and one jump per phase less.
+    // From here to Phase::swap, a phase that need not wait falls through to the next, and swap
+    // goes on to the next step: a run whose nodes run inline is one call of this function from
+    // its input to its end.
     case Phase::start:
       if (ok) check(start(input(), tasks));
       drop_input();
       phase = Phase::step;
       [[fallthrough]];
     case Phase::step:
+    next_step:
       if (ok && !tasks.empty()) check(begin_step(tasks, superstep));
       if (!ok || tasks.empty()) {
         phase = Phase::end;
@@ -645,7 +652,7 @@ Runner::Await Runner::advance_phase() {
       std::swap(tasks, barrier->next);
       clear_barrier_scratch();  // kept for the next step, unless its node is direct
       phase = Phase::step;
-      return Await::more;
+      goto next_step;
     case Phase::end:
       if (traced) trace_run_end();
       if (thread) thread->hold.reset();  // released before the caller hears the result

@@ -315,7 +315,7 @@ struct Runner {
   bool run_inline(const std::vector<Task>& tasks, std::vector<Result<Update>>& results);
 
   // The barrier, part 1: node errors, large values offloaded, writes grouped per channel in
-  // task order.
+  // task order. REQUIRES: `writes` is empty.
   Status collect(const std::vector<Task>& tasks, std::vector<Result<Update>>& results,
                  Writes& writes);
 
@@ -434,13 +434,12 @@ struct Runner {
   std::uint32_t offloaded = 0;         // values moved to the artifact store
 
   // The run fails with `e` (a later failure replaces an earlier one).
-  void fail(Error e) {
-    extra().error = std::move(e);
-    ok = false;
-  }
-  // s's error, if any, becomes the run's; returns ok.
-  bool check(Status s) {
-    if (!s) fail(std::move(s).error());
+  void fail(Error e);
+  // s's error, if any, becomes the run's; returns ok. (Inline, and fail() not: every phase
+  // checks a Status.)
+  [[gnu::always_inline]] bool check(Status&& s) {
+    if (!s) [[unlikely]]
+      fail(std::move(s).error());
     return ok;
   }
 
