@@ -592,10 +592,12 @@ TYPED_TEST_P(CheckpointerTest, PruneByAgeDeletesAnIdleThread) {
   auto& c = this->ckpt();
   ASSERT_TRUE(c.put(make_cp("idle", "i1", "", 0, R"({"a":1})")));
   ASSERT_TRUE(c.put(make_cp("idle", "i2", "i1", 1, R"({"a":2})")));
-  std::this_thread::sleep_for(std::chrono::milliseconds(60));
+  // Margins a loaded machine keeps (under ASan, 40 ms between the fresh put and its prune were
+  // once not enough): idle is 600 ms old, fresh has 300 ms to spare.
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
   ASSERT_TRUE(c.put(make_cp("fresh", "f1", "", 0, R"({"b":1})")));
   Retention ttl;
-  ttl.max_age = std::chrono::milliseconds(40);
+  ttl.max_age = std::chrono::milliseconds(300);
   auto idle = c.prune("idle", ttl);
   ASSERT_TRUE(idle) << idle.error().to_string();
   EXPECT_EQ(*idle, 2u);
