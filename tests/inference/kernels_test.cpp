@@ -395,25 +395,26 @@ void expect_outputs_independent_of_the_batch(GgmlType type, std::initializer_lis
     repack_x16(type, reinterpret_cast<std::byte*>(bytes->data()), s.rows, s.cols);
     const Weight w{type, reinterpret_cast<const std::byte*>(bytes->data()), s.rows, s.cols,
                    x16_layout(type)};
-    constexpr std::int64_t kBatch = 33;
-    const auto x = randn(static_cast<std::size_t>(kBatch * s.cols), 17 + s.rows);
-    std::vector<std::int8_t> qx;
-    std::vector<float> qs;
-    for (int threads : {1, 3}) {
-      ThreadPool pool(threads);
-      std::vector<float> batch(static_cast<std::size_t>(kBatch * s.rows)),
-          one(static_cast<std::size_t>(s.rows));
-      kernels::matmul(w, x.data(), kBatch, batch.data(), pool, qx, qs);
-      for (std::int64_t t = 0; t < kBatch; ++t) {
-        kernels::matmul(w, x.data() + t * s.cols, 1, one.data(), pool, qx, qs);
-        for (std::int64_t r = 0; r < s.rows; ++r) {
-          ASSERT_EQ(batch[static_cast<std::size_t>(t * s.rows + r)],
-                    one[static_cast<std::size_t>(r)])
-              << s.rows << "x" << s.cols << " threads " << threads << " token " << t << " row "
-              << r;
+    // 33 tokens: a decode batch (two groups a call); 70: a prompt (Q4_K: one group a call).
+    for (const std::int64_t n : {33, 70})
+      for (int threads : {1, 3}) {
+        const auto x = randn(static_cast<std::size_t>(n * s.cols), 17 + s.rows);
+        std::vector<std::int8_t> qx;
+        std::vector<float> qs;
+        ThreadPool pool(threads);
+        std::vector<float> batch(static_cast<std::size_t>(n * s.rows)),
+            one(static_cast<std::size_t>(s.rows));
+        kernels::matmul(w, x.data(), n, batch.data(), pool, qx, qs);
+        for (std::int64_t t = 0; t < n; ++t) {
+          kernels::matmul(w, x.data() + t * s.cols, 1, one.data(), pool, qx, qs);
+          for (std::int64_t r = 0; r < s.rows; ++r) {
+            ASSERT_EQ(batch[static_cast<std::size_t>(t * s.rows + r)],
+                      one[static_cast<std::size_t>(r)])
+                << s.rows << "x" << s.cols << " batch " << n << " threads " << threads << " token "
+                << t << " row " << r;
+          }
         }
       }
-    }
   }
 }
 
