@@ -267,18 +267,49 @@ double batching(const std::shared_ptr<const inference::Model>& model, Peak& peak
     // The 32 / 1 ratio from adjacent runs: one sequence four times over, then 32 at once,
     // alternated five times. On a shared machine the load moves between the runs above, so a
     // ratio of rates measured seconds apart swings with it; adjacent pairs see the same load.
-    std::vector<double> ratios;
+    // The same runs also give the decode steps' own rate (a step's tokens / its forward time,
+    // from the step profile): the ratio without the prompts, which at 32 sequences are half
+    // the run's tokens and at one sequence one step.
+    std::vector<double> ratios, decode_ratios;
+    double decode_one_sum = 0, decode_32_sum = 0;
+    auto decode_rate = [&] {
+      const auto d = runner->step_profile().decode;
+      return d.total_ms() > 0 ? static_cast<double>(d.tokens) / d.total_ms() * 1e3 : 0.0;
+    };
     for (int pair = 0; pair < pairs; ++pair) {
       double one = 0;
+      const bool profiled = runner->set_step_profiling(true);
       for (int i = 0; i < 4; ++i) one += throughput(*e, 1, hp.n_vocab, nullptr) / 4;
+      const double decode_one = profiled ? decode_rate() : 0;
+      runner->set_step_profiling(profiled);  // a fresh profile for the 32
       ratios.push_back(throughput(*e, 32, hp.n_vocab, nullptr) / one);
+      const double decode_32 = profiled ? decode_rate() : 0;
+      runner->set_step_profiling(false);
+      if (decode_one > 0 && decode_32 > 0) {
+        decode_ratios.push_back(decode_32 / decode_one);
+        decode_one_sum += decode_one, decode_32_sum += decode_32;
+      }
     }
-    std::sort(ratios.begin(), ratios.end());
-    const double median = ratios[ratios.size() / 2];
-    out["ratio_32_1"] =
-        boost::json::object{{"median", median}, {"min", ratios.front()}, {"max", ratios.back()}};
+    auto summary = [](std::vector<double>& r) {
+      std::sort(r.begin(), r.end());
+      return boost::json::object{{"median", r.empty() ? 0.0 : r[r.size() / 2]},
+                                 {"min", r.empty() ? 0.0 : r.front()},
+                                 {"max", r.empty() ? 0.0 : r.back()}};
+    };
+    out["ratio_32_1"] = summary(ratios);
     std::fprintf(stderr, "  32 / 1 from adjacent runs: median %.2fx (%.2f-%.2f over %d pairs)\n",
-                 median, ratios.front(), ratios.back(), pairs);
+                 ratios[ratios.size() / 2], ratios.front(), ratios.back(), pairs);
+    if (!decode_ratios.empty()) {
+      const auto n = static_cast<double>(decode_ratios.size());
+      out["decode_ratio_32_1"] = summary(decode_ratios);
+      out["decode_tok_s"] =
+          boost::json::object{{"1", decode_one_sum / n}, {"32", decode_32_sum / n}};
+      std::fprintf(stderr,
+                   "  decode steps alone: 1 sequence %.1f tok/s, 32 sequences %.1f tok/s, 32 / 1 "
+                   "median %.2fx (%.2f-%.2f)\n",
+                   decode_one_sum / n, decode_32_sum / n, decode_ratios[decode_ratios.size() / 2],
+                   decode_ratios.front(), decode_ratios.back());
+    }
   }
   out["tok_s"] = tok;
   return waste;
@@ -493,7 +524,7 @@ boost::json::object gpu_extras() {
 // The 1B shape (--shape 1b), per weight type: batching at 1, 8, 32 and 64 sequences, against the
 // int8 dot-product peak (the unit both types' matmuls run on), 3 adjacent pairs for 32 / 1.
 boost::json::object run_1b(const std::filesystem::path& dir, const Peak& dot_peak) {
-  boost::json::object tok, ratio, fraction, steps;
+  boost::json::object tok, ratio, decode_ratio, fraction, steps;
   for (auto type : {inference::GgmlType::q8_0, inference::GgmlType::q4_k}) {
     const std::string key = type == inference::GgmlType::q4_k ? "q4_k_m" : "q8_0";
     std::fprintf(stderr, "1b %s (%d threads)\n", key.c_str(), kThreads);
@@ -506,13 +537,16 @@ boost::json::object run_1b(const std::filesystem::path& dir, const Peak& dot_pea
     const auto& step = out["step_32"].as_object();
     fraction[key] = step.contains("matmul_fraction_of_peak") ? step.at("matmul_fraction_of_peak")
                                                              : boost::json::value(0.0);
-    steps[key] = boost::json::object{{"step_32", out["step_32"]},
-                                     {"prompt_32", out["prompt_32"]},
-                                     {"ratio_32_1", out["ratio_32_1"]},
-                                     {"peak_32", out["peak_32"]}};
+    if (out.contains("decode_ratio_32_1"))
+      decode_ratio[key] = out["decode_ratio_32_1"].as_object()["median"];
+    steps[key] = boost::json::object{
+        {"step_32", out["step_32"]},           {"prompt_32", out["prompt_32"]},
+        {"ratio_32_1", out["ratio_32_1"]},     {"decode_ratio_32_1", out["decode_ratio_32_1"]},
+        {"decode_tok_s", out["decode_tok_s"]}, {"peak_32", out["peak_32"]}};
   }
   return {{"tok_s_1b", tok},
           {"ratio_32_1_1b", ratio},
+          {"decode_ratio_32_1_1b", decode_ratio},
           {"matmul_peak_fraction_1b", fraction},
           {"steps_1b", steps}};
 }
