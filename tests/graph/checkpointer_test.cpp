@@ -20,6 +20,7 @@
 #include <boost/json/serialize.hpp>
 
 #include "checkpointer_conformance.hpp"
+#include "checkpointer_conformance_claims.hpp"
 
 namespace weir::graph {
 namespace {
@@ -51,10 +52,11 @@ struct SqliteBackend {
     return open_sqlite_checkpointer(db, retention);
   }
 };
-// The conformance suite (checkpointer_conformance.hpp); PostgreSQL runs it in
+// The conformance suites (checkpointer_conformance*.hpp); PostgreSQL runs them in
 // postgres_checkpointer_test.cpp (its own binary, label scaleout: it starts a server).
 using EmbeddedBackends = ::testing::Types<MemoryBackend, SqliteBackend>;
 INSTANTIATE_TYPED_TEST_SUITE_P(Embedded, CheckpointerTest, EmbeddedBackends, BackendName);
+INSTANTIATE_TYPED_TEST_SUITE_P(Embedded, CheckpointerClaimsTest, EmbeddedBackends, BackendName);
 
 TEST(NewCheckpointId, UniqueAndOrderedByStepThenCreation) {
   std::vector<std::string> made;

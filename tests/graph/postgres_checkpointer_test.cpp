@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "checkpointer_conformance.hpp"
+#include "checkpointer_conformance_claims.hpp"
 #include "pg_server.hpp"
 #include "postgres_proxy.hpp"
 #include "weir/graph/checkpointer.hpp"
@@ -40,6 +41,7 @@ struct PostgresBackend {
 };
 using ServerBackends = ::testing::Types<PostgresBackend>;
 INSTANTIATE_TYPED_TEST_SUITE_P(Server, CheckpointerTest, ServerBackends, BackendName);
+INSTANTIATE_TYPED_TEST_SUITE_P(Server, CheckpointerClaimsTest, ServerBackends, BackendName);
 
 // The database name of a key=value conninfo made by fresh_conninfo.
 std::string dbname_of(const std::string& conninfo) {
