@@ -384,9 +384,9 @@ TEST_P(X16Layouts, MatchTheFileLayout) {
   }
 }
 
-// The Q8_0 and Q4_K x16 kernels take one group of 16 rows a call or two (above 8 tokens), in
-// token tiles of 1 to 4, prefetching differently by batch size: a token's outputs must not depend
-// on any of it, bit for bit, or a sequence's text would change with the batch it is decoded in.
+// The Q8_0, Q4_K and Q6_K x16 kernels take one group of 16 rows a call or two (above 8 tokens),
+// in token tiles of 1 to 4, prefetching differently by batch size: a token's outputs must not
+// depend on any of it, bit for bit, or a sequence's text would change with the batch it is in.
 void expect_outputs_independent_of_the_batch(GgmlType type, std::initializer_list<Shape> shapes) {
   for (const Shape s : shapes) {
     const auto wf = randn(static_cast<std::size_t>(s.rows * s.cols), 3 + s.rows, 0.05f);
@@ -395,7 +395,7 @@ void expect_outputs_independent_of_the_batch(GgmlType type, std::initializer_lis
     repack_x16(type, reinterpret_cast<std::byte*>(bytes->data()), s.rows, s.cols);
     const Weight w{type, reinterpret_cast<const std::byte*>(bytes->data()), s.rows, s.cols,
                    x16_layout(type)};
-    // 33 tokens: a decode batch (two groups a call); 70: a prompt (Q4_K: one group a call).
+    // 33 tokens: a decode batch (two groups a call); 70: a prompt (Q4_K, Q6_K: one group a call).
     for (const std::int64_t n : {33, 70})
       for (int threads : {1, 3}) {
         const auto x = randn(static_cast<std::size_t>(n * s.cols), 17 + s.rows);
@@ -425,6 +425,11 @@ TEST_F(Kernels, Q8X16OutputsDoNotDependOnTheBatch) {
 
 TEST_F(Kernels, Q4KX16OutputsDoNotDependOnTheBatch) {
   expect_outputs_independent_of_the_batch(GgmlType::q4_k,
+                                          {Shape{48, 256}, Shape{64, 2304}, Shape{37, 768}});
+}
+
+TEST_F(Kernels, Q6KX16OutputsDoNotDependOnTheBatch) {
+  expect_outputs_independent_of_the_batch(GgmlType::q6_k,
                                           {Shape{48, 256}, Shape{64, 2304}, Shape{37, 768}});
 }
 

@@ -397,10 +397,21 @@ inline X16Tokens x16_tokens(const VnniActs& a, std::int64_t t0, std::int64_t col
 // group's correction -32 * (sum of its activation quants) so the offset 32 cancels; then one
 // multiply-add per token applies d * scale * d_x. The signed 8-bit scales come to the top byte
 // of each lane by one vpshufb and down, sign-extended, by a shift.
-template <int T>
-WEIR_VNNI void dot_q6k_x16_vnni(const std::byte* w, std::int64_t sblocks, const VnniActs& a,
-                                std::int64_t t0, float* out, std::int64_t out_stride,
-                                bool prefetch) {
+// G groups at once (2 but for a range's odd last group, for batches of 8 tokens or fewer and for
+// prompts: kernels.cpp), so that each activation broadcast feeds G vpdpbusd, as in
+// dot_q8_0_x16_vnni. The 4 G T integer dots of a half and quartet do not fit in the 32 registers
+// beside the accumulators when G T > 4: then each m takes a pass of its own, which reads its two
+// of the three vectors again. The chunk's address is hidden from the compiler in each pass
+// (an empty asm), or it keeps the first pass's vectors for the others and spills them (one core,
+// 32 tokens, the 1B file's ffn_down: 308 Gop/s with two passes of two m, 316-364 with four of
+// one). Every row's and token's float operations are those of G = 1, in the same order, and the
+// results do not depend on G.
+template <int T, int G>
+WEIR_VNNI void dot_q6k_x16_vnni(const std::byte* w, std::int64_t sblocks, std::size_t group_bytes,
+                                const VnniActs& a, std::int64_t t0, float* out,
+                                std::int64_t out_stride, X16Ahead ahead) {
+  static_assert(G == 1 || G == 2);
+  constexpr int M = G * T > 4 ? 1 : 4;  // the m of a pass
   const std::int64_t cols = sblocks * kQK_K;
   const auto [q, corr, xd] = x16_tokens(a, t0, cols, 16);
   const __m512i lo4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
@@ -411,64 +422,100 @@ WEIR_VNNI void dot_q6k_x16_vnni(const std::byte* w, std::int64_t sblocks, const 
     };
     top_k[k] = _mm512_set4_epi32(at(3), at(2), at(1), at(0));  // per 128-bit lane
   }
-  __m512 acc[T];
-  for (int k = 0; k < T; ++k) acc[k] = _mm512_setzero_ps();
+  __m512 acc[G][T];
+  for (int g = 0; g < G; ++g)
+    for (int k = 0; k < T; ++k) acc[g][k] = _mm512_setzero_ps();
   for (std::int64_t i = 0; i < sblocks; ++i) {
     const std::byte* c = w + static_cast<std::size_t>(i) * kX16ChunkQ6;
-    if (prefetch) prefetch_ahead<kX16ChunkQ6 / 64 + 1, kAheadX16>(c);
-    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(c)));
+    for (std::int64_t l = i * ahead.lines_per_block;
+         l < std::min(ahead.lines, (i + 1) * ahead.lines_per_block); ++l)
+      _mm_prefetch(reinterpret_cast<const char*>(ahead.p) + 64 * l, _MM_HINT_T1);
+    __m512 d[G];
+    for (int g = 0; g < G; ++g)
+      d[g] = _mm512_cvtph_ps(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c + g * group_bytes)));
     const std::int8_t* x = q + i * kQK_K;
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
 #pragma GCC unroll 2
       for (int kq = 0; kq < 2; ++kq) {
-        __m512i dot[T][4];  // groups 8h + 2m + kq, m < 4
-        for (int k = 0; k < T; ++k)
-          for (int m = 0; m < 4; ++m)
-            dot[k][m] = _mm512_set1_epi32(corr[k * (cols / 16) + i * 16 + 8 * h + 2 * m + kq]);
+#pragma GCC unroll 2
+        for (int m0 = 0; m0 < 4; m0 += M) {
+          __m512i dot[G][T][M];  // groups 8h + 2m + kq, m0 <= m < m0 + M
+          const std::byte* cp = c;
+          if constexpr (M < 4) asm("" : "+r"(cp));
+          for (int k = 0; k < T; ++k)
+            for (int mm = 0; mm < M; ++mm) {
+              const __m512i c0 =
+                  _mm512_set1_epi32(corr[k * (cols / 16) + i * 16 + 8 * h + 2 * (m0 + mm) + kq]);
+              for (int g = 0; g < G; ++g) dot[g][k][mm] = c0;
+            }
 #pragma GCC unroll 4
-        for (int kk = 0; kk < 4; ++kk) {
-          const int kw = 4 * kq + kk;
-          const std::byte* v = c + kX16BitsQ6 + 192 * (8 * h + kw);
-          const __m512i l0 = _mm512_loadu_si512(v), l1 = _mm512_loadu_si512(v + 64),
-                        hb = _mm512_loadu_si512(v + 128);
-          // (low nibble) | (2 bits of qh at bits 4-5): ternary logic 0xEA is (a & b) | c.
-          const __m512i quants[4] = {
-              _mm512_ternarylogic_epi32(_mm512_slli_epi16(hb, 4), m30, _mm512_and_si512(l0, lo4),
-                                        0xEA),
-              _mm512_ternarylogic_epi32(_mm512_slli_epi16(hb, 2), m30, _mm512_and_si512(l1, lo4),
-                                        0xEA),
-              _mm512_ternarylogic_epi32(hb, m30, _mm512_and_si512(_mm512_srli_epi16(l0, 4), lo4),
-                                        0xEA),
-              _mm512_ternarylogic_epi32(_mm512_srli_epi16(hb, 2), m30,
-                                        _mm512_and_si512(_mm512_srli_epi16(l1, 4), lo4), 0xEA)};
-          for (int k = 0; k < T; ++k) {
-            const std::int8_t* xk = x + k * cols + 128 * h + 4 * kw;
-            for (int m = 0; m < 4; ++m) {
-              std::int32_t xm;
-              std::memcpy(&xm, xk + 32 * m, 4);
-              dot[k][m] = _mm512_dpbusd_epi32(dot[k][m], quants[m], _mm512_set1_epi32(xm));
+          for (int kk = 0; kk < 4; ++kk) {
+            const int kw = 4 * kq + kk;
+            __m512i quants[G][M];
+            for (int g = 0; g < G; ++g) {
+              const std::byte* v = cp + g * group_bytes + kX16BitsQ6 + 192 * (8 * h + kw);
+              const __m512i l0 = _mm512_loadu_si512(v), l1 = _mm512_loadu_si512(v + 64),
+                            hb = _mm512_loadu_si512(v + 128);
+              // (low nibble) | (2 bits of qh at bits 4-5): ternary logic 0xEA is (a & b) | c.
+              for (int mm = 0; mm < M; ++mm) {
+                switch (m0 + mm) {
+                  case 0:
+                    quants[g][mm] = _mm512_ternarylogic_epi32(_mm512_slli_epi16(hb, 4), m30,
+                                                              _mm512_and_si512(l0, lo4), 0xEA);
+                    break;
+                  case 1:
+                    quants[g][mm] = _mm512_ternarylogic_epi32(_mm512_slli_epi16(hb, 2), m30,
+                                                              _mm512_and_si512(l1, lo4), 0xEA);
+                    break;
+                  case 2:
+                    quants[g][mm] = _mm512_ternarylogic_epi32(
+                        hb, m30, _mm512_and_si512(_mm512_srli_epi16(l0, 4), lo4), 0xEA);
+                    break;
+                  default:
+                    quants[g][mm] = _mm512_ternarylogic_epi32(
+                        _mm512_srli_epi16(hb, 2), m30,
+                        _mm512_and_si512(_mm512_srli_epi16(l1, 4), lo4), 0xEA);
+                    break;
+                }
+              }
+            }
+            for (int k = 0; k < T; ++k) {
+              const std::int8_t* xk = x + k * cols + 128 * h + 4 * kw;
+              for (int mm = 0; mm < M; ++mm) {
+                std::int32_t xm;
+                std::memcpy(&xm, xk + 32 * (m0 + mm), 4);
+                const __m512i xb = _mm512_set1_epi32(xm);
+                for (int g = 0; g < G; ++g)
+                  dot[g][k][mm] = _mm512_dpbusd_epi32(dot[g][k][mm], quants[g][mm], xb);
+              }
             }
           }
-        }
 #pragma GCC unroll 4
-        for (int m = 0; m < 4; ++m) {
-          const int g = 8 * h + 2 * m + kq;  // the group, and its scale's place
-          const __m512i sc = _mm512_srai_epi32(
-              _mm512_shuffle_epi8(_mm512_loadu_si512(c + kX16ScalesQ6 + 64 * (g / 4)),
-                                  top_k[g % 4]),
-              24);
-          const __m512 s = _mm512_mul_ps(_mm512_cvtepi32_ps(sc), d);
-          for (int k = 0; k < T; ++k) {
-            acc[k] = _mm512_fmadd_ps(
-                _mm512_cvtepi32_ps(dot[k][m]),
-                _mm512_mul_ps(s, _mm512_set1_ps(xd[k * (cols / 32) + 8 * i + g / 2])), acc[k]);
+          for (int mm = 0; mm < M; ++mm) {
+            const int b = 8 * h + 2 * (m0 + mm) + kq;  // the group of 16, and its scale's place
+            for (int g = 0; g < G; ++g) {
+              const __m512i sc = _mm512_srai_epi32(
+                  _mm512_shuffle_epi8(
+                      _mm512_loadu_si512(c + g * group_bytes + kX16ScalesQ6 + 64 * (b / 4)),
+                      top_k[b % 4]),
+                  24);
+              const __m512 s = _mm512_mul_ps(_mm512_cvtepi32_ps(sc), d[g]);
+              for (int k = 0; k < T; ++k) {
+                acc[g][k] = _mm512_fmadd_ps(
+                    _mm512_cvtepi32_ps(dot[g][k][mm]),
+                    _mm512_mul_ps(s, _mm512_set1_ps(xd[k * (cols / 32) + 8 * i + b / 2])),
+                    acc[g][k]);
+              }
+            }
           }
         }
       }
     }
   }
-  for (int k = 0; k < T; ++k) _mm512_storeu_ps(out + k * out_stride, acc[k]);
+  for (int g = 0; g < G; ++g)
+    for (int k = 0; k < T; ++k) _mm512_storeu_ps(out + k * out_stride + kX16Rows * g, acc[g][k]);
 }
 
 // Q4_0, 16 rows a vector (the layout: repack.hpp), like dot_q4k_x16_vnni. A chunk is two blocks
@@ -742,30 +789,34 @@ WEIR_VNNI void dot_blocks_vnni(const Block* w, std::int64_t blocks, const VnniAc
   }
 }
 
-#define WEIR_DOT_VNNI(T)                                                                           \
-  template void dot_q4k_vnni<T>(const BlockQ4_K*, std::int64_t, const VnniActs&, std::int64_t,     \
-                                float*, std::int64_t);                                             \
-  template void dot_q4k_x16_vnni<T, 1>(const std::byte*, std::int64_t, std::size_t,                \
-                                       const VnniActs&, std::int64_t, float*, std::int64_t,        \
-                                       X16Ahead);                                                  \
-  template void dot_q4k_x16_vnni<T, 2>(const std::byte*, std::int64_t, std::size_t,                \
-                                       const VnniActs&, std::int64_t, float*, std::int64_t,        \
-                                       X16Ahead);                                                  \
-  template void dot_q6k_x16_vnni<T>(const std::byte*, std::int64_t, const VnniActs&, std::int64_t, \
-                                    float*, std::int64_t, bool);                                   \
-  template void dot_q4_0_x16_vnni<T>(const std::byte*, std::int64_t, const VnniActs&,              \
-                                     std::int64_t, float*, std::int64_t, bool);                    \
-  template void dot_q8_0_x16_vnni<T, 1>(const std::byte*, std::int64_t, std::size_t,               \
-                                        const VnniActs&, std::int64_t, float*, std::int64_t,       \
-                                        X16Ahead);                                                 \
-  template void dot_q8_0_x16_vnni<T, 2>(const std::byte*, std::int64_t, std::size_t,               \
-                                        const VnniActs&, std::int64_t, float*, std::int64_t,       \
-                                        X16Ahead);                                                 \
-  template void dot_q6k_vnni<T>(const BlockQ6_K*, std::int64_t, const VnniActs&, std::int64_t,     \
-                                float*, std::int64_t);                                             \
-  template void dot_blocks_vnni<BlockQ8_0, T>(const BlockQ8_0*, std::int64_t, const VnniActs&,     \
-                                              std::int64_t, const float*, float*, std::int64_t);   \
-  template void dot_blocks_vnni<BlockQ4_0, T>(const BlockQ4_0*, std::int64_t, const VnniActs&,     \
+#define WEIR_DOT_VNNI(T)                                                                         \
+  template void dot_q4k_vnni<T>(const BlockQ4_K*, std::int64_t, const VnniActs&, std::int64_t,   \
+                                float*, std::int64_t);                                           \
+  template void dot_q4k_x16_vnni<T, 1>(const std::byte*, std::int64_t, std::size_t,              \
+                                       const VnniActs&, std::int64_t, float*, std::int64_t,      \
+                                       X16Ahead);                                                \
+  template void dot_q4k_x16_vnni<T, 2>(const std::byte*, std::int64_t, std::size_t,              \
+                                       const VnniActs&, std::int64_t, float*, std::int64_t,      \
+                                       X16Ahead);                                                \
+  template void dot_q6k_x16_vnni<T, 1>(const std::byte*, std::int64_t, std::size_t,              \
+                                       const VnniActs&, std::int64_t, float*, std::int64_t,      \
+                                       X16Ahead);                                                \
+  template void dot_q6k_x16_vnni<T, 2>(const std::byte*, std::int64_t, std::size_t,              \
+                                       const VnniActs&, std::int64_t, float*, std::int64_t,      \
+                                       X16Ahead);                                                \
+  template void dot_q4_0_x16_vnni<T>(const std::byte*, std::int64_t, const VnniActs&,            \
+                                     std::int64_t, float*, std::int64_t, bool);                  \
+  template void dot_q8_0_x16_vnni<T, 1>(const std::byte*, std::int64_t, std::size_t,             \
+                                        const VnniActs&, std::int64_t, float*, std::int64_t,     \
+                                        X16Ahead);                                               \
+  template void dot_q8_0_x16_vnni<T, 2>(const std::byte*, std::int64_t, std::size_t,             \
+                                        const VnniActs&, std::int64_t, float*, std::int64_t,     \
+                                        X16Ahead);                                               \
+  template void dot_q6k_vnni<T>(const BlockQ6_K*, std::int64_t, const VnniActs&, std::int64_t,   \
+                                float*, std::int64_t);                                           \
+  template void dot_blocks_vnni<BlockQ8_0, T>(const BlockQ8_0*, std::int64_t, const VnniActs&,   \
+                                              std::int64_t, const float*, float*, std::int64_t); \
+  template void dot_blocks_vnni<BlockQ4_0, T>(const BlockQ4_0*, std::int64_t, const VnniActs&,   \
                                               std::int64_t, const float*, float*, std::int64_t);
 WEIR_DOT_VNNI(1)
 WEIR_DOT_VNNI(2)

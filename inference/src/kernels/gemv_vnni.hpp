@@ -100,11 +100,12 @@ WEIR_VNNI void dot_q4k_x16_vnni(const std::byte* w, std::int64_t sblocks, std::s
                                 const VnniActs& a, std::int64_t t0, float* out,
                                 std::int64_t out_stride, X16Ahead ahead);
 
-// 16 Q6_K rows in the x16 layout, as dot_q4k_x16_vnni. a: ActsKind::q6k_x16.
-template <int T>
-WEIR_VNNI void dot_q6k_x16_vnni(const std::byte* w, std::int64_t sblocks, const VnniActs& a,
-                                std::int64_t t0, float* out, std::int64_t out_stride,
-                                bool prefetch);
+// G (1 or 2) consecutive groups of 16 Q6_K rows in the x16 layout, as dot_q4k_x16_vnni.
+// a: ActsKind::q6k_x16.
+template <int T, int G>
+WEIR_VNNI void dot_q6k_x16_vnni(const std::byte* w, std::int64_t sblocks, std::size_t group_bytes,
+                                const VnniActs& a, std::int64_t t0, float* out,
+                                std::int64_t out_stride, X16Ahead ahead);
 
 // 16 Q4_0 rows in the x16 layout, as dot_q4k_x16_vnni; pairs: cols / 64. a: ActsKind::q4_0_x16.
 template <int T>

@@ -184,9 +184,9 @@ std::int64_t vnni_units(const Weight& w, std::int64_t unit) {
   return (w.rows + unit - 1) / unit;
 }
 
-// A Q4_K prompt's prefetch in its first token tile on a group (vnni_rows): each super-block's
-// 2,304 bytes of 16 rows, 32 KiB ahead.
-constexpr std::int64_t kAheadQ4K = 32768, kLinesQ4K = 36;
+// A K-quant prompt's prefetch in its first token tile on a group (vnni_rows): each super-block's
+// bytes of 16 rows (Q4_K 2,304, Q6_K 3,360), 32 KiB ahead.
+constexpr std::int64_t kAheadPrompt = 32768, kLinesQ4K = 36, kLinesQ6K = 53;
 
 // Units [u0, u1) of `w` (vnni_units) for n tokens: y [n, w.rows]. acts: by ActsKind.
 void vnni_rows(const Weight& w, const VnniActs* acts, const float* qscale, std::int64_t n,
@@ -194,21 +194,24 @@ void vnni_rows(const Weight& w, const VnniActs* acts, const float* qscale, std::
   const std::int64_t rows = w.rows, xblocks = w.cols / kQK8_0, sblocks = w.cols / kQK_K;
   std::int64_t r0 = u0 * unit;
   const std::int64_t r1 = std::min(u1 * unit, rows);
-  if (x16(w) && (w.type == GgmlType::q8_0 || w.type == GgmlType::q4_k)) {
+  if (x16(w) &&
+      (w.type == GgmlType::q8_0 || w.type == GgmlType::q4_k || w.type == GgmlType::q6_k)) {
     // Then unit == kX16Rows: unit u is group u.
     const std::int64_t groups = rows / kX16Rows, g1 = std::min(u1, groups), tiles = (n + 3) / 4;
     const std::size_t group_bytes = static_cast<std::size_t>(kX16Rows) * w.row_bytes();
     const bool q8 = w.type == GgmlType::q8_0;
     const std::int64_t blocks = q8 ? xblocks : sblocks;  // the kernel's chunks a group
-    // Two groups a call above 8 tokens (dot_q8_0_x16_vnni, dot_q4k_x16_vnni); at 8 or fewer
-    // the weights' read from DRAM is most of the time, and one group a call streams faster (one
-    // core, the 1B shape's Q8_0 matrices: 4 tokens 37 against 42 ms a step, 5 tokens 38 against
-    // 51; 8 the same).
-    // Q4_K only up to 64 tokens: on prompts of 512 they made the gate and up matrices 7% slower
-    // (one core, the 1B file), and so did the prefetch over the tiles on ffn_down: prompts keep
-    // one group a call and the first tile's prefetch 32 KiB ahead, as before the pairs.
-    const bool prompt_q4k = !q8 && n > 64;
-    const bool pairs = n > 8 && !prompt_q4k;
+    // Two groups a call above 8 tokens (dot_q8_0_x16_vnni, dot_q4k_x16_vnni, dot_q6k_x16_vnni);
+    // at 8 or fewer the weights' read from DRAM is most of the time, and one group a call streams
+    // faster (one core, the 1B shape's Q8_0 matrices: 4 tokens 37 against 42 ms a step, 5 tokens
+    // 38 against 51; 8 the same).
+    // Q4_K and Q6_K only up to 64 tokens: on prompts of 512 they made Q4_K's gate and up
+    // matrices 7% slower (one core, the 1B file), and so did the prefetch over the tiles on
+    // ffn_down: prompts keep one group a call and the first tile's prefetch 32 KiB ahead, as
+    // before the pairs (Q6_K's too, by analogy: its prompts were not measured with pairs).
+    const bool prompt_kq = !q8 && n > 64;
+    const std::int64_t prompt_lines = w.type == GgmlType::q4_k ? kLinesQ4K : kLinesQ6K;
+    const bool pairs = n > 8 && !prompt_kq;
     // With several token tiles, tile j fetches the j-th of `tiles` slices of the next groups'
     // bytes into L2 meanwhile, so that their first tile, which read them from DRAM at a fraction
     // of the kernel's pace, finds them there (one core, 32 tokens: 545 Gop/s without, 680 with).
@@ -218,8 +221,8 @@ void vnni_rows(const Weight& w, const VnniActs* acts, const float* qscale, std::
       const std::byte* group = w.data + static_cast<std::size_t>(g) * group_bytes;
       by_tiles(n, [&](auto T, std::int64_t t) {
         X16Ahead ahead;
-        if (prompt_q4k) {
-          if (t == 0) ahead = {group + kAheadQ4K, blocks * kLinesQ4K, kLinesQ4K};
+        if (prompt_kq) {
+          if (t == 0) ahead = {group + kAheadPrompt, blocks * prompt_lines, prompt_lines};
         } else if (tiles > 1) {
           const std::int64_t j = t / 4, first = j * lines / tiles;
           ahead.p = group + count * group_bytes + 64 * first;
@@ -232,26 +235,27 @@ void vnni_rows(const Weight& w, const VnniActs* acts, const float* qscale, std::
           dot_q8_0_x16_vnni<T, 2>(group, blocks, group_bytes, a, t, out, rows, ahead);
         else if (q8)
           dot_q8_0_x16_vnni<T, 1>(group, blocks, group_bytes, a, t, out, rows, ahead);
-        else if (count == 2)
+        else if (w.type == GgmlType::q4_k && count == 2)
           dot_q4k_x16_vnni<T, 2>(group, blocks, group_bytes, a, t, out, rows, ahead);
-        else
+        else if (w.type == GgmlType::q4_k)
           dot_q4k_x16_vnni<T, 1>(group, blocks, group_bytes, a, t, out, rows, ahead);
+        else if (count == 2)
+          dot_q6k_x16_vnni<T, 2>(group, blocks, group_bytes, a, t, out, rows, ahead);
+        else
+          dot_q6k_x16_vnni<T, 1>(group, blocks, group_bytes, a, t, out, rows, ahead);
       });
       g += count;
     }
     r0 = std::max(r0, groups * kX16Rows);  // then the rows past the groups, as in the file
-  } else if (x16(w)) {                     // the other x16 types, a group at a time
+  } else if (x16(w)) {                     // Q4_0, a group at a time
     const std::int64_t groups = rows / kX16Rows;
     for (std::int64_t g = u0; g < std::min(u1, groups); ++g) {
       const std::byte* group = w.data + static_cast<std::size_t>(g) * kX16Rows * w.row_bytes();
       by_tiles(n, [&](auto T, std::int64_t t) {
         float* out = y + t * rows + g * kX16Rows;
         const bool prefetch = n > 4 && t == 0;  // see dot_q4k_x16_vnni
-        if (w.type == GgmlType::q6_k)
-          dot_q6k_x16_vnni<T>(group, sblocks, acts[int(ActsKind::q6k_x16)], t, out, rows, prefetch);
-        else
-          dot_q4_0_x16_vnni<T>(group, w.cols / 64, acts[int(ActsKind::q4_0_x16)], t, out, rows,
-                               prefetch);
+        dot_q4_0_x16_vnni<T>(group, w.cols / 64, acts[int(ActsKind::q4_0_x16)], t, out, rows,
+                             prefetch);
       });
     }
     r0 = std::max(r0, groups * kX16Rows);  // then the rows past the groups, as in the file
