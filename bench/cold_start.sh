@@ -61,9 +61,12 @@ rounds() {
     for round in 1 2 3; do
       for B in $( [ "$OLD" = "$NEW" ] && echo "$NEW" || echo "$OLD $NEW"); do
         n=$([ "$OLD" = "$NEW" ] && echo weir || { [ "$B" = "$NEW" ] && echo new || echo old; })
-        /usr/bin/time -f "%e %M" -o /tmp/cold-start-gen.t "$B" generate --model "$M" \
-          --prompt hello -n 1 >/dev/null 2>&1
-        echo "$T $n generate_s,peak_kb $(cat /tmp/cold-start-gen.t) serve_ready_s,peak_kb $(serve_ready "$B" "$M")"
+        WEIR_LOG=debug /usr/bin/time -f "%e %M" -o /tmp/cold-start-gen.t "$B" generate --model "$M" \
+          --prompt hello -n 1 >/dev/null 2>/tmp/cold-start-gen.err
+        # how the weights were placed: "mapped" (the copy in 2 MiB page-cache pages) or "read"
+        # (into anonymous memory: the copy's page cache is not in 2 MiB folios, or no copy)
+        how=$(grep -o 'mapped in 2 MiB\|read into anonymous\|rearrang' /tmp/cold-start-gen.err | head -1 | cut -d' ' -f1)
+        echo "$T $n generate_s,peak_kb $(cat /tmp/cold-start-gen.t) serve_ready_s,peak_kb $(serve_ready "$B" "$M") weights ${how:-?}"
       done
       echo "$T floor_s $(floor "$M")"
       [ $have_llamacpp = 1 ] && echo "$T llamacpp process_s,peak_kb $(llamacpp "$M")"
@@ -73,6 +76,10 @@ rounds() {
 }
 LOG=$(mktemp /tmp/cold-start.XXXXXX)
 rounds | tee "$LOG"
+# A copy whose page cache holds small folios (read with read/pread, e.g. by `cp` or an older weir)
+# is read into anonymous memory on every start until it leaves the page cache; on a VM that hands
+# freed memory back to its host (free page reporting) that memory is refaulted from the host, at
+# ~2.5 s of system time for 1.3 GB here. `weights` says which path each run took.
 # Medians per type. llama.cpp's own part: from its backend ready (after node's start, the import
 # of node-llama-cpp and its test of the binary in a child process, none of which llama-cli pays)
 # to the model loaded, the context created (what llama-server needs before /health, less its
@@ -80,7 +87,6 @@ rounds | tee "$LOG"
 # 200 (serve) over that part.
 python3 - "$LOG" <<'P'
 import json, statistics as st, sys
-med = lambda v: st.median(v) if v else float("nan")
 rows = {}
 for line in open(sys.argv[1]):
     f = line.split()
@@ -91,19 +97,24 @@ for line in open(sys.argv[1]):
         r["serve"].append(float(f[6])); r["serve_kb"].append(int(f[7]))
     elif f[1] == "llamacpp" and len(f) > 5 and f[5].startswith("{"):
         r["ll"].append(json.loads(" ".join(f[5:]))); r["ll_proc"].append(float(f[3])); r["ll_kb"].append(int(f[4]))
-print("type | weir generate s (peak MB) | weir serve /health s (peak MB) | llama.cpp: node start+import s"
-      " | +backend s | load s | context s | first token s | own to ready / to first token s"
-      " | process s (peak MB) | ratio generate / serve")
+print("medians (min) of the rounds, seconds; peak RSS MB (median)")
+print("type | weir generate (MB) | weir serve /health (MB) | llama.cpp: node start+import | +backend"
+      " | load | context | first token | own to ready | own to first token | process (peak MB, RSS at token)"
+      " | weir/llama.cpp: generate | serve")
 for t, r in rows.items():
+    w = lambda v: "%.3f (%.3f)" % (st.median(v), min(v))
     if not r["ll"]:
-        print(t, "| %.3f (%d) | %.3f (%d) | llama.cpp: none" % (med(r["gen"]), med(r["gen_kb"]) / 1000, med(r["serve"]), med(r["serve_kb"]) / 1000)); continue
-    m = lambda k: med([j[k] for j in r["ll"]])
-    d = lambda a, b: med([j[a] - j[b] for j in r["ll"]])
+        print(t, "| %s (%d) | %s (%d) | llama.cpp: none" % (w(r["gen"]), st.median(r["gen_kb"]) / 1000,
+                                                         w(r["serve"]), st.median(r["serve_kb"]) / 1000)); continue
+    m = lambda k: st.median([j[k] for j in r["ll"]])
+    d = lambda a, b: [j[a] - j[b] for j in r["ll"]]
     ready, first = d("context_s", "backend_s"), d("first_token_s", "backend_s")
-    print("%s | %.3f (%d) | %.3f (%d) | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f / %.3f | %.2f (%d) | %.2f / %.2f" % (
-        t, med(r["gen"]), med(r["gen_kb"]) / 1000, med(r["serve"]), med(r["serve_kb"]) / 1000,
-        m("import_s"), d("backend_s", "import_s"), d("model_s", "backend_s"), d("context_s", "model_s"),
-        d("first_token_s", "context_s"), ready, first, med(r["ll_proc"]), med(r["ll_kb"]) / 1000,
-        med(r["gen"]) / first, med(r["serve"]) / ready))
+    print("%s | %s (%d) | %s (%d) | %.3f | %.3f | %.3f | %.3f | %.3f | %s | %s | %.2f (%d, %d) | %.2f (%.2f) | %.2f (%.2f)" % (
+        t, w(r["gen"]), st.median(r["gen_kb"]) / 1000, w(r["serve"]), st.median(r["serve_kb"]) / 1000,
+        m("import_s"), st.median(d("backend_s", "import_s")), st.median(d("model_s", "backend_s")),
+        st.median(d("context_s", "model_s")), st.median(d("first_token_s", "context_s")), w(ready), w(first),
+        st.median(r["ll_proc"]), st.median(r["ll_kb"]) / 1000, m("rss_kb") / 1000,
+        st.median(r["gen"]) / st.median(first), min(r["gen"]) / min(first),
+        st.median(r["serve"]) / st.median(ready), min(r["serve"]) / min(ready)))
 P
 rm -f "$LOG"

@@ -30,6 +30,7 @@ const prompt = [...(model.tokens.bos != null ? [model.tokens.bos] : []), ...mode
 let first;
 for await (const tok of seq.evaluate(prompt, { temperature: 0 })) { first = tok; break; }
 out.first_token_s = r(since());
+out.rss_kb = Math.round(process.memoryUsage().rss / 1024);  // once the first token is out (as time %M)
 Object.assign(out, { prompt_tokens: prompt.length, token: first, context_size: context.contextSize,
                      threads: context.currentThreads, mmap: model.useMmap, binary: llama.buildType,
                      gpu: llama.gpu, llama_cpp: llama.llamaCppRelease?.release });
