@@ -70,6 +70,7 @@ asio::awaitable<Result<Limiter::Permit>> Limiter::async_acquire() {
                                             "the limits");
     }
     w = waiters_->push_locked(co_await asio::this_coro::executor, 1, 0);
+    w->give_back = [this] { release_one(); };  // a permit its destroyed frame never took
   }
   // Awaited into a local: GCC 12 corrupts the frame of a co_await inside a switch condition.
   const auto outcome = co_await waiters_->wait(mu_, w, std::nullopt);

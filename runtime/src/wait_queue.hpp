@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -43,6 +44,13 @@ class WaitQueue {
     std::atomic<int> state{waiting};
     bool queued = true;  // GUARDED_BY(owner's mutex)
     std::list<std::shared_ptr<Waiter>>::iterator pos;
+    // Set once the waiter's execution context shuts down (its destructor runs): its channel
+    // can no longer wake anyone, so grant_locked() passes it by.
+    const std::atomic<bool>* context_down = nullptr;
+    // Called (without the owner's mutex) when the waiting coroutine's frame is destroyed
+    // after the resource was handed to it but before it resumed (its io_context was destroyed
+    // in between): the owner takes the resource back. Empty: the owner does not.
+    std::function<void()> give_back;
   };
   using WaiterPtr = std::shared_ptr<Waiter>;
 
@@ -52,11 +60,15 @@ class WaitQueue {
 
   WaiterPtr push_locked(boost::asio::any_io_executor ex, std::size_t amount, int tag);
   // Removes `w` from the queue; when it is still waiting, marks it granted, wakes it and
-  // returns true. False means it timed out or was cancelled: the owner keeps the resource.
+  // returns true. False means it timed out or was cancelled, or its execution context is
+  // shutting down: the owner keeps the resource.
   bool grant_locked(const WaiterPtr& w);
 
   // Suspends until `w` is granted, times out, or the awaiting operation is cancelled.
-  // Takes `mu` itself (REQUIRES: not held by the caller).
+  // Takes `mu` itself (REQUIRES: not held by the caller). Should the coroutine's frame be
+  // destroyed while it waits (its execution context destroyed), `w` leaves the queue then
+  // (REQUIRES: the owner and `mu` outlive the frame), and a grant it never heard of goes back
+  // through w->give_back.
   boost::asio::awaitable<Outcome> wait(std::mutex& mu, WaiterPtr w,
                                        std::optional<std::chrono::milliseconds> timeout);
 
