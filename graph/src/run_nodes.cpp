@@ -2,9 +2,13 @@
 // an async node raced against its timeout, the run's cancel flag and its deadline, and several
 // calls at once under the run's max_concurrency.
 #include <algorithm>
+#include <memory>
+#include <tuple>
 #include <variant>
 
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
@@ -131,9 +135,12 @@ asio::awaitable<void> Runner::call(const Task& t, NodeContext& ctx, Result<Updat
     } catch (...) {
       r = thrown_error();
     }
-    const bool retryable =
-        !r && (r.error().is(Errc::tool_failed) || r.error().is(Errc::tool_timeout) ||
-               r.error().is(Errc::model_error));
+    bool retryable = !r && (r.error().is(Errc::tool_failed) || r.error().is(Errc::tool_timeout) ||
+                            r.error().is(Errc::model_error));
+    if (retryable) {  // not when the call was cancelled (run_concurrently, the caller)
+      const auto cs = co_await asio::this_coro::cancellation_state;
+      retryable = cs.cancelled() == asio::cancellation_type::none;
+    }
     if (r || !retryable || attempt >= n.options.max_attempts) {
       if (traced) trace_node_end(ctx.task_, r);
       co_return;
@@ -180,32 +187,91 @@ asio::awaitable<Error> Runner::watch(const StateGraph::NodeDef& n) {
   }
 }
 
+namespace {
+
+// One step's concurrent calls, shared by the step's coroutine and the calls' completion
+// handlers. Shared: once the step's wait is cancelled, a stop (stop_calls) is posted to the
+// strand and may run after the step has heard that every call ended.
+struct Calls {
+  Calls(const asio::any_io_executor& ex, Runner& r, const std::vector<Task>& t,
+        std::vector<Result<Update>>& res, std::size_t lim)
+      : strand(asio::make_strand(ex)),
+        done(ex, 1),
+        run(r),
+        tasks(t),
+        results(res),
+        signals(t.size()),
+        live(t.size()),
+        limit(lim) {}
+  asio::strand<asio::any_io_executor> strand;
+  // Sent once, when no call runs and none will start. Thread-safe: the calls end on the
+  // strand, the step may wait on another thread.
+  asio::experimental::concurrent_channel<void(boost::system::error_code)> done;
+  // Used only while a call runs: the step waits for every call it started.
+  Runner& run;
+  const std::vector<Task>& tasks;
+  std::vector<Result<Update>>& results;
+  // The rest only on the strand.
+  std::vector<asio::cancellation_signal> signals;  // [tasks]: cancels the call
+  std::vector<char> live;                          // [tasks]: the call runs
+  std::size_t limit, next = 0, running = 0;
+  bool stopping = false, over = false;
+
+  void end_if_over() {
+    if (over || running > 0 || (next < tasks.size() && !stopping)) return;
+    over = true;
+    done.try_send(boost::system::error_code{});
+  }
+};
+
+void launch_calls(const std::shared_ptr<Calls>& c) {
+  while (!c->stopping && c->running < c->limit && c->next < c->tasks.size()) {
+    const std::size_t i = c->next++;
+    ++c->running;
+    c->live[i] = true;
+    const Task& t = c->tasks[i];
+    auto op = c->run.call(t, t.ctx, c->results[i]);
+    asio::co_spawn(c->strand, std::move(op),
+                   asio::bind_cancellation_slot(c->signals[i].slot(), [c, i](std::exception_ptr e) {
+                     if (e)
+                       c->results[i] = Error(Errc::tool_failed, "node threw an unknown exception");
+                     c->live[i] = false;
+                     --c->running;
+                     launch_calls(c);
+                     c->end_if_over();
+                   }));
+  }
+}
+
+// The step's wait was cancelled: no call starts any more, and those running are cancelled.
+void stop_calls(const std::shared_ptr<Calls>& c) {
+  if (c->over) return;
+  c->stopping = true;
+  for (std::size_t i = 0; i < c->tasks.size(); ++i)
+    if (c->live[i]) c->signals[i].emit(asio::cancellation_type::all);
+  c->end_if_over();
+}
+
+}  // namespace
+
 asio::awaitable<void> Runner::run_concurrently(const std::vector<Task>& tasks,
                                                std::vector<Result<Update>>& results) {
   auto ex = co_await asio::this_coro::executor;
-  auto strand = asio::make_strand(ex);
   results.assign(tasks.size(), Error(Errc::cancelled, "not run"));
-  // Thread-safe: the children finish on their strand, the parent may wait on another thread.
-  asio::experimental::concurrent_channel<void(boost::system::error_code)> done(ex, 1);
-  std::size_t next = 0, running = 0, finished = 0;
   const std::size_t limit = static_cast<std::size_t>(std::max(1, lim.max_concurrency));
-  std::function<void()> launch = [&] {
-    while (running < limit && next < tasks.size()) {
-      const std::size_t i = next++;
-      ++running;
-      asio::co_spawn(strand, call(tasks[i], tasks[i].ctx, results[i]),
-                     [&, i](std::exception_ptr e) {
-                       if (e)
-                         results[i] = Error(Errc::tool_failed, "node threw an unknown exception");
-                       --running;
-                       ++finished;
-                       launch();
-                       if (finished == tasks.size()) done.try_send(boost::system::error_code{});
-                     });
-    }
-  };
-  asio::dispatch(strand, [&] { launch(); });
-  co_await done.async_receive(asio::as_tuple(asio::use_awaitable));
+  auto calls = std::make_shared<Calls>(ex, *this, tasks, results, limit);
+  asio::dispatch(calls->strand, [calls] { launch_calls(calls); });
+  auto [ec] = co_await calls->done.async_receive(asio::as_tuple(asio::use_awaitable));
+  if (!ec) co_return;
+  // The awaiting operation was cancelled (e.g. the caller's `run || timer`): the calls are
+  // cancelled too, and the step waits until every one it started has ended, for they use this
+  // run. The run then ends cancelled.
+  co_await asio::this_coro::reset_cancellation_state();
+  do {
+    asio::dispatch(calls->strand, [calls] { stop_calls(calls); });
+    std::tie(ec) = co_await calls->done.async_receive(asio::as_tuple(asio::use_awaitable));
+  } while (ec);
+  for (auto& r : results) r = Error(Errc::cancelled, "run cancelled while it ran");
 }
 
 }  // namespace weir::graph

@@ -539,6 +539,9 @@ struct Runner {
   Status route(const Router& r, std::vector<Task>& out);
 
   // Async nodes of one step, at most max_concurrency at a time, on one strand; results in order.
+  // When the awaiting operation is cancelled (Asio cancellation, e.g. the caller's
+  // `run || timer`), the running calls are cancelled, no more start, and it returns only once
+  // every call it started has ended (they use this run), every result Errc::cancelled.
   asio::awaitable<void> run_concurrently(const std::vector<Task>& tasks,
                                          std::vector<Result<Update>>& results);
 };
