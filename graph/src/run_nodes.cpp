@@ -187,6 +187,35 @@ asio::awaitable<Error> Runner::watch(const StateGraph::NodeDef& n) {
   }
 }
 
+asio::awaitable<Result<Limiter::Permit>> Runner::async_admit() {
+  using namespace asio::experimental::awaitable_operators;
+  if (!cancel && deadline == Clock::time_point::max())
+    co_return co_await barrier->admission->async_acquire();
+  auto acquire = barrier->admission->async_acquire();
+  auto w = watch_admission();
+  auto race = std::move(acquire) || std::move(w);  // the loser is cancelled: no permit leaks
+  std::variant<Result<Limiter::Permit>, Error> v = co_await std::move(race);
+  if (v.index() == 0) co_return std::move(std::get<0>(v));
+  co_return std::move(std::get<1>(v));
+}
+
+asio::awaitable<Error> Runner::watch_admission() {
+  constexpr auto kLook = std::chrono::milliseconds(50);  // as watch()
+  asio::steady_timer timer(co_await asio::this_coro::executor);
+  for (;;) {
+    const auto now = Clock::now();
+    // The texts of begin_step()'s checks before the first superstep.
+    if (cancel && cancel->load())
+      co_return Error(Errc::cancelled, "run cancelled before superstep 1");
+    if (now >= deadline)
+      co_return Error(Errc::deadline_exceeded, "run stopped after " +
+                                                   std::to_string(lim.deadline.count()) +
+                                                   " ms (limits.deadline_ms) in superstep 0");
+    timer.expires_at(cancel ? std::min(now + kLook, deadline) : deadline);
+    co_await timer.async_wait(asio::use_awaitable);  // cancelled (throws) once admitted
+  }
+}
+
 namespace {
 
 // One step's concurrent calls, shared by the step's coroutine and the calls' completion

@@ -460,6 +460,11 @@ struct Runner {
   Result<RunResult> result_of_run();
 
   asio::awaitable<void> queue_for_permit();
+  // queue_for_permit()'s wait (run_nodes.cpp): a permit from barrier->admission, raced against
+  // the run's cancel flag (read every 50 ms) and its deadline, which end the wait with the
+  // error begin_step() would give the run's first step.
+  asio::awaitable<Result<Limiter::Permit>> async_admit();
+  asio::awaitable<Error> watch_admission();
 
   // The task that called interrupt() and returned its error, or tasks.size().
   std::size_t interrupting_task(const std::vector<Task>& tasks,
