@@ -580,7 +580,7 @@ Result<RunResult> Runner::result_of_run() {
 
 asio::awaitable<void> Runner::queue_for_permit() {
   const auto asked = thread ? Clock::now() : Clock::time_point{};
-  Result<Limiter::Permit> queued = co_await barrier->admission->async_acquire();
+  Result<Limiter::Permit> queued = co_await async_admit();
   if (thread && queued) {
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - asked).count();
     note_fence({{"fence", "admission_wait"}, {"wait_ms", std::round(ms * 10) / 10}});

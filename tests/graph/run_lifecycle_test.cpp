@@ -177,5 +177,56 @@ TEST(RunLifecycle, DestroyingTheIoContextWithQueuedRunsIsClean) {
   EXPECT_EQ((*out)->state.at("x").as_int64(), 7);
 }
 
+// A run waiting for admission (max_concurrent_runs=1, behind a run that goes on) stops waiting
+// at its cancel flag or its deadline, with the error it would have got once started; the run
+// ahead of it is not disturbed.
+TEST(RunLifecycle, AQueuedRunStopsWaitingAtItsCancelOrDeadline) {
+  for (bool by_deadline : {false, true}) {
+    auto seen = std::make_shared<Seen>();
+    auto blocker = sleepers(seen, {"slow"}, false);
+    auto queued = sleepers(std::make_shared<Seen>(), {"next"}, false,
+                           by_deadline ? GraphLimits{.deadline = 100ms} : GraphLimits{});
+    RuntimeOptions ro;
+    ro.max_concurrent_runs = 1;
+    GraphRuntime rt(ro);
+    asio::io_context io;
+    auto stop_blocker = std::make_shared<std::atomic<bool>>(false);
+    auto cancel = std::make_shared<std::atomic<bool>>(false);
+    std::optional<Result<RunResult>> first, second;
+    bool blocker_running_at_end = false;
+    asio::co_spawn(io, rt.async_invoke(blocker, {}, {.cancel = stop_blocker}),
+                   [&](std::exception_ptr, Result<RunResult> r) { first = std::move(r); });
+    RunOptions o;
+    if (!by_deadline) o.cancel = cancel;
+    asio::co_spawn(io, rt.async_invoke(queued, {}, std::move(o)),
+                   [&](std::exception_ptr, Result<RunResult> r) {
+                     blocker_running_at_end = !first.has_value();
+                     second = std::move(r);
+                     stop_blocker->store(true);
+                   });
+    asio::steady_timer later(io, 50ms);
+    later.async_wait([&](boost::system::error_code) {
+      EXPECT_EQ(rt.queued_runs(), 1u);
+      cancel->store(true);
+    });
+    io.run();
+    ASSERT_TRUE(second.has_value());
+    ASSERT_FALSE(*second);
+    EXPECT_TRUE(blocker_running_at_end) << "the queued run waited for the run ahead to end";
+    if (by_deadline) {
+      EXPECT_TRUE(second->error().is(Errc::deadline_exceeded)) << second->error().to_string();
+      EXPECT_EQ(second->error().message,
+                "run stopped after 100 ms (limits.deadline_ms) in superstep 0");
+    } else {
+      EXPECT_TRUE(second->error().is(Errc::cancelled)) << second->error().to_string();
+      EXPECT_EQ(second->error().message, "run cancelled before superstep 1");
+    }
+    ASSERT_TRUE(first.has_value());
+    EXPECT_EQ(seen->started.load(), 1);
+    EXPECT_EQ(rt.active_runs(), 0u);
+    EXPECT_EQ(rt.queued_runs(), 0u);
+  }
+}
+
 }  // namespace
 }  // namespace weir::graph
