@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include <boost/json.hpp>
+#include <boost/system/system_error.hpp>
 
 #include "runner.hpp"
 #include "weir/runtime/artifact_store.hpp"
@@ -106,9 +107,10 @@ std::string NodeContext::new_message_id() {
   if (!run_) return {};
   if (!extra_) extra_ = std::make_unique<Extra>();
   const std::int32_t n = extra_->messages_named++;
-  // Keys never clash with name_messages' (an index): they hold the node's name and a '#'.
-  return run_->message_id(run_->superstep,
-                          run_->event_prefix() + std::string(node()) + "#" + std::to_string(n));
+  // "n:<node>#<task>#<n>": each Send task of a node names its own (they had one id, and the
+  // messages reducer kept one of their replies); name_messages' keys start "c:".
+  return run_->message_id(run_->superstep, "n:" + run_->event_prefix() + std::string(node()) + "#" +
+                                               std::to_string(task_) + "#" + std::to_string(n));
 }
 
 std::function<void(std::string_view)> NodeContext::message_text(std::string message_id) const {
@@ -140,8 +142,12 @@ Error thrown_error() {
     throw;
   } catch (const Exception& e) {
     return e.error();
+  } catch (const boost::system::system_error& e) {  // boost::json's: what() ends in its source
+    return Error(Errc::tool_failed, "threw: " + e.code().message());
   } catch (const std::exception& e) {
     return Error(Errc::tool_failed, std::string("threw: ") + e.what());
+  } catch (...) {
+    return Error(Errc::tool_failed, "threw an exception that is not a std::exception");
   }
 }
 

@@ -402,6 +402,9 @@ Runner::Await Runner::advance_steps() {
       } catch (const Exception& e) {  // e.g. the run's state went over its memory limit
         fail(e.error());
         phase = Phase::end;
+      } catch (...) {  // the user's code outside a node: a router, a reducer, a token counter
+        fail(thrown_error());
+        phase = Phase::end;
       }
     } else {
       a = advance_phase();
@@ -710,7 +713,15 @@ asio::awaitable<void> Runner::push_state(std::int32_t step) {
 }
 
 Status Runner::route(const Router& r, std::vector<Task>& out) {
-  for (const auto& t : r(StateView(g, st))) {
+  std::vector<std::string> targets;
+  try {
+    targets = r(StateView(g, st));
+  } catch (const Exception& x) {
+    return Error(x.error().code, "its router failed: " + x.error().message);
+  } catch (...) {
+    return Error(Errc::tool_failed, "its router " + thrown_error().message);  // "threw: ..."
+  }
+  for (const auto& t : targets) {
     if (t == kEnd) continue;
     auto n = g.node_index(t);
     if (!n) return Error(Errc::invalid_argument, "router chose unknown node '" + t + "'");
@@ -762,8 +773,12 @@ asio::awaitable<Result<RunResult>> GraphRuntime::async_run(
     const json::value* resume_value) {
   std::string run_id;
   if (options.run_id.empty()) {  // "run-<n>", built in place (every run without an id pays it)
+    // Numbered for the process, not the runtime: a run's artifacts are owned by its id, and two
+    // runtimes may share a store (a failing run released the other runtime's "run-0"'s).
+    static std::atomic<std::uint64_t> next_run{0};
     char id[24] = "run-";
-    const auto n = std::to_chars(id + 4, id + sizeof id, next_run_.fetch_add(1)).ptr;
+    const auto n =
+        std::to_chars(id + 4, id + sizeof id, next_run.fetch_add(1, std::memory_order_relaxed)).ptr;
     run_id.assign(id, n);
   } else {
     run_id = std::move(options.run_id);

@@ -1,6 +1,7 @@
 // A run's channels: the reducers, message windows (eviction, archive, rolling summary) and
 // the offload of large values to the artifact store (see runner.hpp, state_graph.hpp).
 #include <algorithm>
+#include <cmath>
 
 #include <boost/json.hpp>
 
@@ -52,10 +53,17 @@ std::string cap_summary(std::string s, std::size_t max) {
 
 }  // namespace
 
-std::int64_t Runner::tokens_of(const ChannelOptions& o, const json::value& m) const {
+std::int64_t Runner::tokens_of(std::size_t ch, const json::value& m) const {
+  const auto& [name, o] = g.channels_[ch];
   const auto* c = m.is_object() ? m.as_object().if_contains("content") : nullptr;
   std::string text = c && c->is_string() ? std::string(c->as_string()) : json::serialize(m);
-  return o.token_counter ? o.token_counter(text) : default_tokens(text);
+  if (!o.token_counter) return default_tokens(text);
+  try {
+    return o.token_counter(text);
+  } catch (...) {  // the run's error, naming the channel (it escaped the run)
+    throw Exception(Errc::tool_failed,
+                    "channel '" + name + "' token counter " + thrown_error().message);
+  }
 }
 
 void Runner::trim_window(std::size_t ch, json::array& arr) {
@@ -67,7 +75,7 @@ void Runner::trim_window(std::size_t ch, json::array& arr) {
   const std::size_t marker_count = first - marker;
   std::int64_t total = 0;
   if (max_tokens > 0) {
-    for (const auto& m : arr) total += tokens_of(o, m);
+    for (const auto& m : arr) total += tokens_of(ch, m);
   }
   std::size_t drop = 0;
   auto over = [&] {
@@ -79,7 +87,7 @@ void Runner::trim_window(std::size_t ch, json::array& arr) {
     return max_tokens > 0 && total > max_tokens && turns > 1;  // the newest turn stays
   };
   while (over()) {
-    if (max_tokens > 0) total -= tokens_of(o, arr[first + drop]);
+    if (max_tokens > 0) total -= tokens_of(ch, arr[first + drop]);
     ++drop;
   }
   if (drop == 0) return;
@@ -208,10 +216,14 @@ std::string Runner::message_id(std::int32_t step, std::string_view key) const {
   return std::string("msg-") + hex;
 }
 
-void Runner::name_messages(json::array& arr, std::size_t from, std::int32_t step) const {
+void Runner::name_messages(json::array& arr, std::size_t from, std::int32_t step,
+                           std::string_view key) const {
+  std::string k(key);
   for (std::size_t i = from; i < arr.size(); ++i) {
     if (!arr[i].is_object() || arr[i].as_object().contains("id")) continue;
-    arr[i].as_object()["id"] = message_id(step, std::to_string(i));
+    k.resize(key.size());
+    k += std::to_string(i - from);
+    arr[i].as_object()["id"] = message_id(step, k);
   }
 }
 
@@ -232,7 +244,14 @@ Status Runner::reduce(std::size_t ch,
   for (std::size_t i = 0; i < writes.size(); ++i) {
     const json::value& w = *writes[i].second;
     if (opt_c.custom) {
-      auto r = opt_c.custom(cur, w);
+      Result<json::value> r = Error(Errc::tool_failed, "");
+      try {
+        r = opt_c.custom(cur, w);
+      } catch (...) {
+        return Error(Errc::tool_failed, "channel '" + name + "' reducer " + thrown_error().message +
+                                            " (on node '" + g.nodes_[writes[i].first].name +
+                                            "''s write)");
+      }
       if (!r) return Error(r.error().code, "channel '" + name + "' reducer: " + r.error().message);
       cur = json::value(*r, st.sp());
       continue;
@@ -276,7 +295,8 @@ Status Runner::reduce(std::size_t ch,
           add(w);
         }
         if (opt_c.reducer == ReducerKind::messages) {
-          name_messages(arr, before, step);
+          // "c:<channel>/<write>.<item>"; NodeContext::new_message_id's keys start "n:".
+          name_messages(arr, before, step, "c:" + name + "/" + std::to_string(i) + ".");
           trim_window(ch, arr);
           break;
         }
@@ -297,10 +317,22 @@ Status Runner::reduce(std::size_t ch,
         if (cur.is_null()) {
           cur = w;
         } else if (opt_c.reducer == ReducerKind::sum) {
-          if (cur.is_int64() && w.is_int64())
-            cur = cur.as_int64() + w.as_int64();
+          // Past int64 the sum wrapped, past a double it was Infinity, which is not JSON (and a
+          // thread's checkpoint refused it at every later step).
+          std::int64_t sum = 0;
+          double d = 0;
+          const bool wide = !(cur.is_int64() && w.is_int64());
+          if (wide ? !std::isfinite(d = cur.to_number<double>() + w.to_number<double>())
+                   : __builtin_add_overflow(cur.as_int64(), w.as_int64(), &sum))
+            return Error(Errc::invalid_argument,
+                         "channel '" + name + "': the sum of node '" +
+                             g.nodes_[writes[i].first].name + "''s write " + json::serialize(w) +
+                             " and the channel's " + json::serialize(cur) +
+                             " is past the range of " + (wide ? "a double" : "a 64-bit integer"));
+          if (wide)
+            cur = d;
           else
-            cur = cur.to_number<double>() + w.to_number<double>();
+            cur = sum;
         } else {
           const bool bigger = w.to_number<double>() > cur.to_number<double>();
           if ((opt_c.reducer == ReducerKind::max) == bigger) cur = w;

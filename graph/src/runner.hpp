@@ -233,7 +233,8 @@ struct Runner {
   // REQUIRES: streaming().
   asio::awaitable<void> push(Event e) { co_await push_event(extras->events, std::move(e)); }
 
-  std::int64_t tokens_of(const ChannelOptions& o, const json::value& m) const;
+  // Throws Exception (tool_failed) when the channel's token counter throws.
+  std::int64_t tokens_of(std::size_t ch, const json::value& m) const;
 
   // A messages window over max_messages / max_tokens: the oldest turns move to evicted[ch].
   void trim_window(std::size_t ch, json::array& arr);
@@ -250,8 +251,11 @@ struct Runner {
     return false;
   }
 
-  // Gives the messages arr[from..] written without an id one (a messages channel's reducer).
-  void name_messages(json::array& arr, std::size_t from, std::int32_t step) const;
+  // Gives the messages arr[from..] written without an id one (a messages channel's reducer):
+  // the k-th of them keyed "<key>k". `key` names the channel and the write, not a place in arr,
+  // which a window's evictions reuse within a step.
+  void name_messages(json::array& arr, std::size_t from, std::int32_t step,
+                     std::string_view key) const;
   // "msg-<16 hex>" of `key` with this run's id and the thread's step `step` (name_messages'
   // ids and NodeContext::new_message_id's).
   std::string message_id(std::int32_t step, std::string_view key) const;

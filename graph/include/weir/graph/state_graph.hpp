@@ -567,7 +567,6 @@ class GraphRuntime {
                                                       const boost::json::value* resume_value);
   RuntimeOptions options_;
   std::unique_ptr<Limiter> admission_;
-  std::atomic<std::uint64_t> next_run_{0};
 };
 
 }  // namespace weir::graph

@@ -1,0 +1,246 @@
+// What a run does with the user's code and numbers at its edges (found by a breaking pass): a
+// router, a custom reducer, a token counter or a node that throws ends the run with an error
+// naming it (the events end too); a sum past its type's range is an error, not a wrapped or
+// infinite value; message ids stay distinct across Send tasks and a window's evictions; run ids
+// stay distinct across runtimes that share an artifact store.
+#include <set>
+
+#include <gtest/gtest.h>
+#include <boost/json.hpp>
+
+#include "graph_test_util.hpp"
+#include "weir/graph/events.hpp"
+#include "weir/runtime/artifact_store.hpp"
+
+namespace weir::graph {
+namespace {
+
+namespace asio = boost::asio;
+namespace json = boost::json;
+using testing::run;
+
+// START -> a -> (router) -> END, where `a` writes `count`.
+std::shared_ptr<const CompiledGraph> routed(Router router) {
+  StateGraph g;
+  g.add_channel("count");
+  g.add_node("a", [](const StateView&, NodeContext&) -> Result<Update> { return Update(); });
+  g.add_edge("START", "a");
+  g.add_conditional_edges("a", std::move(router), {"END"});
+  auto cg = g.compile();
+  EXPECT_TRUE(cg) << cg.error().to_string();
+  return *cg;
+}
+
+TEST(RunUserCode, ARouterThatThrowsFailsTheRunNamingIt) {
+  GraphRuntime rt;
+  auto g = routed([](const StateView& s) -> std::vector<std::string> {
+    (void)s.get("count").as_int64();  // count is null: boost::json throws
+    return {"END"};
+  });
+  auto r = run(rt, g, {});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, Errc::tool_failed);
+  EXPECT_NE(r.error().message.find("node 'a': its router threw: "), std::string::npos)
+      << r.error().message;
+}
+
+TEST(RunUserCode, ACustomReducerThatThrowsFailsTheRunNamingTheChannel) {
+  StateGraph g;
+  ChannelOptions o;
+  o.custom = [](const json::value&, const json::value& w) -> Result<json::value> {
+    return json::value(w.as_string().size());  // an int write throws
+  };
+  g.add_channel("x", o);
+  g.add_node("a",
+             [](const StateView&, NodeContext&) -> Result<Update> { return Update().set("x", 7); });
+  g.add_edge("START", "a");
+  g.add_edge("a", "END");
+  auto cg = g.compile();
+  ASSERT_TRUE(cg);
+  GraphRuntime rt;
+  auto r = run(rt, *cg, {});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, Errc::tool_failed);
+  EXPECT_NE(r.error().message.find("channel 'x' reducer threw: "), std::string::npos)
+      << r.error().message;
+}
+
+TEST(RunUserCode, ATokenCounterThatThrowsFailsTheRunNamingTheChannel) {
+  StateGraph g;
+  ChannelOptions o;
+  o.reducer = ReducerKind::messages;
+  o.max_tokens = 100;
+  o.token_counter = [](std::string_view) -> std::int64_t { throw std::runtime_error("no"); };
+  g.add_channel("messages", o);
+  g.add_node("a", [](const StateView&, NodeContext&) -> Result<Update> {
+    return Update().set("messages", json::object{{"role", "user"}, {"content", "hi"}});
+  });
+  g.add_edge("START", "a");
+  g.add_edge("a", "END");
+  auto cg = g.compile();
+  ASSERT_TRUE(cg);
+  GraphRuntime rt;
+  auto r = run(rt, *cg, {});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, Errc::tool_failed);
+  EXPECT_NE(r.error().message.find("channel 'messages' token counter threw: no"), std::string::npos)
+      << r.error().message;
+}
+
+TEST(RunUserCode, ANodeThatThrowsANonStandardExceptionFailsTheRun) {
+  StateGraph g;
+  g.add_channel("x");
+  g.add_node("a", [](const StateView&, NodeContext&) -> Result<Update> { throw 42; });
+  g.add_edge("START", "a");
+  g.add_edge("a", "END");
+  auto cg = g.compile();
+  ASSERT_TRUE(cg);
+  GraphRuntime rt;
+  auto r = run(rt, *cg, {});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, Errc::tool_failed);
+  EXPECT_EQ(r.error().message, "node 'a': threw an exception that is not a std::exception");
+}
+
+TEST(RunUserCode, AnEventStreamEndsWhenARouterThrows) {
+  auto g = routed([](const StateView& s) -> std::vector<std::string> {
+    (void)s.get("count").as_int64();
+    return {"END"};
+  });
+  GraphRuntime rt;
+  auto stream = std::make_shared<EventStream>(16);
+  RunOptions opt;
+  opt.events = stream;
+  std::vector<EventKind> kinds;
+  auto consume = [&]() -> asio::awaitable<void> {
+    while (auto e = co_await stream->async_next()) kinds.push_back(e->kind);
+  };
+  auto r = testing::run_with(rt, g, {}, std::move(opt), consume);
+  ASSERT_FALSE(r);
+  ASSERT_FALSE(kinds.empty());
+  EXPECT_EQ(kinds.back(), EventKind::run_failed);
+}
+
+// A sum channel's values stay numbers a client can read: past int64 or a double's range is the
+// run's error, naming the channel and the node.
+TEST(RunUserCode, ASumPastItsRangeIsAnError) {
+  for (auto [first, second] : {std::pair{json::value(INT64_MAX), json::value(1)},
+                               std::pair{json::value(INT64_MIN), json::value(-1)},
+                               std::pair{json::value(1.79e308), json::value(1.79e308)}}) {
+    StateGraph g;
+    g.add_channel("x", {.reducer = ReducerKind::sum});
+    g.add_node("a", [v = first](const StateView&, NodeContext&) -> Result<Update> {
+      return Update().set("x", v);
+    });
+    g.add_node("b", [v = second](const StateView&, NodeContext&) -> Result<Update> {
+      return Update().set("x", v);
+    });
+    g.add_edge("START", "a");
+    g.add_edge("START", "b");
+    g.add_edge("a", "END");
+    g.add_edge("b", "END");
+    auto cg = g.compile();
+    ASSERT_TRUE(cg);
+    GraphRuntime rt;
+    auto r = run(rt, *cg, {});
+    ASSERT_FALSE(r) << json::serialize(r->state);
+    EXPECT_EQ(r.error().code, Errc::invalid_argument);
+    EXPECT_NE(r.error().message.find("channel 'x': the sum of node 'b''s write "),
+              std::string::npos)
+        << r.error().message;
+  }
+}
+
+TEST(RunUserCode, ANumberChannelsDefaultMustBeANumber) {
+  StateGraph g;
+  g.add_channel("x", {.reducer = ReducerKind::sum, .default_value = "abc"});
+  g.add_node("a",
+             [](const StateView&, NodeContext&) -> Result<Update> { return Update().set("x", 1); });
+  g.add_edge("START", "a");
+  g.add_edge("a", "END");
+  auto cg = g.compile();
+  ASSERT_FALSE(cg);
+  EXPECT_EQ(cg.error().message,
+            "channel 'x' sums numbers, but its default is \"abc\": give it a number or no default");
+}
+
+// Every Send task of a node gets its own message id, as do two nodes of one step.
+TEST(RunUserCode, NewMessageIdsDifferAcrossSendTasks) {
+  StateGraph g;
+  g.add_channel("messages", {.reducer = ReducerKind::messages});
+  g.add_node("map", [](const StateView&, NodeContext&) -> Result<Update> {
+    Update u;
+    for (int i = 0; i < 5; ++i) u.sends.push_back({"llm", i});
+    return u;
+  });
+  g.add_node("llm", [](const StateView&, NodeContext& c) -> Result<Update> {
+    json::object m{{"role", "assistant"},
+                   {"content", "answer " + json::serialize(c.input())},
+                   {"id", c.new_message_id()}};
+    return Update().set("messages", std::move(m));
+  });
+  g.add_edge("START", "map");
+  g.add_sends("map", {"llm"});
+  g.add_edge("llm", "END");
+  auto cg = g.compile();
+  ASSERT_TRUE(cg) << cg.error().to_string();
+  GraphRuntime rt;
+  auto r = run(rt, *cg, {});
+  ASSERT_TRUE(r) << r.error().to_string();
+  const auto& msgs = r->state.at("messages").as_array();
+  ASSERT_EQ(msgs.size(), 5u) << json::serialize(msgs);
+  std::set<std::string> contents;
+  for (const auto& m : msgs) contents.insert(std::string(m.at("content").as_string()));
+  EXPECT_EQ(contents,
+            (std::set<std::string>{"answer 0", "answer 1", "answer 2", "answer 3", "answer 4"}));
+}
+
+// Ten writers in one step into a window of three: the three kept have three ids.
+TEST(RunUserCode, GeneratedMessageIdsStayDistinctWhenAWindowEvicts) {
+  StateGraph g;
+  g.add_channel("messages", {.reducer = ReducerKind::messages, .max_messages = 3});
+  g.add_node("map", [](const StateView&, NodeContext&) -> Result<Update> {
+    Update u;
+    for (int i = 0; i < 10; ++i) u.sends.push_back({"w", i});
+    return u;
+  });
+  g.add_node("w", [](const StateView&, NodeContext& c) -> Result<Update> {
+    json::object m{{"role", "user"}, {"content", "u" + json::serialize(c.input())}};
+    return Update().set("messages", std::move(m));
+  });
+  g.add_edge("START", "map");
+  g.add_sends("map", {"w"});
+  g.add_edge("w", "END");
+  auto cg = g.compile();
+  ASSERT_TRUE(cg) << cg.error().to_string();
+  GraphRuntime rt;
+  auto r = run(rt, *cg, {});
+  ASSERT_TRUE(r) << r.error().to_string();
+  const auto& msgs = r->state.at("messages").as_array();
+  ASSERT_EQ(msgs.size(), 3u) << json::serialize(msgs);
+  std::set<std::string> ids;
+  for (const auto& m : msgs) ids.insert(std::string(m.at("id").as_string()));
+  EXPECT_EQ(ids.size(), 3u) << json::serialize(msgs);
+}
+
+// Two runtimes on one artifact store: a run that fails (releasing its artifacts) must not take
+// another runtime's run's artifacts with it, so their run ids differ.
+TEST(RunUserCode, RunIdsDifferAcrossRuntimes) {
+  StateGraph g;
+  g.add_channel("id");
+  g.add_node("a", [](const StateView&, NodeContext& c) -> Result<Update> {
+    return Update().set("id", json::string(c.run_id()));
+  });
+  g.add_edge("START", "a");
+  g.add_edge("a", "END");
+  auto cg = g.compile();
+  ASSERT_TRUE(cg);
+  GraphRuntime one, two;
+  auto a = run(one, *cg, {}), b = run(two, *cg, {});
+  ASSERT_TRUE(a && b);
+  EXPECT_NE(a->state.at("id"), b->state.at("id"));
+  EXPECT_EQ(std::string_view(a->state.at("id").as_string()).substr(0, 4), "run-");
+}
+
+}  // namespace
+}  // namespace weir::graph
