@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -218,6 +219,8 @@ TEST(ToolRegistryTest, SpillCutsOnACharacterBoundary) {
 }
 
 // An async tool that waits on a timer the test controls: it "hangs" until the gate opens.
+// The timeout also cancels the invocation's wait: a coroutine tool stops where it waits and gives
+// its slot back (it had run on, holding the slot and the caller's io_context, until it ended).
 TEST(ToolRegistryTest, HungAsyncToolTimesOutAndTheLoopKeepsServing) {
   asio::io_context io;
   asio::steady_timer gate(io, Clock::time_point::max());
@@ -252,8 +255,9 @@ TEST(ToolRegistryTest, HungAsyncToolTimesOutAndTheLoopKeepsServing) {
   auto check = [&]() -> asio::awaitable<void> {
     asio::steady_timer t(co_await asio::this_coro::executor, 400ms);
     co_await t.async_wait(asio::use_awaitable);
-    // Timed out, but the invocation still runs and holds its slot until it finishes.
-    EXPECT_EQ(reg.in_flight("hang"), 1u);
+    // Timed out, and the invocation's wait was cancelled: it has ended, its slot is free.
+    EXPECT_TRUE(finished);
+    EXPECT_EQ(reg.in_flight("hang"), 0u);
     gate.cancel();
   };
   spawn(io, hang_call());
@@ -271,6 +275,45 @@ TEST(ToolRegistryTest, HungAsyncToolTimesOutAndTheLoopKeepsServing) {
   EXPECT_LT(calc_took, 100ms);
   EXPECT_TRUE(finished);
   EXPECT_EQ(reg.in_flight("hang"), 0u);
+}
+
+// A caller that stops waiting (a node's timeout_ms or deadline, a cancelled run: the caller's
+// Asio cancellation) cancels the invocation too.
+TEST(ToolRegistryTest, ACancelledCallerCancelsTheInvocation) {
+  using namespace asio::experimental::awaitable_operators;
+  asio::io_context io;
+  asio::steady_timer gate(io, Clock::time_point::max());
+  std::atomic<bool> finished{false};
+  boost::system::error_code waited;
+  ToolRegistry reg;
+  ASSERT_TRUE(reg.add(make_async_tool(
+      "hang", "never answers", no_args_schema(),
+      [&](json::object, const ToolContext&) -> asio::awaitable<Result<std::string>> {
+        co_await gate.async_wait(asio::redirect_error(asio::use_awaitable, waited));
+        finished = true;
+        co_return std::string("late");
+      },
+      opts(60s))));
+  Result<ToolOutput> r = Error(Errc::ok, "");
+  auto caller = [&]() -> asio::awaitable<void> {
+    auto call_op = reg.async_call("hang", json::object(), ToolContext());
+    asio::steady_timer t(co_await asio::this_coro::executor, 50ms);
+    auto wait_op = t.async_wait(asio::use_awaitable);
+    auto race = std::move(call_op) || std::move(wait_op);
+    auto v = co_await std::move(race);
+    EXPECT_EQ(v.index(), 1u);  // the timer won
+  };
+  auto check = [&]() -> asio::awaitable<void> {
+    asio::steady_timer t(co_await asio::this_coro::executor, 300ms);
+    co_await t.async_wait(asio::use_awaitable);
+    EXPECT_TRUE(finished);
+    EXPECT_EQ(waited, asio::error::operation_aborted);
+    EXPECT_EQ(reg.in_flight("hang"), 0u);
+    gate.cancel();
+  };
+  spawn(io, caller());
+  spawn(io, check());
+  io.run();
 }
 
 TEST(ToolRegistryTest, HungSyncToolDoesNotBlockTheCaller) {

@@ -7,10 +7,13 @@
 #include <variant>
 
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/dispatch.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/experimental/concurrent_channel.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -301,32 +304,42 @@ asio::awaitable<Result<ToolOutput>> ToolRegistry::call(std::string_view name_in,
   }
 
   // The invocation races a timer; both report through one channel, the first message wins.
+  // The loser of the two is told: a timeout or a cancelled caller marks the invocation abandoned
+  // (a blocking tool reads that) and cancels its coroutine's wait, so a coroutine tool stops
+  // where it waits (a sleeping tool kept `weir run` alive seconds after its node had failed).
+  // The signal is emitted on the invocation's strand (within the caller's, when it has one).
   if (!ctx.blocking_executor) ctx.blocking_executor = shared_->pool.get_executor();
   auto chan = std::make_shared<Channel>(ex, 2);
   auto abandoned = std::make_shared<std::atomic<bool>>(false);
+  auto stop = std::make_shared<asio::cancellation_signal>();  // lives until the invocation ends
   ctx.abandoned = abandoned;
-  asio::steady_timer timer(ex, deadline);
-  timer.async_wait(
-      [chan, abandoned, msg = timeout_message(name, opt.timeout)](boost::system::error_code ec) {
-        if (ec) return;
-        abandoned->store(true, std::memory_order_relaxed);
-        chan->try_send(boost::system::error_code{},
-                       Result<std::string>(Error(Errc::tool_timeout, msg)));
-      });
+  auto strand = asio::make_strand(ex);
+  asio::steady_timer timer(strand, deadline);
+  timer.async_wait([chan, abandoned, stop,
+                    msg = timeout_message(name, opt.timeout)](boost::system::error_code ec) {
+    if (ec) return;
+    abandoned->store(true, std::memory_order_relaxed);
+    chan->try_send(boost::system::error_code{},
+                   Result<std::string>(Error(Errc::tool_timeout, msg)));
+    stop->emit(asio::cancellation_type::terminal);
+  });
   auto slot = std::make_shared<Limiter::Permit>(std::move(permit));
-  asio::co_spawn(ex, run_invocation(entry, shared_, slot, std::move(args), ctx, chan),
-                 [name](std::exception_ptr e) {
+  asio::co_spawn(strand, run_invocation(entry, shared_, slot, std::move(args), ctx, chan),
+                 asio::bind_cancellation_slot(stop->slot(), [name, stop](std::exception_ptr e) {
                    if (e)
                      weir::log(LogLevel::error,
                                "tool '" + name + "': invocation ended with an exception");
-                 });
+                 }));
   // (No structured binding here: GCC 12 miscompiles them across co_await.)
   std::tuple<boost::system::error_code, Result<std::string>> received =
       co_await chan->async_receive(asio::as_tuple(asio::use_awaitable));
   timer.cancel();
   Result<std::string>& out = std::get<1>(received);
-  if (std::get<0>(received))
+  if (std::get<0>(received)) {
+    abandoned->store(true, std::memory_order_relaxed);
+    asio::dispatch(strand, [stop] { stop->emit(asio::cancellation_type::terminal); });
     co_return Error(Errc::cancelled, "tool '" + name + "': the call was cancelled");
+  }
   if (!out) co_return std::move(out).error();
 
   co_return finish_output(name, opt, std::move(*out), ctx);
