@@ -50,7 +50,13 @@ std::int64_t NodeContext::step() const {
 
 const json::value* NodeContext::resume_value() const {
   if (!run_ || run_->superstep != 1 || !run_->resume_value()) return nullptr;
-  return node() == run_->thread->resume_node ? run_->resume_value() : nullptr;
+  const auto& th = *run_->thread;
+  if (th.resume_task >= 0) {  // each task its own answer: a Send task's, one of two askers'
+    for (const auto& [task, value] : th.answers)
+      if (task == task_) return &value;
+    return nullptr;
+  }
+  return node() == th.resume_node ? run_->resume_value() : nullptr;
 }
 
 ArtifactStore* NodeContext::artifacts() const {

@@ -77,6 +77,17 @@ Status Runner::claim() {
 
 namespace {
 
+// Each task's place in the list a checkpoint's pending gives back (restore(): its "next" nodes,
+// then its sends), which a resumed step's tasks keep.
+std::vector<std::uint32_t> restored_places(const std::vector<Task>& tasks) {
+  std::uint32_t statics = 0, nodes = 0, sends = 0;
+  for (const auto& t : tasks) statics += t.from_send ? 0 : 1;
+  std::vector<std::uint32_t> place;
+  place.reserve(tasks.size());
+  for (const auto& t : tasks) place.push_back(t.from_send ? statics + sends++ : nodes++);
+  return place;
+}
+
 // The archive before a messages window's archive (runner.hpp, kPreviousArchiveKey), from its
 // first line; "" when it names none.
 std::string previous_archive(const Checkpoint::Artifact& a) {
@@ -182,6 +193,16 @@ Status Runner::interrupt_run(const std::vector<Task>& tasks, std::size_t k, std:
   if (breakpoint) {
     info["breakpoint"] = breakpoint;
     extra().breakpoint = breakpoint;
+  } else {
+    // The task by its place in the list restore() rebuilds (the "next" nodes, then the sends),
+    // and the answers the step's other tasks were given, kept for the re-run.
+    const auto place = restored_places(tasks);
+    info["task"] = std::int64_t{place[k]};
+    json::array answers;
+    if (step == 1 && thread->resume_task >= 0)
+      for (const auto& [task, value] : thread->answers)
+        if (task != k) answers.push_back(json::array{std::int64_t{place[task]}, value});
+    if (!answers.empty()) info["answers"] = std::move(answers);
   }
   // Numbered as the step it paused (a number of its own: the step before has its checkpoint);
   // the re-run on resume comes after it.
@@ -236,6 +257,23 @@ Status Runner::restore(std::vector<Task>& tasks, bool has_input) {
     // A breakpoint's step runs as it would have: no node takes the resume value.
     if (node && node->is_string() && !breakpoint)
       thread->resume_node = std::string(node->as_string());
+    if (const auto* task = info && info->is_object() && !breakpoint
+                               ? info->as_object().if_contains("task")
+                               : nullptr;
+        task && task->is_int64() && task->as_int64() >= 0) {
+      thread->resume_task = task->as_int64();
+      thread->answers.emplace_back(static_cast<std::uint32_t>(thread->resume_task),
+                                   json::value(*resume_value()));
+      if (const auto* a = info->as_object().if_contains("answers"); a && a->is_array())
+        for (const auto& pair : a->as_array()) {
+          const auto* p = pair.is_array() ? &pair.as_array() : nullptr;
+          if (!p || p->size() != 2 || !(*p)[0].is_int64() || (*p)[0].as_int64() < 0)
+            return Error(Errc::corrupt_data, "checkpoint " + cp.checkpoint_id + " of thread '" +
+                                                 thread->id + "' has a malformed answer " +
+                                                 json::serialize(pair));
+          thread->answers.emplace_back(static_cast<std::uint32_t>((*p)[0].as_int64()), (*p)[1]);
+        }
+    }
     skip_breaks = true;
   }
   auto state = checkpointer()->state_at(thread->id, cp.checkpoint_id);
@@ -279,6 +317,11 @@ Status Runner::restore(std::vector<Task>& tasks, bool has_input) {
           {*i, sd.as_object().contains("input") ? sd.at("input") : json::value(), true});
     }
   }
+  for (const auto& [task, value] : thread->answers)
+    if (task >= tasks.size())
+      return Error(Errc::corrupt_data, "checkpoint " + cp.checkpoint_id + " of thread '" +
+                                           thread->id + "' answers task " + std::to_string(task) +
+                                           " of a step of " + std::to_string(tasks.size()));
   return {};
 }
 

@@ -139,6 +139,12 @@ struct Runner {
     json::object checkpoint_metadata;
     std::int64_t step_base = 0;
     std::string resume_node;  // async_resume: the node that interrupted
+    // async_resume of a checkpoint that names the interrupting task: the answers of the re-run
+    // step by task (its place in the restored list): the new value for the task that asked,
+    // and those given before to the step's other tasks, which are asked again otherwise (the
+    // step's writes are discarded at each interrupt). -1: by resume_node (older checkpoints).
+    std::int64_t resume_task = -1;
+    std::vector<std::pair<std::uint32_t, json::value>> answers;
     std::string claim_token;  // Checkpointer::claim_thread
     bool claim_held = false;  // RunOptions::claim_token: the caller claims, renews, releases
     std::chrono::milliseconds lease{30000};

@@ -1,6 +1,7 @@
 // Human in the loop: NodeContext::interrupt, the "interrupted" checkpoint, async_resume.
 #include <filesystem>
 #include <map>
+#include <set>
 
 #include <unistd.h>
 
@@ -99,6 +100,81 @@ TEST(Interrupt, ResumeWithAValueAfterARestartWithSqlite) {
   ASSERT_TRUE(latest && *latest);
   EXPECT_EQ(json::serialize((*latest)->pending.at("status")), R"("done")");
   std::filesystem::remove(db);
+}
+
+// Two nodes of one step both ask (found by the breaking pass: each resume answered one, threw
+// its write away with the step and the other asked again, forever). Each answer is kept for its
+// task while the step is asked again; the step ends once every question has its answer.
+TEST(Interrupt, TwoNodesThatAskInOneStepEachGetTheirOwnAnswer) {
+  StateGraph b;
+  b.add_channel("answers", {.reducer = ReducerKind::append});
+  auto ask = [](const StateView&, NodeContext& c) -> Result<Update> {
+    if (const json::value* a = c.resume_value())
+      return Update().set("answers",
+                          json::string(std::string(c.node()) + "=" + json::serialize(*a)));
+    return c.interrupt(json::string(c.node()));
+  };
+  b.add_node("ask_a", ask);
+  b.add_node("ask_b", ask);
+  b.add_edge("START", "ask_a").add_edge("START", "ask_b");
+  b.add_edge("ask_a", "END").add_edge("ask_b", "END");
+  auto g = b.compile();
+  ASSERT_TRUE(g) << g.error().message;
+  auto cp = make_memory_checkpointer();
+  GraphRuntime rt;
+  auto r = run(rt, *g, {}, {.checkpointer = cp.get(), .thread_id = "t"});
+  ASSERT_TRUE(r && r->interrupted) << (r ? "" : r.error().message);
+  const std::string first = r->interrupted_node;
+  EXPECT_EQ(r->interrupt_payload, json::string(first));
+  r = resume(rt, *g, "t", "1", {.checkpointer = cp.get()});
+  ASSERT_TRUE(r && r->interrupted) << (r ? "" : r.error().message);
+  const std::string second = r->interrupted_node;
+  EXPECT_NE(second, first);
+  EXPECT_EQ(r->interrupt_payload, json::string(second));
+  r = resume(rt, *g, "t", "2", {.checkpointer = cp.get()});
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_FALSE(r->interrupted);
+  std::set<std::string> got;
+  for (const auto& a : r->state.at("answers").as_array()) got.insert(std::string(a.as_string()));
+  EXPECT_EQ(got, (std::set<std::string>{first + "=\"1\"", second + "=\"2\""}));
+}
+
+// A node Sent three items asks about each (found by the breaking pass: one answer went to all
+// three, and items b and c were never asked). Each Send task is asked and answered in turn.
+TEST(Interrupt, EachSendTaskOfANodeIsAskedAndAnsweredOnItsOwn) {
+  StateGraph b;
+  b.add_channel("items", {});
+  b.add_channel("answers", {.reducer = ReducerKind::append});
+  b.add_node("map", [](const StateView& s, NodeContext&) -> Result<Update> {
+    Update u;
+    for (const auto& it : s.get("items").as_array()) u.sends.push_back({"ask", it});
+    return u;
+  });
+  b.add_node("ask", [](const StateView&, NodeContext& c) -> Result<Update> {
+    const std::string item(c.input().as_string());
+    if (const json::value* a = c.resume_value())
+      return Update().set("answers", json::string(item + "=" + std::string(a->as_string())));
+    return c.interrupt(json::object{{"approve", item}});
+  });
+  b.add_edge("START", "map");
+  b.add_sends("map", {"ask"});
+  b.add_edge("ask", "END");
+  auto g = b.compile();
+  ASSERT_TRUE(g) << g.error().message;
+  auto cp = make_memory_checkpointer();
+  GraphRuntime rt;
+  auto r = run(rt, *g, {{"items", json::array{"a", "b", "c"}}},
+               {.checkpointer = cp.get(), .thread_id = "t"});
+  for (const char* item : {"a", "b", "c"}) {
+    ASSERT_TRUE(r && r->interrupted) << item << ": " << (r ? "finished" : r.error().message);
+    EXPECT_EQ(json::serialize(r->interrupt_payload), std::string(R"({"approve":")") + item + "\"}");
+    r = resume(rt, *g, "t", json::string(std::string("yes-for-") + item),
+               {.checkpointer = cp.get()});
+  }
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_FALSE(r->interrupted);
+  EXPECT_EQ(json::serialize(r->state.at("answers")),
+            R"(["a=yes-for-a","b=yes-for-b","c=yes-for-c"])");
 }
 
 TEST(Interrupt, ResumeAndInvokeRefuseThreadsInTheWrongState) {
