@@ -253,7 +253,16 @@ struct Calls {
   }
 };
 
+// Whether the step may start another call: not once a call failed (other than by an interrupt)
+// or the run was cancelled or passed its deadline, whose outcome is then known (a step of 200
+// Send tasks, one at a time, ran all 200 after its first had failed the run).
+bool may_start(const Calls& c) {
+  const Runner& r = c.run;
+  return !(r.cancel && r.cancel->load(std::memory_order_relaxed)) && Clock::now() < r.deadline;
+}
+
 void launch_calls(const std::shared_ptr<Calls>& c) {
+  if (c->next < c->tasks.size() && !may_start(*c)) c->stopping = true;
   while (!c->stopping && c->running < c->limit && c->next < c->tasks.size()) {
     const std::size_t i = c->next++;
     ++c->running;
@@ -264,6 +273,8 @@ void launch_calls(const std::shared_ptr<Calls>& c) {
                    asio::bind_cancellation_slot(c->signals[i].slot(), [c, i](std::exception_ptr e) {
                      if (e)
                        c->results[i] = Error(Errc::tool_failed, "node threw an unknown exception");
+                     if (!c->results[i] && !c->results[i].error().is(Errc::interrupted))
+                       c->stopping = true;
                      c->live[i] = false;
                      --c->running;
                      launch_calls(c);

@@ -3,6 +3,7 @@
 // naming it (the events end too); a sum past its type's range is an error, not a wrapped or
 // infinite value; message ids stay distinct across Send tasks and a window's evictions; run ids
 // stay distinct across runtimes that share an artifact store.
+#include <atomic>
 #include <set>
 
 #include <gtest/gtest.h>
@@ -240,6 +241,46 @@ TEST(RunUserCode, RunIdsDifferAcrossRuntimes) {
   ASSERT_TRUE(a && b);
   EXPECT_NE(a->state.at("id"), b->state.at("id"));
   EXPECT_EQ(std::string_view(a->state.at("id").as_string()).substr(0, 4), "run-");
+}
+
+// Once a task of a step failed, or the run was cancelled, the step starts no more of its tasks
+// (200 Send tasks one at a time all ran after the first had failed the run: side effects for a
+// run already lost).
+TEST(RunUserCode, AStepStartsNoMoreTasksOnceOneFailedOrTheRunWasCancelled) {
+  for (const bool cancel_it : {false, true}) {
+    auto started = std::make_shared<std::atomic<int>>(0);
+    auto flag = std::make_shared<std::atomic<bool>>(false);
+    StateGraph g;
+    g.add_channel("out", {.reducer = ReducerKind::append});
+    g.add_node("map", [](const StateView&, NodeContext&) -> Result<Update> {
+      Update u;
+      for (int i = 0; i < 200; ++i) u.sends.push_back({"work", i});
+      return u;
+    });
+    g.add_async_node(
+        "work",
+        [started, flag, cancel_it](StateView, NodeContext& c) -> asio::awaitable<Result<Update>> {
+          ++*started;
+          if (!cancel_it) co_return Error(Errc::tool_failed, "no");
+          flag->store(true);
+          co_return Update().set("out", c.input());
+        });
+    g.add_edge("START", "map");
+    g.add_sends("map", {"work"});
+    g.add_edge("work", "END");
+    GraphLimits lim;
+    lim.max_concurrency = 1;
+    auto cg = g.compile(lim);
+    ASSERT_TRUE(cg) << cg.error().to_string();
+    GraphRuntime rt;
+    RunOptions opt;
+    opt.cancel = flag;
+    auto r = run(rt, *cg, {}, std::move(opt));
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.error().code, cancel_it ? Errc::cancelled : Errc::tool_failed)
+        << r.error().to_string();
+    EXPECT_EQ(started->load(), 1);
+  }
 }
 
 }  // namespace
