@@ -236,9 +236,13 @@ Status Runner::reduce(std::size_t ch,
       (opt_c.reducer == ReducerKind::append || opt_c.reducer == ReducerKind::messages)) {
     // The step's items in one allocation, not one growth per item (five nodes appending one
     // item each grew the list four times).
+    // An append channel's max_items bounds what it may hold at once: a write of 100,000 items
+    // to a channel that keeps 3 had the state reserve (and the run's budget refuse) them all.
     if (!cur.is_array()) cur = json::array(st.sp());
     std::size_t items = 0;
     for (const auto& [node, w] : writes) items += w->is_array() ? w->as_array().size() : 1;
+    if (opt_c.reducer == ReducerKind::append && opt_c.max_items.value_or(0) > 0)
+      items = std::min(items, static_cast<std::size_t>(*opt_c.max_items));
     cur.as_array().reserve(cur.as_array().size() + items);
   }
   for (std::size_t i = 0; i < writes.size(); ++i) {
@@ -290,7 +294,13 @@ Status Runner::reduce(std::size_t ch,
           arr.emplace_back(x);
         };
         if (w.is_array()) {
-          for (const auto& x : w.as_array()) add(x);
+          const auto& items = w.as_array();
+          std::size_t skip = 0;  // appended only to be dropped below
+          if (const std::int64_t cap = opt_c.max_items.value_or(0);
+              opt_c.reducer == ReducerKind::append && cap > 0 &&
+              items.size() > static_cast<std::size_t>(cap))
+            skip = items.size() - static_cast<std::size_t>(cap);
+          for (std::size_t k = skip; k < items.size(); ++k) add(items[k]);
         } else {
           add(w);
         }

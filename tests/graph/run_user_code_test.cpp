@@ -283,5 +283,27 @@ TEST(RunUserCode, AStepStartsNoMoreTasksOnceOneFailedOrTheRunWasCancelled) {
   }
 }
 
+// An append channel that keeps 3 items takes a write of 100,000 within a 1 MiB state: it holds
+// the last 3 (the run was refused: the state would grow to 2.3 MiB).
+TEST(RunUserCode, AnAppendChannelsMaxItemsBoundsWhatAWriteCosts) {
+  StateGraph g;
+  g.add_channel("xs", {.reducer = ReducerKind::append, .max_items = 3});
+  g.add_node("a", [](const StateView&, NodeContext&) -> Result<Update> {
+    json::array xs;
+    for (int i = 0; i < 100000; ++i) xs.push_back(i);
+    return Update().set("xs", std::move(xs));
+  });
+  g.add_edge("START", "a");
+  g.add_edge("a", "END");
+  GraphLimits lim;
+  lim.max_state_bytes = 1 << 20;
+  auto cg = g.compile(lim);
+  ASSERT_TRUE(cg);
+  GraphRuntime rt;
+  auto r = run(rt, *cg, {});
+  ASSERT_TRUE(r) << r.error().to_string();
+  EXPECT_EQ(json::serialize(r->state.at("xs")), "[99997,99998,99999]");
+}
+
 }  // namespace
 }  // namespace weir::graph
