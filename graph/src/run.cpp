@@ -369,11 +369,23 @@ asio::awaitable<Result<RunResult>> Runner::run(std::unique_ptr<Runner> self) {
   while (self->advance_run() != Await::done) {
     try {
       if (self->waiting == Await::node) {
+        Result<Update> r = Error(Errc::cancelled, "not run");
         try {
-          self->keep_result(co_await self->direct_call());
+          r = co_await self->direct_call();
         } catch (...) {
-          self->keep_result(thrown_error());
+          r = thrown_error();
         }
+        // The caller stopped waiting (its Asio cancellation): the node's error is that, not
+        // what the node made of it ("threw: Operation canceled"); the state is reset so the
+        // run's own waits (the final event) go on.
+        if (!r) {
+          const auto cs = co_await asio::this_coro::cancellation_state;
+          if (cs.cancelled() != asio::cancellation_type::none) {
+            co_await asio::this_coro::reset_cancellation_state();
+            r = Error(Errc::cancelled, "run cancelled while it ran");
+          }
+        }
+        self->keep_result(std::move(r));
       } else {
         co_await self->other_wait();
       }

@@ -2,6 +2,7 @@
 // io_context destroyed while runs wait for admission.
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 #include <variant>
 
@@ -103,6 +104,34 @@ TEST(RunLifecycle, CancellingTheAwaiterCancelsEveryNodeOfTheStep) {
     EXPECT_EQ(finished_at_end, 2) << "the run ended before its nodes did";
     EXPECT_FALSE(seen->after_run.load());
     EXPECT_TRUE(seen->names_ok.load());
+  }
+}
+
+// A lone async node (awaited straight from the run, no step of its own) cancelled the same way:
+// the run ends cancelled, not with the node's "threw: Operation canceled".
+TEST(RunLifecycle, CancellingTheAwaiterOfALoneNodeEndsTheRunCancelled) {
+  for (bool throws : {false, true}) {
+    auto seen = std::make_shared<Seen>();
+    auto graph = sleepers(seen, {"d"}, throws);
+    GraphRuntime rt;
+    asio::io_context io;
+    asio::cancellation_signal cancel;
+    std::optional<Result<RunResult>> out;
+    asio::co_spawn(
+        io, rt.async_invoke(graph, {}),
+        asio::bind_cancellation_slot(cancel.slot(), [&](std::exception_ptr e, Result<RunResult> r) {
+          ASSERT_FALSE(e);
+          out = std::move(r);
+        }));
+    asio::steady_timer later(io, 50ms);
+    later.async_wait([&](boost::system::error_code) { cancel.emit(asio::cancellation_type::all); });
+    io.run();
+    ASSERT_TRUE(out.has_value());
+    ASSERT_FALSE(*out);
+    EXPECT_TRUE(out->error().is(Errc::cancelled)) << out->error().to_string();
+    EXPECT_EQ(out->error().message, "node 'd': run cancelled while it ran");
+    EXPECT_EQ(seen->cut.load(), 1);
+    EXPECT_EQ(rt.active_runs(), 0u);
   }
 }
 
