@@ -256,20 +256,29 @@ Status Runner::reduce(std::size_t ch,
                                             " (on node '" + g.nodes_[writes[i].first].name +
                                             "''s write)");
       }
-      if (!r) return Error(r.error().code, "channel '" + name + "' reducer: " + r.error().message);
+      if (!r)
+        return Error(r.error().code, "channel '" + name + "' reducer refused node '" +
+                                         g.nodes_[writes[i].first].name +
+                                         "''s write: " + r.error().message);
       cur = json::value(*r, st.sp());
       continue;
     }
     switch (opt_c.reducer) {
       case ReducerKind::last_value:
         if (writes.size() > 1) {
-          return Error(Errc::conflicting_writes,
-                       "nodes '" + g.nodes_[writes[0].first].name + "' and '" +
-                           g.nodes_[writes[1].first].name + "' both wrote channel '" + name +
-                           "' in superstep " + std::to_string(step) +
-                           "; a last-value channel takes one write per step: give it a reducer "
-                           "(e.g. append) or write "
-                           "it from one node");
+          const std::string& a = g.nodes_[writes[0].first].name;
+          const std::string& b = g.nodes_[writes[1].first].name;
+          // One node twice: its update set the channel twice, or two of its Send tasks did.
+          return Error(
+              Errc::conflicting_writes,
+              (a == b ? "node '" + a + "' wrote channel '" + name +
+                            "' more than once (twice in its update, or from two of "
+                            "its Send tasks)"
+                      : "nodes '" + a + "' and '" + b + "' both wrote channel '" + name + "'") +
+                  " in superstep " + std::to_string(step) +
+                  "; a last-value channel takes one write per step: give it a reducer "
+                  "(e.g. append) or write it " +
+                  (a == b ? "once" : "from one node"));
         }
         cur = json::value(w, st.sp());
         break;

@@ -305,5 +305,38 @@ TEST(RunUserCode, AnAppendChannelsMaxItemsBoundsWhatAWriteCosts) {
   EXPECT_EQ(json::serialize(r->state.at("xs")), "[99997,99998,99999]");
 }
 
+// Errors about a write name the node once when one node wrote twice (it read "nodes 'a' and
+// 'a' both wrote"), and a custom reducer's refusal names the node whose write it refused.
+TEST(RunUserCode, WriteErrorsNameTheNodeOnce) {
+  StateGraph g;
+  g.add_channel("x");
+  ChannelOptions o;
+  o.custom = [](const json::value&, const json::value&) -> Result<json::value> {
+    return Error(Errc::invalid_argument, "no");
+  };
+  g.add_channel("cnt", o);
+  g.add_channel("which");
+  g.add_node("a", [](const StateView& s, NodeContext&) -> Result<Update> {
+    if (s.get("which") == "cnt") return Update().set("cnt", 1);
+    return Update().set("x", 1).set("x", 2);
+  });
+  g.add_edge("START", "a");
+  g.add_edge("a", "END");
+  auto cg = g.compile();
+  ASSERT_TRUE(cg) << cg.error().to_string();
+  GraphRuntime rt;
+  auto r = run(rt, *cg, {{"which", "x"}});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(
+      r.error().to_string(),
+      "conflicting_writes: node 'a' wrote channel 'x' more than once (twice in its update, or "
+      "from two of its Send tasks) in superstep 1; a last-value channel takes one write per "
+      "step: give it a reducer (e.g. append) or write it once");
+  r = run(rt, *cg, {{"which", "cnt"}});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().to_string(),
+            "invalid_argument: channel 'cnt' reducer refused node 'a''s write: no");
+}
+
 }  // namespace
 }  // namespace weir::graph
