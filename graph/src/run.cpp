@@ -14,6 +14,7 @@
 #include <boost/json.hpp>
 
 #include "weir/runtime/artifact_store.hpp"
+#include "weir/runtime/text.hpp"
 
 namespace weir::graph {
 
@@ -176,8 +177,11 @@ Status Runner::prepare(json::object& input, std::vector<Task>& tasks) {
   for (auto& [k, v] : input) {
     auto ch = g.channel_index(k);
     if (!ch) {
-      return Error(Errc::invalid_argument,
-                   "input key '" + std::string(k) + "' is not a channel of this graph");
+      std::vector<std::string> names;
+      for (const auto& c : g.channels_) names.push_back(c.first);
+      return Error(Errc::invalid_argument, "input key '" + std::string(k) +
+                                               "' is not a channel of this graph" +
+                                               did_you_mean(k, names));
     }
     // A large input value is stored like a node's large write: state holds its reference.
     if (!nested) {
@@ -199,23 +203,24 @@ Status Runner::start(const json::object& input, std::vector<Task>& tasks) {
                    "go_to with a resume value: resume the interrupted thread, then go_to in a run "
                    "of its own");
     std::vector<Task> first;
-    auto index = [&](const std::string& name) -> Result<std::size_t> {
+    auto index = [&](const std::string& name, const char* what) -> Result<std::size_t> {
       if (auto i = g.node_index(name)) return *i;
       std::string nodes;
       for (const auto& n : g.nodes_) nodes += (nodes.empty() ? "" : ", ") + n.name;
       return Error(Errc::invalid_argument,
-                   "go_to names node '" + name.substr(0, 200) +
+                   std::string(what) + " names node '" + name.substr(0, 200) +
                        "', which the graph does not have (its nodes: " + nodes + ")");
     };
     for (const auto& name : extras->go_to) {
-      auto i = index(name);
+      if (name == kEnd) continue;  // as Update::go_to: nothing runs for it
+      auto i = index(name, "go_to");
       if (!i) return std::move(i).error();
       if (std::none_of(first.begin(), first.end(),
                        [&](const Task& t) { return t.node == *i && !t.from_send; }))
         first.push_back({*i, nullptr});
     }
     for (const auto& send : extras->go_to_sends) {  // each its own task, as a Send's
-      auto i = index(send.node);
+      auto i = index(send.node, "go_to_sends");
       if (!i) return std::move(i).error();
       first.push_back({*i, send.input, true});
     }

@@ -338,5 +338,37 @@ TEST(RunUserCode, WriteErrorsNameTheNodeOnce) {
             "invalid_argument: channel 'cnt' reducer refused node 'a''s write: no");
 }
 
+// RunOptions::go_to takes END as Update::go_to does (nothing runs), a bad go_to_sends target
+// names go_to_sends, and an input key's typo gets a suggestion.
+TEST(RunUserCode, GoToEndAndWhatABadNameSuggests) {
+  auto ran = std::make_shared<int>(0);
+  StateGraph g;
+  g.add_channel("numbers");
+  g.add_node("a", [ran](const StateView&, NodeContext&) -> Result<Update> {
+    ++*ran;
+    return Update();
+  });
+  g.add_edge("START", "a");
+  g.add_edge("a", "END");
+  auto cg = g.compile();
+  ASSERT_TRUE(cg);
+  GraphRuntime rt;
+  RunOptions end;
+  end.go_to = {"END"};
+  auto r = run(rt, *cg, {}, std::move(end));
+  ASSERT_TRUE(r) << r.error().to_string();
+  EXPECT_EQ(*ran, 0);
+  RunOptions sends;
+  sends.go_to_sends = {{"zzz", 1}};
+  r = run(rt, *cg, {}, std::move(sends));
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().message,
+            "go_to_sends names node 'zzz', which the graph does not have (its nodes: a)");
+  r = run(rt, *cg, {{"numbrs", 1}});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().message,
+            "input key 'numbrs' is not a channel of this graph; did you mean 'numbers'?");
+}
+
 }  // namespace
 }  // namespace weir::graph
