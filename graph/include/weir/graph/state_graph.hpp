@@ -523,6 +523,8 @@ struct RuntimeOptions {
 };
 
 // Admission (max concurrent runs + bounded queue -> overloaded) and the shared services runs use.
+// REQUIRES: a GraphRuntime outlives its runs: destroy it only once every run it started has
+// completed (or its io_context was destroyed first); its admission permits point into it.
 class GraphRuntime {
  public:
   explicit GraphRuntime(RuntimeOptions options = {});
