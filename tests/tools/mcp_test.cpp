@@ -9,7 +9,11 @@
 
 #include <gtest/gtest.h>
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_future.hpp>
 #include <boost/json.hpp>
 
@@ -263,6 +267,43 @@ TEST(McpClient, ATimeoutCancelsTheRequest) {
   }
   EXPECT_TRUE(cancelled) << read_file(log);
   EXPECT_NE(read_file(log).find(R"("reason":"timeout")"), std::string::npos);
+  EXPECT_EQ(show(call(reg, "fake/echo", R"({"message": "still here"})")), "ok: still here");
+}
+
+// A caller that stops waiting (a node's timeout_ms, a cancelled run: the registry call's Asio
+// cancellation) cancels the request too: the server hears notifications/cancelled (it did not:
+// the request stayed pending) and keeps serving.
+TEST(McpClient, ACancelledCallerCancelsTheRequest) {
+  using namespace boost::asio::experimental::awaitable_operators;
+  REQUIRE_PYTHON();
+  TempDir dir;
+  const auto log = dir.path() / "received.jsonl";
+  auto c = McpClient::connect(fake({{"FAKE_LOG", log.string()}}));
+  ASSERT_TRUE(c) << c.error().to_string();
+  ToolRegistry reg;
+  ASSERT_TRUE(add_mcp_tools(reg, *c));
+  boost::asio::io_context io;
+  int winner = -1;
+  boost::asio::co_spawn(
+      io,
+      [&]() -> boost::asio::awaitable<void> {
+        auto call_op = reg.async_call("fake/hang", json::object(), ToolContext());
+        boost::asio::steady_timer t(co_await boost::asio::this_coro::executor, 100ms);
+        auto wait_op = t.async_wait(boost::asio::use_awaitable);
+        auto race = std::move(call_op) || std::move(wait_op);
+        auto v = co_await std::move(race);
+        winner = static_cast<int>(v.index());
+      },
+      boost::asio::detached);
+  io.run();
+  EXPECT_EQ(winner, 1);
+  bool cancelled = false;
+  for (int i = 0; i < 200 && !cancelled; ++i) {
+    cancelled = read_file(log).find("notifications/cancelled") != std::string::npos;
+    if (!cancelled) std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_TRUE(cancelled) << read_file(log);
+  EXPECT_NE(read_file(log).find(R"("reason":"cancelled")"), std::string::npos);
   EXPECT_EQ(show(call(reg, "fake/echo", R"({"message": "still here"})")), "ok: still here");
 }
 

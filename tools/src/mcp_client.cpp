@@ -538,6 +538,9 @@ asio::awaitable<Result<json::object>> McpClient::async_call_tool(std::string too
   }
   Reply r = std::move(std::get<1>(std::get<0>(won)));
   if (std::get<0>(std::get<0>(won))) {
+    // The caller stopped waiting (a registry call whose caller was cancelled): the server is
+    // told too, as on a timeout (the request stayed pending and the server worked on).
+    asio::post(p->ioc, [p, chan] { p->cancel_request(chan, "cancelled"); });
     Error e(Errc::cancelled, prefix + ": the call was cancelled");
     span.set_error(e);
     span.end();

@@ -303,11 +303,13 @@ asio::awaitable<Result<ToolOutput>> ToolRegistry::call(std::string_view name_in,
     permit = std::move(*r);
   }
 
-  // The invocation races a timer; both report through one channel, the first message wins.
-  // The loser of the two is told: a timeout or a cancelled caller marks the invocation abandoned
-  // (a blocking tool reads that) and cancels its coroutine's wait, so a coroutine tool stops
-  // where it waits (a sleeping tool kept `weir run` alive seconds after its node had failed).
-  // The signal is emitted on the invocation's strand (within the caller's, when it has one).
+  // The invocation races a timer; both report through one channel, the first message wins. A
+  // timeout marks the invocation abandoned (a blocking tool reads that); it runs on, holding its
+  // slot, until it ends (an MCP tool's own timeout then cancels its request). A caller that
+  // stops waiting (a node's timeout_ms, the run's deadline or cancel) also cancels the
+  // invocation's wait, so a coroutine tool stops where it waits (a sleeping tool kept `weir run`
+  // alive seconds after its node had failed). The signal is emitted on the invocation's strand
+  // (within the caller's, when it has one).
   if (!ctx.blocking_executor) ctx.blocking_executor = shared_->pool.get_executor();
   auto chan = std::make_shared<Channel>(ex, 2);
   auto abandoned = std::make_shared<std::atomic<bool>>(false);
@@ -315,14 +317,13 @@ asio::awaitable<Result<ToolOutput>> ToolRegistry::call(std::string_view name_in,
   ctx.abandoned = abandoned;
   auto strand = asio::make_strand(ex);
   asio::steady_timer timer(strand, deadline);
-  timer.async_wait([chan, abandoned, stop,
-                    msg = timeout_message(name, opt.timeout)](boost::system::error_code ec) {
-    if (ec) return;
-    abandoned->store(true, std::memory_order_relaxed);
-    chan->try_send(boost::system::error_code{},
-                   Result<std::string>(Error(Errc::tool_timeout, msg)));
-    stop->emit(asio::cancellation_type::terminal);
-  });
+  timer.async_wait(
+      [chan, abandoned, msg = timeout_message(name, opt.timeout)](boost::system::error_code ec) {
+        if (ec) return;
+        abandoned->store(true, std::memory_order_relaxed);
+        chan->try_send(boost::system::error_code{},
+                       Result<std::string>(Error(Errc::tool_timeout, msg)));
+      });
   auto slot = std::make_shared<Limiter::Permit>(std::move(permit));
   asio::co_spawn(strand, run_invocation(entry, shared_, slot, std::move(args), ctx, chan),
                  asio::bind_cancellation_slot(stop->slot(), [name, stop](std::exception_ptr e) {
