@@ -2,13 +2,17 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <future>
 #include <stdexcept>
 
 #include <gtest/gtest.h>
+#include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
@@ -311,6 +315,56 @@ TEST(ToolRegistryTest, ACancelledCallerCancelsTheInvocation) {
   spawn(io, caller());
   spawn(io, check());
   io.run();
+}
+
+// Two callers of a one-slot tool, A holding the slot and B waiting for it, cancelled a few
+// handlers apart (found by a breaking pass: with B's cancel two or three hops after A's, B was
+// granted the slot as its cancel came, its call threw out of async_call, and its invocation ran
+// to its end, holding the slot). Each call now ends with a result and no invocation runs on.
+TEST(ToolRegistryTest, ACallCancelledAsItGetsItsSlotEndsCancelledAndStartsNothing) {
+  for (int hops = 0; hops < 6; ++hops) {
+    std::atomic<int> started{0}, ran_out{0};
+    ToolRegistry reg;
+    ASSERT_TRUE(reg.add(make_async_tool(
+        "zz", "sleeps", no_args_schema(),
+        [&](json::object, const ToolContext&) -> asio::awaitable<Result<std::string>> {
+          ++started;
+          asio::steady_timer t(co_await asio::this_coro::executor, 2s);
+          co_await t.async_wait(asio::use_awaitable);
+          ++ran_out;
+          co_return std::string("done");
+        },
+        opts(10s, 1))));
+    asio::io_context io;
+    asio::cancellation_signal sa, sb;
+    std::vector<std::string> outcomes;
+    auto caller = [&]() -> asio::awaitable<void> {
+      auto op = reg.async_call("zz", json::object(), ToolContext());
+      try {
+        auto r = co_await std::move(op);
+        outcomes.push_back(show(r));
+      } catch (const std::exception& e) {
+        outcomes.push_back(std::string("threw: ") + e.what());
+      }
+    };
+    asio::co_spawn(io, caller(), asio::bind_cancellation_slot(sa.slot(), asio::detached));
+    asio::co_spawn(io, caller(), asio::bind_cancellation_slot(sb.slot(), asio::detached));
+    std::function<void(int)> hop = [&](int n) {
+      if (n == 0) return sb.emit(asio::cancellation_type::terminal);
+      asio::post(io, [&hop, n] { hop(n - 1); });
+    };
+    asio::steady_timer t(io, 50ms);
+    t.async_wait([&](boost::system::error_code) {
+      sa.emit(asio::cancellation_type::terminal);
+      hop(hops);
+    });
+    io.run();
+    ASSERT_EQ(outcomes.size(), 2u) << hops;
+    for (const auto& o : outcomes)  // "the call was cancelled", or its wait for a permit was
+      EXPECT_EQ(o.substr(0, 20), "cancelled: tool 'zz'") << o << ", " << hops << " hops";
+    EXPECT_EQ(ran_out.load(), 0) << hops << " hops";
+    EXPECT_EQ(reg.in_flight("zz"), 0u);
+  }
 }
 
 TEST(ToolRegistryTest, HungSyncToolDoesNotBlockTheCaller) {

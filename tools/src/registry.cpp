@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <exception>
+#include <optional>
 #include <variant>
 
 #include <boost/asio/as_tuple.hpp>
@@ -240,7 +241,15 @@ asio::awaitable<Result<ToolOutput>> ToolRegistry::traced_call(std::string name, 
   trace::Span span = trace::start_tool_span(ctx.trace, name, json::serialize(args), ctx.call_id);
   ctx.trace = ctx.trace.child(span);
   auto op = call(name, std::move(args), std::move(ctx));
-  Result<ToolOutput> r = co_await std::move(op);
+  Result<ToolOutput> r = Error(Errc::cancelled, "");
+  try {
+    r = co_await std::move(op);
+  } catch (const boost::system::system_error& e) {
+    // A wait of the call that the caller's cancellation cut (the slot's, the rate limit's):
+    // a result, as every other outcome (it escaped async_call).
+    if (e.code() != asio::error::operation_aborted) throw;
+    r = Error(Errc::cancelled, "tool '" + std::string(name) + "': the call was cancelled");
+  }
   if (r)
     trace::set_tool_output(span, r->output_bytes, r->content, r->artifact_id);
   else
@@ -279,9 +288,20 @@ asio::awaitable<Result<ToolOutput>> ToolRegistry::call(std::string_view name_in,
                         std::to_string(opt.timeout.count()) +
                         " ms timeout; retry later or raise rate_per_minute");
   }
+  // The waits before the tool starts (the rate limit's, the slot's) throw operation_aborted once
+  // the caller stopped waiting: the call then ends cancelled, and the tool is not started (an
+  // exception escaped async_call, and a slot granted as the cancel came ran the tool to its end
+  // with nobody waiting).
+  const auto cut = [&] {
+    return Error(Errc::cancelled, "tool '" + name + "': the call was cancelled");
+  };
   if (*wait > Clock::duration::zero()) {
     asio::steady_timer t(ex, *wait);
-    co_await t.async_wait(asio::as_tuple(asio::use_awaitable));
+    try {
+      co_await t.async_wait(asio::as_tuple(asio::use_awaitable));
+    } catch (const boost::system::system_error& e) {
+      if (e.code() != asio::error::operation_aborted) throw;
+    }
   }
 
   // Concurrency slot.
@@ -290,18 +310,30 @@ asio::awaitable<Result<ToolOutput>> ToolRegistry::call(std::string_view name_in,
     permit = std::move(*p);
   } else {
     asio::steady_timer t(ex, deadline);
-    auto won = co_await (entry->limiter.async_acquire() || wait_until(t));
-    if (won.index() == 1) {
+    auto acquire = entry->limiter.async_acquire();
+    auto timed = wait_until(t);
+    auto race = std::move(acquire) || std::move(timed);
+    std::optional<std::variant<Result<Limiter::Permit>, std::monostate>> won;
+    try {
+      won = co_await std::move(race);
+    } catch (const boost::system::system_error& e) {
+      if (e.code() != asio::error::operation_aborted) throw;
+      co_return cut();
+    }
+    if (won->index() == 1) {
       co_return Error(Errc::tool_timeout,
                       timeout_message(name, opt.timeout) + " (all " +
                           std::to_string(opt.max_concurrency) +
                           " of its concurrency slots stayed busy; max_concurrency=" +
                           std::to_string(opt.max_concurrency) + ")");
     }
-    auto& r = std::get<0>(won);
+    auto& r = std::get<0>(*won);
     if (!r) co_return std::move(r).error();
     permit = std::move(*r);
   }
+
+  if ((co_await asio::this_coro::cancellation_state).cancelled() != asio::cancellation_type::none)
+    co_return cut();  // the permit goes back with the frame
 
   // The invocation races a timer; both report through one channel, the first message wins. A
   // timeout marks the invocation abandoned (a blocking tool reads that); it runs on, holding its
