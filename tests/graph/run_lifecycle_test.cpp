@@ -108,7 +108,8 @@ TEST(RunLifecycle, CancellingTheAwaiterCancelsEveryNodeOfTheStep) {
 }
 
 // A lone async node (awaited straight from the run, no step of its own) cancelled the same way:
-// the run ends cancelled, not with the node's "threw: Operation canceled".
+// the run ends cancelled, not with the node's "threw: Operation canceled" (a node that catches
+// the cancellation and returns its own `cancelled` error keeps its message).
 TEST(RunLifecycle, CancellingTheAwaiterOfALoneNodeEndsTheRunCancelled) {
   for (bool throws : {false, true}) {
     auto seen = std::make_shared<Seen>();
@@ -129,7 +130,8 @@ TEST(RunLifecycle, CancellingTheAwaiterOfALoneNodeEndsTheRunCancelled) {
     ASSERT_TRUE(out.has_value());
     ASSERT_FALSE(*out);
     EXPECT_TRUE(out->error().is(Errc::cancelled)) << out->error().to_string();
-    EXPECT_EQ(out->error().message, "node 'd': run cancelled while it ran");
+    EXPECT_EQ(out->error().message,
+              throws ? "node 'd': run cancelled while it ran" : "node 'd': the wait was cancelled");
     EXPECT_EQ(seen->cut.load(), 1);
     EXPECT_EQ(rt.active_runs(), 0u);
   }
