@@ -135,12 +135,20 @@ asio::awaitable<void> Runner::call(const Task& t, NodeContext& ctx, Result<Updat
     } catch (...) {
       r = thrown_error();
     }
-    bool retryable = !r && (r.error().is(Errc::tool_failed) || r.error().is(Errc::tool_timeout) ||
-                            r.error().is(Errc::model_error));
-    if (retryable) {  // not when the call was cancelled (run_concurrently, the caller)
-      const auto cs = co_await asio::this_coro::cancellation_state;
-      retryable = cs.cancelled() == asio::cancellation_type::none;
+    if (!r && (co_await asio::this_coro::cancellation_state).cancelled() !=
+                  asio::cancellation_type::none) {
+      // The caller stopped waiting (run_concurrently's stop, the run's Asio cancellation): the
+      // node's error is that, whatever it made of it ("threw: Operation canceled", or "multiple
+      // exceptions" from a watched node's race), and it is not retried. The state is reset so
+      // that the run's own waits go on.
+      co_await asio::this_coro::reset_cancellation_state();
+      r = Error(Errc::cancelled, "run cancelled while it ran");
+      if (traced) trace_node_end(ctx.task_, r);
+      co_return;
     }
+    const bool retryable =
+        !r && (r.error().is(Errc::tool_failed) || r.error().is(Errc::tool_timeout) ||
+               r.error().is(Errc::model_error));
     if (r || !retryable || attempt >= n.options.max_attempts) {
       if (traced) trace_node_end(ctx.task_, r);
       co_return;

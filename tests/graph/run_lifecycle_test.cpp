@@ -137,6 +137,42 @@ TEST(RunLifecycle, CancellingTheAwaiterOfALoneNodeEndsTheRunCancelled) {
   }
 }
 
+// A lone node that goes through call() (retries, a timeout) cancelled the same way ends the run
+// cancelled too (it ended tool_failed, "threw: Operation canceled" or "threw: multiple
+// exceptions", which a retry policy would retry; found by the second breaking pass).
+TEST(RunLifecycle, CancellingTheAwaiterOfANodeWithRetriesOrATimeoutEndsTheRunCancelled) {
+  for (const NodeOptions& o : {NodeOptions{.max_attempts = 3}, NodeOptions{.timeout = 5s}}) {
+    StateGraph b;
+    b.add_channel("x", {});
+    b.add_async_node(
+        "a",
+        [](StateView, NodeContext&) -> asio::awaitable<Result<Update>> {
+          asio::steady_timer t(co_await asio::this_coro::executor, 10s);
+          co_await t.async_wait(asio::use_awaitable);
+          co_return Update();
+        },
+        o);
+    b.add_edge("START", "a").add_edge("a", "END");
+    auto graph = *b.compile();
+    GraphRuntime rt;
+    asio::io_context io;
+    asio::cancellation_signal cancel;
+    std::optional<Result<RunResult>> out;
+    asio::co_spawn(
+        io, rt.async_invoke(graph, {}),
+        asio::bind_cancellation_slot(cancel.slot(), [&](std::exception_ptr e, Result<RunResult> r) {
+          ASSERT_FALSE(e);
+          out = std::move(r);
+        }));
+    asio::steady_timer later(io, 50ms);
+    later.async_wait([&](boost::system::error_code) { cancel.emit(asio::cancellation_type::all); });
+    io.run();
+    ASSERT_TRUE(out.has_value());
+    ASSERT_FALSE(*out);
+    EXPECT_EQ(out->error().to_string(), "cancelled: node 'a': run cancelled while it ran");
+  }
+}
+
 // The same through `run || timer` (the caller's timer wins): the awaiter resumes only after the
 // run's nodes have stopped, and nodes past max_concurrency never start.
 TEST(RunLifecycle, ARunLosingARaceStopsItsNodesBeforeTheAwaiterResumes) {
