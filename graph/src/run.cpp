@@ -187,7 +187,7 @@ Status Runner::prepare(json::object& input, std::vector<Task>& tasks) {
     if (!nested) {
       if (auto s = offload(v, k, ""); !s) return s;
     }
-    w[0] = {0, &v};
+    w[0] = {kInputWriter, &v};
     if (auto s = reduce(*ch, w, 0); !s) return s;
   }
   if (record) record_subgraph_step(nullptr, nullptr, 0);
@@ -306,11 +306,23 @@ bool Runner::run_inline(const std::vector<Task>& tasks, std::vector<Result<Updat
   return true;
 }
 
+bool Runner::failed_task(const std::vector<Result<Update>>& results) {
+  return std::any_of(results.begin(), results.end(),
+                     [](const auto& r) { return !r && !r.error().is(Errc::interrupted); });
+}
+
 Status Runner::collect(const std::vector<Task>& tasks, std::vector<Result<Update>>& results,
                        Writes& writes) {
   // `writes` is empty: a barrier is cleared after each step and before it goes to the pool.
+  // The first failure in task order, an interrupt's error only when nothing else failed.
+  std::size_t interrupted = tasks.size();
   for (std::size_t i = 0; i < tasks.size(); ++i) {
-    if (!results[i]) return node_error(tasks[i].node, results[i].error());
+    if (!results[i]) {
+      if (!results[i].error().is(Errc::interrupted))
+        return node_error(tasks[i].node, results[i].error());
+      if (interrupted == tasks.size()) interrupted = i;
+      continue;
+    }
     for (auto& [ch_name, v] : results[i]->writes) {
       if (auto s = offload(v, ch_name, g.nodes_[tasks[i].node].name); !s)
         return node_error(tasks[i].node, s.error());
@@ -322,6 +334,8 @@ Status Runner::collect(const std::vector<Task>& tasks, std::vector<Result<Update
       writes[*ch].emplace_back(tasks[i].node, &v);
     }
   }
+  if (interrupted < tasks.size())
+    return node_error(tasks[interrupted].node, results[interrupted].error());
   return {};
 }
 
@@ -502,8 +516,11 @@ Runner::Await Runner::advance_phase() {
     case Phase::barrier:
       if (traced)  // nodes whose calls did not end their spans (direct, inline)
         for (std::size_t i = 0; i < tasks.size(); ++i) trace_node_end(i, barrier->results[i]);
-      // Interrupts first: the step's writes are discarded and the step is re-run on resume.
-      if (auto k = interrupting_task(tasks, barrier->results); k < tasks.size()) {
+      // Then interrupts: the step's writes are discarded and the step is re-run on resume. A
+      // failure goes first (collect reports it): nobody is asked a question for a step that has
+      // failed (it surfaced only once every question was answered, or at once, by edge order).
+      if (auto k = interrupting_task(tasks, barrier->results);
+          k < tasks.size() && !failed_task(barrier->results)) {
         check(interrupt_run(tasks, k, superstep));
         interrupted = true;
         phase = Phase::end;

@@ -58,12 +58,21 @@ std::int64_t Runner::tokens_of(std::size_t ch, const json::value& m) const {
   const auto* c = m.is_object() ? m.as_object().if_contains("content") : nullptr;
   std::string text = c && c->is_string() ? std::string(c->as_string()) : json::serialize(m);
   if (!o.token_counter) return default_tokens(text);
+  std::int64_t n = 0;
   try {
-    return o.token_counter(text);
+    n = o.token_counter(text);
   } catch (...) {  // the run's error, naming the channel (it escaped the run)
     throw Exception(Errc::tool_failed,
                     "channel '" + name + "' token counter " + thrown_error().message);
   }
+  if (n < 0)
+    throw Exception(Errc::invalid_argument, "channel '" + name + "' token counter returned " +
+                                                std::to_string(n) +
+                                                " for a message; a count is 0 or more");
+  // Past the window's limit every count evicts alike: capped there, the window's sums stay in
+  // range (a counter returning INT64_MAX overflowed them, and nothing was evicted).
+  const std::int64_t max_tokens = o.max_tokens.value_or(0);
+  return max_tokens > 0 && max_tokens < INT64_MAX ? std::min(n, max_tokens + 1) : n;
 }
 
 void Runner::trim_window(std::size_t ch, json::array& arr) {
@@ -75,7 +84,10 @@ void Runner::trim_window(std::size_t ch, json::array& arr) {
   const std::size_t marker_count = first - marker;
   std::int64_t total = 0;
   if (max_tokens > 0) {
-    for (const auto& m : arr) total += tokens_of(ch, m);
+    for (const auto& m : arr) {  // saturating: many messages at the cap
+      const std::int64_t t = tokens_of(ch, m);
+      total = total > INT64_MAX - t ? INT64_MAX : total + t;
+    }
   }
   std::size_t drop = 0;
   auto over = [&] {
@@ -253,13 +265,11 @@ Status Runner::reduce(std::size_t ch,
         r = opt_c.custom(cur, w);
       } catch (...) {
         return Error(Errc::tool_failed, "channel '" + name + "' reducer " + thrown_error().message +
-                                            " (on node '" + g.nodes_[writes[i].first].name +
-                                            "''s write)");
+                                            " (on the write of " + writer(writes[i].first) + ")");
       }
       if (!r)
-        return Error(r.error().code, "channel '" + name + "' reducer refused node '" +
-                                         g.nodes_[writes[i].first].name +
-                                         "''s write: " + r.error().message);
+        return Error(r.error().code, "channel '" + name + "' reducer refused the write of " +
+                                         writer(writes[i].first) + ": " + r.error().message);
       cur = json::value(*r, st.sp());
       continue;
     }
@@ -330,8 +340,8 @@ Status Runner::reduce(std::size_t ch,
       case ReducerKind::max:
       case ReducerKind::min: {
         if (!w.is_number())
-          return Error(Errc::invalid_argument, "channel '" + name + "' holds numbers; node '" +
-                                                   g.nodes_[writes[i].first].name + "' wrote " +
+          return Error(Errc::invalid_argument, "channel '" + name + "' holds numbers; " +
+                                                   writer(writes[i].first) + " wrote " +
                                                    json::serialize(w));
         if (cur.is_null()) {
           cur = w;
@@ -344,10 +354,10 @@ Status Runner::reduce(std::size_t ch,
           if (wide ? !std::isfinite(d = cur.to_number<double>() + w.to_number<double>())
                    : __builtin_add_overflow(cur.as_int64(), w.as_int64(), &sum))
             return Error(Errc::invalid_argument,
-                         "channel '" + name + "': the sum of node '" +
-                             g.nodes_[writes[i].first].name + "''s write " + json::serialize(w) +
-                             " and the channel's " + json::serialize(cur) +
-                             " is past the range of " + (wide ? "a double" : "a 64-bit integer"));
+                         "channel '" + name + "': " + json::serialize(w) + " from " +
+                             writer(writes[i].first) + " added to the channel's " +
+                             json::serialize(cur) + " is past the range of " +
+                             (wide ? "a double" : "a 64-bit integer"));
           if (wide)
             cur = d;
           else
@@ -361,9 +371,8 @@ Status Runner::reduce(std::size_t ch,
       case ReducerKind::merge:
         if (!cur.is_object()) cur = json::object(st.sp());
         if (!w.is_object())
-          return Error(Errc::invalid_argument, "channel '" + name + "' merges objects; node '" +
-                                                   g.nodes_[writes[i].first].name +
-                                                   "' wrote a non-object");
+          return Error(Errc::invalid_argument, "channel '" + name + "' merges objects; " +
+                                                   writer(writes[i].first) + " wrote a non-object");
         for (const auto& [k, v] : w.as_object()) cur.as_object()[k] = v;
         break;
     }

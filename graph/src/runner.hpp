@@ -326,6 +326,14 @@ struct Runner {
 
   // The barrier, part 1: node errors, large values offloaded, writes grouped per channel in
   // task order. REQUIRES: `writes` is empty.
+  // A write's writer in reduce()'s messages: "node 'x'", or the run's input (kInputWriter).
+  static constexpr std::size_t kInputWriter = SIZE_MAX;
+  std::string writer(std::size_t node) const {
+    return node == kInputWriter ? std::string("the run's input")
+                                : "node '" + g.nodes_[node].name + "'";
+  }
+  // Whether a result failed other than by an interrupt.
+  static bool failed_task(const std::vector<Result<Update>>& results);
   Status collect(const std::vector<Task>& tasks, std::vector<Result<Update>>& results,
                  Writes& writes);
 

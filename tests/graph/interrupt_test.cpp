@@ -177,6 +177,37 @@ TEST(Interrupt, EachSendTaskOfANodeIsAskedAndAnsweredOnItsOwn) {
             R"(["a=yes-for-a","b=yes-for-b","c=yes-for-c"])");
 }
 
+// A node that fails in the step where others ask: the run fails at once, whatever the order of
+// the nodes (it asked every question first when the failing node came between the askers; found
+// by the second breaking pass).
+TEST(Interrupt, AFailureInTheStepGoesBeforeItsQuestions) {
+  for (const char* middle : {"bad", "qa"}) {
+    StateGraph b;
+    b.add_channel("answers", {.reducer = ReducerKind::append});
+    auto ask = [](const StateView&, NodeContext& c) -> Result<Update> {
+      if (const json::value* a = c.resume_value()) return Update().set("answers", *a);
+      return c.interrupt(json::string(c.node()));
+    };
+    const std::string first = std::string(middle) == "bad" ? "qa" : "bad";
+    for (const std::string name : {first, std::string(middle), std::string("qb")}) {
+      if (name == "bad")
+        b.add_node(name, [](const StateView&, NodeContext&) -> Result<Update> {
+          return Error(Errc::tool_failed, "division by zero");
+        });
+      else
+        b.add_node(name, ask);
+      b.add_edge("START", name).add_edge(name, "END");
+    }
+    auto g = b.compile();
+    ASSERT_TRUE(g) << g.error().message;
+    auto cp = make_memory_checkpointer();
+    GraphRuntime rt;
+    auto r = run(rt, *g, {}, {.checkpointer = cp.get(), .thread_id = "t"});
+    ASSERT_FALSE(r) << middle << ": " << (r->interrupted ? "interrupted" : "finished");
+    EXPECT_EQ(r.error().to_string(), "tool_failed: node 'bad': division by zero");
+  }
+}
+
 TEST(Interrupt, ResumeAndInvokeRefuseThreadsInTheWrongState) {
   auto notify_runs = std::make_shared<int>(0);
   auto g = approval_graph(notify_runs);

@@ -146,8 +146,7 @@ TEST(RunUserCode, ASumPastItsRangeIsAnError) {
     auto r = run(rt, *cg, {});
     ASSERT_FALSE(r) << json::serialize(r->state);
     EXPECT_EQ(r.error().code, Errc::invalid_argument);
-    EXPECT_NE(r.error().message.find("channel 'x': the sum of node 'b''s write "),
-              std::string::npos)
+    EXPECT_NE(r.error().message.find(" from node 'b' added to the channel's "), std::string::npos)
         << r.error().message;
   }
 }
@@ -335,7 +334,7 @@ TEST(RunUserCode, WriteErrorsNameTheNodeOnce) {
   r = run(rt, *cg, {{"which", "cnt"}});
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().to_string(),
-            "invalid_argument: channel 'cnt' reducer refused node 'a''s write: no");
+            "invalid_argument: channel 'cnt' reducer refused the write of node 'a': no");
 }
 
 // RunOptions::go_to takes END as Update::go_to does (nothing runs), a bad go_to_sends target
@@ -368,6 +367,65 @@ TEST(RunUserCode, GoToEndAndWhatABadNameSuggests) {
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().message,
             "input key 'numbrs' is not a channel of this graph; did you mean 'numbers'?");
+}
+
+// What the run's input wrote is blamed on the input, not on a node that never wrote the channel
+// (found by the second breaking pass).
+TEST(RunUserCode, TheRunsInputIsNamedAsTheWriter) {
+  StateGraph g;
+  g.add_channel("s", {.reducer = ReducerKind::sum, .default_value = 1});
+  g.add_channel("o");
+  g.add_node("zeta",
+             [](const StateView&, NodeContext&) -> Result<Update> { return Update().set("o", 1); });
+  g.add_edge("START", "zeta");
+  g.add_edge("zeta", "END");
+  auto cg = g.compile();
+  ASSERT_TRUE(cg);
+  GraphRuntime rt;
+  auto r = run(rt, *cg, {{"s", INT64_MAX}});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().message,
+            "channel 's': 9223372036854775807 from the run's input added to the channel's 1 is "
+            "past the range of a 64-bit integer");
+  r = run(rt, *cg, {{"s", "x"}});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().message, "channel 's' holds numbers; the run's input wrote \"x\"");
+}
+
+// A token counter's huge counts evict as any count past the window does (their sum overflowed,
+// and nothing was evicted); a negative count is refused, naming the channel.
+TEST(RunUserCode, ATokenCountersHugeOrNegativeCounts) {
+  for (const std::int64_t small : {std::int64_t{1}, std::int64_t{-5}}) {
+    StateGraph g;
+    ChannelOptions o;
+    o.reducer = ReducerKind::messages;
+    o.max_tokens = 50;
+    o.token_counter = [small](std::string_view text) -> std::int64_t {
+      return text.size() > 3 ? INT64_MAX : small;
+    };
+    g.add_channel("messages", o);
+    g.add_node("a", [](const StateView&, NodeContext&) -> Result<Update> {
+      json::array ms{json::object{{"role", "user"}, {"content", "long one"}},
+                     json::object{{"role", "user"}, {"content", "long two"}},
+                     json::object{{"role", "user"}, {"content", "hi"}}};
+      return Update().set("messages", std::move(ms));
+    });
+    g.add_edge("START", "a");
+    g.add_edge("a", "END");
+    auto cg = g.compile();
+    ASSERT_TRUE(cg);
+    GraphRuntime rt;
+    auto r = run(rt, *cg, {});
+    if (small < 0) {
+      ASSERT_FALSE(r);
+      EXPECT_EQ(r.error().message,
+                "channel 'messages' token counter returned -5 for a message; a count is 0 or more");
+      continue;
+    }
+    ASSERT_TRUE(r) << r.error().to_string();
+    EXPECT_EQ(json::serialize(r->state.at("messages")).find("long"), std::string::npos)
+        << json::serialize(r->state.at("messages"));
+  }
 }
 
 }  // namespace
