@@ -32,14 +32,15 @@ inline int store_exit_code(const Error& e) {
   return kExitStoreFailed;
 }
 
-// The exit code for a run's error: 3 overloaded; 4 when the store failed under it (io_error,
+// The exit code for a run's error: 3 overloaded (admission, or the thread has a run in progress:
+// thread_busy, as README.md says); 4 when the store failed under it (io_error,
 // corrupt_data: as store_exit_code); 1 when the run was refused before it started (its input
 // names a channel it does not take, the thread does not exist or is not paused); 2 when it
 // started and failed. An error from inside the run names its node ("node 'x': ..."), and a
 // checkpoint the store refused names its put, so an invalid_argument a node returns (a tool's
 // arguments, say) is a run failure, not bad input.
 inline int run_exit_code(const Error& e) {
-  if (e.is(Errc::overloaded)) return kExitOverloaded;
+  if (e.is(Errc::overloaded) || e.is(Errc::thread_busy)) return kExitOverloaded;
   const bool inside =
       e.message.rfind("node '", 0) == 0 || e.message.rfind("checkpoint put", 0) == 0;
   if ((e.is(Errc::io_error) || e.is(Errc::corrupt_data)) && !inside) return kExitStoreFailed;

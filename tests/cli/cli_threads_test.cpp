@@ -106,7 +106,7 @@ TEST(Cli, OneRunnerPerThread) {
   auto me = weir::graph::this_process_holder(weir::graph::new_claim_token(), 30000);
   ASSERT_TRUE((*cp)->claim_thread("d1", me));
   auto busy = run_weir("run " + wf + " --thread d1" + store);
-  EXPECT_EQ(busy.code, 2);
+  EXPECT_EQ(busy.code, 3);  // README: 3, its thread has a run in progress
   EXPECT_EQ(busy.err.rfind("weir run: thread_busy: thread 'd1' is being run by pid " +
                                std::to_string(::getpid()) + " on host " + me.host + " since ",
                            0),
