@@ -135,16 +135,18 @@ asio::awaitable<void> Runner::call(const Task& t, NodeContext& ctx, Result<Updat
     } catch (...) {
       r = thrown_error();
     }
-    if (!r && (co_await asio::this_coro::cancellation_state).cancelled() !=
-                  asio::cancellation_type::none) {
+    if (!r) {
       // The caller stopped waiting (run_concurrently's stop, the run's Asio cancellation): the
       // node's error is that, whatever it made of it ("threw: Operation canceled", or "multiple
       // exceptions" from a watched node's race), and it is not retried. The state is reset so
       // that the run's own waits go on.
-      co_await asio::this_coro::reset_cancellation_state();
-      r = Error(Errc::cancelled, "run cancelled while it ran");
-      if (traced) trace_node_end(ctx.task_, r);
-      co_return;
+      const auto cs = co_await asio::this_coro::cancellation_state;
+      if (cs.cancelled() != asio::cancellation_type::none) {
+        co_await asio::this_coro::reset_cancellation_state();
+        r = Error(Errc::cancelled, "run cancelled while it ran");
+        if (traced) trace_node_end(ctx.task_, r);
+        co_return;
+      }
     }
     const bool retryable =
         !r && (r.error().is(Errc::tool_failed) || r.error().is(Errc::tool_timeout) ||

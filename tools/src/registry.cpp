@@ -332,8 +332,8 @@ asio::awaitable<Result<ToolOutput>> ToolRegistry::call(std::string_view name_in,
     permit = std::move(*r);
   }
 
-  if ((co_await asio::this_coro::cancellation_state).cancelled() != asio::cancellation_type::none)
-    co_return cut();  // the permit goes back with the frame
+  const auto cs = co_await asio::this_coro::cancellation_state;
+  if (cs.cancelled() != asio::cancellation_type::none) co_return cut();  // the permit goes back
 
   // The invocation races a timer; both report through one channel, the first message wins. A
   // timeout marks the invocation abandoned (a blocking tool reads that); it runs on, holding its
