@@ -72,6 +72,25 @@ std::shared_ptr<const CompiledGraph> sleepers(std::shared_ptr<Seen> seen,
   return *b.compile(limits);
 }
 
+// Runs `graph` on a fresh io_context and cancels its awaiter (a cancellation slot bound to its
+// completion) after 50 ms; returns what the run completed with (none if it never did).
+std::optional<Result<RunResult>> cancelled_after_50ms(GraphRuntime& rt,
+                                                      std::shared_ptr<const CompiledGraph> graph) {
+  asio::io_context io;
+  asio::cancellation_signal cancel;
+  std::optional<Result<RunResult>> out;
+  asio::co_spawn(
+      io, rt.async_invoke(std::move(graph), {}),
+      asio::bind_cancellation_slot(cancel.slot(), [&](std::exception_ptr e, Result<RunResult> r) {
+        EXPECT_FALSE(e);
+        out = std::move(r);
+      }));
+  asio::steady_timer later(io, 50ms);
+  later.async_wait([&](boost::system::error_code) { cancel.emit(asio::cancellation_type::all); });
+  io.run();
+  return out;
+}
+
 // A run cancelled through its completion's cancellation slot while a step runs several async
 // nodes: their waits are cancelled, the run ends cancelled only once every node has finished,
 // and no node runs against the ended run.
@@ -113,20 +132,8 @@ TEST(RunLifecycle, CancellingTheAwaiterCancelsEveryNodeOfTheStep) {
 TEST(RunLifecycle, CancellingTheAwaiterOfALoneNodeEndsTheRunCancelled) {
   for (bool throws : {false, true}) {
     auto seen = std::make_shared<Seen>();
-    auto graph = sleepers(seen, {"d"}, throws);
     GraphRuntime rt;
-    asio::io_context io;
-    asio::cancellation_signal cancel;
-    std::optional<Result<RunResult>> out;
-    asio::co_spawn(
-        io, rt.async_invoke(graph, {}),
-        asio::bind_cancellation_slot(cancel.slot(), [&](std::exception_ptr e, Result<RunResult> r) {
-          ASSERT_FALSE(e);
-          out = std::move(r);
-        }));
-    asio::steady_timer later(io, 50ms);
-    later.async_wait([&](boost::system::error_code) { cancel.emit(asio::cancellation_type::all); });
-    io.run();
+    auto out = cancelled_after_50ms(rt, sleepers(seen, {"d"}, throws));
     ASSERT_TRUE(out.has_value());
     ASSERT_FALSE(*out);
     EXPECT_TRUE(out->error().is(Errc::cancelled)) << out->error().to_string();
@@ -153,20 +160,8 @@ TEST(RunLifecycle, CancellingTheAwaiterOfANodeWithRetriesOrATimeoutEndsTheRunCan
         },
         o);
     b.add_edge("START", "a").add_edge("a", "END");
-    auto graph = *b.compile();
     GraphRuntime rt;
-    asio::io_context io;
-    asio::cancellation_signal cancel;
-    std::optional<Result<RunResult>> out;
-    asio::co_spawn(
-        io, rt.async_invoke(graph, {}),
-        asio::bind_cancellation_slot(cancel.slot(), [&](std::exception_ptr e, Result<RunResult> r) {
-          ASSERT_FALSE(e);
-          out = std::move(r);
-        }));
-    asio::steady_timer later(io, 50ms);
-    later.async_wait([&](boost::system::error_code) { cancel.emit(asio::cancellation_type::all); });
-    io.run();
+    auto out = cancelled_after_50ms(rt, *b.compile());
     ASSERT_TRUE(out.has_value());
     ASSERT_FALSE(*out);
     EXPECT_EQ(out->error().to_string(), "cancelled: node 'a': run cancelled while it ran");

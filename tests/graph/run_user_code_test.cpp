@@ -20,6 +20,16 @@ namespace asio = boost::asio;
 namespace json = boost::json;
 using testing::run;
 
+// START -> a -> END on `g` (which has node "a"), compiled with `limits` and run once.
+Result<RunResult> run_one(StateGraph& g, GraphLimits limits = {}) {
+  g.add_edge("START", "a");
+  g.add_edge("a", "END");
+  auto cg = g.compile(limits);
+  if (!cg) return std::move(cg).error();
+  GraphRuntime rt;
+  return run(rt, *cg, {});
+}
+
 // START -> a -> (router) -> END, where `a` writes `count`.
 std::shared_ptr<const CompiledGraph> routed(Router router) {
   StateGraph g;
@@ -54,12 +64,7 @@ TEST(RunUserCode, ACustomReducerThatThrowsFailsTheRunNamingTheChannel) {
   g.add_channel("x", o);
   g.add_node("a",
              [](const StateView&, NodeContext&) -> Result<Update> { return Update().set("x", 7); });
-  g.add_edge("START", "a");
-  g.add_edge("a", "END");
-  auto cg = g.compile();
-  ASSERT_TRUE(cg);
-  GraphRuntime rt;
-  auto r = run(rt, *cg, {});
+  auto r = run_one(g);
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, Errc::tool_failed);
   EXPECT_NE(r.error().message.find("channel 'x' reducer threw: "), std::string::npos)
@@ -76,12 +81,7 @@ TEST(RunUserCode, ATokenCounterThatThrowsFailsTheRunNamingTheChannel) {
   g.add_node("a", [](const StateView&, NodeContext&) -> Result<Update> {
     return Update().set("messages", json::object{{"role", "user"}, {"content", "hi"}});
   });
-  g.add_edge("START", "a");
-  g.add_edge("a", "END");
-  auto cg = g.compile();
-  ASSERT_TRUE(cg);
-  GraphRuntime rt;
-  auto r = run(rt, *cg, {});
+  auto r = run_one(g);
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, Errc::tool_failed);
   EXPECT_NE(r.error().message.find("channel 'messages' token counter threw: no"), std::string::npos)
@@ -92,12 +92,7 @@ TEST(RunUserCode, ANodeThatThrowsANonStandardExceptionFailsTheRun) {
   StateGraph g;
   g.add_channel("x");
   g.add_node("a", [](const StateView&, NodeContext&) -> Result<Update> { throw 42; });
-  g.add_edge("START", "a");
-  g.add_edge("a", "END");
-  auto cg = g.compile();
-  ASSERT_TRUE(cg);
-  GraphRuntime rt;
-  auto r = run(rt, *cg, {});
+  auto r = run_one(g);
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, Errc::tool_failed);
   EXPECT_EQ(r.error().message, "node 'a': threw an exception that is not a std::exception");
@@ -292,14 +287,9 @@ TEST(RunUserCode, AnAppendChannelsMaxItemsBoundsWhatAWriteCosts) {
     for (int i = 0; i < 100000; ++i) xs.push_back(i);
     return Update().set("xs", std::move(xs));
   });
-  g.add_edge("START", "a");
-  g.add_edge("a", "END");
   GraphLimits lim;
   lim.max_state_bytes = 1 << 20;
-  auto cg = g.compile(lim);
-  ASSERT_TRUE(cg);
-  GraphRuntime rt;
-  auto r = run(rt, *cg, {});
+  auto r = run_one(g, lim);
   ASSERT_TRUE(r) << r.error().to_string();
   EXPECT_EQ(json::serialize(r->state.at("xs")), "[99997,99998,99999]");
 }
