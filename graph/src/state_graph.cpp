@@ -10,6 +10,7 @@
 #include <boost/graph/strong_components.hpp>
 #include <boost/json.hpp>
 
+#include "channel_defaults.hpp"
 #include "weir/runtime/text.hpp"
 
 namespace weir::graph {
@@ -123,18 +124,9 @@ struct CompiledGraph::Compiler {
     for (const auto& [name, opt] : g.channels_) {
       if (!channel_names.insert(name).second)
         problems.push_back("channel '" + name + "' is defined twice");
-      // A number channel's default is where its first write starts from (a run failed at its
-      // first write, with boost's "not a number").
-      const bool numbers = opt.reducer == ReducerKind::sum || opt.reducer == ReducerKind::max ||
-                           opt.reducer == ReducerKind::min;
-      if (numbers && !opt.custom && opt.default_value && !opt.default_value->is_null() &&
-          !opt.default_value->is_number())
-        problems.push_back("channel '" + name + "' " +
-                           (opt.reducer == ReducerKind::sum   ? "sums numbers"
-                            : opt.reducer == ReducerKind::max ? "keeps the largest number"
-                                                              : "keeps the smallest number") +
-                           ", but its default is " + boost::json::serialize(*opt.default_value) +
-                           ": give it a number or no default");
+      if (opt.default_value && !opt.custom)
+        if (auto why = default_problem(opt.reducer, *opt.default_value))
+          problems.push_back("channel '" + name + "' " + *why);
     }
   }
 

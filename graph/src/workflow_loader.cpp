@@ -6,6 +6,7 @@
 
 #include <boost/json.hpp>
 
+#include "channel_defaults.hpp"
 #include "weir/graph/workflow.hpp"
 #include "weir/runtime/json_fields.hpp"
 #include "weir/runtime/json_parse.hpp"
@@ -258,8 +259,10 @@ void Loader::state(const json::object& o) {
       else
         c.reducer = static_cast<ReducerKind>(it - reducers.begin());
     }
-    if (const auto* d = co.if_contains("default"))
+    if (const auto* d = co.if_contains("default")) {
       c.default_value.emplace(*d, json::storage_ptr());  // off the document's slabs
+      if (auto why = default_problem(c.reducer, *d)) error(ptr + "/default", "the channel " + *why);
+    }
     c.max_items = int_at(co, "max_items", ptr, 1);
     c.max_bytes = bytes_at(co, "max_bytes", ptr);
     if (const auto* w = object_at(co, "window", ptr, false)) {

@@ -146,6 +146,17 @@ TEST(RunUserCode, ASumPastItsRangeIsAnError) {
   }
 }
 
+// A list channel's default is its first items: a non-list one is refused (it was dropped).
+TEST(RunUserCode, AListChannelsDefaultMustBeAList) {
+  StateGraph g;
+  g.add_channel("xs", {.reducer = ReducerKind::append, .default_value = 5});
+  g.add_node("a", [](const StateView&, NodeContext&) -> Result<Update> { return Update(); });
+  auto r = run_one(g);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().message,
+            "channel 'xs' appends to a list, but its default is 5: give it a list or no default");
+}
+
 TEST(RunUserCode, ANumberChannelsDefaultMustBeANumber) {
   StateGraph g;
   g.add_channel("x", {.reducer = ReducerKind::sum, .default_value = "abc"});

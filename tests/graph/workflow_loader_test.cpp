@@ -99,6 +99,26 @@ TEST_F(WorkflowLoader, ReportsEveryProblemLikeACompiler) {
       }));
 }
 
+// A channel's default must fit its reducer, said at the default (`weir validate` said ok, and
+// the run failed at its first write or dropped the default; found by the breaking pass).
+TEST_F(WorkflowLoader, AChannelsDefaultMustFitItsReducer) {
+  auto r = load(R"({
+  "name": "demo",
+  "state": {"n": {"reducer": "sum", "default": "abc"}, "xs": {"reducer": "append", "default": 5},
+            "ok": {"reducer": "max", "default": 2}},
+  "nodes": {"a": {"kind": "set", "values": {"ok": 1}}},
+  "edges": [{"from": "START", "to": "a"}, {"from": "a", "to": "END"}]
+})");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(messages(r),
+            (std::vector<std::string>{
+                "flow.json:3:48: /state/n/default: the channel sums numbers, but its default is "
+                "\"abc\": give it a number or no default",
+                "flow.json:3:95: /state/xs/default: the channel appends to a list, but its "
+                "default is 5: give it a list or no default",
+            }));
+}
+
 TEST_F(WorkflowLoader, StructureErrors) {
   auto r = load(
       R"({"name": "s", "nodes": {"a": {"kind": "router"}, "b": {"kind": "router"}, "c": {"kind": "router"}},
