@@ -306,11 +306,6 @@ bool Runner::run_inline(const std::vector<Task>& tasks, std::vector<Result<Updat
   return true;
 }
 
-bool Runner::failed_task(const std::vector<Result<Update>>& results) {
-  return std::any_of(results.begin(), results.end(),
-                     [](const auto& r) { return !r && !r.error().is(Errc::interrupted); });
-}
-
 Status Runner::collect(const std::vector<Task>& tasks, std::vector<Result<Update>>& results,
                        Writes& writes) {
   // `writes` is empty: a barrier is cleared after each step and before it goes to the pool.
@@ -519,8 +514,7 @@ Runner::Await Runner::advance_phase() {
       // Then interrupts: the step's writes are discarded and the step is re-run on resume. A
       // failure goes first (collect reports it): nobody is asked a question for a step that has
       // failed (it surfaced only once every question was answered, or at once, by edge order).
-      if (auto k = interrupting_task(tasks, barrier->results);
-          k < tasks.size() && !failed_task(barrier->results)) {
+      if (auto k = interrupting_task(tasks, barrier->results); k < tasks.size()) {
         check(interrupt_run(tasks, k, superstep));
         interrupted = true;
         phase = Phase::end;
@@ -666,12 +660,13 @@ bool Runner::breaks_after(const std::vector<Task>& tasks) const {
 
 std::size_t Runner::interrupting_task(const std::vector<Task>& tasks,
                                       const std::vector<Result<Update>>& results) const {
+  std::size_t k = tasks.size();
   for (std::size_t i = 0; i < tasks.size(); ++i) {
-    if (!results[i] && results[i].error().is(Errc::interrupted) && tasks[i].ctx.extra_ &&
-        tasks[i].ctx.extra_->interrupt)
-      return i;
+    if (results[i]) continue;
+    if (!results[i].error().is(Errc::interrupted)) return tasks.size();  // a failure goes first
+    if (k == tasks.size() && tasks[i].ctx.extra_ && tasks[i].ctx.extra_->interrupt) k = i;
   }
-  return tasks.size();
+  return k;
 }
 
 RunResult Runner::finish(std::int32_t step, bool interrupted) {

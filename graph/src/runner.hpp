@@ -332,8 +332,6 @@ struct Runner {
     return node == kInputWriter ? std::string("the run's input")
                                 : "node '" + g.nodes_[node].name + "'";
   }
-  // Whether a result failed other than by an interrupt.
-  static bool failed_task(const std::vector<Result<Update>>& results);
   Status collect(const std::vector<Task>& tasks, std::vector<Result<Update>>& results,
                  Writes& writes);
 
@@ -484,7 +482,8 @@ struct Runner {
   asio::awaitable<Result<Limiter::Permit>> async_admit();
   asio::awaitable<Error> watch_admission();
 
-  // The task that called interrupt() and returned its error, or tasks.size().
+  // The task that called interrupt() and returned its error, or tasks.size(): also when another
+  // task failed otherwise (the failure goes first: collect() reports it).
   std::size_t interrupting_task(const std::vector<Task>& tasks,
                                 const std::vector<Result<Update>>& results) const;
 
