@@ -89,6 +89,12 @@ std::string timeout_message(const std::string& name, std::chrono::milliseconds t
   return "tool '" + name + "' did not answer within " + std::to_string(t.count()) + " ms";
 }
 
+// A call whose caller stopped waiting (a cancellation slot, a node's timeout, a run's cancel):
+// before its tool started, while it waited for its slot, or while the tool ran.
+Error call_cancelled(std::string_view name) {
+  return Error(Errc::cancelled, "tool '" + std::string(name) + "': the call was cancelled");
+}
+
 // The invocation proper: runs on the caller's executor, possibly after the caller gave up.
 // Holds `entry` (the tool, its limiter) and the blocking pool until it finishes. The slot
 // (permit) is shared with the caller: it is returned when both are done with it, i.e. once the
@@ -248,7 +254,7 @@ asio::awaitable<Result<ToolOutput>> ToolRegistry::traced_call(std::string name, 
     // A wait of the call that the caller's cancellation cut (the slot's, the rate limit's):
     // a result, as every other outcome (it escaped async_call).
     if (e.code() != asio::error::operation_aborted) throw;
-    r = Error(Errc::cancelled, "tool '" + std::string(name) + "': the call was cancelled");
+    r = call_cancelled(name);
   }
   if (r)
     trace::set_tool_output(span, r->output_bytes, r->content, r->artifact_id);
@@ -292,9 +298,6 @@ asio::awaitable<Result<ToolOutput>> ToolRegistry::call(std::string_view name_in,
   // the caller stopped waiting: the call then ends cancelled, and the tool is not started (an
   // exception escaped async_call, and a slot granted as the cancel came ran the tool to its end
   // with nobody waiting).
-  const auto cut = [&] {
-    return Error(Errc::cancelled, "tool '" + name + "': the call was cancelled");
-  };
   if (*wait > Clock::duration::zero()) {
     asio::steady_timer t(ex, *wait);
     try {
@@ -318,7 +321,7 @@ asio::awaitable<Result<ToolOutput>> ToolRegistry::call(std::string_view name_in,
       won = co_await std::move(race);
     } catch (const boost::system::system_error& e) {
       if (e.code() != asio::error::operation_aborted) throw;
-      co_return cut();
+      co_return call_cancelled(name);
     }
     if (won->index() == 1) {
       co_return Error(Errc::tool_timeout,
@@ -333,7 +336,8 @@ asio::awaitable<Result<ToolOutput>> ToolRegistry::call(std::string_view name_in,
   }
 
   const auto cs = co_await asio::this_coro::cancellation_state;
-  if (cs.cancelled() != asio::cancellation_type::none) co_return cut();  // the permit goes back
+  if (cs.cancelled() != asio::cancellation_type::none)
+    co_return call_cancelled(name);  // the permit goes back
 
   // The invocation races a timer; both report through one channel, the first message wins. A
   // timeout marks the invocation abandoned (a blocking tool reads that); it runs on, holding its
@@ -371,7 +375,7 @@ asio::awaitable<Result<ToolOutput>> ToolRegistry::call(std::string_view name_in,
   if (std::get<0>(received)) {
     abandoned->store(true, std::memory_order_relaxed);
     asio::dispatch(strand, [stop] { stop->emit(asio::cancellation_type::terminal); });
-    co_return Error(Errc::cancelled, "tool '" + name + "': the call was cancelled");
+    co_return call_cancelled(name);
   }
   if (!out) co_return std::move(out).error();
 
