@@ -132,6 +132,9 @@ struct Batch {
   }
 };
 
+// The runs API is on: a workflow folder, C++ graphs, or both (service_config.cpp).
+bool runs_api(const ServeConfig& c);
+
 inline std::string ms_text(std::chrono::milliseconds ms) {
   if (ms.count() % 1000 == 0) return std::to_string(ms.count() / 1000) + "s";
   return std::to_string(ms.count()) + "ms";
