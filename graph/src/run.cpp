@@ -700,6 +700,7 @@ asio::awaitable<void> Runner::push_final(const Error& error) {
   Event e;
   e.run_id = run_id;
   e.kind = EventKind::run_failed;
+  e.step = superstep;  // the step it failed in, as its nodes' events say (0: before the first)
   e.data = json::object{{"code", errc_name(error.code)}, {"message", error.message}};
   co_await push(std::move(e));
 }

@@ -9,6 +9,7 @@
 #include <boost/json.hpp>
 
 #include "graph_test_util.hpp"
+#include "weir/graph/checkpointer.hpp"
 #include "weir/runtime/artifact_store.hpp"
 
 namespace weir::graph {
@@ -156,6 +157,41 @@ TEST(EventStream, StateEventsAreOptInAndAFailureEndsTheStream) {
                       "run_started {}", "node_started ok", R"(node_finished ok {"x":1})",
                       "node_started boom",
                       R"(run_failed {"code":"tool_failed","message":"node 'boom': the search )"
+                      R"(backend is down"})"}));
+}
+
+// run_failed carries the step the run failed in, as node_started does, also when another task
+// of that step asked a question (the failure goes first): it said step 0.
+TEST(EventStream, RunFailedNamesTheStepThatFailed) {
+  auto boom = [](const StateView&, NodeContext&) -> Result<Update> {
+    return Error(Errc::tool_failed, "the search backend is down");
+  };
+  StateGraph b;
+  b.add_channel("x", {});
+  b.add_node("ok",
+             [](const StateView&, NodeContext&) -> Result<Update> { return Update().set("x", 1); });
+  b.add_node("ask", [](const StateView&, NodeContext& c) -> Result<Update> {
+    return c.interrupt("proceed?");
+  });
+  b.add_node("boom", boom);
+  b.add_edge("START", "ok").add_edge("ok", "ask").add_edge("ok", "boom");
+  b.add_edge("ask", "END").add_edge("boom", "END");
+  auto events = std::make_shared<EventStream>();
+  std::vector<std::string> seen;
+  auto consumer = [&]() -> asio::awaitable<void> {
+    while (auto e = co_await events->async_next())
+      seen.push_back(std::to_string(e->step) + " " + describe(*e));
+  };
+  GraphRuntime rt;
+  auto cp = make_memory_checkpointer();
+  auto r = run_with(rt, *b.compile(), {},
+                    {.checkpointer = cp.get(), .thread_id = "t", .events = events}, consumer);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().message, "node 'boom': the search backend is down");
+  EXPECT_EQ(seen, (std::vector<std::string>{
+                      "0 run_started {}", "1 node_started ok", R"(1 node_finished ok {"x":1})",
+                      "2 node_started ask", "2 node_started boom",
+                      R"(2 run_failed {"code":"tool_failed","message":"node 'boom': the search )"
                       R"(backend is down"})"}));
 }
 

@@ -49,7 +49,8 @@ enum class EventKind {
   custom,           // name + data: what the node passed to NodeContext::emit
   warning,          // a problem the run survived; data: {"code","message","channel"}
   run_finished,     // data: {"steps": n}
-  run_failed,       // data: {"code": errc name, "message": text}
+  run_failed,       // step: the step it failed in (0: before the first); data: {"code": errc
+                    // name, "message": text}
   run_interrupted,  // node: the interrupting node; data: {"payload": value}
 };
 // The stable lower-case name ("node_started"); "unknown" for a value outside the enum.
