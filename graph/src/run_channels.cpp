@@ -2,6 +2,8 @@
 // the offload of large values to the artifact store (see runner.hpp, state_graph.hpp).
 #include <algorithm>
 #include <cmath>
+#include <optional>
+#include <string>
 
 #include <boost/json.hpp>
 
@@ -49,6 +51,20 @@ std::string cap_summary(std::string s, std::size_t max) {
   s.resize(utf8_cut(s, max > kNote.size() ? max - kNote.size() : 0));
   if (max >= kNote.size()) s += kNote;
   return s;
+}
+
+// What a messages channel's write holds that is not a message: it takes messages (objects) and
+// texts, alone or in a list. nullopt when it fits; else "5", or "true as item 1 of its list".
+std::optional<std::string> not_messages(const json::value& w) {
+  auto bad = [](const json::value& x) { return !x.is_object() && !x.is_string(); };
+  auto shown = [](const json::value& x) {
+    return x.is_array() ? std::string("a list") : json::serialize(x);
+  };
+  if (!w.is_array()) return bad(w) ? std::optional(shown(w)) : std::nullopt;
+  const auto& items = w.as_array();
+  for (std::size_t k = 0; k < items.size(); ++k)
+    if (bad(items[k])) return shown(items[k]) + " as item " + std::to_string(k) + " of its list";
+  return std::nullopt;
 }
 
 }  // namespace
@@ -294,6 +310,12 @@ Status Runner::reduce(std::size_t ch,
         break;
       case ReducerKind::append:
       case ReducerKind::messages: {
+        if (opt_c.reducer == ReducerKind::messages) {
+          if (auto bad = not_messages(w))  // they were kept as items of the list
+            return Error(Errc::invalid_argument, "channel '" + name +
+                                                     "' holds messages (objects or texts); " +
+                                                     writer(writes[i].first) + " wrote " + *bad);
+        }
         if (!cur.is_array()) cur = json::array(st.sp());
         auto& arr = cur.as_array();
         const std::size_t before = arr.size();

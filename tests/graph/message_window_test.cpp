@@ -136,6 +136,50 @@ TEST(MessageWindow, AMessageWithAnIdTheChannelHoldsReplacesIt) {
   EXPECT_NE(m[1].at("id"), m[2].at("id"));
 }
 
+// A messages channel holds messages (objects) or texts, written alone or in a list: a number,
+// boolean or null is refused, from the run's input as from a node, naming the channel and the
+// writer (they were kept as items of the list).
+TEST(MessageWindow, ANumberBooleanOrNullIsNotAMessage) {
+  auto g = chat({}, 1);
+  GraphRuntime rt;
+  auto refused = [&](json::value input) {
+    auto r = run(rt, g, {{"messages", std::move(input)}});
+    return r ? "accepted: " + json::serialize(r->state.at("messages")) : r.error().to_string();
+  };
+  EXPECT_EQ(refused(5),
+            "invalid_argument: channel 'messages' holds messages (objects or texts); "
+            "the run's input wrote 5");
+  EXPECT_EQ(refused(true),
+            "invalid_argument: channel 'messages' holds messages (objects or "
+            "texts); the run's input wrote true");
+  EXPECT_EQ(refused(nullptr),
+            "invalid_argument: channel 'messages' holds messages (objects or "
+            "texts); the run's input wrote null");
+  EXPECT_EQ(refused(json::array{msg("user", "hi"), 5}),
+            "invalid_argument: channel 'messages' holds messages (objects or texts); the run's "
+            "input wrote 5 as item 1 of its list");
+  EXPECT_EQ(refused(json::array{json::array{msg("user", "hi")}}),
+            "invalid_argument: channel 'messages' holds messages (objects or texts); the run's "
+            "input wrote a list as item 0 of its list");
+  // A text and a message are taken as before.
+  auto ok = run(rt, g, {{"messages", json::array{"hi", msg("user", "hello")}}});
+  ASSERT_TRUE(ok) << ok.error().message;
+  EXPECT_EQ(json::serialize(without_ids(ok->state.at("messages"))),
+            R"(["hi",{"role":"user","content":"hello"},{"role":"user","content":"turn-0...."}])");
+
+  StateGraph b;
+  b.add_channel("messages", {.reducer = ReducerKind::messages});
+  b.add_node("count", [](const StateView&, NodeContext&) -> Result<Update> {
+    return Update().set("messages", 5);
+  });
+  b.add_edge("START", "count").add_edge("count", "END");
+  auto r = run(rt, *b.compile(), {});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().to_string(),
+            "invalid_argument: channel 'messages' holds messages (objects or texts); node 'count' "
+            "wrote 5");
+}
+
 // A message written without an id gets one of its own where it is merged: equal messages of two
 // runs (the same answer on two branches) have two ids; a message's given id is kept.
 TEST(MessageWindow, MessagesWrittenWithoutAnIdGetOneOfTheirOwn) {
