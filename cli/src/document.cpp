@@ -7,7 +7,7 @@
 namespace weir::cli {
 
 Result<Document> open_document(const std::string& path) {
-  auto file = parse_json_file(path, {.slabs = true});
+  auto file = parse_json_file(path, {.slabs = true, .reject_duplicate_keys = true});
   if (!file) return std::move(file).error();
   // Constructed, not assigned: assigning a Boost.JSON value to one with another memory resource
   // copies the whole document.

@@ -16,7 +16,7 @@
 namespace weir::graph {
 
 WorkflowLoad Loader::run() {
-  auto parsed = parse_json(text_, file_.string(), {.slabs = true});
+  auto parsed = parse_json(text_, file_.string(), kWorkflowJson);
   if (!parsed) return failed(parsed.error());
   return run(std::move(*parsed));
 }
@@ -509,7 +509,7 @@ WorkflowLoad load_workflow_text(std::string_view text, const fs::path& file,
 }
 
 WorkflowLoad load_workflow_file(const fs::path& file, const WorkflowChecks& checks, int max_depth) {
-  auto parsed = parse_json_file(file, {.slabs = true});
+  auto parsed = parse_json_file(file, kWorkflowJson);
   std::error_code ec;
   fs::path canon = fs::weakly_canonical(file, ec);
   Loader loader(parsed ? std::string_view(parsed->text) : std::string_view(), file, checks,

@@ -318,7 +318,7 @@ void Loader::subgraph(const std::string& node, const std::string& rel, const std
     error(ptr, "subgraphs nest too deeply (more than 8 files)");
     return;
   }
-  auto file = parse_json_file(p, {.slabs = true});
+  auto file = parse_json_file(p, kWorkflowJson);
   if (!file && !file.error().is(Errc::corrupt_data)) {
     error(ptr, "cannot read subgraph file: " + file.error().message);
     return;

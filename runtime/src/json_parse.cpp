@@ -20,8 +20,10 @@
 #include <vector>
 
 #include <simdjson.h>
+#include <boost/json/basic_parser_impl.hpp>
 #include <boost/json/parse.hpp>
 #include <boost/json/stream_parser.hpp>
+#include <boost/json/value_stack.hpp>
 
 #include "weir/runtime/text.hpp"
 
@@ -197,14 +199,22 @@ class Walker {
         if ((error_ = v.get_object().get(obj))) return false;
         json::object& o = dst.emplace_object();
         for (auto field : obj) {
+          const char* key_at = nullptr;  // just past the key's opening quote
+          if ((error_ = field.key().raw().get(key_at))) return false;
           std::string_view key;
           if ((error_ = field.unescaped_key().get(key))) return false;
           // The key lives in simdjson's string buffer until the parser is reused.
           path_.push_back({key, 0, true});
+          auto [slot, fresh] = o.emplace(key, nullptr);  // else the last value is kept
+          if (!fresh && opts_.reject_duplicate_keys) {
+            offset_ = static_cast<std::size_t>(key_at - 1 - base_);
+            duplicate_ = key;
+            error_ = simdjson::INCORRECT_TYPE;  // duplicate_ says what
+            return false;
+          }
           od::value child;
           if ((error_ = field.value().get(child))) return false;
-          json::value& slot = o[key];
-          if (!walk(child, slot, depth + 1)) return false;
+          if (!walk(child, slot->value(), depth + 1)) return false;
           path_.pop_back();
         }
         return true;
@@ -306,6 +316,7 @@ class Walker {
   simdjson::error_code error_ = simdjson::SUCCESS;
   bool depth_exceeded_ = false;
   std::string out_of_range_;  // a number past a double's range, as written
+  std::string duplicate_;     // a key given twice in one object (reject_duplicate_keys)
   std::size_t offset_ = 0;
   std::string pointer_;  // of the failure, built once it happened
 };
@@ -424,18 +435,144 @@ Error out_of_memory(std::string_view source, std::size_t bytes) {
                                                  std::to_string(bytes) + " bytes of JSON");
 }
 
+// Boost.JSON's parser of large documents builds the value as json::stream_parser does (this is
+// its handler, a value_stack) and, with reject_duplicate_keys, keeps a hash of each key of the
+// objects still open, compared when an object closes: a repeated hash only suspects a duplicate
+// key (two keys may share one), and the caller then parses the text with the Walker, which
+// compares the keys themselves and says where (or builds the value, if they only shared a
+// hash). The hashes cost 8 bytes a key of the open objects.
+struct LargeDocument {
+  static constexpr std::size_t max_object_size = json::object::max_size();
+  static constexpr std::size_t max_array_size = json::array::max_size();
+  static constexpr std::size_t max_key_size = json::string::max_size();
+  static constexpr std::size_t max_string_size = json::string::max_size();
+  static constexpr std::uint64_t kFnvBasis = 1469598103934665603ull;
+
+  explicit LargeDocument(bool check) : check_keys(check) {}
+
+  static std::uint64_t fnv1a(std::uint64_t h, json::string_view s) {
+    for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+    return h;
+  }
+
+  bool on_document_begin(json::error_code&) { return true; }
+  bool on_document_end(json::error_code&) { return true; }
+  bool on_object_begin(json::error_code&) {
+    if (check_keys) starts.push_back(hashes.size());
+    return true;
+  }
+  bool on_object_end(std::size_t n, json::error_code& ec) {
+    st.push_object(n);
+    if (!check_keys) return true;
+    const auto first = hashes.begin() + static_cast<std::ptrdiff_t>(starts.back());
+    std::sort(first, hashes.end());
+    if (std::adjacent_find(first, hashes.end()) != hashes.end()) {
+      suspect = true;
+      ec = json::error::syntax;  // stops the parse; `suspect` says why
+      return false;
+    }
+    hashes.erase(first, hashes.end());
+    starts.pop_back();
+    return true;
+  }
+  bool on_array_begin(json::error_code&) { return true; }
+  bool on_array_end(std::size_t n, json::error_code&) {
+    st.push_array(n);
+    return true;
+  }
+  bool on_key_part(json::string_view s, std::size_t, json::error_code&) {
+    st.push_chars(s);
+    if (check_keys) key_hash = fnv1a(key_hash, s);
+    return true;
+  }
+  bool on_key(json::string_view s, std::size_t, json::error_code&) {
+    st.push_key(s);
+    if (check_keys) {
+      hashes.push_back(fnv1a(key_hash, s));
+      key_hash = kFnvBasis;
+    }
+    return true;
+  }
+  bool on_string_part(json::string_view s, std::size_t, json::error_code&) {
+    st.push_chars(s);
+    return true;
+  }
+  bool on_string(json::string_view s, std::size_t, json::error_code&) {
+    st.push_string(s);
+    return true;
+  }
+  bool on_number_part(json::string_view, json::error_code&) { return true; }
+  bool on_int64(std::int64_t i, json::string_view, json::error_code&) {
+    st.push_int64(i);
+    return true;
+  }
+  bool on_uint64(std::uint64_t u, json::string_view, json::error_code&) {
+    st.push_uint64(u);
+    return true;
+  }
+  bool on_double(double d, json::string_view, json::error_code&) {
+    st.push_double(d);
+    return true;
+  }
+  bool on_bool(bool b, json::error_code&) {
+    st.push_bool(b);
+    return true;
+  }
+  bool on_null(json::error_code&) {
+    st.push_null();
+    return true;
+  }
+  bool on_comment_part(json::string_view, json::error_code&) { return true; }
+  bool on_comment(json::string_view, json::error_code&) { return true; }
+
+  json::value_stack st;
+  const bool check_keys;
+  bool suspect = false;                // a key may be in its object twice
+  std::vector<std::uint64_t> hashes;   // the keys of the open objects, innermost last
+  std::vector<std::size_t> starts;     // where each open object's keys begin in `hashes`
+  std::uint64_t key_hash = kFnvBasis;  // of the key being read, over its parts
+};
+
+// json::stream_parser with LargeDocument for its handler: the value's pieces from `storage`.
+class LargeParser {
+ public:
+  LargeParser(const JsonParseOptions& options, const json::storage_ptr& storage)
+      : p_(parse_options(options), options.reject_duplicate_keys) {
+    p_.reset();
+    p_.handler().st.reset(storage);
+  }
+  // As stream_parser::write_some, write (complete: more after the value is an error) and finish.
+  std::size_t write_some(std::string_view s, json::error_code& ec) {
+    return p_.write_some(true, s.data(), s.size(), ec);
+  }
+  void write(std::string_view s, json::error_code& ec) {
+    if (const std::size_t n = write_some(s, ec); !ec && n < s.size()) ec = json::error::extra_data;
+  }
+  void finish(json::error_code& ec) { p_.write_some(false, nullptr, 0, ec); }
+  // REQUIRES: finish() succeeded.
+  json::value release() { return p_.handler().st.release(); }
+  bool suspect_duplicate() const { return p_.handler().suspect; }
+
+ private:
+  static json::parse_options parse_options(const JsonParseOptions& options) {
+    json::parse_options po;
+    po.max_depth = options.max_depth;
+    return po;
+  }
+  json::basic_parser<LargeDocument> p_;
+};
+
 // Parses `original` past its first `bom` bytes into `result` (allocated from `storage`) with
-// Boost.JSON. Returns the error, worded as parse_json words it, or nothing.
+// Boost.JSON. Returns the error, worded as parse_json words it, or nothing; `duplicate` is set
+// (and `result` left) when a key may be in an object twice.
 std::optional<Error> parse_large(std::string_view original, std::size_t bom,
                                  std::string_view source, const JsonParseOptions& options,
-                                 const json::storage_ptr& storage, json::value& result) {
+                                 const json::storage_ptr& storage, json::value& result,
+                                 bool& duplicate) {
   const std::string_view text = original.substr(bom);
-  json::parse_options po;
-  po.max_depth = options.max_depth;
-  json::stream_parser p(json::storage_ptr(), po);
-  p.reset(storage);
+  LargeParser p(options, storage);
   boost::system::error_code ec;
-  std::size_t n = p.write_some(text.data(), text.size(), ec);
+  std::size_t n = p.write_some(text, ec);
   std::string what;
   if (!ec && n < text.size()) {  // a complete value, then more: anything but whitespace is an error
     while (n < text.size() && std::isspace(static_cast<unsigned char>(text[n]))) ++n;
@@ -448,6 +585,10 @@ std::optional<Error> parse_large(std::string_view original, std::size_t bom,
       return std::nullopt;
     }
     n = text.size();
+  }
+  if (p.suspect_duplicate()) {
+    duplicate = true;
+    return std::nullopt;
   }
   if (ec == json::error::too_deep) {
     return Error(
@@ -495,10 +636,7 @@ std::optional<Result<ParsedJson>> parse_streamed(const std::filesystem::path& pa
   } closer{fd};
   auto [storage, limit] = value_storage(options, name, size);
   try {
-    json::parse_options po;
-    po.max_depth = options.max_depth;
-    json::stream_parser p(json::storage_ptr(), po);
-    p.reset(storage);
+    LargeParser p(options, storage);
     std::vector<char> chunk(std::size_t{1} << 20);
     boost::system::error_code ec;
     std::size_t total = 0;
@@ -513,8 +651,8 @@ std::optional<Result<ParsedJson>> parse_streamed(const std::filesystem::path& pa
       std::string_view data(chunk.data(), static_cast<std::size_t>(got));
       if (first && data.starts_with(kUtf8Bom)) data.remove_prefix(kUtf8Bom.size());
       first = false;
-      p.write(data.data(), data.size(), ec);
-      if (ec) return std::nullopt;
+      p.write(data, ec);
+      if (ec) return std::nullopt;  // a duplicate key among them: parse_json says which
     }
     p.finish(ec);
     if (ec) return std::nullopt;
@@ -562,14 +700,18 @@ Result<ParsedJson> parse_json(std::string_view text, std::string_view source,
   };
 
   if (text.size() >= kLargeJsonBytes) {
+    bool duplicate = false;
     try {
-      if (auto e = parse_large(original, bom, source, options, storage, result)) return *e;
-      return done();
+      if (auto e = parse_large(original, bom, source, options, storage, result, duplicate))
+        return *e;
+      if (!duplicate) return done();
     } catch (const Exception& e) {
       return e.error();
     } catch (const std::bad_alloc&) {
       return out_of_memory(source, text.size());
     }
+    // A key may be in an object twice: the Walker below finds it (or builds the value, if two
+    // keys only shared a hash).
   }
 
   simdjson::padded_string copy;
@@ -628,6 +770,11 @@ Result<ParsedJson> parse_json(std::string_view text, std::string_view source,
                          "the number " + walker.out_of_range_ +
                              " is out of range (a JSON number here must fit a double: at most "
                              "about 1.8e308)",
+                         pointer);
+  }
+  if (!walker.duplicate_.empty()) {
+    return located_error(original, source, bom + walker.offset_,
+                         "duplicate key \"" + utf8_abbreviate(walker.duplicate_, 60) + "\"",
                          pointer);
   }
   auto [offset, what] = find_syntax_error(text);

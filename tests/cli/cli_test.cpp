@@ -129,6 +129,23 @@ TEST(Cli, ValidateReportsEveryErrorAndExitsOne) {
   fs::remove(bad);
 }
 
+// A key given twice in one object: `weir validate` and `weir run` refuse the file at its second
+// place (one of the two values was kept unsaid).
+TEST(Cli, AKeyGivenTwiceIsRefused) {
+  std::string twice = kLoopGuard;
+  const std::string once = "\"values\": {\"n\": 1}";
+  twice.replace(twice.find(once), once.size(), once + ", \"values\": {\"n\": 2}");
+  auto f = temp_file("twice.json", twice);
+  const std::string want = "twice.json:2:56: duplicate key \"values\" (at /nodes/tick/values)";
+  auto v = run_weir("validate " + f.string());
+  EXPECT_EQ(v.code, 1);
+  EXPECT_NE(v.err.find(want), std::string::npos) << v.err;
+  auto r = run_weir("run " + f.string());
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find(want), std::string::npos) << r.err;
+  fs::remove(f);
+}
+
 TEST(Cli, GraphPrintsDotWithLabelledConditionalEdges) {
   auto f = temp_file("loop.json", kLoopGuard);
   auto r = run_weir("graph " + f.string() + " --format dot");

@@ -161,6 +161,26 @@ TEST_F(WorkflowLoader, SyntaxErrorPointsAtTheByte) {
       << r.diagnostics[0].message;
 }
 
+// A key given twice in one object is an error at its second place, naming the key and where it
+// is: one of the two values was kept unsaid.
+TEST_F(WorkflowLoader, ADuplicateKeyIsAnError) {
+  auto twice = load(R"({"name": "x", "nodes": {"a": {"kind": "router"}},
+ "nodes": {"b": {"kind": "router"}}, "edges": []})");
+  ASSERT_FALSE(twice.ok());
+  EXPECT_EQ(messages(twice),
+            std::vector<std::string>{"flow.json:2:2: duplicate key \"nodes\" (at /nodes)"});
+  auto node = load(R"({"name": "x", "nodes": {
+  "a": {"kind": "set", "values": {"c": 1}, "kind": "router"}},
+  "edges": [{"from": "START", "to": "a"}, {"from": "a", "to": "END"}]})");
+  ASSERT_FALSE(node.ok());
+  EXPECT_EQ(messages(node),
+            std::vector<std::string>{"flow.json:2:44: duplicate key \"kind\" (at /nodes/a/kind)"});
+  // The same text, not a file.
+  auto text = load_workflow_text(R"({"name": "x", "name": "y"})", dir_ / "flow.json");
+  EXPECT_EQ(messages(text),
+            std::vector<std::string>{"flow.json:1:15: duplicate key \"name\" (at /name)"});
+}
+
 TEST_F(WorkflowLoader, RoutesNeedOneFormAndAFallback) {
   auto r = load(R"({"name": "r", "state": {"status": {}}, "nodes": {"a": {"kind": "router"}},
   "edges": [{"from": "START", "to": "a"},
@@ -295,6 +315,21 @@ TEST_F(WorkflowLoader, LargeFilesLoadWithTheirSettingsAndPositions) {
       messages(bad),
       (std::vector<std::string>{"flow.json:" + std::to_string(2 * n + 3) +
                                 ":25: /edges/8000/to: unknown node 'n8000' (8000 are defined)"}));
+}
+
+// Over 1 MiB a file is parsed by another parser (as it is read), and a text too: a duplicate
+// key is found there as well, with the same message.
+TEST_F(WorkflowLoader, ADuplicateKeyIsAnErrorInALargeFile) {
+  std::string text = chain_workflow(8000);
+  const std::string last = "\"n7999\": {\"kind\": \"set\", ";
+  const auto at = text.find(last);
+  ASSERT_NE(at, std::string::npos);
+  text.insert(at + last.size(), "\"kind\": \"set\", ");
+  ASSERT_GE(text.size(), std::size_t{1} << 20);
+  const std::vector<std::string> want = {
+      "flow.json:8001:26: duplicate key \"kind\" (at /nodes/n7999/kind)"};
+  EXPECT_EQ(messages(load(text)), want);
+  EXPECT_EQ(messages(load_workflow_text(text, dir_ / "flow.json")), want);
 }
 
 TEST_F(WorkflowLoader, MissingFileAndResultForm) {

@@ -64,6 +64,9 @@ struct JsonParseOptions {
   // dropped in about the order it was parsed (a workflow file read into a spec), while a piece
   // kept from it keeps its slab: copy out what must outlive the document.
   bool slabs = false;
+  // A key given twice in one object is an error (corrupt_data: "source:line:column: duplicate
+  // key \"k\" (at /pointer/k)", at its second place); without it the last value is kept.
+  bool reject_duplicate_keys = false;
 };
 
 class JsonLocator;  // json_parse.cpp
