@@ -111,6 +111,55 @@ TEST(Subgraph, ChildCapErrorNamesTheSubgraphNode) {
             "limits.recursion_limit or add an exit condition");
 }
 
+// A subgraph node that fails streams as a node that fails: its node_started (the child's events
+// after it), no node_finished, then run_failed with the parent's step and the child's error
+// under the node's name.
+TEST(Subgraph, AFailedSubgraphNodeStreamsAsAFailedNode) {
+  auto boom = [](const StateView&, NodeContext&) -> Result<Update> {
+    return Error(Errc::tool_failed, "the search backend is down");
+  };
+  auto ok = [](const StateView&, NodeContext&) -> Result<Update> { return Update().set("x", 1); };
+  auto events_of = [](std::shared_ptr<const CompiledGraph> g) {
+    auto events = std::make_shared<EventStream>();
+    std::vector<std::string> seen;
+    auto consumer = [&]() -> boost::asio::awaitable<void> {
+      while (auto e = co_await events->async_next()) {
+        std::string s = std::to_string(e->step) + " " + event_kind_name(e->kind);
+        if (!e->node.empty()) s += " " + e->node;
+        if (e->kind == EventKind::run_failed) s += " " + json::serialize(e->data);
+        seen.push_back(std::move(s));
+      }
+    };
+    GraphRuntime rt;
+    auto r = run_with(rt, std::move(g), {}, {.events = events}, consumer);
+    EXPECT_FALSE(r);
+    return seen;
+  };
+  StateGraph plain;
+  plain.add_channel("x", {});
+  plain.add_node("ok", ok).add_node("search", boom);
+  plain.add_edge("START", "ok").add_edge("ok", "search").add_edge("search", "END");
+  EXPECT_EQ(events_of(*plain.compile()),
+            (std::vector<std::string>{
+                "0 run_started", "1 node_started ok", "1 node_finished ok", "2 node_started search",
+                R"(2 run_failed {"code":"tool_failed","message":"node 'search': the search )"
+                R"(backend is down"})"}));
+
+  StateGraph c;
+  c.add_channel("x", {});
+  c.add_node("boom", boom).add_edge("START", "boom").add_edge("boom", "END");
+  StateGraph p;
+  p.add_channel("x", {});
+  p.add_node("ok", ok).add_subgraph("search", *c.compile(), {});
+  p.add_edge("START", "ok").add_edge("ok", "search").add_edge("search", "END");
+  EXPECT_EQ(events_of(*p.compile()),
+            (std::vector<std::string>{
+                "0 run_started", "1 node_started ok", "1 node_finished ok", "2 node_started search",
+                "1 node_started search/boom",
+                R"(2 run_failed {"code":"tool_failed","message":"node 'search': node 'boom': the )"
+                R"(search backend is down"})"}));
+}
+
 // Tokens charged in the child count against the parent's budget.
 TEST(Subgraph, SharesTheParentsTokenBudget) {
   StateGraph p;
