@@ -124,6 +124,19 @@ class NanRunner : public FakeRunner {
   std::atomic<bool> poison{true};
 };
 
+// A runner with no layers (a model file that said 0) has no KV cache to size: an error, where
+// sizing the pool divided by its 0-byte blocks (SIGFPE).
+TEST(Engine, ARunnerWithoutLayersIsRefused) {
+  struct NoLayers : FakeRunner {
+    std::int32_t n_layers() const override { return 0; }
+  };
+  auto e = Engine::create(std::make_unique<NoLayers>(), {});
+  ASSERT_FALSE(e);
+  EXPECT_EQ(e.error().code, Errc::model_error);
+  EXPECT_EQ(e.error().message,
+            "engine: the model has 0 layers of 1 KV heads of 2: no KV cache to size");
+}
+
 TEST(Engine, NonFiniteLogitsFailTheRequestWithModelError) {
   auto runner = std::make_unique<NanRunner>();
   NanRunner* raw = runner.get();

@@ -1,13 +1,20 @@
 // The model against the reference goldens in ../shared/models (README there): greedy tokens
 // exactly, first-step logits within 1e-4.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <sstream>
 
 #include <gtest/gtest.h>
 #include <boost/json.hpp>
 
 #include "runner/forward_ref.hpp"
+#include "weir/inference/gguf_writer.hpp"
 #include "weir/inference/model.hpp"
 
 namespace weir::inference {
@@ -90,6 +97,48 @@ TEST(Model, ClearErrorsForUnusableFiles) {
   EXPECT_NE(r.error().message.find("architecture 'gpt2' is not supported; weir runs: llama"),
             std::string::npos)
       << r.error().message;
+}
+
+// A file whose hyperparameters no model has (0 layers, a context of 0) is refused at load, naming
+// the value: an engine sized from it divided by zero (SIGFPE in `weir generate` and `weir serve`).
+TEST(Model, HyperparametersOutOfRangeAreRefused) {
+  const fs::path dir = fs::temp_directory_path() / ("weir_hparams_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  struct Case {
+    RandomModelShape shape;
+    const char* says;
+  };
+  RandomModelShape no_layers = RandomModelShape::tiny(), no_context = RandomModelShape::tiny();
+  no_layers.n_layers = 0;
+  no_context.context_length = 0;
+  for (const Case& c :
+       {Case{no_layers, "hyperparameter 'llama.block_count' is 0; it must be 1 to"},
+        Case{no_context, "hyperparameter 'llama.context_length' is 0; it must be 1 to"}}) {
+    const fs::path p = dir / "m.gguf";
+    ASSERT_TRUE(write_random_llama(p, c.shape, GgmlType::q8_0, 3));
+    auto m = Model::load(p);
+    ASSERT_FALSE(m) << c.says;
+    EXPECT_TRUE(m.error().is(Errc::model_error));
+    EXPECT_NE(m.error().message.find(c.says), std::string::npos) << m.error().message;
+  }
+  fs::remove_all(dir);
+}
+
+// A FIFO given as a model is refused as a folder is, not opened for reading, which waits for a
+// writer for ever (`weir generate`, `weir inspect`, and `weir serve`, which then could not stop).
+TEST(Model, AFifoIsNotAModelFile) {
+  const fs::path fifo = fs::temp_directory_path() / ("weir_fifo_" + std::to_string(::getpid()));
+  fs::remove(fifo);
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  auto opened = std::async(std::launch::async, [&] { return GgufFile::open(fifo); });
+  const bool answered = opened.wait_for(std::chrono::seconds(20)) == std::future_status::ready;
+  if (!answered) ::close(::open(fifo.c_str(), O_WRONLY));  // lets the blocked open go on
+  auto f = opened.get();
+  fs::remove(fifo);
+  ASSERT_TRUE(answered) << "opening a FIFO waited for a writer";
+  ASSERT_FALSE(f);
+  EXPECT_NE(f.error().message.find("is not a regular file"), std::string::npos)
+      << f.error().message;
 }
 
 }  // namespace

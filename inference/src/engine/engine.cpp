@@ -91,6 +91,11 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<StepRunner> runne
   KvLayout layout{
       runner->n_layers(),  runner->n_kv_heads(), runner->head_dim(), config.block_size, 0,
       config.kv_cache_type};
+  if (layout.n_layers < 1 || layout.n_kv_heads < 1 || layout.head_dim < 1)
+    return Error(Errc::model_error, "engine: the model has " + std::to_string(layout.n_layers) +
+                                        " layers of " + std::to_string(layout.n_kv_heads) +
+                                        " KV heads of " + std::to_string(layout.head_dim) +
+                                        ": no KV cache to size");
   const auto block_bytes = static_cast<std::size_t>(layout.type_block_bytes());
   auto bytes = kv_pool_bytes(config, *runner);
   if (!bytes) return std::move(bytes).error();

@@ -197,7 +197,9 @@ GgufFile::~GgufFile() {
 }
 
 Result<std::unique_ptr<GgufFile>> GgufFile::open(const std::filesystem::path& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO's open would wait for a writer before fstat could refuse it (a regular
+  // file's reads and mapping ignore the flag).
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0)
     return Error(Errc::io_error,
                  "cannot open model file " + path.string() + ": " + std::strerror(errno));

@@ -118,10 +118,16 @@ class Loader {
  public:
   explicit Loader(const GgufFile& f) : f_(f) {}
 
-  Result<std::int64_t> need_int(const std::string& key) {
+  // A hyperparameter the model needs, within [lo, hi]: a value outside (0 layers, a context of
+  // 2^32 - 1) is a broken file, not a model to size an engine for.
+  Result<std::int64_t> need_int(const std::string& key, std::int64_t lo, std::int64_t hi) {
     auto v = f_.get_int(key);
     if (!v) return std::move(v).error();
     if (!*v) return Error(Errc::model_error, f_.name() + ": missing hyperparameter '" + key + "'");
+    if (**v < lo || **v > hi)
+      return Error(Errc::model_error, f_.name() + ": hyperparameter '" + key + "' is " +
+                                          std::to_string(**v) + "; it must be " +
+                                          std::to_string(lo) + " to " + std::to_string(hi));
     return **v;
   }
 
@@ -318,11 +324,12 @@ Result<std::shared_ptr<const Model>> Model::from_gguf(std::unique_ptr<GgufFile> 
   }
   Loader L(f);
   const std::string a = hp.arch_name + ".";
-  WEIR_TRY(dim, L.need_int(a + "embedding_length"));
-  WEIR_TRY(hidden, L.need_int(a + "feed_forward_length"));
-  WEIR_TRY(layers, L.need_int(a + "block_count"));
-  WEIR_TRY(heads, L.need_int(a + "attention.head_count"));
-  WEIR_TRY(ctx, L.need_int(a + "context_length"));
+  // Bounds well past every published model's, within what the int32 sizes below hold.
+  WEIR_TRY(dim, L.need_int(a + "embedding_length", 1, 1 << 20));
+  WEIR_TRY(hidden, L.need_int(a + "feed_forward_length", 1, 1 << 22));
+  WEIR_TRY(layers, L.need_int(a + "block_count", 1, 4096));
+  WEIR_TRY(heads, L.need_int(a + "attention.head_count", 1, 4096));
+  WEIR_TRY(ctx, L.need_int(a + "context_length", 1, 1 << 24));
   hp.dim = static_cast<std::int32_t>(dim);
   hp.hidden = static_cast<std::int32_t>(hidden);
   hp.n_layers = static_cast<std::int32_t>(layers);
