@@ -181,6 +181,32 @@ TEST_F(WeightCache, AStaleTruncatedOrCorruptCopyIsIgnoredAndRebuilt) {
   expect_rebuilt("stale");
 }
 
+// Another model of the same size, modification time and GGUF header (a fine-tune copied with
+// `cp -p` or `rsync -a`, an image built with fixed times) renamed over the first, as the docs
+// say to replace a model: its load must not take the first one's copy. Size, mtime and header
+// alone matched, and it ran on the old weights without a word.
+TEST_F(WeightCache, AnotherModelOfTheSameSizeTimeAndHeaderIsNotServedTheOldCopy) {
+  const fs::path p = dir_ / "model.gguf", other = dir_ / "other.gguf";
+  RandomModelShape shape{256, 512, 2, 4, 4, 512, 64};
+  ASSERT_TRUE(write_random_llama(p, shape, GgmlType::q8_0, 11));
+  ASSERT_TRUE(write_random_llama(other, shape, GgmlType::q8_0, 12));  // other weights
+  ASSERT_EQ(fs::file_size(p), fs::file_size(other));
+  const auto when = fs::last_write_time(p);
+  ASSERT_TRUE(load(p, options_));  // writes the copy of the first
+  ASSERT_TRUE(fs::exists(copy_of(p)));
+  fs::last_write_time(other, when);
+  fs::rename(other, p);
+  auto m = load(p, options_);
+  ASSERT_TRUE(m);
+  EXPECT_FALSE(m->load_report().from_cache);
+  EXPECT_NE(m->load_report().note.find("is stale: the model file changed since it was written"),
+            std::string::npos)
+      << m->load_report().note;
+  ModelOptions off = options_;
+  off.weight_cache = false;
+  EXPECT_EQ(logits(m), logits(load(p, off)));
+}
+
 TEST_F(WeightCache, ADirectoryThatCannotBeWrittenStillLoads) {
   const fs::path p = model(GgmlType::q8_0);
   auto want = logits(load(p, [&] {

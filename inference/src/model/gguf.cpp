@@ -212,6 +212,8 @@ Result<std::unique_ptr<GgufFile>> GgufFile::open(const std::filesystem::path& pa
   f->name_ = path.string();
   f->size_ = static_cast<std::uint64_t>(st.st_size);
   f->mtime_ns_ = std::int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec;
+  f->ctime_ns_ = std::int64_t{st.st_ctim.tv_sec} * 1'000'000'000 + st.st_ctim.tv_nsec;
+  f->inode_ = static_cast<std::uint64_t>(st.st_ino);
   if (f->size_ == 0) {
     ::close(fd);
     return Error(Errc::corrupt_data, path.string() + ": the file is empty (not a GGUF file)");

@@ -185,11 +185,16 @@ int thread_count(const ModelOptions& o) {
                             : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
 }
 
+// What a copy records of the file it was made of, and a load checks (weight_cache.hpp).
+CacheSource cache_source(const GgufFile& f) {
+  return {f.file_bytes(), f.mtime_ns(), f.header_bytes(), f.inode(), f.ctime_ns()};
+}
+
 // Moves an open()ed file's bytes into memory: from its rearranged copy when a valid one exists
 // (true), else from the file (false).
 Result<bool> place_weights(GgufFile& f, bool want_x16, const ModelOptions& o, LoadReport& rep) {
   const int threads = thread_count(o);
-  const CacheSource src{f.file_bytes(), f.mtime_ns(), f.header_bytes()};
+  const CacheSource src = cache_source(f);
   if (want_x16 && o.weight_cache && f.file_bytes() >= o.cache_min_bytes) {
     if (auto where = cache_location(f.name(), o.cache_dir)) {
       rep.cache = *where;
@@ -217,7 +222,9 @@ Result<bool> place_weights(GgufFile& f, bool want_x16, const ModelOptions& o, Lo
     return Error(Errc::io_error,
                  "cannot read model file " + f.name() + ": " + std::strerror(errno));
   if (static_cast<std::uint64_t>(st.st_size) != src.size ||
-      std::int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec != src.mtime_ns) {
+      std::int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec != src.mtime_ns ||
+      static_cast<std::uint64_t>(st.st_ino) != src.inode ||
+      std::int64_t{st.st_ctim.tv_sec} * 1'000'000'000 + st.st_ctim.tv_nsec != src.ctime_ns) {
     ::close(fd);
     return Error(Errc::io_error, f.name() + " changed while it was being loaded; load it again");
   }
@@ -420,7 +427,7 @@ Result<std::shared_ptr<const Model>> Model::from_gguf(std::unique_ptr<GgufFile> 
       rep.cache_writing = true;
       const GgufFile* g = m->file_.get();
       m->cache_writer_ = std::jthread([g, w = std::move(*w)]() mutable {
-        const CacheSource src{g->file_bytes(), g->mtime_ns(), g->header_bytes()};
+        const CacheSource src = cache_source(*g);
         if (auto st = finish_cache(w, src, {g->header_bytes().data(), g->file_bytes()}))
           log(LogLevel::info, g->name() + ": wrote its rearranged copy " + w.path.string() +
                                   " (the next load reads it)");

@@ -30,6 +30,8 @@ struct Header {
   std::uint64_t source_size;
   std::int64_t source_mtime_ns;
   std::uint64_t gguf_header_bytes;
+  std::uint64_t source_inode;    // format 2
+  std::int64_t source_ctime_ns;  // format 2
 };
 
 Header header_for(const CacheSource& src) {
@@ -40,6 +42,8 @@ Header header_for(const CacheSource& src) {
   h.source_size = src.size;
   h.source_mtime_ns = src.mtime_ns;
   h.gguf_header_bytes = src.gguf_header.size();
+  h.source_inode = src.inode;
+  h.source_ctime_ns = src.ctime_ns;
   return h;
 }
 
@@ -128,7 +132,8 @@ Result<int> open_cache(const std::filesystem::path& path, const CacheSource& src
                ", layouts " + std::to_string(h.layout_version) + "; this one: " +
                std::to_string(want.format) + ", " + std::to_string(want.layout_version) + ")");
   if (h.source_size != want.source_size || h.source_mtime_ns != want.source_mtime_ns ||
-      h.gguf_header_bytes != want.gguf_header_bytes)
+      h.gguf_header_bytes != want.gguf_header_bytes || h.source_inode != want.source_inode ||
+      h.source_ctime_ns != want.source_ctime_ns)
     return bad("is stale: the model file changed since it was written");
   std::vector<std::byte> head(src.gguf_header.size());
   if (!pread_all(fd, head.data(), head.size(), kCacheHeaderBytes) ||

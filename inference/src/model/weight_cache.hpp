@@ -16,7 +16,11 @@
 // Format: a 4096-byte header, then the model file's bytes with every matrix the loader
 // rearranges in its x16 layout (which ones follows from the file and kX16LayoutVersion alone).
 // Header: "WEIRX16\n", u32 kCacheFormat, u32 kX16LayoutVersion, u64 the model's size, i64 its
-// mtime in ns, u64 the header bytes (the GGUF up to its tensor data), zeros to 4096.
+// mtime in ns, u64 the header bytes (the GGUF up to its tensor data), u64 its inode, i64 its
+// ctime in ns, zeros to 4096. The inode and ctime (format 2) tell a model replaced by another
+// of the same size, mtime and header (a fine-tune copied with `cp -p`, `rsync -a`, a build with
+// fixed times) from the file the copy was made of: size, mtime and header alone served the old
+// weights for the new file.
 // A copy is used only when all of these match the model, the copy is exactly 4096 + the model's
 // size, and its GGUF header bytes equal the model's; otherwise it is rebuilt (and said so).
 //
@@ -34,7 +38,7 @@
 
 namespace weir::inference {
 
-constexpr std::uint32_t kCacheFormat = 1;
+constexpr std::uint32_t kCacheFormat = 2;
 constexpr std::uint64_t kCacheHeaderBytes = 4096;
 
 // What identifies the model file a copy was made from.
@@ -42,6 +46,8 @@ struct CacheSource {
   std::uint64_t size = 0;
   std::int64_t mtime_ns = 0;
   std::span<const std::byte> gguf_header;  // the model's bytes before its tensor data
+  std::uint64_t inode = 0;
+  std::int64_t ctime_ns = 0;
 };
 
 // Where the copy of `model` lives: nullopt when caching is off. `dir`: ModelOptions::cache_dir

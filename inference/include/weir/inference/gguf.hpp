@@ -91,6 +91,10 @@ class GgufFile {
   std::uint64_t file_bytes() const { return size_; }
   // The file's modification time (open() files; 0 for from_memory()), in ns since the epoch.
   std::int64_t mtime_ns() const { return mtime_ns_; }
+  // Its inode number and status change time (ctime, ns), which no tool sets: a file renamed
+  // over it, or rewritten in place, has other ones even when its size and mtime are the same.
+  std::uint64_t inode() const { return inode_; }
+  std::int64_t ctime_ns() const { return ctime_ns_; }
   // The bytes before the tensor data: header, metadata, tensor table and padding.
   std::span<const std::byte> header_bytes() const { return {base_, data_offset_}; }
   std::uint64_t alignment() const { return alignment_; }
@@ -163,7 +167,8 @@ class GgufFile {
   bool in_memory_ = false;    // to_memory() moved the bytes into anonymous memory
   bool huge_mapped_ = false;  // map_huge() mapped them
   bool writable_ = false;     // writable_data() or to_memory() was called, seal() not since
-  std::int64_t mtime_ns_ = 0;
+  std::int64_t mtime_ns_ = 0, ctime_ns_ = 0;
+  std::uint64_t inode_ = 0;
   std::uint64_t data_offset_ = 0;
   std::uint32_t version_ = 0;
   std::uint64_t alignment_ = 32;
