@@ -1,6 +1,8 @@
 #include "engine/sampler.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 
 #include <random>
@@ -86,6 +88,95 @@ TEST(Sampling, GreedyPicksTheLowestIdOfTheLargestLogit) {
       EXPECT_EQ(s.sample(logits, {}), naive()) << "n=" << n << " tie at " << at;
     }
   }
+}
+
+// The sampler before it stopped sorting the whole vocabulary for each token (std::sort, then
+// std::discrete_distribution over the kept prefix), kept as the reference: a seed must draw the
+// same tokens from the same logits as it did.
+std::int32_t reference_sample(const SamplingParams& p, std::mt19937_64& rng,
+                              const std::vector<float>& logits) {
+  const auto n = static_cast<std::int32_t>(logits.size());
+  std::vector<std::pair<float, std::int32_t>> cand(static_cast<std::size_t>(n));
+  for (std::int32_t i = 0; i < n; ++i)
+    cand[static_cast<std::size_t>(i)] = {logits[static_cast<std::size_t>(i)] / p.temperature, i};
+  auto by_logit = [](const auto& a, const auto& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  };
+  std::size_t keep = cand.size();
+  if (p.top_k > 0 && static_cast<std::size_t>(p.top_k) < keep) {
+    keep = static_cast<std::size_t>(p.top_k);
+    std::partial_sort(cand.begin(), cand.begin() + static_cast<std::ptrdiff_t>(keep), cand.end(),
+                      by_logit);
+  } else {
+    std::sort(cand.begin(), cand.end(), by_logit);
+  }
+  const double top = cand[0].first;
+  std::vector<double> prob(keep);
+  double sum = 0;
+  for (std::size_t i = 0; i < keep; ++i) sum += prob[i] = std::exp(cand[i].first - top);
+  if (p.min_p > 0.0f) {
+    std::size_t k = 1;
+    while (k < keep && prob[k] >= p.min_p) ++k;
+    for (std::size_t i = k; i < keep; ++i) sum -= prob[i];
+    keep = k;
+  }
+  if (p.top_p < 1.0f) {
+    double acc = 0;
+    for (std::size_t i = 0; i < keep; ++i) {
+      acc += prob[i] / sum;
+      if (acc >= p.top_p) {
+        keep = i + 1;
+        break;
+      }
+    }
+  }
+  std::discrete_distribution<std::size_t> dist(prob.begin(),
+                                               prob.begin() + static_cast<std::ptrdiff_t>(keep));
+  return cand[dist(rng)].second;
+}
+
+// Over vocabularies up to 32,000, logits spread, peaked, tied, masked (-inf) and flat, and
+// temperature, top_p, min_p and top_k settings: every seed draws exactly the reference's tokens.
+TEST(Sampling, ASeedDrawsTheSameTokensAsTheFullSortDid) {
+  std::mt19937 gen(11);
+  std::uniform_real_distribution<float> U(-10, 10);
+  int compared = 0;
+  for (int n : {2, 5, 100, 1000, 32000}) {
+    for (int shape = 0; shape < 5; ++shape) {
+      std::vector<std::vector<float>> rows(n >= 1000 ? 6 : 24);
+      for (auto& row : rows) {
+        row.resize(static_cast<std::size_t>(n));
+        for (auto& l : row) {
+          l = U(gen);
+          if (shape == 1) l = std::round(l);                                     // many ties
+          if (shape == 2 && l < 0) l = -std::numeric_limits<float>::infinity();  // masked
+          if (shape == 3) l = 0.5f;                                              // flat
+          if (shape == 4) l *= 3;                                                // peaked
+        }
+        row[0] = std::max(row[0], 0.0f);  // at least one token stays unmasked
+        if (shape == 1) row[static_cast<std::size_t>(n / 2)] = -0.0f;  // ties with +0
+      }
+      for (float temp : {0.3f, 0.8f, 1.0f, 1.7f})
+        for (float top_p : {1.0f, 0.9f, 0.5f})
+          for (float min_p : {0.0f, 0.05f})
+            for (std::int32_t top_k : {0, 40}) {
+              SamplingParams p{.temperature = temp,
+                               .top_k = top_k,
+                               .top_p = top_p,
+                               .min_p = min_p,
+                               .seed = static_cast<std::uint64_t>(compared)};
+              Sampler s(p);
+              std::mt19937_64 ref_rng(p.seed);
+              for (const auto& row : rows) {
+                ASSERT_EQ(s.sample(row, {}), reference_sample(p, ref_rng, row))
+                    << "n=" << n << " shape=" << shape << " temp=" << temp << " top_p=" << top_p
+                    << " min_p=" << min_p << " top_k=" << top_k;
+                ++compared;
+              }
+            }
+    }
+  }
+  EXPECT_GT(compared, 5000);
 }
 
 }  // namespace

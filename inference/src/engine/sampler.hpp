@@ -28,7 +28,12 @@ class Sampler {
   std::mt19937_64 rng_;
   std::size_t prompt_len_ = 0;  // history's length at the first call (penalties skip it)
   bool first_ = true;
-  std::vector<std::pair<float, std::int32_t>> cand_;  // reused
+  // Reused from token to token: (scaled logit, id) in sampling order, the probabilities, and
+  // with top_k off the scaled logits by id and their radix order (sampling.cpp).
+  std::vector<std::pair<float, std::int32_t>> cand_;
+  std::vector<double> prob_;
+  std::vector<float> scaled_;
+  std::vector<std::uint64_t> order_, order_tmp_;
 };
 
 }  // namespace weir::inference

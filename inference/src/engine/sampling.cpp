@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
+#include <numeric>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -43,6 +45,43 @@ WEIR_CLONES std::int32_t argmax(const float* x, std::int32_t n) {
     if (x[i] > x[best]) best = i;
   }
   return best;
+}
+
+// `order`: (key << 32 | id) for every id of `x`, ascending, where the key orders logits from the
+// largest down (-0 and +0 alike): the order of (logit descending, id ascending). A stable LSD
+// radix sort over the key's 32 bits, 11 bits a pass, from ids in ascending order.
+void order_by_logit(std::span<const float> x, std::vector<std::uint64_t>& order,
+                    std::vector<std::uint64_t>& tmp) {
+  const std::size_t n = x.size();
+  order.resize(n);
+  tmp.resize(n);
+  constexpr int kBits = 11, kPasses = 3;
+  constexpr std::uint32_t kBuckets = 1u << kBits;
+  std::vector<std::uint32_t> count(kBuckets * kPasses, 0);
+  for (std::size_t i = 0; i < n; ++i) {
+    float f = x[i];
+    if (f == 0.0f) f = 0.0f;  // -0 ties with +0, as the comparison does
+    std::uint32_t u;
+    std::memcpy(&u, &f, sizeof u);
+    u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);  // ascending with the float
+    const std::uint32_t key = ~u;                    // descending
+    order[i] = (static_cast<std::uint64_t>(key) << 32) | static_cast<std::uint32_t>(i);
+    for (int p = 0; p < kPasses; ++p)
+      ++count[p * kBuckets + ((key >> (p * kBits)) & (kBuckets - 1))];
+  }
+  for (int p = 0; p < kPasses; ++p) {
+    std::uint32_t* c = count.data() + p * kBuckets;
+    if (std::find(c, c + kBuckets, static_cast<std::uint32_t>(n)) != c + kBuckets) continue;
+    std::uint32_t at = 0;
+    for (std::uint32_t b = 0; b < kBuckets; ++b) {
+      const std::uint32_t k = c[b];
+      c[b] = at;
+      at += k;
+    }
+    const int shift = 32 + p * kBits;
+    for (std::size_t i = 0; i < n; ++i) tmp[c[(order[i] >> shift) & (kBuckets - 1)]++] = order[i];
+    order.swap(tmp);
+  }
 }
 
 }  // namespace
@@ -112,43 +151,67 @@ std::int32_t Sampler::sample(std::span<const float> logits, std::span<const std:
     }
     return best;
   }
-  cand_.resize(static_cast<std::size_t>(n));
-  for (std::int32_t i = 0; i < n; ++i)
-    cand_[static_cast<std::size_t>(i)] = {adjusted(i) / p_.temperature, i};
-  auto by_logit = [](const auto& a, const auto& b) {
-    return a.first > b.first || (a.first == b.first && a.second < b.second);
-  };
-  std::size_t keep = cand_.size();
+  std::size_t keep = static_cast<std::size_t>(n);
   if (p_.top_k > 0 && static_cast<std::size_t>(p_.top_k) < keep) {
+    cand_.resize(static_cast<std::size_t>(n));
+    for (std::int32_t i = 0; i < n; ++i)
+      cand_[static_cast<std::size_t>(i)] = {adjusted(i) / p_.temperature, i};
     keep = static_cast<std::size_t>(p_.top_k);
     std::partial_sort(cand_.begin(), cand_.begin() + static_cast<std::ptrdiff_t>(keep), cand_.end(),
-                      by_logit);
+                      [](const auto& a, const auto& b) {
+                        return a.first > b.first || (a.first == b.first && a.second < b.second);
+                      });
   } else {
-    std::sort(cand_.begin(), cand_.end(), by_logit);
+    // The whole vocabulary in descending (logit, then lower id) order. `sum` below adds every
+    // probability in this order, and a sampled token must not depend on how the order was
+    // found, so it is a full order, by a radix sort (std::sort cost ~2 ms a token at 32k).
+    scaled_.resize(static_cast<std::size_t>(n));
+    for (std::int32_t i = 0; i < n; ++i)
+      scaled_[static_cast<std::size_t>(i)] = adjusted(i) / p_.temperature;
+    order_by_logit(scaled_, order_, order_tmp_);
+    cand_.resize(static_cast<std::size_t>(n));
+    for (std::size_t i = 0; i < cand_.size(); ++i) {
+      const auto id = static_cast<std::int32_t>(order_[i] & 0xffffffffu);
+      cand_[i] = {scaled_[static_cast<std::size_t>(id)], id};
+    }
   }
   const double top = cand_[0].first;
-  std::vector<double> prob(keep);
+  prob_.resize(keep);
   double sum = 0;
-  for (std::size_t i = 0; i < keep; ++i) sum += prob[i] = std::exp(cand_[i].first - top);
+  for (std::size_t i = 0; i < keep; ++i) sum += prob_[i] = std::exp(cand_[i].first - top);
+  const std::size_t all = keep;
+  const double all_sum = sum;
   if (p_.min_p > 0.0f) {  // relative to the most likely token (prob[0] == 1 before normalising)
     std::size_t k = 1;
-    while (k < keep && prob[k] >= p_.min_p) ++k;
-    for (std::size_t i = k; i < keep; ++i) sum -= prob[i];
+    while (k < keep && prob_[k] >= p_.min_p) ++k;
+    for (std::size_t i = k; i < keep; ++i) sum -= prob_[i];
     keep = k;
   }
   if (p_.top_p < 1.0f) {
     double acc = 0;
     for (std::size_t i = 0; i < keep; ++i) {
-      acc += prob[i] / sum;
+      acc += prob_[i] / sum;
       if (acc >= p_.top_p) {
         keep = i + 1;
         break;
       }
     }
   }
-  std::discrete_distribution<std::size_t> dist(prob.begin(),
-                                               prob.begin() + static_cast<std::ptrdiff_t>(keep));
-  return cand_[dist(rng_)].second;
+  // The draw is std::discrete_distribution's over prob_[0, keep) as libstdc++ makes it, without
+  // building the whole CDF: one weight draws nothing from the generator; otherwise one canonical
+  // double u, the weights normalised by their sequential sum, and the first index whose running
+  // sum is not below u (the last one's is 1). Tokens for a seed are as they were with it.
+  if (keep < 2) return cand_[0].second;
+  double norm = all_sum;  // the same additions in the same order when nothing was cut
+  if (keep != all)
+    norm = std::accumulate(prob_.begin(), prob_.begin() + static_cast<std::ptrdiff_t>(keep), 0.0);
+  const double u = std::generate_canonical<double, std::numeric_limits<double>::digits>(rng_);
+  double cp = 0;
+  for (std::size_t i = 0; i + 1 < keep; ++i) {
+    cp += prob_[i] / norm;
+    if (!(cp < u)) return cand_[i].second;
+  }
+  return cand_[keep - 1].second;
 }
 
 }  // namespace weir::inference
