@@ -306,6 +306,37 @@ TEST_F(WeightCache, OneProcessWritesTheCopyAndAKilledOnesLeftoverIsRemoved) {
   fs::remove(w->tmp);
 }
 
+// A process id in a leftover's name may belong to another process by now: weir as a container's
+// pid 1, killed while it wrote the copy and started again as pid 1, found "its own" leftover and
+// could never create the file again; any live process with that id made every load say "process
+// N is writing" for ever. A writer holds a lock on its file: a leftover nobody holds is removed
+// when its id is this process's, or when it has not been written to for a while.
+TEST_F(WeightCache, ALeftoverWhoseProcessIdIsTakenAgainIsRemoved) {
+  const fs::path copy = dir_ / "cache" / "m.gguf-0123.weir-x16";
+  const fs::path mine = copy.string() + ".tmp." + std::to_string(::getpid());
+  { std::ofstream(mine) << "partial"; }
+  auto w = begin_cache(copy);
+  ASSERT_TRUE(w) << w.error().message;
+  EXPECT_EQ(w->tmp, mine);
+  EXPECT_EQ(fs::file_size(mine), 0u);  // made anew
+  // While this writer holds its file, another load leaves the writing to it.
+  auto second = begin_cache(copy);
+  ASSERT_FALSE(second);
+  EXPECT_EQ(second.error().to_string(),
+            "io_error: process " + std::to_string(::getpid()) + " is writing " + copy.string());
+  ::close(w->fd);
+  fs::remove(w->tmp);
+
+  const fs::path stale = copy.string() + ".tmp." + std::to_string(::getppid());  // alive
+  { std::ofstream(stale) << "partial"; }
+  fs::last_write_time(stale, fs::file_time_type::clock::now() - std::chrono::hours(1));
+  auto after = begin_cache(copy);
+  ASSERT_TRUE(after) << after.error().message;
+  EXPECT_FALSE(fs::exists(stale));
+  ::close(after->fd);
+  fs::remove(after->tmp);
+}
+
 TEST_F(WeightCache, SmallFilesAndTheFileLayoutKeepNoCopy) {
   const fs::path p = model(GgmlType::q8_0);
   ModelOptions small = options_;

@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -10,6 +11,7 @@
 #include <atomic>
 #include <cctype>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
@@ -142,9 +144,23 @@ Result<int> open_cache(const std::filesystem::path& path, const CacheSource& src
   return fd;
 }
 
+// Whether a temporary copy nobody holds a lock on (see begin_cache) was left by a process that
+// is gone: its id is no process, or this process (which is not writing it: it holds no lock),
+// or a process that has not written to it for a while (the id is another process's by now,
+// after a restart in a container or a reboot). A file written to in the last kFreshWrite whose
+// process lives may be one whose writer has created it and not yet taken its lock.
+bool left_over(const std::filesystem::path& file, pid_t pid) {
+  constexpr auto kFreshWrite = std::chrono::seconds(10);
+  if (pid == ::getpid() || (::kill(pid, 0) != 0 && errno != EPERM)) return true;
+  std::error_code ec;
+  const auto written = std::filesystem::last_write_time(file, ec);
+  return !ec && std::filesystem::file_time_type::clock::now() - written > kFreshWrite;
+}
+
 Result<CacheWriter> begin_cache(const std::filesystem::path& path) {
-  // Temporary copies beside it: a live process's means that process is writing the copy (one
-  // writer is enough); a gone process's was left by a kill, and is removed.
+  // Temporary copies beside it: one whose writer holds its lock (flock, until finish_cache
+  // closes it) means that process is writing the copy (one writer is enough); one left by a
+  // process that was killed is removed.
   const std::string prefix = path.filename().string() + ".tmp.";
   std::error_code ec;
   const auto parent = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
@@ -154,11 +170,16 @@ Result<CacheWriter> begin_cache(const std::filesystem::path& path) {
     const std::string digits = name.substr(prefix.size());
     if (digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 9) continue;
     const auto pid = static_cast<pid_t>(std::stol(digits));
-    if (pid == ::getpid()) continue;
-    if (::kill(pid, 0) == 0 || errno == EPERM)
-      return Error(Errc::io_error, "process " + digits + " is writing " + path.string());
-    std::error_code rm;
-    std::filesystem::remove(e.path(), rm);  // left by a process that was killed
+    const int fd = ::open(e.path().c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) continue;  // gone meanwhile, or not ours to read
+    const bool held = ::flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+    const bool orphan = !held && left_over(e.path(), pid);
+    if (orphan) {
+      std::error_code rm;
+      std::filesystem::remove(e.path(), rm);
+    }
+    ::close(fd);
+    if (!orphan) return Error(Errc::io_error, "process " + digits + " is writing " + path.string());
   }
   CacheWriter w;
   w.path = path;
@@ -166,6 +187,7 @@ Result<CacheWriter> begin_cache(const std::filesystem::path& path) {
   w.fd = ::open(w.tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (w.fd < 0)
     return Error(Errc::io_error, "cannot create " + w.tmp.string() + ": " + std::strerror(errno));
+  ::flock(w.fd, LOCK_EX | LOCK_NB);  // a new file: nobody else holds it
   return w;
 }
 

@@ -9,8 +9,8 @@
 // "off" (or "0", "false", "no", in any case): no copy; any other value: a directory, the copy
 // named "<file name>-<16 hex digits of a hash of the model's path>.weir-x16". The model's path is
 // resolved first (canonical: symbolic links, "..", relative), so a file has one copy however its
-// path is spelt. begin_cache leaves the writing to a live process whose temporary file is there,
-// and removes one a killed process left.
+// path is spelt. begin_cache leaves the writing to a process whose temporary file is there and
+// locked (flock), and removes one a killed process left.
 // ModelOptions::cache_dir, when set, takes the place of the variable.
 //
 // Format: a 4096-byte header, then the model file's bytes with every matrix the loader
@@ -66,8 +66,9 @@ struct CacheWriter {
   std::filesystem::path path, tmp;
 };
 
-// Creates the temporary file for the copy at `path`, first removing temporary files of it that
-// processes now gone left. Errors: io_error when the directory cannot be written (read-only,
+// Creates the temporary file for the copy at `path`, locked (flock) until finish_cache closes
+// it, first removing temporary files of it that processes now gone left: unlocked, and named by
+// no live process, by this one, or not written to for 10 s (the id is another process's now). Errors: io_error when the directory cannot be written (read-only,
 // missing), saying which file could not be created, or when a live process is writing the copy
 // ("process N is writing PATH").
 Result<CacheWriter> begin_cache(const std::filesystem::path& path);
