@@ -49,7 +49,8 @@ awaitable<std::variant<std::shared_ptr<Batch>, oa::ApiError>> Service::Impl::adm
                            "n=" + std::to_string(n) + " choices run at once, but model '" +
                                m.spec.name + "' runs at most " +
                                std::to_string(m.limiter->capacity()) +
-                               " sequences (--max-num-seqs); ask for fewer choices",
+                               (m.limiter->capacity() == 1 ? " sequence" : " sequences") +
+                               " (--max-num-seqs); ask for fewer choices",
                            "n", ""};
   // Fast path: every permit free now.
   for (int i = 0; i < n; ++i) {

@@ -312,8 +312,10 @@ TEST(Engine, KvPoolComesFromTheMemoryBudget) {
   ASSERT_FALSE(e);
   EXPECT_EQ(e.error().to_string(),
             "memory_budget_exceeded: the KV cache budget of 0 KiB holds 8 blocks of 4 tokens (64 "
-            "bytes each), but one sequence of max_model_len=64 needs 16; raise limits.kv_cache or "
-            "lower engine.max_model_len");
+            "bytes each), but one sequence of max_model_len=64 needs 16; raise the KV cache "
+            "budget (weir serve: --kv-cache-mb N; files: \"limits\": {\"memory\": "
+            "{\"kv_cache\": ...}}) or lower max_model_len (--max-model-len N; files: "
+            "\"engine\": {\"max_model_len\": N})");
 }
 
 // Once on_done reports a request cancelled, no step computes it again: the engine's counters
@@ -421,8 +423,10 @@ TEST(Engine, EachEngineOnOneBudgetGetsItsConfiguredPoolAndNoMore) {
   ASSERT_FALSE(c);
   EXPECT_EQ(c.error().to_string(),
             "memory_budget_exceeded: the KV cache budget of 0 KiB holds 0 blocks of 4 tokens (64 "
-            "bytes each), but one sequence of max_model_len=64 needs 16; raise limits.kv_cache or "
-            "lower engine.max_model_len");
+            "bytes each), but one sequence of max_model_len=64 needs 16; raise the KV cache "
+            "budget (weir serve: --kv-cache-mb N; files: \"limits\": {\"memory\": "
+            "{\"kv_cache\": ...}}) or lower max_model_len (--max-model-len N; files: "
+            "\"engine\": {\"max_model_len\": N})");
 }
 
 // A KV pool the machine cannot hold is an error that names the setting, never a crash: a host

@@ -29,7 +29,8 @@ TEST(Scheduler, RejectsPromptsThatCanNeverRunWithClearErrors) {
   ASSERT_FALSE(long_prompt);
   EXPECT_EQ(long_prompt.error().to_string(),
             "invalid_argument: the prompt has 33 tokens, more than max_model_len=32; shorten it "
-            "(trim history) or raise engine.max_model_len");
+            "(trim history), or raise max_model_len up to the model's context length "
+            "(--max-model-len N; files: \"engine\": {\"max_model_len\": N})");
   auto too_big = s.add(2, prompt(17));
   ASSERT_FALSE(too_big);
   EXPECT_EQ(too_big.error().to_string(),

@@ -109,7 +109,9 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<StepRunner> runne
                      std::to_string(config.block_size) + " tokens (" + std::to_string(block_bytes) +
                      " bytes each), but one sequence of max_model_len=" +
                      std::to_string(config.max_model_len) + " needs " + std::to_string(need) +
-                     "; raise limits.kv_cache or lower engine.max_model_len");
+                     "; raise the KV cache budget (weir serve: --kv-cache-mb N; files: \"limits\": "
+                     "{\"memory\": {\"kv_cache\": ...}}) or lower max_model_len "
+                     "(--max-model-len N; files: \"engine\": {\"max_model_len\": N})");
   }
   const std::size_t pool_bytes = static_cast<std::size_t>(layout.num_blocks) * block_bytes;
   // The budget grants the bytes first; then they are allocated. Memory the machine does not

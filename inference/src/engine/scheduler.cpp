@@ -12,10 +12,12 @@ Status Scheduler::add(SeqId id, std::vector<std::int32_t> tokens, int priority) 
   if (n == 0)
     return Error(Errc::invalid_argument, "the prompt is empty: it needs at least one token");
   if (n > config_.max_model_len) {
-    return Error(Errc::invalid_argument,
-                 "the prompt has " + std::to_string(n) +
-                     " tokens, more than max_model_len=" + std::to_string(config_.max_model_len) +
-                     "; shorten it (trim history) or raise engine.max_model_len");
+    return Error(
+        Errc::invalid_argument,
+        "the prompt has " + std::to_string(n) +
+            " tokens, more than max_model_len=" + std::to_string(config_.max_model_len) +
+            "; shorten it (trim history), or raise max_model_len up to the model's context "
+            "length (--max-model-len N; files: \"engine\": {\"max_model_len\": N})");
   }
   if (kv_.blocks_for(n) > kv_.config().num_blocks) {
     return Error(Errc::kv_cache_exhausted, "the prompt needs " + std::to_string(kv_.blocks_for(n)) +
