@@ -199,7 +199,7 @@ TEST_F(WeightCache, AnotherModelOfTheSameSizeTimeAndHeaderIsNotServedTheOldCopy)
   auto m = load(p, options_);
   ASSERT_TRUE(m);
   EXPECT_FALSE(m->load_report().from_cache);
-  EXPECT_NE(m->load_report().note.find("is stale: the model file changed since it was written"),
+  EXPECT_NE(m->load_report().note.find("is stale: it records another model file"),
             std::string::npos)
       << m->load_report().note;
   ModelOptions off = options_;

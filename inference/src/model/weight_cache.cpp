@@ -113,7 +113,8 @@ Result<int> open_cache(const std::filesystem::path& path, const CacheSource& src
   if (fd < 0) {
     if (errno == ENOENT || errno == ENOTDIR)
       return Error(Errc::not_found, path.string() + " does not exist");
-    return Error(Errc::corrupt_data, "cannot open " + path.string() + ": " + std::strerror(errno));
+    return Error(Errc::corrupt_data,
+                 path.string() + " cannot be opened: " + std::string(std::strerror(errno)));
   }
   auto bad = [&](const std::string& why) -> Result<int> {
     ::close(fd);
@@ -136,7 +137,9 @@ Result<int> open_cache(const std::filesystem::path& path, const CacheSource& src
   if (h.source_size != want.source_size || h.source_mtime_ns != want.source_mtime_ns ||
       h.gguf_header_bytes != want.gguf_header_bytes || h.source_inode != want.source_inode ||
       h.source_ctime_ns != want.source_ctime_ns)
-    return bad("is stale: the model file changed since it was written");
+    return bad(
+        "is stale: it records another model file (its size, times, inode or header "
+        "differ: the model was replaced or changed since the copy was written)");
   std::vector<std::byte> head(src.gguf_header.size());
   if (!pread_all(fd, head.data(), head.size(), kCacheHeaderBytes) ||
       std::memcmp(head.data(), src.gguf_header.data(), head.size()) != 0)
