@@ -238,6 +238,15 @@ TEST_F(WeightCache, ItsPlaceComesFromTheOptionOrWEIR_MODEL_CACHE) {
   EXPECT_EQ(*cache_location(m, {}), fs::path("/models/tiny.gguf.weir-x16"));
   ::setenv("WEIR_MODEL_CACHE", "off", 1);
   EXPECT_FALSE(cache_location(m, {}));
+  // Spaces around a word are no folder's name, and the words for on mean the default place.
+  for (const char* v : {" off", "off ", "\tNo\n"}) {
+    ::setenv("WEIR_MODEL_CACHE", v, 1);
+    EXPECT_FALSE(cache_location(m, {})) << v;
+  }
+  for (const char* v : {"1", "on", " TRUE ", "yes"}) {
+    ::setenv("WEIR_MODEL_CACHE", v, 1);
+    EXPECT_EQ(*cache_location(m, {}), fs::path("/models/tiny.gguf.weir-x16")) << v;
+  }
   ::setenv("WEIR_MODEL_CACHE", "/var/cache/weir", 1);
   const fs::path in_dir = *cache_location(m, {});
   EXPECT_EQ(in_dir.parent_path(), fs::path("/var/cache/weir"));

@@ -87,13 +87,17 @@ std::optional<std::filesystem::path> cache_location(const std::filesystem::path&
   if (where.empty()) {
     const char* env = std::getenv("WEIR_MODEL_CACHE");
     std::string v = env ? env : "";
-    std::transform(v.begin(), v.end(), v.begin(),
+    // A word, spaces around it or not, in any case: off, or on (the default place, beside the
+    // model); anything else names a folder, as written.
+    const auto first = v.find_first_not_of(" \t\r\n"), last = v.find_last_not_of(" \t\r\n");
+    std::string word = first == std::string::npos ? "" : v.substr(first, last - first + 1);
+    std::transform(word.begin(), word.end(), word.begin(),
                    [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-    if (v == "off" || v == "0" || v == "false" || v == "no") return std::nullopt;
-    if (v.empty())
+    if (word == "off" || word == "0" || word == "false" || word == "no") return std::nullopt;
+    if (word.empty() || word == "on" || word == "1" || word == "true" || word == "yes")
       where.clear();
     else
-      where = env;
+      where = v;
   }
   // One copy per file, however its path is spelt (relative, "..", a symbolic link): the copy
   // goes beside the file a link names, and a cache directory names it by the resolved path.

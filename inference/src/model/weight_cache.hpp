@@ -6,8 +6,9 @@
 // reading the file costs.
 //
 // Where (cache_location): WEIR_MODEL_CACHE unset or empty: beside the model, "<model>.weir-x16";
-// "off" (or "0", "false", "no", in any case): no copy; any other value: a directory, the copy
-// named "<file name>-<16 hex digits of a hash of the model's path>.weir-x16". The model's path is
+// "on", "1", "true", "yes": the same; "off" (or "0", "false", "no"; these words in any case,
+// spaces around ignored): no copy; any other value: a directory, the copy named
+// "<file name>-<16 hex digits of a hash of the model's path>.weir-x16". The model's path is
 // resolved first (canonical: symbolic links, "..", relative), so a file has one copy however its
 // path is spelt. begin_cache leaves the writing to a process whose temporary file is there and
 // locked (flock), and removes one a killed process left.
