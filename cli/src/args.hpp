@@ -1,5 +1,5 @@
-// A tiny flag parser for the subcommands: --name VALUE, --flag, and positionals. Unknown flags
-// are errors naming the command.
+// A tiny flag parser for the subcommands: --name VALUE (or --name=VALUE), --flag, and positionals.
+// Unknown flags are errors naming the command.
 #pragma once
 
 #include <charconv>
@@ -27,6 +27,16 @@ class Flags {
   bool parse(Args args) {
     for (std::size_t i = 0; i < args.size(); ++i) {
       std::string a(args[i]);
+      // --name=value is --name value.
+      if (const auto eq = a.find('='); a.rfind("--", 0) == 0 && eq != std::string::npos) {
+        const std::string name = a.substr(0, eq);
+        if (with_value_.count(name)) {
+          values_[name] = a.substr(eq + 1);
+          continue;
+        }
+        if (switches_.count(name)) return fail(name + " takes no value (got '" + a + "')");
+        return fail("unknown option '" + a + "'");
+      }
       if (with_value_.count(a)) {
         if (i + 1 >= args.size()) return fail(a + " needs a value");
         std::string v(args[++i]);

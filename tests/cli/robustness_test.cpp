@@ -121,6 +121,28 @@ TEST(CliRobustness, AFlagWithoutItsValueIsNotGivenTheNextFlag) {
             "--help')\n");
 }
 
+// `--name=value`, as most command lines take it, is `--name value`; a switch given a value, or an
+// unknown name, is refused by its name. Both used to be "unknown option '--max-concurrency=3'".
+TEST(CliRobustness, AFlagTakesItsValueAfterAnEqualsSign) {
+  auto inputs = temp_file("eq.jsonl", "{}\n");
+  auto ok = weir({"batch", kWorkflow, "--inputs=" + inputs.string(), "--max-concurrency=3"});
+  EXPECT_EQ(ok.code, 0) << ok.err;
+  EXPECT_NE(ok.out.find("\"ok\":true"), std::string::npos) << ok.out;
+  auto bad = weir({"batch", kWorkflow, "--inputs", inputs.string(), "--max-concurrency=x"});
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_EQ(bad.err,
+            "weir batch: --max-concurrency expects an integer from 1 to 100000, got 'x' (see "
+            "'weir batch --help')\n");
+  auto sw = weir({"run", kWorkflow, "--stream=yes"});
+  EXPECT_EQ(sw.code, 1);
+  EXPECT_EQ(sw.err,
+            "weir run: --stream takes no value (got '--stream=yes') (see 'weir run --help')\n");
+  auto unknown = weir({"run", kWorkflow, "--nope=1"});
+  EXPECT_EQ(unknown.code, 1);
+  EXPECT_EQ(unknown.err, "weir run: unknown option '--nope=1' (see 'weir run --help')\n");
+  fs::remove(inputs);
+}
+
 // `weir batch` memory does not depend on the input's length: every finished run's coroutine
 // frames used to stay alive to the end of the file (~1.3 KB a line).
 TEST(CliRobustness, BatchMemoryIsIndependentOfTheInputsLength) {
