@@ -13,7 +13,8 @@ namespace weir::graph {
 
 // Why `d` cannot be the default of a channel with `reducer` (not custom), or nullopt: a number
 // channel's default is the number its first write starts from, a list channel's its first
-// items (a non-number failed the run at its first write, a non-list was dropped unsaid).
+// items (a non-number failed the run at its first write, a non-list was dropped unsaid), and a
+// messages channel's items messages or texts, as its writes must be.
 inline std::optional<std::string> default_problem(ReducerKind reducer,
                                                   const boost::json::value& d) {
   if (d.is_null()) return std::nullopt;
@@ -39,9 +40,19 @@ inline std::optional<std::string> default_problem(ReducerKind reducer,
       return std::nullopt;
   }
   const bool number = want[2] == 'n';  // "a number"
-  if (number ? d.is_number() : d.is_array()) return std::nullopt;
-  return std::string(what) + ", but its default is " + boost::json::serialize(d) + ": give it " +
-         want + " or no default";
+  if (!(number ? d.is_number() : d.is_array()))
+    return std::string(what) + ", but its default is " + boost::json::serialize(d) + ": give it " +
+           want + " or no default";
+  // A messages channel's items are what its writes may be: messages (objects) or texts.
+  if (reducer == ReducerKind::messages) {
+    const auto& items = d.as_array();
+    for (std::size_t k = 0; k < items.size(); ++k)
+      if (!items[k].is_object() && !items[k].is_string())
+        return std::string(what) + ", but its default holds " + boost::json::serialize(items[k]) +
+               " as item " + std::to_string(k) +
+               ": give it a list of messages (objects or texts) or no default";
+  }
+  return std::nullopt;
 }
 
 }  // namespace weir::graph

@@ -157,6 +157,22 @@ TEST(RunUserCode, AListChannelsDefaultMustBeAList) {
             "channel 'xs' appends to a list, but its default is 5: give it a list or no default");
 }
 
+// A messages channel's default items are messages (objects) or texts, as its writes must be.
+TEST(RunUserCode, AMessagesChannelsDefaultHoldsMessages) {
+  StateGraph g;
+  g.add_channel("messages",
+                {.reducer = ReducerKind::messages,
+                 .default_value = json::array{"hi", json::object{{"role", "user"}}, 5}});
+  g.add_node("a", [](const StateView&, NodeContext&) -> Result<Update> { return Update(); });
+  g.add_edge("START", "a");
+  g.add_edge("a", "END");
+  auto cg = g.compile();
+  ASSERT_FALSE(cg);
+  EXPECT_EQ(cg.error().message,
+            "channel 'messages' holds a list of messages, but its default holds 5 as item 2: give "
+            "it a list of messages (objects or texts) or no default");
+}
+
 TEST(RunUserCode, ANumberChannelsDefaultMustBeANumber) {
   StateGraph g;
   g.add_channel("x", {.reducer = ReducerKind::sum, .default_value = "abc"});
