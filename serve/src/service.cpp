@@ -2,8 +2,10 @@
 // generation endpoints: service_generate.cpp; /mcp: service_mcp.cpp; the configuration's checks
 // and summary: service_config.cpp; Service::Impl: service_impl.hpp.
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <future>
+#include <memory>
 #include <thread>
 
 #include "console.hpp"
@@ -611,22 +613,25 @@ int run(ServeConfig config) {
   std::fprintf(stderr, "weir serve: loading models...\n");
   // The first signal drains; the waiter stays for a second, which exits at once, even while the
   // teardown below waits (an engine's last step, a model's copy being written).
+  // The drain runs on a thread of its own, so that the waiter is back in sigwait at once (a
+  // drain held up by a request that will not end must not hold up the second signal).
   std::promise<void> first_signal;
   auto drained = first_signal.get_future();
-  std::thread waiter([set, grace, &svc, first = std::move(first_signal)]() mutable {
-    bool draining = false;
+  auto draining = std::make_shared<std::atomic<bool>>(false);
+  std::thread waiter([set, grace, &svc, draining, first = std::move(first_signal)]() mutable {
     for (;;) {
       int sig = 0;
       if (sigwait(&set, &sig) != 0) continue;
-      if (draining) {
+      if (draining->exchange(true)) {
         std::fprintf(stderr, "weir serve: second signal, exiting now\n");
         std::_Exit(1);
       }
       std::fprintf(stderr, "weir serve: signal %d, draining (grace %s; again to exit now)\n", sig,
                    ms_text(grace).c_str());
-      (*svc)->shutdown(grace);
-      draining = true;
-      first.set_value();
+      std::thread([grace, &svc, first = std::move(first)]() mutable {
+        (*svc)->shutdown(grace);
+        first.set_value();
+      }).detach();
     }
   });
   waiter.detach();
@@ -634,7 +639,8 @@ int run(ServeConfig config) {
     std::fprintf(stderr, "weir serve: %s\n", st.error().message.c_str());
     std::_Exit(1);
   }
-  std::fprintf(stderr, "weir serve: ready\n");
+  // A signal while the models loaded: the drain has begun, and the server is not ready.
+  if (!draining->load()) std::fprintf(stderr, "weir serve: ready\n");
   drained.wait();
   std::fprintf(stderr, "weir serve: stopped\n");
   // Teardown stops each engine within one step. Should a step never end (a bug), a stopped

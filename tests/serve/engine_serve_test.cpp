@@ -233,5 +233,57 @@ TEST(ServeEngine, ClosedLoopLoadFinishesAndSigtermEndsTheProcess) {
   EXPECT_FALSE(c->wait_for(std::regex("weir serve: stopped"), 5000).empty()) << c->err;
 }
 
+// docs/serve.md: a second SIGTERM or SIGINT exits at once (status 1), even while the drain waits
+// for a request that will not end within the grace. It did not: the signal thread ran the drain
+// itself and saw the second signal only when the drain was over (here: a minute). A long stream
+// whose client stops reading holds the drain (--grace 60) until the second signal.
+TEST(ServeEngine, ASecondSignalExitsAtOnceWhileTheDrainWaits) {
+  auto shape = inference::RandomModelShape::tiny();
+  shape.context_length = 16384;
+  auto model = model_file("tiny-16k", shape, inference::GgmlType::f32, 9);
+  auto c =
+      spawn({"serve", "--model", model.string(), "--port", "0", "--ignore-eos", "--max-model-len",
+             "16384", "--kv-cache-mb", "32", "--grace", "60", "--write-timeout", "300"});
+  const auto port = wait_listening(*c);
+  ASSERT_NE(port, 0) << c->err;
+  // The client: a receive buffer of a few KiB, read until the first event, then never again.
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  const int small = 4096;
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  // Each event carries 20 alternatives (~1.5 KB): far more in all than the sockets can hold.
+  const std::string body =
+      R"({"messages": [{"role": "user", "content": "Once upon a time"}], "max_tokens": 16000,)"
+      R"( "stream": true, "logprobs": true, "top_logprobs": 20})";
+  const std::string req =
+      "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+      "Content-Type: application/json\r\nContent-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n" + body;
+  ASSERT_EQ(::send(fd, req.data(), req.size(), MSG_NOSIGNAL), static_cast<ssize_t>(req.size()));
+  std::string got;
+  while (got.find("data: ") == std::string::npos) {
+    pollfd p{fd, POLLIN, 0};
+    ASSERT_GT(::poll(&p, 1, 30000), 0) << got;
+    char buf[256];
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    ASSERT_GT(n, 0) << got;
+    got.append(buf, static_cast<std::size_t>(n));
+  }
+  ASSERT_EQ(got.rfind("HTTP/1.1 200", 0), 0u) << got;
+  ASSERT_EQ(::kill(c->pid, SIGTERM), 0);
+  ASSERT_FALSE(c->wait_for(std::regex("draining"), 20000).empty()) << c->err;
+  ASSERT_EQ(::kill(c->pid, SIGINT), 0);
+  EXPECT_EQ(c->wait_exit(20000), 1) << "the process did not exit within 20 s of the second signal "
+                                       "(grace 60 s); its stderr:\n"
+                                    << c->err;
+  EXPECT_FALSE(c->wait_for(std::regex("second signal, exiting now"), 5000).empty()) << c->err;
+  ::close(fd);
+}
+
 }  // namespace
 }  // namespace weir::serve
