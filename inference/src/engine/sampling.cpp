@@ -59,13 +59,15 @@ void order_by_logit(std::span<const float> x, std::vector<std::uint64_t>& order,
   constexpr std::uint32_t kBuckets = 1u << kBits;
   std::vector<std::uint32_t> count(kBuckets * kPasses, 0);
   for (std::size_t i = 0; i < n; ++i) {
-    float f = x[i];
-    if (f == 0.0f) f = 0.0f;  // -0 ties with +0, as the comparison does
+    const float f = x[i] + 0.0f;  // -0 becomes +0 (ties, as the comparison has it); no other
     std::uint32_t u;
     std::memcpy(&u, &f, sizeof u);
-    u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);  // ascending with the float
-    const std::uint32_t key = ~u;                    // descending
+    const std::uint32_t neg = static_cast<std::uint32_t>(static_cast<std::int32_t>(u) >> 31);
+    const std::uint32_t key = ~(u ^ (neg | 0x80000000u));  // ascending with -f
     order[i] = (static_cast<std::uint64_t>(key) << 32) | static_cast<std::uint32_t>(i);
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto key = static_cast<std::uint32_t>(order[i] >> 32);
     for (int p = 0; p < kPasses; ++p)
       ++count[p * kBuckets + ((key >> (p * kBits)) & (kBuckets - 1))];
   }
@@ -166,8 +168,12 @@ std::int32_t Sampler::sample(std::span<const float> logits, std::span<const std:
     // probability in this order, and a sampled token must not depend on how the order was
     // found, so it is a full order, by a radix sort (std::sort cost ~2 ms a token at 32k).
     scaled_.resize(static_cast<std::size_t>(n));
-    for (std::int32_t i = 0; i < n; ++i)
-      scaled_[static_cast<std::size_t>(i)] = adjusted(i) / p_.temperature;
+    if (!penalise) {  // the same values, in a loop the compiler vectorises
+      for (std::size_t i = 0; i < scaled_.size(); ++i) scaled_[i] = logits[i] / p_.temperature;
+    } else {
+      for (std::int32_t i = 0; i < n; ++i)
+        scaled_[static_cast<std::size_t>(i)] = adjusted(i) / p_.temperature;
+    }
     order_by_logit(scaled_, order_, order_tmp_);
     cand_.resize(static_cast<std::size_t>(n));
     for (std::size_t i = 0; i < cand_.size(); ++i) {
