@@ -69,9 +69,10 @@ struct CacheWriter {
 
 // Creates the temporary file for the copy at `path`, locked (flock) until finish_cache closes
 // it, first removing temporary files of it that processes now gone left: unlocked, and named by
-// no live process, by this one, or not written to for 10 s (the id is another process's now). Errors: io_error when the directory cannot be written (read-only,
-// missing), saying which file could not be created, or when a live process is writing the copy
-// ("process N is writing PATH").
+// no live process, by this one, or not written to for 10 s (the id is another process's now).
+// Errors: io_error when the directory cannot be written (read-only, missing), saying which file
+// could not be created, or when another process is writing the copy ("process N is writing
+// PATH").
 Result<CacheWriter> begin_cache(const std::filesystem::path& path);
 
 // Writes `image` (the rearranged model, src.size bytes) into w's temporary file, flushes it
