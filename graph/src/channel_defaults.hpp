@@ -1,5 +1,6 @@
-// What a channel's default must be for its reducer: one check for StateGraph::compile() and the
-// workflow loader (which reports it at the file's /state/<channel>/default).
+// What a channel's default must be for its reducer, and what a messages channel's item is: one
+// check for StateGraph::compile(), the workflow loader (which reports it at the file's
+// /state/<channel>/default) and the run's reducer.
 #pragma once
 
 #include <optional>
@@ -11,6 +12,12 @@
 
 namespace weir::graph {
 
+// What a messages channel takes as an item, written or as its default: a message (an object) or
+// a text.
+inline bool is_message(const boost::json::value& x) {
+  return x.is_object() || x.is_string();
+}
+
 // Why `d` cannot be the default of a channel with `reducer` (not custom), or nullopt: a number
 // channel's default is the number its first write starts from, a list channel's its first
 // items (a non-number failed the run at its first write, a non-list was dropped unsaid), and a
@@ -19,35 +26,33 @@ inline std::optional<std::string> default_problem(ReducerKind reducer,
                                                   const boost::json::value& d) {
   if (d.is_null()) return std::nullopt;
   const char* what = nullptr;
-  const char* want = nullptr;
+  bool number = true;  // else a list
   switch (reducer) {
     case ReducerKind::sum:
-      what = "sums numbers", want = "a number";
+      what = "sums numbers";
       break;
     case ReducerKind::max:
-      what = "keeps the largest number", want = "a number";
+      what = "keeps the largest number";
       break;
     case ReducerKind::min:
-      what = "keeps the smallest number", want = "a number";
+      what = "keeps the smallest number";
       break;
     case ReducerKind::append:
-      what = "appends to a list", want = "a list";
+      what = "appends to a list", number = false;
       break;
     case ReducerKind::messages:
-      what = "holds a list of messages", want = "a list";
+      what = "holds a list of messages", number = false;
       break;
     default:
       return std::nullopt;
   }
-  const bool number = want[2] == 'n';  // "a number"
   if (!(number ? d.is_number() : d.is_array()))
     return std::string(what) + ", but its default is " + boost::json::serialize(d) + ": give it " +
-           want + " or no default";
-  // A messages channel's items are what its writes may be: messages (objects) or texts.
+           (number ? "a number" : "a list") + " or no default";
   if (reducer == ReducerKind::messages) {
     const auto& items = d.as_array();
     for (std::size_t k = 0; k < items.size(); ++k)
-      if (!items[k].is_object() && !items[k].is_string())
+      if (!is_message(items[k]))
         return std::string(what) + ", but its default holds " + boost::json::serialize(items[k]) +
                " as item " + std::to_string(k) +
                ": give it a list of messages (objects or texts) or no default";

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <random>
 
+#include "channel_defaults.hpp"
 #include "runner.hpp"
 #include "weir/runtime/artifact_store.hpp"
 #include "weir/runtime/log.hpp"
@@ -56,7 +57,7 @@ std::string cap_summary(std::string s, std::size_t max) {
 // What a messages channel's write holds that is not a message: it takes messages (objects) and
 // texts, alone or in a list. nullopt when it fits; else "5", or "true as item 1 of its list".
 std::optional<std::string> not_messages(const json::value& w) {
-  auto bad = [](const json::value& x) { return !x.is_object() && !x.is_string(); };
+  auto bad = [](const json::value& x) { return !is_message(x); };
   auto shown = [](const json::value& x) {
     return x.is_array() ? std::string("a list") : json::serialize(x);
   };

@@ -263,9 +263,9 @@ struct Calls {
   }
 };
 
-// Whether the step may start another call: not once a call failed (other than by an interrupt)
-// or the run was cancelled or passed its deadline, whose outcome is then known (a step of 200
-// Send tasks, one at a time, ran all 200 after its first had failed the run).
+// Whether the run still lets the step start calls: not once it was cancelled or passed its
+// deadline. (A call that failed, other than by an interrupt, stops the launches itself: a step
+// of 200 Send tasks, one at a time, ran all 200 after its first had failed the run.)
 bool may_start(const Calls& c) {
   const Runner& r = c.run;
   return !(r.cancel && r.cancel->load(std::memory_order_relaxed)) && Clock::now() < r.deadline;

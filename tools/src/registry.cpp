@@ -304,6 +304,7 @@ asio::awaitable<Result<ToolOutput>> ToolRegistry::call(std::string_view name_in,
       co_await t.async_wait(asio::as_tuple(asio::use_awaitable));
     } catch (const boost::system::system_error& e) {
       if (e.code() != asio::error::operation_aborted) throw;
+      co_return call_cancelled(name);
     }
   }
 

@@ -211,8 +211,9 @@ Result<std::unique_ptr<GgufFile>> GgufFile::open(const std::filesystem::path& pa
   auto f = std::unique_ptr<GgufFile>(new GgufFile());
   f->name_ = path.string();
   f->size_ = static_cast<std::uint64_t>(st.st_size);
-  f->mtime_ns_ = std::int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec;
-  f->ctime_ns_ = std::int64_t{st.st_ctim.tv_sec} * 1'000'000'000 + st.st_ctim.tv_nsec;
+  auto ns = [](const timespec& t) { return std::int64_t{t.tv_sec} * 1'000'000'000 + t.tv_nsec; };
+  f->mtime_ns_ = ns(st.st_mtim);
+  f->ctime_ns_ = ns(st.st_ctim);
   f->inode_ = static_cast<std::uint64_t>(st.st_ino);
   if (f->size_ == 0) {
     ::close(fd);

@@ -221,10 +221,9 @@ Result<bool> place_weights(GgufFile& f, bool want_x16, const ModelOptions& o, Lo
   if (fd < 0 || ::fstat(fd, &st) != 0)
     return Error(Errc::io_error,
                  "cannot read model file " + f.name() + ": " + std::strerror(errno));
-  if (static_cast<std::uint64_t>(st.st_size) != src.size ||
-      std::int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec != src.mtime_ns ||
-      static_cast<std::uint64_t>(st.st_ino) != src.inode ||
-      std::int64_t{st.st_ctim.tv_sec} * 1'000'000'000 + st.st_ctim.tv_nsec != src.ctime_ns) {
+  auto ns = [](const timespec& t) { return std::int64_t{t.tv_sec} * 1'000'000'000 + t.tv_nsec; };
+  if (static_cast<std::uint64_t>(st.st_size) != src.size || ns(st.st_mtim) != src.mtime_ns ||
+      static_cast<std::uint64_t>(st.st_ino) != src.inode || ns(st.st_ctim) != src.ctime_ns) {
     ::close(fd);
     return Error(Errc::io_error, f.name() + " changed while it was being loaded; load it again");
   }
