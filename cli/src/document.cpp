@@ -3,11 +3,12 @@
 #include <filesystem>
 
 #include "weir/agents/crew_file.hpp"
+#include "weir/graph/workflow.hpp"
 
 namespace weir::cli {
 
 Result<Document> open_document(const std::string& path) {
-  auto file = parse_json_file(path, {.slabs = true, .reject_duplicate_keys = true});
+  auto file = parse_json_file(path, graph::kWorkflowJson);  // crew files too
   if (!file) return std::move(file).error();
   // Constructed, not assigned: assigning a Boost.JSON value to one with another memory resource
   // copies the whole document.

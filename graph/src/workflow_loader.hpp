@@ -43,10 +43,6 @@ struct Names {
 // time in proportion to its errors times its size.
 inline constexpr std::size_t kMaxDiagnostics = 100;
 
-// How a workflow file is parsed: its document on slabs (it is dropped as the spec is built), and
-// a key given twice in an object is an error (one of the two values was kept unsaid).
-inline const JsonParseOptions kWorkflowJson{.slabs = true, .reject_duplicate_keys = true};
-
 // Upper bounds of the counts a file sets: the runtime holds several in 32 bits, and a bound met
 // here is a diagnostic instead of a value cut to something else.
 inline constexpr std::int64_t kMaxRecursionLimit = 1'000'000;

@@ -182,7 +182,13 @@ WorkflowLoad load_workflow_text(std::string_view text, const std::filesystem::pa
 // Reads the file with read_json_file (its size checked first; "-" is standard input).
 WorkflowLoad load_workflow_file(const std::filesystem::path& file,
                                 const WorkflowChecks& checks = {}, int max_depth = 8);
-// The same from a document already parsed from `text` (parse once, then decide what it is).
+// How a workflow file is parsed, here and by a caller of load_workflow_json: its document on
+// slabs (it is dropped as the spec is built), and a key given twice in an object is an error (one
+// of the two values was kept unsaid).
+inline const JsonParseOptions kWorkflowJson{.slabs = true, .reject_duplicate_keys = true};
+
+// The same from a document already parsed from `text` (parse once, then decide what it is),
+// with kWorkflowJson.
 // `text` may be empty when `file` can be read again: it is then read only to place a
 // diagnostic, so the caller can free a large file's text before the workflow is built.
 WorkflowLoad load_workflow_json(ParsedJson parsed, std::string_view text,
